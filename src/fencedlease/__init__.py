@@ -1,0 +1,44 @@
+"""fencedlease: distributed leases on Redis with fencing tokens.
+
+Every grant carries a fencing token, a number strictly larger than every earlier grant's of the
+same key, so storage downstream can refuse a stale holder (Kleppmann, "How to do distributed
+locking", 2016). See ``docs/semantics.md`` for what it guarantees and what it needs of Redis.
+"""
+
+from __future__ import annotations
+
+from ._backend import LeaseBackend
+from ._core import Clock, SystemClock
+from ._errors import (
+    BackendError,
+    FencedLeaseError,
+    LeaseLostError,
+    LeaseNotAcquiredError,
+    StaleTokenError,
+    ValidationError,
+)
+from ._lease import AcquireResult, Lease, LeaseInfo, LeaseOutcome
+from ._manager import LeaseManager
+from ._protocol import owner_fingerprint
+from ._redis_backend import RedisBackend
+
+__all__ = [
+    "AcquireResult",
+    "BackendError",
+    "Clock",
+    "FencedLeaseError",
+    "Lease",
+    "LeaseBackend",
+    "LeaseInfo",
+    "LeaseLostError",
+    "LeaseManager",
+    "LeaseNotAcquiredError",
+    "LeaseOutcome",
+    "RedisBackend",
+    "StaleTokenError",
+    "SystemClock",
+    "ValidationError",
+    "owner_fingerprint",
+]
+
+__version__ = "0.1.0"

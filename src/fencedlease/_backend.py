@@ -1,0 +1,58 @@
+"""The contract between a lease manager and the store that keeps leases.
+
+Each method is one atomic step at the store: no other client can observe or interleave with half
+of it. Keys here are the caller's keys; the backend applies its own layout (for Redis, the prefix
+and the hash tag). Owner tokens are secrets: a backend never logs them.
+
+Errors: every failure to reach the store or a refusal by it is raised as
+:class:`~fencedlease.BackendError` with the store's exception in ``__cause__``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from ._protocol import AcquireReply, InspectReply
+
+__all__ = ["LeaseBackend", "RenewItem"]
+
+RenewItem = tuple[str, str, int]
+"""``(key, owner_token, ttl_ms)``: one renewal in a batch."""
+
+
+class LeaseBackend(Protocol):
+    """What :class:`~fencedlease.LeaseManager` needs from a store; every method atomic."""
+
+    def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
+        """If ``key`` is free (or expired): grant it to ``owner_token`` for ``ttl_ms`` with the next
+        fencing token. If ``owner_token`` already holds it: reset its TTL, same token, no increment.
+        Otherwise change nothing and report the holder's remaining TTL."""
+        ...
+
+    def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
+        """Reset the TTL if ``owner_token`` holds ``key``; return its fencing token, else 0. Never
+        recreates a missing key."""
+        ...
+
+    def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
+        """:meth:`renew` for each item, in as few round trips as the store allows. A failure of
+        one item is returned in its place; a failure of the whole round trip is raised."""
+        ...
+
+    def release(self, key: str, owner_token: str) -> bool:
+        """Delete ``key`` if ``owner_token`` holds it; return whether it did. Keeps the counter."""
+        ...
+
+    def inspect(self, key: str) -> InspectReply | None:
+        """The lease on ``key`` as stored, or None when nobody holds it."""
+        ...
+
+    def force_release(self, key: str) -> bool:
+        """Delete ``key`` whoever holds it (an operator's escape hatch); return whether it
+        existed."""
+        ...
+
+    def close(self) -> None:
+        """Release the backend's own resources (connections it created)."""
+        ...

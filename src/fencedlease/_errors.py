@@ -1,0 +1,104 @@
+"""The library's exceptions, in one place.
+
+::
+
+    FencedLeaseError
+    ├── LeaseNotAcquiredError   .key, .status_code = 409
+    ├── LeaseLostError          .key
+    ├── StaleTokenError         .resource, .token, .last_token
+    ├── ValidationError         also a ValueError; says which argument and which bound
+    └── BackendError            the store could not be reached or refused; original in __cause__
+
+Every error a store (Redis, SQLite, ...) raises while the library talks to it reaches the caller as
+:class:`BackendError` with the store's own exception in ``__cause__``: one type to catch, the detail
+still there. Nothing is swallowed, and an error is never counted as an acquired lease.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendError",
+    "FencedLeaseError",
+    "LeaseLostError",
+    "LeaseNotAcquiredError",
+    "StaleTokenError",
+    "ValidationError",
+]
+
+
+class FencedLeaseError(Exception):
+    """Base class of every error this library raises on purpose."""
+
+
+class LeaseNotAcquiredError(FencedLeaseError):
+    """The lease on ``key`` is held by someone else and the wait budget ran out.
+
+    ``status_code`` is 409 (Conflict), so a web framework that maps it answers the client sensibly.
+    """
+
+    status_code: int = 409
+
+    def __init__(self, key: str, message: str | None = None) -> None:
+        self.key = key
+        super().__init__(message or f"lease {key!r} is held by another owner")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.key, str(self)))
+
+
+class LeaseLostError(FencedLeaseError):
+    """The lease on ``key`` is gone: expired, taken by another owner, or deleted by an operator.
+
+    Work done under it may have overlapped another holder's: reconcile rather than assume.
+    """
+
+    def __init__(self, key: str, message: str | None = None) -> None:
+        self.key = key
+        super().__init__(message or f"lease {key!r} was lost")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.key, str(self)))
+
+
+class StaleTokenError(FencedLeaseError):
+    """A fenced resource refused an access: ``token`` is older than ``last_token`` (or equal under
+    strict fencing, or the same number presented by a different lease)."""
+
+    def __init__(
+        self,
+        resource: str,
+        token: int,
+        last_token: int | None,
+        message: str | None = None,
+    ) -> None:
+        self.resource = resource
+        self.token = token
+        self.last_token = last_token
+        super().__init__(
+            message
+            or f"resource {resource!r} refused fencing token {token}: it has seen {last_token}"
+        )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.resource, self.token, self.last_token, str(self)))
+
+
+class ValidationError(FencedLeaseError, ValueError):
+    """An argument is out of its allowed range or of the wrong type.
+
+    ``argument`` names it; the message states the bound.
+    """
+
+    def __init__(self, argument: str, message: str) -> None:
+        self.argument = argument
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.argument, str(self)))
+
+
+class BackendError(FencedLeaseError):
+    """The lease store could not be reached, or it refused the command.
+
+    The store's own exception (for Redis, a ``redis.RedisError``) is in ``__cause__``.
+    """

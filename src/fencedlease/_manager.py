@@ -1,0 +1,343 @@
+"""The sync face: :class:`LeaseManager`."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Any, Literal, TypeVar
+
+import redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from ._backend import LeaseBackend
+from ._core import SYSTEM_CLOCK, Clock, LeaseState
+from ._errors import BackendError, LeaseLostError, LeaseNotAcquiredError, ValidationError
+from ._lease import AcquireResult, Lease, LeaseInfo, LeaseOutcome
+from ._protocol import new_owner_token
+from ._redis_backend import RedisBackend
+from ._renewer import Renewer
+from ._validate import check_heartbeat_ms, check_key, check_ms
+
+__all__ = ["LeaseManager"]
+
+T = TypeVar("T")
+
+DEFAULT_TTL_MS = 30_000
+DEFAULT_RETRY_DELAY_MS = 100
+
+
+def _ambiguous(exc: BackendError) -> bool:
+    """True when a command may have run although no reply came (so a retry must be idempotent)."""
+    return isinstance(exc.__cause__, (RedisConnectionError, RedisTimeoutError))
+
+
+class LeaseManager:
+    """Leases with fencing tokens on one Redis (or another :class:`LeaseBackend`).
+
+    ``client``: a ``redis.Redis`` (``decode_responses`` either way) or a backend object.
+    ``prefix``: the key namespace; keys are ``<prefix>:{<key>}`` and ``<prefix>:{<key>}:fence``.
+    ``clock``: where time is read (tests inject a fake one). ``renew_batch_size``: the most
+    renewals sent in one pipeline.
+
+    One manager runs one renewer (two threads, started on the first :meth:`hold`) for all its
+    leases. Close it with :meth:`close` or use it as a context manager.
+
+    Raises:
+        ValidationError: ``prefix`` is not a non-empty str, or ``renew_batch_size`` < 1.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis | LeaseBackend,
+        *,
+        prefix: str = "fencedlease",
+        clock: Clock = SYSTEM_CLOCK,
+        renew_batch_size: int = 500,
+        _owns_client: bool = False,
+    ) -> None:
+        if isinstance(client, redis.Redis):
+            self._backend: LeaseBackend = RedisBackend(client, prefix, owns_client=_owns_client)
+        else:
+            self._backend = client
+        self._clock = clock
+        batch = check_ms("renew_batch_size", renew_batch_size, 1)
+        self._renewer = Renewer(self._backend, clock, batch_size=batch)
+        self._closed = False
+
+    @classmethod
+    def from_url(
+        cls, url: str, *, prefix: str = "fencedlease", clock: Clock = SYSTEM_CLOCK, **kwargs: Any
+    ) -> LeaseManager:
+        """A manager over a client made by ``redis.Redis.from_url(url, **kwargs)``, closed with the
+        manager. ``redis://``, ``rediss://`` and ``unix://`` URLs."""
+        return cls(
+            redis.Redis.from_url(url, **kwargs), prefix=prefix, clock=clock, _owns_client=True
+        )
+
+    @property
+    def backend(self) -> LeaseBackend:
+        """The store the leases live in."""
+        return self._backend
+
+    @property
+    def renewer(self) -> Renewer:
+        """The background renewer (for introspection: ``len()`` leases, ``round_trips``)."""
+        return self._renewer
+
+    def __enter__(self) -> LeaseManager:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the renewer (joins its threads; leases still held in :meth:`hold` are marked lost)
+        and close the client if the manager made it. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._renewer.close()
+        self._backend.close()
+
+    # -- acquiring --------------------------------------------------------------------------
+
+    def acquire(
+        self,
+        key: str,
+        *,
+        ttl_ms: int = DEFAULT_TTL_MS,
+        wait_ms: int = 0,
+        retry_delay_ms: int = DEFAULT_RETRY_DELAY_MS,
+    ) -> AcquireResult:
+        """Take the lease on ``key`` for ``ttl_ms`` milliseconds, with a new fencing token.
+
+        One atomic round trip when the key is free. With ``wait_ms=0`` (the default) a held key
+        fails fast; with ``wait_ms > 0`` the call retries every ``retry_delay_ms`` (randomised
+        ±50% so waiters do not retry in lock-step) until acquired or ``wait_ms`` has passed on the
+        monotonic clock, then makes one last attempt: it never waits longer than ``wait_ms`` plus
+        one round trip. The lease is not renewed in the background: use :meth:`hold` for that, or
+        call :meth:`Lease.renew`.
+
+        If a reply is lost (connection reset or timeout after sending), the same acquire is sent
+        once more with the same owner token: Redis recognises it, returns the same fencing token
+        and issues no new one, so the caller holds the lease instead of orphaning it.
+
+        Returns:
+            :class:`AcquireResult`; ``result.lease`` is None when not acquired.
+
+        Raises:
+            ValidationError: ``key``, ``ttl_ms``, ``wait_ms`` or ``retry_delay_ms`` out of bounds.
+            BackendError: the store failed; never reported as acquired.
+        """
+        check_key(key)
+        check_ms("ttl_ms", ttl_ms, 1)
+        check_ms("wait_ms", wait_ms, 0)
+        check_ms("retry_delay_ms", retry_delay_ms, 1)
+        return self._acquire(key, ttl_ms, wait_ms, retry_delay_ms)
+
+    def _acquire(self, key: str, ttl_ms: int, wait_ms: int, retry_delay_ms: int) -> AcquireResult:
+        clock, backend = self._clock, self._backend
+        owner_token = new_owner_token()
+        give_up = clock.monotonic() + wait_ms / 1000
+        while True:
+            sent_mono, sent_wall = clock.monotonic(), clock.time()
+            try:
+                reply = backend.acquire(key, owner_token, ttl_ms)
+            except BackendError as exc:
+                if not _ambiguous(exc):
+                    raise
+                sent_mono, sent_wall = clock.monotonic(), clock.time()
+                reply = backend.acquire(key, owner_token, ttl_ms)
+            if reply.acquired:
+                state = LeaseState.granted(
+                    key, owner_token, reply.fencing_token, ttl_ms, sent_mono, sent_wall
+                )
+                return AcquireResult(key, Lease(state, backend, clock))
+            remaining = give_up - clock.monotonic()
+            if remaining <= 0:
+                return AcquireResult(key, None, reply.ttl_ms)
+            delay = retry_delay_ms / 1000 * random.uniform(0.5, 1.5)
+            time.sleep(min(delay, remaining))
+
+    @contextmanager
+    def hold(
+        self,
+        key: str,
+        *,
+        ttl_ms: int = DEFAULT_TTL_MS,
+        wait_ms: int = 0,
+        retry_delay_ms: int = DEFAULT_RETRY_DELAY_MS,
+        heartbeat_ms: int | Literal[False] | None = None,
+        on_renew_error: Callable[[BaseException], object] | None = None,
+    ) -> Iterator[Lease]:
+        """Hold the lease on ``key`` for the ``with`` block, renewed in the background.
+
+        Acquires as :meth:`acquire` does, renews every ``heartbeat_ms`` (default
+        ``max(1, ttl_ms // 4)``; an explicit value must be at most ``ttl_ms // 2``; ``False``: no
+        renewal) while the block runs, then releases. ``on_renew_error(exc)`` is called (on the
+        renewer's thread) for each failed renewal round trip: telemetry, not a loss.
+
+        The lease is lost when a renewal finds the key gone or another owner's, or when ``ttl_ms``
+        passes with no confirmed renewal; this is checked by the renewer, again when the block ends,
+        and by the release (a refused release means the lease had moved on). The block can watch
+        ``lease.lost``, ``lease.check()`` or ``lease.wait_lost()``.
+
+        Raises:
+            ValidationError: an argument out of bounds (before anything is acquired).
+            LeaseNotAcquiredError: the key is held by another owner; the block never runs.
+            LeaseLostError: the lease was lost while the block ran, even if the block returned
+                normally. An exception raised by the block itself propagates unchanged.
+            BackendError: the store failed while acquiring or releasing.
+        """
+        check_key(key)
+        check_ms("ttl_ms", ttl_ms, 1)
+        check_ms("wait_ms", wait_ms, 0)
+        check_ms("retry_delay_ms", retry_delay_ms, 1)
+        heartbeat = check_heartbeat_ms(heartbeat_ms, ttl_ms)
+        if self._closed:
+            raise RuntimeError("the lease manager is closed")
+        lease = self._acquire(key, ttl_ms, wait_ms, retry_delay_ms).lease
+        if lease is None:
+            raise LeaseNotAcquiredError(key)
+        state = lease._state
+        if heartbeat is not False:
+            lease._renewer = self._renewer
+            lease._entry = self._renewer.add(state, heartbeat, on_renew_error)
+        try:
+            yield lease
+        except BaseException:
+            self._finish(lease, body_failed=True)
+            raise
+        self._finish(lease, body_failed=False)
+
+    def _finish(self, lease: Lease, *, body_failed: bool) -> None:
+        state = lease._state
+        state.check_deadline(self._clock.monotonic())
+        try:
+            lease.release()
+        except BackendError:
+            if not body_failed:
+                if state.lost:
+                    raise LeaseLostError(state.key, lease._lost_message()) from None
+                raise
+            # The block's own exception is the one the caller must see; it propagates.
+            return
+        if state.lost and not body_failed:
+            raise LeaseLostError(state.key, lease._lost_message())
+
+    def with_lease(
+        self,
+        key: str,
+        fn: Callable[[Lease], T],
+        *,
+        ttl_ms: int = DEFAULT_TTL_MS,
+        wait_ms: int = 0,
+        retry_delay_ms: int = DEFAULT_RETRY_DELAY_MS,
+        heartbeat_ms: int | Literal[False] | None = None,
+        on_renew_error: Callable[[BaseException], object] | None = None,
+    ) -> LeaseOutcome[T]:
+        """Run ``fn(lease)`` under the lease on ``key``, as :meth:`hold` does.
+
+        Returns:
+            :class:`LeaseOutcome`: ``value`` is what ``fn`` returned; ``skipped`` is true (and
+            ``fn`` never ran) when the lease was not acquired.
+
+        Raises:
+            ValidationError, LeaseLostError, BackendError: as :meth:`hold`; an exception from ``fn``
+            propagates unchanged.
+        """
+        try:
+            with self.hold(
+                key,
+                ttl_ms=ttl_ms,
+                wait_ms=wait_ms,
+                retry_delay_ms=retry_delay_ms,
+                heartbeat_ms=heartbeat_ms,
+                on_renew_error=on_renew_error,
+            ) as lease:
+                value = fn(lease)
+        except LeaseNotAcquiredError as exc:
+            if exc.key != key:
+                raise
+            return LeaseOutcome(key, False)
+        return LeaseOutcome(key, True, value, lease)
+
+    # -- the rest ------------------------------------------------------------------------------
+
+    def restore(
+        self,
+        key: str,
+        owner_token: str,
+        *,
+        ttl_ms: int,
+        expires_at: datetime | None = None,
+        fencing_token: int | None = None,
+    ) -> Lease:
+        """Rebuild a lease from values persisted by an earlier process; no I/O.
+
+        Invents nothing: without ``expires_at`` the lease has no local deadline until its first
+        :meth:`Lease.renew`; without ``fencing_token`` its token is None until a renewal learns it
+        from the store. The store still checks ``owner_token`` on every renew and release. The
+        restored lease is not renewed in the background.
+
+        Raises:
+            ValidationError: ``key``/``owner_token`` not non-empty strings, ``ttl_ms`` out of
+                bounds, ``expires_at`` naive, ``fencing_token`` not a positive int.
+        """
+        check_key(key)
+        check_key(owner_token, "owner_token")
+        check_ms("ttl_ms", ttl_ms, 1)
+        if fencing_token is not None and (
+            not isinstance(fencing_token, int)
+            or isinstance(fencing_token, bool)
+            or fencing_token < 1
+        ):
+            raise ValidationError(
+                "fencing_token", f"fencing_token must be an int >= 1 or None; got {fencing_token!r}"
+            )
+        clock = self._clock
+        deadline = expires_wall = None
+        if expires_at is not None:
+            if not isinstance(expires_at, datetime) or expires_at.tzinfo is None:
+                raise ValidationError(
+                    "expires_at", "expires_at must be a timezone-aware datetime (UTC) or None"
+                )
+            expires_wall = expires_at.astimezone(timezone.utc).timestamp()
+            deadline = clock.monotonic() + (expires_wall - clock.time())
+        state = LeaseState(key, owner_token, fencing_token, ttl_ms, deadline, expires_wall)
+        return Lease(state, self._backend, clock)
+
+    def inspect(self, key: str) -> LeaseInfo | None:
+        """The lease on ``key`` as the store holds it now, or None when nobody holds it.
+
+        Raises:
+            ValidationError: ``key`` is not a non-empty str.
+            BackendError: the store failed.
+        """
+        check_key(key)
+        reply = self._backend.inspect(key)
+        if reply is None:
+            return None
+        return LeaseInfo(
+            key=key,
+            fencing_token=reply.fencing_token,
+            ttl_ms=reply.ttl_ms,
+            owner_fingerprint=reply.owner_fingerprint,
+            last_issued_token=reply.last_issued_token,
+        )
+
+    def force_release(self, key: str) -> bool:
+        """Delete the lease on ``key`` whoever holds it; the operator's escape hatch. The fencing
+        counter is kept, so the next grant still gets a larger token. Returns whether a lease was
+        held.
+
+        Raises:
+            ValidationError: ``key`` is not a non-empty str.
+            BackendError: the store failed.
+        """
+        check_key(key)
+        return self._backend.force_release(key)

@@ -1,0 +1,176 @@
+"""The Redis protocol of a lease, with no I/O: key names, scripts and reply decoding.
+
+Shared by the sync and async faces, so there is exactly one definition of each. Replies are
+decoded the same way whether the client was built with ``decode_responses=True`` (``str``) or
+``False`` (``bytes``).
+
+Layout (see ``API.md``): the lease key is ``<prefix>:{<key>}`` and the fencing counter is
+``<prefix>:{<key>}:fence``. Both start with the same text up to the closing brace, so they share a
+Redis Cluster hash slot whatever the key holds. A lease key always ends in ``}`` and a counter key
+in ``:fence``, so no user key's lease can land on another key's counter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from importlib import resources
+from typing import Final
+
+import attrs
+
+__all__ = [
+    "ACQUIRE",
+    "INSPECT",
+    "RELEASE",
+    "RENEW",
+    "AcquireReply",
+    "InspectReply",
+    "Script",
+    "decode_acquire",
+    "decode_inspect",
+    "decode_release",
+    "decode_renew",
+    "fence_key",
+    "lease_key",
+    "new_owner_token",
+    "owner_fingerprint",
+]
+
+GRANTED: Final = 1
+ALREADY_OURS: Final = 2
+HELD: Final = 0
+
+
+def lease_key(prefix: str, key: str) -> str:
+    """The Redis key holding the lease on ``key``: ``<prefix>:{<key>}``."""
+    return f"{prefix}:{{{key}}}"
+
+
+def fence_key(prefix: str, key: str) -> str:
+    """The Redis key holding ``key``'s fencing counter: ``<prefix>:{<key>}:fence``."""
+    return f"{prefix}:{{{key}}}:fence"
+
+
+def new_owner_token() -> str:
+    """128 random bits from :mod:`secrets`, as 32 hex characters."""
+    return secrets.token_hex(16)
+
+
+def owner_fingerprint(owner_token: str) -> str:
+    """A non-secret name for an owner token: the first 16 hex characters of its SHA-256.
+
+    Tells leases apart in logs, ``inspect`` and fenced resources without revealing the token.
+    """
+    return hashlib.sha256(owner_token.encode()).hexdigest()[:16]
+
+
+@attrs.frozen
+class Script:
+    """A Lua script shipped as ``fencedlease/scripts/<name>.lua``, with its SHA-1 for EVALSHA."""
+
+    name: str
+    source: str
+    sha: str
+
+    @classmethod
+    def load(cls, name: str) -> Script:
+        source = resources.files("fencedlease").joinpath(f"scripts/{name}.lua").read_text("utf-8")
+        return cls(name, source, hashlib.sha1(source.encode()).hexdigest())  # noqa: S324 (Redis's id)
+
+
+ACQUIRE: Final = Script.load("acquire")
+RENEW: Final = Script.load("renew")
+RELEASE: Final = Script.load("release")
+INSPECT: Final = Script.load("inspect")
+
+
+@attrs.frozen
+class AcquireReply:
+    """What the acquire script answered.
+
+    ``acquired`` is true when the caller holds the lease (granted now, or already ours after a
+    retried call); ``fencing_token`` is then its token, else 0. ``ttl_ms`` is the lease's TTL when
+    acquired, else the current holder's remaining TTL (-1: no TTL, -2: gone meanwhile).
+    ``retried`` tells a grant recognised as an earlier call's (no new token was issued).
+    """
+
+    acquired: bool
+    fencing_token: int
+    ttl_ms: int
+    retried: bool = False
+
+
+@attrs.frozen
+class InspectReply:
+    """A lease as stored: its token, remaining TTL in ms, owner fingerprint and the counter."""
+
+    fencing_token: int
+    ttl_ms: int
+    owner_fingerprint: str
+    last_issued_token: int | None
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "surrogateescape")
+    if isinstance(value, str):
+        return value
+    raise TypeError(f"unexpected reply element {value!r}")
+
+
+def _int(value: object) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return int(_text(value))
+
+
+def decode_acquire(reply: object) -> AcquireReply:
+    """Decode the acquire script's ``[status, token, ttl]`` reply.
+
+    Raises:
+        ValueError: for a reply of any other shape (a script of another version answered).
+    """
+    if not isinstance(reply, (list, tuple)) or len(reply) != 3:
+        raise ValueError(f"acquire: unexpected reply {reply!r}")
+    status, token, ttl = (_int(v) for v in reply)
+    if status == GRANTED:
+        return AcquireReply(True, token, ttl)
+    if status == ALREADY_OURS:
+        return AcquireReply(True, token, ttl, retried=True)
+    if status == HELD:
+        return AcquireReply(False, 0, ttl)
+    raise ValueError(f"acquire: unexpected status {status!r}")
+
+
+def decode_renew(reply: object) -> int:
+    """Decode the renew script's reply: the fencing token when renewed, 0 when the lease is lost."""
+    return _int(reply)
+
+
+def decode_release(reply: object) -> bool:
+    """Decode the release script's reply: true when our key was deleted."""
+    return _int(reply) == 1
+
+
+def split_value(value: object) -> tuple[int, str]:
+    """Split a stored lease value ``"<fencing_token>:<owner_token>"``."""
+    text = _text(value)
+    token, _, owner = text.partition(":")
+    return int(token), owner
+
+
+def decode_inspect(reply: object) -> InspectReply | None:
+    """Decode the inspect script's ``[value, pttl, counter]`` reply; None when no lease is held."""
+    if not isinstance(reply, (list, tuple)) or len(reply) != 3:
+        raise ValueError(f"inspect: unexpected reply {reply!r}")
+    value, pttl, counter = reply
+    if value is None or value is False:
+        return None
+    token, owner = split_value(value)
+    return InspectReply(
+        fencing_token=token,
+        ttl_ms=_int(pttl),
+        owner_fingerprint=owner_fingerprint(owner),
+        last_issued_token=None if counter is None or counter is False else _int(counter),
+    )

@@ -1,0 +1,160 @@
+"""The sync renewer: one scheduler thread and one I/O thread per manager, for every held lease.
+
+The scheduler thread owns the :class:`~fencedlease._core.RenewalSchedule`: it sends the due leases
+as one pipelined batch to the I/O thread, applies the replies, and marks leases lost at their
+deadlines. The I/O is on a thread of its own so that a renewal which hangs (a paused Redis, a
+black-holed connection) cannot stop the deadlines from being enforced: silence is loss.
+
+Two threads per manager, whatever the number of leases; both are started on the first lease and
+joined by :meth:`Renewer.close`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from ._backend import LeaseBackend
+from ._core import Clock, LeaseState, LossReason, RenewalEntry, RenewalSchedule
+
+__all__ = ["Renewer"]
+
+log = logging.getLogger("fencedlease.renewer")
+
+_BatchResult = tuple[float, float, list[int | BaseException]]
+
+
+class Renewer:
+    """Renews every lease registered with :meth:`add` until it is removed or lost.
+
+    ``batch_size`` caps the renewals sent in one pipeline (one round trip).
+    """
+
+    def __init__(self, backend: LeaseBackend, clock: Clock, *, batch_size: int = 500) -> None:
+        self._backend = backend
+        self._clock = clock
+        self._batch_size = batch_size
+        self._cond = threading.Condition()
+        self._schedule = RenewalSchedule()
+        self._thread: threading.Thread | None = None
+        self._io: ThreadPoolExecutor | None = None
+        self._in_flight: list[RenewalEntry] | None = None
+        self._done: Future[_BatchResult] | None = None
+        self._closed = False
+        self.round_trips = 0
+
+    def add(
+        self,
+        state: LeaseState,
+        heartbeat_ms: int,
+        on_renew_error: Callable[[BaseException], object] | None,
+    ) -> RenewalEntry:
+        """Start renewing ``state`` every ``heartbeat_ms``."""
+        entry = RenewalEntry(state, heartbeat_ms, on_renew_error)
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the lease manager is closed")
+            if self._thread is None:
+                self._io = ThreadPoolExecutor(1, thread_name_prefix="fencedlease-renew-io")
+                self._thread = threading.Thread(
+                    target=self._run, name="fencedlease-renewer", daemon=True
+                )
+                self._thread.start()
+            self._schedule.add(entry, self._clock.monotonic())
+            self._cond.notify()
+        return entry
+
+    def remove(self, entry: RenewalEntry) -> None:
+        """Stop renewing ``entry``; a batch already in flight for it is ignored when it lands."""
+        with self._cond:
+            self._schedule.remove(entry)
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._schedule)
+
+    def close(self) -> None:
+        """Stop both threads and wait for them. Leases still registered are marked lost (their
+        renewal stops here). Waits for a round trip in flight to end (bounded by the client's
+        socket timeout)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+            thread, io = self._thread, self._io
+        if thread is not None:
+            thread.join()
+        if io is not None:
+            io.shutdown(wait=True)
+        with self._cond:
+            entries = self._schedule.entries()
+            for entry in entries:
+                self._schedule.remove(entry)
+        for entry in entries:
+            entry.state.mark_lost(LossReason.CLOSED)
+
+    def _send(self, batch: list[RenewalEntry]) -> _BatchResult:
+        items = [(e.state.key, e.state.owner_token, e.state.ttl_ms) for e in batch]
+        clock = self._clock
+        sent_mono, sent_wall = clock.monotonic(), clock.time()
+        return sent_mono, sent_wall, self._backend.renew_many(items)
+
+    def _on_done(self, future: Future[_BatchResult]) -> None:
+        with self._cond:
+            self._done = future
+            self._cond.notify()
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:  # never die silently: report, and fail every lease loudly
+            log.exception("fencedlease renewer stopped")
+            with self._cond:
+                entries = self._schedule.entries()
+                for entry in entries:
+                    self._schedule.remove(entry)
+            for entry in entries:
+                entry.state.mark_lost(f"{LossReason.RENEWER_FAILED}: {exc!r}")
+            raise
+
+    def _loop(self) -> None:
+        schedule, clock, cond = self._schedule, self._clock, self._cond
+        while True:
+            hooks: list[tuple[RenewalEntry, BaseException]] = []
+            with cond:
+                while True:
+                    if self._closed:
+                        return
+                    now = clock.monotonic()
+                    if self._done is not None:
+                        hooks = self._apply(self._done, now)
+                    schedule.pop_expired(now)
+                    if self._in_flight is None:
+                        batch = schedule.pop_due(now, self._batch_size)
+                        if batch:
+                            self._in_flight = batch
+                            self.round_trips += 1
+                            assert self._io is not None
+                            self._io.submit(self._send, batch).add_done_callback(self._on_done)
+                    if hooks:
+                        break
+                    wake = schedule.next_wakeup(self._in_flight is not None)
+                    cond.wait(None if wake is None else max(0.0, wake - clock.monotonic()))
+            for entry, error in hooks:
+                if entry.on_renew_error is not None:
+                    try:
+                        entry.on_renew_error(error)
+                    except Exception:
+                        log.exception("on_renew_error hook raised; renewal goes on")
+
+    def _apply(
+        self, done: Future[_BatchResult], now: float
+    ) -> list[tuple[RenewalEntry, BaseException]]:
+        batch, self._in_flight, self._done = self._in_flight or [], None, None
+        error = done.exception()
+        if error is not None:
+            sent = now
+            return self._schedule.apply(batch, sent, self._clock.time(), error, now)
+        sent_mono, sent_wall, replies = done.result()
+        return self._schedule.apply(batch, sent_mono, sent_wall, replies, now)

@@ -1,0 +1,89 @@
+"""Argument validation: pure functions shared by every face and backend.
+
+Every duration is an ``int`` of milliseconds, as Redis ``PX`` takes it. ``bool`` is refused even
+though it is an ``int`` subclass (``ttl_ms=True`` is a bug, not one millisecond), and so are
+``float`` (``0.5``, NaN), ``None`` and strings. The upper bound 2,147,483,647 is the largest timer
+most runtimes accept, and keeps every value well inside Redis's own limits.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from ._errors import ValidationError
+
+__all__ = [
+    "MAX_MS",
+    "check_heartbeat_ms",
+    "check_key",
+    "check_ms",
+    "check_prefix",
+]
+
+MAX_MS = 2_147_483_647
+
+
+def check_ms(argument: str, value: object, minimum: int) -> int:
+    """Return ``value`` if it is an ``int`` (not ``bool``) with ``minimum <= value <= MAX_MS``.
+
+    Raises:
+        ValidationError: naming ``argument`` and the bound, otherwise.
+    """
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValidationError(
+            argument,
+            f"{argument} must be an int of milliseconds, {minimum} <= {argument} <= {MAX_MS};"
+            f" got {value!r} ({type(value).__name__})",
+        )
+    if not minimum <= value <= MAX_MS:
+        raise ValidationError(
+            argument,
+            f"{argument} must be between {minimum} and {MAX_MS} milliseconds; got {value}",
+        )
+    return value
+
+
+def check_heartbeat_ms(value: object, ttl_ms: int) -> int | Literal[False]:
+    """Resolve the renewal interval for a lease of ``ttl_ms``.
+
+    ``None`` gives the default ``max(1, ttl_ms // 4)``: three renewals in a row can fail before the
+    lease could lapse. ``False`` turns renewal off. An explicit value must be an ``int`` with
+    ``1 <= heartbeat_ms <= ttl_ms // 2``: above half the TTL the first renewal can arrive at or
+    after expiry, and the lease lapses before it is ever renewed.
+
+    Raises:
+        ValidationError: for any other value.
+    """
+    if value is None:
+        return max(1, ttl_ms // 4)
+    if value is False:
+        return False
+    heartbeat = check_ms("heartbeat_ms", value, 1)
+    if heartbeat > ttl_ms // 2:
+        raise ValidationError(
+            "heartbeat_ms",
+            f"heartbeat_ms must be at most half of ttl_ms ({ttl_ms // 2}); got {heartbeat}",
+        )
+    return heartbeat
+
+
+def check_key(value: object, argument: str = "key") -> str:
+    """Return ``value`` if it is a non-empty ``str`` (any characters, braces and newlines included).
+
+    Raises:
+        ValidationError: for an empty string or a non-string.
+    """
+    if not isinstance(value, str):
+        raise ValidationError(argument, f"{argument} must be a str; got {type(value).__name__}")
+    if not value:
+        raise ValidationError(argument, f"{argument} must be a non-empty str")
+    return value
+
+
+def check_prefix(value: object) -> str:
+    """Return ``value`` if it is a non-empty ``str``.
+
+    Raises:
+        ValidationError: otherwise.
+    """
+    return check_key(value, "prefix")

