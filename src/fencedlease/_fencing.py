@@ -22,12 +22,12 @@ The rule, for an access with token ``t`` by a lease with fingerprint ``f`` (``No
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from typing import Final, Literal, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
+from . import _protocol
 from ._errors import StaleTokenError, ValidationError
 
 __all__ = [
@@ -68,13 +68,14 @@ TokenOrLease: TypeAlias = "int | HasFencingToken"
 def owner_fingerprint(owner_token: str) -> str:
     """Return a non-secret name for the lease holding ``owner_token``: 16 hex characters.
 
-    The first 64 bits of SHA-256 of the token: enough to tell two leases apart, useless for renewing
+    The first 64 bits of SHA-256 of the token (the same name :mod:`fencedlease._protocol` gives a
+    lease in ``inspect`` and events): enough to tell two leases apart, useless for renewing
     or releasing someone else's lease, so it may be stored beside the data and shown in errors.
     Raises :class:`ValidationError` unless ``owner_token`` is a non-empty ``str``.
     """
     if not isinstance(owner_token, str) or not owner_token:
         raise ValidationError("owner_token", "owner_token must be a non-empty str")
-    return hashlib.sha256(owner_token.encode("utf-8")).hexdigest()[:16]
+    return _protocol.owner_fingerprint(owner_token)
 
 
 @attrs.frozen
