@@ -1,0 +1,482 @@
+"""Toxiproxy contract: routes, shapes, status codes, and every toxic measured on a real socket.
+
+Runs against the embedded server always, and against a real Toxiproxy when ``TOXIPROXY_URL`` is
+set, ``toxiproxy-server`` is on PATH or Docker answers (skipped otherwise, even in CI: the
+embedded run is the one that must never skip). Driving goes through toxiproxy-python, as the
+harness does; raw HTTP only where toxiproxy-python hides the status code.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import ExitStack
+from typing import Any
+
+import pytest
+
+from fencedlease.servers.toxiproxy import (
+    ToxiproxyEndpoint,
+    ToxiproxyUnavailable,
+    toxiproxy_endpoint,
+)
+
+pytestmark = [pytest.mark.chaos, pytest.mark.timeout(60)]
+
+# Scheduling slack allowed above a configured delay: generous for 2 loaded cores, still far
+# below the delays measured, so a toxic that does nothing (or too much) fails.
+SLACK_S = 0.15
+FAST_S = 0.1  # a round trip through a proxy without toxics takes well under this
+
+
+class EchoServer:
+    """A TCP echo server on 127.0.0.1 that closes a connection when its client half-closes."""
+
+    def __init__(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.1)
+        self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._accepting = threading.Thread(target=self._accept, daemon=True)
+        self._accepting.start()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            thread = threading.Thread(target=self._echo, args=(conn,), daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _echo(self, conn: socket.socket) -> None:
+        conn.settimeout(0.2)
+        with conn:
+            while not self._stop.is_set():
+                try:
+                    data = conn.recv(65536)
+                except TimeoutError:
+                    continue
+                except OSError:
+                    return
+                if not data:
+                    return
+                try:
+                    conn.sendall(data)
+                except OSError:
+                    return
+
+    def close(self) -> None:
+        self._stop.set()
+        self._accepting.join()
+        self._listener.close()
+        for thread in self._threads:
+            thread.join()
+
+
+@pytest.fixture(scope="module")
+def echo() -> Iterator[EchoServer]:
+    server = EchoServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module", params=["embedded", "real"])
+def endpoint(request: pytest.FixtureRequest) -> Iterator[ToxiproxyEndpoint]:
+    with ExitStack() as stack:
+        if request.param == "embedded":
+            # Never skipped: the embedded server needs nothing from the machine.
+            yield stack.enter_context(toxiproxy_endpoint(sources=("embedded",)))
+            return
+        try:
+            found = stack.enter_context(toxiproxy_endpoint(sources=("env", "binary", "docker")))
+        except ToxiproxyUnavailable as exc:
+            pytest.skip(f"no real Toxiproxy to compare with: {exc}")
+        yield found
+
+
+@pytest.fixture
+def client(endpoint: ToxiproxyEndpoint) -> Iterator[Any]:
+    toxi = endpoint.client()
+    toxi.destroy_all()
+    yield toxi
+    toxi.destroy_all()
+
+
+@pytest.fixture
+def proxy(client: Any, echo: EchoServer) -> Any:
+    return client.create(upstream=echo.address, name="echo", listen="127.0.0.1:0")
+
+
+def http(endpoint: ToxiproxyEndpoint, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    """One raw API request: (status, decoded JSON body or None)."""
+    data = body if isinstance(body, bytes) else None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        endpoint.api_url + path,
+        data=data,
+        method=method,
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            status, raw = reply.status, reply.read()
+    except urllib.error.HTTPError as error:
+        status, raw = error.code, error.read()
+    return status, json.loads(raw) if raw.strip() else None
+
+
+def address(listen: str) -> tuple[str, int]:
+    host, _, port = listen.rpartition(":")
+    return host, int(port)
+
+
+def connect(proxy: Any) -> socket.socket:
+    sock = socket.create_connection(address(proxy.listen), timeout=5)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def recv_exact(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        part = sock.recv(size - len(data))
+        if not part:
+            raise EOFError(f"closed after {len(data)} of {size} bytes")
+        data += part
+    return data
+
+
+def round_trip(sock: socket.socket, payload: bytes = b"ping") -> float:
+    """Seconds to send ``payload`` through the proxy to the echo server and get it back."""
+    started = time.monotonic()
+    sock.sendall(payload)
+    assert recv_exact(sock, len(payload)) == payload
+    return time.monotonic() - started
+
+
+def wait_closed(sock: socket.socket) -> tuple[str, float]:
+    """Read until the peer closes: ("eof" | "reset", seconds waited). Fails on data."""
+    started = time.monotonic()
+    try:
+        data = sock.recv(1024)
+    except ConnectionResetError:
+        return "reset", time.monotonic() - started
+    assert data == b"", f"expected the connection closed, got {data!r}"
+    return "eof", time.monotonic() - started
+
+
+# --- API: routes, shapes, status codes -------------------------------------------------------
+
+
+def test_version_answers_json(endpoint: ToxiproxyEndpoint) -> None:
+    """GET /version answers 200 with a JSON object holding a version string."""
+    status, body = http(endpoint, "GET", "/version")
+    assert status == 200
+    assert isinstance(body["version"], str)
+    assert body["version"]
+
+
+def test_create_is_201_with_the_real_shape_and_port_zero_rewritten(
+    endpoint: ToxiproxyEndpoint, client: Any, echo: EchoServer
+) -> None:
+    """POST /proxies answers 201 with name/listen/upstream/enabled/toxics and the bound port."""
+    status, body = http(
+        endpoint,
+        "POST",
+        "/proxies",
+        {"name": "p1", "listen": "127.0.0.1:0", "upstream": echo.address},
+    )
+    assert status == 201
+    assert list(body) == ["name", "listen", "upstream", "enabled", "toxics"]
+    host, port = address(body["listen"])
+    assert (host, body["upstream"], body["enabled"], body["toxics"]) == (
+        "127.0.0.1",
+        echo.address,
+        True,
+        [],
+    )
+    assert port != 0
+    with socket.create_connection((host, port), timeout=5) as sock:
+        assert round_trip(sock) < FAST_S
+    assert client.get_proxy("p1").listen == body["listen"]
+
+
+def test_duplicate_name_is_409(endpoint: ToxiproxyEndpoint, proxy: Any, echo: EchoServer) -> None:
+    """Creating a proxy whose name exists answers 409 with the real error body."""
+    status, body = http(endpoint, "POST", "/proxies", {"name": "echo", "upstream": echo.address})
+    assert (status, body) == (409, {"error": "proxy already exists", "status": 409})
+
+
+def test_bad_json_and_missing_fields_are_400(
+    endpoint: ToxiproxyEndpoint, client: Any, echo: EchoServer
+) -> None:
+    """Malformed JSON, a wrongly typed field and a missing name or upstream answer 400."""
+    status, body = http(endpoint, "POST", "/proxies", b"{not json")
+    assert status == 400
+    assert body["error"].startswith("bad request body")
+    status, body = http(endpoint, "POST", "/proxies", {"name": "x", "upstream": 5})
+    assert status == 400
+    status, body = http(endpoint, "POST", "/proxies", {"name": "x"})
+    assert (status, body) == (400, {"error": "missing required field: upstream", "status": 400})
+    status, body = http(endpoint, "POST", "/proxies", {"upstream": echo.address})
+    assert (status, body) == (400, {"error": "missing required field: name", "status": 400})
+    assert client.proxies() == {}
+
+
+def test_unknown_proxy_and_toxic_are_404(endpoint: ToxiproxyEndpoint, proxy: Any) -> None:
+    """Every route naming an unknown proxy or toxic answers 404 with the real error body."""
+    not_found = {"error": "proxy not found", "status": 404}
+    assert http(endpoint, "GET", "/proxies/nope") == (404, not_found)
+    assert http(endpoint, "POST", "/proxies/nope", {"enabled": False}) == (404, not_found)
+    assert http(endpoint, "DELETE", "/proxies/nope") == (404, not_found)
+    assert http(endpoint, "GET", "/proxies/nope/toxics") == (404, not_found)
+    toxic_missing = {"error": "toxic not found", "status": 404}
+    assert http(endpoint, "GET", "/proxies/echo/toxics/nope") == (404, toxic_missing)
+    assert http(endpoint, "DELETE", "/proxies/echo/toxics/nope") == (404, toxic_missing)
+
+
+def test_delete_is_204_and_stops_listening(
+    endpoint: ToxiproxyEndpoint, client: Any, proxy: Any
+) -> None:
+    """DELETE /proxies/{name} answers 204, forgets the proxy and closes its port."""
+    assert http(endpoint, "DELETE", "/proxies/echo") == (204, None)
+    assert client.proxies() == {}
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(address(proxy.listen), timeout=5)
+
+
+def test_toxic_defaults_shape_and_errors(endpoint: ToxiproxyEndpoint, proxy: Any) -> None:
+    """A toxic gets name <type>_<stream>, stream downstream, toxicity 1, every attribute; a taken
+    name is 409, an unknown type or stream 400, and delete 204."""
+    status, body = http(
+        endpoint, "POST", "/proxies/echo/toxics", {"type": "latency", "attributes": {"latency": 5}}
+    )
+    expected = {
+        "attributes": {"latency": 5, "jitter": 0},
+        "name": "latency_downstream",
+        "type": "latency",
+        "stream": "downstream",
+        "toxicity": 1,
+    }
+    assert (status, body) == (200, expected)
+    assert list(body) == list(expected)
+    assert http(endpoint, "GET", "/proxies/echo/toxics") == (200, [expected])
+    assert http(endpoint, "GET", "/proxies/echo/toxics/latency_downstream") == (200, expected)
+    status, body = http(endpoint, "POST", "/proxies/echo/toxics", {"type": "latency"})
+    assert (status, body) == (409, {"error": "toxic already exists", "status": 409})
+    status, body = http(endpoint, "POST", "/proxies/echo/toxics", {"type": "no_such_toxic"})
+    assert (status, body) == (400, {"error": "invalid toxic type", "status": 400})
+    status, _ = http(endpoint, "POST", "/proxies/echo/toxics", {"type": "latency", "stream": "up"})
+    assert status == 400
+    assert http(endpoint, "DELETE", "/proxies/echo/toxics/latency_downstream") == (204, None)
+    assert http(endpoint, "GET", "/proxies/echo/toxics") == (200, [])
+
+
+def test_populate_is_201_and_lists_the_proxies(
+    endpoint: ToxiproxyEndpoint, client: Any, echo: EchoServer
+) -> None:
+    """POST /populate creates every proxy given and answers 201 {"proxies": [...]}."""
+    wanted = [
+        {"name": "a", "listen": "127.0.0.1:0", "upstream": echo.address},
+        {"name": "b", "listen": "127.0.0.1:0", "upstream": echo.address, "enabled": False},
+    ]
+    status, body = http(endpoint, "POST", "/populate", wanted)
+    assert status == 201
+    assert [(p["name"], p["enabled"]) for p in body["proxies"]] == [("a", True), ("b", False)]
+    assert sorted(client.proxies()) == ["a", "b"]
+
+
+def test_reset_is_204_enables_proxies_and_removes_toxics(
+    endpoint: ToxiproxyEndpoint, client: Any, proxy: Any
+) -> None:
+    """POST /reset answers 204; afterwards the proxy is enabled, toxic-free and fast again."""
+    proxy.add_toxic(type="latency", attributes={"latency": 1000})
+    proxy.disable()
+    assert http(endpoint, "POST", "/reset") == (204, None)
+    after = client.get_proxy("echo")
+    assert after.enabled is True
+    assert after.toxics() == {}
+    with connect(proxy) as sock:
+        assert round_trip(sock) < FAST_S
+
+
+# --- enabled: false -------------------------------------------------------------------------
+
+
+def test_disable_closes_open_connections_refuses_new_and_reenables_on_same_port(
+    client: Any, proxy: Any
+) -> None:
+    """enabled=false closes an open connection and the listener; enabling listens again there."""
+    with connect(proxy) as sock:
+        assert round_trip(sock) < FAST_S
+        proxy.disable()
+        how, waited = wait_closed(sock)
+    assert how in ("eof", "reset")
+    assert waited < 1.0
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(address(proxy.listen), timeout=5)
+    proxy.enable()
+    assert client.get_proxy("echo").listen == proxy.listen
+    with connect(proxy) as sock:
+        assert round_trip(sock) < FAST_S
+
+
+# --- toxics, measured ------------------------------------------------------------------------
+
+
+def test_latency_delays_each_round_trip_by_the_configured_time(proxy: Any) -> None:
+    """latency=200 ms downstream makes every round trip take 200 ms (plus scheduling slack)."""
+    proxy.add_toxic(type="latency", attributes={"latency": 200, "jitter": 0})
+    with connect(proxy) as sock:
+        times = [round_trip(sock) for _ in range(3)]
+    assert all(0.2 <= t < 0.2 + SLACK_S for t in times), times
+
+
+def test_upstream_latency_delays_the_request_direction(proxy: Any) -> None:
+    """A latency toxic on stream upstream delays client-to-server bytes as much."""
+    proxy.add_toxic(type="latency", stream="upstream", attributes={"latency": 200})
+    with connect(proxy) as sock:
+        elapsed = round_trip(sock)
+    assert 0.2 <= elapsed < 0.2 + SLACK_S
+
+
+def test_jitter_spreads_delays_across_latency_plus_or_minus_jitter(proxy: Any) -> None:
+    """latency=100, jitter=80 gives delays within [20, 180) ms that really vary."""
+    proxy.add_toxic(type="latency", attributes={"latency": 100, "jitter": 80})
+    with connect(proxy) as sock:
+        times = [round_trip(sock) for _ in range(12)]
+    assert all(0.02 <= t < 0.18 + SLACK_S for t in times), times
+    # Twelve uniform draws over 160 ms all within 40 ms of each other: odds about 3 in a million.
+    assert max(times) - min(times) >= 0.04, times
+
+
+def test_toxicity_zero_never_applies(proxy: Any) -> None:
+    """A toxic with toxicity 0 leaves the connection untouched."""
+    proxy.add_toxic(type="latency", toxicity=0.0, attributes={"latency": 500})
+    with connect(proxy) as sock:
+        assert round_trip(sock) < FAST_S
+
+
+def test_toxics_take_effect_on_an_open_connection_and_leave_with_removal(
+    endpoint: ToxiproxyEndpoint, proxy: Any
+) -> None:
+    """Adding, updating and removing a toxic changes a connection opened before it."""
+    with connect(proxy) as sock:
+        assert round_trip(sock) < FAST_S
+        proxy.add_toxic(type="latency", name="slow", attributes={"latency": 250})
+        assert 0.25 <= round_trip(sock) < 0.25 + SLACK_S
+        status, body = http(
+            endpoint, "POST", "/proxies/echo/toxics/slow", {"attributes": {"latency": 400}}
+        )
+        assert (status, body["attributes"]) == (200, {"latency": 400, "jitter": 0})
+        assert 0.4 <= round_trip(sock) < 0.4 + SLACK_S
+        proxy.destroy_toxic("slow")
+        assert round_trip(sock) < FAST_S
+
+
+def test_timeout_zero_black_holes_data_until_removed_then_closes(proxy: Any) -> None:
+    """timeout=0 passes nothing while present; removing it closes the connection, as the real
+    server does (the dropped bytes cannot be given back)."""
+    with connect(proxy) as sock:
+        assert round_trip(sock) < FAST_S
+        proxy.add_toxic(type="timeout", name="hole", attributes={"timeout": 0})
+        sock.sendall(b"lost")
+        sock.settimeout(0.6)
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            sock.recv(1024)
+        assert time.monotonic() - started >= 0.6
+        sock.settimeout(5)
+        removed = time.monotonic()
+        proxy.destroy_toxic("hole")
+        how, _ = wait_closed(sock)
+    assert how in ("eof", "reset")
+    assert time.monotonic() - removed < 1.0
+
+
+def test_timeout_closes_the_connection_after_the_time_without_passing_data(proxy: Any) -> None:
+    """timeout=400 ms drops the reply and closes the connection about 400 ms after it opened."""
+    proxy.add_toxic(type="timeout", attributes={"timeout": 400})
+    started = time.monotonic()
+    with connect(proxy) as sock:
+        sock.sendall(b"ping")
+        how, _ = wait_closed(sock)
+    elapsed = time.monotonic() - started
+    assert how == "eof"
+    assert 0.4 <= elapsed < 0.4 + SLACK_S
+
+
+def test_reset_peer_resets_the_connection_after_the_timeout(proxy: Any) -> None:
+    """reset_peer timeout=300 ms: about 300 ms after the reply the client gets ECONNRESET."""
+    proxy.add_toxic(type="reset_peer", attributes={"timeout": 300})
+    with connect(proxy) as sock:
+        started = time.monotonic()
+        sock.sendall(b"ping")
+        with pytest.raises(ConnectionResetError):
+            sock.recv(1024)
+        elapsed = time.monotonic() - started
+    assert 0.3 <= elapsed < 0.3 + SLACK_S
+
+
+def test_bandwidth_limits_the_rate_within_thirty_percent(proxy: Any) -> None:
+    """bandwidth rate=200 KB/s delivers 100 kB downstream at 140-260 KB/s."""
+    proxy.add_toxic(type="bandwidth", attributes={"rate": 200})
+    payload = bytes(range(256)) * 400  # 102,400 bytes
+    with connect(proxy) as sock:
+        sender = threading.Thread(target=sock.sendall, args=(payload,))
+        started = time.monotonic()
+        sender.start()
+        received = recv_exact(sock, len(payload))
+        elapsed = time.monotonic() - started
+        sender.join()
+    assert received == payload
+    rate_kb_s = len(payload) / 1000 / elapsed
+    assert 140 <= rate_kb_s <= 260, rate_kb_s
+
+
+def test_slow_close_delays_the_close(proxy: Any) -> None:
+    """slow_close delay=400 ms: after the client half-closes, its EOF arrives about 400 ms later."""
+    proxy.add_toxic(type="slow_close", attributes={"delay": 400})
+    with connect(proxy) as sock:
+        assert round_trip(sock) < FAST_S
+        started = time.monotonic()
+        sock.shutdown(socket.SHUT_WR)
+        how, _ = wait_closed(sock)
+    elapsed = time.monotonic() - started
+    assert how == "eof"
+    assert 0.4 <= elapsed < 0.4 + SLACK_S
+
+
+def test_close_without_slow_close_is_prompt(proxy: Any) -> None:
+    """Without toxics a half-close comes back as EOF at once (the control for slow_close)."""
+    with connect(proxy) as sock:
+        assert round_trip(sock) < FAST_S
+        started = time.monotonic()
+        sock.shutdown(socket.SHUT_WR)
+        how, _ = wait_closed(sock)
+    assert how == "eof"
+    assert time.monotonic() - started < FAST_S
+
+
+def test_limit_data_passes_exactly_n_bytes_then_closes(proxy: Any) -> None:
+    """limit_data bytes=100 lets exactly the first 100 bytes back, then closes."""
+    proxy.add_toxic(type="limit_data", attributes={"bytes": 100})
+    payload = bytes(range(250)) * 4
+    with connect(proxy) as sock:
+        sock.sendall(payload)
+        received = b""
+        while True:
+            part = sock.recv(4096)
+            if not part:
+                break
+            received += part
+    assert received == payload[:100]
