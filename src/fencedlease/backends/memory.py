@@ -1,0 +1,204 @@
+"""Leases in this process's memory: :class:`MemoryBackend` and its asyncio twin.
+
+For unit tests and for threads of one process. Nothing is shared with other processes and nothing
+survives the process. Expiry is read on the injected clock's ``monotonic()`` (milliseconds, whole),
+so a :class:`~fencedlease.testing.FakeClock` makes it deterministic: a lease acquired with
+``ttl_ms=100`` is held while less than 100 ms have passed and free from the 100th millisecond on.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+from .._backend import RenewItem
+from .._core import SYSTEM_CLOCK, Clock
+from .._protocol import AcquireReply, InspectReply, owner_fingerprint
+from .._validate import check_key, check_ms
+from ._clock import clock_ms
+
+__all__ = ["AsyncMemoryBackend", "MemoryBackend"]
+
+
+class _Held:
+    """One stored lease: its fencing token, owner token (secret) and expiry in clock ms."""
+
+    __slots__ = ("expires_ms", "fencing_token", "owner_token")
+
+    def __init__(self, fencing_token: int, owner_token: str, expires_ms: int) -> None:
+        self.fencing_token = fencing_token
+        self.owner_token = owner_token
+        self.expires_ms = expires_ms
+
+
+class MemoryBackend:
+    """A :class:`~fencedlease.LeaseBackend` in a dict, per process; thread-safe.
+
+    ``clock``: where expiry is read (its ``monotonic()``, seconds; compared in whole
+    milliseconds); tests pass a :class:`~fencedlease.testing.FakeClock`. Every method runs under
+    one lock, so each is atomic. Fencing counters live as long as the backend object and are never
+    reset by a release or an expiry. Keys need no prefix: the store is private to this object.
+
+    A key is held while ``now_ms < expires_ms``, as the manager's own deadline is (a lease is lost
+    at its deadline, not one millisecond after).
+
+    Raises (every method):
+        ValidationError: ``key`` or ``owner_token`` is not a non-empty str, or ``ttl_ms`` is not an
+            int in 1..2,147,483,647.
+    """
+
+    def __init__(self, *, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._leases: dict[str, _Held] = {}
+        self._counters: dict[str, int] = {}
+
+    def __repr__(self) -> str:
+        with self._lock:
+            return f"<MemoryBackend keys={len(self._leases)} counters={len(self._counters)}>"
+
+    def _live(self, key: str, now_ms: int) -> _Held | None:
+        """The unexpired lease on ``key`` (dropping an expired one); call with the lock held."""
+        held = self._leases.get(key)
+        if held is not None and now_ms >= held.expires_ms:
+            del self._leases[key]
+            return None
+        return held
+
+    def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
+        """Grant ``key`` to ``owner_token`` for ``ttl_ms`` milliseconds if it is free, with the next
+        fencing token; if ``owner_token`` holds it already, reset its TTL and return the same token
+        (``retried=True``); else change nothing and report the holder's remaining TTL in ms."""
+        check_key(key)
+        check_key(owner_token, "owner_token")
+        check_ms("ttl_ms", ttl_ms, 1)
+        with self._lock:
+            now = clock_ms(self._clock.monotonic())
+            held = self._live(key, now)
+            if held is None:
+                token = self._counters.get(key, 0) + 1
+                self._counters[key] = token
+                self._leases[key] = _Held(token, owner_token, now + ttl_ms)
+                return AcquireReply(True, token, ttl_ms)
+            if held.owner_token == owner_token:
+                held.expires_ms = now + ttl_ms
+                return AcquireReply(True, held.fencing_token, ttl_ms, retried=True)
+            return AcquireReply(False, 0, held.expires_ms - now)
+
+    def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
+        """Reset the TTL to ``ttl_ms`` ms if ``owner_token`` holds ``key``; return its fencing
+        token, else 0. Never recreates an expired or released lease."""
+        check_key(key)
+        check_key(owner_token, "owner_token")
+        check_ms("ttl_ms", ttl_ms, 1)
+        with self._lock:
+            return self._renew(key, owner_token, ttl_ms, clock_ms(self._clock.monotonic()))
+
+    def _renew(self, key: str, owner_token: str, ttl_ms: int, now: int) -> int:
+        held = self._live(key, now)
+        if held is None or held.owner_token != owner_token:
+            return 0
+        held.expires_ms = now + ttl_ms
+        return held.fencing_token
+
+    def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
+        """:meth:`renew` for each ``(key, owner_token, ttl_ms)``, all at one instant; an invalid
+        item gets its :class:`~fencedlease.ValidationError` in its place."""
+        results: list[int | BaseException] = []
+        with self._lock:
+            now = clock_ms(self._clock.monotonic())
+            for key, owner_token, ttl_ms in items:
+                try:
+                    check_key(key)
+                    check_key(owner_token, "owner_token")
+                    check_ms("ttl_ms", ttl_ms, 1)
+                except ValueError as exc:
+                    results.append(exc)
+                    continue
+                results.append(self._renew(key, owner_token, ttl_ms, now))
+        return results
+
+    def release(self, key: str, owner_token: str) -> bool:
+        """Delete the lease on ``key`` if ``owner_token`` holds it; return whether it did. The
+        fencing counter is kept."""
+        check_key(key)
+        check_key(owner_token, "owner_token")
+        with self._lock:
+            held = self._live(key, clock_ms(self._clock.monotonic()))
+            if held is None or held.owner_token != owner_token:
+                return False
+            del self._leases[key]
+            return True
+
+    def inspect(self, key: str) -> InspectReply | None:
+        """The unexpired lease on ``key`` (token, remaining TTL in ms, owner fingerprint, last
+        issued token), or None."""
+        check_key(key)
+        with self._lock:
+            now = clock_ms(self._clock.monotonic())
+            held = self._live(key, now)
+            if held is None:
+                return None
+            return InspectReply(
+                fencing_token=held.fencing_token,
+                ttl_ms=held.expires_ms - now,
+                owner_fingerprint=owner_fingerprint(held.owner_token),
+                last_issued_token=self._counters.get(key),
+            )
+
+    def force_release(self, key: str) -> bool:
+        """Delete the lease on ``key`` whoever holds it; return whether an unexpired one existed.
+        The fencing counter is kept."""
+        check_key(key)
+        with self._lock:
+            held = self._live(key, clock_ms(self._clock.monotonic()))
+            if held is None:
+                return False
+            del self._leases[key]
+            return True
+
+    def close(self) -> None:
+        """Nothing to release; the leases stay readable (a memory store has no connection)."""
+
+
+class AsyncMemoryBackend:
+    """The asyncio twin of :class:`MemoryBackend`: the same store, awaited.
+
+    Every method is the sync one run inline: it never blocks (one short lock, no I/O), so it needs
+    no thread. ``sync`` is the wrapped :class:`MemoryBackend`; pass one to share its leases between
+    a sync and an async manager in one process.
+    """
+
+    def __init__(self, *, clock: Clock = SYSTEM_CLOCK, sync: MemoryBackend | None = None) -> None:
+        self.sync = MemoryBackend(clock=clock) if sync is None else sync
+
+    def __repr__(self) -> str:
+        return f"<AsyncMemoryBackend of {self.sync!r}>"
+
+    async def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
+        """As :meth:`MemoryBackend.acquire`."""
+        return self.sync.acquire(key, owner_token, ttl_ms)
+
+    async def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
+        """As :meth:`MemoryBackend.renew`."""
+        return self.sync.renew(key, owner_token, ttl_ms)
+
+    async def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
+        """As :meth:`MemoryBackend.renew_many`."""
+        return self.sync.renew_many(items)
+
+    async def release(self, key: str, owner_token: str) -> bool:
+        """As :meth:`MemoryBackend.release`."""
+        return self.sync.release(key, owner_token)
+
+    async def inspect(self, key: str) -> InspectReply | None:
+        """As :meth:`MemoryBackend.inspect`."""
+        return self.sync.inspect(key)
+
+    async def force_release(self, key: str) -> bool:
+        """As :meth:`MemoryBackend.force_release`."""
+        return self.sync.force_release(key)
+
+    async def close(self) -> None:
+        """As :meth:`MemoryBackend.close`."""
+        self.sync.close()

@@ -1,0 +1,424 @@
+"""Leases in one SQLite file shared by the processes of one host: :class:`SqliteBackend` and its
+asyncio twin.
+
+Every operation is one ``BEGIN IMMEDIATE`` transaction: SQLite's write lock serialises it against
+every other connection to the file, in this process or another, so each is atomic. The database
+runs in WAL mode (readers never block the writer) with ``synchronous=FULL``: a committed fencing
+counter survives a power cut, so a token is never issued twice.
+
+Layout: two tables, shared by every prefix (the prefix is a column)::
+
+    fencedlease_leases(prefix, key, fencing_token, owner_token, expires_ms)   -- one row per lease
+    fencedlease_fences(prefix, key, last_token)     -- the fencing counter; never deleted
+
+Time: ``expires_ms`` is wall-clock milliseconds since the epoch, read from ``clock.time()``,
+because the wall clock is the only clock two processes share (``time.monotonic`` counts from an
+arbitrary point per boot and, on some systems, per process). The consequence: **expiry relies on
+the host's clock not jumping.** A clock stepped forward by *n* ms expires every lease *n* ms early
+(a second holder can be granted the key while the first still works, and only the fencing token
+tells them apart); a clock stepped back keeps leases *n* ms too long. Run NTP in slewing mode (the
+default of chrony and systemd-timesyncd), not stepping. The managers' own loss deadlines stay on the
+monotonic clock, as for Redis.
+
+Busy database: a connection waits up to ``busy_timeout_ms`` for the write lock (SQLite's busy
+handler, plus the wait for this object's own connection lock, within one budget), then the
+operation fails with :class:`~fencedlease.BackendError` naming the budget; nothing was changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Final, TypeVar
+
+from .._backend import RenewItem
+from .._core import SYSTEM_CLOCK, Clock
+from .._errors import BackendError, ValidationError
+from .._protocol import AcquireReply, InspectReply, owner_fingerprint
+from .._validate import check_key, check_ms, check_prefix
+from ._clock import clock_ms
+
+__all__ = ["DEFAULT_BUSY_TIMEOUT_MS", "AsyncSqliteBackend", "SqliteBackend"]
+
+T = TypeVar("T")
+
+DEFAULT_BUSY_TIMEOUT_MS: Final = 5_000
+
+_SCHEMA: Final = (
+    """CREATE TABLE IF NOT EXISTS fencedlease_leases (
+        prefix TEXT NOT NULL,
+        key TEXT NOT NULL,
+        fencing_token INTEGER NOT NULL,
+        owner_token TEXT NOT NULL,
+        expires_ms INTEGER NOT NULL,
+        PRIMARY KEY (prefix, key)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS fencedlease_fences (
+        prefix TEXT NOT NULL,
+        key TEXT NOT NULL,
+        last_token INTEGER NOT NULL,
+        PRIMARY KEY (prefix, key)
+    ) WITHOUT ROWID""",
+)
+
+_SQLITE_BUSY: Final = 5
+_SQLITE_LOCKED: Final = 6
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+
+    if isinstance(code, int):
+        return code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
+    text = str(exc)
+    return "database is locked" in text or "database table is locked" in text
+
+
+def _check_path(path: object) -> str:
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+    if not isinstance(path, str) or not path:
+        raise ValidationError(
+            "path", f"path must be a non-empty str or os.PathLike of str; got {path!r}"
+        )
+    return path
+
+
+class SqliteBackend:
+    """A :class:`~fencedlease.LeaseBackend` in the SQLite file at ``path``; thread-safe.
+
+    ``path``: the database file (created if missing; a local filesystem: SQLite's locks and WAL do
+    not work over network filesystems). ``":memory:"`` makes a private database that lives and
+    dies with this object (one process, like :class:`MemoryBackend`, but through the same SQL).
+    ``prefix``: the namespace; managers with different prefixes share a file without meeting.
+    ``clock``: its ``time()`` (seconds since the epoch) dates every expiry; see the module
+    docstring for why the wall clock and what that needs of the host. ``busy_timeout_ms``: how
+    long one operation may wait for the write lock before it fails.
+
+    One connection per object, used under a lock by every thread; make one backend per process
+    (never carry one across ``fork``).
+
+    Raises:
+        ValidationError: ``path``, ``prefix``, ``busy_timeout_ms`` (an int in 0..2,147,483,647) or,
+            on every method, ``key`` / ``owner_token`` / ``ttl_ms`` out of bounds.
+        BackendError: the database cannot be opened or set up, or (on every method) stayed busy
+            past ``busy_timeout_ms``, or failed; the ``sqlite3.Error`` is in ``__cause__``.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        prefix: str = "fencedlease",
+        clock: Clock = SYSTEM_CLOCK,
+        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+    ) -> None:
+        self.path = _check_path(path)
+        self.prefix = check_prefix(prefix)
+        self.busy_timeout_ms = check_ms("busy_timeout_ms", busy_timeout_ms, 0)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._busy_set = -1
+        try:
+            self._conn: sqlite3.Connection | None = sqlite3.connect(
+                self.path,
+                timeout=busy_timeout_ms / 1000,
+                isolation_level=None,  # autocommit: every transaction is an explicit BEGIN
+                check_same_thread=False,  # shared by threads, always under self._lock
+            )
+        except sqlite3.Error as exc:
+            raise BackendError(f"open {self.path!r}: {type(exc).__name__}: {exc}") from exc
+        try:
+            with self._transaction("set up", write=False) as conn:
+                # WAL: readers (inspect) never wait for the writer. FULL: every commit is synced,
+                # so a fencing counter never goes back after a crash or power cut.
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = FULL")
+            with self._transaction("set up") as conn:
+                for statement in _SCHEMA:
+                    conn.execute(statement)
+        except BaseException:
+            self.close()
+            raise
+
+    def __repr__(self) -> str:
+        return f"<SqliteBackend path={self.path!r} prefix={self.prefix!r}>"
+
+    @contextmanager
+    def _transaction(self, operation: str, *, write: bool = True) -> Iterator[sqlite3.Connection]:
+        """Run the block on the connection, as one ``BEGIN IMMEDIATE`` transaction when ``write``
+        (else in autocommit), within the busy budget; map every failure to BackendError."""
+        started = time.monotonic()
+        budget_s = self.busy_timeout_ms / 1000
+        if not self._lock.acquire(timeout=budget_s):
+            raise BackendError(
+                f"{operation}: SQLite database {self.path!r} stayed busy for"
+                f" busy_timeout_ms={self.busy_timeout_ms} (another thread of this process held"
+                " the connection)"
+            )
+        try:
+            conn = self._conn
+            if conn is None:
+                raise BackendError(f"{operation}: the SQLite backend is closed")
+            try:
+                # Whatever the wait for our own lock took comes out of SQLite's busy budget.
+                remaining = max(0, self.busy_timeout_ms - round((time.monotonic() - started) * 1e3))
+                if remaining != self._busy_set:
+                    conn.execute(f"PRAGMA busy_timeout = {remaining:d}")
+                    self._busy_set = remaining
+                if write:
+                    conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+                if conn.in_transaction:
+                    conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if conn.in_transaction:
+                    # The original error is the one to report; SQLite rolls back on close anyway.
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                if _is_busy(exc):
+                    raise BackendError(
+                        f"{operation}: SQLite database {self.path!r} stayed busy (locked by"
+                        f" another connection) for busy_timeout_ms={self.busy_timeout_ms};"
+                        f" {type(exc).__name__}: {exc}"
+                    ) from exc
+                raise BackendError(f"{operation}: {type(exc).__name__}: {exc}") from exc
+            except UnicodeEncodeError as exc:
+                raise ValidationError(
+                    "key", f"{operation}: key must be encodable as UTF-8 ({exc})"
+                ) from exc
+        finally:
+            self._lock.release()
+
+    def _now(self) -> int:
+        return clock_ms(self._clock.time())
+
+    def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
+        """Grant ``key`` to ``owner_token`` for ``ttl_ms`` milliseconds if it is free (or expired),
+        with the next fencing token; if ``owner_token`` holds it already, reset its TTL and return
+        the same token (``retried=True``); else change nothing and report the holder's remaining
+        TTL in ms. One transaction."""
+        check_key(key)
+        check_key(owner_token, "owner_token")
+        check_ms("ttl_ms", ttl_ms, 1)
+        prefix = self.prefix
+        with self._transaction(f"acquire {key!r}") as conn:
+            now = self._now()
+            row = conn.execute(
+                "SELECT fencing_token, owner_token, expires_ms FROM fencedlease_leases"
+                " WHERE prefix = ? AND key = ?",
+                (prefix, key),
+            ).fetchone()
+            if row is not None and now < row[2]:
+                if row[1] == owner_token:
+                    conn.execute(
+                        "UPDATE fencedlease_leases SET expires_ms = ? WHERE prefix = ? AND key = ?",
+                        (now + ttl_ms, prefix, key),
+                    )
+                    return AcquireReply(True, int(row[0]), ttl_ms, retried=True)
+                return AcquireReply(False, 0, int(row[2]) - now)
+            counter = conn.execute(
+                "SELECT last_token FROM fencedlease_fences WHERE prefix = ? AND key = ?",
+                (prefix, key),
+            ).fetchone()
+            token = 1 if counter is None else int(counter[0]) + 1
+            conn.execute(
+                "INSERT OR REPLACE INTO fencedlease_fences (prefix, key, last_token)"
+                " VALUES (?, ?, ?)",
+                (prefix, key, token),
+            )
+            conn.execute(
+                "INSERT OR REPLACE INTO fencedlease_leases"
+                " (prefix, key, fencing_token, owner_token, expires_ms) VALUES (?, ?, ?, ?, ?)",
+                (prefix, key, token, owner_token, now + ttl_ms),
+            )
+            return AcquireReply(True, token, ttl_ms)
+
+    def _renew(self, conn: sqlite3.Connection, key: str, owner_token: str, ttl_ms: int) -> int:
+        now = self._now()
+        row = conn.execute(
+            "SELECT fencing_token FROM fencedlease_leases"
+            " WHERE prefix = ? AND key = ? AND owner_token = ? AND expires_ms > ?",
+            (self.prefix, key, owner_token, now),
+        ).fetchone()
+        if row is None:
+            return 0
+        conn.execute(
+            "UPDATE fencedlease_leases SET expires_ms = ? WHERE prefix = ? AND key = ?",
+            (now + ttl_ms, self.prefix, key),
+        )
+        return int(row[0])
+
+    def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
+        """Reset the TTL to ``ttl_ms`` ms if ``owner_token`` holds ``key``; return its fencing
+        token, else 0. Never recreates an expired or released lease."""
+        check_key(key)
+        check_key(owner_token, "owner_token")
+        check_ms("ttl_ms", ttl_ms, 1)
+        with self._transaction(f"renew {key!r}") as conn:
+            return self._renew(conn, key, owner_token, ttl_ms)
+
+    def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
+        """:meth:`renew` for each ``(key, owner_token, ttl_ms)`` in one transaction. An invalid item
+        gets its :class:`~fencedlease.ValidationError` in its place; a failed transaction (busy past
+        the budget) raises :class:`~fencedlease.BackendError` and renews nothing."""
+        results: list[int | BaseException] = []
+        valid: list[tuple[int, RenewItem]] = []
+        for index, item in enumerate(items):
+            key, owner_token, ttl_ms = item
+            try:
+                check_key(key)
+                check_key(owner_token, "owner_token")
+                check_ms("ttl_ms", ttl_ms, 1)
+            except ValidationError as exc:
+                results.append(exc)
+                continue
+            results.append(0)
+            valid.append((index, item))
+        if not valid:
+            return results
+        with self._transaction(f"renew {len(valid)} leases") as conn:
+            for index, (key, owner_token, ttl_ms) in valid:
+                results[index] = self._renew(conn, key, owner_token, ttl_ms)
+        return results
+
+    def release(self, key: str, owner_token: str) -> bool:
+        """Delete the lease on ``key`` if ``owner_token`` holds it; return whether it did. The
+        fencing counter is kept."""
+        check_key(key)
+        check_key(owner_token, "owner_token")
+        with self._transaction(f"release {key!r}") as conn:
+            cursor = conn.execute(
+                "DELETE FROM fencedlease_leases"
+                " WHERE prefix = ? AND key = ? AND owner_token = ? AND expires_ms > ?",
+                (self.prefix, key, owner_token, self._now()),
+            )
+            return cursor.rowcount == 1
+
+    def inspect(self, key: str) -> InspectReply | None:
+        """The unexpired lease on ``key`` (token, remaining TTL in ms, owner fingerprint, last
+        issued token), or None. One statement: a consistent snapshot, never waiting for a
+        writer."""
+        check_key(key)
+        with self._transaction(f"inspect {key!r}", write=False) as conn:
+            now = self._now()
+            row = conn.execute(
+                "SELECT l.fencing_token, l.expires_ms, l.owner_token, f.last_token"
+                " FROM fencedlease_leases AS l LEFT JOIN fencedlease_fences AS f"
+                " ON f.prefix = l.prefix AND f.key = l.key"
+                " WHERE l.prefix = ? AND l.key = ? AND l.expires_ms > ?",
+                (self.prefix, key, now),
+            ).fetchone()
+        if row is None:
+            return None
+        return InspectReply(
+            fencing_token=int(row[0]),
+            ttl_ms=int(row[1]) - now,
+            owner_fingerprint=owner_fingerprint(str(row[2])),
+            last_issued_token=None if row[3] is None else int(row[3]),
+        )
+
+    def force_release(self, key: str) -> bool:
+        """Delete the lease on ``key`` whoever holds it; return whether an unexpired one existed.
+        The fencing counter is kept."""
+        check_key(key)
+        with self._transaction(f"force_release {key!r}") as conn:
+            live = conn.execute(
+                "DELETE FROM fencedlease_leases WHERE prefix = ? AND key = ? AND expires_ms > ?",
+                (self.prefix, key, self._now()),
+            ).rowcount
+            # An expired row is gone as far as anyone can tell; tidy it away too.
+            conn.execute(
+                "DELETE FROM fencedlease_leases WHERE prefix = ? AND key = ?", (self.prefix, key)
+            )
+            return live == 1
+
+    def close(self) -> None:
+        """Close the connection (idempotent). Later calls raise :class:`~fencedlease.BackendError`.
+        Leases stay in the file until they expire."""
+        with self._lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except sqlite3.Error as exc:
+                raise BackendError(f"close {self.path!r}: {type(exc).__name__}: {exc}") from exc
+
+
+class AsyncSqliteBackend:
+    """The asyncio twin of :class:`SqliteBackend`: each operation runs on a worker thread
+    (:func:`asyncio.to_thread`), so a busy database never blocks the event loop.
+
+    Arguments as :class:`SqliteBackend`; or pass ``sync`` to wrap an existing one. If the awaiting
+    task is cancelled while an operation runs, the cancellation waits for that operation to finish
+    (at most ``busy_timeout_ms`` plus one transaction): a thread cannot be stopped, and whatever the
+    caller does next (a release after a cancelled acquire) must come after it, not race it.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        prefix: str = "fencedlease",
+        clock: Clock = SYSTEM_CLOCK,
+        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+        sync: SqliteBackend | None = None,
+    ) -> None:
+        if sync is None:
+            if path is None:
+                raise ValidationError("path", "path is required unless sync is given")
+            sync = SqliteBackend(path, prefix=prefix, clock=clock, busy_timeout_ms=busy_timeout_ms)
+        self.sync = sync
+
+    def __repr__(self) -> str:
+        return f"<AsyncSqliteBackend of {self.sync!r}>"
+
+    @staticmethod
+    async def _run(fn: Callable[..., T], *args: object) -> T:
+        task = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not task.done():
+                await asyncio.wait((task,))
+            if not task.cancelled():
+                task.exception()  # retrieved: the caller was cancelled and will not see it
+            raise
+
+    async def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
+        """As :meth:`SqliteBackend.acquire`, on a worker thread."""
+        return await self._run(self.sync.acquire, key, owner_token, ttl_ms)
+
+    async def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
+        """As :meth:`SqliteBackend.renew`, on a worker thread."""
+        return await self._run(self.sync.renew, key, owner_token, ttl_ms)
+
+    async def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
+        """As :meth:`SqliteBackend.renew_many`, on a worker thread."""
+        return await self._run(self.sync.renew_many, list(items))
+
+    async def release(self, key: str, owner_token: str) -> bool:
+        """As :meth:`SqliteBackend.release`, on a worker thread."""
+        return await self._run(self.sync.release, key, owner_token)
+
+    async def inspect(self, key: str) -> InspectReply | None:
+        """As :meth:`SqliteBackend.inspect`, on a worker thread."""
+        return await self._run(self.sync.inspect, key)
+
+    async def force_release(self, key: str) -> bool:
+        """As :meth:`SqliteBackend.force_release`, on a worker thread."""
+        return await self._run(self.sync.force_release, key)
+
+    async def close(self) -> None:
+        """As :meth:`SqliteBackend.close`, on a worker thread."""
+        await self._run(self.sync.close)
