@@ -1,0 +1,493 @@
+"""The sync face on a real Redis: the contract's semantics and the failure cases of issue 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from typing import Any
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from fencedlease import (
+    BackendError,
+    LeaseLostError,
+    LeaseManager,
+    LeaseNotAcquiredError,
+)
+from fencedlease._protocol import ACQUIRE
+from fencedlease.servers.redis import RedisServer
+
+pytestmark = pytest.mark.live
+
+
+def _wait_until(predicate: Any, timeout_s: float = 5.0) -> None:
+    """Poll a condition the test cannot be told about by an event (Redis's own expiry)."""
+    give_up = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > give_up:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.005)
+
+
+def _expire_now(client: redis.Redis, key: str) -> None:
+    """Make Redis expire a lease key now, and wait until it is gone."""
+    client.pexpire(key, 1)
+    _wait_until(lambda: client.pttl(key) == -2)
+
+
+@pytest.fixture
+def manager(redis_url: str, redis_client: redis.Redis, decode_responses: bool) -> Any:
+    client = redis.Redis.from_url(redis_url, decode_responses=decode_responses)
+    with LeaseManager(client, prefix="t") as leases:
+        yield leases
+    client.close()
+
+
+def test_racing_connections_one_winner(redis_url: str, redis_client: redis.Redis) -> None:
+    """16 independent connections racing for one free key: exactly one wins, with token 1."""
+    barrier = threading.Barrier(16)
+    results: list[int | None] = []
+    lock = threading.Lock()
+
+    def contender() -> None:
+        with LeaseManager(redis.Redis.from_url(redis_url), prefix="t") as leases:
+            barrier.wait()
+            result = leases.acquire("race", ttl_ms=10_000)
+            with lock:
+                results.append(result.lease.fencing_token if result.lease else None)
+
+    threads = [threading.Thread(target=contender) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results, key=lambda r: r or 0) == [None] * 15 + [1]
+
+
+def test_tokens_strictly_increase_over_1000_cycles(manager: LeaseManager) -> None:
+    """1,000 acquire/release cycles give tokens 1..1000 in order."""
+    tokens = []
+    for _ in range(1_000):
+        lease = manager.acquire("cycle", ttl_ms=5_000).lease
+        assert lease is not None
+        tokens.append(lease.fencing_token)
+        assert lease.release() is True
+    assert tokens == list(range(1, 1_001))
+
+
+def test_tokens_increase_across_a_restart_with_aof() -> None:
+    """With appendonly yes / appendfsync always, a restart keeps the counter: the next token is
+    larger than every token before it."""
+    with RedisServer(appendonly=True, appendfsync="always") as server:
+        client = redis.Redis.from_url(server.url)
+        leases = LeaseManager(client, prefix="t")
+        before = [leases.acquire("aof", ttl_ms=60_000).lease for _ in range(1)]
+        assert before[0] is not None
+        assert before[0].fencing_token == 1
+        assert before[0].release()
+        second = leases.acquire("aof", ttl_ms=60_000).lease
+        assert second is not None
+        assert second.fencing_token == 2
+        server.restart(kill=True)  # a crash: no shutdown, the AOF alone must carry the counter
+        info = leases.inspect("aof")
+        assert info is not None
+        assert info.fencing_token == 2
+        assert leases.force_release("aof") is True
+        third = leases.acquire("aof", ttl_ms=60_000).lease
+        assert third is not None
+        assert third.fencing_token == 3
+        leases.close()
+        client.close()
+
+
+def test_expired_owner_is_rejected(manager: LeaseManager, redis_client: redis.Redis) -> None:
+    """After A's lease expires and B acquires, A's renew and release return False and B's key
+    and token are untouched (the held-up release case)."""
+    a = manager.acquire("exp", ttl_ms=200).lease
+    assert a is not None
+    _expire_now(redis_client, "t:{exp}")
+    b = manager.acquire("exp", ttl_ms=10_000).lease
+    assert b is not None
+    assert b.fencing_token == a.fencing_token + 1
+    assert a.release() is False
+    assert a.renew() is False
+    assert a.lost is True
+    info = manager.inspect("exp")
+    assert info is not None
+    assert (info.fencing_token, info.owner_fingerprint) == (b.fencing_token, b.owner_fingerprint)
+    assert info.ttl_ms > 9_000
+    assert b.release() is True
+
+
+def test_renew_and_release_after_expiry_return_false(
+    manager: LeaseManager, redis_client: redis.Redis
+) -> None:
+    """With nobody else holding the key, an expired lease's renew and release still say False,
+    and renew never recreates the key."""
+    lease = manager.acquire("gone", ttl_ms=200).lease
+    assert lease is not None
+    _expire_now(redis_client, "t:{gone}")
+    assert lease.renew() is False
+    assert redis_client.pttl("t:{gone}") == -2
+    assert lease.release() is False
+
+
+def test_renew_resets_ttl_and_keeps_token(manager: LeaseManager, redis_client: redis.Redis) -> None:
+    """renew(ttl_ms) sets the new TTL and never changes the fencing token."""
+    lease = manager.acquire("renew", ttl_ms=1_000).lease
+    assert lease is not None
+    assert lease.renew(60_000) is True
+    assert lease.ttl_ms == 60_000
+    assert 59_000 < redis_client.pttl("t:{renew}") <= 60_000
+    info = manager.inspect("renew")
+    assert info is not None
+    assert info.fencing_token == lease.fencing_token == 1
+
+
+def test_bounded_wait_on_a_held_key(manager: LeaseManager) -> None:
+    """hold(wait_ms=200) on a key another owner holds raises LeaseNotAcquiredError after about
+    200 ms (never much longer), and the body never runs."""
+    holder = manager.acquire("busy", ttl_ms=10_000).lease
+    assert holder is not None
+    ran = []
+    started = time.monotonic()
+    with pytest.raises(LeaseNotAcquiredError) as info, manager.hold("busy", wait_ms=200):
+        ran.append(True)
+    elapsed = time.monotonic() - started
+    assert ran == []
+    assert info.value.key == "busy"
+    assert info.value.status_code == 409
+    assert 0.2 <= elapsed < 0.35
+
+
+def test_fail_fast_is_the_default(manager: LeaseManager) -> None:
+    """wait_ms=0: a held key is answered at once, with the holder's remaining TTL."""
+    assert manager.acquire("ff", ttl_ms=10_000)
+    started = time.monotonic()
+    result = manager.acquire("ff", ttl_ms=10_000)
+    assert not result
+    assert result.lease is None
+    assert result.holder_ttl_ms is not None
+    assert 9_000 < result.holder_ttl_ms <= 10_000
+    assert time.monotonic() - started < 0.1
+
+
+def test_waiter_gets_the_lease_when_the_holder_releases(manager: LeaseManager) -> None:
+    """A waiter with wait_ms acquires once the holder releases, with the next token."""
+    holder = manager.acquire("handoff", ttl_ms=10_000).lease
+    assert holder is not None
+    released = threading.Event()
+
+    def release_soon() -> None:
+        released.wait()
+        holder.release()
+
+    thread = threading.Thread(target=release_soon)
+    thread.start()
+    released.set()
+    result = manager.acquire("handoff", ttl_ms=10_000, wait_ms=3_000, retry_delay_ms=10)
+    thread.join()
+    assert result.lease is not None
+    assert result.lease.fencing_token == 2
+
+
+def test_with_lease_runs_fn_or_skips(manager: LeaseManager) -> None:
+    """with_lease returns fn's value under the lease, or a skipped outcome without calling fn."""
+    outcome = manager.with_lease("wl", lambda lease: lease.fencing_token, ttl_ms=1_000)
+    assert (outcome.acquired, outcome.skipped, outcome.value) == (True, False, 1)
+    holder = manager.acquire("wl", ttl_ms=10_000).lease
+    assert holder is not None
+    outcome = manager.with_lease("wl", lambda lease: pytest.fail("fn ran"), ttl_ms=1_000)
+    assert (outcome.skipped, outcome.value, outcome.lease) == (True, None, None)
+
+
+def test_body_exception_propagates_and_releases(
+    manager: LeaseManager, redis_client: redis.Redis
+) -> None:
+    """An exception from the body propagates unchanged and the lease is released."""
+    with pytest.raises(KeyError, match="boom"), manager.hold("exc", ttl_ms=1_000):
+        raise KeyError("boom")
+    assert redis_client.pttl("t:{exc}") == -2
+
+
+def test_release_deletes_and_renewal_stops(own_redis: RedisServer) -> None:
+    """After a hold ends the key is gone (PTTL -2) and no renewal is sent for it again."""
+    client = redis.Redis.from_url(own_redis.url)
+    with LeaseManager(client, prefix="t") as leases:
+        with leases.hold("stop", ttl_ms=200, heartbeat_ms=20) as lease:
+            _wait_until(lambda: leases.renewer.round_trips >= 3)
+            assert not lease.lost
+        assert client.pttl("t:{stop}") == -2
+        calls = client.info("commandstats")["cmdstat_evalsha"]["calls"]
+        trips = leases.renewer.round_trips
+        time.sleep(0.2)  # ten heartbeats: an absence can only be observed over a window
+        assert client.info("commandstats")["cmdstat_evalsha"]["calls"] == calls
+        assert leases.renewer.round_trips == trips
+        assert len(leases.renewer) == 0
+    client.close()
+
+
+def test_no_thread_left_after_close(redis_url: str) -> None:
+    """close() joins the renewer's threads."""
+    with LeaseManager.from_url(redis_url, prefix="t") as leases, leases.hold("th", ttl_ms=400):
+        assert any(t.name.startswith("fencedlease") for t in threading.enumerate())
+    assert [t.name for t in threading.enumerate() if t.name.startswith("fencedlease")] == []
+
+
+def test_acquire_and_release_are_two_commands(own_redis: RedisServer) -> None:
+    """acquire + release cost exactly two Redis commands (INFO commandstats), both EVALSHA."""
+    client = redis.Redis.from_url(own_redis.url)
+    leases = LeaseManager(client, prefix="t")
+    assert leases.acquire("warm", ttl_ms=1_000).lease.release()  # type: ignore[union-attr]
+    client.config_resetstat()
+    lease = leases.acquire("count", ttl_ms=1_000).lease
+    assert lease is not None
+    assert lease.release()
+    stats = client.info("commandstats")
+    client_side = {
+        name: stat["calls"]
+        for name, stat in stats.items()
+        if name in ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_script", "cmdstat_set")
+    }
+    # INFO itself runs after the reset; everything else was our two script calls. SET, GET,
+    # INCR and DEL inside them are counted by Redis too (as script-run commands).
+    assert client_side == {"cmdstat_evalsha": 2, "cmdstat_set": 1}
+    leases.close()
+    client.close()
+
+
+class _LossyConnection(redis.Connection):
+    """Drops the reply of the first acquire it carries: the command ran, the caller never hears."""
+
+    dropped = 0
+
+    def send_command(self, *args: Any, **kwargs: Any) -> None:
+        self._is_acquire = len(args) > 1 and args[1] in (ACQUIRE.sha, ACQUIRE.source)
+        super().send_command(*args, **kwargs)  # type: ignore[no-untyped-call]
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        response = super().read_response(*args, **kwargs)
+        if getattr(self, "_is_acquire", False) and _LossyConnection.dropped == 0:
+            _LossyConnection.dropped += 1
+            self.disconnect()  # type: ignore[no-untyped-call]
+            raise redis.ConnectionError("reply lost on the way back")
+        return response
+
+
+@pytest.mark.parametrize("client_retries", [0, 3], ids=["manager-retries", "redis-py-retries"])
+def test_lost_acquire_reply_is_retried_with_the_same_owner(
+    redis_url: str, redis_client: redis.Redis, client_retries: int
+) -> None:
+    """The acquire reply is lost and the same acquire is sent again: one INCR, the same token,
+    and the caller holds the lease (not 'not acquired')."""
+    _LossyConnection.dropped = 0
+    pool = redis.ConnectionPool.from_url(
+        redis_url,
+        connection_class=_LossyConnection,
+        retry=Retry(NoBackoff(), client_retries),
+        retry_on_error=[redis.ConnectionError] if client_retries else [],
+    )
+    client = redis.Redis(connection_pool=pool)
+    leases = LeaseManager(client, prefix="t")
+    result = leases.acquire("lost-reply", ttl_ms=10_000)
+    assert _LossyConnection.dropped == 1
+    assert result.lease is not None
+    assert result.lease.fencing_token == 1
+    assert redis_client.get("t:{lost-reply}:fence") == b"1"
+    assert result.lease.release() is True
+    client.close()
+
+
+def test_script_flush_everywhere(redis_url: str, redis_client: redis.Redis) -> None:
+    """SCRIPT FLUSH before acquire, during a hold's renewals, and before release: all succeed."""
+    errors: list[BaseException] = []
+    with LeaseManager.from_url(redis_url, prefix="t") as leases:
+        redis_client.script_flush()
+        with leases.hold("flush", ttl_ms=300, heartbeat_ms=50, on_renew_error=errors.append):
+            trips = leases.renewer.round_trips
+            redis_client.script_flush()
+            _wait_until(lambda: leases.renewer.round_trips >= trips + 3)
+            redis_client.script_flush()
+        assert redis_client.pttl("t:{flush}") == -2
+        redis_client.script_flush()
+        assert leases.inspect("flush") is None
+        redis_client.script_flush()
+        assert leases.force_release("flush") is False
+    assert errors == []
+
+
+def test_redis_down_before_acquire(own_redis: RedisServer) -> None:
+    """Redis stopped: the error reaches the caller as BackendError; with_lease never calls fn."""
+    leases = LeaseManager.from_url(own_redis.url, prefix="t", socket_connect_timeout=1)
+    own_redis.stop()
+    with pytest.raises(BackendError) as info:
+        leases.acquire("down", ttl_ms=1_000)
+    assert isinstance(info.value.__cause__, redis.ConnectionError)
+    with pytest.raises(BackendError):
+        leases.with_lease("down", lambda lease: pytest.fail("fn ran"), ttl_ms=1_000)
+    leases.close()
+
+
+def test_connection_reset_during_hold_is_survived(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """One connection reset (CLIENT KILL) during a 3 s hold with ttl 1 s: the renewer
+    reconnects and the hold completes without loss."""
+    with LeaseManager.from_url(redis_url, prefix="t") as leases:
+        with leases.hold("reset", ttl_ms=1_000) as lease:
+            _wait_until(lambda: leases.renewer.round_trips >= 1)
+            killed = redis_client.client_kill_filter(_type="normal", skipme=True)
+            assert killed >= 1
+            _wait_until(lambda: leases.renewer.round_trips >= 6, timeout_s=5)
+            time.sleep(max(0.0, 3.0 - 1.6))  # the 3 s body of the case
+            assert not lease.lost
+        assert lease.lost is False
+
+
+def test_client_pause_longer_than_ttl_is_a_loss(redis_url: str, redis_client: redis.Redis) -> None:
+    """CLIENT PAUSE for 2 s during a hold with ttl 1 s: the body learns of the loss within ttl
+    + one heartbeat of the last renewal, and hold raises LeaseLostError."""
+    with LeaseManager.from_url(redis_url, prefix="t") as leases:
+        with pytest.raises(LeaseLostError) as info, leases.hold("pause", ttl_ms=1_000) as lease:
+            _wait_until(lambda: leases.renewer.round_trips >= 1)
+            paused_at = time.monotonic()
+            redis_client.execute_command("CLIENT", "PAUSE", 2_000, "ALL")  # type: ignore[no-untyped-call]
+            assert lease.wait_lost(3_000) is True
+            noticed = time.monotonic() - paused_at
+        assert noticed <= 1.0 + 0.25 + 0.1
+        assert info.value.key == "pause"
+        assert "ttl_ms passed" in str(info.value)
+
+
+def test_lease_lost_even_if_body_returns(manager: LeaseManager, redis_client: redis.Redis) -> None:
+    """An operator deleting the key mid-body: hold raises LeaseLostError though the body
+    returned normally."""
+    with (
+        pytest.raises(LeaseLostError),
+        manager.hold("del", ttl_ms=400, heartbeat_ms=50) as lease,
+    ):
+        redis_client.delete("t:{del}")
+        assert lease.wait_lost(2_000) is True
+        assert lease.lost_reason is not None
+        assert "renewal" in lease.lost_reason
+
+
+def test_deadline_checked_when_body_ends(manager: LeaseManager) -> None:
+    """With renewal off, a body that outlives its TTL ends in LeaseLostError."""
+    with pytest.raises(LeaseLostError), manager.hold("late", ttl_ms=100, heartbeat_ms=False):
+        time.sleep(0.15)
+
+
+_CHILD = textwrap.dedent(
+    """
+    import json, sys
+    from fencedlease import LeaseManager
+    url, step = sys.argv[1], sys.argv[2]
+    leases = LeaseManager.from_url(url, prefix="t")
+    if step == "acquire":
+        lease = leases.acquire("restore", ttl_ms=60_000).lease
+        print(json.dumps({"owner": lease.owner_token, "token": lease.fencing_token,
+                          "expires_at": lease.expires_at.isoformat()}))
+    else:
+        from datetime import datetime
+        saved = json.loads(sys.stdin.read())
+        lease = leases.restore("restore", saved["owner"], ttl_ms=60_000,
+                               expires_at=datetime.fromisoformat(saved["expires_at"]),
+                               fencing_token=saved["token"])
+        print(json.dumps({"lost": lease.lost, "renew": lease.renew(),
+                          "token": lease.fencing_token, "release": lease.release()}))
+    leases.close()
+    """
+)
+
+
+def test_restore_across_two_processes(redis_url: str, redis_client: redis.Redis) -> None:
+    """One process acquires and persists; a later process restores, renews and releases."""
+    first = subprocess.run(
+        [sys.executable, "-c", _CHILD, redis_url, "acquire"],
+        capture_output=True, text=True, check=True, timeout=30,
+    )  # fmt: skip
+    saved = json.loads(first.stdout)
+    second = subprocess.run(
+        [sys.executable, "-c", _CHILD, redis_url, "restore"],
+        input=first.stdout, capture_output=True, text=True, check=True, timeout=30,
+    )  # fmt: skip
+    assert json.loads(second.stdout) == {
+        "lost": False,
+        "renew": True,
+        "token": saved["token"],
+        "release": True,
+    }
+    assert redis_client.pttl("t:{restore}") == -2
+
+
+def test_restore_of_another_owners_lease_changes_nothing(manager: LeaseManager) -> None:
+    """A restore with a wrong owner token can neither renew nor release."""
+    holder = manager.acquire("rw", ttl_ms=10_000).lease
+    assert holder is not None
+    impostor = manager.restore("rw", "not-the-owner", ttl_ms=10_000)
+    assert impostor.fencing_token is None
+    assert impostor.renew() is False
+    assert impostor.release() is False
+    assert manager.inspect("rw").fencing_token == holder.fencing_token  # type: ignore[union-attr]
+
+
+_PAUSED_HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    from fencedlease import LeaseManager, LeaseLostError
+    leases = LeaseManager.from_url(sys.argv[1], prefix="t")
+    try:
+        with leases.hold("blocked", ttl_ms=300, heartbeat_ms=100) as lease:
+            print("held", lease.fencing_token, flush=True)
+            sys.stdin.readline()  # the test SIGSTOPs us here, then lets us go on
+            lease.wait_lost(1_000)
+        print("finished")
+    except LeaseLostError:
+        print("lost")
+    leases.close()
+    """
+)
+
+
+def test_blocked_holder_is_not_silently_reacquired(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """A holds (ttl 300, heartbeat 100) and is blocked 500 ms; B acquires and releases in the
+    gap; A's next renewal finds the key gone: A ends lost and the key stays free."""
+    import signal
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", _PAUSED_HOLDER, redis_url],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert child.stdout is not None
+        assert child.stdin is not None
+        assert child.stdout.readline().split() == ["held", "1"]
+        child.send_signal(signal.SIGSTOP)
+        stopped = time.monotonic()
+        with LeaseManager.from_url(redis_url, prefix="t") as leases:
+            _wait_until(lambda: redis_client.pttl("t:{blocked}") == -2)
+            b = leases.acquire("blocked", ttl_ms=10_000).lease
+            assert b is not None
+            assert b.fencing_token == 2
+            assert b.release() is True
+        time.sleep(max(0.0, 0.5 - (time.monotonic() - stopped)))
+        child.send_signal(signal.SIGCONT)
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "lost"
+        assert child.wait(10) == 0
+        assert redis_client.pttl("t:{blocked}") == -2
+        assert redis_client.get("t:{blocked}:fence") == b"2"
+    finally:
+        child.kill()
+        child.wait()

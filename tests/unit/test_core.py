@@ -1,0 +1,166 @@
+"""The renewal schedule and loss rules, on an injected clock (no threads, no server)."""
+
+from __future__ import annotations
+
+from fencedlease._core import LeaseState, LossReason, RenewalEntry, RenewalSchedule
+
+
+def _state(ttl_ms: int = 1_000, sent: float = 100.0) -> LeaseState:
+    return LeaseState.granted("k", "owner", 7, ttl_ms, sent, 1_700_000_000.0)
+
+
+def test_deadline_counts_from_when_the_command_was_sent() -> None:
+    """A grant sent at t=100 with ttl 1000 ms is lost at exactly t=101, not a moment before."""
+    state = _state()
+    assert state.check_deadline(100.999) is False
+    assert state.check_deadline(101.0) is True
+    assert state.lost_reason == LossReason.DEADLINE
+
+
+def test_loss_is_final() -> None:
+    """A lost lease is never confirmed back to life."""
+    state = _state()
+    state.mark_lost(LossReason.RENEW_REFUSED)
+    assert state.confirm(100.5, 1.0, 1_000, 7) is False
+    assert state.lost
+    assert state.deadline == 101.0
+
+
+def test_a_released_lease_is_never_lost() -> None:
+    """After a confirmed release, deadlines and refused renewals are not losses."""
+    state = _state()
+    state.released = True
+    assert state.mark_lost(LossReason.RENEW_REFUSED) is False
+    assert state.check_deadline(500.0) is False
+
+
+def test_listeners_fire_once() -> None:
+    """A loss listener is called exactly once, and at once when added after the loss."""
+    calls: list[str] = []
+    state = _state()
+    state.add_listener(lambda s: calls.append("before"))
+    state.mark_lost(LossReason.DEADLINE)
+    state.mark_lost(LossReason.RENEW_REFUSED)
+    state.add_listener(lambda s: calls.append("after"))
+    assert calls == ["before", "after"]
+    assert state.lost_reason == LossReason.DEADLINE
+
+
+def test_restored_lease_learns_its_token_from_a_renewal() -> None:
+    """confirm() fills in a missing fencing token and never changes a known one."""
+    state = LeaseState("k", "owner", None, 1_000, None, None)
+    assert state.check_deadline(1e9) is False  # no deadline known: nothing invented
+    state.confirm(10.0, 1.0, 2_000, 42)
+    assert (state.fencing_token, state.deadline, state.ttl_ms) == (42, 12.0, 2_000)
+    state.confirm(11.0, 2.0, 2_000, 43)
+    assert state.fencing_token == 42
+
+
+def test_first_renewal_is_one_heartbeat_after_add() -> None:
+    """Nothing is due before now + heartbeat; then the entry is due."""
+    schedule = RenewalSchedule()
+    entry = RenewalEntry(_state(), 250, None)
+    schedule.add(entry, 100.0)
+    assert schedule.pop_due(100.249, 10) == []
+    assert schedule.next_wakeup(renewal_in_flight=False) == 100.25
+    assert schedule.pop_due(100.25, 10) == [entry]
+    assert schedule.pop_due(100.25, 10) == []  # in flight: not handed out twice
+
+
+def test_due_leases_are_batched_up_to_the_limit() -> None:
+    """pop_due returns at most `limit` entries, earliest first."""
+    schedule = RenewalSchedule()
+    entries = [RenewalEntry(_state(), 100 + i, None) for i in range(5)]
+    for entry in entries:
+        schedule.add(entry, 0.0)
+    assert schedule.pop_due(10.0, 3) == entries[:3]
+    assert schedule.pop_due(10.0, 3) == entries[3:]
+
+
+def test_a_confirmed_renewal_moves_the_deadline_and_the_next_due() -> None:
+    """A renewal sent at t=100.25 moves the deadline to 101.25 and the next tick to 100.5."""
+    schedule = RenewalSchedule()
+    state = _state()
+    entry = RenewalEntry(state, 250, None)
+    schedule.add(entry, 100.0)
+    batch = schedule.pop_due(100.25, 10)
+    assert schedule.apply(batch, 100.25, 5.0, [7], now=100.26) == []
+    assert state.deadline == 101.25
+    assert entry.next_due == 100.5
+    assert not state.lost
+
+
+def test_a_refused_renewal_is_a_loss() -> None:
+    """A 0 reply (key gone or another owner's) marks the lease lost and stops renewing it."""
+    schedule = RenewalSchedule()
+    state = _state()
+    entry = RenewalEntry(state, 250, None)
+    schedule.add(entry, 100.0)
+    schedule.apply(schedule.pop_due(100.25, 10), 100.25, 5.0, [0], now=100.26)
+    assert state.lost
+    assert state.lost_reason == LossReason.RENEW_REFUSED
+    assert len(schedule) == 0
+
+
+def test_a_refusal_racing_a_release_is_not_a_loss() -> None:
+    """A renewal that lands after a deliberate release began does not report a loss."""
+    schedule = RenewalSchedule()
+    state = _state()
+    entry = RenewalEntry(state, 250, None)
+    schedule.add(entry, 100.0)
+    batch = schedule.pop_due(100.25, 10)
+    state.releasing = True
+    schedule.apply(batch, 100.25, 5.0, [0], now=100.26)
+    assert state.lost is False
+
+
+def test_a_failed_round_trip_is_not_a_loss_and_retries_soon() -> None:
+    """An error for the batch calls the hook and retries after max(50 ms, heartbeat / 4)."""
+    schedule = RenewalSchedule()
+    state = _state()
+    entry = RenewalEntry(state, 250, None)
+    schedule.add(entry, 100.0)
+    error = ConnectionError("reset")
+    hooks = schedule.apply(schedule.pop_due(100.25, 10), 100.25, 5.0, error, now=100.3)
+    assert hooks == [(entry, error)]
+    assert not state.lost
+    assert entry.next_due == 100.3 + 0.0625  # max(50 ms, 250 ms / 4)
+
+
+def test_silence_is_loss() -> None:
+    """With every renewal failing, the lease is lost exactly at its deadline."""
+    schedule = RenewalSchedule()
+    state = _state()
+    entry = RenewalEntry(state, 250, None)
+    schedule.add(entry, 100.0)
+    assert schedule.next_wakeup(renewal_in_flight=True) == 101.0
+    assert schedule.pop_expired(100.99) == []
+    assert schedule.pop_expired(101.0) == [entry]
+    assert state.lost
+    assert state.lost_reason == LossReason.DEADLINE
+    assert len(schedule) == 0
+
+
+def test_replies_for_removed_entries_are_ignored() -> None:
+    """A batch landing after its lease was removed changes nothing."""
+    schedule = RenewalSchedule()
+    state = _state()
+    entry = RenewalEntry(state, 250, None)
+    schedule.add(entry, 100.0)
+    batch = schedule.pop_due(100.25, 10)
+    schedule.remove(entry)
+    schedule.apply(batch, 100.25, 5.0, [0], now=100.3)
+    assert not state.lost
+
+
+def test_blocked_holder_scenario() -> None:
+    """ttl 300, heartbeat 100, the holder blocked 500 ms: the late renewal finds another owner
+    (0) and the lease is lost, never re-acquired; the deadline alone already said so."""
+    schedule = RenewalSchedule()
+    state = _state(ttl_ms=300, sent=0.0)
+    entry = RenewalEntry(state, 100, None)
+    schedule.add(entry, 0.0)
+    # Blocked: nothing ran until t=0.5.
+    assert [e.state for e in schedule.pop_expired(0.5)] == [state]
+    assert state.lost_reason == LossReason.DEADLINE
+    assert schedule.pop_due(0.5, 10) == []
