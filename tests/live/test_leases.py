@@ -115,7 +115,7 @@ def test_expired_owner_is_rejected(manager: LeaseManager, redis_client: redis.Re
     _expire_now(redis_client, "t:{exp}")
     b = manager.acquire("exp", ttl_ms=10_000).lease
     assert b is not None
-    assert b.fencing_token == a.fencing_token + 1
+    assert (a.fencing_token, b.fencing_token) == (1, 2)
     assert a.release() is False
     assert a.renew() is False
     assert a.lost is True
