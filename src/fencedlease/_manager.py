@@ -152,6 +152,16 @@ class LeaseManager:
                     raise
                 sent_mono, sent_wall = clock.monotonic(), clock.time()
                 reply = backend.acquire(key, owner_token, ttl_ms)
+            except (KeyboardInterrupt, SystemExit) as exc:
+                # Interrupted mid-call: the grant may have happened. Release it with this
+                # attempt's owner token rather than leave it held for nobody until its TTL.
+                try:
+                    backend.release(key, owner_token)
+                except BackendError as cleanup:
+                    add_note = getattr(exc, "add_note", None)  # Python 3.11+
+                    if add_note is not None:
+                        add_note(f"fencedlease: release after the interrupt failed: {cleanup}")
+                raise
             if reply.acquired:
                 state = LeaseState.granted(
                     key, owner_token, reply.fencing_token, ttl_ms, sent_mono, sent_wall
@@ -205,8 +215,12 @@ class LeaseManager:
             raise LeaseNotAcquiredError(key)
         state = lease._state
         if heartbeat is not False:
+            try:
+                lease._entry = self._renewer.add(state, heartbeat, on_renew_error)
+            except BaseException:
+                lease.release()  # closed meanwhile: never leave the lease held for nobody
+                raise
             lease._renewer = self._renewer
-            lease._entry = self._renewer.add(state, heartbeat, on_renew_error)
         try:
             yield lease
         except BaseException:

@@ -491,3 +491,41 @@ def test_blocked_holder_is_not_silently_reacquired(
     finally:
         child.kill()
         child.wait()
+
+
+def test_renewer_survives_a_restart_with_aof() -> None:
+    """Redis killed and restarted (AOF, appendfsync always) during a hold: the renewer reconnects,
+    its scripts are reloaded (NOSCRIPT), and the hold completes without loss."""
+    with RedisServer(appendonly=True, appendfsync="always") as server:
+        errors: list[BaseException] = []
+        with LeaseManager.from_url(server.url, prefix="t") as leases:
+            with leases.hold(
+                "restart", ttl_ms=2_000, heartbeat_ms=200, on_renew_error=errors.append
+            ) as lease:
+                _wait_until(lambda: leases.renewer.round_trips >= 1)
+                server.restart(kill=True)
+                trips = leases.renewer.round_trips
+                _wait_until(lambda: leases.renewer.round_trips >= trips + 3)
+                assert not lease.lost
+            assert lease.lost is False
+        client = redis.Redis.from_url(server.url)
+        assert client.pttl("t:{restart}") == -2
+        assert client.get("t:{restart}:fence") == b"1"
+        client.close()
+
+
+def test_interrupt_during_acquire_leaves_nothing_held(redis_client: redis.Redis) -> None:
+    """A KeyboardInterrupt after the grant but before the caller saw it: the manager releases the
+    grant with that attempt's owner token and re-raises."""
+    from fencedlease._redis_backend import RedisBackend
+
+    class InterruptedAfterGrant(RedisBackend):
+        def acquire(self, key: str, owner_token: str, ttl_ms: int) -> Any:
+            super().acquire(key, owner_token, ttl_ms)
+            raise KeyboardInterrupt
+
+    leases = LeaseManager(InterruptedAfterGrant(redis_client, "t"))
+    with pytest.raises(KeyboardInterrupt):
+        leases.acquire("interrupted", ttl_ms=60_000)
+    assert redis_client.pttl("t:{interrupted}") == -2
+    assert redis_client.get("t:{interrupted}:fence") == b"1"
