@@ -1,0 +1,93 @@
+"""The Redis backend's commands and error mapping, against a recording stand-in for redis-py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import redis
+from redis.exceptions import NoScriptError, ResponseError
+
+from fencedlease import BackendError
+from fencedlease._protocol import ACQUIRE, RELEASE, RENEW, AcquireReply
+from fencedlease._redis_backend import RedisBackend
+
+
+class _Recorder:
+    """Answers like redis-py's client, records every call, and can refuse EVALSHA once."""
+
+    def __init__(self, reply: Any, *, noscript: bool = False, error: Exception | None = None):
+        self.calls: list[tuple[Any, ...]] = []
+        self.reply = reply
+        self.noscript = noscript
+        self.error = error
+
+    def evalsha(self, *args: Any) -> Any:
+        self.calls.append(("evalsha", *args))
+        if self.error is not None:
+            raise self.error
+        if self.noscript:
+            self.noscript = False
+            raise NoScriptError("NOSCRIPT No matching script.")
+        return self.reply
+
+    def eval(self, *args: Any) -> Any:
+        self.calls.append(("eval", *args))
+        return self.reply
+
+    def delete(self, *args: Any) -> int:
+        self.calls.append(("delete", *args))
+        return 1
+
+
+def _backend(recorder: _Recorder) -> RedisBackend:
+    return RedisBackend(recorder, "app:locks")  # type: ignore[arg-type]
+
+
+def test_acquire_sends_one_evalsha_with_both_keys() -> None:
+    """acquire is EVALSHA <sha> 2 <lease key> <counter key> <owner> <ttl>."""
+    recorder = _Recorder([1, 5, 1000])
+    assert _backend(recorder).acquire("order:42", "o" * 32, 1000) == AcquireReply(True, 5, 1000)
+    assert recorder.calls == [
+        ("evalsha", ACQUIRE.sha, 2, "app:locks:{order:42}", "app:locks:{order:42}:fence",
+         "o" * 32, 1000),
+    ]  # fmt: skip
+
+
+def test_noscript_falls_back_to_one_eval() -> None:
+    """After SCRIPT FLUSH, NOSCRIPT is answered by EVAL of the same source (no SCRIPT LOAD)."""
+    recorder = _Recorder(1, noscript=True)
+    assert _backend(recorder).release("k", "owner") is True
+    assert recorder.calls == [
+        ("evalsha", RELEASE.sha, 1, "app:locks:{k}", "owner"),
+        ("eval", RELEASE.source, 1, "app:locks:{k}", "owner"),
+    ]
+
+
+def test_renew_and_force_release_arguments() -> None:
+    """renew is EVALSHA <sha> 1 <lease key> <owner> <ttl>; force_release a plain DEL."""
+    recorder = _Recorder(9)
+    backend = _backend(recorder)
+    assert backend.renew("k", "owner", 250) == 9
+    assert backend.force_release("k") is True
+    assert recorder.calls == [
+        ("evalsha", RENEW.sha, 1, "app:locks:{k}", "owner", 250),
+        ("delete", "app:locks:{k}"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [redis.ConnectionError("down"), redis.TimeoutError("slow"), ResponseError("OOM")],
+)
+def test_redis_errors_become_backend_errors_with_the_cause(error: Exception) -> None:
+    """Every redis-py error reaches the caller as BackendError, the original in __cause__."""
+    with pytest.raises(BackendError, match="acquire 'k'") as info:
+        _backend(_Recorder(None, error=error)).acquire("k", "owner", 100)
+    assert info.value.__cause__ is error
+
+
+def test_an_unexpected_reply_is_never_acquired() -> None:
+    """A reply of the wrong shape raises instead of being read as a grant."""
+    with pytest.raises(ValueError, match="unexpected reply"):
+        _backend(_Recorder("OK")).acquire("k", "owner", 100)
