@@ -64,7 +64,7 @@ def store(postgres_dsn: str) -> Iterator[Store]:  # noqa: F811
 # --- the cases of issue 3 ------------------------------------------------------------------------
 
 
-def test_guard_issue_cases(store):
+def test_guard_issue_cases(store: Store) -> None:
     """34 then 33 (last_token 34); the same lease twice; strict; a second lease with 34."""
     with store.connect(autocommit=True) as conn:
         assert db.fence_guard(conn, "orders", lease(34), table=store.guard) == 34
@@ -79,7 +79,7 @@ def test_guard_issue_cases(store):
         assert info.value.last_token == 34
 
 
-def test_refused_guard_rolls_back_the_transaction(store):
+def test_refused_guard_rolls_back_the_transaction(store: Store) -> None:
     """Work done before a refused guard is rolled back with the caller's transaction."""
     with store.connect() as conn:
         db.fence_guard(conn, "orders", 34, table=store.guard)
@@ -90,7 +90,7 @@ def test_refused_guard_rolls_back_the_transaction(store):
     assert store.order() == ("new", 10, None)
 
 
-def test_update_on_null_token_then_stale(store):
+def test_update_on_null_token_then_stale(store: Store) -> None:
     """NULL token column: accepted, now holds 34; then 33 refused with last_token 34."""
     with store.connect(autocommit=True) as conn:
         assert db.fenced_update(conn, store.orders, {"status": "paid"}, {"id": 42}, 34) == 1
@@ -106,7 +106,7 @@ def test_update_on_null_token_then_stale(store):
     assert store.order() == ("paid", 10, 35)
 
 
-def test_injected_table_name_is_refused_and_nothing_runs(store):
+def test_injected_table_name_is_refused_and_nothing_runs(store: Store) -> None:
     """`orders; DROP TABLE x`: ValidationError naming "table"; x survives, no statement failed."""
     with store.connect() as conn:
         conn.execute(f"CREATE TABLE {store.schema}.x (id INT)")
@@ -120,12 +120,14 @@ def test_injected_table_name_is_refused_and_nothing_runs(store):
 # --- the lost update -----------------------------------------------------------------------------
 
 
-def test_lost_update_with_write_only_fencing(store):
+def test_lost_update_with_write_only_fencing(store: Store) -> None:
     """The stale holder (33) writes between the new holder's (34) plain read and its write: both
     writes are accepted and the stale one is silently overwritten."""
     with store.connect(autocommit=True) as conn:
         db.fenced_update(conn, store.orders, {"balance": 10}, {"id": 42}, 33)
-        balance = conn.execute(f"SELECT balance FROM {store.orders} WHERE id = 42").fetchone()[0]
+        read = conn.execute(f"SELECT balance FROM {store.orders} WHERE id = 42").fetchone()
+        assert read is not None
+        balance = read[0]
         db.fenced_update(conn, store.orders, {"balance": 15}, {"id": 42}, 33)  # stale +5, accepted
         db.fenced_update(conn, store.orders, {"balance": balance + 1}, {"id": 42}, 34)
     assert store.order() == ("new", 11, 34)  # the +5 is lost
@@ -143,7 +145,7 @@ def wait_until_blocked(observer: psycopg.Connection, pid: int) -> None:
     raise AssertionError(f"backend {pid} never waited on a lock")
 
 
-def test_fenced_read_prevents_the_lost_update(store):
+def test_fenced_read_prevents_the_lost_update(store: Store) -> None:
     """The new holder reads with fenced_read inside its transaction; the stale holder's write
     waits for it and is then refused, so no accepted write is lost."""
     with store.connect(autocommit=True) as setup:
@@ -182,7 +184,7 @@ WRITERS = 4
 ROUNDS = 60
 
 
-def test_concurrent_writers_interleaved_tokens(store):
+def test_concurrent_writers_interleaved_tokens(store: Store) -> None:
     """Four connections race each round for tokens r*4+1..r*4+4 (a barrier starts each round):
     the guard's token never decreases, the round's largest token always wins, every refusal names
     a larger accepted token, and no accepted write is lost."""
@@ -266,7 +268,9 @@ def test_concurrent_writers_interleaved_tokens(store):
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(accesses=accesses)
-def test_postgres_guard_accepts_what_the_model_accepts(store, accesses: list[Access]):
+def test_postgres_guard_accepts_what_the_model_accepts(
+    store: Store, accesses: list[Access]
+) -> None:
     """For any sequence of accesses (strict per access), the guard accepts what the model does."""
     resource = uuid.uuid4().hex
     history: list[tuple[int, int | None]] = []
@@ -290,7 +294,7 @@ def test_postgres_guard_accepts_what_the_model_accepts(store, accesses: list[Acc
 # --- SQLAlchemy on psycopg -----------------------------------------------------------------------
 
 
-def test_sqlalchemy_connection_on_postgres(store):
+def test_sqlalchemy_connection_on_postgres(store: Store) -> None:
     """Guard, update and fenced read through a SQLAlchemy Connection (postgresql+psycopg)."""
     engine = sa.create_engine(store.dsn.replace("postgresql://", "postgresql+psycopg://", 1))
     try:

@@ -43,7 +43,7 @@ def as_reply(client: redis.Redis, text: str) -> str | bytes:
 # --- values come back as the client returns them -------------------------------------------------
 
 
-def test_fenced_set_and_get(client, name):
+def test_fenced_set_and_get(client: redis.Redis, name: str) -> None:
     """A fenced SET stores the value; a fenced GET returns it (str or bytes, as the client does)."""
     res = RedisFencedResource(client, name)
     assert res.get(1) is None
@@ -53,7 +53,7 @@ def test_fenced_set_and_get(client, name):
     assert res.last_token == 1
 
 
-def test_fenced_hset_and_hgetall(client, name):
+def test_fenced_hset_and_hgetall(client: redis.Redis, name: str) -> None:
     """A fenced HSET counts new fields; a fenced HGETALL returns the hash as a dict."""
     res = RedisFencedResource(client, name)
     assert res.hgetall(1) == {}
@@ -69,7 +69,7 @@ def test_fenced_hset_and_hgetall(client, name):
 # --- the cases of issue 3 ------------------------------------------------------------------------
 
 
-def test_older_token_refused_and_nothing_written(client, name):
+def test_older_token_refused_and_nothing_written(client: redis.Redis, name: str) -> None:
     """34 then 33: StaleTokenError with last_token 34, and the value is not changed."""
     res = RedisFencedResource(client, name)
     res.set("by-34", 34)
@@ -81,7 +81,7 @@ def test_older_token_refused_and_nothing_written(client, name):
     assert client.get(res.data_key) == as_reply(client, "by-34")
 
 
-def test_same_lease_twice_and_strict(client, name):
+def test_same_lease_twice_and_strict(client: redis.Redis, name: str) -> None:
     """The same lease with 34 twice is accepted; strict refuses the second."""
     res = RedisFencedResource(client, name)
     res.set("a", lease(34))
@@ -93,7 +93,7 @@ def test_same_lease_twice_and_strict(client, name):
     assert client.get(res.data_key) == as_reply(client, "b")
 
 
-def test_two_leases_with_the_same_token(client, name):
+def test_two_leases_with_the_same_token(client: redis.Redis, name: str) -> None:
     """A second lease carrying 34 is refused (a duplicate grant); the first keeps working."""
     res = RedisFencedResource(client, name)
     res.hset({"v": 1}, lease(34, owner=0))
@@ -108,17 +108,19 @@ def test_two_leases_with_the_same_token(client, name):
 # --- the lost update -----------------------------------------------------------------------------
 
 
-def test_lost_update_with_write_only_fencing(client, name):
+def test_lost_update_with_write_only_fencing(client: redis.Redis, name: str) -> None:
     """A plain read by the new holder lets the stale holder's accepted write be overwritten."""
     res = RedisFencedResource(client, name)
     res.set(10, 33)
-    balance = int(client.get(res.data_key))  # the new holder (34) reads without fencing
+    plain = client.get(res.data_key)  # the new holder (34) reads without fencing
+    assert plain is not None
+    balance = int(plain)
     res.set(15, 33)  # the stale holder adds 5: accepted
     res.set(balance + 1, 34)
     assert client.get(res.data_key) == as_reply(client, "11")  # the +5 is lost
 
 
-def test_fenced_read_prevents_the_lost_update(client, name):
+def test_fenced_read_prevents_the_lost_update(client: redis.Redis, name: str) -> None:
     """A fenced GET moves the fence, so the stale holder's write is refused, not lost."""
     res = RedisFencedResource(client, name)
     res.set(10, 33)
@@ -133,7 +135,7 @@ def test_fenced_read_prevents_the_lost_update(client, name):
 # --- failures ------------------------------------------------------------------------------------
 
 
-def test_noscript_after_script_flush_reloads(client, name):
+def test_noscript_after_script_flush_reloads(client: redis.Redis, name: str) -> None:
     """After SCRIPT FLUSH the script is loaded again and the access goes through."""
     res = RedisFencedResource(client, name)
     res.set("a", 1)
@@ -143,7 +145,7 @@ def test_noscript_after_script_flush_reloads(client, name):
     assert res.last_token == 3
 
 
-def test_wrong_type_is_a_backend_error_and_moves_no_fence(client, name):
+def test_wrong_type_is_a_backend_error_and_moves_no_fence(client: redis.Redis, name: str) -> None:
     """HSET on a string key: BackendError caused by Redis's ResponseError; the fence stays."""
     res = RedisFencedResource(client, name)
     res.set("a string", 5)
@@ -154,7 +156,7 @@ def test_wrong_type_is_a_backend_error_and_moves_no_fence(client, name):
     assert res.last_token == 5
 
 
-def test_unreachable_redis_is_a_backend_error():
+def test_unreachable_redis_is_a_backend_error() -> None:
     """No server on the port: BackendError caused by redis's ConnectionError."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -168,11 +170,11 @@ def test_unreachable_redis_is_a_backend_error():
             _ = res.last_token
 
 
-def test_bad_arguments_send_nothing(client, name):
+def test_bad_arguments_send_nothing(client: redis.Redis, name: str) -> None:
     """A bool token, an empty mapping, a bad value: ValidationError, and no key is created."""
     res = RedisFencedResource(client, name)
     with pytest.raises(ValidationError) as info:
-        res.set("x", True)  # type: ignore[arg-type]
+        res.set("x", True)
     assert info.value.argument == "token_or_lease"
     with pytest.raises(ValidationError) as info:
         res.hset({}, 1)
@@ -185,7 +187,7 @@ def test_bad_arguments_send_nothing(client, name):
         RedisFencedResource(client, "")
 
 
-def test_keys_share_a_hash_slot(client):
+def test_keys_share_a_hash_slot(client: redis.Redis) -> None:
     """Data and fence keys differ only after the closing brace (one Redis Cluster slot)."""
     res = RedisFencedResource(client, "order:42", prefix="app")
     assert (res.data_key, res.fence_key) == ("app:{order:42}", "app:{order:42}:fence")
@@ -197,7 +199,7 @@ WRITERS = 4
 ROUNDS = 100
 
 
-def test_concurrent_writers_interleaved_tokens(redis_url, name):
+def test_concurrent_writers_interleaved_tokens(redis_url: str, name: str) -> None:
     """Four clients race each round (one barrier per round): the round's largest token always
     wins, every refusal names a larger accepted token, and the value ends at the last winner's."""
     barrier = threading.Barrier(WRITERS)
@@ -246,7 +248,7 @@ def test_concurrent_writers_interleaved_tokens(redis_url, name):
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(accesses=accesses)
-def test_scripts_accept_what_the_model_accepts(redis_url, accesses: list[Access]):
+def test_scripts_accept_what_the_model_accepts(redis_url: str, accesses: list[Access]) -> None:
     """For any sequence of accesses (strict per access: two resources on one name), the scripts
     accept what the model accepts."""
     name = f"model:{uuid.uuid4().hex}"

@@ -26,7 +26,7 @@ def engine(tmp_path: Path) -> Iterator[sa.Engine]:
     engine.dispose()
 
 
-def test_issue_cases_through_a_connection(engine):
+def test_issue_cases_through_a_connection(engine: sa.Engine) -> None:
     """34 then 33 refused (last_token 34); same lease again accepted, strict refused; a second
     lease with 34 refused."""
     with engine.begin() as conn:
@@ -41,7 +41,7 @@ def test_issue_cases_through_a_connection(engine):
             db.fence_guard(conn, "orders", lease(34, owner=1))
 
 
-def test_update_and_read_through_a_connection(engine):
+def test_update_and_read_through_a_connection(engine: sa.Engine) -> None:
     """NULL token accepted and stored; a fenced read moves the token; stale writes are refused."""
     with engine.begin() as conn:
         assert db.fenced_update(conn, "orders", {"status": "paid"}, {"id": 42}, 34) == 1
@@ -59,7 +59,7 @@ def test_update_and_read_through_a_connection(engine):
         ]
 
 
-def test_refusal_rolls_back_the_callers_transaction(engine):
+def test_refusal_rolls_back_the_callers_transaction(engine: sa.Engine) -> None:
     """StaleTokenError raised inside engine.begin() rolls back the work done before it."""
     with engine.begin() as conn:
         db.fence_guard(conn, "orders", 34)
@@ -70,7 +70,7 @@ def test_refusal_rolls_back_the_callers_transaction(engine):
         assert conn.exec_driver_sql("SELECT status FROM orders").scalar() == "new"
 
 
-def test_works_through_an_orm_session(engine):
+def test_works_through_an_orm_session(engine: sa.Engine) -> None:
     """A Session is accepted like a Connection."""
     with Session(engine) as session, session.begin():
         assert db.fenced_update(session, "orders", {"status": "s"}, {"id": 42}, 7) == 1
@@ -79,7 +79,7 @@ def test_works_through_an_orm_session(engine):
         assert conn.exec_driver_sql("SELECT status, fencing_token FROM orders").one() == ("s", 7)
 
 
-def test_injected_names_are_refused_and_nothing_runs(engine):
+def test_injected_names_are_refused_and_nothing_runs(engine: sa.Engine) -> None:
     """`orders; DROP TABLE x` as a table: ValidationError naming "table", no statement sent."""
     sent: list[str] = []
     sa.event.listen(engine, "before_cursor_execute", lambda *args: sent.append(args[2]))
@@ -93,7 +93,7 @@ def test_injected_names_are_refused_and_nothing_runs(engine):
     assert [s for s in sent if "orders" in s or "DROP" in s] == []
 
 
-def test_driver_errors_become_backend_errors(engine):
+def test_driver_errors_become_backend_errors(engine: sa.Engine) -> None:
     """A missing table reaches the caller as BackendError caused by SQLAlchemy's error."""
     with engine.begin() as conn, pytest.raises(BackendError) as info:
         db.fenced_update(conn, "nowhere", {"a": 1}, {"id": 1}, 1)

@@ -6,6 +6,7 @@ import multiprocessing
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -32,7 +33,7 @@ def conn(tmp_path: Path) -> Iterator[sqlite3.Connection]:
     c.close()
 
 
-def row(conn: sqlite3.Connection, order_id: int = 42) -> tuple[object, ...]:
+def row(conn: sqlite3.Connection, order_id: int = 42) -> Any:
     return conn.execute(
         "SELECT status, fencing_token FROM orders WHERE id = ?", (order_id,)
     ).fetchone()
@@ -41,7 +42,7 @@ def row(conn: sqlite3.Connection, order_id: int = 42) -> tuple[object, ...]:
 # --- fence_guard: the cases of issue 3 ------------------------------------------------------------
 
 
-def test_guard_refuses_older_token_with_last_token(conn):
+def test_guard_refuses_older_token_with_last_token(conn: sqlite3.Connection) -> None:
     """Guard: 34 accepted, then 33 refused with last_token == 34; the guard row keeps 34."""
     assert db.fence_guard(conn, "orders", 34) == 34
     with pytest.raises(StaleTokenError) as info:
@@ -51,7 +52,7 @@ def test_guard_refuses_older_token_with_last_token(conn):
     assert conn.execute("SELECT fencing_token FROM fencedlease_guard").fetchall() == [(34,)]
 
 
-def test_guard_same_lease_twice_accepted_strict_refused(conn):
+def test_guard_same_lease_twice_accepted_strict_refused(conn: sqlite3.Connection) -> None:
     """Guard: the same lease with 34 twice is accepted; under strict the second is refused."""
     assert db.fence_guard(conn, "orders", lease(34)) == 34
     assert db.fence_guard(conn, "orders", lease(34)) == 34
@@ -61,7 +62,7 @@ def test_guard_same_lease_twice_accepted_strict_refused(conn):
     assert "fences strictly" in str(info.value)
 
 
-def test_guard_refuses_second_lease_with_same_token(conn):
+def test_guard_refuses_second_lease_with_same_token(conn: sqlite3.Connection) -> None:
     """Guard: two different leases both carrying 34, the second is refused (duplicate grant)."""
     db.fence_guard(conn, "orders", lease(34, owner=0))
     with pytest.raises(StaleTokenError, match="different lease") as info:
@@ -71,7 +72,7 @@ def test_guard_refuses_second_lease_with_same_token(conn):
     assert db.fence_guard(conn, "orders", lease(35, owner=1)) == 35
 
 
-def test_guard_resources_are_independent(conn):
+def test_guard_resources_are_independent(conn: sqlite3.Connection) -> None:
     """Each resource has its own guard row."""
     db.fence_guard(conn, "orders", 34)
     assert db.fence_guard(conn, "invoices", 1) == 1
@@ -81,7 +82,7 @@ def test_guard_resources_are_independent(conn):
     ]
 
 
-def test_guard_in_schema_qualified_custom_table(conn):
+def test_guard_in_schema_qualified_custom_table(conn: sqlite3.Connection) -> None:
     """table= may name another table, schema-qualified (SQLite's "main" schema here)."""
     db.create_guard_table(conn, table="main.my_guard")
     assert db.fence_guard(conn, "orders", 7, table="main.my_guard") == 7
@@ -90,7 +91,7 @@ def test_guard_in_schema_qualified_custom_table(conn):
     ]
 
 
-def test_guard_without_table_is_a_backend_error(tmp_path):
+def test_guard_without_table_is_a_backend_error(tmp_path: Path) -> None:
     """A missing guard table reaches the caller as BackendError with sqlite3's error as cause."""
     c = connect(tmp_path / "empty.db")
     with pytest.raises(BackendError) as info:
@@ -102,13 +103,13 @@ def test_guard_without_table_is_a_backend_error(tmp_path):
 # --- fenced_update --------------------------------------------------------------------------------
 
 
-def test_update_on_null_token_column_accepts_and_stores_token(conn):
+def test_update_on_null_token_column_accepts_and_stores_token(conn: sqlite3.Connection) -> None:
     """A row whose token column is NULL is updated, and then holds the token."""
     assert db.fenced_update(conn, "orders", {"status": "shipped"}, {"id": 42}, 34) == 1
     assert row(conn) == ("shipped", 34)
 
 
-def test_update_refuses_older_token_and_changes_nothing(conn):
+def test_update_refuses_older_token_and_changes_nothing(conn: sqlite3.Connection) -> None:
     """34 then 33: StaleTokenError with last_token 34 and the row unchanged."""
     db.fenced_update(conn, "orders", {"status": "paid"}, {"id": 42}, lease(34))
     with pytest.raises(StaleTokenError) as info:
@@ -117,7 +118,7 @@ def test_update_refuses_older_token_and_changes_nothing(conn):
     assert row(conn) == ("paid", 34)
 
 
-def test_update_equal_token_accepted_unless_strict(conn):
+def test_update_equal_token_accepted_unless_strict(conn: sqlite3.Connection) -> None:
     """The same token again updates; strict refuses it."""
     db.fenced_update(conn, "orders", {"status": "paid"}, {"id": 42}, 34)
     assert db.fenced_update(conn, "orders", {"status": "packed"}, {"id": 42}, 34) == 1
@@ -127,7 +128,7 @@ def test_update_equal_token_accepted_unless_strict(conn):
     assert db.fenced_update(conn, "orders", {"status": "shipped"}, {"id": 42}, 35, strict=True) == 1
 
 
-def test_update_of_missing_row_is_row_not_found(conn):
+def test_update_of_missing_row_is_row_not_found(conn: sqlite3.Connection) -> None:
     """No row matches: RowNotFoundError (a LookupError, a FencedLeaseError), not StaleTokenError."""
     with pytest.raises(db.RowNotFoundError) as info:
         db.fenced_update(conn, "orders", {"status": "shipped"}, {"id": 43}, 34)
@@ -137,7 +138,7 @@ def test_update_of_missing_row_is_row_not_found(conn):
     assert (info.value.table, info.value.where) == ("orders", {"id": 43})
 
 
-def test_update_where_none_means_is_null_and_counts_rows(conn):
+def test_update_where_none_means_is_null_and_counts_rows(conn: sqlite3.Connection) -> None:
     """A None in where matches NULL; several matching rows are all updated and counted."""
     conn.executemany("INSERT INTO orders (id, status) VALUES (?, ?)", [(1, "new"), (2, "new")])
     assert db.fenced_update(conn, "orders", {"status": "seen"}, {"note": None}, 5) == 3
@@ -146,7 +147,7 @@ def test_update_where_none_means_is_null_and_counts_rows(conn):
     ]
 
 
-def test_update_custom_token_column(conn):
+def test_update_custom_token_column(conn: sqlite3.Connection) -> None:
     """token_column names another column."""
     conn.execute("CREATE TABLE docs (id INTEGER PRIMARY KEY, body TEXT, fence BIGINT)")
     conn.execute("INSERT INTO docs (id, body, fence) VALUES (1, 'a', 9)")
@@ -159,7 +160,7 @@ def test_update_custom_token_column(conn):
 # --- fenced_read ----------------------------------------------------------------------------------
 
 
-def test_read_returns_rows_and_moves_the_token(conn):
+def test_read_returns_rows_and_moves_the_token(conn: sqlite3.Connection) -> None:
     """A fenced read returns the row as dicts and leaves the token at the reader's."""
     assert db.fenced_read(conn, "orders", {"id": 42}, 34) == [
         {"id": 42, "status": "new", "note": None, "fencing_token": 34}
@@ -172,7 +173,7 @@ def test_read_returns_rows_and_moves_the_token(conn):
         db.fenced_read(conn, "orders", {"id": 43}, 34)
 
 
-def test_lost_update_with_write_only_fencing(conn):
+def test_lost_update_with_write_only_fencing(conn: sqlite3.Connection) -> None:
     """Write-only fencing loses an update: the stale holder's write lands between the new holder's
     plain read and its write, is accepted, and is then overwritten."""
     conn.execute("UPDATE orders SET note = '10', fencing_token = 33 WHERE id = 42")
@@ -185,7 +186,7 @@ def test_lost_update_with_write_only_fencing(conn):
     assert conn.execute("SELECT note FROM orders").fetchone() == ("11",)  # the +5 is gone
 
 
-def test_fenced_read_prevents_the_lost_update(conn):
+def test_fenced_read_prevents_the_lost_update(conn: sqlite3.Connection) -> None:
     """With a fenced read the stale holder's write is refused, so no accepted write is lost."""
     conn.execute("UPDATE orders SET note = '10', fencing_token = 33 WHERE id = 42")
     stale, fresh = 33, 34
@@ -201,7 +202,7 @@ def test_fenced_read_prevents_the_lost_update(conn):
 
 
 @pytest.fixture
-def traced(conn):
+def traced(conn: sqlite3.Connection) -> Iterator[tuple[sqlite3.Connection, list[str]]]:
     """conn, recording every statement SQLite is asked to run."""
     statements: list[str] = []
     conn.execute("CREATE TABLE x (id INTEGER)")
@@ -211,7 +212,9 @@ def traced(conn):
     conn.set_trace_callback(None)
 
 
-def test_injected_table_name_is_refused_and_nothing_runs(traced):
+def test_injected_table_name_is_refused_and_nothing_runs(
+    traced: tuple[sqlite3.Connection, list[str]],
+) -> None:
     """A table named `orders; DROP TABLE x`: ValidationError naming "table", no statement run."""
     conn, statements = traced
     evil = "orders; DROP TABLE x"
@@ -246,10 +249,12 @@ def test_injected_table_name_is_refused_and_nothing_runs(traced):
         ({"table": "x" * 64}, "table"),
     ],
 )
-def test_bad_arguments_are_refused_and_nothing_runs(traced, kwargs, argument):
+def test_bad_arguments_are_refused_and_nothing_runs(
+    traced: tuple[sqlite3.Connection, list[str]], kwargs: dict[str, Any], argument: str
+) -> None:
     """Every bad name or token is a ValidationError naming its argument, before any SQL."""
     conn, statements = traced
-    call = {
+    call: dict[str, Any] = {
         "table": "orders",
         "values": {"status": "shipped"},
         "where": {"id": 42},
@@ -262,14 +267,16 @@ def test_bad_arguments_are_refused_and_nothing_runs(traced, kwargs, argument):
     assert statements == []
 
 
-def test_read_columns_and_resource_are_validated(traced):
+def test_read_columns_and_resource_are_validated(
+    traced: tuple[sqlite3.Connection, list[str]],
+) -> None:
     """fenced_read checks its columns, fence_guard its resource name, before any SQL."""
     conn, statements = traced
     with pytest.raises(ValidationError) as info:
         db.fenced_read(conn, "orders", {"id": 42}, 34, columns=["status, (SELECT 1)"])
     assert info.value.argument == "columns"
     with pytest.raises(ValidationError) as info:
-        db.fenced_read(conn, "orders", {"id": 42}, 34, columns="status")  # type: ignore[arg-type]
+        db.fenced_read(conn, "orders", {"id": 42}, 34, columns="status")
     assert info.value.argument == "columns"
     with pytest.raises(ValidationError) as info:
         db.fence_guard(conn, "", 34)
@@ -277,7 +284,7 @@ def test_read_columns_and_resource_are_validated(traced):
     assert statements == []
 
 
-def test_values_are_bound_not_spliced(conn):
+def test_values_are_bound_not_spliced(conn: sqlite3.Connection) -> None:
     """A value full of SQL is stored as text."""
     evil = "x'); DROP TABLE orders; --"
     db.fenced_update(conn, "orders", {"status": evil}, {"id": 42}, 1)
@@ -291,7 +298,7 @@ def test_values_are_bound_not_spliced(conn):
 
 @settings(max_examples=150, deadline=None)
 @given(accesses=accesses)
-def test_sqlite_guard_accepts_what_the_model_accepts(accesses: list[Access]):
+def test_sqlite_guard_accepts_what_the_model_accepts(accesses: list[Access]) -> None:
     """For any sequence of accesses (strict chosen per access), the guard accepts what the model
     accepts, and its row always holds the largest accepted token."""
     conn = sqlite3.connect(":memory:")
@@ -338,7 +345,7 @@ def _writer(path: str, index: int, barrier: object, results: object) -> None:
     results.put((index, accepted, refused))  # type: ignore[attr-defined]
 
 
-def test_two_processes_interleaved_tokens(tmp_path):
+def test_two_processes_interleaved_tokens(tmp_path: Path) -> None:
     """Two processes on one SQLite file, interleaved tokens: the stored token never decreases,
     every refusal names a larger accepted token, and no accepted write is lost."""
     path = tmp_path / "shared.db"

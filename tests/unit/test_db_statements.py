@@ -67,7 +67,9 @@ UPDATE = (
         ),
     ],
 )
-def test_fenced_update_sql_per_paramstyle(style, placeholders, params):
+def test_fenced_update_sql_per_paramstyle(
+    style: str, placeholders: tuple[str, ...], params: object
+) -> None:
     """One UPDATE, quoted names, every value a parameter in the driver's own style."""
     conn, log = fake_connection(style)
     updated = db.fenced_update(
@@ -77,14 +79,14 @@ def test_fenced_update_sql_per_paramstyle(style, placeholders, params):
     assert log == [(UPDATE.format(*placeholders), params)]
 
 
-def test_strict_update_uses_less_than():
+def test_strict_update_uses_less_than() -> None:
     """strict=True compares with < instead of <=."""
     conn, log = fake_connection("qmark")
     db.fenced_update(conn, "orders", {"a": 1}, {"id": 1}, 5, strict=True)
     assert log[0][0].endswith('("fencing_token" IS NULL OR "fencing_token" < ?)')
 
 
-def test_guard_sql_binds_resource_token_and_fingerprint():
+def test_guard_sql_binds_resource_token_and_fingerprint() -> None:
     """The guard's upsert binds resource, token and fingerprint (None for an int), nothing else."""
     conn, log = fake_connection("format")
     with pytest.raises(StaleTokenError):  # the fake returns no rows: read as a refusal
@@ -98,7 +100,7 @@ def test_guard_sql_binds_resource_token_and_fingerprint():
     assert params == ["orders; --", 34, None]
 
 
-def test_unknown_connection_is_a_validation_error():
+def test_unknown_connection_is_a_validation_error() -> None:
     """An object from a module without a DB-API paramstyle is refused, naming "conn"."""
     with pytest.raises(ValidationError) as info:
         db.fenced_update(object(), "orders", {"a": 1}, {"id": 1}, 5)

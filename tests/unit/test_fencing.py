@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import pickle
 import threading
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -32,7 +33,7 @@ from fencedlease._fencing import (
 # --- the cases of issue 3 ------------------------------------------------------------------------
 
 
-def test_older_token_is_refused_with_last_token():
+def test_older_token_is_refused_with_last_token() -> None:
     """34 accepted, then 33 is refused with last_token == 34."""
     orders = FencedResource("orders")
     assert orders.accept(34) == 34
@@ -42,7 +43,7 @@ def test_older_token_is_refused_with_last_token():
     assert orders.last_token == 34
 
 
-def test_same_lease_twice_is_accepted():
+def test_same_lease_twice_is_accepted() -> None:
     """The same lease presenting 34 twice is accepted both times."""
     orders = FencedResource("orders")
     assert orders.accept(lease(34)) == 34
@@ -50,7 +51,7 @@ def test_same_lease_twice_is_accepted():
     assert orders.last_token == 34
 
 
-def test_same_lease_twice_is_refused_when_strict():
+def test_same_lease_twice_is_refused_when_strict() -> None:
     """Under strict fencing the second access with 34 is refused."""
     orders = FencedResource("orders", strict=True)
     orders.accept(lease(34))
@@ -60,7 +61,7 @@ def test_same_lease_twice_is_refused_when_strict():
     assert "fences strictly" in str(info.value)
 
 
-def test_two_leases_with_the_same_token_second_is_refused():
+def test_two_leases_with_the_same_token_second_is_refused() -> None:
     """A duplicate grant (two leases, one number) is refused for the second lease."""
     orders = FencedResource("orders")
     orders.accept(lease(34, owner=0))
@@ -74,7 +75,7 @@ def test_two_leases_with_the_same_token_second_is_refused():
     assert orders.accept(lease(35, owner=1)) == 35
 
 
-def test_bare_int_is_an_unknown_lease():
+def test_bare_int_is_an_unknown_lease() -> None:
     """An int has no fingerprint: the same number is accepted after a lease, and vice versa."""
     orders = FencedResource("orders")
     orders.accept(lease(34, owner=0))
@@ -91,7 +92,7 @@ def test_bare_int_is_an_unknown_lease():
         other.accept(lease(34, owner=2))
 
 
-def test_larger_token_replaces_the_fingerprint():
+def test_larger_token_replaces_the_fingerprint() -> None:
     """A larger token is accepted from any lease, and its fingerprint (or None) is recorded."""
     orders = FencedResource("orders")
     orders.accept(lease(1, owner=0))
@@ -99,7 +100,7 @@ def test_larger_token_replaces_the_fingerprint():
     assert (orders.last_token, orders.last_fingerprint) == (2, None)
 
 
-def test_fresh_resource_has_no_last_token():
+def test_fresh_resource_has_no_last_token() -> None:
     """Before the first access last_token is None, and token 0 is accepted."""
     orders = FencedResource("orders")
     assert orders.last_token is None
@@ -115,7 +116,7 @@ def test_fresh_resource_has_no_last_token():
     [True, False, 3.0, None, "34", -1, MAX_FENCING_TOKEN + 1, object(), lease(None)],
     ids=["True", "False", "float", "None", "str", "negative", "too-big", "object", "no-token"],
 )
-def test_not_a_token_or_lease_is_a_validation_error(bad):
+def test_not_a_token_or_lease_is_a_validation_error(bad: Any) -> None:
     """Anything but an int in range or a lease with a token is refused before any state change."""
     orders = FencedResource("orders")
     with pytest.raises(ValidationError) as info:
@@ -125,20 +126,20 @@ def test_not_a_token_or_lease_is_a_validation_error(bad):
     assert orders.last_token is None
 
 
-def test_lease_with_bool_token_or_empty_owner_is_refused():
+def test_lease_with_bool_token_or_empty_owner_is_refused() -> None:
     """A lease's fencing_token must be an int (not bool), its owner_token a non-empty str."""
     with pytest.raises(ValidationError, match="must be an int"):
-        coerce_access(FakeLease("k", "x" * 32, True))  # type: ignore[arg-type]
+        coerce_access(FakeLease("k", "x" * 32, True))
     with pytest.raises(ValidationError, match="owner_token"):
         coerce_access(FakeLease("k", "", 3))
 
 
-def test_max_token_is_accepted():
+def test_max_token_is_accepted() -> None:
     """2**53 - 1 is the largest token (Lua numbers are doubles)."""
     assert coerce_access(MAX_FENCING_TOKEN) == FencingAccess(9_007_199_254_740_991, None)
 
 
-def test_resource_name_must_be_a_non_empty_str():
+def test_resource_name_must_be_a_non_empty_str() -> None:
     """FencedResource("") and FencedResource(3) are ValidationErrors naming "name"."""
     for bad in ("", 3):
         with pytest.raises(ValidationError) as info:
@@ -149,7 +150,7 @@ def test_resource_name_must_be_a_non_empty_str():
 # --- fingerprints and secrecy ---------------------------------------------------------------------
 
 
-def test_owner_fingerprint_is_16_hex_of_sha256():
+def test_owner_fingerprint_is_16_hex_of_sha256() -> None:
     """The fingerprint is the first 16 hex characters of SHA-256 of the owner token."""
     assert owner_fingerprint("abc") == "ba7816bf8f01cfea"
     assert owner_fingerprint(OWNERS[0]) == hashlib.sha256(OWNERS[0].encode()).hexdigest()[:16]
@@ -157,7 +158,7 @@ def test_owner_fingerprint_is_16_hex_of_sha256():
         owner_fingerprint("")
 
 
-def test_owner_token_never_appears_in_repr_or_errors():
+def test_owner_token_never_appears_in_repr_or_errors() -> None:
     """Neither the resource's repr nor a refusal reveals the secret owner token."""
     orders = FencedResource("orders")
     orders.accept(lease(34, owner=0))
@@ -169,7 +170,7 @@ def test_owner_token_never_appears_in_repr_or_errors():
     assert repr(orders) == "FencedResource('orders', strict=False, last_token=34)"
 
 
-def test_stale_token_error_survives_pickling():
+def test_stale_token_error_survives_pickling() -> None:
     """A refusal crosses process boundaries with its attributes and message intact."""
     orders = FencedResource("orders")
     orders.accept(34)
@@ -187,7 +188,7 @@ def test_stale_token_error_survives_pickling():
 # --- concurrency ----------------------------------------------------------------------------------
 
 
-def test_concurrent_accepts_keep_the_largest_and_refuse_only_stale():
+def test_concurrent_accepts_keep_the_largest_and_refuse_only_stale() -> None:
     """Eight threads released by one barrier: last_token ends at the maximum, and every refusal
     names a larger token that was really accepted."""
     orders = FencedResource("orders")
@@ -195,7 +196,7 @@ def test_concurrent_accepts_keep_the_largest_and_refuse_only_stale():
     per_thread = 250
     barrier = threading.Barrier(threads)
     accepted: list[list[int]] = [[] for _ in range(threads)]
-    refused: list[list[tuple[int, int]]] = [[] for _ in range(threads)]
+    refused: list[list[tuple[int, int | None]]] = [[] for _ in range(threads)]
 
     def work(i: int) -> None:
         barrier.wait()
@@ -229,7 +230,9 @@ def test_concurrent_accepts_keep_the_largest_and_refuse_only_stale():
 
 @settings(max_examples=300, deadline=None)
 @given(accesses=accesses, strict=st.booleans())
-def test_fenced_resource_accepts_what_the_model_accepts(accesses: list[Access], strict: bool):
+def test_fenced_resource_accepts_what_the_model_accepts(
+    accesses: list[Access], strict: bool
+) -> None:
     """For any sequence of accesses, FencedResource accepts exactly what the model accepts."""
     orders = FencedResource("orders", strict=strict)
     history: list[tuple[int, int | None]] = []

@@ -72,7 +72,7 @@ def attempt(access: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[bool
 
 @settings(max_examples=300, deadline=None)
 @given(accesses=accesses)
-def test_decide_accepts_what_the_model_accepts(accesses: list[Access]):
+def test_decide_accepts_what_the_model_accepts(accesses: list[Access]) -> None:
     """The pure rule, with strict chosen per access, agrees with the model."""
     state: FenceState | None = None
     history: list[tuple[int, int | None]] = []

@@ -16,7 +16,7 @@ def script_text(name: str) -> str:
 
 
 @pytest.mark.parametrize("name", ["fenced_check"] + [f"fenced_{op}" for op in OPS])
-def test_each_script_opens_with_keys_argv_and_returns(name):
+def test_each_script_opens_with_keys_argv_and_returns(name: str) -> None:
     """Every fenced script's opening comment block names its KEYS, ARGV and return shape."""
     header = []
     for line in script_text(name).splitlines():
@@ -30,7 +30,7 @@ def test_each_script_opens_with_keys_argv_and_returns(name):
 
 
 @pytest.mark.parametrize("op", OPS)
-def test_each_loaded_script_is_the_check_then_the_op(op):
+def test_each_loaded_script_is_the_check_then_the_op(op: str) -> None:
     """The script sent to Redis is fenced_check.lua followed by fenced_<op>.lua, so the rule exists
     once in Lua, and only the check calls HMGET on the fence."""
     loaded = redis_fencing._FencedScript.load(op)
