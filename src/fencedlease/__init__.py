@@ -17,16 +17,19 @@ from ._errors import (
     StaleTokenError,
     ValidationError,
 )
+from ._fencing import FencedResource
 from ._lease import AcquireResult, Lease, LeaseInfo, LeaseOutcome
 from ._manager import LeaseManager
 from ._protocol import owner_fingerprint
 from ._redis_backend import RedisBackend
+from .redis_fencing import RedisFencedResource
 
 __all__ = [
     "AcquireResult",
     "BackendError",
     "Clock",
     "FencedLeaseError",
+    "FencedResource",
     "Lease",
     "LeaseBackend",
     "LeaseInfo",
@@ -35,6 +38,7 @@ __all__ = [
     "LeaseNotAcquiredError",
     "LeaseOutcome",
     "RedisBackend",
+    "RedisFencedResource",
     "StaleTokenError",
     "SystemClock",
     "ValidationError",
