@@ -15,7 +15,7 @@ from typing import Protocol
 
 from ._protocol import AcquireReply, InspectReply
 
-__all__ = ["LeaseBackend", "RenewItem"]
+__all__ = ["AsyncLeaseBackend", "LeaseBackend", "RenewItem"]
 
 RenewItem = tuple[str, str, int]
 """``(key, owner_token, ttl_ms)``: one renewal in a batch."""
@@ -54,5 +54,44 @@ class LeaseBackend(Protocol):
         ...
 
     def close(self) -> None:
+        """Release the backend's own resources (connections it created)."""
+        ...
+
+
+class AsyncLeaseBackend(Protocol):
+    """What :class:`~fencedlease.aio.AsyncLeaseManager` needs from a store: :class:`LeaseBackend`
+    with every method awaited, the same meanings, the same atomicity and the same errors.
+
+    Cancellation: a cancelled call may or may not have run at the store (the command can land
+    after the caller stopped listening). The manager relies on every method being safe to repeat
+    or to follow by a release with the same owner token; it never assumes a cancelled call did
+    nothing.
+    """
+
+    async def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
+        """As :meth:`LeaseBackend.acquire`."""
+        ...
+
+    async def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
+        """As :meth:`LeaseBackend.renew`."""
+        ...
+
+    async def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
+        """As :meth:`LeaseBackend.renew_many`: one round trip where the store allows."""
+        ...
+
+    async def release(self, key: str, owner_token: str) -> bool:
+        """As :meth:`LeaseBackend.release`."""
+        ...
+
+    async def inspect(self, key: str) -> InspectReply | None:
+        """As :meth:`LeaseBackend.inspect`."""
+        ...
+
+    async def force_release(self, key: str) -> bool:
+        """As :meth:`LeaseBackend.force_release`."""
+        ...
+
+    async def close(self) -> None:
         """Release the backend's own resources (connections it created)."""
         ...

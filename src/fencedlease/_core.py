@@ -20,19 +20,31 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import random
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Protocol
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from ._errors import BackendError, LeaseLostError, ValidationError
+from ._protocol import AcquireReply, new_owner_token, owner_fingerprint
+from ._validate import check_key, check_ms
+
 __all__ = [
     "SYSTEM_CLOCK",
+    "AcquireAttempt",
     "Clock",
     "LeaseState",
+    "LeaseView",
     "LossReason",
     "RenewalEntry",
     "RenewalSchedule",
     "SystemClock",
+    "is_ambiguous",
+    "restored_state",
 ]
 
 
@@ -254,6 +266,32 @@ class RenewalSchedule:
             batch.append(entry)
         return batch
 
+    def pop_batch(self, now: float, limit: int) -> list[RenewalEntry]:
+        """:meth:`pop_due`, then, if anything was due, fill the batch up to ``limit`` with the
+        entries due next, as long as each is due within half its own heartbeat.
+
+        Renewing early is always safe (it only moves the deadline later), and it is what keeps the
+        round trips down: leases acquired at scattered moments would otherwise each get a round
+        trip of their own. Renewed together, they are due together again, so ``n`` leases settle
+        into ``ceil(n / limit)`` round trips per heartbeat. No entry is renewed more than half a
+        heartbeat early.
+        """
+        batch = self.pop_due(now, limit)
+        if not batch:
+            return batch
+        due = self._due
+        while due and len(batch) < limit:
+            when, _, entry = due[0]
+            if not entry.active or when != entry.next_due:
+                heapq.heappop(due)
+                continue
+            if when > now + entry.heartbeat_s / 2:
+                break
+            heapq.heappop(due)
+            entry.next_due = float("inf")
+            batch.append(entry)
+        return batch
+
     def pop_expired(self, now: float) -> list[RenewalEntry]:
         """Mark lost (rule 2) and stop renewing every active entry whose deadline is at or before
         ``now``; return them."""
@@ -314,3 +352,264 @@ class RenewalSchedule:
                     state.mark_lost(LossReason.RENEW_REFUSED)
                 self.remove(entry)
         return errors
+
+
+def is_ambiguous(exc: BackendError) -> bool:
+    """True when a command may have run although no reply came (a connection reset or a timeout
+    after sending), so only an idempotent retry is safe: for acquire, the same owner token."""
+    return isinstance(exc.__cause__, (RedisConnectionError, RedisTimeoutError))
+
+
+class AcquireAttempt:
+    """The pure half of one acquire call, shared by the sync and async loops.
+
+    It owns the attempt's owner token (one per call, reused by every retry, so a retry after a
+    lost reply is recognised by the script), the wait budget (``wait_ms`` on the monotonic clock),
+    the retry delay (``retry_delay_ms`` randomised ±50% so waiters do not retry in lock-step), the
+    ambiguous-error rule, and what a grant becomes. A face's loop::
+
+        attempt.sending()
+        try:
+            reply = backend.acquire(key, attempt.owner_token, ttl_ms)      # (await)
+        except BackendError as exc:
+            if not attempt.may_resend(exc):
+                raise
+            attempt.sending()
+            reply = backend.acquire(key, attempt.owner_token, ttl_ms)      # (await)
+        if reply.acquired:
+            return attempt.granted(reply)        # a LeaseState
+        delay = attempt.not_acquired()           # seconds to sleep, None: the budget is spent
+
+    ``uncertain`` tells whether the key may be held under this owner token without the caller
+    knowing: a command was sent and not answered, or an ambiguous error was seen. An attempt
+    abandoned in that state (cancelled, or failed) must be cleaned up by a release with
+    ``owner_token``.
+    """
+
+    __slots__ = (
+        "_ambiguous",
+        "_clock",
+        "_in_flight",
+        "_uniform",
+        "give_up",
+        "key",
+        "owner_token",
+        "retry_delay_ms",
+        "sent_mono",
+        "sent_wall",
+        "ttl_ms",
+    )
+
+    def __init__(
+        self,
+        key: str,
+        ttl_ms: int,
+        wait_ms: int,
+        retry_delay_ms: int,
+        clock: Clock,
+        uniform: Callable[[float, float], float] = random.uniform,
+    ) -> None:
+        self.key = key
+        self.ttl_ms = ttl_ms
+        self.retry_delay_ms = retry_delay_ms
+        self.owner_token = new_owner_token()
+        self._clock = clock
+        self._uniform = uniform
+        self.give_up = clock.monotonic() + wait_ms / 1000
+        self.sent_mono = self.sent_wall = 0.0
+        self._in_flight = False
+        self._ambiguous = False
+
+    @property
+    def uncertain(self) -> bool:
+        """Whether the key may be held under :attr:`owner_token` unbeknown to the caller."""
+        return self._in_flight or self._ambiguous
+
+    def sending(self) -> None:
+        """Record that an acquire is about to be sent: the deadline of a grant counts from now."""
+        self.sent_mono, self.sent_wall = self._clock.monotonic(), self._clock.time()
+        self._in_flight = True
+
+    def may_resend(self, exc: BackendError) -> bool:
+        """Whether to send the same acquire once more after ``exc`` (see :func:`is_ambiguous`)."""
+        if is_ambiguous(exc):
+            self._ambiguous = True  # sticky: the lost command may still land after a retry
+            return True
+        self._in_flight = False  # Redis refused it: nothing ran
+        return False
+
+    def granted(self, reply: AcquireReply) -> LeaseState:
+        """The state of the lease ``reply`` granted (``reply.acquired`` must be true)."""
+        self._in_flight = False
+        return LeaseState.granted(
+            self.key, self.owner_token, reply.fencing_token, self.ttl_ms, self.sent_mono,
+            self.sent_wall,
+        )  # fmt: skip
+
+    def not_acquired(self) -> float | None:
+        """After a "held by another owner" reply: the seconds to sleep before the next try (never
+        past the wait budget), or None when the budget is spent."""
+        self._in_flight = False
+        remaining = self.give_up - self._clock.monotonic()
+        if remaining <= 0:
+            return None
+        delay = self.retry_delay_ms / 1000 * self._uniform(0.5, 1.5)
+        return min(delay, remaining)
+
+
+def restored_state(
+    key: str,
+    owner_token: str,
+    ttl_ms: int,
+    expires_at: datetime | None,
+    fencing_token: int | None,
+    clock: Clock,
+) -> LeaseState:
+    """The state of a lease rebuilt from persisted values (``restore`` on either face); no I/O.
+
+    Invents nothing: without ``expires_at`` there is no local deadline; without
+    ``fencing_token`` the token is None until a renewal learns it.
+
+    Raises:
+        ValidationError: ``key``/``owner_token`` not non-empty strings, ``ttl_ms`` out of
+            bounds, ``expires_at`` naive, ``fencing_token`` not a positive int.
+    """
+    check_key(key)
+    check_key(owner_token, "owner_token")
+    check_ms("ttl_ms", ttl_ms, 1)
+    if fencing_token is not None and (
+        not isinstance(fencing_token, int) or isinstance(fencing_token, bool) or fencing_token < 1
+    ):
+        raise ValidationError(
+            "fencing_token", f"fencing_token must be an int >= 1 or None; got {fencing_token!r}"
+        )
+    deadline = expires_wall = None
+    if expires_at is not None:
+        if not isinstance(expires_at, datetime) or expires_at.tzinfo is None:
+            raise ValidationError(
+                "expires_at", "expires_at must be a timezone-aware datetime (UTC) or None"
+            )
+        expires_wall = expires_at.astimezone(timezone.utc).timestamp()
+        deadline = clock.monotonic() + (expires_wall - clock.time())
+    return LeaseState(key, owner_token, fencing_token, ttl_ms, deadline, expires_wall)
+
+
+class LeaseView:
+    """The face-neutral half of a lease handle: its facts and the loss check, no I/O.
+
+    :class:`~fencedlease.Lease` and :class:`~fencedlease.aio.AsyncLease` add ``renew``,
+    ``release`` and ``wait_lost`` (blocking or awaited) on top, so every attribute below is
+    defined once for both faces.
+
+    ``owner_token`` proves ownership to the store; it is a secret and never appears in ``repr``.
+    ``fencing_token`` is the grant's number, strictly larger than every earlier grant's of the key;
+    hand it to the storage you write to (see :class:`~fencedlease.FencedResource`). It is None only
+    for a lease restored without one (the first successful ``renew()`` learns it from the store).
+    """
+
+    __slots__ = ("_clock", "_state")
+
+    def __init__(self, state: LeaseState, clock: Clock) -> None:
+        self._state = state
+        self._clock = clock
+
+    def __repr__(self) -> str:
+        state = self._state
+        status = "lost" if state.lost else "released" if state.released else "held"
+        return (
+            f"<{type(self).__name__} key={state.key!r} fencing_token={state.fencing_token}"
+            f" owner={owner_fingerprint(state.owner_token)} ttl_ms={state.ttl_ms} {status}>"
+        )
+
+    @property
+    def key(self) -> str:
+        """The caller's key (without the store's prefix)."""
+        return self._state.key
+
+    @property
+    def owner_token(self) -> str:
+        """The secret that proves ownership; persist it to ``restore()`` the lease later."""
+        return self._state.owner_token
+
+    @property
+    def fencing_token(self) -> int | None:
+        """The grant's fencing token (see the class docstring)."""
+        return self._state.fencing_token
+
+    @property
+    def owner_fingerprint(self) -> str:
+        """A non-secret name for the owner token (16 hex characters)."""
+        return owner_fingerprint(self._state.owner_token)
+
+    @property
+    def ttl_ms(self) -> int:
+        """The TTL in milliseconds set by the last acquire or renewal."""
+        return self._state.ttl_ms
+
+    @property
+    def expires_at(self) -> datetime | None:
+        """Client-side estimate of the expiry (UTC, aware), for persisting; None when unknown.
+
+        It is counted from when the last confirming command was sent, so it is never later than
+        the store's own expiry by more than clock drift. Only the store knows whether the lease is
+        still held: ``renew()`` asks it.
+        """
+        return self._state.expires_at
+
+    @property
+    def lost(self) -> bool:
+        """True once the lease is known to be gone (renewal refused, or ``ttl_ms`` passed since the
+        last confirmation). A deliberate ``release()`` is not a loss."""
+        return self._state.check_deadline(self._clock.monotonic())
+
+    @property
+    def lost_reason(self) -> str | None:
+        """Why the lease was lost, or None."""
+        return self._state.lost_reason
+
+    def check(self) -> None:
+        """Raise :class:`LeaseLostError` if the lease is lost; call it between steps of long work.
+
+        Raises:
+            LeaseLostError: the lease is lost.
+        """
+        if self.lost:
+            raise self._lost_error()
+
+    def _lost_message(self) -> str:
+        state = self._state
+        return f"lease {state.key!r} (fencing token {state.fencing_token}) was lost: " + (
+            state.lost_reason or "unknown"
+        )
+
+    def _lost_error(self) -> LeaseLostError:
+        return LeaseLostError(self._state.key, self._lost_message())
+
+    # The two halves of renew() and release() around the I/O, shared by both faces.
+
+    def _renew_ttl(self, ttl_ms: int | None) -> int | None:
+        """The TTL a renewal must send, or None when the lease must not be renewed (lost, or a
+        release has begun). Raises ValidationError for a bad ``ttl_ms``."""
+        state = self._state
+        ttl = state.ttl_ms if ttl_ms is None else check_ms("ttl_ms", ttl_ms, 1)
+        if self.lost or state.releasing:
+            return None
+        return ttl
+
+    def _renewed(self, token: int, sent_mono: float, sent_wall: float, ttl_ms: int) -> bool:
+        """Apply a renewal's reply (sent at ``sent_mono``): confirm, or mark lost (rule 1)."""
+        state = self._state
+        if token > 0:
+            return state.confirm(sent_mono, sent_wall, ttl_ms, token)
+        if not state.releasing:
+            state.mark_lost(LossReason.RENEW_REFUSED)
+        return False
+
+    def _released(self, released: bool) -> bool:
+        """Apply a release's reply: released, or refused (the lease had moved on: a loss)."""
+        state = self._state
+        if released:
+            state.released = True
+        else:
+            state.mark_lost(LossReason.RELEASE_REFUSED)
+        return released

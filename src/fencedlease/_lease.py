@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import threading
-from datetime import datetime
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 import attrs
 
 from ._backend import LeaseBackend
-from ._core import Clock, LeaseState, LossReason
-from ._errors import LeaseLostError
-from ._protocol import owner_fingerprint
+from ._core import Clock, LeaseState, LeaseView
+from ._protocol import InspectReply
 from ._validate import check_ms
 
 if TYPE_CHECKING:
@@ -23,89 +21,27 @@ __all__ = ["AcquireResult", "Lease", "LeaseInfo", "LeaseOutcome"]
 T = TypeVar("T")
 
 
-class Lease:
+class Lease(LeaseView):
     """A held (or once held) lease on ``key``.
 
     ``owner_token`` proves ownership to the store; it is a secret and never appears in ``repr``.
     ``fencing_token`` is the grant's number, strictly larger than every earlier grant's of the key;
     hand it to the storage you write to (see :class:`~fencedlease.FencedResource`). It is None only
     for a lease restored without one (the first successful :meth:`renew` learns it from Redis).
+    The read-only attributes and :meth:`check` come from :class:`~fencedlease._core.LeaseView`,
+    shared with :class:`~fencedlease.aio.AsyncLease`.
 
     Thread-safe: the body may call :meth:`check` while the manager's renewer updates the lease.
     """
 
-    __slots__ = ("_backend", "_clock", "_entry", "_lost_event", "_renewer", "_state")
+    __slots__ = ("_backend", "_entry", "_lost_event", "_renewer")
 
     def __init__(self, state: LeaseState, backend: LeaseBackend, clock: Clock) -> None:
-        self._state = state
+        super().__init__(state, clock)
         self._backend = backend
-        self._clock = clock
         self._entry: RenewalEntry | None = None
         self._renewer: Renewer | None = None
         self._lost_event: threading.Event | None = None
-
-    def __repr__(self) -> str:
-        state = self._state
-        status = "lost" if state.lost else "released" if state.released else "held"
-        return (
-            f"<Lease key={state.key!r} fencing_token={state.fencing_token}"
-            f" owner={owner_fingerprint(state.owner_token)} ttl_ms={state.ttl_ms} {status}>"
-        )
-
-    @property
-    def key(self) -> str:
-        """The caller's key (without the store's prefix)."""
-        return self._state.key
-
-    @property
-    def owner_token(self) -> str:
-        """The secret that proves ownership; persist it to :meth:`LeaseManager.restore` later."""
-        return self._state.owner_token
-
-    @property
-    def fencing_token(self) -> int | None:
-        """The grant's fencing token (see the class docstring)."""
-        return self._state.fencing_token
-
-    @property
-    def owner_fingerprint(self) -> str:
-        """A non-secret name for the owner token (16 hex characters)."""
-        return owner_fingerprint(self._state.owner_token)
-
-    @property
-    def ttl_ms(self) -> int:
-        """The TTL in milliseconds set by the last acquire or renewal."""
-        return self._state.ttl_ms
-
-    @property
-    def expires_at(self) -> datetime | None:
-        """Client-side estimate of the expiry (UTC, aware), for persisting; None when unknown.
-
-        It is counted from when the last confirming command was sent, so it is never later than
-        Redis's own expiry by more than clock drift. Only the store knows whether the lease is
-        still held: :meth:`renew` asks it.
-        """
-        return self._state.expires_at
-
-    @property
-    def lost(self) -> bool:
-        """True once the lease is known to be gone (renewal refused, or ``ttl_ms`` passed since the
-        last confirmation). A deliberate :meth:`release` is not a loss."""
-        return self._state.check_deadline(self._clock.monotonic())
-
-    @property
-    def lost_reason(self) -> str | None:
-        """Why the lease was lost, or None."""
-        return self._state.lost_reason
-
-    def check(self) -> None:
-        """Raise :class:`LeaseLostError` if the lease is lost; call it between steps of long work.
-
-        Raises:
-            LeaseLostError: the lease is lost.
-        """
-        if self.lost:
-            raise LeaseLostError(self._state.key, self._lost_message())
 
     def wait_lost(self, timeout_ms: int | None = None) -> bool:
         """Block until the lease is lost or ``timeout_ms`` passes; return whether it is lost.
@@ -135,12 +71,6 @@ class Lease:
             event.wait(max(0.0, min(slices)) if slices else None)
         return True
 
-    def _lost_message(self) -> str:
-        state = self._state
-        return f"lease {state.key!r} (fencing token {state.fencing_token}) was lost: " + (
-            state.lost_reason or "unknown"
-        )
-
     def renew(self, ttl_ms: int | None = None) -> bool:
         """Reset the TTL to ``ttl_ms`` (default: the current one) if this owner still holds the key.
 
@@ -151,18 +81,13 @@ class Lease:
             ValidationError: ``ttl_ms`` out of 1..2,147,483,647.
             BackendError: the store could not be reached (not a loss by itself).
         """
-        state = self._state
-        ttl = state.ttl_ms if ttl_ms is None else check_ms("ttl_ms", ttl_ms, 1)
-        if self.lost or state.releasing:
+        ttl = self._renew_ttl(ttl_ms)
+        if ttl is None:
             return False
-        clock = self._clock
+        state, clock = self._state, self._clock
         sent_mono, sent_wall = clock.monotonic(), clock.time()
         token = self._backend.renew(state.key, state.owner_token, ttl)
-        if token > 0:
-            return state.confirm(sent_mono, sent_wall, ttl, token)
-        if not state.releasing:
-            state.mark_lost(LossReason.RENEW_REFUSED)
-        return False
+        return self._renewed(token, sent_mono, sent_wall, ttl)
 
     def release(self) -> bool:
         """Delete the key if this owner still holds it; return whether it did.
@@ -178,12 +103,7 @@ class Lease:
         state = self._state
         state.releasing = True
         self._stop_renewal()
-        released = self._backend.release(state.key, state.owner_token)
-        if released:
-            state.released = True
-        else:
-            state.mark_lost(LossReason.RELEASE_REFUSED)
-        return released
+        return self._released(self._backend.release(state.key, state.owner_token))
 
     def _stop_renewal(self) -> None:
         entry, renewer = self._entry, self._renewer
@@ -235,3 +155,16 @@ class LeaseInfo:
     ttl_ms: int
     owner_fingerprint: str
     last_issued_token: int | None = None
+
+    @classmethod
+    def from_reply(cls, key: str, reply: InspectReply | None) -> LeaseInfo | None:
+        """The info for ``key`` from the store's inspect reply (None: nobody holds it)."""
+        if reply is None:
+            return None
+        return cls(
+            key=key,
+            fencing_token=reply.fencing_token,
+            ttl_ms=reply.ttl_ms,
+            owner_fingerprint=reply.owner_fingerprint,
+            last_issued_token=reply.last_issued_token,
+        )

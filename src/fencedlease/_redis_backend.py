@@ -32,7 +32,7 @@ from ._protocol import (
 )
 from ._validate import check_prefix
 
-__all__ = ["RedisBackend", "backend_errors"]
+__all__ = ["RedisBackend", "backend_errors", "queue_renewals", "sort_renew_replies"]
 
 
 @contextmanager
@@ -42,6 +42,47 @@ def backend_errors(operation: str) -> Iterator[None]:
         yield
     except RedisError as exc:
         raise BackendError(f"{operation}: {type(exc).__name__}: {exc}") from exc
+
+
+def queue_renewals(
+    pipe: Any,
+    prefix: str,
+    items: Sequence[tuple[str, str, int]],
+    pending: Sequence[int],
+    *,
+    by_source: bool,
+) -> None:
+    """Queue the renew script for ``items[i]`` for each ``i`` in ``pending`` on a redis-py pipeline
+    (sync or asyncio: queueing is not I/O on either): EVALSHA, or EVAL of the source when
+    ``by_source`` (the resend after NOSCRIPT)."""
+    for index in pending:
+        key, owner_token, ttl_ms = items[index]
+        if by_source:
+            pipe.eval(RENEW.source, 1, lease_key(prefix, key), owner_token, ttl_ms)
+        else:
+            pipe.evalsha(RENEW.sha, 1, lease_key(prefix, key), owner_token, ttl_ms)
+
+
+def sort_renew_replies(
+    items: Sequence[tuple[str, str, int]],
+    pending: Sequence[int],
+    replies: Sequence[Any],
+    results: list[int | BaseException],
+) -> list[int]:
+    """File the replies of a renewal pipeline (``execute(raise_on_error=False)``, one per index in
+    ``pending``) into ``results``: the decoded token, or a :class:`BackendError` with the Redis
+    error in ``__cause__``. Returns the indices answered NOSCRIPT, to resend with EVAL."""
+    retry: list[int] = []
+    for index, reply in zip(pending, replies, strict=True):
+        if isinstance(reply, NoScriptError):
+            retry.append(index)
+        elif isinstance(reply, RedisError):
+            error = BackendError(f"renew {items[index][0]!r}: {reply}")
+            error.__cause__ = reply
+            results[index] = error
+        else:
+            results[index] = decode_renew(reply)
+    return retry
 
 
 class RedisBackend:
@@ -79,32 +120,16 @@ class RedisBackend:
         return decode_renew(reply)
 
     def renew_many(self, items: Sequence[tuple[str, str, int]]) -> list[int | BaseException]:
-        prefix = self.prefix
         results: list[int | BaseException] = [0] * len(items)
         pending = list(range(len(items)))
         with backend_errors(f"renew {len(items)} leases"):
             for attempt in range(2):
                 pipe = self.client.pipeline(transaction=False)
-                for index in pending:
-                    key, owner_token, ttl_ms = items[index]
-                    if attempt == 0:
-                        pipe.evalsha(RENEW.sha, 1, lease_key(prefix, key), owner_token, ttl_ms)
-                    else:
-                        pipe.eval(RENEW.source, 1, lease_key(prefix, key), owner_token, ttl_ms)
+                queue_renewals(pipe, self.prefix, items, pending, by_source=attempt > 0)
                 replies = pipe.execute(raise_on_error=False)
-                retry: list[int] = []
-                for index, reply in zip(pending, replies, strict=True):
-                    if isinstance(reply, NoScriptError):
-                        retry.append(index)
-                    elif isinstance(reply, RedisError):
-                        error = BackendError(f"renew {items[index][0]!r}: {reply}")
-                        error.__cause__ = reply
-                        results[index] = error
-                    else:
-                        results[index] = decode_renew(reply)
-                if not retry:
+                pending = sort_renew_replies(items, pending, replies, results)
+                if not pending:
                     break
-                pending = retry
         return results
 
     def release(self, key: str, owner_token: str) -> bool:
