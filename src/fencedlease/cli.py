@@ -1,0 +1,144 @@
+"""The command line: ``fencedlease check`` runs the correctness harness (``docs/harness.md``).
+
+``main`` is the click group behind the ``fencedlease`` script and ``python -m fencedlease``.
+Exit status of ``check``: 0 when the run has no violation, 1 when it has some, 2 for a usage
+error or a run that could not be done (no Redis, workers that would not start).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from .harness.nemesis import FAULTS, parse_faults
+from .harness.workload import MODES, RESOURCES
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from .harness.run import Progress
+
+__all__ = ["main"]
+
+
+@click.group()
+@click.version_option(package_name="fencedlease")
+def main() -> None:
+    """fencedlease: distributed leases on Redis with fencing tokens."""
+
+
+def _faults(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
+    try:
+        return tuple(parse_faults(value))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+@main.command()
+@click.option("--redis-url", help="Use this Redis (default: start our own redis-server).")
+@click.option("--workers", default=3, show_default=True, type=click.IntRange(2, 32))
+@click.option(
+    "--duration", default=30.0, show_default=True, type=click.FloatRange(1, 3600),
+    help="Seconds of workload.",
+)  # fmt: skip
+@click.option(
+    "--faults",
+    default="default",
+    show_default=True,
+    callback=_faults,
+    help=f"Comma-separated fault kinds, 'default' (all, in order) or 'none'. Kinds: "
+    f"{', '.join(FAULTS)}.",
+)
+@click.option("--mode", type=click.Choice(MODES), default="fenced", show_default=True)
+@click.option("--resource", type=click.Choice(RESOURCES), default="sqlite", show_default=True)
+@click.option("--resource-url", help="Where the resource lives (SQLite path, Redis URL, DSN).")
+@click.option("--ttl", "ttl_ms", default=1000, show_default=True, type=click.IntRange(100),
+              help="Lease TTL in milliseconds.")  # fmt: skip
+@click.option("--seed", type=int, help="Seed for every random choice (default: random).")
+@click.option(
+    "--out", "out_dir", default="check-out", show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+)  # fmt: skip
+@click.option("--no-toxiproxy", is_flag=True, help="Connect workers straight to Redis.")
+def check(
+    redis_url: str | None,
+    workers: int,
+    duration: float,
+    faults: tuple[str, ...],
+    mode: str,
+    resource: str,
+    resource_url: str | None,
+    ttl_ms: int,
+    seed: int | None,
+    out_dir: Path,
+    no_toxiproxy: bool,
+) -> None:
+    """Run workers under faults, check the history, report. Exit 0 only without violations.
+
+    Writes history.jsonl, report.json and timeline.png to --out.
+    """
+    from rich.console import Console
+    from rich.live import Live
+
+    from .harness.report import print_summary
+    from .harness.run import CheckConfig, run_check
+    from .servers.redis import RedisUnavailable
+
+    console = Console()
+    config = CheckConfig(
+        redis_url=redis_url,
+        workers=workers,
+        duration_s=duration,
+        faults=faults,
+        mode=mode,  # type: ignore[arg-type]
+        seed=seed,
+        out_dir=out_dir,
+        resource=resource,  # type: ignore[arg-type]
+        resource_url=resource_url,
+        ttl_ms=ttl_ms,
+        toxiproxy=not no_toxiproxy,
+    )
+    console.print(
+        f"fencedlease check: {workers} workers, {duration:g} s, mode {mode}, resource "
+        f"{resource}, faults: {', '.join(faults) or 'none'}"
+    )
+    try:
+        with Live(console=console, refresh_per_second=5, transient=True) as live:
+
+            def show(progress: Progress) -> None:
+                live.update(_progress_table(progress))
+
+            result = run_check(config, show)
+    except (RedisUnavailable, RuntimeError, ValueError) as exc:
+        console.print(f"[bold red]error:[/] {exc}")
+        sys.exit(2)
+    for note in result.notes:
+        console.print(f"[yellow]note:[/] {note}")
+    print_summary(console, result)
+    sys.exit(0 if result.valid else 1)
+
+
+def _progress_table(progress: Progress) -> Table:
+    from rich.table import Table
+
+    from .harness.workload import PHASES
+
+    table = Table(
+        title=f"{progress.elapsed_s:5.1f} / {progress.duration_s:g} s   fault: "
+        f"{progress.current_fault or '-'}   done: {len(progress.faults_done)}/"
+        f"{progress.faults_planned}",
+        title_justify="left",
+    )
+    for column in ("worker", "phase", "token", "grants", "acked", "refused", "lost", "errors"):
+        table.add_column(column, justify="right" if column != "phase" else "left")
+    for index, fields in enumerate(progress.workers):
+        table.add_row(
+            f"w{index}",
+            PHASES[fields["phase"]] if 0 <= fields["phase"] < len(PHASES) else "?",
+            str(fields["token"] or "-"),
+            *(str(fields[k]) for k in ("grants", "acked", "refused", "lost", "errors")),
+        )
+    return table

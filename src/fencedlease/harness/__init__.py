@@ -1,0 +1,30 @@
+"""The correctness harness behind ``fencedlease check`` (Jepsen's shape; Kleppmann 2016's case).
+
+- :mod:`~fencedlease.harness.history`: the JSON-lines history every process writes;
+- :mod:`~fencedlease.harness.workload`: worker processes doing a fenced read-modify-write;
+- :mod:`~fencedlease.harness.nemesis`: the faults, recorded with their start and end;
+- :mod:`~fencedlease.harness.checker`: the pure checker of properties a-e;
+- :mod:`~fencedlease.harness.report`: the summary table, ``report.json`` and ``timeline.png``;
+- :mod:`~fencedlease.harness.run`: one run, end to end.
+
+See ``docs/harness.md``.
+"""
+
+from __future__ import annotations
+
+from .checker import CheckParams, CheckReport, check_history
+from .history import Event, HistoryWriter, merge_histories, read_history
+from .run import CheckConfig, CheckResult, run_check
+
+__all__ = [
+    "CheckConfig",
+    "CheckParams",
+    "CheckReport",
+    "CheckResult",
+    "Event",
+    "HistoryWriter",
+    "check_history",
+    "merge_histories",
+    "read_history",
+    "run_check",
+]

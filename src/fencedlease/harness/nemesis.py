@@ -1,0 +1,502 @@
+"""Nemeses: the faults a run injects, each recorded in the history with its start and its end.
+
+Jepsen's nemesis is a process that breaks things on a schedule; here it is a thread of the run's
+process, acting on a schedule of :class:`FaultSpec`. Each fault is one ``fault`` operation in the
+history: ``invoke`` when it starts (``detail.fault`` the kind, ``detail.target`` the worker it hits,
+if any) and ``ok`` when it has healed (``fail`` if it could not be done), with what it saw.
+
+Kinds (:data:`FAULTS`):
+
+========================== ==================================================================
+``latency``                Toxiproxy ``latency`` toxic on the holder's proxy (ttl/4 ± ttl/10)
+``partition``              the holder's proxy disabled (listener and connections closed)
+``timeout``                Toxiproxy ``timeout`` 0 on the holder's proxy: a black hole
+``reset-peer``             Toxiproxy ``reset_peer``: the holder's connections get TCP RST
+``pause-holder``           SIGSTOP of the holder in its critical section, SIGCONT after (GC)
+``redis-pause``            SIGSTOP of redis-server, SIGCONT after
+``redis-restart-aof``      SIGKILL of redis-server and a restart that replays its AOF
+``redis-restart-nopersist`` the same with persistence off: Redis comes back empty
+``client-kill``            ``CLIENT KILL`` of every connection of the holder
+``script-flush``           ``SCRIPT FLUSH``: every cached Lua script is forgotten
+========================== ==================================================================
+
+One Toxiproxy proxy per worker sits between it and Redis, so a network fault cuts off one worker
+alone. The ``holder`` is the worker that holds the lease when the fault starts, preferably one
+sleeping in its critical section (what makes a stale write possible).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+import attrs
+import redis
+
+from .._protocol import fence_key, lease_key
+from ..servers.redis import RedisServer
+from .history import HistoryWriter, Operation
+from .workload import ACQUIRING, BODY, HOLDING, PHASES, WRITING, Board, client_name
+
+__all__ = [
+    "DEFAULT_FAULTS",
+    "FAULTS",
+    "FaultInfo",
+    "FaultSpec",
+    "Nemesis",
+    "NemesisEnv",
+    "fault_duration_s",
+    "parse_faults",
+    "unavailable_reason",
+]
+
+
+@attrs.frozen
+class FaultInfo:
+    """What a fault kind needs: ``"proxy"`` (Toxiproxy), ``"redis-process"`` (a redis-server we
+    started) or ``None``; ``disrupts`` is true when it may take the lease away (the checker then
+    expects a new grant within ttl + margin after it heals); ``targets``: it hits one worker
+    (the holder)."""
+
+    needs: str | None
+    disrupts: bool
+    targets: bool
+    summary: str
+
+
+FAULTS: Final[dict[str, FaultInfo]] = {
+    "latency": FaultInfo("proxy", False, True, "latency toxic on the holder's proxy"),
+    "pause-holder": FaultInfo(None, True, True, "SIGSTOP the holder for 2 x ttl (a GC pause)"),
+    "partition": FaultInfo("proxy", True, True, "the holder's proxy disabled for 2 x ttl"),
+    "client-kill": FaultInfo(None, False, True, "CLIENT KILL of the holder's connections"),
+    "script-flush": FaultInfo(None, False, False, "SCRIPT FLUSH on Redis"),
+    "timeout": FaultInfo("proxy", True, True, "black hole (timeout 0) on the holder's proxy"),
+    "reset-peer": FaultInfo("proxy", True, True, "reset_peer: TCP RST on the holder's connections"),
+    "redis-pause": FaultInfo("redis-process", True, False, "SIGSTOP redis-server for 2 x ttl"),
+    "redis-restart-aof": FaultInfo("redis-process", True, False, "kill -9 and restart with AOF"),
+    "redis-restart-nopersist": FaultInfo(
+        "redis-process", True, False, "kill -9 and restart without persistence"
+    ),
+}
+
+#: The default schedule: every kind once, the restart without persistence last (after it the
+#: resource refuses the new, lower tokens for the rest of the run).
+DEFAULT_FAULTS: Final[tuple[str, ...]] = tuple(FAULTS)
+
+
+@attrs.frozen
+class FaultSpec:
+    """One fault of the schedule: ``kind`` (a key of :data:`FAULTS`) lasting ``duration_s``."""
+
+    kind: str
+    duration_s: float
+
+
+def fault_duration_s(kind: str, ttl_ms: int, heartbeat_ms: int) -> float:
+    """How long a fault of ``kind`` lasts, in seconds, for leases of ``ttl_ms``: 2 x ttl for
+    pauses and cuts (the issue's cases), a few heartbeats for the lighter ones, 0 for instants."""
+    ttl = ttl_ms / 1000
+    beat = heartbeat_ms / 1000
+    return {
+        "latency": 2 * ttl,
+        "pause-holder": 2 * ttl,
+        "partition": 2 * ttl,
+        "client-kill": 2 * beat + 0.1,  # watch the holder reconnect and renew
+        "script-flush": 0.0,
+        "timeout": 2 * ttl,
+        "reset-peer": 2 * beat,
+        "redis-pause": 2 * ttl,
+        "redis-restart-aof": 0.0,
+        "redis-restart-nopersist": 0.0,
+    }[kind]
+
+
+def parse_faults(text: str) -> list[str]:
+    """``"default"``/``"all"`` -> every kind; ``"none"`` -> none; else a comma-separated list of
+    kinds (in that order). Raises ``ValueError`` naming an unknown kind."""
+    text = text.strip()
+    if text in ("default", "all"):
+        return list(DEFAULT_FAULTS)
+    if text in ("none", ""):
+        return []
+    kinds = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [kind for kind in kinds if kind not in FAULTS]
+    if unknown:
+        raise ValueError(f"unknown fault(s) {unknown}; known: {', '.join(FAULTS)}")
+    return kinds
+
+
+@attrs.define
+class NemesisEnv:
+    """What the nemesis acts on. ``admin_url``: the lease Redis, reached directly (no proxy).
+    ``redis_server``: ours, when we started it (None for ``--redis-url``). ``proxies``: worker
+    index -> toxiproxy-python ``Proxy`` (empty without Toxiproxy). ``extra_flush_urls``: other
+    Redis servers whose scripts ``script-flush`` also flushes (a Redis resource)."""
+
+    writer: HistoryWriter
+    board: Board
+    worker_names: list[str]
+    admin_url: str
+    prefix: str
+    key: str
+    ttl_ms: int
+    heartbeat_ms: int
+    redis_server: RedisServer | None = None
+    proxies: dict[int, Any] = attrs.field(factory=dict)
+    extra_flush_urls: list[str] = attrs.field(factory=list)
+    rng: random.Random = attrs.field(factory=random.Random)
+
+
+def unavailable_reason(kind: str, env: NemesisEnv) -> str | None:
+    """Why ``kind`` cannot run in ``env``, or None when it can."""
+    needs = FAULTS[kind].needs
+    if needs == "proxy" and not env.proxies:
+        return "needs Toxiproxy (none could be found or started)"
+    if needs == "redis-process" and env.redis_server is None:
+        return "needs a redis-server started by the harness (not available with --redis-url)"
+    return None
+
+
+class Nemesis:
+    """Runs a schedule of faults one after the other, on a thread of its own.
+
+    Between two faults it waits ``gap_s`` (seconds), so that recovery from one is measured
+    before the next begins. A fault that would not end before ``end_mono`` minus ``gap_s`` is
+    skipped and listed in :attr:`skipped`. :meth:`heal_all` undoes whatever is still in force
+    (it is also run when the nemesis stops).
+    """
+
+    def __init__(self, env: NemesisEnv, schedule: Sequence[FaultSpec], *, gap_s: float) -> None:
+        self.env = env
+        self.schedule = list(schedule)
+        self.gap_s = gap_s
+        self.skipped: list[tuple[str, str]] = []
+        self.current: str | None = None
+        self.done: list[str] = []
+        self.error: BaseException | None = None
+        self._admin = redis.Redis.from_url(
+            env.admin_url, socket_timeout=2.0, socket_connect_timeout=2.0, decode_responses=True
+        )
+        self._thread: threading.Thread | None = None
+        self._paused_pids: set[int] = set()
+        self._redis_paused = False
+        self._disabled: set[int] = set()
+        self._toxics: set[tuple[int, str]] = set()
+
+    # -- running -------------------------------------------------------------------------------
+
+    def start(self, start_mono: float, end_mono: float, stop: threading.Event) -> None:
+        """Run the schedule from ``start_mono`` (first fault after ``gap_s``) on a thread."""
+        self._thread = threading.Thread(
+            target=self._run, args=(start_mono, end_mono, stop), name="nemesis", daemon=True
+        )
+        self._thread.start()
+
+    def join(self, timeout_s: float) -> None:
+        """Wait for the thread (bounded), then heal everything."""
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        self.heal_all()
+
+    def _run(self, start_mono: float, end_mono: float, stop: threading.Event) -> None:
+        try:
+            next_at = start_mono + self.gap_s
+            for spec in self.schedule:
+                if stop.wait(max(0.0, next_at - time.monotonic())):
+                    return
+                reason = unavailable_reason(spec.kind, self.env)
+                if reason is not None:
+                    self.skipped.append((spec.kind, reason))
+                    continue
+                if time.monotonic() + spec.duration_s + self.gap_s > end_mono:
+                    self.skipped.append((spec.kind, "did not fit in the run's duration"))
+                    continue
+                self.current = spec.kind
+                self._fault(spec, stop)
+                self.current = None
+                self.done.append(spec.kind)
+                next_at = time.monotonic() + self.gap_s
+        except BaseException as exc:  # recorded, never silent; the run reports it
+            self.error = exc
+        finally:
+            self.current = None
+            self.heal_all()
+
+    def _fault(self, spec: FaultSpec, stop: threading.Event) -> None:
+        action: Callable[[FaultSpec, threading.Event, Operation, int | None], None] = getattr(
+            self, "_do_" + spec.kind.replace("-", "_")
+        )
+        board = self.env.board
+        target = self._choose_target() if FAULTS[spec.kind].targets else None
+        detail: dict[str, Any] = {
+            "fault": spec.kind,
+            "duration_ms": round(spec.duration_s * 1000),
+        }
+        token = None
+        if target is not None:
+            detail["target"] = self.env.worker_names[target]
+            detail["phase"] = PHASES[board.get(target, "phase")]
+            token = board.get(target, "token") or None
+        op = self.env.writer.invoke("fault", token=token, detail=detail)
+        try:
+            action(spec, stop, op, target)
+        except Exception as exc:
+            if not op.done:
+                op.fail(detail={**detail, "error": f"{type(exc).__name__}: {exc}"})
+        finally:
+            self.heal_all()
+            if not op.done:
+                op.ok(detail=detail)
+
+    # -- choosing a victim ---------------------------------------------------------------------
+
+    def pick_holder(self, wait_s: float, phases: Sequence[int] = (BODY,)) -> int | None:
+        """The worker holding the lease, preferably one that has just entered one of ``phases``
+        (within the last 50 ms: a fault then falls at the start of its critical section, which
+        makes the cases deterministic); waits up to ``wait_s`` seconds for one, then takes any
+        worker in ``phases``, then any holder, then None."""
+        board = self.env.board
+        give_up = time.monotonic() + wait_s
+        while True:
+            snapshot = board.snapshot()
+            now_ms = time.monotonic() * 1000
+            inside = [w for w, s in enumerate(snapshot) if s["phase"] in phases and s["token"]]
+            fresh = [w for w in inside if now_ms - snapshot[w]["since"] <= 50]
+            if fresh:
+                return self.env.rng.choice(fresh)
+            if time.monotonic() >= give_up:
+                if inside:
+                    return self.env.rng.choice(inside)
+                holders = [
+                    w
+                    for w, s in enumerate(snapshot)
+                    if HOLDING <= s["phase"] <= WRITING and s["token"]
+                ]
+                return self.env.rng.choice(holders) if holders else None
+            time.sleep(0.005)
+
+    def _choose_target(self) -> int:
+        """The holder (entering its critical section's sleep if one does within ~3 x ttl), else
+        a worker trying to acquire, else any worker."""
+        target = self.pick_holder(max(3.0, 3 * self.env.ttl_ms / 1000))
+        if target is not None:
+            return target
+        snapshot = self.env.board.snapshot()
+        waiting = [w for w, s in enumerate(snapshot) if s["phase"] == ACQUIRING]
+        return self.env.rng.choice(waiting or list(range(self.env.board.workers)))
+
+    @staticmethod
+    def _finish(op: Operation, **extra: Any) -> None:
+        op.ok(detail={**op.fields.get("detail", {}), **extra})
+
+    # -- the faults ----------------------------------------------------------------------------
+    # Each _do_<kind>(spec, stop, op, target) acts, waits out the fault (stop-aware), heals, and
+    # completes ``op``; _fault() heals again and completes it if an action did not.
+
+    def _proxy(self, target: int | None) -> Any:
+        assert target is not None
+        return self.env.proxies[target]
+
+    def _with_toxics(
+        self,
+        spec: FaultSpec,
+        stop: threading.Event,
+        op: Operation,
+        target: int | None,
+        toxics: list[dict[str, Any]],
+    ) -> None:
+        proxy = self._proxy(target)
+        for toxic in toxics:
+            self._toxics.add((target or 0, toxic["name"]))
+            proxy.add_toxic(**toxic)
+        stop.wait(spec.duration_s)
+        self._remove_toxics()
+        self._finish(op, toxics=[t["type"] for t in toxics])
+
+    def _do_latency(
+        self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
+    ) -> None:
+        ttl = self.env.ttl_ms
+        latency = {"latency": ttl // 4, "jitter": ttl // 10}
+        toxic = {"type": "latency", "name": "nemesis-latency", "attributes": latency}
+        self._with_toxics(spec, stop, op, target, [toxic])
+
+    def _do_timeout(
+        self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
+    ) -> None:
+        toxics = [
+            {
+                "type": "timeout",
+                "name": f"nemesis-timeout-{stream}",
+                "stream": stream,
+                "attributes": {"timeout": 0},
+            }
+            for stream in ("upstream", "downstream")
+        ]
+        self._with_toxics(spec, stop, op, target, toxics)
+
+    def _do_reset_peer(
+        self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
+    ) -> None:
+        toxic = {
+            "type": "reset_peer",
+            "name": "nemesis-reset-peer",
+            "stream": "upstream",
+            "attributes": {"timeout": 0},
+        }
+        self._with_toxics(spec, stop, op, target, [toxic])
+
+    def _do_partition(
+        self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
+    ) -> None:
+        assert target is not None
+        self._disabled.add(target)
+        self._proxy(target).disable()
+        stop.wait(spec.duration_s)
+        self._enable_proxies()
+        self._finish(op)
+
+    def _do_pause_holder(
+        self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
+    ) -> None:
+        assert target is not None
+        pid = self.env.board.get(target, "pid")
+        self._paused_pids.add(pid)
+        os.kill(pid, signal.SIGSTOP)
+        stop.wait(spec.duration_s)
+        self._resume_workers()
+        self._finish(op, pid=pid)
+
+    def _do_redis_pause(
+        self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
+    ) -> None:
+        server = self.env.redis_server
+        assert server is not None
+        self._redis_paused = True
+        server.pause()
+        stop.wait(spec.duration_s)
+        self._resume_redis()
+        self._finish(op)
+
+    def _counter(self) -> int | None:
+        raw = self._admin.get(fence_key(self.env.prefix, self.env.key))
+        return None if raw is None else int(raw)
+
+    def _restart(self, op: Operation, *, persist: bool) -> None:
+        server = self.env.redis_server
+        assert server is not None
+        before = self._counter()
+        holder = self.pick_holder(0.0, (HOLDING, BODY, WRITING))
+        if not persist:
+            self._admin.config_set("appendonly", "no")
+            server.appendonly = False
+        try:
+            server.kill()
+            server.start()
+        finally:
+            if not persist:
+                # Later restarts persist again (the AOF is rewritten from what is there now).
+                server.appendonly = True
+                with contextlib.suppress(redis.RedisError):
+                    self._admin.config_set("appendonly", "yes")
+        self._finish(
+            op,
+            persist=persist,
+            counter_before=before,
+            counter_after=self._counter(),
+            holder=None if holder is None else self.env.worker_names[holder],
+        )
+
+    def _do_redis_restart_aof(
+        self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
+    ) -> None:
+        self._restart(op, persist=True)
+
+    def _do_redis_restart_nopersist(
+        self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
+    ) -> None:
+        self._restart(op, persist=False)
+
+    def _connections(self, worker: int) -> list[str]:
+        name = client_name(self.env.worker_names[worker])
+        return [str(c["id"]) for c in self._admin.client_list() if c.get("name") == name]
+
+    def _do_client_kill(
+        self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
+    ) -> None:
+        assert target is not None
+        board = self.env.board
+        token = board.get(target, "token")
+        before = self._connections(target)
+        killed = 0
+        for client_id in before:
+            with contextlib.suppress(redis.RedisError):
+                killed += int(self._admin.client_kill_filter(_id=client_id))
+        stop.wait(spec.duration_s)  # a renewal or two falls in here
+        after = self._connections(target)
+        owner = self._admin.get(lease_key(self.env.prefix, self.env.key))
+        token_in_redis = None if owner is None else int(str(owner).split(":", 1)[0])
+        self._finish(
+            op,
+            killed=killed,
+            reconnected=bool(set(after) - set(before)),
+            token_in_redis=token_in_redis,
+            still_held=bool(token) and board.get(target, "token") == token == token_in_redis,
+        )
+
+    def _do_script_flush(
+        self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
+    ) -> None:
+        self._admin.script_flush()
+        for url in self.env.extra_flush_urls:
+            with redis.Redis.from_url(url, socket_timeout=2.0) as other:
+                other.script_flush()
+        self._finish(op)
+
+    # -- healing -------------------------------------------------------------------------------
+
+    def _resume_workers(self) -> None:
+        for pid in list(self._paused_pids):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+            self._paused_pids.discard(pid)
+
+    def _resume_redis(self) -> None:
+        if self._redis_paused and self.env.redis_server is not None:
+            self.env.redis_server.resume()
+        self._redis_paused = False
+
+    def _enable_proxies(self) -> None:
+        for target in list(self._disabled):
+            self._proxy(target).enable()
+            self._disabled.discard(target)
+
+    def _remove_toxics(self) -> None:
+        for target, name in list(self._toxics):
+            with contextlib.suppress(Exception):
+                self._proxy(target).destroy_toxic(name)
+            self._toxics.discard((target, name))
+
+    def heal_all(self) -> None:
+        """Resume paused workers and Redis, re-enable proxies, remove toxics. Idempotent; every
+        step is tried even if an earlier one fails."""
+        for step in (
+            self._resume_workers,
+            self._resume_redis,
+            self._enable_proxies,
+            self._remove_toxics,
+        ):
+            with contextlib.suppress(Exception):
+                step()
+
+    def close(self) -> None:
+        """Heal and close the admin connection."""
+        self.heal_all()
+        with contextlib.suppress(Exception):
+            self._admin.close()

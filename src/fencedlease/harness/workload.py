@@ -1,0 +1,565 @@
+"""The workload: N worker processes doing a fenced read-modify-write of one counter under a lease.
+
+Each worker loops: take the lease on the shared key with :meth:`LeaseManager.hold` (renewed in the
+background), read the counter, sleep ``body_ms`` inside the critical section, write the value read
+plus one, leave the ``with`` block. Every step is an invoke/completion pair in the worker's own
+history file (:mod:`fencedlease.harness.history`). A watcher thread records the moment the
+library declares the lease lost (``lease-lost``), which is how the checker times loss notices.
+
+The body deliberately does not call ``lease.check()`` before writing: a check proves nothing about
+the instant of the write, because a pause (GC, SIGSTOP, a swapped-out VM) can fall between the two
+(Kleppmann, "How to do distributed locking", 2016). The workload models exactly that worst case,
+so only the resource's fencing stands between a stale holder and the data.
+
+Modes (what the resource checks):
+
+- ``fenced``: the read and the write are fenced (the read moves the fence, so a stale holder
+  cannot write under what a newer holder read);
+- ``write-fenced``: only the write is fenced; the read is plain (the lost update of
+  ``docs/harness.md``: a stale write lands between the new holder's read and its write);
+- ``unfenced``: leases only; the resource checks nothing.
+
+Resources: ``sqlite`` (a file; the default), ``redis`` (a :class:`RedisFencedResource`),
+``postgres``. The SQL ones fence with :func:`fencedlease.db.fence_guard` inside each access's
+transaction, which also refuses a duplicate token from a different lease.
+
+Workers are started with the ``spawn`` context, so everything handed to them is picklable:
+:class:`WorkerConfig`, the shared :class:`Board` arrays and a stop event.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any, Final, Literal, Protocol
+
+import attrs
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from .. import db
+from .._errors import BackendError, LeaseLostError, LeaseNotAcquiredError, StaleTokenError
+from .._lease import Lease
+from .._manager import LeaseManager
+from ..redis_fencing import RedisFencedResource
+from .history import HistoryWriter, Operation
+
+__all__ = [
+    "MODES",
+    "PHASES",
+    "RESOURCES",
+    "Board",
+    "CounterStore",
+    "Mode",
+    "ResourceKind",
+    "ResourceSpec",
+    "WorkerConfig",
+    "open_store",
+    "prepare_resource",
+    "read_final_counter",
+    "worker_main",
+]
+
+Mode = Literal["fenced", "write-fenced", "unfenced"]
+ResourceKind = Literal["sqlite", "redis", "postgres"]
+
+MODES: Final[tuple[Mode, ...]] = ("fenced", "write-fenced", "unfenced")
+RESOURCES: Final[tuple[ResourceKind, ...]] = ("sqlite", "redis", "postgres")
+
+#: Where a worker is, as published on the :class:`Board` (the nemesis picks its victim by it).
+IDLE, ACQUIRING, HOLDING, BODY, WRITING, RELEASING = range(6)
+PHASES: Final = ("idle", "acquiring", "holding", "body", "writing", "releasing")
+
+_ROW_ID: Final = 1
+_TABLE: Final = "fencedlease_check_counter"
+
+
+# --- the resource ---------------------------------------------------------------------------
+
+
+@attrs.frozen
+class ResourceSpec:
+    """Where the counter lives: ``kind`` and ``target`` (an SQLite path, a Redis URL, a
+    PostgreSQL DSN); ``name`` is the fenced resource's name (the guard row, the Redis key)."""
+
+    kind: ResourceKind
+    target: str
+    name: str = "check-counter"
+
+
+class CounterStore(Protocol):
+    """One process's handle on the counter. ``read``/``write`` fence with ``lease`` when told;
+    both raise :class:`StaleTokenError` when refused and :class:`BackendError` when the store
+    fails (the write's effect is then unknown)."""
+
+    def read(self, lease: Lease, *, fenced: bool) -> int: ...
+
+    def write(self, value: int, lease: Lease, *, fenced: bool) -> None: ...
+
+    def final(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class _SqliteStore:
+    """The counter in an SQLite file; each access is one ``BEGIN IMMEDIATE`` transaction."""
+
+    def __init__(self, spec: ResourceSpec) -> None:
+        self._name = spec.name
+        self._conn = sqlite3.connect(spec.target, timeout=10.0, isolation_level=None)
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise BackendError(f"sqlite BEGIN failed: {exc}") from exc
+        try:
+            yield conn
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise BackendError(f"sqlite COMMIT failed: {exc}") from exc
+
+    def prepare(self) -> None:
+        conn = self._conn
+        conn.execute(f"DROP TABLE IF EXISTS {_TABLE}")
+        conn.execute(f"CREATE TABLE {_TABLE} (id INTEGER PRIMARY KEY, value INTEGER NOT NULL)")
+        conn.execute(f"INSERT INTO {_TABLE} (id, value) VALUES (?, 0)", (_ROW_ID,))  # noqa: S608
+        db.create_guard_table(conn)
+        conn.execute(f"DELETE FROM {db.DEFAULT_GUARD_TABLE} WHERE resource = ?", (self._name,))  # noqa: S608
+
+    def read(self, lease: Lease, *, fenced: bool) -> int:
+        with self._transaction() as conn:
+            if fenced:
+                db.fence_guard(conn, self._name, lease)
+            return self._select(conn)
+
+    def _select(self, conn: sqlite3.Connection) -> int:
+        try:
+            row = conn.execute(f"SELECT value FROM {_TABLE} WHERE id = ?", (_ROW_ID,)).fetchone()  # noqa: S608
+        except sqlite3.Error as exc:
+            raise BackendError(f"sqlite SELECT failed: {exc}") from exc
+        return int(row[0])
+
+    def write(self, value: int, lease: Lease, *, fenced: bool) -> None:
+        with self._transaction() as conn:
+            if fenced:
+                db.fence_guard(conn, self._name, lease)
+            try:
+                conn.execute(f"UPDATE {_TABLE} SET value = ? WHERE id = ?", (value, _ROW_ID))  # noqa: S608
+            except sqlite3.Error as exc:
+                raise BackendError(f"sqlite UPDATE failed: {exc}") from exc
+
+    def final(self) -> int:
+        return self._select(self._conn)
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+class _PostgresStore:
+    """The counter in PostgreSQL; each access is one transaction, fenced by the guard row."""
+
+    def __init__(self, spec: ResourceSpec) -> None:
+        import psycopg  # optional: only for --resource postgres
+
+        self._name = spec.name
+        self._psycopg = psycopg
+        self._conn = psycopg.connect(spec.target, autocommit=True, connect_timeout=5)
+
+    def _fail(self, exc: Exception) -> BackendError:
+        return BackendError(f"postgres: {exc}")
+
+    def prepare(self) -> None:
+        conn = self._conn
+        conn.execute(f"DROP TABLE IF EXISTS {_TABLE}")
+        conn.execute(f"CREATE TABLE {_TABLE} (id INTEGER PRIMARY KEY, value BIGINT NOT NULL)")
+        conn.execute(f"INSERT INTO {_TABLE} (id, value) VALUES (%s, 0)", (_ROW_ID,))  # noqa: S608
+        db.create_guard_table(conn)
+        conn.execute(f"DELETE FROM {db.DEFAULT_GUARD_TABLE} WHERE resource = %s", (self._name,))  # noqa: S608
+
+    def read(self, lease: Lease, *, fenced: bool) -> int:
+        try:
+            with self._conn.transaction():
+                if fenced:
+                    db.fence_guard(self._conn, self._name, lease)
+                return self._select()
+        except self._psycopg.Error as exc:
+            raise self._fail(exc) from exc
+
+    def _select(self) -> int:
+        row = self._conn.execute(
+            f"SELECT value FROM {_TABLE} WHERE id = %s",  # noqa: S608
+            (_ROW_ID,),
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def write(self, value: int, lease: Lease, *, fenced: bool) -> None:
+        try:
+            with self._conn.transaction():
+                if fenced:
+                    db.fence_guard(self._conn, self._name, lease)
+                self._conn.execute(
+                    f"UPDATE {_TABLE} SET value = %s WHERE id = %s",  # noqa: S608
+                    (value, _ROW_ID),
+                )
+        except self._psycopg.Error as exc:
+            raise self._fail(exc) from exc
+
+    def final(self) -> int:
+        return self._select()
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+class _RedisStore:
+    """The counter in Redis as a :class:`RedisFencedResource` string; plain GET/SET unfenced."""
+
+    def __init__(self, spec: ResourceSpec) -> None:
+        self._client = redis.Redis.from_url(
+            spec.target, socket_timeout=5.0, socket_connect_timeout=5.0
+        )
+        self._resource = RedisFencedResource(self._client, spec.name)
+
+    def prepare(self) -> None:
+        self._client.delete(self._resource.data_key, self._resource.fence_key)
+        self._client.set(self._resource.data_key, 0)
+
+    def read(self, lease: Lease, *, fenced: bool) -> int:
+        if fenced:
+            raw = self._resource.get(lease)
+        else:
+            try:
+                raw = self._client.get(self._resource.data_key)
+            except redis.RedisError as exc:
+                raise BackendError(f"redis GET failed: {exc}") from exc
+        return int(raw or 0)
+
+    def write(self, value: int, lease: Lease, *, fenced: bool) -> None:
+        if fenced:
+            self._resource.set(value, lease)
+            return
+        try:
+            self._client.set(self._resource.data_key, value)
+        except redis.RedisError as exc:
+            raise BackendError(f"redis SET failed: {exc}") from exc
+
+    def final(self) -> int:
+        return int(self._client.get(self._resource.data_key) or 0)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def open_store(spec: ResourceSpec) -> _SqliteStore | _PostgresStore | _RedisStore:
+    """A new handle on the counter described by ``spec`` (one per process)."""
+    if spec.kind == "sqlite":
+        return _SqliteStore(spec)
+    if spec.kind == "postgres":
+        return _PostgresStore(spec)
+    return _RedisStore(spec)
+
+
+def prepare_resource(spec: ResourceSpec) -> None:
+    """Create the counter at 0 and clear the fence of ``spec.name`` (before the workers start)."""
+    store = open_store(spec)
+    try:
+        store.prepare()
+    finally:
+        store.close()
+
+
+def read_final_counter(spec: ResourceSpec) -> int:
+    """The counter's value, read plainly (after the workers stopped)."""
+    store = open_store(spec)
+    try:
+        return store.final()
+    finally:
+        store.close()
+
+
+# --- the board: what workers publish for the nemesis and the progress display ---------------
+
+_FIELDS: Final = (
+    "pid", "phase", "since", "token", "grants", "acked", "refused", "lost", "errors",
+)  # fmt: skip
+
+
+class Board:
+    """Per-worker counters in shared memory: ``pid``, ``phase`` (an index into :data:`PHASES`),
+    ``since`` (when the phase began: :func:`time.monotonic` in milliseconds), ``token`` (held
+    now, 0 when none), and running totals ``grants``, ``acked`` (acknowledged
+    writes), ``refused`` (accesses refused as stale), ``lost`` (leases lost), ``errors``.
+
+    Made in the parent with a multiprocessing context and handed to the workers; reads are
+    unlocked snapshots (good enough to pick a victim or draw progress).
+    """
+
+    def __init__(self, ctx: Any, workers: int) -> None:
+        self.workers = workers
+        self._array = ctx.Array("q", workers * len(_FIELDS), lock=False)
+
+    def _index(self, worker: int, field: str) -> int:
+        return worker * len(_FIELDS) + _FIELDS.index(field)
+
+    def get(self, worker: int, field: str) -> int:
+        """One field of one worker."""
+        return int(self._array[self._index(worker, field)])
+
+    def set(self, worker: int, field: str, value: int) -> None:
+        """Set one field (only worker ``worker`` writes its own fields)."""
+        self._array[self._index(worker, field)] = value
+
+    def set_phase(self, worker: int, phase: int) -> None:
+        """Enter ``phase`` now."""
+        self._array[self._index(worker, "since")] = int(time.monotonic() * 1000)
+        self._array[self._index(worker, "phase")] = phase
+
+    def bump(self, worker: int, field: str) -> None:
+        """Add one to a running total."""
+        self._array[self._index(worker, field)] += 1
+
+    def snapshot(self) -> list[dict[str, int]]:
+        """Every worker's fields, as dicts."""
+        return [{f: self.get(w, f) for f in _FIELDS} for w in range(self.workers)]
+
+
+# --- the worker -------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class WorkerConfig:
+    """What one worker needs (picklable, for ``spawn``).
+
+    ``redis_url``: the Redis the leases live in, as this worker reaches it (through its own
+    Toxiproxy proxy when there is one). Times in milliseconds: ``ttl_ms`` (lease TTL),
+    ``heartbeat_ms`` (renewal interval), ``body_ms`` (sleep inside the critical section),
+    ``wait_ms`` (how long an acquire waits), ``socket_timeout_ms`` (every Redis command).
+    ``duration_s``: seconds, counted from the ``go`` signal, after which no new cycle starts;
+    ``max_cycles`` bounds the loop in count too.
+    """
+
+    index: int
+    name: str
+    redis_url: str
+    prefix: str
+    key: str
+    mode: Mode
+    resource: ResourceSpec
+    history_path: str
+    ttl_ms: int
+    heartbeat_ms: int
+    body_ms: int
+    wait_ms: int
+    socket_timeout_ms: int
+    duration_s: float
+    seed: int
+    max_cycles: int = 10_000
+
+
+def client_name(worker_name: str) -> str:
+    """The Redis ``CLIENT SETNAME`` of a worker's connections (how ``CLIENT KILL`` finds them)."""
+    return f"fencedlease-check-{worker_name}"
+
+
+def worker_main(config: WorkerConfig, board: Board, go: Any, stop: Any) -> None:
+    """The body of one worker process: publish its pid, wait (at most 60 s) for the ``go``
+    event, then loop over lease cycles until ``stop`` is set, ``duration_s`` has passed or
+    ``max_cycles`` is reached. Everything it sees goes into its history."""
+    # The parent stops a straggler with SIGTERM; leave through the finally blocks.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    rng = random.Random(config.seed)
+    timeout_s = config.socket_timeout_ms / 1000
+    client = redis.Redis.from_url(
+        config.redis_url,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+        client_name=client_name(config.name),
+        # One transparent retry on a dropped connection: a CLIENT KILL is survived by
+        # reconnecting, and the renewal that follows still checks the owner token.
+        retry=Retry(NoBackoff(), 1),
+    )
+    manager = LeaseManager(client, prefix=config.prefix)
+    store = open_store(config.resource)
+    writer = HistoryWriter(config.history_path, config.name)
+    board.set(config.index, "pid", os.getpid())  # ready: the run waits for every pid
+    try:
+        if not go.wait(60.0):
+            return
+        deadline = time.monotonic() + config.duration_s
+        cycles = 0
+        while not stop.is_set() and time.monotonic() < deadline and cycles < config.max_cycles:
+            cycles += 1
+            _cycle(config, board, manager, store, writer, rng)
+    finally:
+        board.set_phase(config.index, IDLE)
+        board.set(config.index, "token", 0)
+        with contextlib.suppress(Exception):
+            manager.close()
+        with contextlib.suppress(Exception):
+            store.close()
+        with contextlib.suppress(Exception):
+            client.close()
+        writer.close()
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(0)
+
+
+def _watch(lease: Lease, grant: int, writer: HistoryWriter, done: threading.Event) -> None:
+    """Record the moment the library declares ``lease`` lost (bounded by the hold)."""
+    while not done.is_set():
+        if lease.wait_lost(timeout_ms=20):
+            writer.record(
+                "lease-lost",
+                "info",
+                grant=grant,
+                key=lease.key,
+                token=lease.fencing_token,
+                outcome="lease-lost",
+                detail={"reason": lease.lost_reason},
+            )
+            return
+
+
+def _cycle(
+    config: WorkerConfig,
+    board: Board,
+    manager: LeaseManager,
+    store: Any,
+    writer: HistoryWriter,
+    rng: random.Random,
+) -> None:
+    me, key = config.index, config.key
+    board.set_phase(me, ACQUIRING)
+    acquire = writer.invoke("acquire", key=key)
+    grant = acquire.id
+    hold: Operation | None = None
+    body_end: float | None = None
+    done = threading.Event()
+    watcher: threading.Thread | None = None
+    token: int | None = None
+    try:
+        with manager.hold(
+            key,
+            ttl_ms=config.ttl_ms,
+            wait_ms=config.wait_ms,
+            retry_delay_ms=50,
+            heartbeat_ms=config.heartbeat_ms,
+        ) as lease:
+            token = lease.fencing_token
+            acquire.ok(token=token, outcome="granted")
+            board.set(me, "token", token or 0)
+            board.set_phase(me, HOLDING)
+            board.bump(me, "grants")
+            hold = Operation(writer, "hold", grant, {"grant": grant, "key": key, "token": token})
+            watcher = threading.Thread(
+                target=_watch, args=(lease, grant, writer, done), daemon=True
+            )
+            watcher.start()
+            try:
+                value = _access(
+                    writer, board, me, "read", grant, key, token, None,
+                    lambda: store.read(lease, fenced=config.mode == "fenced"),
+                )  # fmt: skip
+                board.set_phase(me, BODY)
+                time.sleep(config.body_ms / 1000)
+                board.set_phase(me, WRITING)
+                _access(
+                    writer, board, me, "write", grant, key, token, value + 1,
+                    lambda: store.write(value + 1, lease, fenced=config.mode != "unfenced"),
+                )  # fmt: skip
+            finally:
+                body_end = time.monotonic()
+            board.set_phase(me, RELEASING)
+        hold.ok(detail={"body_end": body_end})
+    except LeaseNotAcquiredError:
+        acquire.fail(outcome="not-acquired")
+    except LeaseLostError as exc:
+        board.bump(me, "lost")
+        _end(hold, acquire, "fail", "lease-lost", exc, body_end)
+    except StaleTokenError as exc:
+        _end(hold, acquire, "fail", "stale", exc, body_end)
+    except BackendError as exc:
+        board.bump(me, "errors")
+        _end(hold, acquire, "info", "backend-error", exc, body_end)
+        # Redis or the store may be down (a restart, a partition): do not spin.
+        time.sleep(rng.uniform(0.05, 0.15))
+    except Exception as exc:  # anything else is recorded, not fatal: the run goes on
+        board.bump(me, "errors")
+        _end(hold, acquire, "info", "error", exc, body_end)
+        time.sleep(rng.uniform(0.02, 0.08))
+    finally:
+        done.set()
+        if watcher is not None:
+            watcher.join(timeout=1.0)
+        board.set_phase(me, IDLE)
+        board.set(me, "token", 0)
+
+
+def _end(
+    hold: Operation | None,
+    acquire: Operation,
+    kind: Literal["fail", "info"],
+    outcome: str,
+    exc: BaseException,
+    body_end: float | None,
+) -> None:
+    """Complete the hold (or, if nothing was acquired, the acquire) with ``kind``."""
+    fields: dict[str, Any] = {"outcome": outcome, "detail": {"error": _describe(exc)}}
+    if hold is None:
+        if not acquire.done:
+            getattr(acquire, kind)(**fields)
+        return
+    fields["detail"]["body_end"] = body_end
+    getattr(hold, kind)(**fields)
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _access(
+    writer: HistoryWriter,
+    board: Board,
+    me: int,
+    op: str,
+    grant: int,
+    key: str,
+    token: int | None,
+    value: int | None,
+    action: Any,
+) -> Any:
+    """Run one access to the resource as an invoke/completion pair; re-raise its error."""
+    access = writer.invoke(op, grant=grant, key=key, token=token, value=value)
+    try:
+        result = action()
+    except StaleTokenError as exc:
+        board.bump(me, "refused")
+        access.fail(outcome="stale", detail={"error": _describe(exc), "last": exc.last_token})
+        raise
+    except BackendError as exc:
+        access.info(outcome="backend-error", detail={"error": _describe(exc)})
+        raise
+    if op == "write":
+        board.bump(me, "acked")
+        access.ok(outcome="accepted")
+        return None
+    access.ok(outcome="accepted", value=int(result))
+    return result
