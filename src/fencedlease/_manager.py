@@ -20,6 +20,7 @@ from ._lease import AcquireResult, Lease, LeaseInfo, LeaseOutcome
 from ._protocol import new_owner_token
 from ._redis_backend import RedisBackend
 from ._renewer import Renewer
+from ._urls import backend_from_url
 from ._validate import check_heartbeat_ms, check_key, check_ms
 
 __all__ = ["LeaseManager"]
@@ -72,11 +73,17 @@ class LeaseManager:
     def from_url(
         cls, url: str, *, prefix: str = "fencedlease", clock: Clock = SYSTEM_CLOCK, **kwargs: Any
     ) -> LeaseManager:
-        """A manager over a client made by ``redis.Redis.from_url(url, **kwargs)``, closed with the
-        manager. ``redis://``, ``rediss://`` and ``unix://`` URLs."""
-        return cls(
-            redis.Redis.from_url(url, **kwargs), prefix=prefix, clock=clock, _owns_client=True
-        )
+        """A manager over the backend ``url`` names, closed with the manager: ``redis://``,
+        ``rediss://`` and ``unix://`` (a client made by ``redis.Redis.from_url(url, **kwargs)``),
+        ``memory://``, and ``sqlite:///relative/path`` / ``sqlite:////absolute/path`` /
+        ``sqlite:///:memory:`` (``busy_timeout_ms`` the only keyword). See
+        :func:`fencedlease._urls.backend_from_url`.
+
+        Raises:
+            ValidationError: an unknown scheme, a malformed URL or an option it does not take.
+            BackendError: a SQLite database that cannot be opened.
+        """
+        return cls(backend_from_url(url, prefix=prefix, clock=clock, **kwargs), clock=clock)
 
     @property
     def backend(self) -> LeaseBackend:

@@ -359,10 +359,18 @@ class AsyncSqliteBackend:
     """The asyncio twin of :class:`SqliteBackend`: each operation runs on a worker thread
     (:func:`asyncio.to_thread`), so a busy database never blocks the event loop.
 
-    Arguments as :class:`SqliteBackend`; or pass ``sync`` to wrap an existing one. If the awaiting
-    task is cancelled while an operation runs, the cancellation waits for that operation to finish
-    (at most ``busy_timeout_ms`` plus one transaction): a thread cannot be stopped, and whatever the
-    caller does next (a release after a cancelled acquire) must come after it, not race it.
+    Arguments as :class:`SqliteBackend` (validated here, at once); the file is opened on a worker
+    thread at the first operation, so making the backend does no I/O. Or pass ``sync`` to wrap an
+    existing :class:`SqliteBackend`.
+
+    If the awaiting task is cancelled while an operation runs, the cancellation waits for that
+    operation to finish (at most ``busy_timeout_ms`` plus one transaction) before it propagates:
+    a thread cannot be stopped, and whatever the caller does next (a release after a cancelled
+    acquire) must come after it, not race it.
+
+    Raises:
+        ValidationError: as :class:`SqliteBackend`.
+        BackendError: as :class:`SqliteBackend`; opening the file fails at the first operation.
     """
 
     def __init__(
@@ -374,13 +382,20 @@ class AsyncSqliteBackend:
         busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
         sync: SqliteBackend | None = None,
     ) -> None:
+        self.sync = sync
+        self._closed = False
+        self._opening: asyncio.Lock | None = None
         if sync is None:
             if path is None:
                 raise ValidationError("path", "path is required unless sync is given")
-            sync = SqliteBackend(path, prefix=prefix, clock=clock, busy_timeout_ms=busy_timeout_ms)
-        self.sync = sync
+            self._path = _check_path(path)
+            self._prefix = check_prefix(prefix)
+            self._busy_timeout_ms = check_ms("busy_timeout_ms", busy_timeout_ms, 0)
+            self._clock = clock
 
     def __repr__(self) -> str:
+        if self.sync is None:
+            return f"<AsyncSqliteBackend path={self._path!r} prefix={self._prefix!r} (not open)>"
         return f"<AsyncSqliteBackend of {self.sync!r}>"
 
     @staticmethod
@@ -395,30 +410,58 @@ class AsyncSqliteBackend:
                 task.exception()  # retrieved: the caller was cancelled and will not see it
             raise
 
+    async def _backend(self, operation: str) -> SqliteBackend:
+        if self._closed:
+            raise BackendError(f"{operation}: the SQLite backend is closed")
+        if self.sync is not None:
+            return self.sync
+        if self._opening is None:
+            self._opening = asyncio.Lock()
+        async with self._opening:
+            if self.sync is None:
+                self.sync = await self._run(
+                    lambda: SqliteBackend(
+                        self._path,
+                        prefix=self._prefix,
+                        clock=self._clock,
+                        busy_timeout_ms=self._busy_timeout_ms,
+                    )
+                )
+            return self.sync
+
     async def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
         """As :meth:`SqliteBackend.acquire`, on a worker thread."""
-        return await self._run(self.sync.acquire, key, owner_token, ttl_ms)
+        backend = await self._backend("acquire")
+        return await self._run(backend.acquire, key, owner_token, ttl_ms)
 
     async def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
         """As :meth:`SqliteBackend.renew`, on a worker thread."""
-        return await self._run(self.sync.renew, key, owner_token, ttl_ms)
+        backend = await self._backend("renew")
+        return await self._run(backend.renew, key, owner_token, ttl_ms)
 
     async def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
         """As :meth:`SqliteBackend.renew_many`, on a worker thread."""
-        return await self._run(self.sync.renew_many, list(items))
+        backend = await self._backend("renew_many")
+        return await self._run(backend.renew_many, list(items))
 
     async def release(self, key: str, owner_token: str) -> bool:
         """As :meth:`SqliteBackend.release`, on a worker thread."""
-        return await self._run(self.sync.release, key, owner_token)
+        backend = await self._backend("release")
+        return await self._run(backend.release, key, owner_token)
 
     async def inspect(self, key: str) -> InspectReply | None:
         """As :meth:`SqliteBackend.inspect`, on a worker thread."""
-        return await self._run(self.sync.inspect, key)
+        backend = await self._backend("inspect")
+        return await self._run(backend.inspect, key)
 
     async def force_release(self, key: str) -> bool:
         """As :meth:`SqliteBackend.force_release`, on a worker thread."""
-        return await self._run(self.sync.force_release, key)
+        backend = await self._backend("force_release")
+        return await self._run(backend.force_release, key)
 
     async def close(self) -> None:
-        """As :meth:`SqliteBackend.close`, on a worker thread."""
-        await self._run(self.sync.close)
+        """As :meth:`SqliteBackend.close` (idempotent; a backend never opened has nothing to
+        close)."""
+        self._closed = True
+        if self.sync is not None:
+            await self._run(self.sync.close)

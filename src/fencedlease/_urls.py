@@ -1,0 +1,158 @@
+"""Backends from URLs: one parser for :meth:`LeaseManager.from_url` and its asyncio twin.
+
+Accepted URLs::
+
+    redis://[[user]:password@]host[:port][/db]     a Redis over TCP (redis-py's own URL syntax)
+    rediss://...                                   the same over TLS
+    unix://[[user]:password@]/path/to/socket[?db=n] a Redis on a Unix socket
+    memory://                                      a new in-process MemoryBackend
+    sqlite:///relative/path.db                     a SQLite file, relative to the working directory
+    sqlite:////absolute/path.db                    a SQLite file, absolute path (four slashes)
+    sqlite:///:memory:                             a private in-memory SQLite database
+
+The SQLite forms follow SQLAlchemy's: what follows ``sqlite:///`` is the path as given, so an
+absolute path brings its own leading slash. ``sqlite:///:memory:`` is accepted: it lives and dies
+with the backend, one process only, like ``memory://`` but through the SQL code path (useful to test
+it without a file). Every ``memory://`` URL makes a new, empty store: two managers made from
+``memory://`` do not share leases (pass one :class:`MemoryBackend` object to both for that).
+
+Keyword arguments go to ``redis.Redis.from_url`` (``redis.asyncio.Redis.from_url``) for Redis URLs;
+for ``sqlite`` the only one is ``busy_timeout_ms`` (also accepted as ``?busy_timeout_ms=n``);
+``memory://`` takes none.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+import redis
+
+from ._backend import AsyncLeaseBackend, LeaseBackend
+from ._core import Clock
+from ._errors import ValidationError
+from ._redis_backend import RedisBackend
+from ._validate import check_key, check_prefix
+from .backends.memory import AsyncMemoryBackend, MemoryBackend
+from .backends.sqlite import AsyncSqliteBackend, SqliteBackend
+
+__all__ = ["REDIS_SCHEMES", "async_backend_from_url", "backend_from_url", "sqlite_options"]
+
+REDIS_SCHEMES = frozenset({"redis", "rediss", "unix"})
+_SCHEMES = "redis://, rediss://, unix://, memory:// or sqlite:///<path>"
+
+
+def _scheme(url: object) -> str:
+    text = check_key(url, "url")
+    scheme, sep, _ = text.partition("://")
+    if not sep:
+        raise ValidationError("url", f"url must start with one of {_SCHEMES}; got {text!r}")
+    return scheme.lower()
+
+
+def _check_memory(url: str, kwargs: dict[str, Any]) -> None:
+    parts = urlsplit(url)
+    if parts.netloc or parts.path or parts.query or parts.fragment:
+        raise ValidationError("url", f"a memory URL is exactly 'memory://'; got {url!r}")
+    for name in kwargs:
+        raise ValidationError(name, f"memory:// takes no options; got {name}=")
+
+
+def sqlite_options(url: str, kwargs: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The path and the :class:`SqliteBackend` keyword arguments a ``sqlite:///`` URL names.
+
+    Raises:
+        ValidationError: a host in the URL, no path, or an option other than ``busy_timeout_ms``.
+    """
+    parts = urlsplit(url)
+    if parts.netloc or not parts.path.startswith("/") or parts.fragment:
+        raise ValidationError(
+            "url",
+            "a SQLite URL is sqlite:///relative/path, sqlite:////absolute/path or"
+            f" sqlite:///:memory:; got {url!r}",
+        )
+    path = unquote(parts.path[1:])
+    if not path:
+        raise ValidationError("url", f"a SQLite URL needs a path after 'sqlite:///'; got {url!r}")
+    options: dict[str, Any] = {}
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if name != "busy_timeout_ms":
+            raise ValidationError(name, f"sqlite:// takes only busy_timeout_ms; got {name}=")
+        if not value.isdigit():
+            raise ValidationError(
+                "busy_timeout_ms", f"busy_timeout_ms must be an int of milliseconds; got {value!r}"
+            )
+        options[name] = int(value)
+    for name, value in kwargs.items():
+        if name != "busy_timeout_ms":
+            raise ValidationError(name, f"sqlite:// takes only busy_timeout_ms; got {name}=")
+        if name in options:
+            raise ValidationError(name, f"{name} is given both in the URL and as an argument")
+        options[name] = value
+    return path, options
+
+
+def backend_from_url(url: str, *, prefix: str, clock: Clock, **kwargs: Any) -> LeaseBackend:
+    """The :class:`LeaseBackend` a URL names (forms in the module docstring).
+
+    The backend owns what it made (a Redis client, a SQLite connection): its ``close()`` closes
+    them. ``clock`` dates expiry for ``memory://`` (its ``monotonic()``) and ``sqlite://`` (its
+    ``time()``); Redis keeps its own time.
+
+    Raises:
+        ValidationError: an unknown scheme, a malformed URL, an option the scheme does not take,
+            or a bad ``prefix``.
+        BackendError: a SQLite database that cannot be opened.
+    """
+    scheme = _scheme(url)
+    check_prefix(prefix)
+    if scheme in REDIS_SCHEMES:
+        try:
+            client = redis.Redis.from_url(url, **kwargs)
+        except ValueError as exc:
+            raise ValidationError("url", f"not a usable Redis URL: {exc}") from exc
+        return RedisBackend(client, prefix, owns_client=True)
+    if scheme == "memory":
+        _check_memory(url, kwargs)
+        return MemoryBackend(clock=clock)
+    if scheme == "sqlite":
+        path, options = sqlite_options(url, kwargs)
+        return SqliteBackend(path, prefix=prefix, clock=clock, **options)
+    raise ValidationError("url", f"url must start with one of {_SCHEMES}; got {url!r}")
+
+
+def async_backend_from_url(
+    url: str, *, prefix: str, clock: Clock, **kwargs: Any
+) -> AsyncLeaseBackend:
+    """The :class:`AsyncLeaseBackend` a URL names: the asyncio twin of :func:`backend_from_url`,
+    with the same URLs, options and errors. Makes no I/O (a SQLite file is opened on a worker
+    thread at the first operation).
+
+    Redis: ``redis.asyncio.Redis.from_url(url, **kwargs)`` in an
+    :class:`~fencedlease.aio.AsyncRedisBackend`; ``memory://``: an :class:`AsyncMemoryBackend`;
+    ``sqlite:///...``: an :class:`AsyncSqliteBackend`.
+
+    Raises:
+        ValidationError: an unknown scheme, a malformed URL, an option the scheme does not take,
+            or a bad ``prefix``.
+    """
+    scheme = _scheme(url)
+    check_prefix(prefix)
+    if scheme in REDIS_SCHEMES:
+        import redis.asyncio
+
+        # Imported here: fencedlease.aio imports this module for its own from_url.
+        from .aio._redis_backend import AsyncRedisBackend
+
+        try:
+            client: redis.asyncio.Redis = redis.asyncio.Redis.from_url(url, **kwargs)
+        except ValueError as exc:
+            raise ValidationError("url", f"not a usable Redis URL: {exc}") from exc
+        return AsyncRedisBackend(client, prefix, owns_client=True)
+    if scheme == "memory":
+        _check_memory(url, kwargs)
+        return AsyncMemoryBackend(clock=clock)
+    if scheme == "sqlite":
+        path, options = sqlite_options(url, kwargs)
+        return AsyncSqliteBackend(path, prefix=prefix, clock=clock, **options)
+    raise ValidationError("url", f"url must start with one of {_SCHEMES}; got {url!r}")
