@@ -9,13 +9,14 @@ on a fake clock; 1 s on Redis, whose TTLs keep running in real time between two 
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import redis
 from hypothesis import settings
@@ -29,15 +30,25 @@ from hypothesis.stateful import (
 )
 
 from fencedlease import LeaseBackend, LeaseManager, RedisBackend
+from fencedlease._backend import AsyncLeaseBackend, RenewItem
 from fencedlease._core import SYSTEM_CLOCK, Clock
-from fencedlease._protocol import InspectReply, lease_key, owner_fingerprint
-from fencedlease.backends import MemoryBackend, SqliteBackend
+from fencedlease._protocol import AcquireReply, InspectReply, lease_key, owner_fingerprint
+from fencedlease.backends import (
+    AsyncMemoryBackend,
+    AsyncSqliteBackend,
+    MemoryBackend,
+    SqliteBackend,
+)
 from fencedlease.testing import FakeClock
 
 __all__ = [
     "KEYS",
     "OWNERS",
     "Store",
+    "SyncOverAsync",
+    "async_memory_store",
+    "async_redis_store",
+    "async_sqlite_store",
     "machine_class",
     "memory_store",
     "redis_store",
@@ -98,6 +109,66 @@ def redis_store(client: redis.Redis, prefix: str = "contract") -> Store:
             script(keys=[name], args=[ms])
 
     return Store("redis", backend, SYSTEM_CLOCK, advance, 1_000, 500, backend.close)
+
+
+class SyncOverAsync:
+    """An :class:`AsyncLeaseBackend` driven through the sync contract on one event loop of its own,
+    so the contract cases run unchanged over the asyncio twins."""
+
+    def __init__(self, backend: AsyncLeaseBackend) -> None:
+        self.backend = backend
+        self._loop = asyncio.new_event_loop()
+
+    def _wait(self, step: Coroutine[Any, Any, T]) -> T:
+        return self._loop.run_until_complete(step)
+
+    def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
+        return self._wait(self.backend.acquire(key, owner_token, ttl_ms))
+
+    def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
+        return self._wait(self.backend.renew(key, owner_token, ttl_ms))
+
+    def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
+        return self._wait(self.backend.renew_many(items))
+
+    def release(self, key: str, owner_token: str) -> bool:
+        return self._wait(self.backend.release(key, owner_token))
+
+    def inspect(self, key: str) -> InspectReply | None:
+        return self._wait(self.backend.inspect(key))
+
+    def force_release(self, key: str) -> bool:
+        return self._wait(self.backend.force_release(key))
+
+    def close(self) -> None:
+        if not self._loop.is_closed():
+            self._wait(self.backend.close())
+            self._loop.close()
+
+
+def async_memory_store() -> Store:
+    clock = FakeClock()
+    backend = SyncOverAsync(AsyncMemoryBackend(clock=clock))
+    return Store("memory-async", backend, clock, clock.advance, 1, 0, backend.close)
+
+
+def async_sqlite_store(path: Path, prefix: str = "contract") -> Store:
+    clock = FakeClock()
+    backend = SyncOverAsync(AsyncSqliteBackend(path, prefix=prefix, clock=clock))
+    return Store("sqlite-async", backend, clock, clock.advance, 1, 0, backend.close)
+
+
+def async_redis_store(client: redis.Redis, url: str, prefix: str = "contract") -> Store:
+    """The asyncio Redis backend, with time moved through the sync ``client`` on the same db."""
+    import redis.asyncio
+
+    from fencedlease.aio._redis_backend import AsyncRedisBackend
+
+    backend = SyncOverAsync(
+        AsyncRedisBackend(redis.asyncio.Redis.from_url(url), prefix, owns_client=True)
+    )
+    advance = redis_store(client, prefix).advance
+    return Store("redis-async", backend, SYSTEM_CLOCK, advance, 1_000, 500, backend.close)
 
 
 # -- the model ----------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The backend contract, case by case, over memory, SQLite and Redis (the Redis cases are ``live``).
+"""The backend contract, case by case, over memory, SQLite and Redis (the Redis cases are ``live``),
+sync and asyncio (the async backends driven through :class:`SyncOverAsync`).
 
 Time moves with ``store.advance``: a fake clock for memory and SQLite, ``PEXPIRE`` for Redis. Cases
 are written in ``tick`` units (1 ms on a fake clock, 1 s on Redis) so the same numbers hold for
@@ -13,7 +14,15 @@ from pathlib import Path
 import pytest
 import redis
 
-from contract.harness import Store, memory_store, redis_store, sqlite_store
+from contract.harness import (
+    Store,
+    async_memory_store,
+    async_redis_store,
+    async_sqlite_store,
+    memory_store,
+    redis_store,
+    sqlite_store,
+)
 from fencedlease import LeaseBackend
 from fencedlease._protocol import AcquireReply, InspectReply, owner_fingerprint
 
@@ -21,16 +30,30 @@ OWNER, OTHER = "owner-token-1", "owner-token-2"
 
 
 @pytest.fixture(
-    params=["memory", "sqlite", pytest.param("redis", marks=pytest.mark.live)],
+    params=[
+        "memory",
+        "sqlite",
+        pytest.param("redis", marks=pytest.mark.live),
+        "memory-async",
+        "sqlite-async",
+        pytest.param("redis-async", marks=pytest.mark.live),
+    ],
 )
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     if request.param == "memory":
         made = memory_store()
     elif request.param == "sqlite":
         made = sqlite_store(tmp_path / "leases.db")
+    elif request.param == "memory-async":
+        made = async_memory_store()
+    elif request.param == "sqlite-async":
+        made = async_sqlite_store(tmp_path / "leases.db")
     else:
         client: redis.Redis = request.getfixturevalue("redis_client")
-        made = redis_store(client)
+        if request.param == "redis":
+            made = redis_store(client)
+        else:
+            made = async_redis_store(client, request.getfixturevalue("redis_url"))
     yield made
     made.close()
 
