@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -16,6 +15,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from ._backend import LeaseBackend
 from ._core import SYSTEM_CLOCK, Clock, LeaseState
 from ._errors import BackendError, LeaseLostError, LeaseNotAcquiredError, ValidationError
+from ._handoff import Handoff, ReleaseWaiter, SleepWaiter
 from ._lease import AcquireResult, Lease, LeaseInfo, LeaseOutcome
 from ._protocol import new_owner_token
 from ._redis_backend import RedisBackend
@@ -67,6 +67,10 @@ class LeaseManager:
         self._clock = clock
         batch = check_ms("renew_batch_size", renew_batch_size, 1)
         self._renewer = Renewer(self._backend, clock, batch_size=batch)
+        # Waiting acquirers are woken by the release (see _handoff); other stores are polled.
+        self._release_waiter: ReleaseWaiter = (
+            Handoff(self._backend) if isinstance(self._backend, RedisBackend) else SleepWaiter()
+        )
         self._closed = False
 
     @classmethod
@@ -108,6 +112,7 @@ class LeaseManager:
             return
         self._closed = True
         self._renewer.close()
+        self._release_waiter.close()
         self._backend.close()
 
     # -- acquiring --------------------------------------------------------------------------
@@ -178,7 +183,7 @@ class LeaseManager:
             if remaining <= 0:
                 return AcquireResult(key, None, reply.ttl_ms)
             delay = retry_delay_ms / 1000 * random.uniform(0.5, 1.5)
-            time.sleep(min(delay, remaining))
+            self._release_waiter.wait(key, owner_token, ttl_ms, min(delay, remaining))
 
     @contextmanager
     def hold(

@@ -1,0 +1,38 @@
+-- Queue a waiter for the lease's next release (fencedlease._handoff; the hand-off is release.lua).
+-- KEYS[1]  lease key       <prefix>:{<key>}                 value "<fencing_token>:<owner_token>"
+-- KEYS[2]  waiter queue    <prefix>:{<key>}:waiters         sorted set: owner token -> arrival us
+-- KEYS[3]  waiter details  <prefix>:{<key>}:waiters:meta    hash: owner -> "<deadline_ms>:<ttl_ms>:<grace_ms>"
+-- ARGV[1]  the waiter's owner token (the one its acquire retries with)
+-- ARGV[2]  how long this wait lasts, milliseconds (the waiter polls again then)
+-- ARGV[3]  the ttl_ms the waiter asked for
+-- ARGV[4]  grace_ms: how long past the wait the waiter is still taken as alive
+-- returns  1 queued (the arrival time of a waiter already queued is kept: first come, first
+--            served across its polls); its deadline is now + ARGV[2] + ARGV[4] on Redis's clock;
+--          0 the lease key is free, or already this owner's (handed to it): acquire now; the
+--            waiter is taken out of the queue.
+-- A waiter that stops polling (gave up, crashed) drops out at its deadline: release.lua skips it.
+-- Both queue keys expire by themselves once nobody has polled for a while.
+redis.replicate_commands()  -- TIME below; required by Redis 6.2, a no-op from 7.0
+local current = redis.call('GET', KEYS[1])
+if current then
+  local sep = string.find(current, ':', 1, true)
+  if not (sep and string.sub(current, sep + 1) == ARGV[1]) then
+    local clock = redis.call('TIME')
+    local seconds, micros = tonumber(clock[1]), tonumber(clock[2])
+    local now_ms = seconds * 1000 + math.floor(micros / 1000)
+    local wait_ms, grace_ms = tonumber(ARGV[2]), tonumber(ARGV[4])
+    redis.call('ZADD', KEYS[2], 'NX', string.format('%d', seconds * 1000000 + micros), ARGV[1])
+    redis.call('HSET', KEYS[3], ARGV[1],
+               string.format('%d:%s:%d', now_ms + wait_ms + grace_ms, ARGV[3], grace_ms))
+    local keep_ms = wait_ms + 2 * grace_ms
+    for i = 2, 3 do
+      if redis.call('PTTL', KEYS[i]) < keep_ms then
+        redis.call('PEXPIRE', KEYS[i], keep_ms)
+      end
+    end
+    return 1
+  end
+end
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[1])
+return 0
