@@ -1,0 +1,43 @@
+"""fencedlease for asyncio: :class:`AsyncLeaseManager` over ``redis.asyncio``.
+
+The same library as :mod:`fencedlease`, not a second one: the same names (``Async`` prefixed
+where the object awaits), arguments, defaults, validation, errors, Lua scripts and key layout, from
+the same code wherever no I/O is involved. See ``docs/asyncio.md``.
+
+The error classes are :mod:`fencedlease`'s own, re-exported here for convenience.
+"""
+
+from __future__ import annotations
+
+from .._backend import AsyncLeaseBackend
+from .._errors import (
+    BackendError,
+    FencedLeaseError,
+    LeaseLostError,
+    LeaseNotAcquiredError,
+    StaleTokenError,
+    ValidationError,
+)
+from .._lease import LeaseInfo
+from ._lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
+from ._manager import AsyncLeaseManager, async_backend_from_url
+from ._redis_backend import AsyncRedisBackend
+from ._renewer import AsyncRenewer
+
+__all__ = [
+    "AsyncAcquireResult",
+    "AsyncLease",
+    "AsyncLeaseBackend",
+    "AsyncLeaseManager",
+    "AsyncLeaseOutcome",
+    "AsyncRedisBackend",
+    "AsyncRenewer",
+    "BackendError",
+    "FencedLeaseError",
+    "LeaseInfo",
+    "LeaseLostError",
+    "LeaseNotAcquiredError",
+    "StaleTokenError",
+    "ValidationError",
+    "async_backend_from_url",
+]

@@ -1,0 +1,169 @@
+"""The asyncio lease handle and the result types of the async manager."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+import attrs
+
+from .._backend import AsyncLeaseBackend
+from .._core import Clock, LeaseState, LeaseView
+from .._validate import check_ms
+
+if TYPE_CHECKING:
+    from .._core import RenewalEntry
+    from ._renewer import AsyncRenewer
+
+__all__ = ["AsyncAcquireResult", "AsyncLease", "AsyncLeaseOutcome"]
+
+T = TypeVar("T")
+
+
+class AsyncLease(LeaseView):
+    """A held (or once held) lease on ``key``: the asyncio twin of :class:`~fencedlease.Lease`.
+
+    ``owner_token`` proves ownership to the store; it is a secret and never appears in ``repr``.
+    ``fencing_token`` is the grant's number, strictly larger than every earlier grant's of the key;
+    hand it to the storage you write to. It is None only for a lease restored without one (the
+    first successful :meth:`renew` learns it from Redis). The read-only attributes and
+    :meth:`check` are the same code as :class:`~fencedlease.Lease`'s
+    (:class:`~fencedlease._core.LeaseView`).
+
+    Use it from the event loop it was acquired on. Nothing about it lives in a task or a
+    ``threading.local``: any task may renew or release it.
+    """
+
+    __slots__ = ("_backend", "_entry", "_lost_future", "_renewer")
+
+    def __init__(self, state: LeaseState, backend: AsyncLeaseBackend, clock: Clock) -> None:
+        super().__init__(state, clock)
+        self._backend = backend
+        self._entry: RenewalEntry | None = None
+        self._renewer: AsyncRenewer | None = None
+        self._lost_future: asyncio.Future[None] | None = None
+
+    async def wait_lost(self, timeout_ms: int | None = None) -> bool:
+        """Wait until the lease is lost or ``timeout_ms`` passes; return whether it is lost.
+
+        A lease not renewed in the background learns of its loss only through :meth:`renew`,
+        :meth:`check`, or here at its deadline.
+
+        Raises:
+            ValidationError: ``timeout_ms`` is not an int in 0..2,147,483,647.
+        """
+        limit = None if timeout_ms is None else check_ms("timeout_ms", timeout_ms, 0) / 1000
+        clock = self._clock
+        started = clock.monotonic()
+        lost = self._lost_future
+        if lost is None:
+            loop = asyncio.get_running_loop()
+            lost = self._lost_future = loop.create_future()
+            self._state.add_listener(lambda _: _set_threadsafe(loop, lost))
+        while not self.lost:
+            now = clock.monotonic()
+            slices = [] if limit is None else [started + limit - now]
+            if self._state.deadline is not None:
+                # Wake at the deadline too: nobody else may be watching this lease.
+                slices.append(self._state.deadline - now)
+            if limit is not None and slices[0] <= 0:
+                return False
+            await asyncio.wait({lost}, timeout=max(0.0, min(slices)) if slices else None)
+        return True
+
+    async def renew(self, ttl_ms: int | None = None) -> bool:
+        """Reset the TTL to ``ttl_ms`` (default: the current one) if this owner still holds the key.
+
+        Returns False, and marks the lease lost, when the key is gone or another owner's; a lost
+        lease is never renewed back to life. Returns False for a released lease. A cancelled
+        ``renew()`` changes nothing here (the command may still have reset the TTL in Redis,
+        which is harmless: the local deadline stays the earlier one).
+
+        Raises:
+            ValidationError: ``ttl_ms`` out of 1..2,147,483,647.
+            BackendError: the store could not be reached (not a loss by itself).
+        """
+        ttl = self._renew_ttl(ttl_ms)
+        if ttl is None:
+            return False
+        state, clock = self._state, self._clock
+        sent_mono, sent_wall = clock.monotonic(), clock.time()
+        token = await self._backend.renew(state.key, state.owner_token, ttl)
+        return self._renewed(token, sent_mono, sent_wall, ttl)
+
+    async def release(self) -> bool:
+        """Delete the key if this owner still holds it; return whether it did.
+
+        A False reply means the lease had already moved on: the lease is then marked lost. After a
+        release the background renewal (if any) stops and never touches the key again. If the
+        store cannot be reached (:class:`BackendError`) or the call is cancelled, the lease keeps
+        its owner token, so ``release()`` can be awaited again.
+
+        Raises:
+            BackendError: the store could not be reached.
+        """
+        state = self._state
+        state.releasing = True
+        self._stop_renewal()
+        return self._released(await self._backend.release(state.key, state.owner_token))
+
+    def _stop_renewal(self) -> None:
+        entry, renewer = self._entry, self._renewer
+        if entry is not None and renewer is not None:
+            renewer.remove(entry)
+            self._entry = None
+
+
+def _set_threadsafe(loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]) -> None:
+    """Resolve ``future`` from whichever thread marked the lease lost (reading ``lost`` in a
+    worker thread can be what marks it)."""
+
+    def resolve() -> None:
+        if not future.done():
+            future.set_result(None)
+
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        resolve()
+    elif not loop.is_closed():
+        loop.call_soon_threadsafe(resolve)
+
+
+@attrs.frozen
+class AsyncAcquireResult:
+    """What :meth:`AsyncLeaseManager.acquire` got: the twin of :class:`~fencedlease.AcquireResult`.
+
+    ``acquired`` and the ``lease`` (None when not acquired). ``bool(result)`` is
+    ``result.acquired``. ``holder_ttl_ms`` is the current holder's remaining TTL in milliseconds
+    when not acquired (None when acquired).
+    """
+
+    key: str
+    lease: AsyncLease | None
+    holder_ttl_ms: int | None = None
+
+    @property
+    def acquired(self) -> bool:
+        return self.lease is not None
+
+    def __bool__(self) -> bool:
+        return self.lease is not None
+
+
+@attrs.frozen
+class AsyncLeaseOutcome(Generic[T]):
+    """What :meth:`AsyncLeaseManager.with_lease` did: the twin of
+    :class:`~fencedlease.LeaseOutcome`. Ran ``fn`` under the lease (``value`` is what its
+    coroutine returned), or skipped it because the lease was not acquired (``value`` is None)."""
+
+    key: str
+    acquired: bool
+    value: T | None = None
+    lease: AsyncLease | None = None
+
+    @property
+    def skipped(self) -> bool:
+        return not self.acquired

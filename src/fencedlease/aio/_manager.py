@@ -1,0 +1,539 @@
+"""The asyncio face: :class:`AsyncLeaseManager`.
+
+Everything that is not I/O is the sync face's code: validation (:mod:`fencedlease._validate`),
+the acquire loop's rules (:class:`~fencedlease._core.AcquireAttempt`), restore
+(:func:`~fencedlease._core.restored_state`), the loss rules (:class:`~fencedlease._core.LeaseState`)
+and the renewal schedule. What is here is the awaiting, and what only asyncio has: cancellation.
+
+Cancellation, point by point:
+
+- A cancelled ``acquire`` (at any await: connecting, sending, reading, or between retries) never
+  leaves a key held that nobody can release. When an acquire command of the call may have landed,
+  the same owner token releases it before the ``CancelledError`` goes on. That release runs in a
+  task of the manager's and is shielded: cancelling the caller again stops the waiting, not the
+  release, and :meth:`AsyncLeaseManager.close` waits for it.
+- On loss, the task that entered ``hold`` (the body's task) is cancelled and ``hold`` raises
+  :class:`LeaseLostError` instead of the ``CancelledError``, as :func:`asyncio.timeout` turns its
+  own cancellation into ``TimeoutError`` (on Python 3.11+ a cancellation from elsewhere is told
+  apart with ``Task.uncancel`` and still propagates). A body that swallows the cancellation still
+  ends in ``LeaseLostError``: the deadline and the release are checked when it ends.
+- ``hold``'s final release is shielded like the acquire's cleanup. ``AsyncLease.release`` itself is
+  not: a cancelled ``release()`` keeps the owner token and can be awaited again.
+- Nothing lives in a ``threading.local`` or in a task: a lease is an object, and every hold keeps
+  its own state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections.abc import Awaitable, Callable, Coroutine
+from contextlib import AbstractAsyncContextManager
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Literal, TypeVar
+
+import redis
+import redis.asyncio
+
+from .._backend import AsyncLeaseBackend
+from .._core import SYSTEM_CLOCK, AcquireAttempt, Clock, LeaseState, LossReason, restored_state
+from .._errors import BackendError, LeaseNotAcquiredError, ValidationError
+from .._lease import LeaseInfo
+from .._manager import DEFAULT_RETRY_DELAY_MS, DEFAULT_TTL_MS
+from .._validate import check_heartbeat_ms, check_key, check_ms, check_prefix
+from ._lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
+from ._redis_backend import AsyncRedisBackend
+from ._renewer import AsyncRenewer
+
+__all__ = ["AsyncLeaseManager", "async_backend_from_url"]
+
+log = logging.getLogger("fencedlease.aio")
+
+T = TypeVar("T")
+
+_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def async_backend_from_url(
+    url: str, *, prefix: str, clock: Clock = SYSTEM_CLOCK, **kwargs: Any
+) -> AsyncLeaseBackend:
+    """The :class:`~fencedlease.AsyncLeaseBackend` a URL names; the one place where the asyncio
+    face turns a URL into a backend (``fencedlease._urls`` is to route ``memory://`` and
+    ``sqlite://`` for both faces through here).
+
+    ``redis://``, ``rediss://`` and ``unix://``: a ``redis.asyncio.Redis.from_url(url, **kwargs)``
+    client, owned (closed) by the backend. ``clock`` is for stores that keep no time of their own;
+    Redis keeps its own.
+
+    Raises:
+        ValidationError: an unknown scheme or a malformed URL, or a bad ``prefix``.
+    """
+    text = check_key(url, "url")
+    check_prefix(prefix)
+    if not text.lower().startswith(_REDIS_SCHEMES):
+        raise ValidationError(
+            "url", f"the asyncio face takes redis://, rediss:// or unix:// URLs; got {text!r}"
+        )
+    try:
+        client = redis.asyncio.Redis.from_url(text, **kwargs)
+    except ValueError as exc:
+        raise ValidationError("url", f"not a usable Redis URL: {exc}") from exc
+    return AsyncRedisBackend(client, prefix, owns_client=True)
+
+
+class AsyncLeaseManager:
+    """Leases with fencing tokens on one Redis (or another :class:`AsyncLeaseBackend`), for asyncio:
+    the twin of :class:`~fencedlease.LeaseManager`, with the same arguments, defaults, validation,
+    errors, scripts and key layout.
+
+    ``client``: a ``redis.asyncio.Redis`` (``decode_responses`` either way) or a backend object.
+    ``prefix``: the key namespace; keys are ``<prefix>:{<key>}`` and ``<prefix>:{<key>}:fence``.
+    ``clock``: where time is read (tests inject a fake one). ``renew_batch_size``: the most
+    renewals sent in one pipeline.
+
+    One manager runs one renewal task (started on the first :meth:`hold`) for all its leases.
+    Close it with :meth:`close` or use it as an async context manager; afterwards no task of the
+    manager's is left and a client it made from a URL is closed.
+
+    Raises:
+        ValidationError: ``prefix`` is not a non-empty str, or ``renew_batch_size`` < 1.
+        TypeError: ``client`` is a sync ``redis.Redis`` (use :class:`~fencedlease.LeaseManager`).
+    """
+
+    def __init__(
+        self,
+        client: redis.asyncio.Redis | AsyncLeaseBackend,
+        *,
+        prefix: str = "fencedlease",
+        clock: Clock = SYSTEM_CLOCK,
+        renew_batch_size: int = 500,
+        _owns_client: bool = False,
+    ) -> None:
+        if isinstance(client, redis.asyncio.Redis):
+            self._backend: AsyncLeaseBackend = AsyncRedisBackend(
+                client, prefix, owns_client=_owns_client
+            )
+        elif isinstance(client, redis.Redis):
+            raise TypeError(
+                "AsyncLeaseManager needs a redis.asyncio.Redis; a redis.Redis goes to LeaseManager"
+            )
+        else:
+            self._backend = client
+        self._clock = clock
+        batch = check_ms("renew_batch_size", renew_batch_size, 1)
+        self._renewer = AsyncRenewer(self._backend, clock, batch_size=batch)
+        self._holds: set[_Hold] = set()
+        self._chores: set[asyncio.Task[Any]] = set()
+        self._closed = False
+        self._close_done: asyncio.Event | None = None
+
+    @classmethod
+    def from_url(
+        cls, url: str, *, prefix: str = "fencedlease", clock: Clock = SYSTEM_CLOCK, **kwargs: Any
+    ) -> AsyncLeaseManager:
+        """A manager over the backend ``url`` names (see :func:`async_backend_from_url`), closed
+        with the manager: ``redis://``, ``rediss://`` and ``unix://``, a client made by
+        ``redis.asyncio.Redis.from_url(url, **kwargs)``. No I/O until the first command.
+
+        Raises:
+            ValidationError: an unknown scheme, a malformed URL or a bad ``prefix``.
+        """
+        return cls(async_backend_from_url(url, prefix=prefix, clock=clock, **kwargs), clock=clock)
+
+    @property
+    def backend(self) -> AsyncLeaseBackend:
+        """The store the leases live in."""
+        return self._backend
+
+    @property
+    def renewer(self) -> AsyncRenewer:
+        """The renewal task's owner (for introspection: ``len()`` leases, ``round_trips``)."""
+        return self._renewer
+
+    async def __aenter__(self) -> AsyncLeaseManager:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Stop the renewal task; leases still held in :meth:`hold` are marked lost (their bodies
+        are cancelled and end in :class:`LeaseLostError`) and released; wait for every release
+        and clean-up the manager started; close the client if the manager made it. Idempotent;
+        a second caller waits for the first to finish.
+
+        Raises:
+            BackendError: closing the client failed.
+        """
+        if self._closed:
+            if self._close_done is not None:
+                await self._close_done.wait()
+            return
+        self._closed = True
+        self._close_done = done = asyncio.Event()
+        try:
+            await self._renewer.close()
+            for hold in list(self._holds):
+                lease = hold.lease
+                if lease is None:
+                    continue
+                lease._state.mark_lost(LossReason.CLOSED)
+                if not lease._state.releasing:
+                    self._spawn(lease.release(), "fencedlease-release")
+            while self._chores:
+                await asyncio.wait(set(self._chores))
+            await self._backend.close()
+        finally:
+            done.set()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the lease manager is closed")
+
+    def _spawn(self, coro: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
+        """Run ``coro`` in a task the manager keeps (and :meth:`close` waits for)."""
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._chores.add(task)
+        task.add_done_callback(self._chore_done)
+        return task
+
+    def _chore_done(self, task: asyncio.Task[Any]) -> None:
+        self._chores.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # The caller that awaited it (if still there) got the error; this is for the rest.
+            log.debug("%s failed: %r", task.get_name(), task.exception())
+
+    # -- acquiring --------------------------------------------------------------------------
+
+    async def acquire(
+        self,
+        key: str,
+        *,
+        ttl_ms: int = DEFAULT_TTL_MS,
+        wait_ms: int = 0,
+        retry_delay_ms: int = DEFAULT_RETRY_DELAY_MS,
+    ) -> AsyncAcquireResult:
+        """Take the lease on ``key`` for ``ttl_ms`` milliseconds, with a new fencing token.
+
+        One atomic round trip when the key is free. With ``wait_ms=0`` (the default) a held key
+        fails fast; with ``wait_ms > 0`` the call retries every ``retry_delay_ms`` (randomised
+        ±50%) until acquired or ``wait_ms`` has passed on the monotonic clock, then gives up: it
+        never waits longer than ``wait_ms`` plus one round trip. The lease is not renewed in the
+        background: use :meth:`hold` for that, or await :meth:`AsyncLease.renew`.
+
+        If a reply is lost (connection reset or timeout after sending), the same acquire is sent
+        once more with the same owner token: Redis recognises it and returns the same fencing
+        token. If the call is cancelled while an acquire of it may have landed, that owner token
+        releases the key before the cancellation propagates (see the module docstring).
+
+        Returns:
+            :class:`AsyncAcquireResult`; ``result.lease`` is None when not acquired.
+
+        Raises:
+            ValidationError: ``key``, ``ttl_ms``, ``wait_ms`` or ``retry_delay_ms`` out of bounds.
+            BackendError: the store failed; never reported as acquired.
+            RuntimeError: the manager is closed.
+        """
+        check_key(key)
+        check_ms("ttl_ms", ttl_ms, 1)
+        check_ms("wait_ms", wait_ms, 0)
+        check_ms("retry_delay_ms", retry_delay_ms, 1)
+        self._check_open()
+        return await self._acquire(key, ttl_ms, wait_ms, retry_delay_ms)
+
+    async def _acquire(
+        self, key: str, ttl_ms: int, wait_ms: int, retry_delay_ms: int
+    ) -> AsyncAcquireResult:
+        clock, backend = self._clock, self._backend
+        attempt = AcquireAttempt(key, ttl_ms, wait_ms, retry_delay_ms, clock)
+        try:
+            while True:
+                attempt.sending()
+                try:
+                    reply = await backend.acquire(key, attempt.owner_token, ttl_ms)
+                except BackendError as exc:
+                    if not attempt.may_resend(exc):
+                        raise
+                    attempt.sending()
+                    reply = await backend.acquire(key, attempt.owner_token, ttl_ms)
+                if reply.acquired:
+                    return AsyncAcquireResult(
+                        key, AsyncLease(attempt.granted(reply), backend, clock)
+                    )
+                delay = attempt.not_acquired()
+                if delay is None:
+                    return AsyncAcquireResult(key, None, reply.ttl_ms)
+                await asyncio.sleep(delay)
+        except BaseException as exc:
+            if attempt.uncertain:
+                await self._abandon(key, attempt.owner_token, exc)
+            raise
+
+    async def _abandon(self, key: str, owner_token: str, exc: BaseException) -> None:
+        """Release what an abandoned acquire may hold, in a shielded task of the manager's."""
+        try:
+            chore = self._spawn(self._release_abandoned(key, owner_token), "fencedlease-cleanup")
+        except RuntimeError:  # no running loop: the coroutine is being closed by the GC
+            return
+        if not isinstance(exc, GeneratorExit):
+            await asyncio.shield(chore)
+
+    async def _release_abandoned(self, key: str, owner_token: str) -> None:
+        try:
+            await self._backend.release(key, owner_token)
+        except BackendError as exc:
+            log.warning(
+                "could not release the abandoned acquire of %r; it expires at its ttl: %s", key, exc
+            )
+
+    async def _release_shielded(self, lease: AsyncLease) -> bool:
+        return await asyncio.shield(self._spawn(lease.release(), "fencedlease-release"))
+
+    def hold(
+        self,
+        key: str,
+        *,
+        ttl_ms: int = DEFAULT_TTL_MS,
+        wait_ms: int = 0,
+        retry_delay_ms: int = DEFAULT_RETRY_DELAY_MS,
+        heartbeat_ms: int | Literal[False] | None = None,
+        on_renew_error: Callable[[BaseException], object] | None = None,
+    ) -> AbstractAsyncContextManager[AsyncLease]:
+        """Hold the lease on ``key`` for the ``async with`` block, renewed in the background.
+
+        Acquires as :meth:`acquire` does, renews every ``heartbeat_ms`` (default
+        ``max(1, ttl_ms // 4)``; an explicit value must be at most ``ttl_ms // 2``; ``False``: no
+        renewal) while the block runs, then releases. ``on_renew_error(exc)`` is called (in the
+        renewal task, so it must not block) for each failed renewal round trip: telemetry, not a
+        loss.
+
+        The lease is lost when a renewal finds the key gone or another owner's, or when ``ttl_ms``
+        passes with no confirmed renewal; this is checked by the renewal task, again when the block
+        ends, and by the release. On loss the task running the block is cancelled, and the
+        ``CancelledError`` comes out of ``hold`` as :class:`LeaseLostError`.
+
+        Raises:
+            ValidationError: an argument out of bounds (when ``hold()`` is called).
+            LeaseNotAcquiredError: the key is held by another owner; the block never runs.
+            LeaseLostError: the lease was lost while the block ran, even if the block returned
+                normally or swallowed the cancellation. An exception raised by the block itself
+                propagates unchanged, and so does a cancellation that did not come from the loss.
+            BackendError: the store failed while acquiring or releasing.
+            RuntimeError: the manager is closed.
+        """
+        return self._hold(key, ttl_ms, wait_ms, retry_delay_ms, heartbeat_ms, on_renew_error)
+
+    def _hold(
+        self,
+        key: str,
+        ttl_ms: int,
+        wait_ms: int,
+        retry_delay_ms: int,
+        heartbeat_ms: int | Literal[False] | None,
+        on_renew_error: Callable[[BaseException], object] | None,
+    ) -> _Hold:
+        check_key(key)
+        check_ms("ttl_ms", ttl_ms, 1)
+        check_ms("wait_ms", wait_ms, 0)
+        check_ms("retry_delay_ms", retry_delay_ms, 1)
+        heartbeat = check_heartbeat_ms(heartbeat_ms, ttl_ms)
+        return _Hold(self, key, ttl_ms, wait_ms, retry_delay_ms, heartbeat, on_renew_error)
+
+    async def with_lease(
+        self,
+        key: str,
+        fn: Callable[[AsyncLease], Awaitable[T]],
+        *,
+        ttl_ms: int = DEFAULT_TTL_MS,
+        wait_ms: int = 0,
+        retry_delay_ms: int = DEFAULT_RETRY_DELAY_MS,
+        heartbeat_ms: int | Literal[False] | None = None,
+        on_renew_error: Callable[[BaseException], object] | None = None,
+    ) -> AsyncLeaseOutcome[T]:
+        """Await ``fn(lease)`` under the lease on ``key``, as :meth:`hold` does (in the caller's
+        task, which is the one cancelled on loss).
+
+        Returns:
+            :class:`AsyncLeaseOutcome`: ``value`` is what ``fn`` returned; ``skipped`` is true (and
+            ``fn`` never ran) when the lease was not acquired.
+
+        Raises:
+            ValidationError, LeaseLostError, BackendError, RuntimeError: as :meth:`hold`; an
+            exception from ``fn`` propagates unchanged (a ``LeaseNotAcquiredError`` from ``fn``
+            included: only this call's own acquire turns into a skipped outcome).
+        """
+        hold = self._hold(key, ttl_ms, wait_ms, retry_delay_ms, heartbeat_ms, on_renew_error)
+        try:
+            async with hold as lease:
+                value = await fn(lease)
+        except LeaseNotAcquiredError:
+            if hold.lease is not None:
+                raise
+            return AsyncLeaseOutcome(key, False)
+        return AsyncLeaseOutcome(key, True, value, lease)
+
+    # -- the rest ------------------------------------------------------------------------------
+
+    def restore(
+        self,
+        key: str,
+        owner_token: str,
+        *,
+        ttl_ms: int,
+        expires_at: datetime | None = None,
+        fencing_token: int | None = None,
+    ) -> AsyncLease:
+        """Rebuild a lease from values persisted by an earlier process; no I/O.
+
+        Invents nothing: without ``expires_at`` the lease has no local deadline until its first
+        :meth:`AsyncLease.renew`; without ``fencing_token`` its token is None until a renewal
+        learns it from the store. The store still checks ``owner_token`` on every renew and
+        release. The restored lease is not renewed in the background.
+
+        Raises:
+            ValidationError: ``key``/``owner_token`` not non-empty strings, ``ttl_ms`` out of
+                bounds, ``expires_at`` naive, ``fencing_token`` not a positive int.
+        """
+        state = restored_state(key, owner_token, ttl_ms, expires_at, fencing_token, self._clock)
+        return AsyncLease(state, self._backend, self._clock)
+
+    async def inspect(self, key: str) -> LeaseInfo | None:
+        """The lease on ``key`` as the store holds it now, or None when nobody holds it.
+
+        Raises:
+            ValidationError: ``key`` is not a non-empty str.
+            BackendError: the store failed.
+        """
+        check_key(key)
+        return LeaseInfo.from_reply(key, await self._backend.inspect(key))
+
+    async def force_release(self, key: str) -> bool:
+        """Delete the lease on ``key`` whoever holds it; the operator's escape hatch. The fencing
+        counter is kept, so the next grant still gets a larger token. Returns whether a lease was
+        held.
+
+        Raises:
+            ValidationError: ``key`` is not a non-empty str.
+            BackendError: the store failed.
+        """
+        check_key(key)
+        return await self._backend.force_release(key)
+
+
+class _Hold(AbstractAsyncContextManager[AsyncLease]):
+    """One ``async with manager.hold(...)``: acquire, register for renewal, watch for loss, and
+    turn the loss's cancellation of the body into :class:`LeaseLostError`. Entered once."""
+
+    def __init__(
+        self,
+        manager: AsyncLeaseManager,
+        key: str,
+        ttl_ms: int,
+        wait_ms: int,
+        retry_delay_ms: int,
+        heartbeat: int | Literal[False],
+        on_renew_error: Callable[[BaseException], object] | None,
+    ) -> None:
+        self._manager = manager
+        self._key = key
+        self._ttl_ms = ttl_ms
+        self._wait_ms = wait_ms
+        self._retry_delay_ms = retry_delay_ms
+        self._heartbeat = heartbeat
+        self._on_renew_error = on_renew_error
+        self.lease: AsyncLease | None = None
+        self._entered = False
+        self._task: asyncio.Task[Any] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._cancelling = 0
+        self._cancel_requested = False
+        self._exiting = False
+
+    async def __aenter__(self) -> AsyncLease:
+        if self._entered:
+            raise RuntimeError("a hold() can be entered only once")
+        self._entered = True
+        manager = self._manager
+        manager._check_open()
+        result = await manager._acquire(
+            self._key, self._ttl_ms, self._wait_ms, self._retry_delay_ms
+        )
+        lease = result.lease
+        if lease is None:
+            raise LeaseNotAcquiredError(self._key)
+        if manager._closed:  # closed while we acquired: give the key back
+            await manager._release_shielded(lease)
+            raise RuntimeError("the lease manager is closed")
+        task = asyncio.current_task()
+        assert task is not None, "hold() runs inside a task"
+        self._task, self._loop = task, asyncio.get_running_loop()
+        if sys.version_info >= (3, 11):
+            self._cancelling = task.cancelling()
+        self.lease = lease
+        if self._heartbeat is not False:
+            lease._renewer = manager._renewer
+            lease._entry = manager._renewer.add(lease._state, self._heartbeat, self._on_renew_error)
+        manager._holds.add(self)
+        lease._state.add_listener(self._on_lost)
+        return lease
+
+    def _on_lost(self, _state: LeaseState) -> None:
+        # Called wherever the loss was marked: the renewal task, the body itself (lease.lost,
+        # renew()), even another thread. The cancel is always posted to the loop, never done
+        # inline, so a body that notices the loss itself is not cancelled mid-step.
+        loop = self._loop
+        if self._exiting or loop is None or loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            loop.call_soon(self._cancel_body)
+        else:
+            loop.call_soon_threadsafe(self._cancel_body)
+
+    def _cancel_body(self) -> None:
+        task = self._task
+        if self._exiting or self._cancel_requested or task is None or task.done():
+            return
+        self._cancel_requested = True
+        task.cancel(f"fencedlease: the lease on {self._key!r} was lost")
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._exiting = True
+        manager, lease, task = self._manager, self.lease, self._task
+        assert lease is not None
+        assert task is not None
+        manager._holds.discard(self)
+        ours = False
+        if self._cancel_requested:
+            # The cancel was delivered in the block (it was posted while the block was
+            # suspended), so it is ours to take back, unless someone else cancelled too.
+            if sys.version_info >= (3, 11):
+                ours = task.uncancel() <= self._cancelling
+            else:
+                ours = True
+        body_failed = exc is not None and not (ours and isinstance(exc, asyncio.CancelledError))
+        state = lease._state
+        state.check_deadline(manager._clock.monotonic())
+        try:
+            if not state.releasing:
+                await manager._release_shielded(lease)
+        except BackendError:
+            if body_failed:
+                return  # the block's own exception is the one the caller must see
+            if state.lost:
+                raise lease._lost_error() from None
+            raise
+        if body_failed:
+            return
+        if state.lost:
+            raise lease._lost_error() from exc

@@ -1,0 +1,111 @@
+"""The Redis backend (asyncio): the lease scripts over a ``redis.asyncio`` client.
+
+The twin of :mod:`fencedlease._redis_backend`, sharing everything that is not I/O with it: key
+names, scripts and reply decoding (:mod:`fencedlease._protocol`), the renewal pipeline's queueing
+and reply filing (:func:`~fencedlease._redis_backend.queue_renewals`,
+:func:`~fencedlease._redis_backend.sort_renew_replies`) and the error mapping
+(:func:`~fencedlease._redis_backend.backend_errors`). Scripts run by EVALSHA; a ``NOSCRIPT`` reply
+is answered by one EVAL of the same source.
+
+Cancellation: a cancelled call leaves no half-read reply behind (redis-py drops a connection whose
+read was interrupted), but the command may have run at Redis. The manager copes with that; this
+class does not pretend otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import redis.asyncio
+from redis.exceptions import NoScriptError
+
+from .._protocol import (
+    ACQUIRE,
+    INSPECT,
+    RELEASE,
+    RENEW,
+    AcquireReply,
+    InspectReply,
+    Script,
+    decode_acquire,
+    decode_inspect,
+    decode_release,
+    decode_renew,
+    fence_key,
+    lease_key,
+)
+from .._redis_backend import backend_errors, queue_renewals, sort_renew_replies
+from .._validate import check_prefix
+
+__all__ = ["AsyncRedisBackend"]
+
+
+class AsyncRedisBackend:
+    """Leases in Redis under ``prefix``, over a ``redis.asyncio.Redis`` (layout in
+    :mod:`fencedlease._protocol`); an :class:`~fencedlease.AsyncLeaseBackend`.
+
+    ``decode_responses`` may be on or off. ``owns_client``: close the client in :meth:`close`
+    (true when the manager built it from a URL). Every redis-py error is raised as
+    :class:`~fencedlease.BackendError` with the original in ``__cause__``.
+    """
+
+    def __init__(
+        self, client: redis.asyncio.Redis, prefix: str = "fencedlease", *, owns_client: bool = False
+    ) -> None:
+        self.client = client
+        self.prefix = check_prefix(prefix)
+        self._owns_client = owns_client
+
+    async def _run(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        client = self.client
+        try:
+            return await client.evalsha(script.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            return await client.eval(script.source, len(keys), *keys, *args)
+
+    async def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
+        prefix = self.prefix
+        with backend_errors(f"acquire {key!r}"):
+            reply = await self._run(
+                ACQUIRE, (lease_key(prefix, key), fence_key(prefix, key)), (owner_token, ttl_ms)
+            )
+        return decode_acquire(reply)
+
+    async def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
+        with backend_errors(f"renew {key!r}"):
+            reply = await self._run(RENEW, (lease_key(self.prefix, key),), (owner_token, ttl_ms))
+        return decode_renew(reply)
+
+    async def renew_many(self, items: Sequence[tuple[str, str, int]]) -> list[int | BaseException]:
+        results: list[int | BaseException] = [0] * len(items)
+        pending = list(range(len(items)))
+        with backend_errors(f"renew {len(items)} leases"):
+            for attempt in range(2):
+                pipe = self.client.pipeline(transaction=False)
+                queue_renewals(pipe, self.prefix, items, pending, by_source=attempt > 0)
+                replies = await pipe.execute(raise_on_error=False)
+                pending = sort_renew_replies(items, pending, replies, results)
+                if not pending:
+                    break
+        return results
+
+    async def release(self, key: str, owner_token: str) -> bool:
+        with backend_errors(f"release {key!r}"):
+            reply = await self._run(RELEASE, (lease_key(self.prefix, key),), (owner_token,))
+        return decode_release(reply)
+
+    async def inspect(self, key: str) -> InspectReply | None:
+        prefix = self.prefix
+        with backend_errors(f"inspect {key!r}"):
+            reply = await self._run(INSPECT, (lease_key(prefix, key), fence_key(prefix, key)), ())
+        return decode_inspect(reply)
+
+    async def force_release(self, key: str) -> bool:
+        with backend_errors(f"force_release {key!r}"):
+            return bool(await self.client.delete(lease_key(self.prefix, key)))
+
+    async def close(self) -> None:
+        if self._owns_client:
+            with backend_errors("close"):
+                await self.client.aclose()

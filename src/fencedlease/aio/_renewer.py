@@ -1,0 +1,223 @@
+"""The asyncio renewer: one task per manager, for every lease held through ``hold``/``with_lease``.
+
+It drives the same :class:`~fencedlease._core.RenewalSchedule` as the sync renewer's thread: the
+due leases go out as one pipelined batch (:meth:`~fencedlease.AsyncLeaseBackend.renew_many`), the
+replies are applied by the schedule, and leases are marked lost at their deadlines by the schedule.
+Only the waiting differs. The batch runs in a task of its own and the scheduler waits for "the
+batch finished, or the next deadline came, or something changed", whichever is first, so a renewal
+that hangs (a paused Redis, a black-holed connection) cannot stop losses from being marked:
+silence is loss.
+
+A batch still unanswered when the earliest deadline among its leases passes is abandoned
+(cancelled; redis-py drops the connection), so the leases that are still alive are retried on a
+fresh connection instead of waiting behind a dead one. For them that is one failed round trip,
+reported to ``on_renew_error``, not a loss.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from .._backend import AsyncLeaseBackend
+from .._core import Clock, LeaseState, LossReason, RenewalEntry, RenewalSchedule
+from .._errors import BackendError
+
+__all__ = ["AsyncRenewer"]
+
+log = logging.getLogger("fencedlease.renewer")
+
+_BatchResult = tuple[float, float, list[int | BaseException]]
+
+
+class AsyncRenewer:
+    """Renews every lease registered with :meth:`add` until it is removed or lost.
+
+    ``batch_size`` caps the renewals sent in one pipeline (one round trip). ``round_trips`` counts
+    the batches sent. The task starts on the first :meth:`add` (it needs a running loop) and is
+    stopped by :meth:`close`.
+    """
+
+    def __init__(self, backend: AsyncLeaseBackend, clock: Clock, *, batch_size: int = 500) -> None:
+        self._backend = backend
+        self._clock = clock
+        self._batch_size = batch_size
+        self._schedule = RenewalSchedule()
+        self._task: asyncio.Task[None] | None = None
+        self._waker: asyncio.Future[None] | None = None
+        self._in_flight: asyncio.Task[_BatchResult] | None = None
+        self._batch: list[RenewalEntry] = []
+        self._batch_deadline = float("inf")
+        self._abandoned: set[asyncio.Task[_BatchResult]] = set()
+        self._closed = False
+        self.round_trips = 0
+
+    def __len__(self) -> int:
+        return len(self._schedule)
+
+    def add(
+        self,
+        state: LeaseState,
+        heartbeat_ms: int,
+        on_renew_error: Callable[[BaseException], object] | None,
+    ) -> RenewalEntry:
+        """Start renewing ``state`` every ``heartbeat_ms`` (call it inside the running loop).
+
+        Raises:
+            RuntimeError: the renewer is closed.
+        """
+        if self._closed:
+            raise RuntimeError("the lease manager is closed")
+        entry = RenewalEntry(state, heartbeat_ms, on_renew_error)
+        self._schedule.add(entry, self._clock.monotonic())
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name="fencedlease-renewer"
+            )
+        self.wake()
+        return entry
+
+    def remove(self, entry: RenewalEntry) -> None:
+        """Stop renewing ``entry``; a batch already in flight for it is ignored when it lands."""
+        self._schedule.remove(entry)
+
+    def wake(self) -> None:
+        """Make the task look at the clock and the schedule now (after an add, at close, or in a
+        test that moved an injected clock)."""
+        waker = self._waker
+        if waker is not None and not waker.done():
+            waker.set_result(None)
+
+    async def close(self) -> list[RenewalEntry]:
+        """Stop the task and abandon a batch in flight; wait for both. Leases still registered are
+        marked lost (their renewal stops here) and returned. Idempotent."""
+        self._closed = True
+        self.wake()
+        task, flight = self._task, self._in_flight
+        waits: set[asyncio.Task[Any]] = set(self._abandoned)
+        if flight is not None:
+            flight.cancel()
+            waits.add(flight)
+        if task is not None:
+            waits.add(task)
+        if waits:
+            await asyncio.wait(waits)
+        for done in waits:
+            _retrieve(done)
+        entries = self._schedule.entries()
+        for entry in entries:
+            self._schedule.remove(entry)
+        for entry in entries:
+            entry.state.mark_lost(LossReason.CLOSED)
+        return entries
+
+    async def _run(self) -> None:
+        try:
+            await self._loop()
+        except BaseException as exc:  # never die silently: report, and fail every lease loudly
+            if not isinstance(exc, asyncio.CancelledError):
+                log.exception("fencedlease renewer stopped")
+            entries = self._schedule.entries()
+            for entry in entries:
+                self._schedule.remove(entry)
+            reason = (
+                LossReason.CLOSED
+                if isinstance(exc, asyncio.CancelledError)
+                else f"{LossReason.RENEWER_FAILED}: {exc!r}"
+            )
+            for entry in entries:
+                entry.state.mark_lost(reason)
+            raise
+
+    async def _loop(self) -> None:
+        schedule, clock = self._schedule, self._clock
+        loop = asyncio.get_running_loop()
+        while not self._closed:
+            now = clock.monotonic()
+            hooks: list[tuple[RenewalEntry, BaseException]] = []
+            flight = self._in_flight
+            if flight is not None and flight.done():
+                hooks = self._apply(flight, now)
+            schedule.pop_expired(now)
+            if self._in_flight is not None and now >= self._batch_deadline:
+                hooks += self._abandon(now)
+            if self._in_flight is None:
+                batch = schedule.pop_batch(now, self._batch_size)
+                if batch:
+                    self._start(loop, batch)
+            for entry, error in hooks:
+                if entry.on_renew_error is not None:
+                    try:
+                        entry.on_renew_error(error)
+                    except Exception:
+                        log.exception("on_renew_error hook raised; renewal goes on")
+            if hooks:
+                continue  # a hook may have added or released leases: look again before sleeping
+            wake = schedule.next_wakeup(self._in_flight is not None)
+            if self._in_flight is not None:
+                wake = self._batch_deadline if wake is None else min(wake, self._batch_deadline)
+            await self._sleep(loop, None if wake is None else max(0.0, wake - clock.monotonic()))
+
+    async def _sleep(self, loop: asyncio.AbstractEventLoop, timeout: float | None) -> None:
+        self._waker = waker = loop.create_future()
+        timer = None if timeout is None else loop.call_later(timeout, _wake, waker)
+        try:
+            await waker
+        finally:
+            self._waker = None
+            if timer is not None:
+                timer.cancel()
+
+    def _start(self, loop: asyncio.AbstractEventLoop, batch: list[RenewalEntry]) -> None:
+        self._batch = batch
+        deadlines = [e.state.deadline for e in batch if e.state.deadline is not None]
+        self._batch_deadline = min(deadlines, default=float("inf"))
+        self.round_trips += 1
+        flight = loop.create_task(self._send(batch), name="fencedlease-renew-batch")
+        flight.add_done_callback(lambda _: self.wake())
+        self._in_flight = flight
+
+    async def _send(self, batch: list[RenewalEntry]) -> _BatchResult:
+        items = [(e.state.key, e.state.owner_token, e.state.ttl_ms) for e in batch]
+        clock = self._clock
+        sent_mono, sent_wall = clock.monotonic(), clock.time()
+        return sent_mono, sent_wall, await self._backend.renew_many(items)
+
+    def _apply(
+        self, flight: asyncio.Task[_BatchResult], now: float
+    ) -> list[tuple[RenewalEntry, BaseException]]:
+        batch = self._batch
+        self._in_flight, self._batch, self._batch_deadline = None, [], float("inf")
+        error = None if flight.cancelled() else flight.exception()
+        if flight.cancelled() or error is not None:
+            failure = error or BackendError("renewal round trip cancelled")
+            return self._schedule.apply(batch, now, self._clock.time(), failure, now)
+        sent_mono, sent_wall, replies = flight.result()
+        return self._schedule.apply(batch, sent_mono, sent_wall, replies, now)
+
+    def _abandon(self, now: float) -> list[tuple[RenewalEntry, BaseException]]:
+        """Give up on the batch in flight: a lease in it reached its deadline unanswered."""
+        flight, batch = self._in_flight, self._batch
+        assert flight is not None
+        self._in_flight, self._batch, self._batch_deadline = None, [], float("inf")
+        flight.cancel()
+        self._abandoned.add(flight)
+        flight.add_done_callback(self._abandoned.discard)
+        flight.add_done_callback(_retrieve)
+        failure = BackendError(
+            f"renew {len(batch)} leases: no reply before the earliest deadline in the batch"
+        )
+        return self._schedule.apply(batch, now, self._clock.time(), failure, now)
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """Mark a finished task's outcome as seen (its failure, if any, was handled or is moot)."""
+    if not task.cancelled():
+        task.exception()
+
+
+def _wake(waker: asyncio.Future[None]) -> None:
+    if not waker.done():
+        waker.set_result(None)
