@@ -23,7 +23,8 @@ distributed locking", 2016, for why each matters):
     resource stayed safe.
 ``e`` ``recovery``
     After each fault heals, a lease is held again within ttl + margin: a new grant, or a holder
-    that kept its lease through the fault (its release succeeded).
+    that kept its lease through the fault (its release succeeded). Judged up to the run's stop
+    and the next fault's start; a fault followed too soon by either is not judged.
 
 Inputs: the merged history (:func:`fencedlease.harness.history.merge_histories`), whose ``run``
 ``start`` event carries the parameters (``ttl_ms``, ``heartbeat_ms``, ``margin_ms``...). Output: a
@@ -46,6 +47,7 @@ __all__ = [
     "Access",
     "CheckParams",
     "CheckReport",
+    "Extracted",
     "Fault",
     "Finding",
     "Grant",
@@ -173,6 +175,12 @@ class CheckReport:
     def violations(self) -> list[Violation]:
         """Every violation, property by property."""
         return [v for p in self.properties for v in p.violations]
+
+    def explain(self) -> str:
+        """Every violation and finding, one per line (for logs and assertion messages)."""
+        lines = [f"({v.property}) {v.message}" for v in self.violations]
+        lines += [f"[{f.kind}] {f.message}" for f in self.findings]
+        return "\n".join(lines) or "no violation, no finding"
 
     def property(self, key: str) -> PropertyResult:
         """The result for ``key``. Raises ``KeyError``."""
@@ -629,34 +637,39 @@ def _check_recovery(ctx: _Ctx) -> tuple[PropertyResult, list[dict[str, Any]]]:
     violations: list[Violation] = []
     recoveries: list[dict[str, Any]] = []
     checked = 0
-    for fault in ctx.data.faults:
+    faults = ctx.data.faults
+    for index, fault in enumerate(faults):
         if fault.end is None:
             continue
-        if stop is not None and fault.end + bound > stop:
-            recoveries.append({"fault": fault.kind, "end_s": ctx.rel(fault.end), "after_s": None,
-                               "checked": False})  # fmt: skip
-            continue
-        checked += 1
+        # Judge recovery only up to the run's stop and the next fault's start.
+        horizon = min(
+            stop if stop is not None else float("inf"),
+            faults[index + 1].start if index + 1 < len(faults) else float("inf"),
+        )
         held_through = any(
             g.granted <= fault.end and g.end_type == "ok" and (g.end or 0.0) >= fault.end
             for g in grants
         )
-        after = [g.granted for g in grants if g.granted >= fault.end]
+        after = [g.granted for g in grants if fault.end <= g.granted <= horizon]
         first = min(after) if after else None
         waited = 0.0 if held_through else (None if first is None else first - fault.end)
+        judged = waited is not None or fault.end + bound <= horizon
         recoveries.append(
             {
                 "fault": fault.kind,
                 "end_s": ctx.rel(fault.end),
                 "after_s": None if waited is None else round(waited, 3),
-                "checked": True,
+                "checked": judged,
             }
         )
+        if not judged:
+            continue
+        checked += 1
         if waited is None or waited > bound:
             seen = (
                 "no lease was granted again"
                 if waited is None
-                else (f"the next lease was granted only {waited:.2f} s later")
+                else f"the next lease was granted only {waited:.2f} s later"
             )
             violations.append(
                 Violation(
@@ -706,22 +719,28 @@ def _rollback_findings(ctx: _Ctx, exempt: list[tuple[Grant, Grant, Fault]]) -> l
         ]
         low_grants = [g for g in ctx.data.grants if g.granted > fault.start and g.token <= high]
         counter_before = fault.detail.get("counter_before")
-        counter_after = fault.detail.get("counter_after")
         pairs = sum(1 for _, _, f in exempt if f is fault)
         message = (
             f"Redis was restarted without persistence at {ctx.t(fault.start)}: the fencing "
-            f"counter went back from {counter_before} to {counter_after or 0}, so "
+            f"counter (at {counter_before} before) started again from 0, so "
             f"{len(low_grants)} later grant(s) got tokens at or below ones already issued"
             f" ({pairs} pair(s) of grants out of order, exempted from property d). "
         )
         if high:
+            lower_in = [a for a in accepted_after if (a.token or 0) < high]
+            first_ok = min(accepted_after, key=lambda a: a.completed or 0.0, default=None)
+            unstuck = (
+                f"it accepted again at {ctx.t(first_ok.completed)} (token {first_ok.token}), "
+                f"{(first_ok.completed or 0.0) - fault.start:.2f} s after the restart"
+                if first_ok is not None
+                else "it accepted nothing more before the run ended"
+            )
             message += (
                 f"The resource had accepted token {high}, so it refused every access with the "
-                f"new, lower tokens ({len(refused_after)} refusal(s), {len(accepted_after)} "
-                f"access(es) accepted after the restart): "
+                f"new, lower tokens ({len(refused_after)} refusal(s)): "
                 + (
-                    f"safe, but stuck until new tokens pass {high}."
-                    if not [a for a in accepted_after if (a.token or 0) < high]
+                    f"safe, but stuck until new tokens passed {high}; {unstuck}."
+                    if not lower_in
                     else "and yet some lower tokens got through (see property a)."
                 )
             )
@@ -754,7 +773,7 @@ def _stats(ctx: _Ctx) -> dict[str, Any]:
         "refused_accesses": sum(
             1 for a in data.accesses if a.type == "fail" and a.outcome == "stale"
         ),
-        "leases_lost": sum(1 for g in grants if g.end_outcome in LOSS_OUTCOMES or g.lost),
+        "leases_lost": sum(1 for g in grants if g.end_outcome == "lease-lost" or g.lost),
         "loss_notices": sum(1 for g in grants if g.lost is not None),
         "final_counter": data.final,
         "faults": [f.kind for f in data.faults],

@@ -85,6 +85,9 @@ FAULTS: Final[dict[str, FaultInfo]] = {
     ),
 }
 
+#: Faults that cut the holder off from Redis while its body goes on.
+CUT_OFF: Final = frozenset({"partition", "timeout"})
+
 #: The default schedule: every kind once, the restart without persistence last (after it the
 #: resource refuses the new, lower tokens for the rest of the run).
 DEFAULT_FAULTS: Final[tuple[str, ...]] = tuple(FAULTS)
@@ -147,6 +150,7 @@ class NemesisEnv:
     key: str
     ttl_ms: int
     heartbeat_ms: int
+    body_ms: int
     redis_server: RedisServer | None = None
     proxies: dict[int, Any] = attrs.field(factory=dict)
     extra_flush_urls: list[str] = attrs.field(factory=list)
@@ -166,7 +170,7 @@ def unavailable_reason(kind: str, env: NemesisEnv) -> str | None:
 class Nemesis:
     """Runs a schedule of faults one after the other, on a thread of its own.
 
-    Between two faults it waits ``gap_s`` (seconds), so that recovery from one is measured
+    Between two faults it waits ``gap_s`` (seconds), so that recovery from one can be seen
     before the next begins. A fault that would not end before ``end_mono`` minus ``gap_s`` is
     skipped and listed in :attr:`skipped`. :meth:`heal_all` undoes whatever is still in force
     (it is also run when the nemesis stops).
@@ -191,10 +195,16 @@ class Nemesis:
 
     # -- running -------------------------------------------------------------------------------
 
-    def start(self, start_mono: float, end_mono: float, stop: threading.Event) -> None:
-        """Run the schedule from ``start_mono`` (first fault after ``gap_s``) on a thread."""
+    def start(
+        self, start_mono: float, end_mono: float, stop: threading.Event, lead_s: float
+    ) -> None:
+        """Run the schedule on a thread, the first fault ``lead_s`` seconds after
+        ``start_mono``."""
         self._thread = threading.Thread(
-            target=self._run, args=(start_mono, end_mono, stop), name="nemesis", daemon=True
+            target=self._run,
+            args=(start_mono + lead_s, end_mono, stop),
+            name="nemesis",
+            daemon=True,
         )
         self._thread.start()
 
@@ -204,9 +214,9 @@ class Nemesis:
             self._thread.join(timeout_s)
         self.heal_all()
 
-    def _run(self, start_mono: float, end_mono: float, stop: threading.Event) -> None:
+    def _run(self, first_mono: float, end_mono: float, stop: threading.Event) -> None:
         try:
-            next_at = start_mono + self.gap_s
+            next_at = first_mono
             for spec in self.schedule:
                 if stop.wait(max(0.0, next_at - time.monotonic())):
                     return
@@ -233,11 +243,16 @@ class Nemesis:
             self, "_do_" + spec.kind.replace("-", "_")
         )
         board = self.env.board
-        target = self._choose_target() if FAULTS[spec.kind].targets else None
+        target = self._choose_target(spec.kind) if FAULTS[spec.kind].targets else None
         detail: dict[str, Any] = {
             "fault": spec.kind,
             "duration_ms": round(spec.duration_s * 1000),
         }
+        if FAULTS[spec.kind].needs == "redis-process":
+            # Hit Redis while a lease is held and its holder is inside its critical section.
+            holder = self.pick_holder(max(3.0, 3 * self.env.ttl_ms / 1000), (BODY,), 1e9)
+            if holder is not None:
+                detail["holder"] = self.env.worker_names[holder]
         token = None
         if target is not None:
             detail["target"] = self.env.worker_names[target]
@@ -256,9 +271,11 @@ class Nemesis:
 
     # -- choosing a victim ---------------------------------------------------------------------
 
-    def pick_holder(self, wait_s: float, phases: Sequence[int] = (BODY,)) -> int | None:
-        """The worker holding the lease, preferably one that has just entered one of ``phases``
-        (within the last 50 ms: a fault then falls at the start of its critical section, which
+    def pick_holder(
+        self, wait_s: float, phases: Sequence[int] = (BODY,), fresh_ms: float = 50.0
+    ) -> int | None:
+        """The worker holding the lease, preferably one that entered one of ``phases`` at most
+        ``fresh_ms`` milliseconds ago (a fault then falls early in its critical section, which
         makes the cases deterministic); waits up to ``wait_s`` seconds for one, then takes any
         worker in ``phases``, then any holder, then None."""
         board = self.env.board
@@ -267,7 +284,7 @@ class Nemesis:
             snapshot = board.snapshot()
             now_ms = time.monotonic() * 1000
             inside = [w for w, s in enumerate(snapshot) if s["phase"] in phases and s["token"]]
-            fresh = [w for w in inside if now_ms - snapshot[w]["since"] <= 50]
+            fresh = [w for w in inside if now_ms - snapshot[w]["since"] <= fresh_ms]
             if fresh:
                 return self.env.rng.choice(fresh)
             if time.monotonic() >= give_up:
@@ -281,15 +298,20 @@ class Nemesis:
                 return self.env.rng.choice(holders) if holders else None
             time.sleep(0.005)
 
-    def _choose_target(self) -> int:
-        """The holder (entering its critical section's sleep if one does within ~3 x ttl), else
-        a worker trying to acquire, else any worker."""
-        target = self.pick_holder(max(3.0, 3 * self.env.ttl_ms / 1000))
+    def _choose_target(self, kind: str) -> int:
+        """The holder, caught sleeping in its critical section, else a worker trying to acquire,
+        else any worker. A cut-off (partition, timeout) must fall early enough in the body that
+        the body outlives ttl + one heartbeat after the cut, so the loss notice can be timed."""
+        env = self.env
+        fresh = float(env.body_ms)
+        if kind in CUT_OFF:
+            fresh = max(50.0, env.body_ms - env.ttl_ms - 2 * env.heartbeat_ms)
+        target = self.pick_holder(max(3.0, 3 * env.ttl_ms / 1000), (BODY,), fresh)
         if target is not None:
             return target
-        snapshot = self.env.board.snapshot()
+        snapshot = env.board.snapshot()
         waiting = [w for w, s in enumerate(snapshot) if s["phase"] == ACQUIRING]
-        return self.env.rng.choice(waiting or list(range(self.env.board.workers)))
+        return env.rng.choice(waiting or list(range(env.board.workers)))
 
     @staticmethod
     def _finish(op: Operation, **extra: Any) -> None:
@@ -392,7 +414,6 @@ class Nemesis:
         server = self.env.redis_server
         assert server is not None
         before = self._counter()
-        holder = self.pick_holder(0.0, (HOLDING, BODY, WRITING))
         if not persist:
             self._admin.config_set("appendonly", "no")
             server.appendonly = False
@@ -410,7 +431,6 @@ class Nemesis:
             persist=persist,
             counter_before=before,
             counter_after=self._counter(),
-            holder=None if holder is None else self.env.worker_names[holder],
         )
 
     def _do_redis_restart_aof(

@@ -39,8 +39,8 @@ from urllib.parse import urlsplit
 import attrs
 
 from ..servers.redis import RedisServer
-from .checker import CheckParams, CheckReport, check_history
-from .history import HistoryWriter, merge_histories
+from .checker import CheckParams, CheckReport, Extracted, check_history, extract
+from .history import HistoryWriter, merge_histories, read_history
 from .nemesis import (
     DEFAULT_FAULTS,
     FaultSpec,
@@ -93,6 +93,7 @@ class CheckConfig:
     margin_ms: int = 1000
     key: str = "check:counter"
     toxiproxy: bool = True
+    lead_s: float | None = None
 
     @property
     def heartbeat(self) -> int:
@@ -134,7 +135,12 @@ class CheckResult:
 
     @property
     def valid(self) -> bool:
+        """No violation."""
         return self.report.valid
+
+    def history(self) -> Extracted:
+        """The run's history reassembled: grants, accesses, faults (reads the file)."""
+        return extract(read_history(self.history_path))
 
 
 def _upstream(url: str) -> tuple[str, int, str] | None:
@@ -272,12 +278,13 @@ def run_check(
             key=config.key,
             ttl_ms=config.ttl_ms,
             heartbeat_ms=config.heartbeat,
+            body_ms=config.body,
             redis_server=server,
             proxies=proxies,
             extra_flush_urls=[spec.target] if spec.kind == "redis" else [],
             rng=random.Random(rng.random()),
         )
-        nemesis = Nemesis(env, schedule, gap_s=(config.ttl_ms + config.margin_ms) / 1000)
+        nemesis = Nemesis(env, schedule, gap_s=config.ttl_ms / 1000)
         stack.callback(nemesis.close)
         wait_ms = 2 * config.ttl_ms + config.body
         join_s = (wait_ms + config.body + 2 * config.ttl_ms) / 1000 + 5.0
@@ -333,7 +340,8 @@ def run_check(
             end = t0 + config.duration_s
             go.set()
             nemesis_stop = threading.Event()
-            nemesis.start(t0, end, nemesis_stop)
+            lead = config.lead_s if config.lead_s is not None else config.ttl_ms / 1000
+            nemesis.start(t0, end, nemesis_stop, lead)
             while True:
                 now = time.monotonic()
                 if on_progress is not None:

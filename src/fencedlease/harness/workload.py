@@ -394,6 +394,7 @@ def worker_main(config: WorkerConfig, board: Board, go: Any, stop: Any) -> None:
         # reconnecting, and the renewal that follows still checks the owner token.
         retry=Retry(NoBackoff(), 1),
     )
+    _warm_pool(client, 3)
     manager = LeaseManager(client, prefix=config.prefix)
     store = open_store(config.resource)
     writer = HistoryWriter(config.history_path, config.name)
@@ -416,6 +417,24 @@ def worker_main(config: WorkerConfig, board: Board, go: Any, stop: Any) -> None:
         with contextlib.suppress(Exception):
             client.close()
         writer.close()
+
+
+def _warm_pool(client: redis.Redis, size: int) -> None:
+    """Open ``size`` pooled connections now, as a long-running service has them.
+
+    Otherwise the release that ends the first critical section may need a new connection (the
+    renewer's thread holds the pooled one) in the middle of a latency fault, and redis-py's
+    handshake (HELLO, CLIENT SETNAME, CLIENT SETINFO...) costs about six round trips: more than
+    a ttl under ttl/4 of latency, so the lease would expire while being released. That is real
+    (and reported correctly as a loss), but it is connection setup, not the fault under test.
+    """
+    pool = client.connection_pool
+    connections = []
+    with contextlib.suppress(redis.RedisError):
+        for _ in range(size):
+            connections.append(pool.get_connection())
+    for connection in connections:
+        pool.release(connection)
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:
@@ -455,6 +474,14 @@ def _cycle(
     done = threading.Event()
     watcher: threading.Thread | None = None
     token: int | None = None
+
+    def renew_error(exc: BaseException) -> None:
+        # Telemetry, not a loss: one failed renewal round trip (the library retries).
+        writer.record(
+            "renew-error", "info", grant=grant, key=key, token=token,
+            outcome="backend-error", detail={"error": _describe(exc)},
+        )  # fmt: skip
+
     try:
         with manager.hold(
             key,
@@ -462,6 +489,7 @@ def _cycle(
             wait_ms=config.wait_ms,
             retry_delay_ms=50,
             heartbeat_ms=config.heartbeat_ms,
+            on_renew_error=renew_error,
         ) as lease:
             token = lease.fencing_token
             acquire.ok(token=token, outcome="granted")

@@ -1,0 +1,49 @@
+"""Chaos-only fixtures: short harness runs, one nemesis each, and helpers to read their history.
+
+A run starts its own redis-server (AOF on) and Toxiproxy (real if available, else embedded);
+every process it starts is stopped before it returns, even when it fails.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fencedlease.harness.run import CheckConfig, CheckResult, run_check
+from fencedlease.servers.redis import RedisUnavailable, find_redis_binary
+
+TTL_MS = 1000
+
+
+@pytest.fixture
+def check_run(tmp_path: Path) -> Callable[..., CheckResult]:
+    """``check_run(*faults, mode="fenced", duration_s=6.0, **config)`` -> a finished run."""
+    if find_redis_binary() is None:
+        if os.environ.get("FENCEDLEASE_REQUIRE_SERVERS") == "1":
+            pytest.fail("required server unavailable: no redis-server for the harness")
+        pytest.skip("no redis-server binary for the harness")
+
+    def run(
+        *faults: str, mode: str = "fenced", duration_s: float = 6.0, **config: Any
+    ) -> CheckResult:
+        try:
+            return run_check(
+                CheckConfig(
+                    workers=config.pop("workers", 3),
+                    duration_s=duration_s,
+                    faults=faults,
+                    mode=mode,  # type: ignore[arg-type]
+                    seed=config.pop("seed", 4),
+                    out_dir=tmp_path / "out",
+                    ttl_ms=TTL_MS,
+                    **config,
+                )
+            )
+        except RedisUnavailable as exc:
+            pytest.skip(str(exc))
+
+    return run

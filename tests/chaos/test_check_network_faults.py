@@ -1,0 +1,64 @@
+"""The harness under Toxiproxy faults, one proxy per worker so the holder is cut off alone."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from fencedlease.harness.run import CheckResult
+
+pytestmark = pytest.mark.chaos
+
+RunCheck = Callable[..., CheckResult]
+
+
+@pytest.mark.parametrize("kind", ["partition", "timeout"])
+def test_cut_off_holder_is_told_within_ttl_plus_heartbeat(check_run: RunCheck, kind: str) -> None:
+    """The holder's proxy disabled (or black-holed) for 2 x ttl: the body is told of the loss
+    within ttl + one heartbeat, its later access is refused, another worker takes over."""
+    result = check_run(kind)
+    assert result.report.valid, result.report.explain()
+    assert result.toxiproxy is not None
+    data = result.history()
+    (fault,) = data.faults
+    assert fault.kind == kind
+    assert fault.type == "ok"
+    victim = next(
+        g
+        for g in data.grants
+        if g.process == fault.target and g.granted < fault.start < (g.end or 0)
+    )
+    assert victim.lost is not None, "the cut-off holder was never told"
+    assert victim.lost - fault.start <= (result.config.ttl_ms + result.config.heartbeat) / 1000
+    assert victim.end_type == "fail"
+    assert victim.end_outcome in ("stale", "lease-lost")
+    rival = next(g for g in data.grants if g.process != victim.process and g.granted > fault.start)
+    assert rival.token > victim.token
+    assert result.report.property("loss-reported").checked > len(data.grants)
+
+
+def test_latency_is_survived_without_loss(check_run: RunCheck) -> None:
+    """ttl/4 +- ttl/10 of latency on the holder's link: renewals are slower, the lease holds."""
+    result = check_run("latency")
+    assert result.report.valid, result.report.explain()
+    data = result.history()
+    (fault,) = data.faults
+    victim = next(
+        g
+        for g in data.grants
+        if g.process == fault.target and g.granted < fault.start < (g.end or 0)
+    )
+    assert victim.end_type == "ok"
+    assert victim.lost is None
+
+
+def test_reset_peer_is_survived(check_run: RunCheck) -> None:
+    """TCP RST on the holder's connections for two heartbeats: the checker's properties hold and
+    a lease is granted again afterwards."""
+    result = check_run("reset-peer")
+    assert result.report.valid, result.report.explain()
+    data = result.history()
+    (fault,) = data.faults
+    assert fault.type == "ok"
+    assert [g for g in data.grants if g.granted > (fault.end or 0)]

@@ -1,0 +1,410 @@
+"""The checker on hand-made histories: each property caught on a minimal violating history and
+passed on a clean one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fencedlease.harness.checker import CheckParams, check_history, extract
+from fencedlease.harness.history import Event
+
+
+class History:
+    """Builds a history by hand; times are seconds after the run's start (mono = wall - 1e9)."""
+
+    def __init__(self, ttl_ms: int = 1000, heartbeat_ms: int = 250, margin_ms: int = 1000) -> None:
+        self.events: list[Event] = []
+        self.ids: dict[str, int] = {}
+        self.add(
+            "run", "start", "info", 0.0,
+            detail={"ttl_ms": ttl_ms, "heartbeat_ms": heartbeat_ms, "margin_ms": margin_ms},
+        )  # fmt: skip
+
+    def add(self, process: str, op: str, kind: Any, at: float, **fields: Any) -> None:
+        self.events.append(Event(process, op, kind, at, 1e9 + at, **fields))
+
+    def next_id(self, process: str) -> int:
+        self.ids[process] = self.ids.get(process, -1) + 1
+        return self.ids[process]
+
+    def lease(
+        self,
+        process: str,
+        token: int,
+        granted: float,
+        *,
+        invoked: float | None = None,
+        read: tuple[float, int] | None = None,
+        write: tuple[float, int, str] | None = None,
+        end: tuple[float, str, str | None] | None = None,
+        lost: float | None = None,
+    ) -> int:
+        """One lease cycle: acquire, optional read (at, value), write (at, value, completion),
+        lost notice, and the hold's end (at, completion type, outcome)."""
+        grant = self.next_id(process)
+        self.add(process, "acquire", "invoke", granted - 0.01 if invoked is None else invoked,
+                 id=grant)  # fmt: skip
+        self.add(process, "acquire", "ok", granted, id=grant, token=token, outcome="granted")
+        if read is not None:
+            op = self.next_id(process)
+            at, value = read
+            self.add(process, "read", "invoke", at - 0.005, id=op, grant=grant, token=token)
+            self.add(process, "read", "ok", at, id=op, grant=grant, token=token, value=value,
+                     outcome="accepted")  # fmt: skip
+        if write is not None:
+            op = self.next_id(process)
+            at, value, kind = write
+            outcome = {"ok": "accepted", "fail": "stale", "info": "backend-error"}[kind]
+            self.add(process, "write", "invoke", at - 0.005, id=op, grant=grant, token=token,
+                     value=value)  # fmt: skip
+            self.add(process, "write", kind, at, id=op, grant=grant, token=token, value=value,
+                     outcome=outcome)  # fmt: skip
+        if lost is not None:
+            self.add(process, "lease-lost", "info", lost, grant=grant, token=token,
+                     outcome="lease-lost")  # fmt: skip
+        if end is not None:
+            at, kind, end_outcome = end
+            self.add(process, "hold", kind, at, id=grant, grant=grant, token=token,
+                     outcome=end_outcome, detail={"body_end": at - 0.002})  # fmt: skip
+        return grant
+
+    def fault(self, kind: str, start: float, end: float, target: str | None = None,
+              **detail: Any) -> None:  # fmt: skip
+        op = self.next_id("nemesis")
+        base = {"fault": kind, **({"target": target} if target else {})}
+        self.add("nemesis", "fault", "invoke", start, id=op, detail=base)
+        self.add("nemesis", "fault", "ok", end, id=op, detail={**base, **detail})
+
+    def finish(self, stop: float, final: int | None) -> list[Event]:
+        self.add("run", "stop", "info", stop)
+        if final is not None:
+            self.add("run", "final", "ok", stop + 0.5, value=final)
+        return sorted(self.events, key=lambda e: e.mono)
+
+
+def clean() -> History:
+    """Two workers taking turns, every access accepted, the counter at 2."""
+    h = History()
+    h.lease("w0", 1, 0.10, read=(0.12, 0), write=(1.90, 1, "ok"), end=(1.91, "ok", None))
+    h.lease("w1", 2, 1.92, invoked=0.11, read=(1.93, 1), write=(3.70, 2, "ok"),
+            end=(3.71, "ok", None))  # fmt: skip
+    return h
+
+
+def violations(events: list[Event], key: str) -> list[str]:
+    return [v.message for v in check_history(events).property(key).violations]
+
+
+def test_clean_history_is_valid_with_every_property_checked() -> None:
+    """A well-behaved history passes all five properties, each having checked something."""
+    report = check_history(clean().finish(4.0, 2))
+    assert report.valid
+    assert [p.status for p in report.properties] == ["pass", "pass", "pass", "pass", "not checked"]
+    assert report.stats["grants"] == 2
+    assert report.stats["acknowledged_writes"] == 2
+    assert report.stats["final_counter"] == 2
+
+
+def test_params_come_from_the_start_event() -> None:
+    """ttl, heartbeat and margin are read from the run's start event."""
+    h = History(ttl_ms=700, heartbeat_ms=100, margin_ms=300)
+    assert CheckParams.from_history(h.finish(1.0, 0)) == CheckParams(700, 100, 300)
+
+
+# --- (a) accepted tokens never go backwards ---------------------------------------------------
+
+
+def stale_write_after_newer_read(write: str = "ok") -> History:
+    """w0 (token 1) reads, pauses; w1 (token 2) is granted and reads; w0's write then lands."""
+    h = History()
+    h.lease("w0", 1, 0.10, read=(0.12, 0), write=(2.30, 1, write),
+            end=(2.31, "fail", "lease-lost" if write == "ok" else "stale"), lost=2.30)  # fmt: skip
+    h.lease("w1", 2, 1.20, invoked=0.11, read=(1.21, 0), write=(3.00, 1, "ok"),
+            end=(3.01, "ok", None))  # fmt: skip
+    return h
+
+
+def test_a_older_token_accepted_after_newer_is_a_violation() -> None:
+    """A write with token 1 accepted after a read with token 2 completed is caught, named."""
+    found = violations(stale_write_after_newer_read().finish(4.0, 1), "accepted-tokens-monotonic")
+    assert len(found) == 1
+    assert "w0's write with token 1 was accepted at 2.30 s" in found[0]
+    assert "w1's read with token 2 had already been accepted at 1.21 s" in found[0]
+
+
+def test_a_refused_stale_write_is_not_a_violation() -> None:
+    """The same schedule with the stale write refused passes (a) and (b)."""
+    report = check_history(stale_write_after_newer_read(write="fail").finish(4.0, 1))
+    assert report.valid
+    assert report.stats["refused_accesses"] == 1
+
+
+def test_a_concurrent_accesses_are_not_ordered() -> None:
+    """An access invoked before a newer one completed may carry a smaller token."""
+    h = History()
+    h.lease("w0", 1, 0.10, read=(0.12, 0), write=(1.25, 1, "ok"), end=(1.26, "ok", None))
+    h.lease("w1", 2, 1.20, invoked=0.11, read=(1.21, 0))
+    events = h.finish(2.0, None)
+    # w0's write was invoked at 1.245, after w1's read completed at 1.21: a violation...
+    assert len(violations(events, "accepted-tokens-monotonic")) == 1
+    # ...but not if the read completed only after the write was invoked.
+    h2 = History()
+    h2.lease("w0", 1, 0.10, read=(0.12, 0), write=(1.25, 1, "ok"), end=(1.26, "ok", None))
+    h2.lease("w1", 2, 1.20, invoked=0.11, read=(1.2475, 0))
+    assert violations(h2.finish(2.0, None), "accepted-tokens-monotonic") == []
+
+
+# --- (b) no lost update -----------------------------------------------------------------------
+
+
+def test_b_lost_update_names_the_colliding_writes() -> None:
+    """Two acknowledged increments that wrote the same value, counter one short: caught."""
+    found = violations(stale_write_after_newer_read().finish(4.0, 1), "no-lost-update")
+    assert len(found) == 1
+    assert "the counter ends at 1 but 2 increments were acknowledged" in found[0]
+    assert "w0 (token 1, at 2.30 s) and w1 (token 2, at 3.00 s) both wrote 1" in found[0]
+
+
+def test_b_phantom_increment_is_a_violation() -> None:
+    """A counter above acknowledged plus unknown increments means a failed write happened."""
+    found = violations(clean().finish(4.0, 3), "no-lost-update")
+    assert found == [
+        "the counter ends at 3, more than the 2 acknowledged plus 0 unknown increments: "
+        "a write happened that was reported failed."
+    ]
+
+
+def test_b_unknown_writes_may_count() -> None:
+    """A write with an unknown outcome may or may not be in the counter."""
+    h = clean()
+    h.lease("w0", 3, 3.72, read=(3.73, 2), write=(5.5, 3, "info"), end=(5.51, "info",
+            "backend-error"))  # fmt: skip
+    assert violations(h.finish(6.0, 3), "no-lost-update") == []
+    assert violations(h.finish(6.0, 2), "no-lost-update") == []
+
+
+def test_b_not_checked_without_a_final_read() -> None:
+    """No final counter: property b is reported as not checked, not as passed."""
+    prop = check_history(clean().finish(4.0, None)).property("no-lost-update")
+    assert prop.status == "not checked"
+    assert prop.note == "the final counter was not read"
+
+
+# --- (c) loss reported ------------------------------------------------------------------------
+
+
+def test_c_silent_success_after_a_rival_grant_is_a_violation() -> None:
+    """w0's body ran past w1's grant, yet its hold returned normally: a silent success."""
+    h = History()
+    h.lease("w0", 1, 0.10, read=(0.12, 0), write=(2.30, 1, "fail"), end=(2.31, "ok", None))
+    h.lease("w1", 2, 1.20, invoked=0.11, read=(1.21, 0), write=(3.0, 1, "ok"),
+            end=(3.01, "ok", None))  # fmt: skip
+    found = violations(h.finish(4.0, 1), "loss-reported")
+    assert len(found) == 1
+    assert found[0].startswith("w0's lease (token 1) was lost during its critical section")
+    assert "w1 was granted the key (token 2) at 1.20 s" in found[0]
+    assert "a silent success" in found[0]
+
+
+def test_c_lost_notice_then_normal_return_is_a_violation() -> None:
+    """The library said lost, and yet the hold returned normally."""
+    h = History()
+    h.lease("w0", 1, 0.10, read=(0.12, 0), write=(1.9, 1, "ok"), end=(1.91, "ok", None),
+            lost=1.5)  # fmt: skip
+    found = violations(h.finish(4.0, 1), "loss-reported")
+    assert len(found) == 1
+    assert "the library declared it lost at 1.50 s" in found[0]
+
+
+@pytest.mark.parametrize("outcome", ["lease-lost", "stale"])
+def test_c_loss_ending_in_an_error_passes(outcome: str) -> None:
+    """A lost lease whose hold ends in LeaseLostError or StaleTokenError is what we want."""
+    events = stale_write_after_newer_read(write="fail").finish(4.0, 1)
+    events = [
+        e
+        if e.op != "hold" or e.process != "w0"
+        else Event(
+            e.process,
+            e.op,
+            "fail",
+            e.mono,
+            e.wall,
+            id=e.id,
+            grant=e.grant,
+            token=e.token,
+            outcome=outcome,
+            detail=e.detail,
+        )
+        for e in events
+    ]
+    assert violations(events, "loss-reported") == []
+
+
+def cut_off(lost: float | None) -> list[Event]:
+    """w0 is partitioned at 1.0 s for 2 s while its body runs until 3.0 s."""
+    h = History()
+    h.lease("w0", 1, 0.50, read=(0.52, 0), write=(3.0, 1, "fail"), end=(3.01, "fail", "stale"),
+            lost=lost)  # fmt: skip
+    h.lease("w1", 2, 2.1, invoked=0.6, read=(2.11, 0), write=(3.9, 1, "ok"),
+            end=(3.91, "ok", None))  # fmt: skip
+    h.fault("partition", 1.0, 3.0, target="w0")
+    return h.finish(6.5, 1)
+
+
+def test_c_loss_told_within_ttl_plus_heartbeat_passes() -> None:
+    """Told 0.9 s after the cut, within ttl + heartbeat = 1.25 s."""
+    assert violations(cut_off(1.9), "loss-reported") == []
+
+
+@pytest.mark.parametrize(
+    ("lost", "says"), [(2.4, "was told only 1.40 s after the cut"), (None, "was never told")]
+)
+def test_c_loss_told_late_or_never_is_a_violation(lost: float | None, says: str) -> None:
+    """Told 1.4 s after the cut, or never: beyond ttl + one heartbeat."""
+    found = violations(cut_off(lost), "loss-reported")
+    assert len(found) == 1
+    assert says in found[0]
+    assert "the bound is ttl + one heartbeat = 1.25 s" in found[0]
+
+
+# --- (d) grant tokens -------------------------------------------------------------------------
+
+
+def test_d_duplicate_token_is_a_violation() -> None:
+    """Two grants with the same token."""
+    h = History()
+    h.lease("w0", 5, 0.1, end=(1.0, "ok", None))
+    h.lease("w1", 5, 1.1, invoked=1.05, end=(2.0, "ok", None))
+    found = violations(h.finish(3.0, None), "grant-tokens")
+    assert found == ["token 5 was granted twice: to w0 at 0.10 s and to w1 at 1.10 s."]
+
+
+def test_d_decreasing_token_for_a_later_grant_is_a_violation() -> None:
+    """A grant invoked after another completed must have a larger token."""
+    h = History()
+    h.lease("w0", 5, 0.1, end=(1.0, "ok", None))
+    h.lease("w1", 4, 1.1, invoked=1.05, end=(2.0, "ok", None))
+    found = violations(h.finish(3.0, None), "grant-tokens")
+    assert len(found) == 1
+    assert "w1 was granted token 4 at 1.10 s" in found[0]
+    assert "after w0 had been granted the larger token 5 at 0.10 s" in found[0]
+
+
+def test_d_concurrent_acquires_may_finish_out_of_order() -> None:
+    """An acquire invoked before the other completed may get a smaller token."""
+    h = History()
+    h.lease("w0", 5, 0.3, invoked=0.05, end=(1.0, "ok", None))
+    h.lease("w1", 4, 1.1, invoked=0.1, end=(2.0, "ok", None))
+    assert violations(h.finish(3.0, None), "grant-tokens") == []
+
+
+def rollback(resource_refuses: bool) -> list[Event]:
+    """Redis restarted without persistence at 2.0 s: tokens start again at 1."""
+    h = History()
+    h.lease("w0", 7, 0.1, read=(0.12, 0), write=(1.0, 1, "ok"), end=(1.01, "ok", None))
+    h.fault("redis-restart-nopersist", 2.0, 2.2, counter_before=7, counter_after=None)
+    if resource_refuses:
+        h.lease("w1", 1, 2.5, read=None, end=(2.6, "fail", "stale"))
+        op = h.next_id("w1")
+        h.add("w1", "read", "invoke", 2.51, id=op, grant=0, token=1)
+        h.add("w1", "read", "fail", 2.52, id=op, grant=0, token=1, outcome="stale")
+    else:
+        h.lease("w1", 1, 2.5, read=(2.52, 1), write=(2.7, 2, "ok"), end=(2.71, "ok", None))
+    return h.finish(6.0, 1 if resource_refuses else 2)
+
+
+def test_d_counter_rollback_is_exempt_and_explained_with_its_remedy() -> None:
+    """Lower tokens after a restart without persistence: no violation of d; a finding saying
+    the resource refused them (safe, but stuck) and the remedy."""
+    report = check_history(rollback(resource_refuses=True))
+    assert report.valid
+    (finding,) = [f for f in report.findings if f.kind == "counter-rollback"]
+    assert "the fencing counter (at 7 before) started again from 0" in finding.message
+    assert "refused every access with the new, lower tokens (1 refusal(s))" in finding.message
+    assert "safe, but stuck until new tokens passed 7" in finding.message
+    assert "it accepted nothing more before the run ended" in finding.message
+    assert finding.remedy is not None
+    assert "appendfsync always" in finding.remedy
+    assert "fencing epoch" in finding.remedy
+
+
+def test_d_rollback_without_fencing_shows_in_a() -> None:
+    """If the resource lets the lower token in, property a reports each access it let in."""
+    report = check_history(rollback(resource_refuses=False))
+    assert report.property("grant-tokens").violations == ()
+    found = [v.message for v in report.property("accepted-tokens-monotonic").violations]
+    assert len(found) == 2
+    assert found[0].startswith("w1's read with token 1 was accepted at 2.52 s, although w0's")
+    assert found[1].startswith("w1's write with token 1 was accepted at 2.70 s")
+
+
+# --- (e) recovery -----------------------------------------------------------------------------
+
+
+def after_fault(next_grant: float, stop: float = 20.0) -> list[Event]:
+    h = History()
+    h.lease("w0", 1, 0.1, end=(1.0, "ok", None))
+    h.fault("redis-pause", 2.0, 4.0)
+    h.lease("w1", 2, next_grant, invoked=1.5, end=(next_grant + 1, "ok", None))
+    return h.finish(stop, None)
+
+
+def test_e_grant_within_ttl_plus_margin_passes() -> None:
+    """A grant 1.5 s after the heal, within ttl + margin = 2 s."""
+    report = check_history(after_fault(5.5))
+    assert report.property("recovery").violations == ()
+    assert report.recoveries[0]["after_s"] == pytest.approx(1.5)
+
+
+def test_e_late_grant_is_a_violation() -> None:
+    """No grant until 3.5 s after the heal."""
+    found = violations(after_fault(7.5), "recovery")
+    assert found == [
+        "after redis-pause healed at 4.00 s, the next lease was granted only 3.50 s later; "
+        "the bound is ttl + margin = 2.00 s."
+    ]
+
+
+def test_e_no_grant_at_all_is_a_violation() -> None:
+    """Nothing granted after the heal, though the run went on."""
+    h = History()
+    h.lease("w0", 1, 0.1, end=(1.0, "ok", None))
+    h.fault("partition", 2.0, 4.0, target="w0")
+    found = violations(h.finish(10.0, None), "recovery")
+    assert len(found) == 1
+    assert "no lease was granted again" in found[0]
+
+
+def test_e_holder_kept_through_the_fault_passes() -> None:
+    """A holder whose lease survived the fault (its release succeeded) is a recovery."""
+    h = History()
+    h.lease("w0", 1, 1.0, end=(6.0, "ok", None))
+    h.fault("latency", 2.0, 4.0, target="w0")
+    report = check_history(h.finish(10.0, None))
+    assert report.property("recovery").violations == ()
+    assert report.recoveries[0]["after_s"] == 0.0
+
+
+def test_e_fault_too_close_to_the_end_is_not_checked() -> None:
+    """A fault healing less than ttl + margin before the stop cannot be judged."""
+    report = check_history(after_fault(7.5, stop=5.0))
+    assert report.property("recovery").status == "not checked"
+    assert report.recoveries[0]["checked"] is False
+
+
+def test_extract_pairs_invocations_with_completions() -> None:
+    """Grants, accesses and faults are reassembled with their times."""
+    data = extract(cut_off(1.9))
+    assert [(g.process, g.token, g.end_outcome, g.lost) for g in data.grants] == [
+        ("w0", 1, "stale", 1.9),
+        ("w1", 2, None, None),
+    ]
+    assert [(a.process, a.op, a.type) for a in data.accesses] == [
+        ("w0", "read", "ok"), ("w1", "read", "ok"), ("w0", "write", "fail"), ("w1", "write", "ok"),
+    ]  # fmt: skip
+    assert [(f.kind, f.target, f.start, f.end) for f in data.faults] == [
+        ("partition", "w0", 1.0, 3.0)
+    ]
+    assert data.final == 1

@@ -1,0 +1,131 @@
+"""The JSON-lines history: one file per process, invocations paired with completions, merged by
+time."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from fencedlease.harness.history import (
+    Event,
+    HistoryWriter,
+    merge_histories,
+    read_history,
+    write_history,
+)
+
+
+def fake_clock(start: float, step: float = 1.0) -> object:
+    counter = itertools.count()
+    return lambda: start + step * next(counter)
+
+
+def test_invoke_and_completion_share_an_id_and_the_invocation_fields(tmp_path: Path) -> None:
+    """A completion repeats the invocation's fields unless it gives its own, with the same id."""
+    path = tmp_path / "w0.jsonl"
+    with HistoryWriter(path, "w0", clock_mono=fake_clock(10.0), clock_wall=fake_clock(1e9)) as w:
+        op = w.invoke("write", key="k", token=3, value=8)
+        op.fail(outcome="stale", detail={"last": 4})
+        second = w.invoke("read", token=3)
+        second.ok(value=7)
+    events = read_history(path)
+    assert [(e.op, e.type, e.id) for e in events] == [
+        ("write", "invoke", 0), ("write", "fail", 0), ("read", "invoke", 1), ("read", "ok", 1),
+    ]  # fmt: skip
+    assert events[1] == Event(
+        "w0", "write", "fail", 11.0, 1e9 + 1, id=0, key="k", token=3, outcome="stale", value=8,
+        detail={"last": 4},
+    )  # fmt: skip
+    assert events[3].value == 7
+    assert events[3].token == 3
+
+
+def test_an_operation_completes_once(tmp_path: Path) -> None:
+    """A second completion of the same operation is refused."""
+    with HistoryWriter(tmp_path / "h.jsonl", "w0") as writer:
+        op = writer.invoke("acquire")
+        op.ok(token=1)
+        with pytest.raises(RuntimeError, match="already completed"):
+            op.info()
+
+
+def test_each_line_is_one_json_object(tmp_path: Path) -> None:
+    """The file is JSON lines with the documented keys."""
+    path = tmp_path / "h.jsonl"
+    with HistoryWriter(path, "nemesis") as writer:
+        writer.record("fault", "invoke", id=0, detail={"fault": "partition", "target": "w1"})
+    (line,) = path.read_text().splitlines()
+    data = json.loads(line)
+    assert sorted(data) == sorted(
+        ["process", "op", "type", "mono", "wall", "id", "grant", "key", "token", "outcome",
+         "value", "detail"]
+    )  # fmt: skip
+    assert data["detail"] == {"fault": "partition", "target": "w1"}
+
+
+def test_closed_writer_refuses_records(tmp_path: Path) -> None:
+    """Recording after close is an error, not a silent loss."""
+    writer = HistoryWriter(tmp_path / "h.jsonl", "w0")
+    writer.close()
+    writer.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        writer.record("x", "info")
+
+
+def test_merge_orders_files_by_monotonic_time(tmp_path: Path) -> None:
+    """Events of several processes come out in mono order; ties keep the files' order."""
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    write_history(a, [Event("w0", "x", "info", t, 0.0) for t in (1.0, 3.0, 5.0)])
+    write_history(b, [Event("w1", "x", "info", t, 0.0) for t in (2.0, 3.0, 4.0)])
+    merged = merge_histories([a, b], tmp_path / "all.jsonl")
+    assert [(e.process, e.mono) for e in merged] == [
+        ("w0", 1.0), ("w1", 2.0), ("w0", 3.0), ("w1", 3.0), ("w1", 4.0), ("w0", 5.0),
+    ]  # fmt: skip
+    assert read_history(tmp_path / "all.jsonl") == merged
+
+
+def test_threads_of_one_process_never_interleave_lines(tmp_path: Path) -> None:
+    """Four threads writing 200 events each give 800 whole lines."""
+    path = tmp_path / "h.jsonl"
+    with HistoryWriter(path, "w0") as writer:
+
+        def spam(n: int) -> None:
+            for i in range(200):
+                writer.record("x", "info", value=n * 1000 + i, detail={"pad": "y" * 200})
+
+        threads = [threading.Thread(target=spam, args=(n,)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    events = read_history(path)
+    assert len(events) == 800
+    assert sorted(e.value or 0 for e in events) == sorted(
+        n * 1000 + i for n in range(4) for i in range(200)
+    )
+    assert [e.mono for e in events] == sorted(e.mono for e in events)
+
+
+def test_a_last_line_cut_short_is_skipped(tmp_path: Path) -> None:
+    """A process killed mid-line leaves a partial last line: it is dropped."""
+    path = tmp_path / "h.jsonl"
+    write_history(path, [Event("w0", "x", "info", 1.0, 0.0)])
+    with path.open("a") as file:
+        file.write('{"process": "w0", "op": "wri')
+    assert [e.mono for e in read_history(path)] == [1.0]
+
+
+def test_a_bad_line_in_the_middle_names_its_line(tmp_path: Path) -> None:
+    """Corruption elsewhere is an error with the line number."""
+    path = tmp_path / "h.jsonl"
+    path.write_text(
+        '{"process": "w0", "op": "x", "type": "info", "mono": 1, "wall": 0}\n'
+        '{"process": "w0", "op": "x", "type": "maybe", "mono": 2, "wall": 0}\n'
+        '{"process": "w0", "op": "x", "type": "info", "mono": 3, "wall": 0}\n'
+    )
+    with pytest.raises(ValueError, match=r"h\.jsonl:2: event type must be one of"):
+        read_history(path)
