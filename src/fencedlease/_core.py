@@ -27,6 +27,7 @@ from datetime import datetime, timezone
 from typing import Protocol
 
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import MaxConnectionsError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._errors import BackendError, LeaseLostError, ValidationError
@@ -44,6 +45,7 @@ __all__ = [
     "RenewalSchedule",
     "SystemClock",
     "is_ambiguous",
+    "renewal_items",
     "restored_state",
 ]
 
@@ -88,6 +90,7 @@ class LeaseState:
     __slots__ = (
         "_listeners",
         "deadline",
+        "deadline_moved",
         "expires_wall",
         "fencing_token",
         "key",
@@ -119,6 +122,9 @@ class LeaseState:
         self.releasing = False
         self.released = False
         self._listeners: list[Callable[[LeaseState], None]] = []
+        # Set by a renewer while it watches this lease: a renewal it did not send itself (a
+        # manual ``lease.renew()``) moved the deadline, and the renewer must watch the new one.
+        self.deadline_moved: Callable[[], None] | None = None
 
     @classmethod
     def granted(
@@ -186,7 +192,15 @@ class LeaseState:
 class RenewalEntry:
     """One lease under background renewal: its state, interval, and the caller's error hook."""
 
-    __slots__ = ("active", "heartbeat_s", "next_due", "on_renew_error", "retry_s", "state")
+    __slots__ = (
+        "active",
+        "heartbeat_s",
+        "next_due",
+        "on_renew_error",
+        "retry_s",
+        "sent_ttl_ms",
+        "state",
+    )
 
     def __init__(
         self,
@@ -202,6 +216,19 @@ class RenewalEntry:
         self.on_renew_error = on_renew_error
         self.next_due = 0.0
         self.active = False
+        self.sent_ttl_ms = state.ttl_ms
+
+
+def renewal_items(batch: list[RenewalEntry]) -> list[tuple[str, str, int]]:
+    """The ``(key, owner_token, ttl_ms)`` items to send for ``batch``; each entry remembers the
+    TTL it was sent with, because that, not whatever the lease's TTL is when the reply lands, is
+    what Redis set (a manual ``renew(ttl_ms=...)`` may have changed it meanwhile)."""
+    items = []
+    for entry in batch:
+        state = entry.state
+        entry.sent_ttl_ms = state.ttl_ms
+        items.append((state.key, state.owner_token, state.ttl_ms))
+    return items
 
 
 RenewReply = int | BaseException
@@ -245,6 +272,11 @@ class RenewalSchedule:
     def _push_due(self, entry: RenewalEntry, due: float) -> None:
         entry.next_due = due
         heapq.heappush(self._due, (due, next(self._seq), entry))
+
+    def deadline_moved(self, entry: RenewalEntry) -> None:
+        """Watch ``entry``'s new deadline after a renewal the schedule did not apply itself."""
+        if entry.active:
+            self._push_deadline(entry)
 
     def _push_deadline(self, entry: RenewalEntry) -> None:
         if entry.state.deadline is not None:
@@ -342,7 +374,7 @@ class RenewalSchedule:
                 errors.append((entry, reply))
                 self._push_due(entry, now + entry.retry_s)
             elif reply > 0:
-                if state.confirm(sent_mono, sent_wall, state.ttl_ms, reply):
+                if state.confirm(sent_mono, sent_wall, entry.sent_ttl_ms, reply):
                     self._push_due(entry, max(now, sent_mono + entry.heartbeat_s))
                     self._push_deadline(entry)
                 else:
@@ -356,8 +388,12 @@ class RenewalSchedule:
 
 def is_ambiguous(exc: BackendError) -> bool:
     """True when a command may have run although no reply came (a connection reset or a timeout
-    after sending), so only an idempotent retry is safe: for acquire, the same owner token."""
-    return isinstance(exc.__cause__, (RedisConnectionError, RedisTimeoutError))
+    after sending), so only an idempotent retry is safe: for acquire, the same owner token. An
+    exhausted connection pool (``MaxConnectionsError``) sent nothing: not ambiguous."""
+    cause = exc.__cause__
+    if isinstance(cause, MaxConnectionsError):
+        return False
+    return isinstance(cause, (RedisConnectionError, RedisTimeoutError))
 
 
 class AcquireAttempt:
@@ -434,7 +470,12 @@ class AcquireAttempt:
         """Whether to send the same acquire once more after ``exc`` (see :func:`is_ambiguous`)."""
         if is_ambiguous(exc):
             self._ambiguous = True  # sticky: the lost command may still land after a retry
-            return True
+            # A reset connection fails fast: resend at once. A timeout means Redis may be
+            # stalled: resend only while the wait budget lasts, so the call keeps its bound of
+            # wait_ms plus one round trip.
+            return isinstance(exc.__cause__, RedisConnectionError) or (
+                self._clock.monotonic() < self.give_up
+            )
         self._in_flight = False  # Redis refused it: nothing ran
         return False
 
@@ -476,7 +517,7 @@ def restored_state(
     """
     check_key(key)
     check_key(owner_token, "owner_token")
-    check_ms("ttl_ms", ttl_ms, 1)
+    ttl_ms = check_ms("ttl_ms", ttl_ms, 1)
     if fencing_token is not None and (
         not isinstance(fencing_token, int) or isinstance(fencing_token, bool) or fencing_token < 1
     ):
@@ -485,7 +526,7 @@ def restored_state(
         )
     deadline = expires_wall = None
     if expires_at is not None:
-        if not isinstance(expires_at, datetime) or expires_at.tzinfo is None:
+        if not isinstance(expires_at, datetime) or expires_at.utcoffset() is None:
             raise ValidationError(
                 "expires_at", "expires_at must be a timezone-aware datetime (UTC) or None"
             )
@@ -600,7 +641,10 @@ class LeaseView:
         """Apply a renewal's reply (sent at ``sent_mono``): confirm, or mark lost (rule 1)."""
         state = self._state
         if token > 0:
-            return state.confirm(sent_mono, sent_wall, ttl_ms, token)
+            confirmed = state.confirm(sent_mono, sent_wall, ttl_ms, token)
+            if confirmed and state.deadline_moved is not None:
+                state.deadline_moved()
+            return confirmed
         if not state.releasing:
             state.mark_lost(LossReason.RENEW_REFUSED)
         return False

@@ -2,26 +2,22 @@
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 import redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._backend import LeaseBackend
-from ._core import SYSTEM_CLOCK, Clock, LeaseState
-from ._errors import BackendError, LeaseLostError, LeaseNotAcquiredError, ValidationError
+from ._core import SYSTEM_CLOCK, AcquireAttempt, Clock, restored_state
+from ._errors import BackendError, LeaseLostError, LeaseNotAcquiredError
 from ._handoff import Handoff, ReleaseWaiter, SleepWaiter
 from ._lease import AcquireResult, Lease, LeaseInfo, LeaseOutcome
-from ._protocol import new_owner_token
 from ._redis_backend import RedisBackend
 from ._renewer import Renewer
 from ._urls import backend_from_url
-from ._validate import check_heartbeat_ms, check_key, check_ms
+from ._validate import check_acquire, check_heartbeat_ms, check_key, check_ms
 
 __all__ = ["LeaseManager"]
 
@@ -29,11 +25,6 @@ T = TypeVar("T")
 
 DEFAULT_TTL_MS = 30_000
 DEFAULT_RETRY_DELAY_MS = 100
-
-
-def _ambiguous(exc: BackendError) -> bool:
-    """True when a command may have run although no reply came (so a retry must be idempotent)."""
-    return isinstance(exc.__cause__, (RedisConnectionError, RedisTimeoutError))
 
 
 class LeaseManager:
@@ -145,45 +136,50 @@ class LeaseManager:
             ValidationError: ``key``, ``ttl_ms``, ``wait_ms`` or ``retry_delay_ms`` out of bounds.
             BackendError: the store failed; never reported as acquired.
         """
-        check_key(key)
-        check_ms("ttl_ms", ttl_ms, 1)
-        check_ms("wait_ms", wait_ms, 0)
-        check_ms("retry_delay_ms", retry_delay_ms, 1)
+        key, ttl_ms, wait_ms, retry_delay_ms = check_acquire(key, ttl_ms, wait_ms, retry_delay_ms)
         return self._acquire(key, ttl_ms, wait_ms, retry_delay_ms)
 
     def _acquire(self, key: str, ttl_ms: int, wait_ms: int, retry_delay_ms: int) -> AcquireResult:
-        clock, backend = self._clock, self._backend
-        owner_token = new_owner_token()
-        give_up = clock.monotonic() + wait_ms / 1000
-        while True:
-            sent_mono, sent_wall = clock.monotonic(), clock.time()
-            try:
-                reply = backend.acquire(key, owner_token, ttl_ms)
-            except BackendError as exc:
-                if not _ambiguous(exc):
-                    raise
-                sent_mono, sent_wall = clock.monotonic(), clock.time()
-                reply = backend.acquire(key, owner_token, ttl_ms)
-            except (KeyboardInterrupt, SystemExit) as exc:
-                # Interrupted mid-call: the grant may have happened. Release it with this
-                # attempt's owner token rather than leave it held for nobody until its TTL.
+        backend = self._backend
+        attempt = AcquireAttempt(key, ttl_ms, wait_ms, retry_delay_ms, self._clock)
+        owner_token = attempt.owner_token
+        try:
+            while True:
+                attempt.sending()
                 try:
-                    backend.release(key, owner_token)
-                except BackendError as cleanup:
-                    add_note = getattr(exc, "add_note", None)  # Python 3.11+
-                    if add_note is not None:
-                        add_note(f"fencedlease: release after the interrupt failed: {cleanup}")
-                raise
-            if reply.acquired:
-                state = LeaseState.granted(
-                    key, owner_token, reply.fencing_token, ttl_ms, sent_mono, sent_wall
-                )
-                return AcquireResult(key, Lease(state, backend, clock))
-            remaining = give_up - clock.monotonic()
-            if remaining <= 0:
-                return AcquireResult(key, None, reply.ttl_ms)
-            delay = retry_delay_ms / 1000 * random.uniform(0.5, 1.5)
-            self._release_waiter.wait(key, owner_token, ttl_ms, min(delay, remaining))
+                    reply = backend.acquire(key, owner_token, ttl_ms)
+                except BackendError as exc:
+                    if not attempt.may_resend(exc):
+                        raise
+                    attempt.sending()
+                    reply = backend.acquire(key, owner_token, ttl_ms)
+                if reply.acquired:
+                    return AcquireResult(key, Lease(attempt.granted(reply), backend, self._clock))
+                delay = attempt.not_acquired()
+                if delay is None:
+                    return AcquireResult(key, None, reply.ttl_ms)
+                self._release_waiter.wait(key, owner_token, ttl_ms, delay)
+        except BaseException as exc:
+            if attempt.uncertain:
+                self._abandon(key, owner_token, exc)
+            raise
+
+    def _abandon(self, key: str, owner_token: str, exc: BaseException) -> None:
+        """Release what a failed or interrupted acquire may hold under ``owner_token``.
+
+        A store error: in the background, so the failing call keeps its time bound (a stalled
+        Redis would stall the cleanup too). An interrupt: right here, since the process may be
+        on its way out."""
+        if isinstance(exc, Exception):
+            self._renewer.submit_release(key, owner_token)
+            return
+        try:
+            backend_release = self._backend.release
+            backend_release(key, owner_token)
+        except BackendError as cleanup:
+            add_note = getattr(exc, "add_note", None)  # Python 3.11+
+            if add_note is not None:
+                add_note(f"fencedlease: release after the interrupt failed: {cleanup}")
 
     @contextmanager
     def hold(
@@ -215,10 +211,7 @@ class LeaseManager:
                 normally. An exception raised by the block itself propagates unchanged.
             BackendError: the store failed while acquiring or releasing.
         """
-        check_key(key)
-        check_ms("ttl_ms", ttl_ms, 1)
-        check_ms("wait_ms", wait_ms, 0)
-        check_ms("retry_delay_ms", retry_delay_ms, 1)
+        key, ttl_ms, wait_ms, retry_delay_ms = check_acquire(key, ttl_ms, wait_ms, retry_delay_ms)
         heartbeat = check_heartbeat_ms(heartbeat_ms, ttl_ms)
         if self._closed:
             raise RuntimeError("the lease manager is closed")
@@ -276,6 +269,7 @@ class LeaseManager:
             ValidationError, LeaseLostError, BackendError: as :meth:`hold`; an exception from ``fn``
             propagates unchanged.
         """
+        held: list[Lease] = []  # set once the body is entered: later errors are fn's own
         try:
             with self.hold(
                 key,
@@ -285,9 +279,10 @@ class LeaseManager:
                 heartbeat_ms=heartbeat_ms,
                 on_renew_error=on_renew_error,
             ) as lease:
+                held.append(lease)
                 value = fn(lease)
-        except LeaseNotAcquiredError as exc:
-            if exc.key != key:
+        except LeaseNotAcquiredError:
+            if held:
                 raise
             return LeaseOutcome(key, False)
         return LeaseOutcome(key, True, value, lease)
@@ -314,28 +309,8 @@ class LeaseManager:
             ValidationError: ``key``/``owner_token`` not non-empty strings, ``ttl_ms`` out of
                 bounds, ``expires_at`` naive, ``fencing_token`` not a positive int.
         """
-        check_key(key)
-        check_key(owner_token, "owner_token")
-        check_ms("ttl_ms", ttl_ms, 1)
-        if fencing_token is not None and (
-            not isinstance(fencing_token, int)
-            or isinstance(fencing_token, bool)
-            or fencing_token < 1
-        ):
-            raise ValidationError(
-                "fencing_token", f"fencing_token must be an int >= 1 or None; got {fencing_token!r}"
-            )
-        clock = self._clock
-        deadline = expires_wall = None
-        if expires_at is not None:
-            if not isinstance(expires_at, datetime) or expires_at.tzinfo is None:
-                raise ValidationError(
-                    "expires_at", "expires_at must be a timezone-aware datetime (UTC) or None"
-                )
-            expires_wall = expires_at.astimezone(timezone.utc).timestamp()
-            deadline = clock.monotonic() + (expires_wall - clock.time())
-        state = LeaseState(key, owner_token, fencing_token, ttl_ms, deadline, expires_wall)
-        return Lease(state, self._backend, clock)
+        state = restored_state(key, owner_token, ttl_ms, expires_at, fencing_token, self._clock)
+        return Lease(state, self._backend, self._clock)
 
     def inspect(self, key: str) -> LeaseInfo | None:
         """The lease on ``key`` as the store holds it now, or None when nobody holds it.

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from ._backend import LeaseBackend
-from ._core import Clock, LeaseState, LossReason, RenewalEntry, RenewalSchedule
+from ._core import Clock, LeaseState, LossReason, RenewalEntry, RenewalSchedule, renewal_items
 
 __all__ = ["Renewer"]
 
@@ -56,20 +56,45 @@ class Renewer:
         with self._cond:
             if self._closed:
                 raise RuntimeError("the lease manager is closed")
-            if self._thread is None:
-                self._io = ThreadPoolExecutor(1, thread_name_prefix="fencedlease-renew-io")
+            if self._thread is None or not self._thread.is_alive():
+                # First lease, or the thread died of an unexpected error (its leases were failed
+                # loudly then): a new lease gets a live renewer, never a dead one.
+                self._start_io()
+                self._in_flight, self._done = None, None
                 self._thread = threading.Thread(
                     target=self._run, name="fencedlease-renewer", daemon=True
                 )
                 self._thread.start()
             self._schedule.add(entry, self._clock.monotonic())
+            state.deadline_moved = lambda: self._deadline_moved(entry)
             self._cond.notify()
         return entry
+
+    def _start_io(self) -> ThreadPoolExecutor:
+        if self._io is None:
+            self._io = ThreadPoolExecutor(1, thread_name_prefix="fencedlease-renew-io")
+        return self._io
+
+    def _deadline_moved(self, entry: RenewalEntry) -> None:
+        with self._cond:
+            self._schedule.deadline_moved(entry)
+            self._cond.notify()
 
     def remove(self, entry: RenewalEntry) -> None:
         """Stop renewing ``entry``; a batch already in flight for it is ignored when it lands."""
         with self._cond:
             self._schedule.remove(entry)
+            entry.state.deadline_moved = None
+
+    def submit_release(self, key: str, owner_token: str) -> None:
+        """Release ``key`` for ``owner_token`` on the I/O thread, without waiting: the cleanup of
+        an acquire that failed after it may have been granted. A failure is logged (the grant then
+        lapses at its TTL)."""
+        with self._cond:
+            if self._closed:
+                return
+            future = self._start_io().submit(self._backend.release, key, owner_token)
+        future.add_done_callback(_log_cleanup_failure)
 
     def __len__(self) -> int:
         with self._cond:
@@ -95,7 +120,7 @@ class Renewer:
             entry.state.mark_lost(LossReason.CLOSED)
 
     def _send(self, batch: list[RenewalEntry]) -> _BatchResult:
-        items = [(e.state.key, e.state.owner_token, e.state.ttl_ms) for e in batch]
+        items = renewal_items(batch)
         clock = self._clock
         sent_mono, sent_wall = clock.monotonic(), clock.time()
         return sent_mono, sent_wall, self._backend.renew_many(items)
@@ -111,6 +136,7 @@ class Renewer:
         except BaseException as exc:  # never die silently: report, and fail every lease loudly
             log.exception("fencedlease renewer stopped")
             with self._cond:
+                self._thread = None  # the next add() starts a new thread, even before this ends
                 entries = self._schedule.entries()
                 for entry in entries:
                     self._schedule.remove(entry)
@@ -131,7 +157,7 @@ class Renewer:
                         hooks = self._apply(self._done, now)
                     schedule.pop_expired(now)
                     if self._in_flight is None:
-                        batch = schedule.pop_due(now, self._batch_size)
+                        batch = schedule.pop_batch(now, self._batch_size)
                         if batch:
                             self._in_flight = batch
                             self.round_trips += 1
@@ -139,13 +165,15 @@ class Renewer:
                             self._io.submit(self._send, batch).add_done_callback(self._on_done)
                     if hooks:
                         break
+                    if self._done is not None:
+                        continue  # the batch finished before its callback could wake a waiter
                     wake = schedule.next_wakeup(self._in_flight is not None)
                     cond.wait(None if wake is None else max(0.0, wake - clock.monotonic()))
             for entry, error in hooks:
                 if entry.on_renew_error is not None:
                     try:
                         entry.on_renew_error(error)
-                    except Exception:
+                    except BaseException:  # a hook must not stop the renewal of every lease
                         log.exception("on_renew_error hook raised; renewal goes on")
 
     def _apply(
@@ -158,3 +186,9 @@ class Renewer:
             return self._schedule.apply(batch, sent, self._clock.time(), error, now)
         sent_mono, sent_wall, replies = done.result()
         return self._schedule.apply(batch, sent_mono, sent_wall, replies, now)
+
+
+def _log_cleanup_failure(future: Future[bool]) -> None:
+    error = future.exception()
+    if error is not None:
+        log.warning("fencedlease: releasing an abandoned acquire failed: %r", error)

@@ -14,6 +14,7 @@ from ._errors import ValidationError
 
 __all__ = [
     "MAX_MS",
+    "check_acquire",
     "check_heartbeat_ms",
     "check_key",
     "check_ms",
@@ -40,7 +41,8 @@ def check_ms(argument: str, value: object, minimum: int) -> int:
             argument,
             f"{argument} must be between {minimum} and {MAX_MS} milliseconds; got {value}",
         )
-    return value
+    # An int subclass (an IntEnum member) becomes its plain value: redis-py would send its repr.
+    return int(value)
 
 
 def check_heartbeat_ms(value: object, ttl_ms: int) -> int | Literal[False]:
@@ -77,6 +79,12 @@ def check_key(value: object, argument: str = "key") -> str:
         raise ValidationError(argument, f"{argument} must be a str; got {type(value).__name__}")
     if not value:
         raise ValidationError(argument, f"{argument} must be a non-empty str")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate, e.g. from os.fsdecode
+        raise ValidationError(
+            argument, f"{argument} must be encodable as UTF-8; {exc.reason} at index {exc.start}"
+        ) from None
     return value
 
 
@@ -87,3 +95,21 @@ def check_prefix(value: object) -> str:
         ValidationError: otherwise.
     """
     return check_key(value, "prefix")
+
+
+def check_acquire(
+    key: object, ttl_ms: object, wait_ms: object, retry_delay_ms: object
+) -> tuple[str, int, int, int]:
+    """Validate the arguments every acquire takes (both faces): ``key`` non-empty, ``ttl_ms`` in
+    1..MAX_MS, ``wait_ms`` in 0..MAX_MS, ``retry_delay_ms`` in 1..MAX_MS; return them as plain
+    values.
+
+    Raises:
+        ValidationError: naming the first argument out of bounds.
+    """
+    return (
+        check_key(key),
+        check_ms("ttl_ms", ttl_ms, 1),
+        check_ms("wait_ms", wait_ms, 0),
+        check_ms("retry_delay_ms", retry_delay_ms, 1),
+    )

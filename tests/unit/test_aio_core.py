@@ -7,7 +7,7 @@ import math
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import MaxConnectionsError, NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from test_aio_support import backend_error, refused
 
@@ -67,6 +67,7 @@ def test_only_connection_and_timeout_errors_are_ambiguous() -> None:
     """A reset or a timeout may hide a command that ran: resend. An error reply: do not."""
     assert is_ambiguous(backend_error(ConnectionError("x"))) is False  # builtin, not redis-py's
     assert is_ambiguous(backend_error(RedisTimeoutError("slow"))) is True
+    assert is_ambiguous(backend_error(MaxConnectionsError("pool exhausted"))) is False
     assert is_ambiguous(refused()) is False
     assert is_ambiguous(BackendError("no cause")) is False
 

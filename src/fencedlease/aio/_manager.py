@@ -42,7 +42,7 @@ from .._core import SYSTEM_CLOCK, AcquireAttempt, Clock, LeaseState, LossReason,
 from .._errors import BackendError, LeaseNotAcquiredError, ValidationError
 from .._lease import LeaseInfo
 from .._manager import DEFAULT_RETRY_DELAY_MS, DEFAULT_TTL_MS
-from .._validate import check_heartbeat_ms, check_key, check_ms, check_prefix
+from .._validate import check_acquire, check_heartbeat_ms, check_key, check_ms, check_prefix
 from ._lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
 from ._redis_backend import AsyncRedisBackend
 from ._renewer import AsyncRenewer
@@ -236,10 +236,7 @@ class AsyncLeaseManager:
             BackendError: the store failed; never reported as acquired.
             RuntimeError: the manager is closed.
         """
-        check_key(key)
-        check_ms("ttl_ms", ttl_ms, 1)
-        check_ms("wait_ms", wait_ms, 0)
-        check_ms("retry_delay_ms", retry_delay_ms, 1)
+        key, ttl_ms, wait_ms, retry_delay_ms = check_acquire(key, ttl_ms, wait_ms, retry_delay_ms)
         self._check_open()
         return await self._acquire(key, ttl_ms, wait_ms, retry_delay_ms)
 
@@ -334,10 +331,7 @@ class AsyncLeaseManager:
         heartbeat_ms: int | Literal[False] | None,
         on_renew_error: Callable[[BaseException], object] | None,
     ) -> _Hold:
-        check_key(key)
-        check_ms("ttl_ms", ttl_ms, 1)
-        check_ms("wait_ms", wait_ms, 0)
-        check_ms("retry_delay_ms", retry_delay_ms, 1)
+        key, ttl_ms, wait_ms, retry_delay_ms = check_acquire(key, ttl_ms, wait_ms, retry_delay_ms)
         heartbeat = check_heartbeat_ms(heartbeat_ms, ttl_ms)
         return _Hold(self, key, ttl_ms, wait_ms, retry_delay_ms, heartbeat, on_renew_error)
 

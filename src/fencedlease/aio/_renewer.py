@@ -22,7 +22,14 @@ from collections.abc import Callable
 from typing import Any
 
 from .._backend import AsyncLeaseBackend
-from .._core import Clock, LeaseState, LossReason, RenewalEntry, RenewalSchedule
+from .._core import (
+    Clock,
+    LeaseState,
+    LossReason,
+    RenewalEntry,
+    RenewalSchedule,
+    renewal_items,
+)
 from .._errors import BackendError
 
 __all__ = ["AsyncRenewer"]
@@ -72,6 +79,7 @@ class AsyncRenewer:
             raise RuntimeError("the lease manager is closed")
         entry = RenewalEntry(state, heartbeat_ms, on_renew_error)
         self._schedule.add(entry, self._clock.monotonic())
+        state.deadline_moved = lambda: self._deadline_moved(entry)
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(
                 self._run(), name="fencedlease-renewer"
@@ -82,6 +90,11 @@ class AsyncRenewer:
     def remove(self, entry: RenewalEntry) -> None:
         """Stop renewing ``entry``; a batch already in flight for it is ignored when it lands."""
         self._schedule.remove(entry)
+        entry.state.deadline_moved = None
+
+    def _deadline_moved(self, entry: RenewalEntry) -> None:
+        self._schedule.deadline_moved(entry)
+        self.wake()
 
     def wake(self) -> None:
         """Make the task look at the clock and the schedule now (after an add, at close, or in a
@@ -180,7 +193,7 @@ class AsyncRenewer:
         self._in_flight = flight
 
     async def _send(self, batch: list[RenewalEntry]) -> _BatchResult:
-        items = [(e.state.key, e.state.owner_token, e.state.ttl_ms) for e in batch]
+        items = renewal_items(batch)
         clock = self._clock
         sent_mono, sent_wall = clock.monotonic(), clock.time()
         return sent_mono, sent_wall, await self._backend.renew_many(items)

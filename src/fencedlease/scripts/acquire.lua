@@ -7,8 +7,14 @@
 --          {2, fencing_token, ttl_ms}  already ours (a retried acquire after a lost reply):
 --                                      the stored token, TTL reset, no INCR
 --          {0, 0, pttl_ms}             held by another owner; its remaining TTL in milliseconds
--- The counter is INCRed before the SET so that a failing INCR (a counter that is not an integer)
--- aborts the script before anything was written: never a lease without a token.
+--          an error reply, with nothing written, when ARGV[2] is not a positive integer
+-- The TTL is checked and the counter INCRed before the SET, so that a bad TTL or a failing INCR
+-- (a counter that is not an integer) aborts the script before anything was written: never a lease
+-- without a token, and never a token spent on no lease.
+local ttl = tonumber(ARGV[2])
+if ttl == nil or ttl < 1 or ttl ~= math.floor(ttl) then
+  return redis.error_reply('ERR fencedlease acquire: ttl_ms must be a positive integer, got ' .. ARGV[2])
+end
 local current = redis.call('GET', KEYS[1])
 if not current then
   local token = redis.call('INCR', KEYS[2])

@@ -1,0 +1,67 @@
+"""Live defects found by an adversarial review, kept as regressions."""
+
+from __future__ import annotations
+
+import enum
+import time
+
+import pytest
+import redis
+
+from fencedlease import BackendError, LeaseManager, ValidationError
+from fencedlease.servers.redis import RedisServer
+
+pytestmark = pytest.mark.live
+
+
+class Timeouts(enum.IntEnum):
+    LOCK = 1_000
+
+
+def test_an_int_subclass_ttl_is_used_as_its_value(redis_client: redis.Redis) -> None:
+    """ttl_ms=IntEnum member: sent as 1000 (not its repr), one token spent, renew works too."""
+    leases = LeaseManager(redis_client, prefix="t")
+    lease = leases.acquire("k", ttl_ms=Timeouts.LOCK).lease
+    assert lease is not None and lease.ttl_ms == 1_000 and type(lease.ttl_ms) is int
+    assert 0 < redis_client.pttl("t:{k}") <= 1_000
+    assert lease.renew(ttl_ms=Timeouts.LOCK) is True
+    assert lease.release() is True
+    assert redis_client.get("t:{k}:fence") == b"1"
+
+
+def test_acquire_script_refuses_a_bad_ttl_before_spending_a_token(
+    redis_client: redis.Redis,
+) -> None:
+    """The script itself checks ARGV[2] before INCR: nothing is written for a bad TTL."""
+    from fencedlease._protocol import ACQUIRE
+
+    with pytest.raises(redis.ResponseError, match="ttl_ms must be a positive integer"):
+        redis_client.eval(ACQUIRE.source, 2, "t:{k}", "t:{k}:fence", "owner", "1.5")
+    assert redis_client.exists("t:{k}", "t:{k}:fence") == 0
+
+
+@pytest.mark.parametrize("op", ["acquire", "inspect", "force_release"])
+def test_an_unencodable_key_is_a_validation_error(redis_client: redis.Redis, op: str) -> None:
+    """A key with a lone surrogate (os.fsdecode output) is refused before any I/O."""
+    leases = LeaseManager(redis_client, prefix="t")
+    with pytest.raises(ValidationError, match="encodable as UTF-8"):
+        getattr(leases, op)("report-\udcff")
+
+
+def test_acquire_on_a_stalled_redis_keeps_its_wait_bound(own_redis: RedisServer) -> None:
+    """Redis stopped (SIGSTOP), socket timeout 0.3 s, wait_ms=100: the call gives up after about
+    one timeout (wait_ms plus one round trip), not a second one for a resend."""
+    client = redis.Redis.from_url(own_redis.url, socket_timeout=0.3)
+    leases = LeaseManager(client, prefix="t")
+    assert leases.acquire("warm", ttl_ms=1_000).acquired  # connection and script cache warm
+    own_redis.pause()
+    try:
+        started = time.monotonic()
+        with pytest.raises(BackendError):
+            leases.acquire("k", ttl_ms=1_000, wait_ms=100)
+        elapsed = time.monotonic() - started
+    finally:
+        own_redis.resume()
+    assert 0.3 <= elapsed < 0.5
+    leases.close()
+    client.close()

@@ -1,0 +1,225 @@
+"""Renewer and manager defects found by an adversarial review, kept as regressions.
+
+In-process MemoryBackend (no server), real clock: the behaviour under test is the renewer thread's.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+
+import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+
+from fencedlease import BackendError, LeaseLostError, LeaseManager, LeaseNotAcquiredError
+from fencedlease._protocol import AcquireReply
+from fencedlease.backends.memory import MemoryBackend
+
+
+def _error(cause: BaseException) -> BackendError:
+    err = BackendError(f"store: {cause}")
+    err.__cause__ = cause
+    return err
+
+
+class ReplyLosingBackend(MemoryBackend):
+    """Renewals reach the store (the TTL is reset) but, while ``drop`` is set, the reply is lost."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.drop = False
+
+    def renew_many(self, items: Sequence[tuple[str, str, int]]) -> list[int | BaseException]:
+        time.sleep(0.003)  # a round trip takes a little time, as with Redis
+        results = super().renew_many(items)
+        if self.drop:
+            raise _error(RedisConnectionError("reset by peer"))
+        return results
+
+
+@pytest.mark.parametrize("manual_renew", [False, True], ids=["background-only", "manual-renew"])
+def test_silence_is_loss_even_after_a_manual_renew(manual_renew: bool) -> None:
+    """A manual renew() inside hold moves the deadline; the renewer still watches it, so ttl_ms of
+    unanswered renewals is a loss, and answers arriving later never revive the lease."""
+    backend = ReplyLosingBackend()
+    fired = threading.Event()
+    with (
+        LeaseManager(backend) as leases,
+        pytest.raises(LeaseLostError),
+        leases.hold("k", ttl_ms=300, heartbeat_ms=75) as lease,
+    ):
+        lease._state.add_listener(lambda _state: fired.set())
+        if manual_renew:
+            assert lease.renew() is True
+        backend.drop = True
+        assert fired.wait(1.0), "the renewer never declared the lease lost at its deadline"
+        backend.drop = False
+        time.sleep(0.2)  # answers come back: they must not revive it
+        assert lease.lost
+
+
+class GatedBackend(MemoryBackend):
+    """The first renew_many waits (a slow round trip) until ``gate`` is set; later ones fail."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+        self.batches = 0
+
+    def renew_many(self, items: Sequence[tuple[str, str, int]]) -> list[int | BaseException]:
+        self.batches += 1
+        if self.batches == 1:
+            self.entered.set()
+            self.gate.wait(5)
+            return super().renew_many(items)
+        raise _error(RedisConnectionError("reset by peer"))
+
+
+def test_a_background_renewal_is_confirmed_with_the_ttl_it_sent() -> None:
+    """A batch sent with ttl 300 lands after a manual renew(5000): the local deadline follows the
+    300 ms the store now has, so the lease is lost before another owner can take the key."""
+    backend = GatedBackend()
+    with (
+        LeaseManager(backend) as leases,
+        LeaseManager(backend) as other,
+        pytest.raises(LeaseLostError),
+        leases.hold("k", ttl_ms=300, heartbeat_ms=100) as lease,
+    ):
+        assert backend.entered.wait(2)
+        assert lease.renew(ttl_ms=5_000) is True
+        backend.gate.set()  # the in-flight batch (ttl 300) now lands at the store
+        time.sleep(0.45)
+        taken = other.acquire("k", ttl_ms=10_000)
+        assert taken.lease is not None  # the store says the key lapsed...
+        assert lease.lost  # ...and the holder already knows
+        assert taken.lease.release()
+
+
+def test_renewals_run_every_heartbeat_with_a_fast_backend() -> None:
+    """A round trip that completes before its callback is attached still wakes the renewer:
+    about 11 renewals in 600 ms at a 50 ms heartbeat (not one per TTL)."""
+    with LeaseManager(MemoryBackend()) as leases:
+        with leases.hold("k", ttl_ms=2_000, heartbeat_ms=50):
+            time.sleep(0.6)
+        assert leases.renewer.round_trips >= 8
+
+
+def test_a_refused_renewal_is_noticed_within_a_heartbeat() -> None:
+    """An operator force-releases the key: the next renewal (within 50 ms) reports the loss."""
+    backend = MemoryBackend()
+    with (
+        LeaseManager(backend) as leases,
+        LeaseManager(backend) as operator,
+        pytest.raises(LeaseLostError),
+        leases.hold("k", ttl_ms=2_000, heartbeat_ms=50) as lease,
+    ):
+        assert operator.force_release("k")
+        assert lease.wait_lost(500) is True
+        assert lease.lost_reason is not None and "renewal" in lease.lost_reason
+
+
+def _raise_base_exception(exc: BaseException) -> None:
+    raise KeyboardInterrupt  # a BaseException from a telemetry hook
+
+
+class FailOnce(MemoryBackend):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def renew_many(self, items: Sequence[tuple[str, str, int]]) -> list[int | BaseException]:
+        self.calls += 1
+        if self.calls == 1:
+            raise _error(RedisConnectionError("reset"))
+        return super().renew_many(items)
+
+
+def test_a_hook_raising_base_exception_does_not_stop_renewal() -> None:
+    """on_renew_error raising a BaseException is logged; renewal of the lease goes on."""
+    backend = FailOnce()
+    with LeaseManager(backend) as leases:
+        with leases.hold(
+            "a", ttl_ms=300, heartbeat_ms=50, on_renew_error=_raise_base_exception
+        ) as lease:
+            time.sleep(0.5)  # > ttl_ms: only renewals after the failure keep it
+            assert not lease.lost
+        assert backend.calls >= 5
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_dead_renewer_fails_its_leases_and_a_new_hold_gets_a_live_one() -> None:
+    """The renewer thread dies of a bug: its leases are failed loudly, and the next hold on the
+    same manager is renewed by a new thread, never registered with a dead one."""
+    backend = MemoryBackend()
+    with LeaseManager(backend) as leases, LeaseManager(backend) as other:
+        schedule = leases.renewer._schedule
+        real = schedule.pop_expired
+        calls = 0
+
+        def broken_once(now: float) -> list[object]:
+            nonlocal calls
+            calls += 1
+            if calls == 2:
+                raise RuntimeError("renewer bug")
+            return real(now)  # type: ignore[return-value]
+
+        schedule.pop_expired = broken_once  # type: ignore[method-assign,assignment]
+        with pytest.raises(LeaseLostError, match="renewer"), leases.hold("a", ttl_ms=300) as a:
+            assert a.wait_lost(1_000)
+        with leases.hold("b", ttl_ms=300, heartbeat_ms=50) as b:
+            time.sleep(0.5)  # > ttl_ms
+            assert not other.acquire("b", ttl_ms=1_000).acquired
+            assert not b.lost
+
+
+class LostReplyThenFailure(MemoryBackend):
+    """The first acquire runs at the store but its reply is lost; the resend fails too."""
+
+    def __init__(self, second: BaseException) -> None:
+        super().__init__()
+        self.calls = 0
+        self.second = second
+
+    def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
+        self.calls += 1
+        if self.calls == 1:
+            super().acquire(key, owner_token, ttl_ms)
+            raise _error(RedisConnectionError("Connection reset by peer"))
+        if self.calls == 2:
+            raise _error(self.second)
+        return super().acquire(key, owner_token, ttl_ms)
+
+
+@pytest.mark.parametrize(
+    "second",
+    [ResponseError("LOADING Redis is loading"), RedisConnectionError("Connection refused")],
+    ids=["resend-refused", "resend-reset-again"],
+)
+def test_a_failed_acquire_leaves_no_orphaned_lease(second: BaseException) -> None:
+    """When the resend after a lost reply fails, the error reaches the caller and the grant the
+    first command made is released (in the background) with that attempt's owner token."""
+    backend = LostReplyThenFailure(second)
+    with LeaseManager(backend) as leases:
+        with pytest.raises(BackendError):
+            leases.acquire("job", ttl_ms=30_000)
+        give_up = time.monotonic() + 2
+        while leases.inspect("job") is not None and time.monotonic() < give_up:
+            time.sleep(0.005)
+        assert leases.inspect("job") is None
+        assert backend.calls == 2
+
+
+def test_with_lease_does_not_turn_fns_error_into_skipped() -> None:
+    """A LeaseNotAcquiredError raised by fn itself (a nested hold on the same key) propagates;
+    only this call's own acquire becomes a skipped outcome."""
+    with LeaseManager(MemoryBackend()) as leases:
+
+        def nested(_lease: object) -> None:
+            with leases.hold("k", ttl_ms=1_000):
+                pytest.fail("the same key cannot be held twice")
+
+        with pytest.raises(LeaseNotAcquiredError):
+            leases.with_lease("k", nested, ttl_ms=1_000)
