@@ -22,6 +22,7 @@ from ._lease import AcquireResult, Lease, LeaseInfo, LeaseOutcome
 from ._manager import LeaseManager
 from ._protocol import owner_fingerprint
 from ._redis_backend import RedisBackend
+from .backends import MemoryBackend, SqliteBackend
 from .redis_fencing import RedisFencedResource
 
 __all__ = [
@@ -37,8 +38,10 @@ __all__ = [
     "LeaseManager",
     "LeaseNotAcquiredError",
     "LeaseOutcome",
+    "MemoryBackend",
     "RedisBackend",
     "RedisFencedResource",
+    "SqliteBackend",
     "StaleTokenError",
     "SystemClock",
     "ValidationError",
