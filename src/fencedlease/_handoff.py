@@ -31,13 +31,15 @@ Other backends get :class:`SleepWaiter`, which just sleeps (the manager's old be
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import hashlib
 import logging
 import secrets
 import threading
 import time
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 import redis
 import redis.asyncio
@@ -73,6 +75,8 @@ DEFAULT_LINGER_S = 5.0
 """How long a channel with no waiter stays subscribed, in seconds (saves SUBSCRIBE churn)."""
 
 _LISTEN_SLICE_S = 1.0  # the listener's longest sleep: housekeeping and a fallback for close()
+
+T = TypeVar("T")
 
 
 def waiters_key(prefix: str, key: str) -> str:
@@ -205,7 +209,9 @@ class Handoff:
     more connection of its pool becomes the listener's). ``grace_ms``: how long past its wait a
     queued waiter still counts as alive. ``linger_s``: how long an unused channel stays subscribed.
     The listener is a daemon thread named ``fencedlease-handoff``, started by the first wait and
-    joined by :meth:`close`.
+    joined by :meth:`close`. The queueing command runs on a small pool (``fencedlease-handoff-io``)
+    so that a stalled Redis cannot stretch a wait past its ``timeout_s``: the acquire's bound of
+    ``wait_ms`` plus one round trip holds with the hand-off too.
     """
 
     def __init__(
@@ -222,6 +228,7 @@ class Handoff:
         self._channels = _Channels(linger_s)
         self._control = f"{backend.prefix}:handoff-control:{secrets.token_hex(8)}"
         self._thread: threading.Thread | None = None
+        self._io: concurrent.futures.ThreadPoolExecutor | None = None
         self._closed = False
         self.notified = 0  # waiters woken by a hand-off message (for the benchmark and tests)
 
@@ -256,15 +263,21 @@ class Handoff:
                 self._thread.start()
         try:
             if ask and not start:
-                self._poke()
+                self._submit(self._poke)
             while channel not in channels.confirmed:
                 left = until - time.monotonic()
                 if left <= 0 or not event.wait(left):
                     return  # not subscribed in time: this round is a plain poll
                 event.clear()
-            left_ms = int((until - time.monotonic()) * 1000)
-            if left_ms <= 0 or not self._enqueue(key, owner_token, ttl_ms, left_ms):
+            left = until - time.monotonic()
+            if left < 0.001:
                 return
+            queued = self._submit(self._enqueue, key, owner_token, ttl_ms, int(left * 1000))
+            try:
+                if not queued.result(timeout=left):
+                    return  # free, or already ours: acquire now
+            except concurrent.futures.TimeoutError:
+                return  # Redis is slow: this round was a plain poll (the entry may land later)
             left = until - time.monotonic()
             if left > 0:
                 event.wait(left)
@@ -283,6 +296,14 @@ class Handoff:
                 reply = client.eval(ENQUEUE.source, 3, *keys, *args)
         return int(reply) == 1
 
+    def _submit(self, fn: Callable[..., T], *args: Any) -> concurrent.futures.Future[T]:
+        with self._lock:
+            if self._io is None:
+                self._io = concurrent.futures.ThreadPoolExecutor(
+                    4, thread_name_prefix="fencedlease-handoff-io"
+                )
+            return self._io.submit(fn, *args)
+
     def _poke(self) -> None:
         """Wake the listener (blocked reading its connection) so it sends a (un)subscribe now."""
         try:
@@ -291,18 +312,23 @@ class Handoff:
             log.debug("could not wake the hand-off listener: %s", exc)
 
     def close(self) -> None:
-        """Stop and join the listener, release its connection, wake every waiter. Idempotent."""
+        """Stop and join the listener and the queueing pool, release the listener's connection,
+        wake every waiter. Idempotent. Waits for a command in flight (bounded by the client's
+        socket timeout); the listener notices within a second even if Redis does not answer."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            thread = self._thread
+            thread, io = self._thread, self._io
             for waiters in self._channels.waiters.values():
                 for event in waiters.values():
                     event.set()
+        if thread is not None and io is not None:
+            io.submit(self._poke)
         if thread is not None:
-            self._poke()
             thread.join()
+        if io is not None:
+            io.shutdown(wait=True)
 
     def _run(self) -> None:
         pubsub = self._client.pubsub()  # type: ignore[no-untyped-call]
@@ -388,8 +414,15 @@ class AsyncHandoff:
         self._channels = _Channels(linger_s)
         self._control = f"{prefix}:handoff-control:{secrets.token_hex(8)}"
         self._task: asyncio.Task[None] | None = None
+        self._chores: set[asyncio.Task[Any]] = set()
         self._closed = False
         self.notified = 0
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(coro)
+        self._chores.add(task)
+        task.add_done_callback(self._chores.discard)
+        return task
 
     async def wait(self, key: str, owner_token: str, ttl_ms: int, timeout_s: float) -> None:
         """As :meth:`Handoff.wait`, awaited.
@@ -412,14 +445,19 @@ class AsyncHandoff:
             self._task = loop.create_task(self._run(), name="fencedlease-handoff")
         try:
             if ask and not start:
-                await self._poke()
+                self._spawn(self._poke())
             while channel not in channels.confirmed:
                 left = until - loop.time()
                 if left <= 0 or not await _wait_event(event, left):
                     return
                 event.clear()
-            left_ms = int((until - loop.time()) * 1000)
-            if left_ms <= 0 or not await self._enqueue(key, owner_token, ttl_ms, left_ms):
+            left = until - loop.time()
+            if left < 0.001:
+                return
+            # In a task of its own, so a stalled Redis cannot stretch the wait past timeout_s.
+            queued = self._spawn(self._enqueue(key, owner_token, ttl_ms, int(left * 1000)))
+            done, _ = await asyncio.wait({queued}, timeout=left)
+            if not done or queued.cancelled() or not queued.result():
                 return
             left = until - loop.time()
             if left > 0:
@@ -452,6 +490,10 @@ class AsyncHandoff:
         for waiters in self._channels.waiters.values():
             for event in waiters.values():
                 event.set()
+        chores = list(self._chores)
+        for chore in chores:
+            chore.cancel()
+        await asyncio.gather(*chores, return_exceptions=True)
         task = self._task
         if task is not None:
             task.cancel()

@@ -3,6 +3,7 @@ back to polling when a notification is lost."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -10,10 +11,11 @@ from typing import Any
 
 import pytest
 import redis
+import redis.asyncio
 
 from fencedlease import AcquireResult, LeaseManager
-from fencedlease._handoff import waiters_key, waiters_meta_key
-from fencedlease._protocol import RELEASE
+from fencedlease._handoff import AsyncHandoff, waiters_key, waiters_meta_key
+from fencedlease._protocol import RELEASE, new_owner_token
 
 pytestmark = pytest.mark.live
 
@@ -174,7 +176,8 @@ def test_queue_keys_expire_by_themselves(
 
 
 def test_no_listener_thread_after_close(redis_url: str, redis_client: redis.Redis) -> None:
-    """The listener starts with the first wait and close() joins it and frees its connection."""
+    """The listener starts with the first wait; close() joins it and the queueing pool's threads
+    and frees its connection."""
     with LeaseManager.from_url(redis_url, prefix="h") as holder_side:
         leases = LeaseManager.from_url(redis_url, prefix="h")
         assert holder_side.acquire("closing", ttl_ms=10_000).lease is not None
@@ -182,7 +185,8 @@ def test_no_listener_thread_after_close(redis_url: str, redis_client: redis.Redi
         assert leases.acquire("closing", wait_ms=100, retry_delay_ms=20).lease is None
         assert any(t.name == "fencedlease-handoff" for t in threading.enumerate())
         leases.close()
-        assert [t.name for t in threading.enumerate() if t.name == "fencedlease-handoff"] == []
+        left = [t.name for t in threading.enumerate() if t.name.startswith("fencedlease-handoff")]
+        assert left == []
         _wait_until(
             lambda: int(redis_client.pubsub_numpat()) == 0 and not _pubsub_clients(redis_client)
         )
@@ -190,3 +194,39 @@ def test_no_listener_thread_after_close(redis_url: str, redis_client: redis.Redi
 
 def _pubsub_clients(client: redis.Redis) -> list[Any]:
     return [c for c in client.client_list() if c.get("flags", "").find("P") >= 0]
+
+
+def test_asyncio_twin_is_woken_by_the_release(
+    managers: list[LeaseManager], redis_url: str, redis_client: redis.Redis
+) -> None:
+    """AsyncHandoff (the asyncio face's waiter) queues, is woken by the release within 200 ms
+    with retry 2 s pending, finds the key handed to it (token 2), and leaves no task after
+    aclose()."""
+    holder = managers[0].acquire("aio", ttl_ms=10_000).lease
+    assert holder is not None
+    owner = new_owner_token()
+    released_at: list[float] = []
+
+    def release_when_queued() -> None:
+        _wait_until(lambda: _queued(redis_client, "aio") == 1)
+        released_at.append(time.monotonic())
+        assert holder.release() is True
+
+    async def wait_for_it() -> tuple[float, int]:
+        client = redis.asyncio.Redis.from_url(redis_url)
+        handoff = AsyncHandoff(client, "h")
+        thread = threading.Thread(target=release_when_queued)
+        thread.start()
+        await handoff.wait("aio", owner, 10_000, 2.0)
+        woken_at = time.monotonic()
+        await asyncio.to_thread(thread.join)
+        await handoff.aclose()
+        assert {t.get_name() for t in asyncio.all_tasks()} == {asyncio.current_task().get_name()}  # type: ignore[union-attr]
+        await client.aclose()
+        return woken_at, handoff.notified
+
+    woken_at, notified = asyncio.run(wait_for_it())
+    assert woken_at - released_at[0] < 0.2
+    assert notified == 1
+    reply = managers[1].backend.acquire("aio", owner, 10_000)
+    assert (reply.acquired, reply.fencing_token, reply.retried) == (True, 2, True)

@@ -1,0 +1,639 @@
+"""Benchmark fencedlease against the locks users would pick instead, on an embedded Redis.
+
+    python scripts/bench.py [--quick] [--out docs/performance.md]
+
+Starts its own ``redis-server`` on 127.0.0.1 (see :mod:`fencedlease.servers.redis`; the
+``FENCEDLEASE_REDIS_SERVER`` variable picks another binary) and measures, in one run:
+
+1. uncontended acquire + release on one connection: fencedlease, redis-py ``Lock``,
+   python-redis-lock and pottery ``Redlock`` (one master), interleaved A B C D, A B C D, ... (the
+   order rotates each round), ops/s medians and the median of the per-round ratios; Redis commands
+   per operation from ``INFO commandstats``, split into the ones the client sent (counted on the
+   client's connection) and the ones scripts ran inside Redis;
+2. contended throughput and fairness: 8 processes loop acquire-with-wait + release on one key;
+   acquisitions per worker (min, max, mean);
+3. hand-off latency: a holder releases while another process waits (``wait_ms > 0``); from the
+   release to the waiter holding, p50/p95, with the hand-off and with polling only;
+4. renewal cost: 10,000 leases held at once through ``LeaseManager.hold``: round trips per
+   heartbeat tick (``manager.renewer.round_trips``), the renewer threads' CPU (from
+   ``/proc/self/task/<tid>/stat``), Redis's CPU, and memory per held lease (tracemalloc).
+
+``--quick`` is the CI smoke (about 10 s, fewer and shorter runs): it must run, not meet numbers.
+``--out`` writes the Markdown report (the machine, the command, each target met or missed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import platform
+import random
+import statistics
+import sys
+import threading
+import time
+import tracemalloc
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any, ClassVar
+
+import redis
+import redis_lock
+from pottery import Redlock
+
+from fencedlease import LeaseManager
+from fencedlease._handoff import SleepWaiter, waiters_key
+from fencedlease.servers.redis import RedisServer
+
+PREFIX = "bench"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Settings:
+    """How much to measure; ``quick`` is the CI smoke."""
+
+    quick: bool
+    rounds: int
+    ops: int
+    count_ops: int
+    workers: int
+    contend_s: float
+    handoff_samples: int
+    leases: int
+    renew_ttls_ms: tuple[int, ...]  # one renewal run per TTL; the first one is judged
+
+    @classmethod
+    def make(cls, quick: bool) -> Settings:
+        if quick:
+            return cls(True, 2, 200, 100, 8, 0.8, 10, 500, (1_200,))
+        return cls(False, 9, 2_000, 1_000, 8, 10.0, 200, 10_000, (30_000, 4_000))
+
+
+# -- counting what the client sends ---------------------------------------------------------------
+
+
+def _count(name: object) -> None:
+    text = name.decode() if isinstance(name, bytes) else str(name)
+    CountingConnection.sent[text.split()[0].lower()] += 1
+
+
+class CountingConnection(redis.Connection):
+    """A redis-py connection that counts the commands it sends, by name (pipelines included)."""
+
+    sent: ClassVar[Counter[str]] = Counter()
+
+    def send_command(self, *args: Any, **kwargs: Any) -> None:
+        _count(args[0])
+        super().send_command(*args, **kwargs)  # type: ignore[no-untyped-call]
+
+    def pack_commands(self, commands: Any) -> Any:
+        for command in commands:
+            _count(command[0])
+        return super().pack_commands(commands)  # type: ignore[no-untyped-call]
+
+
+def counting_client(url: str) -> redis.Redis:
+    pool = redis.ConnectionPool.from_url(url, connection_class=CountingConnection)
+    return redis.Redis(connection_pool=pool)
+
+
+# -- 1. uncontended -------------------------------------------------------------------------------
+
+LoopFn = Callable[[int], None]
+
+
+def contenders(client: redis.Redis) -> dict[str, LoopFn]:
+    """``name -> run(n)``: n uncontended acquire + release cycles on ``client`` (one connection)."""
+    leases = LeaseManager(client, prefix=PREFIX)
+    acquire = leases.acquire
+
+    def fenced(n: int) -> None:
+        for _ in range(n):
+            lease = acquire("uncontended", ttl_ms=10_000).lease
+            assert lease is not None
+            lease.release()
+
+    def redis_py(n: int) -> None:
+        for _ in range(n):
+            lock = client.lock("bench:redis-py", timeout=10)
+            assert lock.acquire(blocking=False)
+            lock.release()
+
+    def python_redis_lock(n: int) -> None:
+        for _ in range(n):
+            lock = redis_lock.Lock(client, "bench:python-redis-lock", expire=10)
+            assert lock.acquire(blocking=False)
+            lock.release()
+
+    def pottery(n: int) -> None:
+        for _ in range(n):
+            lock = Redlock(key="bench:pottery", masters={client}, auto_release_time=10)
+            assert lock.acquire(blocking=False)
+            lock.release()
+
+    return {
+        "fencedlease": fenced,
+        "redis-py Lock": redis_py,
+        "python-redis-lock": python_redis_lock,
+        "pottery Redlock": pottery,
+    }
+
+
+@dataclass
+class Uncontended:
+    ops_per_s: dict[str, list[float]] = field(default_factory=dict)
+    ratios: dict[str, list[float]] = field(default_factory=dict)
+    client_cmds: dict[str, dict[str, float]] = field(default_factory=dict)
+    inner_cmds: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def bench_uncontended(url: str, s: Settings) -> Uncontended:
+    out = Uncontended()
+    client = counting_client(url)
+    admin = redis.Redis.from_url(url)
+    runs = contenders(client)
+    names = list(runs)
+    for run in runs.values():
+        run(max(50, s.ops // 10))  # warm up: scripts loaded, connection made, caches hot
+    for name in names:
+        admin.config_resetstat()
+        CountingConnection.sent.clear()
+        runs[name](s.count_ops)
+        stats = admin.info("commandstats")
+        sent = dict(CountingConnection.sent)
+        total = {
+            k.removeprefix("cmdstat_"): int(v["calls"])
+            for k, v in stats.items()
+            if not k.startswith(("cmdstat_info", "cmdstat_config"))
+        }
+        out.client_cmds[name] = {k: v / s.count_ops for k, v in sorted(sent.items())}
+        inner = {k: (v - sent.get(k, 0)) / s.count_ops for k, v in sorted(total.items())}
+        out.inner_cmds[name] = {k: v for k, v in inner.items() if v > 0}
+    for name in names:
+        out.ops_per_s[name] = []
+    for r in range(s.rounds):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        this_round: dict[str, float] = {}
+        for name in order:
+            ops = s.ops // 4 if name == "pottery Redlock" else s.ops  # 4x slower: same time
+            started = time.perf_counter()
+            runs[name](ops)
+            this_round[name] = ops / (time.perf_counter() - started)
+            out.ops_per_s[name].append(this_round[name])
+        for name in names[1:]:
+            out.ratios.setdefault(name, []).append(this_round["fencedlease"] / this_round[name])
+    client.close()
+    admin.close()
+    return out
+
+
+# -- 2. contention and fairness -------------------------------------------------------------------
+
+
+def _contend_worker(
+    url: str, kind: str, start_at: float, stop_at: float, out: mp.Queue[tuple[str, int]]
+) -> None:
+    count = 0
+    client = redis.Redis.from_url(url)
+    leases = LeaseManager(client, prefix=PREFIX)
+    try:
+        time.sleep(max(0.0, start_at - time.monotonic()))
+        while (left := stop_at - time.monotonic()) > 0:
+            if kind == "fencedlease":
+                wait_ms = max(1, int(left * 1000))
+                lease = leases.acquire("contended", ttl_ms=5_000, wait_ms=wait_ms).lease
+                if lease is not None:
+                    count += 1
+                    lease.release()
+            else:  # redis-py Lock, blocking: it polls every 0.1 s (its default)
+                lock = client.lock("bench:contended-redis-py", timeout=5)
+                if lock.acquire(blocking=True, blocking_timeout=left):
+                    count += 1
+                    lock.release()
+    finally:
+        leases.close()
+        client.close()
+        out.put((kind, count))
+
+
+@dataclass
+class Contended:
+    kind: str
+    counts: list[int]
+    seconds: float
+
+    @property
+    def per_s(self) -> float:
+        return sum(self.counts) / self.seconds
+
+
+def bench_contended(url: str, s: Settings, kind: str) -> Contended:
+    ctx = mp.get_context("fork")
+    out: mp.Queue[tuple[str, int]] = ctx.Queue()
+    start_at = time.monotonic() + 0.3
+    stop_at = start_at + s.contend_s
+    procs = [
+        ctx.Process(target=_contend_worker, args=(url, kind, start_at, stop_at, out))
+        for _ in range(s.workers)
+    ]
+    for p in procs:
+        p.start()
+    counts = [out.get(timeout=s.contend_s + 30)[1] for _ in procs]
+    for p in procs:
+        p.join()
+    return Contended(kind, sorted(counts), s.contend_s)
+
+
+# -- 3. hand-off latency --------------------------------------------------------------------------
+
+
+def _handoff_waiter(url: str, mode: str, samples: int, conn: Connection) -> None:
+    with LeaseManager.from_url(url, prefix=PREFIX) as leases:
+        if mode == "polling only":
+            leases._release_waiter = SleepWaiter()  # the manager's behaviour before the hand-off
+        for _ in range(samples):
+            conn.recv()
+            lease = leases.acquire("handoff", ttl_ms=5_000, wait_ms=10_000, retry_delay_ms=100)
+            held_at = time.monotonic()
+            assert lease.lease is not None
+            conn.send(held_at)
+            conn.recv()
+            lease.lease.release()
+            conn.send(None)
+
+
+def bench_handoff(url: str, s: Settings, mode: str) -> list[float]:
+    """Milliseconds from the holder's release to the waiter (another process) holding."""
+    ctx = mp.get_context("fork")
+    here, there = ctx.Pipe()
+    proc = ctx.Process(target=_handoff_waiter, args=(url, mode, s.handoff_samples, there))
+    proc.start()
+    admin = redis.Redis.from_url(url)
+    latencies: list[float] = []
+    with LeaseManager.from_url(url, prefix=PREFIX) as leases:
+        for _ in range(s.handoff_samples):
+            lease = leases.acquire("handoff", ttl_ms=5_000).lease
+            assert lease is not None
+            here.send("wait")
+            # Release at a random moment of the waiter's retry cycle (its first attempt failed).
+            time.sleep(random.uniform(0.005, 0.03))
+            if mode == "hand-off":
+                give_up = time.monotonic() + 5
+                while not admin.zcard(waiters_key(PREFIX, "handoff")):
+                    assert time.monotonic() < give_up, "the waiter never queued"
+                    time.sleep(0.0005)
+            released_at = time.monotonic()
+            assert lease.release()
+            latencies.append((here.recv() - released_at) * 1000)
+            here.send("release")
+            here.recv()
+    proc.join()
+    admin.close()
+    return latencies
+
+
+# -- 4. renewal cost and memory -------------------------------------------------------------------
+
+
+def _renewer_cpu_s() -> float:
+    """utime + stime, in seconds, of this process's fencedlease renewer threads."""
+    total = 0
+    for thread in threading.enumerate():
+        if thread.name.startswith("fencedlease-renew") and thread.native_id is not None:
+            try:
+                with open(f"/proc/self/task/{thread.native_id}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except FileNotFoundError:
+                continue
+            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
+    return total / CLK_TCK
+
+
+def _redis_cpu_s(client: redis.Redis) -> float:
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+@dataclass
+class Renewal:
+    ttl_ms: int
+    leases: int
+    ticks: float
+    round_trips: int
+    renewer_cpu_pct: float
+    redis_cpu_pct: float
+    bytes_per_lease: float | None
+
+    @property
+    def per_tick(self) -> float:
+        return self.round_trips / self.ticks
+
+
+def bench_renewal(url: str, s: Settings, ttl_ms: int, measure_memory: bool) -> Renewal:
+    """Hold ``s.leases`` leases of ``ttl_ms`` (default heartbeat: ``ttl_ms // 4``, one tick),
+    let every one be renewed once, then measure two ticks."""
+    client = redis.Redis.from_url(url)
+    leases = LeaseManager(client, prefix=PREFIX)
+    tick_s = max(1, ttl_ms // 4) / 1000
+    per_lease: float | None = None
+    with ExitStack() as stack:
+        if measure_memory:
+            tracemalloc.start()
+            before = tracemalloc.get_traced_memory()[0]
+        held = [
+            stack.enter_context(leases.hold(f"renew:{i}", ttl_ms=ttl_ms)) for i in range(s.leases)
+        ]
+        if measure_memory:
+            per_lease = (tracemalloc.get_traced_memory()[0] - before) / s.leases
+            tracemalloc.stop()
+        time.sleep(1.25 * tick_s)  # settle: every lease renewed once, batches formed
+        trips, cpu, redis_cpu = leases.renewer.round_trips, _renewer_cpu_s(), _redis_cpu_s(client)
+        started = time.monotonic()
+        time.sleep(2 * tick_s)
+        elapsed = time.monotonic() - started
+        trips = leases.renewer.round_trips - trips
+        cpu = _renewer_cpu_s() - cpu
+        redis_cpu = _redis_cpu_s(client) - redis_cpu
+        lost = sum(lease.lost for lease in held)
+        assert lost == 0, f"{lost} leases lapsed"
+    leases.close()
+    client.close()
+    return Renewal(
+        ttl_ms,
+        s.leases,
+        elapsed / tick_s,
+        trips,
+        100 * cpu / elapsed,
+        100 * redis_cpu / elapsed,
+        per_lease,
+    )
+
+
+# -- the report -----------------------------------------------------------------------------------
+
+
+def machine(server: RedisServer) -> dict[str, str]:
+    model = "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {
+        "nproc": str(os.cpu_count()),
+        "CPU": model,
+        "Redis": server.version() + f" ({os.path.basename(server.binary)})",
+        "Python": platform.python_version(),
+        "redis-py": redis.__version__,
+        "OS": platform.platform(),
+    }
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def fmt_cmds(cmds: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:g}" for k, v in cmds.items()) or "-"
+
+
+@dataclass
+class Target:
+    name: str
+    goal: str
+    measured: str
+    met: bool | None  # None: not judged (a quick run)
+    gap: str = ""
+
+
+def report(
+    s: Settings,
+    command: str,
+    box: dict[str, str],
+    load: tuple[str, str],
+    unc: Uncontended,
+    contended: list[Contended],
+    handoff: dict[str, list[float]],
+    renewals: list[Renewal],
+) -> tuple[str, list[Target]]:
+    lines: list[str] = []
+    add = lines.append
+    add("# Performance\n")
+    add(f"Made by `{command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.")
+    add("A quick run (CI smoke): figures are indicative only.\n" if s.quick else "")
+    add("| machine | |\n|---|---|")
+    for k, v in box.items():
+        add(f"| {k} | {v} |")
+    add(f"| load average (1 min) before / after | {load[0]} / {load[1]} |\n")
+
+    add(f"## Uncontended acquire + release, one connection ({s.rounds} interleaved rounds of")
+    add(f"{s.ops} cycles each; the order rotates every round)\n")
+    add("| library | ops/s (median) | min..max | fencedlease / it (median of per-round ratios) |")
+    add("|---|---:|---:|---:|")
+    for name, values in unc.ops_per_s.items():
+        ratio_text = f"{statistics.median(unc.ratios[name]):.2f}x" if name in unc.ratios else "-"
+        add(
+            f"| {name} | {statistics.median(values):,.0f} | {min(values):,.0f}..{max(values):,.0f}"
+            f" | {ratio_text} |"
+        )
+    add(
+        f"\nRedis commands per acquire + release (`INFO commandstats` over {s.count_ops} cycles):\n"
+    )
+    add("| library | sent by the client | run inside scripts |")
+    add("|---|---|---|")
+    for name in unc.client_cmds:
+        add(f"| {name} | {fmt_cmds(unc.client_cmds[name])} | {fmt_cmds(unc.inner_cmds[name])} |")
+
+    add(f"\n## Contention: {s.workers} processes on one key for {s.contend_s:g} s\n")
+    add("Each worker loops: acquire (waiting) then release at once, the worst case for fairness:")
+    add("the releasing worker asks again before anyone else has heard of the release.\n")
+    add("| library | acquisitions/s | per worker min / max / mean | min / mean |")
+    add("|---|---:|---:|---:|")
+    for c in contended:
+        mean = statistics.mean(c.counts)
+        label = (
+            "fencedlease (hand-off queue)"
+            if c.kind == "fencedlease"
+            else "redis-py Lock (blocking, polls every 0.1 s)"
+        )
+        add(
+            f"| {label} | {c.per_s:,.0f} | {min(c.counts)} / {max(c.counts)} / {mean:.1f}"
+            f" | {min(c.counts) / mean if mean else 0:.2f} |"
+        )
+    add(f"\n## Hand-off latency ({s.handoff_samples} samples, waiter in another process)\n")
+    add("From the holder's release to the waiter's `acquire(wait_ms=10_000, retry_delay_ms=100)`")
+    add("returning, released at a random point of the waiter's retry cycle.\n")
+    add("| waiting | p50 ms | p95 ms | max ms |\n|---|---:|---:|---:|")
+    for mode, values in handoff.items():
+        add(f"| {mode} | {pct(values, 0.5):.2f} | {pct(values, 0.95):.2f} | {max(values):.2f} |")
+    add(f"\n## Renewal: {s.leases:,} leases held at once through `LeaseManager.hold`\n")
+    add(
+        "Default heartbeat (`ttl_ms // 4`, one tick); measured over two ticks after every lease was"
+    )
+    add("renewed once; `renew_batch_size=500`. The renewer's CPU grows with renewals per second:")
+    add("the last column is its CPU per renewal, so any other TTL can be worked out from it.")
+    add("CPU from `/proc/self/task/<tid>/stat` (utime + stime) of the `fencedlease-renew*`")
+    add("threads; memory by tracemalloc while the leases were taken (all a held lease keeps).\n")
+    add(
+        "| ttl_ms (heartbeat) | round trips per tick | renewer CPU (% of a core) | Redis CPU"
+        " | memory per lease | renewer CPU per renewal |"
+    )
+    add("|---|---:|---:|---:|---:|---:|")
+    for r in renewals:
+        mem = f"{r.bytes_per_lease:,.0f} B" if r.bytes_per_lease is not None else "-"
+        renewals_per_s = r.leases / (r.ttl_ms // 4 / 1000)
+        add(
+            f"| {r.ttl_ms:,} ({r.ttl_ms // 4:,} ms) | {r.per_tick:.1f} | {r.renewer_cpu_pct:.2f} %"
+            f" | {r.redis_cpu_pct:.2f} % | {mem}"
+            f" | {r.renewer_cpu_pct / 100 / renewals_per_s * 1e6:.1f} us |"
+        )
+
+    judged = not s.quick
+    fenced_cmds = sum(unc.client_cmds["fencedlease"].values())
+    targets = []
+    targets.append(
+        Target(
+            "commands", "acquire + release = 2 commands", f"{fenced_cmds:g} sent by the client",
+            fenced_cmds == 2, "" if fenced_cmds == 2 else f"{fenced_cmds - 2:+g}",
+        )
+    )  # fmt: skip
+    for other, minimum in (("redis-py Lock", 0.9), ("python-redis-lock", 1.2)):
+        ratio = statistics.median(unc.ratios[other])
+        targets.append(
+            Target(
+                f"throughput vs {other}", f">= {minimum}x", f"{ratio:.2f}x",
+                ratio >= minimum if judged else None, f"{ratio - minimum:+.2f}x",
+            )
+        )  # fmt: skip
+    p50 = pct(handoff["hand-off"], 0.5)
+    targets.append(
+        Target("hand-off p50", "<= 5 ms", f"{p50:.2f} ms", p50 <= 5 if judged else None,
+               f"{p50 - 5:+.2f} ms")
+    )  # fmt: skip
+    fenced = next(c for c in contended if c.kind == "fencedlease")
+    share = min(fenced.counts) / statistics.mean(fenced.counts)
+    targets.append(
+        Target("no starvation", "min >= 0.5 x mean (8 workers)", f"{share:.2f} x mean",
+               share >= 0.5 if judged else None, f"{share - 0.5:+.2f}")
+    )  # fmt: skip
+    shipped = renewals[0]
+    per_tick_goal = 20 * s.leases / 10_000
+    targets.append(
+        Target(
+            "renewal round trips", f"<= {per_tick_goal:g} per tick for {s.leases:,} leases",
+            f"{shipped.per_tick:.1f}", shipped.per_tick <= per_tick_goal if judged else None,
+            f"{shipped.per_tick - per_tick_goal:+.1f}",
+        )
+    )  # fmt: skip
+    for r in renewals:
+        label = "renewer CPU" if r is shipped else f"renewer CPU at ttl_ms={r.ttl_ms:,} (stress)"
+        targets.append(
+            Target(label, f"< 5 % of a core, {r.leases:,} leases, ttl_ms={r.ttl_ms:,}",
+                   f"{r.renewer_cpu_pct:.2f} %", r.renewer_cpu_pct < 5 if judged else None,
+                   f"{r.renewer_cpu_pct - 5:+.2f} points")
+        )  # fmt: skip
+    add("\n## Targets (issue 7)\n")
+    add("| target | goal | measured | verdict | gap |\n|---|---|---|---|---|")
+    for t in targets:
+        verdict = "not judged (quick)" if t.met is None else "met" if t.met else "**missed**"
+        add(f"| {t.name} | {t.goal} | {t.measured} | {verdict} | {t.gap} |")
+    add("\n## Notes\n")
+    add(NOTES)
+    for t in targets:
+        if t.met is False:
+            add(f"- **{t.name}** missed by {t.gap}: " + WHY.get(t.name.split(" at ")[0], WHY[""]))
+    add("")
+    return "\n".join(lines), targets
+
+
+NOTES = """\
+- **How waiters are woken.** A waiting acquire queues itself in Redis (a sorted set next to the
+  lease key, one EVALSHA per wait) and sleeps on the manager's one pub/sub listener. The release
+  script grants the lease to the oldest waiter still alive (a new grant: the fencing counter is
+  INCRed) and publishes the SHA-1 of that waiter's owner token on `<lease key>:handoff`; the
+  listener wakes exactly that waiter, whose acquire finds the key already its own. Polling stays:
+  a lost message costs at most the retry delay the waiter was sleeping anyway. See
+  `src/fencedlease/_handoff.py`.
+- **Fairness has a price in raw throughput.** The releasing worker cannot barge: every grant
+  waits for a wake-up and a round trip, so 8 contending workers make fewer acquisitions per
+  second than with redis-py's `Lock`, whose releasing worker usually takes the lock straight back
+  (and whose other workers poll every 0.1 s). Per worker, every fencedlease worker gets the same
+  share.
+- **Uncontended commands.** Both fencedlease commands are EVALSHA; the release script adds one
+  ZCARD (is anyone queued?) to the GET and DEL. No SCRIPT LOAD or EXISTS per call.
+- **Noise.** Two cores shared with other test runs: the ratios are medians of per-round ratios
+  of interleaved runs, but single rounds vary by +-30 %; the load average is in the table above.
+"""
+
+WHY = {
+    "renewer CPU": (
+        "the renewer spends a few microseconds of redis-py packing and parsing per pipelined"
+        " EVALSHA (see the per-renewal column); at a short heartbeat 10,000 leases are thousands"
+        " of renewals a second. Under 5 % there needs one command per batch (a renew script taking"
+        " 500 keys: one packed command, one reply; single Redis node only, since a batch's keys"
+        " span hash slots) instead of 500 pipelined ones."
+    ),
+    "throughput vs redis-py Lock": (
+        "fencedlease's two scripts cost Redis about 25 us per cycle against 9 us for SET + one"
+        " small script, and the acquire reply is a three-element array; on two shared cores the"
+        " gap sits within the run-to-run noise, so re-run when `uptime` shows a low load."
+    ),
+    "": "see the figures above; re-run when the machine is idle to rule out noise.",
+}
+WHY["throughput vs python-redis-lock"] = WHY["throughput vs redis-py Lock"]
+
+
+@contextmanager
+def server() -> Iterator[RedisServer]:
+    with RedisServer() as srv:
+        yield srv
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="the ~10 s CI smoke")
+    parser.add_argument("--out", help="write the Markdown report here (e.g. docs/performance.md)")
+    args = parser.parse_args(argv)
+    s = Settings.make(args.quick)
+    command = " ".join(["python scripts/bench.py", *(sys.argv[1:] if argv is None else argv)])
+    started = time.monotonic()
+    load_before = f"{os.getloadavg()[0]:.2f}"
+    with server() as srv:
+        url = srv.url
+        box = machine(srv)
+
+        def step(label: str) -> None:
+            print(f"[{time.monotonic() - started:6.1f} s] {label}", file=sys.stderr, flush=True)
+
+        step("uncontended")
+        unc = bench_uncontended(url, s)
+        step("contention")
+        contended = [bench_contended(url, s, "fencedlease"), bench_contended(url, s, "redis-py")]
+        step("hand-off latency")
+        handoff = {mode: bench_handoff(url, s, mode) for mode in ("hand-off", "polling only")}
+        step("renewal")
+        renewals = [
+            bench_renewal(url, s, ttl, measure_memory=i == 0)
+            for i, ttl in enumerate(s.renew_ttls_ms)
+        ]
+        step("done")
+    load = (load_before, f"{os.getloadavg()[0]:.2f}")
+    text, _ = report(s, command, box, load, unc, contended, handoff, renewals)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
