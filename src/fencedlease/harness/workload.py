@@ -30,6 +30,7 @@ Workers are started with the ``spawn`` context, so everything handed to them is 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import random
 import signal
@@ -383,6 +384,9 @@ def worker_main(config: WorkerConfig, board: Board, go: Any, stop: Any) -> None:
     ``max_cycles`` is reached. Everything it sees goes into its history."""
     # The parent stops a straggler with SIGTERM; leave through the finally blocks.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    # The library's warnings (a cleanup release that failed under a fault) are expected here and
+    # would scribble over the live display; what matters is in the history.
+    logging.getLogger("fencedlease").addHandler(logging.NullHandler())
     rng = random.Random(config.seed)
     timeout_s = config.socket_timeout_ms / 1000
     client = redis.Redis.from_url(
