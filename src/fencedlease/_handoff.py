@@ -255,8 +255,10 @@ class Handoff:
                 time.sleep(timeout_s)
                 return
             ask = channels.join(channel, name, event)
-            start = self._thread is None
+            start = self._thread is None or not self._thread.is_alive()
             if start:
+                if self._thread is not None:  # it died (logged): a new one subscribes again
+                    channels.lost_connection()
                 self._thread = threading.Thread(
                     target=self._run, name="fencedlease-handoff", daemon=True
                 )
@@ -335,13 +337,16 @@ class Handoff:
         channels, lock = self._channels, self._lock
         backoff_s = 0.0
         try:
-            pubsub.subscribe(self._control)
+            control = False
             while True:
                 with lock:
                     if self._closed:
                         return
                     subscribe, unsubscribe, timeout_s = channels.plan(time.monotonic())
                 try:
+                    if not control:  # redis-py re-subscribes it after a reconnect
+                        pubsub.subscribe(self._control)
+                        control = True
                     if subscribe:
                         pubsub.subscribe(*subscribe)
                     if unsubscribe:
@@ -440,8 +445,10 @@ class AsyncHandoff:
             await asyncio.sleep(timeout_s)
             return
         ask = channels.join(channel, name, event)
-        start = self._task is None
+        start = self._task is None or self._task.done()
         if start:
+            if self._task is not None:  # it died (logged): a new one subscribes again
+                channels.lost_connection()
             self._task = loop.create_task(self._run(), name="fencedlease-handoff")
         try:
             if ask and not start:
@@ -510,10 +517,13 @@ class AsyncHandoff:
         channels = self._channels
         backoff_s = 0.0
         try:
-            await pubsub.subscribe(self._control)
+            control = False
             while not self._closed:
                 subscribe, unsubscribe, timeout_s = channels.plan(time.monotonic())
                 try:
+                    if not control:
+                        await pubsub.subscribe(self._control)
+                        control = True
                     if subscribe:
                         await pubsub.subscribe(*subscribe)
                     if unsubscribe:

@@ -16,6 +16,7 @@ import redis.asyncio
 from fencedlease import AcquireResult, LeaseManager
 from fencedlease._handoff import AsyncHandoff, waiters_key, waiters_meta_key
 from fencedlease._protocol import RELEASE, new_owner_token
+from fencedlease.servers.redis import RedisServer
 
 pytestmark = pytest.mark.live
 
@@ -230,3 +231,30 @@ def test_asyncio_twin_is_woken_by_the_release(
     assert notified == 1
     reply = managers[1].backend.acquire("aio", owner, 10_000)
     assert (reply.acquired, reply.fencing_token, reply.retried) == (True, 2, True)
+
+
+def test_listener_survives_a_redis_restart(own_redis: RedisServer) -> None:
+    """The listener's connection dies with a Redis restart; it reconnects and re-subscribes, and
+    the next waiter is woken by the release again (within 200 ms, retry delay 2 s)."""
+    admin = redis.Redis.from_url(own_redis.url)
+    with (
+        LeaseManager.from_url(own_redis.url, prefix="h") as holder_side,
+        LeaseManager.from_url(own_redis.url, prefix="h") as waiter_side,
+    ):
+        assert holder_side.acquire("restart", ttl_ms=10_000).lease is not None
+        assert waiter_side.acquire("restart", wait_ms=50, retry_delay_ms=10).lease is None
+        own_redis.restart()
+        holder = holder_side.acquire("restart", ttl_ms=10_000).lease
+        assert holder is not None
+        waiter = _Waiter(
+            waiter_side, "restart", ttl_ms=10_000, wait_ms=10_000, retry_delay_ms=2_000
+        )
+        waiter.start()
+        _wait_until(lambda: _queued(admin, "restart") == 1)
+        released_at = time.monotonic()
+        assert holder.release() is True
+        waiter.join()
+        assert waiter.result is not None
+        assert waiter.result.lease is not None
+        assert waiter.held_at - released_at < 0.2
+    admin.close()
