@@ -7,7 +7,7 @@ locking", 2016). See ``docs/semantics.md`` for what it guarantees and what it ne
 
 from __future__ import annotations
 
-from ._backend import LeaseBackend
+from ._backend import AsyncLeaseBackend, LeaseBackend
 from ._core import Clock, SystemClock
 from ._errors import (
     BackendError,
@@ -27,6 +27,7 @@ from .redis_fencing import RedisFencedResource
 
 __all__ = [
     "AcquireResult",
+    "AsyncLeaseBackend",
     "BackendError",
     "Clock",
     "FencedLeaseError",

@@ -39,49 +39,20 @@ import redis.asyncio
 
 from .._backend import AsyncLeaseBackend
 from .._core import SYSTEM_CLOCK, AcquireAttempt, Clock, LeaseState, LossReason, restored_state
-from .._errors import BackendError, LeaseNotAcquiredError, ValidationError
+from .._errors import BackendError, LeaseNotAcquiredError
 from .._lease import LeaseInfo
 from .._manager import DEFAULT_RETRY_DELAY_MS, DEFAULT_TTL_MS
-from .._validate import check_acquire, check_heartbeat_ms, check_key, check_ms, check_prefix
+from .._urls import async_backend_from_url
+from .._validate import check_acquire, check_heartbeat_ms, check_key, check_ms
 from ._lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
 from ._redis_backend import AsyncRedisBackend
 from ._renewer import AsyncRenewer
 
-__all__ = ["AsyncLeaseManager", "async_backend_from_url"]
+__all__ = ["AsyncLeaseManager"]
 
 log = logging.getLogger("fencedlease.aio")
 
 T = TypeVar("T")
-
-_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
-
-
-def async_backend_from_url(
-    url: str, *, prefix: str, clock: Clock = SYSTEM_CLOCK, **kwargs: Any
-) -> AsyncLeaseBackend:
-    """The :class:`~fencedlease.AsyncLeaseBackend` a URL names; the one place where the asyncio
-    face turns a URL into a backend (``fencedlease._urls`` is to route ``memory://`` and
-    ``sqlite://`` for both faces through here).
-
-    ``redis://``, ``rediss://`` and ``unix://``: a ``redis.asyncio.Redis.from_url(url, **kwargs)``
-    client, owned (closed) by the backend. ``clock`` is for stores that keep no time of their own;
-    Redis keeps its own.
-
-    Raises:
-        ValidationError: an unknown scheme or a malformed URL, or a bad ``prefix``.
-    """
-    text = check_key(url, "url")
-    check_prefix(prefix)
-    if not text.lower().startswith(_REDIS_SCHEMES):
-        raise ValidationError(
-            "url", f"the asyncio face takes redis://, rediss:// or unix:// URLs; got {text!r}"
-        )
-    try:
-        client = redis.asyncio.Redis.from_url(text, **kwargs)
-    except ValueError as exc:
-        raise ValidationError("url", f"not a usable Redis URL: {exc}") from exc
-    return AsyncRedisBackend(client, prefix, owns_client=True)
-
 
 class AsyncLeaseManager:
     """Leases with fencing tokens on one Redis (or another :class:`AsyncLeaseBackend`), for asyncio:
