@@ -71,7 +71,7 @@ class Settings:
     def make(cls, quick: bool) -> Settings:
         if quick:
             return cls(True, 2, 200, 100, 8, 0.8, 10, 500, (1_200,))
-        return cls(False, 9, 2_000, 1_000, 8, 10.0, 200, 10_000, (30_000, 4_000))
+        return cls(False, 21, 1_000, 1_000, 8, 10.0, 200, 10_000, (30_000, 4_000))
 
 
 # -- counting what the client sends ---------------------------------------------------------------
