@@ -427,6 +427,7 @@ class AcquireAttempt:
         "_clock",
         "_in_flight",
         "_uniform",
+        "final_wait",
         "give_up",
         "key",
         "owner_token",
@@ -455,6 +456,7 @@ class AcquireAttempt:
         self.sent_mono = self.sent_wall = 0.0
         self._in_flight = False
         self._ambiguous = False
+        self.final_wait = False
 
     @property
     def uncertain(self) -> bool:
@@ -495,6 +497,9 @@ class AcquireAttempt:
         if remaining <= 0:
             return None
         delay = self.retry_delay_ms / 1000 * self._uniform(0.5, 1.5)
+        # The wait that uses up the budget is followed by one last attempt, then the caller
+        # gives up: a release waiter must not hand the lease over after it.
+        self.final_wait = remaining <= delay
         return min(delay, remaining)
 
 

@@ -107,9 +107,13 @@ def _text(value: object) -> str:
 class ReleaseWaiter(Protocol):
     """What the sync manager calls between two acquire attempts of a waiting caller."""
 
-    def wait(self, key: str, owner_token: str, ttl_ms: int, timeout_s: float) -> None:
+    def wait(
+        self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
+    ) -> None:
         """Return when ``key`` may be free (or handed to ``owner_token``), or after ``timeout_s``
-        seconds at the latest (plus one round trip). ``ttl_ms``: the lease the caller asks for."""
+        seconds at the latest (plus one round trip). ``ttl_ms``: the lease the caller asks for.
+        ``final``: the caller makes one last attempt after this wait and then gives up, so it must
+        not be handed the lease after ``timeout_s`` (no grace)."""
         ...
 
     def close(self) -> None:
@@ -120,7 +124,9 @@ class ReleaseWaiter(Protocol):
 class SleepWaiter:
     """Polling only: sleeps the whole ``timeout_s`` (for backends without notifications)."""
 
-    def wait(self, key: str, owner_token: str, ttl_ms: int, timeout_s: float) -> None:
+    def wait(
+        self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
+    ) -> None:
         time.sleep(timeout_s)
 
     def close(self) -> None:
@@ -238,7 +244,9 @@ class Handoff:
         thread = self._thread
         return thread is not None and thread.is_alive()
 
-    def wait(self, key: str, owner_token: str, ttl_ms: int, timeout_s: float) -> None:
+    def wait(
+        self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
+    ) -> None:
         """Queue for ``key`` and sleep until handed the lease, woken, or ``timeout_s`` (seconds)
         passes. ``ttl_ms``: the lease asked for (a hand-off grants at most that).
 
@@ -274,7 +282,7 @@ class Handoff:
             left = until - time.monotonic()
             if left < 0.001:
                 return
-            queued = self._submit(self._enqueue, key, owner_token, ttl_ms, int(left * 1000))
+            queued = self._submit(self._enqueue, key, owner_token, ttl_ms, int(left * 1000), final)
             try:
                 if not queued.result(timeout=left):
                     return  # free, or already ours: acquire now
@@ -287,10 +295,11 @@ class Handoff:
             with self._lock:
                 channels.leave(channel, name, time.monotonic())
 
-    def _enqueue(self, key: str, owner_token: str, ttl_ms: int, wait_ms: int) -> bool:
+    def _enqueue(self, key: str, owner_token: str, ttl_ms: int, wait_ms: int, final: bool) -> bool:
         prefix, client = self._backend.prefix, self._client
         keys = (lease_key(prefix, key), waiters_key(prefix, key), waiters_meta_key(prefix, key))
-        args = (owner_token, wait_ms, ttl_ms, self._grace_ms)
+        # The last wait gets no grace: a hand-off after it would find nobody to claim it.
+        args = (owner_token, wait_ms, ttl_ms, 0 if final else self._grace_ms)
         with backend_errors(f"wait for {key!r}"):
             try:
                 reply = client.evalsha(ENQUEUE.sha, 3, *keys, *args)
@@ -383,7 +392,9 @@ class Handoff:
 class AsyncReleaseWaiter(Protocol):
     """What the asyncio manager awaits between two acquire attempts (see :class:`ReleaseWaiter`)."""
 
-    async def wait(self, key: str, owner_token: str, ttl_ms: int, timeout_s: float) -> None: ...
+    async def wait(
+        self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
+    ) -> None: ...
 
     async def aclose(self) -> None: ...
 
@@ -391,7 +402,9 @@ class AsyncReleaseWaiter(Protocol):
 class AsyncSleepWaiter:
     """Polling only: sleeps the whole ``timeout_s`` (for backends without notifications)."""
 
-    async def wait(self, key: str, owner_token: str, ttl_ms: int, timeout_s: float) -> None:
+    async def wait(
+        self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
+    ) -> None:
         await asyncio.sleep(timeout_s)
 
     async def aclose(self) -> None:
@@ -429,7 +442,9 @@ class AsyncHandoff:
         task.add_done_callback(self._chores.discard)
         return task
 
-    async def wait(self, key: str, owner_token: str, ttl_ms: int, timeout_s: float) -> None:
+    async def wait(
+        self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
+    ) -> None:
         """As :meth:`Handoff.wait`, awaited.
 
         Raises:
@@ -462,7 +477,7 @@ class AsyncHandoff:
             if left < 0.001:
                 return
             # In a task of its own, so a stalled Redis cannot stretch the wait past timeout_s.
-            queued = self._spawn(self._enqueue(key, owner_token, ttl_ms, int(left * 1000)))
+            queued = self._spawn(self._enqueue(key, owner_token, ttl_ms, int(left * 1000), final))
             done, _ = await asyncio.wait({queued}, timeout=left)
             if not done or queued.cancelled() or not queued.result():
                 return
@@ -472,10 +487,13 @@ class AsyncHandoff:
         finally:
             channels.leave(channel, name, time.monotonic())
 
-    async def _enqueue(self, key: str, owner_token: str, ttl_ms: int, wait_ms: int) -> bool:
+    async def _enqueue(
+        self, key: str, owner_token: str, ttl_ms: int, wait_ms: int, final: bool
+    ) -> bool:
         prefix, client = self._prefix, self._client
         keys = (lease_key(prefix, key), waiters_key(prefix, key), waiters_meta_key(prefix, key))
-        args = (owner_token, wait_ms, ttl_ms, self._grace_ms)
+        # The last wait gets no grace: a hand-off after it would find nobody to claim it.
+        args = (owner_token, wait_ms, ttl_ms, 0 if final else self._grace_ms)
         with backend_errors(f"wait for {key!r}"):
             try:
                 reply = await client.evalsha(ENQUEUE.sha, 3, *keys, *args)

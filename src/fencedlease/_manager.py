@@ -158,7 +158,7 @@ class LeaseManager:
                 delay = attempt.not_acquired()
                 if delay is None:
                     return AcquireResult(key, None, reply.ttl_ms)
-                self._release_waiter.wait(key, owner_token, ttl_ms, delay)
+                self._release_waiter.wait(key, owner_token, ttl_ms, delay, attempt.final_wait)
         except BaseException as exc:
             if attempt.uncertain:
                 self._abandon(key, owner_token, exc)

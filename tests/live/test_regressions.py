@@ -65,3 +65,16 @@ def test_acquire_on_a_stalled_redis_keeps_its_wait_bound(own_redis: RedisServer)
     assert 0.3 <= elapsed < 0.5
     leases.close()
     client.close()
+
+
+def test_a_waiter_that_gave_up_is_not_handed_the_lease(redis_client: redis.Redis) -> None:
+    """A waiter whose wait_ms ran out is not handed the lease by a release right after: the key
+    is free, not held for a ghost (its last wait was queued with no grace)."""
+    leases = LeaseManager(redis_client, prefix="t")
+    holder = leases.acquire("ghost", ttl_ms=10_000).lease
+    assert holder is not None
+    assert not leases.acquire("ghost", ttl_ms=10_000, wait_ms=150, retry_delay_ms=50)
+    assert holder.release() is True
+    assert redis_client.pttl("t:{ghost}") == -2
+    assert redis_client.get("t:{ghost}:fence") == b"1"
+    leases.close()

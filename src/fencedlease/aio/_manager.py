@@ -40,6 +40,7 @@ import redis.asyncio
 from .._backend import AsyncLeaseBackend
 from .._core import SYSTEM_CLOCK, AcquireAttempt, Clock, LeaseState, LossReason, restored_state
 from .._errors import BackendError, LeaseNotAcquiredError
+from .._handoff import AsyncHandoff, AsyncReleaseWaiter, AsyncSleepWaiter
 from .._lease import LeaseInfo
 from .._manager import DEFAULT_RETRY_DELAY_MS, DEFAULT_TTL_MS
 from .._urls import async_backend_from_url
@@ -53,6 +54,7 @@ __all__ = ["AsyncLeaseManager"]
 log = logging.getLogger("fencedlease.aio")
 
 T = TypeVar("T")
+
 
 class AsyncLeaseManager:
     """Leases with fencing tokens on one Redis (or another :class:`AsyncLeaseBackend`), for asyncio:
@@ -95,6 +97,12 @@ class AsyncLeaseManager:
         self._clock = clock
         batch = check_ms("renew_batch_size", renew_batch_size, 1)
         self._renewer = AsyncRenewer(self._backend, clock, batch_size=batch)
+        # Waiting acquirers are woken by the release (see _handoff); other stores are polled.
+        self._release_waiter: AsyncReleaseWaiter = (
+            AsyncHandoff(self._backend.client, self._backend.prefix)
+            if isinstance(self._backend, AsyncRedisBackend)
+            else AsyncSleepWaiter()
+        )
         self._holds: set[_Hold] = set()
         self._chores: set[asyncio.Task[Any]] = set()
         self._closed = False
@@ -155,6 +163,7 @@ class AsyncLeaseManager:
                     self._spawn(lease.release(), "fencedlease-release")
             while self._chores:
                 await asyncio.wait(set(self._chores))
+            await self._release_waiter.aclose()
             await self._backend.close()
         finally:
             done.set()
@@ -233,7 +242,9 @@ class AsyncLeaseManager:
                 delay = attempt.not_acquired()
                 if delay is None:
                     return AsyncAcquireResult(key, None, reply.ttl_ms)
-                await asyncio.sleep(delay)
+                await self._release_waiter.wait(
+                    key, attempt.owner_token, ttl_ms, delay, attempt.final_wait
+                )
         except BaseException as exc:
             if attempt.uncertain:
                 await self._abandon(key, attempt.owner_token, exc)
