@@ -14,16 +14,20 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Sequence
 from importlib import resources
 from typing import Final
 
 import attrs
+
+from ._errors import BackendError
 
 __all__ = [
     "ACQUIRE",
     "INSPECT",
     "RELEASE",
     "RENEW",
+    "RENEW_MANY",
     "AcquireReply",
     "InspectReply",
     "Script",
@@ -31,10 +35,12 @@ __all__ = [
     "decode_inspect",
     "decode_release",
     "decode_renew",
+    "decode_renew_many",
     "fence_key",
     "lease_key",
     "new_owner_token",
     "owner_fingerprint",
+    "renew_many_args",
 ]
 
 GRANTED: Final = 1
@@ -81,6 +87,7 @@ class Script:
 
 ACQUIRE: Final = Script.load("acquire")
 RENEW: Final = Script.load("renew")
+RENEW_MANY: Final = Script.load("renew_many")
 RELEASE: Final = Script.load("release")
 INSPECT: Final = Script.load("inspect")
 
@@ -146,6 +153,42 @@ def decode_acquire(reply: object) -> AcquireReply:
 def decode_renew(reply: object) -> int:
     """Decode the renew script's reply: the fencing token when renewed, 0 when the lease is lost."""
     return _int(reply)
+
+
+def renew_many_args(
+    prefix: str, items: Sequence[tuple[str, str, int]]
+) -> tuple[list[str], list[object]]:
+    """KEYS and ARGV of ``renew_many.lua`` for ``(key, owner_token, ttl_ms)`` items."""
+    keys = [lease_key(prefix, key) for key, _, _ in items]
+    args: list[object] = []
+    for _, owner_token, ttl_ms in items:
+        args.append(owner_token)
+        args.append(ttl_ms)
+    return keys, args
+
+
+def decode_renew_many(
+    items: Sequence[tuple[str, str, int]], reply: object
+) -> list[int | BaseException]:
+    """Decode ``renew_many.lua``'s array, one entry per item: the token (renewed), 0 (lost), or a
+    :class:`~fencedlease.BackendError` for an item Redis could not renew (its TTL was refused, or
+    its key holds another type); the other items are unaffected.
+
+    Raises:
+        ValueError: a reply of another shape.
+    """
+    if not isinstance(reply, (list, tuple)) or len(reply) != len(items):
+        raise ValueError(f"renew_many: unexpected reply for {len(items)} leases: {reply!r}")
+    results: list[int | BaseException] = []
+    for (key, _, ttl_ms), value in zip(items, reply, strict=True):
+        code = _int(value)
+        if code == -1:
+            results.append(BackendError(f"renew {key!r}: ttl_ms {ttl_ms!r} refused by Redis"))
+        elif code == -2:
+            results.append(BackendError(f"renew {key!r}: WRONGTYPE, the key holds another type"))
+        else:
+            results.append(code)
+    return results
 
 
 def decode_release(reply: object) -> bool:

@@ -20,6 +20,7 @@ from ._protocol import (
     INSPECT,
     RELEASE,
     RENEW,
+    RENEW_MANY,
     AcquireReply,
     InspectReply,
     Script,
@@ -27,12 +28,14 @@ from ._protocol import (
     decode_inspect,
     decode_release,
     decode_renew,
+    decode_renew_many,
     fence_key,
     lease_key,
+    renew_many_args,
 )
 from ._validate import check_prefix
 
-__all__ = ["RedisBackend", "backend_errors", "queue_renewals", "sort_renew_replies"]
+__all__ = ["RedisBackend", "backend_errors"]
 
 
 @contextmanager
@@ -42,47 +45,6 @@ def backend_errors(operation: str) -> Iterator[None]:
         yield
     except RedisError as exc:
         raise BackendError(f"{operation}: {type(exc).__name__}: {exc}") from exc
-
-
-def queue_renewals(
-    pipe: Any,
-    prefix: str,
-    items: Sequence[tuple[str, str, int]],
-    pending: Sequence[int],
-    *,
-    by_source: bool,
-) -> None:
-    """Queue the renew script for ``items[i]`` for each ``i`` in ``pending`` on a redis-py pipeline
-    (sync or asyncio: queueing is not I/O on either): EVALSHA, or EVAL of the source when
-    ``by_source`` (the resend after NOSCRIPT)."""
-    for index in pending:
-        key, owner_token, ttl_ms = items[index]
-        if by_source:
-            pipe.eval(RENEW.source, 1, lease_key(prefix, key), owner_token, ttl_ms)
-        else:
-            pipe.evalsha(RENEW.sha, 1, lease_key(prefix, key), owner_token, ttl_ms)
-
-
-def sort_renew_replies(
-    items: Sequence[tuple[str, str, int]],
-    pending: Sequence[int],
-    replies: Sequence[Any],
-    results: list[int | BaseException],
-) -> list[int]:
-    """File the replies of a renewal pipeline (``execute(raise_on_error=False)``, one per index in
-    ``pending``) into ``results``: the decoded token, or a :class:`BackendError` with the Redis
-    error in ``__cause__``. Returns the indices answered NOSCRIPT, to resend with EVAL."""
-    retry: list[int] = []
-    for index, reply in zip(pending, replies, strict=True):
-        if isinstance(reply, NoScriptError):
-            retry.append(index)
-        elif isinstance(reply, RedisError):
-            error = BackendError(f"renew {items[index][0]!r}: {reply}")
-            error.__cause__ = reply
-            results[index] = error
-        else:
-            results[index] = decode_renew(reply)
-    return retry
 
 
 class RedisBackend:
@@ -120,17 +82,10 @@ class RedisBackend:
         return decode_renew(reply)
 
     def renew_many(self, items: Sequence[tuple[str, str, int]]) -> list[int | BaseException]:
-        results: list[int | BaseException] = [0] * len(items)
-        pending = list(range(len(items)))
+        keys, args = renew_many_args(self.prefix, items)
         with backend_errors(f"renew {len(items)} leases"):
-            for attempt in range(2):
-                pipe = self.client.pipeline(transaction=False)
-                queue_renewals(pipe, self.prefix, items, pending, by_source=attempt > 0)
-                replies = pipe.execute(raise_on_error=False)
-                pending = sort_renew_replies(items, pending, replies, results)
-                if not pending:
-                    break
-        return results
+            reply = self._run(RENEW_MANY, keys, args)
+        return decode_renew_many(items, reply)
 
     def release(self, key: str, owner_token: str) -> bool:
         with backend_errors(f"release {key!r}"):

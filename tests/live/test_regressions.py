@@ -78,3 +78,23 @@ def test_a_waiter_that_gave_up_is_not_handed_the_lease(redis_client: redis.Redis
     assert redis_client.pttl("t:{ghost}") == -2
     assert redis_client.get("t:{ghost}:fence") == b"1"
     leases.close()
+
+
+def test_one_bad_key_does_not_fail_a_renewal_batch(redis_client: redis.Redis) -> None:
+    """A batch renewal (one script call) with a key of another type in it: that lease gets an
+    error, the others are renewed or reported lost as usual."""
+    from fencedlease import RedisBackend
+
+    backend = RedisBackend(redis_client, "t")
+    good = backend.acquire("good", "owner-1", 1_000)
+    redis_client.set("t:{poisoned}", "not-a-lease")
+    redis_client.lpush("t:{wrongtype}", "x")
+    results = backend.renew_many(
+        [("good", "owner-1", 60_000), ("wrongtype", "o", 60_000), ("missing", "o", 60_000),
+         ("poisoned", "o", 60_000)]
+    )  # fmt: skip
+    assert results[0] == good.fencing_token == 1
+    assert isinstance(results[1], BackendError) and "WRONGTYPE" in str(results[1])
+    assert results[2:] == [0, 0]
+    assert 59_000 < redis_client.pttl("t:{good}") <= 60_000
+    assert redis_client.pttl("t:{missing}") == -2

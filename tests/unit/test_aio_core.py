@@ -7,7 +7,7 @@ import math
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from redis.exceptions import MaxConnectionsError, NoScriptError, ResponseError
+from redis.exceptions import MaxConnectionsError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from test_aio_support import backend_error, refused
 
@@ -22,8 +22,7 @@ from fencedlease._core import (
     is_ambiguous,
     restored_state,
 )
-from fencedlease._protocol import AcquireReply
-from fencedlease._redis_backend import sort_renew_replies
+from fencedlease._protocol import AcquireReply, decode_renew_many, renew_many_args
 from fencedlease.testing import FakeClock
 
 
@@ -194,17 +193,21 @@ def test_scattered_leases_settle_into_full_batches() -> None:
     assert trips_per_round[1:] == [10, 10, 10]
 
 
-def test_sort_renew_replies() -> None:
-    """Tokens decode from int, bytes and str; NOSCRIPT is returned for a resend; an error reply
-    becomes a BackendError with the Redis error as its cause."""
+def test_decode_renew_many() -> None:
+    """Tokens decode from int, bytes and str; a refused TTL (-1) or a key of another type (-2)
+    becomes a BackendError for that lease alone; a reply of the wrong length is refused."""
     items = [("a", "o", 1), ("b", "o", 1), ("c", "o", 1), ("d", "o", 1), ("e", "o", 1)]
-    results: list[int | BaseException] = [0] * 5
-    error = ResponseError("ERR bad")
-    retry = sort_renew_replies(
-        items, [0, 1, 2, 3, 4], [5, b"6", "0", NoScriptError("NOSCRIPT"), error], results
+    results = decode_renew_many(items, [5, b"6", "0", -1, -2])
+    assert results[:3] == [5, 6, 0]
+    assert isinstance(results[3], BackendError) and "'d'" in str(results[3])
+    assert isinstance(results[4], BackendError) and "WRONGTYPE" in str(results[4])
+    with pytest.raises(ValueError, match="5 leases"):
+        decode_renew_many(items, [1, 2])
+
+
+def test_renew_many_args() -> None:
+    """KEYS are the lease keys in order; ARGV alternates owner token and TTL."""
+    assert renew_many_args("p", [("a", "o1", 10), ("b", "o2", 20)]) == (
+        ["p:{a}", "p:{b}"],
+        ["o1", 10, "o2", 20],
     )
-    assert retry == [3]
-    assert results[:4] == [5, 6, 0, 0]
-    assert isinstance(results[4], BackendError)
-    assert results[4].__cause__ is error
-    assert "'e'" in str(results[4])

@@ -1,11 +1,9 @@
 """The Redis backend (asyncio): the lease scripts over a ``redis.asyncio`` client.
 
 The twin of :mod:`fencedlease._redis_backend`, sharing everything that is not I/O with it: key
-names, scripts and reply decoding (:mod:`fencedlease._protocol`), the renewal pipeline's queueing
-and reply filing (:func:`~fencedlease._redis_backend.queue_renewals`,
-:func:`~fencedlease._redis_backend.sort_renew_replies`) and the error mapping
-(:func:`~fencedlease._redis_backend.backend_errors`). Scripts run by EVALSHA; a ``NOSCRIPT`` reply
-is answered by one EVAL of the same source.
+names, scripts and reply decoding (:mod:`fencedlease._protocol`, the batch renewal's arguments and
+replies included) and the error mapping (:func:`~fencedlease._redis_backend.backend_errors`).
+Scripts run by EVALSHA; a ``NOSCRIPT`` reply is answered by one EVAL of the same source.
 
 Cancellation: a cancelled call leaves no half-read reply behind (redis-py drops a connection whose
 read was interrupted), but the command may have run at Redis. The manager copes with that; this
@@ -25,6 +23,7 @@ from .._protocol import (
     INSPECT,
     RELEASE,
     RENEW,
+    RENEW_MANY,
     AcquireReply,
     InspectReply,
     Script,
@@ -32,10 +31,12 @@ from .._protocol import (
     decode_inspect,
     decode_release,
     decode_renew,
+    decode_renew_many,
     fence_key,
     lease_key,
+    renew_many_args,
 )
-from .._redis_backend import backend_errors, queue_renewals, sort_renew_replies
+from .._redis_backend import backend_errors
 from .._validate import check_prefix
 
 __all__ = ["AsyncRedisBackend"]
@@ -78,17 +79,10 @@ class AsyncRedisBackend:
         return decode_renew(reply)
 
     async def renew_many(self, items: Sequence[tuple[str, str, int]]) -> list[int | BaseException]:
-        results: list[int | BaseException] = [0] * len(items)
-        pending = list(range(len(items)))
+        keys, args = renew_many_args(self.prefix, items)
         with backend_errors(f"renew {len(items)} leases"):
-            for attempt in range(2):
-                pipe = self.client.pipeline(transaction=False)
-                queue_renewals(pipe, self.prefix, items, pending, by_source=attempt > 0)
-                replies = await pipe.execute(raise_on_error=False)
-                pending = sort_renew_replies(items, pending, replies, results)
-                if not pending:
-                    break
-        return results
+            reply = await self._run(RENEW_MANY, keys, args)
+        return decode_renew_many(items, reply)
 
     async def release(self, key: str, owner_token: str) -> bool:
         with backend_errors(f"release {key!r}"):
