@@ -38,7 +38,11 @@ def _faults(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
 
 
 @main.command()
-@click.option("--redis-url", help="Use this Redis (default: start our own redis-server).")
+@click.option(
+    "--redis-url",
+    envvar="FENCEDLEASE_REDIS_URL",
+    help="Use this Redis (default: FENCEDLEASE_REDIS_URL, else start our own redis-server).",
+)
 @click.option("--workers", default=3, show_default=True, type=click.IntRange(2, 32))
 @click.option(
     "--duration", default=30.0, show_default=True, type=click.FloatRange(1, 3600),
@@ -115,6 +119,7 @@ def check(
     except (RedisUnavailable, RuntimeError, ValueError) as exc:
         console.print(f"[bold red]error:[/] {exc}")
         sys.exit(2)
+    console.print(f"redis: {result.redis}; toxiproxy: {result.toxiproxy or 'none'}")
     for note in result.notes:
         console.print(f"[yellow]note:[/] {note}")
     print_summary(console, result)

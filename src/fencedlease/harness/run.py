@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from ..servers.redis import RedisServer
+from ..servers.redis import RedisServer, find_redis_binary, redis_endpoint
 from .checker import CheckParams, CheckReport, Extracted, check_history, extract
 from .history import HistoryWriter, merge_histories, read_history
 from .nemesis import (
@@ -218,10 +218,18 @@ def run_check(
                 "external Redis (--redis-url): the Redis process faults (redis-pause, "
                 "redis-restart-aof, redis-restart-nopersist) are unavailable"
             )
-        else:
+        elif find_redis_binary() is not None:
             server = stack.enter_context(RedisServer(appendonly=True, appendfsync="always"))
             redis_url = server.url
             redis_kind = f"embedded redis-server {server.version()} (AOF, appendfsync always)"
+        else:
+            # No binary: the rest of the documented order (Docker through testcontainers).
+            found = stack.enter_context(redis_endpoint(appendonly=True))
+            redis_url, redis_kind = found.url, f"Redis in {found.kind}"
+            notes.append(
+                "no redis-server binary: Redis ran in Docker, so the Redis process faults are "
+                "unavailable"
+            )
 
         # -- the resource
         spec = _resource(config, out_dir, redis_url, stack, notes)
