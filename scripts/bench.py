@@ -576,11 +576,12 @@ NOTES = """\
 
 WHY = {
     "renewer CPU": (
-        "the renewer spends a few microseconds of redis-py packing and parsing per pipelined"
-        " EVALSHA (see the per-renewal column); at a short heartbeat 10,000 leases are thousands"
-        " of renewals a second. Under 5 % there needs one command per batch (a renew script taking"
-        " 500 keys: one packed command, one reply; single Redis node only, since a batch's keys"
-        " span hash slots) instead of 500 pipelined ones."
+        "a batch of 500 is already one command (renew_many.lua: one packed call, one reply), so"
+        " what is left is per lease: about 4.4 us of schedule bookkeeping (two heap operations"
+        " and a confirm per renewal, measured alone) plus redis-py's packing of three arguments"
+        " and parsing of one integer. At a 1 s heartbeat 10,000 leases are 10,000 renewals a"
+        " second; under 5 % would need renewals grouped into cohorts that share one heap entry,"
+        " a redesign of the schedule not done here."
     ),
     "throughput vs redis-py Lock": (
         "fencedlease's two scripts cost Redis about 25 us per cycle against 9 us for SET + one"
