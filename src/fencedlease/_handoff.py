@@ -45,7 +45,7 @@ import redis
 import redis.asyncio
 from redis.exceptions import NoScriptError, RedisError
 
-from ._protocol import Script, lease_key
+from ._protocol import Script, lease_key, waiters_key, waiters_meta_key
 from ._redis_backend import RedisBackend, backend_errors
 
 __all__ = [
@@ -77,16 +77,6 @@ DEFAULT_LINGER_S = 5.0
 _LISTEN_SLICE_S = 1.0  # the listener's longest sleep: housekeeping and a fallback for close()
 
 T = TypeVar("T")
-
-
-def waiters_key(prefix: str, key: str) -> str:
-    """The sorted set of ``key``'s queued waiters: ``<prefix>:{<key>}:waiters``."""
-    return lease_key(prefix, key) + ":waiters"
-
-
-def waiters_meta_key(prefix: str, key: str) -> str:
-    """The hash of the queued waiters' deadlines: ``<prefix>:{<key>}:waiters:meta``."""
-    return lease_key(prefix, key) + ":waiters:meta"
 
 
 def handoff_channel(prefix: str, key: str) -> str:

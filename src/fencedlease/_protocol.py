@@ -40,7 +40,10 @@ __all__ = [
     "lease_key",
     "new_owner_token",
     "owner_fingerprint",
+    "release_keys",
     "renew_many_args",
+    "waiters_key",
+    "waiters_meta_key",
 ]
 
 GRANTED: Final = 1
@@ -56,6 +59,27 @@ def lease_key(prefix: str, key: str) -> str:
 def fence_key(prefix: str, key: str) -> str:
     """The Redis key holding ``key``'s fencing counter: ``<prefix>:{<key>}:fence``."""
     return f"{prefix}:{{{key}}}:fence"
+
+
+def waiters_key(prefix: str, key: str) -> str:
+    """The sorted set of ``key``'s queued waiters: ``<prefix>:{<key>}:waiters``."""
+    return f"{prefix}:{{{key}}}:waiters"
+
+
+def waiters_meta_key(prefix: str, key: str) -> str:
+    """The hash of the queued waiters' deadlines: ``<prefix>:{<key>}:waiters:meta``."""
+    return f"{prefix}:{{{key}}}:waiters:meta"
+
+
+def release_keys(prefix: str, key: str) -> tuple[str, str, str, str]:
+    """KEYS of ``release.lua``: the lease key, the counter, and the two waiter-queue keys (a
+    release may hand the lease to the oldest waiter; every key a script touches is declared)."""
+    return (
+        lease_key(prefix, key),
+        fence_key(prefix, key),
+        waiters_key(prefix, key),
+        waiters_meta_key(prefix, key),
+    )
 
 
 def new_owner_token() -> str:

@@ -31,6 +31,7 @@ from ._protocol import (
     decode_renew_many,
     fence_key,
     lease_key,
+    release_keys,
     renew_many_args,
 )
 from ._validate import check_prefix
@@ -89,7 +90,7 @@ class RedisBackend:
 
     def release(self, key: str, owner_token: str) -> bool:
         with backend_errors(f"release {key!r}"):
-            reply = self._run(RELEASE, (lease_key(self.prefix, key),), (owner_token,))
+            reply = self._run(RELEASE, release_keys(self.prefix, key), (owner_token,))
         return decode_release(reply)
 
     def inspect(self, key: str) -> InspectReply | None:

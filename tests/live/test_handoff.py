@@ -15,7 +15,7 @@ import redis.asyncio
 
 from fencedlease import AcquireResult, LeaseManager
 from fencedlease._handoff import AsyncHandoff, waiters_key, waiters_meta_key
-from fencedlease._protocol import RELEASE, new_owner_token
+from fencedlease._protocol import RELEASE, new_owner_token, release_keys
 from fencedlease.servers.redis import RedisServer
 
 pytestmark = pytest.mark.live
@@ -123,7 +123,7 @@ def test_lost_notification_costs_at_most_one_retry_delay(
     released_at = time.monotonic()
     pipe = redis_client.pipeline(transaction=True)  # nothing runs between the kill and the release
     pipe.client_kill_filter(_type="pubsub")
-    pipe.eval(RELEASE.source, 1, "h:{lost}", holder.owner_token)
+    pipe.eval(RELEASE.source, 4, *release_keys("h", "lost"), holder.owner_token)
     assert pipe.execute()[1] == 1
     waiter.join()
     assert waiter.result is not None

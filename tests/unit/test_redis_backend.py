@@ -40,6 +40,14 @@ class _Recorder:
         return 1
 
 
+_RELEASE_KEYS = (
+    "app:locks:{k}",
+    "app:locks:{k}:fence",
+    "app:locks:{k}:waiters",
+    "app:locks:{k}:waiters:meta",
+)
+
+
 def _backend(recorder: _Recorder) -> RedisBackend:
     return RedisBackend(recorder, "app:locks")  # type: ignore[arg-type]
 
@@ -55,12 +63,13 @@ def test_acquire_sends_one_evalsha_with_both_keys() -> None:
 
 
 def test_noscript_falls_back_to_one_eval() -> None:
-    """After SCRIPT FLUSH, NOSCRIPT is answered by EVAL of the same source (no SCRIPT LOAD)."""
+    """After SCRIPT FLUSH, NOSCRIPT is answered by EVAL of the same source (no SCRIPT LOAD);
+    release declares all four keys it may touch (lease, counter, waiter queue and its details)."""
     recorder = _Recorder(1, noscript=True)
     assert _backend(recorder).release("k", "owner") is True
     assert recorder.calls == [
-        ("evalsha", RELEASE.sha, 1, "app:locks:{k}", "owner"),
-        ("eval", RELEASE.source, 1, "app:locks:{k}", "owner"),
+        ("evalsha", RELEASE.sha, 4, *_RELEASE_KEYS, "owner"),
+        ("eval", RELEASE.source, 4, *_RELEASE_KEYS, "owner"),
     ]
 
 

@@ -34,6 +34,7 @@ from .._protocol import (
     decode_renew_many,
     fence_key,
     lease_key,
+    release_keys,
     renew_many_args,
 )
 from .._redis_backend import backend_errors
@@ -86,7 +87,7 @@ class AsyncRedisBackend:
 
     async def release(self, key: str, owner_token: str) -> bool:
         with backend_errors(f"release {key!r}"):
-            reply = await self._run(RELEASE, (lease_key(self.prefix, key),), (owner_token,))
+            reply = await self._run(RELEASE, release_keys(self.prefix, key), (owner_token,))
         return decode_release(reply)
 
     async def inspect(self, key: str) -> InspectReply | None:

@@ -4,8 +4,10 @@
 -- ARGV[1]  owner token (128 random bits, hex; any string without meaning to Redis)
 -- ARGV[2]  TTL in milliseconds, an integer 1..2147483647 (validated by the client)
 -- returns  {1, fencing_token, ttl_ms}  granted now: the counter was INCRed once
---          {2, fencing_token, ttl_ms}  already ours (a retried acquire after a lost reply):
---                                      the stored token, TTL reset, no INCR
+--          {2, fencing_token, ttl_ms}  already ours: a retried acquire after a lost reply, or a
+--                                      waiter claiming the lease a release handed it (that
+--                                      release issued the token): the stored token, TTL reset,
+--                                      no INCR here
 --          {0, 0, pttl_ms}             held by another owner; its remaining TTL in milliseconds
 --          an error reply, with nothing written, when ARGV[2] is not a positive integer
 -- The TTL is checked and the counter INCRed before the SET, so that a bad TTL or a failing INCR

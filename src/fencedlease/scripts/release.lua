@@ -1,16 +1,16 @@
 -- Release a lease: if, and only if, the owner token still owns it, hand it to the oldest live
 -- waiter (fencedlease._handoff), or else delete it.
--- KEYS[1]  lease key  <prefix>:{<key>}   value "<fencing_token>:<owner_token>"
+-- KEYS[1]  lease key       <prefix>:{<key>}               value "<fencing_token>:<owner_token>"
+-- KEYS[2]  fencing counter <prefix>:{<key>}:fence         INCRed only when handing the lease over
+-- KEYS[3]  waiter queue    <prefix>:{<key>}:waiters       sorted set: owner token -> arrival us
+-- KEYS[4]  waiter details  <prefix>:{<key>}:waiters:meta  hash: owner -> "<deadline_ms>:<ttl_ms>:<grace_ms>"
 -- ARGV[1]  owner token
 -- returns  1 when released: the key was deleted, or granted to the oldest live waiter;
 --          0 when the key is missing or owned by someone else (nothing touched).
--- Hand-off (the release runs as before when nobody waits: GET, ZCARD, DEL). Waiters queue in
---   <prefix>:{<key>}:waiters       a sorted set: owner token -> arrival time in microseconds
---   <prefix>:{<key>}:waiters:meta  a hash: owner token -> "<deadline_ms>:<ttl_ms>:<grace_ms>"
--- written by enqueue.lua. Their names are derived from KEYS[1] (the same hash slot, so Redis
--- Cluster keeps them on one node) so that the release call keeps its one-key signature. The oldest
+-- Hand-off (when nobody waits the release is GET, ZCARD, DEL). Waiters are queued by enqueue.lua;
+-- all four keys share the hash tag, so they live in one Redis Cluster slot. The oldest
 -- waiter whose deadline (Redis TIME) has not passed, and who is not the releasing owner, is granted
--- the lease as a new grant: the fencing counter <prefix>:{<key>}:fence is INCRed, the key is set
+-- the lease as a new grant: the fencing counter KEYS[2] is INCRed, the key is set
 -- to "<token>:<waiter's owner token>" with PX min(ttl_ms, deadline - now + grace_ms) until the
 -- waiter claims it (acquire.lua's "already ours" path resets the TTL), and the waiter is woken by
 -- PUBLISH on "<lease key>:handoff" with the SHA-1 of its owner token (never the token itself).
@@ -25,10 +25,10 @@ local sep = string.find(current, ':', 1, true)
 if not (sep and string.sub(current, sep + 1) == ARGV[1]) then
   return 0
 end
-local queue = KEYS[1] .. ':waiters'
+local queue = KEYS[3]
 if redis.call('ZCARD', queue) > 0 then
   redis.replicate_commands()  -- TIME below; required by Redis 6.2, a no-op from 7.0
-  local meta = queue .. ':meta'
+  local meta = KEYS[4]
   local clock = redis.call('TIME')
   local now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
   while true do
@@ -46,7 +46,7 @@ if redis.call('ZCARD', queue) > 0 then
       if deadline > now_ms then
         local px = math.min(tonumber(string.sub(info, a + 1, b - 1)),
                             deadline - now_ms + tonumber(string.sub(info, b + 1)))
-        local token = redis.call('INCR', KEYS[1] .. ':fence')
+        local token = redis.call('INCR', KEYS[2])
         redis.call('SET', KEYS[1], string.format('%d', token) .. ':' .. owner,
                    'PX', string.format('%d', px))
         redis.call('PUBLISH', KEYS[1] .. ':handoff', redis.sha1hex(owner))
