@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 import re
+from collections.abc import Callable
 
 import pytest
 
