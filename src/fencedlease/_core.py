@@ -431,6 +431,7 @@ class AcquireAttempt:
         "give_up",
         "key",
         "owner_token",
+        "queued",
         "retry_delay_ms",
         "sent_mono",
         "sent_wall",
@@ -457,11 +458,14 @@ class AcquireAttempt:
         self._in_flight = False
         self._ambiguous = False
         self.final_wait = False
+        # Set before a wait that queues the caller for a hand-off: from then on a release may grant
+        # the key to owner_token at any moment, until the caller holds it or cleans up.
+        self.queued = False
 
     @property
     def uncertain(self) -> bool:
         """Whether the key may be held under :attr:`owner_token` unbeknown to the caller."""
-        return self._in_flight or self._ambiguous
+        return self._in_flight or self._ambiguous or self.queued
 
     def sending(self) -> None:
         """Record that an acquire is about to be sent: the deadline of a grant counts from now."""

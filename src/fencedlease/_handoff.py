@@ -95,7 +95,13 @@ def _text(value: object) -> str:
 
 
 class ReleaseWaiter(Protocol):
-    """What the sync manager calls between two acquire attempts of a waiting caller."""
+    """What the sync manager calls between two acquire attempts of a waiting caller.
+
+    ``queues``: whether :meth:`wait` queues the caller for a hand-off (a release may then grant
+    the key to its owner token; an acquire that gives up must release with that token).
+    """
+
+    queues: bool
 
     def wait(
         self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
@@ -113,6 +119,8 @@ class ReleaseWaiter(Protocol):
 
 class SleepWaiter:
     """Polling only: sleeps the whole ``timeout_s`` (for backends without notifications)."""
+
+    queues = False
 
     def wait(
         self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
@@ -210,6 +218,8 @@ class Handoff:
     ``wait_ms`` plus one round trip holds with the hand-off too.
     """
 
+    queues = True
+
     def __init__(
         self,
         backend: RedisBackend,
@@ -249,18 +259,22 @@ class Handoff:
         event = threading.Event()
         channels = self._channels
         with self._lock:
-            if self._closed:  # after close(): poll, as without the listener
-                time.sleep(timeout_s)
-                return
-            ask = channels.join(channel, name, event)
-            start = self._thread is None or not self._thread.is_alive()
-            if start:
-                if self._thread is not None:  # it died (logged): a new one subscribes again
-                    channels.lost_connection()
-                self._thread = threading.Thread(
-                    target=self._run, name="fencedlease-handoff", daemon=True
-                )
-                self._thread.start()
+            closed = self._closed
+            if not closed:
+                ask = channels.join(channel, name, event)
+                start = self._thread is None or not self._thread.is_alive()
+                if start:
+                    if self._thread is not None:  # it died (logged): a new one subscribes again
+                        channels.lost_connection()
+                    self._thread = threading.Thread(
+                        target=self._run, name="fencedlease-handoff", daemon=True
+                    )
+                    self._thread.start()
+        if closed:
+            # After close(): poll, as without the listener. Sleep outside the lock, or the
+            # waiters would take turns and each wait outlast its budget.
+            time.sleep(timeout_s)
+            return
         try:
             if ask and not start:
                 self._submit(self._poke)
@@ -382,6 +396,8 @@ class Handoff:
 class AsyncReleaseWaiter(Protocol):
     """What the asyncio manager awaits between two acquire attempts (see :class:`ReleaseWaiter`)."""
 
+    queues: bool
+
     async def wait(
         self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
     ) -> None: ...
@@ -391,6 +407,8 @@ class AsyncReleaseWaiter(Protocol):
 
 class AsyncSleepWaiter:
     """Polling only: sleeps the whole ``timeout_s`` (for backends without notifications)."""
+
+    queues = False
 
     async def wait(
         self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
@@ -407,6 +425,8 @@ class AsyncHandoff:
     ``client``: the manager's ``redis.asyncio.Redis``; ``prefix``: its key prefix. The listener
     task is started by the first wait in the running loop and cancelled by :meth:`aclose`.
     """
+
+    queues = True
 
     def __init__(
         self,

@@ -157,8 +157,17 @@ class LeaseManager:
                     return AcquireResult(key, Lease(attempt.granted(reply), backend, self._clock))
                 delay = attempt.not_acquired()
                 if delay is None:
+                    if attempt.uncertain:
+                        # It queued for a hand-off: leave the queue, and pass on a lease a
+                        # release may have handed it meanwhile (in the background: the call
+                        # keeps its time bound).
+                        self._renewer.submit_release(key, owner_token)
                     return AcquireResult(key, None, reply.ttl_ms)
-                self._release_waiter.wait(key, owner_token, ttl_ms, delay, attempt.final_wait)
+                waiter = self._release_waiter
+                attempt.queued = attempt.queued or waiter.queues
+                waiter.wait(key, owner_token, ttl_ms, delay, attempt.final_wait)
+                if self._closed:
+                    raise RuntimeError("the lease manager was closed while this acquire waited")
         except BaseException as exc:
             if attempt.uncertain:
                 self._abandon(key, owner_token, exc)
@@ -173,6 +182,8 @@ class LeaseManager:
         if isinstance(exc, Exception):
             self._renewer.submit_release(key, owner_token)
             return
+        if self._closed:
+            return  # the client is closed; such a grant lapses at its TTL
         try:
             backend_release = self._backend.release
             backend_release(key, owner_token)

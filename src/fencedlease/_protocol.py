@@ -38,9 +38,9 @@ __all__ = [
     "decode_renew_many",
     "fence_key",
     "lease_key",
+    "lease_keys",
     "new_owner_token",
     "owner_fingerprint",
-    "release_keys",
     "renew_many_args",
     "waiters_key",
     "waiters_meta_key",
@@ -71,9 +71,10 @@ def waiters_meta_key(prefix: str, key: str) -> str:
     return f"{prefix}:{{{key}}}:waiters:meta"
 
 
-def release_keys(prefix: str, key: str) -> tuple[str, str, str, str]:
-    """KEYS of ``release.lua``: the lease key, the counter, and the two waiter-queue keys (a
-    release may hand the lease to the oldest waiter; every key a script touches is declared)."""
+def lease_keys(prefix: str, key: str) -> tuple[str, str, str, str]:
+    """KEYS of ``acquire.lua`` and ``release.lua``: the lease key, the counter, and the two
+    waiter-queue keys (an acquire takes its owner out of the queue, a release may hand the lease
+    to the oldest waiter; every key a script touches is declared)."""
     return (
         lease_key(prefix, key),
         fence_key(prefix, key),

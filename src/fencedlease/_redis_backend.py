@@ -31,7 +31,7 @@ from ._protocol import (
     decode_renew_many,
     fence_key,
     lease_key,
-    release_keys,
+    lease_keys,
     renew_many_args,
 )
 from ._validate import check_prefix
@@ -72,9 +72,7 @@ class RedisBackend:
     def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
         prefix = self.prefix
         with backend_errors(f"acquire {key!r}"):
-            reply = self._run(
-                ACQUIRE, (lease_key(prefix, key), fence_key(prefix, key)), (owner_token, ttl_ms)
-            )
+            reply = self._run(ACQUIRE, lease_keys(prefix, key), (owner_token, ttl_ms))
         return decode_acquire(reply)
 
     def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
@@ -90,7 +88,7 @@ class RedisBackend:
 
     def release(self, key: str, owner_token: str) -> bool:
         with backend_errors(f"release {key!r}"):
-            reply = self._run(RELEASE, release_keys(self.prefix, key), (owner_token,))
+            reply = self._run(RELEASE, lease_keys(self.prefix, key), (owner_token,))
         return decode_release(reply)
 
     def inspect(self, key: str) -> InspectReply | None:

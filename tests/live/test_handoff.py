@@ -15,7 +15,7 @@ import redis.asyncio
 
 from fencedlease import AcquireResult, LeaseManager
 from fencedlease._handoff import AsyncHandoff, waiters_key, waiters_meta_key
-from fencedlease._protocol import RELEASE, new_owner_token, release_keys
+from fencedlease._protocol import RELEASE, lease_keys, new_owner_token
 from fencedlease.servers.redis import RedisServer
 
 pytestmark = pytest.mark.live
@@ -123,7 +123,7 @@ def test_lost_notification_costs_at_most_one_retry_delay(
     released_at = time.monotonic()
     pipe = redis_client.pipeline(transaction=True)  # nothing runs between the kill and the release
     pipe.client_kill_filter(_type="pubsub")
-    pipe.eval(RELEASE.source, 4, *release_keys("h", "lost"), holder.owner_token)
+    pipe.eval(RELEASE.source, 4, *lease_keys("h", "lost"), holder.owner_token)
     assert pipe.execute()[1] == 1
     waiter.join()
     assert waiter.result is not None
@@ -168,12 +168,20 @@ def test_waiter_that_gave_up_is_skipped(
 def test_queue_keys_expire_by_themselves(
     managers: list[LeaseManager], redis_client: redis.Redis
 ) -> None:
-    """The waiter queue carries a TTL: nothing is left behind for ever when waiters vanish."""
+    """The waiter queue carries a TTL while a waiter waits (nothing is left for ever when waiters
+    vanish), and a waiter that gives up takes itself out of it at once."""
     holder = managers[0].acquire("queue-ttl", ttl_ms=10_000).lease
     assert holder is not None
-    assert managers[1].acquire("queue-ttl", wait_ms=50, retry_delay_ms=20).lease is None
-    for name in (waiters_key("h", "queue-ttl"), waiters_meta_key("h", "queue-ttl")):
-        assert 0 < redis_client.pttl(name) <= 50 + 2 * 200
+    names = (waiters_key("h", "queue-ttl"), waiters_meta_key("h", "queue-ttl"))
+    waiter = threading.Thread(
+        target=managers[1].acquire, args=("queue-ttl",), kwargs={"wait_ms": 400}
+    )
+    waiter.start()
+    _wait_until(lambda: redis_client.exists(*names) == 2)
+    for name in names:
+        assert 0 < redis_client.pttl(name) <= 400 + 2 * 200
+    waiter.join()
+    _wait_until(lambda: redis_client.exists(*names) == 0)
 
 
 def test_no_listener_thread_after_close(redis_url: str, redis_client: redis.Redis) -> None:

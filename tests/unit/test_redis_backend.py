@@ -40,7 +40,7 @@ class _Recorder:
         return 1
 
 
-_RELEASE_KEYS = (
+_RELEASE_KEYS = (  # acquire and release declare the same four keys
     "app:locks:{k}",
     "app:locks:{k}:fence",
     "app:locks:{k}:waiters",
@@ -52,14 +52,12 @@ def _backend(recorder: _Recorder) -> RedisBackend:
     return RedisBackend(recorder, "app:locks")  # type: ignore[arg-type]
 
 
-def test_acquire_sends_one_evalsha_with_both_keys() -> None:
-    """acquire is EVALSHA <sha> 2 <lease key> <counter key> <owner> <ttl>."""
+def test_acquire_sends_one_evalsha_with_its_four_keys() -> None:
+    """acquire is EVALSHA <sha> 4 <lease key> <counter> <waiter queue> <waiter details> <owner>
+    <ttl>: one command, every key it may touch declared."""
     recorder = _Recorder([1, 5, 1000])
-    assert _backend(recorder).acquire("order:42", "o" * 32, 1000) == AcquireReply(True, 5, 1000)
-    assert recorder.calls == [
-        ("evalsha", ACQUIRE.sha, 2, "app:locks:{order:42}", "app:locks:{order:42}:fence",
-         "o" * 32, 1000),
-    ]  # fmt: skip
+    assert _backend(recorder).acquire("k", "o" * 32, 1000) == AcquireReply(True, 5, 1000)
+    assert recorder.calls == [("evalsha", ACQUIRE.sha, 4, *_RELEASE_KEYS, "o" * 32, 1000)]
 
 
 def test_noscript_falls_back_to_one_eval() -> None:

@@ -241,17 +241,29 @@ class AsyncLeaseManager:
                     )
                 delay = attempt.not_acquired()
                 if delay is None:
+                    if attempt.uncertain:
+                        # It queued for a hand-off: leave the queue, and pass on a lease a
+                        # release may have handed it meanwhile (a task of the manager's, not
+                        # awaited: the call keeps its time bound; close() waits for it).
+                        self._spawn(
+                            self._release_abandoned(key, attempt.owner_token),
+                            "fencedlease-cleanup",
+                        )
                     return AsyncAcquireResult(key, None, reply.ttl_ms)
-                await self._release_waiter.wait(
-                    key, attempt.owner_token, ttl_ms, delay, attempt.final_wait
-                )
+                waiter = self._release_waiter
+                attempt.queued = attempt.queued or waiter.queues
+                await waiter.wait(key, attempt.owner_token, ttl_ms, delay, attempt.final_wait)
+                self._check_open()
         except BaseException as exc:
             if attempt.uncertain:
                 await self._abandon(key, attempt.owner_token, exc)
             raise
 
     async def _abandon(self, key: str, owner_token: str, exc: BaseException) -> None:
-        """Release what an abandoned acquire may hold, in a shielded task of the manager's."""
+        """Release what an abandoned acquire may hold, in a shielded task of the manager's. Not
+        after close(): the client is closed, and such a grant lapses at its short TTL."""
+        if self._closed:
+            return
         try:
             chore = self._spawn(self._release_abandoned(key, owner_token), "fencedlease-cleanup")
         except RuntimeError:  # no running loop: the coroutine is being closed by the GC

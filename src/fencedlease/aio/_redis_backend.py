@@ -34,7 +34,7 @@ from .._protocol import (
     decode_renew_many,
     fence_key,
     lease_key,
-    release_keys,
+    lease_keys,
     renew_many_args,
 )
 from .._redis_backend import backend_errors
@@ -69,9 +69,7 @@ class AsyncRedisBackend:
     async def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
         prefix = self.prefix
         with backend_errors(f"acquire {key!r}"):
-            reply = await self._run(
-                ACQUIRE, (lease_key(prefix, key), fence_key(prefix, key)), (owner_token, ttl_ms)
-            )
+            reply = await self._run(ACQUIRE, lease_keys(prefix, key), (owner_token, ttl_ms))
         return decode_acquire(reply)
 
     async def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
@@ -87,7 +85,7 @@ class AsyncRedisBackend:
 
     async def release(self, key: str, owner_token: str) -> bool:
         with backend_errors(f"release {key!r}"):
-            reply = await self._run(RELEASE, release_keys(self.prefix, key), (owner_token,))
+            reply = await self._run(RELEASE, lease_keys(self.prefix, key), (owner_token,))
         return decode_release(reply)
 
     async def inspect(self, key: str) -> InspectReply | None:

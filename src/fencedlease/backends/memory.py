@@ -73,15 +73,15 @@ class MemoryBackend:
         check_key(owner_token, "owner_token")
         check_ms("ttl_ms", ttl_ms, 1)
         with self._lock:
-            now = clock_ms(self._clock.monotonic())
+            now, start = clock_ms(self._clock.monotonic())
             held = self._live(key, now)
             if held is None:
                 token = self._counters.get(key, 0) + 1
                 self._counters[key] = token
-                self._leases[key] = _Held(token, owner_token, now + ttl_ms)
+                self._leases[key] = _Held(token, owner_token, start + ttl_ms)
                 return AcquireReply(True, token, ttl_ms)
             if held.owner_token == owner_token:
-                held.expires_ms = now + ttl_ms
+                held.expires_ms = start + ttl_ms
                 return AcquireReply(True, held.fencing_token, ttl_ms, retried=True)
             return AcquireReply(False, 0, held.expires_ms - now)
 
@@ -94,11 +94,12 @@ class MemoryBackend:
         with self._lock:
             return self._renew(key, owner_token, ttl_ms, clock_ms(self._clock.monotonic()))
 
-    def _renew(self, key: str, owner_token: str, ttl_ms: int, now: int) -> int:
+    def _renew(self, key: str, owner_token: str, ttl_ms: int, reading: tuple[int, int]) -> int:
+        now, start = reading
         held = self._live(key, now)
         if held is None or held.owner_token != owner_token:
             return 0
-        held.expires_ms = now + ttl_ms
+        held.expires_ms = start + ttl_ms
         return held.fencing_token
 
     def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
@@ -106,7 +107,7 @@ class MemoryBackend:
         item gets its :class:`~fencedlease.ValidationError` in its place."""
         results: list[int | BaseException] = []
         with self._lock:
-            now = clock_ms(self._clock.monotonic())
+            reading = clock_ms(self._clock.monotonic())
             for key, owner_token, ttl_ms in items:
                 try:
                     check_key(key)
@@ -115,7 +116,7 @@ class MemoryBackend:
                 except ValueError as exc:
                     results.append(exc)
                     continue
-                results.append(self._renew(key, owner_token, ttl_ms, now))
+                results.append(self._renew(key, owner_token, ttl_ms, reading))
         return results
 
     def release(self, key: str, owner_token: str) -> bool:
@@ -124,7 +125,7 @@ class MemoryBackend:
         check_key(key)
         check_key(owner_token, "owner_token")
         with self._lock:
-            held = self._live(key, clock_ms(self._clock.monotonic()))
+            held = self._live(key, clock_ms(self._clock.monotonic())[0])
             if held is None or held.owner_token != owner_token:
                 return False
             del self._leases[key]
@@ -135,7 +136,7 @@ class MemoryBackend:
         issued token), or None."""
         check_key(key)
         with self._lock:
-            now = clock_ms(self._clock.monotonic())
+            now = clock_ms(self._clock.monotonic())[0]
             held = self._live(key, now)
             if held is None:
                 return None
@@ -151,7 +152,7 @@ class MemoryBackend:
         The fencing counter is kept."""
         check_key(key)
         with self._lock:
-            held = self._live(key, clock_ms(self._clock.monotonic()))
+            held = self._live(key, clock_ms(self._clock.monotonic())[0])
             if held is None:
                 return False
             del self._leases[key]

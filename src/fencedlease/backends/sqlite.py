@@ -201,7 +201,7 @@ class SqliteBackend:
             self._lock.release()
 
     def _now(self) -> int:
-        return clock_ms(self._clock.time())
+        return clock_ms(self._clock.time())[0]
 
     def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
         """Grant ``key`` to ``owner_token`` for ``ttl_ms`` milliseconds if it is free (or expired),
@@ -213,7 +213,7 @@ class SqliteBackend:
         check_ms("ttl_ms", ttl_ms, 1)
         prefix = self.prefix
         with self._transaction(f"acquire {key!r}") as conn:
-            now = self._now()
+            now, start = clock_ms(self._clock.time())
             row = conn.execute(
                 "SELECT fencing_token, owner_token, expires_ms FROM fencedlease_leases"
                 " WHERE prefix = ? AND key = ?",
@@ -223,7 +223,7 @@ class SqliteBackend:
                 if row[1] == owner_token:
                     conn.execute(
                         "UPDATE fencedlease_leases SET expires_ms = ? WHERE prefix = ? AND key = ?",
-                        (now + ttl_ms, prefix, key),
+                        (start + ttl_ms, prefix, key),
                     )
                     return AcquireReply(True, int(row[0]), ttl_ms, retried=True)
                 return AcquireReply(False, 0, int(row[2]) - now)
@@ -240,12 +240,12 @@ class SqliteBackend:
             conn.execute(
                 "INSERT OR REPLACE INTO fencedlease_leases"
                 " (prefix, key, fencing_token, owner_token, expires_ms) VALUES (?, ?, ?, ?, ?)",
-                (prefix, key, token, owner_token, now + ttl_ms),
+                (prefix, key, token, owner_token, start + ttl_ms),
             )
             return AcquireReply(True, token, ttl_ms)
 
     def _renew(self, conn: sqlite3.Connection, key: str, owner_token: str, ttl_ms: int) -> int:
-        now = self._now()
+        now, start = clock_ms(self._clock.time())
         row = conn.execute(
             "SELECT fencing_token FROM fencedlease_leases"
             " WHERE prefix = ? AND key = ? AND owner_token = ? AND expires_ms > ?",
@@ -255,7 +255,7 @@ class SqliteBackend:
             return 0
         conn.execute(
             "UPDATE fencedlease_leases SET expires_ms = ? WHERE prefix = ? AND key = ?",
-            (now + ttl_ms, self.prefix, key),
+            (start + ttl_ms, self.prefix, key),
         )
         return int(row[0])
 

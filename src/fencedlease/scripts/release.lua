@@ -7,8 +7,8 @@
 -- ARGV[1]  owner token
 -- returns  1 when released: the key was deleted, or granted to the oldest live waiter;
 --          0 when the key is missing or owned by someone else (nothing touched).
--- Hand-off (when nobody waits the release is GET, ZCARD, DEL). Waiters are queued by enqueue.lua;
--- all four keys share the hash tag, so they live in one Redis Cluster slot. The oldest
+-- Hand-off (when nobody waits the release is ZREM, HDEL, GET, ZCARD, DEL). Waiters are queued
+-- by enqueue.lua; all four keys share the hash tag, so they live in one Redis Cluster slot. The oldest
 -- waiter whose deadline (Redis TIME) has not passed, and who is not the releasing owner, is granted
 -- the lease as a new grant: the fencing counter KEYS[2] is INCRed, the key is set
 -- to "<token>:<waiter's owner token>" with PX min(ttl_ms, deadline - now + grace_ms) until the
@@ -17,6 +17,12 @@
 -- So a releasing holder cannot barge ahead of the queue: waiters are served first come, first
 -- served (the direct hand-off of Go's sync.Mutex in starvation mode; Redisson's fair lock queue).
 -- A lost notification costs the waiter one retry delay: its next poll finds the key already its own.
+-- The releasing owner leaves the waiter queue first, whatever else happens: a waiter that gives up
+-- (or is cancelled) releases with its owner token, which both drops its queue entry and passes on
+-- a lease that was handed to it meanwhile.
+redis.replicate_commands()  -- TIME below after a write; required by Redis 6.2, a no-op from 7.0
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('HDEL', KEYS[4], ARGV[1])
 local current = redis.call('GET', KEYS[1])
 if not current then
   return 0
@@ -27,7 +33,6 @@ if not (sep and string.sub(current, sep + 1) == ARGV[1]) then
 end
 local queue = KEYS[3]
 if redis.call('ZCARD', queue) > 0 then
-  redis.replicate_commands()  -- TIME below; required by Redis 6.2, a no-op from 7.0
   local meta = KEYS[4]
   local clock = redis.call('TIME')
   local now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
