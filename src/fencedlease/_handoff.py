@@ -21,9 +21,11 @@ hands off directly to the oldest waiter in its starvation mode for the same reas
 Polling stays the fallback, so nothing depends on a notification arriving: a lost message (the
 listener's connection was killed, a lease expired instead of being released) costs a waiter at most
 the retry delay it was sleeping anyway, after which its acquire finds the key free or handed to it.
-A waiter that stops polling (gave up, crashed) drops out of the queue at its deadline (its wait
-plus ``grace_ms``, on Redis's clock); a hand-off to it in that window leaves the key unclaimed for
-at most ``2 * grace_ms`` before it expires.
+A waiter that stops waiting (gave up, cancelled, interrupted, failed, closed) releases with its
+owner token on the way out (the manager does it): ``release.lua`` takes it out of the queue and
+passes on a lease handed to it meanwhile. A waiter that crashed drops out at its deadline (its wait
+plus ``grace_ms``, on Redis's clock; none for its last wait); a hand-off to it in that window leaves
+the key unclaimed for at most ``2 * grace_ms`` before it expires.
 
 Other backends get :class:`SleepWaiter`, which just sleeps (the manager's old behaviour).
 """
