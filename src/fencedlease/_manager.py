@@ -135,8 +135,11 @@ class LeaseManager:
         Raises:
             ValidationError: ``key``, ``ttl_ms``, ``wait_ms`` or ``retry_delay_ms`` out of bounds.
             BackendError: the store failed; never reported as acquired.
+            RuntimeError: the manager is closed, or was closed while the call waited.
         """
         key, ttl_ms, wait_ms, retry_delay_ms = check_acquire(key, ttl_ms, wait_ms, retry_delay_ms)
+        if self._closed:
+            raise RuntimeError("the lease manager is closed")
         return self._acquire(key, ttl_ms, wait_ms, retry_delay_ms)
 
     def _acquire(self, key: str, ttl_ms: int, wait_ms: int, retry_delay_ms: int) -> AcquireResult:

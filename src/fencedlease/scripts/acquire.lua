@@ -21,19 +21,22 @@ local ttl = tonumber(ARGV[2])
 if ttl == nil or ttl < 1 or ttl ~= math.floor(ttl) then
   return redis.error_reply('ERR fencedlease acquire: ttl_ms must be a positive integer, got ' .. ARGV[2])
 end
+local function leave_queue()  -- a no-op ZREM when nobody waits
+  if redis.call('ZREM', KEYS[3], ARGV[1]) == 1 then
+    redis.call('HDEL', KEYS[4], ARGV[1])
+  end
+end
 local current = redis.call('GET', KEYS[1])
 if not current then
   local token = redis.call('INCR', KEYS[2])
   redis.call('SET', KEYS[1], string.format('%d', token) .. ':' .. ARGV[1], 'NX', 'PX', ARGV[2])
-  redis.call('ZREM', KEYS[3], ARGV[1])
-  redis.call('HDEL', KEYS[4], ARGV[1])
+  leave_queue()
   return {1, token, tonumber(ARGV[2])}
 end
 local sep = string.find(current, ':', 1, true)
 if sep and string.sub(current, sep + 1) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('ZREM', KEYS[3], ARGV[1])
-  redis.call('HDEL', KEYS[4], ARGV[1])
+  leave_queue()
   return {2, tonumber(string.sub(current, 1, sep - 1)), tonumber(ARGV[2])}
 end
 return {0, 0, redis.call('PTTL', KEYS[1])}

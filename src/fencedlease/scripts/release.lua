@@ -7,7 +7,7 @@
 -- ARGV[1]  owner token
 -- returns  1 when released: the key was deleted, or granted to the oldest live waiter;
 --          0 when the key is missing or owned by someone else (nothing touched).
--- Hand-off (when nobody waits the release is ZREM, HDEL, GET, ZCARD, DEL). Waiters are queued
+-- Hand-off (when nobody waits the release is ZCARD, GET, DEL). Waiters are queued
 -- by enqueue.lua; all four keys share the hash tag, so they live in one Redis Cluster slot. The oldest
 -- waiter whose deadline (Redis TIME) has not passed, and who is not the releasing owner, is granted
 -- the lease as a new grant: the fencing counter KEYS[2] is INCRed, the key is set
@@ -21,8 +21,11 @@
 -- (or is cancelled) releases with its owner token, which both drops its queue entry and passes on
 -- a lease that was handed to it meanwhile.
 redis.replicate_commands()  -- TIME below after a write; required by Redis 6.2, a no-op from 7.0
-redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('HDEL', KEYS[4], ARGV[1])
+local waiting = redis.call('ZCARD', KEYS[3])
+if waiting > 0 and redis.call('ZREM', KEYS[3], ARGV[1]) == 1 then
+  redis.call('HDEL', KEYS[4], ARGV[1])
+  waiting = waiting - 1
+end
 local current = redis.call('GET', KEYS[1])
 if not current then
   return 0
@@ -32,7 +35,7 @@ if not (sep and string.sub(current, sep + 1) == ARGV[1]) then
   return 0
 end
 local queue = KEYS[3]
-if redis.call('ZCARD', queue) > 0 then
+if waiting > 0 then
   local meta = KEYS[4]
   local clock = redis.call('TIME')
   local now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
