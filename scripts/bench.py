@@ -585,9 +585,13 @@ WHY = {
         " a redesign of the schedule not done here."
     ),
     "throughput vs redis-py Lock": (
-        "fencedlease's two scripts cost Redis about 25 us per cycle against 9 us for SET + one"
-        " small script, and the acquire reply is a three-element array; on two shared cores the"
-        " gap sits within the run-to-run noise, so re-run when `uptime` shows a low load."
+        "the client side costs the same (about 190 us of CPU per cycle for both, measured with"
+        " time.process_time); the gap is Redis's: an EVALSHA costs it about 7-8 us whatever the"
+        " script does (the acquire script's four inner calls add under 1 us) against 1 us for"
+        " redis-py Lock's plain SET, so two scripts per cycle cost about 13 us more than SET +"
+        " one script. Fencing needs the acquire to be a script (INCR and SET together, the"
+        " token kept with the owner). Across runs the ratio sits between 0.88 and 1.21: re-run"
+        " when `uptime` shows a low load."
     ),
     "": "see the figures above; re-run when the machine is idle to rule out noise.",
 }
