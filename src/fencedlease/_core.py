@@ -183,8 +183,15 @@ class LeaseState:
         return True
 
     def check_deadline(self, now_mono: float) -> bool:
-        """Apply rule 2 at ``now_mono``; returns whether the lease is lost."""
-        if not self.lost and self.deadline is not None and now_mono >= self.deadline:
+        """Apply rule 2 at ``now_mono``; returns whether the lease is lost. Not while a release is
+        in flight (rule 4): its reply decides, since it ran at the store at some moment before the
+        reply arrived, possibly before the deadline."""
+        if (
+            not self.lost
+            and not self.releasing
+            and self.deadline is not None
+            and now_mono >= self.deadline
+        ):
             self.mark_lost(LossReason.DEADLINE)
         return self.lost
 

@@ -103,7 +103,12 @@ class Lease(LeaseView):
         state = self._state
         state.releasing = True
         self._stop_renewal()
-        return self._released(self._backend.release(state.key, state.owner_token))
+        try:
+            released = self._backend.release(state.key, state.owner_token)
+        except BaseException:
+            state.releasing = False  # no answer: the deadline rule applies again
+            raise
+        return self._released(released)
 
     def _stop_renewal(self) -> None:
         entry, renewer = self._entry, self._renewer

@@ -49,7 +49,7 @@ def test_latency_is_survived_without_loss(check_run: RunCheck) -> None:
         for g in data.grants
         if g.process == fault.target and g.granted < fault.start < (g.end or 0)
     )
-    assert victim.end_type == "ok"
+    assert victim.end_type == "ok", result.history_path.read_text()[-6000:]
     assert victim.lost is None
 
 

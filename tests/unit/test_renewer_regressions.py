@@ -13,9 +13,10 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-from fencedlease import BackendError, LeaseLostError, LeaseManager, LeaseNotAcquiredError
+from fencedlease import BackendError, Lease, LeaseLostError, LeaseManager, LeaseNotAcquiredError
 from fencedlease._protocol import AcquireReply
 from fencedlease.backends.memory import MemoryBackend
+from fencedlease.testing import FakeClock
 
 
 def _error(cause: BaseException) -> BackendError:
@@ -223,3 +224,35 @@ def test_with_lease_does_not_turn_fns_error_into_skipped() -> None:
 
         with pytest.raises(LeaseNotAcquiredError):
             leases.with_lease("k", nested, ttl_ms=1_000)
+
+
+class SlowReleaseReply(MemoryBackend):
+    """The release runs at the store at once; its reply arrives 2 s later (the clock moves while
+    it is in flight, and a watcher reads ``lease.lost`` meanwhile)."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock=clock)
+        self.fake_clock = clock
+        self.while_in_flight: list[bool] = []
+        self.lease: Lease | None = None
+
+    def release(self, key: str, owner_token: str) -> bool:
+        released = super().release(key, owner_token)
+        self.fake_clock.advance(2_000)
+        assert self.lease is not None
+        self.while_in_flight.append(self.lease.lost)
+        return released
+
+
+def test_a_release_in_flight_past_the_deadline_is_not_a_loss() -> None:
+    """The release ran at the store before the deadline; its reply lands after it. The lease is
+    released, not lost, and hold does not raise (rule 4: the release's reply decides)."""
+    clock = FakeClock()
+    backend = SlowReleaseReply(clock)
+    with LeaseManager(backend, clock=clock) as leases:
+        with leases.hold("k", ttl_ms=1_000, heartbeat_ms=False) as lease:
+            backend.lease = lease
+            clock.advance(900)
+        assert backend.while_in_flight == [False]
+        assert lease.lost is False
+        assert leases.inspect("k") is None

@@ -105,7 +105,12 @@ class AsyncLease(LeaseView):
         state = self._state
         state.releasing = True
         self._stop_renewal()
-        return self._released(await self._backend.release(state.key, state.owner_token))
+        try:
+            released = await self._backend.release(state.key, state.owner_token)
+        except BaseException:
+            state.releasing = False  # no answer (or cancelled): the deadline rule applies again
+            raise
+        return self._released(released)
 
     def _stop_renewal(self) -> None:
         entry, renewer = self._entry, self._renewer

@@ -398,7 +398,7 @@ def worker_main(config: WorkerConfig, board: Board, go: Any, stop: Any) -> None:
         # reconnecting, and the renewal that follows still checks the owner token.
         retry=Retry(NoBackoff(), 1),
     )
-    _warm_pool(client, 3)
+    _warm_pool(client, 6)
     manager = LeaseManager(client, prefix=config.prefix)
     store = open_store(config.resource)
     writer = HistoryWriter(config.history_path, config.name)
@@ -431,6 +431,8 @@ def _warm_pool(client: redis.Redis, size: int) -> None:
     handshake (HELLO, CLIENT SETNAME, CLIENT SETINFO...) costs about six round trips: more than
     a ttl under ttl/4 of latency, so the lease would expire while being released. That is real
     (and reported correctly as a loss), but it is connection setup, not the fault under test.
+    A worker's manager uses up to six at once: the body's, the renewer's, the hand-off listener's
+    and its queueing threads'.
     """
     pool = client.connection_pool
     connections = []
