@@ -83,7 +83,8 @@ def test_redis_restart_without_persistence_is_safe_but_stuck(check_run: RunCheck
     (fault,) = data.faults
     assert fault.detail["holder"] is not None  # restarted while a lease was held
     before = [g.token for g in data.grants if g.granted < fault.start]
-    after = [g.token for g in data.grants if g.granted > (fault.end or 0)]
+    # Granted once the restart began (a fast restart re-issues low tokens before the fault's end).
+    after = [g.token for g in data.grants if g.granted > fault.start]
     assert after
     assert min(after) < max(before)  # the counter started again low
     refused = [
