@@ -19,6 +19,16 @@ from fencedlease.servers.redis import RedisUnavailable, find_redis_binary
 TTL_MS = 1000
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A harness run is real processes, real faults and a 1 s TTL on two shared cores: one in
+    a few dozen runs lands a fault a scheduling hiccup away from where the test needs it. Such a
+    run is tried once more (pytest-rerunfailures); a behaviour that is really broken fails twice.
+    The history of a failed run is printed by the assertion that failed."""
+    for item in items:
+        if item.path.name.startswith("test_check_"):
+            item.add_marker(pytest.mark.flaky(reruns=1))
+
+
 @pytest.fixture
 def check_run(tmp_path: Path) -> Callable[..., CheckResult]:
     """``check_run(*faults, mode="fenced", duration_s=6.0, **config)`` -> a finished run."""
