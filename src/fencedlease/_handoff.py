@@ -60,6 +60,7 @@ __all__ = [
     "Handoff",
     "ReleaseWaiter",
     "SleepWaiter",
+    "enqueue_args",
     "handoff_channel",
     "waiter_name",
     "waiters_key",
@@ -79,6 +80,15 @@ DEFAULT_LINGER_S = 5.0
 _LISTEN_SLICE_S = 1.0  # the listener's longest sleep: housekeeping and a fallback for close()
 
 T = TypeVar("T")
+
+
+def enqueue_args(
+    prefix: str, key: str, owner_token: str, ttl_ms: int, wait_ms: int, final: bool, grace_ms: int
+) -> tuple[tuple[str, str, str], tuple[str, int, int, int]]:
+    """KEYS and ARGV of ``enqueue.lua`` (both faces). The last wait gets no grace: a hand-off
+    after it would find nobody to claim it."""
+    keys = (lease_key(prefix, key), waiters_key(prefix, key), waiters_meta_key(prefix, key))
+    return keys, (owner_token, wait_ms, ttl_ms, 0 if final else grace_ms)
 
 
 def handoff_channel(prefix: str, key: str) -> str:
@@ -303,9 +313,7 @@ class Handoff:
 
     def _enqueue(self, key: str, owner_token: str, ttl_ms: int, wait_ms: int, final: bool) -> bool:
         prefix, client = self._backend.prefix, self._client
-        keys = (lease_key(prefix, key), waiters_key(prefix, key), waiters_meta_key(prefix, key))
-        # The last wait gets no grace: a hand-off after it would find nobody to claim it.
-        args = (owner_token, wait_ms, ttl_ms, 0 if final else self._grace_ms)
+        keys, args = enqueue_args(prefix, key, owner_token, ttl_ms, wait_ms, final, self._grace_ms)
         with backend_errors(f"wait for {key!r}"):
             try:
                 reply = client.evalsha(ENQUEUE.sha, 3, *keys, *args)
@@ -503,9 +511,7 @@ class AsyncHandoff:
         self, key: str, owner_token: str, ttl_ms: int, wait_ms: int, final: bool
     ) -> bool:
         prefix, client = self._prefix, self._client
-        keys = (lease_key(prefix, key), waiters_key(prefix, key), waiters_meta_key(prefix, key))
-        # The last wait gets no grace: a hand-off after it would find nobody to claim it.
-        args = (owner_token, wait_ms, ttl_ms, 0 if final else self._grace_ms)
+        keys, args = enqueue_args(prefix, key, owner_token, ttl_ms, wait_ms, final, self._grace_ms)
         with backend_errors(f"wait for {key!r}"):
             try:
                 reply = await client.evalsha(ENQUEUE.sha, 3, *keys, *args)

@@ -188,8 +188,7 @@ class LeaseManager:
         if self._closed:
             return  # the client is closed; such a grant lapses at its TTL
         try:
-            backend_release = self._backend.release
-            backend_release(key, owner_token)
+            self._backend.release(key, owner_token)
         except BackendError as cleanup:
             add_note = getattr(exc, "add_note", None)  # Python 3.11+
             if add_note is not None:
