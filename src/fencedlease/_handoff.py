@@ -47,7 +47,7 @@ import redis
 import redis.asyncio
 from redis.exceptions import NoScriptError, RedisError
 
-from ._protocol import Script, lease_key, waiters_key, waiters_meta_key
+from ._protocol import Script, handoff_channel, lease_key, waiters_key, waiters_meta_key
 from ._redis_backend import RedisBackend, backend_errors
 
 __all__ = [
@@ -89,11 +89,6 @@ def enqueue_args(
     after it would find nobody to claim it."""
     keys = (lease_key(prefix, key), waiters_key(prefix, key), waiters_meta_key(prefix, key))
     return keys, (owner_token, wait_ms, ttl_ms, 0 if final else grace_ms)
-
-
-def handoff_channel(prefix: str, key: str) -> str:
-    """The pub/sub channel ``release.lua`` wakes ``key``'s waiters on: ``<lease key>:handoff``."""
-    return lease_key(prefix, key) + ":handoff"
 
 
 def waiter_name(owner_token: str) -> str:

@@ -4,10 +4,24 @@ Shared by the sync and async faces, so there is exactly one definition of each. 
 decoded the same way whether the client was built with ``decode_responses=True`` (``str``) or
 ``False`` (``bytes``).
 
-Layout (see ``API.md``): the lease key is ``<prefix>:{<key>}`` and the fencing counter is
-``<prefix>:{<key>}:fence``. Both start with the same text up to the closing brace, so they share a
-Redis Cluster hash slot whatever the key holds. A lease key always ends in ``}`` and a counter key
-in ``:fence``, so no user key's lease can land on another key's counter.
+Key layout. Every Redis key and channel of one name starts with the same *base*
+``<prefix>:{<escaped name>}``:
+
+==============================  ==============================================
+``<base>``                      the lease: ``"<fencing_token>:<owner_token>"``, with a TTL
+``<base>:fence``                the lease's fencing counter (no TTL, never deleted)
+``<base>:waiters``              the hand-off queue (sorted set)
+``<base>:waiters:meta``         the queued waiters' details (hash)
+``<base>:handoff``              the hand-off pub/sub channel
+``<base>:resource``             a ``RedisFencedResource``'s data
+``<base>:resource:fence``       a ``RedisFencedResource``'s fence state (hash)
+==============================  ==============================================
+
+The name is escaped so that the base is injective: ``%``, ``{`` and ``}`` become ``%25``, ``%7B``
+and ``%7D``, and a prefix may not hold a brace (``ValidationError``). So the base holds exactly one
+``{`` and one ``}``: the text between them is the Redis Cluster hash tag, which every key of one
+name shares (one slot), two different ``(prefix, name)`` pairs never give one base, and the
+suffixes above never make one key of two roles.
 """
 
 from __future__ import annotations
@@ -25,6 +39,7 @@ from ._errors import BackendError
 __all__ = [
     "ACQUIRE",
     "INSPECT",
+    "MAX_FENCING_TOKEN",
     "RELEASE",
     "RENEW",
     "RENEW_MANY",
@@ -36,12 +51,16 @@ __all__ = [
     "decode_release",
     "decode_renew",
     "decode_renew_many",
+    "escape_name",
     "fence_key",
+    "handoff_channel",
+    "key_base",
     "lease_key",
     "lease_keys",
     "new_owner_token",
     "owner_fingerprint",
     "renew_many_args",
+    "resource_keys",
     "waiters_key",
     "waiters_meta_key",
 ]
@@ -51,36 +70,62 @@ ALREADY_OURS: Final = 2
 HELD: Final = 0
 
 
+_ESCAPES: Final = str.maketrans({"%": "%25", "{": "%7B", "}": "%7D"})
+
+MAX_FENCING_TOKEN: Final = 2**63 - 1
+"""The largest fencing token: Redis counters are signed 64-bit integers."""
+
+
+def escape_name(name: str) -> str:
+    """``name`` with ``%``, ``{`` and ``}`` percent-encoded, so it cannot end or open a hash tag."""
+    return name.translate(_ESCAPES)
+
+
+def key_base(prefix: str, name: str) -> str:
+    """``<prefix>:{<escaped name>}``: the start of every key of ``name`` (see the module doc).
+
+    ``prefix`` must hold no brace (checked by :func:`fencedlease._validate.check_prefix`)."""
+    return f"{prefix}:{{{name.translate(_ESCAPES)}}}"
+
+
 def lease_key(prefix: str, key: str) -> str:
-    """The Redis key holding the lease on ``key``: ``<prefix>:{<key>}``."""
-    return f"{prefix}:{{{key}}}"
+    """The Redis key holding the lease on ``key``: ``<base>``."""
+    return key_base(prefix, key)
 
 
 def fence_key(prefix: str, key: str) -> str:
-    """The Redis key holding ``key``'s fencing counter: ``<prefix>:{<key>}:fence``."""
-    return f"{prefix}:{{{key}}}:fence"
+    """The Redis key holding ``key``'s fencing counter: ``<base>:fence``."""
+    return key_base(prefix, key) + ":fence"
 
 
 def waiters_key(prefix: str, key: str) -> str:
-    """The sorted set of ``key``'s queued waiters: ``<prefix>:{<key>}:waiters``."""
-    return f"{prefix}:{{{key}}}:waiters"
+    """The sorted set of ``key``'s queued waiters: ``<base>:waiters``."""
+    return key_base(prefix, key) + ":waiters"
 
 
 def waiters_meta_key(prefix: str, key: str) -> str:
-    """The hash of the queued waiters' deadlines: ``<prefix>:{<key>}:waiters:meta``."""
-    return f"{prefix}:{{{key}}}:waiters:meta"
+    """The hash of the queued waiters' deadlines: ``<base>:waiters:meta``."""
+    return key_base(prefix, key) + ":waiters:meta"
+
+
+def handoff_channel(prefix: str, key: str) -> str:
+    """The pub/sub channel a release wakes ``key``'s waiters on: ``<base>:handoff``."""
+    return key_base(prefix, key) + ":handoff"
+
+
+def resource_keys(prefix: str, name: str) -> tuple[str, str]:
+    """A ``RedisFencedResource``'s (fence state key, data key): ``<base>:resource:fence`` and
+    ``<base>:resource``; never a lease's key, whatever the two prefixes."""
+    base = key_base(prefix, name)
+    return base + ":resource:fence", base + ":resource"
 
 
 def lease_keys(prefix: str, key: str) -> tuple[str, str, str, str]:
     """KEYS of ``acquire.lua`` and ``release.lua``: the lease key, the counter, and the two
     waiter-queue keys (an acquire takes its owner out of the queue, a release may hand the lease
     to the oldest waiter; every key a script touches is declared)."""
-    return (
-        lease_key(prefix, key),
-        fence_key(prefix, key),
-        waiters_key(prefix, key),
-        waiters_meta_key(prefix, key),
-    )
+    base = key_base(prefix, key)
+    return (base, base + ":fence", base + ":waiters", base + ":waiters:meta")
 
 
 def new_owner_token() -> str:

@@ -88,13 +88,22 @@ def check_key(value: object, argument: str = "key") -> str:
     return value
 
 
-def check_prefix(value: object) -> str:
-    """Return ``value`` if it is a non-empty ``str``.
+def check_prefix(value: object, argument: str = "prefix") -> str:
+    """Return ``value`` if it is a non-empty ``str`` with no ``{`` or ``}``.
+
+    A brace in a prefix would open or end the Redis Cluster hash tag of every key under it, and
+    let two different ``(prefix, key)`` pairs name one Redis key (see
+    :mod:`fencedlease._protocol` for the layout); a key may hold braces, since it is escaped.
 
     Raises:
         ValidationError: otherwise.
     """
-    return check_key(value, "prefix")
+    prefix = check_key(value, argument)
+    if "{" in prefix or "}" in prefix:
+        raise ValidationError(
+            argument, f"{argument} must not contain '{{' or '}}' (they delimit the hash tag)"
+        )
+    return prefix
 
 
 def check_acquire(

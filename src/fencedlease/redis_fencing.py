@@ -9,10 +9,11 @@
     profile.hset({"plan": "pro"}, lease)          # raises StaleTokenError if lease is stale
     fields = profile.hgetall(lease)               # a fenced read: moves the fence too
 
-Layout: the data is at ``<prefix>:{<name>}`` (a string or a hash, as you use it) and the fence state
-at ``<prefix>:{<name>}:fence`` (a hash ``{token, fp}``: the largest accepted token and the
-fingerprint of the lease that presented it; no TTL, never deleted by the library). Both share a
-Redis Cluster hash slot.
+Layout: the data is at ``<prefix>:{<name>}:resource`` (a string or a hash, as you use it) and the
+fence state at ``<prefix>:{<name>}:resource:fence`` (a hash ``{token, fp}``: the largest accepted
+token and the fingerprint of the lease that presented it; no TTL, never deleted by the library).
+Both share a Redis Cluster hash slot, and neither can be a lease's key (see
+:mod:`fencedlease._protocol` for the whole layout and how names are escaped).
 
 The rule is the one of :func:`fencedlease._fencing.decide`, transcribed once in
 ``scripts/fenced_check.lua``; each ``scripts/fenced_<op>.lua`` adds one access to it. A script that
@@ -41,6 +42,8 @@ from ._fencing import (
     coerce_access,
     stale_token_error,
 )
+from ._protocol import resource_keys
+from ._validate import check_prefix
 
 __all__ = ["DEFAULT_PREFIX", "RedisFencedResource"]
 
@@ -113,13 +116,11 @@ class RedisFencedResource:
     ) -> None:
         if not isinstance(name, str) or not name:
             raise ValidationError("name", "name must be a non-empty str")
-        if not isinstance(prefix, str) or not prefix:
-            raise ValidationError("prefix", "prefix must be a non-empty str")
+        check_prefix(prefix)
         self._client = client
         self._name = name
         self._strict = bool(strict)
-        self._data_key = f"{prefix}:{{{name}}}"
-        self._fence_key = f"{prefix}:{{{name}}}:fence"
+        self._fence_key, self._data_key = resource_keys(prefix, name)
 
     @property
     def name(self) -> str:

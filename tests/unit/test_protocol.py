@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
+from fencedlease._errors import ValidationError
 from fencedlease._protocol import (
     ACQUIRE,
     INSPECT,
@@ -18,11 +19,17 @@ from fencedlease._protocol import (
     decode_inspect,
     decode_release,
     decode_renew,
+    escape_name,
     fence_key,
+    handoff_channel,
     lease_key,
     new_owner_token,
     owner_fingerprint,
+    resource_keys,
+    waiters_key,
+    waiters_meta_key,
 )
+from fencedlease._validate import check_prefix
 
 
 def _hash_tag(key: str) -> str:
@@ -37,28 +44,68 @@ def _hash_tag(key: str) -> str:
 
 
 def test_layout() -> None:
-    """The lease key is <prefix>:{<key>}; the counter <prefix>:{<key>}:fence."""
+    """The lease key is <prefix>:{<key>}; the counter <prefix>:{<key>}:fence; and so on."""
     assert lease_key("my-app:locks", "order:42") == "my-app:locks:{order:42}"
     assert fence_key("my-app:locks", "order:42") == "my-app:locks:{order:42}:fence"
+    assert waiters_key("p", "k") == "p:{k}:waiters"
+    assert waiters_meta_key("p", "k") == "p:{k}:waiters:meta"
+    assert handoff_channel("p", "k") == "p:{k}:handoff"
+    assert resource_keys("p", "k") == ("p:{k}:resource:fence", "p:{k}:resource")
 
 
-@pytest.mark.parametrize("key", ["a", "{", "a}b", "{x}", "a\nb", "x}:fence", "{}"])
-def test_lease_and_counter_share_a_slot(key: str) -> None:
-    """Both keys have the same hash tag whatever braces the key holds (but a leading '}')."""
-    assert _hash_tag(lease_key("p", key)) == _hash_tag(fence_key("p", key)) == key.split("}")[0]
+_NAMES = ["a", "{", "}", "a}b", "{x}", "a\nb", "x}:fence", "{}", "}x", "x}:{y", "%7D", "%", "é"]
 
 
-def test_a_leading_brace_empties_the_hash_tag() -> None:
-    """Documented limit: a key starting with '}' gives an empty tag, so on Redis Cluster its two
-    keys hash apart (Cluster refuses the script with CROSSSLOT; single Redis is unaffected)."""
-    assert _hash_tag(lease_key("p", "}x")) == "p:{}x}"
-    assert _hash_tag(fence_key("p", "}x")) == "p:{}x}:fence"
+@pytest.mark.parametrize("key", _NAMES)
+def test_every_key_of_a_name_shares_one_slot(key: str) -> None:
+    """Every key of a name has one non-empty hash tag, whatever braces it holds: the lease, its
+    counter, the hand-off queue and a fenced resource of that name share one Cluster slot."""
+    keys = [
+        lease_key("p", key),
+        fence_key("p", key),
+        waiters_key("p", key),
+        waiters_meta_key("p", key),
+        *resource_keys("p", key),
+    ]
+    assert {_hash_tag(k) for k in keys} == {escape_name(key)}
+    assert escape_name(key) != ""
 
 
-def test_no_key_lands_on_another_keys_counter() -> None:
-    """A lease key ends in '}' and a counter in ':fence', so they can never coincide."""
-    assert lease_key("p", "a}:fence") != fence_key("p", "a")
-    assert lease_key("p", "a}:fence") == "p:{a}:fence}"
+def test_names_are_escaped() -> None:
+    """%, { and } are percent-encoded; everything else is kept as it is."""
+    assert escape_name("x}:{y%") == "x%7D:%7By%25"
+    assert lease_key("p", "x}:{y") == "p:{x%7D:%7By}"
+
+
+@pytest.mark.parametrize("prefix", ["p", "a:b", "p:{", "p:}", "{p}"])
+def test_a_braced_prefix_is_refused(prefix: str) -> None:
+    """A brace in a prefix would open or end the hash tag: refused, naming the argument."""
+    if "{" in prefix or "}" in prefix:
+        with pytest.raises(ValidationError, match="prefix must not contain") as info:
+            check_prefix(prefix)
+        assert info.value.argument == "prefix"
+    else:
+        assert check_prefix(prefix) == prefix
+
+
+def test_no_two_names_or_roles_share_a_redis_key() -> None:
+    """Two different (prefix, name) pairs never give one key, and no role's key is another's."""
+    prefixes = ["p", "p:", "p:x", "q"]
+    seen: dict[str, tuple[str, str, str]] = {}
+    for prefix in prefixes:
+        for name in [*_NAMES, "x", "{x}:fence", "a:b", "x}:fence}"]:
+            roles = {
+                "lease": lease_key(prefix, name),
+                "fence": fence_key(prefix, name),
+                "waiters": waiters_key(prefix, name),
+                "meta": waiters_meta_key(prefix, name),
+                "channel": handoff_channel(prefix, name),
+                "resource:fence": resource_keys(prefix, name)[0],
+                "resource": resource_keys(prefix, name)[1],
+            }
+            for role, redis_key in roles.items():
+                assert redis_key not in seen, (redis_key, seen.get(redis_key), (prefix, name, role))
+                seen[redis_key] = (prefix, name, role)
 
 
 def test_owner_tokens_are_128_random_bits() -> None:
