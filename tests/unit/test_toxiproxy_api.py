@@ -19,9 +19,11 @@ from fencedlease.toxiproxy_server._model import (
     parse_proxy_update,
     parse_toxic_create,
     parse_toxic_update,
+    slice_bounds,
     split_address,
     toxic_json,
 )
+from fencedlease.toxiproxy_server._proxy import resolve_tcp_address
 
 
 def handle(method: str, path: str, body: bytes = b"", agent: str = "test") -> Response:
@@ -74,7 +76,7 @@ def test_unknown_attributes_are_ignored_and_known_ones_must_be_integers() -> Non
             400,
             "stream was invalid, can be either upstream or downstream",
         ),
-        (b'{"type": "slicer"}', 400, "invalid toxic type"),
+        (b'{"type": "slice"}', 400, "invalid toxic type"),
         (b'{"type": "latency"}', 409, "toxic already exists"),
     ],
 )
@@ -149,3 +151,116 @@ def test_empty_state_routes() -> None:
     version = handle("GET", "/version")
     assert version.status == 200
     assert json.loads(version.body)["version"].startswith("2.")
+
+
+def test_slicer_attributes_default_to_zero_and_are_go_ints() -> None:
+    """slicer has average_size, size_variation and delay (int, not int64, in the Go errors)."""
+    toxic = parse_toxic_create(b'{"type": "slicer", "attributes": {"average_size": 8}}', {})
+    assert (toxic.name, toxic.attributes) == (
+        "slicer_downstream",
+        {"average_size": 8, "size_variation": 0, "delay": 0},
+    )
+    with pytest.raises(ApiError) as caught:
+        parse_toxic_create(b'{"type": "slicer", "attributes": {"delay": 1.5}}', {})
+    assert caught.value.status == 400
+    assert caught.value.message.endswith(".attributes.delay of type int")
+
+
+def test_slice_bounds_halve_until_within_average_plus_variation() -> None:
+    """Without variation the cuts are the real server's halvings: 100 bytes at average 10 come
+    out as 6,6,6,7 / 6,6,6,7 / ... (each half of a half until at most 10 bytes)."""
+    bounds = slice_bounds(100, 10, 0)
+    sizes = [end - start for start, end in bounds]
+    assert sizes == [6, 6, 6, 7, 6, 6, 6, 7, 6, 6, 6, 7, 6, 6, 6, 7]
+    assert slice_bounds(40, 10, 0) == [(0, 10), (10, 20), (20, 30), (30, 40)]
+    assert slice_bounds(10, 10, 0) == [(0, 10)]
+    assert slice_bounds(0, 10, 0) == [(0, 0)]
+
+
+@pytest.mark.parametrize(
+    ("draw", "expected"),
+    [
+        ("low", [(0, 4), (4, 13), (13, 19), (19, 30)]),
+        ("high", [(0, 9), (9, 16), (16, 24), (24, 30)]),
+    ],
+)
+def test_slice_bounds_move_each_cut_by_the_variation_drawn(
+    draw: str, expected: list[tuple[int, int]]
+) -> None:
+    """Each cut moves by randrange(2 * variation) - variation: the lowest draw moves it left by
+    the variation (30 bytes, average 10, variation 2: first cut at 15 - 2 = 13), the highest
+    right by variation - 1 (at 15 + 1 = 16); spans of at most 12 bytes are kept whole."""
+    calls: list[int] = []
+
+    def randrange(n: int) -> int:
+        calls.append(n)
+        return 0 if draw == "low" else n - 1
+
+    assert slice_bounds(30, 10, 2, randrange) == expected
+    assert calls == [4, 4, 4]
+
+
+@pytest.mark.parametrize(("average", "variation"), [(0, 0), (-3, 0), (2, 9)])
+def test_slice_bounds_terminate_where_the_real_server_would_fail(
+    average: int, variation: int
+) -> None:
+    """An average of 0 (endless recursion in the real server) or a variation above the average
+    (cuts outside the span there) still gives contiguous, non-empty slices covering the chunk."""
+    bounds = slice_bounds(50, average, variation, lambda n: n - 1)
+    assert bounds[0][0] == 0 and bounds[-1][1] == 50
+    assert all(start < end for start, end in bounds)
+    assert [s for s, _ in bounds[1:]] == [e for _, e in bounds[:-1]]
+
+
+def test_populate_accepts_a_name_given_twice() -> None:
+    """A repeated name is no error: the entries are applied in order, the later replacing."""
+    parsed = parse_populate(
+        b'[{"name": "a", "upstream": "h:1"}, {"name": "a", "upstream": "h:2", "enabled": false}]'
+    )
+    assert parsed == [ProxyInput("a", "", "h:1", True), ProxyInput("a", "", "h:2", False)]
+
+
+@pytest.mark.parametrize(
+    ("address", "resolved"),
+    [
+        ("", ":0"),
+        (":8474", ":8474"),
+        ("127.0.0.1:0", "127.0.0.1:0"),
+        ("localhost:80", "127.0.0.1:80"),
+        ("[::1]:80", "[::1]:80"),
+        ("[0:0::1]:80", "[::1]:80"),
+    ],
+)
+def test_listen_addresses_resolve_like_go(address: str, resolved: str) -> None:
+    """Go's ResolveTCPAddr(...).String(): empty is :0, names become their IPv4 address, IPv6
+    is bracketed and normalised."""
+    assert asyncio.run(resolve_tcp_address(address)) == resolved
+
+
+def test_an_unresolvable_listen_is_gos_error() -> None:
+    """A listen without a port fails with Go's SplitHostPort wording."""
+    with pytest.raises(ValueError, match=r"^address nonsense: missing port in address$"):
+        asyncio.run(resolve_tcp_address("nonsense"))
+
+
+def test_update_with_a_bad_listen_is_500_and_changes_nothing() -> None:
+    """PATCH with a listen that does not resolve: 500 with the error body, proxy untouched."""
+
+    async def run() -> tuple[Response, Response, Response]:
+        api = Api()
+        try:
+            body = b'{"name": "p", "upstream": "127.0.0.1:9", "listen": "127.0.0.1:0"}'
+            created = await api.handle("POST", "/proxies", body, "test")
+            patched = await api.handle("PATCH", "/proxies/p", b'{"listen": "nonsense"}', "test")
+            shown = await api.handle("GET", "/proxies/p", b"", "test")
+            return created, patched, shown
+        finally:
+            await api.close()
+
+    created, patched, shown = asyncio.run(run())
+    assert (patched.status, json.loads(patched.body)) == (
+        500,
+        {"error": "address nonsense: missing port in address", "status": 500},
+    )
+    assert json.loads(shown.body) == json.loads(created.body)
+    assert json.loads(shown.body)["enabled"] is True

@@ -24,18 +24,29 @@ port 0 comes back as the bound port); toxic ``{"attributes", "name", "type", "st
 "toxicity"}`` with ``stream`` ``"upstream"`` or ``"downstream"`` (default) and ``toxicity``
 default 1.0; errors ``{"error": message, "status": code}``.
 
-Toxics (milliseconds unless said): ``latency`` (``latency``, ``jitter``: each chunk delayed
-uniformly in [latency - jitter, latency + jitter)); ``timeout`` (``timeout``: drop all data and
-close after that long, or never when 0; removing it closes the connection, as in the real
-server); ``reset_peer`` (``timeout``: on the first data, wait, then RST both sides);
+Toxics (milliseconds unless said), as the real server's ``toxics/*.go``: ``latency``
+(``latency``, ``jitter``: each chunk delayed uniformly in [latency - jitter, latency + jitter));
+``timeout`` (``timeout``: drop all data, and close once no data has arrived for that long, every
+chunk restarting the timer, or never when 0; removing it closes the connection); ``reset_peer``
+(``timeout``: on the first data, drop it, wait, then close; a connection opened while the
+toxic was there closes with RST, now and on every later close, one opened before with FIN);
 ``bandwidth`` (``rate`` in KB/s, 1 KB = 1000 bytes); ``slow_close`` (``delay`` before passing
-the close on); ``limit_data`` (``bytes``, then close); ``noop``. Toxics act on open connections
-too. ``enabled: false`` closes the listener and every open connection.
+the close on); ``limit_data`` (``bytes``, then close); ``slicer`` (``average_size`` and
+``size_variation`` in bytes, ``delay`` in microseconds: each chunk cut in slices of about
+average_size +/- size_variation, a delay after each); ``noop``. Toxics act on open connections
+too, and toxicity is drawn again each time a toxic restarts on a link: when it is updated, or
+a toxic is added right after it, or the toxic right after it is removed. ``enabled: false``
+closes the listener and every open connection. An update whose ``listen`` does not resolve
+answers 500 and changes nothing; ``/populate`` applies its entries in order, a repeated name
+replacing the earlier proxy.
 
-Known differences from the real server: no ``slicer``/HTTP toxics and no ``/metrics``; toxicity
-is drawn once per connection and toxic (the real one draws again whenever a stub restarts);
-``reset_peer`` resets with RST even on connections opened before it was added (the real one
-sends FIN there); interrupting ``slow_close`` mid-delay closes at once instead of never.
+Known differences from the real server: no HTTP toxics and no ``/metrics``; the real proxy JSON
+also carries a ``"Logger": {}`` key, left out here; a ``listen`` or ``upstream`` port must be a
+number (the real one also takes service names); a connection that resets on close resets both
+sockets at once (the real one resets the second when its link has ended); a ``slicer`` whose
+average_size + size_variation is below 1, or whose size_variation exceeds average_size, still
+slices here (the real server fails); interrupting ``slow_close`` mid-delay closes at once
+instead of never.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from ._model import (
     parse_toxic_update,
     toxic_json,
 )
-from ._proxy import Proxy, ProxyStartError
+from ._proxy import Proxy, ProxyStartError, resolve_tcp_address
 
 __all__ = ["Api", "Response"]
 
@@ -157,13 +157,20 @@ class Api:
         done: list[Proxy] = []
         error: ApiError | None = None
         for spec in specs:
+            # In order, as the real server's AddOrReplace: an entry naming a proxy that exists
+            # (made earlier in the same request too) keeps it when listen (as resolved) and
+            # upstream are the same, and otherwise stops it and takes its place.
             existing = self.proxies.get(spec.name)
             if existing is not None:
-                if existing.listen == spec.listen and existing.upstream == spec.upstream:
+                try:
+                    listen = await resolve_tcp_address(spec.listen)
+                except ValueError as exc:
+                    error = ApiError(str(exc), 500)
+                    break
+                if existing.listen == listen and existing.upstream == spec.upstream:
                     done.append(existing)
                     continue
-                await existing.stop()
-                del self.proxies[spec.name]
+                await existing.stop()  # stays listed, stopped, if the new one cannot start
             proxy = Proxy(spec.name, spec.listen or "127.0.0.1:0", spec.upstream)
             if spec.enabled:
                 try:
@@ -186,9 +193,16 @@ class Api:
         proxy = self._get(name)
         current = ProxyInput(proxy.name, proxy.listen, proxy.upstream, proxy.enabled)
         wanted = parse_proxy_update(body, current)
-        if wanted.listen != proxy.listen or wanted.upstream != proxy.upstream:
+        try:
+            # Resolved first, as the real server's Proxy.Differs: a listen that cannot be
+            # resolved is a 500 that leaves the proxy as it was, listening and serving.
+            listen = await resolve_tcp_address(wanted.listen)
+        except ValueError as exc:
+            raise ApiError(str(exc), 500) from exc
+        if listen != proxy.listen or wanted.upstream != proxy.upstream:
             await proxy.stop()
-            proxy.listen, proxy.upstream = wanted.listen, wanted.upstream
+            proxy.listen = wanted.listen or "127.0.0.1:0"
+            proxy.upstream = wanted.upstream
         if wanted.enabled and not proxy.enabled:
             await _start(proxy)
         elif not wanted.enabled:

@@ -8,7 +8,8 @@ defaults, field types and error texts follow Shopify/toxiproxy v2 (``api.go``,
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import random
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import attrs
@@ -26,6 +27,7 @@ __all__ = [
     "parse_proxy_update",
     "parse_toxic_create",
     "parse_toxic_update",
+    "slice_bounds",
     "split_address",
     "toxic_json",
 ]
@@ -34,8 +36,9 @@ __all__ = [
 VERSION: Final = "2.12.0+fencedlease-embedded"
 
 #: Toxic type -> its integer attributes, in the real server's field order. Units: ``latency``,
-#: ``jitter``, ``timeout``, ``delay`` in milliseconds; ``rate`` in KB/s (1 KB = 1000 bytes);
-#: ``bytes`` in bytes.
+#: ``jitter``, ``timeout`` and ``slow_close``'s ``delay`` in milliseconds; ``slicer``'s ``delay``
+#: in microseconds; ``rate`` in KB/s (1 KB = 1000 bytes); ``bytes``, ``average_size`` and
+#: ``size_variation`` in bytes.
 TOXIC_ATTRIBUTES: Final[Mapping[str, tuple[str, ...]]] = {
     "noop": (),
     "latency": ("latency", "jitter"),
@@ -44,7 +47,11 @@ TOXIC_ATTRIBUTES: Final[Mapping[str, tuple[str, ...]]] = {
     "bandwidth": ("rate",),
     "slow_close": ("delay",),
     "limit_data": ("bytes",),
+    "slicer": ("average_size", "size_variation", "delay"),
 }
+
+# The Go type of each toxic's attributes, as its decode errors name it: int64 but for slicer's.
+_GO_ATTRIBUTE_TYPE: Final[Mapping[str, str]] = {"slicer": "int"}
 
 DIRECTIONS: Final = ("upstream", "downstream")
 
@@ -202,8 +209,8 @@ def parse_populate(body: bytes) -> list[ProxyInput]:
     """Parse ``POST /populate``: a JSON array of proxies, ``enabled`` defaulting to true.
 
     Raises :class:`ApiError` 400 for a malformed body or a proxy without ``name``/``upstream``
-    (the message names the 1-based position, as the real server's does), and 500 for a name
-    given twice.
+    (the message names the 1-based position, as the real server's does). A name may come more
+    than once: the server applies the entries in order, so a later one replaces an earlier one.
     """
     items = decode_json(body)
     if not isinstance(items, list):
@@ -211,7 +218,6 @@ def parse_populate(body: bytes) -> list[ProxyInput]:
             f"json: cannot unmarshal {_json_kind(items)} into Go value of type []struct"
         )
     proxies: list[ProxyInput] = []
-    seen: set[str] = set()
     for position, item in enumerate(items, start=1):
         obj = _object(item, "struct")
         proxy = _proxy_fields(obj, ProxyInput(name="", listen="", upstream="", enabled=True))
@@ -219,9 +225,6 @@ def parse_populate(body: bytes) -> list[ProxyInput]:
             raise _missing(f"name at proxy {position}")
         if not proxy.upstream:
             raise _missing(f"upstream at proxy {position}")
-        if proxy.name in seen:
-            raise ApiError(f"duplicate proxy name {proxy.name!r}", 500)
-        seen.add(proxy.name)
         proxies.append(proxy)
     return proxies
 
@@ -241,7 +244,7 @@ def _attributes(toxic_type: str, raw: Any, base: Mapping[str, int]) -> dict[str,
             # Go decodes these into int64: 1.5, "1" and true are all refused.
             raise _bad_body(
                 f"json: cannot unmarshal {_json_kind(value)} into Go struct field "
-                f".attributes.{name} of type int64"
+                f".attributes.{name} of type {_GO_ATTRIBUTE_TYPE.get(toxic_type, 'int64')}"
             )
         merged[name] = value
     return merged
@@ -283,6 +286,40 @@ def parse_toxic_update(body: bytes, current: ToxicSpec) -> ToxicSpec:
     toxicity: float = _field(obj, "toxicity", float, "float32", current.toxicity)
     attributes = _attributes(current.type, obj.get("attributes"), current.attributes)
     return attrs.evolve(current, toxicity=toxicity, attributes=attributes)
+
+
+def slice_bounds(
+    size: int,
+    average_size: int,
+    size_variation: int,
+    randrange: Callable[[int], int] = random.randrange,
+) -> list[tuple[int, int]]:
+    """Where the ``slicer`` toxic cuts a chunk of ``size`` bytes: ``[(start, end), ...]``.
+
+    The real server's ``SlicerToxic.chunk`` (``toxics/slicer.go``): a span longer than
+    ``average_size + size_variation`` is cut about in half, the cut moved by a uniform draw in
+    ``[-size_variation, size_variation)`` (``randrange(n)`` draws in ``[0, n)``, as Go's
+    ``rand.Intn``), and both halves are cut again; shorter spans are kept whole. The slices are
+    contiguous, in order, and cover ``[0, size)``. Where the real server would fail (an
+    ``average_size + size_variation`` below 1 recurses forever there, a ``size_variation``
+    above ``average_size`` can cut outside the span) a span of one byte is kept whole and a cut
+    is kept inside its span.
+    """
+    bounds: list[tuple[int, int]] = []
+
+    def cut(start: int, end: int) -> None:
+        if (end - start) - average_size <= size_variation or end - start <= 1:
+            bounds.append((start, end))
+            return
+        middle = start + (end - start) // 2
+        if size_variation > 0:
+            middle += randrange(size_variation * 2) - size_variation
+        middle = min(max(middle, start + 1), end - 1)
+        cut(start, middle)
+        cut(middle, end)
+
+    cut(0, size)
+    return bounds
 
 
 def _number(value: float) -> float | int:

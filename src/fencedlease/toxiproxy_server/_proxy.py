@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import socket
 import struct
 from collections.abc import Coroutine
@@ -15,7 +16,14 @@ from typing import Any, Final
 from ._model import ToxicSpec, format_address, split_address
 from ._toxics import Chunk, Queue, Stub
 
-__all__ = ["Connection", "Link", "Proxy", "ProxyStartError", "ToxicCollection"]
+__all__ = [
+    "Connection",
+    "Link",
+    "Proxy",
+    "ProxyStartError",
+    "ToxicCollection",
+    "resolve_tcp_address",
+]
 
 _READ_SIZE: Final = 32 * 1024  # what Go's io.Copy reads at a time
 # Bytes a link may hold between reading and writing before it stops reading, so a slow toxic
@@ -33,6 +41,34 @@ def _shutdown(sock: socket.socket) -> None:
     # the fd stays valid until the connection closes it once every task using it is done.
     with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
+
+
+async def resolve_tcp_address(address: str) -> str:
+    """``address`` as Go's ``net.ResolveTCPAddr("tcp", address).String()`` renders it.
+
+    ``""`` -> ``":0"``; ``"localhost:80"`` -> ``"127.0.0.1:80"`` (a name resolves to its first
+    IPv4 address when it has one); IPv6 hosts come back bracketed. The real server compares
+    this form with a proxy's ``listen`` to tell whether an update or ``/populate`` moves it.
+    Raises ``ValueError`` with Go's wording for an address without a port or a host that does
+    not resolve.
+    """
+    if not address:
+        return ":0"
+    host, port = split_address(address)
+    if not host:
+        return f":{port}"
+    try:
+        return format_address(str(ipaddress.ip_address(host)), port)
+    except ValueError:
+        pass
+    loop = asyncio.get_running_loop()
+    try:
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise ValueError(f"lookup {host}: no such host") from exc
+    addresses = [str(info[4][0]) for info in infos]
+    ipv4 = [a for a in addresses if ":" not in a]
+    return format_address((ipv4 or addresses)[0], port)
 
 
 class Link:
@@ -110,10 +146,6 @@ class Link:
         if self._buffered < _MAX_BUFFERED:
             self._room.set()
 
-    def reset_after(self, seconds: float) -> None:
-        """Reset the whole connection ``seconds`` from now."""
-        self.connection.reset_after(seconds)
-
     def _find(self, name: str) -> int | None:
         for position, stub in enumerate(self.stubs):
             if stub.toxic is not None and stub.toxic.name == name:
@@ -133,14 +165,13 @@ class Link:
         # Otherwise the stream has ended in this link: there is nothing left to poison.
 
     async def update_toxic(self, toxic: ToxicSpec) -> None:
-        """Restart the stub of ``toxic.name`` with new attributes and a new toxicity draw."""
+        """Restart the stub of ``toxic.name`` with new attributes (and so a new toxicity draw)."""
         position = self._find(toxic.name)
         if position is None:
             return
         stub = self.stubs[position]
         if await stub.interrupt():
             stub.toxic = toxic
-            stub.draw()
             stub.start()
 
     async def remove_toxic(self, name: str) -> None:
@@ -182,6 +213,11 @@ class Connection:
             Link(self, "upstream", client, upstream, list(toxics.chain["upstream"])),
             Link(self, "downstream", upstream, client, list(toxics.chain["downstream"])),
         )
+        # The real server sets SO_LINGER 0 on both sockets when a link starts with a reset_peer
+        # toxic in its chain, and never clears it: every close of such a connection sends RST.
+        self.reset_on_close = any(
+            toxic.type == "reset_peer" for chain in toxics.chain.values() for toxic in chain
+        )
         self._finished: set[str] = set()
         self._extra: set[asyncio.Task[None]] = set()
         self.closed = False
@@ -196,29 +232,27 @@ class Connection:
         """A link wrote its last byte: close its destination, as the real server does.
 
         The other link then reads EOF from that socket and runs the end of stream through its own
-        toxics (a slow_close delays it); when both are done the connection closes.
+        toxics (a slow_close delays it); when both are done the connection closes. A connection
+        that resets on close (see ``reset_on_close``) closes both sockets with RST at once, as
+        the real server's close with SO_LINGER 0 does to the destination (the other socket
+        follows there as soon as its link ends).
         """
+        if self.reset_on_close:
+            self._spawn(self.close())
+            return
         _shutdown(link.dest)
         self._finished.add(link.direction)
         if len(self._finished) == 2:
-            self._spawn(self.close(reset=False))
-
-    def reset_after(self, seconds: float) -> None:
-        """Close both sockets with RST (SO_LINGER 0) ``seconds`` from now."""
-
-        async def reset() -> None:
-            await asyncio.sleep(seconds)
-            await self.close(reset=True)
-
-        self._spawn(reset())
+            self._spawn(self.close())
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)
         self._extra.add(task)
         task.add_done_callback(self._extra.discard)
 
-    async def close(self, *, reset: bool) -> None:
-        """Stop every task of this connection, then close both sockets (RST when ``reset``)."""
+    async def close(self) -> None:
+        """Stop every task of this connection, then close both sockets (RST when it resets on
+        close, FIN otherwise)."""
         if self.closed:
             return
         self.closed = True
@@ -232,7 +266,7 @@ class Connection:
             # its future's callbacks run, and a closed fd number may already belong to another.
             await asyncio.wait(tasks)
         for sock in (self.client, self.upstream):
-            if reset:
+            if self.reset_on_close:
                 with contextlib.suppress(OSError):
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
             sock.close()
@@ -342,7 +376,7 @@ class Proxy:
         if self._listener is not None:
             self._listener.close()
             self._listener = None
-        await asyncio.gather(*(c.close(reset=False) for c in list(self.connections)))
+        await asyncio.gather(*(c.close() for c in list(self.connections)))
 
     async def _accept(self) -> None:
         loop = asyncio.get_running_loop()

@@ -17,7 +17,7 @@ from typing import Final, Protocol
 
 import attrs
 
-from ._model import ToxicSpec
+from ._model import ToxicSpec, slice_bounds
 
 __all__ = ["PIPES", "Chunk", "Stub"]
 
@@ -38,9 +38,6 @@ class LinkHooks(Protocol):
     def discarded(self, size: int) -> None:
         """``size`` bytes left the link without being written (dropped by a toxic)."""
 
-    def reset_after(self, seconds: float) -> None:
-        """Reset (RST) the whole connection ``seconds`` from now."""
-
 
 Queue = asyncio.Queue[Chunk | None]
 
@@ -50,9 +47,10 @@ class Stub:
 
     ``input``/``output`` are unbounded queues, so a toxic never blocks handing data on and an
     interruption can always flush what it holds; the link bounds what is buffered instead.
-    Toxicity is drawn when the stub is made and when its toxic is updated: a toxic acts on a
-    connection for the connection's life or not at all (the real server draws again on every
-    restart of a stub).
+    Toxicity is drawn every time the stub (re)starts, as the real server's ``ToxicStub.Run``
+    does: so whenever the link's toxics change (a toxic added restarts the one before it, a
+    toxic updated restarts itself, a toxic removed restarts the one before it), each stub
+    restarted decides afresh whether its toxic acts.
     """
 
     def __init__(
@@ -65,15 +63,19 @@ class Stub:
         self.state: dict[str, int] = {}
         self.closed = False
         self.applies = True
+        # Set by a toxic that has begun something the real server cannot interrupt (reset_peer's
+        # wait): an interruption then waits for the toxic to finish instead of cancelling it.
+        self.committed = False
         self.task: asyncio.Task[None] | None = None
-        self.draw()
 
     def draw(self) -> None:
         """Decide whether the toxic acts here: true with probability ``toxicity``."""
         self.applies = self.toxic is None or random.random() < self.toxic.toxicity
 
     def start(self) -> None:
-        """Run the toxic (or a pass-through when it does not apply) in a new task."""
+        """Draw toxicity, then run the toxic (or a pass-through when it does not apply) in a new
+        task."""
+        self.draw()
         self.task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
@@ -94,7 +96,8 @@ class Stub:
         task = self.task
         if self.closed or task is None or task.done():
             return False
-        task.cancel()
+        if not self.committed:
+            task.cancel()
         await asyncio.wait({task})
         return not self.closed
 
@@ -147,23 +150,33 @@ async def _latency(stub: Stub, attributes: Mapping[str, int]) -> None:
 
 
 async def _timeout(stub: Stub, attributes: Mapping[str, int]) -> None:
-    """Drop everything; after ``timeout`` ms close the stream, or never when it is 0.
+    """Drop everything; close the stream once no data has arrived for ``timeout`` ms (every chunk
+    restarts the timer, and so does an interruption), or never when it is 0
+    (``toxics/timeout.go``).
 
     Removing a timeout toxic closes the connection (the link does that), because the real server
     does: the bytes it dropped cannot be given back, so the stream could not go on intact.
     """
-    timeout_ms = attributes["timeout"]
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_ms / 1000 if timeout_ms > 0 else None
+    timeout_s = attributes["timeout"] / 1000 if attributes["timeout"] > 0 else None
     while True:
-        if deadline is None:
-            chunk = await stub.input.get()
-        else:
-            try:
-                chunk = await asyncio.wait_for(stub.input.get(), deadline - loop.time())
-            except asyncio.TimeoutError:
+        # A separate task, not wait_for: if the stub is interrupted just as a chunk or the end of
+        # stream is taken, it is still accounted for (the end honoured) instead of lost.
+        getter = asyncio.ensure_future(stub.input.get())
+        try:
+            await asyncio.wait({getter}, timeout=timeout_s)
+        except asyncio.CancelledError:
+            if not getter.done():
+                getter.cancel()  # Queue.get takes nothing when cancelled before it returns
+            elif (taken := getter.result()) is None:
                 stub.close()
-                return
+            else:
+                stub.discard(taken)
+            raise
+        if not getter.done():
+            getter.cancel()
+            stub.close()
+            return
+        chunk = getter.result()
         if chunk is None:
             stub.close()
             return
@@ -171,15 +184,21 @@ async def _timeout(stub: Stub, attributes: Mapping[str, int]) -> None:
 
 
 async def _reset_peer(stub: Stub, attributes: Mapping[str, int]) -> None:
-    """On the first data (or end of stream), wait ``timeout`` ms, then reset the connection (RST).
+    """On the first data (or end of stream), drop it, wait ``timeout`` ms, then end the stream
+    (``toxics/reset_peer.go``).
 
-    As in the real server, once triggered the reset cannot be called off by removing the toxic.
+    The reset itself is the connection's doing: a connection that had a ``reset_peer`` toxic
+    when it opened closes both sockets with SO_LINGER 0, so this end (and every later close)
+    sends RST; one opened before the toxic was added closes with FIN, as in the real server.
+    Once the first data has arrived the wait cannot be called off: removing or changing the
+    toxic waits for it to end, as the real server's interruption does.
     """
     chunk = await stub.input.get()
     if chunk is not None:
         stub.discard(chunk)
-    stub.closed = True
-    stub.hooks.reset_after(attributes["timeout"] / 1000)
+    stub.committed = True
+    await asyncio.sleep(attributes["timeout"] / 1000)
+    stub.close()
 
 
 async def _bandwidth(stub: Stub, attributes: Mapping[str, int]) -> None:
@@ -245,6 +264,29 @@ async def _limit_data(stub: Stub, attributes: Mapping[str, int]) -> None:
             return
 
 
+async def _slicer(stub: Stub, attributes: Mapping[str, int]) -> None:
+    """Cut each chunk into slices of about ``average_size`` +/- ``size_variation`` bytes and
+    wait ``delay`` microseconds after each (``toxics/slicer.go``; see :func:`slice_bounds`).
+
+    Interrupted during a wait, it passes the rest of the chunk on whole, then stops.
+    """
+    average_size, size_variation = attributes["average_size"], attributes["size_variation"]
+    delay_s = max(attributes["delay"], 0) / 1_000_000
+    while True:
+        chunk = await stub.input.get()
+        if chunk is None:
+            stub.close()
+            return
+        for start, end in slice_bounds(len(chunk.data), average_size, size_variation):
+            stub.output.put_nowait(Chunk(chunk.data[start:end], chunk.timestamp))
+            try:
+                await asyncio.sleep(delay_s)
+            except asyncio.CancelledError:
+                if end < len(chunk.data):
+                    stub.output.put_nowait(Chunk(chunk.data[end:], chunk.timestamp))
+                raise
+
+
 Pipe = Callable[[Stub, Mapping[str, int]], Awaitable[None]]
 
 #: Toxic type -> the coroutine that runs it in one stub.
@@ -256,4 +298,5 @@ PIPES: Final[Mapping[str, Pipe]] = {
     "bandwidth": _bandwidth,
     "slow_close": _slow_close,
     "limit_data": _limit_data,
+    "slicer": _slicer,
 }
