@@ -467,7 +467,8 @@ def test_timeout_zero_black_holes_data_until_removed_then_closes(proxy: Any) -> 
 
 
 def test_timeout_closes_the_connection_after_the_time_without_passing_data(proxy: Any) -> None:
-    """timeout=400 ms drops the reply and closes the connection about 400 ms after it opened."""
+    """timeout=400 ms drops the reply and closes the connection 400 ms after the reply (the last
+    data to reach it) arrived."""
     proxy.add_toxic(type="timeout", attributes={"timeout": 400})
     started = time.monotonic()
     with connect(proxy) as sock:
@@ -517,6 +518,18 @@ def test_reset_peer_on_an_open_connection_waits_for_data_then_closes_with_fin(
         elapsed = time.monotonic() - started
     assert how == "eof"
     assert 0.3 <= elapsed < 10 * 0.3
+
+
+def test_a_connection_opened_with_reset_peer_resets_on_every_close(proxy: Any) -> None:
+    """A connection opened while a reset_peer toxic is present closes with RST even where the
+    toxic never acts (toxicity 0): the real server sets SO_LINGER 0 on both sockets when the
+    link starts. A client half-close therefore comes back as a reset, not EOF."""
+    proxy.add_toxic(type="reset_peer", toxicity=0.0, attributes={"timeout": 0})
+    with connect(proxy) as sock:
+        assert round_trip(sock) < FAST_S
+        sock.shutdown(socket.SHUT_WR)
+        how, _ = wait_closed(sock)
+    assert how == "reset"
 
 
 def test_toxicity_is_drawn_again_whenever_the_links_toxics_change(proxy: Any) -> None:
