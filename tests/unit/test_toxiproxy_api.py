@@ -1,4 +1,5 @@
-"""The embedded Toxiproxy's pure parts: parsing, defaults, shapes, routes and status codes."""
+"""The embedded Toxiproxy's pure parts: parsing, defaults, shapes, routes and status codes, and
+single toxics driven through their queues (no sockets, no clock)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from fencedlease.toxiproxy_server._model import (
     toxic_json,
 )
 from fencedlease.toxiproxy_server._proxy import resolve_tcp_address
+from fencedlease.toxiproxy_server._toxics import Chunk, Queue, Stub
 
 
 def handle(method: str, path: str, body: bytes = b"", agent: str = "test") -> Response:
@@ -264,3 +266,138 @@ def test_update_with_a_bad_listen_is_500_and_changes_nothing() -> None:
     )
     assert json.loads(shown.body) == json.loads(created.body)
     assert json.loads(shown.body)["enabled"] is True
+
+
+class _Hooks:
+    """A link's side of a stub: counts the bytes toxics drop."""
+
+    def __init__(self) -> None:
+        self.dropped = 0
+
+    def discarded(self, size: int) -> None:
+        self.dropped += size
+
+
+def _stub(toxic: ToxicSpec | None) -> tuple[Stub, Queue, Queue, _Hooks]:
+    source: Queue = asyncio.Queue()
+    sink: Queue = asyncio.Queue()
+    hooks = _Hooks()
+    return Stub(source, sink, hooks, toxic), source, sink, hooks
+
+
+def _drain(queue: Queue) -> list[Chunk | None]:
+    items: list[Chunk | None] = []
+    while not queue.empty():
+        items.append(queue.get_nowait())
+    return items
+
+
+async def _settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+def test_toxicity_is_drawn_again_on_every_restart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stub draws toxicity each time it starts (so on every interruption and restart), as the
+    real ToxicStub.Run: draws 0.9, 0.1, 0.7 against toxicity 0.5 give off, on, off."""
+    draws = iter([0.9, 0.1, 0.7])
+    monkeypatch.setattr("fencedlease.toxiproxy_server._toxics.random.random", lambda: next(draws))
+
+    async def run() -> list[bool]:
+        toxic = ToxicSpec("t", "latency", "downstream", 0.5, {"latency": 10_000, "jitter": 0})
+        stub, _, _, _ = _stub(toxic)
+        seen = []
+        for _ in range(3):
+            stub.start()
+            await _settle()
+            seen.append(stub.applies)
+            assert await stub.interrupt() is True
+        return seen
+
+    assert asyncio.run(run()) == [False, True, False]
+
+
+def test_slicer_pipe_emits_the_slices_in_order_and_ends_the_stream() -> None:
+    """slicer average_size=10, no variation, no delay: a 40-byte chunk leaves as four 10-byte
+    chunks with the original timestamp; end of stream is passed on."""
+
+    async def run() -> list[Chunk | None]:
+        toxic = ToxicSpec(
+            "s", "slicer", "downstream", 1.0, {"average_size": 10, "size_variation": 0, "delay": 0}
+        )
+        stub, source, sink, _ = _stub(toxic)
+        stub.start()
+        source.put_nowait(Chunk(bytes(range(40)), 7.0))
+        source.put_nowait(None)
+        await _settle()
+        return _drain(sink)
+
+    out = asyncio.run(run())
+    assert out[-1] is None
+    chunks = [c for c in out if c is not None]
+    assert [(c.data, c.timestamp) for c in chunks] == [
+        (bytes(range(i, i + 10)), 7.0) for i in range(0, 40, 10)
+    ]
+
+
+def test_slicer_interrupted_mid_delay_passes_the_rest_whole() -> None:
+    """Interrupted while waiting after its first slice, the slicer hands on the rest of the
+    chunk as one chunk, so nothing is lost or reordered."""
+
+    async def run() -> tuple[bool, list[Chunk | None]]:
+        toxic = ToxicSpec(
+            "s",
+            "slicer",
+            "downstream",
+            1.0,
+            {"average_size": 10, "size_variation": 0, "delay": 60_000_000},
+        )
+        stub, source, sink, _ = _stub(toxic)
+        stub.start()
+        source.put_nowait(Chunk(bytes(range(40)), 1.0))
+        await _settle()
+        resumed = await stub.interrupt()
+        return resumed, _drain(sink)
+
+    resumed, out = asyncio.run(run())
+    assert resumed is True
+    assert [c.data for c in out if c is not None] == [bytes(range(10)), bytes(range(10, 40))]
+    assert None not in out
+
+
+def test_reset_peer_cannot_be_interrupted_once_data_came() -> None:
+    """reset_peer takes the first chunk, drops it and waits: an interruption waits for the end
+    of that wait and finds the stream ended (False), as the real server's does; before any
+    data, an interruption stops it at once (True)."""
+
+    async def run() -> tuple[bool, bool, list[Chunk | None], int]:
+        toxic = ToxicSpec("r", "reset_peer", "downstream", 1.0, {"timeout": 50})
+        stub, source, sink, hooks = _stub(toxic)
+        stub.start()
+        await _settle()
+        before = await stub.interrupt()
+        stub.start()
+        source.put_nowait(Chunk(b"dropped", 0.0))
+        await _settle()
+        assert stub.committed
+        after = await stub.interrupt()
+        return before, after, _drain(sink), hooks.dropped
+
+    before, after, out, dropped = asyncio.run(run())
+    assert (before, after, out, dropped) == (True, False, [None], len(b"dropped"))
+
+
+def test_timeout_pipe_drops_data_and_honours_the_end_of_stream() -> None:
+    """timeout (never firing here) drops every chunk, counting it, and passes the end on."""
+
+    async def run() -> tuple[list[Chunk | None], int]:
+        toxic = ToxicSpec("t", "timeout", "downstream", 1.0, {"timeout": 60_000})
+        stub, source, sink, hooks = _stub(toxic)
+        stub.start()
+        source.put_nowait(Chunk(b"abc", 0.0))
+        source.put_nowait(Chunk(b"de", 0.0))
+        source.put_nowait(None)
+        await _settle()
+        return _drain(sink), hooks.dropped
+
+    assert asyncio.run(run()) == ([None], 5)
