@@ -101,13 +101,15 @@ class Acl:
 @pytest.fixture(scope="module")
 def acl_server() -> Iterator[Acl]:
     try:
-        server = RedisServer()
+        server = RedisServer().start()
     except RedisUnavailable as exc:
         unavailable(str(exc))
-    with server:
+    try:
         acl = Acl(server)
         yield acl
         acl.admin.close()
+    finally:
+        server.close()
 
 
 @pytest.fixture

@@ -181,9 +181,12 @@ class RedisServer:
             RedisUnavailable: it exited or did not answer within ``timeout_s``; with :attr:`tls`
                 and a binary built without TLS, the message says "built without TLS".
         """
-        self.process = subprocess.Popen(
-            self._args(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-        )
+        try:
+            self.process = subprocess.Popen(
+                self._args(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            )
+        except OSError as exc:  # no such file, not executable
+            raise RedisUnavailable(f"{self.binary} could not be started: {exc}") from exc
         give_up = time.monotonic() + timeout_s
         client = self.client(socket_timeout=1, socket_connect_timeout=1)
         try:
