@@ -30,7 +30,7 @@ from conftest import unavailable
 from fencedlease import BackendError, LeaseManager, StaleTokenError
 from fencedlease._acl import ACL_COMMANDS, acl_rules
 from fencedlease._handoff import ENQUEUE, enqueue_args
-from fencedlease._protocol import RELEASE
+from fencedlease._protocol import RELEASE, RENEW_MANY
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.redis_fencing import RedisFencedResource
 from fencedlease.servers.redis import RedisServer, RedisTLS, RedisUnavailable
@@ -130,6 +130,42 @@ def _queue_a_waiter(acl: Acl, key: str) -> None:
     assert acl.admin.eval(ENQUEUE.source, 3, *keys, *args) == 1
 
 
+def _handoff(acl: Acl, leases: LeaseManager, other: LeaseManager) -> None:
+    """``other`` waits for key "h" held on ``leases``; the release hands it over (token 2) and
+    wakes it by PUBLISH (SUBSCRIBE, the control channel and the script's PUBLISH all work)."""
+    holder = leases.acquire("h", ttl_ms=10_000).lease
+    assert holder is not None
+    got: list[Any] = []
+    waiter = threading.Thread(
+        target=lambda: got.append(
+            other.acquire("h", ttl_ms=10_000, wait_ms=10_000, retry_delay_ms=5_000)
+        )
+    )
+    waiter.start()
+    _wait_until(lambda: acl.admin.zcard("acl:{h}:waiters") == 1)
+    assert holder.release() is True
+    waiter.join()
+    assert got[0].lease is not None and got[0].lease.fencing_token == 2
+    assert other._release_waiter.notified == 1  # type: ignore[attr-defined]  # woken by PUBLISH
+    assert got[0].lease.release() is True
+
+
+async def _async_handoff(acl: Acl, leases: AsyncLeaseManager, other: AsyncLeaseManager) -> None:
+    """The asyncio twin of :func:`_handoff`."""
+    holder = (await leases.acquire("h", ttl_ms=10_000)).lease
+    assert holder is not None
+    waiter = asyncio.ensure_future(
+        other.acquire("h", ttl_ms=10_000, wait_ms=10_000, retry_delay_ms=5_000)
+    )
+    while acl.admin.zcard("acl:{h}:waiters") != 1:
+        await asyncio.sleep(0.005)
+    assert await holder.release() is True
+    got = await waiter
+    assert got.lease is not None and got.lease.fencing_token == 2
+    assert other._release_waiter.notified == 1  # type: ignore[attr-defined]
+    assert await got.lease.release() is True
+
+
 # -- the rule set is enough ------------------------------------------------------------------------
 
 
@@ -171,21 +207,7 @@ def test_sync_face_as_least_privilege_user(acl: Acl) -> None:
         assert errors == []
         assert leases.inspect("k") is None
 
-        holder = leases.acquire("h", ttl_ms=10_000).lease
-        assert holder is not None
-        got: list[Any] = []
-        waiter = threading.Thread(
-            target=lambda: got.append(
-                other.acquire("h", ttl_ms=10_000, wait_ms=10_000, retry_delay_ms=5_000)
-            )
-        )
-        waiter.start()
-        _wait_until(lambda: acl.admin.zcard("acl:{h}:waiters") == 1)
-        assert holder.release() is True
-        waiter.join()
-        assert got[0].lease is not None and got[0].lease.fencing_token == 2
-        assert other._release_waiter.notified == 1  # type: ignore[attr-defined]  # woken by PUBLISH
-        assert got[0].lease.release() is True
+        _handoff(acl, leases, other)
 
         client = acl.client()
         resource = RedisFencedResource(client, "r", prefix=FENCED_PREFIX)
@@ -235,18 +257,7 @@ def test_async_face_as_least_privilege_user(acl: Acl) -> None:
             assert errors == []
             assert await leases.inspect("k") is None
 
-            holder = (await leases.acquire("h", ttl_ms=10_000)).lease
-            assert holder is not None
-            waiter = asyncio.ensure_future(
-                other.acquire("h", ttl_ms=10_000, wait_ms=10_000, retry_delay_ms=5_000)
-            )
-            while acl.admin.zcard("acl:{h}:waiters") != 1:
-                await asyncio.sleep(0.005)
-            assert await holder.release() is True
-            got = await waiter
-            assert got.lease is not None and got.lease.fencing_token == 2
-            assert other._release_waiter.notified == 1  # type: ignore[attr-defined]
-            assert await got.lease.release() is True
+            await _async_handoff(acl, leases, other)
         finally:
             await leases.close()
             await other.close()
@@ -477,9 +488,13 @@ def test_tls_url_is_rediss(tls: Acl) -> None:
 
 
 def test_sync_face_over_tls(tls: Acl) -> None:
-    """acquire, hold with renewals, release and inspect over rediss://, as the ACL user."""
+    """acquire, hold with renewals, release, inspect and a hand-off wait (the pub/sub connection
+    is a TLS one too) over rediss://, as the ACL user."""
     tls.reset()
-    with LeaseManager.from_url(tls.url(), prefix=PREFIX, **tls.client_kwargs) as leases:
+    with (
+        LeaseManager.from_url(tls.url(), prefix=PREFIX, **tls.client_kwargs) as leases,
+        LeaseManager.from_url(tls.url(), prefix=PREFIX, **tls.client_kwargs) as other,
+    ):
         first = leases.acquire("k", ttl_ms=10_000).lease
         assert first is not None and first.fencing_token == 1
         assert first.release() is True
@@ -491,16 +506,19 @@ def test_sync_face_over_tls(tls: Acl) -> None:
             assert info is not None and info.fencing_token == 2
         assert errors == []
         assert leases.inspect("k") is None
+        _handoff(tls, leases, other)
     assert _denials(tls.admin) == []
 
 
 def test_async_face_over_tls(tls: Acl) -> None:
+    """The asyncio twin of test_sync_face_over_tls."""
     tls.reset()
 
     async def main() -> None:
-        async with AsyncLeaseManager.from_url(
-            tls.url(), prefix=PREFIX, **tls.client_kwargs
-        ) as leases:
+        async with (
+            AsyncLeaseManager.from_url(tls.url(), prefix=PREFIX, **tls.client_kwargs) as leases,
+            AsyncLeaseManager.from_url(tls.url(), prefix=PREFIX, **tls.client_kwargs) as other,
+        ):
             first = (await leases.acquire("k", ttl_ms=10_000)).lease
             assert first is not None and first.fencing_token == 1
             assert await first.release() is True
@@ -515,6 +533,7 @@ def test_async_face_over_tls(tls: Acl) -> None:
                 assert info is not None and info.fencing_token == 2
             assert errors == []
             assert await leases.inspect("k") is None
+            await _async_handoff(tls, leases, other)
 
     asyncio.run(main())
     assert _denials(tls.admin) == []
@@ -574,3 +593,37 @@ def _acquire_error(tls: Acl, face: str, kwargs: dict[str, Any]) -> BackendError:
     with pytest.raises(BackendError) as caught_async:
         asyncio.run(main())
     return caught_async.value
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_refused_renewal_is_named_to_on_renew_error(acl: Acl, face: str) -> None:
+    """A user without PEXPIRE acquires (SET NX PX) but cannot renew: each failed renewal round
+    reaches on_renew_error as a BackendError naming PEXPIRE and the script line."""
+    url = acl.user_without("PEXPIRE")
+    line = next(
+        i
+        for i, text in enumerate(RENEW_MANY.source.splitlines(), 1)
+        if "redis.call('PEXPIRE'" in text
+    )
+    errors: list[BaseException] = []
+    if face == "sync":
+        with (
+            LeaseManager.from_url(url, prefix=PREFIX) as leases,
+            leases.hold("k", ttl_ms=5_000, heartbeat_ms=20, on_renew_error=errors.append),
+        ):
+            _wait_until(lambda: errors)
+    else:
+
+        async def main() -> None:
+            async with (
+                AsyncLeaseManager.from_url(url, prefix=PREFIX) as leases,
+                leases.hold("k", ttl_ms=5_000, heartbeat_ms=20, on_renew_error=errors.append),
+            ):
+                while not errors:
+                    await asyncio.sleep(0.005)
+
+        asyncio.run(main())
+    assert isinstance(errors[0], BackendError)
+    expected = f"the Redis ACL user may not run PEXPIRE in renew_many.lua line {line}"
+    assert str(errors[0]).startswith(f"renew 1 leases: {expected}"), str(errors[0])
+    assert isinstance(errors[0].__cause__, redis.ResponseError)
