@@ -95,8 +95,9 @@ def acl_rules(*prefixes: str) -> tuple[str, ...]:
     Raises:
         ValidationError: no prefix, or one :func:`~fencedlease._validate.check_prefix` refuses.
 
-    Redis 6.2 and 7: channel patterns (``&``) exist from 6.2; Redis 7's read/write key
-    selectors (``%R~``, ``%W~``) are not used, since the library writes every key it reads.
+    Redis 6.2 and 7: channel patterns (``&``) exist from 6.2; Redis 7's read-only and
+    write-only key patterns (``%R~``, ``%W~``) are not used, since the library writes every key
+    it reads.
     """
     if not prefixes:
         raise ValidationError("prefixes", "acl_rules needs at least one prefix")
