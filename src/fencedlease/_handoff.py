@@ -47,6 +47,7 @@ import redis
 import redis.asyncio
 from redis.exceptions import NoScriptError, RedisError
 
+from ._acl import acl_denial
 from ._protocol import Script, handoff_channel, lease_key, waiters_key, waiters_meta_key
 from ._redis_backend import RedisBackend, backend_errors
 
@@ -99,6 +100,18 @@ def waiter_name(owner_token: str) -> str:
 
 def _text(value: object) -> str:
     return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else str(value)
+
+
+def _listener_error(exc: RedisError, warned: bool) -> bool:
+    """Log a hand-off listener's failed round (both faces): an ACL refusal (SUBSCRIBE, or a
+    channel outside the user's patterns) once as a warning, since it will not heal by itself and
+    waiters only poll meanwhile; anything else at debug level. Whether a warning was logged."""
+    denied = acl_denial(exc)
+    if denied is not None and not warned:
+        log.warning("hand-off listener: %s: %s; waiters poll instead", denied, exc)
+        return True
+    log.debug("hand-off listener: %s", exc)
+    return warned
 
 
 class ReleaseWaiter(Protocol):
@@ -353,7 +366,7 @@ class Handoff:
     def _run(self) -> None:
         pubsub = self._client.pubsub()  # type: ignore[no-untyped-call]
         channels, lock = self._channels, self._lock
-        backoff_s = 0.0
+        backoff_s, warned = 0.0, False
         try:
             control = False
             while True:
@@ -374,7 +387,7 @@ class Handoff:
                 except RedisError as exc:
                     # redis-py reconnects and re-subscribes on the next call; until then waiters
                     # poll. Back off so a dead server is not hammered.
-                    log.debug("hand-off listener: %s", exc)
+                    warned = _listener_error(exc, warned)
                     with lock:
                         channels.lost_connection()
                     backoff_s = min(1.0, max(0.01, backoff_s * 2))
@@ -546,7 +559,7 @@ class AsyncHandoff:
     async def _run(self) -> None:
         pubsub = self._client.pubsub()
         channels = self._channels
-        backoff_s = 0.0
+        backoff_s, warned = 0.0, False
         try:
             control = False
             while not self._closed:
@@ -562,7 +575,7 @@ class AsyncHandoff:
                     message = await pubsub.get_message(timeout=timeout_s)
                     backoff_s = 0.0
                 except RedisError as exc:
-                    log.debug("hand-off listener: %s", exc)
+                    warned = _listener_error(exc, warned)
                     channels.lost_connection()
                     backoff_s = min(1.0, max(0.01, backoff_s * 2))
                     await asyncio.sleep(backoff_s)

