@@ -133,3 +133,13 @@ def test_every_page_is_in_the_nav() -> None:
     assert pages
     missing = [page for page in pages if not re.search(rf"\s{re.escape(page)}\s*$", config, re.M)]
     assert missing == []
+
+
+def test_the_site_home_page_tells_the_readme_s_story() -> None:
+    """docs/index.md carries the README's introduction and quickstart (links made relative to
+    docs/), so the two cannot drift apart."""
+    readme = (ROOT / "README.md").read_text("utf-8")
+    index = (ROOT / "docs" / "index.md").read_text("utf-8")
+    start = "Distributed leases on Redis that are safe to build on."
+    story = readme[readme.index(start) : readme.index("## Documents")]
+    assert story.replace("](docs/", "](").replace("[docs/", "[") in index
