@@ -291,11 +291,42 @@ def _inline_default_constants(package: griffe.Module) -> None:
                 parameter.default = value
 
 
+def _protocol_docstrings(package: griffe.Module) -> None:
+    """A backend method without a docstring takes the one of the protocol method it implements
+    (``RedisBackend.acquire`` says what ``LeaseBackend.acquire`` promises): a class implements
+    ``LeaseBackend`` (or ``AsyncLeaseBackend``, for ``async def``) when it has all its methods."""
+    protocols = []
+    for path in ("_backend.LeaseBackend", "_backend.AsyncLeaseBackend"):
+        protocol = package[path]
+        if isinstance(protocol, griffe.Class):
+            methods = {n: m for n, m in protocol.members.items() if isinstance(m, griffe.Function)}
+            protocols.append((protocol, methods))
+    for cls in _objects(package):
+        if not isinstance(cls, griffe.Class):
+            continue
+        for protocol, methods in protocols:
+            if cls is protocol or not set(methods) <= set(cls.members):
+                continue
+            for name, method in methods.items():
+                own = cls.members[name]
+                is_async = "async" in own.labels
+                if (
+                    isinstance(own, griffe.Function)
+                    and own.docstring is None
+                    and method.docstring is not None
+                    and is_async == ("async" in method.labels)
+                ):
+                    own.docstring = griffe.Docstring(
+                        method.docstring.value, lineno=method.docstring.lineno, parent=own
+                    )
+
+
 class RstToMarkdown(griffe.Extension):
     """Rewrites every docstring of a loaded package with :func:`rst_to_markdown`."""
 
     def on_package(self, *, pkg: griffe.Module, **kwargs: Any) -> None:
         _inline_default_constants(pkg)
+        _protocol_docstrings(pkg)
         resolver = _Resolver(pkg)
         for obj in _objects(pkg):
             if obj.docstring is not None:

@@ -116,3 +116,17 @@ def test_defaults_named_by_a_constant_show_its_value(package: griffe.Module) -> 
     assert isinstance(acquire, griffe.Function)
     defaults = {p.name: str(p.default) for p in acquire.parameters if p.default is not None}
     assert defaults == {"ttl_ms": "30000", "wait_ms": "0", "retry_delay_ms": "100"}
+
+
+def test_a_backend_method_without_a_docstring_takes_the_protocol_s(package: griffe.Module) -> None:
+    sync_acquire = package["_redis_backend.RedisBackend.acquire"].docstring
+    protocol_acquire = package["_backend.LeaseBackend.acquire"].docstring
+    async_release = package["aio._redis_backend.AsyncRedisBackend.release"].docstring
+    assert sync_acquire is not None and protocol_acquire is not None
+    assert sync_acquire.value == protocol_acquire.value
+    assert async_release is not None
+    assert async_release.value == "As [`LeaseBackend.release`][fencedlease.LeaseBackend.release]."
+    # A method with its own docstring keeps it.
+    memory_acquire = package["backends.memory.MemoryBackend.acquire"].docstring
+    assert memory_acquire is not None
+    assert memory_acquire.value.startswith("Grant ``key`` to ``owner_token``")
