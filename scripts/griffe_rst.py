@@ -272,12 +272,16 @@ def _objects(obj: griffe.Object) -> Iterator[griffe.Object]:
             yield from _objects(member)
 
 
-def _inline_default_constants(package: griffe.Module) -> None:
-    """A parameter whose default is a named constant shows the constant's value
-    (``ttl_ms: int = 30000``, not ``= DEFAULT_TTL_MS``): the reference gives every default."""
+def _public_signatures(package: griffe.Module) -> None:
+    """Signatures as a caller should read them: a private parameter (``_owns_client``, for the
+    library's own use) is left out, and a parameter whose default is a named constant shows the
+    constant's value (``ttl_ms: int = 30000``, not ``= DEFAULT_TTL_MS``)."""
     for obj in _objects(package):
         if not isinstance(obj, griffe.Function):
             continue
+        for parameter in list(obj.parameters):
+            if parameter.name.startswith("_") and not parameter.name.startswith("__"):
+                del obj.parameters[parameter.name]
         for parameter in obj.parameters:
             default = parameter.default
             if not isinstance(default, griffe.ExprName):
@@ -325,7 +329,7 @@ class RstToMarkdown(griffe.Extension):
     """Rewrites every docstring of a loaded package with :func:`rst_to_markdown`."""
 
     def on_package(self, *, pkg: griffe.Module, **kwargs: Any) -> None:
-        _inline_default_constants(pkg)
+        _public_signatures(pkg)
         _protocol_docstrings(pkg)
         resolver = _Resolver(pkg)
         for obj in _objects(pkg):

@@ -111,6 +111,18 @@ def test_a_stdlib_target_is_plain_code(package: griffe.Module) -> None:
     assert clock.value == "The real clock: `time.monotonic` and `time.time`."
 
 
+def test_a_private_parameter_is_left_out_of_the_signature(package: griffe.Module) -> None:
+    init = package["_manager.LeaseManager.__init__"]
+    assert isinstance(init, griffe.Function)
+    assert [p.name for p in init.parameters] == [
+        "self",
+        "client",
+        "prefix",
+        "clock",
+        "renew_batch_size",
+    ]
+
+
 def test_defaults_named_by_a_constant_show_its_value(package: griffe.Module) -> None:
     acquire = package["_manager.LeaseManager.acquire"]
     assert isinstance(acquire, griffe.Function)
