@@ -541,7 +541,7 @@ def report(
                    f"{r.renewer_cpu_pct:.2f} %", r.renewer_cpu_pct < 5 if judged else None,
                    f"{r.renewer_cpu_pct - 5:+.2f} points")
         )  # fmt: skip
-    add("\n## Targets (issue 7)\n")
+    add("\n## Targets\n")
     add("| target | goal | measured | verdict | gap |\n|---|---|---|---|---|")
     for t in targets:
         verdict = "not judged (quick)" if t.met is None else "met" if t.met else "**missed**"

@@ -7,7 +7,7 @@ What it does: starts a Redis of its own (or uses ``--url``), holds ``--leases`` 
 keys through ``AsyncLeaseManager.hold`` (each in its own task, all idle), lets ``--ticks``
 heartbeats pass, and reports:
 
-- renewal round trips per heartbeat (the issue's bound: at most ``ceil(leases / batch size)``),
+- renewal round trips per heartbeat (the bound: at most ``ceil(leases / batch size)``),
   counted by the renewer and checked against the batches actually sent;
 - the renewer's CPU, as a share of one core: the process's CPU time over the measured window
   (``time.process_time``), minus an idle baseline of the same length measured before any lease

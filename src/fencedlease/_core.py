@@ -4,7 +4,7 @@ Nothing here does I/O or starts a thread. The sync renewer (a thread) and the as
 both drive :class:`RenewalSchedule` and both mark loss through :class:`LeaseState`, so the rules
 exist once.
 
-Loss rules (after the two-pronged detection in the seed documents):
+Loss rules (loss is detected two ways, by the store's answer and by the local deadline):
 
 1. A renewal that answers "the key is gone or another owner's" is a loss, immediately.
 2. A lease whose ``ttl_ms`` has passed since the last confirmed acquire or renewal is lost,

@@ -279,8 +279,8 @@ class LeaseManager:
             ``fn`` never ran) when the lease was not acquired.
 
         Raises:
-            ValidationError, LeaseLostError, BackendError: as :meth:`hold`; an exception from ``fn``
-            propagates unchanged.
+            ValidationError, LeaseLostError, BackendError: as :meth:`hold`; an exception from
+                ``fn`` propagates unchanged.
         """
         held: list[Lease] = []  # set once the body is entered: later errors are fn's own
         try:

@@ -59,6 +59,9 @@ class RedisBackend:
 
     ``client`` is a ``redis.Redis``; ``decode_responses`` may be on or off. ``owns_client``: close
     the client in :meth:`close` (true when the manager built it from a URL).
+
+    Raises:
+        ValidationError: ``prefix`` is not a non-empty str, or holds ``{`` or ``}``.
     """
 
     def __init__(

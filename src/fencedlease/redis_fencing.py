@@ -108,6 +108,10 @@ class RedisFencedResource:
     Every method raises :class:`StaleTokenError` when refused (nothing written, nothing read),
     :class:`ValidationError` for bad arguments (nothing sent), :class:`BackendError` when Redis
     fails.
+
+    Raises:
+        ValidationError: ``name`` is not a non-empty str, or ``prefix`` is not a non-empty str
+            without ``{`` or ``}``.
     """
 
     def __init__(

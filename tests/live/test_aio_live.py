@@ -1,4 +1,4 @@
-"""The asyncio face on a real Redis: issue 2's failure cases, issue 5's cases, cancellation at
+"""The asyncio face on a real Redis: the failure cases, tasks sharing a manager, cancellation at
 every await point of acquire, renew and release (down into redis-py), and a clean close."""
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def _connections(client: redis.Redis, name: str) -> int:
     return sum(1 for c in client.client_list() if c.get("name") == name)
 
 
-# -- the contract on a real server ------------------------------------------------------------
+# -- the documented semantics on a real server -------------------------------------------------
 
 
 def test_racing_connections_one_winner(redis_url: str, redis_client: redis.Redis) -> None:
@@ -165,7 +165,7 @@ def test_renew_and_release_after_expiry_return_false(
 
 
 def test_two_tasks_share_a_manager(redis_url: str, redis_client: redis.Redis) -> None:
-    """Issue 5: task 1's lease expires and task 2 acquires; task 1 releases: False, and task 2's
+    """Task 1's lease expires and task 2 acquires; task 1 releases: False, and task 2's
     lease (token, owner, TTL) is untouched."""
 
     async def main() -> None:
@@ -524,7 +524,7 @@ def test_renewals_are_batched_in_one_pipeline(own_redis: RedisServer) -> None:
     run(main)
 
 
-# -- issue 5's cases: cancellation ---------------------------------------------------------------
+# -- cancellation ------------------------------------------------------------------------------
 
 
 def test_wait_for_firing_mid_acquire(redis_url: str, redis_client: redis.Redis) -> None:

@@ -61,10 +61,10 @@ def store(postgres_dsn: str) -> Iterator[Store]:  # noqa: F811
     s.drop()
 
 
-# --- the cases of issue 3 ------------------------------------------------------------------------
+# --- the fencing cases -------------------------------------------------------------------------
 
 
-def test_guard_issue_cases(store: Store) -> None:
+def test_guard_fencing_cases(store: Store) -> None:
     """34 then 33 (last_token 34); the same lease twice; strict; a second lease with 34."""
     with store.connect(autocommit=True) as conn:
         assert db.fence_guard(conn, "orders", lease(34), table=store.guard) == 34

@@ -1,4 +1,4 @@
-"""The sync face on a real Redis: the contract's semantics and the failure cases of issue 2."""
+"""The sync face on a real Redis: the documented semantics and the failure cases."""
 
 from __future__ import annotations
 

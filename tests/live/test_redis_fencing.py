@@ -66,7 +66,7 @@ def test_fenced_hset_and_hgetall(client: redis.Redis, name: str) -> None:
     assert res.last_token == 3
 
 
-# --- the cases of issue 3 ------------------------------------------------------------------------
+# --- the fencing cases -------------------------------------------------------------------------
 
 
 def test_older_token_refused_and_nothing_written(client: redis.Redis, name: str) -> None:

@@ -26,7 +26,7 @@ def engine(tmp_path: Path) -> Iterator[sa.Engine]:
     engine.dispose()
 
 
-def test_issue_cases_through_a_connection(engine: sa.Engine) -> None:
+def test_fencing_cases_through_a_connection(engine: sa.Engine) -> None:
     """34 then 33 refused (last_token 34); same lease again accepted, strict refused; a second
     lease with 34 refused."""
     with engine.begin() as conn:

@@ -39,7 +39,7 @@ def row(conn: sqlite3.Connection, order_id: int = 42) -> Any:
     ).fetchone()
 
 
-# --- fence_guard: the cases of issue 3 ------------------------------------------------------------
+# --- fence_guard: the fencing cases ---------------------------------------------------------------
 
 
 def test_guard_refuses_older_token_with_last_token(conn: sqlite3.Connection) -> None:

@@ -30,7 +30,7 @@ from fencedlease._fencing import (
     owner_fingerprint,
 )
 
-# --- the cases of issue 3 ------------------------------------------------------------------------
+# --- the fencing cases -------------------------------------------------------------------------
 
 
 def test_older_token_is_refused_with_last_token() -> None:

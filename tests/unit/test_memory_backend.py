@@ -1,4 +1,4 @@
-"""MemoryBackend on a FakeClock: the issue's expiry case, threads, validation, the asyncio twin."""
+"""MemoryBackend on a FakeClock: the expiry case, threads, validation, the asyncio twin."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def test_ttl_100_is_held_at_99_and_free_at_100() -> None:
     assert backend.acquire("k", OTHER, 100) == AcquireReply(True, 2, 100)
 
 
-def test_issue_case_through_the_manager() -> None:
+def test_expiry_case_through_the_manager() -> None:
     """The same case through LeaseManager: the second lease's token is larger, the first is lost
     when it tries to renew."""
     clock = FakeClock()

@@ -349,8 +349,8 @@ class AsyncLeaseManager:
 
         Raises:
             ValidationError, LeaseLostError, BackendError, RuntimeError: as :meth:`hold`; an
-            exception from ``fn`` propagates unchanged (a ``LeaseNotAcquiredError`` from ``fn``
-            included: only this call's own acquire turns into a skipped outcome).
+                exception from ``fn`` propagates unchanged (a ``LeaseNotAcquiredError`` from
+                ``fn`` included: only this call's own acquire turns into a skipped outcome).
         """
         hold = self._hold(key, ttl_ms, wait_ms, retry_delay_ms, heartbeat_ms, on_renew_error)
         try:

@@ -50,6 +50,9 @@ class AsyncRedisBackend:
     ``decode_responses`` may be on or off. ``owns_client``: close the client in :meth:`close`
     (true when the manager built it from a URL). Every redis-py error is raised as
     :class:`~fencedlease.BackendError` with the original in ``__cause__``.
+
+    Raises:
+        ValidationError: ``prefix`` is not a non-empty str, or holds ``{`` or ``}``.
     """
 
     def __init__(

@@ -27,6 +27,9 @@ class CancelAtSuspension(Generic[T]):
     requested (False: ``coro`` finished after fewer than ``n`` suspensions). The cancellation is
     ``Task.cancel()`` itself, so the future ``coro`` waits on is cancelled and ``CancelledError``
     is thrown in at that point, exactly as when another task cancels this one.
+
+    Raises:
+        ValueError: ``n`` < 1.
     """
 
     def __init__(self, coro: Coroutine[Any, Any, T], n: int) -> None:

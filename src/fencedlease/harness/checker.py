@@ -1,7 +1,7 @@
 """The checker: reads a history and says whether the run kept its promises. Pure: no I/O.
 
-The properties (issue 4; Jepsen's checkers read histories the same way; Kleppmann, "How to do
-distributed locking", 2016, for why each matters):
+The properties (Jepsen's checkers read histories the same way; Kleppmann, "How to do distributed
+locking", 2016, for why each matters):
 
 ``a`` ``accepted-tokens-monotonic``
     Once the resource has accepted an access with token ``t`` (the access completed), no access

@@ -103,7 +103,8 @@ class FaultSpec:
 
 def fault_duration_s(kind: str, ttl_ms: int, heartbeat_ms: int) -> float:
     """How long a fault of ``kind`` lasts, in seconds, for leases of ``ttl_ms``: 2 x ttl for
-    pauses and cuts (the issue's cases), a few heartbeats for the lighter ones, 0 for instants."""
+    pauses and cuts (the four cases the harness stages), a few heartbeats for the lighter ones, 0
+    for instants."""
     ttl = ttl_ms / 1000
     beat = heartbeat_ms / 1000
     return {

