@@ -269,18 +269,6 @@ def _style(conn: Any) -> str:
     return str(style)
 
 
-def _driver_error(conn: Any) -> type[BaseException]:
-    if _is_sqlalchemy(conn):
-        import sqlalchemy.exc  # SQLAlchemy is optional
-
-        return sqlalchemy.exc.SQLAlchemyError
-    module = sys.modules.get(type(conn).__module__.partition(".")[0])
-    error = getattr(module, "Error", None)
-    if isinstance(error, type) and issubclass(error, BaseException):
-        return error
-    return Exception
-
-
 def _not_awaited(conn: object, value: object) -> None:
     """Refuse a driver call that answered with an awaitable (an asyncio connection that slipped
     past :func:`_style`); the coroutine is closed, never left un-awaited."""
@@ -292,7 +280,10 @@ def _not_awaited(conn: object, value: object) -> None:
 
 
 def _execute(conn: Any, stmt: _Statement, what: str) -> _Result:
-    error = _driver_error(conn)
+    """Run ``stmt`` on ``conn``. Whatever the driver raises, its own errors and those it raises
+    binding a value it cannot store (``OverflowError`` for an int past 64 bits in sqlite3,
+    ``UnicodeEncodeError`` for a lone surrogate), reaches the caller as :class:`BackendError`
+    with the driver's exception in ``__cause__``."""
     try:
         if stmt.style == "sqlalchemy":
             import sqlalchemy  # SQLAlchemy is optional
@@ -317,8 +308,10 @@ def _execute(conn: Any, stmt: _Statement, what: str) -> _Result:
             return _Result(int(cursor.rowcount), columns, rows)
         finally:
             cursor.close()
-    except error as exc:
-        raise BackendError(f"{what} failed: {exc}") from exc
+    except FencedLeaseError:
+        raise
+    except Exception as exc:
+        raise BackendError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
 
 
 def _dialect(conn: Any) -> str:

@@ -97,6 +97,21 @@ def _text(value: object) -> str:
     return str(value)
 
 
+def _payload(value: object, argument: str, what: str) -> str | bytes | int | float:
+    """``value`` if Redis can take it as sent: ``str`` (encodable as UTF-8), ``bytes``, ``int``
+    (not ``bool``) or ``float``; :class:`ValidationError` naming ``argument`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, str | bytes | int | float):
+        raise ValidationError(
+            argument, f"{what} must be str, bytes, int or float, not {type(value).__name__}"
+        )
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValidationError(argument, f"{what} must be encodable as UTF-8") from None
+    return value
+
+
 class RedisFencedResource:
     """A named resource in Redis, fenced: every access checks the token in the same Lua call.
 
@@ -195,9 +210,7 @@ class RedisFencedResource:
 
         Raises :class:`StaleTokenError`, :class:`ValidationError`, :class:`BackendError`.
         """
-        if isinstance(value, bool) or not isinstance(value, str | bytes | int | float):
-            raise ValidationError("value", "value must be str, bytes, int or float")
-        self._run(_SET, token_or_lease, (value,))
+        self._run(_SET, token_or_lease, (_payload(value, "value", "value"),))
 
     def hset(
         self, mapping: Mapping[str, str | bytes | int | float], token_or_lease: TokenOrLease
@@ -215,11 +228,8 @@ class RedisFencedResource:
         for field, value in mapping.items():
             if not isinstance(field, str | bytes):
                 raise ValidationError("mapping", "mapping fields must be str or bytes")
-            if isinstance(value, bool) or not isinstance(value, str | bytes | int | float):
-                raise ValidationError(
-                    "mapping", f"value of {field!r} must be str, bytes, int or float"
-                )
-            args.extend((field, value))
+            args.append(_payload(field, "mapping", "a mapping field"))
+            args.append(_payload(value, "mapping", f"the value of field {field!r}"))
         _, reply = self._run(_HSET, token_or_lease, args)
         return int(reply[1])
 

@@ -8,10 +8,12 @@ import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fencedlease import (
     BackendError,
@@ -34,6 +36,7 @@ from test_fencing_model import (
     largest,
     lease,
 )
+from test_fencing_odd_values import names, odd, only_library_errors, scalars, tokens
 
 pytestmark = pytest.mark.live
 
@@ -359,9 +362,9 @@ def test_asyncio_client_is_refused() -> None:
     import redis.asyncio
 
     aclient = redis.asyncio.Redis()
-    for odd in (aclient, object(), None, "redis://localhost"):
+    for bad in (aclient, object(), None, "redis://localhost"):
         with pytest.raises(ValidationError) as info:
-            RedisFencedResource(odd, "r")  # type: ignore[arg-type]
+            RedisFencedResource(bad, "r")  # type: ignore[arg-type]
         assert info.value.argument == "client"
 
 
@@ -434,3 +437,43 @@ def test_scripts_accept_what_the_model_accepts(redis_url: str, accesses: list[Ac
 
         history = check_against_model(access, accesses)
         assert lenient.last_token == largest(history)
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    name=names,
+    prefix=st.one_of(names, st.just("odd-values")),
+    strict=st.one_of(st.booleans(), odd),
+    token=tokens,
+    value=st.one_of(odd, st.text(max_size=8)),
+    mapping=st.one_of(
+        odd, st.dictionaries(st.one_of(st.text(max_size=4), scalars), odd, max_size=3)
+    ),
+)
+def test_odd_values_raise_only_library_errors(
+    redis_url: str, name: Any, prefix: Any, strict: Any, token: Any, value: Any, mapping: Any
+) -> None:
+    """RedisFencedResource's constructor and every method, thrown odd values on a real Redis: a
+    result or a library error (a ValidationError naming an argument), never another exception."""
+    with redis.Redis.from_url(redis_url) as client:
+        made: list[RedisFencedResource] = []
+        error = only_library_errors(
+            lambda: made.append(RedisFencedResource(client, name, strict=strict, prefix=prefix))
+        )
+        if error is not None:
+            assert isinstance(error, ValidationError)
+            assert error.argument in ("name", "strict", "prefix")
+            return
+        res = made[0]
+        for call in (
+            lambda: res.accept(token),
+            lambda: res.set(value, token),
+            lambda: res.get(token),
+            lambda: res.hset(mapping, token),
+            lambda: res.hgetall(token),
+        ):
+            error = only_library_errors(call)
+            if isinstance(error, ValidationError):
+                assert error.argument in ("token_or_lease", "value", "mapping")
