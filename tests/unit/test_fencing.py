@@ -21,6 +21,7 @@ from test_fencing_model import (
 )
 
 import fencedlease
+import fencedlease.aio
 from fencedlease import LeaseKeyMismatchError, StaleTokenError, ValidationError
 from fencedlease._fencing import (
     MAX_FENCING_TOKEN,
@@ -236,6 +237,7 @@ def test_key_mismatch_error_survives_pickling() -> None:
     assert str(copy) == str(info.value)
     assert fencedlease.LeaseKeyMismatchError is LeaseKeyMismatchError
     assert "LeaseKeyMismatchError" in fencedlease.__all__
+    assert fencedlease.aio.LeaseKeyMismatchError is LeaseKeyMismatchError
 
 
 @pytest.mark.parametrize(

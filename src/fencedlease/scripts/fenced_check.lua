@@ -9,7 +9,7 @@
 -- returns  (fence_check) nil, fp_to_store, key_to_store   accepted; nothing is written yet
 --          (fence_check) {0, last_token, reason[, key]}   refused: reason is "older", "strict",
 --          "duplicate", or "key" (a lease of another key; then key is the one on record)
--- Tokens are compared as decimal strings (length, then byte by byte), never with tonumber: Lua
+-- Tokens are compared as decimal strings (length, then byte by byte), never as Lua numbers: Lua
 -- numbers are doubles, which cannot tell 2^53 from 2^53+1. A stored token that is not a canonical
 -- decimal is an error reply, not a guess.
 -- The check writes nothing: the op writes its data first and then fence_commit, so an op that fails
