@@ -91,11 +91,15 @@ def owner_fingerprint(owner_token: str) -> str:
     The first 64 bits of SHA-256 of the token (the same name :mod:`fencedlease._protocol` gives a
     lease in ``inspect`` and events): enough to tell two leases apart, useless for renewing
     or releasing someone else's lease, so it may be stored beside the data and shown in errors.
-    Raises :class:`ValidationError` unless ``owner_token`` is a non-empty ``str``.
+    Raises :class:`ValidationError` unless ``owner_token`` is a non-empty ``str`` encodable as
+    UTF-8.
     """
     if not isinstance(owner_token, str) or not owner_token:
         raise ValidationError("owner_token", "owner_token must be a non-empty str")
-    return _protocol.owner_fingerprint(owner_token)
+    try:
+        return _protocol.owner_fingerprint(owner_token)
+    except UnicodeEncodeError:
+        raise ValidationError("owner_token", "owner_token must be encodable as UTF-8") from None
 
 
 @attrs.frozen
@@ -170,7 +174,7 @@ def coerce_access(token_or_lease: object, *, argument: str = "token_or_lease") -
             raise ValidationError(argument, f"{argument}.owner_token must be a non-empty str")
         try:
             fingerprint = owner_fingerprint(owner)
-        except UnicodeEncodeError:
+        except ValidationError:
             raise ValidationError(
                 argument, f"{argument}.owner_token must be encodable as UTF-8"
             ) from None

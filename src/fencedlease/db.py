@@ -465,7 +465,9 @@ def create_guard_table(conn: Any, *, table: str = DEFAULT_GUARD_TABLE) -> None:
             "create_guard_table and fence_guard another table=, or drop this one",
         )
     if "lease_key" not in columns:  # a guard table of the earlier shape
-        alter = _Statement(style).sql(f"ALTER TABLE {quoted} ADD COLUMN lease_key TEXT")
+        # PostgreSQL: IF NOT EXISTS, so two processes upgrading at once both succeed.
+        exists = " IF NOT EXISTS" if dialect == "postgresql" else ""
+        alter = _Statement(style).sql(f"ALTER TABLE {quoted} ADD COLUMN{exists} lease_key TEXT")
         _execute(conn, alter, f"adding lease_key to guard table {table!r}")
 
 

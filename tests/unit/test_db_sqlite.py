@@ -237,14 +237,20 @@ def test_token_column_of_any_declared_type_compares_numerically(
     )
 
 
-def test_text_token_column_holding_10_refuses_9(conn: sqlite3.Connection) -> None:
-    """A row whose TEXT token column already holds '10' (written by anyone) refuses token 9."""
-    conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT, fencing_token TEXT)")
+@pytest.mark.parametrize("declared", ["TEXT", ""], ids=["text", "untyped"])
+def test_token_stored_as_text_compares_as_a_number(conn: sqlite3.Connection, declared: str) -> None:
+    """A row whose token column holds the text '10' (written by anyone): token 9 is refused (a
+    text compare would let '9' in after '10') and 11 is accepted (in an untyped column SQLite
+    orders every integer before every text, so without the cast 11 would be refused forever)."""
+    conn.execute(f"CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT, fencing_token {declared})")
     conn.execute("INSERT INTO t VALUES (1, 'kept', '10')")
+    assert conn.execute("SELECT typeof(fencing_token) FROM t").fetchone() == ("text",)
     with pytest.raises(StaleTokenError) as info:
         db.fenced_update(conn, "t", {"v": "lost"}, {"id": 1}, 9)
     assert info.value.last_token == 10
-    assert conn.execute("SELECT v, fencing_token FROM t").fetchone() == ("kept", "10")
+    assert conn.execute("SELECT v FROM t").fetchone() == ("kept",)
+    assert db.fenced_update(conn, "t", {"v": "by-11"}, {"id": 1}, 11) == 1
+    assert db.fenced_read(conn, "t", {"id": 1}, 11, columns=["v"]) == [{"v": "by-11"}]
 
 
 def test_guard_tokens_near_2_53_and_at_2_63(conn: sqlite3.Connection) -> None:

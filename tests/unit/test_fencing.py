@@ -320,8 +320,13 @@ def test_owner_fingerprint_is_16_hex_of_sha256() -> None:
     """The fingerprint is the first 16 hex characters of SHA-256 of the owner token."""
     assert owner_fingerprint("abc") == "ba7816bf8f01cfea"
     assert owner_fingerprint(OWNERS[0]) == hashlib.sha256(OWNERS[0].encode()).hexdigest()[:16]
-    with pytest.raises(ValidationError):
-        owner_fingerprint("")
+    for bad in ("", "\ud800", None):
+        with pytest.raises(ValidationError) as info:
+            owner_fingerprint(bad)  # type: ignore[arg-type]
+        assert info.value.argument == "owner_token"
+    with pytest.raises(ValidationError) as info:
+        coerce_access(FakeLease("k", "\ud800", 3))
+    assert info.value.argument == "token_or_lease"
 
 
 def test_owner_token_never_appears_in_repr_or_errors() -> None:
