@@ -3,6 +3,7 @@ passed on a clean one."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -429,3 +430,6 @@ def test_d_tokens_past_2_53_are_told_apart_through_the_history_file(tmp_path: Pa
     )
     assert "w1 was granted token 9007199254740992 at 1.10 s" in decreasing
     assert "the larger token 9007199254740993" in decreasing
+    as_json = json.loads(json.dumps(check_history(read_history(path)).to_dict()))
+    messages = [v["message"] for p in as_json["properties"] for v in p["violations"]]
+    assert sorted(messages) == sorted(found)  # report.json keeps the exact numbers
