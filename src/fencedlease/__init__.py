@@ -12,6 +12,7 @@ from ._core import Clock, SystemClock
 from ._errors import (
     BackendError,
     FencedLeaseError,
+    LeaseKeyMismatchError,
     LeaseLostError,
     LeaseNotAcquiredError,
     StaleTokenError,
@@ -35,6 +36,7 @@ __all__ = [
     "Lease",
     "LeaseBackend",
     "LeaseInfo",
+    "LeaseKeyMismatchError",
     "LeaseLostError",
     "LeaseManager",
     "LeaseNotAcquiredError",

@@ -6,6 +6,7 @@
     ├── LeaseNotAcquiredError   .key, .status_code = 409
     ├── LeaseLostError          .key
     ├── StaleTokenError         .resource, .token, .last_token
+    │   └── LeaseKeyMismatchError   .lease_key, .presented_key
     ├── ValidationError         also a ValueError; says which argument and which bound
     └── BackendError            the store could not be reached or refused; original in __cause__
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 __all__ = [
     "BackendError",
     "FencedLeaseError",
+    "LeaseKeyMismatchError",
     "LeaseLostError",
     "LeaseNotAcquiredError",
     "StaleTokenError",
@@ -81,6 +83,52 @@ class StaleTokenError(FencedLeaseError):
 
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (self.resource, self.token, self.last_token, str(self)))
+
+
+class LeaseKeyMismatchError(StaleTokenError):
+    """A fenced resource refused a lease on another key than the one that fences it.
+
+    Fencing tokens are counted per lease key, so a token of one key says nothing about a token of
+    another: a resource records the key of the first lease it accepts (``lease_key``) and refuses
+    leases on any other key (``presented_key``), whatever their tokens. Nothing was written. A
+    :class:`StaleTokenError`, so code that rolls back on a refusal keeps doing so; the fix is to
+    fence each key's data in a resource of its own. Keys are not secrets; owner tokens never appear.
+    """
+
+    def __init__(
+        self,
+        resource: str,
+        token: int,
+        last_token: int | None,
+        lease_key: str,
+        presented_key: str,
+        message: str | None = None,
+    ) -> None:
+        self.lease_key = lease_key
+        self.presented_key = presented_key
+        super().__init__(
+            resource,
+            token,
+            last_token,
+            message
+            or (
+                f"resource {resource!r} refused a lease on {presented_key!r}: it is fenced by "
+                f"leases on {lease_key!r}"
+            ),
+        )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (
+            type(self),
+            (
+                self.resource,
+                self.token,
+                self.last_token,
+                self.lease_key,
+                self.presented_key,
+                str(self),
+            ),
+        )
 
 
 class ValidationError(FencedLeaseError, ValueError):

@@ -6,10 +6,12 @@ here as the pure function :func:`decide`; the Lua scripts (``scripts/fenced_chec
 of :mod:`fencedlease.db` are transcriptions of it, and the tests hold each of them to the same
 sequential model.
 
-The rule, for an access with token ``t`` by a lease with fingerprint ``f`` (``None`` for a bare
-``int``), against a resource that has accepted at most ``last`` (by a lease with fingerprint
-``last_f``):
+The rule, for an access with token ``t`` by a lease on key ``k`` with fingerprint ``f`` (both
+``None`` for a bare ``int``), against a resource that has accepted at most ``last`` (by a lease
+with fingerprint ``last_f``) and is fenced by leases on ``last_k`` (``None`` until a lease came):
 
+- ``k`` and ``last_k`` both known and different: refuse (``"key"``). Tokens are counted per key,
+  so a token of another key cannot be compared with ``last``;
 - nothing accepted yet, or ``t > last``: accept, and remember ``(t, f)``;
 - ``t < last``: refuse (``"older"``);
 - ``t == last`` under ``strict``: refuse (``"strict"``);
@@ -18,6 +20,12 @@ The rule, for an access with token ``t`` by a lease with fingerprint ``f`` (``No
   persistence);
 - ``t == last`` otherwise: accept (the same lease again, or an unknown one); an unknown fingerprint
   on record is replaced by a known one.
+
+An accepted lease's key is recorded once (``last_k`` stays as it is once known).
+
+Tokens are exact integers ``1 <= t <= 2**63 - 1`` (:data:`MAX_FENCING_TOKEN`, a signed 64-bit
+counter's largest value) in every store: Lua compares them as canonical decimal strings, SQL as
+``BIGINT``, Python and JSON as ``int``.
 """
 
 from __future__ import annotations
@@ -28,32 +36,44 @@ from typing import Final, Literal, Protocol, TypeAlias, runtime_checkable
 import attrs
 
 from . import _protocol
-from ._errors import StaleTokenError, ValidationError
+from ._errors import LeaseKeyMismatchError, StaleTokenError, ValidationError
+from ._validate import check_key
 
 __all__ = [
     "MAX_FENCING_TOKEN",
+    "MIN_FENCING_TOKEN",
     "FenceState",
     "FencedResource",
     "FencingAccess",
     "HasFencingToken",
     "RefusalReason",
     "TokenOrLease",
+    "check_strict",
     "coerce_access",
     "decide",
+    "lease_key_of",
     "owner_fingerprint",
     "stale_token_error",
 ]
 
-#: The largest token a fenced store accepts. The Redis scripts compare tokens in Lua, whose numbers
-#: are IEEE doubles, exact only up to 2**53 - 1; a per-key counter will not get there.
-MAX_FENCING_TOKEN: Final = 2**53 - 1
+#: The largest token a fenced store accepts: 2**63 - 1, the largest value of Redis's signed 64-bit
+#: counter (and of SQL ``BIGINT``). Every store compares tokens exactly up to it (the Lua scripts as
+#: decimal strings, never as Lua's double-precision numbers).
+MAX_FENCING_TOKEN: Final = _protocol.MAX_FENCING_TOKEN
 
-RefusalReason = Literal["older", "strict", "duplicate"]
+#: The smallest token a fenced store accepts: counters start at 1.
+MIN_FENCING_TOKEN: Final = 1
+
+RefusalReason = Literal["older", "strict", "duplicate", "key"]
 
 
 @runtime_checkable
 class HasFencingToken(Protocol):
-    """What fencing needs from a lease: its fencing token and its (secret) owner token."""
+    """What fencing needs from a lease: its fencing token and its (secret) owner token.
+
+    A lease's ``key`` is read too when it has one (every lease of this library has): see
+    :func:`lease_key_of`.
+    """
 
     @property
     def fencing_token(self) -> int | None: ...
@@ -71,37 +91,65 @@ def owner_fingerprint(owner_token: str) -> str:
     The first 64 bits of SHA-256 of the token (the same name :mod:`fencedlease._protocol` gives a
     lease in ``inspect`` and events): enough to tell two leases apart, useless for renewing
     or releasing someone else's lease, so it may be stored beside the data and shown in errors.
-    Raises :class:`ValidationError` unless ``owner_token`` is a non-empty ``str``.
+    Raises :class:`ValidationError` unless ``owner_token`` is a non-empty ``str`` encodable as
+    UTF-8.
     """
     if not isinstance(owner_token, str) or not owner_token:
         raise ValidationError("owner_token", "owner_token must be a non-empty str")
-    return _protocol.owner_fingerprint(owner_token)
+    try:
+        return _protocol.owner_fingerprint(owner_token)
+    except UnicodeEncodeError:
+        raise ValidationError("owner_token", "owner_token must be encodable as UTF-8") from None
 
 
 @attrs.frozen
 class FencingAccess:
-    """One access to a fenced resource: ``token``, and the lease's ``fingerprint`` or ``None``."""
+    """One access to a fenced resource: ``token``, and the lease's ``fingerprint`` and
+    ``lease_key``, or ``None`` (a bare ``int``)."""
 
     token: int
     fingerprint: str | None = None
+    lease_key: str | None = None
 
 
 @attrs.frozen
 class FenceState:
-    """What a fenced resource remembers: the largest accepted token and who presented it."""
+    """What a fenced resource remembers: the largest accepted token, who presented it, and the
+    key of the leases that fence it (``None`` until the first lease)."""
 
     token: int
     fingerprint: str | None = None
+    lease_key: str | None = None
+
+
+def lease_key_of(lease: object, argument: str = "token_or_lease") -> str | None:
+    """The ``key`` of ``lease``, or ``None`` when it has no ``key`` attribute.
+
+    Raises :class:`ValidationError` naming ``argument`` when ``key`` is there but not a non-empty
+    ``str`` encodable as UTF-8.
+    """
+    key = getattr(lease, "key", None)
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key:
+        raise ValidationError(argument, f"{argument}.key must be a non-empty str")
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError(argument, f"{argument}.key must be encodable as UTF-8") from None
+    return key
 
 
 def coerce_access(token_or_lease: object, *, argument: str = "token_or_lease") -> FencingAccess:
     """Turn "a token or a lease" into a :class:`FencingAccess`, or raise :class:`ValidationError`.
 
-    Accepts an ``int`` (not ``bool``), 0 ≤ n ≤ :data:`MAX_FENCING_TOKEN`, which has no fingerprint,
-    or any object with ``fencing_token`` (such an int) and ``owner_token`` (a non-empty ``str``),
-    whose fingerprint is :func:`owner_fingerprint` of its owner token. A lease restored without a
-    fencing token (``fencing_token is None``) cannot be fenced and is refused here. ``argument``
-    names the argument in the error.
+    Accepts an ``int`` (not ``bool``), :data:`MIN_FENCING_TOKEN` (1) ≤ n ≤
+    :data:`MAX_FENCING_TOKEN` (2**63 - 1), which has no fingerprint and no key, or any object with
+    ``fencing_token`` (such an int) and ``owner_token`` (a non-empty ``str``), whose fingerprint is
+    :func:`owner_fingerprint` of its owner token and whose key is its ``key``
+    (:func:`lease_key_of`).
+    A lease restored without a fencing token (``fencing_token is None``) cannot be fenced and is
+    refused here. ``argument`` names the argument in the error.
     """
     if isinstance(token_or_lease, bool):
         raise ValidationError(
@@ -124,7 +172,15 @@ def coerce_access(token_or_lease: object, *, argument: str = "token_or_lease") -
         owner = token_or_lease.owner_token
         if not isinstance(owner, str) or not owner:
             raise ValidationError(argument, f"{argument}.owner_token must be a non-empty str")
-        return FencingAccess(_check_token(token, argument), owner_fingerprint(owner))
+        try:
+            fingerprint = owner_fingerprint(owner)
+        except ValidationError:
+            raise ValidationError(
+                argument, f"{argument}.owner_token must be encodable as UTF-8"
+            ) from None
+        return FencingAccess(
+            _check_token(token, argument), fingerprint, lease_key_of(token_or_lease, argument)
+        )
     raise ValidationError(
         argument,
         f"{argument} must be an int fencing token or a lease with fencing_token and owner_token, "
@@ -133,11 +189,22 @@ def coerce_access(token_or_lease: object, *, argument: str = "token_or_lease") -
 
 
 def _check_token(token: int, argument: str) -> int:
-    if not 0 <= token <= MAX_FENCING_TOKEN:
+    if not MIN_FENCING_TOKEN <= token <= MAX_FENCING_TOKEN:
         raise ValidationError(
-            argument, f"fencing token must be 0 <= token <= {MAX_FENCING_TOKEN}, got {token}"
+            argument,
+            f"{argument}: a fencing token must be {MIN_FENCING_TOKEN} <= token <= "
+            f"{MAX_FENCING_TOKEN} (2**63 - 1), got {token}",
         )
-    return token
+    # An int subclass (an IntEnum member) becomes a plain int: stores would see its repr.
+    return int(token)
+
+
+def check_strict(strict: object) -> bool:
+    """Return ``strict`` if it is a ``bool``; raise :class:`ValidationError` naming it otherwise
+    (``strict="no"`` would be true)."""
+    if not isinstance(strict, bool):
+        raise ValidationError("strict", f"strict must be a bool, not {type(strict).__name__}")
+    return strict
 
 
 def decide(
@@ -146,10 +213,19 @@ def decide(
     """Apply the fencing rule (module docstring): the new state if accepted, else why not.
 
     Pure: no I/O, no clock. Returns a :class:`FenceState` (accepted; the state to store) or one of
-    ``"older"``, ``"strict"``, ``"duplicate"`` (refused; the state is unchanged).
+    ``"key"``, ``"older"``, ``"strict"``, ``"duplicate"`` (refused; the state is unchanged).
     """
-    if state is None or access.token > state.token:
-        return FenceState(access.token, access.fingerprint)
+    if state is None:
+        return FenceState(access.token, access.fingerprint, access.lease_key)
+    if (
+        state.lease_key is not None
+        and access.lease_key is not None
+        and state.lease_key != access.lease_key
+    ):
+        return "key"
+    lease_key = state.lease_key if state.lease_key is not None else access.lease_key
+    if access.token > state.token:
+        return FenceState(access.token, access.fingerprint, lease_key)
     if access.token < state.token:
         return "older"
     if strict:
@@ -160,15 +236,38 @@ def decide(
         and state.fingerprint != access.fingerprint
     ):
         return "duplicate"
-    if state.fingerprint is None and access.fingerprint is not None:
-        return FenceState(state.token, access.fingerprint)
-    return state
+    fingerprint = state.fingerprint if state.fingerprint is not None else access.fingerprint
+    return FenceState(state.token, fingerprint, lease_key)
 
 
 def stale_token_error(
-    resource: str, token: int, last_token: int | None, reason: RefusalReason
+    resource: str,
+    token: int,
+    last_token: int | None,
+    reason: RefusalReason,
+    *,
+    lease_key: str | None = None,
+    presented_key: str | None = None,
 ) -> StaleTokenError:
-    """Build the :class:`StaleTokenError` every fenced store raises for a refusal of ``reason``."""
+    """Build the :class:`StaleTokenError` every fenced store raises for a refusal of ``reason``.
+
+    For ``"key"`` it is a :class:`LeaseKeyMismatchError` naming ``lease_key`` (on record) and
+    ``presented_key`` (the refused lease's).
+    """
+    if reason == "key":
+        recorded = "" if lease_key is None else lease_key
+        presented = "" if presented_key is None else presented_key
+        return LeaseKeyMismatchError(
+            resource,
+            token,
+            last_token,
+            recorded,
+            presented,
+            f"resource {resource!r} refused fencing token {token} of a lease on {presented!r}: "
+            f"it is fenced by leases on {recorded!r}, and fencing tokens are counted per key, so "
+            "tokens of two keys cannot be compared (fence each key's data in a resource of its "
+            "own)",
+        )
     if reason == "duplicate":
         detail = (
             f"it has already accepted {last_token} from a different lease "
@@ -191,15 +290,14 @@ class FencedResource:
 
     ``FencedResource(name, *, strict=False)``. :meth:`accept` applies the fencing rule of this
     module atomically (one lock); a process-local resource, so it protects only what lives in this
-    process. ``name`` (a non-empty ``str``) is used in errors. Raises :class:`ValidationError` for a
-    bad ``name``.
+    process. ``name`` (a non-empty ``str``) is used in errors. The first lease accepted records its
+    key (:attr:`lease_key`); from then on leases on other keys are refused. Raises
+    :class:`ValidationError` for a bad ``name`` or a ``strict`` that is not a ``bool``.
     """
 
     def __init__(self, name: str, *, strict: bool = False) -> None:
-        if not isinstance(name, str) or not name:
-            raise ValidationError("name", "name must be a non-empty str")
-        self._name = name
-        self._strict = bool(strict)
+        self._name = check_key(name, "name")
+        self._strict = check_strict(strict)
         self._lock = threading.Lock()
         self._state: FenceState | None = None
 
@@ -225,22 +323,39 @@ class FencedResource:
         with self._lock:
             return None if self._state is None else self._state.fingerprint
 
+    @property
+    def lease_key(self) -> str | None:
+        """The key of the leases that fence this resource (the first accepted lease's), or
+        ``None`` while only bare ``int`` tokens (or nothing) were accepted."""
+        with self._lock:
+            return None if self._state is None else self._state.lease_key
+
     def accept(self, token_or_lease: TokenOrLease) -> int:
         """Admit one access by ``token_or_lease`` (an ``int`` token or a lease); return its token.
 
         Accepted only if the token is at least the largest accepted so far (``strict``: greater),
-        and not the same number as the last accepted one presented by a different lease (a duplicate
-        grant). Raises :class:`StaleTokenError` (``.last_token`` is the largest accepted) when
-        refused, :class:`ValidationError` for something that is not a token or a lease.
+        not the same number as the last accepted one presented by a different lease (a duplicate
+        grant), and, for a lease, if its key is the one on record (:attr:`lease_key`). Raises
+        :class:`StaleTokenError` (``.last_token`` is the largest accepted) when refused, its
+        subclass :class:`LeaseKeyMismatchError` for a lease on another key,
+        :class:`ValidationError` for something that is not a token (1..2**63 - 1) or a lease.
         """
         access = coerce_access(token_or_lease)
         with self._lock:
-            outcome = decide(self._state, access, strict=self._strict)
+            state = self._state
+            outcome = decide(state, access, strict=self._strict)
             if isinstance(outcome, FenceState):
                 self._state = outcome
                 return access.token
-            last = None if self._state is None else self._state.token
-        raise stale_token_error(self._name, access.token, last, outcome)
+        assert state is not None  # a refusal needs something on record
+        raise stale_token_error(
+            self._name,
+            access.token,
+            state.token,
+            outcome,
+            lease_key=state.lease_key,
+            presented_key=access.lease_key,
+        )
 
     def __repr__(self) -> str:
         return (

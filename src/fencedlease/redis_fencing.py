@@ -10,13 +10,15 @@
     fields = profile.hgetall(lease)               # a fenced read: moves the fence too
 
 Layout: the data is at ``<prefix>:{<name>}:resource`` (a string or a hash, as you use it) and the
-fence state at ``<prefix>:{<name>}:resource:fence`` (a hash ``{token, fp}``: the largest accepted
-token and the fingerprint of the lease that presented it; no TTL, never deleted by the library).
+fence state at ``<prefix>:{<name>}:resource:fence`` (a hash ``{token, fp, key}``: the largest
+accepted token as a decimal string, the fingerprint of the lease that presented it, and the key of
+the leases that fence the resource; no TTL, never deleted by the library).
 Both share a Redis Cluster hash slot, and neither can be a lease's key (see
 :mod:`fencedlease._protocol` for the whole layout and how names are escaped).
 
 The rule is the one of :func:`fencedlease._fencing.decide`, transcribed once in
-``scripts/fenced_check.lua``; each ``scripts/fenced_<op>.lua`` adds one access to it. A script that
+``scripts/fenced_check.lua``, which compares tokens exactly as decimal strings (Lua's numbers are
+doubles); each ``scripts/fenced_<op>.lua`` adds one access to it. A script that
 finds its SHA missing (``NOSCRIPT``, after ``SCRIPT FLUSH`` or a failover to a fresh replica) is
 loaded again and retried once. Every ``redis.RedisError`` reaches the caller as
 :class:`BackendError` with the original in ``__cause__``.
@@ -30,7 +32,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from importlib import resources
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import attrs
 import redis
@@ -40,20 +42,24 @@ from ._errors import BackendError, ValidationError
 from ._fencing import (
     RefusalReason,
     TokenOrLease,
+    check_strict,
     coerce_access,
     stale_token_error,
 )
 from ._protocol import resource_keys
-from ._validate import check_prefix
+from ._validate import check_key, check_prefix
 
 __all__ = ["DEFAULT_PREFIX", "RedisFencedResource"]
 
 DEFAULT_PREFIX: Final = "fencedlease:fenced"
 
+_T = TypeVar("_T", int, str)
+
 _REASONS: Final[dict[str, RefusalReason]] = {
     "older": "older",
     "strict": "strict",
     "duplicate": "duplicate",
+    "key": "key",
 }
 
 
@@ -95,19 +101,36 @@ def _text(value: object) -> str:
     return str(value)
 
 
+def _payload(value: object, argument: str, what: str) -> str | bytes | int | float:
+    """``value`` if Redis can take it as sent: ``str`` (encodable as UTF-8), ``bytes``, ``int``
+    (not ``bool``) or ``float``; :class:`ValidationError` naming ``argument`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, str | bytes | int | float):
+        raise ValidationError(
+            argument, f"{what} must be str, bytes, int or float, not {type(value).__name__}"
+        )
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValidationError(argument, f"{what} must be encodable as UTF-8") from None
+    return value
+
+
 class RedisFencedResource:
     """A named resource in Redis, fenced: every access checks the token in the same Lua call.
 
     ``RedisFencedResource(client, name, *, strict=False, prefix="fencedlease:fenced")``; ``client``
-    is a sync ``redis.Redis`` (``decode_responses`` either way: values come back as your client
-    returns them). ``name`` is any non-empty ``str``. The rule is
-    :class:`fencedlease.FencedResource`'s: accepted only if the token is at least the largest
-    accepted (``strict``: greater) and not the last token presented by a different lease. Reads move
-    the fence too (Kleppmann 2016; ``docs/fencing.md``).
+    is a sync ``redis.Redis`` or ``redis.cluster.RedisCluster`` (``decode_responses`` either way:
+    values come back as your client returns them; an asyncio client is refused). ``name`` is any
+    non-empty ``str``. The rule is :class:`fencedlease.FencedResource`'s: accepted only if the token
+    (1..2**63 - 1, compared exactly) is at least the largest accepted (``strict``: greater), not the
+    last token presented by a different lease, and, for a lease, only if its key is the one the
+    fence state records (the first accepted lease's). Reads move the fence too (Kleppmann 2016;
+    ``docs/fencing.md``).
 
-    Every method raises :class:`StaleTokenError` when refused (nothing written, nothing read),
-    :class:`ValidationError` for bad arguments (nothing sent), :class:`BackendError` when Redis
-    fails.
+    Every method raises :class:`StaleTokenError` when refused (nothing written, nothing read), its
+    subclass :class:`LeaseKeyMismatchError` for a lease on another key, :class:`ValidationError`
+    for bad arguments (nothing sent), :class:`BackendError` when Redis fails.
 
     Raises:
         ValidationError: ``name`` is not a non-empty str, or ``prefix`` is not a non-empty str
@@ -122,13 +145,16 @@ class RedisFencedResource:
         strict: bool = False,
         prefix: str = DEFAULT_PREFIX,
     ) -> None:
-        if not isinstance(name, str) or not name:
-            raise ValidationError("name", "name must be a non-empty str")
-        check_prefix(prefix)
+        if not isinstance(client, redis.Redis | redis.cluster.RedisCluster):
+            raise ValidationError(
+                "client",
+                "client must be a sync redis.Redis or redis.cluster.RedisCluster, not "
+                f"{type(client).__module__}.{type(client).__qualname__}",
+            )
         self._client = client
-        self._name = name
-        self._strict = bool(strict)
-        self._fence_key, self._data_key = resource_keys(prefix, name)
+        self._name = check_key(name, "name")
+        self._strict = check_strict(strict)
+        self._fence_key, self._data_key = resource_keys(check_prefix(prefix), name)
 
     @property
     def name(self) -> str:
@@ -142,27 +168,44 @@ class RedisFencedResource:
 
     @property
     def data_key(self) -> str:
-        """The Redis key holding the data: ``<prefix>:{<name>}``."""
+        """The Redis key holding the data: ``<prefix>:{<escaped name>}:resource``."""
         return self._data_key
 
     @property
     def fence_key(self) -> str:
-        """The Redis key holding the fence state: ``<prefix>:{<name>}:fence``."""
+        """The Redis key holding the fence state: ``<prefix>:{<escaped name>}:resource:fence``."""
         return self._fence_key
 
     @property
     def last_token(self) -> int | None:
         """The largest accepted token (one round trip), or ``None`` before the first access.
 
+        Raises :class:`BackendError` when Redis fails or the fence state holds no integer.
+        """
+        return self._fence_field("token", int)
+
+    @property
+    def lease_key(self) -> str | None:
+        """The key of the leases that fence this resource, as recorded by the first lease accepted
+        (one round trip), or ``None`` while only bare ``int`` tokens (or nothing) were accepted.
+
         Raises :class:`BackendError` when Redis fails.
         """
+        return self._fence_field("key", str) or None
+
+    def _fence_field(self, field: str, convert: type[_T]) -> _T | None:
         try:
-            raw = self._client.hget(self._fence_key, "token")
+            raw = self._client.hget(self._fence_key, field)
         except redis.RedisError as exc:
             denied = acl_denial(exc)
             detail = f"{denied}: {exc}" if denied else str(exc)
             raise BackendError(f"reading the fence of {self._name!r} failed: {detail}") from exc
-        return None if raw is None else int(_text(raw))
+        if raw is None:
+            return None
+        try:
+            return convert(_text(raw))
+        except ValueError as exc:
+            raise BackendError(f"the fence of {self._name!r} holds {field} {raw!r}") from exc
 
     def accept(self, token_or_lease: TokenOrLease) -> int:
         """Check ``token_or_lease`` and move the fence, touching no data; return the token.
@@ -177,9 +220,7 @@ class RedisFencedResource:
 
         Raises :class:`StaleTokenError`, :class:`ValidationError`, :class:`BackendError`.
         """
-        if isinstance(value, bool) or not isinstance(value, str | bytes | int | float):
-            raise ValidationError("value", "value must be str, bytes, int or float")
-        self._run(_SET, token_or_lease, (value,))
+        self._run(_SET, token_or_lease, (_payload(value, "value", "value"),))
 
     def hset(
         self, mapping: Mapping[str, str | bytes | int | float], token_or_lease: TokenOrLease
@@ -197,11 +238,8 @@ class RedisFencedResource:
         for field, value in mapping.items():
             if not isinstance(field, str | bytes):
                 raise ValidationError("mapping", "mapping fields must be str or bytes")
-            if isinstance(value, bool) or not isinstance(value, str | bytes | int | float):
-                raise ValidationError(
-                    "mapping", f"value of {field!r} must be str, bytes, int or float"
-                )
-            args.extend((field, value))
+            args.append(_payload(field, "mapping", "a mapping field"))
+            args.append(_payload(value, "mapping", f"the value of field {field!r}"))
         _, reply = self._run(_HSET, token_or_lease, args)
         return int(reply[1])
 
@@ -234,9 +272,10 @@ class RedisFencedResource:
     ) -> tuple[int, list[Any]]:
         access = coerce_access(token_or_lease)
         args = (
-            str(access.token),
+            str(access.token),  # exact: the scripts compare decimal strings
             access.fingerprint or "",
             "1" if self._strict else "0",
+            access.lease_key or "",
             *payload,
         )
         keys = (self._fence_key, self._data_key)
@@ -256,7 +295,14 @@ class RedisFencedResource:
             return access.token, reply
         last_token = int(_text(reply[1]))
         reason = _REASONS.get(_text(reply[2]), "older")
-        raise stale_token_error(self._name, access.token, last_token, reason)
+        raise stale_token_error(
+            self._name,
+            access.token,
+            last_token,
+            reason,
+            lease_key=_text(reply[3]) if len(reply) > 3 else None,
+            presented_key=access.lease_key,
+        )
 
     def __repr__(self) -> str:
         return f"RedisFencedResource({self._name!r}, strict={self._strict})"

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,10 +17,11 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from pg_fixtures import postgres_dsn  # noqa: F401 (the fixture)
 
-from fencedlease import StaleTokenError, ValidationError, db
+from fencedlease import BackendError, LeaseKeyMismatchError, StaleTokenError, ValidationError, db
+from fencedlease._fencing import MAX_FENCING_TOKEN
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from test_fencing_model import Access, accesses, attempt, lease, model_accepts, present
+from test_fencing_model import OWNERS, Access, accesses, check_against_model, lease
 
 pytestmark = pytest.mark.live
 
@@ -271,24 +274,253 @@ def test_concurrent_writers_interleaved_tokens(store: Store) -> None:
 def test_postgres_guard_accepts_what_the_model_accepts(
     store: Store, accesses: list[Access]
 ) -> None:
-    """For any sequence of accesses (strict per access), the guard accepts what the model does."""
+    """For any sequence of accesses (strict per access; tokens near 0, 2**53 and 2**63 - 1; leases
+    of two keys), the guard accepts what the model does and refuses for its reason."""
     resource = uuid.uuid4().hex
-    history: list[tuple[int, int | None]] = []
     with store.connect(autocommit=True) as conn:
-        for token, who, strict in accesses:
-            got, last = attempt(
-                db.fence_guard,
-                conn,
-                resource,
-                present(who, token),
-                strict=strict,
-                table=store.guard,
+        check_against_model(
+            lambda token_or_lease, strict: db.fence_guard(
+                conn, resource, token_or_lease, strict=strict, table=store.guard
+            ),
+            accesses,
+        )
+
+
+# --- exact tokens, numeric comparisons whatever the column type ----------------------------------
+
+
+def test_guard_tokens_near_2_53_and_at_2_63(store: Store) -> None:
+    """The BIGINT guard tells 2**53 from 2**53 + 1 and keeps 2**63 - 1 exactly."""
+    with store.connect(autocommit=True) as conn:
+        assert db.fence_guard(conn, "r", lease(2**53 + 1), table=store.guard) == 2**53 + 1
+        with pytest.raises(StaleTokenError) as info:
+            db.fence_guard(conn, "r", lease(2**53), table=store.guard)
+        assert info.value.last_token == 9_007_199_254_740_993
+        assert db.fence_guard(conn, "r", MAX_FENCING_TOKEN, table=store.guard) == MAX_FENCING_TOKEN
+        with pytest.raises(StaleTokenError) as info:
+            db.fence_guard(conn, "r", MAX_FENCING_TOKEN - 1, table=store.guard)
+        assert info.value.last_token == MAX_FENCING_TOKEN
+        assert conn.execute(f"SELECT fencing_token FROM {store.guard}").fetchall() == [
+            (9_223_372_036_854_775_807,)
+        ]
+
+
+@pytest.mark.parametrize("declared", ["TEXT", "BIGINT", "NUMERIC"])
+def test_token_column_compares_numerically_psycopg(store: Store, declared: str) -> None:
+    """TEXT, BIGINT and NUMERIC token columns through psycopg: 10 then 9 refused (a text compare
+    would take '9' after '10'), 2**53 + 1 then 2**53 refused, 2**63 - 1 kept exactly."""
+    table = f"{store.schema}.t"
+    with store.connect(autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (id INT PRIMARY KEY, v TEXT, fencing_token {declared})")
+        conn.execute(f"INSERT INTO {table} (id) VALUES (1)")
+        assert db.fenced_update(conn, table, {"v": "10"}, {"id": 1}, 10) == 1
+        with pytest.raises(StaleTokenError) as info:
+            db.fenced_update(conn, table, {"v": "9"}, {"id": 1}, 9)
+        assert info.value.last_token == 10
+        assert db.fenced_update(conn, table, {"v": "big"}, {"id": 1}, 2**53 + 1) == 1
+        with pytest.raises(StaleTokenError) as info:
+            db.fenced_read(conn, table, {"id": 1}, 2**53)
+        assert info.value.last_token == 2**53 + 1
+        assert db.fenced_read(conn, table, {"id": 1}, MAX_FENCING_TOKEN, columns=["v"]) == [
+            {"v": "big"}
+        ]
+        with pytest.raises(StaleTokenError) as info:
+            db.fenced_update(conn, table, {"v": "late"}, {"id": 1}, MAX_FENCING_TOKEN - 1)
+        assert info.value.last_token == MAX_FENCING_TOKEN
+        row = conn.execute(f"SELECT v, fencing_token::bigint FROM {table}").fetchone()
+    assert row == ("big", MAX_FENCING_TOKEN)
+
+
+@pytest.mark.parametrize("declared", ["TEXT", "BIGINT"])
+def test_token_column_compares_numerically_sqlalchemy(store: Store, declared: str) -> None:
+    """The same through SQLAlchemy on psycopg, with a lease-key column."""
+    table = f"{store.schema}.t"
+    engine = sa.create_engine(store.dsn.replace("postgresql://", "postgresql+psycopg://", 1))
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(
+                f"CREATE TABLE {table} (id INT PRIMARY KEY, v TEXT, fencing_token {declared}, "
+                "lk TEXT)"
             )
-            assert got == model_accepts(history, token, who, strict)
-            if got:
-                history.append((token, who))
-            else:
-                assert last == max(t for t, _ in history)
+            conn.exec_driver_sql(f"INSERT INTO {table} (id) VALUES (1)")
+            assert (
+                db.fenced_update(
+                    conn, table, {"v": "10"}, {"id": 1}, lease(10), lease_key_column="lk"
+                )
+                == 1
+            )
+            with pytest.raises(StaleTokenError) as info:
+                db.fenced_update(
+                    conn, table, {"v": "9"}, {"id": 1}, lease(9), lease_key_column="lk"
+                )
+            assert info.value.last_token == 10
+            db.fenced_update(
+                conn, table, {"v": "big"}, {"id": 1}, lease(2**53 + 1), lease_key_column="lk"
+            )
+            with pytest.raises(StaleTokenError):
+                db.fenced_update(
+                    conn, table, {"v": "x"}, {"id": 1}, lease(2**53), lease_key_column="lk"
+                )
+            with pytest.raises(LeaseKeyMismatchError) as kinfo:
+                db.fenced_read(
+                    conn, table, {"id": 1}, lease(2**53 + 2, key="order:42"), lease_key_column="lk"
+                )
+            assert (kinfo.value.lease_key, kinfo.value.presented_key) == ("orders", "order:42")
+            assert db.fenced_read(
+                conn,
+                table,
+                {"id": 1},
+                lease(MAX_FENCING_TOKEN),
+                columns=["v", "lk"],
+                lease_key_column="lk",
+            ) == [{"v": "big", "lk": "orders"}]
+            with pytest.raises(StaleTokenError):
+                db.fenced_update(conn, table, {"v": "x"}, {"id": 1}, MAX_FENCING_TOKEN - 1)
+            got = conn.exec_driver_sql(f"SELECT v, fencing_token::bigint FROM {table}").one()
+        assert tuple(got) == ("big", MAX_FENCING_TOKEN)
+    finally:
+        engine.dispose()
+
+
+# --- the guard table's shape and the lease key ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ddl", "problem"),
+    [
+        (
+            "resource TEXT PRIMARY KEY, fencing_token TEXT, owner_fingerprint TEXT, lease_key TEXT",
+            "column fencing_token is text, not a 64-bit integer",
+        ),
+        (
+            "resource TEXT PRIMARY KEY, fencing_token INTEGER, owner_fingerprint TEXT",
+            "column fencing_token is integer, not a 64-bit integer",
+        ),
+        (
+            "resource TEXT, fencing_token BIGINT, owner_fingerprint TEXT",
+            "column resource is not its primary key",
+        ),
+        ("resource TEXT PRIMARY KEY, fencing_token BIGINT", "it has no column owner_fingerprint"),
+    ],
+)
+def test_guard_table_of_another_shape_is_refused(store: Store, ddl: str, problem: str) -> None:
+    """create_guard_table inspects an existing PostgreSQL table: another shape is a
+    ValidationError naming the table and the problem; the table is left as it was."""
+    table = f"{store.schema}.my_guard"
+    with store.connect(autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} ({ddl})")
+        with pytest.raises(ValidationError) as info:
+            db.create_guard_table(conn, table=table)
+        assert info.value.argument == "table"
+        assert repr(table) in str(info.value)
+        assert problem in str(info.value)
+        columns = conn.execute(
+            "SELECT count(*) FROM information_schema.columns "
+            "WHERE table_schema = %s AND table_name = 'my_guard'",
+            (store.schema,),
+        ).fetchone()
+    assert columns == (ddl.count(",") + 1,)
+
+
+def test_guard_table_of_the_earlier_shape_gains_lease_key(store: Store) -> None:
+    """A guard table without lease_key gets the column (in the caller's transaction); its rows
+    keep their tokens and record the next lease's key. A unique index on resource is enough."""
+    table = f"{store.schema}.old_guard"
+    with store.connect() as conn:
+        conn.execute(
+            f"CREATE TABLE {table} (id SERIAL PRIMARY KEY, resource TEXT NOT NULL, "
+            "fencing_token BIGINT NOT NULL, owner_fingerprint TEXT)"
+        )
+        conn.execute(f"CREATE UNIQUE INDEX ON {table} (resource)")
+        conn.execute(f"INSERT INTO {table} (resource, fencing_token) VALUES ('orders', 7)")
+        conn.commit()
+        with pytest.raises(BackendError, match="lease_key"):
+            db.fence_guard(conn, "orders", lease(8), table=table)
+        conn.rollback()
+        db.create_guard_table(conn, table=table)
+        db.create_guard_table(conn, table=table)
+        conn.commit()
+        with pytest.raises(StaleTokenError):
+            db.fence_guard(conn, "orders", lease(6), table=table)
+        conn.rollback()
+        assert db.fence_guard(conn, "orders", lease(8, key="order:42"), table=table) == 8
+        conn.commit()
+        assert conn.execute(f"SELECT fencing_token, lease_key FROM {table}").fetchall() == [
+            (8, "order:42")
+        ]
+
+
+def test_guard_records_the_lease_key(store: Store) -> None:
+    """The guard row records the first lease's key and refuses a lease on another key with
+    LeaseKeyMismatchError naming both (no owner token); the row is unchanged."""
+    with store.connect(autocommit=True) as conn:
+        db.fence_guard(conn, "order:42", lease(34, key="order:42"), table=store.guard)
+        with pytest.raises(LeaseKeyMismatchError) as info:
+            db.fence_guard(conn, "order:42", lease(50, owner=1, key="orders"), table=store.guard)
+        assert (info.value.lease_key, info.value.presented_key, info.value.last_token) == (
+            "order:42",
+            "orders",
+            34,
+        )
+        assert OWNERS[1] not in str(info.value)
+        assert db.fence_guard(conn, "order:42", 35, table=store.guard) == 35
+        assert conn.execute(
+            f"SELECT fencing_token, lease_key FROM {store.guard} WHERE resource = 'order:42'"
+        ).fetchone() == (35, "order:42")
+
+
+# --- asyncio connections are refused -------------------------------------------------------------
+
+
+def test_psycopg_async_connection_is_a_validation_error(store: Store) -> None:
+    """A real psycopg.AsyncConnection: every db function raises ValidationError naming conn,
+    runs nothing, and leaves no coroutine un-awaited."""
+
+    async def main() -> None:
+        aconn = await psycopg.AsyncConnection.connect(store.dsn, autocommit=True)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                for call in (
+                    lambda: db.fence_guard(aconn, "r", 1, table=store.guard),
+                    lambda: db.create_guard_table(aconn, table=f"{store.schema}.never"),
+                    lambda: db.fenced_update(aconn, store.orders, {"status": "x"}, {"id": 42}, 1),
+                    lambda: db.fenced_read(aconn, store.orders, {"id": 42}, 1),
+                ):
+                    with pytest.raises(ValidationError) as info:
+                        call()
+                    assert info.value.argument == "conn"
+                    assert "AsyncConnection" in str(info.value)
+        finally:
+            await aconn.close()
+
+    asyncio.run(main())
+    with store.connect() as conn:
+        assert conn.execute(f"SELECT count(*) FROM {store.guard}").fetchone() == (0,)
+        assert conn.execute(f"SELECT to_regclass('{store.schema}.never')").fetchone() == (None,)
+    assert store.order() == ("new", 10, None)
+
+
+def test_sqlalchemy_async_connection_is_a_validation_error(store: Store) -> None:
+    """A started SQLAlchemy AsyncConnection on PostgreSQL is refused naming conn; through
+    run_sync the same call works."""
+    pytest.importorskip("greenlet", reason="SQLAlchemy's asyncio extension needs greenlet")
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    async def main() -> int:
+        engine = create_async_engine(store.dsn.replace("postgresql://", "postgresql+psycopg://", 1))
+        try:
+            async with engine.begin() as aconn:
+                with pytest.raises(ValidationError) as info:
+                    db.fence_guard(aconn, "r", 5, table=store.guard)
+                assert info.value.argument == "conn"
+                return await aconn.run_sync(
+                    lambda sync: db.fence_guard(sync, "r", 5, table=store.guard)
+                )
+        finally:
+            await engine.dispose()
+
+    assert asyncio.run(main()) == 5
 
 
 # --- SQLAlchemy on psycopg -----------------------------------------------------------------------

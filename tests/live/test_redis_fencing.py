@@ -8,16 +8,35 @@ import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from fencedlease import BackendError, StaleTokenError, ValidationError
+from fencedlease import (
+    BackendError,
+    LeaseKeyMismatchError,
+    LeaseManager,
+    StaleTokenError,
+    ValidationError,
+)
+from fencedlease._fencing import MAX_FENCING_TOKEN
 from fencedlease.redis_fencing import RedisFencedResource
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from test_fencing_model import Access, accesses, attempt, lease, model_accepts, present
+from test_fencing_model import (
+    OWNERS,
+    Access,
+    FakeLease,
+    accesses,
+    attempt,
+    check_against_model,
+    largest,
+    lease,
+)
+from test_fencing_odd_values import names, odd, only_library_errors, scalars, tokens
 
 pytestmark = pytest.mark.live
 
@@ -188,9 +207,165 @@ def test_bad_arguments_send_nothing(client: redis.Redis, name: str) -> None:
 
 
 def test_keys_share_a_hash_slot(client: redis.Redis) -> None:
-    """Data and fence keys differ only after the closing brace (one Redis Cluster slot)."""
+    """Data and fence keys are <base>:resource and <base>:resource:fence: they differ only after
+    the closing brace (one Redis Cluster slot), and neither is a lease's key or counter."""
     res = RedisFencedResource(client, "order:42", prefix="app")
-    assert (res.data_key, res.fence_key) == ("app:{order:42}", "app:{order:42}:fence")
+    assert (res.data_key, res.fence_key) == (
+        "app:{order:42}:resource",
+        "app:{order:42}:resource:fence",
+    )
+    assert (
+        RedisFencedResource(client, "a{b}%", prefix="app").data_key == "app:{a%7Bb%7D%25}:resource"
+    )
+
+
+def test_resource_named_like_a_lease_under_its_prefix_does_not_collide(
+    client: redis.Redis, name: str
+) -> None:
+    """A RedisFencedResource with the lease manager's prefix and the lease's own key as its name
+    (the natural choice) touches neither the lease nor its counter: no WRONGTYPE, the lease still
+    renews and releases, and the counter still issues the next token."""
+    prefix = f"collide-{uuid.uuid4().hex[:8]}"
+    leases = LeaseManager(client, prefix=prefix)
+    try:
+        held = leases.acquire(name, ttl_ms=30_000)
+        assert held.acquired and held.lease is not None
+        lease_now = held.lease
+        assert lease_now.fencing_token is not None
+        res = RedisFencedResource(client, name, prefix=prefix)
+        res.set("string data", lease_now)
+        res.accept(lease_now)
+        assert res.get(lease_now) == as_reply(client, "string data")
+        other = RedisFencedResource(client, name + ":hash", prefix=prefix)
+        assert other.hset({"f": "v"}, lease_now.fencing_token) == 1
+        assert lease_now.renew() is True
+        info = leases.inspect(name)
+        assert info is not None and info.fencing_token == lease_now.fencing_token
+        assert lease_now.release() is True
+        again = leases.acquire(name, ttl_ms=30_000)
+        assert again.lease is not None
+        assert again.lease.fencing_token == lease_now.fencing_token + 1
+        assert res.get(again.lease) == as_reply(client, "string data")
+        assert res.lease_key == name
+        assert again.lease.release() is True
+    finally:
+        leases.close()
+
+
+# --- tokens are exact up to 2**63 - 1 ------------------------------------------------------------
+
+
+def test_tokens_past_2_53_are_told_apart(client: redis.Redis, name: str) -> None:
+    """2**53 + 1 then 2**53: refused (as Lua doubles they are equal); under strict 2**53 + 1 twice
+    is refused; the fence holds the exact decimal."""
+    res = RedisFencedResource(client, name)
+    res.set("by-2**53+1", lease(2**53 + 1))
+    with pytest.raises(StaleTokenError) as info:
+        res.set("by-2**53", lease(2**53))  # the same lease: only the number refuses it
+    assert (info.value.token, info.value.last_token) == (2**53, 2**53 + 1)
+    with pytest.raises(StaleTokenError):
+        res.get(2**53)
+    strict = RedisFencedResource(client, name, strict=True)
+    with pytest.raises(StaleTokenError, match="fences strictly"):
+        strict.accept(2**53 + 1)
+    assert strict.accept(2**53 + 2) == 2**53 + 2
+    assert client.get(res.data_key) == as_reply(client, "by-2**53+1")
+    assert client.hget(res.fence_key, "token") == as_reply(client, "9007199254740994")
+    assert res.last_token == 9_007_199_254_740_994
+
+
+def test_largest_token(client: redis.Redis, name: str) -> None:
+    """2**63 - 1 is accepted and kept exactly; 2**63 - 2 after it is refused; 10 after 9 (a
+    longer decimal) is accepted."""
+    small = RedisFencedResource(client, name + ":small")
+    small.accept(9)
+    assert small.accept(10) == 10
+    with pytest.raises(StaleTokenError):
+        small.accept(9)
+    res = RedisFencedResource(client, name)
+    res.hset({"v": "max"}, lease(MAX_FENCING_TOKEN))
+    with pytest.raises(StaleTokenError) as info:
+        res.hset({"v": "late"}, lease(MAX_FENCING_TOKEN - 1))
+    assert info.value.last_token == MAX_FENCING_TOKEN
+    assert res.hset({"v": "max-again"}, lease(MAX_FENCING_TOKEN)) == 0
+    assert res.last_token == 9_223_372_036_854_775_807
+    assert client.hget(res.data_key, "v") == as_reply(client, "max-again")
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2**63, True, 3.5, lease(0), lease(2**63)])
+def test_token_out_of_range_sends_nothing(client: redis.Redis, name: str, bad: object) -> None:
+    """A token <= 0, > 2**63 - 1, a bool or not an int: ValidationError naming token_or_lease,
+    and no key is created."""
+    res = RedisFencedResource(client, name)
+    for call in (lambda: res.set("x", bad), lambda: res.accept(bad), lambda: res.hgetall(bad)):  # type: ignore[arg-type]
+        with pytest.raises(ValidationError) as info:
+            call()
+        assert info.value.argument == "token_or_lease"
+    assert client.exists(res.data_key, res.fence_key) == 0
+
+
+def test_a_fence_holding_no_canonical_token_is_a_backend_error(
+    client: redis.Redis, name: str
+) -> None:
+    """A fence state whose token is not a canonical decimal ("1e3", "abc") is an error reply,
+    never compared; nothing is written."""
+    res = RedisFencedResource(client, name)
+    for stored in ("1e3", "abc", "0010", "-5"):
+        client.hset(res.fence_key, "token", stored)
+        with pytest.raises(BackendError) as info:
+            res.set("x", 2000)
+        assert isinstance(info.value.__cause__, redis.ResponseError)
+        assert "canonical" in str(info.value.__cause__)
+        assert client.exists(res.data_key) == 0
+        assert client.hget(res.fence_key, "token") == as_reply(client, stored)
+
+
+def test_fence_state_of_the_earlier_shape_records_the_key(client: redis.Redis, name: str) -> None:
+    """A fence hash without a key field (written before keys were recorded) keeps its token rule
+    and records the key of the next lease."""
+    res = RedisFencedResource(client, name)
+    client.hset(res.fence_key, mapping={"token": "7", "fp": ""})
+    with pytest.raises(StaleTokenError):
+        res.accept(lease(6, key="order:42"))
+    assert res.lease_key is None
+    res.accept(lease(8, key="order:42"))
+    assert res.lease_key == "order:42"
+
+
+# --- one lease key per resource ------------------------------------------------------------------
+
+
+def test_lease_of_another_key_is_refused(client: redis.Redis, name: str) -> None:
+    """The fence records the first lease's key; a lease on another key is refused with
+    LeaseKeyMismatchError naming both keys (no owner token), nothing written; a bare int and the
+    recorded key go on."""
+    res = RedisFencedResource(client, name)
+    res.set("by-order:42", lease(34, key="order:42"))
+    assert res.lease_key == "order:42"
+    with pytest.raises(LeaseKeyMismatchError) as info:
+        res.set("by-orders", lease(35, owner=1, key="orders"))
+    exc = info.value
+    assert (exc.resource, exc.token, exc.last_token) == (name, 35, 34)
+    assert (exc.lease_key, exc.presented_key) == ("order:42", "orders")
+    assert OWNERS[1] not in str(exc) and OWNERS[0] not in str(exc)
+    with pytest.raises(LeaseKeyMismatchError):
+        res.get(lease(36, owner=1, key="orders"))
+    assert client.get(res.data_key) == as_reply(client, "by-order:42")
+    assert res.last_token == 34
+    res.set("by-int", 35)
+    res.set("by-order:42-again", lease(36, key="order:42"))
+    assert client.hget(res.fence_key, "key") == as_reply(client, "order:42")
+
+
+def test_asyncio_client_is_refused() -> None:
+    """redis.asyncio.Redis (or anything not a sync client) is a ValidationError naming client."""
+    import redis.asyncio
+
+    aclient = redis.asyncio.Redis()
+    for bad in (aclient, object(), None, "redis://localhost"):
+        with pytest.raises(ValidationError) as info:
+            RedisFencedResource(bad, "r")  # type: ignore[arg-type]
+        assert info.value.argument == "client"
 
 
 # --- concurrency and the model -------------------------------------------------------------------
@@ -249,19 +424,56 @@ def test_concurrent_writers_interleaved_tokens(redis_url: str, name: str) -> Non
 )
 @given(accesses=accesses)
 def test_scripts_accept_what_the_model_accepts(redis_url: str, accesses: list[Access]) -> None:
-    """For any sequence of accesses (strict per access: two resources on one name), the scripts
-    accept what the model accepts."""
+    """For any sequence of accesses (strict per access: two resources on one name; tokens near 0,
+    2**53 and 2**63 - 1; leases of two keys), the scripts accept what the model accepts and refuse
+    for its reason."""
     name = f"model:{uuid.uuid4().hex}"
     with redis.Redis.from_url(redis_url) as client:
         lenient = RedisFencedResource(client, name)
         strict = RedisFencedResource(client, name, strict=True)
-        history: list[tuple[int, int | None]] = []
-        for token, who, is_strict in accesses:
-            res = strict if is_strict else lenient
-            got, last = attempt(res.accept, present(who, token))
-            assert got == model_accepts(history, token, who, is_strict)
-            if got:
-                history.append((token, who))
-            else:
-                assert last == max(t for t, _ in history)
-        assert lenient.last_token == (max(t for t, _ in history) if history else None)
+
+        def access(token_or_lease: int | FakeLease, is_strict: bool) -> None:
+            (strict if is_strict else lenient).accept(token_or_lease)
+
+        history = check_against_model(access, accesses)
+        assert lenient.last_token == largest(history)
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    name=names,
+    prefix=st.one_of(names, st.just("odd-values")),
+    strict=st.one_of(st.booleans(), odd),
+    token=tokens,
+    value=st.one_of(odd, st.text(max_size=8)),
+    mapping=st.one_of(
+        odd, st.dictionaries(st.one_of(st.text(max_size=4), scalars), odd, max_size=3)
+    ),
+)
+def test_odd_values_raise_only_library_errors(
+    redis_url: str, name: Any, prefix: Any, strict: Any, token: Any, value: Any, mapping: Any
+) -> None:
+    """RedisFencedResource's constructor and every method, thrown odd values on a real Redis: a
+    result or a library error (a ValidationError naming an argument), never another exception."""
+    with redis.Redis.from_url(redis_url) as client:
+        made: list[RedisFencedResource] = []
+        error = only_library_errors(
+            lambda: made.append(RedisFencedResource(client, name, strict=strict, prefix=prefix))
+        )
+        if error is not None:
+            assert isinstance(error, ValidationError)
+            assert error.argument in ("name", "strict", "prefix")
+            return
+        res = made[0]
+        for call in (
+            lambda: res.accept(token),
+            lambda: res.set(value, token),
+            lambda: res.get(token),
+            lambda: res.hset(mapping, token),
+            lambda: res.hgetall(token),
+        ):
+            error = only_library_errors(call)
+            if isinstance(error, ValidationError):
+                assert error.argument in ("token_or_lease", "value", "mapping")

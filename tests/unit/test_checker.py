@@ -3,12 +3,14 @@ passed on a clean one."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from fencedlease.harness.checker import CheckParams, check_history, extract
-from fencedlease.harness.history import Event
+from fencedlease.harness.history import Event, read_history, write_history
 
 
 class History:
@@ -408,3 +410,26 @@ def test_extract_pairs_invocations_with_completions() -> None:
         ("partition", "w0", 1.0, 3.0)
     ]
     assert data.final == 1
+
+
+def test_d_tokens_past_2_53_are_told_apart_through_the_history_file(tmp_path: Path) -> None:
+    """Grants of 2**53 + 1 and then 2**53 (one double) are caught as decreasing after a round trip
+    through the JSON-lines history; 2**63 - 1 granted twice is caught as a duplicate."""
+    h = History()
+    h.lease("w0", 2**53 + 1, 0.1, end=(1.0, "ok", None))
+    h.lease("w1", 2**53, 1.1, invoked=1.05, end=(2.0, "ok", None))
+    h.lease("w0", 2**63 - 1, 2.1, invoked=2.05, end=(3.0, "ok", None))
+    h.lease("w1", 2**63 - 1, 3.1, invoked=3.05, end=(4.0, "ok", None))
+    path = tmp_path / "history.jsonl"
+    write_history(path, h.finish(5.0, None))
+    found = violations(read_history(path), "grant-tokens")
+    assert len(found) == 2
+    duplicate, decreasing = sorted(found, key=lambda message: not message.startswith("token"))
+    assert duplicate == (
+        "token 9223372036854775807 was granted twice: to w0 at 2.10 s and to w1 at 3.10 s."
+    )
+    assert "w1 was granted token 9007199254740992 at 1.10 s" in decreasing
+    assert "the larger token 9007199254740993" in decreasing
+    as_json = json.loads(json.dumps(check_history(read_history(path)).to_dict()))
+    messages = [v["message"] for p in as_json["properties"] for v in p["violations"]]
+    assert sorted(messages) == sorted(found)  # report.json keeps the exact numbers

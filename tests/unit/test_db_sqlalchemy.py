@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 from test_fencing_model import lease
 
-from fencedlease import BackendError, StaleTokenError, ValidationError, db
+from fencedlease import BackendError, LeaseKeyMismatchError, StaleTokenError, ValidationError, db
 
 
 @pytest.fixture
@@ -98,3 +98,44 @@ def test_driver_errors_become_backend_errors(engine: sa.Engine) -> None:
     with engine.begin() as conn, pytest.raises(BackendError) as info:
         db.fenced_update(conn, "nowhere", {"a": 1}, {"id": 1}, 1)
     assert isinstance(info.value.__cause__, sa.exc.OperationalError)
+
+
+@pytest.mark.parametrize("declared", ["TEXT", "", "INTEGER"])
+def test_token_column_compares_numerically_through_sqlalchemy(
+    engine: sa.Engine, declared: str
+) -> None:
+    """TEXT, untyped and INTEGER token columns: 10 then 9 refused; 2**53 + 1 then 2**53 refused;
+    2**63 - 1 accepted and kept exactly."""
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            f"CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT, fencing_token {declared})"
+        )
+        conn.exec_driver_sql("INSERT INTO t (id) VALUES (1)")
+        assert db.fenced_update(conn, "t", {"v": "10"}, {"id": 1}, 10) == 1
+        with pytest.raises(StaleTokenError) as info:
+            db.fenced_update(conn, "t", {"v": "9"}, {"id": 1}, 9)
+        assert info.value.last_token == 10
+        db.fenced_update(conn, "t", {"v": "big"}, {"id": 1}, 2**53 + 1)
+        with pytest.raises(StaleTokenError) as info:
+            db.fenced_read(conn, "t", {"id": 1}, 2**53)
+        assert info.value.last_token == 2**53 + 1
+        assert db.fenced_read(conn, "t", {"id": 1}, 2**63 - 1, columns=["v"]) == [{"v": "big"}]
+        assert conn.exec_driver_sql("SELECT CAST(fencing_token AS INTEGER) FROM t").scalar() == (
+            2**63 - 1
+        )
+
+
+def test_guard_lease_key_through_a_session(engine: sa.Engine) -> None:
+    """Through a Session: the guard records the lease key and refuses another key; a guard
+    table of another shape is refused by create_guard_table."""
+    with Session(engine) as session, session.begin():
+        db.fence_guard(session, "order:42", lease(2**53 + 1, key="order:42"))
+        with pytest.raises(LeaseKeyMismatchError) as info:
+            db.fence_guard(session, "order:42", lease(2**53 + 2, key="orders"))
+        assert (info.value.lease_key, info.value.presented_key) == ("order:42", "orders")
+        with pytest.raises(StaleTokenError):
+            db.fence_guard(session, "order:42", 2**53)
+        session.execute(sa.text("CREATE TABLE bad_guard (resource TEXT, fencing_token TEXT)"))
+        with pytest.raises(ValidationError, match="'bad_guard'") as verr:
+            db.create_guard_table(session, table="bad_guard")
+        assert verr.value.argument == "table"

@@ -10,9 +10,17 @@ from typing import Any
 
 import pytest
 from hypothesis import given, settings
-from test_fencing_model import Access, accesses, attempt, lease, model_accepts, present
+from test_fencing_model import OWNERS, Access, accesses, check_against_model, largest, lease
 
-from fencedlease import BackendError, FencedLeaseError, StaleTokenError, ValidationError, db
+from fencedlease import (
+    BackendError,
+    FencedLeaseError,
+    LeaseKeyMismatchError,
+    StaleTokenError,
+    ValidationError,
+    db,
+)
+from fencedlease._fencing import MAX_FENCING_TOKEN
 
 
 def connect(path: Path) -> sqlite3.Connection:
@@ -198,6 +206,259 @@ def test_fenced_read_prevents_the_lost_update(conn: sqlite3.Connection) -> None:
     assert conn.execute("SELECT note FROM orders").fetchone() == ("11",)
 
 
+# --- tokens compare as numbers, whatever the column's declared type -------------------------------
+
+
+@pytest.mark.parametrize("declared", ["TEXT", "", "INTEGER", "BIGINT", "VARCHAR(20)", "NUMERIC"])
+def test_token_column_of_any_declared_type_compares_numerically(
+    conn: sqlite3.Connection, declared: str
+) -> None:
+    """A token column declared TEXT, untyped, INTEGER...: 10 then 9 is refused (a text compare
+    would accept '9' after '10'), and 2**53 + 1 then 2**53 is refused too."""
+    conn.execute(f"CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT, fencing_token {declared})")
+    conn.execute("INSERT INTO t (id, v) VALUES (1, 'new')")
+    assert db.fenced_update(conn, "t", {"v": "by-10"}, {"id": 1}, 10) == 1
+    with pytest.raises(StaleTokenError) as info:
+        db.fenced_update(conn, "t", {"v": "by-9"}, {"id": 1}, 9)
+    assert info.value.last_token == 10
+    with pytest.raises(StaleTokenError):
+        db.fenced_read(conn, "t", {"id": 1}, 9)
+    assert db.fenced_update(conn, "t", {"v": "big"}, {"id": 1}, 2**53 + 1) == 1
+    with pytest.raises(StaleTokenError) as info:
+        db.fenced_update(conn, "t", {"v": "by-2**53"}, {"id": 1}, 2**53)
+    assert info.value.last_token == 2**53 + 1
+    assert db.fenced_read(conn, "t", {"id": 1}, MAX_FENCING_TOKEN, columns=["v"]) == [{"v": "big"}]
+    with pytest.raises(StaleTokenError) as info:
+        db.fenced_update(conn, "t", {"v": "late"}, {"id": 1}, MAX_FENCING_TOKEN - 1)
+    assert info.value.last_token == MAX_FENCING_TOKEN
+    assert conn.execute("SELECT v, CAST(fencing_token AS INTEGER) FROM t").fetchone() == (
+        "big",
+        MAX_FENCING_TOKEN,
+    )
+
+
+@pytest.mark.parametrize("declared", ["TEXT", ""], ids=["text", "untyped"])
+def test_token_stored_as_text_compares_as_a_number(conn: sqlite3.Connection, declared: str) -> None:
+    """A row whose token column holds the text '10' (written by anyone): token 9 is refused (a
+    text compare would let '9' in after '10') and 11 is accepted (in an untyped column SQLite
+    orders every integer before every text, so without the cast 11 would be refused forever)."""
+    conn.execute(f"CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT, fencing_token {declared})")
+    conn.execute("INSERT INTO t VALUES (1, 'kept', '10')")
+    assert conn.execute("SELECT typeof(fencing_token) FROM t").fetchone() == ("text",)
+    with pytest.raises(StaleTokenError) as info:
+        db.fenced_update(conn, "t", {"v": "lost"}, {"id": 1}, 9)
+    assert info.value.last_token == 10
+    assert conn.execute("SELECT v FROM t").fetchone() == ("kept",)
+    assert db.fenced_update(conn, "t", {"v": "by-11"}, {"id": 1}, 11) == 1
+    assert db.fenced_read(conn, "t", {"id": 1}, 11, columns=["v"]) == [{"v": "by-11"}]
+
+
+def test_guard_tokens_near_2_53_and_at_2_63(conn: sqlite3.Connection) -> None:
+    """The guard tells 2**53 from 2**53 + 1 and accepts 2**63 - 1, stored exactly."""
+    assert db.fence_guard(conn, "r", lease(2**53 + 1)) == 2**53 + 1
+    with pytest.raises(StaleTokenError) as info:
+        db.fence_guard(conn, "r", lease(2**53))
+    assert info.value.last_token == 9_007_199_254_740_993
+    assert db.fence_guard(conn, "r", MAX_FENCING_TOKEN) == MAX_FENCING_TOKEN
+    with pytest.raises(StaleTokenError):
+        db.fence_guard(conn, "r", MAX_FENCING_TOKEN - 1)
+    assert conn.execute("SELECT fencing_token FROM fencedlease_guard").fetchall() == [
+        (9_223_372_036_854_775_807,)
+    ]
+
+
+def test_guard_compares_numerically_in_a_hand_made_text_table(conn: sqlite3.Connection) -> None:
+    """fence_guard on a guard table made by hand with a TEXT token column still compares numbers."""
+    conn.execute(
+        "CREATE TABLE g (resource TEXT PRIMARY KEY, fencing_token TEXT, owner_fingerprint TEXT, "
+        "lease_key TEXT)"
+    )
+    db.fence_guard(conn, "r", 10, table="g")
+    with pytest.raises(StaleTokenError) as info:
+        db.fence_guard(conn, "r", 9, table="g")
+    assert info.value.last_token == 10
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2**63, True, 3.0, lease(0), lease(2**63)])
+def test_token_out_of_range_writes_nothing(
+    traced: tuple[sqlite3.Connection, list[str]], bad: Any
+) -> None:
+    """A token <= 0, > 2**63 - 1, a bool or not an int: ValidationError naming token_or_lease, and
+    no statement at all for the guard, the update and the read."""
+    conn, statements = traced
+    for call in (
+        lambda: db.fence_guard(conn, "orders", bad),
+        lambda: db.fenced_update(conn, "orders", {"status": "x"}, {"id": 42}, bad),
+        lambda: db.fenced_read(conn, "orders", {"id": 42}, bad),
+    ):
+        with pytest.raises(ValidationError) as info:
+            call()
+        assert info.value.argument == "token_or_lease"
+    assert statements == []
+
+
+# --- the guard table's shape ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ddl", "problem"),
+    [
+        (
+            "resource TEXT PRIMARY KEY, fencing_token TEXT, owner_fingerprint TEXT, lease_key TEXT",
+            "column fencing_token is TEXT, not a 64-bit integer",
+        ),
+        (
+            "resource TEXT PRIMARY KEY, fencing_token, owner_fingerprint TEXT",
+            "column fencing_token is untyped",
+        ),
+        (
+            "resource TEXT PRIMARY KEY, fencing_token REAL, owner_fingerprint TEXT",
+            "column fencing_token is REAL",
+        ),
+        ("resource TEXT PRIMARY KEY, fencing_token BIGINT", "it has no column owner_fingerprint"),
+        (
+            "resource TEXT, fencing_token BIGINT, owner_fingerprint TEXT",
+            "column resource is not its primary key",
+        ),
+        (
+            "resource TEXT PRIMARY KEY, fencing_token BIGINT, owner_fingerprint INTEGER",
+            "column owner_fingerprint is INTEGER, not text",
+        ),
+    ],
+)
+def test_guard_table_of_another_shape_is_refused(tmp_path: Path, ddl: str, problem: str) -> None:
+    """create_guard_table inspects an existing table: another shape is a ValidationError naming
+    the table and the problem, and the table is left as it was."""
+    c = connect(tmp_path / "shape.db")
+    c.execute(f"CREATE TABLE my_guard ({ddl})")
+    before = c.execute("SELECT sql FROM sqlite_master WHERE name = 'my_guard'").fetchone()
+    with pytest.raises(ValidationError) as info:
+        db.create_guard_table(c, table="my_guard")
+    assert info.value.argument == "table"
+    assert "'my_guard'" in str(info.value)
+    assert problem in str(info.value)
+    assert c.execute("SELECT sql FROM sqlite_master WHERE name = 'my_guard'").fetchone() == before
+
+
+def test_guard_table_of_the_earlier_shape_gains_lease_key(tmp_path: Path) -> None:
+    """A guard table without lease_key (the earlier shape) gets the column; its rows keep their
+    tokens and record the key of the next lease."""
+    c = connect(tmp_path / "old.db")
+    c.execute(
+        "CREATE TABLE fencedlease_guard (resource TEXT PRIMARY KEY, "
+        "fencing_token BIGINT NOT NULL, owner_fingerprint TEXT)"
+    )
+    c.execute("INSERT INTO fencedlease_guard VALUES ('orders', 7, NULL)")
+    with pytest.raises(BackendError, match="lease_key"):
+        db.fence_guard(c, "orders", lease(8))  # not migrated yet
+    db.create_guard_table(c)
+    db.create_guard_table(c)  # twice is fine
+    columns = [row[1] for row in c.execute("PRAGMA table_info(fencedlease_guard)")]
+    assert columns == ["resource", "fencing_token", "owner_fingerprint", "lease_key"]
+    with pytest.raises(StaleTokenError):
+        db.fence_guard(c, "orders", lease(6))
+    assert db.fence_guard(c, "orders", lease(8, key="order:42")) == 8
+    assert c.execute("SELECT fencing_token, lease_key FROM fencedlease_guard").fetchall() == [
+        (8, "order:42")
+    ]
+
+
+def test_guard_table_with_a_unique_index_on_resource_is_accepted(tmp_path: Path) -> None:
+    """resource may be unique through an index rather than the primary key."""
+    c = connect(tmp_path / "idx.db")
+    c.execute(
+        "CREATE TABLE g (id INTEGER PRIMARY KEY, resource VARCHAR(200) NOT NULL, "
+        "fencing_token INTEGER, owner_fingerprint TEXT, lease_key TEXT)"
+    )
+    c.execute("CREATE UNIQUE INDEX g_resource ON g (resource)")
+    db.create_guard_table(c, table="g")
+    assert db.fence_guard(c, "r", 3, table="g") == 3
+
+
+# --- one lease key per guard row, optionally per row ----------------------------------------------
+
+
+def test_guard_records_the_lease_key_and_refuses_another(conn: sqlite3.Connection) -> None:
+    """The guard row records the first lease's key; a lease on another key is refused with
+    LeaseKeyMismatchError naming both keys (no owner token), the row unchanged; a bare int and
+    the row's own key go on."""
+    db.fence_guard(conn, "order:42", lease(34, key="order:42"))
+    with pytest.raises(LeaseKeyMismatchError) as info:
+        db.fence_guard(conn, "order:42", lease(99, owner=1, key="orders"))
+    exc = info.value
+    assert (exc.resource, exc.token, exc.last_token) == ("order:42", 99, 34)
+    assert (exc.lease_key, exc.presented_key) == ("order:42", "orders")
+    assert "'orders'" in str(exc)
+    assert OWNERS[1] not in str(exc)
+    assert conn.execute("SELECT fencing_token, lease_key FROM fencedlease_guard").fetchall() == [
+        (34, "order:42")
+    ]
+    assert db.fence_guard(conn, "order:42", 35) == 35
+    assert db.fence_guard(conn, "order:42", lease(36, key="order:42")) == 36
+
+
+def test_update_with_a_lease_key_column(conn: sqlite3.Connection) -> None:
+    """lease_key_column: a NULL column takes the lease's key; another key is refused with
+    LeaseKeyMismatchError and the row unchanged; a bare int is not checked and sets no key."""
+    conn.execute("ALTER TABLE orders ADD COLUMN lease_key TEXT")
+    assert (
+        db.fenced_update(
+            conn, "orders", {"status": "int"}, {"id": 42}, 5, lease_key_column="lease_key"
+        )
+        == 1
+    )
+    assert conn.execute("SELECT lease_key FROM orders").fetchone() == (None,)
+    db.fenced_update(
+        conn,
+        "orders",
+        {"status": "a"},
+        {"id": 42},
+        lease(34, key="order:42"),
+        lease_key_column="lease_key",
+    )
+    with pytest.raises(LeaseKeyMismatchError) as info:
+        db.fenced_update(
+            conn,
+            "orders",
+            {"status": "b"},
+            {"id": 42},
+            lease(40, key="order:43"),
+            lease_key_column="lease_key",
+        )
+    assert (info.value.lease_key, info.value.presented_key, info.value.last_token) == (
+        "order:42",
+        "order:43",
+        34,
+    )
+    with pytest.raises(LeaseKeyMismatchError):
+        db.fenced_read(
+            conn, "orders", {"id": 42}, lease(41, key="order:43"), lease_key_column="lease_key"
+        )
+    assert conn.execute("SELECT status, fencing_token, lease_key FROM orders").fetchone() == (
+        "a",
+        34,
+        "order:42",
+    )
+    assert db.fenced_read(
+        conn,
+        "orders",
+        {"id": 42},
+        lease(35, key="order:42"),
+        columns=["status", "lease_key"],
+        lease_key_column="lease_key",
+    ) == [{"status": "a", "lease_key": "order:42"}]
+    with pytest.raises(ValidationError) as verr:
+        db.fenced_update(
+            conn, "orders", {"lease_key": "x"}, {"id": 42}, 36, lease_key_column="lease_key"
+        )
+    assert verr.value.argument == "values"
+    with pytest.raises(ValidationError) as verr:
+        db.fenced_update(
+            conn, "orders", {"status": "x"}, {"id": 42}, 36, lease_key_column="fencing_token"
+        )
+    assert verr.value.argument == "lease_key_column"
+
+
 # --- identifiers: validated, nothing executed -----------------------------------------------------
 
 
@@ -299,20 +560,42 @@ def test_values_are_bound_not_spliced(conn: sqlite3.Connection) -> None:
 @settings(max_examples=150, deadline=None)
 @given(accesses=accesses)
 def test_sqlite_guard_accepts_what_the_model_accepts(accesses: list[Access]) -> None:
-    """For any sequence of accesses (strict chosen per access), the guard accepts what the model
-    accepts, and its row always holds the largest accepted token."""
+    """For any sequence of accesses (strict chosen per access; tokens near 0, 2**53 and 2**63 - 1;
+    leases of two keys), the guard accepts what the model accepts, refuses for its reason, and its
+    row always holds the largest accepted token."""
     conn = sqlite3.connect(":memory:")
     db.create_guard_table(conn)
-    history: list[tuple[int, int | None]] = []
-    for token, who, strict in accesses:
-        got, last = attempt(db.fence_guard, conn, "r", present(who, token), strict=strict)
-        assert got == model_accepts(history, token, who, strict), (history, token, who, strict)
-        if got:
-            history.append((token, who))
-        else:
-            assert last == max(t for t, _ in history)
+    history = check_against_model(
+        lambda token_or_lease, strict: db.fence_guard(conn, "r", token_or_lease, strict=strict),
+        accesses,
+    )
     stored = conn.execute("SELECT fencing_token FROM fencedlease_guard").fetchall()
-    assert stored == ([(max(t for t, _ in history),)] if history else [])
+    assert stored == ([] if not history else [(largest(history),)])
+    conn.close()
+
+
+@settings(max_examples=100, deadline=None)
+@given(accesses=accesses)
+def test_sqlite_fenced_update_with_a_text_token_column_follows_the_model(
+    accesses: list[Access],
+) -> None:
+    """fenced_update on a TEXT token column with a lease-key column: what it accepts is what the
+    model accepts for bare ints and leases alike (no fingerprints: every lease is owner 0), so
+    numbers compare as numbers (10 after 9, 2**53 + 1 after 2**53) and keys are kept apart."""
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT, fencing_token TEXT, lk TEXT)")
+    conn.execute("INSERT INTO t (id) VALUES (1)")
+    same_owner = [
+        (tok, None if who is None else 0, strict, key) for tok, who, strict, key in accesses
+    ]
+    history = check_against_model(
+        lambda token_or_lease, strict: db.fenced_update(
+            conn, "t", {"v": "x"}, {"id": 1}, token_or_lease, strict=strict, lease_key_column="lk"
+        ),
+        same_owner,
+    )
+    stored = conn.execute("SELECT CAST(fencing_token AS INTEGER) FROM t").fetchone()
+    assert stored == (largest(history),)
     conn.close()
 
 

@@ -15,13 +15,14 @@ from test_fencing_model import (
     Access,
     FakeLease,
     accesses,
-    attempt,
+    check_against_model,
+    largest,
     lease,
-    model_accepts,
-    present,
 )
 
-from fencedlease import StaleTokenError, ValidationError
+import fencedlease
+import fencedlease.aio
+from fencedlease import LeaseKeyMismatchError, StaleTokenError, ValidationError
 from fencedlease._fencing import (
     MAX_FENCING_TOKEN,
     FencedResource,
@@ -101,11 +102,154 @@ def test_larger_token_replaces_the_fingerprint() -> None:
 
 
 def test_fresh_resource_has_no_last_token() -> None:
-    """Before the first access last_token is None, and token 0 is accepted."""
+    """Before the first access last_token is None, and token 1, the smallest, is accepted."""
     orders = FencedResource("orders")
-    assert orders.last_token is None
-    assert orders.accept(0) == 0
-    assert orders.last_token == 0
+    assert (orders.last_token, orders.lease_key) == (None, None)
+    assert orders.accept(1) == 1
+    assert orders.last_token == 1
+
+
+# --- tokens are exact integers up to 2**63 - 1 ----------------------------------------------------
+
+
+def test_tokens_past_2_53_are_told_apart() -> None:
+    """2**53 + 1 accepted, then 2**53 (the same double) refused; 2**53 + 2 accepted after."""
+    res = FencedResource("r")
+    assert res.accept(lease(2**53 + 1)) == 9_007_199_254_740_993
+    with pytest.raises(StaleTokenError) as info:
+        res.accept(lease(2**53))
+    assert (info.value.token, info.value.last_token) == (2**53, 2**53 + 1)
+    assert res.accept(2**53 + 2) == 2**53 + 2
+    strict = FencedResource("s", strict=True)
+    strict.accept(2**53)
+    assert strict.accept(2**53 + 1) == 2**53 + 1
+    with pytest.raises(StaleTokenError, match="fences strictly"):
+        strict.accept(2**53 + 1)
+
+
+def test_largest_token_is_accepted_and_then_only_itself() -> None:
+    """2**63 - 1 is accepted exactly; 2**63 - 2 after it is refused."""
+    res = FencedResource("r")
+    assert res.accept(lease(MAX_FENCING_TOKEN)) == 9_223_372_036_854_775_807
+    with pytest.raises(StaleTokenError) as info:
+        res.accept(MAX_FENCING_TOKEN - 1)
+    assert info.value.last_token == MAX_FENCING_TOKEN
+    assert res.accept(lease(MAX_FENCING_TOKEN)) == MAX_FENCING_TOKEN
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [0, -1, -(2**63), 2**63, 2**64, lease(0), lease(2**63), lease(-5)],
+    ids=["0", "-1", "-2**63", "2**63", "2**64", "lease-0", "lease-2**63", "lease-negative"],
+)
+def test_token_out_of_range_names_argument_and_bound(bad: Any) -> None:
+    """A token <= 0 or > 2**63 - 1 (bare or a lease's): ValidationError naming token_or_lease and
+    both bounds; nothing recorded."""
+    res = FencedResource("r")
+    with pytest.raises(ValidationError) as info:
+        res.accept(bad)
+    assert info.value.argument == "token_or_lease"
+    assert "1 <= token <= 9223372036854775807" in str(info.value)
+    assert (res.last_token, res.lease_key) == (None, None)
+
+
+def test_int_subclass_token_becomes_a_plain_int() -> None:
+    """An IntEnum member is accepted as its value, and stored as a plain int."""
+    import enum
+
+    class Token(enum.IntEnum):
+        FIRST = 2**53 + 1
+
+    assert type(coerce_access(Token.FIRST).token) is int
+    assert coerce_access(Token.FIRST).token == 2**53 + 1
+
+
+# --- one lease key per resource -------------------------------------------------------------------
+
+
+def test_lease_of_another_key_is_refused_naming_both_keys() -> None:
+    """A resource fenced by leases on order:42 refuses a lease on order:43 whatever its token, with
+    LeaseKeyMismatchError (a StaleTokenError) naming both keys and no owner token; nothing moves."""
+    res = FencedResource("order-42-row")
+    res.accept(lease(34, key="order:42"))
+    assert res.lease_key == "order:42"
+    for token in (1, 34, 35, MAX_FENCING_TOKEN):
+        with pytest.raises(LeaseKeyMismatchError) as info:
+            res.accept(lease(token, owner=1, key="order:43"))
+        exc = info.value
+        assert isinstance(exc, StaleTokenError)
+        assert (exc.resource, exc.token, exc.last_token) == ("order-42-row", token, 34)
+        assert (exc.lease_key, exc.presented_key) == ("order:42", "order:43")
+        assert "'order:43'" in str(exc)
+        assert "'order:42'" in str(exc)
+        assert "per key" in str(exc)
+        assert "duplicate" not in str(exc)
+        assert OWNERS[0] not in str(exc) + repr(exc)
+        assert OWNERS[1] not in str(exc) + repr(exc)
+    assert (res.last_token, res.last_fingerprint, res.lease_key) == (
+        34,
+        owner_fingerprint(OWNERS[0]),
+        "order:42",
+    )
+    # The resource's own key goes on working; a bare int is allowed (it has no key).
+    assert res.accept(lease(35, key="order:42")) == 35
+    assert res.accept(36) == 36
+    assert res.lease_key == "order:42"
+
+
+def test_cron_job_of_a_new_user_is_told_the_key_not_a_duplicate_grant() -> None:
+    """Two users' cron jobs each get token 1 from their own key's counter: the second is refused
+    for its key, not as "a duplicate grant" (the counter was not rolled back)."""
+    report = FencedResource("daily-report")
+    report.accept(lease(1, owner=0, key="cron:alice"))
+    with pytest.raises(LeaseKeyMismatchError, match="'cron:bob'") as info:
+        report.accept(lease(1, owner=1, key="cron:bob"))
+    assert "rolled back" not in str(info.value)
+
+
+def test_bare_ints_first_then_the_first_lease_records_its_key() -> None:
+    """Bare ints record no key; the first lease does, and keeps it."""
+    res = FencedResource("r")
+    res.accept(5)
+    assert res.lease_key is None
+    res.accept(lease(6, key="order:42"))
+    res.accept(lease(7, key="order:42"))
+    assert res.lease_key == "order:42"
+    with pytest.raises(LeaseKeyMismatchError):
+        res.accept(lease(8, key="orders"))
+
+
+def test_key_mismatch_error_survives_pickling() -> None:
+    """LeaseKeyMismatchError crosses process boundaries with every attribute."""
+    res = FencedResource("r")
+    res.accept(lease(3, key="order:42"))
+    with pytest.raises(LeaseKeyMismatchError) as info:
+        res.accept(lease(4, key="orders"))
+    copy = pickle.loads(pickle.dumps(info.value))
+    assert type(copy) is LeaseKeyMismatchError
+    assert (copy.resource, copy.token, copy.last_token, copy.lease_key, copy.presented_key) == (
+        "r",
+        4,
+        3,
+        "order:42",
+        "orders",
+    )
+    assert str(copy) == str(info.value)
+    assert fencedlease.LeaseKeyMismatchError is LeaseKeyMismatchError
+    assert "LeaseKeyMismatchError" in fencedlease.__all__
+    assert fencedlease.aio.LeaseKeyMismatchError is LeaseKeyMismatchError
+
+
+@pytest.mark.parametrize(
+    "bad_key", ["", 42, b"order:42", "\ud800"], ids=["empty", "int", "bytes", "surrogate"]
+)
+def test_lease_with_a_bad_key_is_a_validation_error(bad_key: Any) -> None:
+    """A lease whose key is not a non-empty UTF-8 str is refused before anything is recorded."""
+    res = FencedResource("r")
+    with pytest.raises(ValidationError) as info:
+        res.accept(FakeLease(bad_key, OWNERS[0], 3))
+    assert info.value.argument == "token_or_lease"
+    assert res.last_token is None
 
 
 # --- validation -----------------------------------------------------------------------------------
@@ -113,8 +257,19 @@ def test_fresh_resource_has_no_last_token() -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    [True, False, 3.0, None, "34", -1, MAX_FENCING_TOKEN + 1, object(), lease(None)],
-    ids=["True", "False", "float", "None", "str", "negative", "too-big", "object", "no-token"],
+    [True, False, 3.0, None, "34", 0, -1, MAX_FENCING_TOKEN + 1, object(), lease(None)],
+    ids=[
+        "True",
+        "False",
+        "float",
+        "None",
+        "str",
+        "zero",
+        "negative",
+        "too-big",
+        "object",
+        "no-token",
+    ],
 )
 def test_not_a_token_or_lease_is_a_validation_error(bad: Any) -> None:
     """Anything but an int in range or a lease with a token is refused before any state change."""
@@ -135,8 +290,11 @@ def test_lease_with_bool_token_or_empty_owner_is_refused() -> None:
 
 
 def test_max_token_is_accepted() -> None:
-    """2**53 - 1 is the largest token (Lua numbers are doubles)."""
-    assert coerce_access(MAX_FENCING_TOKEN) == FencingAccess(9_007_199_254_740_991, None)
+    """2**63 - 1 is the largest token (a signed 64-bit counter's largest value)."""
+    assert coerce_access(MAX_FENCING_TOKEN) == FencingAccess(9_223_372_036_854_775_807, None)
+    assert coerce_access(lease(MAX_FENCING_TOKEN)) == FencingAccess(
+        MAX_FENCING_TOKEN, owner_fingerprint(OWNERS[0]), "orders"
+    )
 
 
 def test_resource_name_must_be_a_non_empty_str() -> None:
@@ -147,6 +305,14 @@ def test_resource_name_must_be_a_non_empty_str() -> None:
         assert info.value.argument == "name"
 
 
+@pytest.mark.parametrize("bad", ["no", 1, None, 0.0])
+def test_strict_must_be_a_bool(bad: Any) -> None:
+    """strict="no" would be true: anything but a bool is a ValidationError naming "strict"."""
+    with pytest.raises(ValidationError) as info:
+        FencedResource("r", strict=bad)
+    assert info.value.argument == "strict"
+
+
 # --- fingerprints and secrecy ---------------------------------------------------------------------
 
 
@@ -154,8 +320,13 @@ def test_owner_fingerprint_is_16_hex_of_sha256() -> None:
     """The fingerprint is the first 16 hex characters of SHA-256 of the owner token."""
     assert owner_fingerprint("abc") == "ba7816bf8f01cfea"
     assert owner_fingerprint(OWNERS[0]) == hashlib.sha256(OWNERS[0].encode()).hexdigest()[:16]
-    with pytest.raises(ValidationError):
-        owner_fingerprint("")
+    for bad in ("", "\ud800", None):
+        with pytest.raises(ValidationError) as info:
+            owner_fingerprint(bad)  # type: ignore[arg-type]
+        assert info.value.argument == "owner_token"
+    with pytest.raises(ValidationError) as info:
+        coerce_access(FakeLease("k", "\ud800", 3))
+    assert info.value.argument == "token_or_lease"
 
 
 def test_owner_token_never_appears_in_repr_or_errors() -> None:
@@ -233,15 +404,11 @@ def test_concurrent_accepts_keep_the_largest_and_refuse_only_stale() -> None:
 def test_fenced_resource_accepts_what_the_model_accepts(
     accesses: list[Access], strict: bool
 ) -> None:
-    """For any sequence of accesses, FencedResource accepts exactly what the model accepts."""
-    orders = FencedResource("orders", strict=strict)
-    history: list[tuple[int, int | None]] = []
-    for token, who, _ in accesses:
-        expected = model_accepts(history, token, who, strict)
-        got, last = attempt(orders.accept, present(who, token))
-        assert got == expected, (history, token, who)
-        if not got:
-            assert last == max(t for t, _ in history)
-        if got:
-            history.append((token, who))
-        assert orders.last_token == (max(t for t, _ in history) if history else None)
+    """For any sequence of accesses, FencedResource (strict or not for the whole sequence)
+    accepts exactly what the model accepts, and refuses for the reason it gives."""
+    res = FencedResource("orders", strict=strict)
+    history = check_against_model(
+        lambda token_or_lease, _: res.accept(token_or_lease),
+        [(token, who, strict, key) for token, who, _, key in accesses],
+    )
+    assert res.last_token == largest(history)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from importlib import resources
+from pathlib import Path
 
 import pytest
 
 from fencedlease import redis_fencing
+from fencedlease._protocol import resource_keys
 
 OPS = ["accept", "set", "hset", "get", "hgetall"]
 
@@ -38,3 +40,26 @@ def test_each_loaded_script_is_the_check_then_the_op(op: str) -> None:
     assert "HMGET" not in script_text(f"fenced_{op}")
     assert script_text(f"fenced_{op}").count("fence_check()") == 1
     assert len(loaded.sha) == 40
+
+
+def test_tokens_are_never_lua_numbers() -> None:
+    """No fenced script turns a token into a Lua number (a double: 2**53 + 1 would become 2**53);
+    the check compares decimal strings. The behaviour itself is tested on a real Redis in
+    tests/live/test_redis_fencing.py::test_tokens_past_2_53_are_told_apart."""
+    for name in ["fenced_check"] + [f"fenced_{op}" for op in OPS]:
+        assert "tonumber" not in script_text(name), name
+    assert "compare_tokens(token, last)" in script_text("fenced_check")
+
+
+def test_docs_state_the_resource_key_layout() -> None:
+    """docs/fencing.md gives RedisFencedResource's keys as <base>:resource and
+    <base>:resource:fence, as _protocol.resource_keys makes them, and not the layout before."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "fencing.md").read_text("utf-8")
+    assert "`<prefix>:{<name>}:resource`" in docs
+    assert "`<prefix>:{<name>}:resource:fence`" in docs
+    assert "<prefix>:{<name>}:fence" not in docs
+    assert resource_keys("fencedlease:fenced", "profile:42") == (
+        "fencedlease:fenced:{profile:42}:resource:fence",
+        "fencedlease:fenced:{profile:42}:resource",
+    )
+    assert "fencedlease:fenced:{profile:42}:resource:fence" in docs

@@ -129,3 +129,33 @@ def test_a_bad_line_in_the_middle_names_its_line(tmp_path: Path) -> None:
     )
     with pytest.raises(ValueError, match=r"h\.jsonl:2: event type must be one of"):
         read_history(path)
+
+
+def test_tokens_past_2_53_and_up_to_2_63_stay_exact(tmp_path: Path) -> None:
+    """Fencing tokens go up to 2**63 - 1: written and read back (and merged) as exact ints."""
+    path = tmp_path / "w0.jsonl"
+    tokens = [2**53, 2**53 + 1, 2**63 - 1]
+    with HistoryWriter(path, "w0") as writer:
+        for token in tokens:
+            writer.invoke("acquire").ok(token=token)
+    assert '"token":9007199254740993' in path.read_text("utf-8")
+    ok = [e.token for e in read_history(path) if e.type == "ok"]
+    assert ok == [9_007_199_254_740_992, 9_007_199_254_740_993, 9_223_372_036_854_775_807]
+    merged = merge_histories([path], tmp_path / "all.jsonl")
+    assert [e.token for e in merged if e.type == "ok"] == tokens
+
+
+@pytest.mark.parametrize("token", [9.007199254740993e15, 2.5, 1e300])
+def test_a_float_that_is_not_an_exact_integer_is_refused(token: float) -> None:
+    """A token written as a float past 2**53 (or with a fraction) is an error, not rounded."""
+    line = {
+        "process": "w0",
+        "op": "acquire",
+        "type": "ok",
+        "mono": 1.0,
+        "wall": 2.0,
+        "token": token,
+    }
+    with pytest.raises(ValueError, match="exact integer"):
+        Event.from_dict(line)
+    assert Event.from_dict({**line, "token": 34.0}).token == 34

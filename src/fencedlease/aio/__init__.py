@@ -13,6 +13,7 @@ from .._backend import AsyncLeaseBackend
 from .._errors import (
     BackendError,
     FencedLeaseError,
+    LeaseKeyMismatchError,
     LeaseLostError,
     LeaseNotAcquiredError,
     StaleTokenError,
@@ -36,6 +37,7 @@ __all__ = [
     "BackendError",
     "FencedLeaseError",
     "LeaseInfo",
+    "LeaseKeyMismatchError",
     "LeaseLostError",
     "LeaseNotAcquiredError",
     "StaleTokenError",

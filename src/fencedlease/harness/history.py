@@ -109,10 +109,18 @@ class Event:
 
 
 def _opt_int(value: object) -> int | None:
+    """An integer field (``id``, ``grant``, ``token``, ``value``) of a line, exactly.
+
+    Python's :mod:`json` writes ints as ints and reads them back exact at any size (fencing tokens
+    go up to 2**63 - 1). A float is taken only when it is a whole number below 2**53, the largest
+    a double holds exactly: ``9.007199254740993e15`` is refused rather than rounded.
+    """
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ValueError(f"expected an integer, got {value!r}")
+    if isinstance(value, float) and not (value.is_integer() and abs(value) < 2**53):
+        raise ValueError(f"expected an exact integer, got the float {value!r}")
     return int(value)
 
 
