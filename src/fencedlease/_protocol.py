@@ -141,7 +141,8 @@ def owner_fingerprint(owner_token: str) -> str:
 
     Tells leases apart in logs, ``inspect`` and fenced resources without revealing the token.
     """
-    return hashlib.sha256(owner_token.encode()).hexdigest()[:16]
+    # surrogateescape: a stored owner that is not UTF-8 (read as bytes) still gets a name.
+    return hashlib.sha256(owner_token.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
 @attrs.frozen

@@ -41,11 +41,17 @@ __all__ = ["RedisBackend", "backend_errors"]
 
 @contextmanager
 def backend_errors(operation: str) -> Iterator[None]:
-    """Raise any redis-py error inside as :class:`BackendError` naming ``operation``, cause kept."""
+    """Raise any redis-py error inside as :class:`BackendError` naming ``operation``, cause kept;
+    so too a reply a ``decode_responses=True`` client cannot decode (a key holding bytes that are
+    not UTF-8: redis-py drops that connection)."""
     try:
         yield
     except RedisError as exc:
         raise BackendError(f"{operation}: {type(exc).__name__}: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise BackendError(
+            f"{operation}: a reply is not UTF-8 (the client decodes responses): {exc.reason}"
+        ) from exc
 
 
 class RedisBackend:

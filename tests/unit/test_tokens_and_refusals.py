@@ -4,6 +4,7 @@ of which error replies may have written (and so need a release with the same own
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 from pathlib import Path
 
@@ -87,6 +88,12 @@ def test_a_malformed_lease_value_is_a_backend_error_naming_the_key(value: object
 def test_a_malformed_counter_is_a_backend_error_naming_it(counter: object) -> None:
     with pytest.raises(BackendError, match="inspect 'job': the fencing counter"):
         decode_inspect([b"5:" + SECRET.encode(), 100, counter], "job")
+
+
+def test_an_owner_that_is_not_utf8_still_gets_a_fingerprint() -> None:
+    info = decode_inspect([b"5:\xff", 10, b"5"], "k")
+    assert info is not None and info.fencing_token == 5
+    assert info.owner_fingerprint == hashlib.sha256(b"\xff").hexdigest()[:16]
 
 
 def test_inspect_counter_may_be_zero_and_tokens_are_exact() -> None:
