@@ -60,7 +60,7 @@ def call(face: str, url: str, op: str, *args: Any, decode: bool = False) -> Any:
     return asyncio.run(main())
 
 
-def snapshot(client: redis.Redis) -> dict[bytes, tuple[Any, Any, bool]]:
+def snapshot(client: redis.Redis) -> dict[Any, tuple[Any, Any, bool]]:
     """Every key: its type, its DUMP (the value, exactly) and whether it has a TTL."""
     return {k: (client.type(k), client.dump(k), client.pttl(k) >= 0) for k in client.keys("*")}
 
@@ -445,13 +445,13 @@ def acl_user(redis_url: str, admin: redis.Redis) -> Iterator[Callable[..., dict[
 
     def make(*rules: str) -> dict[str, Any]:
         name = f"fl-test-{len(made)}"
-        admin.execute_command("ACL", "SETUSER", name, "reset", "on", ">pw", "~*", *rules)
+        admin.execute_command("ACL", "SETUSER", name, "reset", "on", ">pw", "~*", *rules)  # type: ignore[no-untyped-call]
         made.append(name)
         return {"username": name, "password": "pw"}
 
     yield make
     for name in made:
-        admin.execute_command("ACL", "DELUSER", name)
+        admin.execute_command("ACL", "DELUSER", name)  # type: ignore[no-untyped-call]
 
 
 class _SpyBackend(RedisBackend):
