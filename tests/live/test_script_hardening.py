@@ -255,6 +255,23 @@ def test_a_hand_off_issues_exact_tokens_and_refuses_a_spent_counter(
     assert_no_key_without_ttl(admin)
 
 
+@pytest.mark.parametrize("face", FACES)
+def test_a_malformed_waiter_entry_is_dropped_like_a_dead_one(
+    redis_url: str, admin: redis.Redis, face: str
+) -> None:
+    """Waiter details that do not parse cannot fail the release half-way: that waiter is
+    skipped, the next live one gets the lease."""
+    admin.set(COUNTER, 5)
+    admin.set(LEASE, f"5:{OWNER}", px=60_000)
+    admin.zadd(WAITERS, {"garbled": 1})
+    admin.hset(META, "garbled", "not:a:deadline")
+    _waiter_details(admin, OTHER)
+    assert call(face, redis_url, "release", KEY, OWNER) is True
+    assert admin.get(LEASE) == f"6:{OTHER}".encode() and admin.get(COUNTER) == b"6"
+    assert admin.exists(WAITERS, META) == 0
+    assert_no_key_without_ttl(admin)
+
+
 def test_managers_hold_exact_tokens_near_2_63(redis_url: str, admin: redis.Redis) -> None:
     """Both managers hand out the exact token, and the background renewer keeps the lease."""
     admin.set(COUNTER, MAX_FENCING_TOKEN - 2)

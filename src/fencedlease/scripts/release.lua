@@ -117,7 +117,7 @@ if waiting > 0 then
     redis.call('HDEL', KEYS[4], waiter)
     if info and waiter ~= owner then
       local deadline, ttl_ms, grace_ms = string.match(info, '^(%d+):(%d+):(%d+)$')
-      deadline = tonumber(deadline)
+      deadline = deadline and tonumber(deadline)
       if deadline and deadline > now_ms then  -- a malformed entry is dropped like a dead one
         local px = math.min(tonumber(ttl_ms), deadline - now_ms + tonumber(grace_ms))
         redis.call('INCR', KEYS[2])
