@@ -423,7 +423,8 @@ def may_have_written(exc: BackendError) -> bool:
     :data:`~fencedlease._protocol.SCRIPT_REFUSAL`; every script checks its keys before its first
     write), a refusal before the script ran (``NOSCRIPT``; ``NOPERM`` for ``EVALSHA`` itself,
     whose message names no script), a pool with no free connection, and an error that is not
-    Redis's.
+    Redis's. A connection error stays "may have written" even when it says the connection was
+    never made: redis-py retries a command on a new connection, so an earlier try may have run.
     """
     if is_ambiguous(exc):
         return True
