@@ -292,3 +292,30 @@ def test_sqlite_malformed_counter_is_refused_and_nothing_written(
         assert rows == [(stored,)]
     finally:
         backend.close()
+
+
+def test_sqlite_malformed_lease_token_fails_only_its_own_renewal(tmp_path: Path) -> None:
+    """A lease row whose token is not an integer: renew, renew_many's item, inspect and a retried
+    acquire raise BackendError naming the key; the other lease of the batch is renewed."""
+    path = tmp_path / "leases.db"
+    clock = FakeClock()
+    backend = SqliteBackend(path, clock=clock)
+    try:
+        assert backend.acquire("bad", "o", 1_000).fencing_token == 1
+        assert backend.acquire("good", "o", 1_000).fencing_token == 1
+        with sqlite3.connect(path) as conn:
+            conn.execute("UPDATE fencedlease_leases SET fencing_token = 'x' WHERE key = 'bad'")
+        results = backend.renew_many([("bad", "o", 5_000), ("good", "o", 5_000)])
+        assert isinstance(results[0], BackendError) and "renew 'bad'" in str(results[0])
+        assert results[1] == 1
+        with pytest.raises(BackendError, match="renew 'bad'"):
+            backend.renew("bad", "o", 5_000)
+        with pytest.raises(BackendError, match="inspect 'bad'"):
+            backend.inspect("bad")
+        with pytest.raises(BackendError, match="acquire 'bad'"):
+            backend.acquire("bad", "o", 1_000)
+        clock.advance(2_000)  # ms: "good", renewed to 5 s, has 3 s left
+        info = backend.inspect("good")
+        assert info is not None and info.ttl_ms == 3_000
+    finally:
+        backend.close()
