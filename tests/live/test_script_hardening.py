@@ -410,6 +410,31 @@ def test_junk_in_the_counter_never_escapes_and_changes_nothing(
 
 
 @pytest.mark.parametrize("face", FACES)
+@pytest.mark.parametrize(
+    "token", ["999999999999999999999", "9223372036854775808", "0", "-3", "1.5", "07", "x", ""]
+)
+def test_our_own_lease_with_a_malformed_token_is_refused(
+    redis_url: str, admin: redis.Redis, face: str, token: str
+) -> None:
+    """The owner part is ours but the token is not one (the "already ours" paths once passed it
+    through tonumber): acquire, renew, renew_many and release refuse, nothing written."""
+    admin.set(LEASE, f"{token}:{OWNER}", px=60_000)
+    admin.set(COUNTER, 3)
+    before = snapshot(admin)
+    for op, args in (
+        ("acquire", (KEY, OWNER, 5_000)),
+        ("renew", (KEY, OWNER, 5_000)),
+        ("release", (KEY, OWNER)),
+        ("enqueue", (KEY, OWNER, 5_000, 1_000, False)),
+    ):
+        with pytest.raises(BackendError, match=f"{op}: the lease key {re.escape(LEASE)} holds a"):
+            call(face, redis_url, op, *args)
+    [item] = call(face, redis_url, "renew_many", [(KEY, OWNER, 5_000)])
+    assert isinstance(item, BackendError) and "malformed" in str(item)
+    assert snapshot(admin) == before
+
+
+@pytest.mark.parametrize("face", FACES)
 def test_the_renewer_reports_a_malformed_lease_as_an_error(
     redis_url: str, admin: redis.Redis, face: str
 ) -> None:
