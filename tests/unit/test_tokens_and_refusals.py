@@ -36,7 +36,8 @@ from fencedlease._protocol import (
     parse_token,
     split_value,
 )
-from fencedlease.backends.memory import MemoryBackend
+from fencedlease.aio import AsyncLeaseManager
+from fencedlease.backends.memory import AsyncMemoryBackend, MemoryBackend
 from fencedlease.backends.sqlite import SqliteBackend
 from fencedlease.testing import FakeClock
 
@@ -239,6 +240,18 @@ def test_restore_accepts_tokens_up_to_2_63_minus_1() -> None:
         with pytest.raises(ValidationError, match=r"1\.\.2\*\*63-1") as info:
             restored_state("k", SECRET, 1_000, None, bad, clock)
         assert info.value.argument == "fencing_token"
+
+
+def test_both_faces_restore_within_1_to_2_63_minus_1() -> None:
+    clock = FakeClock()
+    sync = LeaseManager(MemoryBackend(clock=clock), clock=clock)
+    aio = AsyncLeaseManager(AsyncMemoryBackend(clock=clock), clock=clock)
+    for restore in (sync.restore, aio.restore):
+        lease = restore("k", SECRET, ttl_ms=1_000, fencing_token=MAX_FENCING_TOKEN)
+        assert lease.fencing_token == MAX_FENCING_TOKEN
+        with pytest.raises(ValidationError, match=r"1\.\.2\*\*63-1"):
+            restore("k", SECRET, ttl_ms=1_000, fencing_token=MAX_FENCING_TOKEN + 1)
+    sync.close()
 
 
 def test_memory_counter_stops_at_2_63_minus_1() -> None:
