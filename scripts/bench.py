@@ -568,9 +568,10 @@ NOTES = """\
   second than with redis-py's `Lock`, whose releasing worker usually takes the lock straight back
   (and whose other workers poll every 0.1 s). Per worker, every fencedlease worker gets the same
   share.
-- **Uncontended commands.** Both fencedlease commands are EVALSHA; inside them, acquire takes
-  its owner out of the waiter queue (a ZREM that finds nothing when nobody waits) and release
-  asks whether anyone is queued (ZCARD). No SCRIPT LOAD or EXISTS per call.
+- **Uncontended commands.** Both fencedlease commands are EVALSHA; inside them, acquire reads
+  the lease key, the counter (checked before the INCR, so a bad one writes nothing) and its own
+  queue entry (a ZSCORE that finds nothing when nobody waits) before INCR and SET, and release
+  asks whether anyone is queued (ZCARD) before GET and DEL. No SCRIPT LOAD or EXISTS per call.
 - **Noise.** Two cores shared with other test runs: the ratios are medians of per-round ratios
   of interleaved runs, but single rounds vary by +-30 %; the load average is in the table above.
 """

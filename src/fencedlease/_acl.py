@@ -59,6 +59,7 @@ SCRIPT_COMMANDS: Final[tuple[str, ...]] = (
     "TIME",
     "ZADD",
     "ZREM",
+    "ZSCORE",
     "ZCARD",
     "ZPOPMIN",
     "HSET",

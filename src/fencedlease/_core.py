@@ -27,11 +27,17 @@ from datetime import datetime, timezone
 from typing import Protocol
 
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import MaxConnectionsError
+from redis.exceptions import MaxConnectionsError, NoPermissionError, NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._errors import BackendError, LeaseLostError, ValidationError
-from ._protocol import AcquireReply, new_owner_token, owner_fingerprint
+from ._protocol import (
+    MAX_FENCING_TOKEN,
+    SCRIPT_REFUSAL,
+    AcquireReply,
+    new_owner_token,
+    owner_fingerprint,
+)
 from ._validate import check_key, check_ms
 
 __all__ = [
@@ -45,6 +51,7 @@ __all__ = [
     "RenewalSchedule",
     "SystemClock",
     "is_ambiguous",
+    "may_have_written",
     "renewal_items",
     "restored_state",
 ]
@@ -403,6 +410,33 @@ def is_ambiguous(exc: BackendError) -> bool:
     return isinstance(cause, (RedisConnectionError, RedisTimeoutError))
 
 
+def may_have_written(exc: BackendError) -> bool:
+    """True when the command that failed with ``exc`` may have changed the store, so whatever it
+    may have granted must be released with the same owner token.
+
+    "May have written": an ambiguous error (:func:`is_ambiguous`: no reply came), and an error
+    reply from inside a running script: Redis does not roll a script back, so a command that
+    failed after an earlier write of the script (a command an ACL denies, an out-of-memory
+    refusal, a key of another type the script did not check) leaves that write in place.
+
+    "Nothing was written": a lease script's own refusal (its message starts with
+    :data:`~fencedlease._protocol.SCRIPT_REFUSAL`; every script checks its keys before its first
+    write), a refusal before the script ran (``NOSCRIPT``; ``NOPERM`` for ``EVALSHA`` itself,
+    whose message names no script), a pool with no free connection, and an error that is not
+    Redis's. A connection error stays "may have written" even when it says the connection was
+    never made: redis-py retries a command on a new connection, so an earlier try may have run.
+    """
+    if is_ambiguous(exc):
+        return True
+    cause = exc.__cause__
+    if not isinstance(cause, ResponseError) or isinstance(cause, NoScriptError):
+        return False
+    message = str(cause)
+    if isinstance(cause, NoPermissionError) and "script" not in message:
+        return False
+    return not message.startswith(SCRIPT_REFUSAL)
+
+
 class AcquireAttempt:
     """The pure half of one acquire call, shared by the sync and async loops.
 
@@ -480,7 +514,11 @@ class AcquireAttempt:
         self._in_flight = True
 
     def may_resend(self, exc: BackendError) -> bool:
-        """Whether to send the same acquire once more after ``exc`` (see :func:`is_ambiguous`)."""
+        """Whether to send the same acquire once more after ``exc`` (see :func:`is_ambiguous`).
+
+        An error reply after a possible write (:func:`may_have_written`) is not resent (it would
+        fail again) but leaves the attempt :attr:`uncertain`: the caller releases with
+        :attr:`owner_token`."""
         if is_ambiguous(exc):
             self._ambiguous = True  # sticky: the lost command may still land after a retry
             # A reset connection fails fast: resend at once. A timeout means Redis may be
@@ -489,7 +527,10 @@ class AcquireAttempt:
             return isinstance(exc.__cause__, RedisConnectionError) or (
                 self._clock.monotonic() < self.give_up
             )
-        self._in_flight = False  # Redis refused it: nothing ran
+        if may_have_written(exc):
+            self._ambiguous = True  # the script failed after a possible write: clean up
+            return False
+        self._in_flight = False  # Redis refused it: nothing was written
         return False
 
     def granted(self, reply: AcquireReply) -> LeaseState:
@@ -529,16 +570,19 @@ def restored_state(
 
     Raises:
         ValidationError: ``key``/``owner_token`` not non-empty strings, ``ttl_ms`` out of
-            bounds, ``expires_at`` naive, ``fencing_token`` not a positive int.
+            bounds, ``expires_at`` naive, ``fencing_token`` not an int in 1..2**63-1.
     """
     check_key(key)
     check_key(owner_token, "owner_token")
     ttl_ms = check_ms("ttl_ms", ttl_ms, 1)
     if fencing_token is not None and (
-        not isinstance(fencing_token, int) or isinstance(fencing_token, bool) or fencing_token < 1
+        not isinstance(fencing_token, int)
+        or isinstance(fencing_token, bool)
+        or not 1 <= fencing_token <= MAX_FENCING_TOKEN
     ):
         raise ValidationError(
-            "fencing_token", f"fencing_token must be an int >= 1 or None; got {fencing_token!r}"
+            "fencing_token",
+            f"fencing_token must be an int in 1..2**63-1 or None; got {fencing_token!r}",
         )
     deadline = expires_wall = None
     if expires_at is not None:

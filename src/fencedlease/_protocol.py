@@ -44,6 +44,7 @@ __all__ = [
     "RELEASE",
     "RENEW",
     "RENEW_MANY",
+    "SCRIPT_REFUSAL",
     "AcquireReply",
     "InspectReply",
     "Script",
@@ -60,8 +61,10 @@ __all__ = [
     "lease_keys",
     "new_owner_token",
     "owner_fingerprint",
+    "parse_token",
     "renew_many_args",
     "resource_keys",
+    "split_value",
     "waiters_key",
     "waiters_meta_key",
 ]
@@ -139,7 +142,8 @@ def owner_fingerprint(owner_token: str) -> str:
 
     Tells leases apart in logs, ``inspect`` and fenced resources without revealing the token.
     """
-    return hashlib.sha256(owner_token.encode()).hexdigest()[:16]
+    # surrogateescape: a stored owner that is not UTF-8 (read as bytes) still gets a name.
+    return hashlib.sha256(owner_token.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
 @attrs.frozen
@@ -192,41 +196,107 @@ class InspectReply:
     last_issued_token: int | None
 
 
-def _text(value: object) -> str:
+SCRIPT_REFUSAL: Final = "fencedlease "
+"""How every error a lease script returns itself begins (after Redis's ``ERR``): such a script
+checked its keys and refused before its first write, so it wrote nothing."""
+
+_DIGITS: Final = frozenset("0123456789")
+
+
+def _text(value: object, what: str) -> str:
     if isinstance(value, bytes):
         return value.decode("utf-8", "surrogateescape")
     if isinstance(value, str):
         return value
-    raise TypeError(f"unexpected reply element {value!r}")
+    raise BackendError(f"{what}: unexpected reply element of type {type(value).__name__}")
 
 
-def _int(value: object) -> int:
+def _int(value: object, what: str) -> int:
+    """An integer reply, or a decimal string of one (with an optional ``-``), exactly."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value
-    return int(_text(value))
+    text = _text(value, what)
+    digits = text[1:] if text.startswith("-") else text
+    if not digits or not set(digits) <= _DIGITS or len(digits) > 20:
+        raise BackendError(f"{what}: expected an integer, got {text[:40]!r}")
+    return int(text)
 
 
-def decode_acquire(reply: object) -> AcquireReply:
-    """Decode the acquire script's ``[status, token, ttl]`` reply.
+def _is(value: object, number: int) -> bool:
+    """Whether a reply element is the small integer ``number`` (an integer reply, or its text)."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return value == number
+    if isinstance(value, bytes):
+        return value == str(number).encode()
+    return isinstance(value, str) and value == str(number)
+
+
+def parse_token(value: object, what: str, *, minimum: int = 1) -> int:
+    """A fencing token (or counter) as Redis stores it: an integer reply, or a decimal string
+    without sign or leading zero, ``minimum``..``MAX_FENCING_TOKEN``, decoded exactly (never
+    through a float).
 
     Raises:
-        ValueError: for a reply of any other shape (a script of another version answered).
+        BackendError: anything else; ``what`` names the key or reply, the value is not quoted
+            (a lease value holds an owner token).
     """
-    if not isinstance(reply, (list, tuple)) or len(reply) != 3:
-        raise ValueError(f"acquire: unexpected reply {reply!r}")
-    status, token, ttl = (_int(v) for v in reply)
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    else:
+        text = _text(value, what)
+        if (
+            not text
+            or not set(text) <= _DIGITS
+            or len(text) > 19
+            or (len(text) > 1 and text[0] == "0")
+        ):
+            raise BackendError(
+                f"{what}: not a fencing token (a decimal integer {minimum}..2**63-1)"
+            )
+        number = int(text)
+    if not minimum <= number <= MAX_FENCING_TOKEN:
+        raise BackendError(f"{what}: {number} is outside {minimum}..2**63-1")
+    return number
+
+
+def _shape(reply: object, length: int, what: str) -> Sequence[object]:
+    if not isinstance(reply, (list, tuple)) or len(reply) != length:
+        raise BackendError(f"{what}: unexpected reply (a script of another version?)")
+    return reply
+
+
+def decode_acquire(reply: object, key: str = "?") -> AcquireReply:
+    """Decode the acquire script's ``[status, token, ttl]`` reply; the token (a decimal string)
+    exactly, 1..2**63-1.
+
+    Raises:
+        BackendError: for a reply of any other shape or value (a script of another version).
+    """
+    what = f"acquire {key!r}"
+    status_value, token_value, ttl_value = _shape(reply, 3, what)
+    status, ttl = _int(status_value, what), _int(ttl_value, what)
     if status == GRANTED:
-        return AcquireReply(True, token, ttl)
+        return AcquireReply(True, parse_token(token_value, what), ttl)
     if status == ALREADY_OURS:
-        return AcquireReply(True, token, ttl, retried=True)
+        return AcquireReply(True, parse_token(token_value, what), ttl, retried=True)
     if status == HELD:
         return AcquireReply(False, 0, ttl)
-    raise ValueError(f"acquire: unexpected status {status!r}")
+    raise BackendError(f"{what}: unexpected status {status}")
 
 
-def decode_renew(reply: object) -> int:
-    """Decode the renew script's reply: the fencing token when renewed, 0 when the lease is lost."""
-    return _int(reply)
+def decode_renew(reply: object, key: str = "?") -> int:
+    """Decode the renew script's reply: the fencing token when renewed (exactly, 1..2**63-1), 0
+    when the lease is lost.
+
+    Raises:
+        BackendError: any other reply.
+    """
+    what = f"renew {key!r}"
+    if _is(reply, 0):
+        return 0
+    return parse_token(reply, what)
 
 
 def renew_many_args(
@@ -244,50 +314,83 @@ def renew_many_args(
 def decode_renew_many(
     items: Sequence[tuple[str, str, int]], reply: object
 ) -> list[int | BaseException]:
-    """Decode ``renew_many.lua``'s array, one entry per item: the token (renewed), 0 (lost), or a
-    :class:`~fencedlease.BackendError` for an item Redis could not renew (its TTL was refused, or
-    its key holds another type); the other items are unaffected.
+    """Decode ``renew_many.lua``'s array, one entry per item: the token (renewed; exactly,
+    1..2**63-1), 0 (lost), or a :class:`~fencedlease.BackendError` for an item Redis could not
+    renew (its TTL was refused, its key holds another type or a malformed value, or the reply
+    entry is not a token); the other items are unaffected.
 
     Raises:
-        ValueError: a reply of another shape.
+        BackendError: a reply of another shape.
     """
     if not isinstance(reply, (list, tuple)) or len(reply) != len(items):
-        raise ValueError(f"renew_many: unexpected reply for {len(items)} leases: {reply!r}")
+        raise BackendError(f"renew {len(items)} leases: unexpected reply for {len(items)} leases")
     results: list[int | BaseException] = []
     for (key, _, ttl_ms), value in zip(items, reply, strict=True):
-        code = _int(value)
-        if code == -1:
-            results.append(BackendError(f"renew {key!r}: ttl_ms {ttl_ms!r} refused by Redis"))
-        elif code == -2:
-            results.append(BackendError(f"renew {key!r}: WRONGTYPE, the key holds another type"))
+        what = f"renew {key!r}"
+        if _is(value, -1):
+            results.append(BackendError(f"{what}: ttl_ms {ttl_ms!r} refused by Redis"))
+        elif _is(value, -2):
+            results.append(
+                BackendError(
+                    f"{what}: WRONGTYPE, the lease key holds another type (or cannot be read)"
+                )
+            )
+        elif _is(value, -3):
+            results.append(BackendError(f"{what}: the lease key holds a malformed value"))
+        elif _is(value, 0):
+            results.append(0)
         else:
-            results.append(code)
+            try:
+                results.append(parse_token(value, what))
+            except BackendError as exc:
+                results.append(exc)
     return results
 
 
-def decode_release(reply: object) -> bool:
-    """Decode the release script's reply: true when our key was deleted."""
-    return _int(reply) == 1
+def decode_release(reply: object, key: str = "?") -> bool:
+    """Decode the release script's reply: true when our key was deleted (or handed on).
+
+    Raises:
+        BackendError: a reply other than 0 or 1.
+    """
+    if _is(reply, 1):
+        return True
+    if _is(reply, 0):
+        return False
+    raise BackendError(f"release {key!r}: unexpected reply")
 
 
-def split_value(value: object) -> tuple[int, str]:
-    """Split a stored lease value ``"<fencing_token>:<owner_token>"``."""
-    text = _text(value)
-    token, _, owner = text.partition(":")
-    return int(token), owner
+def split_value(value: object, what: str = "lease value") -> tuple[int, str]:
+    """Split a stored lease value ``"<fencing_token>:<owner_token>"``: the token exactly
+    (1..2**63-1), the owner token non-empty.
+
+    Raises:
+        BackendError: a malformed value (``what`` names the key; the value is not quoted).
+    """
+    text = _text(value, what)
+    token, sep, owner = text.partition(":")
+    if not sep or not owner:
+        raise BackendError(f'{what}: a malformed lease value (not "<fencing_token>:<owner>")')
+    return parse_token(token, what), owner
 
 
-def decode_inspect(reply: object) -> InspectReply | None:
-    """Decode the inspect script's ``[value, pttl, counter]`` reply; None when no lease is held."""
-    if not isinstance(reply, (list, tuple)) or len(reply) != 3:
-        raise ValueError(f"inspect: unexpected reply {reply!r}")
-    value, pttl, counter = reply
+def decode_inspect(reply: object, key: str = "?") -> InspectReply | None:
+    """Decode the inspect script's ``[value, pttl, counter]`` reply; None when no lease is held.
+
+    Raises:
+        BackendError: a malformed lease value or counter (the message names the key), or a reply
+            of another shape.
+    """
+    what = f"inspect {key!r}"
+    value, pttl, counter = _shape(reply, 3, what)
     if value is None or value is False:
         return None
-    token, owner = split_value(value)
+    token, owner = split_value(value, f"{what}: the lease key")
     return InspectReply(
         fencing_token=token,
-        ttl_ms=_int(pttl),
+        ttl_ms=_int(pttl, what),
         owner_fingerprint=owner_fingerprint(owner),
-        last_issued_token=None if counter is None or counter is False else _int(counter),
+        last_issued_token=None
+        if counter is None or counter is False
+        else parse_token(counter, f"{what}: the fencing counter", minimum=0),
     )

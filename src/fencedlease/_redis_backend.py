@@ -42,16 +42,20 @@ __all__ = ["RedisBackend", "backend_errors"]
 
 @contextmanager
 def backend_errors(operation: str) -> Iterator[None]:
-    """Raise any redis-py error inside as :class:`BackendError` naming ``operation``, cause kept.
-
-    A refusal by the Redis ACL names the refused command (:func:`fencedlease._acl.acl_denial`).
-    """
+    """Raise any redis-py error inside as :class:`BackendError` naming ``operation``, cause kept;
+    so too a reply a ``decode_responses=True`` client cannot decode (a key holding bytes that are
+    not UTF-8: redis-py drops that connection). A refusal by the Redis ACL names the refused
+    command (:func:`fencedlease._acl.acl_denial`)."""
     try:
         yield
     except RedisError as exc:
         denied = acl_denial(exc)
         detail = f"{denied}: " if denied else ""
         raise BackendError(f"{operation}: {detail}{type(exc).__name__}: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise BackendError(
+            f"{operation}: a reply is not UTF-8 (the client decodes responses): {exc.reason}"
+        ) from exc
 
 
 class RedisBackend:
@@ -82,12 +86,12 @@ class RedisBackend:
         prefix = self.prefix
         with backend_errors(f"acquire {key!r}"):
             reply = self._run(ACQUIRE, lease_keys(prefix, key), (owner_token, ttl_ms))
-        return decode_acquire(reply)
+        return decode_acquire(reply, key)
 
     def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
         with backend_errors(f"renew {key!r}"):
             reply = self._run(RENEW, (lease_key(self.prefix, key),), (owner_token, ttl_ms))
-        return decode_renew(reply)
+        return decode_renew(reply, key)
 
     def renew_many(self, items: Sequence[tuple[str, str, int]]) -> list[int | BaseException]:
         keys, args = renew_many_args(self.prefix, items)
@@ -98,13 +102,13 @@ class RedisBackend:
     def release(self, key: str, owner_token: str) -> bool:
         with backend_errors(f"release {key!r}"):
             reply = self._run(RELEASE, lease_keys(self.prefix, key), (owner_token,))
-        return decode_release(reply)
+        return decode_release(reply, key)
 
     def inspect(self, key: str) -> InspectReply | None:
         prefix = self.prefix
         with backend_errors(f"inspect {key!r}"):
             reply = self._run(INSPECT, (lease_key(prefix, key), fence_key(prefix, key)), ())
-        return decode_inspect(reply)
+        return decode_inspect(reply, key)
 
     def force_release(self, key: str) -> bool:
         with backend_errors(f"force_release {key!r}"):

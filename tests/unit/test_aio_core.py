@@ -201,7 +201,7 @@ def test_decode_renew_many() -> None:
     assert results[:3] == [5, 6, 0]
     assert isinstance(results[3], BackendError) and "'d'" in str(results[3])
     assert isinstance(results[4], BackendError) and "WRONGTYPE" in str(results[4])
-    with pytest.raises(ValueError, match="5 leases"):
+    with pytest.raises(BackendError, match="5 leases"):
         decode_renew_many(items, [1, 2])
 
 

@@ -87,8 +87,11 @@ class StepBackend:
 
 
 def refused() -> BackendError:
-    """A definitive failure (Redis answered with an error): not ambiguous, nothing ran."""
-    return backend_error(ResponseError("ERR refused"))
+    """A definitive failure: a lease script's own refusal (it checks its keys before its first
+    write), so not ambiguous and nothing was written. redis-py strips Redis's ``ERR``."""
+    return backend_error(
+        ResponseError("fencedlease acquire: the lease key k holds a malformed value")
+    )
 
 
 def run(coro_fn: Callable[[], Coroutine[Any, Any, T]]) -> T:

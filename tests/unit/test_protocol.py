@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from fencedlease._errors import ValidationError
+from fencedlease._errors import BackendError, ValidationError
 from fencedlease._protocol import (
     ACQUIRE,
     INSPECT,
@@ -142,8 +142,8 @@ def test_decode_acquire_any_encoding(wrap: Callable[[int], object]) -> None:
 
 @pytest.mark.parametrize("reply", [None, [1, 2], [9, 1, 1], "OK"])
 def test_decode_acquire_refuses_other_shapes(reply: object) -> None:
-    """A reply of another shape is an error, never 'acquired'."""
-    with pytest.raises(ValueError, match="acquire"):
+    """A reply of another shape is the library's error, never 'acquired'."""
+    with pytest.raises(BackendError, match="acquire"):
         decode_acquire(reply)
 
 

@@ -95,6 +95,6 @@ def test_redis_errors_become_backend_errors_with_the_cause(error: Exception) -> 
 
 
 def test_an_unexpected_reply_is_never_acquired() -> None:
-    """A reply of the wrong shape raises instead of being read as a grant."""
-    with pytest.raises(ValueError, match="unexpected reply"):
+    """A reply of the wrong shape raises the library's error instead of being read as a grant."""
+    with pytest.raises(BackendError, match="unexpected reply"):
         _backend(_Recorder("OK")).acquire("k", "owner", 100)

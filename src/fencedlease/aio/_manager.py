@@ -382,7 +382,7 @@ class AsyncLeaseManager:
 
         Raises:
             ValidationError: ``key``/``owner_token`` not non-empty strings, ``ttl_ms`` out of
-                bounds, ``expires_at`` naive, ``fencing_token`` not a positive int.
+                bounds, ``expires_at`` naive, ``fencing_token`` not an int in 1..2**63-1.
         """
         state = restored_state(key, owner_token, ttl_ms, expires_at, fencing_token, self._clock)
         return AsyncLease(state, self._backend, self._clock)

@@ -73,12 +73,12 @@ class AsyncRedisBackend:
         prefix = self.prefix
         with backend_errors(f"acquire {key!r}"):
             reply = await self._run(ACQUIRE, lease_keys(prefix, key), (owner_token, ttl_ms))
-        return decode_acquire(reply)
+        return decode_acquire(reply, key)
 
     async def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
         with backend_errors(f"renew {key!r}"):
             reply = await self._run(RENEW, (lease_key(self.prefix, key),), (owner_token, ttl_ms))
-        return decode_renew(reply)
+        return decode_renew(reply, key)
 
     async def renew_many(self, items: Sequence[tuple[str, str, int]]) -> list[int | BaseException]:
         keys, args = renew_many_args(self.prefix, items)
@@ -89,13 +89,13 @@ class AsyncRedisBackend:
     async def release(self, key: str, owner_token: str) -> bool:
         with backend_errors(f"release {key!r}"):
             reply = await self._run(RELEASE, lease_keys(self.prefix, key), (owner_token,))
-        return decode_release(reply)
+        return decode_release(reply, key)
 
     async def inspect(self, key: str) -> InspectReply | None:
         prefix = self.prefix
         with backend_errors(f"inspect {key!r}"):
             reply = await self._run(INSPECT, (lease_key(prefix, key), fence_key(prefix, key)), ())
-        return decode_inspect(reply)
+        return decode_inspect(reply, key)
 
     async def force_release(self, key: str) -> bool:
         with backend_errors(f"force_release {key!r}"):

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 from .._backend import RenewItem
 from .._core import SYSTEM_CLOCK, Clock
-from .._protocol import AcquireReply, InspectReply, owner_fingerprint
+from .._errors import BackendError
+from .._protocol import MAX_FENCING_TOKEN, AcquireReply, InspectReply, owner_fingerprint
 from .._validate import check_key, check_ms
 from ._clock import clock_ms
 
@@ -45,6 +46,8 @@ class MemoryBackend:
     Raises (every method):
         ValidationError: ``key`` or ``owner_token`` is not a non-empty str, or ``ttl_ms`` is not an
             int in 1..2,147,483,647.
+        BackendError: ``acquire`` when the key's counter is at 2**63-1 (no next token exists;
+            nothing changed).
     """
 
     def __init__(self, *, clock: Clock = SYSTEM_CLOCK) -> None:
@@ -76,7 +79,12 @@ class MemoryBackend:
             now, start = clock_ms(self._clock.monotonic())
             held = self._live(key, now)
             if held is None:
-                token = self._counters.get(key, 0) + 1
+                last = self._counters.get(key, 0)
+                if last >= MAX_FENCING_TOKEN:
+                    raise BackendError(
+                        f"acquire {key!r}: the fencing counter is at 2**63-1, the largest token"
+                    )
+                token = last + 1
                 self._counters[key] = token
                 self._leases[key] = _Held(token, owner_token, start + ttl_ms)
                 return AcquireReply(True, token, ttl_ms)

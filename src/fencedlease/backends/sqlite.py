@@ -40,13 +40,25 @@ from typing import Final, TypeVar
 from .._backend import RenewItem
 from .._core import SYSTEM_CLOCK, Clock
 from .._errors import BackendError, ValidationError
-from .._protocol import AcquireReply, InspectReply, owner_fingerprint
+from .._protocol import MAX_FENCING_TOKEN, AcquireReply, InspectReply, owner_fingerprint
 from .._validate import check_key, check_ms, check_prefix
 from ._clock import clock_ms
 
 __all__ = ["DEFAULT_BUSY_TIMEOUT_MS", "AsyncSqliteBackend", "SqliteBackend"]
 
 T = TypeVar("T")
+
+
+def _stored_token(value: object, what: str, minimum: int = 1) -> int:
+    """A fencing token (or counter) read from a row: an integer ``minimum``..2**63-1.
+
+    Raises:
+        BackendError: anything else (SQLite stores any type in any column); ``what`` names it.
+    """
+    if type(value) is not int or not minimum <= value <= MAX_FENCING_TOKEN:
+        raise BackendError(f"{what} is not an integer in {minimum}..2**63-1")
+    return value
+
 
 DEFAULT_BUSY_TIMEOUT_MS: Final = 5_000
 
@@ -225,13 +237,21 @@ class SqliteBackend:
                         "UPDATE fencedlease_leases SET expires_ms = ? WHERE prefix = ? AND key = ?",
                         (start + ttl_ms, prefix, key),
                     )
-                    return AcquireReply(True, int(row[0]), ttl_ms, retried=True)
+                    token = _stored_token(row[0], f"acquire {key!r}: the lease's fencing_token")
+                    return AcquireReply(True, token, ttl_ms, retried=True)
                 return AcquireReply(False, 0, int(row[2]) - now)
             counter = conn.execute(
                 "SELECT last_token FROM fencedlease_fences WHERE prefix = ? AND key = ?",
                 (prefix, key),
             ).fetchone()
-            token = 1 if counter is None else int(counter[0]) + 1
+            if counter is None:
+                token = 1
+            else:
+                what = f"acquire {key!r}: the fencing counter (last_token)"
+                last = _stored_token(counter[0], what, minimum=0)
+                if last == MAX_FENCING_TOKEN:
+                    raise BackendError(f"{what} is at 2**63-1, the largest fencing token")
+                token = last + 1
             conn.execute(
                 "INSERT OR REPLACE INTO fencedlease_fences (prefix, key, last_token)"
                 " VALUES (?, ?, ?)",
@@ -253,11 +273,12 @@ class SqliteBackend:
         ).fetchone()
         if row is None:
             return 0
+        token = _stored_token(row[0], f"renew {key!r}: the lease's fencing_token")
         conn.execute(
             "UPDATE fencedlease_leases SET expires_ms = ? WHERE prefix = ? AND key = ?",
             (start + ttl_ms, self.prefix, key),
         )
-        return int(row[0])
+        return token
 
     def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
         """Reset the TTL to ``ttl_ms`` ms if ``owner_token`` holds ``key``; return its fencing
@@ -289,7 +310,10 @@ class SqliteBackend:
             return results
         with self._transaction(f"renew {len(valid)} leases") as conn:
             for index, (key, owner_token, ttl_ms) in valid:
-                results[index] = self._renew(conn, key, owner_token, ttl_ms)
+                try:
+                    results[index] = self._renew(conn, key, owner_token, ttl_ms)
+                except BackendError as exc:  # a malformed row fails its own item only
+                    results[index] = exc
         return results
 
     def release(self, key: str, owner_token: str) -> bool:
@@ -322,10 +346,12 @@ class SqliteBackend:
         if row is None:
             return None
         return InspectReply(
-            fencing_token=int(row[0]),
+            fencing_token=_stored_token(row[0], f"inspect {key!r}: the lease's fencing_token"),
             ttl_ms=int(row[1]) - now,
             owner_fingerprint=owner_fingerprint(str(row[2])),
-            last_issued_token=None if row[3] is None else int(row[3]),
+            last_issued_token=None
+            if row[3] is None
+            else _stored_token(row[3], f"inspect {key!r}: the fencing counter", minimum=0),
         )
 
     def force_release(self, key: str) -> bool:

@@ -9,30 +9,61 @@
 -- returns  1 queued (the arrival time of a waiter already queued is kept: first come, first
 --            served across its polls); its deadline is now + ARGV[2] + ARGV[4] on Redis's clock;
 --          0 the lease key is free, or already this owner's (handed to it): acquire now; the
---            waiter is taken out of the queue.
+--            waiter is taken out of the queue;
+--          an error reply "ERR fencedlease enqueue: ...", with nothing written, when a key holds
+--            another type (or cannot be read) or the lease key a malformed value.
+-- Every read and type check comes before the first write, and the writes cannot fail on the
+-- keys' contents (only a command an ACL denies can: the manager then releases with the same
+-- owner token, which takes the waiter out of the queue).
 -- A waiter that stops polling (gave up, crashed) drops out at its deadline: release.lua skips it.
 -- Both queue keys expire by themselves once nobody has polled for a while.
 redis.replicate_commands()  -- TIME below; required by Redis 6.2, a no-op from 7.0
-local current = redis.call('GET', KEYS[1])
+local MAX_TOKEN = '9223372036854775807'
+local owner = ARGV[1]
+local function refuse(role, key, why)
+  return redis.error_reply('ERR fencedlease enqueue: the ' .. role .. ' ' .. key .. ' ' .. why)
+end
+local current = redis.pcall('GET', KEYS[1])
+if type(current) == 'table' then
+  return refuse('lease key', KEYS[1], 'cannot be read: ' .. tostring(current.err))
+end
+local wait = false
 if current then
-  local sep = string.find(current, ':', 1, true)
-  if not (sep and string.sub(current, sep + 1) == ARGV[1]) then
-    local clock = redis.call('TIME')
-    local seconds, micros = tonumber(clock[1]), tonumber(clock[2])
-    local now_ms = seconds * 1000 + math.floor(micros / 1000)
-    local wait_ms, grace_ms = tonumber(ARGV[2]), tonumber(ARGV[4])
-    redis.call('ZADD', KEYS[2], 'NX', string.format('%d', seconds * 1000000 + micros), ARGV[1])
-    redis.call('HSET', KEYS[3], ARGV[1],
-               string.format('%d:%s:%d', now_ms + wait_ms + grace_ms, ARGV[3], grace_ms))
-    local keep_ms = wait_ms + 2 * grace_ms
-    for i = 2, 3 do
-      if redis.call('PTTL', KEYS[i]) < keep_ms then
-        redis.call('PEXPIRE', KEYS[i], keep_ms)
-      end
-    end
-    return 1
+  local token, holder = string.match(current, '^([1-9]%d*):(.+)$')
+  if not token or #token > 19 or (#token == 19 and token > MAX_TOKEN) then
+    return refuse('lease key', KEYS[1], 'holds a malformed value (not "<fencing_token>:<owner>")')
+  end
+  wait = holder ~= owner
+end
+local queued = redis.pcall('ZSCORE', KEYS[2], owner)
+if type(queued) == 'table' then
+  return refuse('waiter queue', KEYS[2], 'cannot be read: ' .. tostring(queued.err))
+end
+if wait or queued then  -- the details are written (HSET) or cleaned (HDEL)
+  local kind = redis.call('TYPE', KEYS[3]).ok
+  if kind ~= 'hash' and kind ~= 'none' then
+    return refuse('waiter details', KEYS[3], 'hold a ' .. kind .. ', not a hash')
   end
 end
-redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('HDEL', KEYS[3], ARGV[1])
-return 0
+-- Writes only from here on.
+if not wait then
+  if queued then
+    redis.call('ZREM', KEYS[2], owner)
+    redis.call('HDEL', KEYS[3], owner)
+  end
+  return 0
+end
+local clock = redis.call('TIME')
+local seconds, micros = tonumber(clock[1]), tonumber(clock[2])
+local now_ms = seconds * 1000 + math.floor(micros / 1000)
+local wait_ms, grace_ms = tonumber(ARGV[2]), tonumber(ARGV[4])
+redis.call('ZADD', KEYS[2], 'NX', string.format('%d', seconds * 1000000 + micros), owner)
+redis.call('HSET', KEYS[3], owner,
+           string.format('%d:%s:%d', now_ms + wait_ms + grace_ms, ARGV[3], grace_ms))
+local keep_ms = wait_ms + 2 * grace_ms
+for i = 2, 3 do
+  if redis.call('PTTL', KEYS[i]) < keep_ms then
+    redis.call('PEXPIRE', KEYS[i], keep_ms)
+  end
+end
+return 1

@@ -4,4 +4,15 @@
 -- returns  {lease_value or false, pttl_ms, counter or false}
 --          lease_value is "<fencing_token>:<owner_token>"; the client keeps only a fingerprint of
 --          the owner token. pttl_ms is -2 when the key is missing. counter is the last token issued.
-return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
+--          Both values are returned as stored (strings) and checked by the client.
+--          An error reply "ERR fencedlease inspect: ..." when a key holds another type.
+local replies = {}
+for i, role in ipairs({'lease key', 'fencing counter'}) do
+  local value = redis.pcall('GET', KEYS[i])
+  if type(value) == 'table' then
+    return redis.error_reply('ERR fencedlease inspect: the ' .. role .. ' ' .. KEYS[i]
+                             .. ' cannot be read: ' .. tostring(value.err))
+  end
+  replies[i] = value
+end
+return {replies[1], redis.call('PTTL', KEYS[1]), replies[2]}

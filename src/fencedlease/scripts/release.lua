@@ -6,7 +6,13 @@
 -- KEYS[4]  waiter details  <prefix>:{<key>}:waiters:meta  hash: owner -> "<deadline_ms>:<ttl_ms>:<grace_ms>"
 -- ARGV[1]  owner token
 -- returns  1 when released: the key was deleted, or granted to the oldest live waiter;
---          0 when the key is missing or owned by someone else (nothing touched).
+--          0 when the key is missing or owned by someone else (nothing touched but the caller's
+--            own queue entry);
+--          an error reply "ERR fencedlease release: ...", with nothing written, when a key holds
+--            another type (or cannot be read), the lease key a malformed value, or, when a
+--            hand-off may follow, the counter is not an integer in 0..2^63-2.
+-- Every read and type check comes before the first write; the writes cannot fail on the keys'
+-- contents, and the wake-up PUBLISH is a pcall (a channel an ACL denies costs the waiter one poll).
 -- Hand-off (when nobody waits the release is ZCARD, GET, DEL). Waiters are queued
 -- by enqueue.lua; all four keys share the hash tag, so they live in one Redis Cluster slot. The oldest
 -- waiter whose deadline (Redis TIME) has not passed, and who is not the releasing owner, is granted
@@ -14,6 +20,8 @@
 -- to "<token>:<waiter's owner token>" with PX min(ttl_ms, deadline - now + grace_ms) until the
 -- waiter claims it (acquire.lua's "already ours" path resets the TTL), and the waiter is woken by
 -- PUBLISH on "<lease key>:handoff" with the SHA-1 of its owner token (never the token itself).
+-- The new token is the counter's decimal successor computed on its digits (never a Lua number,
+-- exact only up to 2^53).
 -- So a releasing holder cannot barge ahead of the queue: waiters are served first come, first
 -- served (the direct hand-off of Go's sync.Mutex in starvation mode; Redisson's fair lock queue).
 -- A lost notification costs the waiter one retry delay: its next poll finds the key already its own.
@@ -21,43 +29,100 @@
 -- (or is cancelled) releases with its owner token, which both drops its queue entry and passes on
 -- a lease that was handed to it meanwhile.
 redis.replicate_commands()  -- TIME below after a write; required by Redis 6.2, a no-op from 7.0
-local waiting = redis.call('ZCARD', KEYS[3])
-if waiting > 0 and redis.call('ZREM', KEYS[3], ARGV[1]) == 1 then
-  redis.call('HDEL', KEYS[4], ARGV[1])
+local MAX_TOKEN = '9223372036854775807'
+local owner = ARGV[1]
+local function refuse(role, key, why)
+  return redis.error_reply('ERR fencedlease release: the ' .. role .. ' ' .. key .. ' ' .. why)
+end
+local function read(...)  -- a read that cannot abort the script: its reply, or nil and the error
+  local reply = redis.pcall(...)
+  if type(reply) == 'table' and reply.err then
+    return nil, reply.err
+  end
+  return reply
+end
+local function is_token(s)  -- 1..2^63-1 in decimal, no sign, no leading zero
+  return string.find(s, '^[1-9]%d*$') ~= nil and (#s < 19 or (#s == 19 and s <= MAX_TOKEN))
+end
+local waiting, err = read('ZCARD', KEYS[3])
+if err then
+  return refuse('waiter queue', KEYS[3], 'cannot be read: ' .. err)
+end
+local current
+current, err = read('GET', KEYS[1])
+if err then
+  return refuse('lease key', KEYS[1], 'cannot be read: ' .. err)
+end
+local ours = false
+if current then
+  local token, holder = string.match(current, '^(%d+):(.+)$')
+  if not (token and is_token(token)) then
+    return refuse('lease key', KEYS[1], 'holds a malformed value (not "<fencing_token>:<owner>")')
+  end
+  ours = holder == owner
+end
+local queued, next_token = false, nil
+if waiting > 0 then
+  local kind = redis.call('TYPE', KEYS[4]).ok
+  if kind ~= 'hash' and kind ~= 'none' then
+    return refuse('waiter details', KEYS[4], 'hold a ' .. kind .. ', not a hash')
+  end
+  queued = redis.call('ZSCORE', KEYS[3], owner)
+  if ours then  -- a hand-off may follow: its token must exist
+    local counter
+    counter, err = read('GET', KEYS[2])
+    if err then
+      return refuse('fencing counter', KEYS[2], 'cannot be read: ' .. err)
+    end
+    if not counter then
+      next_token = '1'
+    elseif counter ~= '0' and not is_token(counter) then
+      local why = string.find(counter, '^%-%d+$') and 'is negative' or 'is not an integer in 0..2^63-2'
+      return refuse('fencing counter', KEYS[2], why)
+    elseif counter == MAX_TOKEN then
+      return refuse('fencing counter', KEYS[2], 'is at 2^63-1, the largest fencing token: no next token')
+    else  -- the decimal successor of counter
+      local i = #counter
+      while i > 0 and string.byte(counter, i) == 57 do
+        i = i - 1
+      end
+      if i == 0 then
+        next_token = '1' .. string.rep('0', #counter)
+      else
+        next_token = string.sub(counter, 1, i - 1) .. string.char(string.byte(counter, i) + 1)
+                     .. string.rep('0', #counter - i)
+      end
+    end
+  end
+end
+-- Writes only from here on.
+if queued then
+  redis.call('ZREM', KEYS[3], owner)
+  redis.call('HDEL', KEYS[4], owner)
   waiting = waiting - 1
 end
-local current = redis.call('GET', KEYS[1])
-if not current then
+if not ours then
   return 0
 end
-local sep = string.find(current, ':', 1, true)
-if not (sep and string.sub(current, sep + 1) == ARGV[1]) then
-  return 0
-end
-local queue = KEYS[3]
 if waiting > 0 then
-  local meta = KEYS[4]
   local clock = redis.call('TIME')
   local now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
   while true do
-    local head = redis.call('ZPOPMIN', queue)
+    local head = redis.call('ZPOPMIN', KEYS[3])
     if #head == 0 then
       break
     end
-    local owner = head[1]
-    local info = redis.call('HGET', meta, owner)
-    redis.call('HDEL', meta, owner)
-    if info and owner ~= ARGV[1] then
-      local a = string.find(info, ':', 1, true)
-      local b = string.find(info, ':', a + 1, true)
-      local deadline = tonumber(string.sub(info, 1, a - 1))
-      if deadline > now_ms then
-        local px = math.min(tonumber(string.sub(info, a + 1, b - 1)),
-                            deadline - now_ms + tonumber(string.sub(info, b + 1)))
-        local token = redis.call('INCR', KEYS[2])
-        redis.call('SET', KEYS[1], string.format('%d', token) .. ':' .. owner,
-                   'PX', string.format('%d', px))
-        redis.call('PUBLISH', KEYS[1] .. ':handoff', redis.sha1hex(owner))
+    local waiter = head[1]
+    local info = redis.call('HGET', KEYS[4], waiter)
+    redis.call('HDEL', KEYS[4], waiter)
+    if info and waiter ~= owner then
+      local deadline, ttl_ms, grace_ms = string.match(info, '^(%d+):(%d+):(%d+)$')
+      deadline = deadline and tonumber(deadline)
+      if deadline and deadline > now_ms then  -- a malformed entry is dropped like a dead one
+        local px = math.min(tonumber(ttl_ms), deadline - now_ms + tonumber(grace_ms))
+        redis.call('INCR', KEYS[2])
+        redis.call('SET', KEYS[1], next_token .. ':' .. waiter, 'PX', string.format('%d', px))
+        redis.pcall('PUBLISH', KEYS[1] .. ':handoff', redis.sha1hex(waiter))
         return 1
       end
     end

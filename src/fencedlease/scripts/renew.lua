@@ -2,21 +2,32 @@
 -- KEYS[1]  lease key  <prefix>:{<key>}   value "<fencing_token>:<owner_token>"
 -- ARGV[1]  owner token
 -- ARGV[2]  new TTL in milliseconds, an integer >= 1
--- returns  the lease's fencing token (>= 1) when renewed;
+-- returns  the lease's fencing token (a decimal string, 1..2^63-1) when renewed;
 --          0 when the key is missing or owned by someone else (the lease is lost);
---          an error reply when the TTL is not a positive integer.
--- Never recreates a missing key: PEXPIRE on a missing key does nothing.
+--          an error reply "ERR fencedlease renew: ...", with nothing written, when the TTL is not
+--          a positive integer, the key holds another type (or cannot be read) or a malformed value.
+-- Never recreates a missing key: PEXPIRE on a missing key does nothing. The token is returned as
+-- stored, never through a Lua number (a double: exact only up to 2^53).
+local MAX_TOKEN = '9223372036854775807'
 local ttl = tonumber(ARGV[2])
 if ttl == nil or ttl <= 0 or ttl ~= math.floor(ttl) then
   return redis.error_reply('ERR fencedlease renew: ttl_ms must be a positive integer, got ' .. ARGV[2])
 end
-local current = redis.call('GET', KEYS[1])
+local current = redis.pcall('GET', KEYS[1])
+if type(current) == 'table' then
+  return redis.error_reply('ERR fencedlease renew: the lease key ' .. KEYS[1] .. ' cannot be read: '
+                           .. tostring(current.err))
+end
 if not current then
   return 0
 end
-local sep = string.find(current, ':', 1, true)
-if sep and string.sub(current, sep + 1) == ARGV[1] then
+local token, holder = string.match(current, '^([1-9]%d*):(.+)$')
+if not token or #token > 19 or (#token == 19 and token > MAX_TOKEN) then
+  return redis.error_reply('ERR fencedlease renew: the lease key ' .. KEYS[1]
+                           .. ' holds a malformed value (not "<fencing_token>:<owner>")')
+end
+if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return tonumber(string.sub(current, 1, sep - 1))
+  return token
 end
 return 0

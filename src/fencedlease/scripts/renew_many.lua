@@ -4,11 +4,15 @@
 -- KEYS[i]      lease key of lease i  <prefix>:{<key>}   value "<fencing_token>:<owner_token>"
 -- ARGV[2i-1]   owner token of lease i
 -- ARGV[2i]     new TTL of lease i in milliseconds, an integer >= 1
--- returns      an array, one integer per lease: its fencing token (>= 1) when renewed; 0 when the
---              key is missing or another owner's (the lease is lost); -1 when its TTL is not a
---              positive integer; -2 when the key holds another type (nothing touched).
--- Never recreates a missing key. One key's error does not fail the others' renewals.
+-- returns      an array, one entry per lease: its fencing token (a decimal string, 1..2^63-1)
+--              when renewed; 0 when the key is missing or another owner's (the lease is lost);
+--              -1 when its TTL is not a positive integer; -2 when the key holds another type or
+--              cannot be read; -3 when it holds a malformed value (-1..-3: that key untouched).
+-- Never recreates a missing key. One key's error does not fail the others' renewals: every read
+-- is a pcall, and the only write, PEXPIRE on a string key just read, cannot fail on the key's
+-- contents. The token is returned as stored, never through a Lua number (exact only to 2^53).
 -- Keys of a batch may lie in different hash slots: for a single Redis (not Redis Cluster).
+local MAX_TOKEN = '9223372036854775807'
 local replies = {}
 for i = 1, #KEYS do
   local owner, ttl = ARGV[2 * i - 1], tonumber(ARGV[2 * i])
@@ -21,10 +25,12 @@ for i = 1, #KEYS do
     elseif not current then
       replies[i] = 0
     else
-      local sep = string.find(current, ':', 1, true)
-      if sep and string.sub(current, sep + 1) == owner then
+      local token, holder = string.match(current, '^([1-9]%d*):(.+)$')
+      if not token or #token > 19 or (#token == 19 and token > MAX_TOKEN) then
+        replies[i] = -3
+      elseif holder == owner then
         redis.call('PEXPIRE', KEYS[i], ARGV[2 * i])
-        replies[i] = tonumber(string.sub(current, 1, sep - 1))
+        replies[i] = token
       else
         replies[i] = 0
       end
