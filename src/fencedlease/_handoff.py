@@ -350,6 +350,15 @@ class Handoff:
         if io is not None:
             io.shutdown(wait=True)
 
+    def _after_fork_in_child(self) -> None:
+        """In a forked child (see :mod:`fencedlease._fork`): forget the parent's listener, pool,
+        lock and waiters, none of which exist here; the next wait starts a listener of the
+        child's own, on a control channel of its own. No I/O."""
+        self._lock = threading.Lock()
+        self._channels = _Channels(self._channels.linger_s)
+        self._control = f"{self._backend.prefix}:handoff-control:{secrets.token_hex(8)}"
+        self._thread, self._io = None, None
+
     def _run(self) -> None:
         pubsub = self._client.pubsub()  # type: ignore[no-untyped-call]
         channels, lock = self._channels, self._lock
