@@ -344,7 +344,10 @@ class Handoff:
                 for event in waiters.values():
                     event.set()
         if thread is not None and io is not None:
-            io.submit(self._poke)
+            # While the interpreter exits (close() in atexit) a pool takes no new work: the
+            # listener then notices within a second by itself.
+            with contextlib.suppress(RuntimeError):
+                io.submit(self._poke)
         if thread is not None:
             thread.join()
         if io is not None:

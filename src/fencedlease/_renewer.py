@@ -55,11 +55,26 @@ class BoundedCalls:
         self._pool: ThreadPoolExecutor | None = None
 
     def submit(self, fn: Callable[[], T]) -> Future[T]:
-        """Start ``fn()`` on a worker; its future."""
+        """Start ``fn()`` on a worker; its future. While the interpreter exits (``close()`` in an
+        atexit handler), when executors take no new work, on a daemon thread of its own."""
         with self._lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix=self._name)
-            return self._pool.submit(fn)
+            try:
+                return self._pool.submit(fn)
+            except RuntimeError:  # "cannot schedule new futures after (interpreter) shutdown"
+                pass
+        future: Future[T] = Future()
+
+        def run() -> None:
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn())
+                except BaseException as exc:
+                    future.set_exception(exc)
+
+        threading.Thread(target=run, name=self._name, daemon=True).start()
+        return future
 
     def run(self, fn: Callable[[], T], bound_s: float, what: str) -> T:
         """``fn()``'s result, waiting ``bound_s`` seconds at most.
