@@ -22,9 +22,9 @@ import pytest
 import redis
 import redis.asyncio
 
-from fencedlease import BackendError, LeaseLostError, LeaseManager, ValidationError
+from fencedlease import BackendError, Lease, LeaseLostError, LeaseManager, ValidationError
 from fencedlease._core import RELEASE_FLOOR_MS, LossReason
-from fencedlease.aio import AsyncLeaseManager
+from fencedlease.aio import AsyncLease, AsyncLeaseManager
 from fencedlease.servers.redis import RedisServer, free_port
 
 pytestmark = pytest.mark.live
@@ -607,20 +607,29 @@ def test_hold_exit_is_bounded_when_redis_hangs_after_the_loss(own_redis: RedisSe
     leases.close(timeout_ms=0)
 
 
-def test_hold_exit_is_bounded_by_the_deadline_when_redis_hangs(own_redis: RedisServer) -> None:
+@pytest.mark.parametrize("via", ["hold", "with_lease"])
+def test_hold_exit_is_bounded_by_the_deadline_when_redis_hangs(
+    own_redis: RedisServer, via: str
+) -> None:
     """Redis stops answering and the body returns at once: the release waits until the lease's
-    deadline at most, then the hold raises BackendError (no reply; a TimeoutError as the cause)
-    and the lease lapses at its TTL."""
+    deadline at most, then hold (or with_lease) raises BackendError (no reply; a TimeoutError as
+    the cause) and the lease lapses at its TTL."""
     client = redis.Redis.from_url(own_redis.url, socket_timeout=SOCKET_TIMEOUT_S)
     leases = LeaseManager(client, prefix="b")
     deadline = 0.0
+
+    def body(lease: Lease) -> None:
+        nonlocal deadline
+        own_redis.pause()
+        deadline = lease._state.deadline or 0.0
+
     try:
-        with (
-            pytest.raises(BackendError, match="no reply within") as failed,
-            leases.hold("k", ttl_ms=1_000, heartbeat_ms=200) as lease,
-        ):
-            own_redis.pause()
-            deadline = lease._state.deadline or 0.0
+        with pytest.raises(BackendError, match="no reply within") as failed:
+            if via == "hold":
+                with leases.hold("k", ttl_ms=1_000, heartbeat_ms=200) as lease:
+                    body(lease)
+            else:
+                leases.with_lease("k", body, ttl_ms=1_000, heartbeat_ms=200)
         exited = time.monotonic()
     finally:
         own_redis.resume()
@@ -659,21 +668,30 @@ def test_aio_hold_exit_is_bounded_when_redis_hangs_after_the_loss(own_redis: Red
     assert deadline <= exited < deadline + RELEASE_FLOOR_MS / 1000 + SLACK_S
 
 
+@pytest.mark.parametrize("via", ["hold", "with_lease"])
 def test_aio_hold_exit_is_bounded_by_the_deadline_when_redis_hangs(
-    own_redis: RedisServer,
+    own_redis: RedisServer, via: str
 ) -> None:
     """The asyncio face: the body returns at once on a stopped Redis; the release waits until
-    the lease's deadline at most, then the hold raises BackendError (a TimeoutError as the
-    cause), the release is cancelled, and the lease lapses at its TTL."""
+    the lease's deadline at most, then hold (or with_lease) raises BackendError (a TimeoutError
+    as the cause), the release is cancelled, and the lease lapses at its TTL."""
 
     async def main() -> tuple[float, float, BaseException | None]:
         client = redis.asyncio.Redis.from_url(own_redis.url, socket_timeout=SOCKET_TIMEOUT_S)
         leases = AsyncLeaseManager(client, prefix="b")
         deadline, error = 0.0, None
+
+        async def body(lease: AsyncLease) -> None:
+            nonlocal deadline
+            own_redis.pause()
+            deadline = lease._state.deadline or 0.0
+
         try:
-            async with leases.hold("k", ttl_ms=1_000, heartbeat_ms=200) as lease:
-                own_redis.pause()
-                deadline = lease._state.deadline or 0.0
+            if via == "hold":
+                async with leases.hold("k", ttl_ms=1_000, heartbeat_ms=200) as lease:
+                    await body(lease)
+            else:
+                await leases.with_lease("k", body, ttl_ms=1_000, heartbeat_ms=200)
         except BackendError as exc:
             error = exc
         exited = time.monotonic()
