@@ -161,7 +161,7 @@ class LeaseManager:
                 log.warning("fencedlease: close() could not release %r (it lapses at its ttl): %s",
                             key, error)  # fmt: skip
         self._releases.close(until)
-        self._release_waiter.close()
+        self._release_waiter.close(until)
         self._backend.close()
 
     def _after_fork_in_child(self) -> None:

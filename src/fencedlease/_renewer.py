@@ -23,7 +23,7 @@ from ._backend import LeaseBackend
 from ._core import Clock, LeaseState, LossReason, RenewalEntry, RenewalSchedule, renewal_items
 from ._errors import BackendError
 
-__all__ = ["BoundedCalls", "Renewer"]
+__all__ = ["BoundedCalls", "Renewer", "shutdown_pool"]
 
 log = logging.getLogger("fencedlease.renewer")
 
@@ -32,13 +32,14 @@ _BatchResult = tuple[float, float, list[int | BaseException]]
 T = TypeVar("T")
 
 
-def _shutdown(pool: ThreadPoolExecutor | None, until: float | None) -> None:
-    """Stop ``pool`` and join its threads until the monotonic instant ``until`` at most (None: no
-    bound). A thread blocked on a hung store is left to end at the client's socket timeout; its
-    late reply changes nothing that matters (a renewal or release is owner-checked)."""
+def shutdown_pool(pool: ThreadPoolExecutor | None, until: float | None) -> None:
+    """Stop ``pool`` once the calls submitted so far have run, and join its threads until the
+    monotonic instant ``until`` at most (None: no bound). A thread blocked on a hung store is left
+    to end at the client's socket timeout; its late reply changes nothing that matters (a renewal
+    or a release is owner-checked)."""
     if pool is None:
         return
-    pool.shutdown(wait=False, cancel_futures=True)
+    pool.shutdown(wait=False)
     for thread in list(getattr(pool, "_threads", ())):
         thread.join(None if until is None else max(0.0, until - time.monotonic()))
 
@@ -97,7 +98,7 @@ class BoundedCalls:
         """Stop the workers, joining them until the monotonic instant ``until`` at most."""
         with self._lock:
             pool, self._pool = self._pool, None
-        _shutdown(pool, until)
+        shutdown_pool(pool, until)
 
     def _after_fork_in_child(self) -> None:
         """Forget the parent's workers (they do not exist here); the next call starts new ones."""
@@ -191,7 +192,7 @@ class Renewer:
         if thread is not None:
             # The scheduler never waits on the store, so it stops at once.
             thread.join(None if until is None else max(0.0, until - time.monotonic()))
-        _shutdown(io, until)
+        shutdown_pool(io, until)
         with self._cond:
             entries = self._schedule.entries()
             for entry in entries:

@@ -443,15 +443,25 @@ def test_aio_close_releases_held_leases_and_tells_the_bodies(
 def test_close_is_bounded_on_a_hung_redis(
     own_redis: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A stopped Redis (SIGSTOP: connections open, nothing answers) and a 30 s socket timeout:
-    close(timeout_ms=300) returns within its bound plus scheduling slack, the body is told
-    ("closed"), and the release it could not make is logged; the lease lapses at its TTL."""
+    """A stopped Redis (SIGSTOP: connections open, nothing answers) and a 30 s socket timeout,
+    with the renewer and the hand-off listener running: close(timeout_ms=300) returns within its
+    bound plus scheduling slack, the body is told ("closed"), and the release it could not make
+    is logged; the lease lapses at its TTL."""
     leases = LeaseManager(
         redis.Redis.from_url(own_redis.url, socket_timeout=SOCKET_TIMEOUT_S), prefix="hc"
     )
     seen: dict[str, Any] = {}
     thread, entered = _hold_in_thread(leases, "k", 100, seen)
     assert entered.wait(10)
+    with LeaseManager.from_url(own_redis.url, prefix="hc") as other:  # a hand-off starts the
+        held = other.acquire("busy", ttl_ms=60_000).lease  # listener
+        assert held is not None
+        timer = threading.Timer(0.1, held.release)
+        timer.start()
+        got = leases.acquire("busy", ttl_ms=60_000, wait_ms=10_000)
+        timer.join()
+    assert got.lease is not None and got.lease.release()
+    assert leases._release_waiter.listening  # type: ignore[attr-defined]
     own_redis.pause()
     try:
         started = time.monotonic()
@@ -491,6 +501,13 @@ def test_aio_close_is_bounded_on_a_hung_redis(
 
         task = asyncio.create_task(body())
         await entered.wait()
+        async with AsyncLeaseManager.from_url(own_redis.url, prefix="hc") as other:
+            held = (await other.acquire("busy", ttl_ms=60_000)).lease  # a hand-off starts the
+            assert held is not None  # listener
+            asyncio.get_running_loop().call_later(0.1, asyncio.ensure_future, held.release())
+            got = (await leases.acquire("busy", ttl_ms=60_000, wait_ms=10_000)).lease
+        assert got is not None and await got.release()
+        assert any(t.get_name() == "fencedlease-handoff" for t in asyncio.all_tasks())
         own_redis.pause()
         try:
             started = time.monotonic()
