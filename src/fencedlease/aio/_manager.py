@@ -202,7 +202,8 @@ class AsyncLeaseManager:
             if late:
                 await asyncio.wait(late)
             for task, key in releases.items():
-                error: BaseException | str | None = "no reply in time" if task in late else None
+                late_error = f"no reply within {bound_ms} ms"
+                error: BaseException | str | None = late_error if task in late else None
                 if error is None and not task.cancelled():
                     error = task.exception()
                 if error is not None:
