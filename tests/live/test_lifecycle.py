@@ -736,3 +736,65 @@ def _wait_until(predicate: Any, timeout_s: float = 5.0) -> None:
         if time.monotonic() > give_up:
             raise AssertionError("condition not reached in time")
         time.sleep(0.005)
+
+
+_FORK_LOCKED = textwrap.dedent(
+    """
+    import json, os, sys, threading, time
+    import redis
+    from fencedlease import LeaseManager
+
+    url, prefix = sys.argv[1:3]
+    leases = LeaseManager(redis.Redis.from_url(url, socket_timeout=10), prefix=prefix)
+    with leases.hold("parent", ttl_ms=600, heartbeat_ms=20) as lease:
+        # Another thread is inside the renewer's, the hand-off's and the manager's critical
+        # sections when the fork lands: the child inherits those locks held.
+        inside, leave = threading.Event(), threading.Event()
+
+        def holder():
+            with leases.renewer._cond, leases._release_waiter._lock, leases._lock:
+                inside.set()
+                leave.wait()
+
+        thread = threading.Thread(target=holder)
+        thread.start()
+        inside.wait()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                with leases.hold("child", ttl_ms=600, heartbeat_ms=100) as mine:
+                    renewed = not mine.wait_lost(timeout_ms=1_800)
+                leases.close()
+                os._exit(0 if renewed and lease.lost else 3)
+            finally:
+                os._exit(2)
+        leave.set()
+        thread.join()
+        give_up = time.monotonic() + 30
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
+            if time.monotonic() > give_up:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                done = (pid, None)
+                break
+            time.sleep(0.01)
+        code = "hung" if done[1] is None else os.waitstatus_to_exitcode(done[1])
+        alive = not lease.wait_lost(timeout_ms=1_200)
+        print(json.dumps({"code": code, "alive": alive}))
+    leases.close()
+    """
+)
+
+
+def test_fork_while_another_thread_holds_the_managers_locks(redis_url: str) -> None:
+    """A thread is inside the renewer's, the hand-off's and the manager's locks when another
+    forks: the child (which inherits them held, with no thread to release them) takes and
+    renews a lease of its own and closes without deadlock; the parent's lease stays alive."""
+    done = subprocess.run(
+        [sys.executable, "-c", _FORK_LOCKED, redis_url, f"locked-{uuid.uuid4().hex[:8]}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"code": 0, "alive": True}
