@@ -20,6 +20,7 @@ from ._core import (
     AcquireAttempt,
     Clock,
     LossReason,
+    never_sent,
     release_bound_s,
     restored_state,
 )
@@ -235,8 +236,14 @@ class LeaseManager:
                         self._renewer.submit_release(key, owner_token)
                     return AcquireResult(key, None, reply.ttl_ms)
                 waiter = self._release_waiter
-                attempt.queued = attempt.queued or waiter.queues
-                waiter.wait(key, owner_token, ttl_ms, delay, attempt.final_wait)
+                queued_before = attempt.queued
+                attempt.queued = queued_before or waiter.queues
+                try:
+                    waiter.wait(key, owner_token, ttl_ms, delay, attempt.final_wait)
+                except BackendError as exc:
+                    if never_sent(exc):  # the queueing command never left: not queued by it
+                        attempt.queued = queued_before
+                    raise
                 if self._closed:
                     raise RuntimeError("the lease manager was closed while this acquire waited")
         except BaseException as exc:

@@ -17,7 +17,7 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from fencedlease import BackendError, _fork
+from fencedlease import BackendError, LeaseManager, _fork
 from fencedlease._core import (
     RELEASE_FLOOR_MS,
     AcquireAttempt,
@@ -28,6 +28,8 @@ from fencedlease._core import (
     release_bound_s,
 )
 from fencedlease._redis_backend import backend_errors
+from fencedlease.aio import AsyncLeaseManager
+from fencedlease.backends import AsyncMemoryBackend, MemoryBackend
 from fencedlease.servers.redis import free_port
 from fencedlease.testing import FakeClock
 
@@ -231,3 +233,82 @@ def test_the_fork_hooks_reset_every_live_object_once(monkeypatch: pytest.MonkeyP
     _fork._before()
     _fork._after_in_parent()
     assert not _fork._lock.locked()
+
+
+# -- a waiting acquire whose queueing command never left ------------------------------------------
+
+
+class _FailingWaiter:
+    """A release waiter that queues (as the Redis hand-off does) and fails with ``error``."""
+
+    queues = True
+
+    def __init__(self, error: BackendError) -> None:
+        self.error = error
+
+    def wait(
+        self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
+    ) -> None:
+        raise self.error
+
+    def close(self, until: float | None = None) -> None:
+        pass
+
+
+class _AsyncFailingWaiter:
+    """The asyncio twin of :class:`_FailingWaiter`."""
+
+    queues = True
+
+    def __init__(self, error: BackendError) -> None:
+        self.error = error
+
+    async def wait(
+        self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
+    ) -> None:
+        raise self.error
+
+    async def aclose(self) -> None:
+        pass
+
+
+def _waiting_acquire_cleans_up(error: BackendError) -> tuple[bool, bool]:
+    """Whether a waiting acquire (the key held by another owner) whose wait fails with ``error``
+    submits a clean-up release, on the sync face and on the asyncio face."""
+    backend = MemoryBackend()
+    assert backend.acquire("k", "other", 60_000).acquired
+    leases = LeaseManager(backend)
+    leases._release_waiter = _FailingWaiter(error)
+    with pytest.raises(BackendError):
+        leases.acquire("k", ttl_ms=1_000, wait_ms=1_000)
+    sync_cleanup = leases.renewer._io is not None
+    leases.close()
+
+    async def main() -> bool:
+        aleases = AsyncLeaseManager(AsyncMemoryBackend(sync=backend))
+        aleases._release_waiter = _AsyncFailingWaiter(error)
+        spawned: list[str] = []
+        spawn = aleases._spawn
+
+        def watch(coro: Any, name: str) -> Any:
+            spawned.append(name)
+            return spawn(coro, name)
+
+        aleases._spawn = watch  # type: ignore[method-assign]
+        with pytest.raises(BackendError):
+            await aleases.acquire("k", ttl_ms=1_000, wait_ms=1_000)
+        await aleases.close()
+        return spawned == ["fencedlease-cleanup"]
+
+    return sync_cleanup, asyncio.run(main())
+
+
+def test_a_wait_refused_at_connect_queued_nothing() -> None:
+    """Both faces: the hand-off's queueing command failed on a refused connection, so the waiter
+    was never queued and nothing is cleaned up; after a read timeout it may have been, and the
+    clean-up release is sent (the control that shows the check can fail)."""
+    refused = _backend_error(lambda: _client(free_port()).ping())
+    assert _waiting_acquire_cleans_up(refused) == (False, False)
+    timed_out = BackendError("wait for 'k'")
+    timed_out.__cause__ = redis.TimeoutError("Timeout reading from 127.0.0.1:6379")
+    assert _waiting_acquire_cleans_up(timed_out) == (True, True)

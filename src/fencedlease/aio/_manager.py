@@ -48,6 +48,7 @@ from .._core import (
     Clock,
     LeaseState,
     LossReason,
+    never_sent,
     release_bound_s,
     restored_state,
 )
@@ -314,8 +315,14 @@ class AsyncLeaseManager:
                         )
                     return AsyncAcquireResult(key, None, reply.ttl_ms)
                 waiter = self._release_waiter
-                attempt.queued = attempt.queued or waiter.queues
-                await waiter.wait(key, attempt.owner_token, ttl_ms, delay, attempt.final_wait)
+                queued_before = attempt.queued
+                attempt.queued = queued_before or waiter.queues
+                try:
+                    await waiter.wait(key, attempt.owner_token, ttl_ms, delay, attempt.final_wait)
+                except BackendError as exc:
+                    if never_sent(exc):  # the queueing command never left: not queued by it
+                        attempt.queued = queued_before
+                    raise
                 self._check_open()
         except BaseException as exc:
             if attempt.uncertain:
