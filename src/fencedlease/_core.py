@@ -21,6 +21,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
+import socket
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -30,6 +31,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MaxConnectionsError, NoPermissionError, NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from . import _fork
 from ._errors import BackendError, LeaseLostError, ValidationError
 from ._protocol import (
     MAX_FENCING_TOKEN,
@@ -52,6 +54,8 @@ __all__ = [
     "SystemClock",
     "is_ambiguous",
     "may_have_written",
+    "never_sent",
+    "release_bound_s",
     "renewal_items",
     "restored_state",
 ]
@@ -84,6 +88,7 @@ class LossReason:
     DEADLINE = "ttl_ms passed since the last confirmed acquire or renewal"
     RENEWER_FAILED = "the renewer stopped with an unexpected error"
     CLOSED = "the lease manager was closed while the lease was held"
+    FORKED = "this process was forked after the lease was acquired: it belongs to the parent"
 
 
 class LeaseState:
@@ -100,6 +105,7 @@ class LeaseState:
         "deadline_moved",
         "expires_wall",
         "fencing_token",
+        "generation",
         "key",
         "lost",
         "lost_reason",
@@ -129,6 +135,7 @@ class LeaseState:
         self.releasing = False
         self.released = False
         self._listeners: list[Callable[[LeaseState], None]] = []
+        self.generation = _fork.generation  # the process it belongs to (see _fork)
         # Set by a renewer while it watches this lease: a renewal it did not send itself (a
         # manual ``lease.renew()``) moved the deadline, and the renewer must watch the new one.
         self.deadline_moved: Callable[[], None] | None = None
@@ -189,10 +196,25 @@ class LeaseState:
             listener(self)
         return True
 
+    def inherited(self) -> bool:
+        """Whether this process is a fork child of the one the lease belongs to (see
+        :mod:`fencedlease._fork`). Such a lease is marked lost (reason ``FORKED``) here, and must
+        get no I/O: renewing or releasing it would act on the parent's lease. The listeners are
+        not called: they are the parent's threads and event loops."""
+        if self.generation == _fork.generation:
+            return False
+        if not self.lost and not self.released:
+            self.lost, self.lost_reason = True, LossReason.FORKED
+        self._listeners = []
+        self.deadline_moved = None
+        return True
+
     def check_deadline(self, now_mono: float) -> bool:
         """Apply rule 2 at ``now_mono``; returns whether the lease is lost. Not while a release is
         in flight (rule 4): its reply decides, since it ran at the store at some moment before the
-        reply arrived, possibly before the deadline."""
+        reply arrived, possibly before the deadline. A lease inherited through fork is lost."""
+        if self.generation != _fork.generation:
+            self.inherited()
         if (
             not self.lost
             and not self.releasing
@@ -400,14 +422,63 @@ class RenewalSchedule:
         return errors
 
 
-def is_ambiguous(exc: BackendError) -> bool:
-    """True when a command may have run although no reply came (a connection reset or a timeout
-    after sending), so only an idempotent retry is safe: for acquire, the same owner token. An
-    exhausted connection pool (``MaxConnectionsError``) sent nothing: not ambiguous."""
+RELEASE_FLOOR_MS = 100
+"""The least time, in milliseconds, the release ending a hold may wait for its reply (see
+:func:`release_bound_s`): a lease at or past its deadline still gets one short try."""
+
+
+def release_bound_s(state: LeaseState, now_mono: float) -> float:
+    """How long, in seconds, the release that ends a ``hold``/``with_lease`` (either face) may wait
+    for its reply: until the lease's local deadline, and at least :data:`RELEASE_FLOOR_MS`.
+
+    Waiting longer gains nothing: once the release is sent nothing renews the lease, so at its
+    deadline the key has lapsed (or lapses within the round trip that confirmed it) by itself. A
+    release that gets no reply in time leaves the lease to expire at its TTL, which is safe since
+    the key is ours, and the hold reports it as a failed release (:class:`BackendError`, or
+    :class:`LeaseLostError` when the lease was lost). Without a deadline (a restored lease that
+    never renewed): ``ttl_ms``.
+    """
+    floor = RELEASE_FLOOR_MS / 1000
+    if state.deadline is None:
+        return max(floor, state.ttl_ms / 1000)
+    return max(floor, state.deadline - now_mono)
+
+
+# The OS errors that only a connect can raise: the command was never written anywhere.
+_CONNECT_ERRORS = (ConnectionRefusedError, FileNotFoundError, socket.gaierror)
+
+
+def never_sent(exc: BackendError) -> bool:
+    """True when the store was never reached, so the command cannot have run: an exhausted
+    connection pool (``MaxConnectionsError``), or a connection that was never established (refused,
+    a unix socket path that does not exist, a host name that does not resolve, or a connect that
+    timed out). A reset or a timeout on an established connection is not this: the command may
+    have landed (see :func:`is_ambiguous`)."""
     cause = exc.__cause__
     if isinstance(cause, MaxConnectionsError):
+        return True
+    if not isinstance(cause, (RedisConnectionError, RedisTimeoutError)):
         return False
-    return isinstance(cause, (RedisConnectionError, RedisTimeoutError))
+    if isinstance(cause, RedisTimeoutError) and str(cause).startswith("Timeout connecting"):
+        return True  # redis-py's connect timeout (both faces); reads say "Timeout reading"
+    seen: set[int] = set()
+    error: BaseException | None = cause
+    while error is not None and id(error) not in seen:  # redis-py raises inside the OS error
+        seen.add(id(error))
+        if isinstance(error, _CONNECT_ERRORS):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def is_ambiguous(exc: BackendError) -> bool:
+    """True when a command may have run although no reply came (a connection reset or a timeout
+    after sending), so only an idempotent retry is safe: for acquire, the same owner token. A
+    command that never left (:func:`never_sent`: an exhausted pool, a refused connection) is not
+    ambiguous: nothing ran, so nothing needs cleaning up."""
+    if never_sent(exc):
+        return False
+    return isinstance(exc.__cause__, (RedisConnectionError, RedisTimeoutError))
 
 
 def may_have_written(exc: BackendError) -> bool:
@@ -422,9 +493,13 @@ def may_have_written(exc: BackendError) -> bool:
     "Nothing was written": a lease script's own refusal (its message starts with
     :data:`~fencedlease._protocol.SCRIPT_REFUSAL`; every script checks its keys before its first
     write), a refusal before the script ran (``NOSCRIPT``; ``NOPERM`` for ``EVALSHA`` itself,
-    whose message names no script), a pool with no free connection, and an error that is not
-    Redis's. A connection error stays "may have written" even when it says the connection was
-    never made: redis-py retries a command on a new connection, so an earlier try may have run.
+    whose message names no script), a command that never left (:func:`never_sent`: a pool with no
+    free connection, a connection that was never made), and an error that is not Redis's.
+
+    One limit: a client whose own retry policy (redis-py's ``retry=``) resends a command on a new
+    connection reports only its last try; if an earlier try landed and the last was refused, the
+    grant it made lapses at its TTL instead of being released (an unused grant, never a second
+    holder). The managers' own resend after an ambiguous error is tracked and cleaned up.
     """
     if is_ambiguous(exc):
         return True

@@ -50,6 +50,7 @@ from redis.exceptions import NoScriptError, RedisError
 from ._acl import acl_denial
 from ._protocol import Script, handoff_channel, lease_key, waiters_key, waiters_meta_key
 from ._redis_backend import RedisBackend, backend_errors
+from ._renewer import shutdown_pool
 
 __all__ = [
     "DEFAULT_GRACE_MS",
@@ -132,8 +133,9 @@ class ReleaseWaiter(Protocol):
         not be handed the lease after ``timeout_s`` (no grace)."""
         ...
 
-    def close(self) -> None:
-        """Stop whatever the waiter started (threads, connections). Idempotent."""
+    def close(self, until: float | None = None) -> None:
+        """Stop whatever the waiter started (threads, connections). Idempotent. Waits until the
+        monotonic instant ``until`` at most (None: no bound of its own)."""
         ...
 
 
@@ -147,7 +149,7 @@ class SleepWaiter:
     ) -> None:
         time.sleep(timeout_s)
 
-    def close(self) -> None:
+    def close(self, until: float | None = None) -> None:
         pass
 
 
@@ -344,10 +346,12 @@ class Handoff:
         except RedisError as exc:  # it wakes by itself within a second anyway
             log.debug("could not wake the hand-off listener: %s", exc)
 
-    def close(self) -> None:
+    def close(self, until: float | None = None) -> None:
         """Stop and join the listener and the queueing pool, release the listener's connection,
-        wake every waiter. Idempotent. Waits for a command in flight (bounded by the client's
-        socket timeout); the listener notices within a second even if Redis does not answer."""
+        wake every waiter. Idempotent. Waits for a command in flight until the monotonic instant
+        ``until`` at most (None: bounded by the client's socket timeout; a thread still blocked
+        then ends at that timeout); the listener notices within a second even if Redis does not
+        answer."""
         with self._lock:
             if self._closed:
                 return
@@ -357,11 +361,22 @@ class Handoff:
                 for event in waiters.values():
                     event.set()
         if thread is not None and io is not None:
-            io.submit(self._poke)
+            # While the interpreter exits (close() in atexit) a pool takes no new work: the
+            # listener then notices within a second by itself.
+            with contextlib.suppress(RuntimeError):
+                io.submit(self._poke)
         if thread is not None:
-            thread.join()
-        if io is not None:
-            io.shutdown(wait=True)
+            thread.join(None if until is None else max(0.0, until - time.monotonic()))
+        shutdown_pool(io, until)
+
+    def _after_fork_in_child(self) -> None:
+        """In a forked child (see :mod:`fencedlease._fork`): forget the parent's listener, pool,
+        lock and waiters, none of which exist here; the next wait starts a listener of the
+        child's own, on a control channel of its own. No I/O."""
+        self._lock = threading.Lock()
+        self._channels = _Channels(self._channels.linger_s)
+        self._control = f"{self._backend.prefix}:handoff-control:{secrets.token_hex(8)}"
+        self._thread, self._io = None, None
 
     def _run(self) -> None:
         pubsub = self._client.pubsub()  # type: ignore[no-untyped-call]

@@ -97,10 +97,15 @@ class Lease(LeaseView):
         cannot be reached, :class:`BackendError` is raised and the lease keeps its owner token, so
         ``release()`` can be called again.
 
+        In a child forked after the lease was made it sends nothing and returns False: the lease
+        is the parent's (``lost`` with the reason that says so), and the parent keeps it.
+
         Raises:
             BackendError: the store could not be reached.
         """
         state = self._state
+        if state.inherited():
+            return False  # a forked child: the lease is the parent's, so no I/O (see _fork)
         state.releasing = True
         self._stop_renewal()
         try:

@@ -2,29 +2,48 @@
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import wait as wait_futures
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 import redis
 
+from . import _fork
 from ._backend import LeaseBackend
-from ._core import SYSTEM_CLOCK, AcquireAttempt, Clock, restored_state
+from ._core import (
+    SYSTEM_CLOCK,
+    AcquireAttempt,
+    Clock,
+    LossReason,
+    never_sent,
+    release_bound_s,
+    restored_state,
+)
 from ._errors import BackendError, LeaseLostError, LeaseNotAcquiredError
 from ._handoff import Handoff, ReleaseWaiter, SleepWaiter
 from ._lease import AcquireResult, Lease, LeaseInfo, LeaseOutcome
 from ._redis_backend import RedisBackend
-from ._renewer import Renewer
+from ._renewer import BoundedCalls, Renewer
 from ._urls import backend_from_url
 from ._validate import check_acquire, check_heartbeat_ms, check_key, check_ms
 
 __all__ = ["LeaseManager"]
 
+log = logging.getLogger("fencedlease")
+
 T = TypeVar("T")
 
 DEFAULT_TTL_MS = 30_000
 DEFAULT_RETRY_DELAY_MS = 100
+DEFAULT_CLOSE_TIMEOUT_MS = 1_000
+"""How long ``close()`` (either face) waits, by default, for the releases of the leases still
+held: a release is one round trip, so this is generous for a live store and short enough for a
+shutdown path. A lease not released in time lapses at its TTL."""
 
 
 class LeaseManager:
@@ -37,6 +56,10 @@ class LeaseManager:
 
     One manager runs one renewer (two threads, started on the first :meth:`hold`) for all its
     leases. Close it with :meth:`close` or use it as a context manager.
+
+    Fork: a child made by ``os.fork`` may go on using the manager (fresh threads renew its own
+    leases), but every lease made before the fork is the parent's: lost in the child (reason
+    "forked"), never renewed nor released from there. See :mod:`fencedlease._fork`.
 
     Raises:
         ValidationError: ``prefix`` is not a non-empty str, or ``renew_batch_size`` < 1.
@@ -62,7 +85,12 @@ class LeaseManager:
         self._release_waiter: ReleaseWaiter = (
             Handoff(self._backend) if isinstance(self._backend, RedisBackend) else SleepWaiter()
         )
+        # Final releases (hold's end, close) run here, so a hung store cannot hold the caller.
+        self._releases = BoundedCalls("fencedlease-release")
+        self._lock = threading.Lock()  # guards _closed and _holds
+        self._holds: set[Lease] = set()  # leases inside hold() now
         self._closed = False
+        _fork.register(self)
 
     @classmethod
     def from_url(
@@ -96,15 +124,56 @@ class LeaseManager:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def close(self) -> None:
-        """Stop the renewer (joins its threads; leases still held in :meth:`hold` are marked lost)
-        and close the client if the manager made it. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        self._renewer.close()
-        self._release_waiter.close()
+    def close(self, timeout_ms: int = DEFAULT_CLOSE_TIMEOUT_MS) -> None:
+        """Stop renewing, release every lease still held in :meth:`hold`/:meth:`with_lease`, and
+        close the client if the manager made it. Idempotent.
+
+        Each such lease is first marked lost (reason: the manager was closed), so its body sees
+        ``lease.lost``, ``lease.wait_lost()`` returns, and the ``with`` block ends in
+        :class:`LeaseLostError`; then it is released with its owner token. The releases and the
+        joining of the renewer's threads take ``timeout_ms`` milliseconds at most (default
+        1,000): a lease whose release got no reply in time lapses at its TTL (logged as a
+        warning), and a thread blocked on a hung store ends at the client's socket timeout.
+        Leases taken with :meth:`acquire` are the caller's and are left alone. In a process
+        forked from the one that made the manager, no lease of the parent's is touched.
+
+        Raises:
+            ValidationError: ``timeout_ms`` is not an int in 0..2,147,483,647.
+        """
+        bound_ms = check_ms("timeout_ms", timeout_ms, 0)
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            holds, self._holds = list(self._holds), set()
+        until = time.monotonic() + bound_ms / 1000
+        self._renewer.close(until)
+        pending = []
+        for lease in holds:
+            state = lease._state
+            state.mark_lost(LossReason.CLOSED)
+            if not (state.releasing or state.released or state.inherited()):
+                pending.append((state.key, self._releases.submit(lease.release)))
+        if pending:
+            wait_futures([f for _, f in pending], timeout=max(0.0, until - time.monotonic()))
+        for key, future in pending:
+            error = future.exception(0) if future.done() else f"no reply within {bound_ms} ms"
+            if error is not None:
+                log.warning("fencedlease: close() could not release %r (it lapses at its ttl): %s",
+                            key, error)  # fmt: skip
+        self._releases.close(until)
+        self._release_waiter.close(until)
         self._backend.close()
+
+    def _after_fork_in_child(self) -> None:
+        """In a forked child (see :mod:`fencedlease._fork`): new locks, no threads, no holds
+        (the parent's leases are the parent's). No I/O."""
+        self._lock = threading.Lock()
+        self._holds = set()
+        self._renewer._after_fork_in_child()
+        self._releases._after_fork_in_child()
+        if isinstance(self._release_waiter, Handoff):
+            self._release_waiter._after_fork_in_child()
 
     # -- acquiring --------------------------------------------------------------------------
 
@@ -167,8 +236,14 @@ class LeaseManager:
                         self._renewer.submit_release(key, owner_token)
                     return AcquireResult(key, None, reply.ttl_ms)
                 waiter = self._release_waiter
-                attempt.queued = attempt.queued or waiter.queues
-                waiter.wait(key, owner_token, ttl_ms, delay, attempt.final_wait)
+                queued_before = attempt.queued
+                attempt.queued = queued_before or waiter.queues
+                try:
+                    waiter.wait(key, owner_token, ttl_ms, delay, attempt.final_wait)
+                except BackendError as exc:
+                    if never_sent(exc):  # the queueing command never left: not queued by it
+                        attempt.queued = queued_before
+                    raise
                 if self._closed:
                     raise RuntimeError("the lease manager was closed while this acquire waited")
         except BaseException as exc:
@@ -217,12 +292,20 @@ class LeaseManager:
         and by the release (a refused release means the lease had moved on). The block can watch
         ``lease.lost``, ``lease.check()`` or ``lease.wait_lost()``.
 
+        The final release waits until the lease's deadline at most (at least 100 ms; see
+        :func:`~fencedlease._core.release_bound_s`), so a hung store cannot hold the caller past
+        it: a release with no reply in time leaves the lease to lapse at its TTL and counts as a
+        failed release (below). After :meth:`close` the block ends in :class:`LeaseLostError`
+        (close released the lease).
+
         Raises:
             ValidationError: an argument out of bounds (before anything is acquired).
             LeaseNotAcquiredError: the key is held by another owner; the block never runs.
             LeaseLostError: the lease was lost while the block ran, even if the block returned
                 normally. An exception raised by the block itself propagates unchanged.
-            BackendError: the store failed while acquiring or releasing.
+            BackendError: the store failed while acquiring or releasing, or the release got no
+                reply in time (the lease lapses at its TTL).
+            RuntimeError: the manager is closed.
         """
         key, ttl_ms, wait_ms, retry_delay_ms = check_acquire(key, ttl_ms, wait_ms, retry_delay_ms)
         heartbeat = check_heartbeat_ms(heartbeat_ms, ttl_ms)
@@ -232,11 +315,20 @@ class LeaseManager:
         if lease is None:
             raise LeaseNotAcquiredError(key)
         state = lease._state
+        with self._lock:
+            closed = self._closed
+            if not closed:
+                self._holds.add(lease)
+        if closed:
+            self._release_now(lease)  # closed meanwhile: never leave the lease held for nobody
+            raise RuntimeError("the lease manager is closed")
         if heartbeat is not False:
             try:
                 lease._entry = self._renewer.add(state, heartbeat, on_renew_error)
             except BaseException:
-                lease.release()  # closed meanwhile: never leave the lease held for nobody
+                with self._lock:
+                    self._holds.discard(lease)
+                self._release_now(lease)
                 raise
             lease._renewer = self._renewer
         try:
@@ -246,11 +338,28 @@ class LeaseManager:
             raise
         self._finish(lease, body_failed=False)
 
+    def _release_now(self, lease: Lease) -> bool:
+        """Release ``lease``, waiting :func:`~fencedlease._core.release_bound_s` at most.
+
+        Raises:
+            BackendError: the store failed or did not answer in time (the lease lapses at its
+                TTL then).
+        """
+        state = lease._state
+        if state.inherited():
+            return False  # no I/O on the parent's lease (see _fork)
+        bound = release_bound_s(state, self._clock.monotonic())
+        return self._releases.run(lease.release, bound, f"release {state.key!r}")
+
     def _finish(self, lease: Lease, *, body_failed: bool) -> None:
         state = lease._state
+        with self._lock:
+            self._holds.discard(lease)
+            closed = self._closed
         state.check_deadline(self._clock.monotonic())
         try:
-            lease.release()
+            if not closed:  # else close() released it (or left it to its TTL): not again
+                self._release_now(lease)
         except BackendError:
             if not body_failed:
                 if state.lost:

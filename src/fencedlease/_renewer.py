@@ -13,17 +13,97 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeoutError
+from typing import TypeVar
 
 from ._backend import LeaseBackend
 from ._core import Clock, LeaseState, LossReason, RenewalEntry, RenewalSchedule, renewal_items
+from ._errors import BackendError
 
-__all__ = ["Renewer"]
+__all__ = ["BoundedCalls", "Renewer", "shutdown_pool"]
 
 log = logging.getLogger("fencedlease.renewer")
 
 _BatchResult = tuple[float, float, list[int | BaseException]]
+
+T = TypeVar("T")
+
+
+def shutdown_pool(pool: ThreadPoolExecutor | None, until: float | None) -> None:
+    """Stop ``pool`` once the calls submitted so far have run, and join its threads until the
+    monotonic instant ``until`` at most (None: no bound). A thread blocked on a hung store is left
+    to end at the client's socket timeout; its late reply changes nothing that matters (a renewal
+    or a release is owner-checked)."""
+    if pool is None:
+        return
+    pool.shutdown(wait=False)
+    for thread in list(getattr(pool, "_threads", ())):
+        thread.join(None if until is None else max(0.0, until - time.monotonic()))
+
+
+class BoundedCalls:
+    """Store calls run on a few worker threads (named ``<name>``), so that the caller waits for
+    each at most a bound: a hung store (a paused Redis, a black-holed connection) cannot hold it
+    past that, whatever the client's socket timeout. Started on the first call."""
+
+    def __init__(self, name: str, workers: int = 8) -> None:
+        self._name = name
+        self._workers = workers
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+
+    def submit(self, fn: Callable[[], T]) -> Future[T]:
+        """Start ``fn()`` on a worker; its future. While the interpreter exits (``close()`` in an
+        atexit handler), when executors take no new work, on a daemon thread of its own."""
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix=self._name)
+            try:
+                return self._pool.submit(fn)
+            except RuntimeError:  # "cannot schedule new futures after (interpreter) shutdown"
+                pass
+        future: Future[T] = Future()
+
+        def run() -> None:
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn())
+                except BaseException as exc:
+                    future.set_exception(exc)
+
+        threading.Thread(target=run, name=self._name, daemon=True).start()
+        return future
+
+    def run(self, fn: Callable[[], T], bound_s: float, what: str) -> T:
+        """``fn()``'s result, waiting ``bound_s`` seconds at most.
+
+        Raises:
+            BackendError: no result within the bound (``what`` names the call; a builtin
+                ``TimeoutError`` is the cause; the call goes on in the background), or the one
+                ``fn`` raised.
+        """
+        future = self.submit(fn)
+        try:
+            return future.result(timeout=bound_s)
+        except FutureTimeoutError:
+            ms = round(bound_s * 1000)
+            raise BackendError(
+                f"{what}: no reply within {ms} ms; the lease lapses at its ttl"
+            ) from TimeoutError(f"no reply within {ms} ms")
+
+    def close(self, until: float | None = None) -> None:
+        """Stop the workers, joining them until the monotonic instant ``until`` at most."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        shutdown_pool(pool, until)
+
+    def _after_fork_in_child(self) -> None:
+        """Forget the parent's workers (they do not exist here); the next call starts new ones."""
+        self._lock = threading.Lock()
+        self._pool = None
 
 
 class Renewer:
@@ -100,24 +180,34 @@ class Renewer:
         with self._cond:
             return len(self._schedule)
 
-    def close(self) -> None:
-        """Stop both threads and wait for them. Leases still registered are marked lost (their
-        renewal stops here). Waits for a round trip in flight to end (bounded by the client's
-        socket timeout)."""
+    def close(self, until: float | None = None) -> None:
+        """Stop both threads and wait for them, until the monotonic instant ``until`` at most
+        (None: no bound). Leases still registered are marked lost (their renewal stops here). A
+        round trip in flight that outlasts ``until`` is left to end at the client's socket timeout
+        (its reply is ignored)."""
         with self._cond:
             self._closed = True
             self._cond.notify()
             thread, io = self._thread, self._io
         if thread is not None:
-            thread.join()
-        if io is not None:
-            io.shutdown(wait=True)
+            # The scheduler never waits on the store, so it stops at once.
+            thread.join(None if until is None else max(0.0, until - time.monotonic()))
+        shutdown_pool(io, until)
         with self._cond:
             entries = self._schedule.entries()
             for entry in entries:
                 self._schedule.remove(entry)
         for entry in entries:
             entry.state.mark_lost(LossReason.CLOSED)
+
+    def _after_fork_in_child(self) -> None:
+        """In a forked child: forget the parent's threads, lock and leases (they are the
+        parent's; each lease finds that out itself, see ``LeaseState.inherited``). The next
+        :meth:`add` starts fresh threads. No I/O."""
+        self._cond = threading.Condition()
+        self._schedule = RenewalSchedule()
+        self._thread, self._io = None, None
+        self._in_flight, self._done = None, None
 
     def _send(self, batch: list[RenewalEntry]) -> _BatchResult:
         items = renewal_items(batch)

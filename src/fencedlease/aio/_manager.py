@@ -17,8 +17,11 @@ Cancellation, point by point:
   own cancellation into ``TimeoutError`` (on Python 3.11+ a cancellation from elsewhere is told
   apart with ``Task.uncancel`` and still propagates). A body that swallows the cancellation still
   ends in ``LeaseLostError``: the deadline and the release are checked when it ends.
-- ``hold``'s final release is shielded like the acquire's cleanup. ``AsyncLease.release`` itself is
-  not: a cancelled ``release()`` keeps the owner token and can be awaited again.
+- ``hold``'s final release is shielded like the acquire's cleanup, and bounded: it waits until the
+  lease's deadline at most (at least 100 ms; :func:`~fencedlease._core.release_bound_s`, the same
+  rule as the sync face), so a hung store cannot hold the caller past it. A release with no reply
+  in time is cancelled and the lease lapses at its TTL. ``AsyncLease.release`` itself is not
+  shielded: a cancelled ``release()`` keeps the owner token and can be awaited again.
 - Nothing lives in a ``threading.local`` or in a task: a lease is an object, and every hold keeps
   its own state.
 """
@@ -37,12 +40,22 @@ from typing import Any, Literal, TypeVar
 import redis
 import redis.asyncio
 
+from .. import _fork
 from .._backend import AsyncLeaseBackend
-from .._core import SYSTEM_CLOCK, AcquireAttempt, Clock, LeaseState, LossReason, restored_state
+from .._core import (
+    SYSTEM_CLOCK,
+    AcquireAttempt,
+    Clock,
+    LeaseState,
+    LossReason,
+    never_sent,
+    release_bound_s,
+    restored_state,
+)
 from .._errors import BackendError, LeaseNotAcquiredError
 from .._handoff import AsyncHandoff, AsyncReleaseWaiter, AsyncSleepWaiter
 from .._lease import LeaseInfo
-from .._manager import DEFAULT_RETRY_DELAY_MS, DEFAULT_TTL_MS
+from .._manager import DEFAULT_CLOSE_TIMEOUT_MS, DEFAULT_RETRY_DELAY_MS, DEFAULT_TTL_MS
 from .._urls import async_backend_from_url
 from .._validate import check_acquire, check_heartbeat_ms, check_key, check_ms
 from ._lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
@@ -69,6 +82,12 @@ class AsyncLeaseManager:
     One manager runs one renewal task (started on the first :meth:`hold`) for all its leases.
     Close it with :meth:`close` or use it as an async context manager; afterwards no task of the
     manager's is left and a client it made from a URL is closed.
+
+    Fork: an event loop and its connections do not survive ``os.fork``, so in a forked child the
+    inherited manager is inert: its leases are the parent's (lost in the child, reason "forked",
+    never renewed nor released from there), every call raises ``RuntimeError``, and
+    :meth:`close` does no I/O and leaves the inherited client alone. Make a new manager in the
+    child's own event loop. See :mod:`fencedlease._fork`.
 
     Raises:
         ValidationError: ``prefix`` is not a non-empty str, or ``renew_batch_size`` < 1.
@@ -106,7 +125,9 @@ class AsyncLeaseManager:
         self._holds: set[_Hold] = set()
         self._chores: set[asyncio.Task[Any]] = set()
         self._closed = False
+        self._forked = False
         self._close_done: asyncio.Event | None = None
+        _fork.register(self)
 
     @classmethod
     def from_url(
@@ -137,38 +158,81 @@ class AsyncLeaseManager:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    async def close(self) -> None:
-        """Stop the renewal task; leases still held in :meth:`hold` are marked lost (their bodies
-        are cancelled and end in :class:`LeaseLostError`) and released; wait for every release
-        and clean-up the manager started; close the client if the manager made it. Idempotent;
-        a second caller waits for the first to finish.
+    async def close(self, timeout_ms: int = DEFAULT_CLOSE_TIMEOUT_MS) -> None:
+        """Stop the renewal task, release every lease still held in :meth:`hold`/
+        :meth:`with_lease`, and close the client if the manager made it. Idempotent; a second
+        caller waits for the first to finish.
+
+        Each such lease is first marked lost (reason: the manager was closed), so its body is
+        cancelled and the block ends in :class:`LeaseLostError` (``lease.lost`` and
+        ``wait_lost()`` say so too); then it is released with its owner token. The releases and
+        the clean-ups the manager started get ``timeout_ms`` milliseconds at most (default
+        1,000), as on the sync face: one still without a reply then is cancelled (logged as a
+        warning) and its lease lapses at its TTL. Leases taken with :meth:`acquire` are the
+        caller's and are left alone.
 
         Raises:
+            ValidationError: ``timeout_ms`` is not an int in 0..2,147,483,647.
             BackendError: closing the client failed.
         """
+        bound_ms = check_ms("timeout_ms", timeout_ms, 0)
         if self._closed:
             if self._close_done is not None:
                 await self._close_done.wait()
             return
         self._closed = True
         self._close_done = done = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        until = loop.time() + bound_ms / 1000
         try:
             await self._renewer.close()
+            releases: dict[asyncio.Task[Any], str] = {}
             for hold in list(self._holds):
                 lease = hold.lease
                 if lease is None:
                     continue
-                lease._state.mark_lost(LossReason.CLOSED)
-                if not lease._state.releasing:
-                    self._spawn(lease.release(), "fencedlease-release")
-            while self._chores:
-                await asyncio.wait(set(self._chores))
+                state = lease._state
+                state.mark_lost(LossReason.CLOSED)
+                if not (state.releasing or state.released):
+                    releases[self._spawn(lease.release(), "fencedlease-release")] = state.key
+            while self._chores and (left := until - loop.time()) > 0:
+                await asyncio.wait(set(self._chores), timeout=left)
+            late = set(self._chores)
+            for task in late:
+                task.cancel()
+            if late:
+                await asyncio.wait(late)
+            for task, key in releases.items():
+                late_error = f"no reply within {bound_ms} ms"
+                error: BaseException | str | None = late_error if task in late else None
+                if error is None and not task.cancelled():
+                    error = task.exception()
+                if error is not None:
+                    log.warning(
+                        "fencedlease: close() could not release %r (it lapses at its ttl): %s",
+                        key, error,
+                    )  # fmt: skip
             await self._release_waiter.aclose()
             await self._backend.close()
         finally:
             done.set()
 
+    def _after_fork_in_child(self) -> None:
+        """In a forked child (see :mod:`fencedlease._fork`): inert. The loop, the tasks and the
+        connections are the parent's; nothing of theirs is touched (no I/O, no cancel: a cancel
+        would close the parent's sockets in a selector shared with the parent)."""
+        self._forked = True
+        self._closed = True
+        self._close_done = None
+        self._holds = set()
+        self._chores = set()
+        self._renewer._after_fork_in_child()
+
     def _check_open(self) -> None:
+        if self._forked:
+            raise RuntimeError(
+                "this lease manager belongs to the parent process (fork): make a new one here"
+            )
         if self._closed:
             raise RuntimeError("the lease manager is closed")
 
@@ -251,8 +315,14 @@ class AsyncLeaseManager:
                         )
                     return AsyncAcquireResult(key, None, reply.ttl_ms)
                 waiter = self._release_waiter
-                attempt.queued = attempt.queued or waiter.queues
-                await waiter.wait(key, attempt.owner_token, ttl_ms, delay, attempt.final_wait)
+                queued_before = attempt.queued
+                attempt.queued = queued_before or waiter.queues
+                try:
+                    await waiter.wait(key, attempt.owner_token, ttl_ms, delay, attempt.final_wait)
+                except BackendError as exc:
+                    if never_sent(exc):  # the queueing command never left: not queued by it
+                        attempt.queued = queued_before
+                    raise
                 self._check_open()
         except BaseException as exc:
             if attempt.uncertain:
@@ -279,8 +349,40 @@ class AsyncLeaseManager:
                 "could not release the abandoned acquire of %r; it expires at its ttl: %s", key, exc
             )
 
+    async def _release_within(self, lease: AsyncLease) -> bool:
+        """Release ``lease``, waiting :func:`~fencedlease._core.release_bound_s` at most; on
+        timeout the release is cancelled and the lease lapses at its TTL.
+
+        Raises:
+            BackendError: the store failed or did not answer in time.
+        """
+        state = lease._state
+        bound = release_bound_s(state, self._clock.monotonic())
+        try:
+            return await asyncio.wait_for(lease.release(), bound)
+        except asyncio.TimeoutError as exc:
+            ms = round(bound * 1000)
+            raise BackendError(
+                f"release {state.key!r}: no reply within {ms} ms; the lease lapses at its ttl"
+            ) from exc
+
     async def _release_shielded(self, lease: AsyncLease) -> bool:
-        return await asyncio.shield(self._spawn(lease.release(), "fencedlease-release"))
+        """:meth:`_release_within` in a task of the manager's that cancelling the caller does
+        not stop (close() may: then this raises BackendError)."""
+        if lease._state.inherited():
+            return False  # no I/O on the parent's lease (see _fork)
+        chore = self._spawn(self._release_within(lease), "fencedlease-release")
+        try:
+            return await asyncio.shield(chore)
+        except asyncio.CancelledError:
+            if not chore.cancelled():
+                raise  # the caller was cancelled
+            current = asyncio.current_task()
+            if current is not None and sys.version_info >= (3, 11) and current.cancelling():
+                raise
+            raise BackendError(
+                f"release {lease.key!r}: stopped by close(); the lease lapses at its ttl"
+            ) from None
 
     def hold(
         self,
@@ -453,7 +555,7 @@ class _Hold(AbstractAsyncContextManager[AsyncLease]):
             raise LeaseNotAcquiredError(self._key)
         if manager._closed:  # closed while we acquired: give the key back
             await manager._release_shielded(lease)
-            raise RuntimeError("the lease manager is closed")
+            manager._check_open()
         task = asyncio.current_task()
         assert task is not None, "hold() runs inside a task"
         self._task, self._loop = task, asyncio.get_running_loop()
@@ -513,7 +615,8 @@ class _Hold(AbstractAsyncContextManager[AsyncLease]):
         state = lease._state
         state.check_deadline(manager._clock.monotonic())
         try:
-            if not state.releasing:
+            # After close() the lease is close()'s to release (or to leave to its TTL).
+            if not state.releasing and not manager._closed:
                 await manager._release_shielded(lease)
         except BackendError:
             if body_failed:

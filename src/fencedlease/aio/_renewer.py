@@ -126,6 +126,17 @@ class AsyncRenewer:
             entry.state.mark_lost(LossReason.CLOSED)
         return entries
 
+    def _after_fork_in_child(self) -> None:
+        """In a forked child (the manager is inert there, see :mod:`fencedlease._fork`): forget
+        the parent's task, batch and leases without touching them (they belong to the parent's
+        loop). If the child goes on running that loop anyway, the task ends at its next wake-up
+        without sending anything."""
+        self._closed = True
+        self._schedule = RenewalSchedule()
+        self._task, self._waker, self._in_flight = None, None, None
+        self._batch, self._batch_deadline = [], float("inf")
+        self._abandoned = set()
+
     async def _run(self) -> None:
         try:
             await self._loop()
