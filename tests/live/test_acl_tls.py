@@ -119,9 +119,9 @@ def acl(acl_server: Acl) -> Acl:
 
 
 def _release_line() -> int:
-    """The line of release.lua that publishes the hand-off (what Redis 6.2/7.0 report)."""
+    """The line of release.lua that pops the hand-off queue (what Redis 6.2/7.0 report)."""
     lines = RELEASE.source.splitlines()
-    return next(i for i, text in enumerate(lines, 1) if "redis.call('PUBLISH'" in text)
+    return next(i for i, text in enumerate(lines, 1) if "redis.call('ZPOPMIN'" in text)
 
 
 def _queue_a_waiter(acl: Acl, key: str) -> None:
@@ -321,9 +321,9 @@ async def _async_op(acl: Acl, url: str, op: str) -> None:
 DENIALS = [
     ("EVALSHA", "acquire", "acquire 'k': the Redis ACL user may not run EVALSHA"),
     (
-        "PUBLISH",
+        "ZPOPMIN",
         "release",
-        "release 'k': the Redis ACL user may not run PUBLISH in release.lua line "
+        "release 'k': the Redis ACL user may not run ZPOPMIN in release.lua line "
         f"{_release_line()}",
     ),
     ("DEL", "force_release", "force_release 'k': the Redis ACL user may not run DEL"),
