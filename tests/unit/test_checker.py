@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from fencedlease.harness.checker import CheckParams, check_history, extract
-from fencedlease.harness.history import Event
+from fencedlease.lab.harness.checker import CheckParams, check_history, extract
+from fencedlease.lab.harness.history import Event
 
 
 class History:
