@@ -15,7 +15,7 @@ import sys
 import time
 
 from fencedlease import LeaseManager
-from fencedlease.servers.redis import redis_endpoint
+from fencedlease.lab.servers.redis import redis_endpoint
 
 
 def worker(

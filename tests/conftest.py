@@ -1,4 +1,4 @@
-"""Shared fixtures: a real Redis found as ``fencedlease.servers.redis`` documents.
+"""Shared fixtures: a real Redis found as ``fencedlease.lab.servers.redis`` documents.
 
 Where a server cannot be had a test skips with the reason; with ``FENCEDLEASE_REQUIRE_SERVERS=1``
 (CI) that skip is a failure instead.
@@ -12,7 +12,12 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from fencedlease.servers.redis import RedisEndpoint, RedisServer, RedisUnavailable, redis_endpoint
+from fencedlease.lab.servers.redis import (
+    RedisEndpoint,
+    RedisServer,
+    RedisUnavailable,
+    redis_endpoint,
+)
 
 
 def unavailable(reason: str) -> None:

@@ -19,6 +19,7 @@ from ._errors import (
     ValidationError,
 )
 from ._fencing import FencedResource
+from ._keys import RedisKeys, redis_keys
 from ._lease import AcquireResult, Lease, LeaseInfo, LeaseOutcome
 from ._manager import LeaseManager
 from ._protocol import owner_fingerprint
@@ -44,11 +45,13 @@ __all__ = [
     "MemoryBackend",
     "RedisBackend",
     "RedisFencedResource",
+    "RedisKeys",
     "SqliteBackend",
     "StaleTokenError",
     "SystemClock",
     "ValidationError",
     "owner_fingerprint",
+    "redis_keys",
 ]
 
 __version__ = "0.1.0"

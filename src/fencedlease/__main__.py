@@ -1,8 +1,9 @@
-"""``python -m fencedlease``: the same command line as the ``fencedlease`` script."""
+"""``python -m fencedlease``: the same command line as the ``fencedlease`` script (the lab's,
+:mod:`fencedlease.lab.cli`)."""
 
 from __future__ import annotations
 
-from fencedlease.cli import main
+from fencedlease.lab.cli import main
 
 if __name__ == "__main__":
     main()

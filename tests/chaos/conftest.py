@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from fencedlease.harness.run import CheckConfig, CheckResult, run_check
-from fencedlease.servers.redis import RedisUnavailable, find_redis_binary
+from fencedlease.lab.harness.run import CheckConfig, CheckResult, run_check
+from fencedlease.lab.servers.redis import RedisUnavailable, find_redis_binary
 
 TTL_MS = 1000
 

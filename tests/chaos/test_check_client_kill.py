@@ -10,7 +10,7 @@ import redis
 
 from fencedlease import LeaseLostError, LeaseManager
 from fencedlease._protocol import lease_key
-from fencedlease.servers.redis import RedisServer
+from fencedlease.lab.servers.redis import RedisServer
 
 pytestmark = pytest.mark.chaos
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from fencedlease.servers.toxiproxy import (
+from fencedlease.lab.servers.toxiproxy import (
     ToxiproxyEndpoint,
     ToxiproxyUnavailable,
     toxiproxy_endpoint,

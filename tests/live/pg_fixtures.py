@@ -1,8 +1,9 @@
 """The ``postgres_dsn`` fixture: a real PostgreSQL for the live database tests.
 
 Imported by the live tests (and by ``tests/live/conftest.py``). ``FENCEDLEASE_POSTGRES_URL`` names a
-server to use; otherwise one is started for the session (:mod:`fencedlease.servers.postgres`). When
-none can be had the tests are skipped, or fail when ``FENCEDLEASE_REQUIRE_SERVERS=1`` (CI).
+server to use; otherwise one is started for the session
+(:mod:`fencedlease.lab.servers.postgres`). When none can be had the tests are skipped, or fail when
+``FENCEDLEASE_REQUIRE_SERVERS=1`` (CI).
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from contextlib import ExitStack
 
 import pytest
 
-from fencedlease.servers.postgres import PostgresUnavailable
-from fencedlease.servers.postgres import postgres_dsn as _postgres_dsn
+from fencedlease.lab.servers.postgres import PostgresUnavailable
+from fencedlease.lab.servers.postgres import postgres_dsn as _postgres_dsn
 
 
 @pytest.fixture(scope="session")

@@ -32,8 +32,8 @@ from fencedlease._acl import ACL_COMMANDS, acl_rules
 from fencedlease._handoff import ENQUEUE, enqueue_args
 from fencedlease._protocol import RELEASE, RENEW_MANY
 from fencedlease.aio import AsyncLeaseManager
+from fencedlease.lab.servers.redis import RedisServer, RedisTLS, RedisUnavailable
 from fencedlease.redis_fencing import RedisFencedResource
-from fencedlease.servers.redis import RedisServer, RedisTLS, RedisUnavailable
 
 pytestmark = pytest.mark.live
 

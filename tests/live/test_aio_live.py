@@ -27,7 +27,7 @@ from fencedlease._core import LossReason
 from fencedlease._protocol import ACQUIRE
 from fencedlease.aio import AsyncLease, AsyncLeaseManager
 from fencedlease.aio.testing import cancel_at_suspension
-from fencedlease.servers.redis import RedisServer
+from fencedlease.lab.servers.redis import RedisServer
 
 pytestmark = pytest.mark.live
 

@@ -16,7 +16,7 @@ import redis.asyncio
 from fencedlease import AcquireResult, LeaseManager
 from fencedlease._handoff import AsyncHandoff, waiters_key, waiters_meta_key
 from fencedlease._protocol import RELEASE, lease_keys, new_owner_token
-from fencedlease.servers.redis import RedisServer
+from fencedlease.lab.servers.redis import RedisServer
 
 pytestmark = pytest.mark.live
 

@@ -22,7 +22,7 @@ from fencedlease import (
     LeaseNotAcquiredError,
 )
 from fencedlease._protocol import ACQUIRE
-from fencedlease.servers.redis import RedisServer
+from fencedlease.lab.servers.redis import RedisServer
 
 pytestmark = pytest.mark.live
 

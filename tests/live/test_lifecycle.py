@@ -25,7 +25,7 @@ import redis.asyncio
 from fencedlease import BackendError, Lease, LeaseLostError, LeaseManager, ValidationError
 from fencedlease._core import RELEASE_FLOOR_MS, LossReason
 from fencedlease.aio import AsyncLease, AsyncLeaseManager
-from fencedlease.servers.redis import RedisServer, free_port
+from fencedlease.lab.servers.redis import RedisServer, free_port
 
 pytestmark = pytest.mark.live
 

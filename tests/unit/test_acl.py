@@ -25,8 +25,8 @@ from fencedlease.redis_fencing import _SET
 SRC = Path(__file__).resolve().parents[2] / "src" / "fencedlease"
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
-# Packages that are not the library a user runs (they run as the operator: harness, servers).
-NOT_LIBRARY = {"harness", "servers", "toxiproxy_server"}
+# The package that is not the library a user runs (the lab: harness, servers; run as the operator).
+NOT_LIBRARY = {"lab"}
 
 # redis-py methods the library calls on a client or a pub/sub object, and the command each sends.
 CLIENT_METHODS: dict[str, str | None] = {

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from fencedlease.harness.checker import CheckParams, check_history, extract
-from fencedlease.harness.history import Event, read_history, write_history
+from fencedlease.lab.harness.checker import CheckParams, check_history, extract
+from fencedlease.lab.harness.history import Event, read_history, write_history
 
 
 class History:

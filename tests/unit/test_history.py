@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fencedlease.harness.history import (
+from fencedlease.lab.harness.history import (
     Event,
     HistoryWriter,
     merge_histories,

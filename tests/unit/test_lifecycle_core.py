@@ -30,7 +30,7 @@ from fencedlease._core import (
 from fencedlease._redis_backend import backend_errors
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.backends import AsyncMemoryBackend, MemoryBackend
-from fencedlease.servers.redis import free_port
+from fencedlease.lab.servers.redis import free_port
 from fencedlease.testing import FakeClock
 
 # -- which errors mean "nothing was sent" ----------------------------------------------------------

@@ -1,7 +1,7 @@
 """An embedded, Toxiproxy-compatible fault-injecting TCP proxy (standard library + attrs).
 
 For machines with no ``toxiproxy-server`` and no Docker; prefer the real server when there is
-one (:func:`fencedlease.servers.toxiproxy.toxiproxy_endpoint` chooses). It speaks Shopify
+one (:func:`fencedlease.lab.servers.toxiproxy.toxiproxy_endpoint` chooses). It speaks Shopify
 Toxiproxy v2's HTTP API, so toxiproxy-python and every other client drive it unchanged:
 
 =========================================  ======================================================

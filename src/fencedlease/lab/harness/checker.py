@@ -26,7 +26,7 @@ locking", 2016, for why each matters):
     that kept its lease through the fault (its release succeeded). Judged up to the run's stop
     and the next fault's start; a fault followed too soon by either is not judged.
 
-Inputs: the merged history (:func:`fencedlease.harness.history.merge_histories`), whose ``run``
+Inputs: the merged history (:func:`fencedlease.lab.harness.history.merge_histories`), whose ``run``
 ``start`` event carries the parameters (``ttl_ms``, ``heartbeat_ms``, ``margin_ms``...). Output: a
 :class:`CheckReport`; ``report.valid`` is false iff some property has a violation.
 """

@@ -2,7 +2,7 @@
 
 :func:`run_check` is what ``fencedlease check`` calls::
 
-    from fencedlease.harness.run import CheckConfig, run_check
+    from fencedlease.lab.harness.run import CheckConfig, run_check
 
     result = run_check(CheckConfig(duration_s=30, mode="fenced"))
     result.report.valid          # no violation
@@ -11,7 +11,7 @@
 By default it starts its own redis-server (AOF on, ``appendfsync always``), so every nemesis is
 available, including the Redis process ones. With ``redis_url`` it uses that server and leaves
 its process alone: the ``redis-*`` faults are then skipped, and the report says so. Toxiproxy is
-found by :func:`fencedlease.servers.toxiproxy.toxiproxy_endpoint` (a real server when there is
+found by :func:`fencedlease.lab.servers.toxiproxy.toxiproxy_endpoint` (a real server when there is
 one, else the embedded one); one proxy per worker.
 
 Every process started here is stopped before :func:`run_check` returns or raises: workers get
@@ -39,10 +39,10 @@ from urllib.parse import urlsplit
 import attrs
 
 from ..servers.redis import RedisServer, find_redis_binary, redis_endpoint
-from .checker import CheckParams, CheckReport, Extracted, check_history, extract
-from .history import HistoryWriter, merge_histories, read_history
+from .checker import CheckParams, check_history
+from .history import HistoryWriter, merge_histories
+from .model import CheckConfig, CheckResult
 from .nemesis import (
-    DEFAULT_FAULTS,
     FaultSpec,
     Nemesis,
     NemesisEnv,
@@ -50,8 +50,6 @@ from .nemesis import (
 )
 from .workload import (
     Board,
-    Mode,
-    ResourceKind,
     ResourceSpec,
     WorkerConfig,
     prepare_resource,
@@ -60,48 +58,6 @@ from .workload import (
 )
 
 __all__ = ["CheckConfig", "CheckResult", "Progress", "run_check"]
-
-
-@attrs.frozen
-class CheckConfig:
-    """What to run. Durations: ``duration_s`` in seconds; the rest in milliseconds.
-
-    ``redis_url``: an external Redis (None: start one). ``workers``: processes (>= 2).
-    ``faults``: fault kinds in order (see :data:`fencedlease.harness.nemesis.FAULTS`).
-    ``mode``: ``fenced``, ``write-fenced`` or ``unfenced``. ``seed``: for every random choice
-    (None: a random seed, printed in the report). ``out_dir``: where ``history.jsonl``,
-    ``report.json`` and ``timeline.png`` go. ``resource``: ``sqlite`` / ``redis`` /
-    ``postgres``; ``resource_url`` overrides where it lives (else an SQLite file in ``out_dir``,
-    a second redis-server of ours, or a PostgreSQL of ours). ``ttl_ms``, ``heartbeat_ms``
-    (default ttl/4), ``body_ms`` (sleep in the critical section; default 1.8 x ttl, see
-    ``docs/harness.md`` for why), ``margin_ms`` (recovery bound beyond ttl). ``toxiproxy``:
-    False connects workers straight to Redis (no network faults).
-    """
-
-    redis_url: str | None = None
-    workers: int = 3
-    duration_s: float = 30.0
-    faults: tuple[str, ...] = DEFAULT_FAULTS
-    mode: Mode = "fenced"
-    seed: int | None = None
-    out_dir: Path = Path("check-out")
-    resource: ResourceKind = "sqlite"
-    resource_url: str | None = None
-    ttl_ms: int = 1000
-    heartbeat_ms: int | None = None
-    body_ms: int | None = None
-    margin_ms: int = 1000
-    key: str = "check:counter"
-    toxiproxy: bool = True
-    lead_s: float | None = None
-
-    @property
-    def heartbeat(self) -> int:
-        return self.heartbeat_ms if self.heartbeat_ms is not None else max(1, self.ttl_ms // 4)
-
-    @property
-    def body(self) -> int:
-        return self.body_ms if self.body_ms is not None else self.ttl_ms * 9 // 5
 
 
 @attrs.frozen
@@ -115,32 +71,6 @@ class Progress:
     current_fault: str | None
     faults_done: list[str]
     faults_planned: int
-
-
-@attrs.frozen
-class CheckResult:
-    """What a run produced: the checker's ``report``, the files, run-level ``notes``, the
-    ``seed`` used, where Redis and Toxiproxy came from."""
-
-    config: CheckConfig
-    report: CheckReport
-    out_dir: Path
-    history_path: Path
-    report_path: Path
-    timeline_path: Path | None
-    notes: tuple[str, ...]
-    seed: int
-    redis: str
-    toxiproxy: str | None
-
-    @property
-    def valid(self) -> bool:
-        """No violation."""
-        return self.report.valid
-
-    def history(self) -> Extracted:
-        """The run's history reassembled: grants, accesses, faults (reads the file)."""
-        return extract(read_history(self.history_path))
 
 
 def _upstream(url: str) -> tuple[str, int, str] | None:
@@ -189,8 +119,8 @@ def run_check(
     """Run the workload under the faults, then check the history and write the report files.
 
     ``on_progress`` is called about five times a second with a :class:`Progress`. Raises
-    ``ValueError`` for a bad config, :class:`~fencedlease.servers.redis.RedisUnavailable` when no
-    Redis can be started; faults that cannot run are skipped and noted, not raised.
+    ``ValueError`` for a bad config, :class:`~fencedlease.lab.servers.redis.RedisUnavailable` when
+    no Redis can be started; faults that cannot run are skipped and noted, not raised.
     """
     if config.workers < 2:
         raise ValueError("workers must be at least 2 (a lease needs someone to take it over)")

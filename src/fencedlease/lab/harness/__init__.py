@@ -1,11 +1,11 @@
 """The correctness harness behind ``fencedlease check`` (Jepsen's shape; Kleppmann 2016's case).
 
-- :mod:`~fencedlease.harness.history`: the JSON-lines history every process writes;
-- :mod:`~fencedlease.harness.workload`: worker processes doing a fenced read-modify-write;
-- :mod:`~fencedlease.harness.nemesis`: the faults, recorded with their start and end;
-- :mod:`~fencedlease.harness.checker`: the pure checker of properties a-e;
-- :mod:`~fencedlease.harness.report`: the summary table, ``report.json`` and ``timeline.png``;
-- :mod:`~fencedlease.harness.run`: one run, end to end.
+- :mod:`~fencedlease.lab.harness.history`: the JSON-lines history every process writes;
+- :mod:`~fencedlease.lab.harness.workload`: worker processes doing a fenced read-modify-write;
+- :mod:`~fencedlease.lab.harness.nemesis`: the faults, recorded with their start and end;
+- :mod:`~fencedlease.lab.harness.checker`: the pure checker of properties a-e;
+- :mod:`~fencedlease.lab.harness.report`: the summary table, ``report.json`` and ``timeline.png``;
+- :mod:`~fencedlease.lab.harness.run`: one run, end to end.
 
 See ``docs/harness.md``.
 """

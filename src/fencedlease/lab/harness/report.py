@@ -28,7 +28,7 @@ from .history import Event
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from .run import CheckResult
+    from .model import CheckResult
 
 __all__ = ["draw_timeline", "print_summary", "report_dict", "write_report_json"]
 

@@ -3,7 +3,7 @@
 Order: ``TOXIPROXY_URL`` (a real server someone runs); a ``toxiproxy-server`` binary on PATH
 (started on a free loopback port, stopped afterwards); Docker through testcontainers, image
 ``ghcr.io/shopify/toxiproxy`` with host networking so its proxies can reach a Redis on
-127.0.0.1; otherwise the embedded :class:`~fencedlease.toxiproxy_server.ToxiproxyServer`.
+127.0.0.1; otherwise the embedded :class:`~fencedlease.lab.toxiproxy.ToxiproxyServer`.
 
 Whatever is found is driven only through toxiproxy-python, exactly as the real server::
 
@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from fencedlease.toxiproxy_server import ToxiproxyServer
+from ..toxiproxy import ToxiproxyServer
 
 __all__ = [
     "DOCKER_IMAGE",

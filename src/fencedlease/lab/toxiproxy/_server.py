@@ -69,7 +69,7 @@ class _Handler(BaseHTTPRequestHandler):
 class ToxiproxyServer:
     """A Toxiproxy-compatible server in this process, for machines without the real one.
 
-    Speaks the real server's HTTP API (see :mod:`fencedlease.toxiproxy_server`) on
+    Speaks the real server's HTTP API (see :mod:`fencedlease.lab.toxiproxy`) on
     ``host:port`` (``port=0``: a free port, read it back from :attr:`port`). Drive it with
     toxiproxy-python, as the real one. Proxies listen where their ``listen`` says; a proxy created
     without ``listen`` listens on ``127.0.0.1:0`` (the real server would take every interface).

@@ -3,7 +3,7 @@
 Each worker loops: take the lease on the shared key with :meth:`LeaseManager.hold` (renewed in the
 background), read the counter, sleep ``body_ms`` inside the critical section, write the value read
 plus one, leave the ``with`` block. Every step is an invoke/completion pair in the worker's own
-history file (:mod:`fencedlease.harness.history`). A watcher thread records the moment the
+history file (:mod:`fencedlease.lab.harness.history`). A watcher thread records the moment the
 library declares the lease lost (``lease-lost``), which is how the checker times loss notices.
 
 The body deliberately does not call ``lease.check()`` before writing: a check proves nothing about
@@ -45,11 +45,17 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .. import db
-from .._errors import BackendError, LeaseLostError, LeaseNotAcquiredError, StaleTokenError
-from .._lease import Lease
-from .._manager import LeaseManager
-from ..redis_fencing import RedisFencedResource
+from fencedlease import (
+    BackendError,
+    Lease,
+    LeaseLostError,
+    LeaseManager,
+    LeaseNotAcquiredError,
+    RedisFencedResource,
+    StaleTokenError,
+    db,
+)
+
 from .history import HistoryWriter, Operation
 
 __all__ = [

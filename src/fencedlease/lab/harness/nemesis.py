@@ -39,7 +39,8 @@ from typing import Any, Final
 import attrs
 import redis
 
-from .._protocol import fence_key, lease_key
+from fencedlease import redis_keys
+
 from ..servers.redis import RedisServer
 from .history import HistoryWriter, Operation
 from .workload import ACQUIRING, BODY, HOLDING, PHASES, WRITING, Board, client_name
@@ -408,7 +409,7 @@ class Nemesis:
         self._finish(op)
 
     def _counter(self) -> int | None:
-        raw = self._admin.get(fence_key(self.env.prefix, self.env.key))
+        raw = self._admin.get(redis_keys(self.env.prefix, self.env.key).fence)
         return None if raw is None else int(raw)
 
     def _restart(self, op: Operation, *, persist: bool) -> None:
@@ -461,7 +462,7 @@ class Nemesis:
                 killed += int(self._admin.client_kill_filter(_id=client_id))
         stop.wait(spec.duration_s)  # a renewal or two falls in here
         after = self._connections(target)
-        owner = self._admin.get(lease_key(self.env.prefix, self.env.key))
+        owner = self._admin.get(redis_keys(self.env.prefix, self.env.key).lease)
         token_in_redis = None if owner is None else int(str(owner).split(":", 1)[0])
         self._finish(
             op,

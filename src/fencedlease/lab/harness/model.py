@@ -1,0 +1,84 @@
+"""The types a run of the harness is described by and produces: :class:`CheckConfig` (what to
+run) and :class:`CheckResult` (what it made). :mod:`~fencedlease.lab.harness.run` makes them,
+:mod:`~fencedlease.lab.harness.report` reads them; both import them from here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import attrs
+
+from .checker import CheckReport, Extracted, extract
+from .history import read_history
+from .nemesis import DEFAULT_FAULTS
+from .workload import Mode, ResourceKind
+
+__all__ = ["CheckConfig", "CheckResult"]
+
+
+@attrs.frozen
+class CheckConfig:
+    """What to run. Durations: ``duration_s`` in seconds; the rest in milliseconds.
+
+    ``redis_url``: an external Redis (None: start one). ``workers``: processes (>= 2).
+    ``faults``: fault kinds in order (see :data:`fencedlease.lab.harness.nemesis.FAULTS`).
+    ``mode``: ``fenced``, ``write-fenced`` or ``unfenced``. ``seed``: for every random choice
+    (None: a random seed, printed in the report). ``out_dir``: where ``history.jsonl``,
+    ``report.json`` and ``timeline.png`` go. ``resource``: ``sqlite`` / ``redis`` /
+    ``postgres``; ``resource_url`` overrides where it lives (else an SQLite file in ``out_dir``,
+    a second redis-server of ours, or a PostgreSQL of ours). ``ttl_ms``, ``heartbeat_ms``
+    (default ttl/4), ``body_ms`` (sleep in the critical section; default 1.8 x ttl, see
+    ``docs/harness.md`` for why), ``margin_ms`` (recovery bound beyond ttl). ``toxiproxy``:
+    False connects workers straight to Redis (no network faults).
+    """
+
+    redis_url: str | None = None
+    workers: int = 3
+    duration_s: float = 30.0
+    faults: tuple[str, ...] = DEFAULT_FAULTS
+    mode: Mode = "fenced"
+    seed: int | None = None
+    out_dir: Path = Path("check-out")
+    resource: ResourceKind = "sqlite"
+    resource_url: str | None = None
+    ttl_ms: int = 1000
+    heartbeat_ms: int | None = None
+    body_ms: int | None = None
+    margin_ms: int = 1000
+    key: str = "check:counter"
+    toxiproxy: bool = True
+    lead_s: float | None = None
+
+    @property
+    def heartbeat(self) -> int:
+        return self.heartbeat_ms if self.heartbeat_ms is not None else max(1, self.ttl_ms // 4)
+
+    @property
+    def body(self) -> int:
+        return self.body_ms if self.body_ms is not None else self.ttl_ms * 9 // 5
+
+
+@attrs.frozen
+class CheckResult:
+    """What a run produced: the checker's ``report``, the files, run-level ``notes``, the
+    ``seed`` used, where Redis and Toxiproxy came from."""
+
+    config: CheckConfig
+    report: CheckReport
+    out_dir: Path
+    history_path: Path
+    report_path: Path
+    timeline_path: Path | None
+    notes: tuple[str, ...]
+    seed: int
+    redis: str
+    toxiproxy: str | None
+
+    @property
+    def valid(self) -> bool:
+        """No violation."""
+        return self.report.valid
+
+    def history(self) -> Extracted:
+        """The run's history reassembled: grants, accesses, faults (reads the file)."""
+        return extract(read_history(self.history_path))

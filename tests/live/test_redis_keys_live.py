@@ -1,0 +1,82 @@
+"""``fencedlease.redis_keys`` on a real Redis: the keys and the channel it names are the ones a
+``LeaseManager`` writes, reads and publishes on, and there are no others."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+import redis
+
+from fencedlease import AcquireResult, LeaseManager, owner_fingerprint, redis_keys
+
+pytestmark = pytest.mark.live
+
+NAME = "orders:{42}%"  # braces and a percent sign: the escaped layout
+
+
+def _wait_until(predicate: Any, timeout_s: float = 5.0) -> None:
+    """Poll a state another thread reaches through Redis (no event to wait on)."""
+    give_up = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > give_up:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.005)
+
+
+def test_the_named_keys_are_the_ones_the_manager_uses(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    keys = redis_keys("rk", NAME)
+    holder_manager = LeaseManager.from_url(redis_url, prefix="rk")
+    waiter_manager = LeaseManager.from_url(redis_url, prefix="rk")
+    listener = redis_client.pubsub()  # type: ignore[no-untyped-call]
+    try:
+        holder = holder_manager.acquire(NAME, ttl_ms=10_000).lease
+        assert holder is not None
+        assert holder.fencing_token == 1
+        raw = redis_client.get(keys.lease)
+        assert isinstance(raw, bytes)
+        token, owner = raw.decode().split(":", 1)
+        assert int(token) == 1
+        info = holder_manager.inspect(NAME)
+        assert info is not None
+        assert owner_fingerprint(owner) == info.owner_fingerprint
+        assert 0 < redis_client.pttl(keys.lease) <= 10_000
+        assert redis_client.get(keys.fence) == b"1"
+
+        listener.subscribe(keys.handoff)
+        subscribed = listener.get_message(timeout=5.0)
+        assert subscribed is not None
+        assert subscribed["type"] == "subscribe"
+        result: list[AcquireResult] = []
+        waiter = threading.Thread(
+            target=lambda: result.append(
+                waiter_manager.acquire(NAME, ttl_ms=10_000, wait_ms=10_000, retry_delay_ms=2_000)
+            )
+        )
+        waiter.start()
+        _wait_until(lambda: redis_client.zcard(keys.waiters) == 1)
+        assert redis_client.hlen(keys.waiters_meta) == 1
+        assert sorted(redis_client.keys("rk:*")) == sorted(
+            k.encode() for k in (keys.lease, keys.fence, keys.waiters, keys.waiters_meta)
+        )
+
+        assert holder.release() is True
+        message = listener.get_message(timeout=5.0)
+        assert message is not None
+        assert message["channel"] == keys.handoff.encode()
+        waiter.join(10.0)
+        assert result
+        assert result[0].lease is not None
+        assert result[0].lease.fencing_token == 2
+        assert redis_client.get(keys.fence) == b"2"
+        assert redis_client.exists(keys.waiters, keys.waiters_meta) == 0
+        assert result[0].lease.release() is True
+        assert redis_client.keys("rk:*") == [keys.fence.encode()]
+    finally:
+        listener.close()
+        holder_manager.close()
+        waiter_manager.close()
