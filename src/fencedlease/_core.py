@@ -44,6 +44,7 @@ __all__ = [
     "RenewalEntry",
     "RenewalSchedule",
     "SystemClock",
+    "confirmed_due",
     "is_ambiguous",
     "renewal_items",
     "restored_state",
@@ -226,6 +227,18 @@ class RenewalEntry:
         self.sent_ttl_ms = state.ttl_ms
 
 
+def confirmed_due(entry: RenewalEntry, now: float) -> float:
+    """When ``entry`` is next due: one heartbeat after the confirming command was sent, that is
+    ``deadline - ttl + heartbeat`` (the deadline counts from the send, rule 2), whatever the
+    round trip took. A lease with no known deadline counts from ``now``. A time already past
+    means due at once."""
+    state = entry.state
+    deadline = state.deadline
+    if deadline is None:
+        return now + entry.heartbeat_s
+    return deadline - state.ttl_ms / 1000 + entry.heartbeat_s
+
+
 def renewal_items(batch: list[RenewalEntry]) -> list[tuple[str, str, int]]:
     """The ``(key, owner_token, ttl_ms)`` items to send for ``batch``; each entry remembers the
     TTL it was sent with, because that, not whatever the lease's TTL is when the reply lands, is
@@ -261,10 +274,12 @@ class RenewalSchedule:
         return len(self._members)
 
     def add(self, entry: RenewalEntry, now: float) -> None:
-        """Start renewing ``entry``: first renewal one heartbeat from ``now``."""
+        """Start renewing ``entry``: first renewal one heartbeat after the confirming command was
+        sent (the deadline's origin, see :func:`confirmed_due`), not after its reply came: a slow
+        round trip must not eat into the margin. At ``now`` at once if that moment has passed."""
         entry.active = True
         self._members.add(entry)
-        self._push_due(entry, now + entry.heartbeat_s)
+        self._push_due(entry, confirmed_due(entry, now))
         self._push_deadline(entry)
 
     def remove(self, entry: RenewalEntry) -> None:
@@ -382,7 +397,7 @@ class RenewalSchedule:
                 self._push_due(entry, now + entry.retry_s)
             elif reply > 0:
                 if state.confirm(sent_mono, sent_wall, entry.sent_ttl_ms, reply):
-                    self._push_due(entry, max(now, sent_mono + entry.heartbeat_s))
+                    self._push_due(entry, confirmed_due(entry, now))
                     self._push_deadline(entry)
                 else:
                     self.remove(entry)

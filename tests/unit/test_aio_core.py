@@ -141,18 +141,20 @@ def test_view_repr_hides_the_owner_token_and_check_raises() -> None:
     assert LossReason.DEADLINE in str(info.value)
 
 
-def _entry(heartbeat_ms: int = 1_000) -> RenewalEntry:
+def _entry(heartbeat_ms: int = 1_000, sent: float = 0.0) -> RenewalEntry:
+    """A lease granted by an acquire sent at ``sent``, renewed every ``heartbeat_ms``."""
     return RenewalEntry(
-        LeaseState.granted("k", "o", 1, 4 * heartbeat_ms, 0.0, 0.0), heartbeat_ms, None
+        LeaseState.granted("k", "o", 1, 4 * heartbeat_ms, sent, 0.0), heartbeat_ms, None
     )
 
 
 def test_pop_batch_fills_with_leases_due_within_half_a_heartbeat() -> None:
     """With one lease due, the batch also takes those due in the next half heartbeat, not later."""
     schedule = RenewalSchedule()
-    entries = [_entry() for _ in range(4)]
-    for entry, added in zip(entries, [0.0, 0.2, 0.49, 0.51], strict=True):
-        schedule.add(entry, added)
+    added = [0.0, 0.2, 0.49, 0.51]
+    entries = [_entry(sent=when) for when in added]
+    for entry, when in zip(entries, added, strict=True):
+        schedule.add(entry, when)
     assert schedule.pop_batch(0.99, 10) == []  # nothing due yet: nothing renewed early
     assert schedule.pop_batch(1.0, 10) == entries[:3]
     assert schedule.pop_batch(1.0, 10) == []
@@ -172,7 +174,7 @@ def test_scattered_leases_settle_into_full_batches() -> None:
     """1,000 leases added at scattered moments over a heartbeat, batch size 100: after one round
     every heartbeat costs exactly 10 round trips."""
     schedule = RenewalSchedule()
-    entries = [_entry() for _ in range(1_000)]
+    entries = [_entry(sent=index * 0.001) for index in range(1_000)]
     for index, entry in enumerate(entries):
         schedule.add(entry, index * 0.001)  # spread over one full heartbeat
     now, trips_per_round = 1.0, []

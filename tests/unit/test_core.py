@@ -67,10 +67,61 @@ def test_first_renewal_is_one_heartbeat_after_add() -> None:
     assert schedule.pop_due(100.25, 10) == []  # in flight: not handed out twice
 
 
+def test_first_renewal_counts_from_the_acquire_send_not_its_reply() -> None:
+    """A 400 ms round trip, ttl 1200, heartbeat 600: the acquire sent at t=0 is answered at 0.4;
+    the first renewal is due at 0.6 (send + heartbeat), not 1.0 (reply + heartbeat), which
+    answered at 1.4 would land after the deadline of 1.2."""
+    schedule = RenewalSchedule()
+    state = _state(ttl_ms=1_200, sent=0.0)
+    entry = RenewalEntry(state, 600, None)
+    schedule.add(entry, 0.4)  # the reply came at 0.4
+    assert entry.next_due == 0.6
+    assert schedule.pop_due(0.599, 10) == []
+    assert schedule.pop_due(0.6, 10) == [entry]
+
+
+def test_renewals_keep_a_lease_alive_through_a_slow_round_trip() -> None:
+    """The same 400 ms round trip for every renewal, five TTLs long: each renewal is sent one
+    heartbeat after the previous send (deadline - ttl + heartbeat), each reply lands before the
+    deadline it extends, and the lease is never lost."""
+    rtt, ttl_s, heartbeat_s = 0.4, 1.2, 0.6
+    schedule = RenewalSchedule()
+    state = LeaseState.granted("k", "owner", 7, 1_200, 0.0, 1_700_000_000.0)
+    entry = RenewalEntry(state, 600, None)
+    schedule.add(entry, rtt)
+    sends = []
+    while True:
+        sent = entry.next_due
+        if sent > 5 * ttl_s:
+            break
+        assert schedule.pop_expired(sent) == []
+        assert schedule.pop_due(sent, 10) == [entry]
+        sends.append(sent)
+        assert schedule.pop_expired(sent + rtt) == []  # the reply comes before the deadline
+        assert schedule.apply([entry], sent, 0.0, [7], now=sent + rtt) == []
+        assert state.deadline == sent + ttl_s
+        assert entry.next_due == state.deadline - ttl_s + heartbeat_s
+    assert not state.lost
+    assert [round(t, 9) for t in sends] == [round(0.6 * i, 9) for i in range(1, 11)]
+
+
+def test_a_renewal_due_before_its_reply_came_goes_out_at_once() -> None:
+    """A round trip longer than the heartbeat: the next renewal is due at send + heartbeat,
+    already past when the reply lands, so it is handed out at the reply's moment."""
+    schedule = RenewalSchedule()
+    state = _state(ttl_ms=1_000, sent=0.0)
+    entry = RenewalEntry(state, 250, None)
+    schedule.add(entry, 0.3)
+    assert schedule.pop_due(0.3, 10) == [entry]
+    schedule.apply([entry], 0.3, 0.0, [7], now=0.6)
+    assert entry.next_due == 0.55
+    assert schedule.pop_due(0.6, 10) == [entry]
+
+
 def test_due_leases_are_batched_up_to_the_limit() -> None:
     """pop_due returns at most `limit` entries, earliest first."""
     schedule = RenewalSchedule()
-    entries = [RenewalEntry(_state(), 100 + i, None) for i in range(5)]
+    entries = [RenewalEntry(_state(sent=0.0), 100 + i, None) for i in range(5)]
     for entry in entries:
         schedule.add(entry, 0.0)
     assert schedule.pop_due(10.0, 3) == entries[:3]

@@ -1,0 +1,126 @@
+"""Renewal timing and the pool on a real Redis: a slow round trip is no loss, a release waiting
+for a connection is no loss, and a waiting acquire never pins the caller's pool."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import redis
+import redis.asyncio
+
+from fencedlease import LeaseManager
+from fencedlease._handoff import ENQUEUE
+from fencedlease._protocol import ACQUIRE, RELEASE, RENEW, RENEW_MANY, lease_key
+from fencedlease.aio import AsyncLeaseManager
+from fencedlease.servers.redis import RedisEndpoint
+from fencedlease.servers.toxiproxy import toxiproxy_endpoint
+
+pytestmark = pytest.mark.live
+
+LATENCY_MS = 400
+TTL_MS = 1_200
+HEARTBEAT_MS = 600
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def slow_url(redis_ep: RedisEndpoint, redis_client: redis.Redis) -> Iterator[tuple[str, Any]]:
+    """A URL to the test Redis through a Toxiproxy proxy, and the proxy (no toxic yet). The
+    scripts are loaded beforehand: a first EVALSHA answered NOSCRIPT costs a second round trip,
+    which is script loading, not renewal timing."""
+    for script in (ACQUIRE, RENEW, RENEW_MANY, RELEASE, ENQUEUE):
+        assert redis_client.script_load(script.source) == script.sha
+    parts = urlsplit(redis_ep.url)
+    upstream = f"{parts.hostname}:{parts.port or 6379}"
+    with toxiproxy_endpoint(sources=("embedded",)) as endpoint:
+        client = endpoint.client()
+        port = _free_port()
+        proxy = client.create(upstream=upstream, name="timing", listen=f"127.0.0.1:{port}")
+        try:
+            yield f"redis://127.0.0.1:{port}/{parts.path.lstrip('/') or 0}", proxy
+        finally:
+            proxy.destroy()
+
+
+def _add_latency(proxy: Any) -> None:
+    """Every reply is held ``LATENCY_MS``: a round trip of 400 ms."""
+    proxy.add_toxic(type="latency", name="slow", attributes={"latency": LATENCY_MS, "jitter": 0})
+
+
+def _holder(client: redis.Redis, key: str) -> bytes | None:
+    """The lease key's value (``<fencing token>:<owner token>``), read around the proxy."""
+    value = client.get(lease_key("t", key))
+    return value if isinstance(value, bytes) else None
+
+
+def test_slow_round_trip_is_no_loss_sync(
+    slow_url: tuple[str, Any], redis_client: redis.Redis
+) -> None:
+    """A 400 ms round trip, ttl 1200, heartbeat 600: the lease survives four TTLs and releases
+    cleanly. The first renewal goes out one heartbeat after the acquire was sent; counted from
+    its reply, its own reply would land after the deadline."""
+    url, proxy = slow_url
+    client = redis.Redis.from_url(url)
+    # Connections are made before the latency: a new connection's handshake is several round
+    # trips, which is connection setup, not renewal timing.
+    warm = [client.connection_pool.get_connection() for _ in range(3)]
+    for connection in warm:
+        client.connection_pool.release(connection)
+    _add_latency(proxy)
+    errors: list[BaseException] = []
+    with LeaseManager(client, prefix="t") as leases:
+        with leases.hold(
+            "k", ttl_ms=TTL_MS, heartbeat_ms=HEARTBEAT_MS, on_renew_error=errors.append
+        ) as lease:
+            assert lease.wait_lost(timeout_ms=4 * TTL_MS) is False
+            assert _holder(redis_client, "k") is not None
+            trips = leases.renewer.round_trips
+        assert lease._state.released
+        assert not lease.lost
+    client.close()
+    assert errors == []
+    assert trips >= 4 * TTL_MS // HEARTBEAT_MS - 2
+    assert _holder(redis_client, "k") is None
+
+
+def test_slow_round_trip_is_no_loss_asyncio(
+    slow_url: tuple[str, Any], redis_client: redis.Redis
+) -> None:
+    """The same on the asyncio face (its renewer also abandons a batch at the earliest deadline
+    in it, which must not happen either)."""
+    url, proxy = slow_url
+
+    async def main() -> tuple[bool, int, list[BaseException]]:
+        client = redis.asyncio.Redis.from_url(url)
+        pool = client.connection_pool
+        warm = [await pool.get_connection() for _ in range(3)]  # type: ignore[no-untyped-call]
+        for connection in warm:
+            await client.connection_pool.release(connection)
+        _add_latency(proxy)
+        errors: list[BaseException] = []
+        async with AsyncLeaseManager(client, prefix="t") as leases:
+            async with leases.hold(
+                "k", ttl_ms=TTL_MS, heartbeat_ms=HEARTBEAT_MS, on_renew_error=errors.append
+            ) as lease:
+                assert await lease.wait_lost(timeout_ms=4 * TTL_MS) is False
+                assert _holder(redis_client, "k") is not None
+                trips = leases.renewer.round_trips
+            released = lease._state.released and not lease.lost
+        await client.aclose()
+        return released, trips, errors
+
+    released, trips, errors = asyncio.run(main())
+    assert released
+    assert errors == []
+    assert trips >= 4 * TTL_MS // HEARTBEAT_MS - 2
+    assert _holder(redis_client, "k") is None
