@@ -408,14 +408,26 @@ class RenewalSchedule:
         return errors
 
 
+_NOT_SENT = frozenset({"No connection available.", "Too many connections"})
+"""The messages of redis-py's ``ConnectionError`` when the pool had no connection to give: a
+``BlockingConnectionPool`` that timed out waiting (sync and asyncio), or an exhausted
+``ConnectionPool`` before ``MaxConnectionsError`` existed."""
+
+
 def is_ambiguous(exc: BackendError) -> bool:
     """True when a command may have run although no reply came (a connection reset or a timeout
-    after sending), so only an idempotent retry is safe: for acquire, the same owner token. An
-    exhausted connection pool (``MaxConnectionsError``) sent nothing: not ambiguous."""
+    after sending), so only an idempotent retry is safe: for acquire, the same owner token.
+
+    A pool that had no connection to give sent nothing: not ambiguous. That is an exhausted
+    ``ConnectionPool`` (``MaxConnectionsError``) and a ``BlockingConnectionPool`` whose wait timed
+    out (a plain ``ConnectionError("No connection available.")``, which redis-py raises before
+    any connection is in hand)."""
     cause = exc.__cause__
     if isinstance(cause, MaxConnectionsError):
         return False
-    return isinstance(cause, (RedisConnectionError, RedisTimeoutError))
+    if isinstance(cause, RedisConnectionError):
+        return not (len(cause.args) == 1 and cause.args[0] in _NOT_SENT)
+    return isinstance(cause, RedisTimeoutError)
 
 
 class AcquireAttempt:

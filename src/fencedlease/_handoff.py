@@ -3,7 +3,8 @@
 An acquire with ``wait_ms > 0`` that finds the key held calls a *release waiter* between attempts
 instead of sleeping blindly. For Redis that is :class:`Handoff`:
 
-1. It makes sure the manager's one listener connection is subscribed to the key's channel
+1. It makes sure the manager's one listener connection (on a pool of its own, never one of the
+   caller's pool's connections) is subscribed to the key's channel
    ``<prefix>:{<key>}:handoff`` (started lazily on the first wait; a channel nobody waits on is
    unsubscribed after ``linger_s`` seconds, so a steady stream of waiters costs no SUBSCRIBE).
 2. It queues the waiter in Redis (``enqueue.lua``: one EVALSHA), oldest first. If the key turned out
@@ -60,8 +61,10 @@ __all__ = [
     "Handoff",
     "ReleaseWaiter",
     "SleepWaiter",
+    "async_listener_client",
     "enqueue_args",
     "handoff_channel",
+    "listener_client",
     "waiter_name",
     "waiters_key",
     "waiters_meta_key",
@@ -95,6 +98,34 @@ def waiter_name(owner_token: str) -> str:
     """The name a hand-off message gives a waiter: the SHA-1 (hex) of its owner token, which Lua
     computes too (``redis.sha1hex``). The owner token itself is a secret and is never published."""
     return hashlib.sha1(owner_token.encode()).hexdigest()  # noqa: S324 (a name, not a MAC)
+
+
+def listener_client(client: redis.Redis) -> redis.Redis:
+    """A client on a pool of its own, for the hand-off listener's one long-lived connection.
+
+    The listener holds its connection for as long as anyone waits; taken from the caller's pool it
+    would pin one of a small (or blocking) pool's connections, so that the caller's own commands
+    wait for the rest, or time out. The pool is made from the caller's ``connection_class`` and
+    ``connection_kwargs`` (address, credentials, TLS, timeouts), so it reaches the same server the
+    same way. A pool of another kind (e.g. Sentinel's, whose connections find their server
+    through it) is used as it is: it makes connections on demand and has no fixed size.
+    """
+    pool = client.connection_pool
+    if type(pool) not in (redis.ConnectionPool, redis.BlockingConnectionPool):
+        return client
+    own = redis.ConnectionPool(connection_class=pool.connection_class, **pool.connection_kwargs)
+    return redis.Redis(connection_pool=own)
+
+
+def async_listener_client(client: redis.asyncio.Redis) -> redis.asyncio.Redis:
+    """:func:`listener_client` for ``redis.asyncio``."""
+    pool = client.connection_pool
+    if type(pool) not in (redis.asyncio.ConnectionPool, redis.asyncio.BlockingConnectionPool):
+        return client
+    own = redis.asyncio.ConnectionPool(
+        connection_class=pool.connection_class, **pool.connection_kwargs
+    )
+    return redis.asyncio.Redis(connection_pool=own)
 
 
 def _text(value: object) -> str:
@@ -216,13 +247,14 @@ class _Channels:
 class Handoff:
     """The Redis release waiter of one :class:`~fencedlease.LeaseManager` (see the module).
 
-    ``backend``: the manager's :class:`RedisBackend` (its client carries the queue commands; one
-    more connection of its pool becomes the listener's). ``grace_ms``: how long past its wait a
-    queued waiter still counts as alive. ``linger_s``: how long an unused channel stays subscribed.
-    The listener is a daemon thread named ``fencedlease-handoff``, started by the first wait and
-    joined by :meth:`close`. The queueing command runs on a small pool (``fencedlease-handoff-io``)
-    so that a stalled Redis cannot stretch a wait past its ``timeout_s``: the acquire's bound of
-    ``wait_ms`` plus one round trip holds with the hand-off too.
+    ``backend``: the manager's :class:`RedisBackend` (its client carries the queue commands; the
+    listener has a connection of its own, see :func:`listener_client`). ``grace_ms``: how long
+    past its wait a queued waiter still counts as alive. ``linger_s``: how long an unused channel
+    stays subscribed. The listener is a daemon thread named ``fencedlease-handoff``, started by
+    the first wait and joined by :meth:`close`. The queueing command runs on a small pool
+    (``fencedlease-handoff-io``) so that a stalled Redis cannot stretch a wait past its
+    ``timeout_s``: the acquire's bound of ``wait_ms`` plus one round trip holds with the hand-off
+    too.
     """
 
     queues = True
@@ -351,7 +383,8 @@ class Handoff:
             io.shutdown(wait=True)
 
     def _run(self) -> None:
-        pubsub = self._client.pubsub()  # type: ignore[no-untyped-call]
+        listener = listener_client(self._client)
+        pubsub = listener.pubsub()  # type: ignore[no-untyped-call]
         channels, lock = self._channels, self._lock
         backoff_s = 0.0
         try:
@@ -393,6 +426,8 @@ class Handoff:
         finally:
             with contextlib.suppress(RedisError):
                 pubsub.close()
+            if listener is not self._client:
+                listener.connection_pool.disconnect()
 
 
 # -- the asyncio twin ------------------------------------------------------------------------------
@@ -428,7 +463,9 @@ class AsyncHandoff:
     """:class:`Handoff` for ``redis.asyncio``: the same queue and scripts, the listener a task.
 
     ``client``: the manager's ``redis.asyncio.Redis``; ``prefix``: its key prefix. The listener
-    task is started by the first wait in the running loop and cancelled by :meth:`aclose`.
+    has a connection of its own (:func:`async_listener_client`), never one of ``client``'s pool.
+    The listener task is started by the first wait in the running loop and cancelled by
+    :meth:`aclose`.
     """
 
     queues = True
@@ -544,7 +581,8 @@ class AsyncHandoff:
                     raise
 
     async def _run(self) -> None:
-        pubsub = self._client.pubsub()
+        listener = async_listener_client(self._client)
+        pubsub = listener.pubsub()
         channels = self._channels
         backoff_s = 0.0
         try:
@@ -574,8 +612,13 @@ class AsyncHandoff:
                     for event in events:
                         event.set()
         finally:
-            with contextlib.suppress(RedisError):
-                await asyncio.shield(pubsub.aclose())  # type: ignore[no-untyped-call]
+            try:
+                with contextlib.suppress(RedisError):
+                    await asyncio.shield(pubsub.aclose())  # type: ignore[no-untyped-call]
+            finally:
+                if listener is not self._client:
+                    with contextlib.suppress(RedisError):
+                        await asyncio.shield(listener.connection_pool.disconnect())
 
 
 async def _wait_event(event: asyncio.Event, timeout_s: float) -> bool:

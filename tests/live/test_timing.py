@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -124,3 +125,99 @@ def test_slow_round_trip_is_no_loss_asyncio(
     assert errors == []
     assert trips >= 4 * TTL_MS // HEARTBEAT_MS - 2
     assert _holder(redis_client, "k") is None
+
+
+# -- a waiting acquire never pins the caller's pool ------------------------------------------------
+
+WAIT_MS = 300
+SLACK_S = 0.25  # scheduling on two loaded cores, far below the pool timeout a pinned pool costs
+POOL_TIMEOUT_S = 3
+
+
+def _round_trip_s(client: redis.Redis) -> float:
+    """The slowest of five PINGs (seconds): the round trip the acquire's bound adds."""
+    times = []
+    for _ in range(5):
+        started = time.monotonic()
+        client.ping()
+        times.append(time.monotonic() - started)
+    return max(times)
+
+
+@pytest.mark.parametrize("max_connections", [1, 2])
+def test_waiting_never_pins_a_small_blocking_pool_sync(
+    redis_url: str, redis_client: redis.Redis, max_connections: int
+) -> None:
+    """A blocking pool of one or two connections: acquire(wait_ms=300) on a held key returns,
+    not acquired, within wait_ms plus one round trip (and scheduling slack), again with the
+    hand-off listener running, and on a second key the listener must subscribe to; after the
+    holder releases, the next acquires get the key. The listener's connection is not one of the
+    pool's."""
+    pool = redis.BlockingConnectionPool.from_url(
+        redis_url, max_connections=max_connections, timeout=POOL_TIMEOUT_S
+    )
+    client = redis.Redis(connection_pool=pool)
+    with LeaseManager(redis_client, prefix="t") as holder, LeaseManager(client, prefix="t") as me:
+        held = holder.acquire("k", ttl_ms=30_000).lease
+        other = holder.acquire("k2", ttl_ms=30_000).lease
+        assert held is not None
+        assert other is not None
+        rtt = _round_trip_s(client)
+        # "k" starts the listener; "k2" then asks the running listener for a new channel.
+        for key in ("k", "k", "k2", "k2"):
+            started = time.monotonic()
+            result = me.acquire(key, ttl_ms=5_000, wait_ms=WAIT_MS)
+            elapsed = time.monotonic() - started
+            assert result.lease is None
+            assert elapsed <= WAIT_MS / 1000 + rtt + SLACK_S, (key, elapsed)
+        assert me._release_waiter.listening  # type: ignore[attr-defined]
+        assert held.release() is True
+        got = me.acquire("k", ttl_ms=5_000, wait_ms=WAIT_MS).lease
+        assert got is not None
+        assert got.fencing_token == held.fencing_token + 1  # type: ignore[operator]
+        assert got.release() is True
+        assert me.acquire("k", ttl_ms=5_000).lease is not None
+    client.close()
+    pool.disconnect()
+
+
+@pytest.mark.parametrize("max_connections", [1, 2])
+def test_waiting_never_pins_a_small_blocking_pool_asyncio(
+    redis_url: str, redis_client: redis.Redis, max_connections: int
+) -> None:
+    """The same on the asyncio face, with ``redis.asyncio.BlockingConnectionPool``."""
+
+    async def main() -> list[float]:
+        pool = redis.asyncio.BlockingConnectionPool.from_url(
+            redis_url, max_connections=max_connections, timeout=POOL_TIMEOUT_S
+        )
+        client = redis.asyncio.Redis(connection_pool=pool)
+        waits: list[float] = []
+        with LeaseManager(redis_client, prefix="t") as holder:
+            held = holder.acquire("k", ttl_ms=30_000).lease
+            other = holder.acquire("k2", ttl_ms=30_000).lease
+            assert held is not None
+            assert other is not None
+            async with AsyncLeaseManager(client, prefix="t") as me:
+                rtt = 0.0
+                for _ in range(5):
+                    started = time.monotonic()
+                    await client.ping()
+                    rtt = max(rtt, time.monotonic() - started)
+                for key in ("k", "k", "k2", "k2"):
+                    started = time.monotonic()
+                    result = await me.acquire(key, ttl_ms=5_000, wait_ms=WAIT_MS)
+                    waits.append(time.monotonic() - started - rtt)
+                    assert result.lease is None
+                assert held.release() is True
+                got = (await me.acquire("k", ttl_ms=5_000, wait_ms=WAIT_MS)).lease
+                assert got is not None
+                assert got.fencing_token == held.fencing_token + 1  # type: ignore[operator]
+                assert await got.release() is True
+                assert (await me.acquire("k", ttl_ms=5_000)).lease is not None
+        await client.aclose()
+        await pool.disconnect()
+        return waits
+
+    waits = asyncio.run(main())
+    assert all(wait <= WAIT_MS / 1000 + SLACK_S for wait in waits), waits
