@@ -4,7 +4,7 @@ Nothing here does I/O or starts a thread. The sync renewer (a thread) and the as
 both drive :class:`RenewalSchedule` and both mark loss through :class:`LeaseState`, so the rules
 exist once.
 
-Loss rules (after the two-pronged detection in the seed documents):
+Loss rules (two-pronged detection: the store's answers and the local deadline):
 
 1. A renewal that answers "the key is gone or another owner's" is a loss, immediately.
 2. A lease whose ``ttl_ms`` has passed since the last confirmed acquire or renewal is lost,
@@ -12,7 +12,11 @@ Loss rules (after the two-pronged detection in the seed documents):
    The deadline counts from the moment the confirming command was *sent*, the earliest instant Redis
    could have started the TTL, so the local deadline is never later than Redis's.
 3. One failed round trip (a timeout, a reset connection) is not a loss; the next tick retries.
-4. A deliberate release is not a loss, and a renewal racing it does not report one.
+4. A deliberate release is not a loss, and a renewal racing it does not report one. Once the
+   body ended in time and the release began, the release's reply decides: rule 2 waits for it,
+   since the release ran at the store at some moment before its reply arrived, possibly before
+   the deadline. The lease is renewed until that reply (or the release's failure), so a release
+   that waits for a connection of a busy pool does not let the key lapse meanwhile.
 5. Loss is final: a lost lease is never silently renewed back to life.
 """
 
@@ -84,8 +88,9 @@ class LeaseState:
     """The mutable facts of one lease, shared by its face object and the renewer.
 
     ``deadline`` is on the clock's monotonic scale (seconds); None when unknown (a lease restored
-    without ``expires_at``). ``releasing`` is set before a release is sent so a renewal racing it
-    is not taken for a loss; ``released`` once Redis confirmed it.
+    without ``expires_at``). ``releasing`` is set when a release begins (it may still wait for a
+    connection) so a renewal racing it is not taken for a loss and the deadline waits for the
+    release's reply (rule 4); ``released`` once Redis confirmed it.
     """
 
     __slots__ = (
@@ -182,6 +187,17 @@ class LeaseState:
         for listener in listeners:
             listener(self)
         return True
+
+    def release_begins(self) -> None:
+        """A release begins (rule 4): from here its reply decides, a renewal racing it reports no
+        loss, and no second release or manual renewal starts. The background renewal goes on
+        until :meth:`release_failed` or the reply."""
+        self.releasing = True
+
+    def release_failed(self) -> None:
+        """The release got no answer (an error, a cancellation): rule 2 applies again, and a new
+        release may begin."""
+        self.releasing = False
 
     def check_deadline(self, now_mono: float) -> bool:
         """Apply rule 2 at ``now_mono``; returns whether the lease is lost. Not while a release is

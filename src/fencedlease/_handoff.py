@@ -49,7 +49,12 @@ import redis.asyncio
 from redis.exceptions import NoScriptError, RedisError
 
 from ._protocol import Script, handoff_channel, lease_key, waiters_key, waiters_meta_key
-from ._redis_backend import RedisBackend, backend_errors
+from ._redis_backend import (
+    RedisBackend,
+    async_dedicated_client,
+    backend_errors,
+    dedicated_client,
+)
 
 __all__ = [
     "DEFAULT_GRACE_MS",
@@ -61,10 +66,8 @@ __all__ = [
     "Handoff",
     "ReleaseWaiter",
     "SleepWaiter",
-    "async_listener_client",
     "enqueue_args",
     "handoff_channel",
-    "listener_client",
     "waiter_name",
     "waiters_key",
     "waiters_meta_key",
@@ -98,34 +101,6 @@ def waiter_name(owner_token: str) -> str:
     """The name a hand-off message gives a waiter: the SHA-1 (hex) of its owner token, which Lua
     computes too (``redis.sha1hex``). The owner token itself is a secret and is never published."""
     return hashlib.sha1(owner_token.encode()).hexdigest()  # noqa: S324 (a name, not a MAC)
-
-
-def listener_client(client: redis.Redis) -> redis.Redis:
-    """A client on a pool of its own, for the hand-off listener's one long-lived connection.
-
-    The listener holds its connection for as long as anyone waits; taken from the caller's pool it
-    would pin one of a small (or blocking) pool's connections, so that the caller's own commands
-    wait for the rest, or time out. The pool is made from the caller's ``connection_class`` and
-    ``connection_kwargs`` (address, credentials, TLS, timeouts), so it reaches the same server the
-    same way. A pool of another kind (e.g. Sentinel's, whose connections find their server
-    through it) is used as it is: it makes connections on demand and has no fixed size.
-    """
-    pool = client.connection_pool
-    if type(pool) not in (redis.ConnectionPool, redis.BlockingConnectionPool):
-        return client
-    own = redis.ConnectionPool(connection_class=pool.connection_class, **pool.connection_kwargs)
-    return redis.Redis(connection_pool=own)
-
-
-def async_listener_client(client: redis.asyncio.Redis) -> redis.asyncio.Redis:
-    """:func:`listener_client` for ``redis.asyncio``."""
-    pool = client.connection_pool
-    if type(pool) not in (redis.asyncio.ConnectionPool, redis.asyncio.BlockingConnectionPool):
-        return client
-    own = redis.asyncio.ConnectionPool(
-        connection_class=pool.connection_class, **pool.connection_kwargs
-    )
-    return redis.asyncio.Redis(connection_pool=own)
 
 
 def _text(value: object) -> str:
@@ -248,8 +223,9 @@ class Handoff:
     """The Redis release waiter of one :class:`~fencedlease.LeaseManager` (see the module).
 
     ``backend``: the manager's :class:`RedisBackend` (its client carries the queue commands; the
-    listener has a connection of its own, see :func:`listener_client`). ``grace_ms``: how long
-    past its wait a queued waiter still counts as alive. ``linger_s``: how long an unused channel
+    listener has a connection of its own, see
+    :func:`~fencedlease._redis_backend.dedicated_client`). ``grace_ms``: how long past its wait a
+    queued waiter still counts as alive. ``linger_s``: how long an unused channel
     stays subscribed. The listener is a daemon thread named ``fencedlease-handoff``, started by
     the first wait and joined by :meth:`close`. The queueing command runs on a small pool
     (``fencedlease-handoff-io``) so that a stalled Redis cannot stretch a wait past its
@@ -383,7 +359,7 @@ class Handoff:
             io.shutdown(wait=True)
 
     def _run(self) -> None:
-        listener = listener_client(self._client)
+        listener = dedicated_client(self._client)
         pubsub = listener.pubsub()  # type: ignore[no-untyped-call]
         channels, lock = self._channels, self._lock
         backoff_s = 0.0
@@ -463,9 +439,9 @@ class AsyncHandoff:
     """:class:`Handoff` for ``redis.asyncio``: the same queue and scripts, the listener a task.
 
     ``client``: the manager's ``redis.asyncio.Redis``; ``prefix``: its key prefix. The listener
-    has a connection of its own (:func:`async_listener_client`), never one of ``client``'s pool.
-    The listener task is started by the first wait in the running loop and cancelled by
-    :meth:`aclose`.
+    has a connection of its own (:func:`~fencedlease._redis_backend.async_dedicated_client`),
+    never one of ``client``'s pool. The listener task is started by the first wait in the running
+    loop and cancelled by :meth:`aclose`.
     """
 
     queues = True
@@ -581,7 +557,7 @@ class AsyncHandoff:
                     raise
 
     async def _run(self) -> None:
-        listener = async_listener_client(self._client)
+        listener = async_dedicated_client(self._client)
         pubsub = listener.pubsub()
         channels = self._channels
         backoff_s = 0.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -221,3 +222,82 @@ def test_waiting_never_pins_a_small_blocking_pool_asyncio(
 
     waits = asyncio.run(main())
     assert all(wait <= WAIT_MS / 1000 + SLACK_S for wait in waits), waits
+
+
+# -- a release waiting for a connection is not a loss ----------------------------------------------
+
+RENEWALS_PAST_TTL = 6  # heartbeats of 150 ms: 900 ms, longer than the 600 ms TTL
+
+
+def test_release_waiting_for_the_pool_past_the_ttl_is_no_loss_sync(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """A blocking pool of one connection, taken by someone else as the body ends and given back
+    only after the renewer has renewed six more times (longer than the 600 ms TTL): the renewal
+    goes on (on a connection of its own) while the release waits for the pool, so the release
+    finds the key still held, and ``hold`` returns normally, the lease released, never lost."""
+    pool = redis.BlockingConnectionPool.from_url(redis_url, max_connections=1, timeout=10)
+    client = redis.Redis(connection_pool=pool)
+    client.ping()
+    renewed_meanwhile: list[int] = []
+    with LeaseManager(client, prefix="t") as leases:
+        with leases.hold("k", ttl_ms=600, heartbeat_ms=150) as lease:
+            assert _holder(redis_client, "k") is not None
+            busy = pool.get_connection()  # type: ignore[no-untyped-call]
+            trips = leases.renewer.round_trips
+
+            def give_back() -> None:
+                give_up = time.monotonic() + 10
+                while leases.renewer.round_trips < trips + RENEWALS_PAST_TTL:
+                    if time.monotonic() > give_up:
+                        break
+                    time.sleep(0.01)
+                renewed_meanwhile.append(leases.renewer.round_trips - trips)
+                pool.release(busy)  # type: ignore[no-untyped-call]
+
+            thread = threading.Thread(target=give_back)
+            thread.start()
+        thread.join()
+        assert (lease.lost, lease._state.released) == (False, True)
+    client.close()
+    assert renewed_meanwhile[0] >= RENEWALS_PAST_TTL
+    assert _holder(redis_client, "k") is None
+
+
+def test_release_waiting_for_the_pool_past_the_ttl_is_no_loss_asyncio(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """The same on the asyncio face: ``hold`` returns normally (no ``LeaseLostError``)."""
+
+    async def main() -> tuple[int, bool, bool]:
+        pool = redis.asyncio.BlockingConnectionPool.from_url(
+            redis_url, max_connections=1, timeout=10
+        )
+        client = redis.asyncio.Redis(connection_pool=pool)
+        await client.ping()
+        renewed_meanwhile: list[int] = []
+        async with AsyncLeaseManager(client, prefix="t") as leases:
+            async with leases.hold("k", ttl_ms=600, heartbeat_ms=150) as lease:
+                assert _holder(redis_client, "k") is not None
+                busy = await pool.get_connection()  # type: ignore[no-untyped-call]
+                trips = leases.renewer.round_trips
+
+                async def give_back() -> None:
+                    give_up = time.monotonic() + 10
+                    while leases.renewer.round_trips < trips + RENEWALS_PAST_TTL:
+                        if time.monotonic() > give_up:
+                            break
+                        await asyncio.sleep(0.01)
+                    renewed_meanwhile.append(leases.renewer.round_trips - trips)
+                    await pool.release(busy)
+
+                helper = asyncio.get_running_loop().create_task(give_back())
+            await helper
+        await client.aclose()
+        await pool.disconnect()
+        return renewed_meanwhile[0], lease.lost, lease._state.released
+
+    renewed, lost, released = asyncio.run(main())
+    assert renewed >= RENEWALS_PAST_TTL
+    assert (lost, released) == (False, True)
+    assert _holder(redis_client, "k") is None

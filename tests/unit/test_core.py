@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from fencedlease._core import LeaseState, LossReason, RenewalEntry, RenewalSchedule
+from fencedlease._core import LeaseState, LeaseView, LossReason, RenewalEntry, RenewalSchedule
+from fencedlease.testing import FakeClock
 
 
 def _state(ttl_ms: int = 1_000, sent: float = 100.0) -> LeaseState:
@@ -215,3 +216,74 @@ def test_blocked_holder_scenario() -> None:
     assert [e.state for e in schedule.pop_expired(0.5)] == [state]
     assert state.lost_reason == LossReason.DEADLINE
     assert schedule.pop_due(0.5, 10) == []
+
+
+# -- a release in flight (rule 4), both faces' one rule ------------------------------------------
+
+
+def _held(clock: FakeClock, ttl_ms: int = 1_000) -> tuple[LeaseState, LeaseView]:
+    """A lease granted by an acquire sent now, and its face-neutral view."""
+    state = LeaseState.granted("k", "owner", 7, ttl_ms, clock.monotonic(), clock.time())
+    return state, LeaseView(state, clock)
+
+
+def test_a_release_begun_in_time_is_decided_by_its_reply() -> None:
+    """Begun at 0.9 s of a 1 s lease (it waits for a connection, then runs), answered at 1.5 s:
+    no deadline loss meanwhile; "released" ends the lease cleanly, "not yours" is a loss."""
+    for reply, lost in ((True, False), (False, True)):
+        clock = FakeClock()
+        state, view = _held(clock)
+        clock.advance(900)
+        assert view.lost is False
+        state.release_begins()
+        clock.advance(600)
+        assert view.lost is False
+        assert view._released(reply) is reply
+        assert (state.lost, state.released) == (lost, reply)
+        assert state.lost_reason == (LossReason.RELEASE_REFUSED if lost else None)
+
+
+def test_a_body_that_outlived_the_deadline_is_lost_before_its_release() -> None:
+    """Checked at 1.2 s of a 1 s lease (the body's end), before the release begins: lost, and
+    the release's reply changes nothing (rule 5)."""
+    clock = FakeClock()
+    state, view = _held(clock)
+    clock.advance(1_200)
+    assert view.lost is True
+    state.release_begins()
+    assert view._released(True) is True
+    assert (state.lost, state.lost_reason) == (True, LossReason.DEADLINE)
+
+
+def test_a_failed_release_gives_the_deadline_back() -> None:
+    """No answer to the release: the deadline rule applies again, and a new release may begin."""
+    clock = FakeClock()
+    state, view = _held(clock)
+    state.release_begins()
+    clock.advance(1_000)
+    assert view.lost is False
+    state.release_failed()
+    assert state.releasing is False
+    assert view.lost is True
+
+
+def test_the_renewal_goes_on_while_a_release_waits() -> None:
+    """A release waiting for a connection leaves the lease under renewal: the schedule still
+    hands it out, a confirmed renewal moves the deadline, and a refusal racing the release (the
+    release ran first) is not a loss: the release's own reply decides."""
+    clock = FakeClock()
+    state, _ = _held(clock)
+    schedule = RenewalSchedule()
+    entry = RenewalEntry(state, 250, None)
+    schedule.add(entry, clock.monotonic())
+    state.release_begins()
+    clock.advance(250)
+    batch = schedule.pop_due(clock.monotonic(), 10)
+    assert batch == [entry]
+    schedule.apply(batch, clock.monotonic(), clock.time(), [7], now=clock.monotonic())
+    assert state.deadline == 1.25
+    clock.advance(250)
+    batch = schedule.pop_due(clock.monotonic(), 10)
+    assert batch == [entry]
+    schedule.apply(batch, clock.monotonic(), clock.time(), [0], now=clock.monotonic())
+    assert state.lost is False

@@ -37,7 +37,7 @@ from .._protocol import (
     lease_keys,
     renew_many_args,
 )
-from .._redis_backend import backend_errors
+from .._redis_backend import async_dedicated_client, backend_errors, waits_for_connection
 from .._validate import check_prefix
 
 __all__ = ["AsyncRedisBackend"]
@@ -49,7 +49,9 @@ class AsyncRedisBackend:
 
     ``decode_responses`` may be on or off. ``owns_client``: close the client in :meth:`close`
     (true when the manager built it from a URL). Every redis-py error is raised as
-    :class:`~fencedlease.BackendError` with the original in ``__cause__``.
+    :class:`~fencedlease.BackendError` with the original in ``__cause__``. As in the sync twin,
+    :meth:`renew_many` runs on a connection of its own when the client's pool is a
+    ``BlockingConnectionPool``, so renewals never queue behind the caller's commands.
     """
 
     def __init__(
@@ -58,9 +60,26 @@ class AsyncRedisBackend:
         self.client = client
         self.prefix = check_prefix(prefix)
         self._owns_client = owns_client
+        self._renewal_client: redis.asyncio.Redis | None = None
 
-    async def _run(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        client = self.client
+    def _renewals(self) -> redis.asyncio.Redis:
+        """The client renewals go through (see the class docstring)."""
+        client = self._renewal_client
+        if client is None:
+            client = self.client
+            if waits_for_connection(client):
+                client = async_dedicated_client(client)
+            self._renewal_client = client
+        return client
+
+    async def _run(
+        self,
+        script: Script,
+        keys: Sequence[str],
+        args: Sequence[Any],
+        client: redis.asyncio.Redis | None = None,
+    ) -> Any:
+        client = self.client if client is None else client
         try:
             return await client.evalsha(script.sha, len(keys), *keys, *args)
         except NoScriptError:
@@ -80,7 +99,7 @@ class AsyncRedisBackend:
     async def renew_many(self, items: Sequence[tuple[str, str, int]]) -> list[int | BaseException]:
         keys, args = renew_many_args(self.prefix, items)
         with backend_errors(f"renew {len(items)} leases"):
-            reply = await self._run(RENEW_MANY, keys, args)
+            reply = await self._run(RENEW_MANY, keys, args, self._renewals())
         return decode_renew_many(items, reply)
 
     async def release(self, key: str, owner_token: str) -> bool:
@@ -99,6 +118,10 @@ class AsyncRedisBackend:
             return bool(await self.client.delete(lease_key(self.prefix, key)))
 
     async def close(self) -> None:
+        renewals, self._renewal_client = self._renewal_client, None
+        if renewals is not None and renewals is not self.client:
+            with backend_errors("close"):
+                await renewals.connection_pool.disconnect()
         if self._owns_client:
             with backend_errors("close"):
                 await self.client.aclose()
