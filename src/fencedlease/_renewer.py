@@ -6,7 +6,9 @@ deadlines. The I/O is on a thread of its own so that a renewal which hangs (a pa
 black-holed connection) cannot stop the deadlines from being enforced: silence is loss.
 
 Two threads per manager, whatever the number of leases; both are started on the first lease and
-joined by :meth:`Renewer.close`.
+joined by :meth:`Renewer.close`. A third (``fencedlease-cleanup``), started by the first
+:meth:`Renewer.submit_release`, runs the releases of abandoned acquires, so that one waiting for a
+connection of the caller's pool never holds the renewals back.
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ class Renewer:
         self._schedule = RenewalSchedule()
         self._thread: threading.Thread | None = None
         self._io: ThreadPoolExecutor | None = None
+        # Clean-up releases go to a thread of their own: waiting for a connection of the caller's
+        # (blocking) pool, they must not hold the renewals back.
+        self._cleanup: ThreadPoolExecutor | None = None
         self._in_flight: list[RenewalEntry] | None = None
         self._done: Future[_BatchResult] | None = None
         self._closed = False
@@ -93,7 +98,9 @@ class Renewer:
         with self._cond:
             if self._closed:
                 return
-            future = self._start_io().submit(self._backend.release, key, owner_token)
+            if self._cleanup is None:
+                self._cleanup = ThreadPoolExecutor(1, thread_name_prefix="fencedlease-cleanup")
+            future = self._cleanup.submit(self._backend.release, key, owner_token)
         future.add_done_callback(_log_cleanup_failure)
 
     def __len__(self) -> int:
@@ -107,11 +114,12 @@ class Renewer:
         with self._cond:
             self._closed = True
             self._cond.notify()
-            thread, io = self._thread, self._io
+            thread, io, cleanup = self._thread, self._io, self._cleanup
         if thread is not None:
             thread.join()
-        if io is not None:
-            io.shutdown(wait=True)
+        for executor in (io, cleanup):
+            if executor is not None:
+                executor.shutdown(wait=True)
         with self._cond:
             entries = self._schedule.entries()
             for entry in entries:

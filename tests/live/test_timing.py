@@ -301,3 +301,27 @@ def test_release_waiting_for_the_pool_past_the_ttl_is_no_loss_asyncio(
     assert renewed >= RENEWALS_PAST_TTL
     assert (lost, released) == (False, True)
     assert _holder(redis_client, "k") is None
+
+
+def test_a_cleanup_release_waiting_for_the_pool_does_not_hold_renewals_back(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """The release that cleans up after an abandoned acquire runs in the background; waiting
+    for the only connection of a blocking pool, it must not stall the renewal of a held lease
+    (sync face: it has a thread of its own, not the renewer's I/O thread)."""
+    pool = redis.BlockingConnectionPool.from_url(redis_url, max_connections=1, timeout=10)
+    client = redis.Redis(connection_pool=pool)
+    client.ping()
+    with LeaseManager(client, prefix="t") as leases:
+        with leases.hold("k", ttl_ms=600, heartbeat_ms=150) as lease:
+            busy = pool.get_connection()  # type: ignore[no-untyped-call]
+            trips = leases.renewer.round_trips
+            leases.renewer.submit_release("other", "an-abandoned-owner-token")
+            give_up = time.monotonic() + 10
+            while leases.renewer.round_trips < trips + RENEWALS_PAST_TTL:
+                assert time.monotonic() < give_up, "renewals stalled"
+                time.sleep(0.01)
+            assert lease.lost is False
+            pool.release(busy)  # type: ignore[no-untyped-call]
+        assert (lease.lost, lease._state.released) == (False, True)
+    client.close()
