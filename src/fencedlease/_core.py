@@ -199,6 +199,12 @@ class LeaseState:
         release may begin."""
         self.releasing = False
 
+    def renewal_stopped(self, reason: str) -> None:
+        """The background renewal stopped for good (the manager closed, the renewer failed): a
+        loss, unless a release is under way, whose reply decides (rule 4)."""
+        if not self.releasing:
+            self.mark_lost(reason)
+
     def check_deadline(self, now_mono: float) -> bool:
         """Apply rule 2 at ``now_mono``; returns whether the lease is lost. Not while a release is
         in flight (rule 4): its reply decides, since it ran at the store at some moment before the

@@ -109,8 +109,8 @@ class Renewer:
 
     def close(self) -> None:
         """Stop both threads and wait for them. Leases still registered are marked lost (their
-        renewal stops here). Waits for a round trip in flight to end (bounded by the client's
-        socket timeout)."""
+        renewal stops here), except those being released: the release's reply decides. Waits for
+        a round trip in flight to end (bounded by the client's socket timeout)."""
         with self._cond:
             self._closed = True
             self._cond.notify()
@@ -125,7 +125,7 @@ class Renewer:
             for entry in entries:
                 self._schedule.remove(entry)
         for entry in entries:
-            entry.state.mark_lost(LossReason.CLOSED)
+            entry.state.renewal_stopped(LossReason.CLOSED)
 
     def _send(self, batch: list[RenewalEntry]) -> _BatchResult:
         items = renewal_items(batch)
@@ -149,7 +149,7 @@ class Renewer:
                 for entry in entries:
                     self._schedule.remove(entry)
             for entry in entries:
-                entry.state.mark_lost(f"{LossReason.RENEWER_FAILED}: {exc!r}")
+                entry.state.renewal_stopped(f"{LossReason.RENEWER_FAILED}: {exc!r}")
             raise
 
     def _loop(self) -> None:

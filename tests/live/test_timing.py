@@ -18,7 +18,7 @@ import redis.asyncio
 from fencedlease import LeaseManager
 from fencedlease._handoff import ENQUEUE
 from fencedlease._protocol import ACQUIRE, RELEASE, RENEW, RENEW_MANY, lease_key
-from fencedlease.aio import AsyncLeaseManager
+from fencedlease.aio import AsyncLease, AsyncLeaseManager
 from fencedlease.servers.redis import RedisEndpoint
 from fencedlease.servers.toxiproxy import toxiproxy_endpoint
 
@@ -325,3 +325,95 @@ def test_a_cleanup_release_waiting_for_the_pool_does_not_hold_renewals_back(
             pool.release(busy)  # type: ignore[no-untyped-call]
         assert (lease.lost, lease._state.released) == (False, True)
     client.close()
+
+
+def test_close_while_a_release_waits_for_the_pool_is_no_loss_asyncio(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """The manager is closed while a hold's release waits for the only connection of a blocking
+    pool (the lease still renewed): closing stops the renewal but does not mark the lease lost;
+    the release's reply decides, and ``hold`` returns normally."""
+
+    async def main() -> tuple[bool, bool, BaseException | None]:
+        pool = redis.asyncio.BlockingConnectionPool.from_url(
+            redis_url, max_connections=1, timeout=10
+        )
+        client = redis.asyncio.Redis(connection_pool=pool)
+        await client.ping()
+        leases = AsyncLeaseManager(client, prefix="t")
+        exited = asyncio.Event()
+        error: list[BaseException] = []
+
+        async def holder() -> AsyncLease:
+            try:
+                async with leases.hold("k", ttl_ms=5_000, heartbeat_ms=1_000) as lease:
+                    busy.append(await pool.get_connection())  # type: ignore[no-untyped-call]
+                return lease
+            except BaseException as exc:
+                error.append(exc)
+                raise
+            finally:
+                exited.set()
+
+        busy: list[Any] = []
+        task = asyncio.get_running_loop().create_task(holder())
+        while not busy or len(leases.renewer) != 1 or not leases._chores:
+            await asyncio.sleep(0.005)  # the body ended, its release waits for the pool
+        closing = asyncio.get_running_loop().create_task(leases.close())
+        while len(leases.renewer) != 0:
+            await asyncio.sleep(0.005)  # the renewer has stopped
+        await pool.release(busy[0])
+        await closing
+        await exited.wait()
+        lease = task.result() if not error else None
+        await client.aclose()
+        await pool.disconnect()
+        assert lease is not None, error
+        return lease.lost, lease._state.released, error[0] if error else None
+
+    lost, released, error = asyncio.run(main())
+    assert (lost, released, error) == (False, True, None)
+    assert _holder(redis_client, "k") is None
+
+
+def test_close_while_a_release_waits_for_the_pool_is_no_loss_sync(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """The same on the sync face: another thread closes the manager while the hold's release
+    waits for the pool's only connection."""
+    pool = redis.BlockingConnectionPool.from_url(redis_url, max_connections=1, timeout=10)
+    client = redis.Redis(connection_pool=pool)
+    client.ping()
+    leases = LeaseManager(client, prefix="t")
+    busy: list[Any] = []
+    outcome: list[BaseException | None] = []
+    held: list[Any] = []
+
+    def holder() -> None:
+        try:
+            with leases.hold("k", ttl_ms=5_000, heartbeat_ms=1_000) as lease:
+                held.append(lease)
+                busy.append(pool.get_connection())  # type: ignore[no-untyped-call]
+        except BaseException as exc:
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    give_up = time.monotonic() + 10
+    while not (busy and held and held[0]._state.releasing):
+        assert time.monotonic() < give_up
+        time.sleep(0.005)  # the body ended, its release waits for the pool
+    closing = threading.Thread(target=leases.close)
+    closing.start()
+    while len(leases.renewer) != 0:
+        assert time.monotonic() < give_up
+        time.sleep(0.005)  # the renewer has stopped
+    pool.release(busy[0])  # type: ignore[no-untyped-call]
+    closing.join()
+    thread.join()
+    client.close()
+    assert outcome == [None]
+    assert (held[0].lost, held[0]._state.released) == (False, True)
+    assert _holder(redis_client, "k") is None

@@ -287,3 +287,19 @@ def test_the_renewal_goes_on_while_a_release_waits() -> None:
     assert batch == [entry]
     schedule.apply(batch, clock.monotonic(), clock.time(), [0], now=clock.monotonic())
     assert state.lost is False
+
+
+def test_a_renewal_that_stops_for_good_is_a_loss_unless_a_release_is_under_way() -> None:
+    """The manager closed (or the renewer failed) with the lease still registered: lost, except
+    while its release is under way (still renewed until the release's reply): that reply
+    decides."""
+    clock = FakeClock()
+    state, _ = _held(clock)
+    state.renewal_stopped(LossReason.CLOSED)
+    assert (state.lost, state.lost_reason) == (True, LossReason.CLOSED)
+    state, view = _held(clock)
+    state.release_begins()
+    state.renewal_stopped(LossReason.CLOSED)
+    assert state.lost is False
+    assert view._released(True) is True
+    assert (state.lost, state.released) == (False, True)
