@@ -403,7 +403,8 @@ class Handoff:
             with contextlib.suppress(RedisError):
                 pubsub.close()
             if listener is not self._client:
-                listener.connection_pool.disconnect()
+                with contextlib.suppress(RedisError):
+                    listener.connection_pool.disconnect()
 
 
 # -- the asyncio twin ------------------------------------------------------------------------------

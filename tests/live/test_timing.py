@@ -417,3 +417,74 @@ def test_close_while_a_release_waits_for_the_pool_is_no_loss_sync(
     assert outcome == [None]
     assert (held[0].lost, held[0]._state.released) == (False, True)
     assert _holder(redis_client, "k") is None
+
+
+# -- the manager's own connections are closed with it --------------------------------------------
+
+
+def _named(client: redis.Redis, name: str) -> int:
+    return sum(1 for c in client.client_list() if c.get("name") == name)
+
+
+def _until_none_named(client: redis.Redis, name: str) -> None:
+    """Redis drops a closed connection from CLIENT LIST once it has read the close."""
+    give_up = time.monotonic() + 5
+    while _named(client, name):
+        assert time.monotonic() < give_up, f"{_named(client, name)} connections left"
+        time.sleep(0.01)
+
+
+def test_renewal_and_listener_connections_close_with_the_manager_sync(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """With a blocking pool the renewer and the hand-off listener each have a connection of their
+    own (same settings: same client name); closing the manager closes both, and once the caller
+    closes its own pool no connection of that name is left."""
+    name = "timing-close-sync"
+    pool = redis.BlockingConnectionPool.from_url(
+        redis_url, max_connections=2, timeout=5, client_name=name
+    )
+    client = redis.Redis(connection_pool=pool)
+    with LeaseManager(redis_client, prefix="t") as holder, LeaseManager(client, prefix="t") as me:
+        other = holder.acquire("busy", ttl_ms=30_000).lease
+        assert other is not None
+        assert me.acquire("busy", ttl_ms=5_000, wait_ms=100).lease is None  # starts the listener
+        with me.hold("k", ttl_ms=600, heartbeat_ms=150):
+            trips = me.renewer.round_trips
+            give_up = time.monotonic() + 5
+            while me.renewer.round_trips < trips + 2:
+                assert time.monotonic() < give_up
+                time.sleep(0.01)
+            assert _named(redis_client, name) >= 3  # the pool's, the renewer's, the listener's
+    pool.disconnect()
+    _until_none_named(redis_client, name)
+
+
+def test_renewal_and_listener_connections_close_with_the_manager_asyncio(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """The same on the asyncio face."""
+    name = "timing-close-aio"
+
+    async def main() -> None:
+        pool = redis.asyncio.BlockingConnectionPool.from_url(
+            redis_url, max_connections=2, timeout=5, client_name=name
+        )
+        client = redis.asyncio.Redis(connection_pool=pool)
+        with LeaseManager(redis_client, prefix="t") as holder:
+            other = holder.acquire("busy", ttl_ms=30_000).lease
+            assert other is not None
+            async with AsyncLeaseManager(client, prefix="t") as me:
+                assert (await me.acquire("busy", ttl_ms=5_000, wait_ms=100)).lease is None
+                async with me.hold("k", ttl_ms=600, heartbeat_ms=150):
+                    trips = me.renewer.round_trips
+                    give_up = time.monotonic() + 5
+                    while me.renewer.round_trips < trips + 2:
+                        assert time.monotonic() < give_up
+                        await asyncio.sleep(0.01)
+                    assert _named(redis_client, name) >= 3
+        await client.aclose()
+        await pool.disconnect()
+
+    asyncio.run(main())
+    _until_none_named(redis_client, name)
