@@ -12,7 +12,11 @@ Loss rules (loss is detected two ways, by the store's answer and by the local de
    The deadline counts from the moment the confirming command was *sent*, the earliest instant Redis
    could have started the TTL, so the local deadline is never later than Redis's.
 3. One failed round trip (a timeout, a reset connection) is not a loss; the next tick retries.
-4. A deliberate release is not a loss, and a renewal racing it does not report one.
+4. A deliberate release is not a loss, and a renewal racing it does not report one. Once the
+   body ended in time and the release began, the release's reply decides: rule 2 waits for it,
+   since the release ran at the store at some moment before its reply arrived, possibly before
+   the deadline. The lease is renewed until that reply (or the release's failure), so a release
+   that waits for a connection of a busy pool does not let the key lapse meanwhile.
 5. Loss is final: a lost lease is never silently renewed back to life.
 """
 
@@ -52,6 +56,7 @@ __all__ = [
     "RenewalEntry",
     "RenewalSchedule",
     "SystemClock",
+    "confirmed_due",
     "is_ambiguous",
     "may_have_written",
     "never_sent",
@@ -95,8 +100,9 @@ class LeaseState:
     """The mutable facts of one lease, shared by its face object and the renewer.
 
     ``deadline`` is on the clock's monotonic scale (seconds); None when unknown (a lease restored
-    without ``expires_at``). ``releasing`` is set before a release is sent so a renewal racing it
-    is not taken for a loss; ``released`` once Redis confirmed it.
+    without ``expires_at``). ``releasing`` is set when a release begins (it may still wait for a
+    connection) so a renewal racing it is not taken for a loss and the deadline waits for the
+    release's reply (rule 4); ``released`` once Redis confirmed it.
     """
 
     __slots__ = (
@@ -209,6 +215,23 @@ class LeaseState:
         self.deadline_moved = None
         return True
 
+    def release_begins(self) -> None:
+        """A release begins (rule 4): from here its reply decides, a renewal racing it reports no
+        loss, and no second release or manual renewal starts. The background renewal goes on
+        until :meth:`release_failed` or the reply."""
+        self.releasing = True
+
+    def release_failed(self) -> None:
+        """The release got no answer (an error, a cancellation): rule 2 applies again, and a new
+        release may begin."""
+        self.releasing = False
+
+    def renewal_stopped(self, reason: str) -> None:
+        """The background renewal stopped for good (the manager closed, the renewer failed): a
+        loss, unless a release is under way, whose reply decides (rule 4)."""
+        if not self.releasing:
+            self.mark_lost(reason)
+
     def check_deadline(self, now_mono: float) -> bool:
         """Apply rule 2 at ``now_mono``; returns whether the lease is lost. Not while a release is
         in flight (rule 4): its reply decides, since it ran at the store at some moment before the
@@ -255,6 +278,18 @@ class RenewalEntry:
         self.sent_ttl_ms = state.ttl_ms
 
 
+def confirmed_due(entry: RenewalEntry, now: float) -> float:
+    """When ``entry`` is next due: one heartbeat after the confirming command was sent, that is
+    ``deadline - ttl + heartbeat`` (the deadline counts from the send, rule 2), whatever the
+    round trip took. A lease with no known deadline counts from ``now``. A time already past
+    means due at once."""
+    state = entry.state
+    deadline = state.deadline
+    if deadline is None:
+        return now + entry.heartbeat_s
+    return deadline - state.ttl_ms / 1000 + entry.heartbeat_s
+
+
 def renewal_items(batch: list[RenewalEntry]) -> list[tuple[str, str, int]]:
     """The ``(key, owner_token, ttl_ms)`` items to send for ``batch``; each entry remembers the
     TTL it was sent with, because that, not whatever the lease's TTL is when the reply lands, is
@@ -290,10 +325,12 @@ class RenewalSchedule:
         return len(self._members)
 
     def add(self, entry: RenewalEntry, now: float) -> None:
-        """Start renewing ``entry``: first renewal one heartbeat from ``now``."""
+        """Start renewing ``entry``: first renewal one heartbeat after the confirming command was
+        sent (the deadline's origin, see :func:`confirmed_due`), not after its reply came: a slow
+        round trip must not eat into the margin. At ``now`` at once if that moment has passed."""
         entry.active = True
         self._members.add(entry)
-        self._push_due(entry, now + entry.heartbeat_s)
+        self._push_due(entry, confirmed_due(entry, now))
         self._push_deadline(entry)
 
     def remove(self, entry: RenewalEntry) -> None:
@@ -411,7 +448,7 @@ class RenewalSchedule:
                 self._push_due(entry, now + entry.retry_s)
             elif reply > 0:
                 if state.confirm(sent_mono, sent_wall, entry.sent_ttl_ms, reply):
-                    self._push_due(entry, max(now, sent_mono + entry.heartbeat_s))
+                    self._push_due(entry, confirmed_due(entry, now))
                     self._push_deadline(entry)
                 else:
                     self.remove(entry)
@@ -444,21 +481,34 @@ def release_bound_s(state: LeaseState, now_mono: float) -> float:
     return max(floor, state.deadline - now_mono)
 
 
+_NOT_SENT = frozenset({"No connection available.", "Too many connections"})
+"""The messages of redis-py's ``ConnectionError`` when the pool had no connection to give: a
+``BlockingConnectionPool`` that timed out waiting (sync and asyncio), or an exhausted
+``ConnectionPool`` before ``MaxConnectionsError`` existed."""
+
+
 # The OS errors that only a connect can raise: the command was never written anywhere.
 _CONNECT_ERRORS = (ConnectionRefusedError, FileNotFoundError, socket.gaierror)
 
 
 def never_sent(exc: BackendError) -> bool:
     """True when the store was never reached, so the command cannot have run: an exhausted
-    connection pool (``MaxConnectionsError``), or a connection that was never established (refused,
-    a unix socket path that does not exist, a host name that does not resolve, or a connect that
-    timed out). A reset or a timeout on an established connection is not this: the command may
-    have landed (see :func:`is_ambiguous`)."""
+    connection pool (``MaxConnectionsError``, or a ``BlockingConnectionPool`` whose wait timed out:
+    a plain ``ConnectionError("No connection available.")``), or a connection that was never
+    established (refused, a unix socket path that does not exist, a host name that does not
+    resolve, or a connect that timed out). A reset or a timeout on an established connection is
+    not this: the command may have landed (see :func:`is_ambiguous`)."""
     cause = exc.__cause__
     if isinstance(cause, MaxConnectionsError):
         return True
     if not isinstance(cause, (RedisConnectionError, RedisTimeoutError)):
         return False
+    if (
+        isinstance(cause, RedisConnectionError)
+        and len(cause.args) == 1
+        and cause.args[0] in _NOT_SENT
+    ):
+        return True
     if isinstance(cause, RedisTimeoutError) and str(cause).startswith("Timeout connecting"):
         return True  # redis-py's connect timeout (both faces); reads say "Timeout reading"
     seen: set[int] = set()

@@ -3,7 +3,8 @@
 An acquire with ``wait_ms > 0`` that finds the key held calls a *release waiter* between attempts
 instead of sleeping blindly. For Redis that is :class:`Handoff`:
 
-1. It makes sure the manager's one listener connection is subscribed to the key's channel
+1. It makes sure the manager's one listener connection (on a pool of its own, never one of the
+   caller's pool's connections) is subscribed to the key's channel
    ``<prefix>:{<key>}:handoff`` (started lazily on the first wait; a channel nobody waits on is
    unsubscribed after ``linger_s`` seconds, so a steady stream of waiters costs no SUBSCRIBE).
 2. It queues the waiter in Redis (``enqueue.lua``: one EVALSHA), oldest first. If the key turned out
@@ -49,7 +50,7 @@ from redis.exceptions import NoScriptError, RedisError
 
 from ._acl import acl_denial
 from ._protocol import Script, handoff_channel, lease_key, waiters_key, waiters_meta_key
-from ._redis_backend import RedisBackend, backend_errors
+from ._redis_backend import RedisBackend, backend_errors, dedicated_client
 from ._renewer import shutdown_pool
 
 __all__ = [
@@ -62,6 +63,8 @@ __all__ = [
     "Handoff",
     "ReleaseWaiter",
     "SleepWaiter",
+    "async_dedicated_client",
+    "async_waits_for_connection",
     "enqueue_args",
     "handoff_channel",
     "waiter_name",
@@ -113,6 +116,24 @@ def _listener_error(exc: RedisError, warned: bool) -> bool:
         return True
     log.debug("hand-off listener: %s", exc)
     return warned
+
+
+def async_dedicated_client(client: redis.asyncio.Redis) -> redis.asyncio.Redis:
+    """:func:`~fencedlease._redis_backend.dedicated_client` for ``redis.asyncio``."""
+    pool = client.connection_pool
+    if type(pool) not in (redis.asyncio.ConnectionPool, redis.asyncio.BlockingConnectionPool):
+        return client
+    own = redis.asyncio.ConnectionPool(
+        connection_class=pool.connection_class, **pool.connection_kwargs
+    )
+    return redis.asyncio.Redis(connection_pool=own)
+
+
+def async_waits_for_connection(client: redis.asyncio.Redis) -> bool:
+    """:func:`~fencedlease._redis_backend.waits_for_connection` for ``redis.asyncio``."""
+    return client.connection is None and isinstance(
+        client.connection_pool, redis.asyncio.BlockingConnectionPool
+    )
 
 
 class ReleaseWaiter(Protocol):
@@ -231,13 +252,15 @@ class _Channels:
 class Handoff:
     """The Redis release waiter of one :class:`~fencedlease.LeaseManager` (see the module).
 
-    ``backend``: the manager's :class:`RedisBackend` (its client carries the queue commands; one
-    more connection of its pool becomes the listener's). ``grace_ms``: how long past its wait a
-    queued waiter still counts as alive. ``linger_s``: how long an unused channel stays subscribed.
-    The listener is a daemon thread named ``fencedlease-handoff``, started by the first wait and
-    joined by :meth:`close`. The queueing command runs on a small pool (``fencedlease-handoff-io``)
-    so that a stalled Redis cannot stretch a wait past its ``timeout_s``: the acquire's bound of
-    ``wait_ms`` plus one round trip holds with the hand-off too.
+    ``backend``: the manager's :class:`RedisBackend` (its client carries the queue commands; the
+    listener has a connection of its own, see
+    :func:`~fencedlease._redis_backend.dedicated_client`). ``grace_ms``: how long past its wait a
+    queued waiter still counts as alive. ``linger_s``: how long an unused channel
+    stays subscribed. The listener is a daemon thread named ``fencedlease-handoff``, started by
+    the first wait and joined by :meth:`close`. The queueing command runs on a small pool
+    (``fencedlease-handoff-io``) so that a stalled Redis cannot stretch a wait past its
+    ``timeout_s``: the acquire's bound of ``wait_ms`` plus one round trip holds with the hand-off
+    too.
     """
 
     queues = True
@@ -379,7 +402,8 @@ class Handoff:
         self._thread, self._io = None, None
 
     def _run(self) -> None:
-        pubsub = self._client.pubsub()  # type: ignore[no-untyped-call]
+        listener = dedicated_client(self._client)
+        pubsub = listener.pubsub()  # type: ignore[no-untyped-call]
         channels, lock = self._channels, self._lock
         backoff_s, warned = 0.0, False
         try:
@@ -421,6 +445,9 @@ class Handoff:
         finally:
             with contextlib.suppress(RedisError):
                 pubsub.close()
+            if listener is not self._client:
+                with contextlib.suppress(RedisError):
+                    listener.connection_pool.disconnect()
 
 
 # -- the asyncio twin ------------------------------------------------------------------------------
@@ -456,7 +483,9 @@ class AsyncHandoff:
     """:class:`Handoff` for ``redis.asyncio``: the same queue and scripts, the listener a task.
 
     ``client``: the manager's ``redis.asyncio.Redis``; ``prefix``: its key prefix. The listener
-    task is started by the first wait in the running loop and cancelled by :meth:`aclose`.
+    has a connection of its own (:func:`async_dedicated_client`),
+    never one of ``client``'s pool. The listener task is started by the first wait in the running
+    loop and cancelled by :meth:`aclose`.
     """
 
     queues = True
@@ -572,7 +601,8 @@ class AsyncHandoff:
                     raise
 
     async def _run(self) -> None:
-        pubsub = self._client.pubsub()
+        listener = async_dedicated_client(self._client)
+        pubsub = listener.pubsub()
         channels = self._channels
         backoff_s, warned = 0.0, False
         try:
@@ -602,8 +632,13 @@ class AsyncHandoff:
                     for event in events:
                         event.set()
         finally:
-            with contextlib.suppress(RedisError):
-                await asyncio.shield(pubsub.aclose())  # type: ignore[no-untyped-call]
+            try:
+                with contextlib.suppress(RedisError):
+                    await asyncio.shield(pubsub.aclose())  # type: ignore[no-untyped-call]
+            finally:
+                if listener is not self._client:
+                    with contextlib.suppress(RedisError):
+                        await asyncio.shield(listener.connection_pool.disconnect())
 
 
 async def _wait_event(event: asyncio.Event, timeout_s: float) -> bool:

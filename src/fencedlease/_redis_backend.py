@@ -37,7 +37,12 @@ from ._protocol import (
 )
 from ._validate import check_prefix
 
-__all__ = ["RedisBackend", "backend_errors"]
+__all__ = [
+    "RedisBackend",
+    "backend_errors",
+    "dedicated_client",
+    "waits_for_connection",
+]
 
 
 @contextmanager
@@ -58,11 +63,40 @@ def backend_errors(operation: str) -> Iterator[None]:
         ) from exc
 
 
+def dedicated_client(client: redis.Redis) -> redis.Redis:
+    """A client on a pool of its own, for a connection that must not wait for, nor take one of,
+    the caller's pool's connections (the hand-off listener's, the renewer's).
+
+    The pool is made from the caller's ``connection_class`` and ``connection_kwargs`` (address,
+    credentials, TLS, timeouts), so it reaches the same server the same way, and makes a
+    connection only when first used. A pool of another kind (e.g. Sentinel's, whose connections
+    find their server through it) is used as it is: ``client`` itself is returned.
+    """
+    pool = client.connection_pool
+    if type(pool) not in (redis.ConnectionPool, redis.BlockingConnectionPool):
+        return client
+    own = redis.ConnectionPool(connection_class=pool.connection_class, **pool.connection_kwargs)
+    return redis.Redis(connection_pool=own)
+
+
+def waits_for_connection(client: redis.Redis) -> bool:
+    """Whether a command of ``client`` may wait for other callers to give a connection back: its
+    pool is a ``BlockingConnectionPool`` and it has no connection of its own."""
+    return client.connection is None and isinstance(
+        client.connection_pool, redis.BlockingConnectionPool
+    )
+
+
 class RedisBackend:
     """Leases in Redis under ``prefix`` (layout in :mod:`fencedlease._protocol`).
 
     ``client`` is a ``redis.Redis``; ``decode_responses`` may be on or off. ``owns_client``: close
     the client in :meth:`close` (true when the manager built it from a URL).
+
+    :meth:`renew_many` (the background renewal) runs on a connection of its own when ``client``'s
+    pool is a ``BlockingConnectionPool``: there it would wait behind every command already queued
+    for a connection (a burst of acquires or releases), long enough for leases to lapse. The
+    connection is made on the first renewal and closed by :meth:`close`.
 
     Raises:
         ValidationError: ``prefix`` is not a non-empty str, or holds ``{`` or ``}``.
@@ -74,9 +108,26 @@ class RedisBackend:
         self.client = client
         self.prefix = check_prefix(prefix)
         self._owns_client = owns_client
+        self._renewal_client: redis.Redis | None = None
 
-    def _run(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        client = self.client
+    def _renewals(self) -> redis.Redis:
+        """The client renewals go through (see the class docstring)."""
+        client = self._renewal_client
+        if client is None:
+            client = self.client
+            if waits_for_connection(client):
+                client = dedicated_client(client)
+            self._renewal_client = client
+        return client
+
+    def _run(
+        self,
+        script: Script,
+        keys: Sequence[str],
+        args: Sequence[Any],
+        client: redis.Redis | None = None,
+    ) -> Any:
+        client = self.client if client is None else client
         try:
             return client.evalsha(script.sha, len(keys), *keys, *args)
         except NoScriptError:
@@ -96,7 +147,7 @@ class RedisBackend:
     def renew_many(self, items: Sequence[tuple[str, str, int]]) -> list[int | BaseException]:
         keys, args = renew_many_args(self.prefix, items)
         with backend_errors(f"renew {len(items)} leases"):
-            reply = self._run(RENEW_MANY, keys, args)
+            reply = self._run(RENEW_MANY, keys, args, self._renewals())
         return decode_renew_many(items, reply)
 
     def release(self, key: str, owner_token: str) -> bool:
@@ -115,6 +166,10 @@ class RedisBackend:
             return bool(self.client.delete(lease_key(self.prefix, key)))
 
     def close(self) -> None:
+        renewals, self._renewal_client = self._renewal_client, None
+        if renewals is not None and renewals is not self.client:
+            with backend_errors("close"):
+                renewals.connection_pool.disconnect()
         if self._owns_client:
             with backend_errors("close"):
                 self.client.close()

@@ -6,7 +6,9 @@ deadlines. The I/O is on a thread of its own so that a renewal which hangs (a pa
 black-holed connection) cannot stop the deadlines from being enforced: silence is loss.
 
 Two threads per manager, whatever the number of leases; both are started on the first lease and
-joined by :meth:`Renewer.close`.
+joined by :meth:`Renewer.close`. A third (``fencedlease-cleanup``), started by the first
+:meth:`Renewer.submit_release`, runs the releases of abandoned acquires, so that one waiting for a
+connection of the caller's pool never holds the renewals back.
 """
 
 from __future__ import annotations
@@ -120,6 +122,9 @@ class Renewer:
         self._schedule = RenewalSchedule()
         self._thread: threading.Thread | None = None
         self._io: ThreadPoolExecutor | None = None
+        # Clean-up releases go to a thread of their own: waiting for a connection of the caller's
+        # (blocking) pool, they must not hold the renewals back.
+        self._cleanup: ThreadPoolExecutor | None = None
         self._in_flight: list[RenewalEntry] | None = None
         self._done: Future[_BatchResult] | None = None
         self._closed = False
@@ -173,7 +178,9 @@ class Renewer:
         with self._cond:
             if self._closed:
                 return
-            future = self._start_io().submit(self._backend.release, key, owner_token)
+            if self._cleanup is None:
+                self._cleanup = ThreadPoolExecutor(1, thread_name_prefix="fencedlease-cleanup")
+            future = self._cleanup.submit(self._backend.release, key, owner_token)
         future.add_done_callback(_log_cleanup_failure)
 
     def __len__(self) -> int:
@@ -182,23 +189,24 @@ class Renewer:
 
     def close(self, until: float | None = None) -> None:
         """Stop both threads and wait for them, until the monotonic instant ``until`` at most
-        (None: no bound). Leases still registered are marked lost (their renewal stops here). A
-        round trip in flight that outlasts ``until`` is left to end at the client's socket timeout
-        (its reply is ignored)."""
+        (None: no bound). Leases still registered are marked lost (their renewal stops here),
+        except those being released: the release's reply decides. A round trip in flight that
+        outlasts ``until`` is left to end at the client's socket timeout (its reply is ignored)."""
         with self._cond:
             self._closed = True
             self._cond.notify()
-            thread, io = self._thread, self._io
+            thread, io, cleanup = self._thread, self._io, self._cleanup
         if thread is not None:
             # The scheduler never waits on the store, so it stops at once.
             thread.join(None if until is None else max(0.0, until - time.monotonic()))
-        shutdown_pool(io, until)
+        for executor in (io, cleanup):
+            shutdown_pool(executor, until)
         with self._cond:
             entries = self._schedule.entries()
             for entry in entries:
                 self._schedule.remove(entry)
         for entry in entries:
-            entry.state.mark_lost(LossReason.CLOSED)
+            entry.state.renewal_stopped(LossReason.CLOSED)
 
     def _after_fork_in_child(self) -> None:
         """In a forked child: forget the parent's threads, lock and leases (they are the
@@ -206,7 +214,7 @@ class Renewer:
         :meth:`add` starts fresh threads. No I/O."""
         self._cond = threading.Condition()
         self._schedule = RenewalSchedule()
-        self._thread, self._io = None, None
+        self._thread, self._io, self._cleanup = None, None, None
         self._in_flight, self._done = None, None
 
     def _send(self, batch: list[RenewalEntry]) -> _BatchResult:
@@ -231,7 +239,7 @@ class Renewer:
                 for entry in entries:
                     self._schedule.remove(entry)
             for entry in entries:
-                entry.state.mark_lost(f"{LossReason.RENEWER_FAILED}: {exc!r}")
+                entry.state.renewal_stopped(f"{LossReason.RENEWER_FAILED}: {exc!r}")
             raise
 
     def _loop(self) -> None:

@@ -3,10 +3,14 @@ filling in the renewal schedule, and the renewal pipeline's reply filing (no I/O
 
 from __future__ import annotations
 
+import asyncio
 import math
 from datetime import datetime, timedelta, timezone
 
 import pytest
+import redis
+import redis.asyncio
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MaxConnectionsError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from test_aio_support import backend_error, refused
@@ -23,6 +27,7 @@ from fencedlease._core import (
     restored_state,
 )
 from fencedlease._protocol import AcquireReply, decode_renew_many, renew_many_args
+from fencedlease._redis_backend import backend_errors
 from fencedlease.testing import FakeClock
 
 
@@ -69,6 +74,66 @@ def test_only_connection_and_timeout_errors_are_ambiguous() -> None:
     assert is_ambiguous(backend_error(MaxConnectionsError("pool exhausted"))) is False
     assert is_ambiguous(refused()) is False
     assert is_ambiguous(BackendError("no cause")) is False
+
+
+class _NoIOConnection(redis.Connection):
+    """A connection that never touches a socket: the pool's bookkeeping alone is under test."""
+
+    def connect(self) -> None:
+        pass
+
+
+class _NoIOAsyncConnection(redis.asyncio.Connection):
+    async def connect(self) -> None:
+        pass
+
+    async def can_read_destructive(self) -> bool:  # redis-py before 8
+        return False
+
+    async def can_read(self) -> bool:
+        return False
+
+
+def _pool_timeout() -> BackendError:
+    """The error a face gets when its BlockingConnectionPool of one, in use, times out."""
+    pool = redis.BlockingConnectionPool(  # type: ignore[no-untyped-call]
+        connection_class=_NoIOConnection, max_connections=1, timeout=0.01
+    )
+    pool.get_connection()  # type: ignore[no-untyped-call]
+    with pytest.raises(BackendError) as info, backend_errors("acquire 'k'"):
+        pool.get_connection()  # type: ignore[no-untyped-call]
+    return info.value
+
+
+def test_an_empty_pool_sent_nothing_and_is_not_ambiguous() -> None:
+    """redis-py's BlockingConnectionPool raises ConnectionError("No connection available.")
+    before any connection is in hand (sync and asyncio): nothing was sent, so it is no reason to
+    resend, and an acquire attempt that saw it holds nothing unbeknown to its caller. A reset
+    connection, also a ConnectionError, still is ambiguous."""
+    clock = FakeClock()
+    attempt = AcquireAttempt("k", 1_000, 300, 100, clock)
+    attempt.sending()
+    exc = _pool_timeout()
+    assert isinstance(exc.__cause__, RedisConnectionError)
+    assert is_ambiguous(exc) is False
+    assert attempt.may_resend(exc) is False
+    assert attempt.uncertain is False
+
+    async def async_pool_timeout() -> BackendError:
+        pool = redis.asyncio.BlockingConnectionPool(
+            connection_class=_NoIOAsyncConnection, max_connections=1, timeout=0.01
+        )
+        await pool.get_connection()  # type: ignore[no-untyped-call]
+        with pytest.raises(BackendError) as info, backend_errors("acquire 'k'"):
+            await pool.get_connection()  # type: ignore[no-untyped-call]
+        return info.value
+
+    exc = asyncio.run(async_pool_timeout())
+    assert isinstance(exc.__cause__, RedisConnectionError)
+    assert is_ambiguous(exc) is False
+    reset = backend_error(RedisConnectionError("Connection reset by peer"))
+    assert is_ambiguous(reset) is True
+    assert is_ambiguous(backend_error(RedisConnectionError("Too many connections"))) is False
 
 
 def test_attempt_uncertainty() -> None:
@@ -141,18 +206,20 @@ def test_view_repr_hides_the_owner_token_and_check_raises() -> None:
     assert LossReason.DEADLINE in str(info.value)
 
 
-def _entry(heartbeat_ms: int = 1_000) -> RenewalEntry:
+def _entry(heartbeat_ms: int = 1_000, sent: float = 0.0) -> RenewalEntry:
+    """A lease granted by an acquire sent at ``sent``, renewed every ``heartbeat_ms``."""
     return RenewalEntry(
-        LeaseState.granted("k", "o", 1, 4 * heartbeat_ms, 0.0, 0.0), heartbeat_ms, None
+        LeaseState.granted("k", "o", 1, 4 * heartbeat_ms, sent, 0.0), heartbeat_ms, None
     )
 
 
 def test_pop_batch_fills_with_leases_due_within_half_a_heartbeat() -> None:
     """With one lease due, the batch also takes those due in the next half heartbeat, not later."""
     schedule = RenewalSchedule()
-    entries = [_entry() for _ in range(4)]
-    for entry, added in zip(entries, [0.0, 0.2, 0.49, 0.51], strict=True):
-        schedule.add(entry, added)
+    added = [0.0, 0.2, 0.49, 0.51]
+    entries = [_entry(sent=when) for when in added]
+    for entry, when in zip(entries, added, strict=True):
+        schedule.add(entry, when)
     assert schedule.pop_batch(0.99, 10) == []  # nothing due yet: nothing renewed early
     assert schedule.pop_batch(1.0, 10) == entries[:3]
     assert schedule.pop_batch(1.0, 10) == []
@@ -172,7 +239,7 @@ def test_scattered_leases_settle_into_full_batches() -> None:
     """1,000 leases added at scattered moments over a heartbeat, batch size 100: after one round
     every heartbeat costs exactly 10 round trips."""
     schedule = RenewalSchedule()
-    entries = [_entry() for _ in range(1_000)]
+    entries = [_entry(sent=index * 0.001) for index in range(1_000)]
     for index, entry in enumerate(entries):
         schedule.add(entry, index * 0.001)  # spread over one full heartbeat
     now, trips_per_round = 1.0, []

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from fencedlease._core import LeaseState, LossReason, RenewalEntry, RenewalSchedule
+from fencedlease._core import LeaseState, LeaseView, LossReason, RenewalEntry, RenewalSchedule
+from fencedlease.testing import FakeClock
 
 
 def _state(ttl_ms: int = 1_000, sent: float = 100.0) -> LeaseState:
@@ -67,10 +68,61 @@ def test_first_renewal_is_one_heartbeat_after_add() -> None:
     assert schedule.pop_due(100.25, 10) == []  # in flight: not handed out twice
 
 
+def test_first_renewal_counts_from_the_acquire_send_not_its_reply() -> None:
+    """A 400 ms round trip, ttl 1200, heartbeat 600: the acquire sent at t=0 is answered at 0.4;
+    the first renewal is due at 0.6 (send + heartbeat), not 1.0 (reply + heartbeat), which
+    answered at 1.4 would land after the deadline of 1.2."""
+    schedule = RenewalSchedule()
+    state = _state(ttl_ms=1_200, sent=0.0)
+    entry = RenewalEntry(state, 600, None)
+    schedule.add(entry, 0.4)  # the reply came at 0.4
+    assert entry.next_due == 0.6
+    assert schedule.pop_due(0.599, 10) == []
+    assert schedule.pop_due(0.6, 10) == [entry]
+
+
+def test_renewals_keep_a_lease_alive_through_a_slow_round_trip() -> None:
+    """The same 400 ms round trip for every renewal, five TTLs long: each renewal is sent one
+    heartbeat after the previous send (deadline - ttl + heartbeat), each reply lands before the
+    deadline it extends, and the lease is never lost."""
+    rtt, ttl_s, heartbeat_s = 0.4, 1.2, 0.6
+    schedule = RenewalSchedule()
+    state = LeaseState.granted("k", "owner", 7, 1_200, 0.0, 1_700_000_000.0)
+    entry = RenewalEntry(state, 600, None)
+    schedule.add(entry, rtt)
+    sends = []
+    while True:
+        sent = entry.next_due
+        if sent > 5 * ttl_s:
+            break
+        assert schedule.pop_expired(sent) == []
+        assert schedule.pop_due(sent, 10) == [entry]
+        sends.append(sent)
+        assert schedule.pop_expired(sent + rtt) == []  # the reply comes before the deadline
+        assert schedule.apply([entry], sent, 0.0, [7], now=sent + rtt) == []
+        assert state.deadline == sent + ttl_s
+        assert entry.next_due == state.deadline - ttl_s + heartbeat_s
+    assert not state.lost
+    assert [round(t, 9) for t in sends] == [round(0.6 * i, 9) for i in range(1, 11)]
+
+
+def test_a_renewal_due_before_its_reply_came_goes_out_at_once() -> None:
+    """A round trip longer than the heartbeat: the next renewal is due at send + heartbeat,
+    already past when the reply lands, so it is handed out at the reply's moment."""
+    schedule = RenewalSchedule()
+    state = _state(ttl_ms=1_000, sent=0.0)
+    entry = RenewalEntry(state, 250, None)
+    schedule.add(entry, 0.3)
+    assert schedule.pop_due(0.3, 10) == [entry]
+    schedule.apply([entry], 0.3, 0.0, [7], now=0.6)
+    assert entry.next_due == 0.55
+    assert schedule.pop_due(0.6, 10) == [entry]
+
+
 def test_due_leases_are_batched_up_to_the_limit() -> None:
     """pop_due returns at most `limit` entries, earliest first."""
     schedule = RenewalSchedule()
-    entries = [RenewalEntry(_state(), 100 + i, None) for i in range(5)]
+    entries = [RenewalEntry(_state(sent=0.0), 100 + i, None) for i in range(5)]
     for entry in entries:
         schedule.add(entry, 0.0)
     assert schedule.pop_due(10.0, 3) == entries[:3]
@@ -164,3 +216,90 @@ def test_blocked_holder_scenario() -> None:
     assert [e.state for e in schedule.pop_expired(0.5)] == [state]
     assert state.lost_reason == LossReason.DEADLINE
     assert schedule.pop_due(0.5, 10) == []
+
+
+# -- a release in flight (rule 4), both faces' one rule ------------------------------------------
+
+
+def _held(clock: FakeClock, ttl_ms: int = 1_000) -> tuple[LeaseState, LeaseView]:
+    """A lease granted by an acquire sent now, and its face-neutral view."""
+    state = LeaseState.granted("k", "owner", 7, ttl_ms, clock.monotonic(), clock.time())
+    return state, LeaseView(state, clock)
+
+
+def test_a_release_begun_in_time_is_decided_by_its_reply() -> None:
+    """Begun at 0.9 s of a 1 s lease (it waits for a connection, then runs), answered at 1.5 s:
+    no deadline loss meanwhile; "released" ends the lease cleanly, "not yours" is a loss."""
+    for reply, lost in ((True, False), (False, True)):
+        clock = FakeClock()
+        state, view = _held(clock)
+        clock.advance(900)
+        assert view.lost is False
+        state.release_begins()
+        clock.advance(600)
+        assert view.lost is False
+        assert view._released(reply) is reply
+        assert (state.lost, state.released) == (lost, reply)
+        assert state.lost_reason == (LossReason.RELEASE_REFUSED if lost else None)
+
+
+def test_a_body_that_outlived_the_deadline_is_lost_before_its_release() -> None:
+    """Checked at 1.2 s of a 1 s lease (the body's end), before the release begins: lost, and
+    the release's reply changes nothing (rule 5)."""
+    clock = FakeClock()
+    state, view = _held(clock)
+    clock.advance(1_200)
+    assert view.lost is True
+    state.release_begins()
+    assert view._released(True) is True
+    assert (state.lost, state.lost_reason) == (True, LossReason.DEADLINE)
+
+
+def test_a_failed_release_gives_the_deadline_back() -> None:
+    """No answer to the release: the deadline rule applies again, and a new release may begin."""
+    clock = FakeClock()
+    state, view = _held(clock)
+    state.release_begins()
+    clock.advance(1_000)
+    assert view.lost is False
+    state.release_failed()
+    assert state.releasing is False
+    assert view.lost is True
+
+
+def test_the_renewal_goes_on_while_a_release_waits() -> None:
+    """A release waiting for a connection leaves the lease under renewal: the schedule still
+    hands it out, a confirmed renewal moves the deadline, and a refusal racing the release (the
+    release ran first) is not a loss: the release's own reply decides."""
+    clock = FakeClock()
+    state, _ = _held(clock)
+    schedule = RenewalSchedule()
+    entry = RenewalEntry(state, 250, None)
+    schedule.add(entry, clock.monotonic())
+    state.release_begins()
+    clock.advance(250)
+    batch = schedule.pop_due(clock.monotonic(), 10)
+    assert batch == [entry]
+    schedule.apply(batch, clock.monotonic(), clock.time(), [7], now=clock.monotonic())
+    assert state.deadline == 1.25
+    clock.advance(250)
+    batch = schedule.pop_due(clock.monotonic(), 10)
+    assert batch == [entry]
+    schedule.apply(batch, clock.monotonic(), clock.time(), [0], now=clock.monotonic())
+    assert state.lost is False
+
+
+def test_a_renewal_that_stops_for_good_is_a_loss_unless_a_release_is_under_way() -> None:
+    """The manager closed (or the renewer failed) with the lease still registered: lost, except
+    while its release is under way (still renewed until the release's reply): that reply
+    decides."""
+    clock = FakeClock()
+    state, _ = _held(clock)
+    state.renewal_stopped(LossReason.CLOSED)
+    assert (state.lost, state.lost_reason) == (True, LossReason.CLOSED)
+    state, view = _held(clock)
+    state.release_begins()
+    state.renewal_stopped(LossReason.CLOSED)
+    assert state.lost is False
+    assert view._released(True) is True
+    assert (state.lost, state.released) == (False, True)

@@ -94,8 +94,9 @@ class AsyncLease(LeaseView):
     async def release(self) -> bool:
         """Delete the key if this owner still holds it; return whether it did.
 
-        A False reply means the lease had already moved on: the lease is then marked lost. After a
-        release the background renewal (if any) stops and never touches the key again. If the
+        A False reply means the lease had already moved on: the lease is then marked lost. The
+        background renewal (if any) goes on while the release waits for a connection of a busy
+        pool and runs, and stops with its reply; it never touches the key again. If the
         store cannot be reached (:class:`BackendError`) or the call is cancelled, the lease keeps
         its owner token, so ``release()`` can be awaited again.
 
@@ -108,13 +109,16 @@ class AsyncLease(LeaseView):
         state = self._state
         if state.inherited():
             return False  # a forked child: the lease is the parent's, so no I/O (see _fork)
-        state.releasing = True
-        self._stop_renewal()
+        state.release_begins()
         try:
             released = await self._backend.release(state.key, state.owner_token)
         except BaseException:
-            state.releasing = False  # no answer (or cancelled): the deadline rule applies again
+            state.release_failed()
+            self._stop_renewal()  # no answer (or cancelled): the deadline rule applies again
             raise
+        # Renewed until here (rule 4): a release that waited for a connection of a busy pool
+        # found the key still held.
+        self._stop_renewal()
         return self._released(released)
 
     def _stop_renewal(self) -> None:

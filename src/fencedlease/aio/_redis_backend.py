@@ -18,6 +18,7 @@ from typing import Any
 import redis.asyncio
 from redis.exceptions import NoScriptError
 
+from .._handoff import async_dedicated_client, async_waits_for_connection
 from .._protocol import (
     ACQUIRE,
     INSPECT,
@@ -49,7 +50,9 @@ class AsyncRedisBackend:
 
     ``decode_responses`` may be on or off. ``owns_client``: close the client in :meth:`close`
     (true when the manager built it from a URL). Every redis-py error is raised as
-    :class:`~fencedlease.BackendError` with the original in ``__cause__``.
+    :class:`~fencedlease.BackendError` with the original in ``__cause__``. As in the sync twin,
+    :meth:`renew_many` runs on a connection of its own when the client's pool is a
+    ``BlockingConnectionPool``, so renewals never queue behind the caller's commands.
 
     Raises:
         ValidationError: ``prefix`` is not a non-empty str, or holds ``{`` or ``}``.
@@ -61,9 +64,26 @@ class AsyncRedisBackend:
         self.client = client
         self.prefix = check_prefix(prefix)
         self._owns_client = owns_client
+        self._renewal_client: redis.asyncio.Redis | None = None
 
-    async def _run(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        client = self.client
+    def _renewals(self) -> redis.asyncio.Redis:
+        """The client renewals go through (see the class docstring)."""
+        client = self._renewal_client
+        if client is None:
+            client = self.client
+            if async_waits_for_connection(client):
+                client = async_dedicated_client(client)
+            self._renewal_client = client
+        return client
+
+    async def _run(
+        self,
+        script: Script,
+        keys: Sequence[str],
+        args: Sequence[Any],
+        client: redis.asyncio.Redis | None = None,
+    ) -> Any:
+        client = self.client if client is None else client
         try:
             return await client.evalsha(script.sha, len(keys), *keys, *args)
         except NoScriptError:
@@ -83,7 +103,7 @@ class AsyncRedisBackend:
     async def renew_many(self, items: Sequence[tuple[str, str, int]]) -> list[int | BaseException]:
         keys, args = renew_many_args(self.prefix, items)
         with backend_errors(f"renew {len(items)} leases"):
-            reply = await self._run(RENEW_MANY, keys, args)
+            reply = await self._run(RENEW_MANY, keys, args, self._renewals())
         return decode_renew_many(items, reply)
 
     async def release(self, key: str, owner_token: str) -> bool:
@@ -102,6 +122,10 @@ class AsyncRedisBackend:
             return bool(await self.client.delete(lease_key(self.prefix, key)))
 
     async def close(self) -> None:
+        renewals, self._renewal_client = self._renewal_client, None
+        if renewals is not None and renewals is not self.client:
+            with backend_errors("close"):
+                await renewals.connection_pool.disconnect()
         if self._owns_client:
             with backend_errors("close"):
                 await self.client.aclose()

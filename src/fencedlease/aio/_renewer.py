@@ -105,7 +105,8 @@ class AsyncRenewer:
 
     async def close(self) -> list[RenewalEntry]:
         """Stop the task and abandon a batch in flight; wait for both. Leases still registered are
-        marked lost (their renewal stops here) and returned. Idempotent."""
+        marked lost (their renewal stops here), except those being released (the release's reply
+        decides), and returned. Idempotent."""
         self._closed = True
         self.wake()
         task, flight = self._task, self._in_flight
@@ -123,7 +124,7 @@ class AsyncRenewer:
         for entry in entries:
             self._schedule.remove(entry)
         for entry in entries:
-            entry.state.mark_lost(LossReason.CLOSED)
+            entry.state.renewal_stopped(LossReason.CLOSED)
         return entries
 
     def _after_fork_in_child(self) -> None:
@@ -152,7 +153,7 @@ class AsyncRenewer:
                 else f"{LossReason.RENEWER_FAILED}: {exc!r}"
             )
             for entry in entries:
-                entry.state.mark_lost(reason)
+                entry.state.renewal_stopped(reason)
             raise
 
     async def _loop(self) -> None:
