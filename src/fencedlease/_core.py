@@ -61,6 +61,7 @@ __all__ = [
     "may_have_written",
     "never_sent",
     "release_bound_s",
+    "release_wait_more_s",
     "renewal_items",
     "restored_state",
 ]
@@ -479,6 +480,21 @@ def release_bound_s(state: LeaseState, now_mono: float) -> float:
     if state.deadline is None:
         return max(floor, state.ttl_ms / 1000)
     return max(floor, state.deadline - now_mono)
+
+
+def release_wait_more_s(state: LeaseState, now_mono: float) -> float | None:
+    """After the release ending a hold waited :func:`release_bound_s` (or a later slice) with no
+    reply: how much longer it may wait, in seconds, or None to give up.
+
+    The background renewal goes on while a release waits (rule 4), so a release that waits only
+    for a connection (a busy pool) while Redis answers the renewals keeps a deadline that moves:
+    it waits on, to that deadline. A hung store confirms no renewal, the deadline stays, and the
+    release gives up: the caller is never held past the lease's own deadline.
+    """
+    if state.deadline is None or state.lost:
+        return None
+    left = state.deadline - now_mono
+    return left if left > 0 else None
 
 
 _NOT_SENT = frozenset({"No connection available.", "Too many connections"})

@@ -22,6 +22,7 @@ from ._core import (
     LossReason,
     never_sent,
     release_bound_s,
+    release_wait_more_s,
     restored_state,
 )
 from ._errors import BackendError, LeaseLostError, LeaseNotAcquiredError
@@ -339,7 +340,8 @@ class LeaseManager:
         self._finish(lease, body_failed=False)
 
     def _release_now(self, lease: Lease) -> bool:
-        """Release ``lease``, waiting :func:`~fencedlease._core.release_bound_s` at most.
+        """Release ``lease``, waiting :func:`~fencedlease._core.release_bound_s`, and on while
+        renewals still move the lease's deadline (:func:`~fencedlease._core.release_wait_more_s`).
 
         Raises:
             BackendError: the store failed or did not answer in time (the lease lapses at its
@@ -348,8 +350,14 @@ class LeaseManager:
         state = lease._state
         if state.inherited():
             return False  # no I/O on the parent's lease (see _fork)
-        bound = release_bound_s(state, self._clock.monotonic())
-        return self._releases.run(lease.release, bound, f"release {state.key!r}")
+        clock = self._clock
+        bound = release_bound_s(state, clock.monotonic())
+        return self._releases.run(
+            lease.release,
+            bound,
+            f"release {state.key!r}",
+            lambda: release_wait_more_s(state, clock.monotonic()),
+        )
 
     def _finish(self, lease: Lease, *, body_failed: bool) -> None:
         state = lease._state

@@ -79,8 +79,15 @@ class BoundedCalls:
         threading.Thread(target=run, name=self._name, daemon=True).start()
         return future
 
-    def run(self, fn: Callable[[], T], bound_s: float, what: str) -> T:
-        """``fn()``'s result, waiting ``bound_s`` seconds at most.
+    def run(
+        self,
+        fn: Callable[[], T],
+        bound_s: float,
+        what: str,
+        more_s: Callable[[], float | None] = lambda: None,
+    ) -> T:
+        """``fn()``'s result, waiting ``bound_s`` seconds, then as long as ``more_s()`` allows
+        (asked each time a slice ran out; None: no longer).
 
         Raises:
             BackendError: no result within the bound (``what`` names the call; a builtin
@@ -88,13 +95,20 @@ class BoundedCalls:
                 ``fn`` raised.
         """
         future = self.submit(fn)
-        try:
-            return future.result(timeout=bound_s)
-        except FutureTimeoutError:
-            ms = round(bound_s * 1000)
-            raise BackendError(
-                f"{what}: no reply within {ms} ms; the lease lapses at its ttl"
-            ) from TimeoutError(f"no reply within {ms} ms")
+        waited, wait = 0.0, bound_s
+        while True:
+            try:
+                return future.result(timeout=wait)
+            except FutureTimeoutError:
+                waited += wait
+            more = more_s()
+            if more is None:
+                break
+            wait = more
+        ms = round(waited * 1000)
+        raise BackendError(
+            f"{what}: no reply within {ms} ms; the lease lapses at its ttl"
+        ) from TimeoutError(f"no reply within {ms} ms")
 
     def close(self, until: float | None = None) -> None:
         """Stop the workers, joining them until the monotonic instant ``until`` at most."""

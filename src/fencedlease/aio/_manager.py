@@ -29,6 +29,7 @@ Cancellation, point by point:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
@@ -50,6 +51,7 @@ from .._core import (
     LossReason,
     never_sent,
     release_bound_s,
+    release_wait_more_s,
     restored_state,
 )
 from .._errors import BackendError, LeaseNotAcquiredError
@@ -350,21 +352,35 @@ class AsyncLeaseManager:
             )
 
     async def _release_within(self, lease: AsyncLease) -> bool:
-        """Release ``lease``, waiting :func:`~fencedlease._core.release_bound_s` at most; on
+        """Release ``lease``, waiting :func:`~fencedlease._core.release_bound_s`, and on while
+        renewals still move its deadline (:func:`~fencedlease._core.release_wait_more_s`); on
         timeout the release is cancelled and the lease lapses at its TTL.
 
         Raises:
             BackendError: the store failed or did not answer in time.
         """
-        state = lease._state
-        bound = release_bound_s(state, self._clock.monotonic())
+        state, clock = lease._state, self._clock
+        release = asyncio.ensure_future(lease.release())
+        waited, wait = 0.0, release_bound_s(state, clock.monotonic())
         try:
-            return await asyncio.wait_for(lease.release(), bound)
-        except asyncio.TimeoutError as exc:
-            ms = round(bound * 1000)
-            raise BackendError(
-                f"release {state.key!r}: no reply within {ms} ms; the lease lapses at its ttl"
-            ) from exc
+            while True:
+                done, _ = await asyncio.wait((release,), timeout=wait)
+                if done:
+                    return release.result()
+                waited += wait
+                more = release_wait_more_s(state, clock.monotonic())
+                if more is None:
+                    break
+                wait = more
+        finally:
+            if not release.done():
+                release.cancel()
+                with contextlib.suppress(asyncio.CancelledError, BackendError):
+                    await release
+        ms = round(waited * 1000)
+        raise BackendError(
+            f"release {state.key!r}: no reply within {ms} ms; the lease lapses at its ttl"
+        ) from TimeoutError(f"no reply within {ms} ms")
 
     async def _release_shielded(self, lease: AsyncLease) -> bool:
         """:meth:`_release_within` in a task of the manager's that cancelling the caller does
