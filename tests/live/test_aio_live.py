@@ -28,6 +28,7 @@ from fencedlease._protocol import ACQUIRE
 from fencedlease.aio import AsyncLease, AsyncLeaseManager
 from fencedlease.aio.testing import cancel_at_suspension
 from fencedlease.servers.redis import RedisServer
+from fencedlease.testing import FakeClock
 
 pytestmark = pytest.mark.live
 
@@ -432,15 +433,29 @@ def test_blocked_holder_is_not_silently_reacquired(
 
 
 def test_release_deletes_and_renewal_stops(own_redis: RedisServer) -> None:
-    """After a hold ends the key is gone (PTTL -2) and no renewal is sent for it again."""
+    """After a hold ends the key is gone (PTTL -2) and no renewal is sent for it again. A batch
+    already on its way when the hold ended may still reach Redis; the count starts once every
+    batch sent has come back."""
 
     async def main() -> None:
         client = redis.Redis.from_url(own_redis.url)
         async with AsyncLeaseManager.from_url(own_redis.url, prefix="t") as leases:
-            async with leases.hold("stop", ttl_ms=200, heartbeat_ms=20) as lease:
+            renew_many = leases.backend.renew_many
+            landed = 0
+
+            async def spy(items: Any) -> list[int | BaseException]:
+                nonlocal landed
+                try:
+                    return await renew_many(items)
+                finally:
+                    landed += 1
+
+            leases.backend.renew_many = spy  # type: ignore[method-assign]
+            async with leases.hold("stop", ttl_ms=5_000, heartbeat_ms=20) as lease:
                 await wait_until(lambda: leases.renewer.round_trips >= 3)
                 assert lease.lost is False
             assert client.pttl("t:{stop}") == -2
+            await wait_until(lambda: landed == leases.renewer.round_trips, timeout_s=30)
             calls = client.info("commandstats")["cmdstat_evalsha"]["calls"]
             trips = leases.renewer.round_trips
             await asyncio.sleep(0.2)  # ten heartbeats: an absence is only seen over a window
@@ -479,19 +494,28 @@ def test_acquire_and_release_are_two_commands(own_redis: RedisServer) -> None:
 
 def test_renewals_are_batched_in_one_pipeline(own_redis: RedisServer) -> None:
     """200 holds, renew_batch_size 50, heartbeat 500 ms: each heartbeat's renewals go out as
-    ceil(200 / 50) = 4 pipelines of 50, not a round trip per lease; three heartbeats, 12 batches."""
+    ceil(200 / 50) = 4 pipelines of 50, not a round trip per lease, and nothing is sent between
+    heartbeats; three heartbeats, 12 batches. A fake clock steps the heartbeats, so the count
+    does not depend on how fast a loaded machine runs the loop."""
 
     async def main() -> None:
+        clock = FakeClock()
         pool = redis.asyncio.BlockingConnectionPool.from_url(own_redis.url, max_connections=20)
         client = redis.asyncio.Redis(connection_pool=pool)
-        batches: list[tuple[float, int]] = []
-        async with AsyncLeaseManager(client, prefix="t", renew_batch_size=50) as leases:
+        batches: list[tuple[int, int]] = []  # (fake ms when sent, size)
+        landed = 0
+        async with AsyncLeaseManager(
+            client, prefix="t", renew_batch_size=50, clock=clock
+        ) as leases:
             backend = leases.backend
             renew_many = backend.renew_many
 
             async def spy(items: Any) -> list[int | BaseException]:
-                batches.append((time.monotonic(), len(items)))
-                return await renew_many(items)
+                nonlocal landed
+                batches.append((clock.elapsed_ms, len(items)))
+                replies = await renew_many(items)
+                landed += 1
+                return replies
 
             backend.renew_many = spy  # type: ignore[method-assign]
             go, stop = asyncio.Event(), asyncio.Event()
@@ -499,7 +523,8 @@ def test_renewals_are_batched_in_one_pipeline(own_redis: RedisServer) -> None:
 
             async def holder(i: int) -> None:
                 nonlocal held
-                async with leases.hold(f"k{i}", ttl_ms=2_000, heartbeat_ms=500) as lease:
+                # ttl 60 s: Redis expires keys on real time, which a loaded machine stretches
+                async with leases.hold(f"k{i}", ttl_ms=60_000, heartbeat_ms=500) as lease:
                     held += 1
                     if held == 200:
                         go.set()
@@ -507,19 +532,21 @@ def test_renewals_are_batched_in_one_pipeline(own_redis: RedisServer) -> None:
                     assert lease.lost is False
 
             tasks = [asyncio.create_task(holder(i)) for i in range(200)]
-            await asyncio.wait_for(go.wait(), 10)
-            await wait_until(lambda: len(batches) >= 12, timeout_s=5)
+            await asyncio.wait_for(go.wait(), 60)
+            for _ in range(20):  # the renewal task looks at the clock: nothing is due yet
+                await asyncio.sleep(0)
+            assert batches == []
+            for beat in (1, 2, 3):
+                clock.advance(500)
+                leases.renewer.wake()
+                await wait_until(lambda: landed == 4 * beat, timeout_s=60)  # noqa: B023
+                for _ in range(20):  # the heartbeat's renewals are all out: the task rests
+                    await asyncio.sleep(0)
+                assert len(batches) == 4 * beat
             stop.set()
             await asyncio.gather(*tasks)
         await client.aclose()
-        first = batches[:12]
-        assert [size for _, size in first] == [50] * 12
-        starts = [first[0][0], first[4][0], first[8][0]]
-        for k in range(3):  # four batches back to back, then nothing until the next heartbeat
-            group = [when for when, _ in first[4 * k : 4 * k + 4]]
-            assert group[-1] - group[0] < 0.1
-        assert 0.4 < starts[1] - starts[0] < 0.6
-        assert 0.4 < starts[2] - starts[1] < 0.6
+        assert batches == [(500, 50)] * 4 + [(1_000, 50)] * 4 + [(1_500, 50)] * 4
 
     run(main)
 
