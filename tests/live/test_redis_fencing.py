@@ -188,9 +188,13 @@ def test_bad_arguments_send_nothing(client: redis.Redis, name: str) -> None:
 
 
 def test_keys_share_a_hash_slot(client: redis.Redis) -> None:
-    """Data and fence keys differ only after the closing brace (one Redis Cluster slot)."""
+    """Data and fence keys differ only after the closing brace (one Redis Cluster slot), and
+    neither is a lease's key or counter (``app:{order:42}``, ``app:{order:42}:fence``)."""
     res = RedisFencedResource(client, "order:42", prefix="app")
-    assert (res.data_key, res.fence_key) == ("app:{order:42}", "app:{order:42}:fence")
+    assert (res.data_key, res.fence_key) == (
+        "app:{order:42}:resource",
+        "app:{order:42}:resource:fence",
+    )
 
 
 # --- concurrency and the model -------------------------------------------------------------------
