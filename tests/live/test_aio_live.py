@@ -381,15 +381,16 @@ def test_client_pause_longer_than_ttl_is_a_loss(redis_url: str, redis_client: re
 
 def test_lease_lost_even_if_the_body_returns(redis_url: str, redis_client: redis.Redis) -> None:
     """An operator deletes the key mid-body and the body swallows the cancellation and returns:
-    hold still raises LeaseLostError."""
+    hold still raises LeaseLostError. The TTL is 10 s: the renewal, not the deadline, finds the
+    loss."""
 
     async def main() -> None:
         async with AsyncLeaseManager.from_url(redis_url, prefix="t") as leases:
             with pytest.raises(LeaseLostError) as info:
-                async with leases.hold("del", ttl_ms=400, heartbeat_ms=50) as lease:
+                async with leases.hold("del", ttl_ms=10_000, heartbeat_ms=50) as lease:
                     redis_client.delete("t:{del}")
                     with contextlib.suppress(asyncio.CancelledError):  # swallowed
-                        await asyncio.sleep(2)
+                        await asyncio.sleep(8)
                     assert lease.lost is True
             assert LossReason.RENEW_REFUSED in str(info.value)
 
