@@ -15,14 +15,19 @@ RunCheck = Callable[..., CheckResult]
 
 def test_pause_holder_old_holder_is_refused_and_told(check_run: RunCheck) -> None:
     """SIGSTOP the holder for 2 x ttl while another worker acquires and writes: the old holder's
-    later access is refused and its critical section ends in StaleTokenError or LeaseLostError."""
+    later access is refused and its critical section ends in StaleTokenError or LeaseLostError.
+
+    "Later" is after the rival's grant, which only a stopped (or cut-off) holder allows; not after
+    the fault's recorded end, which the nemesis writes after SIGCONT, so that a resumed worker on
+    a busy machine may well write first."""
     result = check_run("pause-holder")
     assert result.report.valid, result.report.explain()
     data = result.history()
     (fault,) = data.faults
     assert fault.kind == "pause-holder"
     assert fault.end is not None
-    assert fault.end - fault.start == pytest.approx(2 * result.config.ttl_ms / 1000, abs=0.2)
+    ttl_s = result.config.ttl_ms / 1000
+    assert 2 * ttl_s <= fault.end - fault.start < 3 * ttl_s
     victim = next(
         g
         for g in data.grants
@@ -33,7 +38,7 @@ def test_pause_holder_old_holder_is_refused_and_told(check_run: RunCheck) -> Non
     assert rival.token > victim.token
     late = [
         a for a in data.accesses
-        if a.process == victim.process and a.token == victim.token and a.invoked >= fault.end
+        if a.process == victim.process and a.token == victim.token and a.invoked > rival.granted
     ]  # fmt: skip
     assert late, "the paused holder never touched the resource after it woke"
     assert all(a.type == "fail" and a.outcome == "stale" for a in late)  # ...and it was refused

@@ -32,7 +32,6 @@ pytestmark = [pytest.mark.chaos, pytest.mark.timeout(60)]
 # bound (the configured delay itself) is what shows a toxic acting; this only catches one that
 # holds data far too long.
 SLACK_S = 0.5
-FAST_S = 0.3  # a round trip through a proxy without toxics takes well under this
 
 # The proxy's keys, in the real server's order. The real server also marshals its proxy's
 # zerolog ``Logger`` field (as ``"Logger": {}``, between ``enabled`` and ``toxics``); that key
@@ -43,6 +42,19 @@ PROXY_KEYS = ["name", "listen", "upstream", "enabled", "toxics"]
 def proxy_keys(body: dict[str, Any]) -> list[str]:
     """``body``'s keys in order, less the real server's ``Logger``."""
     return [key for key in body if key != "Logger"]
+
+
+# A measured delay d of a toxic configured for D must be D <= d < 2 * D: a toxic that does
+# nothing, or applies its delay twice, fails; everything between is scheduling, which two busy
+# cores stretch by far more than a fixed slack of a few tens of milliseconds would allow.
+FAST_S = 0.25
+"""A round trip through a proxy without toxics takes less than this: below every delay (250 ms
+and up) a test compares it with, so a toxic left in place fails the check."""
+
+
+def delayed_by(measured_s: float, configured_s: float) -> bool:
+    """Whether ``measured_s`` shows a delay of ``configured_s``, applied once (see above)."""
+    return configured_s <= measured_s < 2 * configured_s
 
 
 class EchoServer:
@@ -397,11 +409,11 @@ def test_disable_closes_open_connections_refuses_new_and_reenables_on_same_port(
 
 
 def test_latency_delays_each_round_trip_by_the_configured_time(proxy: Any) -> None:
-    """latency=200 ms downstream makes every round trip take 200 ms (plus scheduling slack)."""
+    """latency=200 ms downstream makes every round trip take 200 ms (plus scheduling)."""
     proxy.add_toxic(type="latency", attributes={"latency": 200, "jitter": 0})
     with connect(proxy) as sock:
         times = [round_trip(sock) for _ in range(3)]
-    assert all(0.2 <= t < 0.2 + SLACK_S for t in times), times
+    assert all(delayed_by(t, 0.2) for t in times), times
 
 
 def test_upstream_latency_delays_the_request_direction(proxy: Any) -> None:
@@ -409,7 +421,7 @@ def test_upstream_latency_delays_the_request_direction(proxy: Any) -> None:
     proxy.add_toxic(type="latency", stream="upstream", attributes={"latency": 200})
     with connect(proxy) as sock:
         elapsed = round_trip(sock)
-    assert 0.2 <= elapsed < 0.2 + SLACK_S
+    assert delayed_by(elapsed, 0.2)
 
 
 def test_jitter_spreads_delays_across_latency_plus_or_minus_jitter(proxy: Any) -> None:
@@ -417,7 +429,7 @@ def test_jitter_spreads_delays_across_latency_plus_or_minus_jitter(proxy: Any) -
     proxy.add_toxic(type="latency", attributes={"latency": 100, "jitter": 80})
     with connect(proxy) as sock:
         times = [round_trip(sock) for _ in range(12)]
-    assert all(0.02 <= t < 0.18 + SLACK_S for t in times), times
+    assert all(0.02 <= t < 2 * 0.18 for t in times), times
     # Twelve uniform draws over 160 ms all within 40 ms of each other: odds about 3 in a million.
     assert max(times) - min(times) >= 0.04, times
 
@@ -436,12 +448,12 @@ def test_toxics_take_effect_on_an_open_connection_and_leave_with_removal(
     with connect(proxy) as sock:
         assert round_trip(sock) < FAST_S
         proxy.add_toxic(type="latency", name="slow", attributes={"latency": 250})
-        assert 0.25 <= round_trip(sock) < 0.25 + SLACK_S
+        assert delayed_by(round_trip(sock), 0.25)
         status, body = http(
             endpoint, "POST", "/proxies/echo/toxics/slow", {"attributes": {"latency": 400}}
         )
         assert (status, body["attributes"]) == (200, {"latency": 400, "jitter": 0})
-        assert 0.4 <= round_trip(sock) < 0.4 + SLACK_S
+        assert delayed_by(round_trip(sock), 0.4)
         proxy.destroy_toxic("slow")
         assert round_trip(sock) < FAST_S
 
@@ -463,7 +475,7 @@ def test_timeout_zero_black_holes_data_until_removed_then_closes(proxy: Any) -> 
         proxy.destroy_toxic("hole")
         how, _ = wait_closed(sock)
     assert how in ("eof", "reset")
-    assert time.monotonic() - removed < 1.0
+    assert time.monotonic() - removed < 4.0  # closed, not left open to the socket's 5 s timeout
 
 
 def test_timeout_closes_the_connection_after_the_time_without_passing_data(proxy: Any) -> None:
@@ -476,7 +488,7 @@ def test_timeout_closes_the_connection_after_the_time_without_passing_data(proxy
         how, _ = wait_closed(sock)
     elapsed = time.monotonic() - started
     assert how == "eof"
-    assert 0.4 <= elapsed < 0.4 + SLACK_S
+    assert delayed_by(elapsed, 0.4)
 
 
 def test_timeout_restarts_its_timer_whenever_data_arrives(proxy: Any) -> None:
@@ -580,11 +592,13 @@ def test_reset_peer_resets_the_connection_after_the_timeout(proxy: Any) -> None:
         with pytest.raises(ConnectionResetError):
             sock.recv(1024)
         elapsed = time.monotonic() - started
-    assert 0.3 <= elapsed < 0.3 + SLACK_S
+    assert delayed_by(elapsed, 0.3)
 
 
 def test_bandwidth_limits_the_rate_within_thirty_percent(proxy: Any) -> None:
-    """bandwidth rate=200 KB/s delivers 100 kB downstream at 140-260 KB/s."""
+    """bandwidth rate=200 KB/s delivers 100 kB downstream at no more than 260 KB/s (130%); busy
+    cores only slow the transfer, so below, half the rate is enough to show the limit is not set
+    far too low."""
     proxy.add_toxic(type="bandwidth", attributes={"rate": 200})
     payload = bytes(range(256)) * 400  # 102,400 bytes
     with connect(proxy) as sock:
@@ -596,7 +610,7 @@ def test_bandwidth_limits_the_rate_within_thirty_percent(proxy: Any) -> None:
         sender.join()
     assert received == payload
     rate_kb_s = len(payload) / 1000 / elapsed
-    assert 140 <= rate_kb_s <= 260, rate_kb_s
+    assert 100 <= rate_kb_s <= 260, rate_kb_s
 
 
 def test_slow_close_delays_the_close(proxy: Any) -> None:
@@ -609,7 +623,7 @@ def test_slow_close_delays_the_close(proxy: Any) -> None:
         how, _ = wait_closed(sock)
     elapsed = time.monotonic() - started
     assert how == "eof"
-    assert 0.4 <= elapsed < 0.4 + SLACK_S
+    assert delayed_by(elapsed, 0.4)
 
 
 def test_close_without_slow_close_is_prompt(proxy: Any) -> None:

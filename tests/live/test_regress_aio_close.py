@@ -5,11 +5,14 @@ manager's client is left open."""
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 
 import pytest
 import redis
 
 from fencedlease import LeaseManager
+from fencedlease._handoff import waiters_key
 from fencedlease.aio import AsyncLeaseManager
 
 pytestmark = pytest.mark.live
@@ -25,19 +28,28 @@ def test_close_during_a_waiting_acquire_leaves_no_connection(
     def probe_connections() -> int:
         return sum(1 for c in redis_client.client_list() if c.get("name") == "bk-probe")
 
+    async def until(predicate: Callable[[], bool]) -> None:
+        """Poll what only Redis can tell (the queue, its client list), with a generous deadline."""
+        give_up = time.monotonic() + 30
+        while not predicate():
+            assert time.monotonic() < give_up, "condition not reached in time"
+            await asyncio.sleep(0.005)
+
     async def main() -> tuple[int, object]:
         leases = AsyncLeaseManager.from_url(redis_url, prefix="bac", client_name="bk-probe")
         waiter = asyncio.create_task(
-            leases.acquire("k", ttl_ms=5_000, wait_ms=1_000, retry_delay_ms=50)
+            leases.acquire("k", ttl_ms=5_000, wait_ms=60_000, retry_delay_ms=50)
         )
-        await asyncio.sleep(0.2)  # the acquire is waiting (queued, listener up)
+        # the acquire is waiting (queued, listener up)
+        await until(lambda: redis_client.zcard(waiters_key("bac", "k")) == 1)
         await leases.close()
         outcome: object
         try:
             outcome = await waiter
         except BaseException as exc:
             outcome = exc
-        await asyncio.sleep(0.1)
+        # the server drops a closed connection from its list a moment later
+        await until(lambda: probe_connections() == 0)
         return probe_connections(), outcome
 
     left_open, outcome = asyncio.run(main())

@@ -1,22 +1,43 @@
 """Renewer and manager defects found by an adversarial review, kept as regressions.
 
-In-process MemoryBackend (no server), real clock: the behaviour under test is the renewer thread's.
+In-process MemoryBackend (no server); the behaviour under test is the renewer thread's. Where time
+matters, backend and manager share a FakeClock that the test steps, and the test waits for the
+renewer's answer to each step (an event, or a count it polls with a deadline far past the
+renewer's real-time sleeps), so a loaded machine only slows the test down.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from fencedlease import BackendError, Lease, LeaseLostError, LeaseManager, LeaseNotAcquiredError
+from fencedlease._core import LossReason
 from fencedlease._protocol import AcquireReply
 from fencedlease.backends.memory import MemoryBackend
 from fencedlease.testing import FakeClock
+
+PATIENCE_S = 30.0
+"""How long a test waits for the renewer thread to act on a step of the fake clock. The renewer
+sleeps at most one heartbeat (real seconds) between looks, so only a starved machine comes near."""
+
+
+STEP_MS = 60
+"""A step of the fake clock a little longer than the 50 ms heartbeats (and retries) below, so the
+renewal due within it is due by its end whatever float rounding the schedule's sums carry."""
+
+
+def eventually(predicate: Callable[[], bool], timeout_s: float = PATIENCE_S) -> None:
+    """Poll ``predicate`` (something no event signals: a renewal count) until true, or fail."""
+    give_up = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < give_up, "the renewer did not act on the clock's step in time"
+        time.sleep(0.002)
 
 
 def _error(cause: BaseException) -> BackendError:
@@ -28,14 +49,16 @@ def _error(cause: BaseException) -> BackendError:
 class ReplyLosingBackend(MemoryBackend):
     """Renewals reach the store (the TTL is reset) but, while ``drop`` is set, the reply is lost."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock=clock)
         self.drop = False
+        self.dropped = 0
 
     def renew_many(self, items: Sequence[tuple[str, str, int]]) -> list[int | BaseException]:
         time.sleep(0.003)  # a round trip takes a little time, as with Redis
         results = super().renew_many(items)
         if self.drop:
+            self.dropped += 1
             raise _error(RedisConnectionError("reset by peer"))
         return results
 
@@ -44,18 +67,26 @@ class ReplyLosingBackend(MemoryBackend):
 def test_silence_is_loss_even_after_a_manual_renew(manual_renew: bool) -> None:
     """A manual renew() inside hold moves the deadline; the renewer still watches it, so ttl_ms of
     unanswered renewals is a loss, and answers arriving later never revive the lease."""
-    backend = ReplyLosingBackend()
+    clock = FakeClock()
+    backend = ReplyLosingBackend(clock)
     fired = threading.Event()
     with (
-        LeaseManager(backend) as leases,
+        LeaseManager(backend, clock=clock) as leases,
         pytest.raises(LeaseLostError),
         leases.hold("k", ttl_ms=300, heartbeat_ms=75) as lease,
     ):
         lease._state.add_listener(lambda _state: fired.set())
         if manual_renew:
-            assert lease.renew() is True
+            clock.advance(50)
+            assert lease.renew() is True  # confirmed at 50 ms: the deadline moves to 350 ms
+        deadline_ms = 350 if manual_renew else 300
         backend.drop = True
-        assert fired.wait(1.0), "the renewer never declared the lease lost at its deadline"
+        clock.advance(deadline_ms - 1 - clock.elapsed_ms)  # renewals go out; no reply comes
+        eventually(lambda: backend.dropped >= 1)
+        assert not fired.is_set()
+        clock.advance(1)
+        assert fired.wait(PATIENCE_S), "the renewer never declared the lease lost at its deadline"
+        assert lease.lost_reason == LossReason.DEADLINE
         backend.drop = False
         time.sleep(0.2)  # answers come back: they must not revive it
         assert lease.lost
@@ -64,8 +95,8 @@ def test_silence_is_loss_even_after_a_manual_renew(manual_renew: bool) -> None:
 class GatedBackend(MemoryBackend):
     """The first renew_many waits (a slow round trip) until ``gate`` is set; later ones fail."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock=clock)
         self.entered = threading.Event()
         self.gate = threading.Event()
         self.batches = 0
@@ -74,7 +105,7 @@ class GatedBackend(MemoryBackend):
         self.batches += 1
         if self.batches == 1:
             self.entered.set()
-            self.gate.wait(5)
+            assert self.gate.wait(PATIENCE_S)
             return super().renew_many(items)
         raise _error(RedisConnectionError("reset by peer"))
 
@@ -82,17 +113,24 @@ class GatedBackend(MemoryBackend):
 def test_a_background_renewal_is_confirmed_with_the_ttl_it_sent() -> None:
     """A batch sent with ttl 300 lands after a manual renew(5000): the local deadline follows the
     300 ms the store now has, so the lease is lost before another owner can take the key."""
-    backend = GatedBackend()
+    clock = FakeClock()
+    backend = GatedBackend(clock)
     with (
-        LeaseManager(backend) as leases,
-        LeaseManager(backend) as other,
+        LeaseManager(backend, clock=clock) as leases,
+        LeaseManager(backend, clock=clock) as other,
         pytest.raises(LeaseLostError),
         leases.hold("k", ttl_ms=300, heartbeat_ms=100) as lease,
     ):
-        assert backend.entered.wait(2)
+        clock.advance(100)
+        assert backend.entered.wait(PATIENCE_S)  # the batch went out at 100 ms with ttl 300
         assert lease.renew(ttl_ms=5_000) is True
+        assert lease.ttl_ms == 5_000
         backend.gate.set()  # the in-flight batch (ttl 300) now lands at the store
-        time.sleep(0.45)
+        eventually(lambda: lease.ttl_ms == 300)  # ...and its reply reaches the lease
+        clock.advance(299)  # 399 ms: the store still holds the key, the lease is not lost
+        assert other.acquire("k", ttl_ms=10_000).lease is None
+        assert not lease.lost
+        clock.advance(1)  # 400 ms: 300 ms after the batch was sent
         taken = other.acquire("k", ttl_ms=10_000)
         assert taken.lease is not None  # the store says the key lapsed...
         assert lease.lost  # ...and the holder already knows
@@ -100,35 +138,48 @@ def test_a_background_renewal_is_confirmed_with_the_ttl_it_sent() -> None:
 
 
 def test_renewals_run_every_heartbeat_with_a_fast_backend() -> None:
-    """A round trip that completes before its callback is attached still wakes the renewer:
-    about 11 renewals in 600 ms at a 50 ms heartbeat (not one per TTL)."""
-    with LeaseManager(MemoryBackend()) as leases:
-        with leases.hold("k", ttl_ms=2_000, heartbeat_ms=50):
-            time.sleep(0.6)
-        assert leases.renewer.round_trips >= 8
+    """A round trip that completes before its callback is attached still wakes the renewer: at a
+    50 ms heartbeat, each 60 ms step of the clock gets exactly one renewal, 12 in 12 steps (a
+    renewer that missed the wake-up would sleep to the deadline, 60 s away, and the next step
+    would never be answered)."""
+    clock = FakeClock()
+    with LeaseManager(MemoryBackend(clock=clock), clock=clock) as leases:
+        with leases.hold("k", ttl_ms=60_000, heartbeat_ms=50):
+            for beat in range(1, 13):
+                clock.advance(STEP_MS)
+                eventually(lambda: _store_ttl_ms(leases, "k") == 60_000)  # renewed at this step
+                assert leases.renewer.round_trips == beat
+        assert leases.renewer.round_trips == 12
 
 
 def test_a_refused_renewal_is_noticed_within_a_heartbeat() -> None:
-    """An operator force-releases the key: the next renewal (within 50 ms) reports the loss."""
-    backend = MemoryBackend()
+    """An operator force-releases the key: the next renewal, one 50 ms heartbeat on, reports the
+    loss (the deadline is 60 s away, so the reason tells which noticed it)."""
+    clock = FakeClock()
+    backend = MemoryBackend(clock=clock)
     with (
-        LeaseManager(backend) as leases,
-        LeaseManager(backend) as operator,
+        LeaseManager(backend, clock=clock) as leases,
+        LeaseManager(backend, clock=clock) as operator,
         pytest.raises(LeaseLostError),
-        leases.hold("k", ttl_ms=2_000, heartbeat_ms=50) as lease,
+        leases.hold("k", ttl_ms=60_000, heartbeat_ms=50) as lease,
     ):
         assert operator.force_release("k")
-        assert lease.wait_lost(500) is True
-        assert lease.lost_reason is not None and "renewal" in lease.lost_reason
+        clock.advance(50)
+        assert lease.wait_lost(int(PATIENCE_S * 1000)) is True
+        assert lease.lost_reason == LossReason.RENEW_REFUSED
+        assert leases.renewer.round_trips == 1
 
 
-def _raise_base_exception(exc: BaseException) -> None:
-    raise KeyboardInterrupt  # a BaseException from a telemetry hook
+def _store_ttl_ms(leases: LeaseManager, key: str) -> int | None:
+    """The TTL the store has left on ``key`` (on a fake clock, the full TTL right after a
+    renewal at the current instant)."""
+    info = leases.inspect(key)
+    return None if info is None else info.ttl_ms
 
 
 class FailOnce(MemoryBackend):
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock=clock)
         self.calls = 0
 
     def renew_many(self, items: Sequence[tuple[str, str, int]]) -> list[int | BaseException]:
@@ -140,22 +191,35 @@ class FailOnce(MemoryBackend):
 
 def test_a_hook_raising_base_exception_does_not_stop_renewal() -> None:
     """on_renew_error raising a BaseException is logged; renewal of the lease goes on."""
-    backend = FailOnce()
-    with LeaseManager(backend) as leases:
+    clock = FakeClock()
+    backend = FailOnce(clock)
+    hook_ran = threading.Event()
+
+    def raise_base_exception(exc: BaseException) -> None:
+        hook_ran.set()
+        raise KeyboardInterrupt  # a BaseException from a telemetry hook
+
+    with LeaseManager(backend, clock=clock) as leases, LeaseManager(backend, clock=clock) as other:
         with leases.hold(
-            "a", ttl_ms=300, heartbeat_ms=50, on_renew_error=_raise_base_exception
+            "a", ttl_ms=300, heartbeat_ms=50, on_renew_error=raise_base_exception
         ) as lease:
-            time.sleep(0.5)  # > ttl_ms: only renewals after the failure keep it
+            clock.advance(50)  # the first renewal fails; the hook raises
+            assert hook_ran.wait(PATIENCE_S)
+            for _ in range(9):  # 590 ms > ttl_ms: only renewals after the failure keep it
+                clock.advance(STEP_MS)
+                eventually(lambda: _store_ttl_ms(leases, "a") == 300)
+            assert not other.acquire("a", ttl_ms=1_000).acquired
             assert not lease.lost
-        assert backend.calls >= 5
+        assert backend.calls == 10
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_a_dead_renewer_fails_its_leases_and_a_new_hold_gets_a_live_one() -> None:
     """The renewer thread dies of a bug: its leases are failed loudly, and the next hold on the
     same manager is renewed by a new thread, never registered with a dead one."""
-    backend = MemoryBackend()
-    with LeaseManager(backend) as leases, LeaseManager(backend) as other:
+    clock = FakeClock()
+    backend = MemoryBackend(clock=clock)
+    with LeaseManager(backend, clock=clock) as leases, LeaseManager(backend, clock=clock) as other:
         schedule = leases.renewer._schedule
         real = schedule.pop_expired
         calls = 0
@@ -169,11 +233,16 @@ def test_a_dead_renewer_fails_its_leases_and_a_new_hold_gets_a_live_one() -> Non
 
         schedule.pop_expired = broken_once  # type: ignore[method-assign,assignment]
         with pytest.raises(LeaseLostError, match="renewer"), leases.hold("a", ttl_ms=300) as a:
-            assert a.wait_lost(1_000)
+            # the clock stands still: only the renewer's death, at its next look, loses the lease
+            assert a.wait_lost(int(PATIENCE_S * 1000))
+        trips = leases.renewer.round_trips
         with leases.hold("b", ttl_ms=300, heartbeat_ms=50) as b:
-            time.sleep(0.5)  # > ttl_ms
+            for _ in range(10):  # 600 ms > ttl_ms
+                clock.advance(STEP_MS)
+                eventually(lambda: _store_ttl_ms(leases, "b") == 300)
             assert not other.acquire("b", ttl_ms=1_000).acquired
             assert not b.lost
+        assert leases.renewer.round_trips == trips + 10
 
 
 class LostReplyThenFailure(MemoryBackend):
@@ -205,11 +274,8 @@ def test_a_failed_acquire_leaves_no_orphaned_lease(second: BaseException) -> Non
     backend = LostReplyThenFailure(second)
     with LeaseManager(backend) as leases:
         with pytest.raises(BackendError):
-            leases.acquire("job", ttl_ms=30_000)
-        give_up = time.monotonic() + 2
-        while leases.inspect("job") is not None and time.monotonic() < give_up:
-            time.sleep(0.005)
-        assert leases.inspect("job") is None
+            leases.acquire("job", ttl_ms=600_000)  # it cannot lapse while the test waits
+        eventually(lambda: leases.inspect("job") is None)
         assert backend.calls == 2
 
 

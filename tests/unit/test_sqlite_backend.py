@@ -146,12 +146,12 @@ def test_lock_released_within_the_budget_is_waited_for(tmp_path: Path) -> None:
 def test_readers_do_not_wait_for_a_writer(tmp_path: Path) -> None:
     """In WAL mode inspect answers at once while another connection holds the write lock."""
     clock = FakeClock()
-    backend = SqliteBackend(tmp_path / "leases.db", clock=clock, busy_timeout_ms=5_000)
+    backend = SqliteBackend(tmp_path / "leases.db", clock=clock, busy_timeout_ms=30_000)
     backend.acquire("k", OWNER, 1_000)
     blocker = hold_write_lock(tmp_path / "leases.db")
     started = time.monotonic()
     info = backend.inspect("k")
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 10  # a reader waiting for the lock would take 30 s
     assert info is not None
     assert info.fencing_token == 1
     blocker.rollback()
@@ -371,7 +371,8 @@ def test_async_busy_database_does_not_block_the_loop(tmp_path: Path) -> None:
     then it raises BackendError."""
 
     async def main() -> None:
-        backend = AsyncSqliteBackend(tmp_path / "leases.db", busy_timeout_ms=300)
+        # 2 s: time for ten 10 ms ticks even on busy cores, if the loop is free to run them
+        backend = AsyncSqliteBackend(tmp_path / "leases.db", busy_timeout_ms=2_000)
         assert await backend.inspect("k") is None  # opened (and its tables made) before the lock
         blocker = hold_write_lock(tmp_path / "leases.db")
         ticks = 0
@@ -383,7 +384,7 @@ def test_async_busy_database_does_not_block_the_loop(tmp_path: Path) -> None:
                 ticks += 1
 
         task = asyncio.create_task(ticker())
-        with pytest.raises(BackendError, match="busy_timeout_ms=300"):
+        with pytest.raises(BackendError, match="busy_timeout_ms=2000"):
             await backend.acquire("k", OWNER, 1_000)
         task.cancel()
         assert ticks >= 10
@@ -398,11 +399,21 @@ def test_cancelled_async_acquire_finishes_before_the_cancel_lands(tmp_path: Path
     finished, so a release sent next always comes after it."""
 
     async def main() -> None:
-        backend = AsyncSqliteBackend(tmp_path / "leases.db", busy_timeout_ms=5_000)
+        backend = AsyncSqliteBackend(tmp_path / "leases.db", busy_timeout_ms=30_000)
         assert await backend.inspect("k") is None
+        sync = backend.sync
+        assert sync is not None
+        entered = threading.Event()
+        acquire = sync.acquire
+
+        def spy(key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
+            entered.set()
+            return acquire(key, owner_token, ttl_ms)
+
+        sync.acquire = spy  # type: ignore[method-assign]
         blocker = hold_write_lock(tmp_path / "leases.db")
         task = asyncio.create_task(backend.acquire("k", OWNER, 60_000))
-        await asyncio.sleep(0.1)
+        assert await asyncio.to_thread(entered.wait, 30)  # the thread waits for the lock
         task.cancel()
         await asyncio.sleep(0.05)
         assert not task.done()  # still waiting for the thread, not abandoning it
