@@ -563,7 +563,7 @@ def restored_state(
             ) from None
         expires_wall = expires_utc.timestamp()
         ahead_s = expires_wall - clock.time()
-        if ahead_s > MAX_MS / 1000:
+        if round(ahead_s * 1000) > MAX_MS:
             raise ValidationError(
                 "expires_at",
                 f"expires_at must be at most {MAX_MS} milliseconds from now (the largest ttl_ms);"

@@ -129,3 +129,29 @@ def test_a_bad_line_in_the_middle_names_its_line(tmp_path: Path) -> None:
     )
     with pytest.raises(ValueError, match=r"h\.jsonl:2: event type must be one of"):
         read_history(path)
+
+
+def test_merge_redacts_every_string_of_every_event(tmp_path: Path) -> None:
+    """With ``redact``, the merged history (file and events) holds no secret, in any field or
+    nested detail; numbers are left alone."""
+    from fencedlease._urls import redact_text
+
+    url = "redis://user:s3cret@h:6379/0"
+    part = tmp_path / "w0.jsonl"
+    with HistoryWriter(part, "w0", clock_mono=fake_clock(1.0), clock_wall=fake_clock(1e9)) as w:
+        w.record(
+            "acquire",
+            "info",
+            token=7,
+            outcome="backend-error",
+            detail={"error": f"ConnectionError: {url}", "nested": [{"why": "AUTH s3cret"}]},
+        )
+    out = tmp_path / "history.jsonl"
+    events = merge_histories([part], out, redact=lambda text: redact_text(text, url))
+    assert events[0].detail == {
+        "error": "ConnectionError: redis://user:***@h:6379/0",
+        "nested": [{"why": "AUTH ***"}],
+    }
+    assert events[0].token == 7
+    assert "s3cret" not in out.read_text("utf-8")
+    assert read_history(out) == events
