@@ -27,6 +27,8 @@ A URL may hold a password: every message, log line and report that shows one sho
 
 from __future__ import annotations
 
+import codecs
+import math
 import re
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
@@ -38,7 +40,7 @@ from ._backend import AsyncLeaseBackend, LeaseBackend
 from ._core import Clock
 from ._errors import ValidationError
 from ._redis_backend import RedisBackend
-from ._validate import check_key, check_prefix
+from ._validate import MAX_MS, check_clock, check_key, check_prefix
 from .backends.memory import AsyncMemoryBackend, MemoryBackend
 from .backends.sqlite import AsyncSqliteBackend, SqliteBackend
 
@@ -206,7 +208,7 @@ def _redis_client(factory: Callable[..., _Client], url: str, kwargs: dict[str, A
         client = factory(url, **kwargs)
         pool = client.connection_pool
         pool.connection_class(**pool.connection_kwargs)
-    except (ValueError, TypeError, redis.RedisError) as exc:
+    except (ValueError, TypeError, LookupError, redis.RedisError) as exc:
         message = str(exc)
         clean = redact_text(message, url)
         found = _UNEXPECTED_OPTION.search(message) or _URL_OPTION.search(message)
@@ -217,7 +219,55 @@ def _redis_client(factory: Callable[..., _Client], url: str, kwargs: dict[str, A
             argument, f"{redact_url(url)!r} with these options is no usable Redis URL: {clean}"
         )
         raise error from (exc if clean == message else None)
+    _check_connection_options(pool.connection_kwargs)
     return client
+
+
+# Options redis-py takes as given and only uses at the first connection, where a wrong one
+# escapes as TypeError/ValueError/OverflowError: name -> whether 0 is allowed.
+_SECONDS_OPTIONS = {
+    "socket_timeout": False,
+    "socket_connect_timeout": False,
+    "health_check_interval": True,
+}
+_MAX_SECONDS = MAX_MS / 1000
+
+
+def _check_connection_options(options: dict[str, Any]) -> None:
+    """The connection options redis-py checks only when it connects: the seconds options are
+    None or finite numbers in (0, MAX_MS / 1000] (``health_check_interval`` may be 0), and
+    ``encoding`` / ``encoding_errors`` are names Python knows.
+
+    Raises:
+        ValidationError: naming the option.
+    """
+    for name, zero_ok in _SECONDS_OPTIONS.items():
+        value = options.get(name)
+        if value is None:
+            continue
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or not 0 <= value <= _MAX_SECONDS
+            or (value == 0 and not zero_ok)
+        ):
+            low = "0 <=" if zero_ok else "0 <"
+            raise ValidationError(
+                name,
+                f"{name} must be None or a number of seconds, {low} {name} <= {_MAX_SECONDS};"
+                f" got {value!r}",
+            )
+    for name, lookup in (("encoding", codecs.lookup), ("encoding_errors", codecs.lookup_error)):
+        if name not in options:
+            continue
+        value = options[name]
+        try:
+            if not isinstance(value, str):
+                raise TypeError(value)
+            lookup(value)
+        except (LookupError, TypeError, ValueError):  # ValueError: a NUL, a lone surrogate
+            raise ValidationError(name, f"{name} must name a Python codec; got {value!r}") from None
 
 
 def backend_from_url(url: str, *, prefix: str, clock: Clock, **kwargs: Any) -> LeaseBackend:
@@ -228,12 +278,15 @@ def backend_from_url(url: str, *, prefix: str, clock: Clock, **kwargs: Any) -> L
     ``time()``); Redis keeps its own time.
 
     Raises:
-        ValidationError: an unknown scheme, a malformed URL, an option the scheme does not take,
-            or a bad ``prefix``.
+        ValidationError: an unknown scheme, a malformed URL, an option the scheme does not take
+            (or a value redis-py would only refuse when it connects: a timeout that is not a
+            finite positive number of seconds, an unknown encoding), a bad ``prefix`` or
+            ``clock``. A password in the URL shows as ``***`` in the message.
         BackendError: a SQLite database that cannot be opened.
     """
     scheme = _scheme(url)
     check_prefix(prefix)
+    check_clock(clock)
     if scheme in REDIS_SCHEMES:
         client = _redis_client(redis.Redis.from_url, url, kwargs)
         return RedisBackend(client, prefix, owns_client=True)
@@ -263,6 +316,7 @@ def async_backend_from_url(
     """
     scheme = _scheme(url)
     check_prefix(prefix)
+    check_clock(clock)
     if scheme in REDIS_SCHEMES:
         import redis.asyncio
 

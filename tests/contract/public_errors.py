@@ -104,7 +104,7 @@ CALLS: dict[str, st.SearchStrategy[dict[str, Any]]] = {
                     "redis://h/?colour=red",
                 ]
             ),
-         "prefix": st.just("p")}
+         "prefix": st.just("p"), "options": st.just({})}
     ),
     "acquire": _calls(
         {"key": KEY, "ttl_ms": MS, "wait_ms": st.just(0), "retry_delay_ms": MS}
@@ -132,6 +132,23 @@ CALLS: dict[str, st.SearchStrategy[dict[str, Any]]] = {
 
 def _sync_one(lease: object) -> int:
     return 1
+
+
+#: Redis connection options with junk values: redis-py keeps them until it connects.
+REDIS_OPTIONS = st.dictionaries(
+    st.sampled_from(
+        ["socket_timeout", "socket_connect_timeout", "health_check_interval", "encoding",
+         "encoding_errors", "db", "decode_responses", "max_connections", "colour"]
+    ),
+    JUNK,
+    max_size=2,
+)  # fmt: skip
+
+
+def _options(kw: dict[str, Any]) -> dict[str, Any]:
+    """``kw`` with its ``options`` (a dict, or junk taken as no options) spread out."""
+    options = kw.pop("options")
+    return {**kw, **(options if isinstance(options, dict) else {})}
 
 
 def _no_wait(timeout_ms: Any) -> Any:
@@ -164,7 +181,7 @@ def call_sync(manager_factory: Callable[[], LeaseManager], name: str, kw: dict[s
             LeaseManager(_client(kw.pop("client")), **kw).close()
             return
         if name == "from_url":
-            LeaseManager.from_url(kw.pop("url"), **kw).close()
+            LeaseManager.from_url(kw.pop("url"), **_options(kw)).close()
             return
         with manager_factory() as leases:
             if name == "acquire":
@@ -185,10 +202,12 @@ def call_sync(manager_factory: Callable[[], LeaseManager], name: str, kw: dict[s
             else:
                 lease = leases.acquire(kw["key"]).lease
                 assert lease is not None
-                lease.renew(kw["renew_ttl_ms"])
-                lease.wait_lost(_no_wait(kw["timeout_ms"]))
-                lease.check()
-                lease.release()
+                try:
+                    lease.renew(kw["renew_ttl_ms"])
+                    lease.wait_lost(_no_wait(kw["timeout_ms"]))
+                    lease.check()
+                finally:
+                    lease.release()
     except FencedLeaseError:
         pass
 
@@ -204,7 +223,7 @@ def call_async(
                 await AsyncLeaseManager(_client(kw.pop("client")), **kw).close()
                 return
             if name == "from_url":
-                await AsyncLeaseManager.from_url(kw.pop("url"), **kw).close()
+                await AsyncLeaseManager.from_url(kw.pop("url"), **_options(kw)).close()
                 return
             async with manager_factory() as leases:
                 if name == "acquire":
@@ -225,10 +244,12 @@ def call_async(
                 else:
                     lease = (await leases.acquire(kw["key"])).lease
                     assert lease is not None
-                    await lease.renew(kw["renew_ttl_ms"])
-                    await lease.wait_lost(_no_wait(kw["timeout_ms"]))
-                    lease.check()
-                    await lease.release()
+                    try:
+                        await lease.renew(kw["renew_ttl_ms"])
+                        await lease.wait_lost(_no_wait(kw["timeout_ms"]))
+                        lease.check()
+                    finally:
+                        await lease.release()
         except FencedLeaseError:
             pass
 

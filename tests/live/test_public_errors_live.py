@@ -8,13 +8,14 @@ import asyncio
 import functools
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contract.public_errors import CALLS, call_async, call_sync
+from contract.public_errors import CALLS, REDIS_OPTIONS, call_async, call_sync
 from fencedlease import BackendError, LeaseManager, ValidationError
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.servers.redis import RedisServer
@@ -25,11 +26,11 @@ pytestmark = pytest.mark.live
 @pytest.mark.parametrize("name", sorted(CALLS))
 def test_sync_entry_points_raise_only_library_errors_on_redis(redis_url: str, name: str) -> None:
     """LeaseManager on a real Redis: any argument, only FencedLeaseError."""
-    prefix = f"fuzz-{uuid.uuid4().hex[:8]}"
 
     @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(st.data())
     def run(data: st.DataObject) -> None:
+        prefix = f"fuzz-{uuid.uuid4().hex[:8]}"  # each example on keys of its own
         factory = functools.partial(LeaseManager.from_url, redis_url, prefix=prefix)
         call_sync(factory, name, data.draw(CALLS[name]))
 
@@ -39,13 +40,35 @@ def test_sync_entry_points_raise_only_library_errors_on_redis(redis_url: str, na
 @pytest.mark.parametrize("name", sorted(CALLS))
 def test_async_entry_points_raise_only_library_errors_on_redis(redis_url: str, name: str) -> None:
     """AsyncLeaseManager on a real Redis: any argument, only FencedLeaseError."""
-    prefix = f"fuzz-{uuid.uuid4().hex[:8]}"
 
     @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(st.data())
     def run(data: st.DataObject) -> None:
+        prefix = f"fuzz-{uuid.uuid4().hex[:8]}"  # each example on keys of its own
         factory = functools.partial(AsyncLeaseManager.from_url, redis_url, prefix=prefix)
         call_async(factory, name, data.draw(CALLS[name]))
+
+    run()
+
+
+def test_redis_options_raise_only_library_errors_at_from_url_or_first_command(
+    redis_url: str,
+) -> None:
+    """Any junk value for redis-py's connection options: refused by from_url or, when taken,
+    the first acquire works or fails as BackendError; never a TypeError/ValueError/LookupError
+    from inside redis-py, on both faces."""
+    prefix = f"fuzz-{uuid.uuid4().hex[:8]}"
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(REDIS_OPTIONS)
+    def run(options: dict[str, Any]) -> None:
+        kw = {"key": "k", "ttl_ms": 1_000, "wait_ms": 0, "retry_delay_ms": 1}
+        factory = functools.partial(LeaseManager.from_url, redis_url, prefix=prefix, **options)
+        call_sync(factory, "acquire", dict(kw))
+        async_factory = functools.partial(
+            AsyncLeaseManager.from_url, redis_url, prefix=prefix, **options
+        )
+        call_async(async_factory, "acquire", dict(kw))
 
     run()
 

@@ -279,3 +279,38 @@ def test_sqlite_urls_with_nul_or_non_ascii_digits_are_refused(
             face(url)
         assert info.value.argument == argument
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("url", "kwargs", "argument"),
+    [
+        ("redis://127.0.0.1:1/0", {"socket_timeout": "x"}, "socket_timeout"),
+        ("redis://127.0.0.1:1/0", {"socket_timeout": -1}, "socket_timeout"),
+        ("redis://127.0.0.1:1/0", {"socket_timeout": 0}, "socket_timeout"),
+        ("redis://127.0.0.1:1/0", {"socket_timeout": True}, "socket_timeout"),
+        ("redis://127.0.0.1:1/0?socket_timeout=nan", {}, "socket_timeout"),
+        ("redis://127.0.0.1:1/0?socket_connect_timeout=inf", {}, "socket_connect_timeout"),
+        ("redis://127.0.0.1:1/0", {"health_check_interval": "x"}, "health_check_interval"),
+        ("redis://127.0.0.1:1/0", {"encoding": "no-such-codec"}, "encoding"),
+        ("redis://127.0.0.1:1/0", {"encoding_errors": "no-such-handler"}, "encoding_errors"),
+    ],
+)
+def test_redis_option_values_refused_before_the_first_command(
+    url: str, kwargs: dict[str, object], argument: str
+) -> None:
+    """Values redis-py stores and only trips on when it connects (then as TypeError, ValueError
+    or LookupError) are refused by from_url, naming the option, on both faces."""
+    for face in FROM_URL:
+        with pytest.raises(ValidationError) as info:
+            face(url, **kwargs)
+        assert info.value.argument == argument
+
+
+def test_redis_option_values_in_range_are_taken() -> None:
+    """A positive timeout, a health-check interval of 0 and a known encoding pass."""
+    for face in FROM_URL:
+        face(
+            "redis://127.0.0.1:1/0?socket_timeout=1.5",
+            health_check_interval=0,
+            encoding="latin-1",
+        )
