@@ -20,7 +20,12 @@ from contract.public_errors import CALLS, call_async, call_sync
 from fencedlease import LeaseManager, ValidationError
 from fencedlease._validate import MAX_MS, ArgumentTypeError
 from fencedlease.aio import AsyncLeaseManager
-from fencedlease.backends import AsyncMemoryBackend, MemoryBackend
+from fencedlease.backends import (
+    AsyncMemoryBackend,
+    AsyncSqliteBackend,
+    MemoryBackend,
+    SqliteBackend,
+)
 from fencedlease.testing import FakeClock
 
 URLS = ["memory://", "sqlite:///:memory:"]
@@ -289,3 +294,28 @@ def test_constructors_refuse_bad_options(kwargs: dict[str, Any], argument: str) 
         with pytest.raises(ValidationError) as info:
             face.from_url("memory://", **kwargs)
         assert info.value.argument == argument
+
+
+@pytest.mark.parametrize("path", ["a\x00b.db", Path("a\x00b.db")])
+def test_sqlite_backends_refuse_a_nul_in_the_path(path: Any) -> None:
+    """SqliteBackend and AsyncSqliteBackend (made directly, not from a URL): ValidationError
+    naming path, not sqlite3's ValueError, before anything is opened."""
+    for make in (SqliteBackend, AsyncSqliteBackend):
+        with pytest.raises(ValidationError) as info:
+            make(path)
+        assert info.value.argument == "path"
+
+
+def test_backends_refuse_a_clock_without_monotonic_and_time() -> None:
+    """MemoryBackend, SqliteBackend and AsyncSqliteBackend check their clock when made, rather
+    than failing with AttributeError at the first lease."""
+    makers: list[Any] = [
+        lambda: MemoryBackend(clock=5),  # type: ignore[arg-type]
+        lambda: AsyncMemoryBackend(clock=object()),  # type: ignore[arg-type]
+        lambda: SqliteBackend(":memory:", clock=None),  # type: ignore[arg-type]
+        lambda: AsyncSqliteBackend(":memory:", clock="clock"),  # type: ignore[arg-type]
+    ]
+    for make in makers:
+        with pytest.raises(ValidationError) as info:
+            make()
+        assert info.value.argument == "clock"

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from .._backend import RenewItem
 from .._core import SYSTEM_CLOCK, Clock
 from .._protocol import AcquireReply, InspectReply, owner_fingerprint
-from .._validate import check_key, check_ms
+from .._validate import check_clock, check_key, check_ms
 from ._clock import clock_ms
 
 __all__ = ["AsyncMemoryBackend", "MemoryBackend"]
@@ -48,6 +48,7 @@ class MemoryBackend:
     """
 
     def __init__(self, *, clock: Clock = SYSTEM_CLOCK) -> None:
+        check_clock(clock)
         self._clock = clock
         self._lock = threading.Lock()
         self._leases: dict[str, _Held] = {}
