@@ -150,3 +150,27 @@ def test_report_json_redacts_both_urls(tmp_path: Path) -> None:
 
 def _params() -> CheckParams:
     return CheckParams.from_history([])
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "rdis://user:s3cret@127.0.0.1:1/0",
+        "redis://user:s3cret@127.0.0.1:notaport/0",
+        "redis://user:s3cret@127.0.0.1:1/0?colour=red",
+    ],
+)
+def test_a_bad_redis_url_fails_without_showing_the_password(tmp_path: Path, url: str) -> None:
+    """A mistyped FENCEDLEASE_REDIS_URL: exit 2 before anything starts, with an error that shows
+    the URL with *** for the password; nothing is written."""
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        main,
+        ["check", "--duration", "1", "--faults", "none", "--no-toxiproxy", "--out", str(out)],
+        env={"FENCEDLEASE_REDIS_URL": url},
+    )
+    assert result.exit_code == 2, result.output
+    assert "error: ValidationError" in result.output
+    assert "user:***@127.0.0.1" in result.output.replace("\n", "")
+    assert "s3cret" not in result.output
+    assert not out.exists()

@@ -289,6 +289,9 @@ def run_check(
     seed = config.seed if config.seed is not None else secrets.randbelow(2**31)
     rng = random.Random(seed)
     out_dir = Path(config.out_dir)
+    for url in (config.redis_url, config.resource_url if config.resource == "redis" else None):
+        if url:
+            _check_redis_url(url)
     if config.resource == "sqlite" and config.resource_url:
         check_sqlite_resource(config.resource_url)  # before anything is written
     _claim_out_dir(out_dir)
@@ -557,6 +560,24 @@ def _resource(
     from ..servers.postgres import postgres_dsn
 
     return ResourceSpec("postgres", stack.enter_context(postgres_dsn()))
+
+
+def _check_redis_url(url: str) -> None:
+    """A Redis URL the library takes (scheme, port, options), checked with no I/O before any
+    process starts.
+
+    Raises:
+        ValidationError: (a ``ValueError``) naming what is wrong, the password shown as ``***``.
+    """
+    from .._core import SYSTEM_CLOCK
+    from .._errors import ValidationError
+    from .._urls import REDIS_SCHEMES, backend_from_url
+
+    if url.partition("://")[0].lower() not in REDIS_SCHEMES:
+        raise ValidationError(
+            "redis_url", f"a Redis URL is redis://, rediss:// or unix://; got {redact_url(url)!r}"
+        )
+    backend_from_url(url, prefix="fencedlease-check", clock=SYSTEM_CLOCK).close()
 
 
 def _mark_resource(spec: ResourceSpec) -> None:
