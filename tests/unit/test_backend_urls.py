@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from fencedlease import LeaseManager, RedisBackend, ValidationError
 from fencedlease._core import SYSTEM_CLOCK
@@ -314,3 +316,27 @@ def test_redis_option_values_in_range_are_taken() -> None:
             health_check_interval=0,
             encoding="latin-1",
         )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    password=st.text(st.characters(blacklist_categories=("Cs",)), min_size=4, max_size=12),
+    scheme=st.sampled_from(["redis", "rediss", "unix", "rdis", "postgresql"]),
+    tail=st.sampled_from(["/0", ":6379/0", "", "?db=1", "/tmp/s.sock"]),
+)
+def test_redact_url_hides_any_password(password: str, scheme: str, tail: str) -> None:
+    """Whatever the password holds (``@``, ``/``, ``:``, ``?``, ``#``, spaces, non-ASCII), it is
+    not in ``redact_url`` of a URL that carries it, and the host is still shown."""
+    url = f"{scheme}://user:{password}@host.example{tail}"
+    assume(password not in f"{scheme}://user:@host.example{tail}")
+    shown = redact_url(url)
+    assert password not in shown
+    assert "***" in shown
+    assert shown.endswith(f"@host.example{tail}")
+
+
+@given(st.text(st.characters(blacklist_categories=()), max_size=40))
+def test_redact_url_never_raises(text: str) -> None:
+    """Any text at all (lone surrogates, NUL, brackets) gives a string back."""
+    assert isinstance(redact_url(text), str)
+    assert isinstance(redact_text(text, text), str)
