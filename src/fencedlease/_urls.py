@@ -78,8 +78,8 @@ def redact_url(url: object) -> str:
     ``token=``...) query option or key=value DSN field.
 
     Never raises, and parses nothing it could fail on: when the text after ``://`` (or, with no
-    ``://``, from the start) holds an ``@`` beyond the authority (a password with a ``/`` in it, a
-    malformed URL), everything up to the last ``@`` is replaced. Anything not a str is shown by
+    ``://``, from the start) holds an ``@`` beyond the authority (a password with a ``/`` or an
+    ``@`` in it, a malformed URL), everything up to the last ``@`` is replaced. Anything not a str is shown by
     its ``repr``. Shapes: ``str -> str``; a URL without secrets comes back unchanged.
     """
     text = url if isinstance(url, str) else repr(url)
@@ -95,7 +95,7 @@ def redact_url(url: object) -> str:
         return text  # no authority (sqlite:///a@b.db): an @ in a path is not a userinfo
     end = min((i for i in (text.find(c, start) for c in "/?#") if i >= 0), default=len(text))
     userinfo_end = text.rfind("@", start, end)
-    if userinfo_end < 0:
+    if userinfo_end != at:  # none in the authority, or another later: ambiguous, hide it all
         return f"{text[:start]}{REDACTED}{text[at:]}"
     user, colon, _ = text[start:userinfo_end].partition(":")
     shown = f"{user}:{REDACTED}" if colon else REDACTED
@@ -143,8 +143,7 @@ def _scheme(url: object) -> str:
 
 
 def _check_memory(url: str, kwargs: dict[str, Any]) -> None:
-    parts = urlsplit(url)
-    if parts.netloc or parts.path or parts.query or parts.fragment:
+    if url.partition("://")[2]:
         raise _bad_url(url, "a memory URL is exactly 'memory://'")
     for name in kwargs:
         raise ValidationError(name, f"memory:// takes no options; got {name}=")
@@ -214,7 +213,7 @@ def _redis_client(factory: Callable[..., _Client], url: str, kwargs: dict[str, A
         found = _UNEXPECTED_OPTION.search(message) or _URL_OPTION.search(message)
         argument = found.group(1) if found else "url"
         if isinstance(exc, TypeError) and found:
-            clean = f"{argument} is not an option of {urlsplit(url).scheme}:// connections"
+            clean = f"{argument} is not an option of {url.partition('://')[0]}:// connections"
         error = ValidationError(
             argument, f"{redact_url(url)!r} with these options is no usable Redis URL: {clean}"
         )

@@ -232,6 +232,8 @@ def _chain(exc: BaseException | None) -> str:
         ("rediss://user:s3cret@127.0.0.1:6379/0?ssl_cert_reqs=bogus", {}, "url"),
         ("redis://user:s3cret@127.0.0.1:6379/0", {"colour": "red"}, "colour"),
         ("memory://user:s3cret@h", {}, "url"),
+        ("memory://user:s3cret@[", {}, "url"),
+        ("redis://user:s3cret@[::1", {"colour": "red"}, "url"),
         ("sqlite://user:s3cret@h/x.db", {}, "url"),
     ],
 )
