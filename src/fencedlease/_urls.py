@@ -79,8 +79,9 @@ def redact_url(url: object) -> str:
 
     Never raises, and parses nothing it could fail on: when the text after ``://`` (or, with no
     ``://``, from the start) holds an ``@`` beyond the authority (a password with a ``/`` or an
-    ``@`` in it, a malformed URL), everything up to the last ``@`` is replaced. Anything not a str is shown by
-    its ``repr``. Shapes: ``str -> str``; a URL without secrets comes back unchanged.
+    ``@`` in it, a malformed URL), everything up to the last ``@`` is replaced. Anything not a
+    str is shown by its ``repr``. Shapes: ``str -> str``; a URL without secrets comes back
+    unchanged.
     """
     text = url if isinstance(url, str) else repr(url)
     text = _SECRET_FIELD.sub(lambda m: f"{m.group(1)}={REDACTED}", text)
