@@ -94,6 +94,8 @@ def check(
     --out. It never deletes what it did not create: an --out or --resource-url holding other
     data is refused (exit 2). Passwords in --redis-url and --resource-url are shown as ***.
     """
+    import sqlite3
+
     import redis
     from rich.console import Console
     from rich.live import Live
@@ -152,6 +154,7 @@ def check(
         raise click.UsageError(scrub(str(exc))) from None
     except (
         RedisUnavailable, RuntimeError, ValueError, OSError, redis.RedisError, FencedLeaseError,
+        sqlite3.Error,
     ) as exc:  # fmt: skip
         console.print(f"[bold red]error:[/] {escape(scrub(f'{type(exc).__name__}: {exc}'))}")
         sys.exit(2)

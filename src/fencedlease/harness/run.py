@@ -127,7 +127,7 @@ def check_sqlite_resource(path: str) -> bool:
     if path == ":memory:" or not os.path.exists(path):
         return False
     if not os.path.isfile(path):
-        raise UnsafeTargetError(f"--resource-url {path} exists and is not a file")
+        raise UnsafeTargetError(f"the SQLite resource {path} exists and is not a file")
     if os.path.getsize(path) == 0:
         return False
     import sqlite3
@@ -142,11 +142,11 @@ def check_sqlite_resource(path: str) -> bool:
             conn.close()
     except sqlite3.Error as exc:
         raise UnsafeTargetError(
-            f"--resource-url {path} exists and is not an SQLite database the check made ({exc})"
+            f"the SQLite resource {path} exists and is not a database the check made ({exc})"
         ) from None
     if RESOURCE_MARKER not in tables:
         raise UnsafeTargetError(
-            f"--resource-url {path} is an existing SQLite database that fencedlease check did not"
+            f"the SQLite resource {path} is an existing database that fencedlease check did not"
             " create; the check would drop its tables, so it refuses: give a new path"
         )
     return True
