@@ -212,11 +212,11 @@ def check_clock(clock: object) -> None:
             )
 
 
-def check_backend(client: object, *, asyncio: bool) -> None:
+def check_backend(client: object, *, asyncio: bool, sync_classes: tuple[type, ...] = ()) -> None:
     """``client`` (neither redis-py client, already told apart by the caller) must be a lease
-    backend of the face's kind: every method of :data:`BACKEND_METHODS`, ``async def`` ones for
-    the asyncio face (a :class:`~fencedlease.aio.AsyncMemoryBackend`...) and plain ones for the
-    sync face.
+    backend of the face's kind: every method of :data:`BACKEND_METHODS`; for the sync face an
+    ``acquire`` that is not ``async def``; for the asyncio face none of ``sync_classes`` (the
+    library's sync backends).
 
     Raises:
         ValidationError: naming ``client``: not a backend; an :class:`ArgumentTypeError` for a
@@ -236,7 +236,13 @@ def check_backend(client: object, *, asyncio: bool) -> None:
             f"client must be {face} or a lease backend; {type(client).__name__} has no"
             f" {', '.join(missing)}",
         )
-    if is_coroutine_callable(getattr(client, "acquire")) != asyncio:  # noqa: B009
+    # Certain cases only: an async def acquire for the sync face; one of the library's sync
+    # backends for the asyncio face (a plain acquire elsewhere may return an awaitable).
+    if (
+        isinstance(client, sync_classes)
+        if asyncio
+        else is_coroutine_callable(getattr(client, "acquire"))  # noqa: B009
+    ):
         other = "LeaseManager" if asyncio else "fencedlease.aio.AsyncLeaseManager"
         raise ArgumentTypeError(
             "client",

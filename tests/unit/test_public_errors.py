@@ -319,3 +319,29 @@ def test_backends_refuse_a_clock_without_monotonic_and_time() -> None:
         with pytest.raises(ValidationError) as info:
             make()
         assert info.value.argument == "clock"
+
+
+class _WrappedAsyncBackend:
+    """An asyncio backend whose methods are plain functions returning awaitables (as a
+    decorator would make them): not told apart from a sync one by inspection, so accepted."""
+
+    def __init__(self) -> None:
+        self.inner = AsyncMemoryBackend()
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.inner, name)
+        return lambda *args: method(*args)
+
+
+def test_async_manager_takes_a_backend_whose_methods_return_awaitables() -> None:
+    """Only the library's own sync backends are refused by AsyncLeaseManager; a backend of
+    plain methods returning awaitables works."""
+
+    async def run() -> int | None:
+        async with AsyncLeaseManager(_WrappedAsyncBackend()) as leases:
+            result = await leases.acquire("k")
+            assert result.lease is not None
+            await result.lease.release()
+            return result.lease.fencing_token
+
+    assert asyncio.run(run()) == 1

@@ -44,6 +44,7 @@ from .._errors import BackendError, LeaseNotAcquiredError
 from .._handoff import AsyncHandoff, AsyncReleaseWaiter, AsyncSleepWaiter
 from .._lease import LeaseInfo
 from .._manager import DEFAULT_RETRY_DELAY_MS, DEFAULT_TTL_MS
+from .._redis_backend import RedisBackend
 from .._urls import async_backend_from_url
 from .._validate import (
     ArgumentTypeError,
@@ -57,11 +58,16 @@ from .._validate import (
     check_ms,
     check_prefix,
 )
+from ..backends.memory import MemoryBackend
+from ..backends.sqlite import SqliteBackend
 from ._lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
 from ._redis_backend import AsyncRedisBackend
 from ._renewer import AsyncRenewer
 
 __all__ = ["AsyncLeaseManager"]
+
+# The library's sync backends: given to AsyncLeaseManager, a mistake to name.
+_SYNC_BACKENDS: tuple[type, ...] = (MemoryBackend, SqliteBackend, RedisBackend)
 
 log = logging.getLogger("fencedlease.aio")
 
@@ -112,7 +118,7 @@ class AsyncLeaseManager:
                 "AsyncLeaseManager needs a redis.asyncio.Redis; a redis.Redis goes to LeaseManager",
             )
         else:
-            check_backend(client, asyncio=True)
+            check_backend(client, asyncio=True, sync_classes=_SYNC_BACKENDS)
             self._backend = client
         self._clock = clock
         self._renewer = AsyncRenewer(self._backend, clock, batch_size=batch)
