@@ -22,6 +22,7 @@ from fencedlease.backends import (
     MemoryBackend,
     SqliteBackend,
 )
+from fencedlease.servers.redis import RedisEndpoint
 from fencedlease.testing import FakeClock
 
 
@@ -342,3 +343,12 @@ def test_redact_url_never_raises(text: str) -> None:
     """Any text at all (lone surrogates, NUL, brackets) gives a string back."""
     assert isinstance(redact_url(text), str)
     assert isinstance(redact_text(text, text), str)
+
+
+def test_a_redis_endpoint_prints_without_its_password() -> None:
+    """RedisEndpoint (FENCEDLEASE_REDIS_URL, what scripts print as "Redis at ..."): display_url
+    and repr show *** for the password; url keeps it for connecting."""
+    endpoint = RedisEndpoint("redis://user:s3cret@db.example:6379/0", "external")
+    assert endpoint.display_url == "redis://user:***@db.example:6379/0"
+    assert "s3cret" not in repr(endpoint)
+    assert endpoint.url == "redis://user:s3cret@db.example:6379/0"
