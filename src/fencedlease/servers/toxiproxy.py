@@ -34,6 +34,8 @@ import attrs
 
 from fencedlease.toxiproxy_server import ToxiproxyServer
 
+from .._urls import redact_url
+
 __all__ = [
     "DOCKER_IMAGE",
     "SOURCES",
@@ -113,11 +115,13 @@ def _from_env() -> ToxiproxyEndpoint | None:
         return None
     parts = urlsplit(url if "://" in url else f"http://{url}")
     if parts.hostname is None:
-        raise ToxiproxyUnavailable(f"TOXIPROXY_URL={url!r} names no host")
+        raise ToxiproxyUnavailable(f"TOXIPROXY_URL={redact_url(url)!r} names no host")
     endpoint = ToxiproxyEndpoint(parts.hostname, parts.port or 8474, "real", "env")
     if not _answers(endpoint.api_url):
         # The user pointed us at a server on purpose: say so rather than fall back silently.
-        raise ToxiproxyUnavailable(f"TOXIPROXY_URL={url!r} does not answer GET /version")
+        raise ToxiproxyUnavailable(
+            f"TOXIPROXY_URL={redact_url(url)!r} does not answer GET /version"
+        )
     return endpoint
 
 
