@@ -39,7 +39,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     with redis_endpoint() as endpoint:
-        print(f"Redis ({endpoint.kind}) at {endpoint.url}")
+        print(f"Redis ({endpoint.kind}) at {endpoint.display_url}")
         ctx = multiprocessing.get_context("spawn")
         grants: multiprocessing.Queue[tuple[float, str, int]] = ctx.Queue()
         procs = [

@@ -24,6 +24,7 @@ from ._lease import AcquireResult, Lease, LeaseInfo, LeaseOutcome
 from ._manager import LeaseManager
 from ._protocol import owner_fingerprint
 from ._redis_backend import RedisBackend
+from ._urls import redact_text, redact_url
 from .backends import MemoryBackend, SqliteBackend
 from .redis_fencing import RedisFencedResource
 
@@ -51,6 +52,8 @@ __all__ = [
     "SystemClock",
     "ValidationError",
     "owner_fingerprint",
+    "redact_text",
+    "redact_url",
     "redis_keys",
 ]
 

@@ -44,7 +44,7 @@ from ._protocol import (
     new_owner_token,
     owner_fingerprint,
 )
-from ._validate import check_key, check_ms
+from ._validate import MAX_MS, check_key, check_ms
 
 __all__ = [
     "SYSTEM_CLOCK",
@@ -711,7 +711,10 @@ def restored_state(
 
     Raises:
         ValidationError: ``key``/``owner_token`` not non-empty strings, ``ttl_ms`` out of
-            bounds, ``expires_at`` naive, ``fencing_token`` not an int in 1..2**63-1.
+            bounds, ``expires_at`` not a timezone-aware ``datetime`` (or its UTC form out of the
+            ``datetime`` range), ``expires_at`` more than ``MAX_MS`` milliseconds ahead of
+            ``clock.time()`` (no lease outlives its largest ``ttl_ms``), ``fencing_token`` not an
+            int in 1..2**63-1 (the counter's range).
     """
     check_key(key)
     check_key(owner_token, "owner_token")
@@ -723,16 +726,32 @@ def restored_state(
     ):
         raise ValidationError(
             "fencing_token",
-            f"fencing_token must be an int in 1..2**63-1 or None; got {fencing_token!r}",
+            f"fencing_token must be an int, 1 <= fencing_token <= {MAX_FENCING_TOKEN}, or None;"
+            f" got {fencing_token!r}",
         )
+    if fencing_token is not None:
+        fencing_token = int(fencing_token)
     deadline = expires_wall = None
     if expires_at is not None:
         if not isinstance(expires_at, datetime) or expires_at.utcoffset() is None:
             raise ValidationError(
                 "expires_at", "expires_at must be a timezone-aware datetime (UTC) or None"
             )
-        expires_wall = expires_at.astimezone(timezone.utc).timestamp()
-        deadline = clock.monotonic() + (expires_wall - clock.time())
+        try:
+            expires_utc = expires_at.astimezone(timezone.utc)
+        except (OverflowError, ValueError):  # datetime.min at +01:00 is before year 1 in UTC
+            raise ValidationError(
+                "expires_at", f"expires_at is out of the datetime range in UTC; got {expires_at!r}"
+            ) from None
+        expires_wall = expires_utc.timestamp()
+        ahead_s = expires_wall - clock.time()
+        if round(ahead_s * 1000) > MAX_MS:
+            raise ValidationError(
+                "expires_at",
+                f"expires_at must be at most {MAX_MS} milliseconds from now (the largest ttl_ms);"
+                f" got {expires_at.isoformat()}",
+            )
+        deadline = clock.monotonic() + ahead_s
     return LeaseState(key, owner_token, fencing_token, ttl_ms, deadline, expires_wall)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 import time
@@ -31,7 +32,18 @@ from ._lease import AcquireResult, Lease, LeaseInfo, LeaseOutcome
 from ._redis_backend import RedisBackend
 from ._renewer import BoundedCalls, Renewer
 from ._urls import backend_from_url
-from ._validate import check_acquire, check_heartbeat_ms, check_key, check_ms
+from ._validate import (
+    ArgumentTypeError,
+    check_acquire,
+    check_backend,
+    check_callback,
+    check_clock,
+    check_heartbeat_ms,
+    check_key,
+    check_ms,
+    check_prefix,
+    check_sync_fn,
+)
 
 __all__ = ["LeaseManager"]
 
@@ -63,7 +75,9 @@ class LeaseManager:
     "forked"), never renewed nor released from there. See :mod:`fencedlease._fork`.
 
     Raises:
-        ValidationError: ``prefix`` is not a non-empty str, or ``renew_batch_size`` < 1.
+        ValidationError: ``prefix`` is not a non-empty str, ``renew_batch_size`` < 1, ``clock``
+            lacks ``monotonic()``/``time()``, or ``client`` is neither a ``redis.Redis`` nor a
+            lease backend (a ``TypeError`` too when it is one of the asyncio face's).
     """
 
     def __init__(
@@ -75,12 +89,15 @@ class LeaseManager:
         renew_batch_size: int = 500,
         _owns_client: bool = False,
     ) -> None:
+        check_prefix(prefix)
+        check_clock(clock)
+        batch = check_ms("renew_batch_size", renew_batch_size, 1)
         if isinstance(client, redis.Redis):
             self._backend: LeaseBackend = RedisBackend(client, prefix, owns_client=_owns_client)
         else:
+            check_backend(client, asyncio=False)
             self._backend = client
         self._clock = clock
-        batch = check_ms("renew_batch_size", renew_batch_size, 1)
         self._renewer = Renewer(self._backend, clock, batch_size=batch)
         # Waiting acquirers are woken by the release (see _handoff); other stores are polled.
         self._release_waiter: ReleaseWaiter = (
@@ -310,6 +327,7 @@ class LeaseManager:
         """
         key, ttl_ms, wait_ms, retry_delay_ms = check_acquire(key, ttl_ms, wait_ms, retry_delay_ms)
         heartbeat = check_heartbeat_ms(heartbeat_ms, ttl_ms)
+        check_callback(on_renew_error, "on_renew_error")
         if self._closed:
             raise RuntimeError("the lease manager is closed")
         lease = self._acquire(key, ttl_ms, wait_ms, retry_delay_ms).lease
@@ -397,8 +415,13 @@ class LeaseManager:
 
         Raises:
             ValidationError, LeaseLostError, BackendError: as :meth:`hold`; an exception from
-                ``fn`` propagates unchanged.
+                ``fn`` propagates unchanged. ``fn`` not callable, or an ``async def`` function
+                (use :meth:`fencedlease.aio.AsyncLeaseManager.with_lease`): ``ValidationError``
+                (a ``TypeError`` too for the latter) before anything is acquired; ``fn`` returned
+                an awaitable (it is closed unawaited): ``ValidationError`` once the lease is
+                released.
         """
+        check_sync_fn(fn)
         held: list[Lease] = []  # set once the body is entered: later errors are fn's own
         try:
             with self.hold(
@@ -415,6 +438,14 @@ class LeaseManager:
             if held:
                 raise
             return LeaseOutcome(key, False)
+        if inspect.isawaitable(value):
+            if inspect.iscoroutine(value):
+                value.close()  # never awaited: close it rather than leave a warning behind
+            raise ArgumentTypeError(
+                "fn",
+                "fn returned an awaitable that LeaseManager.with_lease cannot await; use"
+                " fencedlease.aio.AsyncLeaseManager.with_lease",
+            )
         return LeaseOutcome(key, True, value, lease)
 
     # -- the rest ------------------------------------------------------------------------------

@@ -19,12 +19,20 @@ it without a file). Every ``memory://`` URL makes a new, empty store: two manage
 Keyword arguments go to ``redis.Redis.from_url`` (``redis.asyncio.Redis.from_url``) for Redis URLs;
 for ``sqlite`` the only one is ``busy_timeout_ms`` (also accepted as ``?busy_timeout_ms=n``);
 ``memory://`` takes none.
+
+A URL may hold a password: every message, log line and report that shows one shows
+:func:`redact_url` of it, and an error of redis-py's that echoes it is scrubbed with
+:func:`redact_text`.
 """
 
 from __future__ import annotations
 
-from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+import codecs
+import math
+import re
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 import redis
 
@@ -32,28 +40,112 @@ from ._backend import AsyncLeaseBackend, LeaseBackend
 from ._core import Clock
 from ._errors import ValidationError
 from ._redis_backend import RedisBackend
-from ._validate import check_key, check_prefix
+from ._validate import MAX_MS, check_clock, check_key, check_prefix
 from .backends.memory import AsyncMemoryBackend, MemoryBackend
 from .backends.sqlite import AsyncSqliteBackend, SqliteBackend
 
-__all__ = ["REDIS_SCHEMES", "async_backend_from_url", "backend_from_url", "sqlite_options"]
+__all__ = [
+    "REDIS_SCHEMES",
+    "async_backend_from_url",
+    "backend_from_url",
+    "redact_text",
+    "redact_url",
+    "sqlite_options",
+]
 
 REDIS_SCHEMES = frozenset({"redis", "rediss", "unix"})
 _SCHEMES = "redis://, rediss://, unix://, memory:// or sqlite:///<path>"
+REDACTED = "***"
+
+
+class _PooledClient(Protocol):
+    @property
+    def connection_pool(self) -> Any: ...
+
+
+_Client = TypeVar("_Client", bound=_PooledClient)
+# Query options and key=value DSN fields whose value is a secret (``?password=...``,
+# ``password=... host=...``).
+_SECRET_FIELD = re.compile(
+    r"(?i)\b((?:[a-z_]*password|passwd|pwd|secret|token|auth)[a-z_]*)=([^&;\s]*)"
+)
+
+
+def redact_url(url: object) -> str:
+    """``url`` as text with its secrets replaced by ``***``: the password of the userinfo
+    (``redis://user:***@host/0``), the whole userinfo when it has no ``:`` (a lone word before
+    ``@`` may be a password: ``redis://***@host``), and the value of a ``password=`` (``secret=``,
+    ``token=``...) query option or key=value DSN field.
+
+    Never raises, and parses nothing it could fail on: when the text after ``://`` (or, with no
+    ``://``, from the start) holds an ``@`` beyond the authority (a password with a ``/`` or an
+    ``@`` in it, a malformed URL), everything up to the last ``@`` is replaced. Anything not a
+    str is shown by its ``repr``. Shapes: ``str -> str``; a URL without secrets comes back
+    unchanged.
+    """
+    text = url if isinstance(url, str) else repr(url)
+    text = _SECRET_FIELD.sub(lambda m: f"{m.group(1)}={REDACTED}", text)
+    at = text.rfind("@")
+    if at < 0:
+        return text
+    sep = text.find("://")
+    if sep < 0 or sep > at:
+        return f"{REDACTED}{text[at:]}"
+    start = sep + 3
+    if text.startswith("/", start):
+        return text  # no authority (sqlite:///a@b.db): an @ in a path is not a userinfo
+    end = min((i for i in (text.find(c, start) for c in "/?#") if i >= 0), default=len(text))
+    userinfo_end = text.rfind("@", start, end)
+    if userinfo_end != at:  # none in the authority, or another later: ambiguous, hide it all
+        return f"{text[:start]}{REDACTED}{text[at:]}"
+    user, colon, _ = text[start:userinfo_end].partition(":")
+    shown = f"{user}:{REDACTED}" if colon else REDACTED
+    return f"{text[:start]}{shown}{text[userinfo_end:]}"
+
+
+def redact_text(text: str, url: object) -> str:
+    """``text`` (an error message, a log line) with ``url`` and the secrets in it replaced as
+    :func:`redact_url` does, wherever they occur, raw or percent-decoded. For messages of other
+    libraries that may echo the URL or its password."""
+    if not isinstance(url, str) or not url:
+        return text
+    text = text.replace(url, redact_url(url))
+    for secret in _secrets(url):
+        for form in {secret, unquote(secret), quote(unquote(secret), safe="")}:
+            if form:
+                text = text.replace(form, REDACTED)
+    return _SECRET_FIELD.sub(lambda m: f"{m.group(1)}={REDACTED}", text)
+
+
+def _secrets(url: str) -> list[str]:
+    """The secret strings of ``url``: the userinfo's password (or the whole userinfo when it has
+    no ``:``) and the values of secret query fields."""
+    found = [m.group(2) for m in _SECRET_FIELD.finditer(url) if m.group(2)]
+    at = url.rfind("@")
+    if at >= 0:
+        sep = url.find("://")
+        userinfo = url[sep + 3 if 0 <= sep < at else 0 : at]
+        if not userinfo.startswith("/"):  # sqlite:///a@b.db: a path, no userinfo
+            user, colon, password = userinfo.partition(":")
+            found.append(password if colon else user)
+    return [secret for secret in found if secret]
+
+
+def _bad_url(url: str, message: str, argument: str = "url") -> ValidationError:
+    return ValidationError(argument, f"{message}; got {redact_url(url)!r}")
 
 
 def _scheme(url: object) -> str:
     text = check_key(url, "url")
     scheme, sep, _ = text.partition("://")
     if not sep:
-        raise ValidationError("url", f"url must start with one of {_SCHEMES}; got {text!r}")
+        raise _bad_url(text, f"url must start with one of {_SCHEMES}")
     return scheme.lower()
 
 
 def _check_memory(url: str, kwargs: dict[str, Any]) -> None:
-    parts = urlsplit(url)
-    if parts.netloc or parts.path or parts.query or parts.fragment:
-        raise ValidationError("url", f"a memory URL is exactly 'memory://'; got {url!r}")
+    if url.partition("://")[2]:
+        raise _bad_url(url, "a memory URL is exactly 'memory://'")
     for name in kwargs:
         raise ValidationError(name, f"memory:// takes no options; got {name}=")
 
@@ -64,32 +156,118 @@ def sqlite_options(url: str, kwargs: dict[str, Any]) -> tuple[str, dict[str, Any
     Raises:
         ValidationError: a host in the URL, no path, or an option other than ``busy_timeout_ms``.
     """
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise _bad_url(url, f"not a usable SQLite URL ({exc})") from None
     if parts.netloc or not parts.path.startswith("/") or parts.fragment:
-        raise ValidationError(
-            "url",
+        raise _bad_url(
+            url,
             "a SQLite URL is sqlite:///relative/path, sqlite:////absolute/path or"
-            f" sqlite:///:memory:; got {url!r}",
+            " sqlite:///:memory:",
         )
-    path = unquote(parts.path[1:])
+    try:
+        path = unquote(parts.path[1:], errors="strict")
+    except UnicodeDecodeError:
+        raise _bad_url(url, "a SQLite path must percent-decode to UTF-8") from None
     if not path:
-        raise ValidationError("url", f"a SQLite URL needs a path after 'sqlite:///'; got {url!r}")
+        raise _bad_url(url, "a SQLite URL needs a path after 'sqlite:///'")
+    if "\x00" in path:
+        raise _bad_url(url, "a SQLite path must not contain a NUL character")
     options: dict[str, Any] = {}
     for name, value in parse_qsl(parts.query, keep_blank_values=True):
         if name != "busy_timeout_ms":
-            raise ValidationError(name, f"sqlite:// takes only busy_timeout_ms; got {name}=")
-        if not value.isdigit():
+            raise ValidationError(name, f"sqlite:// takes only busy_timeout_ms; got {name!r}=")
+        # ASCII digits only: str.isdigit() admits '١٢' and '²', which int() reads or rejects.
+        if not (value.isascii() and value.isdigit()):
             raise ValidationError(
-                "busy_timeout_ms", f"busy_timeout_ms must be an int of milliseconds; got {value!r}"
+                "busy_timeout_ms",
+                f"busy_timeout_ms must be an int of milliseconds (ASCII digits); got {value!r}",
             )
         options[name] = int(value)
     for name, value in kwargs.items():
         if name != "busy_timeout_ms":
-            raise ValidationError(name, f"sqlite:// takes only busy_timeout_ms; got {name}=")
+            raise ValidationError(name, f"sqlite:// takes only busy_timeout_ms; got {name!r}=")
         if name in options:
             raise ValidationError(name, f"{name} is given both in the URL and as an argument")
         options[name] = value
     return path, options
+
+
+_UNEXPECTED_OPTION = re.compile(r"unexpected keyword argument '(\w+)'")
+_URL_OPTION = re.compile(r"value for '(\w+)'")
+
+
+def _redis_client(factory: Callable[..., _Client], url: str, kwargs: dict[str, Any]) -> _Client:
+    """``factory(url, **kwargs)`` (``Redis.from_url`` of either face), with every option checked
+    now rather than at the first command: one connection object is built (no I/O) so that an
+    option the connection class does not take (``?ssl_cert_reqs=`` on ``redis://``, a typo) or
+    a value it refuses is a :class:`ValidationError` naming it. redis-py's message is scrubbed of
+    the URL's secrets; its exception stays in ``__cause__`` only when it holds none."""
+    try:
+        client = factory(url, **kwargs)
+        pool = client.connection_pool
+        pool.connection_class(**pool.connection_kwargs)
+    except (ValueError, TypeError, LookupError, redis.RedisError) as exc:
+        message = str(exc)
+        clean = redact_text(message, url)
+        found = _UNEXPECTED_OPTION.search(message) or _URL_OPTION.search(message)
+        argument = found.group(1) if found else "url"
+        if isinstance(exc, TypeError) and found:
+            clean = f"{argument} is not an option of {url.partition('://')[0]}:// connections"
+        error = ValidationError(
+            argument, f"{redact_url(url)!r} with these options is no usable Redis URL: {clean}"
+        )
+        raise error from (exc if clean == message else None)
+    _check_connection_options(pool.connection_kwargs)
+    return client
+
+
+# Options redis-py takes as given and only uses at the first connection, where a wrong one
+# escapes as TypeError/ValueError/OverflowError: name -> whether 0 is allowed.
+_SECONDS_OPTIONS = {
+    "socket_timeout": False,
+    "socket_connect_timeout": False,
+    "health_check_interval": True,
+}
+_MAX_SECONDS = MAX_MS / 1000
+
+
+def _check_connection_options(options: dict[str, Any]) -> None:
+    """The connection options redis-py checks only when it connects: the seconds options are
+    None or finite numbers in (0, MAX_MS / 1000] (``health_check_interval`` may be 0), and
+    ``encoding`` / ``encoding_errors`` are names Python knows.
+
+    Raises:
+        ValidationError: naming the option.
+    """
+    for name, zero_ok in _SECONDS_OPTIONS.items():
+        value = options.get(name)
+        if value is None:
+            continue
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or not 0 <= value <= _MAX_SECONDS
+            or (value == 0 and not zero_ok)
+        ):
+            low = "0 <=" if zero_ok else "0 <"
+            raise ValidationError(
+                name,
+                f"{name} must be None or a number of seconds, {low} {name} <= {_MAX_SECONDS};"
+                f" got {value!r}",
+            )
+    for name, lookup in (("encoding", codecs.lookup), ("encoding_errors", codecs.lookup_error)):
+        if name not in options:
+            continue
+        value = options[name]
+        try:
+            if not isinstance(value, str):
+                raise TypeError(value)
+            lookup(value)
+        except (LookupError, TypeError, ValueError):  # ValueError: a NUL, a lone surrogate
+            raise ValidationError(name, f"{name} must name a Python codec; got {value!r}") from None
 
 
 def backend_from_url(url: str, *, prefix: str, clock: Clock, **kwargs: Any) -> LeaseBackend:
@@ -100,17 +278,17 @@ def backend_from_url(url: str, *, prefix: str, clock: Clock, **kwargs: Any) -> L
     ``time()``); Redis keeps its own time.
 
     Raises:
-        ValidationError: an unknown scheme, a malformed URL, an option the scheme does not take,
-            or a bad ``prefix``.
+        ValidationError: an unknown scheme, a malformed URL, an option the scheme does not take
+            (or a value redis-py would only refuse when it connects: a timeout that is not a
+            finite positive number of seconds, an unknown encoding), a bad ``prefix`` or
+            ``clock``. A password in the URL shows as ``***`` in the message.
         BackendError: a SQLite database that cannot be opened.
     """
     scheme = _scheme(url)
     check_prefix(prefix)
+    check_clock(clock)
     if scheme in REDIS_SCHEMES:
-        try:
-            client = redis.Redis.from_url(url, **kwargs)
-        except ValueError as exc:
-            raise ValidationError("url", f"not a usable Redis URL: {exc}") from exc
+        client = _redis_client(redis.Redis.from_url, url, kwargs)
         return RedisBackend(client, prefix, owns_client=True)
     if scheme == "memory":
         _check_memory(url, kwargs)
@@ -118,7 +296,7 @@ def backend_from_url(url: str, *, prefix: str, clock: Clock, **kwargs: Any) -> L
     if scheme == "sqlite":
         path, options = sqlite_options(url, kwargs)
         return SqliteBackend(path, prefix=prefix, clock=clock, **options)
-    raise ValidationError("url", f"url must start with one of {_SCHEMES}; got {url!r}")
+    raise _bad_url(url, f"url must start with one of {_SCHEMES}")
 
 
 def async_backend_from_url(
@@ -138,16 +316,14 @@ def async_backend_from_url(
     """
     scheme = _scheme(url)
     check_prefix(prefix)
+    check_clock(clock)
     if scheme in REDIS_SCHEMES:
         import redis.asyncio
 
         # Imported here: fencedlease.aio imports this module for its own from_url.
         from .aio._redis_backend import AsyncRedisBackend
 
-        try:
-            client: redis.asyncio.Redis = redis.asyncio.Redis.from_url(url, **kwargs)
-        except ValueError as exc:
-            raise ValidationError("url", f"not a usable Redis URL: {exc}") from exc
+        client: redis.asyncio.Redis = _redis_client(redis.asyncio.Redis.from_url, url, kwargs)
         return AsyncRedisBackend(client, prefix, owns_client=True)
     if scheme == "memory":
         _check_memory(url, kwargs)
@@ -155,4 +331,4 @@ def async_backend_from_url(
     if scheme == "sqlite":
         path, options = sqlite_options(url, kwargs)
         return AsyncSqliteBackend(path, prefix=prefix, clock=clock, **options)
-    raise ValidationError("url", f"url must start with one of {_SCHEMES}; got {url!r}")
+    raise _bad_url(url, f"url must start with one of {_SCHEMES}")

@@ -8,18 +8,37 @@ most runtimes accept, and keeps every value well inside Redis's own limits.
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from typing import Literal
 
 from ._errors import ValidationError
 
 __all__ = [
     "MAX_MS",
+    "ArgumentTypeError",
     "check_acquire",
+    "check_async_fn",
+    "check_backend",
+    "check_callback",
+    "check_clock",
     "check_heartbeat_ms",
     "check_key",
     "check_ms",
     "check_prefix",
+    "check_sync_fn",
+    "is_coroutine_callable",
 ]
+
+#: The methods every lease backend has, on either face (see :mod:`fencedlease._backend`).
+BACKEND_METHODS = ("acquire", "renew", "renew_many", "release", "inspect", "force_release", "close")
+
+
+class ArgumentTypeError(ValidationError, TypeError):
+    """An argument of the wrong kind of object (a sync client or function for the asyncio face,
+    and the reverse): a :class:`ValidationError` that is also a ``TypeError``, as Python's own
+    type errors are."""
+
 
 MAX_MS = 2_147_483_647
 
@@ -122,3 +141,110 @@ def check_acquire(
         check_ms("wait_ms", wait_ms, 0),
         check_ms("retry_delay_ms", retry_delay_ms, 1),
     )
+
+
+def check_callback(value: object, argument: str) -> Callable[..., object] | None:
+    """Return ``value`` if it is None or callable.
+
+    Raises:
+        ValidationError: naming ``argument``, otherwise.
+    """
+    if value is not None and not callable(value):
+        raise ValidationError(
+            argument, f"{argument} must be callable or None; got {type(value).__name__}"
+        )
+    return value
+
+
+def is_coroutine_callable(value: object) -> bool:
+    """Whether calling ``value`` makes a coroutine as far as can be told without calling it: an
+    ``async def`` function or method, a :func:`functools.partial` of one, or an object whose
+    ``__call__`` is one."""
+    if inspect.iscoroutinefunction(value):
+        return True
+    call = getattr(type(value), "__call__", None)  # noqa: B004  (the class's, not a method's)
+    return not inspect.isroutine(value) and inspect.iscoroutinefunction(call)
+
+
+def check_sync_fn(fn: object) -> Callable[..., object]:
+    """``fn`` for the sync face's ``with_lease``: callable, and not an ``async def`` function
+    (calling one would only make a coroutine, never run it).
+
+    Raises:
+        ValidationError: ``fn`` is not callable; an :class:`ArgumentTypeError` when it is a
+            coroutine function (``AsyncLeaseManager.with_lease`` awaits those).
+    """
+    if not callable(fn):
+        raise ValidationError("fn", f"fn must be callable; got {type(fn).__name__}")
+    if is_coroutine_callable(fn):
+        raise ArgumentTypeError(
+            "fn",
+            "fn is an async function: LeaseManager.with_lease would never await it; use"
+            " fencedlease.aio.AsyncLeaseManager.with_lease",
+        )
+    return fn
+
+
+def check_async_fn(fn: object) -> Callable[..., object]:
+    """``fn`` for the asyncio face's ``with_lease``: callable (an ``async def`` function, or any
+    callable that returns an awaitable; the latter is checked once called).
+
+    Raises:
+        ValidationError: ``fn`` is not callable.
+    """
+    if not callable(fn):
+        raise ValidationError("fn", f"fn must be callable; got {type(fn).__name__}")
+    return fn
+
+
+def check_clock(clock: object) -> None:
+    """``clock`` must have callable ``monotonic()`` and ``time()`` (see :class:`Clock`).
+
+    Raises:
+        ValidationError: naming ``clock``, otherwise.
+    """
+    for name in ("monotonic", "time"):
+        if not callable(getattr(clock, name, None)):
+            raise ValidationError(
+                "clock",
+                f"clock must have callable monotonic() and time(); {type(clock).__name__}"
+                f" has no {name}()",
+            )
+
+
+def check_backend(client: object, *, asyncio: bool, sync_classes: tuple[type, ...] = ()) -> None:
+    """``client`` (neither redis-py client, already told apart by the caller) must be a lease
+    backend of the face's kind: every method of :data:`BACKEND_METHODS`; for the sync face an
+    ``acquire`` that is not ``async def``; for the asyncio face none of ``sync_classes`` (the
+    library's sync backends).
+
+    Raises:
+        ValidationError: naming ``client``: not a backend; an :class:`ArgumentTypeError` for a
+            backend of the other face.
+    """
+    if not asyncio and type(client).__module__.startswith("redis.asyncio"):
+        raise ArgumentTypeError(
+            "client",
+            "LeaseManager needs a redis.Redis; a redis.asyncio client goes to"
+            " fencedlease.aio.AsyncLeaseManager",
+        )
+    missing = [name for name in BACKEND_METHODS if not callable(getattr(client, name, None))]
+    if missing:
+        face = "a redis.asyncio.Redis" if asyncio else "a redis.Redis"
+        raise ValidationError(
+            "client",
+            f"client must be {face} or a lease backend; {type(client).__name__} has no"
+            f" {', '.join(missing)}",
+        )
+    # Certain cases only: an async def acquire for the sync face; one of the library's sync
+    # backends for the asyncio face (a plain acquire elsewhere may return an awaitable).
+    if (
+        isinstance(client, sync_classes)
+        if asyncio
+        else is_coroutine_callable(getattr(client, "acquire"))  # noqa: B009
+    ):
+        other = "LeaseManager" if asyncio else "fencedlease.aio.AsyncLeaseManager"
+        raise ArgumentTypeError(
+            "client",
+            f"client {type(client).__name__} is a backend for the other face; it goes to {other}",
+        )

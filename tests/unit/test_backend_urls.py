@@ -5,19 +5,24 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from fencedlease import LeaseManager, RedisBackend, ValidationError
 from fencedlease._core import SYSTEM_CLOCK
-from fencedlease._urls import async_backend_from_url, backend_from_url
+from fencedlease._urls import async_backend_from_url, backend_from_url, redact_text, redact_url
+from fencedlease.aio import AsyncLeaseManager
 from fencedlease.backends import (
     AsyncMemoryBackend,
     AsyncSqliteBackend,
     MemoryBackend,
     SqliteBackend,
 )
+from fencedlease.lab.servers.redis import RedisEndpoint
 from fencedlease.testing import FakeClock
 
 
@@ -160,3 +165,190 @@ def test_manager_from_redis_url_keeps_its_prefix() -> None:
     with LeaseManager.from_url("redis://localhost:1/0", prefix="app") as leases:
         assert isinstance(leases.backend, RedisBackend)
         assert leases.backend.prefix == "app"
+
+
+# -- secrets: a password in a URL is shown as *** everywhere -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://user:s3cret@127.0.0.1:6379/0", "redis://user:***@127.0.0.1:6379/0"),
+        ("redis://:s3cret@h", "redis://:***@h"),
+        ("redis://s3cret@h/0", "redis://***@h/0"),
+        ("rediss://u:s3c@ret@h:6380/1", "rediss://u:***@h:6380/1"),
+        ("unix://u:s3cret@/tmp/redis.sock?db=1", "unix://u:***@/tmp/redis.sock?db=1"),
+        ("rdis://u:s3cret@h/", "rdis://u:***@h/"),
+        ("redis:/u:s3cret@h/", "***@h/"),
+        ("u:s3cret@host", "***@host"),
+        ("redis://u:s3c/ret@h/0", "redis://***@h/0"),
+        ("redis://u:s3cret@[::1/", "redis://u:***@[::1/"),
+        ("redis://h/0?password=s3cret&db=1", "redis://h/0?password=***&db=1"),
+        ("host=h password=s3cret dbname=d", "host=h password=*** dbname=d"),
+        ("postgresql://u:s3%40cret@h/db", "postgresql://u:***@h/db"),
+        ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+        ("sqlite:///a@b.db", "sqlite:///a@b.db"),
+        ("memory://", "memory://"),
+    ],
+)
+def test_redact_url(url: str, shown: str) -> None:
+    """The userinfo's password (a lone userinfo word, a password= field) becomes ***, also in
+    URLs that do not parse; a URL without secrets is unchanged."""
+    assert redact_url(url) == shown
+
+
+def test_redact_text_scrubs_the_url_and_its_password_anywhere() -> None:
+    """A message that echoes the URL or the bare (or percent-decoded) password loses them."""
+    url = "redis://user:s3%21cret@h:6379/0"
+    message = f"cannot use {url}: AUTH s3!cret refused (s3%21cret)"
+    assert redact_text(message, url) == (
+        "cannot use redis://user:***@h:6379/0: AUTH *** refused (***)"
+    )
+
+
+FROM_URL: list[Callable[..., object]] = [LeaseManager.from_url, AsyncLeaseManager.from_url]
+
+
+def _chain(exc: BaseException | None) -> str:
+    """Every message of an exception and its causes/contexts, as a traceback would show."""
+    texts = []
+    while exc is not None:
+        texts.append(f"{type(exc).__name__}: {exc} {exc.args!r}")
+        exc = exc.__cause__ or exc.__context__
+    return "\n".join(texts)
+
+
+@pytest.mark.parametrize(
+    ("url", "kwargs", "argument"),
+    [
+        ("rdis://user:s3cret@127.0.0.1:6379/0", {}, "url"),
+        ("redis//user:s3cret@127.0.0.1:6379/0", {}, "url"),
+        ("redis://user:s3cret@127.0.0.1:abc/0", {}, "url"),
+        ("redis://user:s3cret@127.0.0.1:99999/0", {}, "url"),
+        ("redis://user:s3cret@127.0.0.1:\u0967\u0968/0", {}, "url"),
+        ("redis://user:s3cret@[::1/0", {}, "url"),
+        ("redis://user:s3cret@127.0.0.1:6379/0?db=x", {}, "db"),
+        ("redis://user:s3cret@127.0.0.1:6379/0?colour=red", {}, "colour"),
+        ("redis://user:s3cret@127.0.0.1:6379/0?ssl_cert_reqs=none", {}, "ssl_cert_reqs"),
+        ("rediss://user:s3cret@127.0.0.1:6379/0?ssl_cert_reqs=bogus", {}, "url"),
+        ("redis://user:s3cret@127.0.0.1:6379/0", {"colour": "red"}, "colour"),
+        ("memory://user:s3cret@h", {}, "url"),
+        ("memory://user:s3cret@[", {}, "url"),
+        ("redis://user:s3cret@[::1", {"colour": "red"}, "url"),
+        ("sqlite://user:s3cret@h/x.db", {}, "url"),
+    ],
+)
+def test_bad_urls_never_show_the_password(
+    url: str, kwargs: dict[str, object], argument: str
+) -> None:
+    """A mistyped scheme, a bad port or option: ValidationError naming it, on both faces, with
+    the password in neither the message nor any exception chained to it."""
+    for face in FROM_URL:
+        with pytest.raises(ValidationError) as info:
+            face(url, **kwargs)
+        assert info.value.argument == argument
+        assert "s3cret" not in _chain(info.value)
+        assert "***" in str(info.value)
+
+
+def test_ssl_cert_reqs_none_is_accepted_on_rediss() -> None:
+    """rediss://...?ssl_cert_reqs=none is redis-py's documented way to skip verification: it is
+    taken (no I/O yet), on both faces."""
+    url = "rediss://127.0.0.1:6379/0?ssl_cert_reqs=none"
+    backend = backend_from_url(url, prefix="p", clock=SYSTEM_CLOCK)
+    assert isinstance(backend, RedisBackend)
+    backend.close()
+    async_backend = async_backend_from_url(url, prefix="p", clock=SYSTEM_CLOCK)
+    asyncio.run(async_backend.close())
+
+
+@pytest.mark.parametrize(
+    ("url", "argument"),
+    [
+        ("sqlite:///a\x00b.db", "url"),
+        ("sqlite:///a%00b.db", "url"),
+        ("sqlite:///a%ffb.db", "url"),
+        ("sqlite:///x.db?busy_timeout_ms=\u0967\u0968", "busy_timeout_ms"),
+        ("sqlite:///x.db?busy_timeout_ms=\u00b2", "busy_timeout_ms"),
+        ("sqlite:///x.db?busy_timeout_ms=99999999999999999999", "busy_timeout_ms"),
+    ],
+)
+def test_sqlite_urls_with_nul_or_non_ascii_digits_are_refused(
+    url: str, argument: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A NUL (raw or %00) or undecodable path, and digits other than ASCII ones (which
+    str.isdigit admits), raise ValidationError naming the part, on both faces; no file is made."""
+    monkeypatch.chdir(tmp_path)
+    for face in FROM_URL:
+        with pytest.raises(ValidationError) as info:
+            face(url)
+        assert info.value.argument == argument
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("url", "kwargs", "argument"),
+    [
+        ("redis://127.0.0.1:1/0", {"socket_timeout": "x"}, "socket_timeout"),
+        ("redis://127.0.0.1:1/0", {"socket_timeout": -1}, "socket_timeout"),
+        ("redis://127.0.0.1:1/0", {"socket_timeout": 0}, "socket_timeout"),
+        ("redis://127.0.0.1:1/0", {"socket_timeout": True}, "socket_timeout"),
+        ("redis://127.0.0.1:1/0?socket_timeout=nan", {}, "socket_timeout"),
+        ("redis://127.0.0.1:1/0?socket_connect_timeout=inf", {}, "socket_connect_timeout"),
+        ("redis://127.0.0.1:1/0", {"health_check_interval": "x"}, "health_check_interval"),
+        ("redis://127.0.0.1:1/0", {"encoding": "no-such-codec"}, "encoding"),
+        ("redis://127.0.0.1:1/0", {"encoding_errors": "no-such-handler"}, "encoding_errors"),
+    ],
+)
+def test_redis_option_values_refused_before_the_first_command(
+    url: str, kwargs: dict[str, object], argument: str
+) -> None:
+    """Values redis-py stores and only trips on when it connects (then as TypeError, ValueError
+    or LookupError) are refused by from_url, naming the option, on both faces."""
+    for face in FROM_URL:
+        with pytest.raises(ValidationError) as info:
+            face(url, **kwargs)
+        assert info.value.argument == argument
+
+
+def test_redis_option_values_in_range_are_taken() -> None:
+    """A positive timeout, a health-check interval of 0 and a known encoding pass."""
+    for face in FROM_URL:
+        face(
+            "redis://127.0.0.1:1/0?socket_timeout=1.5",
+            health_check_interval=0,
+            encoding="latin-1",
+        )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    password=st.text(st.characters(blacklist_categories=["Cs"]), min_size=4, max_size=12),
+    scheme=st.sampled_from(["redis", "rediss", "unix", "rdis", "postgresql"]),
+    tail=st.sampled_from(["/0", ":6379/0", "", "?db=1", "/tmp/s.sock"]),
+)
+def test_redact_url_hides_any_password(password: str, scheme: str, tail: str) -> None:
+    """Whatever the password holds (``@``, ``/``, ``:``, ``?``, ``#``, spaces, non-ASCII), it is
+    not in ``redact_url`` of a URL that carries it, and the host is still shown."""
+    url = f"{scheme}://user:{password}@host.example{tail}"
+    assume(password not in f"{scheme}://user:@host.example{tail}")
+    shown = redact_url(url)
+    assert password not in shown
+    assert "***" in shown
+    assert shown.endswith(f"@host.example{tail}")
+
+
+@given(st.text(st.characters(blacklist_categories=()), max_size=40))
+def test_redact_url_never_raises(text: str) -> None:
+    """Any text at all (lone surrogates, NUL, brackets) gives a string back."""
+    assert isinstance(redact_url(text), str)
+    assert isinstance(redact_text(text, text), str)
+
+
+def test_a_redis_endpoint_prints_without_its_password() -> None:
+    """RedisEndpoint (FENCEDLEASE_REDIS_URL, what scripts print as "Redis at ..."): display_url
+    and repr show *** for the password; url keeps it for connecting."""
+    endpoint = RedisEndpoint("redis://user:s3cret@db.example:6379/0", "external")
+    assert endpoint.display_url == "redis://user:***@db.example:6379/0"
+    assert "s3cret" not in repr(endpoint)
+    assert endpoint.url == "redis://user:s3cret@db.example:6379/0"

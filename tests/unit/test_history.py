@@ -159,3 +159,29 @@ def test_a_float_that_is_not_an_exact_integer_is_refused(token: float) -> None:
     with pytest.raises(ValueError, match="exact integer"):
         Event.from_dict(line)
     assert Event.from_dict({**line, "token": 34.0}).token == 34
+
+
+def test_merge_redacts_every_string_of_every_event(tmp_path: Path) -> None:
+    """With ``redact``, the merged history (file and events) holds no secret, in any field or
+    nested detail; numbers are left alone."""
+    from fencedlease._urls import redact_text
+
+    url = "redis://user:s3cret@h:6379/0"
+    part = tmp_path / "w0.jsonl"
+    with HistoryWriter(part, "w0", clock_mono=fake_clock(1.0), clock_wall=fake_clock(1e9)) as w:
+        w.record(
+            "acquire",
+            "info",
+            token=7,
+            outcome="backend-error",
+            detail={"error": f"ConnectionError: {url}", "nested": [{"why": "AUTH s3cret"}]},
+        )
+    out = tmp_path / "history.jsonl"
+    events = merge_histories([part], out, redact=lambda text: redact_text(text, url))
+    assert events[0].detail == {
+        "error": "ConnectionError: redis://user:***@h:6379/0",
+        "nested": [{"why": "AUTH ***"}],
+    }
+    assert events[0].token == 7
+    assert "s3cret" not in out.read_text("utf-8")
+    assert read_history(out) == events

@@ -237,7 +237,9 @@ def test_restore_accepts_tokens_up_to_2_63_minus_1() -> None:
     state = restored_state("k", SECRET, 1_000, None, MAX_FENCING_TOKEN, clock)
     assert state.fencing_token == MAX_FENCING_TOKEN
     for bad in (0, -1, MAX_FENCING_TOKEN + 1, 2**64):
-        with pytest.raises(ValidationError, match=r"1\.\.2\*\*63-1") as info:
+        with pytest.raises(
+            ValidationError, match="1 <= fencing_token <= 9223372036854775807"
+        ) as info:
             restored_state("k", SECRET, 1_000, None, bad, clock)
         assert info.value.argument == "fencing_token"
 
@@ -249,7 +251,7 @@ def test_both_faces_restore_within_1_to_2_63_minus_1() -> None:
     for restore in (sync.restore, aio.restore):
         lease = restore("k", SECRET, ttl_ms=1_000, fencing_token=MAX_FENCING_TOKEN)
         assert lease.fencing_token == MAX_FENCING_TOKEN
-        with pytest.raises(ValidationError, match=r"1\.\.2\*\*63-1"):
+        with pytest.raises(ValidationError, match="1 <= fencing_token <= 9223372036854775807"):
             restore("k", SECRET, ttl_ms=1_000, fencing_token=MAX_FENCING_TOKEN + 1)
     sync.close()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import NoReturn
 
 import pytest
 
@@ -77,8 +78,13 @@ def test_keys_must_be_non_empty_strings(key: object) -> None:
 class _NoBackend:
     """A backend that fails the test if validation lets a call through."""
 
-    def __getattr__(self, name: str) -> object:
-        raise AssertionError(f"backend.{name} reached despite invalid input")
+    def _reached(self, *args: object) -> NoReturn:
+        raise AssertionError(f"backend reached despite invalid input: {args!r}")
+
+    acquire = renew = renew_many = release = inspect = force_release = _reached
+
+    def close(self) -> None:
+        pass
 
 
 @pytest.mark.parametrize(
@@ -97,7 +103,7 @@ class _NoBackend:
 )
 def test_manager_validates_before_any_io(kwargs: dict[str, object]) -> None:
     """acquire, hold and with_lease raise ValidationError before touching the store."""
-    manager = LeaseManager(_NoBackend())  # type: ignore[arg-type]
+    manager = LeaseManager(_NoBackend())
     with pytest.raises(ValidationError):
         manager.acquire("k", **kwargs)  # type: ignore[arg-type]
     with pytest.raises(ValidationError), manager.hold("k", **kwargs):  # type: ignore[arg-type]
@@ -108,7 +114,7 @@ def test_manager_validates_before_any_io(kwargs: dict[str, object]) -> None:
 
 def test_hold_refuses_a_heartbeat_above_half_the_ttl_before_acquiring() -> None:
     """The heartbeat bound is checked before the lease is taken."""
-    manager = LeaseManager(_NoBackend())  # type: ignore[arg-type]
+    manager = LeaseManager(_NoBackend())
     with (
         pytest.raises(ValidationError, match="heartbeat_ms"),
         manager.hold("k", ttl_ms=1_000, heartbeat_ms=2_000),
@@ -120,7 +126,7 @@ def test_restore_validates() -> None:
     """restore refuses a naive expires_at, a bad token and an empty owner token."""
     from datetime import datetime
 
-    manager = LeaseManager(_NoBackend())  # type: ignore[arg-type]
+    manager = LeaseManager(_NoBackend())
     with pytest.raises(ValidationError, match="expires_at"):
         manager.restore("k", "owner", ttl_ms=1_000, expires_at=datetime(2026, 1, 1))
     with pytest.raises(ValidationError, match="fencing_token"):

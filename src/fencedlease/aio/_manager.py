@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
@@ -58,13 +59,30 @@ from .._errors import BackendError, LeaseNotAcquiredError
 from .._handoff import AsyncHandoff, AsyncReleaseWaiter, AsyncSleepWaiter
 from .._lease import LeaseInfo
 from .._manager import DEFAULT_CLOSE_TIMEOUT_MS, DEFAULT_RETRY_DELAY_MS, DEFAULT_TTL_MS
+from .._redis_backend import RedisBackend
 from .._urls import async_backend_from_url
-from .._validate import check_acquire, check_heartbeat_ms, check_key, check_ms
+from .._validate import (
+    ArgumentTypeError,
+    check_acquire,
+    check_async_fn,
+    check_backend,
+    check_callback,
+    check_clock,
+    check_heartbeat_ms,
+    check_key,
+    check_ms,
+    check_prefix,
+)
+from ..backends.memory import MemoryBackend
+from ..backends.sqlite import SqliteBackend
 from ._lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
 from ._redis_backend import AsyncRedisBackend
 from ._renewer import AsyncRenewer
 
 __all__ = ["AsyncLeaseManager"]
+
+# The library's sync backends: given to AsyncLeaseManager, a mistake to name.
+_SYNC_BACKENDS: tuple[type, ...] = (MemoryBackend, SqliteBackend, RedisBackend)
 
 log = logging.getLogger("fencedlease.aio")
 
@@ -92,8 +110,11 @@ class AsyncLeaseManager:
     child's own event loop. See :mod:`fencedlease._fork`.
 
     Raises:
-        ValidationError: ``prefix`` is not a non-empty str, or ``renew_batch_size`` < 1.
-        TypeError: ``client`` is a sync ``redis.Redis`` (use :class:`~fencedlease.LeaseManager`).
+        ValidationError: ``prefix`` is not a non-empty str, ``renew_batch_size`` < 1, ``clock``
+            lacks ``monotonic()``/``time()``, or ``client`` is neither a ``redis.asyncio.Redis``
+            nor an asyncio lease backend; a sync ``redis.Redis`` or sync backend (use
+            :class:`~fencedlease.LeaseManager`) raises it as a subclass that is also a
+            ``TypeError``.
     """
 
     def __init__(
@@ -105,18 +126,22 @@ class AsyncLeaseManager:
         renew_batch_size: int = 500,
         _owns_client: bool = False,
     ) -> None:
+        check_prefix(prefix)
+        check_clock(clock)
+        batch = check_ms("renew_batch_size", renew_batch_size, 1)
         if isinstance(client, redis.asyncio.Redis):
             self._backend: AsyncLeaseBackend = AsyncRedisBackend(
                 client, prefix, owns_client=_owns_client
             )
         elif isinstance(client, redis.Redis):
-            raise TypeError(
-                "AsyncLeaseManager needs a redis.asyncio.Redis; a redis.Redis goes to LeaseManager"
+            raise ArgumentTypeError(
+                "client",
+                "AsyncLeaseManager needs a redis.asyncio.Redis; a redis.Redis goes to LeaseManager",
             )
         else:
+            check_backend(client, asyncio=True, sync_classes=_SYNC_BACKENDS)
             self._backend = client
         self._clock = clock
-        batch = check_ms("renew_batch_size", renew_batch_size, 1)
         self._renewer = AsyncRenewer(self._backend, clock, batch_size=batch)
         # Waiting acquirers are woken by the release (see _handoff); other stores are polled.
         self._release_waiter: AsyncReleaseWaiter = (
@@ -445,6 +470,7 @@ class AsyncLeaseManager:
     ) -> _Hold:
         key, ttl_ms, wait_ms, retry_delay_ms = check_acquire(key, ttl_ms, wait_ms, retry_delay_ms)
         heartbeat = check_heartbeat_ms(heartbeat_ms, ttl_ms)
+        check_callback(on_renew_error, "on_renew_error")
         return _Hold(self, key, ttl_ms, wait_ms, retry_delay_ms, heartbeat, on_renew_error)
 
     async def with_lease(
@@ -467,13 +493,25 @@ class AsyncLeaseManager:
 
         Raises:
             ValidationError, LeaseLostError, BackendError, RuntimeError: as :meth:`hold`; an
-                exception from ``fn`` propagates unchanged (a ``LeaseNotAcquiredError`` from
-                ``fn`` included: only this call's own acquire turns into a skipped outcome).
+                exception from ``fn`` propagates unchanged (a ``LeaseNotAcquiredError`` from ``fn``
+                included: only this call's own acquire turns into a skipped outcome). ``fn`` not
+                callable: ``ValidationError`` before anything is acquired; ``fn(lease)`` not an
+                awaitable (a sync function, which ran blocking the event loop):
+                ``ValidationError`` (also a ``TypeError``) once the lease is released.
         """
+        check_async_fn(fn)
         hold = self._hold(key, ttl_ms, wait_ms, retry_delay_ms, heartbeat_ms, on_renew_error)
         try:
             async with hold as lease:
-                value = await fn(lease)
+                pending = fn(lease)
+                if not inspect.isawaitable(pending):
+                    raise ArgumentTypeError(
+                        "fn",
+                        f"fn must be an async function (fn(lease) returned"
+                        f" {type(pending).__name__}, not an awaitable); a sync function goes to"
+                        " LeaseManager.with_lease",
+                    )
+                value = await pending
         except LeaseNotAcquiredError:
             if hold.lease is not None:
                 raise

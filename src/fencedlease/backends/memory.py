@@ -15,7 +15,7 @@ from .._backend import RenewItem
 from .._core import SYSTEM_CLOCK, Clock
 from .._errors import BackendError
 from .._protocol import MAX_FENCING_TOKEN, AcquireReply, InspectReply, owner_fingerprint
-from .._validate import check_key, check_ms
+from .._validate import check_clock, check_key, check_ms
 from ._clock import clock_ms
 
 __all__ = ["AsyncMemoryBackend", "MemoryBackend"]
@@ -51,6 +51,7 @@ class MemoryBackend:
     """
 
     def __init__(self, *, clock: Clock = SYSTEM_CLOCK) -> None:
+        check_clock(clock)
         self._clock = clock
         self._lock = threading.Lock()
         self._leases: dict[str, _Held] = {}

@@ -41,7 +41,7 @@ from .._backend import RenewItem
 from .._core import SYSTEM_CLOCK, Clock
 from .._errors import BackendError, ValidationError
 from .._protocol import MAX_FENCING_TOKEN, AcquireReply, InspectReply, owner_fingerprint
-from .._validate import check_key, check_ms, check_prefix
+from .._validate import check_clock, check_key, check_ms, check_prefix
 from ._clock import clock_ms
 
 __all__ = ["DEFAULT_BUSY_TIMEOUT_MS", "AsyncSqliteBackend", "SqliteBackend"]
@@ -98,6 +98,8 @@ def _check_path(path: object) -> str:
         raise ValidationError(
             "path", f"path must be a non-empty str or os.PathLike of str; got {path!r}"
         )
+    if "\x00" in path:  # sqlite3.connect would raise ValueError
+        raise ValidationError("path", f"path must not contain a NUL character; got {path!r}")
     return path
 
 
@@ -133,6 +135,7 @@ class SqliteBackend:
         self.path = _check_path(path)
         self.prefix = check_prefix(prefix)
         self.busy_timeout_ms = check_ms("busy_timeout_ms", busy_timeout_ms, 0)
+        check_clock(clock)
         self._clock = clock
         self._lock = threading.Lock()
         self._busy_set = -1
@@ -417,6 +420,7 @@ class AsyncSqliteBackend:
             self._path = _check_path(path)
             self._prefix = check_prefix(prefix)
             self._busy_timeout_ms = check_ms("busy_timeout_ms", busy_timeout_ms, 0)
+            check_clock(clock)
             self._clock = clock
 
     def __repr__(self) -> str:

@@ -58,13 +58,21 @@ def _faults(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
 )
 @click.option("--mode", type=click.Choice(MODES), default="fenced", show_default=True)
 @click.option("--resource", type=click.Choice(RESOURCES), default="sqlite", show_default=True)
-@click.option("--resource-url", help="Where the resource lives (SQLite path, Redis URL, DSN).")
+@click.option(
+    "--resource-url",
+    help="Where the resource lives (SQLite path, Redis URL, DSN). The check drops and recreates its"
+    " counter there, so it refuses an existing SQLite file, counter table or Redis key it did not"
+    " create itself.",
+)
 @click.option("--ttl", "ttl_ms", default=1000, show_default=True, type=click.IntRange(100),
               help="Lease TTL in milliseconds.")  # fmt: skip
 @click.option("--seed", type=int, help="Seed for every random choice (default: random).")
 @click.option(
     "--out", "out_dir", default="check-out", show_default=True,
     type=click.Path(file_okay=False, path_type=Path),
+    help="Directory for the run's files: a new or empty one (then marked as the check's), or one"
+    " an earlier check made. A non-empty directory the check did not make is refused; in its own"
+    " directory the check replaces only its own files.",
 )  # fmt: skip
 @click.option("--no-toxiproxy", is_flag=True, help="Connect workers straight to Redis.")
 def check(
@@ -82,15 +90,41 @@ def check(
 ) -> None:
     """Run workers under faults, check the history, report. Exit 0 only without violations.
 
-    Writes history.jsonl, report.json and timeline.png to --out.
+    Writes history.jsonl, report.json and timeline.png (and resource.sqlite3 by default) to
+    --out. It never deletes what it did not create: an --out or --resource-url holding other
+    data is refused (exit 2). Passwords in --redis-url and --resource-url are shown as ***.
     """
+    import sqlite3
+
+    import redis
     from rich.console import Console
     from rich.live import Live
+    from rich.markup import escape
+
+    from fencedlease import FencedLeaseError, redact_text
 
     from .harness.report import print_summary
-    from .harness.run import CheckConfig, run_check
+    from .harness.run import (
+        CheckConfig,
+        UnsafeTargetError,
+        check_out_dir,
+        check_sqlite_resource,
+        run_check,
+    )
     from .servers.redis import RedisUnavailable
 
+    def scrub(text: str) -> str:
+        for url in (redis_url, resource_url):
+            if url:
+                text = redact_text(text, url)
+        return text
+
+    try:  # before anything starts: refuse a target holding someone else's data
+        check_out_dir(out_dir)
+        if resource == "sqlite" and resource_url:
+            check_sqlite_resource(resource_url)
+    except UnsafeTargetError as exc:
+        raise click.UsageError(str(exc)) from None
     console = Console()
     config = CheckConfig(
         redis_url=redis_url,
@@ -116,8 +150,13 @@ def check(
                 live.update(_progress_table(progress))
 
             result = run_check(config, show)
-    except (RedisUnavailable, RuntimeError, ValueError) as exc:
-        console.print(f"[bold red]error:[/] {exc}")
+    except UnsafeTargetError as exc:
+        raise click.UsageError(scrub(str(exc))) from None
+    except (
+        RedisUnavailable, RuntimeError, ValueError, OSError, redis.RedisError, FencedLeaseError,
+        sqlite3.Error,
+    ) as exc:  # fmt: skip
+        console.print(f"[bold red]error:[/] {escape(scrub(f'{type(exc).__name__}: {exc}'))}")
         sys.exit(2)
     console.print(f"redis: {result.redis}; toxiproxy: {result.toxiproxy or 'none'}")
     for note in result.notes:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import IO, Any, Final, Literal, cast
 
@@ -39,6 +39,7 @@ __all__ = [
     "Operation",
     "merge_histories",
     "read_history",
+    "redact_event",
     "write_history",
 ]
 
@@ -244,12 +245,37 @@ def write_history(path: str | Path, events: Iterable[Event]) -> None:
             file.write(event.to_json() + "\n")
 
 
-def merge_histories(parts: Sequence[str | Path], out: str | Path | None = None) -> list[Event]:
+def redact_event(event: Event, redact: Callable[[str], str]) -> Event:
+    """``event`` with ``redact`` applied to every string in it (``detail`` included, at any
+    depth): how a run keeps a URL's password out of its history."""
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, str):
+            return redact(value)
+        if isinstance(value, dict):
+            return {walk(k): walk(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [walk(v) for v in value]
+        return value
+
+    return Event.from_dict(walk(event.to_dict()))
+
+
+def merge_histories(
+    parts: Sequence[str | Path],
+    out: str | Path | None = None,
+    *,
+    redact: Callable[[str], str] | None = None,
+) -> list[Event]:
     """Merge per-process history files by ``mono`` (ties keep each file's order) and, when
-    ``out`` is given, write the merged history there. Returns the merged events."""
+    ``out`` is given, write the merged history there. Returns the merged events. ``redact``
+    (e.g. :func:`fencedlease._urls.redact_text` bound to a URL) is applied to every string of
+    every event first (:func:`redact_event`)."""
     keyed: list[tuple[float, int, int, Event]] = []
     for part_index, part in enumerate(parts):
         for line_index, event in enumerate(read_history(part)):
+            if redact is not None:
+                event = redact_event(event, redact)
             keyed.append((event.mono, part_index, line_index, event))
     keyed.sort(key=lambda item: item[:3])
     events = [item[3] for item in keyed]

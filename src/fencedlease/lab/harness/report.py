@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
+from fencedlease import redact_url
+
 from .checker import CheckReport, extract
 from .history import Event
 
@@ -53,10 +55,13 @@ _FAULT_COLORS: Final = {
 
 
 def report_dict(result: CheckResult) -> dict[str, Any]:
-    """Everything ``report.json`` holds: the checker's report plus the run's settings, notes,
-    seed and files."""
+    """Everything ``report.json`` holds: the checker's report plus the run's settings (URLs
+    redacted: :func:`fencedlease._urls.redact_url`), notes, seed and files."""
     config = attrs.asdict(result.config)
     config["out_dir"] = str(config["out_dir"])
+    for field in ("redis_url", "resource_url"):  # a password never reaches the report
+        if config[field] is not None:
+            config[field] = redact_url(config[field])
     config["faults"] = list(config["faults"])
     return {
         **result.report.to_dict(),

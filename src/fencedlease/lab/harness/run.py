@@ -38,6 +38,8 @@ from urllib.parse import urlsplit
 
 import attrs
 
+from fencedlease import redact_text, redact_url
+
 from ..servers.redis import RedisServer, find_redis_binary, redis_endpoint
 from .checker import CheckParams, check_history
 from .history import HistoryWriter, merge_histories
@@ -57,7 +59,96 @@ from .workload import (
     worker_main,
 )
 
-__all__ = ["CheckConfig", "CheckResult", "Progress", "run_check"]
+__all__ = [
+    "OUT_MARKER",
+    "RESOURCE_MARKER",
+    "CheckConfig",
+    "CheckResult",
+    "Progress",
+    "UnsafeTargetError",
+    "check_out_dir",
+    "check_sqlite_resource",
+    "run_check",
+]
+
+#: The file that marks a directory as made by ``fencedlease check``: only such a directory (or
+#: an empty one, which then gets it) takes the run's files, and only the run's own file names
+#: are ever replaced or removed in it.
+OUT_MARKER = ".fencedlease-check"
+#: The table (SQLite, PostgreSQL) and key suffix (Redis) that mark a resource the check made.
+RESOURCE_MARKER = "fencedlease_check_marker"
+_OUT_FILES = ("history.jsonl", "report.json", "timeline.png")
+_SQLITE_SUFFIXES = ("", "-wal", "-shm", "-journal")
+
+
+class UnsafeTargetError(ValueError):
+    """``--out`` or ``--resource-url`` names something that holds data the check did not write:
+    the check refuses rather than overwrite or delete it."""
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """Refuse an ``out_dir`` that exists, is not empty and lacks :data:`OUT_MARKER`.
+
+    Raises:
+        UnsafeTargetError: so; nothing is written or removed.
+    """
+    if not out_dir.exists():
+        return
+    if not out_dir.is_dir():
+        raise UnsafeTargetError(f"--out {out_dir} exists and is not a directory")
+    if (out_dir / OUT_MARKER).is_file():
+        return
+    if any(out_dir.iterdir()):
+        raise UnsafeTargetError(
+            f"--out {out_dir} is a non-empty directory that fencedlease check did not create"
+            f" (no {OUT_MARKER} in it); give a new or empty directory"
+        )
+
+
+def _claim_out_dir(out_dir: Path) -> None:
+    check_out_dir(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / OUT_MARKER).write_text(
+        "made by fencedlease check; it replaces history.jsonl, report.json, timeline.png,"
+        " parts/ and resource.sqlite3 here\n",
+        "utf-8",
+    )
+
+
+def check_sqlite_resource(path: str) -> bool:
+    """Whether the SQLite file ``path`` is the check's own (it has the :data:`RESOURCE_MARKER`
+    table; True) or absent or empty (False; it may be created). A file of any other content is
+    refused.
+
+    Raises:
+        UnsafeTargetError: ``path`` holds data the check did not write (or is not SQLite).
+    """
+    if path == ":memory:" or not os.path.exists(path):
+        return False
+    if not os.path.isfile(path):
+        raise UnsafeTargetError(f"the SQLite resource {path} exists and is not a file")
+    if os.path.getsize(path) == 0:
+        return False
+    import sqlite3
+
+    try:
+        conn = sqlite3.connect(f"file:{Path(path).resolve().as_posix()}?mode=ro", uri=True)
+        try:
+            tables = {
+                row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+            }
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise UnsafeTargetError(
+            f"the SQLite resource {path} exists and is not a database the check made ({exc})"
+        ) from None
+    if RESOURCE_MARKER not in tables:
+        raise UnsafeTargetError(
+            f"the SQLite resource {path} is an existing database that fencedlease check did not"
+            " create; the check would drop its tables, so it refuses: give a new path"
+        )
+    return True
 
 
 @attrs.frozen
@@ -129,11 +220,27 @@ def run_check(
     seed = config.seed if config.seed is not None else secrets.randbelow(2**31)
     rng = random.Random(seed)
     out_dir = Path(config.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    for url in (config.redis_url, config.resource_url if config.resource == "redis" else None):
+        if url:
+            _check_redis_url(url)
+    if config.resource == "sqlite" and config.resource_url:
+        check_sqlite_resource(config.resource_url)  # before anything is written
+    _claim_out_dir(out_dir)
     parts_dir = out_dir / "parts"
-    shutil.rmtree(parts_dir, ignore_errors=True)
+    shutil.rmtree(parts_dir, ignore_errors=True)  # a marked directory: parts/ is the check's
+    for name in _OUT_FILES:
+        with contextlib.suppress(FileNotFoundError):
+            (out_dir / name).unlink()
     parts_dir.mkdir()
     notes: list[str] = []
+    secret_urls = [url for url in (config.redis_url, config.resource_url) if url]
+
+    def scrub(text: str) -> str:
+        """``text`` without the secrets of the URLs the run was given (notes, history)."""
+        for url in secret_urls:
+            text = redact_text(text, url)
+        return text
+
     run_id = secrets.token_hex(4)
     prefix = f"fencedlease-check:{run_id}"
     names = [f"w{i}" for i in range(config.workers)]
@@ -163,6 +270,7 @@ def run_check(
 
         # -- the resource
         spec = _resource(config, out_dir, redis_url, stack, notes)
+        _mark_resource(spec)
         prepare_resource(spec)
 
         # -- Toxiproxy, one proxy per worker
@@ -308,6 +416,7 @@ def run_check(
             notes.append(
                 f"the nemesis stopped with {type(nemesis.error).__name__}: {nemesis.error}"
             )
+        notes[:] = [scrub(note) for note in notes]
         for note in notes:
             run_writer.record("note", "info", outcome="run-note", detail={"message": note})
         try:
@@ -320,7 +429,7 @@ def run_check(
 
     history_path = out_dir / "history.jsonl"
     parts = sorted(parts_dir.glob("history-*.jsonl"))
-    events = merge_histories(parts, history_path)
+    events = merge_histories(parts, history_path, redact=scrub if secret_urls else None)
     shutil.rmtree(parts_dir, ignore_errors=True)
     report = check_history(events, CheckParams.from_history(events))
     from .report import draw_timeline, write_report_json
@@ -334,7 +443,7 @@ def run_check(
     try:
         draw_timeline(events, report, out_dir / "timeline.png")
     except Exception as exc:  # the picture is a convenience; the verdict stands without it
-        notes.append(f"timeline.png not drawn: {type(exc).__name__}: {exc}")
+        notes.append(scrub(f"timeline.png not drawn: {type(exc).__name__}: {exc}"))
         result = attrs.evolve(result, timeline_path=None, notes=tuple(notes))
     write_report_json(report_path, result)
     return result
@@ -362,9 +471,11 @@ def _resource(
 ) -> ResourceSpec:
     if config.resource == "sqlite":
         path = config.resource_url or str(out_dir / "resource.sqlite3")
-        for suffix in ("", "-wal", "-shm", "-journal"):
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(path + suffix)
+        # Only a file of the check's own (marked) is removed; any other was refused above.
+        if check_sqlite_resource(path):
+            for suffix in _SQLITE_SUFFIXES:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(path + suffix)
         return ResourceSpec("sqlite", path)
     if config.resource == "redis":
         if config.resource_url:
@@ -380,3 +491,79 @@ def _resource(
     from ..servers.postgres import postgres_dsn
 
     return ResourceSpec("postgres", stack.enter_context(postgres_dsn()))
+
+
+def _check_redis_url(url: str) -> None:
+    """A Redis URL the library takes (scheme, port, options), checked with no I/O before any
+    process starts.
+
+    Raises:
+        ValidationError: (a ``ValueError``) naming what is wrong, the password shown as ``***``.
+    """
+    from fencedlease import LeaseManager, ValidationError
+
+    if url.partition("://")[0].lower() not in ("redis", "rediss", "unix"):
+        raise ValidationError(
+            "redis_url", f"a Redis URL is redis://, rediss:// or unix://; got {redact_url(url)!r}"
+        )
+    LeaseManager.from_url(url, prefix="fencedlease-check").close()
+
+
+def _mark_resource(spec: ResourceSpec) -> None:
+    """Mark the resource as the check's before it is prepared (which drops and recreates the
+    counter), refusing one that holds the counter or its fence without the mark: a table or key
+    the check did not create is never dropped or deleted.
+
+    Raises:
+        UnsafeTargetError: so.
+    """
+    if spec.kind == "sqlite":
+        import sqlite3
+
+        conn = sqlite3.connect(spec.target)
+        try:
+            conn.execute(f"CREATE TABLE IF NOT EXISTS {RESOURCE_MARKER} (made_by TEXT)")
+            conn.commit()
+        finally:
+            conn.close()
+    elif spec.kind == "redis":
+        _mark_redis_resource(spec)
+    else:
+        _mark_postgres_resource(spec)
+
+
+def _mark_redis_resource(spec: ResourceSpec) -> None:
+    import redis
+
+    from fencedlease import RedisFencedResource
+
+    with redis.Redis.from_url(spec.target, socket_timeout=5.0, socket_connect_timeout=5.0) as r:
+        resource = RedisFencedResource(r, spec.name)
+        marker = f"{resource.data_key}:{RESOURCE_MARKER}"
+        if not r.exists(marker) and r.exists(resource.data_key, resource.fence_key):
+            raise UnsafeTargetError(
+                f"the Redis resource {redact_url(spec.target)} holds {resource.data_key!r} or"
+                f" {resource.fence_key!r}, which fencedlease check did not create; the check"
+                " would delete them, so it refuses"
+            )
+        r.set(marker, "made by fencedlease check")
+
+
+def _mark_postgres_resource(spec: ResourceSpec) -> None:
+    import psycopg
+
+    from .workload import _TABLE
+
+    with psycopg.connect(spec.target, autocommit=True, connect_timeout=5) as conn:
+        row = conn.execute(
+            "SELECT to_regclass(%s) IS NOT NULL, to_regclass(%s) IS NOT NULL",
+            (_TABLE, RESOURCE_MARKER),
+        ).fetchone()
+        assert row is not None
+        counter, marked = row
+        if counter and not marked:
+            raise UnsafeTargetError(
+                f"the PostgreSQL resource {redact_url(spec.target)} has a table {_TABLE}"
+                " that fencedlease check did not create; the check would drop it, so it refuses"
+            )
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {RESOURCE_MARKER} (made_by TEXT)")

@@ -280,6 +280,16 @@ class RedisEndpoint:
         self.kind = kind
         self.server = server
 
+    @property
+    def display_url(self) -> str:
+        """``url`` with its password shown as ``***``: the form to print or log."""
+        from fencedlease import redact_url
+
+        return redact_url(self.url)
+
+    def __repr__(self) -> str:
+        return f"RedisEndpoint({self.display_url!r}, {self.kind!r})"
+
 
 @contextmanager
 def redis_endpoint(*, appendonly: bool = False) -> Iterator[RedisEndpoint]:

@@ -32,6 +32,8 @@ from urllib.parse import urlsplit
 
 import attrs
 
+from fencedlease import redact_url
+
 from ..toxiproxy import ToxiproxyServer
 
 __all__ = [
@@ -113,11 +115,13 @@ def _from_env() -> ToxiproxyEndpoint | None:
         return None
     parts = urlsplit(url if "://" in url else f"http://{url}")
     if parts.hostname is None:
-        raise ToxiproxyUnavailable(f"TOXIPROXY_URL={url!r} names no host")
+        raise ToxiproxyUnavailable(f"TOXIPROXY_URL={redact_url(url)!r} names no host")
     endpoint = ToxiproxyEndpoint(parts.hostname, parts.port or 8474, "real", "env")
     if not _answers(endpoint.api_url):
         # The user pointed us at a server on purpose: say so rather than fall back silently.
-        raise ToxiproxyUnavailable(f"TOXIPROXY_URL={url!r} does not answer GET /version")
+        raise ToxiproxyUnavailable(
+            f"TOXIPROXY_URL={redact_url(url)!r} does not answer GET /version"
+        )
     return endpoint
 
 

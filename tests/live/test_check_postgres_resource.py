@@ -1,0 +1,52 @@
+"""``fencedlease check --resource postgres --resource-url DSN`` never drops a counter table it
+did not create."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psycopg
+import pytest
+from pg_fixtures import postgres_dsn  # noqa: F401 (the fixture)
+
+from fencedlease.lab.harness.run import (
+    RESOURCE_MARKER,
+    CheckConfig,
+    UnsafeTargetError,
+    run_check,
+)
+from fencedlease.lab.harness.workload import _TABLE
+
+pytestmark = pytest.mark.live
+
+
+def test_a_postgres_counter_table_it_did_not_create_survives(
+    postgres_dsn: str,  # noqa: F811 (the fixture)
+    tmp_path: Path,
+) -> None:
+    """A user table named like the counter, without the check's marker table: run_check
+    refuses (UnsafeTargetError) and the table keeps its rows; no marker is created."""
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {RESOURCE_MARKER}")
+        conn.execute(f"DROP TABLE IF EXISTS {_TABLE}")
+        conn.execute(f"CREATE TABLE {_TABLE} (id INTEGER PRIMARY KEY, value BIGINT NOT NULL)")
+        conn.execute(f"INSERT INTO {_TABLE} VALUES (1, 41)")
+    try:
+        config = CheckConfig(
+            out_dir=tmp_path / "out",
+            resource="postgres",
+            resource_url=postgres_dsn,
+            duration_s=1,
+            faults=(),
+            toxiproxy=False,
+        )
+        with pytest.raises(UnsafeTargetError, match="did not create"):
+            run_check(config)
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            row = conn.execute(f"SELECT value FROM {_TABLE} WHERE id = 1").fetchone()
+            marker = conn.execute("SELECT to_regclass(%s)", (RESOURCE_MARKER,)).fetchone()
+        assert row == (41,)
+        assert marker == (None,)
+    finally:
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            conn.execute(f"DROP TABLE IF EXISTS {_TABLE}")
