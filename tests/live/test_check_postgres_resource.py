@@ -9,13 +9,13 @@ import psycopg
 import pytest
 from pg_fixtures import postgres_dsn  # noqa: F401 (the fixture)
 
+from fencedlease.lab.harness.resources import COUNTER_TABLE as _TABLE
 from fencedlease.lab.harness.run import (
     RESOURCE_MARKER,
     CheckConfig,
     UnsafeTargetError,
     run_check,
 )
-from fencedlease.lab.harness.workload import _TABLE
 
 pytestmark = pytest.mark.live
 

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 import click
 
 from .harness.nemesis import FAULTS, parse_faults
-from .harness.workload import MODES, RESOURCES
+from .harness.resources import RESOURCES
+from .harness.workload import MODES
 
 if TYPE_CHECKING:
     from rich.table import Table

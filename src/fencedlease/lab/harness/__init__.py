@@ -2,9 +2,12 @@
 
 - :mod:`~fencedlease.lab.harness.history`: the JSON-lines history every process writes;
 - :mod:`~fencedlease.lab.harness.workload`: worker processes doing a fenced read-modify-write;
+- :mod:`~fencedlease.lab.harness.resources`: where the counter lives (SQLite, PostgreSQL, Redis);
 - :mod:`~fencedlease.lab.harness.nemesis`: the faults, recorded with their start and end;
 - :mod:`~fencedlease.lab.harness.checker`: the pure checker of properties a-e;
 - :mod:`~fencedlease.lab.harness.report`: the summary table, ``report.json`` and ``timeline.png``;
+- :mod:`~fencedlease.lab.harness.environment`: the servers a run needs (Redis, resource, proxies);
+- :mod:`~fencedlease.lab.harness.safety`: the check writes and deletes only what it made;
 - :mod:`~fencedlease.lab.harness.run`: one run, end to end.
 
 See ``docs/harness.md``.

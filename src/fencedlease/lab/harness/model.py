@@ -11,7 +11,8 @@ import attrs
 from .checker import CheckReport, Extracted, extract
 from .history import read_history
 from .nemesis import DEFAULT_FAULTS
-from .workload import Mode, ResourceKind
+from .resources import ResourceKind
+from .workload import Mode
 
 __all__ = ["CheckConfig", "CheckResult"]
 

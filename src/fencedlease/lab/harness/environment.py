@@ -1,0 +1,183 @@
+"""The servers a run of ``fencedlease check`` needs: the Redis the leases live in, the resource
+the counter lives in (marked as the check's, counter at 0) and one Toxiproxy proxy per worker.
+
+Each is entered on the run's :class:`~contextlib.ExitStack`, so it is stopped (or its proxy
+destroyed) when the run ends; what cannot be had is noted in ``notes``, not raised, where the run
+can go on without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import attrs
+
+from fencedlease import redact_url
+
+from ..servers.redis import RedisServer, find_redis_binary, redis_endpoint
+from .model import CheckConfig
+from .resources import ResourceSpec, prepare_resource
+from .safety import mark_resource, remove_sqlite_resource
+
+__all__ = [
+    "LeaseRedis",
+    "Network",
+    "check_redis_url",
+    "start_proxies",
+    "start_redis",
+    "start_resource",
+]
+
+
+@attrs.frozen
+class LeaseRedis:
+    """The Redis the leases live in: its URL, where it came from, and its process if ours."""
+
+    url: str
+    kind: str
+    server: RedisServer | None
+
+
+@attrs.frozen
+class Network:
+    """Each worker's Redis URL (through its Toxiproxy proxy when there is one)."""
+
+    worker_urls: list[str]
+    proxies: dict[int, Any]
+    kind: str | None
+
+
+def start_redis(config: CheckConfig, stack: ExitStack, notes: list[str]) -> LeaseRedis:
+    """The given Redis, else a redis-server of our own (AOF on), else one in Docker."""
+    if config.redis_url:
+        notes.append(
+            "external Redis (--redis-url): the Redis process faults (redis-pause, "
+            "redis-restart-aof, redis-restart-nopersist) are unavailable"
+        )
+        return LeaseRedis(config.redis_url, "external", None)
+    if find_redis_binary() is not None:
+        server = stack.enter_context(RedisServer(appendonly=True, appendfsync="always"))
+        kind = f"embedded redis-server {server.version()} (AOF, appendfsync always)"
+        return LeaseRedis(server.url, kind, server)
+    # No binary: the rest of the documented order (Docker through testcontainers).
+    found = stack.enter_context(redis_endpoint(appendonly=True))
+    notes.append(
+        "no redis-server binary: Redis ran in Docker, so the Redis process faults are unavailable"
+    )
+    return LeaseRedis(found.url, f"Redis in {found.kind}", None)
+
+
+def start_resource(
+    config: CheckConfig, out_dir: Path, redis_url: str, stack: ExitStack, notes: list[str]
+) -> ResourceSpec:
+    """Find or start the resource, mark it as the check's, and set the counter to 0."""
+    spec = _resource(config, out_dir, redis_url, stack, notes)
+    mark_resource(spec)
+    prepare_resource(spec)
+    return spec
+
+
+def _resource(
+    config: CheckConfig, out_dir: Path, redis_url: str, stack: ExitStack, notes: list[str]
+) -> ResourceSpec:
+    if config.resource == "sqlite":
+        path = config.resource_url or str(out_dir / "resource.sqlite3")
+        # Only a file of the check's own (marked) is removed; any other was refused above.
+        remove_sqlite_resource(path)
+        return ResourceSpec("sqlite", path)
+    if config.resource == "redis":
+        if config.resource_url:
+            return ResourceSpec("redis", config.resource_url)
+        if config.redis_url:
+            notes.append("the Redis resource shares the external Redis (another key)")
+            return ResourceSpec("redis", redis_url)
+        # A server of its own, with AOF: the nemeses restart the lease Redis, not the data's.
+        data = stack.enter_context(RedisServer(appendonly=True, appendfsync="always"))
+        return ResourceSpec("redis", data.url)
+    if config.resource_url:
+        return ResourceSpec("postgres", config.resource_url)
+    from ..servers.postgres import postgres_dsn
+
+    return ResourceSpec("postgres", stack.enter_context(postgres_dsn()))
+
+
+def start_proxies(
+    config: CheckConfig,
+    names: list[str],
+    run_id: str,
+    redis_url: str,
+    stack: ExitStack,
+    notes: list[str],
+) -> Network:
+    """One Toxiproxy proxy per worker in front of the lease Redis; without Toxiproxy (or with a
+    URL it cannot proxy) the workers connect straight, and a note says so."""
+    direct = Network([redis_url] * config.workers, {}, None)
+    upstream = _upstream(redis_url)
+    if not config.toxiproxy:
+        return direct
+    if upstream is None:
+        notes.append("Redis URL is not redis://host:port: no Toxiproxy, no network faults")
+        return direct
+    worker_urls = list(direct.worker_urls)
+    proxies: dict[int, Any] = {}
+    try:
+        from ..servers.toxiproxy import toxiproxy_endpoint
+
+        endpoint = stack.enter_context(toxiproxy_endpoint())
+        client = endpoint.client()
+        for index, name in enumerate(names):
+            proxy = client.create(
+                upstream=f"{upstream[0]}:{upstream[1]}",
+                name=f"fencedlease-check-{run_id}-{name}",
+                listen="127.0.0.1:0",
+            )
+            stack.callback(_destroy, endpoint, proxy)
+            proxies[index] = proxy
+            worker_urls[index] = _proxied_url(redis_url, proxy.listen)
+        kind = f"{endpoint.kind} Toxiproxy at {endpoint.api_url}"
+    except Exception as exc:  # no Toxiproxy: run without network faults, and say so
+        notes.append(f"Toxiproxy unavailable ({type(exc).__name__}: {exc}): no network faults")
+        return direct
+    return Network(worker_urls, proxies, kind)
+
+
+def _upstream(url: str) -> tuple[str, int, str] | None:
+    """``(host, port, db path)`` of a ``redis://`` URL, None for other schemes."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis",) or parts.hostname is None:
+        return None
+    return parts.hostname, parts.port or 6379, parts.path or "/0"
+
+
+def _proxied_url(url: str, listen: str) -> str:
+    parts = urlsplit(url)
+    auth = ""
+    if parts.username or parts.password:
+        auth = f"{parts.username or ''}:{parts.password or ''}@"
+    return f"redis://{auth}{listen}{parts.path or '/0'}"
+
+
+def _destroy(endpoint: Any, proxy: Any) -> None:
+    with contextlib.suppress(Exception):
+        endpoint.client()
+        proxy.destroy()
+
+
+def check_redis_url(url: str) -> None:
+    """A Redis URL the library takes (scheme, port, options), checked with no I/O before any
+    process starts.
+
+    Raises:
+        ValidationError: (a ``ValueError``) naming what is wrong, the password shown as ``***``.
+    """
+    from fencedlease import LeaseManager, ValidationError
+
+    if url.partition("://")[0].lower() not in ("redis", "rediss", "unix"):
+        raise ValidationError(
+            "redis_url", f"a Redis URL is redis://, rediss:// or unix://; got {redact_url(url)!r}"
+        )
+    LeaseManager.from_url(url, prefix="fencedlease-check").close()
