@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 from collections.abc import Iterator
-from typing import Final, Literal, Protocol
+from typing import Any, Final, Literal, Protocol
 
 import attrs
 import redis
@@ -65,6 +65,25 @@ class CounterStore(Protocol):
     def close(self) -> None: ...
 
 
+def _prepare_sql(conn: Any, placeholder: str, value_type: str, name: str) -> None:
+    """Recreate the counter table at 0 on ``conn`` (a sqlite3 or psycopg connection outside a
+    transaction; ``placeholder`` its paramstyle's, ``value_type`` the counter column's SQL type),
+    create the guard table if needed and clear the fence of ``name``."""
+    conn.execute(f"DROP TABLE IF EXISTS {COUNTER_TABLE}")
+    conn.execute(
+        f"CREATE TABLE {COUNTER_TABLE} (id INTEGER PRIMARY KEY, value {value_type} NOT NULL)"
+    )
+    conn.execute(
+        f"INSERT INTO {COUNTER_TABLE} (id, value) VALUES ({placeholder}, 0)",  # noqa: S608
+        (_ROW_ID,),
+    )
+    db.create_guard_table(conn)
+    conn.execute(
+        f"DELETE FROM {db.DEFAULT_GUARD_TABLE} WHERE resource = {placeholder}",  # noqa: S608
+        (name,),
+    )
+
+
 class _SqliteStore:
     """The counter in an SQLite file; each access is one ``BEGIN IMMEDIATE`` transaction."""
 
@@ -91,17 +110,7 @@ class _SqliteStore:
             raise BackendError(f"sqlite COMMIT failed: {exc}") from exc
 
     def prepare(self) -> None:
-        conn = self._conn
-        conn.execute(f"DROP TABLE IF EXISTS {COUNTER_TABLE}")
-        conn.execute(
-            f"CREATE TABLE {COUNTER_TABLE} (id INTEGER PRIMARY KEY, value INTEGER NOT NULL)"
-        )
-        conn.execute(f"INSERT INTO {COUNTER_TABLE} (id, value) VALUES (?, 0)", (_ROW_ID,))  # noqa: S608
-        db.create_guard_table(conn)
-        conn.execute(
-            f"DELETE FROM {db.DEFAULT_GUARD_TABLE} WHERE resource = ?",  # noqa: S608
-            (self._name,),
-        )
+        _prepare_sql(self._conn, "?", "INTEGER", self._name)
 
     def read(self, lease: Lease, *, fenced: bool) -> int:
         with self._transaction() as conn:
@@ -149,17 +158,7 @@ class _PostgresStore:
         return BackendError(f"postgres: {exc}")
 
     def prepare(self) -> None:
-        conn = self._conn
-        conn.execute(f"DROP TABLE IF EXISTS {COUNTER_TABLE}")
-        conn.execute(
-            f"CREATE TABLE {COUNTER_TABLE} (id INTEGER PRIMARY KEY, value BIGINT NOT NULL)"
-        )
-        conn.execute(f"INSERT INTO {COUNTER_TABLE} (id, value) VALUES (%s, 0)", (_ROW_ID,))  # noqa: S608
-        db.create_guard_table(conn)
-        conn.execute(
-            f"DELETE FROM {db.DEFAULT_GUARD_TABLE} WHERE resource = %s",  # noqa: S608
-            (self._name,),
-        )
+        _prepare_sql(self._conn, "%s", "BIGINT", self._name)
 
     def read(self, lease: Lease, *, fenced: bool) -> int:
         try:
