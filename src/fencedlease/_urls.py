@@ -1,4 +1,5 @@
-"""Backends from URLs: one parser for :meth:`LeaseManager.from_url` and its asyncio twin.
+"""Backends from URLs: the parser of :meth:`LeaseManager.from_url` (its asyncio twin,
+:func:`fencedlease.aio.async_backend_from_url`, takes the same URLs).
 
 Accepted URLs::
 
@@ -28,29 +29,36 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 import redis
 
-from ._backend import AsyncLeaseBackend, LeaseBackend
-from ._core import Clock
+from ._backend import LeaseBackend
+from ._clock import Clock
 from ._errors import ValidationError
 from ._redis_backend import RedisBackend
 from ._validate import check_key, check_prefix
-from .backends.memory import AsyncMemoryBackend, MemoryBackend
-from .backends.sqlite import AsyncSqliteBackend, SqliteBackend
+from .backends.memory import MemoryBackend
+from .backends.sqlite import SqliteBackend
 
-__all__ = ["REDIS_SCHEMES", "async_backend_from_url", "backend_from_url", "sqlite_options"]
+__all__ = [
+    "REDIS_SCHEMES",
+    "SCHEMES",
+    "backend_from_url",
+    "check_memory",
+    "scheme_of",
+    "sqlite_options",
+]
 
 REDIS_SCHEMES = frozenset({"redis", "rediss", "unix"})
-_SCHEMES = "redis://, rediss://, unix://, memory:// or sqlite:///<path>"
+SCHEMES = "redis://, rediss://, unix://, memory:// or sqlite:///<path>"
 
 
-def _scheme(url: object) -> str:
+def scheme_of(url: object) -> str:
     text = check_key(url, "url")
     scheme, sep, _ = text.partition("://")
     if not sep:
-        raise ValidationError("url", f"url must start with one of {_SCHEMES}; got {text!r}")
+        raise ValidationError("url", f"url must start with one of {SCHEMES}; got {text!r}")
     return scheme.lower()
 
 
-def _check_memory(url: str, kwargs: dict[str, Any]) -> None:
+def check_memory(url: str, kwargs: dict[str, Any]) -> None:
     parts = urlsplit(url)
     if parts.netloc or parts.path or parts.query or parts.fragment:
         raise ValidationError("url", f"a memory URL is exactly 'memory://'; got {url!r}")
@@ -104,7 +112,7 @@ def backend_from_url(url: str, *, prefix: str, clock: Clock, **kwargs: Any) -> L
             or a bad ``prefix``.
         BackendError: a SQLite database that cannot be opened.
     """
-    scheme = _scheme(url)
+    scheme = scheme_of(url)
     check_prefix(prefix)
     if scheme in REDIS_SCHEMES:
         try:
@@ -113,46 +121,9 @@ def backend_from_url(url: str, *, prefix: str, clock: Clock, **kwargs: Any) -> L
             raise ValidationError("url", f"not a usable Redis URL: {exc}") from exc
         return RedisBackend(client, prefix, owns_client=True)
     if scheme == "memory":
-        _check_memory(url, kwargs)
+        check_memory(url, kwargs)
         return MemoryBackend(clock=clock)
     if scheme == "sqlite":
         path, options = sqlite_options(url, kwargs)
         return SqliteBackend(path, prefix=prefix, clock=clock, **options)
-    raise ValidationError("url", f"url must start with one of {_SCHEMES}; got {url!r}")
-
-
-def async_backend_from_url(
-    url: str, *, prefix: str, clock: Clock, **kwargs: Any
-) -> AsyncLeaseBackend:
-    """The :class:`AsyncLeaseBackend` a URL names: the asyncio twin of :func:`backend_from_url`,
-    with the same URLs, options and errors. Makes no I/O (a SQLite file is opened on a worker
-    thread at the first operation).
-
-    Redis: ``redis.asyncio.Redis.from_url(url, **kwargs)`` in an
-    :class:`~fencedlease.aio.AsyncRedisBackend`; ``memory://``: an :class:`AsyncMemoryBackend`;
-    ``sqlite:///...``: an :class:`AsyncSqliteBackend`.
-
-    Raises:
-        ValidationError: an unknown scheme, a malformed URL, an option the scheme does not take,
-            or a bad ``prefix``.
-    """
-    scheme = _scheme(url)
-    check_prefix(prefix)
-    if scheme in REDIS_SCHEMES:
-        import redis.asyncio
-
-        # Imported here: fencedlease.aio imports this module for its own from_url.
-        from .aio._redis_backend import AsyncRedisBackend
-
-        try:
-            client: redis.asyncio.Redis = redis.asyncio.Redis.from_url(url, **kwargs)
-        except ValueError as exc:
-            raise ValidationError("url", f"not a usable Redis URL: {exc}") from exc
-        return AsyncRedisBackend(client, prefix, owns_client=True)
-    if scheme == "memory":
-        _check_memory(url, kwargs)
-        return AsyncMemoryBackend(clock=clock)
-    if scheme == "sqlite":
-        path, options = sqlite_options(url, kwargs)
-        return AsyncSqliteBackend(path, prefix=prefix, clock=clock, **options)
-    raise ValidationError("url", f"url must start with one of {_SCHEMES}; got {url!r}")
+    raise ValidationError("url", f"url must start with one of {SCHEMES}; got {url!r}")

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from fencedlease import LeaseManager, RedisBackend, ValidationError
-from fencedlease._core import SYSTEM_CLOCK
-from fencedlease._urls import async_backend_from_url, backend_from_url
+from fencedlease._clock import SYSTEM_CLOCK
+from fencedlease._urls import backend_from_url
+from fencedlease.aio._urls import async_backend_from_url
 from fencedlease.backends import (
     AsyncMemoryBackend,
     AsyncSqliteBackend,
