@@ -43,8 +43,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
+from ._redis.keys import control_channel, enqueue_args
 from ._redis.replies import text
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "LISTEN_SLICE_S",
     "AsyncReleaseWaiter",
     "Channels",
+    "HandoffBase",
     "ReleaseWaiter",
     "SleepWaiter",
     "listener_died",
@@ -153,6 +155,48 @@ class AsyncReleaseWaiter(Protocol):
     ) -> None: ...
 
     async def aclose(self) -> None: ...
+
+
+ClientT = TypeVar("ClientT")
+
+
+class HandoffBase(Generic[ClientT]):
+    """What the two Redis hand-offs (:class:`~fencedlease._handoff_sync.Handoff`, a thread;
+    :class:`~fencedlease.aio._handoff.AsyncHandoff`, a task) hold alike: the manager's client
+    (``redis.Redis`` or ``redis.asyncio.Redis``) and key ``prefix``, ``grace_ms`` (how long past
+    its wait a queued waiter still counts as alive), the :class:`Channels` (``linger_s``: how long
+    an unused channel stays subscribed) and the listener's own wake-up channel. No I/O."""
+
+    queues = True
+
+    def __init__(
+        self,
+        client: ClientT,
+        prefix: str,
+        *,
+        grace_ms: int = DEFAULT_GRACE_MS,
+        linger_s: float = DEFAULT_LINGER_S,
+    ) -> None:
+        self._client = client
+        self._prefix = prefix
+        self._grace_ms = grace_ms
+        self._channels = Channels(linger_s)
+        self._control = control_channel(prefix)
+        self._closed = False
+        self.notified = 0  # waiters woken by a hand-off message (for the benchmark and tests)
+        self._reset()
+
+    def _reset(self) -> None:
+        """Set up the face's own listener state (a thread, a lock and a pool; or a task); also in
+        a forked child, where the parent's do not exist."""
+
+    def _enqueue_args(
+        self, key: str, owner_token: str, ttl_ms: int, wait_ms: int, final: bool
+    ) -> tuple[tuple[str, str, str], tuple[str, int, int, int]]:
+        """KEYS and ARGV of the queueing script for one wait (see
+        :func:`~fencedlease._redis.keys.enqueue_args`)."""
+        prefix, grace_ms = self._prefix, self._grace_ms
+        return enqueue_args(prefix, key, owner_token, ttl_ms, wait_ms, final, grace_ms)
 
 
 def release_waiter_for(backend: object) -> ReleaseWaiter:

@@ -18,9 +18,8 @@ import redis
 from redis.exceptions import RedisError
 
 from ._handoff import (
-    DEFAULT_GRACE_MS,
-    DEFAULT_LINGER_S,
     Channels,
+    HandoffBase,
     listener_died,
     listener_failed,
     log,
@@ -28,7 +27,7 @@ from ._handoff import (
 )
 from ._redis.clients import dedicated_client
 from ._redis.errors import acl_denial, backend_errors
-from ._redis.keys import control_channel, enqueue_args, handoff_channel
+from ._redis.keys import control_channel, handoff_channel
 from ._redis.replies import text
 from ._redis.scripts import ENQUEUE, run_script
 from ._renewer import shutdown_pool
@@ -38,7 +37,7 @@ __all__ = ["Handoff"]
 T = TypeVar("T")
 
 
-class Handoff:
+class Handoff(HandoffBase[redis.Redis]):
     """The Redis release waiter of one :class:`~fencedlease.LeaseManager` (see the module).
 
     ``client``: the manager's ``redis.Redis`` (it carries the queue commands; the listener has a
@@ -52,26 +51,10 @@ class Handoff:
     too.
     """
 
-    queues = True
-
-    def __init__(
-        self,
-        client: redis.Redis,
-        prefix: str,
-        *,
-        grace_ms: int = DEFAULT_GRACE_MS,
-        linger_s: float = DEFAULT_LINGER_S,
-    ) -> None:
-        self._client = client
-        self._prefix = prefix
-        self._grace_ms = grace_ms
+    def _reset(self) -> None:
         self._lock = threading.Lock()
-        self._channels = Channels(linger_s)
-        self._control = control_channel(prefix)
         self._thread: threading.Thread | None = None
         self._io: concurrent.futures.ThreadPoolExecutor | None = None
-        self._closed = False
-        self.notified = 0  # waiters woken by a hand-off message (for the benchmark and tests)
 
     @property
     def listening(self) -> bool:
@@ -135,10 +118,9 @@ class Handoff:
                 channels.leave(channel, name, time.monotonic())
 
     def _enqueue(self, key: str, owner_token: str, ttl_ms: int, wait_ms: int, final: bool) -> bool:
-        prefix, client = self._prefix, self._client
-        keys, args = enqueue_args(prefix, key, owner_token, ttl_ms, wait_ms, final, self._grace_ms)
+        keys, args = self._enqueue_args(key, owner_token, ttl_ms, wait_ms, final)
         with backend_errors(f"wait for {key!r}"):
-            reply = run_script(client, ENQUEUE, keys, args)
+            reply = run_script(self._client, ENQUEUE, keys, args)
         return int(reply) == 1
 
     def _submit(self, fn: Callable[..., T], *args: Any) -> concurrent.futures.Future[T]:
@@ -183,10 +165,9 @@ class Handoff:
         """In a forked child (see :mod:`fencedlease._fork`): forget the parent's listener, pool,
         lock and waiters, none of which exist here; the next wait starts a listener of the
         child's own, on a control channel of its own. No I/O."""
-        self._lock = threading.Lock()
         self._channels = Channels(self._channels.linger_s)
         self._control = control_channel(self._prefix)
-        self._thread, self._io = None, None
+        self._reset()
 
     def _run(self) -> None:
         listener = dedicated_client(self._client)

@@ -126,18 +126,24 @@ class RenewalSchedule:
     def pop_due(self, now: float, limit: int) -> list[RenewalEntry]:
         """Remove and return up to ``limit`` active entries due at ``now``, earliest first."""
         batch: list[RenewalEntry] = []
+        self._take(batch, limit, now, early=0.0)
+        return batch
+
+    def _take(self, batch: list[RenewalEntry], limit: int, now: float, early: float) -> None:
+        """Move active entries from the due heap into ``batch``, earliest first, up to ``limit``,
+        while each is due by ``now + early * its heartbeat``; each is in flight from then on
+        (not due again until :meth:`apply` says when)."""
         due = self._due
         while due and len(batch) < limit:
             when, _, entry = due[0]
             if not entry.active or when != entry.next_due:
                 heapq.heappop(due)
                 continue
-            if when > now:
+            if when > now + early * entry.heartbeat_s:
                 break
             heapq.heappop(due)
-            entry.next_due = float("inf")  # in flight: not due again until apply() says when
+            entry.next_due = float("inf")
             batch.append(entry)
-        return batch
 
     def pop_batch(self, now: float, limit: int) -> list[RenewalEntry]:
         """:meth:`pop_due`, then, if anything was due, fill the batch up to ``limit`` with the
@@ -150,19 +156,8 @@ class RenewalSchedule:
         heartbeat early.
         """
         batch = self.pop_due(now, limit)
-        if not batch:
-            return batch
-        due = self._due
-        while due and len(batch) < limit:
-            when, _, entry = due[0]
-            if not entry.active or when != entry.next_due:
-                heapq.heappop(due)
-                continue
-            if when > now + entry.heartbeat_s / 2:
-                break
-            heapq.heappop(due)
-            entry.next_due = float("inf")
-            batch.append(entry)
+        if batch:
+            self._take(batch, limit, now, early=0.5)
         return batch
 
     def pop_expired(self, now: float) -> list[RenewalEntry]:

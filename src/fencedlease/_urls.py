@@ -24,7 +24,8 @@ for ``sqlite`` the only one is ``busy_timeout_ms`` (also accepted as ``?busy_tim
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import redis
@@ -42,6 +43,8 @@ __all__ = [
     "SCHEMES",
     "backend_from_url",
     "check_memory",
+    "parse_backend_url",
+    "redis_client",
     "scheme_of",
     "sqlite_options",
 ]
@@ -100,6 +103,45 @@ def sqlite_options(url: str, kwargs: dict[str, Any]) -> tuple[str, dict[str, Any
     return path, options
 
 
+def parse_backend_url(
+    url: str, prefix: str, kwargs: dict[str, Any]
+) -> tuple[Literal["redis", "memory", "sqlite"], str, dict[str, Any]]:
+    """What a URL names, for either face: ``(kind, path, options)``. ``path`` is the SQLite path
+    (else the URL); ``options`` are the keyword arguments for the client or the backend.
+
+    Raises:
+        ValidationError: an unknown scheme, a malformed URL, an option the scheme does not take,
+            or a bad ``prefix``.
+    """
+    scheme = scheme_of(url)
+    check_prefix(prefix)
+    if scheme in REDIS_SCHEMES:
+        return "redis", url, kwargs
+    if scheme == "memory":
+        check_memory(url, kwargs)
+        return "memory", url, {}
+    if scheme == "sqlite":
+        path, options = sqlite_options(url, kwargs)
+        return "sqlite", path, options
+    raise ValidationError("url", f"url must start with one of {SCHEMES}; got {url!r}")
+
+
+ClientT = TypeVar("ClientT")
+
+
+def redis_client(from_url: Callable[..., ClientT], url: str, options: dict[str, Any]) -> ClientT:
+    """``from_url(url, **options)``: ``redis.Redis.from_url`` or ``redis.asyncio.Redis.from_url``.
+
+    Raises:
+        ValidationError: redis-py cannot use the URL.
+    """
+    try:
+        client = from_url(url, **options)
+    except ValueError as exc:
+        raise ValidationError("url", f"not a usable Redis URL: {exc}") from exc
+    return client
+
+
 def backend_from_url(url: str, *, prefix: str, clock: Clock, **kwargs: Any) -> LeaseBackend:
     """The :class:`LeaseBackend` a URL names (forms in the module docstring).
 
@@ -112,18 +154,11 @@ def backend_from_url(url: str, *, prefix: str, clock: Clock, **kwargs: Any) -> L
             or a bad ``prefix``.
         BackendError: a SQLite database that cannot be opened.
     """
-    scheme = scheme_of(url)
-    check_prefix(prefix)
-    if scheme in REDIS_SCHEMES:
-        try:
-            client = redis.Redis.from_url(url, **kwargs)
-        except ValueError as exc:
-            raise ValidationError("url", f"not a usable Redis URL: {exc}") from exc
-        return RedisBackend(client, prefix, owns_client=True)
-    if scheme == "memory":
-        check_memory(url, kwargs)
+    kind, path, options = parse_backend_url(url, prefix, kwargs)
+    if kind == "redis":
+        return RedisBackend(
+            redis_client(redis.Redis.from_url, url, options), prefix, owns_client=True
+        )
+    if kind == "memory":
         return MemoryBackend(clock=clock)
-    if scheme == "sqlite":
-        path, options = sqlite_options(url, kwargs)
-        return SqliteBackend(path, prefix=prefix, clock=clock, **options)
-    raise ValidationError("url", f"url must start with one of {SCHEMES}; got {url!r}")
+    return SqliteBackend(path, prefix=prefix, clock=clock, **options)

@@ -327,8 +327,8 @@ DENIALS = [
         f"{_release_line()}",
     ),
     ("DEL", "force_release", "force_release 'k': the Redis ACL user may not run DEL"),
-    ("EVALSHA", "fenced", "fenced_set on 'r' failed: the Redis ACL user may not run EVALSHA"),
-    ("HGET", "last_token", "reading the fence of 'r' failed: the Redis ACL user may not run HGET"),
+    ("EVALSHA", "fenced", "fenced_set on 'r': the Redis ACL user may not run EVALSHA"),
+    ("HGET", "last_token", "reading the fence of 'r': the Redis ACL user may not run HGET"),
 ]
 
 

@@ -16,10 +16,8 @@ import redis.asyncio
 from redis.exceptions import RedisError
 
 from .._handoff import (
-    DEFAULT_GRACE_MS,
-    DEFAULT_LINGER_S,
     AsyncReleaseWaiter,
-    Channels,
+    HandoffBase,
     listener_died,
     listener_failed,
     log,
@@ -27,7 +25,7 @@ from .._handoff import (
 )
 from .._redis.aio import dedicated_client, run_script
 from .._redis.errors import acl_denial, backend_errors
-from .._redis.keys import control_channel, enqueue_args, handoff_channel
+from .._redis.keys import handoff_channel
 from .._redis.replies import text
 from .._redis.scripts import ENQUEUE
 
@@ -48,7 +46,7 @@ class AsyncSleepWaiter:
         pass
 
 
-class AsyncHandoff:
+class AsyncHandoff(HandoffBase[redis.asyncio.Redis]):
     """:class:`~fencedlease._handoff_sync.Handoff` for ``redis.asyncio``: the same queue and
     scripts, the listener a task.
 
@@ -60,25 +58,9 @@ class AsyncHandoff:
     (:func:`~fencedlease._handoff.listener_died`).
     """
 
-    queues = True
-
-    def __init__(
-        self,
-        client: redis.asyncio.Redis,
-        prefix: str,
-        *,
-        grace_ms: int = DEFAULT_GRACE_MS,
-        linger_s: float = DEFAULT_LINGER_S,
-    ) -> None:
-        self._client = client
-        self._prefix = prefix
-        self._grace_ms = grace_ms
-        self._channels = Channels(linger_s)
-        self._control = control_channel(prefix)
+    def _reset(self) -> None:
         self._task: asyncio.Task[None] | None = None
         self._chores: set[asyncio.Task[Any]] = set()
-        self._closed = False
-        self.notified = 0
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(coro)
@@ -134,10 +116,9 @@ class AsyncHandoff:
     async def _enqueue(
         self, key: str, owner_token: str, ttl_ms: int, wait_ms: int, final: bool
     ) -> bool:
-        prefix, client = self._prefix, self._client
-        keys, args = enqueue_args(prefix, key, owner_token, ttl_ms, wait_ms, final, self._grace_ms)
+        keys, args = self._enqueue_args(key, owner_token, ttl_ms, wait_ms, final)
         with backend_errors(f"wait for {key!r}"):
-            reply = await run_script(client, ENQUEUE, keys, args)
+            reply = await run_script(self._client, ENQUEUE, keys, args)
         return int(reply) == 1
 
     async def _poke(self) -> None:
