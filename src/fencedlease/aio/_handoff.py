@@ -128,7 +128,8 @@ class AsyncHandoff(HandoffBase[redis.asyncio.Redis]):
             log.debug("could not wake the hand-off listener: %s", exc)
 
     async def aclose(self) -> None:
-        """Cancel the listener task and wait for it; wake every waiter. Idempotent."""
+        """Cancel the listener task and wait for it; wake every waiter. Idempotent. A listener that
+        died (logged when it did) does not make this raise, as the thread's does not."""
         if self._closed:
             return
         self._closed = True
@@ -140,7 +141,10 @@ class AsyncHandoff(HandoffBase[redis.asyncio.Redis]):
             chore.cancel()
         await asyncio.gather(*chores, return_exceptions=True)
         task = self._task
-        if task is not None:
+        if task is not None and task.done():
+            if not task.cancelled():
+                task.exception()  # a death already logged (listener_died), as the thread's is
+        elif task is not None:
             task.cancel()
             try:
                 await task
