@@ -1,8 +1,8 @@
 """The engine shared by every face, by one name: clocks (:mod:`fencedlease._clock`), a lease's
 state and the loss rules (:mod:`fencedlease._state`), the renewal schedule
 (:mod:`fencedlease._schedule`), the acquire attempt (:mod:`fencedlease._attempt`) and the lease
-view (:mod:`fencedlease._view`). Nothing here does I/O or starts a thread; the renewers import
-from here.
+view (:mod:`fencedlease._view`). Nothing here does I/O or starts a thread. The managers and the
+renewers import the engine from here; the other modules import the part they use.
 """
 
 from __future__ import annotations

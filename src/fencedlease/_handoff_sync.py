@@ -40,11 +40,10 @@ T = TypeVar("T")
 class Handoff(HandoffBase[redis.Redis]):
     """The Redis release waiter of one :class:`~fencedlease.LeaseManager` (see the module).
 
-    ``client``: the manager's ``redis.Redis`` (it carries the queue commands; the listener has a
-    connection of its own, see :func:`~fencedlease._redis.clients.dedicated_client`);
-    ``prefix``: its key prefix. ``grace_ms``: how long past its wait a
-    queued waiter still counts as alive. ``linger_s``: how long an unused channel
-    stays subscribed. The listener is a daemon thread named ``fencedlease-handoff``, started by
+    ``Handoff(client, prefix, *, grace_ms, linger_s)`` as :class:`~fencedlease._handoff.HandoffBase`
+    says: ``client`` is the manager's ``redis.Redis`` (it carries the queue commands; the listener
+    has a connection of its own, see :func:`~fencedlease._redis.clients.dedicated_client`). The
+    listener is a daemon thread named ``fencedlease-handoff``, started by
     the first wait and joined by :meth:`close`. The queueing command runs on a small pool
     (``fencedlease-handoff-io``) so that a stalled Redis cannot stretch a wait past its
     ``timeout_s``: the acquire's bound of ``wait_ms`` plus one round trip holds with the hand-off
