@@ -46,7 +46,8 @@ import redis_lock
 from pottery import Redlock
 
 from fencedlease import LeaseManager
-from fencedlease._handoff import SleepWaiter, waiters_key
+from fencedlease._handoff import SleepWaiter
+from fencedlease._redis.keys import waiters_key
 from fencedlease.lab.servers.redis import RedisServer
 
 PREFIX = "bench"

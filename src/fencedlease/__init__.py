@@ -8,7 +8,7 @@ locking", 2016). See ``docs/semantics.md`` for what it guarantees and what it ne
 from __future__ import annotations
 
 from ._backend import AsyncLeaseBackend, LeaseBackend
-from ._core import Clock, SystemClock
+from ._clock import Clock, SystemClock
 from ._errors import (
     BackendError,
     FencedLeaseError,
@@ -19,10 +19,10 @@ from ._errors import (
     ValidationError,
 )
 from ._fencing import FencedResource
-from ._keys import RedisKeys, redis_keys
 from ._lease import AcquireResult, Lease, LeaseInfo, LeaseOutcome
 from ._manager import LeaseManager
 from ._protocol import owner_fingerprint
+from ._redis.keys import RedisKeys, redis_keys
 from ._redis_backend import RedisBackend
 from ._urls import redact_text, redact_url
 from .backends import MemoryBackend, SqliteBackend

@@ -5,7 +5,13 @@ of it. Keys here are the caller's keys; the backend applies its own layout (for 
 and the hash tag). Owner tokens are secrets: a backend never logs them.
 
 Errors: every failure to reach the store or a refusal by it is raised as
-:class:`~fencedlease.BackendError` with the store's exception in ``__cause__``.
+:class:`~fencedlease.BackendError` with the store's exception in ``__cause__``, saying what may
+have happened at the store (``sent``, ``wrote``; the defaults fit a store whose every call is one
+transaction).
+
+Waking waiters (optional): a backend that can wake the callers waiting for a key when it is
+released offers ``release_waiter()``, returning the manager's release waiter (the Redis backends
+return their hand-off); the managers poll the others.
 """
 
 from __future__ import annotations

@@ -9,13 +9,18 @@
     │   └── LeaseKeyMismatchError   .lease_key, .presented_key
     ├── ValidationError         also a ValueError; says which argument and which bound
     └── BackendError            the store could not be reached or refused; original in __cause__
+                                .sent (Sent), .wrote (Wrote), .timed_out: what may have happened
 
 Every error a store (Redis, SQLite, ...) raises while the library talks to it reaches the caller as
 :class:`BackendError` with the store's own exception in ``__cause__``: one type to catch, the detail
-still there. Nothing is swallowed, and an error is never counted as an acquired lease.
+still there. Nothing is swallowed, and an error is never counted as an acquired lease. The backend
+that raises it says whether the command may have run (``sent``) or changed the store (``wrote``),
+so nothing above the backend needs to know the store's own exceptions.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 __all__ = [
     "BackendError",
@@ -23,9 +28,19 @@ __all__ = [
     "LeaseKeyMismatchError",
     "LeaseLostError",
     "LeaseNotAcquiredError",
+    "Sent",
     "StaleTokenError",
     "ValidationError",
+    "Wrote",
 ]
+
+Sent = Literal["no", "maybe", "yes"]
+"""Whether a failed command reached the store: ``"no"`` (it cannot have run), ``"maybe"`` (sent, no
+reply: it may have run), ``"yes"`` (the store answered: an error reply, or a reply that could not be
+decoded)."""
+
+Wrote = Literal["no", "maybe"]
+"""Whether a failed command may have changed the store."""
 
 
 class FencedLeaseError(Exception):
@@ -148,5 +163,27 @@ class ValidationError(FencedLeaseError, ValueError):
 class BackendError(FencedLeaseError):
     """The lease store could not be reached, or it refused the command.
 
-    The store's own exception (for Redis, a ``redis.RedisError``) is in ``__cause__``.
+    The store's own exception (for Redis, a ``redis.RedisError``) is in ``__cause__``. The backend
+    that raises it says what may have happened at the store, so the caller needs no knowledge of
+    the store's exceptions:
+
+    - ``sent``: ``"no"`` (never reached the store: nothing ran), ``"maybe"`` (sent, no reply:
+      the command may have run; for acquire, only a resend with the same owner token is safe),
+      ``"yes"`` (the store answered).
+    - ``wrote``: ``"maybe"`` when the command may have changed the store (whatever it may have
+      granted must be released with the same owner token), else ``"no"``.
+    - ``timed_out``: a ``"maybe"`` that is a timeout (the store may be stalled), not a dropped
+      connection.
+
+    The defaults, ``sent="yes"``, ``wrote="no"``, fit a store that answers every command
+    atomically (memory, SQLite: a failed transaction wrote nothing); the Redis adapter classifies
+    redis-py's errors (:mod:`fencedlease._redis.errors`).
     """
+
+    def __init__(
+        self, message: str, *, sent: Sent = "yes", wrote: Wrote = "no", timed_out: bool = False
+    ) -> None:
+        super().__init__(message)
+        self.sent: Sent = sent
+        self.wrote: Wrote = wrote
+        self.timed_out = timed_out

@@ -5,7 +5,7 @@ The rule: **a lease belongs to the process that acquired it** (or restored it). 
 inherits copies of the parent's managers and leases, but none of the parent's threads, and it
 shares the parent's sockets. So, in the child:
 
-- every lease made before the fork is lost, reason :attr:`~fencedlease._core.LossReason.FORKED`,
+- every lease made before the fork is lost, reason :attr:`~fencedlease._state.LossReason.FORKED`,
   without any I/O: ``renew()`` and ``release()`` send nothing and return False, ``hold`` ends in
   :class:`~fencedlease.LeaseLostError` (or the body's own exception) without releasing, and the
   manager's ``close()`` leaves the parent's keys alone. The parent keeps renewing them;

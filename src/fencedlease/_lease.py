@@ -8,13 +8,15 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 import attrs
 
 from ._backend import LeaseBackend
-from ._core import Clock, LeaseState, LeaseView
+from ._clock import Clock
 from ._protocol import InspectReply
+from ._state import LeaseState
 from ._validate import check_ms
+from ._view import LeaseView
 
 if TYPE_CHECKING:
-    from ._core import RenewalEntry
     from ._renewer import Renewer
+    from ._schedule import RenewalEntry
 
 __all__ = ["AcquireResult", "Lease", "LeaseInfo", "LeaseOutcome"]
 
@@ -28,7 +30,7 @@ class Lease(LeaseView):
     ``fencing_token`` is the grant's number, strictly larger than every earlier grant's of the key;
     hand it to the storage you write to (see :class:`~fencedlease.FencedResource`). It is None only
     for a lease restored without one (the first successful :meth:`renew` learns it from Redis).
-    The read-only attributes and :meth:`check` come from :class:`~fencedlease._core.LeaseView`,
+    The read-only attributes and :meth:`check` come from :class:`~fencedlease._view.LeaseView`,
     shared with :class:`~fencedlease.aio.AsyncLease`.
 
     Thread-safe: the body may call :meth:`check` while the manager's renewer updates the lease.

@@ -27,7 +27,7 @@ from ._core import (
     restored_state,
 )
 from ._errors import BackendError, LeaseLostError, LeaseNotAcquiredError
-from ._handoff import Handoff, ReleaseWaiter, SleepWaiter
+from ._handoff import ReleaseWaiter, release_waiter_for
 from ._lease import AcquireResult, Lease, LeaseInfo, LeaseOutcome
 from ._redis_backend import RedisBackend
 from ._renewer import BoundedCalls, Renewer
@@ -99,10 +99,8 @@ class LeaseManager:
             self._backend = client
         self._clock = clock
         self._renewer = Renewer(self._backend, clock, batch_size=batch)
-        # Waiting acquirers are woken by the release (see _handoff); other stores are polled.
-        self._release_waiter: ReleaseWaiter = (
-            Handoff(self._backend) if isinstance(self._backend, RedisBackend) else SleepWaiter()
-        )
+        # Waiting acquirers are woken by the release where the backend can (see _handoff).
+        self._release_waiter: ReleaseWaiter = release_waiter_for(self._backend)
         # Final releases (hold's end, close) run here, so a hung store cannot hold the caller.
         self._releases = BoundedCalls("fencedlease-release")
         self._lock = threading.Lock()  # guards _closed and _holds
@@ -190,8 +188,7 @@ class LeaseManager:
         self._holds = set()
         self._renewer._after_fork_in_child()
         self._releases._after_fork_in_child()
-        if isinstance(self._release_waiter, Handoff):
-            self._release_waiter._after_fork_in_child()
+        self._release_waiter._after_fork_in_child()
 
     # -- acquiring --------------------------------------------------------------------------
 

@@ -31,25 +31,26 @@ import codecs
 import math
 import re
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 import redis
 
-from ._backend import AsyncLeaseBackend, LeaseBackend
-from ._core import Clock
+from ._backend import LeaseBackend
+from ._clock import Clock
 from ._errors import ValidationError
 from ._redis_backend import RedisBackend
 from ._validate import MAX_MS, check_clock, check_key, check_prefix
-from .backends.memory import AsyncMemoryBackend, MemoryBackend
-from .backends.sqlite import AsyncSqliteBackend, SqliteBackend
+from .backends.memory import MemoryBackend
+from .backends.sqlite import SqliteBackend
 
 __all__ = [
     "REDIS_SCHEMES",
-    "async_backend_from_url",
     "backend_from_url",
+    "parse_backend_url",
     "redact_text",
     "redact_url",
+    "redis_client",
     "sqlite_options",
 ]
 
@@ -198,7 +199,7 @@ _UNEXPECTED_OPTION = re.compile(r"unexpected keyword argument '(\w+)'")
 _URL_OPTION = re.compile(r"value for '(\w+)'")
 
 
-def _redis_client(factory: Callable[..., _Client], url: str, kwargs: dict[str, Any]) -> _Client:
+def redis_client(factory: Callable[..., _Client], url: str, kwargs: dict[str, Any]) -> _Client:
     """``factory(url, **kwargs)`` (``Redis.from_url`` of either face), with every option checked
     now rather than at the first command: one connection object is built (no I/O) so that an
     option the connection class does not take (``?ssl_cert_reqs=`` on ``redis://``, a typo) or
@@ -284,51 +285,35 @@ def backend_from_url(url: str, *, prefix: str, clock: Clock, **kwargs: Any) -> L
             ``clock``. A password in the URL shows as ``***`` in the message.
         BackendError: a SQLite database that cannot be opened.
     """
-    scheme = _scheme(url)
-    check_prefix(prefix)
-    check_clock(clock)
-    if scheme in REDIS_SCHEMES:
-        client = _redis_client(redis.Redis.from_url, url, kwargs)
-        return RedisBackend(client, prefix, owns_client=True)
-    if scheme == "memory":
-        _check_memory(url, kwargs)
+    kind, path, options = parse_backend_url(url, prefix, clock, kwargs)
+    if kind == "redis":
+        return RedisBackend(
+            redis_client(redis.Redis.from_url, url, options), prefix, owns_client=True
+        )
+    if kind == "memory":
         return MemoryBackend(clock=clock)
-    if scheme == "sqlite":
-        path, options = sqlite_options(url, kwargs)
-        return SqliteBackend(path, prefix=prefix, clock=clock, **options)
-    raise _bad_url(url, f"url must start with one of {_SCHEMES}")
+    return SqliteBackend(path, prefix=prefix, clock=clock, **options)
 
 
-def async_backend_from_url(
-    url: str, *, prefix: str, clock: Clock, **kwargs: Any
-) -> AsyncLeaseBackend:
-    """The :class:`AsyncLeaseBackend` a URL names: the asyncio twin of :func:`backend_from_url`,
-    with the same URLs, options and errors. Makes no I/O (a SQLite file is opened on a worker
-    thread at the first operation).
-
-    Redis: ``redis.asyncio.Redis.from_url(url, **kwargs)`` in an
-    :class:`~fencedlease.aio.AsyncRedisBackend`; ``memory://``: an :class:`AsyncMemoryBackend`;
-    ``sqlite:///...``: an :class:`AsyncSqliteBackend`.
+def parse_backend_url(
+    url: str, prefix: str, clock: Clock, kwargs: dict[str, Any]
+) -> tuple[Literal["redis", "memory", "sqlite"], str, dict[str, Any]]:
+    """What a URL names, for either face: ``(kind, path, options)``. ``path`` is the SQLite path
+    (else the URL); ``options`` are the keyword arguments for the client or the backend. No I/O.
 
     Raises:
         ValidationError: an unknown scheme, a malformed URL, an option the scheme does not take,
-            or a bad ``prefix``.
+            a bad ``prefix`` or ``clock``; a password in the URL shows as ``***``.
     """
     scheme = _scheme(url)
     check_prefix(prefix)
     check_clock(clock)
     if scheme in REDIS_SCHEMES:
-        import redis.asyncio
-
-        # Imported here: fencedlease.aio imports this module for its own from_url.
-        from .aio._redis_backend import AsyncRedisBackend
-
-        client: redis.asyncio.Redis = _redis_client(redis.asyncio.Redis.from_url, url, kwargs)
-        return AsyncRedisBackend(client, prefix, owns_client=True)
+        return "redis", url, kwargs
     if scheme == "memory":
         _check_memory(url, kwargs)
-        return AsyncMemoryBackend(clock=clock)
+        return "memory", url, {}
     if scheme == "sqlite":
         path, options = sqlite_options(url, kwargs)
-        return AsyncSqliteBackend(path, prefix=prefix, clock=clock, **options)
+        return "sqlite", path, options
     raise _bad_url(url, f"url must start with one of {_SCHEMES}")

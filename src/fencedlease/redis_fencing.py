@@ -18,10 +18,10 @@ Both share a Redis Cluster hash slot, and neither can be a lease's key (see
 
 The rule is the one of :func:`fencedlease._fencing.decide`, transcribed once in
 ``scripts/fenced_check.lua``, which compares tokens exactly as decimal strings (Lua's numbers are
-doubles); each ``scripts/fenced_<op>.lua`` adds one access to it. A script that
-finds its SHA missing (``NOSCRIPT``, after ``SCRIPT FLUSH`` or a failover to a fresh replica) is
-loaded again and retried once. Every ``redis.RedisError`` reaches the caller as
-:class:`BackendError` with the original in ``__cause__``.
+doubles); each ``scripts/fenced_<op>.lua`` adds one access to it. Scripts run as the lease
+scripts do (:func:`fencedlease._redis.scripts.run_script`: EVALSHA, one EVAL after ``NOSCRIPT``),
+and every ``redis.RedisError`` reaches the caller as :class:`BackendError` with the original in
+``__cause__``, classified and with an ACL refusal named (:mod:`fencedlease._redis.errors`).
 
 If the fence state lives on a Redis that loses writes (a failover, a restart without persistence),
 it is rolled back with them; fence data in the store that holds it, and see ``docs/fencing.md``.
@@ -29,15 +29,11 @@ it is rolled back with them; fence data in the store that holds it, and see ``do
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
-from importlib import resources
 from typing import Any, Final, TypeVar
 
-import attrs
 import redis
 
-from ._acl import acl_denial, register_script
 from ._errors import BackendError, ValidationError
 from ._fencing import (
     RefusalReason,
@@ -46,7 +42,10 @@ from ._fencing import (
     coerce_access,
     stale_token_error,
 )
-from ._protocol import resource_keys
+from ._redis.errors import backend_errors
+from ._redis.keys import resource_keys
+from ._redis.replies import text
+from ._redis.scripts import Script, run_script
 from ._validate import check_key, check_prefix
 
 __all__ = ["DEFAULT_PREFIX", "RedisFencedResource"]
@@ -63,42 +62,11 @@ _REASONS: Final[dict[str, RefusalReason]] = {
 }
 
 
-@attrs.frozen
-class _FencedScript:
-    """``fenced_check.lua`` followed by ``fenced_<op>.lua``, with its SHA-1 for EVALSHA."""
-
-    name: str
-    source: str
-    sha: str
-
-    def __attrs_post_init__(self) -> None:
-        register_script(self.name, self.source, self.sha)  # an ACL refusal inside names its command
-
-    @classmethod
-    def load(cls, op: str) -> _FencedScript:
-        scripts = resources.files("fencedlease").joinpath("scripts")
-        source = (
-            scripts.joinpath("fenced_check.lua").read_text("utf-8")
-            + "\n"
-            + scripts.joinpath(f"fenced_{op}.lua").read_text("utf-8")
-        )
-        sha = hashlib.sha1(source.encode("utf-8")).hexdigest()  # noqa: S324 (Redis's script id)
-        return cls(f"fenced_{op}", source, sha)
-
-
-_ACCEPT: Final = _FencedScript.load("accept")
-_SET: Final = _FencedScript.load("set")
-_HSET: Final = _FencedScript.load("hset")
-_GET: Final = _FencedScript.load("get")
-_HGETALL: Final = _FencedScript.load("hgetall")
-
-
-def _text(value: object) -> str:
-    if isinstance(value, bytes):
-        return value.decode("utf-8")
-    if isinstance(value, str):
-        return value
-    return str(value)
+_ACCEPT: Final = Script.load("fenced_accept", "fenced_check", "fenced_accept")
+_SET: Final = Script.load("fenced_set", "fenced_check", "fenced_set")
+_HSET: Final = Script.load("fenced_hset", "fenced_check", "fenced_hset")
+_GET: Final = Script.load("fenced_get", "fenced_check", "fenced_get")
+_HGETALL: Final = Script.load("fenced_hgetall", "fenced_check", "fenced_hgetall")
 
 
 def _payload(value: object, argument: str, what: str) -> str | bytes | int | float:
@@ -194,16 +162,12 @@ class RedisFencedResource:
         return self._fence_field("key", str) or None
 
     def _fence_field(self, field: str, convert: type[_T]) -> _T | None:
-        try:
+        with backend_errors(f"reading the fence of {self._name!r}"):
             raw = self._client.hget(self._fence_key, field)
-        except redis.RedisError as exc:
-            denied = acl_denial(exc)
-            detail = f"{denied}: {exc}" if denied else str(exc)
-            raise BackendError(f"reading the fence of {self._name!r} failed: {detail}") from exc
         if raw is None:
             return None
         try:
-            return convert(_text(raw))
+            return convert(text(raw))
         except ValueError as exc:
             raise BackendError(f"the fence of {self._name!r} holds {field} {raw!r}") from exc
 
@@ -266,7 +230,7 @@ class RedisFencedResource:
 
     def _run(
         self,
-        script: _FencedScript,
+        script: Script,
         token_or_lease: TokenOrLease,
         payload: Sequence[str | bytes | int | float],
     ) -> tuple[int, list[Any]]:
@@ -279,28 +243,20 @@ class RedisFencedResource:
             *payload,
         )
         keys = (self._fence_key, self._data_key)
-        try:
-            try:
-                reply = self._client.evalsha(script.sha, 2, *keys, *args)
-            except redis.exceptions.NoScriptError:
-                self._client.script_load(script.source)
-                reply = self._client.evalsha(script.sha, 2, *keys, *args)
-        except redis.RedisError as exc:
-            denied = acl_denial(exc)
-            detail = f"{denied}: {exc}" if denied else str(exc)
-            raise BackendError(f"{script.name} on {self._name!r} failed: {detail}") from exc
+        with backend_errors(f"{script.name} on {self._name!r}"):
+            reply = run_script(self._client, script, keys, args)
         if not isinstance(reply, list) or not reply:
             raise BackendError(f"{script.name} on {self._name!r} replied {reply!r}")
         if int(reply[0]) == 1:
             return access.token, reply
-        last_token = int(_text(reply[1]))
-        reason = _REASONS.get(_text(reply[2]), "older")
+        last_token = int(text(reply[1]))
+        reason = _REASONS.get(text(reply[2]), "older")
         raise stale_token_error(
             self._name,
             access.token,
             last_token,
             reason,
-            lease_key=_text(reply[3]) if len(reply) > 3 else None,
+            lease_key=text(reply[3]) if len(reply) > 3 else None,
             presented_key=access.lease_key,
         )
 

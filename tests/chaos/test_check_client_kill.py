@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from fencedlease import LeaseLostError, LeaseManager
-from fencedlease._protocol import lease_key
+from fencedlease._redis.keys import lease_key
 from fencedlease.lab.servers.redis import RedisServer
 
 pytestmark = pytest.mark.chaos

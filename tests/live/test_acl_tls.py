@@ -29,8 +29,8 @@ from tls_fixtures import Pki, make_pki
 from conftest import unavailable
 from fencedlease import BackendError, LeaseManager, StaleTokenError
 from fencedlease._acl import ACL_COMMANDS, acl_rules
-from fencedlease._handoff import ENQUEUE, enqueue_args
-from fencedlease._protocol import RELEASE, RENEW_MANY
+from fencedlease._redis.keys import enqueue_args
+from fencedlease._redis.scripts import ENQUEUE, RELEASE, RENEW_MANY
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.lab.servers.redis import RedisServer, RedisTLS, RedisUnavailable
 from fencedlease.redis_fencing import RedisFencedResource
@@ -186,7 +186,7 @@ def test_rule_set_is_what_the_module_says(acl: Acl) -> None:
 
 def test_sync_face_as_least_privilege_user(acl: Acl) -> None:
     """acquire, inspect, hold with renewals, release, force_release, a hand-off wait and every
-    RedisFencedResource operation, also after SCRIPT FLUSH (the EVAL and SCRIPT LOAD fallbacks):
+    RedisFencedResource operation, also after SCRIPT FLUSH (one EVAL fallback for every script):
     all succeed as ``fl`` and Redis logs no ACL refusal."""
     leases, other = LeaseManager.from_url(acl.url(), prefix=PREFIX), None
     try:
@@ -214,7 +214,7 @@ def test_sync_face_as_least_privilege_user(acl: Acl) -> None:
         assert resource.last_token is None
         resource.set("v1", 5)
         assert resource.get(5) == b"v1"
-        acl.admin.script_flush()  # NOSCRIPT: SCRIPT LOAD, then EVALSHA again
+        acl.admin.script_flush()  # NOSCRIPT: EVAL of the source
         assert resource.accept(6) == 6
         hashed = RedisFencedResource(client, "h", prefix=FENCED_PREFIX)
         assert hashed.hset({"a": 1, "b": "x"}, 7) == 2
@@ -327,8 +327,8 @@ DENIALS = [
         f"{_release_line()}",
     ),
     ("DEL", "force_release", "force_release 'k': the Redis ACL user may not run DEL"),
-    ("EVALSHA", "fenced", "fenced_set on 'r' failed: the Redis ACL user may not run EVALSHA"),
-    ("HGET", "last_token", "reading the fence of 'r' failed: the Redis ACL user may not run HGET"),
+    ("EVALSHA", "fenced", "fenced_set on 'r': the Redis ACL user may not run EVALSHA"),
+    ("HGET", "last_token", "reading the fence of 'r': the Redis ACL user may not run HGET"),
 ]
 
 

@@ -23,8 +23,8 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from fencedlease import BackendError, LeaseLostError, LeaseManager, LeaseNotAcquiredError
-from fencedlease._core import LossReason
-from fencedlease._protocol import ACQUIRE
+from fencedlease._redis.scripts import ACQUIRE
+from fencedlease._state import LossReason
 from fencedlease.aio import AsyncLease, AsyncLeaseManager
 from fencedlease.aio.testing import cancel_at_suspension
 from fencedlease.lab.servers.redis import RedisServer

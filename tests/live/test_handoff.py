@@ -14,8 +14,10 @@ import redis
 import redis.asyncio
 
 from fencedlease import AcquireResult, LeaseManager
-from fencedlease._handoff import AsyncHandoff, waiters_key, waiters_meta_key
-from fencedlease._protocol import RELEASE, lease_keys, new_owner_token
+from fencedlease._protocol import new_owner_token
+from fencedlease._redis.keys import lease_keys, waiters_key, waiters_meta_key
+from fencedlease._redis.scripts import RELEASE
+from fencedlease.aio._handoff import AsyncHandoff
 from fencedlease.lab.servers.redis import RedisServer
 
 pytestmark = pytest.mark.live

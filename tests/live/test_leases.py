@@ -22,7 +22,7 @@ from fencedlease import (
     LeaseManager,
     LeaseNotAcquiredError,
 )
-from fencedlease._protocol import ACQUIRE
+from fencedlease._redis.scripts import ACQUIRE
 from fencedlease.lab.servers.redis import RedisServer
 
 pytestmark = pytest.mark.live

@@ -23,7 +23,7 @@ import redis
 import redis.asyncio
 
 from fencedlease import BackendError, Lease, LeaseLostError, LeaseManager, ValidationError
-from fencedlease._core import RELEASE_FLOOR_MS, LossReason
+from fencedlease._state import RELEASE_FLOOR_MS, LossReason
 from fencedlease.aio import AsyncLease, AsyncLeaseManager
 from fencedlease.lab.servers.redis import RedisServer, free_port
 

@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from fencedlease import LeaseManager
-from fencedlease._handoff import waiters_key
+from fencedlease._redis.keys import waiters_key
 from fencedlease.aio import AsyncLeaseManager
 
 pytestmark = pytest.mark.live

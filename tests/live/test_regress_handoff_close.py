@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from fencedlease import LeaseManager
-from fencedlease._handoff import waiters_key
+from fencedlease._redis.keys import waiters_key
 
 pytestmark = pytest.mark.live
 

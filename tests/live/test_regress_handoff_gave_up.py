@@ -11,7 +11,8 @@ import redis
 
 import fencedlease._manager as manager_module
 from fencedlease import LeaseManager
-from fencedlease._core import AcquireAttempt, Clock
+from fencedlease._attempt import AcquireAttempt
+from fencedlease._clock import Clock
 
 pytestmark = pytest.mark.live
 

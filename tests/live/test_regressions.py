@@ -33,7 +33,7 @@ def test_acquire_script_refuses_a_bad_ttl_before_spending_a_token(
     redis_client: redis.Redis,
 ) -> None:
     """The script itself checks ARGV[2] before INCR: nothing is written for a bad TTL."""
-    from fencedlease._protocol import ACQUIRE
+    from fencedlease._redis.scripts import ACQUIRE
 
     with pytest.raises(redis.ResponseError, match="ttl_ms must be a positive integer"):
         redis_client.eval(ACQUIRE.source, 2, "t:{k}", "t:{k}:fence", "owner", "1.5")

@@ -17,12 +17,14 @@ import redis.asyncio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import fencedlease._core
+import fencedlease._attempt
 from fencedlease import BackendError, LeaseManager
-from fencedlease._handoff import AsyncHandoff, Handoff
-from fencedlease._protocol import MAX_FENCING_TOKEN, AcquireReply, key_base
+from fencedlease._handoff_sync import Handoff
+from fencedlease._protocol import MAX_FENCING_TOKEN, AcquireReply
+from fencedlease._redis.keys import key_base
 from fencedlease._redis_backend import RedisBackend
 from fencedlease.aio import AsyncLeaseManager
+from fencedlease.aio._handoff import AsyncHandoff
 from fencedlease.aio._redis_backend import AsyncRedisBackend
 
 pytestmark = pytest.mark.live
@@ -43,7 +45,7 @@ def call(face: str, url: str, op: str, *args: Any, decode: bool = False) -> Any:
         try:
             backend = RedisBackend(client, PREFIX)
             if op == "enqueue":
-                return Handoff(backend)._enqueue(*args)
+                return Handoff(client, PREFIX)._enqueue(*args)
             return getattr(backend, op)(*args)
         finally:
             client.close()
@@ -551,7 +553,7 @@ def test_an_acl_denied_set_after_the_incr_is_cleaned_up(
 ) -> None:
     """The INCR ran and the SET was denied: the error reply comes after a write, so the manager
     releases with the same owner token; no lease is left, and the spent token is never reused."""
-    monkeypatch.setattr(fencedlease._core, "new_owner_token", lambda: OWNER)
+    monkeypatch.setattr(fencedlease._attempt, "new_owner_token", lambda: OWNER)
     user = acl_user("+@all", "-set")
     error, released = _acquire_as(face, redis_url, user)
     assert "can't run this command" in str(error.__cause__)
@@ -574,7 +576,7 @@ def test_an_acl_denied_pexpire_on_a_handed_lease_releases_it(
     """A release handed the lease to this owner; its claim (acquire's "already ours") fails at
     the PEXPIRE: the manager releases with the same owner token, so the handed lease does not sit
     orphaned until its TTL."""
-    monkeypatch.setattr(fencedlease._core, "new_owner_token", lambda: OWNER)
+    monkeypatch.setattr(fencedlease._attempt, "new_owner_token", lambda: OWNER)
     admin.set(COUNTER, 7)
     admin.set(LEASE, f"7:{OWNER}", px=60_000)
     user = acl_user("+@all", "-pexpire")

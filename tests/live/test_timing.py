@@ -16,8 +16,8 @@ import redis
 import redis.asyncio
 
 from fencedlease import LeaseManager
-from fencedlease._handoff import ENQUEUE
-from fencedlease._protocol import ACQUIRE, RELEASE, RENEW, RENEW_MANY, lease_key
+from fencedlease._redis.keys import lease_key
+from fencedlease._redis.scripts import ACQUIRE, ENQUEUE, RELEASE, RENEW, RENEW_MANY
 from fencedlease.aio import AsyncLease, AsyncLeaseManager
 from fencedlease.lab.servers.redis import RedisEndpoint
 from fencedlease.lab.servers.toxiproxy import toxiproxy_endpoint

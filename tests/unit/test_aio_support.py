@@ -12,8 +12,9 @@ from redis.exceptions import ResponseError
 
 from fencedlease import BackendError
 from fencedlease._backend import RenewItem
-from fencedlease._core import Clock
+from fencedlease._clock import Clock
 from fencedlease._protocol import AcquireReply, InspectReply
+from fencedlease._redis.errors import backend_error as redis_backend_error
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.backends.memory import AsyncMemoryBackend, MemoryBackend
 from fencedlease.testing import FakeClock
@@ -22,8 +23,9 @@ T = TypeVar("T")
 
 
 def backend_error(cause: BaseException) -> BackendError:
-    """A BackendError as the Redis backend raises it: the redis-py error in __cause__."""
-    error = BackendError(f"{type(cause).__name__}: {cause}")
+    """A BackendError as the Redis backend raises it: classified by the adapter, the redis-py
+    error in __cause__."""
+    error = redis_backend_error("acquire 'k'", cause)
     error.__cause__ = cause
     return error
 

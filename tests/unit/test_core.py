@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fencedlease._core import LeaseState, LeaseView, LossReason, RenewalEntry, RenewalSchedule
+from fencedlease._schedule import RenewalEntry, RenewalSchedule
+from fencedlease._state import LeaseState, LossReason
+from fencedlease._view import LeaseView
 from fencedlease.testing import FakeClock
 
 

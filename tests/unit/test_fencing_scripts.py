@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from fencedlease import redis_fencing
-from fencedlease._protocol import resource_keys
+from fencedlease._redis.keys import resource_keys
+from fencedlease._redis.scripts import Script
 
 OPS = ["accept", "set", "hset", "get", "hgetall"]
 
@@ -35,7 +35,7 @@ def test_each_script_opens_with_keys_argv_and_returns(name: str) -> None:
 def test_each_loaded_script_is_the_check_then_the_op(op: str) -> None:
     """The script sent to Redis is fenced_check.lua followed by fenced_<op>.lua, so the rule exists
     once in Lua, and only the check calls HMGET on the fence."""
-    loaded = redis_fencing._FencedScript.load(op)
+    loaded = Script.load(f"fenced_{op}", "fenced_check", f"fenced_{op}")
     assert loaded.source == script_text("fenced_check") + "\n" + script_text(f"fenced_{op}")
     assert "HMGET" not in script_text(f"fenced_{op}")
     assert script_text(f"fenced_{op}").count("fence_check()") == 1
@@ -53,7 +53,7 @@ def test_tokens_are_never_lua_numbers() -> None:
 
 def test_docs_state_the_resource_key_layout() -> None:
     """docs/fencing.md gives RedisFencedResource's keys as <base>:resource and
-    <base>:resource:fence, as _protocol.resource_keys makes them, and not the layout before."""
+    <base>:resource:fence, as _redis.keys.resource_keys makes them, and not the layout before."""
     docs = (Path(__file__).resolve().parents[2] / "docs" / "fencing.md").read_text("utf-8")
     assert "`<prefix>:{<name>}:resource`" in docs
     assert "`<prefix>:{<name>}:resource:fence`" in docs

@@ -106,7 +106,7 @@ def test_targets_resolve_to_the_documented_public_names(package: griffe.Module) 
 
 
 def test_a_stdlib_target_is_plain_code(package: griffe.Module) -> None:
-    clock = package["_core.SystemClock"].docstring
+    clock = package["_clock.SystemClock"].docstring
     assert clock is not None
     assert clock.value == "The real clock: `time.monotonic` and `time.time`."
 

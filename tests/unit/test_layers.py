@@ -1,11 +1,16 @@
 """The layer contracts (``[tool.importlinter]`` in pyproject.toml, run by ``lint-imports`` in CI)
-cannot go stale, and the one rule import-linter cannot state is checked here: no module of the sync
-face reaches ``redis.asyncio`` (import-linter sees an external package only as a whole, ``redis``).
+cannot go stale, and the rules import-linter cannot state are checked here: no module of the sync
+face reaches ``redis.asyncio`` (import-linter sees an external package only as a whole, ``redis``),
+and ``import fencedlease`` loads nothing of the asyncio face.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +34,19 @@ def _contract(contract_id: str) -> dict[str, Any]:
 
 
 def _private_library_modules() -> set[str]:
-    """Every module of the library whose own name starts with one underscore."""
+    """Every module of the library whose own name starts with one underscore, and every private
+    package (e.g. ``fencedlease._redis``) as one name: a forbidden package covers its modules."""
     found = set()
     for path in SRC.rglob("*.py"):
         parts = path.relative_to(SRC).with_suffix("").parts
-        if parts[0] == "lab" or parts[-1] == "__init__":
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        if not parts or parts[0] == "lab":
             continue
-        if parts[-1].startswith("_") and not parts[-1].startswith("__"):
-            found.add(".".join(("fencedlease", *parts)))
+        for depth, part in enumerate(parts):
+            if part.startswith("_") and not part.startswith("__"):
+                found.add(".".join(("fencedlease", *parts[: depth + 1])))
+                break
     return found
 
 
@@ -64,29 +74,63 @@ def test_the_contracts_cover_the_layers_the_project_promises() -> None:
         "fencedlease._lease",
         "fencedlease._renewer",
         "fencedlease._redis_backend",
+        "fencedlease._handoff",
+        "fencedlease._handoff_sync",
+        "fencedlease._urls",
+        "fencedlease.redis_fencing",
         "fencedlease.backends.memory",
         "fencedlease.backends.sqlite",
     }
     assert set(sync["forbidden_modules"]) == {"asyncio", "fencedlease.aio"}
+    # Every module holds one face: no asyncio edge of the sync face is excused.
+    assert "ignore_imports" not in sync
     assert contracts["no-sibling-cycles"]["type"] == "acyclic_siblings"
     assert contracts["no-sibling-cycles"]["ancestors"] == ["fencedlease"]
+    assert "ignore_imports" not in contracts["no-sibling-cycles"]
+    pure = contracts["pure-core-free-of-redis"]
+    assert pure["type"] == "forbidden"
+    assert pure["forbidden_modules"] == ["redis"]
+    assert "allow_indirect_imports" not in pure  # nor through another module of the library
+    assert {
+        "fencedlease._attempt",
+        "fencedlease._clock",
+        "fencedlease._core",
+        "fencedlease._errors",
+        "fencedlease._redis.keys",
+        "fencedlease._redis.replies",
+        "fencedlease._schedule",
+        "fencedlease._state",
+        "fencedlease._validate",
+        "fencedlease._view",
+    } <= set(pure["source_modules"])
+
+
+def test_every_core_module_is_in_the_pure_contract() -> None:
+    """A new module of the engine (``_core`` re-exports them all) joins the redis-free list."""
+    graph = grimp.build_graph("fencedlease", include_external_packages=True, cache_dir=None)
+    engine = {
+        m
+        for m in graph.find_modules_directly_imported_by("fencedlease._core")
+        if m.startswith("fencedlease.")
+    }
+    assert engine == {
+        "fencedlease._attempt",
+        "fencedlease._clock",
+        "fencedlease._schedule",
+        "fencedlease._state",
+        "fencedlease._view",
+    }
+    assert engine <= set(_contract("pure-core-free-of-redis")["source_modules"])
 
 
 _REDIS_ASYNCIO = re.compile(r"\bredis\.asyncio\b|\bfrom\s+redis\s+import\s+.*\basyncio\b")
 
 
 def test_the_sync_face_does_not_reach_redis_asyncio() -> None:
-    """From each sync module, follow the library's own imports (less the edges the contract
-    ignores); no module reached imports ``redis.asyncio``, except the modules whose asyncio edge
-    the contract ignores for the same reason (each holds a sync thing and its asyncio twin)."""
+    """From each sync module, follow the library's own imports; no module reached imports
+    ``redis.asyncio``."""
     contract = _contract("sync-face-without-asyncio")
-    ignored = [
-        tuple(part.strip() for part in line.split("->")) for line in contract["ignore_imports"]
-    ]
-    exempt = {importer for importer, _ in ignored}
     graph = grimp.build_graph("fencedlease", include_external_packages=True, cache_dir=None)
-    for importer, imported in ignored:
-        graph.remove_import(importer=importer, imported=imported)
     reached: set[str] = set()
     todo = list(contract["source_modules"])
     while todo:
@@ -113,8 +157,55 @@ def test_the_sync_face_does_not_reach_redis_asyncio() -> None:
         if lines:
             importers[module] = lines
     assert "fencedlease.aio._redis_backend" in importers  # the scan sees such an import
-    offenders = {m: lines for m, lines in importers.items() if m in reached and m not in exempt}
+    assert "fencedlease._redis.aio" in importers
+    offenders = {m: lines for m, lines in importers.items() if m in reached}
     assert offenders == {}
+
+
+_IMPORTED = """
+import ast, importlib.util, json, sys
+import redis
+redis_loads = sorted(m for m in ("asyncio", "redis.asyncio") if m in sys.modules)
+import fencedlease
+ours = sorted(m for m in sys.modules if m == "fencedlease" or m.startswith("fencedlease."))
+reaches = {}
+for name in ours:
+    spec = importlib.util.find_spec(name)
+    tree = ast.parse(open(spec.origin, encoding="utf-8").read())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        hit = [n for n in names if n in ("asyncio", "redis.asyncio") or n.startswith("asyncio.")]
+        if hit:
+            reaches.setdefault(name, []).extend(hit)
+print(json.dumps({"redis": redis_loads, "ours": ours, "reaches": reaches,
+                  "loaded": sorted(m for m in ("asyncio", "redis.asyncio") if m in sys.modules)}))
+"""
+
+
+def test_import_fencedlease_loads_no_asyncio_of_its_own() -> None:
+    """``import fencedlease`` (a fresh interpreter) loads no module of the asyncio face, and no
+    module it loads imports ``asyncio`` or ``redis.asyncio``, not even lazily. redis-py itself
+    imports both (``import redis`` loads ``redis.asyncio``), so their presence in ``sys.modules``
+    alone cannot tell; where redis stops doing so, the plain check applies too."""
+    out = subprocess.run(
+        [sys.executable, "-c", _IMPORTED],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(SRC.parent)},
+    )
+    found = json.loads(out.stdout)
+    assert "fencedlease._redis_backend" in found["ours"]  # the sync Redis face was loaded
+    assert [m for m in found["ours"] if m.startswith("fencedlease.aio")] == []
+    assert "fencedlease.backends.sqlite_async" not in found["ours"]
+    assert found["reaches"] == {}
+    if not found["redis"]:
+        assert found["loaded"] == []
 
 
 def test_the_harness_extra_is_the_lab_extra() -> None:

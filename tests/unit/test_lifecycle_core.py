@@ -18,16 +18,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from fencedlease import BackendError, LeaseManager, _fork
-from fencedlease._core import (
-    RELEASE_FLOOR_MS,
-    AcquireAttempt,
-    LeaseState,
-    LossReason,
-    is_ambiguous,
-    never_sent,
-    release_bound_s,
-)
-from fencedlease._redis_backend import backend_errors
+from fencedlease._attempt import AcquireAttempt, is_ambiguous, never_sent
+from fencedlease._redis.errors import backend_error, backend_errors
+from fencedlease._state import RELEASE_FLOOR_MS, LeaseState, LossReason, release_bound_s
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.backends import AsyncMemoryBackend, MemoryBackend
 from fencedlease.lab.servers.redis import free_port
@@ -138,9 +131,11 @@ def test_a_connection_closed_after_sending_is_ambiguous(closing_port: int) -> No
 def test_never_sent_by_cause(cause: Exception, sent: bool) -> None:
     """redis-py's connect timeout (both faces say "Timeout connecting") and an exhausted pool sent
     nothing; a read timeout and a refusal by Redis did send."""
-    error = BackendError("acquire 'k'")
-    error.__cause__ = cause
+    error = backend_error("acquire 'k'", cause)
     assert never_sent(error) is (not sent)
+    assert error.sent == (
+        "maybe" if isinstance(cause, redis.TimeoutError) and sent else "yes" if sent else "no"
+    )
 
 
 def test_an_acquire_refused_at_connect_is_not_uncertain() -> None:
@@ -254,6 +249,9 @@ class _FailingWaiter:
     def close(self, until: float | None = None) -> None:
         pass
 
+    def _after_fork_in_child(self) -> None:
+        pass
+
 
 class _AsyncFailingWaiter:
     """The asyncio twin of :class:`_FailingWaiter`."""
@@ -309,6 +307,7 @@ def test_a_wait_refused_at_connect_queued_nothing() -> None:
     clean-up release is sent (the control that shows the check can fail)."""
     refused = _backend_error(lambda: _client(free_port()).ping())
     assert _waiting_acquire_cleans_up(refused) == (False, False)
-    timed_out = BackendError("wait for 'k'")
-    timed_out.__cause__ = redis.TimeoutError("Timeout reading from 127.0.0.1:6379")
+    cause = redis.TimeoutError("Timeout reading from 127.0.0.1:6379")
+    timed_out = backend_error("wait for 'k'", cause)
+    timed_out.__cause__ = cause
     assert _waiting_acquire_cleans_up(timed_out) == (True, True)

@@ -9,26 +9,18 @@ from collections.abc import Callable
 import pytest
 
 from fencedlease._errors import BackendError, ValidationError
-from fencedlease._protocol import (
-    ACQUIRE,
-    INSPECT,
-    RELEASE,
-    RENEW,
-    AcquireReply,
-    decode_acquire,
-    decode_inspect,
-    decode_release,
-    decode_renew,
+from fencedlease._protocol import AcquireReply, new_owner_token, owner_fingerprint
+from fencedlease._redis.keys import (
     escape_name,
     fence_key,
     handoff_channel,
     lease_key,
-    new_owner_token,
-    owner_fingerprint,
     resource_keys,
     waiters_key,
     waiters_meta_key,
 )
+from fencedlease._redis.replies import decode_acquire, decode_inspect, decode_release, decode_renew
+from fencedlease._redis.scripts import ACQUIRE, INSPECT, RELEASE, RENEW
 from fencedlease._validate import check_prefix
 
 

@@ -7,7 +7,7 @@ import pytest
 
 import fencedlease
 from fencedlease import RedisKeys, ValidationError, redis_keys
-from fencedlease._protocol import lease_keys
+from fencedlease._redis.keys import lease_keys
 
 
 def test_the_keys_of_a_plain_name() -> None:

@@ -116,9 +116,9 @@ def test_every_directive_names_an_existing_object() -> None:
 def test_the_key_layout_and_error_tree_are_rendered_from_the_code() -> None:
     """The pages render the module docstrings that hold them, so they cannot diverge."""
     directives = _directives()
-    assert "fencedlease._protocol" in directives["key-layout.md"]
+    assert "fencedlease._redis.keys" in directives["key-layout.md"]
     assert "fencedlease._errors" in directives["errors.md"]
-    protocol = importlib.import_module("fencedlease._protocol").__doc__ or ""
+    protocol = importlib.import_module("fencedlease._redis.keys").__doc__ or ""
     suffixes = (":fence", ":waiters", ":waiters:meta", ":handoff", ":resource", ":resource:fence")
     for suffix in suffixes:
         assert f"``<base>{suffix}``" in protocol

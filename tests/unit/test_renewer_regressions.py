@@ -17,8 +17,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from fencedlease import BackendError, Lease, LeaseLostError, LeaseManager, LeaseNotAcquiredError
-from fencedlease._core import LossReason
 from fencedlease._protocol import AcquireReply
+from fencedlease._redis.errors import backend_error
+from fencedlease._state import LossReason
 from fencedlease.backends.memory import MemoryBackend
 from fencedlease.testing import FakeClock
 
@@ -41,7 +42,8 @@ def eventually(predicate: Callable[[], bool], timeout_s: float = PATIENCE_S) -> 
 
 
 def _error(cause: BaseException) -> BackendError:
-    err = BackendError(f"store: {cause}")
+    """As the Redis adapter raises it: classified, the redis-py error in ``__cause__``."""
+    err = backend_error("store", cause)
     err.__cause__ = cause
     return err
 

@@ -24,10 +24,9 @@ from redis.exceptions import (
 from test_aio_support import backend_error
 
 from fencedlease import BackendError, LeaseManager, ValidationError
-from fencedlease._core import AcquireAttempt, is_ambiguous, may_have_written, restored_state
-from fencedlease._protocol import (
-    MAX_FENCING_TOKEN,
-    AcquireReply,
+from fencedlease._attempt import AcquireAttempt, is_ambiguous, may_have_written
+from fencedlease._protocol import MAX_FENCING_TOKEN, AcquireReply
+from fencedlease._redis.replies import (
     decode_acquire,
     decode_inspect,
     decode_release,
@@ -36,6 +35,7 @@ from fencedlease._protocol import (
     parse_token,
     split_value,
 )
+from fencedlease._state import restored_state
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.backends.memory import AsyncMemoryBackend, MemoryBackend
 from fencedlease.backends.sqlite import SqliteBackend

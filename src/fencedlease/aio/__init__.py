@@ -20,11 +20,11 @@ from .._errors import (
     ValidationError,
 )
 from .._lease import LeaseInfo
-from .._urls import async_backend_from_url
 from ._lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
 from ._manager import AsyncLeaseManager
 from ._redis_backend import AsyncRedisBackend
 from ._renewer import AsyncRenewer
+from ._urls import async_backend_from_url
 
 __all__ = [
     "AsyncAcquireResult",

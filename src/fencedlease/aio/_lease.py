@@ -8,11 +8,13 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 import attrs
 
 from .._backend import AsyncLeaseBackend
-from .._core import Clock, LeaseState, LeaseView
+from .._clock import Clock
+from .._state import LeaseState
 from .._validate import check_ms
+from .._view import LeaseView
 
 if TYPE_CHECKING:
-    from .._core import RenewalEntry
+    from .._schedule import RenewalEntry
     from ._renewer import AsyncRenewer
 
 __all__ = ["AsyncAcquireResult", "AsyncLease", "AsyncLeaseOutcome"]
@@ -28,7 +30,7 @@ class AsyncLease(LeaseView):
     hand it to the storage you write to. It is None only for a lease restored without one (the
     first successful :meth:`renew` learns it from Redis). The read-only attributes and
     :meth:`check` are the same code as :class:`~fencedlease.Lease`'s
-    (:class:`~fencedlease._core.LeaseView`).
+    (:class:`~fencedlease._view.LeaseView`).
 
     Use it from the event loop it was acquired on. Nothing about it lives in a task or a
     ``threading.local``: any task may renew or release it.

@@ -56,11 +56,10 @@ from .._core import (
     restored_state,
 )
 from .._errors import BackendError, LeaseNotAcquiredError
-from .._handoff import AsyncHandoff, AsyncReleaseWaiter, AsyncSleepWaiter
+from .._handoff import AsyncReleaseWaiter
 from .._lease import LeaseInfo
 from .._manager import DEFAULT_CLOSE_TIMEOUT_MS, DEFAULT_RETRY_DELAY_MS, DEFAULT_TTL_MS
 from .._redis_backend import RedisBackend
-from .._urls import async_backend_from_url
 from .._validate import (
     ArgumentTypeError,
     check_acquire,
@@ -75,9 +74,11 @@ from .._validate import (
 )
 from ..backends.memory import MemoryBackend
 from ..backends.sqlite import SqliteBackend
+from ._handoff import async_release_waiter_for
 from ._lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
 from ._redis_backend import AsyncRedisBackend
 from ._renewer import AsyncRenewer
+from ._urls import async_backend_from_url
 
 __all__ = ["AsyncLeaseManager"]
 
@@ -143,12 +144,8 @@ class AsyncLeaseManager:
             self._backend = client
         self._clock = clock
         self._renewer = AsyncRenewer(self._backend, clock, batch_size=batch)
-        # Waiting acquirers are woken by the release (see _handoff); other stores are polled.
-        self._release_waiter: AsyncReleaseWaiter = (
-            AsyncHandoff(self._backend.client, self._backend.prefix)
-            if isinstance(self._backend, AsyncRedisBackend)
-            else AsyncSleepWaiter()
-        )
+        # Waiting acquirers are woken by the release where the backend can (see _handoff).
+        self._release_waiter: AsyncReleaseWaiter = async_release_waiter_for(self._backend)
         self._holds: set[_Hold] = set()
         self._chores: set[asyncio.Task[Any]] = set()
         self._closed = False

@@ -1,9 +1,8 @@
 """The Redis backend (asyncio): the lease scripts over a ``redis.asyncio`` client.
 
-The twin of :mod:`fencedlease._redis_backend`, sharing everything that is not I/O with it: key
-names, scripts and reply decoding (:mod:`fencedlease._protocol`, the batch renewal's arguments and
-replies included) and the error mapping (:func:`~fencedlease._redis_backend.backend_errors`).
-Scripts run by EVALSHA; a ``NOSCRIPT`` reply is answered by one EVAL of the same source.
+The twin of :mod:`fencedlease._redis_backend`, sharing everything that is not I/O with it through
+:mod:`fencedlease._redis`: key names, the scripts and their NOSCRIPT policy
+(:func:`fencedlease._redis.aio.run_script`), reply decoding and the error mapping.
 
 Cancellation: a cancelled call leaves no half-read reply behind (redis-py drops a connection whose
 read was interrupted), but the command may have run at Redis. The manager copes with that; this
@@ -13,40 +12,30 @@ class does not pretend otherwise.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import redis.asyncio
-from redis.exceptions import NoScriptError
 
-from .._handoff import async_dedicated_client, async_waits_for_connection
-from .._protocol import (
-    ACQUIRE,
-    INSPECT,
-    RELEASE,
-    RENEW,
-    RENEW_MANY,
-    AcquireReply,
-    InspectReply,
-    Script,
+from .._protocol import AcquireReply, InspectReply
+from .._redis.aio import dedicated_client, run_script, waits_for_connection
+from .._redis.errors import backend_errors
+from .._redis.keys import fence_key, lease_key, lease_keys, renew_many_args
+from .._redis.replies import (
     decode_acquire,
     decode_inspect,
     decode_release,
     decode_renew,
     decode_renew_many,
-    fence_key,
-    lease_key,
-    lease_keys,
-    renew_many_args,
 )
-from .._redis_backend import backend_errors
+from .._redis.scripts import ACQUIRE, INSPECT, RELEASE, RENEW, RENEW_MANY
 from .._validate import check_prefix
+from ._handoff import AsyncHandoff
 
 __all__ = ["AsyncRedisBackend"]
 
 
 class AsyncRedisBackend:
     """Leases in Redis under ``prefix``, over a ``redis.asyncio.Redis`` (layout in
-    :mod:`fencedlease._protocol`); an :class:`~fencedlease.AsyncLeaseBackend`.
+    :mod:`fencedlease._redis.keys`); an :class:`~fencedlease.AsyncLeaseBackend`.
 
     ``decode_responses`` may be on or off. ``owns_client``: close the client in :meth:`close`
     (true when the manager built it from a URL). Every redis-py error is raised as
@@ -71,50 +60,47 @@ class AsyncRedisBackend:
         client = self._renewal_client
         if client is None:
             client = self.client
-            if async_waits_for_connection(client):
-                client = async_dedicated_client(client)
+            if waits_for_connection(client):
+                client = dedicated_client(client)
             self._renewal_client = client
         return client
 
-    async def _run(
-        self,
-        script: Script,
-        keys: Sequence[str],
-        args: Sequence[Any],
-        client: redis.asyncio.Redis | None = None,
-    ) -> Any:
-        client = self.client if client is None else client
-        try:
-            return await client.evalsha(script.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            return await client.eval(script.source, len(keys), *keys, *args)
+    def release_waiter(self) -> AsyncHandoff:
+        """The manager's release waiter: the hand-off queue and its listener task
+        (:class:`~fencedlease.aio._handoff.AsyncHandoff`), so a release wakes the oldest waiter."""
+        return AsyncHandoff(self.client, self.prefix)
 
     async def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
-        prefix = self.prefix
         with backend_errors(f"acquire {key!r}"):
-            reply = await self._run(ACQUIRE, lease_keys(prefix, key), (owner_token, ttl_ms))
+            reply = await run_script(
+                self.client, ACQUIRE, lease_keys(self.prefix, key), (owner_token, ttl_ms)
+            )
         return decode_acquire(reply, key)
 
     async def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
         with backend_errors(f"renew {key!r}"):
-            reply = await self._run(RENEW, (lease_key(self.prefix, key),), (owner_token, ttl_ms))
+            reply = await run_script(
+                self.client, RENEW, (lease_key(self.prefix, key),), (owner_token, ttl_ms)
+            )
         return decode_renew(reply, key)
 
     async def renew_many(self, items: Sequence[tuple[str, str, int]]) -> list[int | BaseException]:
         keys, args = renew_many_args(self.prefix, items)
         with backend_errors(f"renew {len(items)} leases"):
-            reply = await self._run(RENEW_MANY, keys, args, self._renewals())
+            reply = await run_script(self._renewals(), RENEW_MANY, keys, args)
         return decode_renew_many(items, reply)
 
     async def release(self, key: str, owner_token: str) -> bool:
         with backend_errors(f"release {key!r}"):
-            reply = await self._run(RELEASE, lease_keys(self.prefix, key), (owner_token,))
+            reply = await run_script(
+                self.client, RELEASE, lease_keys(self.prefix, key), (owner_token,)
+            )
         return decode_release(reply, key)
 
     async def inspect(self, key: str) -> InspectReply | None:
-        prefix = self.prefix
+        keys = (lease_key(self.prefix, key), fence_key(self.prefix, key))
         with backend_errors(f"inspect {key!r}"):
-            reply = await self._run(INSPECT, (lease_key(prefix, key), fence_key(prefix, key)), ())
+            reply = await run_script(self.client, INSPECT, keys, ())
         return decode_inspect(reply, key)
 
     async def force_release(self, key: str) -> bool:

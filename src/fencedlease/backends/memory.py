@@ -12,7 +12,7 @@ import threading
 from collections.abc import Sequence
 
 from .._backend import RenewItem
-from .._core import SYSTEM_CLOCK, Clock
+from .._clock import SYSTEM_CLOCK, Clock
 from .._errors import BackendError
 from .._protocol import MAX_FENCING_TOKEN, AcquireReply, InspectReply, owner_fingerprint
 from .._validate import check_clock, check_key, check_ms

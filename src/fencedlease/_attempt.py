@@ -1,0 +1,159 @@
+"""One acquire call's pure half (:class:`AcquireAttempt`), shared by the sync and async loops,
+and how it reads a failed command's classification. No I/O.
+
+What a failed command may have done is said by the backend that raised the
+:class:`~fencedlease.BackendError` (``sent``, ``wrote``, ``timed_out``; for Redis,
+:mod:`fencedlease._redis.errors` sets them); this module only reads them.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from ._clock import Clock
+from ._errors import BackendError
+from ._protocol import AcquireReply, new_owner_token
+from ._state import LeaseState
+
+__all__ = ["AcquireAttempt", "is_ambiguous", "may_have_written", "never_sent"]
+
+
+def never_sent(exc: BackendError) -> bool:
+    """True when the store was never reached, so the command cannot have run (``sent="no"``: an
+    exhausted pool, a refused connection). A reset or a timeout on an established connection is
+    not this: the command may have landed (see :func:`is_ambiguous`)."""
+    return exc.sent == "no"
+
+
+def is_ambiguous(exc: BackendError) -> bool:
+    """True when a command may have run although no reply came (``sent="maybe"``: a connection
+    reset or a timeout after sending), so only an idempotent retry is safe: for acquire, the same
+    owner token. A command that never left (:func:`never_sent`) is not ambiguous: nothing ran, so
+    nothing needs cleaning up."""
+    return exc.sent == "maybe"
+
+
+def may_have_written(exc: BackendError) -> bool:
+    """True when the command that failed with ``exc`` may have changed the store
+    (``wrote="maybe"``), so whatever it may have granted must be released with the same owner
+    token: an ambiguous error, or an error from inside a script after a possible write (see
+    :mod:`fencedlease._redis.errors`). The managers' own resend after an ambiguous error is
+    tracked and cleaned up."""
+    return exc.wrote == "maybe"
+
+
+class AcquireAttempt:
+    """The pure half of one acquire call, shared by the sync and async loops.
+
+    It owns the attempt's owner token (one per call, reused by every retry, so a retry after a
+    lost reply is recognised by the script), the wait budget (``wait_ms`` on the monotonic clock),
+    the retry delay (``retry_delay_ms`` randomised ±50% so waiters do not retry in lock-step), the
+    ambiguous-error rule, and what a grant becomes. A face's loop::
+
+        attempt.sending()
+        try:
+            reply = backend.acquire(key, attempt.owner_token, ttl_ms)      # (await)
+        except BackendError as exc:
+            if not attempt.may_resend(exc):
+                raise
+            attempt.sending()
+            reply = backend.acquire(key, attempt.owner_token, ttl_ms)      # (await)
+        if reply.acquired:
+            return attempt.granted(reply)        # a LeaseState
+        delay = attempt.not_acquired()           # seconds to sleep, None: the budget is spent
+
+    ``uncertain`` tells whether the key may be held under this owner token without the caller
+    knowing: a command was sent and not answered, or an ambiguous error was seen. An attempt
+    abandoned in that state (cancelled, or failed) must be cleaned up by a release with
+    ``owner_token``.
+    """
+
+    __slots__ = (
+        "_ambiguous",
+        "_clock",
+        "_in_flight",
+        "_uniform",
+        "final_wait",
+        "give_up",
+        "key",
+        "owner_token",
+        "queued",
+        "retry_delay_ms",
+        "sent_mono",
+        "sent_wall",
+        "ttl_ms",
+    )
+
+    def __init__(
+        self,
+        key: str,
+        ttl_ms: int,
+        wait_ms: int,
+        retry_delay_ms: int,
+        clock: Clock,
+        uniform: Callable[[float, float], float] = random.uniform,
+    ) -> None:
+        self.key = key
+        self.ttl_ms = ttl_ms
+        self.retry_delay_ms = retry_delay_ms
+        self.owner_token = new_owner_token()
+        self._clock = clock
+        self._uniform = uniform
+        self.give_up = clock.monotonic() + wait_ms / 1000
+        self.sent_mono = self.sent_wall = 0.0
+        self._in_flight = False
+        self._ambiguous = False
+        self.final_wait = False
+        # Set before a wait that queues the caller for a hand-off: from then on a release may grant
+        # the key to owner_token at any moment, until the caller holds it or cleans up.
+        self.queued = False
+
+    @property
+    def uncertain(self) -> bool:
+        """Whether the key may be held under :attr:`owner_token` unbeknown to the caller."""
+        return self._in_flight or self._ambiguous or self.queued
+
+    def sending(self) -> None:
+        """Record that an acquire is about to be sent: the deadline of a grant counts from now."""
+        self.sent_mono, self.sent_wall = self._clock.monotonic(), self._clock.time()
+        self._in_flight = True
+
+    def may_resend(self, exc: BackendError) -> bool:
+        """Whether to send the same acquire once more after ``exc`` (see :func:`is_ambiguous`).
+
+        An error reply after a possible write (:func:`may_have_written`) is not resent (it would
+        fail again) but leaves the attempt :attr:`uncertain`: the caller releases with
+        :attr:`owner_token`."""
+        if is_ambiguous(exc):
+            self._ambiguous = True  # sticky: the lost command may still land after a retry
+            # A reset connection fails fast: resend at once. A timeout means Redis may be
+            # stalled: resend only while the wait budget lasts, so the call keeps its bound of
+            # wait_ms plus one round trip.
+            return not exc.timed_out or (self._clock.monotonic() < self.give_up)
+        if may_have_written(exc):
+            self._ambiguous = True  # the script failed after a possible write: clean up
+            return False
+        self._in_flight = False  # Redis refused it: nothing was written
+        return False
+
+    def granted(self, reply: AcquireReply) -> LeaseState:
+        """The state of the lease ``reply`` granted (``reply.acquired`` must be true)."""
+        self._in_flight = False
+        return LeaseState.granted(
+            self.key, self.owner_token, reply.fencing_token, self.ttl_ms, self.sent_mono,
+            self.sent_wall,
+        )  # fmt: skip
+
+    def not_acquired(self) -> float | None:
+        """After a "held by another owner" reply: the seconds to sleep before the next try (never
+        past the wait budget), or None when the budget is spent."""
+        self._in_flight = False
+        remaining = self.give_up - self._clock.monotonic()
+        if remaining <= 0:
+            return None
+        delay = self.retry_delay_ms / 1000 * self._uniform(0.5, 1.5)
+        # The wait that uses up the budget is followed by one last attempt, then the caller
+        # gives up: a release waiter must not hand the lease over after it.
+        self.final_wait = remaining <= delay
+        return min(delay, remaining)

@@ -1,0 +1,217 @@
+"""The Redis hand-off for the sync face: :class:`Handoff`, its listener a thread.
+
+How the hand-off works (the queue, the channel, who is woken) is in :mod:`fencedlease._handoff`,
+with the channel model this class drives; the asyncio twin is
+:class:`fencedlease.aio._handoff.AsyncHandoff`.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import redis
+from redis.exceptions import RedisError
+
+from ._handoff import (
+    Channels,
+    HandoffBase,
+    listener_died,
+    listener_failed,
+    log,
+    waiter_name,
+)
+from ._redis.clients import dedicated_client
+from ._redis.errors import acl_denial, backend_errors
+from ._redis.keys import control_channel, handoff_channel
+from ._redis.replies import text
+from ._redis.scripts import ENQUEUE, run_script
+from ._renewer import shutdown_pool
+
+__all__ = ["Handoff"]
+
+T = TypeVar("T")
+
+
+class Handoff(HandoffBase[redis.Redis]):
+    """The Redis release waiter of one :class:`~fencedlease.LeaseManager` (see the module).
+
+    ``Handoff(client, prefix, *, grace_ms, linger_s)`` as :class:`~fencedlease._handoff.HandoffBase`
+    says: ``client`` is the manager's ``redis.Redis`` (it carries the queue commands; the listener
+    has a connection of its own, see :func:`~fencedlease._redis.clients.dedicated_client`). The
+    listener is a daemon thread named ``fencedlease-handoff``, started by
+    the first wait and joined by :meth:`close`. The queueing command runs on a small pool
+    (``fencedlease-handoff-io``) so that a stalled Redis cannot stretch a wait past its
+    ``timeout_s``: the acquire's bound of ``wait_ms`` plus one round trip holds with the hand-off
+    too.
+    """
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._io: concurrent.futures.ThreadPoolExecutor | None = None
+
+    @property
+    def listening(self) -> bool:
+        """Whether the listener thread is running."""
+        thread = self._thread
+        return thread is not None and thread.is_alive()
+
+    def wait(
+        self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
+    ) -> None:
+        """Queue for ``key`` and sleep until handed the lease, woken, or ``timeout_s`` (seconds)
+        passes. ``ttl_ms``: the lease asked for (a hand-off grants at most that).
+
+        Raises:
+            BackendError: the queueing command failed (as the acquire itself would).
+        """
+        until = time.monotonic() + timeout_s
+        channel = handoff_channel(self._prefix, key)
+        name = waiter_name(owner_token)
+        event = threading.Event()
+        channels = self._channels
+        with self._lock:
+            closed = self._closed
+            if not closed:
+                ask = channels.join(channel, name, event)
+                start = self._thread is None or not self._thread.is_alive()
+                if start:
+                    if self._thread is not None:  # it died (logged): a new one subscribes again
+                        channels.lost_connection()
+                    self._thread = threading.Thread(
+                        target=self._run, name="fencedlease-handoff", daemon=True
+                    )
+                    self._thread.start()
+        if closed:
+            # After close(): poll, as without the listener. Sleep outside the lock, or the
+            # waiters would take turns and each wait outlast its budget.
+            time.sleep(timeout_s)
+            return
+        try:
+            if ask and not start:
+                self._submit(self._poke)
+            while channel not in channels.confirmed:
+                left = until - time.monotonic()
+                if left <= 0 or not event.wait(left):
+                    return  # not subscribed in time: this round is a plain poll
+                event.clear()
+            left = until - time.monotonic()
+            if left < 0.001:
+                return
+            queued = self._submit(self._enqueue, key, owner_token, ttl_ms, int(left * 1000), final)
+            try:
+                if not queued.result(timeout=left):
+                    return  # free, or already ours: acquire now
+            except concurrent.futures.TimeoutError:
+                return  # Redis is slow: this round was a plain poll (the entry may land later)
+            left = until - time.monotonic()
+            if left > 0:
+                event.wait(left)
+        finally:
+            with self._lock:
+                channels.leave(channel, name, time.monotonic())
+
+    def _enqueue(self, key: str, owner_token: str, ttl_ms: int, wait_ms: int, final: bool) -> bool:
+        keys, args = self._enqueue_args(key, owner_token, ttl_ms, wait_ms, final)
+        with backend_errors(f"wait for {key!r}"):
+            reply = run_script(self._client, ENQUEUE, keys, args)
+        return int(reply) == 1
+
+    def _submit(self, fn: Callable[..., T], *args: Any) -> concurrent.futures.Future[T]:
+        with self._lock:
+            if self._io is None:
+                self._io = concurrent.futures.ThreadPoolExecutor(
+                    4, thread_name_prefix="fencedlease-handoff-io"
+                )
+            return self._io.submit(fn, *args)
+
+    def _poke(self) -> None:
+        """Wake the listener (blocked reading its connection) so it sends a (un)subscribe now."""
+        try:
+            self._client.publish(self._control, b"")
+        except RedisError as exc:  # it wakes by itself within a second anyway
+            log.debug("could not wake the hand-off listener: %s", exc)
+
+    def close(self, until: float | None = None) -> None:
+        """Stop and join the listener and the queueing pool, release the listener's connection,
+        wake every waiter. Idempotent. Waits for a command in flight until the monotonic instant
+        ``until`` at most (None: bounded by the client's socket timeout; a thread still blocked
+        then ends at that timeout); the listener notices within a second even if Redis does not
+        answer."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            thread, io = self._thread, self._io
+            for waiters in self._channels.waiters.values():
+                for event in waiters.values():
+                    event.set()
+        if thread is not None and io is not None:
+            # While the interpreter exits (close() in atexit) a pool takes no new work: the
+            # listener then notices within a second by itself.
+            with contextlib.suppress(RuntimeError):
+                io.submit(self._poke)
+        if thread is not None:
+            thread.join(None if until is None else max(0.0, until - time.monotonic()))
+        shutdown_pool(io, until)
+
+    def _after_fork_in_child(self) -> None:
+        """In a forked child (see :mod:`fencedlease._fork`): forget the parent's listener, pool,
+        lock and waiters, none of which exist here; the next wait starts a listener of the
+        child's own, on a control channel of its own. No I/O."""
+        self._channels = Channels(self._channels.linger_s)
+        self._control = control_channel(self._prefix)
+        self._reset()
+
+    def _run(self) -> None:
+        listener = dedicated_client(self._client)
+        pubsub = listener.pubsub()  # type: ignore[no-untyped-call]
+        channels, lock = self._channels, self._lock
+        backoff_s, warned = 0.0, False
+        try:
+            control = False
+            while True:
+                with lock:
+                    if self._closed:
+                        return
+                    subscribe, unsubscribe, timeout_s = channels.plan(time.monotonic())
+                try:
+                    if not control:  # redis-py re-subscribes it after a reconnect
+                        pubsub.subscribe(self._control)
+                        control = True
+                    if subscribe:
+                        pubsub.subscribe(*subscribe)
+                    if unsubscribe:
+                        pubsub.unsubscribe(*unsubscribe)
+                    message = pubsub.get_message(timeout=timeout_s)
+                    backoff_s = 0.0
+                except RedisError as exc:
+                    # redis-py reconnects and re-subscribes on the next call; until then waiters
+                    # poll. Back off so a dead server is not hammered.
+                    warned = listener_failed(exc, acl_denial(exc), warned)
+                    with lock:
+                        channels.lost_connection()
+                    backoff_s = min(1.0, max(0.01, backoff_s * 2))
+                    time.sleep(backoff_s)
+                    continue
+                if message is not None:
+                    with lock:
+                        events = channels.on_message(message)
+                        if events and text(message.get("type")) == "message":
+                            self.notified += 1
+                    for event in events:
+                        event.set()
+        except BaseException:
+            listener_died()
+            raise
+        finally:
+            with contextlib.suppress(RedisError):
+                pubsub.close()
+            if listener is not self._client:
+                with contextlib.suppress(RedisError):
+                    listener.connection_pool.disconnect()

@@ -1,0 +1,208 @@
+"""redis-py errors as :class:`~fencedlease.BackendError`, classified; ACL refusals named.
+
+Every Redis error the library meets goes through :func:`backend_error` (or the
+:func:`backend_errors` block around a call), once for every face and every Redis client kind. It
+sets the classification the pure core reads (:attr:`BackendError.sent
+<fencedlease.BackendError.sent>`, :attr:`~fencedlease.BackendError.wrote`,
+:attr:`~fencedlease.BackendError.timed_out`), so no other module looks at redis-py's exception
+types:
+
+``sent="no"``: the store was never reached, so the command cannot have run: an exhausted
+connection pool (``MaxConnectionsError``, or a ``BlockingConnectionPool`` whose wait timed out: a
+plain ``ConnectionError("No connection available.")``), or a connection that was never
+established (refused, a unix socket path that does not exist, a host name that does not resolve,
+or a connect that timed out).
+
+``sent="maybe"``: a command may have run although no reply came (a connection reset, or a
+timeout after sending), so only an idempotent retry is safe: for acquire, the same owner token.
+``timed_out`` tells a timeout (Redis may be stalled) from a dropped connection.
+
+``wrote="maybe"``: the command may have changed the store, so whatever it may have granted must be
+released with the same owner token: ``sent="maybe"``, and an error reply from inside a running
+script: Redis does not roll a script back, so a command that failed after an earlier write of the
+script (a command an ACL denies, an out-of-memory refusal, a key of another type the script did
+not check) leaves that write in place. ``wrote="no"``: a lease script's own refusal (its message
+starts with :data:`~fencedlease._redis.scripts.SCRIPT_REFUSAL`; every script checks its keys before
+its first write), a refusal before the script ran (``NOSCRIPT``; ``NOPERM`` for ``EVALSHA``
+itself, whose message names no script), a command that never left, and an error that is not
+Redis's.
+
+One limit: a client whose own retry policy (redis-py's ``retry=``) resends a command on a new
+connection reports only its last try; if an earlier try landed and the last was refused, the grant
+it made lapses at its TTL instead of being released (an unused grant, never a second holder).
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Final
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import (
+    MaxConnectionsError,
+    NoPermissionError,
+    NoScriptError,
+    RedisError,
+    ResponseError,
+)
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from .._errors import BackendError, Sent, Wrote
+
+__all__ = [
+    "SCRIPT_REFUSAL",
+    "acl_denial",
+    "backend_error",
+    "backend_errors",
+    "classify",
+    "register_script",
+]
+
+SCRIPT_REFUSAL: Final = "fencedlease "
+"""How every error a lease script returns itself begins (after Redis's ``ERR``): such a script
+checked its keys and refused before its first write, so it wrote nothing."""
+
+_NOT_SENT: Final = frozenset({"No connection available.", "Too many connections"})
+"""The messages of redis-py's ``ConnectionError`` when the pool had no connection to give: a
+``BlockingConnectionPool`` that timed out waiting (sync and asyncio), or an exhausted
+``ConnectionPool`` before ``MaxConnectionsError`` existed."""
+
+# The OS errors that only a connect can raise: the command was never written anywhere.
+_CONNECT_ERRORS = (ConnectionRefusedError, FileNotFoundError, socket.gaierror)
+
+
+def _never_sent(cause: BaseException) -> bool:
+    if isinstance(cause, MaxConnectionsError):
+        return True
+    if not isinstance(cause, (RedisConnectionError, RedisTimeoutError)):
+        return False
+    if (
+        isinstance(cause, RedisConnectionError)
+        and len(cause.args) == 1
+        and cause.args[0] in _NOT_SENT
+    ):
+        return True
+    if isinstance(cause, RedisTimeoutError) and str(cause).startswith("Timeout connecting"):
+        return True  # redis-py's connect timeout (both faces); reads say "Timeout reading"
+    seen: set[int] = set()
+    error: BaseException | None = cause
+    while error is not None and id(error) not in seen:  # redis-py raises inside the OS error
+        seen.add(id(error))
+        if isinstance(error, _CONNECT_ERRORS):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def classify(cause: BaseException) -> tuple[Sent, Wrote, bool]:
+    """``(sent, wrote, timed_out)`` of a call that failed with ``cause`` (see the module doc);
+    an error that is not redis-py's: ``("yes", "no", False)``."""
+    if _never_sent(cause):
+        return "no", "no", False
+    if isinstance(cause, (RedisConnectionError, RedisTimeoutError)):
+        return "maybe", "maybe", isinstance(cause, RedisTimeoutError)
+    if not isinstance(cause, ResponseError) or isinstance(cause, NoScriptError):
+        return "yes", "no", False
+    message = str(cause)
+    if isinstance(cause, NoPermissionError) and "script" not in message:
+        return "yes", "no", False
+    return "yes", ("no" if message.startswith(SCRIPT_REFUSAL) else "maybe"), False
+
+
+def backend_error(operation: str, cause: BaseException) -> BackendError:
+    """``cause`` (a redis-py error, or a reply a ``decode_responses=True`` client cannot decode)
+    as the :class:`BackendError` to raise ``from`` it: the message names ``operation`` and, for a
+    refusal by the Redis ACL, the refused command (:func:`acl_denial`); classified by
+    :func:`classify`. The caller sets ``__cause__`` by ``raise ... from cause``."""
+    if isinstance(cause, UnicodeDecodeError):
+        message = (
+            f"{operation}: a reply is not UTF-8 (the client decodes responses): {cause.reason}"
+        )
+    else:
+        denied = acl_denial(cause) if isinstance(cause, RedisError) else None
+        detail = f"{denied}: " if denied else ""
+        message = f"{operation}: {detail}{type(cause).__name__}: {cause}"
+    sent, wrote, timed_out = classify(cause)
+    return BackendError(message, sent=sent, wrote=wrote, timed_out=timed_out)
+
+
+@contextmanager
+def backend_errors(operation: str) -> Iterator[None]:
+    """Raise any redis-py error inside as :func:`backend_error` naming ``operation``, cause kept;
+    so too a reply a ``decode_responses=True`` client cannot decode (a key holding bytes that are
+    not UTF-8: redis-py drops that connection)."""
+    try:
+        yield
+    except (RedisError, UnicodeDecodeError) as exc:
+        raise backend_error(operation, exc) from exc
+
+
+# -- naming a refused command ----------------------------------------------------------------------
+
+
+_SCRIPTS: dict[str, tuple[str, str]] = {}  # sha -> (name, source)
+
+
+def register_script(name: str, source: str, sha: str) -> None:
+    """Remember a script the library sends, so a refusal inside it can name the command."""
+    _SCRIPTS[sha] = (name, source)
+
+
+# Redis 7.2+: "... to run the 'publish' command"; a key: "... the 'k' key"; 6.2/7.0 below.
+_NAMED: Final = re.compile(r"'([A-Za-z|]+)' command")
+_CHANNEL: Final = re.compile(r"\bchannels? (?:used|mentioned)|' channel\b")
+_KEY: Final = re.compile(r"\bkeys? (?:used|mentioned)|' key\b")
+# Redis 7: "... script: <sha>, on @user_script:<line>."
+# Redis 6.2: "(call to f_<sha>): @user_script:<line>: ..."
+_SCRIPT_SHA: Final = re.compile(r"(?:script: |call to f_)([0-9a-f]{40})")
+_SCRIPT_LINE: Final = re.compile(r"@user_script:\s*(\d+)")
+_CALLS: Final = re.compile(r"redis\.p?call\(\s*['\"]([A-Za-z]+)['\"]")
+_SEE: Final = "see 'Running as a least-privilege ACL user' in docs/semantics.md"
+_SCRIPT_REFUSALS: Final = ("The user executing the script can't", "ACL failure in script")
+
+
+def _in_script(message: str) -> tuple[str | None, str] | None:
+    """(the command(s) called on the refused line, "<script>.lua line <n>") from a script
+    error's text, when the script is one of the library's."""
+    sha, line = _SCRIPT_SHA.search(message), _SCRIPT_LINE.search(message)
+    if sha is None or line is None or sha.group(1) not in _SCRIPTS:
+        return None
+    name, source = _SCRIPTS[sha.group(1)]
+    number = int(line.group(1))
+    lines = source.splitlines()
+    text = lines[number - 1] if 0 < number <= len(lines) else ""
+    commands = list(dict.fromkeys(c.upper() for c in _CALLS.findall(text)))
+    return (" or ".join(commands) or None), f"{name}.lua line {number}"
+
+
+def acl_denial(exc: BaseException) -> str | None:
+    """What the Redis ACL refused, in words naming the command, or None if ``exc`` is no ACL
+    refusal.
+
+    Understands ``NOPERM`` replies (a command, a key or a channel refused) and the errors of a
+    refused ``redis.call`` inside a script: Redis 7.2 names the command itself; 7.0 and 6.2 give
+    the script's SHA-1 and line, which are looked up in the library's own scripts
+    (:func:`register_script`).
+    """
+    message = str(exc)
+    script = any(text in message for text in _SCRIPT_REFUSALS)
+    if not script and not isinstance(exc, NoPermissionError):
+        return None
+    where = _in_script(message) if script else None
+    named = _NAMED.search(message)
+    if named is not None:
+        refused = f"may not run {named.group(1).upper()}"
+    elif _CHANNEL.search(message):
+        refused = "may not use a channel outside its channel patterns"
+    elif _KEY.search(message):
+        refused = "may not access a key outside its key patterns"
+    elif where is not None and where[0] is not None:
+        refused = f"may not run {where[0]}"
+    else:
+        refused = "may not run a command of this call"
+    if where is not None:
+        refused += f" in {where[1]}"
+    return f"the Redis ACL user {refused} ({_SEE})"

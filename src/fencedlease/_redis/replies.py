@@ -1,0 +1,226 @@
+"""Decoding the Lua scripts' replies, and text as Redis sends it, with no I/O.
+
+Replies are decoded the same way whether the client was built with ``decode_responses=True``
+(``str``) or ``False`` (``bytes``); every malformed reply is a :class:`~fencedlease.BackendError`
+naming the operation and the key, never quoting a value that may hold an owner token. Tokens and
+counters are decoded exactly (never through a float), 1..2**63-1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from .._errors import BackendError
+from .._protocol import MAX_FENCING_TOKEN, AcquireReply, InspectReply, owner_fingerprint
+
+__all__ = [
+    "decode_acquire",
+    "decode_inspect",
+    "decode_release",
+    "decode_renew",
+    "decode_renew_many",
+    "parse_token",
+    "reply_text",
+    "split_value",
+    "text",
+]
+
+GRANTED: Final = 1
+ALREADY_OURS: Final = 2
+HELD: Final = 0
+
+_DIGITS: Final = frozenset("0123456789")
+
+
+def text(value: object) -> str:
+    """A reply element (or a pub/sub message field) as text: ``bytes`` decoded as UTF-8 (bytes
+    that are not UTF-8 kept by ``surrogateescape``, so nothing raises), ``str`` as it is, anything
+    else by ``str()``."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "surrogateescape")
+    return value if isinstance(value, str) else str(value)
+
+
+def reply_text(value: object, what: str) -> str:
+    """:func:`text` of a reply element that must be a string (``bytes`` or ``str``).
+
+    Raises:
+        BackendError: any other type; ``what`` names the operation.
+    """
+    if isinstance(value, (bytes, str)):
+        return text(value)
+    raise BackendError(f"{what}: unexpected reply element of type {type(value).__name__}")
+
+
+def _int(value: object, what: str) -> int:
+    """An integer reply, or a decimal string of one (with an optional ``-``), exactly."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    string = reply_text(value, what)
+    digits = string[1:] if string.startswith("-") else string
+    if not digits or not set(digits) <= _DIGITS or len(digits) > 20:
+        raise BackendError(f"{what}: expected an integer, got {string[:40]!r}")
+    return int(string)
+
+
+def _is(value: object, number: int) -> bool:
+    """Whether a reply element is the small integer ``number`` (an integer reply, or its text)."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return value == number
+    if isinstance(value, bytes):
+        return value == str(number).encode()
+    return isinstance(value, str) and value == str(number)
+
+
+def parse_token(value: object, what: str, *, minimum: int = 1) -> int:
+    """A fencing token (or counter) as Redis stores it: an integer reply, or a decimal string
+    without sign or leading zero, ``minimum``..``MAX_FENCING_TOKEN``, decoded exactly (never
+    through a float).
+
+    Raises:
+        BackendError: anything else; ``what`` names the key or reply, the value is not quoted
+            (a lease value holds an owner token).
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    else:
+        string = reply_text(value, what)
+        if (
+            not string
+            or not set(string) <= _DIGITS
+            or len(string) > 19
+            or (len(string) > 1 and string[0] == "0")
+        ):
+            raise BackendError(
+                f"{what}: not a fencing token (a decimal integer {minimum}..2**63-1)"
+            )
+        number = int(string)
+    if not minimum <= number <= MAX_FENCING_TOKEN:
+        raise BackendError(f"{what}: {number} is outside {minimum}..2**63-1")
+    return number
+
+
+def _shape(reply: object, length: int, what: str) -> Sequence[object]:
+    if not isinstance(reply, (list, tuple)) or len(reply) != length:
+        raise BackendError(f"{what}: unexpected reply (a script of another version?)")
+    return reply
+
+
+def decode_acquire(reply: object, key: str = "?") -> AcquireReply:
+    """Decode the acquire script's ``[status, token, ttl]`` reply; the token (a decimal string)
+    exactly, 1..2**63-1.
+
+    Raises:
+        BackendError: for a reply of any other shape or value (a script of another version).
+    """
+    what = f"acquire {key!r}"
+    status_value, token_value, ttl_value = _shape(reply, 3, what)
+    status, ttl = _int(status_value, what), _int(ttl_value, what)
+    if status == GRANTED:
+        return AcquireReply(True, parse_token(token_value, what), ttl)
+    if status == ALREADY_OURS:
+        return AcquireReply(True, parse_token(token_value, what), ttl, retried=True)
+    if status == HELD:
+        return AcquireReply(False, 0, ttl)
+    raise BackendError(f"{what}: unexpected status {status}")
+
+
+def decode_renew(reply: object, key: str = "?") -> int:
+    """Decode the renew script's reply: the fencing token when renewed (exactly, 1..2**63-1), 0
+    when the lease is lost.
+
+    Raises:
+        BackendError: any other reply.
+    """
+    what = f"renew {key!r}"
+    if _is(reply, 0):
+        return 0
+    return parse_token(reply, what)
+
+
+def decode_renew_many(
+    items: Sequence[tuple[str, str, int]], reply: object
+) -> list[int | BaseException]:
+    """Decode ``renew_many.lua``'s array, one entry per item: the token (renewed; exactly,
+    1..2**63-1), 0 (lost), or a :class:`~fencedlease.BackendError` for an item Redis could not
+    renew (its TTL was refused, its key holds another type or a malformed value, or the reply
+    entry is not a token); the other items are unaffected.
+
+    Raises:
+        BackendError: a reply of another shape.
+    """
+    if not isinstance(reply, (list, tuple)) or len(reply) != len(items):
+        raise BackendError(f"renew {len(items)} leases: unexpected reply for {len(items)} leases")
+    results: list[int | BaseException] = []
+    for (key, _, ttl_ms), value in zip(items, reply, strict=True):
+        what = f"renew {key!r}"
+        if _is(value, -1):
+            results.append(BackendError(f"{what}: ttl_ms {ttl_ms!r} refused by Redis"))
+        elif _is(value, -2):
+            results.append(
+                BackendError(
+                    f"{what}: WRONGTYPE, the lease key holds another type (or cannot be read)"
+                )
+            )
+        elif _is(value, -3):
+            results.append(BackendError(f"{what}: the lease key holds a malformed value"))
+        elif _is(value, 0):
+            results.append(0)
+        else:
+            try:
+                results.append(parse_token(value, what))
+            except BackendError as exc:
+                results.append(exc)
+    return results
+
+
+def decode_release(reply: object, key: str = "?") -> bool:
+    """Decode the release script's reply: true when our key was deleted (or handed on).
+
+    Raises:
+        BackendError: a reply other than 0 or 1.
+    """
+    if _is(reply, 1):
+        return True
+    if _is(reply, 0):
+        return False
+    raise BackendError(f"release {key!r}: unexpected reply")
+
+
+def split_value(value: object, what: str = "lease value") -> tuple[int, str]:
+    """Split a stored lease value ``"<fencing_token>:<owner_token>"``: the token exactly
+    (1..2**63-1), the owner token non-empty.
+
+    Raises:
+        BackendError: a malformed value (``what`` names the key; the value is not quoted).
+    """
+    string = reply_text(value, what)
+    token, sep, owner = string.partition(":")
+    if not sep or not owner:
+        raise BackendError(f'{what}: a malformed lease value (not "<fencing_token>:<owner>")')
+    return parse_token(token, what), owner
+
+
+def decode_inspect(reply: object, key: str = "?") -> InspectReply | None:
+    """Decode the inspect script's ``[value, pttl, counter]`` reply; None when no lease is held.
+
+    Raises:
+        BackendError: a malformed lease value or counter (the message names the key), or a reply
+            of another shape.
+    """
+    what = f"inspect {key!r}"
+    value, pttl, counter = _shape(reply, 3, what)
+    if value is None or value is False:
+        return None
+    token, owner = split_value(value, f"{what}: the lease key")
+    return InspectReply(
+        fencing_token=token,
+        ttl_ms=_int(pttl, what),
+        owner_fingerprint=owner_fingerprint(owner),
+        last_issued_token=None
+        if counter is None or counter is False
+        else parse_token(counter, f"{what}: the fencing counter", minimum=0),
+    )

@@ -1,0 +1,222 @@
+"""The renewal schedule: which leases are due for renewal and whose deadline is next. No I/O.
+
+The sync renewer (a thread) and the async one (a task) both drive :class:`RenewalSchedule`: pop a
+batch, send it as one round trip, hand the replies to :meth:`RenewalSchedule.apply`, mark expired
+leases lost, sleep until the next wakeup. The loss rules it applies are :mod:`fencedlease._state`'s.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable
+
+from ._state import LeaseState, LossReason
+
+__all__ = ["RenewReply", "RenewalEntry", "RenewalSchedule", "confirmed_due", "renewal_items"]
+
+
+class RenewalEntry:
+    """One lease under background renewal: its state, interval, and the caller's error hook."""
+
+    __slots__ = (
+        "active",
+        "heartbeat_s",
+        "next_due",
+        "on_renew_error",
+        "retry_s",
+        "sent_ttl_ms",
+        "state",
+    )
+
+    def __init__(
+        self,
+        state: LeaseState,
+        heartbeat_ms: int,
+        on_renew_error: Callable[[BaseException], object] | None,
+    ) -> None:
+        self.state = state
+        self.heartbeat_s = heartbeat_ms / 1000
+        # After a failed round trip, retry sooner than a full heartbeat: a blip should cost little
+        # of the margin, yet a dead server is not hammered.
+        self.retry_s = min(self.heartbeat_s, max(0.05, self.heartbeat_s / 4))
+        self.on_renew_error = on_renew_error
+        self.next_due = 0.0
+        self.active = False
+        self.sent_ttl_ms = state.ttl_ms
+
+
+def confirmed_due(entry: RenewalEntry, now: float) -> float:
+    """When ``entry`` is next due: one heartbeat after the confirming command was sent, that is
+    ``deadline - ttl + heartbeat`` (the deadline counts from the send, rule 2), whatever the
+    round trip took. A lease with no known deadline counts from ``now``. A time already past
+    means due at once."""
+    state = entry.state
+    deadline = state.deadline
+    if deadline is None:
+        return now + entry.heartbeat_s
+    return deadline - state.ttl_ms / 1000 + entry.heartbeat_s
+
+
+def renewal_items(batch: list[RenewalEntry]) -> list[tuple[str, str, int]]:
+    """The ``(key, owner_token, ttl_ms)`` items to send for ``batch``; each entry remembers the
+    TTL it was sent with, because that, not whatever the lease's TTL is when the reply lands, is
+    what Redis set (a manual ``renew(ttl_ms=...)`` may have changed it meanwhile)."""
+    items = []
+    for entry in batch:
+        state = entry.state
+        entry.sent_ttl_ms = state.ttl_ms
+        items.append((state.key, state.owner_token, state.ttl_ms))
+    return items
+
+
+RenewReply = int | BaseException
+"""Per lease, what a renewal round trip said: the token (renewed), 0 (lost) or an error."""
+
+
+class RenewalSchedule:
+    """Which leases are due for renewal, and whose deadline is next; pure bookkeeping.
+
+    Two heaps with lazy deletion: one ordered by next renewal time, one by loss deadline. The owner
+    (a thread or a task) asks :meth:`pop_due` for a batch, sends it as one pipeline, hands the
+    replies to :meth:`apply`, marks :meth:`pop_expired` leases lost, and sleeps until
+    :meth:`next_wakeup`. All times are seconds on the monotonic clock.
+    """
+
+    def __init__(self) -> None:
+        self._due: list[tuple[float, int, RenewalEntry]] = []
+        self._deadlines: list[tuple[float, int, RenewalEntry]] = []
+        self._seq = itertools.count()
+        self._members: set[RenewalEntry] = set()
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+    def add(self, entry: RenewalEntry, now: float) -> None:
+        """Start renewing ``entry``: first renewal one heartbeat after the confirming command was
+        sent (the deadline's origin, see :func:`confirmed_due`), not after its reply came: a slow
+        round trip must not eat into the margin. At ``now`` at once if that moment has passed."""
+        entry.active = True
+        self._members.add(entry)
+        self._push_due(entry, confirmed_due(entry, now))
+        self._push_deadline(entry)
+
+    def remove(self, entry: RenewalEntry) -> None:
+        """Stop renewing ``entry`` (its heap items are dropped lazily)."""
+        entry.active = False
+        self._members.discard(entry)
+
+    def entries(self) -> list[RenewalEntry]:
+        """Every active entry, in flight or not (for shutdown)."""
+        return list(self._members)
+
+    def _push_due(self, entry: RenewalEntry, due: float) -> None:
+        entry.next_due = due
+        heapq.heappush(self._due, (due, next(self._seq), entry))
+
+    def deadline_moved(self, entry: RenewalEntry) -> None:
+        """Watch ``entry``'s new deadline after a renewal the schedule did not apply itself."""
+        if entry.active:
+            self._push_deadline(entry)
+
+    def _push_deadline(self, entry: RenewalEntry) -> None:
+        if entry.state.deadline is not None:
+            heapq.heappush(self._deadlines, (entry.state.deadline, next(self._seq), entry))
+
+    def pop_due(self, now: float, limit: int) -> list[RenewalEntry]:
+        """Remove and return up to ``limit`` active entries due at ``now``, earliest first."""
+        batch: list[RenewalEntry] = []
+        self._take(batch, limit, now, early=0.0)
+        return batch
+
+    def _take(self, batch: list[RenewalEntry], limit: int, now: float, early: float) -> None:
+        """Move active entries from the due heap into ``batch``, earliest first, up to ``limit``,
+        while each is due by ``now + early * its heartbeat``; each is in flight from then on
+        (not due again until :meth:`apply` says when)."""
+        due = self._due
+        while due and len(batch) < limit:
+            when, _, entry = due[0]
+            if not entry.active or when != entry.next_due:
+                heapq.heappop(due)
+                continue
+            if when > now + early * entry.heartbeat_s:
+                break
+            heapq.heappop(due)
+            entry.next_due = float("inf")
+            batch.append(entry)
+
+    def pop_batch(self, now: float, limit: int) -> list[RenewalEntry]:
+        """:meth:`pop_due`, then, if anything was due, fill the batch up to ``limit`` with the
+        entries due next, as long as each is due within half its own heartbeat.
+
+        Renewing early is always safe (it only moves the deadline later), and it is what keeps the
+        round trips down: leases acquired at scattered moments would otherwise each get a round
+        trip of their own. Renewed together, they are due together again, so ``n`` leases settle
+        into ``ceil(n / limit)`` round trips per heartbeat. No entry is renewed more than half a
+        heartbeat early.
+        """
+        batch = self.pop_due(now, limit)
+        if batch:
+            self._take(batch, limit, now, early=0.5)
+        return batch
+
+    def pop_expired(self, now: float) -> list[RenewalEntry]:
+        """Mark lost (rule 2) and stop renewing every active entry whose deadline is at or before
+        ``now``; return them."""
+        expired: list[RenewalEntry] = []
+        heap = self._deadlines
+        while heap:
+            when, _, entry = heap[0]
+            if not entry.active or when != entry.state.deadline:
+                heapq.heappop(heap)
+                continue
+            if when > now:
+                break
+            heapq.heappop(heap)
+            entry.state.check_deadline(now)
+            self.remove(entry)
+            expired.append(entry)
+        return expired
+
+    def next_wakeup(self, renewal_in_flight: bool) -> float | None:
+        """When the owner must next act: the earliest deadline, and the earliest renewal unless one
+        batch is still in flight. None when nothing is scheduled."""
+        candidates: list[float] = []
+        for heap, wanted in ((self._deadlines, True), (self._due, not renewal_in_flight)):
+            while heap and not heap[0][2].active:
+                heapq.heappop(heap)
+            if wanted and heap:
+                candidates.append(heap[0][0])
+        return min(candidates) if candidates else None
+
+    def apply(
+        self,
+        batch: list[RenewalEntry],
+        sent_mono: float,
+        sent_wall: float,
+        replies: list[RenewReply] | BaseException,
+        now: float,
+    ) -> list[tuple[RenewalEntry, BaseException]]:
+        """Take the replies of a batch sent at ``sent_mono``: confirm, mark lost (rule 1), or
+        reschedule a retry (rule 3). ``replies`` is one item per entry, or one error for the whole
+        round trip. Returns the ``(entry, error)`` pairs whose ``on_renew_error`` hook is due."""
+        errors: list[tuple[RenewalEntry, BaseException]] = []
+        for index, entry in enumerate(batch):
+            if not entry.active:
+                continue  # released (or expired) while the batch was in flight
+            reply = replies if isinstance(replies, BaseException) else replies[index]
+            state = entry.state
+            if isinstance(reply, BaseException):
+                errors.append((entry, reply))
+                self._push_due(entry, now + entry.retry_s)
+            elif reply > 0:
+                if state.confirm(sent_mono, sent_wall, entry.sent_ttl_ms, reply):
+                    self._push_due(entry, confirmed_due(entry, now))
+                    self._push_deadline(entry)
+                else:
+                    self.remove(entry)
+            else:
+                if not state.releasing:
+                    state.mark_lost(LossReason.RENEW_REFUSED)
+                self.remove(entry)
+        return errors

@@ -1,0 +1,140 @@
+"""The face-neutral half of a lease handle (:class:`LeaseView`): its facts and the loss check.
+
+:class:`~fencedlease.Lease` and :class:`~fencedlease.aio.AsyncLease` add the I/O on top.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from ._clock import Clock
+from ._errors import LeaseLostError
+from ._protocol import owner_fingerprint
+from ._state import LeaseState, LossReason
+from ._validate import check_ms
+
+__all__ = ["LeaseView"]
+
+
+class LeaseView:
+    """The face-neutral half of a lease handle: its facts and the loss check, no I/O.
+
+    :class:`~fencedlease.Lease` and :class:`~fencedlease.aio.AsyncLease` add ``renew``,
+    ``release`` and ``wait_lost`` (blocking or awaited) on top, so every attribute below is
+    defined once for both faces.
+
+    ``owner_token`` proves ownership to the store; it is a secret and never appears in ``repr``.
+    ``fencing_token`` is the grant's number, strictly larger than every earlier grant's of the key;
+    hand it to the storage you write to (see :class:`~fencedlease.FencedResource`). It is None only
+    for a lease restored without one (the first successful ``renew()`` learns it from the store).
+    """
+
+    __slots__ = ("_clock", "_state")
+
+    def __init__(self, state: LeaseState, clock: Clock) -> None:
+        self._state = state
+        self._clock = clock
+
+    def __repr__(self) -> str:
+        state = self._state
+        status = "lost" if state.lost else "released" if state.released else "held"
+        return (
+            f"<{type(self).__name__} key={state.key!r} fencing_token={state.fencing_token}"
+            f" owner={owner_fingerprint(state.owner_token)} ttl_ms={state.ttl_ms} {status}>"
+        )
+
+    @property
+    def key(self) -> str:
+        """The caller's key (without the store's prefix)."""
+        return self._state.key
+
+    @property
+    def owner_token(self) -> str:
+        """The secret that proves ownership; persist it to ``restore()`` the lease later."""
+        return self._state.owner_token
+
+    @property
+    def fencing_token(self) -> int | None:
+        """The grant's fencing token (see the class docstring)."""
+        return self._state.fencing_token
+
+    @property
+    def owner_fingerprint(self) -> str:
+        """A non-secret name for the owner token (16 hex characters)."""
+        return owner_fingerprint(self._state.owner_token)
+
+    @property
+    def ttl_ms(self) -> int:
+        """The TTL in milliseconds set by the last acquire or renewal."""
+        return self._state.ttl_ms
+
+    @property
+    def expires_at(self) -> datetime | None:
+        """Client-side estimate of the expiry (UTC, aware), for persisting; None when unknown.
+
+        It is counted from when the last confirming command was sent, so it is never later than
+        the store's own expiry by more than clock drift. Only the store knows whether the lease is
+        still held: ``renew()`` asks it.
+        """
+        return self._state.expires_at
+
+    @property
+    def lost(self) -> bool:
+        """True once the lease is known to be gone (renewal refused, or ``ttl_ms`` passed since the
+        last confirmation). A deliberate ``release()`` is not a loss."""
+        return self._state.check_deadline(self._clock.monotonic())
+
+    @property
+    def lost_reason(self) -> str | None:
+        """Why the lease was lost, or None."""
+        return self._state.lost_reason
+
+    def check(self) -> None:
+        """Raise :class:`LeaseLostError` if the lease is lost; call it between steps of long work.
+
+        Raises:
+            LeaseLostError: the lease is lost.
+        """
+        if self.lost:
+            raise self._lost_error()
+
+    def _lost_message(self) -> str:
+        state = self._state
+        return f"lease {state.key!r} (fencing token {state.fencing_token}) was lost: " + (
+            state.lost_reason or "unknown"
+        )
+
+    def _lost_error(self) -> LeaseLostError:
+        return LeaseLostError(self._state.key, self._lost_message())
+
+    # The two halves of renew() and release() around the I/O, shared by both faces.
+
+    def _renew_ttl(self, ttl_ms: int | None) -> int | None:
+        """The TTL a renewal must send, or None when the lease must not be renewed (lost, or a
+        release has begun). Raises ValidationError for a bad ``ttl_ms``."""
+        state = self._state
+        ttl = state.ttl_ms if ttl_ms is None else check_ms("ttl_ms", ttl_ms, 1)
+        if self.lost or state.releasing:
+            return None
+        return ttl
+
+    def _renewed(self, token: int, sent_mono: float, sent_wall: float, ttl_ms: int) -> bool:
+        """Apply a renewal's reply (sent at ``sent_mono``): confirm, or mark lost (rule 1)."""
+        state = self._state
+        if token > 0:
+            confirmed = state.confirm(sent_mono, sent_wall, ttl_ms, token)
+            if confirmed and state.deadline_moved is not None:
+                state.deadline_moved()
+            return confirmed
+        if not state.releasing:
+            state.mark_lost(LossReason.RENEW_REFUSED)
+        return False
+
+    def _released(self, released: bool) -> bool:
+        """Apply a release's reply: released, or refused (the lease had moved on: a loss)."""
+        state = self._state
+        if released:
+            state.released = True
+        else:
+            state.mark_lost(LossReason.RELEASE_REFUSED)
+        return released

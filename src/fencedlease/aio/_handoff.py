@@ -1,0 +1,217 @@
+"""The asyncio side of the release waiters: :class:`AsyncHandoff` (the Redis hand-off, its
+listener a task) and :class:`AsyncSleepWaiter` (polling).
+
+How the hand-off works is in :mod:`fencedlease._handoff`, with the channel model both faces drive;
+the sync twin is :class:`fencedlease._handoff_sync.Handoff`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+import redis.asyncio
+from redis.exceptions import RedisError
+
+from .._handoff import (
+    AsyncReleaseWaiter,
+    HandoffBase,
+    listener_died,
+    listener_failed,
+    log,
+    waiter_name,
+)
+from .._redis.aio import dedicated_client, run_script
+from .._redis.errors import acl_denial, backend_errors
+from .._redis.keys import handoff_channel
+from .._redis.replies import text
+from .._redis.scripts import ENQUEUE
+
+__all__ = ["AsyncHandoff", "AsyncSleepWaiter", "async_release_waiter_for"]
+
+
+class AsyncSleepWaiter:
+    """Polling only: sleeps the whole ``timeout_s`` (for backends without notifications)."""
+
+    queues = False
+
+    async def wait(
+        self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
+    ) -> None:
+        await asyncio.sleep(timeout_s)
+
+    async def aclose(self) -> None:
+        pass
+
+
+class AsyncHandoff(HandoffBase[redis.asyncio.Redis]):
+    """:class:`~fencedlease._handoff_sync.Handoff` for ``redis.asyncio``: the same queue and
+    scripts, the listener a task.
+
+    ``client``: the manager's ``redis.asyncio.Redis``; ``prefix``: its key prefix (the arguments
+    of :class:`~fencedlease._handoff_sync.Handoff`). The listener has a connection of its own
+    (:func:`fencedlease._redis.aio.dedicated_client`), never one of ``client``'s pool. The
+    listener task is started by the first wait in the running loop and cancelled by
+    :meth:`aclose`; like the thread, it logs an unexpected death
+    (:func:`~fencedlease._handoff.listener_died`).
+    """
+
+    def _reset(self) -> None:
+        self._task: asyncio.Task[None] | None = None
+        self._chores: set[asyncio.Task[Any]] = set()
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(coro)
+        self._chores.add(task)
+        task.add_done_callback(self._chores.discard)
+        return task
+
+    async def wait(
+        self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
+    ) -> None:
+        """As :meth:`~fencedlease._handoff_sync.Handoff.wait`, awaited.
+
+        Raises:
+            BackendError: the queueing command failed.
+        """
+        loop = asyncio.get_running_loop()
+        until = loop.time() + timeout_s
+        channel = handoff_channel(self._prefix, key)
+        name = waiter_name(owner_token)
+        event = asyncio.Event()
+        channels = self._channels
+        if self._closed:  # after aclose(): poll, as without the listener
+            await asyncio.sleep(timeout_s)
+            return
+        ask = channels.join(channel, name, event)
+        start = self._task is None or self._task.done()
+        if start:
+            if self._task is not None:  # it died (logged): a new one subscribes again
+                channels.lost_connection()
+            self._task = loop.create_task(self._run(), name="fencedlease-handoff")
+        try:
+            if ask and not start:
+                self._spawn(self._poke())
+            while channel not in channels.confirmed:
+                left = until - loop.time()
+                if left <= 0 or not await _wait_event(event, left):
+                    return
+                event.clear()
+            left = until - loop.time()
+            if left < 0.001:
+                return
+            # In a task of its own, so a stalled Redis cannot stretch the wait past timeout_s.
+            queued = self._spawn(self._enqueue(key, owner_token, ttl_ms, int(left * 1000), final))
+            done, _ = await asyncio.wait({queued}, timeout=left)
+            if not done or queued.cancelled() or not queued.result():
+                return
+            left = until - loop.time()
+            if left > 0:
+                await _wait_event(event, left)
+        finally:
+            channels.leave(channel, name, time.monotonic())
+
+    async def _enqueue(
+        self, key: str, owner_token: str, ttl_ms: int, wait_ms: int, final: bool
+    ) -> bool:
+        keys, args = self._enqueue_args(key, owner_token, ttl_ms, wait_ms, final)
+        with backend_errors(f"wait for {key!r}"):
+            reply = await run_script(self._client, ENQUEUE, keys, args)
+        return int(reply) == 1
+
+    async def _poke(self) -> None:
+        try:
+            await self._client.publish(self._control, b"")
+        except RedisError as exc:
+            log.debug("could not wake the hand-off listener: %s", exc)
+
+    async def aclose(self) -> None:
+        """Cancel the listener task and wait for it; wake every waiter. Idempotent. A listener that
+        died (logged when it did) does not make this raise, as the thread's does not."""
+        if self._closed:
+            return
+        self._closed = True
+        for waiters in self._channels.waiters.values():
+            for event in waiters.values():
+                event.set()
+        chores = list(self._chores)
+        for chore in chores:
+            chore.cancel()
+        await asyncio.gather(*chores, return_exceptions=True)
+        task = self._task
+        if task is not None and task.done():
+            if not task.cancelled():
+                task.exception()  # a death already logged (listener_died), as the thread's is
+        elif task is not None:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                # Our own cancellation must propagate; the listener's is what we asked for.
+                if current is not None and getattr(current, "cancelling", lambda: 0)():
+                    raise
+
+    async def _run(self) -> None:
+        listener = dedicated_client(self._client)
+        pubsub = listener.pubsub()
+        channels = self._channels
+        backoff_s, warned = 0.0, False
+        try:
+            control = False
+            while not self._closed:
+                subscribe, unsubscribe, timeout_s = channels.plan(time.monotonic())
+                try:
+                    if not control:
+                        await pubsub.subscribe(self._control)
+                        control = True
+                    if subscribe:
+                        await pubsub.subscribe(*subscribe)
+                    if unsubscribe:
+                        await pubsub.unsubscribe(*unsubscribe)
+                    message = await pubsub.get_message(timeout=timeout_s)
+                    backoff_s = 0.0
+                except RedisError as exc:
+                    warned = listener_failed(exc, acl_denial(exc), warned)
+                    channels.lost_connection()
+                    backoff_s = min(1.0, max(0.01, backoff_s * 2))
+                    await asyncio.sleep(backoff_s)
+                    continue
+                if message is not None:
+                    events = channels.on_message(message)
+                    if events and text(message.get("type")) == "message":
+                        self.notified += 1
+                    for event in events:
+                        event.set()
+        except asyncio.CancelledError:
+            raise  # aclose() stops it so
+        except BaseException:
+            listener_died()
+            raise
+        finally:
+            try:
+                with contextlib.suppress(RedisError):
+                    await asyncio.shield(pubsub.aclose())  # type: ignore[no-untyped-call]
+            finally:
+                if listener is not self._client:
+                    with contextlib.suppress(RedisError):
+                        await asyncio.shield(listener.connection_pool.disconnect())
+
+
+async def _wait_event(event: asyncio.Event, timeout_s: float) -> bool:
+    """``event.wait()`` bounded by ``timeout_s`` seconds; whether it was set."""
+    try:
+        await asyncio.wait_for(event.wait(), timeout_s)
+    except asyncio.TimeoutError:
+        return False
+    return True
+
+
+def async_release_waiter_for(backend: object) -> AsyncReleaseWaiter:
+    """The release waiter an asyncio manager uses over ``backend``: the backend's own
+    (``backend.release_waiter()``, e.g. the Redis hand-off), else :class:`AsyncSleepWaiter`."""
+    make = getattr(backend, "release_waiter", None)
+    waiter: AsyncReleaseWaiter = AsyncSleepWaiter() if make is None else make()
+    return waiter

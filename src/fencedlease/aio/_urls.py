@@ -1,0 +1,42 @@
+"""Backends from URLs for the asyncio face: :func:`async_backend_from_url`, the twin of
+:func:`fencedlease._urls.backend_from_url` (the URL forms and their parsing are there)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis.asyncio
+
+from .._backend import AsyncLeaseBackend
+from .._clock import Clock
+from .._urls import parse_backend_url, redis_client
+from ..backends.memory import AsyncMemoryBackend
+from ..backends.sqlite_async import AsyncSqliteBackend
+from ._redis_backend import AsyncRedisBackend
+
+__all__ = ["async_backend_from_url"]
+
+
+def async_backend_from_url(
+    url: str, *, prefix: str, clock: Clock, **kwargs: Any
+) -> AsyncLeaseBackend:
+    """The :class:`AsyncLeaseBackend` a URL names: the asyncio twin of
+    :func:`fencedlease._urls.backend_from_url`, with the same URLs, options and errors. Makes no
+    I/O (a SQLite file is opened on a worker thread at the first operation).
+
+    Redis: ``redis.asyncio.Redis.from_url(url, **kwargs)`` in an
+    :class:`~fencedlease.aio.AsyncRedisBackend`; ``memory://``: an :class:`AsyncMemoryBackend`;
+    ``sqlite:///...``: an :class:`AsyncSqliteBackend`.
+
+    Raises:
+        ValidationError: an unknown scheme, a malformed URL, an option the scheme does not take
+            (or a value redis-py would only refuse when it connects), a bad ``prefix`` or
+            ``clock``. A password in the URL shows as ``***`` in the message.
+    """
+    kind, path, options = parse_backend_url(url, prefix, clock, kwargs)
+    if kind == "redis":
+        client: redis.asyncio.Redis = redis_client(redis.asyncio.Redis.from_url, url, options)
+        return AsyncRedisBackend(client, prefix, owns_client=True)
+    if kind == "memory":
+        return AsyncMemoryBackend(clock=clock)
+    return AsyncSqliteBackend(path, prefix=prefix, clock=clock, **options)

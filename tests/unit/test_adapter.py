@@ -1,0 +1,178 @@
+"""The Redis adapter (fencedlease._redis) as the rest of the library sees it: the classification
+it sets on BackendError, the release waiter a backend provides, and the two hand-off faces built
+the same way and dying the same way."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import pickle
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from fencedlease import BackendError, LeaseManager, MemoryBackend, RedisBackend, SqliteBackend
+from fencedlease._handoff import SleepWaiter, release_waiter_for
+from fencedlease._handoff_sync import Handoff
+from fencedlease._redis.errors import backend_error
+from fencedlease._redis.scripts import ACQUIRE, run_script
+from fencedlease.aio import AsyncLeaseManager, AsyncRedisBackend
+from fencedlease.aio._handoff import AsyncHandoff, AsyncSleepWaiter, async_release_waiter_for
+from fencedlease.backends import AsyncMemoryBackend
+
+
+@pytest.mark.parametrize(
+    ("cause", "sent", "wrote", "timed_out"),
+    [
+        (RedisConnectionError("Connection reset by peer"), "maybe", "maybe", False),
+        (RedisTimeoutError("Timeout reading from 127.0.0.1:6379"), "maybe", "maybe", True),
+        (RedisTimeoutError("Timeout connecting to server"), "no", "no", False),
+        (RedisConnectionError("No connection available."), "no", "no", False),
+        (ResponseError("fencedlease acquire: the lease key k holds a malformed value"), "yes", "no",
+         False),
+        (ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value script"),
+         "yes", "maybe", False),
+        (NoScriptError("No matching script. Please use EVAL."), "yes", "no", False),
+        (ValueError("not redis"), "yes", "no", False),
+    ],
+)  # fmt: skip
+def test_the_adapter_classifies_what_a_failed_command_may_have_done(
+    cause: Exception, sent: str, wrote: str, timed_out: bool
+) -> None:
+    error = backend_error("acquire 'k'", cause)
+    assert (error.sent, error.wrote, error.timed_out) == (sent, wrote, timed_out)
+    assert str(error) == f"acquire 'k': {type(cause).__name__}: {cause}"
+    copy = pickle.loads(pickle.dumps(error))
+    assert (copy.sent, copy.wrote, copy.timed_out, str(copy)) == (
+        sent,
+        wrote,
+        timed_out,
+        str(error),
+    )
+
+
+def test_a_backend_error_of_an_atomic_store_says_it_answered_and_wrote_nothing() -> None:
+    """Memory and SQLite raise BackendError without classification: the defaults say so."""
+    error = BackendError("renew 'k': database is locked")
+    assert (error.sent, error.wrote, error.timed_out) == ("yes", "no", False)
+
+
+class _Calls:
+    """A client that records script calls; EVALSHA answers NOSCRIPT ``noscript`` times."""
+
+    def __init__(self, noscript: int) -> None:
+        self.noscript = noscript
+        self.calls: list[tuple[str, str]] = []
+
+    def evalsha(self, sha: str, numkeys: int, *rest: Any) -> Any:
+        self.calls.append(("EVALSHA", sha))
+        if self.noscript:
+            self.noscript -= 1
+            raise NoScriptError("No matching script. Please use EVAL.")
+        return [1, "7", 1000]
+
+    def eval(self, source: str, numkeys: int, *rest: Any) -> Any:
+        self.calls.append(("EVAL", source))
+        return [1, "7", 1000]
+
+
+def test_one_noscript_policy_evalsha_then_one_eval_of_the_source() -> None:
+    client = _Calls(noscript=1)
+    assert run_script(client, ACQUIRE, ("k",), ("o", 1000)) == [1, "7", 1000]  # type: ignore[arg-type]
+    assert client.calls == [("EVALSHA", ACQUIRE.sha), ("EVAL", ACQUIRE.source)]
+    warm = _Calls(noscript=0)
+    run_script(warm, ACQUIRE, ("k",), ("o", 1000))  # type: ignore[arg-type]
+    assert warm.calls == [("EVALSHA", ACQUIRE.sha)]
+
+
+def test_the_backend_provides_the_release_waiter(tmp_path: Any) -> None:
+    """Redis backends hand out their hand-off, built from the same kind of arguments on both
+    faces (client, prefix); other stores get the polling waiter."""
+    client = redis.Redis(port=1)  # never connected: nothing here does I/O
+    waiter = release_waiter_for(RedisBackend(client, "p"))
+    assert isinstance(waiter, Handoff)
+    assert (waiter._client, waiter._prefix) == (client, "p")
+    aclient = redis.asyncio.Redis(port=1)
+    awaiter = async_release_waiter_for(AsyncRedisBackend(aclient, "p"))
+    assert isinstance(awaiter, AsyncHandoff)
+    assert (awaiter._client, awaiter._prefix) == (aclient, "p")
+    assert type(release_waiter_for(MemoryBackend())) is SleepWaiter
+    sqlite = SqliteBackend(str(tmp_path / "l.db"))
+    try:
+        assert type(release_waiter_for(sqlite)) is SleepWaiter
+    finally:
+        sqlite.close()
+    assert type(async_release_waiter_for(AsyncMemoryBackend())) is AsyncSleepWaiter
+    with LeaseManager(MemoryBackend()) as leases:
+        assert type(leases._release_waiter) is SleepWaiter
+
+
+def test_the_async_manager_takes_its_waiter_from_the_backend() -> None:
+    async def main() -> type:
+        aclient = redis.asyncio.Redis(port=1)
+        async with AsyncLeaseManager(aclient, prefix="p") as leases:
+            return type(leases._release_waiter)
+
+    assert asyncio.run(main()) is AsyncHandoff
+
+
+class _DeadPubSub:
+    """A pub/sub whose first SUBSCRIBE fails with an error that is not Redis's."""
+
+    def subscribe(self, *channels: str) -> None:
+        raise RuntimeError("listener bug")
+
+    def close(self) -> None:
+        pass
+
+
+class _AsyncDeadPubSub:
+    async def subscribe(self, *channels: str) -> None:
+        raise RuntimeError("listener bug")
+
+    async def aclose(self) -> None:
+        pass
+
+
+class _FakeClient:
+    """Enough of a client for a listener: its own pool kind, so no dedicated pool is made."""
+
+    connection_pool = object()
+
+    def __init__(self, pubsub: object) -> None:
+        self._pubsub = pubsub
+
+    def pubsub(self) -> object:
+        return self._pubsub
+
+
+_DIED = "fencedlease hand-off listener stopped; waiters fall back to polling"
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_both_listeners_log_their_death_the_same_way(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.ERROR, logger="fencedlease.handoff")
+    handoff = Handoff(_FakeClient(_DeadPubSub()), "p")  # type: ignore[arg-type]
+    handoff.wait("k", "o" * 32, 1_000, 0.0)
+    assert handoff._thread is not None
+    handoff._thread.join()
+    handoff.close()
+
+    async def main() -> None:
+        ahandoff = AsyncHandoff(_FakeClient(_AsyncDeadPubSub()), "p")  # type: ignore[arg-type]
+        await ahandoff.wait("k", "o" * 32, 1_000, 0.0)
+        task = ahandoff._task
+        assert task is not None
+        await asyncio.wait({task})
+        assert isinstance(task.exception(), RuntimeError)
+        await ahandoff.aclose()  # the death was logged: closing does not raise it again
+
+    asyncio.run(main())
+    died = [r for r in caplog.records if r.getMessage() == _DIED]
+    assert len(died) == 2
+    assert [type(r.exc_info[1]) for r in died if r.exc_info] == [RuntimeError, RuntimeError]
