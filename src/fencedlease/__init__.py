@@ -15,6 +15,7 @@ from ._errors import (
     LeaseKeyMismatchError,
     LeaseLostError,
     LeaseNotAcquiredError,
+    ManagerClosedError,
     StaleTokenError,
     ValidationError,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "LeaseManager",
     "LeaseNotAcquiredError",
     "LeaseOutcome",
+    "ManagerClosedError",
     "MemoryBackend",
     "RedisBackend",
     "RedisFencedResource",

@@ -22,6 +22,7 @@ Loss rules (loss is detected two ways, by the store's answer and by the local de
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import itertools
 import random
@@ -49,6 +50,7 @@ from ._validate import check_key, check_ms
 __all__ = [
     "SYSTEM_CLOCK",
     "AcquireAttempt",
+    "AsyncClock",
     "Clock",
     "LeaseState",
     "LeaseView",
@@ -60,6 +62,7 @@ __all__ = [
     "is_ambiguous",
     "may_have_written",
     "never_sent",
+    "on_ns_grid",
     "release_bound_s",
     "release_wait_more_s",
     "renewal_items",
@@ -68,22 +71,54 @@ __all__ = [
 
 
 class Clock(Protocol):
-    """Where the library reads time. ``monotonic`` (seconds) for deadlines, ``time`` (seconds since
-    the epoch) only for ``expires_at``, the wall-clock estimate a caller may persist."""
+    """Where the library reads time, and how it waits. ``monotonic`` (seconds) for deadlines,
+    ``time`` (seconds since the epoch) only for ``expires_at``, the wall-clock estimate a caller
+    may persist; ``sleep(seconds)`` for the sync manager's wait between two acquire attempts
+    (``retry_delay_ms``) on a store without release notifications, so a fake clock drives the
+    waits too (:class:`~fencedlease.testing.FakeClock`)."""
 
     def monotonic(self) -> float: ...
 
     def time(self) -> float: ...
 
+    def sleep(self, seconds: float) -> None: ...
+
+
+class AsyncClock(Clock, Protocol):
+    """A :class:`Clock` the asyncio face can wait on: ``async_sleep(seconds)`` is its wait between
+    two acquire attempts, as ``sleep`` is the sync face's."""
+
+    async def async_sleep(self, seconds: float) -> None: ...
+
 
 class SystemClock:
-    """The real clock: :func:`time.monotonic` and :func:`time.time`."""
+    """The real clock: :func:`time.monotonic`, :func:`time.time`, :func:`time.sleep` and
+    :func:`asyncio.sleep`."""
 
     monotonic = staticmethod(time.monotonic)
-    time = staticmethod(time.time)
+    sleep = staticmethod(time.sleep)
+    time = staticmethod(time.time)  # last: the name shadows the module in this class body
+
+    async def async_sleep(self, seconds: float) -> None:
+        """``await asyncio.sleep(seconds)``."""
+        await asyncio.sleep(seconds)
 
 
 SYSTEM_CLOCK = SystemClock()
+
+
+def on_ns_grid(seconds: float) -> float:
+    """``seconds`` rounded to the nanosecond: how every moment the core computes by adding a
+    duration (a deadline, a renewal's due time, an acquire's budget) is kept.
+
+    Float sums drift from the decimal they stand for (``0.1 + 0.05`` is
+    ``0.15000000000000002``), so a due time so computed would lie an ulp after the clock reading
+    that should reach it: a :class:`~fencedlease.testing.FakeClock` stepped by exactly one
+    heartbeat (its readings are whole nanoseconds, ``ns / 1e9``) would miss that step's renewal,
+    and a renewer would wait a near-zero slice again and again. Rounded, the two are the same
+    float; a real clock loses under half a nanosecond.
+    """
+    return round(seconds, 9)
 
 
 class LossReason:
@@ -160,8 +195,9 @@ class LeaseState:
         """A lease Redis just granted by a command sent at ``sent_mono`` / ``sent_wall``."""
         seconds = ttl_ms / 1000
         return cls(
-            key, owner_token, fencing_token, ttl_ms, sent_mono + seconds, sent_wall + seconds
-        )
+            key, owner_token, fencing_token, ttl_ms, on_ns_grid(sent_mono + seconds),
+            sent_wall + seconds,
+        )  # fmt: skip
 
     @property
     def expires_at(self) -> datetime | None:
@@ -184,7 +220,7 @@ class LeaseState:
             return False
         seconds = ttl_ms / 1000
         self.ttl_ms = ttl_ms
-        self.deadline = sent_mono + seconds
+        self.deadline = on_ns_grid(sent_mono + seconds)
         self.expires_wall = sent_wall + seconds
         if self.fencing_token is None:
             # A lease restored without its token learns it from Redis, which knows it.
@@ -287,8 +323,8 @@ def confirmed_due(entry: RenewalEntry, now: float) -> float:
     state = entry.state
     deadline = state.deadline
     if deadline is None:
-        return now + entry.heartbeat_s
-    return deadline - state.ttl_ms / 1000 + entry.heartbeat_s
+        return on_ns_grid(now + entry.heartbeat_s)
+    return on_ns_grid(deadline - state.ttl_ms / 1000 + entry.heartbeat_s)
 
 
 def renewal_items(batch: list[RenewalEntry]) -> list[tuple[str, str, int]]:
@@ -446,7 +482,7 @@ class RenewalSchedule:
             state = entry.state
             if isinstance(reply, BaseException):
                 errors.append((entry, reply))
-                self._push_due(entry, now + entry.retry_s)
+                self._push_due(entry, on_ns_grid(now + entry.retry_s))
             elif reply > 0:
                 if state.confirm(sent_mono, sent_wall, entry.sent_ttl_ms, reply):
                     self._push_due(entry, confirmed_due(entry, now))
@@ -627,15 +663,15 @@ class AcquireAttempt:
         wait_ms: int,
         retry_delay_ms: int,
         clock: Clock,
-        uniform: Callable[[float, float], float] = random.uniform,
+        uniform: Callable[[float, float], float] | None = None,
     ) -> None:
         self.key = key
         self.ttl_ms = ttl_ms
         self.retry_delay_ms = retry_delay_ms
         self.owner_token = new_owner_token()
         self._clock = clock
-        self._uniform = uniform
-        self.give_up = clock.monotonic() + wait_ms / 1000
+        self._uniform = random.uniform if uniform is None else uniform  # looked up per call
+        self.give_up = on_ns_grid(clock.monotonic() + wait_ms / 1000)
         self.sent_mono = self.sent_wall = 0.0
         self._in_flight = False
         self._ambiguous = False
@@ -686,7 +722,7 @@ class AcquireAttempt:
         """After a "held by another owner" reply: the seconds to sleep before the next try (never
         past the wait budget), or None when the budget is spent."""
         self._in_flight = False
-        remaining = self.give_up - self._clock.monotonic()
+        remaining = on_ns_grid(self.give_up - self._clock.monotonic())
         if remaining <= 0:
             return None
         delay = self.retry_delay_ms / 1000 * self._uniform(0.5, 1.5)
@@ -732,7 +768,7 @@ def restored_state(
                 "expires_at", "expires_at must be a timezone-aware datetime (UTC) or None"
             )
         expires_wall = expires_at.astimezone(timezone.utc).timestamp()
-        deadline = clock.monotonic() + (expires_wall - clock.time())
+        deadline = on_ns_grid(clock.monotonic() + (expires_wall - clock.time()))
     return LeaseState(key, owner_token, fencing_token, ttl_ms, deadline, expires_wall)
 
 

@@ -25,7 +25,7 @@ from ._core import (
     release_wait_more_s,
     restored_state,
 )
-from ._errors import BackendError, LeaseLostError, LeaseNotAcquiredError
+from ._errors import BackendError, LeaseLostError, LeaseNotAcquiredError, ManagerClosedError
 from ._handoff import Handoff, ReleaseWaiter, SleepWaiter
 from ._lease import AcquireResult, Lease, LeaseInfo, LeaseOutcome
 from ._redis_backend import RedisBackend
@@ -45,6 +45,19 @@ DEFAULT_CLOSE_TIMEOUT_MS = 1_000
 """How long ``close()`` (either face) waits, by default, for the releases of the leases still
 held: a release is one round trip, so this is generous for a live store and short enough for a
 shutdown path. A lease not released in time lapses at its TTL."""
+
+
+class _ClockSleepWaiter(SleepWaiter):
+    """Polling between acquire attempts on the manager's clock (:meth:`Clock.sleep`), so a fake
+    clock drives the waits of a store without release notifications."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+
+    def wait(
+        self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
+    ) -> None:
+        self._clock.sleep(timeout_s)
 
 
 class LeaseManager:
@@ -84,7 +97,9 @@ class LeaseManager:
         self._renewer = Renewer(self._backend, clock, batch_size=batch)
         # Waiting acquirers are woken by the release (see _handoff); other stores are polled.
         self._release_waiter: ReleaseWaiter = (
-            Handoff(self._backend) if isinstance(self._backend, RedisBackend) else SleepWaiter()
+            Handoff(self._backend)
+            if isinstance(self._backend, RedisBackend)
+            else _ClockSleepWaiter(clock)
         )
         # Final releases (hold's end, close) run here, so a hung store cannot hold the caller.
         self._releases = BoundedCalls("fencedlease-release")
@@ -205,11 +220,11 @@ class LeaseManager:
         Raises:
             ValidationError: ``key``, ``ttl_ms``, ``wait_ms`` or ``retry_delay_ms`` out of bounds.
             BackendError: the store failed; never reported as acquired.
-            RuntimeError: the manager is closed, or was closed while the call waited.
+            ManagerClosedError: the manager is closed, or was closed while the call waited.
         """
         key, ttl_ms, wait_ms, retry_delay_ms = check_acquire(key, ttl_ms, wait_ms, retry_delay_ms)
         if self._closed:
-            raise RuntimeError("the lease manager is closed")
+            raise ManagerClosedError()
         return self._acquire(key, ttl_ms, wait_ms, retry_delay_ms)
 
     def _acquire(self, key: str, ttl_ms: int, wait_ms: int, retry_delay_ms: int) -> AcquireResult:
@@ -246,7 +261,7 @@ class LeaseManager:
                         attempt.queued = queued_before
                     raise
                 if self._closed:
-                    raise RuntimeError("the lease manager was closed while this acquire waited")
+                    raise ManagerClosedError(ManagerClosedError.WHILE_WAITING)
         except BaseException as exc:
             if attempt.uncertain:
                 self._abandon(key, owner_token, exc)
@@ -306,12 +321,12 @@ class LeaseManager:
                 normally. An exception raised by the block itself propagates unchanged.
             BackendError: the store failed while acquiring or releasing, or the release got no
                 reply in time (the lease lapses at its TTL).
-            RuntimeError: the manager is closed.
+            ManagerClosedError: the manager is closed.
         """
         key, ttl_ms, wait_ms, retry_delay_ms = check_acquire(key, ttl_ms, wait_ms, retry_delay_ms)
         heartbeat = check_heartbeat_ms(heartbeat_ms, ttl_ms)
         if self._closed:
-            raise RuntimeError("the lease manager is closed")
+            raise ManagerClosedError()
         lease = self._acquire(key, ttl_ms, wait_ms, retry_delay_ms).lease
         if lease is None:
             raise LeaseNotAcquiredError(key)
@@ -322,7 +337,7 @@ class LeaseManager:
                 self._holds.add(lease)
         if closed:
             self._release_now(lease)  # closed meanwhile: never leave the lease held for nobody
-            raise RuntimeError("the lease manager is closed")
+            raise ManagerClosedError()
         if heartbeat is not False:
             try:
                 lease._entry = self._renewer.add(state, heartbeat, on_renew_error)

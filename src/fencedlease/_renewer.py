@@ -23,7 +23,7 @@ from typing import TypeVar
 
 from ._backend import LeaseBackend
 from ._core import Clock, LeaseState, LossReason, RenewalEntry, RenewalSchedule, renewal_items
-from ._errors import BackendError
+from ._errors import BackendError, ManagerClosedError
 
 __all__ = ["BoundedCalls", "Renewer", "shutdown_pool"]
 
@@ -154,7 +154,7 @@ class Renewer:
         entry = RenewalEntry(state, heartbeat_ms, on_renew_error)
         with self._cond:
             if self._closed:
-                raise RuntimeError("the lease manager is closed")
+                raise ManagerClosedError()
             if self._thread is None or not self._thread.is_alive():
                 # First lease, or the thread died of an unexpected error (its leases were failed
                 # loudly then): a new lease gets a live renewer, never a dead one.

@@ -64,7 +64,7 @@ from typing import Any, Final, NoReturn
 
 import attrs
 
-from ._errors import BackendError, FencedLeaseError, ValidationError
+from ._errors import BackendError, FencedLeaseError, RowNotFoundError, ValidationError
 from ._fencing import (
     FenceState,
     FencingAccess,
@@ -95,21 +95,6 @@ DEFAULT_TOKEN_COLUMN: Final = "fencing_token"  # noqa: S105 (a column name, not 
 _NAME: Final = r"[A-Za-z_][A-Za-z0-9_]{0,62}"
 _COLUMN_RE: Final = re.compile(rf"\A{_NAME}\Z")
 _TABLE_RE: Final = re.compile(rf"\A{_NAME}(?:\.{_NAME})?\Z")
-
-
-class RowNotFoundError(FencedLeaseError, LookupError):
-    """No row of ``table`` matches ``where``: nothing to fence, nothing was changed.
-
-    Distinct from :class:`StaleTokenError` (a row is there, with a larger token).
-    """
-
-    def __init__(self, table: str, where: Mapping[str, Any], message: str | None = None) -> None:
-        self.table = table
-        self.where = dict(where)
-        super().__init__(message or f"no row of {table!r} matches {sorted(self.where)}")
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.table, self.where, str(self)))
 
 
 # --- names ------------------------------------------------------------------------------------

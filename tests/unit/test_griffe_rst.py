@@ -108,7 +108,9 @@ def test_targets_resolve_to_the_documented_public_names(package: griffe.Module) 
 def test_a_stdlib_target_is_plain_code(package: griffe.Module) -> None:
     clock = package["_core.SystemClock"].docstring
     assert clock is not None
-    assert clock.value == "The real clock: `time.monotonic` and `time.time`."
+    assert clock.value == (
+        "The real clock: `time.monotonic`, `time.time`, `time.sleep` and\n`asyncio.sleep`."
+    )
 
 
 def test_a_private_parameter_is_left_out_of_the_signature(package: griffe.Module) -> None:

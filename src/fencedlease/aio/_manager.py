@@ -46,7 +46,7 @@ from .._backend import AsyncLeaseBackend
 from .._core import (
     SYSTEM_CLOCK,
     AcquireAttempt,
-    Clock,
+    AsyncClock,
     LeaseState,
     LossReason,
     never_sent,
@@ -54,7 +54,7 @@ from .._core import (
     release_wait_more_s,
     restored_state,
 )
-from .._errors import BackendError, LeaseNotAcquiredError
+from .._errors import BackendError, LeaseNotAcquiredError, ManagerClosedError
 from .._handoff import AsyncHandoff, AsyncReleaseWaiter, AsyncSleepWaiter
 from .._lease import LeaseInfo
 from .._manager import DEFAULT_CLOSE_TIMEOUT_MS, DEFAULT_RETRY_DELAY_MS, DEFAULT_TTL_MS
@@ -69,6 +69,19 @@ __all__ = ["AsyncLeaseManager"]
 log = logging.getLogger("fencedlease.aio")
 
 T = TypeVar("T")
+
+
+class _ClockSleepWaiter(AsyncSleepWaiter):
+    """Polling between acquire attempts on the manager's clock (:meth:`AsyncClock.async_sleep`),
+    so a fake clock drives the waits of a store without release notifications."""
+
+    def __init__(self, clock: AsyncClock) -> None:
+        self._clock = clock
+
+    async def wait(
+        self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
+    ) -> None:
+        await self._clock.async_sleep(timeout_s)
 
 
 class AsyncLeaseManager:
@@ -87,7 +100,7 @@ class AsyncLeaseManager:
 
     Fork: an event loop and its connections do not survive ``os.fork``, so in a forked child the
     inherited manager is inert: its leases are the parent's (lost in the child, reason "forked",
-    never renewed nor released from there), every call raises ``RuntimeError``, and
+    never renewed nor released from there), every call raises :class:`ManagerClosedError`, and
     :meth:`close` does no I/O and leaves the inherited client alone. Make a new manager in the
     child's own event loop. See :mod:`fencedlease._fork`.
 
@@ -101,7 +114,7 @@ class AsyncLeaseManager:
         client: redis.asyncio.Redis | AsyncLeaseBackend,
         *,
         prefix: str = "fencedlease",
-        clock: Clock = SYSTEM_CLOCK,
+        clock: AsyncClock = SYSTEM_CLOCK,
         renew_batch_size: int = 500,
         _owns_client: bool = False,
     ) -> None:
@@ -122,7 +135,7 @@ class AsyncLeaseManager:
         self._release_waiter: AsyncReleaseWaiter = (
             AsyncHandoff(self._backend.client, self._backend.prefix)
             if isinstance(self._backend, AsyncRedisBackend)
-            else AsyncSleepWaiter()
+            else _ClockSleepWaiter(clock)
         )
         self._holds: set[_Hold] = set()
         self._chores: set[asyncio.Task[Any]] = set()
@@ -133,7 +146,12 @@ class AsyncLeaseManager:
 
     @classmethod
     def from_url(
-        cls, url: str, *, prefix: str = "fencedlease", clock: Clock = SYSTEM_CLOCK, **kwargs: Any
+        cls,
+        url: str,
+        *,
+        prefix: str = "fencedlease",
+        clock: AsyncClock = SYSTEM_CLOCK,
+        **kwargs: Any,
     ) -> AsyncLeaseManager:
         """A manager over the backend ``url`` names (see :func:`async_backend_from_url`), closed
         with the manager: ``redis://``, ``rediss://`` and ``unix://``, a client made by
@@ -232,11 +250,11 @@ class AsyncLeaseManager:
 
     def _check_open(self) -> None:
         if self._forked:
-            raise RuntimeError(
+            raise ManagerClosedError(
                 "this lease manager belongs to the parent process (fork): make a new one here"
             )
         if self._closed:
-            raise RuntimeError("the lease manager is closed")
+            raise ManagerClosedError()
 
     def _spawn(self, coro: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
         """Run ``coro`` in a task the manager keeps (and :meth:`close` waits for)."""
@@ -280,7 +298,7 @@ class AsyncLeaseManager:
         Raises:
             ValidationError: ``key``, ``ttl_ms``, ``wait_ms`` or ``retry_delay_ms`` out of bounds.
             BackendError: the store failed; never reported as acquired.
-            RuntimeError: the manager is closed.
+            ManagerClosedError: the manager is closed, or was closed while the call waited.
         """
         key, ttl_ms, wait_ms, retry_delay_ms = check_acquire(key, ttl_ms, wait_ms, retry_delay_ms)
         self._check_open()
@@ -325,7 +343,10 @@ class AsyncLeaseManager:
                     if never_sent(exc):  # the queueing command never left: not queued by it
                         attempt.queued = queued_before
                     raise
-                self._check_open()
+                if self._forked:
+                    self._check_open()
+                if self._closed:
+                    raise ManagerClosedError(ManagerClosedError.WHILE_WAITING)
         except BaseException as exc:
             if attempt.uncertain:
                 await self._abandon(key, attempt.owner_token, exc)
@@ -430,7 +451,7 @@ class AsyncLeaseManager:
                 normally or swallowed the cancellation. An exception raised by the block itself
                 propagates unchanged, and so does a cancellation that did not come from the loss.
             BackendError: the store failed while acquiring or releasing.
-            RuntimeError: the manager is closed.
+            ManagerClosedError: the manager is closed, or was closed while the call waited.
         """
         return self._hold(key, ttl_ms, wait_ms, retry_delay_ms, heartbeat_ms, on_renew_error)
 
@@ -466,7 +487,7 @@ class AsyncLeaseManager:
             ``fn`` never ran) when the lease was not acquired.
 
         Raises:
-            ValidationError, LeaseLostError, BackendError, RuntimeError: as :meth:`hold`; an
+            ValidationError, LeaseLostError, BackendError, ManagerClosedError: as :meth:`hold`; an
                 exception from ``fn`` propagates unchanged (a ``LeaseNotAcquiredError`` from
                 ``fn`` included: only this call's own acquire turns into a skipped outcome).
         """

@@ -30,7 +30,7 @@ from .._core import (
     RenewalSchedule,
     renewal_items,
 )
-from .._errors import BackendError
+from .._errors import BackendError, ManagerClosedError
 
 __all__ = ["AsyncRenewer"]
 
@@ -73,10 +73,10 @@ class AsyncRenewer:
         """Start renewing ``state`` every ``heartbeat_ms`` (call it inside the running loop).
 
         Raises:
-            RuntimeError: the renewer is closed.
+            ManagerClosedError: the renewer is closed.
         """
         if self._closed:
-            raise RuntimeError("the lease manager is closed")
+            raise ManagerClosedError()
         entry = RenewalEntry(state, heartbeat_ms, on_renew_error)
         self._schedule.add(entry, self._clock.monotonic())
         state.deadline_moved = lambda: self._deadline_moved(entry)
