@@ -22,7 +22,6 @@ Loss rules (loss is detected two ways, by the store's answer and by the local de
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 import itertools
 import random
@@ -86,22 +85,19 @@ class Clock(Protocol):
 
 class AsyncClock(Clock, Protocol):
     """A :class:`Clock` the asyncio face can wait on: ``async_sleep(seconds)`` is its wait between
-    two acquire attempts, as ``sleep`` is the sync face's."""
+    two acquire attempts, as ``sleep`` is the sync face's. A clock without ``async_sleep`` (such as
+    :class:`SystemClock`) is waited on with :func:`asyncio.sleep`, in real time."""
 
     async def async_sleep(self, seconds: float) -> None: ...
 
 
 class SystemClock:
-    """The real clock: :func:`time.monotonic`, :func:`time.time`, :func:`time.sleep` and
-    :func:`asyncio.sleep`."""
+    """The real clock: :func:`time.monotonic`, :func:`time.time` and :func:`time.sleep`. (The
+    asyncio face waits on :func:`asyncio.sleep` with it: the sync face imports no asyncio.)"""
 
     monotonic = staticmethod(time.monotonic)
     sleep = staticmethod(time.sleep)
     time = staticmethod(time.time)  # last: the name shadows the module in this class body
-
-    async def async_sleep(self, seconds: float) -> None:
-        """``await asyncio.sleep(seconds)``."""
-        await asyncio.sleep(seconds)
 
 
 SYSTEM_CLOCK = SystemClock()

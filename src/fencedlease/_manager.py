@@ -20,14 +20,15 @@ from ._core import (
     AcquireAttempt,
     Clock,
     LossReason,
-    never_sent,
     release_bound_s,
     release_wait_more_s,
     restored_state,
 )
-from ._errors import BackendError, LeaseLostError, LeaseNotAcquiredError, ManagerClosedError
+from ._decisions import AcquireEnd, WaitForRelease, acquire_steps, hold_outcome, hold_releases
+from ._errors import BackendError, LeaseNotAcquiredError, ManagerClosedError
 from ._handoff import Handoff, ReleaseWaiter, SleepWaiter
 from ._lease import AcquireResult, Lease, LeaseInfo, LeaseOutcome
+from ._protocol import AcquireReply
 from ._redis_backend import RedisBackend
 from ._renewer import BoundedCalls, Renewer
 from ._urls import backend_from_url
@@ -65,8 +66,9 @@ class LeaseManager:
 
     ``client``: a ``redis.Redis`` (``decode_responses`` either way) or a backend object.
     ``prefix``: the key namespace; keys are ``<prefix>:{<key>}`` and ``<prefix>:{<key>}:fence``.
-    ``clock``: where time is read (tests inject a fake one). ``renew_batch_size``: the most
-    renewals sent in one pipeline.
+    ``clock``: where time is read and waited on (tests inject a fake one): the wait between
+    acquire attempts on a store without release notifications is its ``sleep``.
+    ``renew_batch_size``: the most renewals sent in one pipeline.
 
     One manager runs one renewer (two threads, started on the first :meth:`hold`) for all its
     leases. Close it with :meth:`close` or use it as a context manager.
@@ -228,44 +230,34 @@ class LeaseManager:
         return self._acquire(key, ttl_ms, wait_ms, retry_delay_ms)
 
     def _acquire(self, key: str, ttl_ms: int, wait_ms: int, retry_delay_ms: int) -> AcquireResult:
-        backend = self._backend
+        backend, waiter = self._backend, self._release_waiter
         attempt = AcquireAttempt(key, ttl_ms, wait_ms, retry_delay_ms, self._clock)
         owner_token = attempt.owner_token
+        steps = acquire_steps(attempt, waiter.queues)  # the decisions; here only the I/O
         try:
+            step = next(steps)
             while True:
-                attempt.sending()
                 try:
-                    reply = backend.acquire(key, owner_token, ttl_ms)
-                except BackendError as exc:
-                    if not attempt.may_resend(exc):
-                        raise
-                    attempt.sending()
-                    reply = backend.acquire(key, owner_token, ttl_ms)
-                if reply.acquired:
-                    return AcquireResult(key, Lease(attempt.granted(reply), backend, self._clock))
-                delay = attempt.not_acquired()
-                if delay is None:
-                    if attempt.uncertain:
-                        # It queued for a hand-off: leave the queue, and pass on a lease a
-                        # release may have handed it meanwhile (in the background: the call
-                        # keeps its time bound).
-                        self._renewer.submit_release(key, owner_token)
-                    return AcquireResult(key, None, reply.ttl_ms)
-                waiter = self._release_waiter
-                queued_before = attempt.queued
-                attempt.queued = queued_before or waiter.queues
-                try:
-                    waiter.wait(key, owner_token, ttl_ms, delay, attempt.final_wait)
-                except BackendError as exc:
-                    if never_sent(exc):  # the queueing command never left: not queued by it
-                        attempt.queued = queued_before
-                    raise
-                if self._closed:
-                    raise ManagerClosedError(ManagerClosedError.WHILE_WAITING)
+                    if isinstance(step, WaitForRelease):
+                        waiter.wait(key, owner_token, ttl_ms, step.delay_s, step.final)
+                        answer: AcquireReply | bool = self._closed
+                    else:
+                        answer = backend.acquire(key, owner_token, ttl_ms)
+                except BaseException as exc:
+                    step = steps.throw(exc)
+                else:
+                    step = steps.send(answer)
+        except StopIteration as stop:
+            end: AcquireEnd = stop.value
         except BaseException as exc:
             if attempt.uncertain:
                 self._abandon(key, owner_token, exc)
             raise
+        if end.leave_queue:
+            self._renewer.submit_release(key, owner_token)
+        if end.state is None:
+            return AcquireResult(key, None, end.holder_ttl_ms)
+        return AcquireResult(key, Lease(end.state, backend, self._clock))
 
     def _abandon(self, key: str, owner_token: str, exc: BaseException) -> None:
         """Release what a failed or interrupted acquire may hold under ``owner_token``.
@@ -379,19 +371,17 @@ class LeaseManager:
         with self._lock:
             self._holds.discard(lease)
             closed = self._closed
-        state.check_deadline(self._clock.monotonic())
-        try:
-            if not closed:  # else close() released it (or left it to its TTL): not again
+        release_error = None
+        if hold_releases(state, closed, self._clock.monotonic()):
+            try:
                 self._release_now(lease)
-        except BackendError:
-            if not body_failed:
-                if state.lost:
-                    raise LeaseLostError(state.key, lease._lost_message()) from None
-                raise
-            # The block's own exception is the one the caller must see; it propagates.
-            return
-        if state.lost and not body_failed:
-            raise LeaseLostError(state.key, lease._lost_message())
+            except BackendError as exc:
+                release_error = exc
+        error = hold_outcome(lease, body_failed, release_error)
+        if error is release_error and error is not None:
+            raise error
+        if error is not None:
+            raise error from None
 
     def with_lease(
         self,
@@ -465,16 +455,7 @@ class LeaseManager:
             BackendError: the store failed.
         """
         check_key(key)
-        reply = self._backend.inspect(key)
-        if reply is None:
-            return None
-        return LeaseInfo(
-            key=key,
-            fencing_token=reply.fencing_token,
-            ttl_ms=reply.ttl_ms,
-            owner_fingerprint=reply.owner_fingerprint,
-            last_issued_token=reply.last_issued_token,
-        )
+        return LeaseInfo.from_reply(key, self._backend.inspect(key))
 
     def force_release(self, key: str) -> bool:
         """Delete the lease on ``key`` whoever holds it; the operator's escape hatch. The fencing

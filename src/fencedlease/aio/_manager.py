@@ -46,18 +46,19 @@ from .._backend import AsyncLeaseBackend
 from .._core import (
     SYSTEM_CLOCK,
     AcquireAttempt,
-    AsyncClock,
+    Clock,
     LeaseState,
     LossReason,
-    never_sent,
     release_bound_s,
     release_wait_more_s,
     restored_state,
 )
+from .._decisions import AcquireEnd, WaitForRelease, acquire_steps, hold_outcome, hold_releases
 from .._errors import BackendError, LeaseNotAcquiredError, ManagerClosedError
 from .._handoff import AsyncHandoff, AsyncReleaseWaiter, AsyncSleepWaiter
 from .._lease import LeaseInfo
 from .._manager import DEFAULT_CLOSE_TIMEOUT_MS, DEFAULT_RETRY_DELAY_MS, DEFAULT_TTL_MS
+from .._protocol import AcquireReply
 from .._urls import async_backend_from_url
 from .._validate import check_acquire, check_heartbeat_ms, check_key, check_ms
 from ._lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
@@ -72,16 +73,19 @@ T = TypeVar("T")
 
 
 class _ClockSleepWaiter(AsyncSleepWaiter):
-    """Polling between acquire attempts on the manager's clock (:meth:`AsyncClock.async_sleep`),
-    so a fake clock drives the waits of a store without release notifications."""
+    """Polling between acquire attempts on the manager's clock (its ``async_sleep``), so a fake
+    clock drives the waits of a store without release notifications; a clock without
+    ``async_sleep`` (:class:`~fencedlease.SystemClock`) is waited on with :func:`asyncio.sleep`."""
 
-    def __init__(self, clock: AsyncClock) -> None:
-        self._clock = clock
+    def __init__(self, clock: Clock) -> None:
+        self._sleep: Callable[[float], Awaitable[None]] = getattr(
+            clock, "async_sleep", asyncio.sleep
+        )
 
     async def wait(
         self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
     ) -> None:
-        await self._clock.async_sleep(timeout_s)
+        await self._sleep(timeout_s)
 
 
 class AsyncLeaseManager:
@@ -91,8 +95,11 @@ class AsyncLeaseManager:
 
     ``client``: a ``redis.asyncio.Redis`` (``decode_responses`` either way) or a backend object.
     ``prefix``: the key namespace; keys are ``<prefix>:{<key>}`` and ``<prefix>:{<key>}:fence``.
-    ``clock``: where time is read (tests inject a fake one). ``renew_batch_size``: the most
-    renewals sent in one pipeline.
+    ``clock``: where time is read and waited on (tests inject a fake one): between acquire
+    attempts the manager awaits its ``async_sleep`` (an :class:`~fencedlease.aio.AsyncClock`,
+    such as :class:`~fencedlease.testing.FakeClock`), or :func:`asyncio.sleep` for a clock
+    without one (:class:`~fencedlease.SystemClock`). ``renew_batch_size``: the most renewals sent
+    in one pipeline.
 
     One manager runs one renewal task (started on the first :meth:`hold`) for all its leases.
     Close it with :meth:`close` or use it as an async context manager; afterwards no task of the
@@ -114,7 +121,7 @@ class AsyncLeaseManager:
         client: redis.asyncio.Redis | AsyncLeaseBackend,
         *,
         prefix: str = "fencedlease",
-        clock: AsyncClock = SYSTEM_CLOCK,
+        clock: Clock = SYSTEM_CLOCK,
         renew_batch_size: int = 500,
         _owns_client: bool = False,
     ) -> None:
@@ -150,7 +157,7 @@ class AsyncLeaseManager:
         url: str,
         *,
         prefix: str = "fencedlease",
-        clock: AsyncClock = SYSTEM_CLOCK,
+        clock: Clock = SYSTEM_CLOCK,
         **kwargs: Any,
     ) -> AsyncLeaseManager:
         """A manager over the backend ``url`` names (see :func:`async_backend_from_url`), closed
@@ -307,50 +314,38 @@ class AsyncLeaseManager:
     async def _acquire(
         self, key: str, ttl_ms: int, wait_ms: int, retry_delay_ms: int
     ) -> AsyncAcquireResult:
-        clock, backend = self._clock, self._backend
+        clock, backend, waiter = self._clock, self._backend, self._release_waiter
         attempt = AcquireAttempt(key, ttl_ms, wait_ms, retry_delay_ms, clock)
+        owner_token = attempt.owner_token
+        steps = acquire_steps(attempt, waiter.queues)  # the decisions; here only the I/O
         try:
+            step = next(steps)
             while True:
-                attempt.sending()
                 try:
-                    reply = await backend.acquire(key, attempt.owner_token, ttl_ms)
-                except BackendError as exc:
-                    if not attempt.may_resend(exc):
-                        raise
-                    attempt.sending()
-                    reply = await backend.acquire(key, attempt.owner_token, ttl_ms)
-                if reply.acquired:
-                    return AsyncAcquireResult(
-                        key, AsyncLease(attempt.granted(reply), backend, clock)
-                    )
-                delay = attempt.not_acquired()
-                if delay is None:
-                    if attempt.uncertain:
-                        # It queued for a hand-off: leave the queue, and pass on a lease a
-                        # release may have handed it meanwhile (a task of the manager's, not
-                        # awaited: the call keeps its time bound; close() waits for it).
-                        self._spawn(
-                            self._release_abandoned(key, attempt.owner_token),
-                            "fencedlease-cleanup",
-                        )
-                    return AsyncAcquireResult(key, None, reply.ttl_ms)
-                waiter = self._release_waiter
-                queued_before = attempt.queued
-                attempt.queued = queued_before or waiter.queues
-                try:
-                    await waiter.wait(key, attempt.owner_token, ttl_ms, delay, attempt.final_wait)
-                except BackendError as exc:
-                    if never_sent(exc):  # the queueing command never left: not queued by it
-                        attempt.queued = queued_before
-                    raise
-                if self._forked:
-                    self._check_open()
-                if self._closed:
-                    raise ManagerClosedError(ManagerClosedError.WHILE_WAITING)
+                    if isinstance(step, WaitForRelease):
+                        await waiter.wait(key, owner_token, ttl_ms, step.delay_s, step.final)
+                        if self._forked:
+                            self._check_open()
+                        answer: AcquireReply | bool = self._closed
+                    else:
+                        answer = await backend.acquire(key, owner_token, ttl_ms)
+                except BaseException as exc:
+                    step = steps.throw(exc)
+                else:
+                    step = steps.send(answer)
+        except StopIteration as stop:
+            end: AcquireEnd = stop.value
         except BaseException as exc:
             if attempt.uncertain:
-                await self._abandon(key, attempt.owner_token, exc)
+                await self._abandon(key, owner_token, exc)
             raise
+        if end.leave_queue:
+            # A task of the manager's, not awaited: the call keeps its time bound; close()
+            # waits for it.
+            self._spawn(self._release_abandoned(key, owner_token), "fencedlease-cleanup")
+        if end.state is None:
+            return AsyncAcquireResult(key, None, end.holder_ttl_ms)
+        return AsyncAcquireResult(key, AsyncLease(end.state, backend, clock))
 
     async def _abandon(self, key: str, owner_token: str, exc: BaseException) -> None:
         """Release what an abandoned acquire may hold, in a shielded task of the manager's. Not
@@ -650,18 +645,17 @@ class _Hold(AbstractAsyncContextManager[AsyncLease]):
                 ours = True
         body_failed = exc is not None and not (ours and isinstance(exc, asyncio.CancelledError))
         state = lease._state
-        state.check_deadline(manager._clock.monotonic())
-        try:
-            # After close() the lease is close()'s to release (or to leave to its TTL).
-            if not state.releasing and not manager._closed:
+        release_error = None
+        if hold_releases(state, manager._closed, manager._clock.monotonic()):
+            try:
                 await manager._release_shielded(lease)
-        except BackendError:
-            if body_failed:
-                return  # the block's own exception is the one the caller must see
-            if state.lost:
-                raise lease._lost_error() from None
-            raise
-        if body_failed:
+            except BackendError as error:
+                release_error = error
+        outcome = hold_outcome(lease, body_failed, release_error)
+        if outcome is None:
             return
-        if state.lost:
-            raise lease._lost_error() from exc
+        if release_error is not None and outcome is release_error:
+            raise release_error
+        if release_error is not None or exc is None:
+            raise outcome from None
+        raise outcome from exc  # the loss's cancellation of the body
