@@ -151,7 +151,7 @@ def hold_outcome(
     """
     if body_failed:
         return None
-    if lease.lost:
+    if lease._state.lost:  # as marked so far: the deadline was applied before the release
         return lease._lost_error()
     return release_error
 

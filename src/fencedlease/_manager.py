@@ -293,7 +293,11 @@ class LeaseManager:
         Acquires as :meth:`acquire` does, renews every ``heartbeat_ms`` (default
         ``max(1, ttl_ms // 4)``; an explicit value must be at most ``ttl_ms // 2``; ``False``: no
         renewal) while the block runs, then releases. ``on_renew_error(exc)`` is called (on the
-        renewer's thread) for each failed renewal round trip: telemetry, not a loss.
+        renewer's thread) for each failed renewal round trip: telemetry, not a loss. An
+        ``Exception`` the hook raises is logged and renewal goes on; anything else it raises
+        (``KeyboardInterrupt``, ``SystemExit``) stops the renewer: its leases are lost, so the
+        block ends in :class:`LeaseLostError` (see
+        :func:`~fencedlease._decisions.call_renew_error_hooks`; the same on both faces).
 
         The lease is lost when a renewal finds the key gone or another owner's, or when ``ttl_ms``
         passes with no confirmed renewal; this is checked by the renewer, again when the block ends,

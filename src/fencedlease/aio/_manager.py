@@ -290,9 +290,10 @@ class AsyncLeaseManager:
 
         One atomic round trip when the key is free. With ``wait_ms=0`` (the default) a held key
         fails fast; with ``wait_ms > 0`` the call retries every ``retry_delay_ms`` (randomised
-        ±50%) until acquired or ``wait_ms`` has passed on the monotonic clock, then gives up: it
-        never waits longer than ``wait_ms`` plus one round trip. The lease is not renewed in the
-        background: use :meth:`hold` for that, or await :meth:`AsyncLease.renew`.
+        ±50% so waiters do not retry in lock-step) until acquired or ``wait_ms`` has passed on the
+        monotonic clock, then makes one last attempt: it never waits longer than ``wait_ms`` plus
+        one round trip. The lease is not renewed in the background: use :meth:`hold` for that, or
+        await :meth:`AsyncLease.renew`.
 
         If a reply is lost (connection reset or timeout after sending), the same acquire is sent
         once more with the same owner token: Redis recognises it and returns the same fencing
@@ -432,7 +433,10 @@ class AsyncLeaseManager:
         ``max(1, ttl_ms // 4)``; an explicit value must be at most ``ttl_ms // 2``; ``False``: no
         renewal) while the block runs, then releases. ``on_renew_error(exc)`` is called (in the
         renewal task, so it must not block) for each failed renewal round trip: telemetry, not a
-        loss.
+        loss. An ``Exception`` the hook raises is logged and renewal goes on; anything else it
+        raises (``KeyboardInterrupt``, ``SystemExit``) stops the renewal task: its leases are
+        lost, so the block ends in :class:`LeaseLostError` (see
+        :func:`~fencedlease._decisions.call_renew_error_hooks`; the same on both faces).
 
         The lease is lost when a renewal finds the key gone or another owner's, or when ``ttl_ms``
         passes with no confirmed renewal; this is checked by the renewal task, again when the block
