@@ -31,7 +31,15 @@ from collections.abc import Generator
 
 import attrs
 
-from ._core import AcquireAttempt, LeaseState, LeaseView, RenewalEntry, RenewalSchedule, never_sent
+from ._core import (
+    AcquireAttempt,
+    LeaseState,
+    LeaseView,
+    LossReason,
+    RenewalEntry,
+    RenewalSchedule,
+    never_sent,
+)
 from ._errors import BackendError, ManagerClosedError
 from ._protocol import AcquireReply
 
@@ -44,6 +52,7 @@ __all__ = [
     "acquire_steps",
     "apply_batch",
     "call_renew_error_hooks",
+    "close_releases",
     "hold_outcome",
     "hold_releases",
     "lost_wait_s",
@@ -154,6 +163,15 @@ def hold_outcome(
     if lease._state.lost:  # as marked so far: the deadline was applied before the release
         return lease._lost_error()
     return release_error
+
+
+def close_releases(state: LeaseState) -> bool:
+    """``close()`` (either face) on a lease still in a ``hold``: mark it lost (reason: the manager
+    was closed; a release under way decides instead, rule 4), and say whether ``close()`` sends
+    its release: not when a release is under way or done, nor for a lease inherited through fork
+    (no I/O on the parent's lease)."""
+    state.mark_lost(LossReason.CLOSED)
+    return not (state.releasing or state.released or state.inherited())
 
 
 # -- the renewer ------------------------------------------------------------------------------

@@ -19,12 +19,18 @@ from ._core import (
     SYSTEM_CLOCK,
     AcquireAttempt,
     Clock,
-    LossReason,
     release_bound_s,
     release_wait_more_s,
     restored_state,
 )
-from ._decisions import AcquireEnd, WaitForRelease, acquire_steps, hold_outcome, hold_releases
+from ._decisions import (
+    AcquireEnd,
+    WaitForRelease,
+    acquire_steps,
+    close_releases,
+    hold_outcome,
+    hold_releases,
+)
 from ._errors import BackendError, LeaseNotAcquiredError, ManagerClosedError
 from ._handoff import Handoff, ReleaseWaiter, SleepWaiter
 from ._lease import AcquireResult, Lease, LeaseInfo, LeaseOutcome
@@ -168,10 +174,8 @@ class LeaseManager:
         self._renewer.close(until)
         pending = []
         for lease in holds:
-            state = lease._state
-            state.mark_lost(LossReason.CLOSED)
-            if not (state.releasing or state.released or state.inherited()):
-                pending.append((state.key, self._releases.submit(lease.release)))
+            if close_releases(lease._state):
+                pending.append((lease.key, self._releases.submit(lease.release)))
         if pending:
             wait_futures([f for _, f in pending], timeout=max(0.0, until - time.monotonic()))
         for key, future in pending:

@@ -48,12 +48,18 @@ from .._core import (
     AcquireAttempt,
     Clock,
     LeaseState,
-    LossReason,
     release_bound_s,
     release_wait_more_s,
     restored_state,
 )
-from .._decisions import AcquireEnd, WaitForRelease, acquire_steps, hold_outcome, hold_releases
+from .._decisions import (
+    AcquireEnd,
+    WaitForRelease,
+    acquire_steps,
+    close_releases,
+    hold_outcome,
+    hold_releases,
+)
 from .._errors import BackendError, LeaseNotAcquiredError, ManagerClosedError
 from .._handoff import AsyncHandoff, AsyncReleaseWaiter, AsyncSleepWaiter
 from .._lease import LeaseInfo
@@ -218,10 +224,8 @@ class AsyncLeaseManager:
                 lease = hold.lease
                 if lease is None:
                     continue
-                state = lease._state
-                state.mark_lost(LossReason.CLOSED)
-                if not (state.releasing or state.released):
-                    releases[self._spawn(lease.release(), "fencedlease-release")] = state.key
+                if close_releases(lease._state):
+                    releases[self._spawn(lease.release(), "fencedlease-release")] = lease.key
             while self._chores and (left := until - loop.time()) > 0:
                 await asyncio.wait(set(self._chores), timeout=left)
             late = set(self._chores)
