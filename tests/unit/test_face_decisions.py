@@ -22,7 +22,7 @@ from fencedlease import (
     LeaseManager,
     ManagerClosedError,
 )
-from fencedlease._core import LossReason
+from fencedlease._core import LeaseState, LossReason, RenewalEntry, RenewalSchedule
 from fencedlease._protocol import AcquireReply
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.aio import ManagerClosedError as AioManagerClosedError
@@ -394,3 +394,20 @@ def test_a_hook_raising_a_base_exception_stops_the_renewer_async() -> None:
                 assert len(backend.renewals) == 2
 
     asyncio.run(main())
+
+
+def test_the_schedule_is_on_the_nanosecond_grid() -> None:
+    """The pure half of the one-heartbeat step: a lease granted at 0.1 s for 200 ms, heartbeat
+    50 ms, is due at exactly 0.15 (not 0.15000000000000002), so a clock reading 0.15 pops it and
+    the next wake-up is not an ulp away (what made the sync renewer spin)."""
+    schedule = RenewalSchedule()
+    state = LeaseState.granted("k", "owner", 1, 200, 0.1, 1_700_000_000.1)
+    assert state.deadline == 0.3
+    entry = RenewalEntry(state, 50, None)
+    schedule.add(entry, 0.1)
+    assert schedule.next_wakeup(renewal_in_flight=False) == 0.15
+    assert schedule.pop_batch(0.15, 10) == [entry]
+    assert schedule.apply([entry], 0.15, 1_700_000_000.15, [1], now=0.15) == []
+    assert (state.deadline, entry.next_due) == (0.35, 0.2)
+    assert schedule.pop_expired(0.35) == [entry]
+    assert state.lost_reason == LossReason.DEADLINE
