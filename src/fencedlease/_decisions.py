@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Generator
+from typing import cast
 
 import attrs
 
@@ -115,7 +116,7 @@ def acquire_steps(
                 raise
             attempt.sending()
             reply = yield SendAcquire()
-        assert isinstance(reply, AcquireReply)
+        reply = cast(AcquireReply, reply)  # the answer to SendAcquire (any reply-shaped object)
         if reply.acquired:
             return AcquireEnd(attempt.granted(reply))
         delay = attempt.not_acquired()

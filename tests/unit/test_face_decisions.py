@@ -22,7 +22,8 @@ from fencedlease import (
     LeaseManager,
     ManagerClosedError,
 )
-from fencedlease._core import LeaseState, LossReason, RenewalEntry, RenewalSchedule
+from fencedlease._core import AcquireAttempt, LeaseState, LossReason, RenewalEntry, RenewalSchedule
+from fencedlease._decisions import AcquireEnd, SendAcquire, WaitForRelease, acquire_steps
 from fencedlease._protocol import AcquireReply
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.aio import ManagerClosedError as AioManagerClosedError
@@ -411,3 +412,43 @@ def test_the_schedule_is_on_the_nanosecond_grid() -> None:
     assert (state.deadline, entry.next_due) == (0.35, 0.2)
     assert schedule.pop_expired(0.35) == [entry]
     assert state.lost_reason == LossReason.DEADLINE
+
+
+def test_the_acquire_loop_is_one_generator_no_io() -> None:
+    """acquire_steps decides, the caller only answers: a lost reply is resent once with the same
+    owner token; a held key is waited for on the budget; a wait close() ended raises
+    ManagerClosedError; the attempt is then uncertain only while a command may have landed."""
+    clock = FakeClock()
+    attempt = AcquireAttempt("k", 1_000, 250, 100, clock, uniform=lambda low, high: 1.0)
+    steps = acquire_steps(attempt, queues=False)
+    assert next(steps) == SendAcquire()
+    lost_reply = BackendError("store: reset")
+    lost_reply.__cause__ = RedisConnectionError("reset by peer")
+    assert steps.throw(lost_reply) == SendAcquire()  # resent, same owner token
+    assert steps.send(AcquireReply(False, 0, 900)) == WaitForRelease(0.1, False)
+    clock.sleep(0.1)
+    assert steps.send(False) == SendAcquire()
+    assert steps.send(AcquireReply(False, 0, 800)) == WaitForRelease(0.1, False)
+    clock.sleep(0.1)
+    assert steps.send(False) == SendAcquire()
+    assert steps.send(AcquireReply(False, 0, 700)) == WaitForRelease(0.05, True)  # the last
+    with pytest.raises(ManagerClosedError, match="closed while this acquire waited"):
+        steps.send(True)
+    assert attempt.uncertain  # the lost reply's acquire may still land: the face releases
+
+
+def test_the_acquire_loop_returns_the_grant_and_the_give_up() -> None:
+    clock = FakeClock()
+    granted = acquire_steps(AcquireAttempt("k", 1_000, 0, 100, clock), queues=False)
+    assert next(granted) == SendAcquire()
+    with pytest.raises(StopIteration) as stop:
+        granted.send(AcquireReply(True, 7, 1_000))
+    end = stop.value.value
+    assert isinstance(end, AcquireEnd)
+    assert end.state is not None
+    assert (end.state.fencing_token, end.state.deadline, end.leave_queue) == (7, 1.0, False)
+    refused = acquire_steps(AcquireAttempt("k", 1_000, 0, 100, clock), queues=True)
+    assert next(refused) == SendAcquire()
+    with pytest.raises(StopIteration) as stop:
+        refused.send(AcquireReply(False, 0, 640))
+    assert stop.value.value == AcquireEnd(None, 640, leave_queue=False)
