@@ -7,6 +7,7 @@ with events and a generous poll)."""
 from __future__ import annotations
 
 import asyncio
+import pickle
 import random
 import threading
 import time
@@ -21,6 +22,8 @@ from fencedlease import (
     LeaseLostError,
     LeaseManager,
     ManagerClosedError,
+    _errors,
+    db,
 )
 from fencedlease._core import AcquireAttempt, LeaseState, LossReason, RenewalEntry, RenewalSchedule
 from fencedlease._decisions import AcquireEnd, SendAcquire, WaitForRelease, acquire_steps
@@ -232,6 +235,17 @@ def test_manager_closed_error_is_in_the_tree() -> None:
     assert AioManagerClosedError is ManagerClosedError
     assert issubclass(ManagerClosedError, FencedLeaseError)
     assert issubclass(ManagerClosedError, RuntimeError)
+    again = pickle.loads(pickle.dumps(ManagerClosedError(ManagerClosedError.WHILE_WAITING)))
+    assert (type(again), str(again)) == (ManagerClosedError, ManagerClosedError.WHILE_WAITING)
+
+
+def test_row_not_found_error_lives_in_the_error_tree() -> None:
+    """Every public error class is in _errors; fencedlease.db still exports RowNotFoundError."""
+    assert db.RowNotFoundError is _errors.RowNotFoundError
+    assert issubclass(db.RowNotFoundError, FencedLeaseError)
+    assert issubclass(db.RowNotFoundError, LookupError)
+    assert "RowNotFoundError" in (_errors.__doc__ or "")
+    assert "ManagerClosedError" in (_errors.__doc__ or "")
 
 
 def test_a_closed_manager_raises_manager_closed_error_sync() -> None:
