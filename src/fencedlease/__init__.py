@@ -15,6 +15,7 @@ from ._errors import (
     LeaseKeyMismatchError,
     LeaseLostError,
     LeaseNotAcquiredError,
+    ManagerClosedError,
     StaleTokenError,
     ValidationError,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "LeaseManager",
     "LeaseNotAcquiredError",
     "LeaseOutcome",
+    "ManagerClosedError",
     "MemoryBackend",
     "RedisBackend",
     "RedisFencedResource",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from ._clock import Clock
+from ._clock import Clock, on_ns_grid
 from ._errors import BackendError
 from ._protocol import AcquireReply, new_owner_token
 from ._state import LeaseState
@@ -92,15 +92,15 @@ class AcquireAttempt:
         wait_ms: int,
         retry_delay_ms: int,
         clock: Clock,
-        uniform: Callable[[float, float], float] = random.uniform,
+        uniform: Callable[[float, float], float] | None = None,
     ) -> None:
         self.key = key
         self.ttl_ms = ttl_ms
         self.retry_delay_ms = retry_delay_ms
         self.owner_token = new_owner_token()
         self._clock = clock
-        self._uniform = uniform
-        self.give_up = clock.monotonic() + wait_ms / 1000
+        self._uniform = random.uniform if uniform is None else uniform  # looked up per call
+        self.give_up = on_ns_grid(clock.monotonic() + wait_ms / 1000)
         self.sent_mono = self.sent_wall = 0.0
         self._in_flight = False
         self._ambiguous = False
@@ -149,7 +149,7 @@ class AcquireAttempt:
         """After a "held by another owner" reply: the seconds to sleep before the next try (never
         past the wait budget), or None when the budget is spent."""
         self._in_flight = False
-        remaining = self.give_up - self._clock.monotonic()
+        remaining = on_ns_grid(self.give_up - self._clock.monotonic())
         if remaining <= 0:
             return None
         delay = self.retry_delay_ms / 1000 * self._uniform(0.5, 1.5)

@@ -8,7 +8,7 @@ renewers import the engine from here; the other modules import the part they use
 from __future__ import annotations
 
 from ._attempt import AcquireAttempt, is_ambiguous, may_have_written, never_sent
-from ._clock import SYSTEM_CLOCK, Clock, SystemClock
+from ._clock import SYSTEM_CLOCK, AsyncClock, Clock, SystemClock, on_ns_grid
 from ._schedule import RenewalEntry, RenewalSchedule, RenewReply, confirmed_due, renewal_items
 from ._state import (
     RELEASE_FLOOR_MS,
@@ -24,6 +24,7 @@ __all__ = [
     "RELEASE_FLOOR_MS",
     "SYSTEM_CLOCK",
     "AcquireAttempt",
+    "AsyncClock",
     "Clock",
     "LeaseState",
     "LeaseView",
@@ -36,6 +37,7 @@ __all__ = [
     "is_ambiguous",
     "may_have_written",
     "never_sent",
+    "on_ns_grid",
     "release_bound_s",
     "release_wait_more_s",
     "renewal_items",

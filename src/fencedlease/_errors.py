@@ -8,19 +8,26 @@
     ├── StaleTokenError         .resource, .token, .last_token
     │   └── LeaseKeyMismatchError   .lease_key, .presented_key
     ├── ValidationError         also a ValueError; says which argument and which bound
-    └── BackendError            the store could not be reached or refused; original in __cause__
-                                .sent (Sent), .wrote (Wrote), .timed_out: what may have happened
+    ├── BackendError            the store could not be reached or refused; original in __cause__
+    │                           .sent (Sent), .wrote (Wrote), .timed_out: what may have happened
+    ├── ManagerClosedError      also a RuntimeError; the lease manager is (or was just) closed
+    └── RowNotFoundError        also a LookupError; .table, .where (``fencedlease.db``)
 
 Every error a store (Redis, SQLite, ...) raises while the library talks to it reaches the caller as
 :class:`BackendError` with the store's own exception in ``__cause__``: one type to catch, the detail
 still there. Nothing is swallowed, and an error is never counted as an acquired lease. The backend
 that raises it says whether the command may have run (``sent``) or changed the store (``wrote``),
 so nothing above the backend needs to know the store's own exceptions.
+
+A call on a closed manager, or an acquire whose wait the manager's ``close()`` interrupted, raises
+:class:`ManagerClosedError` on both faces; it is also a ``RuntimeError``, which is what such calls
+raised before it existed, so older ``except RuntimeError`` code keeps working.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
 
 __all__ = [
     "BackendError",
@@ -28,6 +35,8 @@ __all__ = [
     "LeaseKeyMismatchError",
     "LeaseLostError",
     "LeaseNotAcquiredError",
+    "ManagerClosedError",
+    "RowNotFoundError",
     "Sent",
     "StaleTokenError",
     "ValidationError",
@@ -187,3 +196,35 @@ class BackendError(FencedLeaseError):
         self.sent: Sent = sent
         self.wrote: Wrote = wrote
         self.timed_out = timed_out
+
+
+class ManagerClosedError(FencedLeaseError, RuntimeError):
+    """The lease manager is closed: ``acquire``, ``hold`` and ``with_lease`` on a closed manager,
+    and an acquire whose wait between attempts ``close()`` interrupted (either face).
+
+    Also a ``RuntimeError``, which these calls raised before this class existed.
+    """
+
+    WHILE_WAITING: ClassVar[str] = "the lease manager was closed while this acquire waited"
+
+    def __init__(self, message: str = "the lease manager is closed") -> None:
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (str(self),))
+
+
+class RowNotFoundError(FencedLeaseError, LookupError):
+    """No row of ``table`` matches ``where``: nothing to fence, nothing was changed
+    (:mod:`fencedlease.db`, which exports it too).
+
+    Distinct from :class:`StaleTokenError` (a row is there, with a larger token).
+    """
+
+    def __init__(self, table: str, where: Mapping[str, Any], message: str | None = None) -> None:
+        self.table = table
+        self.where = dict(where)
+        super().__init__(message or f"no row of {table!r} matches {sorted(self.where)}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.table, self.where, str(self)))

@@ -42,9 +42,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import time
 from typing import Any, Generic, Protocol, TypeVar
 
+from ._clock import SYSTEM_CLOCK, Clock
 from ._redis.keys import control_channel, enqueue_args
 from ._redis.replies import text
 
@@ -129,14 +129,18 @@ class ReleaseWaiter(Protocol):
 
 
 class SleepWaiter:
-    """Polling only: sleeps the whole ``timeout_s`` (for backends without notifications)."""
+    """Polling only: sleeps the whole ``timeout_s`` on ``clock`` (:meth:`Clock.sleep`, so a fake
+    clock drives the waits), for backends without release notifications."""
 
     queues = False
+
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._clock = clock
 
     def wait(
         self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
     ) -> None:
-        time.sleep(timeout_s)
+        self._clock.sleep(timeout_s)
 
     def close(self, until: float | None = None) -> None:
         pass
@@ -199,11 +203,12 @@ class HandoffBase(Generic[ClientT]):
         return enqueue_args(prefix, key, owner_token, ttl_ms, wait_ms, final, grace_ms)
 
 
-def release_waiter_for(backend: object) -> ReleaseWaiter:
+def release_waiter_for(backend: object, clock: Clock = SYSTEM_CLOCK) -> ReleaseWaiter:
     """The release waiter a sync manager uses over ``backend``: the backend's own
-    (``backend.release_waiter()``, e.g. the Redis hand-off), else :class:`SleepWaiter` (polling)."""
+    (``backend.release_waiter()``, e.g. the Redis hand-off), else :class:`SleepWaiter` (polling on
+    ``clock``)."""
     make = getattr(backend, "release_waiter", None)
-    waiter: ReleaseWaiter = SleepWaiter() if make is None else make()
+    waiter: ReleaseWaiter = SleepWaiter(clock) if make is None else make()
     return waiter
 
 

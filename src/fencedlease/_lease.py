@@ -9,6 +9,7 @@ import attrs
 
 from ._backend import LeaseBackend
 from ._clock import Clock
+from ._decisions import lost_wait_s
 from ._protocol import InspectReply
 from ._state import LeaseState
 from ._validate import check_ms
@@ -63,14 +64,10 @@ class Lease(LeaseView):
             event = self._lost_event = threading.Event()
             self._state.add_listener(lambda _: event.set())
         while not self.lost:
-            now = clock.monotonic()
-            slices = [] if limit is None else [started + limit - now]
-            if self._state.deadline is not None:
-                # Wake at the deadline too: nobody else may be watching this lease.
-                slices.append(self._state.deadline - now)
-            if limit is not None and slices[0] <= 0:
+            timed_out, wait = lost_wait_s(self._state, limit, started, clock.monotonic())
+            if timed_out:
                 return False
-            event.wait(max(0.0, min(slices)) if slices else None)
+            event.wait(wait)
         return True
 
     def renew(self, ttl_ms: int | None = None) -> bool:

@@ -20,15 +20,22 @@ from ._core import (
     SYSTEM_CLOCK,
     AcquireAttempt,
     Clock,
-    LossReason,
-    never_sent,
     release_bound_s,
     release_wait_more_s,
     restored_state,
 )
-from ._errors import BackendError, LeaseLostError, LeaseNotAcquiredError
+from ._decisions import (
+    AcquireEnd,
+    WaitForRelease,
+    acquire_steps,
+    close_releases,
+    hold_outcome,
+    hold_releases,
+)
+from ._errors import BackendError, LeaseNotAcquiredError, ManagerClosedError
 from ._handoff import ReleaseWaiter, release_waiter_for
 from ._lease import AcquireResult, Lease, LeaseInfo, LeaseOutcome
+from ._protocol import AcquireReply
 from ._redis_backend import RedisBackend
 from ._renewer import BoundedCalls, Renewer
 from ._urls import backend_from_url
@@ -64,8 +71,9 @@ class LeaseManager:
 
     ``client``: a ``redis.Redis`` (``decode_responses`` either way) or a backend object.
     ``prefix``: the key namespace; keys are ``<prefix>:{<key>}`` and ``<prefix>:{<key>}:fence``.
-    ``clock``: where time is read (tests inject a fake one). ``renew_batch_size``: the most
-    renewals sent in one pipeline.
+    ``clock``: where time is read and waited on (tests inject a fake one): the wait between
+    acquire attempts on a store without release notifications is its ``sleep``.
+    ``renew_batch_size``: the most renewals sent in one pipeline.
 
     One manager runs one renewer (two threads, started on the first :meth:`hold`) for all its
     leases. Close it with :meth:`close` or use it as a context manager.
@@ -99,8 +107,9 @@ class LeaseManager:
             self._backend = client
         self._clock = clock
         self._renewer = Renewer(self._backend, clock, batch_size=batch)
-        # Waiting acquirers are woken by the release where the backend can (see _handoff).
-        self._release_waiter: ReleaseWaiter = release_waiter_for(self._backend)
+        # Waiting acquirers are woken by the release where the backend can (see _handoff);
+        # other stores are polled on the manager's clock.
+        self._release_waiter: ReleaseWaiter = release_waiter_for(self._backend, clock)
         # Final releases (hold's end, close) run here, so a hung store cannot hold the caller.
         self._releases = BoundedCalls("fencedlease-release")
         self._lock = threading.Lock()  # guards _closed and _holds
@@ -166,10 +175,8 @@ class LeaseManager:
         self._renewer.close(until)
         pending = []
         for lease in holds:
-            state = lease._state
-            state.mark_lost(LossReason.CLOSED)
-            if not (state.releasing or state.released or state.inherited()):
-                pending.append((state.key, self._releases.submit(lease.release)))
+            if close_releases(lease._state):
+                pending.append((lease.key, self._releases.submit(lease.release)))
         if pending:
             wait_futures([f for _, f in pending], timeout=max(0.0, until - time.monotonic()))
         for key, future in pending:
@@ -219,52 +226,42 @@ class LeaseManager:
         Raises:
             ValidationError: ``key``, ``ttl_ms``, ``wait_ms`` or ``retry_delay_ms`` out of bounds.
             BackendError: the store failed; never reported as acquired.
-            RuntimeError: the manager is closed, or was closed while the call waited.
+            ManagerClosedError: the manager is closed, or was closed while the call waited.
         """
         key, ttl_ms, wait_ms, retry_delay_ms = check_acquire(key, ttl_ms, wait_ms, retry_delay_ms)
         if self._closed:
-            raise RuntimeError("the lease manager is closed")
+            raise ManagerClosedError()
         return self._acquire(key, ttl_ms, wait_ms, retry_delay_ms)
 
     def _acquire(self, key: str, ttl_ms: int, wait_ms: int, retry_delay_ms: int) -> AcquireResult:
-        backend = self._backend
+        backend, waiter = self._backend, self._release_waiter
         attempt = AcquireAttempt(key, ttl_ms, wait_ms, retry_delay_ms, self._clock)
         owner_token = attempt.owner_token
+        steps = acquire_steps(attempt, waiter.queues)  # the decisions; here only the I/O
         try:
+            step = next(steps)
             while True:
-                attempt.sending()
                 try:
-                    reply = backend.acquire(key, owner_token, ttl_ms)
-                except BackendError as exc:
-                    if not attempt.may_resend(exc):
-                        raise
-                    attempt.sending()
-                    reply = backend.acquire(key, owner_token, ttl_ms)
-                if reply.acquired:
-                    return AcquireResult(key, Lease(attempt.granted(reply), backend, self._clock))
-                delay = attempt.not_acquired()
-                if delay is None:
-                    if attempt.uncertain:
-                        # It queued for a hand-off: leave the queue, and pass on a lease a
-                        # release may have handed it meanwhile (in the background: the call
-                        # keeps its time bound).
-                        self._renewer.submit_release(key, owner_token)
-                    return AcquireResult(key, None, reply.ttl_ms)
-                waiter = self._release_waiter
-                queued_before = attempt.queued
-                attempt.queued = queued_before or waiter.queues
-                try:
-                    waiter.wait(key, owner_token, ttl_ms, delay, attempt.final_wait)
-                except BackendError as exc:
-                    if never_sent(exc):  # the queueing command never left: not queued by it
-                        attempt.queued = queued_before
-                    raise
-                if self._closed:
-                    raise RuntimeError("the lease manager was closed while this acquire waited")
+                    if isinstance(step, WaitForRelease):
+                        waiter.wait(key, owner_token, ttl_ms, step.delay_s, step.final)
+                        answer: AcquireReply | bool = self._closed
+                    else:
+                        answer = backend.acquire(key, owner_token, ttl_ms)
+                except BaseException as exc:
+                    step = steps.throw(exc)
+                else:
+                    step = steps.send(answer)
+        except StopIteration as stop:
+            end: AcquireEnd = stop.value
         except BaseException as exc:
             if attempt.uncertain:
                 self._abandon(key, owner_token, exc)
             raise
+        if end.leave_queue:
+            self._renewer.submit_release(key, owner_token)
+        if end.state is None:
+            return AcquireResult(key, None, end.holder_ttl_ms)
+        return AcquireResult(key, Lease(end.state, backend, self._clock))
 
     def _abandon(self, key: str, owner_token: str, exc: BaseException) -> None:
         """Release what a failed or interrupted acquire may hold under ``owner_token``.
@@ -300,7 +297,11 @@ class LeaseManager:
         Acquires as :meth:`acquire` does, renews every ``heartbeat_ms`` (default
         ``max(1, ttl_ms // 4)``; an explicit value must be at most ``ttl_ms // 2``; ``False``: no
         renewal) while the block runs, then releases. ``on_renew_error(exc)`` is called (on the
-        renewer's thread) for each failed renewal round trip: telemetry, not a loss.
+        renewer's thread) for each failed renewal round trip: telemetry, not a loss. An
+        ``Exception`` the hook raises is logged and renewal goes on; anything else it raises
+        (``KeyboardInterrupt``, ``SystemExit``) stops the renewer: its leases are lost, so the
+        block ends in :class:`LeaseLostError` (see
+        :func:`~fencedlease._decisions.call_renew_error_hooks`; the same on both faces).
 
         The lease is lost when a renewal finds the key gone or another owner's, or when ``ttl_ms``
         passes with no confirmed renewal; this is checked by the renewer, again when the block ends,
@@ -320,13 +321,13 @@ class LeaseManager:
                 normally. An exception raised by the block itself propagates unchanged.
             BackendError: the store failed while acquiring or releasing, or the release got no
                 reply in time (the lease lapses at its TTL).
-            RuntimeError: the manager is closed.
+            ManagerClosedError: the manager is closed.
         """
         key, ttl_ms, wait_ms, retry_delay_ms = check_acquire(key, ttl_ms, wait_ms, retry_delay_ms)
         heartbeat = check_heartbeat_ms(heartbeat_ms, ttl_ms)
         check_callback(on_renew_error, "on_renew_error")
         if self._closed:
-            raise RuntimeError("the lease manager is closed")
+            raise ManagerClosedError()
         lease = self._acquire(key, ttl_ms, wait_ms, retry_delay_ms).lease
         if lease is None:
             raise LeaseNotAcquiredError(key)
@@ -337,7 +338,7 @@ class LeaseManager:
                 self._holds.add(lease)
         if closed:
             self._release_now(lease)  # closed meanwhile: never leave the lease held for nobody
-            raise RuntimeError("the lease manager is closed")
+            raise ManagerClosedError()
         if heartbeat is not False:
             try:
                 lease._entry = self._renewer.add(state, heartbeat, on_renew_error)
@@ -379,19 +380,17 @@ class LeaseManager:
         with self._lock:
             self._holds.discard(lease)
             closed = self._closed
-        state.check_deadline(self._clock.monotonic())
-        try:
-            if not closed:  # else close() released it (or left it to its TTL): not again
+        release_error = None
+        if hold_releases(state, closed, self._clock.monotonic()):
+            try:
                 self._release_now(lease)
-        except BackendError:
-            if not body_failed:
-                if state.lost:
-                    raise LeaseLostError(state.key, lease._lost_message()) from None
-                raise
-            # The block's own exception is the one the caller must see; it propagates.
-            return
-        if state.lost and not body_failed:
-            raise LeaseLostError(state.key, lease._lost_message())
+            except BackendError as exc:
+                release_error = exc
+        error = hold_outcome(lease, body_failed, release_error)
+        if error is release_error and error is not None:
+            raise error
+        if error is not None:
+            raise error from None
 
     def with_lease(
         self,
@@ -478,16 +477,7 @@ class LeaseManager:
             BackendError: the store failed.
         """
         check_key(key)
-        reply = self._backend.inspect(key)
-        if reply is None:
-            return None
-        return LeaseInfo(
-            key=key,
-            fencing_token=reply.fencing_token,
-            ttl_ms=reply.ttl_ms,
-            owner_fingerprint=reply.owner_fingerprint,
-            last_issued_token=reply.last_issued_token,
-        )
+        return LeaseInfo.from_reply(key, self._backend.inspect(key))
 
     def force_release(self, key: str) -> bool:
         """Delete the lease on ``key`` whoever holds it; the operator's escape hatch. The fencing

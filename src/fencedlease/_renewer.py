@@ -23,7 +23,8 @@ from typing import TypeVar
 
 from ._backend import LeaseBackend
 from ._core import Clock, LeaseState, LossReason, RenewalEntry, RenewalSchedule, renewal_items
-from ._errors import BackendError
+from ._decisions import apply_batch, call_renew_error_hooks
+from ._errors import BackendError, ManagerClosedError
 
 __all__ = ["BoundedCalls", "Renewer", "shutdown_pool"]
 
@@ -154,7 +155,7 @@ class Renewer:
         entry = RenewalEntry(state, heartbeat_ms, on_renew_error)
         with self._cond:
             if self._closed:
-                raise RuntimeError("the lease manager is closed")
+                raise ManagerClosedError()
             if self._thread is None or not self._thread.is_alive():
                 # First lease, or the thread died of an unexpected error (its leases were failed
                 # loudly then): a new lease gets a live renewer, never a dead one.
@@ -281,23 +282,14 @@ class Renewer:
                         continue  # the batch finished before its callback could wake a waiter
                     wake = schedule.next_wakeup(self._in_flight is not None)
                     cond.wait(None if wake is None else max(0.0, wake - clock.monotonic()))
-            for entry, error in hooks:
-                if entry.on_renew_error is not None:
-                    try:
-                        entry.on_renew_error(error)
-                    except BaseException:  # a hook must not stop the renewal of every lease
-                        log.exception("on_renew_error hook raised; renewal goes on")
+            call_renew_error_hooks(hooks)  # outside the lock: a hook may add or release leases
 
     def _apply(
         self, done: Future[_BatchResult], now: float
     ) -> list[tuple[RenewalEntry, BaseException]]:
         batch, self._in_flight, self._done = self._in_flight or [], None, None
         error = done.exception()
-        if error is not None:
-            sent = now
-            return self._schedule.apply(batch, sent, self._clock.time(), error, now)
-        sent_mono, sent_wall, replies = done.result()
-        return self._schedule.apply(batch, sent_mono, sent_wall, replies, now)
+        return apply_batch(self._schedule, batch, done.result() if error is None else error, now)
 
 
 def _log_cleanup_failure(future: Future[bool]) -> None:

@@ -11,6 +11,7 @@ import heapq
 import itertools
 from collections.abc import Callable
 
+from ._clock import on_ns_grid
 from ._state import LeaseState, LossReason
 
 __all__ = ["RenewReply", "RenewalEntry", "RenewalSchedule", "confirmed_due", "renewal_items"]
@@ -54,8 +55,8 @@ def confirmed_due(entry: RenewalEntry, now: float) -> float:
     state = entry.state
     deadline = state.deadline
     if deadline is None:
-        return now + entry.heartbeat_s
-    return deadline - state.ttl_ms / 1000 + entry.heartbeat_s
+        return on_ns_grid(now + entry.heartbeat_s)
+    return on_ns_grid(deadline - state.ttl_ms / 1000 + entry.heartbeat_s)
 
 
 def renewal_items(batch: list[RenewalEntry]) -> list[tuple[str, str, int]]:
@@ -208,7 +209,7 @@ class RenewalSchedule:
             state = entry.state
             if isinstance(reply, BaseException):
                 errors.append((entry, reply))
-                self._push_due(entry, now + entry.retry_s)
+                self._push_due(entry, on_ns_grid(now + entry.retry_s))
             elif reply > 0:
                 if state.confirm(sent_mono, sent_wall, entry.sent_ttl_ms, reply):
                     self._push_due(entry, confirmed_due(entry, now))

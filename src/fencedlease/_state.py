@@ -25,7 +25,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 
 from . import _fork
-from ._clock import Clock
+from ._clock import Clock, on_ns_grid
 from ._errors import ValidationError
 from ._protocol import MAX_FENCING_TOKEN
 from ._validate import MAX_MS, check_key, check_ms
@@ -114,7 +114,12 @@ class LeaseState:
         """A lease Redis just granted by a command sent at ``sent_mono`` / ``sent_wall``."""
         seconds = ttl_ms / 1000
         return cls(
-            key, owner_token, fencing_token, ttl_ms, sent_mono + seconds, sent_wall + seconds
+            key,
+            owner_token,
+            fencing_token,
+            ttl_ms,
+            on_ns_grid(sent_mono + seconds),
+            sent_wall + seconds,
         )
 
     @property
@@ -138,7 +143,7 @@ class LeaseState:
             return False
         seconds = ttl_ms / 1000
         self.ttl_ms = ttl_ms
-        self.deadline = sent_mono + seconds
+        self.deadline = on_ns_grid(sent_mono + seconds)
         self.expires_wall = sent_wall + seconds
         if self.fencing_token is None:
             # A lease restored without its token learns it from Redis, which knows it.
@@ -258,7 +263,7 @@ def restored_state(
                 f"expires_at must be at most {MAX_MS} milliseconds from now (the largest ttl_ms);"
                 f" got {expires_at.isoformat()}",
             )
-        deadline = clock.monotonic() + ahead_s
+        deadline = on_ns_grid(clock.monotonic() + ahead_s)
     return LeaseState(key, owner_token, fencing_token, ttl_ms, deadline, expires_wall)
 
 

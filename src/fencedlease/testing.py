@@ -18,6 +18,7 @@ to :class:`~fencedlease.LeaseManager`, and expiry becomes a step of the test ins
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from typing import Final
 
@@ -38,9 +39,15 @@ class FakeClock:
     not depend on the day they run). Time is kept as an integer number of nanoseconds, so advancing
     by 99 ms and then 1 ms lands exactly where advancing by 100 ms does.
 
-    Nothing sleeps on this clock: a :meth:`~fencedlease.LeaseManager.acquire` with ``wait_ms > 0``
-    sleeps for real between attempts and never sees its budget pass unless another thread calls
-    :meth:`advance`. Use ``wait_ms=0`` (the default) with a fake clock.
+    A sleep on this clock takes no real time: :meth:`sleep` (and :meth:`async_sleep`, which also
+    yields to the event loop once) moves the clock forward by the time asked and returns. So an
+    :meth:`~fencedlease.LeaseManager.acquire` with ``wait_ms > 0`` on a store without release
+    notifications (memory, SQLite) runs its whole wait at once, its attempts at exact fake times
+    (``retry_delay_ms`` apart, give or take the ±50% jitter), and a test of it is deterministic.
+    Moving the clock on sleep rather than blocking until another thread advances it is what keeps
+    a single-threaded test free of deadlocks; a sleep in one thread moves the clock every other
+    thread reads, as time would. (The Redis store's hand-off wait is woken by Redis, not by this
+    clock.)
 
     Raises:
         ValidationError: ``start_time`` is not a finite ``int`` or ``float``.
@@ -88,3 +95,34 @@ class FakeClock:
         step = check_ms("ms", ms, 0)
         with self._lock:
             self._elapsed_ns += step * 1_000_000
+
+    def sleep(self, seconds: float) -> None:
+        """Move both readings forward by ``seconds`` (rounded to the nanosecond) and return at
+        once: the clock's sleep takes no real time (see the class docstring).
+
+        Raises:
+            ValidationError: ``seconds`` is not a finite number >= 0.
+        """
+        step = _sleep_ns(seconds)
+        with self._lock:
+            self._elapsed_ns += step
+
+    async def async_sleep(self, seconds: float) -> None:
+        """:meth:`sleep`, then one yield to the event loop (``await asyncio.sleep(0)``), as a real
+        sleep lets other tasks run.
+
+        Raises:
+            ValidationError: ``seconds`` is not a finite number >= 0.
+        """
+        self.sleep(seconds)
+        await asyncio.sleep(0)
+
+
+def _sleep_ns(seconds: float) -> int:
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, (int, float))
+        or not 0 <= seconds < float("inf")
+    ):
+        raise ValidationError("seconds", f"seconds must be a finite number >= 0; got {seconds!r}")
+    return round(seconds * 1_000_000_000)

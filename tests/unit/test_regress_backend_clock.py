@@ -20,6 +20,9 @@ class StepClock:
     def time(self) -> float:
         return 1_700_000_000.0 + self.now
 
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
 
 def _two_holders(backend_factory) -> tuple[bool, bool]:  # type: ignore[no-untyped-def]
     clock = StepClock()

@@ -10,12 +10,14 @@ The error classes are :mod:`fencedlease`'s own, re-exported here for convenience
 from __future__ import annotations
 
 from .._backend import AsyncLeaseBackend
+from .._core import AsyncClock
 from .._errors import (
     BackendError,
     FencedLeaseError,
     LeaseKeyMismatchError,
     LeaseLostError,
     LeaseNotAcquiredError,
+    ManagerClosedError,
     StaleTokenError,
     ValidationError,
 )
@@ -28,6 +30,7 @@ from ._urls import async_backend_from_url
 
 __all__ = [
     "AsyncAcquireResult",
+    "AsyncClock",
     "AsyncLease",
     "AsyncLeaseBackend",
     "AsyncLeaseManager",
@@ -40,6 +43,7 @@ __all__ = [
     "LeaseKeyMismatchError",
     "LeaseLostError",
     "LeaseNotAcquiredError",
+    "ManagerClosedError",
     "StaleTokenError",
     "ValidationError",
     "async_backend_from_url",

@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import redis.asyncio
 from redis.exceptions import RedisError
 
+from .._clock import SYSTEM_CLOCK, Clock
 from .._handoff import (
     AsyncReleaseWaiter,
     HandoffBase,
@@ -33,14 +35,21 @@ __all__ = ["AsyncHandoff", "AsyncSleepWaiter", "async_release_waiter_for"]
 
 
 class AsyncSleepWaiter:
-    """Polling only: sleeps the whole ``timeout_s`` (for backends without notifications)."""
+    """Polling only: sleeps the whole ``timeout_s`` on ``clock``'s ``async_sleep`` (so a fake
+    clock drives the waits; a clock without one, such as :class:`~fencedlease.SystemClock`, is
+    waited on with :func:`asyncio.sleep`), for backends without release notifications."""
 
     queues = False
+
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._sleep: Callable[[float], Awaitable[None]] = getattr(
+            clock, "async_sleep", asyncio.sleep
+        )
 
     async def wait(
         self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
     ) -> None:
-        await asyncio.sleep(timeout_s)
+        await self._sleep(timeout_s)
 
     async def aclose(self) -> None:
         pass
@@ -209,9 +218,10 @@ async def _wait_event(event: asyncio.Event, timeout_s: float) -> bool:
     return True
 
 
-def async_release_waiter_for(backend: object) -> AsyncReleaseWaiter:
+def async_release_waiter_for(backend: object, clock: Clock = SYSTEM_CLOCK) -> AsyncReleaseWaiter:
     """The release waiter an asyncio manager uses over ``backend``: the backend's own
-    (``backend.release_waiter()``, e.g. the Redis hand-off), else :class:`AsyncSleepWaiter`."""
+    (``backend.release_waiter()``, e.g. the Redis hand-off), else :class:`AsyncSleepWaiter`
+    (polling on ``clock``)."""
     make = getattr(backend, "release_waiter", None)
-    waiter: AsyncReleaseWaiter = AsyncSleepWaiter() if make is None else make()
+    waiter: AsyncReleaseWaiter = AsyncSleepWaiter(clock) if make is None else make()
     return waiter

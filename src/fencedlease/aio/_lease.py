@@ -9,6 +9,7 @@ import attrs
 
 from .._backend import AsyncLeaseBackend
 from .._clock import Clock
+from .._decisions import lost_wait_s
 from .._state import LeaseState
 from .._validate import check_ms
 from .._view import LeaseView
@@ -63,14 +64,10 @@ class AsyncLease(LeaseView):
             lost = self._lost_future = loop.create_future()
             self._state.add_listener(lambda _: _set_threadsafe(loop, lost))
         while not self.lost:
-            now = clock.monotonic()
-            slices = [] if limit is None else [started + limit - now]
-            if self._state.deadline is not None:
-                # Wake at the deadline too: nobody else may be watching this lease.
-                slices.append(self._state.deadline - now)
-            if limit is not None and slices[0] <= 0:
+            timed_out, wait = lost_wait_s(self._state, limit, started, clock.monotonic())
+            if timed_out:
                 return False
-            await asyncio.wait({lost}, timeout=max(0.0, min(slices)) if slices else None)
+            await asyncio.wait({lost}, timeout=wait)
         return True
 
     async def renew(self, ttl_ms: int | None = None) -> bool:

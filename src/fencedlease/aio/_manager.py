@@ -49,16 +49,23 @@ from .._core import (
     AcquireAttempt,
     Clock,
     LeaseState,
-    LossReason,
-    never_sent,
     release_bound_s,
     release_wait_more_s,
     restored_state,
 )
-from .._errors import BackendError, LeaseNotAcquiredError
+from .._decisions import (
+    AcquireEnd,
+    WaitForRelease,
+    acquire_steps,
+    close_releases,
+    hold_outcome,
+    hold_releases,
+)
+from .._errors import BackendError, LeaseNotAcquiredError, ManagerClosedError
 from .._handoff import AsyncReleaseWaiter
 from .._lease import LeaseInfo
 from .._manager import DEFAULT_CLOSE_TIMEOUT_MS, DEFAULT_RETRY_DELAY_MS, DEFAULT_TTL_MS
+from .._protocol import AcquireReply
 from .._redis_backend import RedisBackend
 from .._validate import (
     ArgumentTypeError,
@@ -97,8 +104,11 @@ class AsyncLeaseManager:
 
     ``client``: a ``redis.asyncio.Redis`` (``decode_responses`` either way) or a backend object.
     ``prefix``: the key namespace; keys are ``<prefix>:{<key>}`` and ``<prefix>:{<key>}:fence``.
-    ``clock``: where time is read (tests inject a fake one). ``renew_batch_size``: the most
-    renewals sent in one pipeline.
+    ``clock``: where time is read and waited on (tests inject a fake one): between acquire
+    attempts the manager awaits its ``async_sleep`` (an :class:`~fencedlease.aio.AsyncClock`,
+    such as :class:`~fencedlease.testing.FakeClock`), or :func:`asyncio.sleep` for a clock
+    without one (:class:`~fencedlease.SystemClock`). ``renew_batch_size``: the most renewals sent
+    in one pipeline.
 
     One manager runs one renewal task (started on the first :meth:`hold`) for all its leases.
     Close it with :meth:`close` or use it as an async context manager; afterwards no task of the
@@ -106,7 +116,7 @@ class AsyncLeaseManager:
 
     Fork: an event loop and its connections do not survive ``os.fork``, so in a forked child the
     inherited manager is inert: its leases are the parent's (lost in the child, reason "forked",
-    never renewed nor released from there), every call raises ``RuntimeError``, and
+    never renewed nor released from there), every call raises :class:`ManagerClosedError`, and
     :meth:`close` does no I/O and leaves the inherited client alone. Make a new manager in the
     child's own event loop. See :mod:`fencedlease._fork`.
 
@@ -144,8 +154,9 @@ class AsyncLeaseManager:
             self._backend = client
         self._clock = clock
         self._renewer = AsyncRenewer(self._backend, clock, batch_size=batch)
-        # Waiting acquirers are woken by the release where the backend can (see _handoff).
-        self._release_waiter: AsyncReleaseWaiter = async_release_waiter_for(self._backend)
+        # Waiting acquirers are woken by the release where the backend can (see _handoff);
+        # other stores are polled on the manager's clock.
+        self._release_waiter: AsyncReleaseWaiter = async_release_waiter_for(self._backend, clock)
         self._holds: set[_Hold] = set()
         self._chores: set[asyncio.Task[Any]] = set()
         self._closed = False
@@ -155,7 +166,12 @@ class AsyncLeaseManager:
 
     @classmethod
     def from_url(
-        cls, url: str, *, prefix: str = "fencedlease", clock: Clock = SYSTEM_CLOCK, **kwargs: Any
+        cls,
+        url: str,
+        *,
+        prefix: str = "fencedlease",
+        clock: Clock = SYSTEM_CLOCK,
+        **kwargs: Any,
     ) -> AsyncLeaseManager:
         """A manager over the backend ``url`` names (see :func:`async_backend_from_url`), closed
         with the manager: ``redis://``, ``rediss://`` and ``unix://``, a client made by
@@ -215,10 +231,8 @@ class AsyncLeaseManager:
                 lease = hold.lease
                 if lease is None:
                     continue
-                state = lease._state
-                state.mark_lost(LossReason.CLOSED)
-                if not (state.releasing or state.released):
-                    releases[self._spawn(lease.release(), "fencedlease-release")] = state.key
+                if close_releases(lease._state):
+                    releases[self._spawn(lease.release(), "fencedlease-release")] = lease.key
             while self._chores and (left := until - loop.time()) > 0:
                 await asyncio.wait(set(self._chores), timeout=left)
             late = set(self._chores)
@@ -254,11 +268,11 @@ class AsyncLeaseManager:
 
     def _check_open(self) -> None:
         if self._forked:
-            raise RuntimeError(
+            raise ManagerClosedError(
                 "this lease manager belongs to the parent process (fork): make a new one here"
             )
         if self._closed:
-            raise RuntimeError("the lease manager is closed")
+            raise ManagerClosedError()
 
     def _spawn(self, coro: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
         """Run ``coro`` in a task the manager keeps (and :meth:`close` waits for)."""
@@ -287,9 +301,10 @@ class AsyncLeaseManager:
 
         One atomic round trip when the key is free. With ``wait_ms=0`` (the default) a held key
         fails fast; with ``wait_ms > 0`` the call retries every ``retry_delay_ms`` (randomised
-        ±50%) until acquired or ``wait_ms`` has passed on the monotonic clock, then gives up: it
-        never waits longer than ``wait_ms`` plus one round trip. The lease is not renewed in the
-        background: use :meth:`hold` for that, or await :meth:`AsyncLease.renew`.
+        ±50% so waiters do not retry in lock-step) until acquired or ``wait_ms`` has passed on the
+        monotonic clock, then makes one last attempt: it never waits longer than ``wait_ms`` plus
+        one round trip. The lease is not renewed in the background: use :meth:`hold` for that, or
+        await :meth:`AsyncLease.renew`.
 
         If a reply is lost (connection reset or timeout after sending), the same acquire is sent
         once more with the same owner token: Redis recognises it and returns the same fencing
@@ -302,7 +317,7 @@ class AsyncLeaseManager:
         Raises:
             ValidationError: ``key``, ``ttl_ms``, ``wait_ms`` or ``retry_delay_ms`` out of bounds.
             BackendError: the store failed; never reported as acquired.
-            RuntimeError: the manager is closed.
+            ManagerClosedError: the manager is closed, or was closed while the call waited.
         """
         key, ttl_ms, wait_ms, retry_delay_ms = check_acquire(key, ttl_ms, wait_ms, retry_delay_ms)
         self._check_open()
@@ -311,47 +326,38 @@ class AsyncLeaseManager:
     async def _acquire(
         self, key: str, ttl_ms: int, wait_ms: int, retry_delay_ms: int
     ) -> AsyncAcquireResult:
-        clock, backend = self._clock, self._backend
+        clock, backend, waiter = self._clock, self._backend, self._release_waiter
         attempt = AcquireAttempt(key, ttl_ms, wait_ms, retry_delay_ms, clock)
+        owner_token = attempt.owner_token
+        steps = acquire_steps(attempt, waiter.queues)  # the decisions; here only the I/O
         try:
+            step = next(steps)
             while True:
-                attempt.sending()
                 try:
-                    reply = await backend.acquire(key, attempt.owner_token, ttl_ms)
-                except BackendError as exc:
-                    if not attempt.may_resend(exc):
-                        raise
-                    attempt.sending()
-                    reply = await backend.acquire(key, attempt.owner_token, ttl_ms)
-                if reply.acquired:
-                    return AsyncAcquireResult(
-                        key, AsyncLease(attempt.granted(reply), backend, clock)
-                    )
-                delay = attempt.not_acquired()
-                if delay is None:
-                    if attempt.uncertain:
-                        # It queued for a hand-off: leave the queue, and pass on a lease a
-                        # release may have handed it meanwhile (a task of the manager's, not
-                        # awaited: the call keeps its time bound; close() waits for it).
-                        self._spawn(
-                            self._release_abandoned(key, attempt.owner_token),
-                            "fencedlease-cleanup",
-                        )
-                    return AsyncAcquireResult(key, None, reply.ttl_ms)
-                waiter = self._release_waiter
-                queued_before = attempt.queued
-                attempt.queued = queued_before or waiter.queues
-                try:
-                    await waiter.wait(key, attempt.owner_token, ttl_ms, delay, attempt.final_wait)
-                except BackendError as exc:
-                    if never_sent(exc):  # the queueing command never left: not queued by it
-                        attempt.queued = queued_before
-                    raise
-                self._check_open()
+                    if isinstance(step, WaitForRelease):
+                        await waiter.wait(key, owner_token, ttl_ms, step.delay_s, step.final)
+                        if self._forked:
+                            self._check_open()
+                        answer: AcquireReply | bool = self._closed
+                    else:
+                        answer = await backend.acquire(key, owner_token, ttl_ms)
+                except BaseException as exc:
+                    step = steps.throw(exc)
+                else:
+                    step = steps.send(answer)
+        except StopIteration as stop:
+            end: AcquireEnd = stop.value
         except BaseException as exc:
             if attempt.uncertain:
-                await self._abandon(key, attempt.owner_token, exc)
+                await self._abandon(key, owner_token, exc)
             raise
+        if end.leave_queue:
+            # A task of the manager's, not awaited: the call keeps its time bound; close()
+            # waits for it.
+            self._spawn(self._release_abandoned(key, owner_token), "fencedlease-cleanup")
+        if end.state is None:
+            return AsyncAcquireResult(key, None, end.holder_ttl_ms)
+        return AsyncAcquireResult(key, AsyncLease(end.state, backend, clock))
 
     async def _abandon(self, key: str, owner_token: str, exc: BaseException) -> None:
         """Release what an abandoned acquire may hold, in a shielded task of the manager's. Not
@@ -438,7 +444,10 @@ class AsyncLeaseManager:
         ``max(1, ttl_ms // 4)``; an explicit value must be at most ``ttl_ms // 2``; ``False``: no
         renewal) while the block runs, then releases. ``on_renew_error(exc)`` is called (in the
         renewal task, so it must not block) for each failed renewal round trip: telemetry, not a
-        loss.
+        loss. An ``Exception`` the hook raises is logged and renewal goes on; anything else it
+        raises (``KeyboardInterrupt``, ``SystemExit``) stops the renewal task: its leases are
+        lost, so the block ends in :class:`LeaseLostError` (see
+        :func:`~fencedlease._decisions.call_renew_error_hooks`; the same on both faces).
 
         The lease is lost when a renewal finds the key gone or another owner's, or when ``ttl_ms``
         passes with no confirmed renewal; this is checked by the renewal task, again when the block
@@ -452,7 +461,7 @@ class AsyncLeaseManager:
                 normally or swallowed the cancellation. An exception raised by the block itself
                 propagates unchanged, and so does a cancellation that did not come from the loss.
             BackendError: the store failed while acquiring or releasing.
-            RuntimeError: the manager is closed.
+            ManagerClosedError: the manager is closed, or was closed while the call waited.
         """
         return self._hold(key, ttl_ms, wait_ms, retry_delay_ms, heartbeat_ms, on_renew_error)
 
@@ -489,7 +498,7 @@ class AsyncLeaseManager:
             ``fn`` never ran) when the lease was not acquired.
 
         Raises:
-            ValidationError, LeaseLostError, BackendError, RuntimeError: as :meth:`hold`; an
+            ValidationError, LeaseLostError, BackendError, ManagerClosedError: as :meth:`hold`; an
                 exception from ``fn`` propagates unchanged (a ``LeaseNotAcquiredError`` from ``fn``
                 included: only this call's own acquire turns into a skipped outcome). ``fn`` not
                 callable: ``ValidationError`` before anything is acquired; ``fn(lease)`` not an
@@ -664,18 +673,17 @@ class _Hold(AbstractAsyncContextManager[AsyncLease]):
                 ours = True
         body_failed = exc is not None and not (ours and isinstance(exc, asyncio.CancelledError))
         state = lease._state
-        state.check_deadline(manager._clock.monotonic())
-        try:
-            # After close() the lease is close()'s to release (or to leave to its TTL).
-            if not state.releasing and not manager._closed:
+        release_error = None
+        if hold_releases(state, manager._closed, manager._clock.monotonic()):
+            try:
                 await manager._release_shielded(lease)
-        except BackendError:
-            if body_failed:
-                return  # the block's own exception is the one the caller must see
-            if state.lost:
-                raise lease._lost_error() from None
-            raise
-        if body_failed:
+            except BackendError as error:
+                release_error = error
+        outcome = hold_outcome(lease, body_failed, release_error)
+        if outcome is None:
             return
-        if state.lost:
-            raise lease._lost_error() from exc
+        if release_error is not None and outcome is release_error:
+            raise release_error
+        if release_error is not None or exc is None:
+            raise outcome from None
+        raise outcome from exc  # the loss's cancellation of the body

@@ -30,7 +30,8 @@ from .._core import (
     RenewalSchedule,
     renewal_items,
 )
-from .._errors import BackendError
+from .._decisions import BatchOutcome, apply_batch, call_renew_error_hooks
+from .._errors import BackendError, ManagerClosedError
 
 __all__ = ["AsyncRenewer"]
 
@@ -73,10 +74,10 @@ class AsyncRenewer:
         """Start renewing ``state`` every ``heartbeat_ms`` (call it inside the running loop).
 
         Raises:
-            RuntimeError: the renewer is closed.
+            ManagerClosedError: the renewer is closed.
         """
         if self._closed:
-            raise RuntimeError("the lease manager is closed")
+            raise ManagerClosedError()
         entry = RenewalEntry(state, heartbeat_ms, on_renew_error)
         self._schedule.add(entry, self._clock.monotonic())
         state.deadline_moved = lambda: self._deadline_moved(entry)
@@ -172,12 +173,7 @@ class AsyncRenewer:
                 batch = schedule.pop_batch(now, self._batch_size)
                 if batch:
                     self._start(loop, batch)
-            for entry, error in hooks:
-                if entry.on_renew_error is not None:
-                    try:
-                        entry.on_renew_error(error)
-                    except Exception:
-                        log.exception("on_renew_error hook raised; renewal goes on")
+            call_renew_error_hooks(hooks)
             if hooks:
                 continue  # a hook may have added or released leases: look again before sleeping
             wake = schedule.next_wakeup(self._in_flight is not None)
@@ -215,12 +211,11 @@ class AsyncRenewer:
     ) -> list[tuple[RenewalEntry, BaseException]]:
         batch = self._batch
         self._in_flight, self._batch, self._batch_deadline = None, [], float("inf")
-        error = None if flight.cancelled() else flight.exception()
-        if flight.cancelled() or error is not None:
-            failure = error or BackendError("renewal round trip cancelled")
-            return self._schedule.apply(batch, now, self._clock.time(), failure, now)
-        sent_mono, sent_wall, replies = flight.result()
-        return self._schedule.apply(batch, sent_mono, sent_wall, replies, now)
+        if flight.cancelled():
+            outcome: BatchOutcome = BackendError("renewal round trip cancelled")
+        else:
+            outcome = flight.exception() or flight.result()
+        return apply_batch(self._schedule, batch, outcome, now)
 
     def _abandon(self, now: float) -> list[tuple[RenewalEntry, BaseException]]:
         """Give up on the batch in flight: a lease in it reached its deadline unanswered."""
@@ -234,7 +229,7 @@ class AsyncRenewer:
         failure = BackendError(
             f"renew {len(batch)} leases: no reply before the earliest deadline in the batch"
         )
-        return self._schedule.apply(batch, now, self._clock.time(), failure, now)
+        return apply_batch(self._schedule, batch, failure, now)
 
 
 def _retrieve(task: asyncio.Future[Any]) -> None:

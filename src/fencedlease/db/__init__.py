@@ -54,8 +54,9 @@ in ``__cause__``; after it a PostgreSQL transaction must be rolled back). Nothin
 rolls back: the transaction is the caller's.
 """
 
+from .._errors import RowNotFoundError
 from ._guard import DEFAULT_GUARD_TABLE, create_guard_table, fence_guard
-from ._rows import DEFAULT_TOKEN_COLUMN, RowNotFoundError, fenced_read, fenced_update
+from ._rows import DEFAULT_TOKEN_COLUMN, fenced_read, fenced_update
 
 __all__ = [
     "DEFAULT_GUARD_TABLE",

@@ -9,7 +9,7 @@ from typing import Any, Final, NoReturn
 
 import attrs
 
-from .._errors import FencedLeaseError, ValidationError
+from .._errors import RowNotFoundError, ValidationError
 from .._fencing import (
     FencingAccess,
     RefusalReason,
@@ -30,21 +30,6 @@ from ._statements import (
 )
 
 DEFAULT_TOKEN_COLUMN: Final = "fencing_token"  # noqa: S105 (a column name, not a secret)
-
-
-class RowNotFoundError(FencedLeaseError, LookupError):
-    """No row of ``table`` matches ``where``: nothing to fence, nothing was changed.
-
-    Distinct from :class:`StaleTokenError` (a row is there, with a larger token).
-    """
-
-    def __init__(self, table: str, where: Mapping[str, Any], message: str | None = None) -> None:
-        self.table = table
-        self.where = dict(where)
-        super().__init__(message or f"no row of {table!r} matches {sorted(self.where)}")
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.table, self.where, str(self)))
 
 
 @attrs.frozen

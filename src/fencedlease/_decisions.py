@@ -1,0 +1,235 @@
+"""The decisions both faces make, made once: the acquire loop, the end of a hold, a renewal batch's
+outcome, the renew-error hooks, and how long a ``wait_lost`` waits. No I/O.
+
+The sync face (:class:`~fencedlease.LeaseManager`, its renewer thread) and the asyncio face
+(:class:`~fencedlease.aio.AsyncLeaseManager`, its renewal task) call these and only do the I/O
+they ask for: a face that blocks and a face that awaits cannot decide differently.
+
+The acquire loop is a generator (:func:`acquire_steps`): it yields what to do next
+(:class:`SendAcquire`, :class:`WaitForRelease`), the face does it and sends back the answer (or
+throws in the error it raised), and the generator returns an :class:`AcquireEnd`. A face's pump::
+
+    steps = acquire_steps(attempt, waiter.queues)
+    step = next(steps)
+    while True:                               # until StopIteration carries the AcquireEnd
+        try:
+            if isinstance(step, WaitForRelease):
+                waiter.wait(key, attempt.owner_token, ttl_ms, step.delay_s, step.final)  # (await)
+                answer = manager_is_closed
+            else:
+                answer = backend.acquire(key, attempt.owner_token, ttl_ms)              # (await)
+        except BaseException as exc:
+            step = steps.throw(exc)
+        else:
+            step = steps.send(answer)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Generator
+from typing import cast
+
+import attrs
+
+from ._core import (
+    AcquireAttempt,
+    LeaseState,
+    LeaseView,
+    LossReason,
+    RenewalEntry,
+    RenewalSchedule,
+    never_sent,
+)
+from ._errors import BackendError, ManagerClosedError
+from ._protocol import AcquireReply
+
+__all__ = [
+    "AcquireEnd",
+    "AcquireStep",
+    "BatchOutcome",
+    "SendAcquire",
+    "WaitForRelease",
+    "acquire_steps",
+    "apply_batch",
+    "call_renew_error_hooks",
+    "close_releases",
+    "hold_outcome",
+    "hold_releases",
+    "lost_wait_s",
+]
+
+log = logging.getLogger("fencedlease.renewer")
+
+
+# -- the acquire loop ------------------------------------------------------------------------
+
+
+@attrs.frozen
+class SendAcquire:
+    """Send ``backend.acquire(key, attempt.owner_token, ttl_ms)``; answer with its reply."""
+
+
+@attrs.frozen
+class WaitForRelease:
+    """Wait ``delay_s`` seconds (or until a release wakes the caller) with the manager's release
+    waiter; ``final``: the last attempt follows. Answer with whether the manager is closed now."""
+
+    delay_s: float
+    final: bool
+
+
+AcquireStep = SendAcquire | WaitForRelease
+
+
+@attrs.frozen
+class AcquireEnd:
+    """How an acquire call ended: ``state`` of the granted lease, or None with the holder's
+    remaining ``holder_ttl_ms``. ``leave_queue``: the caller queued for a hand-off, so the face
+    releases ``owner_token`` in the background (a release may have handed it the key meanwhile)
+    without waiting for it (the call keeps its time bound)."""
+
+    state: LeaseState | None
+    holder_ttl_ms: int | None = None
+    leave_queue: bool = False
+
+
+def acquire_steps(
+    attempt: AcquireAttempt, queues: bool
+) -> Generator[AcquireStep, AcquireReply | bool, AcquireEnd]:
+    """The acquire loop of both faces (see the module docstring): send, resend once after an
+    ambiguous error (:meth:`AcquireAttempt.may_resend`), return a grant, or wait and try again
+    until the budget is spent (the wait that spends it is followed by one last attempt).
+
+    ``queues``: the release waiter queues the caller for a hand-off (Redis).
+
+    An error thrown in propagates, after the attempt noted what it means (:attr:`~AcquireAttempt.
+    uncertain`: the face then releases ``owner_token``). A wait the manager's ``close()`` ended
+    raises :class:`ManagerClosedError`.
+    """
+    while True:
+        attempt.sending()
+        try:
+            reply = yield SendAcquire()
+        except BackendError as exc:
+            if not attempt.may_resend(exc):
+                raise
+            attempt.sending()
+            reply = yield SendAcquire()
+        reply = cast(AcquireReply, reply)  # the answer to SendAcquire (any reply-shaped object)
+        if reply.acquired:
+            return AcquireEnd(attempt.granted(reply))
+        delay = attempt.not_acquired()
+        if delay is None:
+            return AcquireEnd(None, reply.ttl_ms, leave_queue=attempt.uncertain)
+        queued_before = attempt.queued
+        attempt.queued = queued_before or queues
+        try:
+            closed = yield WaitForRelease(delay, attempt.final_wait)
+        except BackendError as exc:
+            if never_sent(exc):  # the queueing command never left: not queued by it
+                attempt.queued = queued_before
+            raise
+        if closed:
+            raise ManagerClosedError(ManagerClosedError.WHILE_WAITING)
+
+
+# -- the end of a hold ------------------------------------------------------------------------
+
+
+def hold_releases(state: LeaseState, closed: bool, now_mono: float) -> bool:
+    """When a ``hold`` block ends: apply the deadline rule at ``now_mono``, and say whether the
+    face sends the release. Not after ``close()`` (it released the lease, or left it to its TTL),
+    not while a release is under way or done (the body's own ``release()``: its reply decides),
+    and never for a lease inherited through fork (no I/O on the parent's lease)."""
+    state.check_deadline(now_mono)
+    if state.inherited():
+        return False
+    return not closed and not state.releasing
+
+
+def hold_outcome(
+    lease: LeaseView, body_failed: bool, release_error: BackendError | None
+) -> BaseException | None:
+    """What a ``hold`` ends in once its body ended and the release (if sent) answered: None when
+    the hold ends as the body did; else the error to raise.
+
+    A body that raised (``body_failed``) wins: its exception propagates unchanged, a failed
+    release included. Otherwise a lost lease is :class:`LeaseLostError` (even if the release
+    failed too: the loss is what the caller must know), and a failed release is its
+    :class:`BackendError` (the lease lapses at its TTL).
+    """
+    if body_failed:
+        return None
+    if lease._state.lost:  # as marked so far: the deadline was applied before the release
+        return lease._lost_error()
+    return release_error
+
+
+def close_releases(state: LeaseState) -> bool:
+    """``close()`` (either face) on a lease still in a ``hold``: mark it lost (reason: the manager
+    was closed; a release under way decides instead, rule 4), and say whether ``close()`` sends
+    its release: not when a release is under way or done, nor for a lease inherited through fork
+    (no I/O on the parent's lease)."""
+    state.mark_lost(LossReason.CLOSED)
+    return not (state.releasing or state.released or state.inherited())
+
+
+# -- the renewer ------------------------------------------------------------------------------
+
+BatchOutcome = tuple[float, float, list[int | BaseException]] | BaseException
+"""A renewal round trip's outcome: ``(sent_mono, sent_wall, replies)``, or the error that ended
+it (raised, cancelled, abandoned)."""
+
+
+def apply_batch(
+    schedule: RenewalSchedule,
+    batch: list[RenewalEntry],
+    outcome: BatchOutcome,
+    now_mono: float,
+) -> list[tuple[RenewalEntry, BaseException]]:
+    """Apply a renewal round trip's ``outcome`` to ``batch`` (see
+    :meth:`RenewalSchedule.apply`); a failed round trip is one failed try for every lease in it
+    (rule 3). Returns the hooks due (:func:`call_renew_error_hooks`)."""
+    if isinstance(outcome, BaseException):
+        return schedule.apply(batch, now_mono, 0.0, outcome, now_mono)
+    sent_mono, sent_wall, replies = outcome
+    return schedule.apply(batch, sent_mono, sent_wall, replies, now_mono)
+
+
+def call_renew_error_hooks(hooks: list[tuple[RenewalEntry, BaseException]]) -> None:
+    """Call each lease's ``on_renew_error(error)`` (telemetry: a failed round trip is not a loss).
+
+    A hook that raises an :class:`Exception` is logged and renewal goes on: a telemetry bug must
+    not drop every lease. A hook that raises anything else (``KeyboardInterrupt``,
+    ``SystemExit``: a request to stop) is not swallowed: it propagates out of the renewer (the
+    thread, or the renewal task), which stops; every lease it renewed is lost (reason "the
+    renewer stopped with an unexpected error: ..."), so each ``hold`` ends in
+    :class:`LeaseLostError`. A later ``hold`` gets a new renewer. The same on both faces.
+    """
+    for entry, error in hooks:
+        hook = entry.on_renew_error
+        if hook is None:
+            continue
+        try:
+            hook(error)
+        except Exception:
+            log.exception("on_renew_error hook raised; renewal goes on")
+
+
+# -- waiting for loss ----------------------------------------------------------------------------
+
+
+def lost_wait_s(
+    state: LeaseState, limit_s: float | None, started: float, now_mono: float
+) -> tuple[bool, float | None]:
+    """``(timed_out, wait)`` for ``wait_lost`` (either face): ``timed_out`` once ``limit_s``
+    (None: no limit) has passed since ``started``; else wait ``wait`` seconds at most (None: no
+    bound), until the limit or the lease's deadline, whichever is first (at the deadline the
+    waiter checks it itself: nobody else may be watching this lease)."""
+    slices = [] if limit_s is None else [started + limit_s - now_mono]
+    if slices and slices[0] <= 0:
+        return True, None
+    if state.deadline is not None:
+        slices.append(state.deadline - now_mono)
+    return False, (max(0.0, min(slices)) if slices else None)
