@@ -295,3 +295,13 @@ def test_property_g_in_the_checker(final: int, valid: bool) -> None:
         assert "run's read (unfenced) returned 3" in violation.message
         assert violation.lines[-1] == 12
         assert violation.at == pytest.approx(2.0)
+
+
+def test_many_unknowns_on_one_key_are_refuted_without_blowing_up() -> None:
+    """Unknown operations are optional: without folding the dead ones (token below the fence)
+    out of the cache, each one doubled the refutation of everything after it (2**30 here)."""
+    history = random_history(random.Random(7), ops=1000, keys=1, processes=8, unknown=0.03)
+    assert sum(1 for op in history if op.outcome == "unknown") >= 25
+    tail, bad = _tail(history, "stale-read")
+    (failure,) = check_register(history + tail).failures
+    assert failure.culprit == bad

@@ -33,6 +33,7 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any, Final, Literal
@@ -292,7 +293,26 @@ class _Search:
         linearization (:attr:`best`, :attr:`best_state`)."""
         ops = self.ops
         remaining = sum(1 for op in ops if op.determinate)
-        cache: set[tuple[int, _State]] = set()
+        # Lowe's cache, keyed by the determinate operations linearized and the state; the value
+        # lists the sets of unknown operations linearized on the way. An unknown operation is
+        # optional, so a configuration that has linearized more of them than one already seen
+        # (same key) can do nothing that one could not: it is pruned (dominance).
+        # An unknown fenced operation whose token is below the fence can never take effect any
+        # more (the fence only grows): whether it was linearized no longer matters, and it is
+        # left out of the key, so the branches with and without it meet again.
+        cache: dict[tuple[int, _State], list[int]] = {}
+        unknown_mask = 0
+        fenced_unknowns: list[tuple[int, int]] = []
+        for index, op in enumerate(ops):
+            if not op.determinate:
+                unknown_mask |= 1 << index
+                if op.token is not None:
+                    fenced_unknowns.append((op.token, index))
+        fenced_unknowns.sort()
+        unknown_tokens = [token for token, _ in fenced_unknowns]
+        dead_below = [0]
+        for _, index in fenced_unknowns:
+            dead_below.append(dead_below[-1] | (1 << index))
         stack: list[tuple[int, _State]] = []
         state = self.initial
         linearized = 0
@@ -307,8 +327,12 @@ class _Search:
                 after = _step(state, op)
                 if after is not None and (op.determinate or after != state):
                     bits = linearized | (1 << index)
-                    if (bits, after) not in cache:
-                        cache.add((bits, after))
+                    unknown_bits = bits & unknown_mask
+                    if after[1] is not None and unknown_bits:
+                        unknown_bits &= ~dead_below[bisect_left(unknown_tokens, after[1])]
+                    seen = cache.setdefault((bits & ~unknown_mask, after), [])
+                    if not any(earlier & ~unknown_bits == 0 for earlier in seen):
+                        seen.append(unknown_bits)
                         stack.append((node, state))
                         state, linearized = after, bits
                         self._unlink(node)
