@@ -3,7 +3,10 @@
 - :mod:`~fencedlease.lab.harness.history`: the JSON-lines history every process writes;
 - :mod:`~fencedlease.lab.harness.workload`: worker processes doing a fenced read-modify-write;
 - :mod:`~fencedlease.lab.harness.nemesis`: the faults, recorded with their start and end;
-- :mod:`~fencedlease.lab.harness.checker`: the pure checker of properties a-e;
+- :mod:`~fencedlease.lab.harness.checker`: the pure checker of properties a-g;
+- :mod:`~fencedlease.lab.harness.mutex`: property f, the leases of one key never overlap;
+- :mod:`~fencedlease.lab.harness.linearizable`: property g, the resource as a linearizable
+  fenced register;
 - :mod:`~fencedlease.lab.harness.report`: the summary table, ``report.json`` and ``timeline.png``;
 - :mod:`~fencedlease.lab.harness.run`: one run, end to end.
 
