@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fencedlease.lab.harness.checker import check_history
 from fencedlease.lab.harness.history import Event
@@ -276,3 +278,67 @@ def test_property_f_overlap_exempt_by_restart_becomes_a_finding() -> None:
     (finding,) = [f for f in report.findings if f.kind == "lease-overlap-after-restart"]
     assert finding.message.startswith("1 pair(s) of leases overlapped across a restart")
     assert finding.remedy is not None
+
+
+# --- generated claims -------------------------------------------------------------------------
+
+
+@st.composite
+def turns(draw: st.DrawFn) -> list[tuple[str, float, float, list[float], float]]:
+    """Leases on one key taking turns: (process, granted, first deadline, renewal sends,
+    release), each granted no earlier than the previous claim's end (its release or its last
+    deadline, whichever came first)."""
+    out = []
+    free = 0.0
+    for n in range(draw(st.integers(1, 12))):
+        granted = free + draw(st.sampled_from([0.0, 0.001, 0.3]))
+        sends = sorted(draw(st.lists(st.floats(0.0, 3.0), max_size=4)))
+        sends = [granted + s for s in sends]
+        deadline = granted + 1.0
+        last = max([deadline, *(s + 1.0 for s in sends)])
+        release = draw(st.none() | st.floats(0.01, 5.0))
+        end = last if release is None else min(last, granted + release)
+        out.append((f"w{n % 3}", granted, deadline, sends,
+                    granted + release if release is not None else -1.0))  # fmt: skip
+        free = end
+    return out
+
+
+def _build(schedule: list[tuple[str, float, float, list[float], float]]) -> Leases:
+    h = Leases()
+    for token, (process, granted, deadline, sends, release) in enumerate(schedule, 1):
+        g = h.grant(process, token, granted, deadline=deadline)
+        for send in sends:
+            if release < 0 or send < release:
+                h.renew(process, g, send + 0.001, send + 1.0)
+        if release >= 0:
+            h.release(process, g, release)
+    return h
+
+
+@settings(max_examples=150, deadline=None)
+@given(schedule=turns())
+def test_leases_taking_turns_never_overlap(
+    schedule: list[tuple[str, float, float, list[float], float]],
+) -> None:
+    result = _build(schedule).check()
+    assert result.issues == ()
+    assert result.claims == len(schedule)
+
+
+@settings(max_examples=150, deadline=None)
+@given(schedule=turns(), early=st.floats(0.002, 0.5))
+def test_a_grant_moved_into_the_previous_claim_is_caught(
+    schedule: list[tuple[str, float, float, list[float], float]], early: float
+) -> None:
+    if len(schedule) < 2:
+        schedule = [*schedule, ("w9", schedule[0][1] + 6.0, schedule[0][1] + 7.0, [], -1.0)]
+    claims, _ = claims_from_history(_build(schedule).sorted(), ttl_ms=1000)
+    victim = len(schedule) - 1
+    previous_end = claims[victim - 1].end
+    process, _, _, _, _ = schedule[victim]
+    moved = previous_end - min(early, (previous_end - claims[victim - 1].start) / 2)
+    schedule[victim] = (process, moved, moved + 1.0, [], -1.0)
+    issues = _build(schedule).check().issues
+    assert [i.kind for i in issues] == ["overlap"]
+    assert issues[0].at == pytest.approx(moved)
