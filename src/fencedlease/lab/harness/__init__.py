@@ -4,7 +4,10 @@
 - :mod:`~fencedlease.lab.harness.workload`: worker processes doing a fenced read-modify-write;
 - :mod:`~fencedlease.lab.harness.resources`: where the counter lives (SQLite, PostgreSQL, Redis);
 - :mod:`~fencedlease.lab.harness.nemesis`: the faults, recorded with their start and end;
-- :mod:`~fencedlease.lab.harness.checker`: the pure checker of properties a-e;
+- :mod:`~fencedlease.lab.harness.checker`: the pure checker of properties a-g;
+- :mod:`~fencedlease.lab.harness.mutex`: property f, the leases of one key never overlap;
+- :mod:`~fencedlease.lab.harness.linearizable`: property g, the resource as a linearizable
+  fenced register;
 - :mod:`~fencedlease.lab.harness.report`: the summary table, ``report.json`` and ``timeline.png``;
 - :mod:`~fencedlease.lab.harness.environment`: the servers a run needs (Redis, resource, proxies);
 - :mod:`~fencedlease.lab.harness.safety`: the check writes and deletes only what it made;

@@ -25,6 +25,16 @@ locking", 2016, for why each matters):
     After each fault heals, a lease is held again within ttl + margin: a new grant, or a holder
     that kept its lease through the fault (its release succeeded). Judged up to the run's stop
     and the next fault's start; a fault followed too soon by either is not judged.
+``f`` ``mutual-exclusion``
+    The lock itself (:mod:`~fencedlease.lab.harness.mutex`), which fencing hides from the data
+    checks: the claims of different grants of one key (grant to last confirmed deadline, cut
+    short by the release or a loss notice) never overlap; a renewal answered 0 is followed by a
+    loss notice; no lease is lost without a fault to explain it. Each part the history has no
+    events for is named "not judged" in the property's note.
+``g`` ``linearizable-register``
+    The data (:mod:`~fencedlease.lab.harness.linearizable`): every key of the resource behaves
+    as a fenced register, one linearization explaining every read's value and every access's
+    acceptance or refusal, unknown outcomes taken as maybe-applied.
 
 Inputs: the merged history (:func:`fencedlease.lab.harness.history.merge_histories`), whose ``run``
 ``start`` event carries the parameters (``ttl_ms``, ``heartbeat_ms``, ``margin_ms``...). Output: a
@@ -41,6 +51,8 @@ from typing import Any, Final, Literal
 import attrs
 
 from .history import Event
+from .linearizable import check_register, ops_from_history
+from .mutex import check_mutex
 
 __all__ = [
     "PROPERTIES",
@@ -64,6 +76,8 @@ PROPERTIES: Final[dict[str, tuple[str, str]]] = {
     "loss-reported": ("c", "a lost lease is reported, never a silent success"),
     "grant-tokens": ("d", "unique, increasing tokens per grant"),
     "recovery": ("e", "a lease is granted again after faults heal"),
+    "mutual-exclusion": ("f", "the leases of one key never overlap; every loss told and explained"),
+    "linearizable-register": ("g", "the resource is a linearizable fenced register"),
 }
 
 #: Faults after which the holder must be told of its loss within ttl + one heartbeat.
@@ -683,6 +697,64 @@ def _check_recovery(ctx: _Ctx) -> tuple[PropertyResult, list[dict[str, Any]]]:
     return _result("recovery", checked, violations), recoveries
 
 
+def _check_mutual_exclusion(events: Sequence[Event], ctx: _Ctx) -> tuple[PropertyResult, list[str]]:
+    params = ctx.params
+    result = check_mutex(
+        events,
+        ttl_ms=params.ttl_ms,
+        heartbeat_ms=params.heartbeat_ms,
+        origin=ctx.data.origin,
+    )
+    violations = [
+        Violation("mutual-exclusion", f"[{i.kind}] {i.message}", ctx.rel(i.at), i.lines)
+        for i in result.issues
+    ]
+    notes = [f"not judged: {part}" for part in result.not_judged]
+    if result.lower_bound_claims:
+        notes.append(
+            f"{result.lower_bound_claims} claim(s) judged on a lower bound of their deadline "
+            "(acquire invoked + ttl): the history lacks acquire/renew detail.deadline"
+        )
+    if result.unknown_end:
+        notes.append(
+            f"{result.unknown_end} grant(s) not judged for overlap: their hold ended with no "
+            "release invoke or body_end recorded"
+        )
+    judged = (
+        f"judged: {result.claims} claim(s), {result.refusals} refused renewal(s), "
+        f"{result.losses} loss notice(s)"
+    )
+    return (
+        _result("mutual-exclusion", result.checked, violations, "; ".join([judged, *notes])),
+        list(result.exempt),
+    )
+
+
+def _check_linearizable(events: Sequence[Event], ctx: _Ctx) -> PropertyResult:
+    ops, lacking = ops_from_history(events)
+    if lacking is not None:
+        return _result("linearizable-register", 0, [], note=f"not judged: {lacking}")
+    initial = 0
+    for event in events:
+        if event.process == "run" and event.op == "start":
+            raw = event.detail.get("initial")
+            if isinstance(raw, int) and not isinstance(raw, bool):
+                initial = raw
+            break
+    result = check_register(ops, initial=initial)
+    violations = [
+        Violation(
+            "linearizable-register",
+            failure.explain(ctx.data.origin),
+            ctx.rel(failure.culprit.completed),
+            failure.lines,
+        )
+        for failure in result.failures
+    ]
+    note = f"{result.ops} operation(s) over {result.keys} key(s), the counter starting at {initial}"
+    return _result("linearizable-register", result.ops, violations, note)
+
+
 def _result(
     key: str, checked: int, violations: list[Violation], note: str | None = None
 ) -> PropertyResult:
@@ -792,14 +864,27 @@ def check_history(events: Sequence[Event], params: CheckParams | None = None) ->
     ctx = _Ctx(data, params)
     tokens, exempt = _check_grant_tokens(ctx)
     recovery, recoveries = _check_recovery(ctx)
+    mutex, overlaps_exempt = _check_mutual_exclusion(events, ctx)
     results = (
         _check_accepted_monotonic(ctx),
         _check_lost_update(ctx),
         _check_loss_reported(ctx),
         tokens,
         recovery,
+        mutex,
+        _check_linearizable(events, ctx),
     )
     findings = _rollback_findings(ctx, exempt)
+    if overlaps_exempt:
+        findings.append(
+            Finding(
+                "lease-overlap-after-restart",
+                f"{len(overlaps_exempt)} pair(s) of leases overlapped across a restart of Redis "
+                "without persistence (exempted from property f): "
+                + " | ".join(overlaps_exempt[:3]),
+                ROLLBACK_REMEDY,
+            )
+        )
     unknown = [a for a in data.accesses if a.type in ("info", None)]
     if unknown:
         findings.append(

@@ -1,0 +1,344 @@
+"""The lock-level check (property f) on hand-made histories: overlapping claims, refused renewals
+without a loss notice, losses without a fault."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fencedlease.lab.harness.checker import check_history
+from fencedlease.lab.harness.history import Event
+from fencedlease.lab.harness.mutex import check_mutex, claims_from_history
+
+
+class Leases:
+    """Builds a history of leases; times are seconds (mono), ttl 1000 ms, heartbeat 250 ms."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.ids: dict[str, int] = {}
+        self.add("run", "start", "info", 0.0,
+                 detail={"ttl_ms": 1000, "heartbeat_ms": 250, "margin_ms": 1000})  # fmt: skip
+
+    def add(self, process: str, op: str, kind: Any, at: float, **fields: Any) -> None:
+        self.events.append(Event(process, op, kind, at, 1e9 + at, **fields))
+
+    def grant(self, process: str, token: int, at: float, *, deadline: float | None = None,
+              invoked: float | None = None, key: str = "k") -> int:  # fmt: skip
+        grant = self.ids[process] = self.ids.get(process, -1) + 1
+        self.add(process, "acquire", "invoke", at - 0.01 if invoked is None else invoked,
+                 id=grant, key=key)  # fmt: skip
+        detail = {} if deadline is None else {"deadline": deadline}
+        self.add(process, "acquire", "ok", at, id=grant, key=key, token=token, detail=detail)
+        return grant
+
+    def renew(self, process: str, grant: int, at: float, deadline: float | None) -> None:
+        if deadline is None:
+            self.add(process, "renew", "fail", at, grant=grant, outcome="refused")
+        else:
+            self.add(process, "renew", "ok", at, grant=grant, detail={"deadline": deadline})
+
+    def release(self, process: str, grant: int, at: float) -> None:
+        self.add(process, "release", "invoke", at, grant=grant)
+        self.add(process, "release", "ok", at + 0.01, grant=grant)
+        self.add(process, "hold", "ok", at + 0.02, id=grant, grant=grant,
+                 detail={"body_end": at - 0.001})  # fmt: skip
+
+    def lost(self, process: str, grant: int, at: float, reason: str = "ttl passed") -> None:
+        self.add(process, "lease-lost", "info", at, grant=grant, outcome="lease-lost",
+                 detail={"reason": reason})  # fmt: skip
+
+    def fault(self, kind: str, start: float, end: float, target: str | None = None) -> None:
+        op = self.ids["nemesis"] = self.ids.get("nemesis", -1) + 1
+        detail = {"fault": kind, **({"target": target} if target else {})}
+        self.add("nemesis", "fault", "invoke", start, id=op, detail=detail)
+        self.add("nemesis", "fault", "ok", end, id=op, detail=detail)
+
+    def sorted(self) -> list[Event]:
+        return sorted(self.events, key=lambda e: e.mono)
+
+    def check(self) -> Any:
+        return check_mutex(self.sorted(), ttl_ms=1000, heartbeat_ms=250)
+
+    def issues(self) -> list[tuple[str, str]]:
+        return [(i.kind, i.message) for i in self.check().issues]
+
+
+def overlapping(second_at: float) -> Leases:
+    """w0 granted at 0.10 (deadline 1.10), renewed at 0.35 (deadline 1.35), its renewal refused
+    at 1.60 with a notice; w1 granted at ``second_at``."""
+    h = Leases()
+    g = h.grant("w0", 1, 0.10, deadline=1.10)
+    h.renew("w0", g, 0.36, 1.35)
+    h.renew("w0", g, 1.60, None)
+    h.lost("w0", g, 1.60, "a renewal found the key gone")
+    h.fault("redis-pause", 1.0, 1.5)
+    h.grant("w1", 2, second_at, deadline=second_at + 1.0)
+    return h
+
+
+def test_overlap_is_caught_naming_both_grants_and_lines() -> None:
+    h = overlapping(1.20)
+    result = h.check()
+    assert result.claims == 2
+    ((kind, message),) = h.issues()
+    assert kind == "overlap"
+    assert message == (
+        "key 'k': w1's lease (token 2) was granted at 1.200 s, while the library still told w0 "
+        "it held the key: w0's lease (token 1) granted at 0.100 s, confirmed until 1.350 s, "
+        "claimed until 1.350 s (deadline); they overlap by 0.150 s."
+    )
+    issue = result.issues[0]
+    events = h.sorted()
+    assert [(events[n - 1].process, events[n - 1].op, events[n - 1].type) for n in issue.lines] == [
+        ("w0", "acquire", "ok"), ("w0", "renew", "ok"), ("w1", "acquire", "ok"),
+    ]  # fmt: skip
+    assert issue.at == pytest.approx(1.20)
+
+
+def test_claims_that_only_touch_do_not_overlap() -> None:
+    assert overlapping(1.35).issues() == []
+    assert overlapping(1.349).issues()[0][0] == "overlap"
+
+
+def test_renewals_of_one_grant_never_overlap_themselves() -> None:
+    h = Leases()
+    g = h.grant("w0", 1, 0.10, deadline=1.10)
+    for n in range(1, 8):
+        h.renew("w0", g, 0.10 + 0.25 * n, 1.10 + 0.25 * n)
+    h.release("w0", g, 2.0)
+    h.grant("w1", 2, 2.05, deadline=3.05)
+    result = h.check()
+    assert result.issues == ()
+    claims, unknown_end = claims_from_history(h.sorted(), ttl_ms=1000)
+    assert ([c.process for c in claims], unknown_end) == (["w0", "w1"], 0)
+    claim = claims[0]
+    assert claim.deadline == pytest.approx(2.85)
+    assert (claim.end, claim.ended_by) == (2.0, "release")
+
+
+def test_a_release_ends_the_claim_before_the_deadline() -> None:
+    h = Leases()
+    g = h.grant("w0", 1, 0.10, deadline=1.10)
+    h.release("w0", g, 0.50)
+    h.grant("w1", 2, 0.52, deadline=1.52)
+    assert h.issues() == []
+
+
+def test_without_recorded_deadlines_the_acquire_bounds_the_claim() -> None:
+    """Today's histories: invoked + ttl is a lower bound of the deadline, cut by body_end."""
+    h = Leases()
+    h.grant("w0", 1, 0.50, invoked=0.0)
+    h.grant("w1", 2, 0.90)
+    result = h.check()
+    assert result.lower_bound_claims == 2
+    ((kind, message),) = h.issues()
+    assert kind == "overlap"
+    assert "confirmed at least until 1.000 s" in message
+    late = Leases()
+    late.grant("w0", 1, 0.50, invoked=0.0)
+    late.grant("w1", 2, 1.10)  # maybe after w0's true deadline: not a proven overlap
+    assert late.issues() == []
+
+
+def test_a_grant_whose_hold_ended_without_a_release_time_is_not_judged() -> None:
+    h = Leases()
+    g = h.grant("w0", 1, 0.10, deadline=1.10)
+    h.add("w0", "hold", "ok", 0.5, id=g, grant=g)
+    h.grant("w1", 2, 0.30, deadline=1.30)
+    result = h.check()
+    assert (result.claims, result.unknown_end, result.issues) == (1, 1, ())
+
+
+def test_overlap_across_a_restart_without_persistence_is_exempt() -> None:
+    h = overlapping(1.20)
+    h.fault("redis-restart-nopersist", 1.15, 1.18)
+    result = h.check()
+    assert result.issues == ()
+    assert len(result.exempt) == 1
+    assert result.exempt[0].endswith("redis-restart-nopersist at 1.150 s emptied Redis in between.")
+
+
+def test_a_refused_renewal_without_a_loss_notice_is_caught() -> None:
+    h = Leases()
+    g = h.grant("w0", 1, 0.10, deadline=1.10)
+    h.renew("w0", g, 0.36, None)
+    h.fault("redis-restart-nopersist", 0.2, 0.3)
+    ((kind, message),) = h.issues()
+    assert kind == "refusal-noticed"
+    assert message == (
+        "w0's lease (grant 0) had a renewal answered 0 at 0.360 s but was never declared lost: "
+        "its holder was not told."
+    )
+
+
+def test_a_refused_renewal_with_a_loss_notice_passes() -> None:
+    h = overlapping(1.40)
+    result = h.check()
+    assert (result.refusals, result.losses, result.issues) == (1, 1, ())
+
+
+def test_a_renewal_confirmed_after_a_refusal_is_caught() -> None:
+    h = overlapping(1.40)
+    h.renew("w0", 0, 1.70, 2.70)
+    kinds = [kind for kind, _ in h.issues()]
+    assert "refusal-noticed" in kinds
+    assert any("a lost lease came back" in message for _, message in h.issues())
+
+
+def loss_with(fault: tuple[str, float, float, str | None] | None) -> Leases:
+    h = Leases()
+    g = h.grant("w0", 1, 0.10, deadline=1.10)
+    h.lost("w0", g, 3.0)
+    if fault is not None:
+        h.fault(*fault)
+    return h
+
+
+def test_a_loss_without_a_fault_is_caught() -> None:
+    ((kind, message),) = loss_with(None).issues()
+    assert kind == "loss-explained"
+    assert message == (
+        "w0's lease (token 1) was declared lost at 3.000 s (ttl passed) with no fault on Redis "
+        "or on w0 in the 1.25 s (ttl + one heartbeat) before: the library let a healthy lease go."
+    )
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        ("pause-holder", 1.0, 2.9, "w0"),  # aimed at the holder, during the window
+        ("partition", 1.0, 1.8, "w0"),  # healed 1.2 s before the notice: within ttl + heartbeat
+        ("redis-pause", 2.5, 4.0, None),  # a fault of Redis hits every holder
+    ],
+)
+def test_a_loss_during_a_fault_window_is_explained(
+    fault: tuple[str, float, float, str | None],
+) -> None:
+    assert loss_with(fault).issues() == []
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        ("partition", 1.0, 1.7, "w0"),  # healed 1.3 s before: outside ttl + heartbeat
+        ("partition", 1.0, 2.9, "w1"),  # another worker's
+        ("redis-pause", 3.1, 4.0, None),  # after the notice
+    ],
+)
+def test_a_fault_outside_the_window_or_elsewhere_explains_nothing(
+    fault: tuple[str, float, float, str | None],
+) -> None:
+    assert [kind for kind, _ in loss_with(fault).issues()] == ["loss-explained"]
+
+
+def test_a_loss_because_the_manager_closed_needs_no_fault() -> None:
+    h = Leases()
+    g = h.grant("w0", 1, 0.10, deadline=1.10)
+    h.lost("w0", g, 0.5, "the lease manager was closed while the lease was held")
+    result = h.check()
+    assert (result.losses, result.issues) == (0, ())
+
+
+# --- as property f of the checker -------------------------------------------------------------
+
+
+def test_property_f_names_what_it_could_not_judge() -> None:
+    """A history like today's (no deadlines, no renew events) is judged on what it has."""
+    h = Leases()
+    g = h.grant("w0", 1, 0.10)
+    h.lost("w0", g, 3.0)
+    result = check_history(h.sorted()).property("mutual-exclusion")
+    assert result.letter == "f"
+    assert result.status == "fail"
+    assert result.note == (
+        "judged: 1 claim(s), 0 refused renewal(s), 1 loss notice(s); not judged: "
+        "refusal-noticed: history lacks renew events (ok / fail refused); 1 claim(s) judged on "
+        "a lower bound of their deadline (acquire invoked + ttl): the history lacks "
+        "acquire/renew detail.deadline"
+    )
+    assert result.violations[0].message.startswith("[loss-explained] w0's lease (token 1)")
+
+
+def test_property_f_not_checked_on_an_empty_history() -> None:
+    result = check_history(Leases().sorted()).property("mutual-exclusion")
+    assert result.status == "not checked"
+    assert result.note is not None
+    assert "not judged: overlap: history lacks grants" in result.note
+
+
+def test_property_f_overlap_exempt_by_restart_becomes_a_finding() -> None:
+    h = overlapping(1.20)
+    h.fault("redis-restart-nopersist", 1.15, 1.18)
+    report = check_history(h.sorted())
+    assert report.property("mutual-exclusion").violations == ()
+    (finding,) = [f for f in report.findings if f.kind == "lease-overlap-after-restart"]
+    assert finding.message.startswith("1 pair(s) of leases overlapped across a restart")
+    assert finding.remedy is not None
+
+
+# --- generated claims -------------------------------------------------------------------------
+
+
+@st.composite
+def turns(draw: st.DrawFn) -> list[tuple[str, float, float, list[float], float]]:
+    """Leases on one key taking turns: (process, granted, first deadline, renewal sends,
+    release), each granted no earlier than the previous claim's end (its release or its last
+    deadline, whichever came first)."""
+    out = []
+    free = 0.0
+    for n in range(draw(st.integers(1, 12))):
+        granted = free + draw(st.sampled_from([0.0, 0.001, 0.3]))
+        sends = sorted(draw(st.lists(st.floats(0.0, 3.0), max_size=4)))
+        sends = [granted + s for s in sends]
+        deadline = granted + 1.0
+        last = max([deadline, *(s + 1.0 for s in sends)])
+        release = draw(st.none() | st.floats(0.01, 5.0))
+        end = last if release is None else min(last, granted + release)
+        out.append((f"w{n % 3}", granted, deadline, sends,
+                    granted + release if release is not None else -1.0))  # fmt: skip
+        free = end
+    return out
+
+
+def _build(schedule: list[tuple[str, float, float, list[float], float]]) -> Leases:
+    h = Leases()
+    for token, (process, granted, deadline, sends, release) in enumerate(schedule, 1):
+        g = h.grant(process, token, granted, deadline=deadline)
+        for send in sends:
+            if release < 0 or send < release:
+                h.renew(process, g, send + 0.001, send + 1.0)
+        if release >= 0:
+            h.release(process, g, release)
+    return h
+
+
+@settings(max_examples=150, deadline=None)
+@given(schedule=turns())
+def test_leases_taking_turns_never_overlap(
+    schedule: list[tuple[str, float, float, list[float], float]],
+) -> None:
+    result = _build(schedule).check()
+    assert result.issues == ()
+    assert result.claims == len(schedule)
+
+
+@settings(max_examples=150, deadline=None)
+@given(schedule=turns(), early=st.floats(0.002, 0.5))
+def test_a_grant_moved_into_the_previous_claim_is_caught(
+    schedule: list[tuple[str, float, float, list[float], float]], early: float
+) -> None:
+    if len(schedule) < 2:
+        schedule = [*schedule, ("w9", schedule[0][1] + 6.0, schedule[0][1] + 7.0, [], -1.0)]
+    claims, _ = claims_from_history(_build(schedule).sorted(), ttl_ms=1000)
+    victim = len(schedule) - 1
+    previous_end = claims[victim - 1].end
+    process, _, _, _, _ = schedule[victim]
+    moved = previous_end - min(early, (previous_end - claims[victim - 1].start) / 2)
+    schedule[victim] = (process, moved, moved + 1.0, [], -1.0)
+    issues = _build(schedule).check().issues
+    assert [i.kind for i in issues] == ["overlap"]
+    assert issues[0].at == pytest.approx(moved)
