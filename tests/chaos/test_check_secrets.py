@@ -57,9 +57,9 @@ def _check(
     )  # fmt: skip
 
 
-def _state(client: redis.Redis) -> dict[bytes, tuple[bytes, object]]:
+def _state(client: redis.Redis) -> dict[object, tuple[object, object]]:
     """Every key of ``client``'s database with its type and value."""
-    state: dict[bytes, tuple[bytes, object]] = {}
+    state: dict[object, tuple[object, object]] = {}
     for key in client.scan_iter(count=1000):
         kind = client.type(key)
         value: object = client.hgetall(key) if kind == b"hash" else client.get(key)
