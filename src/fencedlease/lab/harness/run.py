@@ -9,8 +9,12 @@
     result.history_path          # <out>/history.jsonl; also report.json and timeline.png
 
 By default it starts its own redis-server (AOF on, ``appendfsync always``), so every nemesis is
-available, including the Redis process ones. With ``redis_url`` it uses that server and leaves
-its process alone: the ``redis-*`` faults are then skipped, and the report says so. Toxiproxy is
+available, including the Redis process ones. With ``redis_url`` it uses that server, acts only
+on what the run made there (its keys under its random prefix, deleted when the run ends; its
+workers' connections) and leaves out the faults that act on the whole server
+(:data:`~fencedlease.lab.harness.nemesis.SERVER_WIDE`) unless ``allow_server_faults``; the
+report says so. A run that proved nothing (no grant, no accepted access, no fault injected
+though some were asked for) lists why in ``CheckResult.inconclusive``. Toxiproxy is
 found by :func:`fencedlease.lab.servers.toxiproxy.toxiproxy_endpoint` (a real server when there is
 one, else the embedded one); one proxy per worker.
 
