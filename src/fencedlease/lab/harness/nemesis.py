@@ -424,6 +424,8 @@ class Nemesis:
     ) -> None:
         assert target is not None
         pid = self.env.board.get(target, "pid")
+        if pid <= 0:  # kill(0 or -n) would signal a whole process group, not the worker
+            raise RuntimeError(f"worker {self.env.worker_names[target]} has no pid yet")
         self._paused_pids.add(pid)
         os.kill(pid, signal.SIGSTOP)
         stop.wait(spec.duration_s)
