@@ -5,6 +5,7 @@ The refusals happen before any server or worker starts, so these run without Red
 from __future__ import annotations
 
 import json
+import socket
 import sqlite3
 from pathlib import Path
 
@@ -291,3 +292,27 @@ def test_help_explains_the_opt_in_and_the_exit_codes() -> None:
     assert "1  violations" in output
     assert "2  the run could not be done" in output
     assert "proved nothing" in output
+
+
+def test_an_unreachable_redis_is_a_run_that_could_not_be_done(tmp_path: Path) -> None:
+    """FENCEDLEASE_REDIS_URL naming a port nothing listens on: exit 2 with one line naming the
+    Redis (*** for the password) and the connection error; no report, no traceback."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        main,
+        ["check", "--duration", "1", "--faults", "none", "--no-toxiproxy", "--out", str(out)],
+        env={"FENCEDLEASE_REDIS_URL": f"redis://user:s3cret@127.0.0.1:{port}/0",
+             "COLUMNS": "400"},
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.output
+    assert errors[0].startswith(
+        f"error: ResourceUnavailable: cannot use the Redis at redis://user:***@127.0.0.1:{port}/0:"
+        " ConnectionError: Error 111 connecting to 127.0.0.1:"
+    )
+    assert "s3cret" not in result.output
+    assert not (out / "report.json").exists()
