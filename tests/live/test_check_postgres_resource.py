@@ -4,11 +4,14 @@ did not create."""
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 from pg_fixtures import postgres_dsn  # noqa: F401 (the fixture)
 
+from fencedlease.lab.cli import main
 from fencedlease.lab.harness.resources import COUNTER_TABLE as _TABLE
 from fencedlease.lab.harness.run import (
     RESOURCE_MARKER,
@@ -50,3 +53,32 @@ def test_a_postgres_counter_table_it_did_not_create_survives(
     finally:
         with psycopg.connect(postgres_dsn, autocommit=True) as conn:
             conn.execute(f"DROP TABLE IF EXISTS {_TABLE}")
+
+
+def test_a_postgres_connection_failure_is_one_redacted_line(
+    postgres_dsn: str,  # noqa: F811 (the fixture)
+    tmp_path: Path,
+) -> None:
+    """A real PostgreSQL, a DSN with a password and a database that does not exist: ``check``
+    exits 2 with one line naming the DSN (*** for the password) and psycopg's error, no
+    traceback, no password."""
+    parts = urlsplit(postgres_dsn)
+    user = parts.username or "postgres"
+    dsn = f"postgresql://{user}:pg-s3cret-77@{parts.hostname}:{parts.port}/no_such_db"
+    result = CliRunner().invoke(
+        main,
+        ["check", "--duration", "1", "--faults", "none", "--no-toxiproxy", "--resource",
+         "postgres", "--resource-url", dsn, "--out", str(tmp_path / "out")],
+        env={"COLUMNS": "400"},
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.output
+    assert errors[0].startswith(
+        f"error: ResourceUnavailable: cannot use the postgres resource postgresql://{user}:***@"
+        f"{parts.hostname}:{parts.port}/no_such_db: OperationalError: connection"
+    )
+    assert 'database "no_such_db" does not exist' in errors[0]
+    assert "pg-s3cret-77" not in result.output
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)

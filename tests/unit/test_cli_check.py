@@ -5,6 +5,7 @@ The refusals happen before any server or worker starts, so these run without Red
 from __future__ import annotations
 
 import json
+import socket
 import sqlite3
 from pathlib import Path
 
@@ -14,6 +15,13 @@ from click.testing import CliRunner
 
 from fencedlease.lab.cli import main
 from fencedlease.lab.harness.checker import CheckParams, check_history
+from fencedlease.lab.harness.history import Event
+from fencedlease.lab.harness.nemesis import (
+    DEFAULT_FAULTS,
+    FAULTS,
+    SERVER_WIDE,
+    left_out_faults,
+)
 from fencedlease.lab.harness.report import report_dict, write_report_json
 from fencedlease.lab.harness.run import (
     OUT_MARKER,
@@ -23,6 +31,7 @@ from fencedlease.lab.harness.run import (
     UnsafeTargetError,
     check_out_dir,
     check_sqlite_resource,
+    inconclusive_reasons,
     run_check,
 )
 
@@ -174,3 +183,136 @@ def test_a_bad_redis_url_fails_without_showing_the_password(tmp_path: Path, url:
     assert "user:***@127.0.0.1" in result.output.replace("\n", "")
     assert "s3cret" not in result.output
     assert not out.exists()
+
+
+# --- faults that act on the whole server; runs that prove nothing ------------------------------
+
+
+def test_the_faults_that_act_on_the_whole_server() -> None:
+    """Exactly these kinds touch more than the run's own keys, connections, proxies and worker
+    processes; every other kind is scoped to the run."""
+    assert sorted(SERVER_WIDE) == [
+        "redis-pause",
+        "redis-restart-aof",
+        "redis-restart-nopersist",
+        "script-flush",
+    ]
+    assert sorted(k for k, info in FAULTS.items() if not info.server_wide) == [
+        "client-kill", "latency", "partition", "pause-holder", "reset-peer", "timeout",
+    ]  # fmt: skip
+
+
+def test_server_wide_faults_are_left_out_on_a_redis_the_check_did_not_start() -> None:
+    """On a user's Redis the default schedule loses the server-wide kinds (in their order);
+    on the check's own Redis, or with the opt-in, nothing is left out."""
+    assert left_out_faults(DEFAULT_FAULTS, own_server=False, allow=False) == [
+        "script-flush",
+        "redis-pause",
+        "redis-restart-aof",
+        "redis-restart-nopersist",
+    ]
+    assert left_out_faults(DEFAULT_FAULTS, own_server=True, allow=False) == []
+    assert left_out_faults(DEFAULT_FAULTS, own_server=False, allow=True) == []
+    assert left_out_faults(["client-kill", "script-flush", "script-flush"], own_server=False,
+                           allow=False) == ["script-flush"]  # fmt: skip
+    assert left_out_faults(["pause-holder", "latency"], own_server=False, allow=False) == []
+
+
+def _event(process: str, op: str, kind: str, at: float, **fields: object) -> Event:
+    return Event(process, op, kind, at, 1e9 + at, **fields)  # type: ignore[arg-type]
+
+
+def _history(*, grant: bool, accepted: bool, fault: bool) -> list[Event]:
+    """A run's history: optionally one grant with a write (accepted or refused as stale) and
+    one fault (completed)."""
+    events = [_event("run", "start", "info", 0.0, detail={"ttl_ms": 1000, "heartbeat_ms": 250})]
+    if grant:
+        events += [
+            _event("w0", "acquire", "invoke", 0.1, id=0),
+            _event("w0", "acquire", "ok", 0.2, id=0, token=1, outcome="granted"),
+            _event("w0", "write", "invoke", 0.3, id=1, grant=0, token=1, value=1),
+            _event("w0", "write", "ok" if accepted else "fail", 0.4, id=1, grant=0, token=1,
+                   value=1, outcome="accepted" if accepted else "stale"),
+            _event("w0", "hold", "ok", 0.5, id=0, grant=0, token=1),
+        ]  # fmt: skip
+    if fault:
+        events += [
+            _event("nemesis", "fault", "invoke", 0.6, id=0, detail={"fault": "pause-holder"}),
+            _event("nemesis", "fault", "ok", 0.7, id=0, detail={"fault": "pause-holder"}),
+        ]
+    events += [_event("run", "stop", "info", 1.0), _event("run", "final", "ok", 1.1, value=1)]
+    return events
+
+
+def test_a_run_that_proved_nothing_says_why() -> None:
+    """No grant, no accepted access, or no fault injected though some were asked for: each is a
+    reason; a run with a grant, an accepted write and an injected fault has none."""
+    faults = ("pause-holder",)
+    assert inconclusive_reasons(check_history(_history(grant=True, accepted=True, fault=True)),
+                                faults, []) == []  # fmt: skip
+    none = check_history(_history(grant=False, accepted=False, fault=False))
+    reasons = inconclusive_reasons(none, faults, [])
+    assert len(reasons) == 2
+    assert reasons[0].startswith("no lease was granted")
+    assert reasons[1] == "no fault was injected though faults were asked for"
+    assert inconclusive_reasons(none, (), []) == [reasons[0]]
+    refused = check_history(_history(grant=True, accepted=False, fault=True))
+    assert inconclusive_reasons(refused, faults, []) == [
+        "the resource accepted no access: nothing was written under a lease"
+    ]
+    no_fault = check_history(_history(grant=True, accepted=True, fault=False))
+    assert inconclusive_reasons(no_fault, ("script-flush",), ["script-flush"]) == [
+        "no fault was injected though faults were asked for (script-flush left out)"
+    ]
+
+
+def test_the_exit_code_and_verdict_of_a_result(tmp_path: Path) -> None:
+    """0 only without violations and with something proved; 2 for a run that proved nothing;
+    report.json says which, with the reasons and the faults left out."""
+    report = check_history(_history(grant=True, accepted=True, fault=True))
+    result = CheckResult(
+        CheckConfig(out_dir=tmp_path), report, tmp_path, tmp_path / "h", tmp_path / "r", None,
+        (), 1, "external", None, ("script-flush",), (),
+    )  # fmt: skip
+    assert (result.exit_code, result.passed) == (0, True)
+    data = report_dict(result)
+    assert (data["verdict"], data["exit_code"], data["left_out"]) == ("pass", 0, ["script-flush"])
+    empty = attrs.evolve(result, inconclusive=("no lease was granted",))
+    assert (empty.exit_code, empty.passed, empty.valid) == (2, False, True)
+    data = report_dict(empty)
+    assert (data["verdict"], data["inconclusive"]) == ("inconclusive", ["no lease was granted"])
+
+
+def test_help_explains_the_opt_in_and_the_exit_codes() -> None:
+    """--help names --allow-server-faults with what it allows, and the three exit codes."""
+    output = CliRunner().invoke(main, ["check", "--help"], terminal_width=200).output
+    assert "--allow-server-faults" in output
+    assert "script-flush" in output
+    assert "0  no violation, and the run proved something" in output
+    assert "1  violations" in output
+    assert "2  the run could not be done" in output
+    assert "proved nothing" in output
+
+
+def test_an_unreachable_redis_is_a_run_that_could_not_be_done(tmp_path: Path) -> None:
+    """FENCEDLEASE_REDIS_URL naming a port nothing listens on: exit 2 with one line naming the
+    Redis (*** for the password) and the connection error; no report, no traceback."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        main,
+        ["check", "--duration", "1", "--faults", "none", "--no-toxiproxy", "--out", str(out)],
+        env={"FENCEDLEASE_REDIS_URL": f"redis://user:s3cret@127.0.0.1:{port}/0",
+             "COLUMNS": "400"},
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.output
+    assert errors[0].startswith(
+        f"error: ResourceUnavailable: cannot use the Redis at redis://user:***@127.0.0.1:{port}/0:"
+        " ConnectionError: Error 111 connecting to 127.0.0.1:"
+    )
+    assert "s3cret" not in result.output
+    assert not (out / "report.json").exists()

@@ -1,8 +1,10 @@
 """The command line: ``fencedlease check`` runs the correctness harness (``docs/harness.md``).
 
 ``main`` is the click group behind the ``fencedlease`` script and ``python -m fencedlease``.
-Exit status of ``check``: 0 when the run has no violation, 1 when it has some, 2 for a usage
-error or a run that could not be done (no Redis, workers that would not start).
+Exit status of ``check``: 0 when the run has no violation and proved something, 1 when it has
+violations, 2 for a usage error, a run that could not be done (no Redis, a wrong password, an
+unreachable resource, workers that would not start) or one that proved nothing (no grant, no
+access accepted by the resource, no fault injected though faults were asked for).
 """
 
 from __future__ import annotations
@@ -76,6 +78,14 @@ def _faults(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
     " directory the check replaces only its own files.",
 )  # fmt: skip
 @click.option("--no-toxiproxy", is_flag=True, help="Connect workers straight to Redis.")
+@click.option(
+    "--allow-server-faults",
+    is_flag=True,
+    help="Also run the faults that act on the whole Redis server (script-flush: every"
+    " application's cached scripts; redis-pause/-restart-*: the process and CONFIG SET) on a"
+    " --redis-url Redis. Without it they run only on a Redis the check started itself and are"
+    " left out otherwise (the summary and report.json say so).",
+)
 def check(
     redis_url: str | None,
     workers: int,
@@ -88,12 +98,23 @@ def check(
     seed: int | None,
     out_dir: Path,
     no_toxiproxy: bool,
+    allow_server_faults: bool,
 ) -> None:
-    """Run workers under faults, check the history, report. Exit 0 only without violations.
+    """Run workers under faults, check the history, report.
 
     Writes history.jsonl, report.json and timeline.png (and resource.sqlite3 by default) to
     --out. It never deletes what it did not create: an --out or --resource-url holding other
-    data is refused (exit 2). Passwords in --redis-url and --resource-url are shown as ***.
+    data is refused (exit 2); on a --redis-url Redis it deletes at the end exactly the keys the
+    run made (under its random prefix), and runs no fault that acts on the whole server unless
+    --allow-server-faults. Passwords in --redis-url and --resource-url are shown as ***.
+
+    \b
+    Exit status:
+      0  no violation, and the run proved something
+      1  violations (report.json explains each)
+      2  the run could not be done (bad option, unreachable Redis or resource, wrong
+         password) or proved nothing (no lease granted, no access accepted by the
+         resource, no fault injected though faults were asked for)
     """
     import sqlite3
 
@@ -139,6 +160,7 @@ def check(
         resource_url=resource_url,
         ttl_ms=ttl_ms,
         toxiproxy=not no_toxiproxy,
+        allow_server_faults=allow_server_faults,
     )
     console.print(
         f"fencedlease check: {workers} workers, {duration:g} s, mode {mode}, resource "
@@ -163,7 +185,7 @@ def check(
     for note in result.notes:
         console.print(f"[yellow]note:[/] {note}")
     print_summary(console, result)
-    sys.exit(0 if result.valid else 1)
+    sys.exit(result.exit_code)
 
 
 def _progress_table(progress: Progress) -> Table:

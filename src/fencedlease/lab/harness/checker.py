@@ -849,6 +849,8 @@ def _stats(ctx: _Ctx) -> dict[str, Any]:
         "loss_notices": sum(1 for g in grants if g.lost is not None),
         "final_counter": data.final,
         "faults": [f.kind for f in data.faults],
+        "faults_injected": sum(1 for f in data.faults if f.type == "ok"),
+        "accepted_accesses": sum(1 for a in data.accesses if a.type == "ok"),
         "per_worker": dict(sorted(per_worker.items())),
     }
 

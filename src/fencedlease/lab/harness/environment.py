@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from fencedlease import redact_url
+from fencedlease import redact_text, redact_url
 
 from ..servers.redis import RedisServer, find_redis_binary, redis_endpoint
 from .model import CheckConfig
@@ -26,20 +26,38 @@ from .safety import mark_resource, remove_sqlite_resource
 __all__ = [
     "LeaseRedis",
     "Network",
+    "ResourceUnavailable",
     "check_redis_url",
+    "delete_run_keys",
     "start_proxies",
     "start_redis",
     "start_resource",
 ]
 
 
+class ResourceUnavailable(RuntimeError):
+    """The lease Redis or the resource cannot be reached or used (a connection refused, a wrong
+    password, a missing permission): the run cannot be done. The message is one line, with
+    every password shown as ``***``."""
+
+
+def _one_line(exc: BaseException, *urls: str | None) -> str:
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    for url in urls:
+        if url:
+            text = redact_text(text, url)
+    return text
+
+
 @attrs.frozen
 class LeaseRedis:
-    """The Redis the leases live in: its URL, where it came from, and its process if ours."""
+    """The Redis the leases live in: its URL, where it came from, its process if ours, and
+    ``own``: whether the check started it (only then may a fault act on the whole server)."""
 
     url: str
     kind: str
     server: RedisServer | None
+    own: bool = True
 
 
 @attrs.frozen
@@ -51,14 +69,20 @@ class Network:
     kind: str | None
 
 
-def start_redis(config: CheckConfig, stack: ExitStack, notes: list[str]) -> LeaseRedis:
-    """The given Redis, else a redis-server of our own (AOF on), else one in Docker."""
+def start_redis(config: CheckConfig, stack: ExitStack, notes: list[str], prefix: str) -> LeaseRedis:
+    """The given Redis, else a redis-server of our own (AOF on), else one in Docker.
+
+    A given Redis must answer ``PING`` first; when the run ends, every key under ``prefix`` (the
+    run's own, with its random id) is deleted from it, and nothing else.
+
+    Raises:
+        ResourceUnavailable: the given Redis does not answer (refused, wrong password).
+    """
     if config.redis_url:
-        notes.append(
-            "external Redis (--redis-url): the Redis process faults (redis-pause, "
-            "redis-restart-aof, redis-restart-nopersist) are unavailable"
-        )
-        return LeaseRedis(config.redis_url, "external", None)
+        _ping(config.redis_url)
+        # Registered now, run when the run ends (after its workers stopped), even on an error.
+        stack.callback(_delete_run_keys_noted, config.redis_url, prefix, notes)
+        return LeaseRedis(config.redis_url, "external", None, own=False)
     if find_redis_binary() is not None:
         server = stack.enter_context(RedisServer(appendonly=True, appendfsync="always"))
         kind = f"embedded redis-server {server.version()} (AOF, appendfsync always)"
@@ -71,14 +95,117 @@ def start_redis(config: CheckConfig, stack: ExitStack, notes: list[str]) -> Leas
     return LeaseRedis(found.url, f"Redis in {found.kind}", None)
 
 
+def _ping(url: str) -> None:
+    import redis
+
+    try:
+        with redis.Redis.from_url(url, socket_timeout=5.0, socket_connect_timeout=5.0) as client:
+            client.ping()
+    except redis.RedisError as exc:
+        raise ResourceUnavailable(
+            f"cannot use the Redis at {redact_url(url)}: {_one_line(exc, url)}"
+        ) from None
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+def delete_run_keys(url: str, prefix: str) -> int:
+    """Delete from the Redis at ``url`` every key that starts with ``prefix + ":"`` (a run's
+    key prefix, random id included: the keys that run made), nothing else; the number deleted.
+
+    Raises:
+        redis.RedisError: the Redis failed.
+    """
+    import redis
+
+    pattern = _glob_escape(prefix) + ":*"
+    deleted = 0
+    with redis.Redis.from_url(url, socket_timeout=5.0, socket_connect_timeout=5.0) as client:
+        batch: list[bytes] = []
+        for key in client.scan_iter(match=pattern, count=500):
+            batch.append(key)
+            if len(batch) >= 500:
+                deleted += int(client.unlink(*batch))
+                batch = []
+        if batch:
+            deleted += int(client.unlink(*batch))
+    return deleted
+
+
+def _delete_run_keys_noted(url: str, prefix: str, notes: list[str]) -> None:
+    try:
+        delete_run_keys(url, prefix)
+    except Exception as exc:  # said, never raised over the run's own outcome
+        notes.append(
+            f"the run's keys {prefix}:* could not be deleted from the Redis at"
+            f" {redact_url(url)}: {_one_line(exc, url)}"
+        )
+
+
 def start_resource(
     config: CheckConfig, out_dir: Path, redis_url: str, stack: ExitStack, notes: list[str]
 ) -> ResourceSpec:
-    """Find or start the resource, mark it as the check's, and set the counter to 0."""
+    """Find or start the resource, mark it as the check's, and set the counter to 0. A Redis
+    resource whose marker this run set gets its counter, fence and marker keys deleted when the
+    run ends (a Redis that held them before keeps them).
+
+    Raises:
+        ResourceUnavailable: the resource cannot be reached or used (one line, redacted).
+        UnsafeTargetError: it holds data the check did not make.
+    """
     spec = _resource(config, out_dir, redis_url, stack, notes)
-    mark_resource(spec)
-    prepare_resource(spec)
+    try:
+        made = mark_resource(spec)
+        if made and spec.kind == "redis":
+            stack.callback(_delete_redis_resource_noted, spec, notes)
+        prepare_resource(spec)
+    except ValueError:
+        raise
+    except Exception as exc:
+        if not _is_backend_error(exc):
+            raise
+        raise ResourceUnavailable(
+            f"cannot use the {spec.kind} resource {redact_url(spec.target)}:"
+            f" {_one_line(exc, spec.target, redis_url)}"
+        ) from None
     return spec
+
+
+def _is_backend_error(exc: Exception) -> bool:
+    """A connection or database error of the resource's driver (redis-py, psycopg, sqlite3)."""
+    import sqlite3
+
+    import redis
+
+    if isinstance(exc, (redis.RedisError, sqlite3.Error, OSError)):
+        return True
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover - the lab extra brings it
+        return False
+    return isinstance(exc, psycopg.Error)
+
+
+def _delete_redis_resource_noted(spec: ResourceSpec, notes: list[str]) -> None:
+    import redis
+
+    from fencedlease import RedisFencedResource
+
+    from .safety import RESOURCE_MARKER
+
+    try:
+        with redis.Redis.from_url(spec.target, socket_timeout=5.0) as client:
+            resource = RedisFencedResource(client, spec.name)
+            client.delete(
+                resource.data_key, resource.fence_key, f"{resource.data_key}:{RESOURCE_MARKER}"
+            )
+    except Exception as exc:
+        notes.append(
+            f"the Redis resource's keys could not be deleted from {redact_url(spec.target)}:"
+            f" {_one_line(exc, spec.target)}"
+        )
 
 
 def _resource(

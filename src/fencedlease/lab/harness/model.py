@@ -30,7 +30,10 @@ class CheckConfig:
     a second redis-server of ours, or a PostgreSQL of ours). ``ttl_ms``, ``heartbeat_ms``
     (default ttl/4), ``body_ms`` (sleep in the critical section; default 1.8 x ttl, see
     ``docs/harness.md`` for why), ``margin_ms`` (recovery bound beyond ttl). ``toxiproxy``:
-    False connects workers straight to Redis (no network faults).
+    False connects workers straight to Redis (no network faults). ``allow_server_faults``: run
+    the faults that act on the whole Redis server (``script-flush``, the ``redis-*`` ones; see
+    :data:`fencedlease.lab.harness.nemesis.SERVER_WIDE`) on a ``redis_url`` too; without it they
+    run only on a Redis the check started and are left out of the schedule otherwise.
     """
 
     redis_url: str | None = None
@@ -49,6 +52,7 @@ class CheckConfig:
     key: str = "check:counter"
     toxiproxy: bool = True
     lead_s: float | None = None
+    allow_server_faults: bool = False
 
     @property
     def heartbeat(self) -> int:
@@ -62,7 +66,10 @@ class CheckConfig:
 @attrs.frozen
 class CheckResult:
     """What a run produced: the checker's ``report``, the files, run-level ``notes``, the
-    ``seed`` used, where Redis and Toxiproxy came from."""
+    ``seed`` used, where Redis and Toxiproxy came from, the faults ``left_out`` of the schedule
+    (server-wide ones on a Redis the check did not start) and, in ``inconclusive``, why the run
+    proved nothing (no grant, no access accepted, no fault injected though some were asked
+    for); empty when it proved something."""
 
     config: CheckConfig
     report: CheckReport
@@ -74,11 +81,26 @@ class CheckResult:
     seed: int
     redis: str
     toxiproxy: str | None
+    left_out: tuple[str, ...] = ()
+    inconclusive: tuple[str, ...] = ()
 
     @property
     def valid(self) -> bool:
         """No violation."""
         return self.report.valid
+
+    @property
+    def passed(self) -> bool:
+        """No violation, and the run proved something (``inconclusive`` is empty)."""
+        return self.report.valid and not self.inconclusive
+
+    @property
+    def exit_code(self) -> int:
+        """``fencedlease check``'s exit status for this run: 1 with violations, else 2 when it
+        proved nothing, else 0."""
+        if not self.report.valid:
+            return 1
+        return 2 if self.inconclusive else 0
 
     def history(self) -> Extracted:
         """The run's history reassembled: grants, accesses, faults (reads the file)."""

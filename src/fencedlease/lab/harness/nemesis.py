@@ -48,11 +48,13 @@ from .workload import ACQUIRING, BODY, HOLDING, PHASES, WRITING, Board, client_n
 __all__ = [
     "DEFAULT_FAULTS",
     "FAULTS",
+    "SERVER_WIDE",
     "FaultInfo",
     "FaultSpec",
     "Nemesis",
     "NemesisEnv",
     "fault_duration_s",
+    "left_out_faults",
     "parse_faults",
     "unavailable_reason",
 ]
@@ -63,12 +65,15 @@ class FaultInfo:
     """What a fault kind needs: ``"proxy"`` (Toxiproxy), ``"redis-process"`` (a redis-server we
     started) or ``None``; ``disrupts`` is true when it may take the lease away (the checker then
     expects a new grant within ttl + margin after it heals); ``targets``: it hits one worker
-    (the holder)."""
+    (the holder). ``server_wide``: it acts on the whole Redis server (its process, its script
+    cache, its configuration), not only on the run's own keys, connections, proxies and worker
+    processes; such a fault runs only on a Redis the check started (see :data:`SERVER_WIDE`)."""
 
     needs: str | None
     disrupts: bool
     targets: bool
     summary: str
+    server_wide: bool = False
 
 
 FAULTS: Final[dict[str, FaultInfo]] = {
@@ -76,15 +81,31 @@ FAULTS: Final[dict[str, FaultInfo]] = {
     "pause-holder": FaultInfo(None, True, True, "SIGSTOP the holder for 2 x ttl (a GC pause)"),
     "partition": FaultInfo("proxy", True, True, "the holder's proxy disabled for 2 x ttl"),
     "client-kill": FaultInfo(None, False, True, "CLIENT KILL of the holder's connections"),
-    "script-flush": FaultInfo(None, False, False, "SCRIPT FLUSH on Redis"),
+    "script-flush": FaultInfo(None, False, False, "SCRIPT FLUSH on Redis", server_wide=True),
     "timeout": FaultInfo("proxy", True, True, "black hole (timeout 0) on the holder's proxy"),
     "reset-peer": FaultInfo("proxy", True, True, "reset_peer: TCP RST on the holder's connections"),
-    "redis-pause": FaultInfo("redis-process", True, False, "SIGSTOP redis-server for 2 x ttl"),
-    "redis-restart-aof": FaultInfo("redis-process", True, False, "kill -9 and restart with AOF"),
+    "redis-pause": FaultInfo(
+        "redis-process", True, False, "SIGSTOP redis-server for 2 x ttl", server_wide=True
+    ),
+    "redis-restart-aof": FaultInfo(
+        "redis-process", True, False, "kill -9 and restart with AOF", server_wide=True
+    ),
     "redis-restart-nopersist": FaultInfo(
-        "redis-process", True, False, "kill -9 and restart without persistence"
+        "redis-process",
+        True,
+        False,
+        "CONFIG SET appendonly no, kill -9 and restart without persistence",
+        server_wide=True,
     ),
 }
+
+#: The kinds that act on the whole Redis server rather than on the run's own keys and
+#: connections: ``script-flush`` (every application's cached scripts), the ``redis-*`` process
+#: faults (every client of the server; ``CONFIG SET``). The others touch only what the run made:
+#: its worker processes (``pause-holder``), its own Toxiproxy proxies (``latency``,
+#: ``partition``, ``timeout``, ``reset-peer``) and its workers' connections, found by a client
+#: name that carries the run's random id (``client-kill``).
+SERVER_WIDE: Final = frozenset(kind for kind, info in FAULTS.items() if info.server_wide)
 
 #: Faults that cut the holder off from Redis while its body goes on.
 CUT_OFF: Final = frozenset({"partition", "timeout"})
@@ -122,6 +143,15 @@ def fault_duration_s(kind: str, ttl_ms: int, heartbeat_ms: int) -> float:
     }[kind]
 
 
+def left_out_faults(faults: Sequence[str], *, own_server: bool, allow: bool) -> list[str]:
+    """The kinds of ``faults`` (in their order, each once) that must not run: the
+    :data:`SERVER_WIDE` ones when the lease Redis is not one the check started
+    (``own_server`` false) and the user did not ``allow`` server faults; else none."""
+    if own_server or allow:
+        return []
+    return list(dict.fromkeys(kind for kind in faults if kind in SERVER_WIDE))
+
+
 def parse_faults(text: str) -> list[str]:
     """``"default"``/``"all"`` -> every kind; ``"none"`` -> none; else a comma-separated list of
     kinds (in that order). Raises ``ValueError`` naming an unknown kind."""
@@ -142,7 +172,9 @@ class NemesisEnv:
     """What the nemesis acts on. ``admin_url``: the lease Redis, reached directly (no proxy).
     ``redis_server``: ours, when we started it (None for ``--redis-url``). ``proxies``: worker
     index -> toxiproxy-python ``Proxy`` (empty without Toxiproxy). ``extra_flush_urls``: other
-    Redis servers whose scripts ``script-flush`` also flushes (a Redis resource)."""
+    Redis servers whose scripts ``script-flush`` also flushes (a Redis resource the check
+    started, or any when server faults are allowed). ``client_prefix``: the start of every
+    client name of the run's workers (its random id is in it)."""
 
     writer: HistoryWriter
     board: Board
@@ -156,6 +188,7 @@ class NemesisEnv:
     redis_server: RedisServer | None = None
     proxies: dict[int, Any] = attrs.field(factory=dict)
     extra_flush_urls: list[str] = attrs.field(factory=list)
+    client_prefix: str = "fencedlease-check"
     rng: random.Random = attrs.field(factory=random.Random)
 
 
@@ -391,6 +424,8 @@ class Nemesis:
     ) -> None:
         assert target is not None
         pid = self.env.board.get(target, "pid")
+        if pid <= 0:  # kill(0 or -n) would signal a whole process group, not the worker
+            raise RuntimeError(f"worker {self.env.worker_names[target]} has no pid yet")
         self._paused_pids.add(pid)
         os.kill(pid, signal.SIGSTOP)
         stop.wait(spec.duration_s)
@@ -446,7 +481,7 @@ class Nemesis:
         self._restart(op, persist=False)
 
     def _connections(self, worker: int) -> list[str]:
-        name = client_name(self.env.worker_names[worker])
+        name = client_name(self.env.client_prefix, self.env.worker_names[worker])
         return [str(c["id"]) for c in self._admin.client_list() if c.get("name") == name]
 
     def _do_client_kill(

@@ -55,8 +55,10 @@ _FAULT_COLORS: Final = {
 
 
 def report_dict(result: CheckResult) -> dict[str, Any]:
-    """Everything ``report.json`` holds: the checker's report plus the run's settings (URLs
-    redacted: :func:`fencedlease._urls.redact_url`), notes, seed and files."""
+    """Everything ``report.json`` holds: the checker's report plus the verdict (``pass``,
+    ``fail``, ``inconclusive``) and exit code, why the run proved nothing (``inconclusive``), the
+    faults ``left_out`` of the schedule, the run's settings (URLs redacted:
+    :func:`fencedlease.redact_url`), notes, seed and files."""
     config = attrs.asdict(result.config)
     config["out_dir"] = str(config["out_dir"])
     for field in ("redis_url", "resource_url"):  # a password never reaches the report
@@ -65,6 +67,10 @@ def report_dict(result: CheckResult) -> dict[str, Any]:
     config["faults"] = list(config["faults"])
     return {
         **result.report.to_dict(),
+        "verdict": {0: "pass", 1: "fail", 2: "inconclusive"}[result.exit_code],
+        "exit_code": result.exit_code,
+        "inconclusive": list(result.inconclusive),
+        "left_out": list(result.left_out),
         "seed": result.seed,
         "config": config,
         "redis": result.redis,
@@ -131,11 +137,14 @@ def print_summary(console: Console, result: CheckResult, *, max_violations: int 
         console.print(f"[bold red]violation[/] ({violation.property}) {violation.message} {where}")
     if len(violations) > max_violations:
         console.print(f"... and {len(violations) - max_violations} more in report.json")
-    verdict = (
-        "[bold green]no violation[/]"
-        if report.valid
-        else f"[bold red]{len(violations)} violation(s)[/]"
-    )
+    for reason in result.inconclusive:
+        console.print(f"[bold red]proved nothing:[/] {reason}")
+    if not report.valid:
+        verdict = f"[bold red]{len(violations)} violation(s)[/]"
+    elif result.inconclusive:
+        verdict = "[bold red]inconclusive: the run proved nothing[/]"
+    else:
+        verdict = "[bold green]no violation[/]"
     console.print(f"{verdict}: {result.history_path}, {result.report_path}, {result.timeline_path}")
 
 

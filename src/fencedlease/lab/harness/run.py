@@ -9,8 +9,12 @@
     result.history_path          # <out>/history.jsonl; also report.json and timeline.png
 
 By default it starts its own redis-server (AOF on, ``appendfsync always``), so every nemesis is
-available, including the Redis process ones. With ``redis_url`` it uses that server and leaves
-its process alone: the ``redis-*`` faults are then skipped, and the report says so. Toxiproxy is
+available, including the Redis process ones. With ``redis_url`` it uses that server, acts only
+on what the run made there (its keys under its random prefix, deleted when the run ends; its
+workers' connections) and leaves out the faults that act on the whole server
+(:data:`~fencedlease.lab.harness.nemesis.SERVER_WIDE`) unless ``allow_server_faults``; the
+report says so. A run that proved nothing (no grant, no accepted access, no fault injected
+though some were asked for) lists why in ``CheckResult.inconclusive``. Toxiproxy is
 found by :func:`fencedlease.lab.servers.toxiproxy.toxiproxy_endpoint` (a real server when there is
 one, else the embedded one); one proxy per worker.
 
@@ -37,7 +41,7 @@ from typing import Any
 
 import attrs
 
-from fencedlease import redact_text
+from fencedlease import redact_text, redact_url
 
 from .checker import CheckParams, CheckReport, check_history
 from .environment import (
@@ -50,7 +54,7 @@ from .environment import (
 )
 from .history import Event, HistoryWriter, merge_histories
 from .model import CheckConfig, CheckResult
-from .nemesis import FaultSpec, Nemesis, NemesisEnv, fault_duration_s
+from .nemesis import FaultSpec, Nemesis, NemesisEnv, fault_duration_s, left_out_faults
 from .resources import ResourceSpec, read_final_counter
 from .safety import (
     OUT_MARKER,
@@ -71,6 +75,7 @@ __all__ = [
     "UnsafeTargetError",
     "check_out_dir",
     "check_sqlite_resource",
+    "inconclusive_reasons",
     "run_check",
 ]
 
@@ -99,7 +104,7 @@ def run_check(
     """
     run = _begin(config)
     with ExitStack() as stack:
-        lease_redis = start_redis(config, stack, run.notes)
+        lease_redis = start_redis(config, stack, run.notes, run.prefix)
         spec = start_resource(config, run.out_dir, lease_redis.url, stack, run.notes)
         network = start_proxies(config, run.names, run.run_id, lease_redis.url, stack, run.notes)
         _run_workers(run, stack, lease_redis, spec, network, on_progress)
@@ -119,6 +124,7 @@ class _Run:
     secret_urls: list[str]
     run_id: str = attrs.field(factory=lambda: secrets.token_hex(4))
     notes: list[str] = attrs.field(factory=list)
+    left_out: list[str] = attrs.field(factory=list)
 
     @property
     def prefix(self) -> str:
@@ -200,10 +206,22 @@ def _make_nemesis(
     network: Network,
 ) -> Nemesis:
     config = run.config
+    run.left_out = left_out_faults(
+        config.faults, own_server=lease_redis.own, allow=config.allow_server_faults
+    )
+    if run.left_out:
+        run.notes.append(
+            f"left out: {', '.join(run.left_out)} (the Redis at {redact_url(lease_redis.url)} is"
+            " not the check's own; --allow-server-faults runs them anyway)"
+        )
     schedule = [
         FaultSpec(kind, fault_duration_s(kind, config.ttl_ms, config.heartbeat))
         for kind in config.faults
+        if kind not in run.left_out
     ]
+    # SCRIPT FLUSH reaches the resource's Redis only when the check started it (or is allowed).
+    own_resource = not (config.resource_url or config.redis_url)
+    flush_resource = spec.kind == "redis" and (own_resource or config.allow_server_faults)
     env = NemesisEnv(
         writer=writer,
         board=board,
@@ -216,7 +234,8 @@ def _make_nemesis(
         body_ms=config.body,
         redis_server=lease_redis.server,
         proxies=network.proxies,
-        extra_flush_urls=[spec.target] if spec.kind == "redis" else [],
+        extra_flush_urls=[spec.target] if flush_resource else [],
+        client_prefix=run.prefix,
         rng=random.Random(run.rng.random()),
     )
     nemesis = Nemesis(env, schedule, gap_s=config.ttl_ms / 1000)
@@ -379,7 +398,8 @@ def _write_report(
     timeline_path: Path | None = out_dir / "timeline.png"
     result = CheckResult(
         run.config, report, out_dir, out_dir / "history.jsonl", report_path, timeline_path,
-        tuple(run.notes), run.seed, redis_kind, toxiproxy_kind,
+        tuple(run.notes), run.seed, redis_kind, toxiproxy_kind, tuple(run.left_out),
+        tuple(inconclusive_reasons(report, run.config.faults, run.left_out)),
     )  # fmt: skip
     try:
         draw_timeline(events, report, out_dir / "timeline.png")
@@ -388,6 +408,28 @@ def _write_report(
         result = attrs.evolve(result, timeline_path=None, notes=tuple(run.notes))
     write_report_json(report_path, result)
     return result
+
+
+def inconclusive_reasons(
+    report: CheckReport, faults: tuple[str, ...] | list[str], left_out: list[str]
+) -> list[str]:
+    """Why a run proved nothing, from its ``report`` and the ``faults`` asked for (of which
+    ``left_out`` were not scheduled); empty when it proved something. A run proves nothing when
+    no lease was granted, when the resource accepted no access (no fencing was exercised), or
+    when faults were asked for and none was injected (no fault completed)."""
+    reasons: list[str] = []
+    stats = report.stats
+    if stats["grants"] == 0:
+        reasons.append(
+            "no lease was granted: the workers could not use Redis (unreachable, a wrong"
+            " password, a user without the needed commands?); see history.jsonl"
+        )
+    elif stats["accepted_accesses"] == 0:
+        reasons.append("the resource accepted no access: nothing was written under a lease")
+    if faults and stats["faults_injected"] == 0:
+        why = f" ({', '.join(left_out)} left out)" if left_out else ""
+        reasons.append(f"no fault was injected though faults were asked for{why}")
+    return reasons
 
 
 # --- helpers ----------------------------------------------------------------------------------

@@ -135,10 +135,11 @@ def remove_sqlite_resource(path: str) -> None:
                 os.remove(path + suffix)
 
 
-def mark_resource(spec: ResourceSpec) -> None:
+def mark_resource(spec: ResourceSpec) -> bool:
     """Mark the resource as the check's before it is prepared (which drops and recreates the
     counter), refusing one that holds the counter or its fence without the mark: a table or key
-    the check did not create is never dropped or deleted.
+    the check did not create is never dropped or deleted. Returns whether this call set the
+    Redis marker key (False when an earlier run's was there, and for the SQL resources).
 
     Raises:
         UnsafeTargetError: so.
@@ -150,13 +151,14 @@ def mark_resource(spec: ResourceSpec) -> None:
             conn.commit()
         finally:
             conn.close()
-    elif spec.kind == "redis":
-        _mark_redis_resource(spec)
-    else:
-        _mark_postgres_resource(spec)
+        return False
+    if spec.kind == "redis":
+        return _mark_redis_resource(spec)
+    _mark_postgres_resource(spec)
+    return False
 
 
-def _mark_redis_resource(spec: ResourceSpec) -> None:
+def _mark_redis_resource(spec: ResourceSpec) -> bool:
     import redis
 
     from fencedlease import RedisFencedResource
@@ -170,7 +172,7 @@ def _mark_redis_resource(spec: ResourceSpec) -> None:
                 f" {resource.fence_key!r}, which fencedlease check did not create; the check"
                 " would delete them, so it refuses"
             )
-        r.set(marker, "made by fencedlease check")
+        return bool(r.set(marker, "made by fencedlease check", nx=True))
 
 
 def _mark_postgres_resource(spec: ResourceSpec) -> None:

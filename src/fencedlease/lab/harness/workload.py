@@ -151,9 +151,11 @@ class WorkerConfig:
     max_cycles: int = 10_000
 
 
-def client_name(worker_name: str) -> str:
-    """The Redis ``CLIENT SETNAME`` of a worker's connections (how ``CLIENT KILL`` finds them)."""
-    return f"fencedlease-check-{worker_name}"
+def client_name(prefix: str, worker_name: str) -> str:
+    """The Redis ``CLIENT SETNAME`` of a worker's connections (how ``CLIENT KILL`` finds them):
+    the run's key ``prefix`` (which holds its random id) and the worker's name, so that a
+    ``client-kill`` never hits a connection of another run or another application."""
+    return f"{prefix}:{worker_name}"
 
 
 def worker_main(config: WorkerConfig, board: Board, go: Any, stop: Any) -> None:
@@ -171,7 +173,7 @@ def worker_main(config: WorkerConfig, board: Board, go: Any, stop: Any) -> None:
         config.redis_url,
         socket_timeout=timeout_s,
         socket_connect_timeout=timeout_s,
-        client_name=client_name(config.name),
+        client_name=client_name(config.prefix, config.name),
         # One transparent retry on a dropped connection: a CLIENT KILL is survived by
         # reconnecting, and the renewal that follows still checks the owner token.
         retry=Retry(NoBackoff(), 1),
