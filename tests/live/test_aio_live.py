@@ -376,7 +376,10 @@ def test_client_pause_longer_than_ttl_is_a_loss(redis_url: str, redis_client: re
             assert info.value.key == "pause"
             assert LossReason.DEADLINE in str(info.value)
 
-    run(main)
+    try:
+        run(main)
+    finally:  # the next test must not find the server still paused
+        redis_client.execute_command("CLIENT", "UNPAUSE")  # type: ignore[no-untyped-call]
 
 
 def test_lease_lost_even_if_the_body_returns(redis_url: str, redis_client: redis.Redis) -> None:
