@@ -23,7 +23,15 @@ from fencedlease._fencing import MAX_FENCING_TOKEN
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from test_fencing_model import OWNERS, Access, accesses, check_against_model, lease
-from test_fencing_scope import check_counters_kept_apart, check_migration, grants_of
+from test_fencing_scope import (
+    INITIAL,
+    Step,
+    check_against_rule,
+    check_counters_kept_apart,
+    check_migration,
+    grants_of,
+    steps_strategy,
+)
 
 pytestmark = pytest.mark.live
 
@@ -530,6 +538,35 @@ def test_a_bare_key_of_the_earlier_shape_migrates(store: Store, how: str) -> Non
             "VALUES ('orders-data', 5, 'orders')"
         )
         check_migration(*pg_store(conn, store, how))
+
+
+@pytest.mark.parametrize("initial", INITIAL)
+@pytest.mark.parametrize("how", ["fence_guard", "lease_key_column"])
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(steps=steps_strategy)
+def test_postgres_stores_follow_the_rule_across_counters(
+    store: Store, how: str, initial: str | None, steps: list[Step]
+) -> None:
+    """The guard and ``lease_key_column`` against the rule, over leases of several counters and a
+    record of either shape (the guard row, or row 42, holding it at token 5)."""
+    with store.connect(autocommit=True) as conn:
+        conn.execute(f"ALTER TABLE {store.orders} ADD COLUMN IF NOT EXISTS lease_key TEXT")
+        conn.execute(f"DELETE FROM {store.guard}")
+        conn.execute(
+            f"UPDATE {store.orders} SET fencing_token = %s, lease_key = %s",
+            (None if initial is None else 5, initial),
+        )
+        if initial is not None:
+            conn.execute(
+                f"INSERT INTO {store.guard} (resource, fencing_token, lease_key) "
+                "VALUES ('orders-data', 5, %s)",
+                (initial,),
+            )
+        check_against_rule(
+            *pg_store(conn, store, how), initial, steps, fingerprints=how == "fence_guard"
+        )
 
 
 # --- asyncio connections are refused -------------------------------------------------------------

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio
+from hypothesis import HealthCheck, given, settings
 
 from fencedlease import LeaseKeyMismatchError, LeaseManager, redis_keys
 from fencedlease.aio import AsyncLeaseManager
@@ -26,15 +27,19 @@ from fencedlease.redis_fencing import RedisFencedResource
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from test_fencing_scope import (
+    INITIAL,
     KEY,
     RESOURCE,
     Grants,
+    Step,
     _async_grants,
     _sync_grants,
+    check_against_rule,
     check_counters_kept_apart,
     check_migration,
     memory_resource,
     sqlite_guard,
+    steps_strategy,
 )
 
 pytestmark = pytest.mark.live
@@ -134,3 +139,20 @@ def test_redis_fence_of_the_earlier_shape_migrates(client_of: Callable[[], redis
     admin.hset(res.fence_key, mapping={"token": "5", "fp": "", "key": "orders"})
     check_migration(res.accept, lambda: res.lease_key)
     assert res.last_token == 8
+
+
+@pytest.mark.parametrize("initial", INITIAL)
+@settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(steps=steps_strategy)
+def test_redis_fenced_resource_follows_the_rule(
+    client_of: Callable[[], redis.Redis], initial: str | None, steps: list[Step]
+) -> None:
+    """The Lua check against the rule, over leases of several counters (two prefixes, another key,
+    a lease without a scope, a key shaped like a scope) and a fence of either shape."""
+    admin = client_of()
+    res = RedisFencedResource(admin, f"rule-{uuid.uuid4().hex}")
+    if initial is not None:
+        admin.hset(res.fence_key, mapping={"token": "5", "fp": "", "key": initial})
+    check_against_rule(res.accept, lambda: res.lease_key, initial, steps)

@@ -19,6 +19,8 @@ from typing import Any
 
 import attrs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fencedlease import (
     FencedResource,
@@ -340,3 +342,91 @@ def check_migration(accept: Callable[[Any], int], recorded: Callable[[], Any]) -
         assert other.owner_token not in str(info.value)
     assert accept(A2) == 8
     assert recorded() == "appA:{orders}:fence"
+
+
+# --- every store against the rule, over leases of several counters and a record of either shape --
+
+OTHER = ScopedLease("other", "appA:{other}:fence", "owner-o-secret", 1)
+MIXED = (A1, A2, B1, UNSCOPED, LOOKALIKE, OTHER)
+# what a store may hold before the sequence: nothing, a bare key (the earlier shape), a scope
+INITIAL = (None, "orders", "appA:{orders}:fence", "appA:{orders}:fence-not-a-scope")
+Step = tuple[int | None, int]  # (index into MIXED, or None for a bare int; token)
+
+steps_strategy = st.lists(
+    st.tuples(st.none() | st.integers(0, len(MIXED) - 1), st.integers(1, 9)), max_size=12
+)
+
+
+def check_against_rule(
+    accept: Callable[[Any], int],
+    recorded: Callable[[], Any],
+    initial: str | None,
+    steps: list[Step],
+    *,
+    fingerprints: bool = True,
+) -> None:
+    """Present ``steps`` to a store holding ``initial`` at token 5 (already loaded): each access is
+    accepted or refused as :func:`decide` says (``fingerprints=False`` for a store that keeps
+    none), a counter refusal is a LeaseKeyMismatchError naming the record, and the record after
+    each step is the rule's."""
+    state = None if initial is None else FenceState(5, None, initial)
+    for who, token in steps:
+        presented: Any = token if who is None else attrs.evolve(MIXED[who], fencing_token=token)
+        access = coerce_access(presented)
+        if not fingerprints:
+            access = attrs.evolve(access, fingerprint=None)
+        outcome = decide(state, access)
+        if isinstance(outcome, FenceState):
+            assert accept(presented) == token, (state, presented)
+            state = outcome
+        elif outcome == "key":
+            assert state is not None
+            with pytest.raises(LeaseKeyMismatchError) as info:
+                accept(presented)
+            assert (info.value.lease_key, info.value.presented_key) == (
+                state.lease_key,
+                access.lease_key,
+            )
+        else:
+            with pytest.raises(StaleTokenError) as refused:
+                accept(presented)
+            assert not isinstance(refused.value, LeaseKeyMismatchError), (state, presented)
+        assert recorded() == (None if state is None else state.lease_key), (state, presented)
+
+
+@pytest.mark.parametrize("initial", INITIAL)
+@settings(max_examples=30, deadline=None)
+@given(steps=steps_strategy)
+def test_sqlite_guard_follows_the_rule(initial: str | None, steps: list[Step]) -> None:
+    c = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        accept, recorded = sqlite_guard(c)
+        if initial is not None:
+            c.execute(
+                "INSERT INTO fencedlease_guard (resource, fencing_token, lease_key)"
+                " VALUES (?, 5, ?)",
+                (RESOURCE, initial),
+            )
+        check_against_rule(accept, recorded, initial, steps)
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("initial", INITIAL)
+@settings(max_examples=30, deadline=None)
+@given(steps=steps_strategy)
+def test_sqlite_lease_key_column_follows_the_rule(initial: str | None, steps: list[Step]) -> None:
+    c = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        accept, recorded = sqlite_rows(c)
+        if initial is not None:
+            c.execute("UPDATE t SET fencing_token = 5, lease_key = ? WHERE id = 1", (initial,))
+        check_against_rule(accept, recorded, initial, steps, fingerprints=False)
+    finally:
+        c.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=steps_strategy)
+def test_fenced_resource_follows_the_rule(steps: list[Step]) -> None:
+    check_against_rule(*memory_resource(), None, steps)
