@@ -23,6 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fencedlease import (
+    BackendError,
     FencedResource,
     LeaseKeyMismatchError,
     LeaseManager,
@@ -430,3 +431,52 @@ def test_sqlite_lease_key_column_follows_the_rule(initial: str | None, steps: li
 @given(steps=steps_strategy)
 def test_fenced_resource_follows_the_rule(steps: list[Step]) -> None:
     check_against_rule(*memory_resource(), None, steps)
+
+
+class _NoScope:
+    """A backend of one's own that names no counter: MemoryBackend's methods, no fencing_scope."""
+
+    def __init__(self, scope: object = None) -> None:
+        self._inner = MemoryBackend()
+        self._scope = scope
+        for name in ("acquire", "renew", "renew_many", "release", "inspect", "force_release"):
+            setattr(self, name, getattr(self._inner, name))
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class _BadScope(_NoScope):
+    def fencing_scope(self, key: str) -> object:
+        return self._scope
+
+
+def test_a_backend_without_fencing_scope_gives_leases_none_and_stores_use_the_key() -> None:
+    with LeaseManager(_NoScope()) as manager:  # type: ignore[arg-type]
+        lease = manager.acquire(KEY, ttl_ms=1000).lease
+        assert lease is not None and lease.fencing_scope is None
+        assert manager.restore(KEY, "t", ttl_ms=1000).fencing_scope is None
+        res = FencedResource(RESOURCE)
+        assert res.accept(lease) == 1
+        assert res.lease_key == KEY
+        other = FencedResource(RESOURCE)
+        other.accept(A1)
+        with pytest.raises(LeaseKeyMismatchError) as info:
+            other.accept(lease)  # a lease without a scope does not match a recorded scope
+        assert (info.value.lease_key, info.value.presented_key) == ("appA:{orders}:fence", KEY)
+        # A bare key on record is the earlier shape: the first scoped lease of that key claims it
+        # (docs/fencing.md, "Records of the earlier shape").
+        assert res.accept(A1) == 7
+        assert res.lease_key == "appA:{orders}:fence"
+
+
+@pytest.mark.parametrize("scope", ["", 7])
+def test_a_backend_naming_its_counter_badly_is_a_backend_error(scope: object) -> None:
+    with LeaseManager(_BadScope(scope)) as manager:  # type: ignore[arg-type]
+        with pytest.raises(BackendError) as info:
+            manager.acquire(KEY, ttl_ms=1000)
+        assert str(info.value) == (
+            f"_BadScope.fencing_scope returned {type(scope).__name__}, not a non-empty str"
+        )
+        assert info.value.__cause__ is None
+        assert manager.inspect(KEY) is None  # nothing was sent
