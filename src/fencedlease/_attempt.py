@@ -74,6 +74,7 @@ class AcquireAttempt:
         "_clock",
         "_in_flight",
         "_uniform",
+        "fencing_scope",
         "final_wait",
         "give_up",
         "key",
@@ -93,8 +94,10 @@ class AcquireAttempt:
         retry_delay_ms: int,
         clock: Clock,
         uniform: Callable[[float, float], float] | None = None,
+        fencing_scope: str | None = None,
     ) -> None:
         self.key = key
+        self.fencing_scope = fencing_scope  # the backend's name of key's counter, for the lease
         self.ttl_ms = ttl_ms
         self.retry_delay_ms = retry_delay_ms
         self.owner_token = new_owner_token()
@@ -140,10 +143,12 @@ class AcquireAttempt:
     def granted(self, reply: AcquireReply) -> LeaseState:
         """The state of the lease ``reply`` granted (``reply.acquired`` must be true)."""
         self._in_flight = False
-        return LeaseState.granted(
+        state = LeaseState.granted(
             self.key, self.owner_token, reply.fencing_token, self.ttl_ms, self.sent_mono,
             self.sent_wall,
         )  # fmt: skip
+        state.fencing_scope = self.fencing_scope
+        return state
 
     def not_acquired(self) -> float | None:
         """After a "held by another owner" reply: the seconds to sleep before the next try (never

@@ -9,6 +9,11 @@ Errors: every failure to reach the store or a refusal by it is raised as
 have happened at the store (``sent``, ``wrote``; the defaults fit a store whose every call is one
 transaction).
 
+Naming counters (optional): a backend that offers ``fencing_scope(key) -> str`` (no I/O) names
+the counter of ``key``'s fencing tokens, ``"<prefix>:{<escaped key>}:fence"`` for the backends of
+this library; the managers give it to every lease (:attr:`~fencedlease.Lease.fencing_scope`) so
+fenced stores tell counters apart. A backend without it gives leases no scope (``None``).
+
 Waking waiters (optional): a backend that can wake the callers waiting for a key when it is
 released offers ``release_waiter()``, returning the manager's release waiter (the Redis backends
 return their hand-off); the managers poll the others.
@@ -19,12 +24,33 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from ._errors import BackendError
 from ._protocol import AcquireReply, InspectReply
 
-__all__ = ["AsyncLeaseBackend", "LeaseBackend", "RenewItem"]
+__all__ = ["AsyncLeaseBackend", "LeaseBackend", "RenewItem", "fencing_scope_of"]
 
 RenewItem = tuple[str, str, int]
 """``(key, owner_token, ttl_ms)``: one renewal in a batch."""
+
+
+def fencing_scope_of(backend: object, key: str) -> str | None:
+    """``backend.fencing_scope(key)`` when the backend offers it (see the module docstring), else
+    ``None``.
+
+    Raises:
+        BackendError: the backend's ``fencing_scope`` returned something else than a non-empty
+            ``str``.
+    """
+    scope_of = getattr(backend, "fencing_scope", None)
+    if scope_of is None:
+        return None
+    scope = scope_of(key)
+    if not isinstance(scope, str) or not scope:
+        raise BackendError(
+            f"{type(backend).__name__}.fencing_scope returned {type(scope).__name__}, "
+            "not a non-empty str"
+        )
+    return scope
 
 
 class LeaseBackend(Protocol):

@@ -6,7 +6,7 @@
     ├── LeaseNotAcquiredError   .key, .status_code = 409
     ├── LeaseLostError          .key
     ├── StaleTokenError         .resource, .token, .last_token
-    │   └── LeaseKeyMismatchError   .lease_key, .presented_key
+    │   └── LeaseKeyMismatchError   .lease_key, .presented_key (counters' scopes)
     ├── ValidationError         also a ValueError; says which argument and which bound
     ├── BackendError            the store could not be reached or refused; original in __cause__
     │                           .sent (Sent), .wrote (Wrote), .timed_out: what may have happened
@@ -110,13 +110,17 @@ class StaleTokenError(FencedLeaseError):
 
 
 class LeaseKeyMismatchError(StaleTokenError):
-    """A fenced resource refused a lease on another key than the one that fences it.
+    """A fenced resource refused a lease of another counter than the one that fences it.
 
-    Fencing tokens are counted per lease key, so a token of one key says nothing about a token of
-    another: a resource records the key of the first lease it accepts (``lease_key``) and refuses
-    leases on any other key (``presented_key``), whatever their tokens. Nothing was written. A
+    Fencing tokens are counted per counter (one key in one store namespace: the same key under two
+    manager prefixes has two), so a token of one counter says nothing about a token of another: a
+    resource records the counter of the first lease it accepts, its ``fencing_scope`` such as
+    ``"appA:{orders}:fence"`` (``lease_key``), and refuses leases of any other counter
+    (``presented_key``, the refused lease's scope), whatever their tokens. Either may be a bare
+    key: a record of an earlier version, or a lease without a scope. Nothing was written. A
     :class:`StaleTokenError`, so code that rolls back on a refusal keeps doing so; the fix is to
-    fence each key's data in a resource of its own. Keys are not secrets; owner tokens never appear.
+    fence each key's data in a resource of its own, with one manager prefix. Scopes and keys are
+    not secrets; owner tokens never appear.
     """
 
     def __init__(
@@ -136,8 +140,8 @@ class LeaseKeyMismatchError(StaleTokenError):
             last_token,
             message
             or (
-                f"resource {resource!r} refused a lease on {presented_key!r}: it is fenced by "
-                f"leases on {lease_key!r}"
+                f"resource {resource!r} refused a lease of {presented_key!r}: it is fenced by "
+                f"leases of {lease_key!r}"
             ),
         )
 

@@ -6,12 +6,13 @@ here as the pure function :func:`decide`; the Lua scripts (``scripts/fenced_chec
 of :mod:`fencedlease.db` are transcriptions of it, and the tests hold each of them to the same
 sequential model.
 
-The rule, for an access with token ``t`` by a lease on key ``k`` with fingerprint ``f`` (both
+The rule, for an access with token ``t`` by a lease of counter ``k`` with fingerprint ``f`` (both
 ``None`` for a bare ``int``), against a resource that has accepted at most ``last`` (by a lease
-with fingerprint ``last_f``) and is fenced by leases on ``last_k`` (``None`` until a lease came):
+with fingerprint ``last_f``) and is fenced by leases of counter ``last_k`` (``None`` until a lease
+came):
 
-- ``k`` and ``last_k`` both known and different: refuse (``"key"``). Tokens are counted per key,
-  so a token of another key cannot be compared with ``last``;
+- ``k`` and ``last_k`` both known and not the same counter: refuse (``"key"``). Tokens are counted
+  per counter, so a token of another counter cannot be compared with ``last``;
 - nothing accepted yet, or ``t > last``: accept, and remember ``(t, f)``;
 - ``t < last``: refuse (``"older"``);
 - ``t == last`` under ``strict``: refuse (``"strict"``);
@@ -21,7 +22,20 @@ with fingerprint ``last_f``) and is fenced by leases on ``last_k`` (``None`` unt
 - ``t == last`` otherwise: accept (the same lease again, or an unknown one); an unknown fingerprint
   on record is replaced by a known one.
 
-An accepted lease's key is recorded once (``last_k`` stays as it is once known).
+A lease's counter ``k`` is its :attr:`~fencedlease.Lease.fencing_scope`: the store and key whose
+counter issued the token, ``"<prefix>:{<escaped key>}:fence"`` (for Redis the counter's own key), so
+two managers with different prefixes, which count independently, never share a fence. A lease
+without a scope (an object of another library with only a ``key``) is identified by its ``key``.
+
+Records of the earlier shape hold a bare key (the lease's ``key``, before scopes were recorded).
+Such a record matches a lease whose ``key`` equals it, provided that key does not itself look like
+a scope (:func:`looks_like_scope`: it holds ``":{"`` and ends with ``"}:fence"``; such a record is
+taken for a scope and fails closed); the accepted lease then records its scope in its place. Once
+a scope is recorded, only leases of that scope are accepted. So ``k`` matches ``last_k`` when
+``last_k == scope``, or ``last_k == key`` for the bare key of the earlier shape
+(:attr:`FencingAccess.legacy_key`).
+
+An accepted lease's counter is recorded (``last_k`` is replaced only by the same counter's scope).
 
 Tokens are exact integers ``1 <= t <= 2**63 - 1`` (:data:`MAX_FENCING_TOKEN`, a signed 64-bit
 counter's largest value) in every store: Lua compares them as canonical decimal strings, SQL as
@@ -52,6 +66,8 @@ __all__ = [
     "coerce_access",
     "decide",
     "lease_key_of",
+    "lease_scope_of",
+    "looks_like_scope",
     "owner_fingerprint",
     "stale_token_error",
 ]
@@ -71,8 +87,8 @@ RefusalReason = Literal["older", "strict", "duplicate", "key"]
 class HasFencingToken(Protocol):
     """What fencing needs from a lease: its fencing token and its (secret) owner token.
 
-    A lease's ``key`` is read too when it has one (every lease of this library has): see
-    :func:`lease_key_of`.
+    A lease's ``fencing_scope`` and ``key`` are read too when it has them (every lease of this
+    library has): see :func:`lease_scope_of` and :func:`lease_key_of`.
     """
 
     @property
@@ -105,17 +121,33 @@ def owner_fingerprint(owner_token: str) -> str:
 @attrs.frozen
 class FencingAccess:
     """One access to a fenced resource: ``token``, and the lease's ``fingerprint`` and
-    ``lease_key``, or ``None`` (a bare ``int``)."""
+    ``lease_key``, or ``None`` (a bare ``int``).
+
+    ``lease_key`` is the identity of the lease's counter that a store records and compares: the
+    lease's ``fencing_scope`` (``"<prefix>:{<escaped key>}:fence"``), or its ``key`` when it has
+    no scope. ``legacy_key`` is the lease's bare ``key`` when a record of the earlier shape holding
+    it may match this lease (see the module docstring), else ``None``.
+    """
 
     token: int
     fingerprint: str | None = None
     lease_key: str | None = None
+    legacy_key: str | None = None
+
+    def matches(self, recorded: str) -> bool:
+        """Whether a store fenced by ``recorded`` (a scope, or a bare key of the earlier shape)
+        is fenced by this lease's counter."""
+        return recorded == self.lease_key or (
+            self.legacy_key is not None and recorded == self.legacy_key
+        )
 
 
 @attrs.frozen
 class FenceState:
     """What a fenced resource remembers: the largest accepted token, who presented it, and the
-    key of the leases that fence it (``None`` until the first lease)."""
+    counter of the leases that fence it (``lease_key``: a scope such as
+    ``"appA:{orders}:fence"``, or a bare key recorded by the earlier shape; ``None`` until the
+    first lease)."""
 
     token: int
     fingerprint: str | None = None
@@ -140,14 +172,42 @@ def lease_key_of(lease: object, argument: str = "token_or_lease") -> str | None:
     return key
 
 
+def looks_like_scope(text: str) -> bool:
+    """Whether ``text`` has the shape of a fencing scope: it holds ``":{"`` and ends with
+    ``"}:fence"`` (``"appA:{orders}:fence"``). A recorded value of that shape is never taken for a
+    bare key of the earlier shape."""
+    return text.endswith("}:fence") and ":{" in text
+
+
+def lease_scope_of(lease: object, argument: str = "token_or_lease") -> str | None:
+    """The ``fencing_scope`` of ``lease``, or ``None`` when it has none (an object without the
+    attribute, or a lease of a backend that names no scope).
+
+    Raises :class:`ValidationError` naming ``argument`` when ``fencing_scope`` is there but not a
+    non-empty ``str`` encodable as UTF-8.
+    """
+    scope = getattr(lease, "fencing_scope", None)
+    if scope is None:
+        return None
+    if not isinstance(scope, str) or not scope:
+        raise ValidationError(argument, f"{argument}.fencing_scope must be a non-empty str")
+    try:
+        scope.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError(
+            argument, f"{argument}.fencing_scope must be encodable as UTF-8"
+        ) from None
+    return scope
+
+
 def coerce_access(token_or_lease: object, *, argument: str = "token_or_lease") -> FencingAccess:
     """Turn "a token or a lease" into a :class:`FencingAccess`, or raise :class:`ValidationError`.
 
     Accepts an ``int`` (not ``bool``), :data:`MIN_FENCING_TOKEN` (1) ≤ n ≤
     :data:`MAX_FENCING_TOKEN` (2**63 - 1), which has no fingerprint and no key, or any object with
     ``fencing_token`` (such an int) and ``owner_token`` (a non-empty ``str``), whose fingerprint is
-    :func:`owner_fingerprint` of its owner token and whose key is its ``key``
-    (:func:`lease_key_of`).
+    :func:`owner_fingerprint` of its owner token and whose counter is its ``fencing_scope``
+    (:func:`lease_scope_of`), or its ``key`` (:func:`lease_key_of`) when it has no scope.
     A lease restored without a fencing token (``fencing_token is None``) cannot be fenced and is
     refused here. ``argument`` names the argument in the error.
     """
@@ -178,9 +238,12 @@ def coerce_access(token_or_lease: object, *, argument: str = "token_or_lease") -
             raise ValidationError(
                 argument, f"{argument}.owner_token must be encodable as UTF-8"
             ) from None
-        return FencingAccess(
-            _check_token(token, argument), fingerprint, lease_key_of(token_or_lease, argument)
-        )
+        key = lease_key_of(token_or_lease, argument)
+        scope = lease_scope_of(token_or_lease, argument)
+        if scope is None:
+            return FencingAccess(_check_token(token, argument), fingerprint, key)
+        legacy = key if key is not None and not looks_like_scope(key) else None
+        return FencingAccess(_check_token(token, argument), fingerprint, scope, legacy)
     raise ValidationError(
         argument,
         f"{argument} must be an int fencing token or a lease with fencing_token and owner_token, "
@@ -220,10 +283,11 @@ def decide(
     if (
         state.lease_key is not None
         and access.lease_key is not None
-        and state.lease_key != access.lease_key
+        and not access.matches(state.lease_key)
     ):
         return "key"
-    lease_key = state.lease_key if state.lease_key is not None else access.lease_key
+    # A bare key of the earlier shape is replaced by the scope of the lease it matched.
+    lease_key = state.lease_key if access.lease_key is None else access.lease_key
     if access.token > state.token:
         return FenceState(access.token, access.fingerprint, lease_key)
     if access.token < state.token:
@@ -263,10 +327,10 @@ def stale_token_error(
             last_token,
             recorded,
             presented,
-            f"resource {resource!r} refused fencing token {token} of a lease on {presented!r}: "
-            f"it is fenced by leases on {recorded!r}, and fencing tokens are counted per key, so "
-            "tokens of two keys cannot be compared (fence each key's data in a resource of its "
-            "own)",
+            f"resource {resource!r} refused fencing token {token} of a lease of {presented!r}: "
+            f"it is fenced by leases of {recorded!r} (the counter that issued its tokens), and "
+            "fencing tokens are counted per counter (per prefix and key), so tokens of two "
+            "counters cannot be compared (fence each key's data in a resource of its own)",
         )
     if reason == "duplicate":
         detail = (
@@ -291,7 +355,8 @@ class FencedResource:
     ``FencedResource(name, *, strict=False)``. :meth:`accept` applies the fencing rule of this
     module atomically (one lock); a process-local resource, so it protects only what lives in this
     process. ``name`` (a non-empty ``str``) is used in errors. The first lease accepted records its
-    key (:attr:`lease_key`); from then on leases on other keys are refused. Raises
+    counter (:attr:`lease_key`, the lease's ``fencing_scope``); from then on leases of other
+    counters (another key, or the same key under another prefix or store) are refused. Raises
     :class:`ValidationError` for a bad ``name`` or a ``strict`` that is not a ``bool``.
     """
 
@@ -325,8 +390,9 @@ class FencedResource:
 
     @property
     def lease_key(self) -> str | None:
-        """The key of the leases that fence this resource (the first accepted lease's), or
-        ``None`` while only bare ``int`` tokens (or nothing) were accepted."""
+        """The counter of the leases that fence this resource: the first accepted lease's
+        ``fencing_scope`` (``"<prefix>:{<escaped key>}:fence"``; its ``key`` for a lease without
+        one), or ``None`` while only bare ``int`` tokens (or nothing) were accepted."""
         with self._lock:
             return None if self._state is None else self._state.lease_key
 
@@ -335,9 +401,9 @@ class FencedResource:
 
         Accepted only if the token is at least the largest accepted so far (``strict``: greater),
         not the same number as the last accepted one presented by a different lease (a duplicate
-        grant), and, for a lease, if its key is the one on record (:attr:`lease_key`). Raises
+        grant), and, for a lease, if its counter is the one on record (:attr:`lease_key`). Raises
         :class:`StaleTokenError` (``.last_token`` is the largest accepted) when refused, its
-        subclass :class:`LeaseKeyMismatchError` for a lease on another key,
+        subclass :class:`LeaseKeyMismatchError` for a lease of another counter,
         :class:`ValidationError` for something that is not a token (1..2**63 - 1) or a lease.
         """
         access = coerce_access(token_or_lease)

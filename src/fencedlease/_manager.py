@@ -15,7 +15,7 @@ from typing import Any, Literal, TypeVar
 import redis
 
 from . import _fork
-from ._backend import LeaseBackend
+from ._backend import LeaseBackend, fencing_scope_of
 from ._core import (
     SYSTEM_CLOCK,
     AcquireAttempt,
@@ -235,7 +235,10 @@ class LeaseManager:
 
     def _acquire(self, key: str, ttl_ms: int, wait_ms: int, retry_delay_ms: int) -> AcquireResult:
         backend, waiter = self._backend, self._release_waiter
-        attempt = AcquireAttempt(key, ttl_ms, wait_ms, retry_delay_ms, self._clock)
+        attempt = AcquireAttempt(
+            key, ttl_ms, wait_ms, retry_delay_ms, self._clock,
+            fencing_scope=fencing_scope_of(backend, key),
+        )  # fmt: skip
         owner_token = attempt.owner_token
         steps = acquire_steps(attempt, waiter.queues)  # the decisions; here only the I/O
         try:
@@ -467,6 +470,7 @@ class LeaseManager:
                 bounds, ``expires_at`` naive, ``fencing_token`` not an int in 1..2**63-1.
         """
         state = restored_state(key, owner_token, ttl_ms, expires_at, fencing_token, self._clock)
+        state.fencing_scope = fencing_scope_of(self._backend, key)
         return Lease(state, self._backend, self._clock)
 
     def inspect(self, key: str) -> LeaseInfo | None:

@@ -69,6 +69,12 @@ class RedisBackend:
         (:class:`~fencedlease._handoff_sync.Handoff`), so a release wakes the oldest waiter."""
         return Handoff(self.client, self.prefix)
 
+    def fencing_scope(self, key: str) -> str:
+        """The name of ``key``'s fencing counter, given to its leases
+        (:attr:`~fencedlease.Lease.fencing_scope`):
+        its Redis key, ``<prefix>:{<escaped key>}:fence``. No I/O."""
+        return fence_key(self.prefix, key)
+
     def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
         with backend_errors(f"acquire {key!r}"):
             reply = run_script(

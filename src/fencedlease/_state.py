@@ -65,6 +65,7 @@ class LeaseState:
         "deadline",
         "deadline_moved",
         "expires_wall",
+        "fencing_scope",
         "fencing_token",
         "generation",
         "key",
@@ -97,6 +98,9 @@ class LeaseState:
         self.released = False
         self._listeners: list[Callable[[LeaseState], None]] = []
         self.generation = _fork.generation  # the process it belongs to (see _fork)
+        # The counter that issued fencing_token (the backend's fencing_scope of the key), or None
+        # for a backend that names none; set by the manager that granted or restored the lease.
+        self.fencing_scope: str | None = None
         # Set by a renewer while it watches this lease: a renewal it did not send itself (a
         # manual ``lease.renew()``) moved the deadline, and the renewer must watch the new one.
         self.deadline_moved: Callable[[], None] | None = None

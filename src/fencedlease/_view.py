@@ -49,6 +49,21 @@ class LeaseView:
         return self._state.key
 
     @property
+    def fencing_scope(self) -> str | None:
+        """The identity of the counter that issued :attr:`fencing_token`, not a secret: the store
+        and key it counts for, ``"<prefix>:{<escaped key>}:fence"`` (for Redis the counter's own
+        key, :func:`~fencedlease.redis_keys` ``(prefix, key).fence``; for SQLite the same string
+        of the backend's prefix; for a :class:`~fencedlease.MemoryBackend` ``memory:<id>`` of the
+        backend object in place of the prefix). Set by the backend that granted the lease (a
+        restored lease by its manager's); ``None`` for a backend that names no scope.
+
+        Tokens compare only within one counter: fenced stores record the scope of the leases that
+        fence them and refuse a lease of another (:class:`~fencedlease.LeaseKeyMismatchError`),
+        so two managers with different prefixes never mix tokens in one store.
+        """
+        return self._state.fencing_scope
+
+    @property
     def owner_token(self) -> str:
         """The secret that proves ownership; persist it to ``restore()`` the lease later."""
         return self._state.owner_token

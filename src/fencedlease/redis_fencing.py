@@ -92,12 +92,14 @@ class RedisFencedResource:
     values come back as your client returns them; an asyncio client is refused). ``name`` is any
     non-empty ``str``. The rule is :class:`fencedlease.FencedResource`'s: accepted only if the token
     (1..2**63 - 1, compared exactly) is at least the largest accepted (``strict``: greater), not the
-    last token presented by a different lease, and, for a lease, only if its key is the one the
-    fence state records (the first accepted lease's). Reads move the fence too (Kleppmann 2016;
+    last token presented by a different lease, and, for a lease, only if its counter (its
+    ``fencing_scope``, ``"<prefix>:{<escaped key>}:fence"``) is the one the fence state records
+    (the first accepted lease's; the migration of a record holding a bare key is
+    :mod:`fencedlease._fencing`'s). Reads move the fence too (Kleppmann 2016;
     ``docs/fencing.md``).
 
     Every method raises :class:`StaleTokenError` when refused (nothing written, nothing read), its
-    subclass :class:`LeaseKeyMismatchError` for a lease on another key, :class:`ValidationError`
+    subclass :class:`LeaseKeyMismatchError` for a lease of another counter, :class:`ValidationError`
     for bad arguments (nothing sent), :class:`BackendError` when Redis fails.
 
     Raises:
@@ -154,8 +156,10 @@ class RedisFencedResource:
 
     @property
     def lease_key(self) -> str | None:
-        """The key of the leases that fence this resource, as recorded by the first lease accepted
-        (one round trip), or ``None`` while only bare ``int`` tokens (or nothing) were accepted.
+        """The counter of the leases that fence this resource, as recorded by the first lease
+        accepted: its ``fencing_scope`` (``"<prefix>:{<escaped key>}:fence"``), or a bare key
+        recorded by an earlier version or a lease without a scope (one round trip); ``None`` while
+        only bare ``int`` tokens (or nothing) were accepted.
 
         Raises :class:`BackendError` when Redis fails.
         """
@@ -240,6 +244,7 @@ class RedisFencedResource:
             access.fingerprint or "",
             "1" if self._strict else "0",
             access.lease_key or "",
+            access.legacy_key or "",
             *payload,
         )
         keys = (self._fence_key, self._data_key)

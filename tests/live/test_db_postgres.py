@@ -8,8 +8,9 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -22,6 +23,15 @@ from fencedlease._fencing import MAX_FENCING_TOKEN
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from test_fencing_model import OWNERS, Access, accesses, check_against_model, lease
+from test_fencing_scope import (
+    INITIAL,
+    Step,
+    check_against_rule,
+    check_counters_kept_apart,
+    check_migration,
+    grants_of,
+    steps_strategy,
+)
 
 pytestmark = pytest.mark.live
 
@@ -467,6 +477,96 @@ def test_guard_records_the_lease_key(store: Store) -> None:
         assert conn.execute(
             f"SELECT fencing_token, lease_key FROM {store.guard} WHERE resource = 'order:42'"
         ).fetchone() == (35, "order:42")
+
+
+@pytest.mark.parametrize("face", ["sync", "aio"])
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+@pytest.mark.parametrize("how", ["fence_guard", "lease_key_column"])
+def test_the_same_key_of_another_counter_is_refused(
+    store: Store, how: str, backend: str, face: str, tmp_path: Path
+) -> None:
+    """The guard row and a row with ``lease_key_column`` record the scope of the counter that
+    fences them: appB's lease of "orders" (another prefix, a larger token) is refused with
+    LeaseKeyMismatchError naming both scopes, and appA's next holder is accepted."""
+    g, _scope_a, _scope_b = grants_of(backend, face, tmp_path)
+    with store.connect(autocommit=True) as conn:
+        conn.execute(f"ALTER TABLE {store.orders} ADD COLUMN lease_key TEXT")
+        check_counters_kept_apart(*pg_store(conn, store, how), g)
+
+
+def pg_store(
+    conn: psycopg.Connection, store: Store, how: str
+) -> tuple[Callable[[Any], int], Callable[[], Any]]:
+    if how == "fence_guard":
+
+        def recorded() -> Any:
+            row = conn.execute(
+                f"SELECT lease_key FROM {store.guard} WHERE resource = 'orders-data'"
+            ).fetchone()
+            return None if row is None else row[0]
+
+        return (
+            lambda lease: db.fence_guard(conn, "orders-data", lease, table=store.guard)
+        ), recorded
+
+    def accept(lease: Any) -> int:
+        updated = db.fenced_update(
+            conn, store.orders, {"status": "x"}, {"id": 42}, lease, lease_key_column="lease_key"
+        )
+        assert updated == 1
+        row = conn.execute(f"SELECT fencing_token FROM {store.orders} WHERE id = 42").fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def recorded_row() -> Any:
+        row = conn.execute(f"SELECT lease_key FROM {store.orders} WHERE id = 42").fetchone()
+        return None if row is None else row[0]
+
+    return accept, recorded_row
+
+
+@pytest.mark.parametrize("how", ["fence_guard", "lease_key_column"])
+def test_a_bare_key_of_the_earlier_shape_migrates(store: Store, how: str) -> None:
+    """A guard row or a row holding the bare key "orders" (written by an earlier version) is
+    taken over by the first lease of that key, which records its scope; then appB's lease and an
+    unscoped lease of that key are refused."""
+    with store.connect(autocommit=True) as conn:
+        conn.execute(f"ALTER TABLE {store.orders} ADD COLUMN lease_key TEXT")
+        conn.execute(f"UPDATE {store.orders} SET fencing_token = 5, lease_key = 'orders'")
+        conn.execute(
+            f"INSERT INTO {store.guard} (resource, fencing_token, lease_key) "
+            "VALUES ('orders-data', 5, 'orders')"
+        )
+        check_migration(*pg_store(conn, store, how))
+
+
+@pytest.mark.parametrize("initial", INITIAL)
+@pytest.mark.parametrize("how", ["fence_guard", "lease_key_column"])
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(steps=steps_strategy)
+def test_postgres_stores_follow_the_rule_across_counters(
+    store: Store, how: str, initial: str | None, steps: list[Step]
+) -> None:
+    """The guard and ``lease_key_column`` against the rule, over leases of several counters and a
+    record of either shape (the guard row, or row 42, holding it at token 5)."""
+    with store.connect(autocommit=True) as conn:
+        conn.execute(f"ALTER TABLE {store.orders} ADD COLUMN IF NOT EXISTS lease_key TEXT")
+        conn.execute(f"DELETE FROM {store.guard}")
+        conn.execute(
+            f"UPDATE {store.orders} SET fencing_token = %s, lease_key = %s",
+            (None if initial is None else 5, initial),
+        )
+        if initial is not None:
+            conn.execute(
+                f"INSERT INTO {store.guard} (resource, fencing_token, lease_key) "
+                "VALUES ('orders-data', 5, %s)",
+                (initial,),
+            )
+        check_against_rule(
+            *pg_store(conn, store, how), initial, steps, fingerprints=how == "fence_guard"
+        )
 
 
 # --- asyncio connections are refused -------------------------------------------------------------

@@ -21,6 +21,7 @@ from fencedlease import (
     LeaseManager,
     StaleTokenError,
     ValidationError,
+    redis_keys,
 )
 from fencedlease._fencing import MAX_FENCING_TOKEN
 from fencedlease.redis_fencing import RedisFencedResource
@@ -246,7 +247,7 @@ def test_resource_named_like_a_lease_under_its_prefix_does_not_collide(
         assert again.lease is not None
         assert again.lease.fencing_token == lease_now.fencing_token + 1
         assert res.get(again.lease) == as_reply(client, "string data")
-        assert res.lease_key == name
+        assert res.lease_key == redis_keys(prefix, name).fence == again.lease.fencing_scope
         assert again.lease.release() is True
     finally:
         leases.close()

@@ -182,7 +182,7 @@ def test_lease_of_another_key_is_refused_naming_both_keys() -> None:
         assert (exc.lease_key, exc.presented_key) == ("order:42", "order:43")
         assert "'order:43'" in str(exc)
         assert "'order:42'" in str(exc)
-        assert "per key" in str(exc)
+        assert "counted per counter (per prefix and key)" in str(exc)
         assert "duplicate" not in str(exc)
         assert OWNERS[0] not in str(exc) + repr(exc)
         assert OWNERS[1] not in str(exc) + repr(exc)

@@ -43,7 +43,7 @@ import redis
 import redis.asyncio
 
 from .. import _fork
-from .._backend import AsyncLeaseBackend
+from .._backend import AsyncLeaseBackend, fencing_scope_of
 from .._core import (
     SYSTEM_CLOCK,
     AcquireAttempt,
@@ -327,7 +327,10 @@ class AsyncLeaseManager:
         self, key: str, ttl_ms: int, wait_ms: int, retry_delay_ms: int
     ) -> AsyncAcquireResult:
         clock, backend, waiter = self._clock, self._backend, self._release_waiter
-        attempt = AcquireAttempt(key, ttl_ms, wait_ms, retry_delay_ms, clock)
+        attempt = AcquireAttempt(
+            key, ttl_ms, wait_ms, retry_delay_ms, clock,
+            fencing_scope=fencing_scope_of(backend, key),
+        )  # fmt: skip
         owner_token = attempt.owner_token
         steps = acquire_steps(attempt, waiter.queues)  # the decisions; here only the I/O
         try:
@@ -547,6 +550,7 @@ class AsyncLeaseManager:
                 bounds, ``expires_at`` naive, ``fencing_token`` not an int in 1..2**63-1.
         """
         state = restored_state(key, owner_token, ttl_ms, expires_at, fencing_token, self._clock)
+        state.fencing_scope = fencing_scope_of(self._backend, key)
         return AsyncLease(state, self._backend, self._clock)
 
     async def inspect(self, key: str) -> LeaseInfo | None:

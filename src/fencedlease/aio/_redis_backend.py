@@ -70,6 +70,12 @@ class AsyncRedisBackend:
         (:class:`~fencedlease.aio._handoff.AsyncHandoff`), so a release wakes the oldest waiter."""
         return AsyncHandoff(self.client, self.prefix)
 
+    def fencing_scope(self, key: str) -> str:
+        """The name of ``key``'s fencing counter, given to its leases
+        (:attr:`~fencedlease.Lease.fencing_scope`):
+        its Redis key, ``<prefix>:{<escaped key>}:fence``. No I/O."""
+        return fence_key(self.prefix, key)
+
     async def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
         with backend_errors(f"acquire {key!r}"):
             reply = await run_script(

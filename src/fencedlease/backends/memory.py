@@ -8,6 +8,7 @@ so a :class:`~fencedlease.testing.FakeClock` makes it deterministic: a lease acq
 
 from __future__ import annotations
 
+import secrets
 import threading
 from collections.abc import Sequence
 
@@ -15,6 +16,7 @@ from .._backend import RenewItem
 from .._clock import SYSTEM_CLOCK, Clock
 from .._errors import BackendError
 from .._protocol import MAX_FENCING_TOKEN, AcquireReply, InspectReply, owner_fingerprint
+from .._redis.keys import fence_key
 from .._validate import check_clock, check_key, check_ms
 from ._clock import clock_ms
 
@@ -56,10 +58,19 @@ class MemoryBackend:
         self._lock = threading.Lock()
         self._leases: dict[str, _Held] = {}
         self._counters: dict[str, int] = {}
+        # Names this object's counters in fencing scopes: another MemoryBackend counts apart.
+        self._scope_prefix = f"memory:{secrets.token_hex(6)}"
 
     def __repr__(self) -> str:
         with self._lock:
             return f"<MemoryBackend keys={len(self._leases)} counters={len(self._counters)}>"
+
+    def fencing_scope(self, key: str) -> str:
+        """The name of ``key``'s fencing counter, given to its leases
+        (:attr:`~fencedlease.Lease.fencing_scope`):
+        ``memory:<id>:{<escaped key>}:fence``, ``<id>`` naming this backend object (its
+        counters are its own). No I/O."""
+        return fence_key(self._scope_prefix, key)
 
     def _live(self, key: str, now_ms: int) -> _Held | None:
         """The unexpired lease on ``key`` (dropping an expired one); call with the lock held."""
@@ -184,6 +195,10 @@ class AsyncMemoryBackend:
 
     def __repr__(self) -> str:
         return f"<AsyncMemoryBackend of {self.sync!r}>"
+
+    def fencing_scope(self, key: str) -> str:
+        """As :meth:`MemoryBackend.fencing_scope` (the wrapped backend's). No I/O."""
+        return self.sync.fencing_scope(key)
 
     async def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
         """As :meth:`MemoryBackend.acquire`."""

@@ -41,6 +41,7 @@ from .._backend import RenewItem
 from .._clock import SYSTEM_CLOCK, Clock
 from .._errors import BackendError, ValidationError
 from .._protocol import MAX_FENCING_TOKEN, AcquireReply, InspectReply, owner_fingerprint
+from .._redis.keys import fence_key
 from .._validate import check_clock, check_key, check_ms, check_prefix
 from ._clock import clock_ms
 
@@ -161,6 +162,12 @@ class SqliteBackend:
 
     def __repr__(self) -> str:
         return f"<SqliteBackend path={self.path!r} prefix={self.prefix!r}>"
+
+    def fencing_scope(self, key: str) -> str:
+        """The name of ``key``'s fencing counter, given to its leases
+        (:attr:`~fencedlease.Lease.fencing_scope`):
+        ``<prefix>:{<escaped key>}:fence``, as the Redis backend names it. No I/O."""
+        return fence_key(self.prefix, key)
 
     @contextmanager
     def _transaction(self, operation: str, *, write: bool = True) -> Iterator[sqlite3.Connection]:

@@ -14,6 +14,7 @@ from .._backend import RenewItem
 from .._clock import SYSTEM_CLOCK, Clock
 from .._errors import BackendError, ValidationError
 from .._protocol import AcquireReply, InspectReply
+from .._redis.keys import fence_key
 from .._validate import check_clock, check_ms, check_prefix
 from .sqlite import DEFAULT_BUSY_TIMEOUT_MS, SqliteBackend, _check_path
 
@@ -65,6 +66,11 @@ class AsyncSqliteBackend:
         if self.sync is None:
             return f"<AsyncSqliteBackend path={self._path!r} prefix={self._prefix!r} (not open)>"
         return f"<AsyncSqliteBackend of {self.sync!r}>"
+
+    def fencing_scope(self, key: str) -> str:
+        """As :meth:`SqliteBackend.fencing_scope`: ``<prefix>:{<escaped key>}:fence``. No I/O."""
+        prefix = self._prefix if self.sync is None else self.sync.prefix
+        return fence_key(prefix, key)
 
     @staticmethod
     async def _run(fn: Callable[..., T], *args: object) -> T:

@@ -18,15 +18,16 @@ distributed locking", 2016):
   ``owner_fingerprint``, ``lease_key``) and moves it forward with one ``INSERT ... ON CONFLICT DO
   UPDATE ... WHERE``. The upsert locks the guard row until the caller's transaction ends, so
   everything the transaction does after the guard is fenced, reads included. It also catches a
-  duplicate grant (the same token from two different leases), and records the key of the first
-  lease it accepts: a lease on another key is refused (:class:`LeaseKeyMismatchError`), since
-  tokens of two keys cannot be compared.
+  duplicate grant (the same token from two different leases), and records the counter of the first
+  lease it accepts (its ``fencing_scope``, ``"<prefix>:{<escaped key>}:fence"``): a lease of
+  another counter, another key or the same key under another prefix, is refused
+  (:class:`LeaseKeyMismatchError`), since tokens of two counters cannot be compared.
 - :func:`fenced_update` fences a row by a token column of its own:
   ``UPDATE t SET ..., token_column = :t WHERE ... AND (token_column IS NULL OR
   CAST(token_column AS BIGINT) <= :t)`` (strict: ``<``). It knows no fingerprints, so an equal
   token is accepted from any lease; use the guard, or ``strict=True``, where duplicate grants
-  matter. A row's token column holds tokens of one lease key: give ``lease_key_column`` to have the
-  row record that key and refuse leases on others.
+  matter. A row's token column holds tokens of one counter: give ``lease_key_column`` to have the
+  row record that counter's scope and refuse leases of others.
 - :func:`fenced_read` is the same update with ``RETURNING``: it moves the row's token and reads the
   row in one statement, so a stale holder can no longer write under what the new holder read (the
   lost update of ``docs/fencing.md``).
@@ -47,7 +48,7 @@ them in lower case, as unquoted names fold to it. Values are always bound parame
 ``RETURNING`` and ``ON CONFLICT`` (SQLite 3.35+, PostgreSQL 9.5+).
 
 Errors: :class:`StaleTokenError` (refused: roll the transaction back; its subclass
-:class:`LeaseKeyMismatchError` for a lease on another key), :class:`RowNotFoundError` (no row
+:class:`LeaseKeyMismatchError` for a lease of another counter), :class:`RowNotFoundError` (no row
 matches ``where``), :class:`ValidationError` (a bad argument: nothing was executed; or a guard
 table of the wrong shape), and :class:`BackendError` for anything the driver raises (its exception
 in ``__cause__``; after it a PostgreSQL transaction must be rolled back). Nothing here commits or

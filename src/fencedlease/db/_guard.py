@@ -106,7 +106,9 @@ def create_guard_table(conn: Any, *, table: str = DEFAULT_GUARD_TABLE) -> None:
 
     Columns: ``resource TEXT PRIMARY KEY``, ``fencing_token BIGINT NOT NULL``,
     ``owner_fingerprint TEXT`` (NULL: the token came as a bare ``int``) and ``lease_key TEXT`` (the
-    key of the leases fencing the resource; NULL until the first lease). An existing table is
+    counter of the leases fencing the resource, their ``fencing_scope`` such as
+    ``"appA:{orders}:fence"``, or a bare key written by an earlier version; NULL until the first
+    lease). An existing table is
     inspected (SQLite and PostgreSQL): a guard table of the earlier shape, without ``lease_key``,
     gets the column (``ALTER TABLE ... ADD COLUMN``); any other shape (a missing column, a token
     column that is not a 64-bit integer, text columns that are not text, ``resource`` not unique)
@@ -167,16 +169,18 @@ def fence_guard(
     One ``INSERT ... ON CONFLICT (resource) DO UPDATE ... WHERE <the rule> RETURNING``: accepted
     only if the token is at least the largest accepted for ``resource`` (``strict``: greater), not
     the same number from a different lease (compared by
-    :func:`fencedlease._fencing.owner_fingerprint`), and, for a lease, if its key is the one the
-    row records (the first lease accepted for ``resource`` records its key; a bare ``int`` token is
-    not checked). Tokens compare as ``BIGINT``. The row stays locked until the transaction ends, so
-    the rest of the transaction, reads included, is fenced. Returns the accepted token.
+    :func:`fencedlease._fencing.owner_fingerprint`), and, for a lease, if its counter (its
+    ``fencing_scope``, ``"<prefix>:{<escaped key>}:fence"``) is the one the row records (the first
+    lease accepted for ``resource`` records its scope; a row holding a bare key, written by an
+    earlier version, matches a lease of that key and then records its scope; a bare ``int`` token
+    is not checked). Tokens compare as ``BIGINT``. The row stays locked until the transaction
+    ends, so the rest of the transaction, reads included, is fenced. Returns the accepted token.
 
     Raises :class:`StaleTokenError` (``.resource``, ``.token``, ``.last_token``; roll back), its
-    subclass :class:`LeaseKeyMismatchError` (``.lease_key`` on record, ``.presented_key``) for a
-    lease on another key, :class:`ValidationError` (bad argument; nothing executed),
-    :class:`BackendError` (the driver's error in ``__cause__``, for instance a missing guard table
-    or one without ``lease_key``: see :func:`create_guard_table`).
+    subclass :class:`LeaseKeyMismatchError` (``.lease_key`` on record, ``.presented_key``:
+    scopes) for a lease of another counter, :class:`ValidationError` (bad argument; nothing
+    executed), :class:`BackendError` (the driver's error in ``__cause__``, for instance a missing
+    guard table or one without ``lease_key``: see :func:`create_guard_table`).
     """
     access = coerce_access(token_or_lease)
     check_key(resource, "resource")
@@ -198,11 +202,13 @@ def fence_guard(
         f"owner_fingerprint = CASE WHEN {new_token} > {old_token} "
         "THEN excluded.owner_fingerprint "
         "ELSE COALESCE(g.owner_fingerprint, excluded.owner_fingerprint) END, "
-        "lease_key = COALESCE(g.lease_key, excluded.lease_key) "
+        "lease_key = COALESCE(excluded.lease_key, g.lease_key) "
         "WHERE (g.lease_key IS NULL OR excluded.lease_key IS NULL "
-        "OR g.lease_key = excluded.lease_key) "
-        f"AND ({new_token} > {old_token}"
+        "OR g.lease_key = excluded.lease_key"
     )
+    if access.legacy_key is not None:  # a bare key recorded by the earlier shape (_fencing)
+        stmt.sql(" OR g.lease_key = ").bind(access.legacy_key)
+    stmt.sql(f") AND ({new_token} > {old_token}")
     if not strict:
         stmt.sql(
             f" OR ({new_token} = {old_token} AND (g.owner_fingerprint IS NULL"

@@ -53,7 +53,7 @@ class _RowFence:
         token_condition(stmt, self.token_col, self.access.token, self.strict)
         if self.key_col is not None and self.access.lease_key is not None:
             stmt.sql(" AND ")
-            key_condition(stmt, self.key_col, self.access.lease_key)
+            key_condition(stmt, self.key_col, self.access.lease_key, self.access.legacy_key)
 
     def set_token(self, stmt: Statement) -> None:
         """``token_col = t[, key_col = k]``."""
@@ -107,15 +107,18 @@ def fenced_update(
     row whose token column is NULL is accepted and then holds the token. Rows that match ``where``
     but are refused are left as they are.
 
-    A row's tokens must all come from leases on one key: tokens of two keys cannot be compared.
-    ``lease_key_column`` (a text column, NULL in a row not fenced yet) makes the row record it:
-    a lease (not a bare ``int``) is accepted only where the column is NULL or holds its key, and
-    the column is set to its key.
+    A row's tokens must all come from leases of one counter: tokens of two counters cannot be
+    compared. ``lease_key_column`` (a text column, NULL in a row not fenced yet) makes the row
+    record it: a lease (not a bare ``int``) is accepted only where the column is NULL or holds its
+    ``fencing_scope`` (``"<prefix>:{<escaped key>}:fence"``, so the same key under another prefix
+    is another counter), and the column is set to that scope. A column holding a bare key (written
+    by an earlier version) matches a lease of that key and then records its scope (the rule of
+    :mod:`fencedlease._fencing`).
 
     Raises :class:`StaleTokenError` (``.resource`` is ``table``; ``.last_token`` the largest token
     of the matching rows) when rows match ``where`` but none may be updated,
     :class:`LeaseKeyMismatchError` (a :class:`StaleTokenError`) when a matching row records another
-    lease key, :class:`RowNotFoundError` when no row matches ``where``, :class:`ValidationError`
+    counter, :class:`RowNotFoundError` when no row matches ``where``, :class:`ValidationError`
     (nothing executed), :class:`BackendError`.
     """
     fence = _row_fence(conn, table, where, token_or_lease, token_column, lease_key_column, strict)
@@ -192,6 +195,8 @@ def _explain_refusal(conn: Any, fence: _RowFence) -> NoReturn:
     check_key_too = key_col is not None and access.lease_key is not None
     if check_key_too:
         query.sql(f", MIN(CASE WHEN {key_col} <> ").bind(access.lease_key)
+        if access.legacy_key is not None:
+            query.sql(f" AND {key_col} <> ").bind(access.legacy_key)
         query.sql(f" THEN {key_col} END)")
     query.sql(f" FROM {fence.quoted} WHERE ")
     where_clause(query, fence.where)

@@ -105,5 +105,10 @@ def token_condition(stmt: Statement, token_col: str, token: int, strict: bool) -
     stmt.bind(token).sql(")")
 
 
-def key_condition(stmt: Statement, key_col: str, lease_key: str) -> None:
-    stmt.sql(f"({key_col} IS NULL OR {key_col} = ").bind(lease_key).sql(")")
+def key_condition(
+    stmt: Statement, key_col: str, lease_key: str, legacy_key: str | None = None
+) -> None:
+    stmt.sql(f"({key_col} IS NULL OR {key_col} = ").bind(lease_key)
+    if legacy_key is not None:  # a bare key recorded by the earlier shape (_fencing)
+        stmt.sql(f" OR {key_col} = ").bind(legacy_key)
+    stmt.sql(")")

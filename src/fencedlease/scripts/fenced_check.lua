@@ -5,10 +5,13 @@
 -- ARGV[1]  fencing token: canonical decimal, 1..9223372036854775807 (2^63-1; checked by the client)
 -- ARGV[2]  owner fingerprint of the presenting lease (16 hex), or "" when unknown (a bare int token)
 -- ARGV[3]  "1" for strict fencing (equal tokens refused), "0" otherwise
--- ARGV[4]  the presenting lease's key, or "" when unknown (a bare int token)
+-- ARGV[4]  the presenting lease's counter: its fencing scope (<prefix>:{<key>}:fence), or its key
+--          when it has no scope, or "" when unknown (a bare int token)
+-- ARGV[5]  the presenting lease's bare key when a record of the earlier shape holding it matches
+--          the lease (the record is then replaced by ARGV[4]), or ""
 -- returns  (fence_check) nil, fp_to_store, key_to_store   accepted; nothing is written yet
 --          (fence_check) {0, last_token, reason[, key]}   refused: reason is "older", "strict",
---          "duplicate", or "key" (a lease of another key; then key is the one on record)
+--          "duplicate", or "key" (a lease of another counter; then key is the one on record)
 -- Tokens are compared as decimal strings (length, then byte by byte), never as Lua numbers: Lua
 -- numbers are doubles, which cannot tell 2^53 from 2^53+1. A stored token that is not a canonical
 -- decimal is an error reply, not a guess.
@@ -47,10 +50,10 @@ local function fence_check()
     return redis.error_reply('fence state of ' .. KEYS[1] .. ' holds a token that is not a canonical decimal')
   end
   local last_key = state[3] or ''
-  if last_key ~= '' and key ~= '' and last_key ~= key then
+  if last_key ~= '' and key ~= '' and last_key ~= key and (ARGV[5] == '' or last_key ~= ARGV[5]) then
     return {0, last, 'key', last_key}
   end
-  if last_key ~= '' then
+  if key == '' then
     key = last_key
   end
   local order = compare_tokens(token, last)

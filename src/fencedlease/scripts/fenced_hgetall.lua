@@ -1,8 +1,8 @@
 -- Fenced read of a hash: check the token, move the fence, then HGETALL, in one step.
--- Runs after fenced_check.lua (prepended by the client), which reads KEYS[1] and ARGV[1..4].
+-- Runs after fenced_check.lua (prepended by the client), which reads KEYS[1] and ARGV[1..5].
 -- KEYS[1]  fence state key  <prefix>:{<name>}:resource:fence
 -- KEYS[2]  data key         <prefix>:{<name>}:resource  a hash, or missing
--- ARGV[1..4]  token, fingerprint, strict flag, lease key (see fenced_check.lua)
+-- ARGV[1..5]  token, fingerprint, strict flag, lease scope, legacy key (see fenced_check.lua)
 -- returns  {1, {field, value, ...}}     accepted; an empty list when the key is missing
 --          {0, last_token, reason[, key]}  refused; nothing written, nothing read
 local refused, fp, key = fence_check()
