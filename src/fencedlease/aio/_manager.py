@@ -94,6 +94,13 @@ _SYNC_BACKENDS: tuple[type, ...] = (MemoryBackend, SqliteBackend, RedisBackend)
 
 log = logging.getLogger("fencedlease.aio")
 
+
+def _retrieve(task: asyncio.Task[None]) -> None:
+    """Mark ``task``'s outcome as seen (its awaiter may have been cancelled meanwhile)."""
+    if not task.cancelled():
+        task.exception()
+
+
 T = TypeVar("T")
 
 
@@ -162,6 +169,7 @@ class AsyncLeaseManager:
         self._closed = False
         self._forked = False
         self._close_done: asyncio.Event | None = None
+        self._close_task: asyncio.Task[None] | None = None
         _fork.register(self)
 
     @classmethod
@@ -222,6 +230,19 @@ class AsyncLeaseManager:
             return
         self._closed = True
         self._close_done = done = asyncio.Event()
+        # The teardown is a task of its own, shielded: close() awaited inside a hold body is
+        # cancelled when the lease it closes is marked lost, and the teardown must not stop
+        # half-way there (an owned client left open, a second close() doing nothing).
+        teardown = asyncio.get_running_loop().create_task(
+            self._teardown(bound_ms, done), name="fencedlease-close"
+        )
+        self._close_task = teardown
+        teardown.add_done_callback(_retrieve)  # a caller cancelled meanwhile never sees it
+        await asyncio.shield(teardown)
+
+    async def _teardown(self, bound_ms: int, done: asyncio.Event) -> None:
+        """close()'s work: stop the renewer, release the holds, close the hand-off and the
+        backend; ``done`` is set at the end, whatever happened."""
         loop = asyncio.get_running_loop()
         until = loop.time() + bound_ms / 1000
         try:
@@ -262,6 +283,7 @@ class AsyncLeaseManager:
         self._forked = True
         self._closed = True
         self._close_done = None
+        self._close_task = None
         self._holds = set()
         self._chores = set()
         self._renewer._after_fork_in_child()
