@@ -28,11 +28,13 @@ A URL may hold a password: every message, log line and report that shows one sho
 from __future__ import annotations
 
 import codecs
+import functools
+import inspect
 import math
 import re
 from collections.abc import Callable
 from typing import Any, Literal, Protocol, TypeVar
-from urllib.parse import parse_qsl, quote, unquote, urlsplit
+from urllib.parse import parse_qs, parse_qsl, quote, unquote, urlsplit
 
 import redis
 
@@ -205,6 +207,7 @@ def redis_client(factory: Callable[..., _Client], url: str, kwargs: dict[str, An
     option the connection class does not take (``?ssl_cert_reqs=`` on ``redis://``, a typo) or
     a value it refuses is a :class:`ValidationError` naming it. redis-py's message is scrubbed of
     the URL's secrets; its exception stays in ``__cause__`` only when it holds none."""
+    _check_url_query(url)
     try:
         client = factory(url, **kwargs)
         pool = client.connection_pool
@@ -222,6 +225,79 @@ def redis_client(factory: Callable[..., _Client], url: str, kwargs: dict[str, An
         raise error from (exc if clean == message else None)
     _check_connection_options(pool.connection_kwargs)
     return client
+
+
+# Query options of a Redis URL whose value redis-py rightly keeps as the string given (the others
+# it parses: redis.connection.URL_QUERY_ARGUMENT_PARSERS).
+_STRING_URL_OPTIONS = frozenset(
+    {
+        "username", "password", "client_name", "lib_name", "lib_version", "encoding",
+        "encoding_errors", "ssl_keyfile", "ssl_certfile", "ssl_cert_reqs", "ssl_ca_certs",
+        "ssl_ca_path", "ssl_ca_data", "ssl_password", "ssl_ciphers", "ssl_ocsp_expected_cert",
+        "host", "path", "unix_socket_path",
+    }
+)  # fmt: skip
+# Parsed, but not into what the option takes: retry_on_error=x becomes ['x'], not exceptions.
+_MISPARSED_URL_OPTIONS = frozenset({"retry_on_error"})
+
+
+@functools.cache
+def _redis_parameters() -> frozenset[str]:
+    """The keyword parameters of redis-py's clients, pools and connections (both faces)."""
+    import redis.asyncio
+
+    names: set[str] = set()
+    for target in (
+        redis.Redis,
+        redis.ConnectionPool,
+        redis.BlockingConnectionPool,
+        redis.connection.AbstractConnection,
+        redis.Connection,
+        redis.SSLConnection,
+        redis.UnixDomainSocketConnection,
+        redis.asyncio.Redis,
+        redis.asyncio.ConnectionPool,
+        redis.asyncio.BlockingConnectionPool,
+        redis.asyncio.connection.AbstractConnection,
+        redis.asyncio.Connection,
+        redis.asyncio.SSLConnection,
+        redis.asyncio.UnixDomainSocketConnection,
+    ):
+        try:
+            names.update(inspect.signature(target.__init__).parameters)
+        except (TypeError, ValueError):  # pragma: no cover - a C or odd signature
+            continue
+    return frozenset(names - {"self", "args", "kwargs"})
+
+
+def _check_url_query(url: str) -> None:
+    """Refuse a query option redis-py would pass on as a raw string where it takes an object
+    (``?retry=1``, ``?connection_class=x``, ``?credential_provider=x``, ``?decode_responses=no``:
+    a truthy string...): every parameter of redis-py's clients, pools and connections that is
+    neither parsed by redis-py's URL parser nor a string option. Unknown names are left to
+    :func:`redis_client`'s own check (it names them too).
+
+    Raises:
+        ValidationError: naming the option; its value is not shown (it may be a secret).
+    """
+    try:
+        query = urlsplit(url).query
+    except ValueError:
+        return  # redis-py's parser reports the URL itself
+    parsed = redis.connection.URL_QUERY_ARGUMENT_PARSERS
+    known = _redis_parameters()
+    for name, values in parse_qs(query).items():
+        if not values:
+            continue
+        if name in _MISPARSED_URL_OPTIONS or (
+            name in known and name not in parsed and name not in _STRING_URL_OPTIONS
+        ):
+            raise ValidationError(
+                name,
+                f"{name} cannot be given in a Redis URL (redis-py would pass it on as a string"
+                f" where it takes an object or a bool): pass {name}= as a keyword argument;"
+                f" got {redact_url(url)!r}",
+            )
 
 
 # Options redis-py takes as given and only uses at the first connection, where a wrong one
