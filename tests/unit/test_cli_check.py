@@ -174,3 +174,28 @@ def test_a_bad_redis_url_fails_without_showing_the_password(tmp_path: Path, url:
     assert "user:***@127.0.0.1" in result.output.replace("\n", "")
     assert "s3cret" not in result.output
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("dsn", "shown"),
+    [
+        ("host=db user=app password = hunter5zz", "host=db user=app password = ***"),
+        ("host=db password='hunter6 zz' dbname=d", "host=db password=*** dbname=d"),
+        ("host=db password='a\\'b c' dbname=d", "host=db password=*** dbname=d"),
+    ],
+)
+def test_report_json_redacts_a_libpq_dsn_in_every_form(
+    tmp_path: Path, dsn: str, shown: str
+) -> None:
+    """A key=value DSN given as --resource-url: its password, with spaces around = or quoted
+    with spaces and escapes, never reaches report.json."""
+    config = CheckConfig(resource_url=dsn, out_dir=tmp_path)
+    result = CheckResult(
+        config, check_history([], _params()), tmp_path, tmp_path / "h", tmp_path / "r", None, (),
+        1, "external", None,
+    )  # fmt: skip
+    path = tmp_path / "report.json"
+    write_report_json(path, result)
+    text = path.read_text("utf-8")
+    assert "hunter" not in text and "zz" not in text and "b c" not in text
+    assert json.loads(text)["config"]["resource_url"] == shown
