@@ -32,6 +32,7 @@ import functools
 import inspect
 import math
 import re
+import sys
 from collections.abc import Callable
 from typing import Any, Literal, Protocol, TypeVar
 from urllib.parse import parse_qs, parse_qsl, quote, quote_plus, unquote, unquote_plus, urlsplit
@@ -313,32 +314,34 @@ _STRING_URL_OPTIONS = frozenset(
 _MISPARSED_URL_OPTIONS = frozenset({"retry_on_error"})
 
 
-@functools.cache
 def _redis_parameters() -> frozenset[str]:
-    """The keyword parameters of redis-py's clients, pools and connections (both faces)."""
-    import redis.asyncio
+    """The keyword parameters of redis-py's clients, pools and connections (the asyncio ones
+    too when ``redis.asyncio`` is loaded: the sync face loads no asyncio)."""
+    modules = [redis]
+    if "redis.asyncio" in sys.modules:
+        modules.append(sys.modules["redis.asyncio"])
+    return _parameters_of(tuple(modules))
 
+
+@functools.cache
+def _parameters_of(modules: tuple[Any, ...]) -> frozenset[str]:
     names: set[str] = set()
-    for target in (
-        redis.Redis,
-        redis.ConnectionPool,
-        redis.BlockingConnectionPool,
-        redis.connection.AbstractConnection,
-        redis.Connection,
-        redis.SSLConnection,
-        redis.UnixDomainSocketConnection,
-        redis.asyncio.Redis,
-        redis.asyncio.ConnectionPool,
-        redis.asyncio.BlockingConnectionPool,
-        redis.asyncio.connection.AbstractConnection,
-        redis.asyncio.Connection,
-        redis.asyncio.SSLConnection,
-        redis.asyncio.UnixDomainSocketConnection,
-    ):
-        try:
-            names.update(inspect.signature(target.__init__).parameters)
-        except (TypeError, ValueError):  # pragma: no cover - a C or odd signature
-            continue
+    for module in modules:
+        for name in (
+            "Redis", "ConnectionPool", "BlockingConnectionPool", "Connection", "SSLConnection",
+            "UnixDomainSocketConnection",
+        ):  # fmt: skip
+            targets = [
+                getattr(module, name, None),
+                getattr(module.connection, "AbstractConnection", None),
+            ]
+            for target in targets:
+                if target is None:
+                    continue
+                try:
+                    names.update(inspect.signature(target.__init__).parameters)
+                except (TypeError, ValueError):  # pragma: no cover - a C or odd signature
+                    continue
     return frozenset(names - {"self", "args", "kwargs"})
 
 
