@@ -16,9 +16,12 @@ with the backend, one process only, like ``memory://`` but through the SQL code 
 it without a file). Every ``memory://`` URL makes a new, empty store: two managers made from
 ``memory://`` do not share leases (pass one :class:`MemoryBackend` object to both for that).
 
-Keyword arguments go to ``redis.Redis.from_url`` (``redis.asyncio.Redis.from_url``) for Redis URLs;
-for ``sqlite`` the only one is ``busy_timeout_ms`` (also accepted as ``?busy_timeout_ms=n``);
-``memory://`` takes none.
+Keyword arguments go to ``redis.Redis.from_url`` (``redis.asyncio.Redis.from_url``) for Redis URLs.
+A Redis URL's query takes the options redis-py parses (``?db=``, ``?socket_timeout=``, ...) and
+the string ones (``?client_name=``, ``?ssl_cert_reqs=``, ...); one redis-py would pass on as a raw
+string where it takes an object or a bool (``?retry=``, ``?connection_class=``,
+``?decode_responses=``) is refused: pass it as a keyword argument. For ``sqlite`` the only option
+is ``busy_timeout_ms`` (also accepted as ``?busy_timeout_ms=n``); ``memory://`` takes none.
 
 A URL may hold a password: every message, log line and report that shows one shows
 :func:`redact_url` of it, and an error of redis-py's that echoes it is scrubbed with
@@ -432,7 +435,8 @@ def backend_from_url(url: str, *, prefix: str, clock: Clock, **kwargs: Any) -> L
     Raises:
         ValidationError: an unknown scheme, a malformed URL, an option the scheme does not take
             (or a value redis-py would only refuse when it connects: a timeout that is not a
-            finite positive number of seconds, an unknown encoding), a bad ``prefix`` or
+            finite positive number of seconds, an unknown encoding; a query option it would keep
+            as a string where it takes an object or a bool), a bad ``prefix`` or
             ``clock``. A password in the URL shows as ``***`` in the message.
         BackendError: a SQLite database that cannot be opened.
     """

@@ -219,6 +219,10 @@ class AsyncLeaseManager:
         warning) and its lease lapses at its TTL. Leases taken with :meth:`acquire` are the
         caller's and are left alone.
 
+        The teardown runs as a task of its own, shielded: ``await close()`` inside a
+        :meth:`hold` body is cancelled with that body (its lease is marked lost), yet the
+        releases and the closing of the client still run to the end.
+
         Raises:
             ValidationError: ``timeout_ms`` is not an int in 0..2,147,483,647.
             BackendError: closing the client failed.
