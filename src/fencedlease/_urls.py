@@ -174,18 +174,23 @@ def redact_url(url: object) -> str:
     return f"{text[:start]}{shown}{text[userinfo_end:]}"
 
 
-def redact_text(text: str, url: object) -> str:
+def redact_text(text: object, url: object) -> str:
     """``text`` (an error message, a log line) with ``url`` and the secrets in it replaced as
     :func:`redact_url` does, wherever they occur: raw, percent-decoded (``+`` as a space too),
     percent-encoded, or as libpq reads a quoted DSN value. For messages of other libraries that
-    may echo the URL or its password."""
+    may echo the URL or its password. Never raises: a ``text`` that is not a str is shown by its
+    ``repr``."""
+    if not isinstance(text, str):
+        text = repr(text)
     if not isinstance(url, str) or not url:
         return text
     text = text.replace(url, redact_url(url))
     forms: set[str] = set()
     for secret in _secrets(url):
         for plain in (secret, unquote(secret), unquote_plus(secret), _unescape(secret)):
-            forms.update((plain, quote(plain, safe=""), quote_plus(plain, safe="")))
+            forms.add(plain)
+            forms.add(quote(plain, safe="", errors="surrogatepass"))
+            forms.add(quote_plus(plain, safe="", errors="surrogatepass"))
     for form in sorted(forms, key=len, reverse=True):  # longest first: no partial leftovers
         if form:
             text = text.replace(form, REDACTED)

@@ -271,6 +271,16 @@ PLAIN_CALLS: dict[str, tuple[Callable[..., Any], st.SearchStrategy[dict[str, Any
         fencedlease.owner_fingerprint,
         st.fixed_dictionaries({"owner_token": st.one_of(KEY, JUNK)}),
     ),
+    "redact_url": (fencedlease.redact_url, st.fixed_dictionaries({"url": st.one_of(KEY, JUNK)})),
+    "redact_text": (
+        fencedlease.redact_text,
+        st.fixed_dictionaries(
+            {
+                "text": st.one_of(KEY, JUNK),
+                "url": st.one_of(st.just("redis://:\ud800@h"), KEY, JUNK),
+            }
+        ),
+    ),
     "SqliteBackend": (
         SqliteBackend,
         _calls({"path": st.just(":memory:"), "prefix": st.just("p"),
