@@ -95,3 +95,30 @@ def test_close_awaited_inside_a_hold_body_completes(
     assert outcome == "LeaseLostError"
     assert left_open == 0
     assert redis_client.exists("bin:{k}") == 0
+
+
+def test_close_inside_a_hold_body_is_done_when_the_block_ends(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """The hold block that awaited close() ends only once close()'s teardown has: a program
+    that returns right after (asyncio.run cancels what is left) still closes its client."""
+
+    def probe_connections() -> int:
+        return sum(1 for c in redis_client.client_list() if c.get("name") == "bk-return")
+
+    async def main() -> str:
+        leases = AsyncLeaseManager.from_url(redis_url, prefix="bre", client_name="bk-return")
+        try:
+            async with leases.hold("k", ttl_ms=30_000):
+                await leases.close()
+        except BaseException as exc:
+            assert leases._close_task is not None and leases._close_task.done()
+            return type(exc).__name__
+        return "no error"
+
+    assert asyncio.run(main()) == "LeaseLostError"
+    give_up = time.monotonic() + 30  # the server drops a closed connection a moment later
+    while probe_connections():
+        assert time.monotonic() < give_up, "the manager's connection stayed open"
+        time.sleep(0.005)
+    assert redis_client.exists("bre:{k}") == 0

@@ -170,6 +170,7 @@ class AsyncLeaseManager:
         self._forked = False
         self._close_done: asyncio.Event | None = None
         self._close_task: asyncio.Task[None] | None = None
+        self._close_caller: asyncio.Task[Any] | None = None  # the task that called close()
         _fork.register(self)
 
     @classmethod
@@ -241,6 +242,7 @@ class AsyncLeaseManager:
             self._teardown(bound_ms, done), name="fencedlease-close"
         )
         self._close_task = teardown
+        self._close_caller = asyncio.current_task()
         teardown.add_done_callback(_retrieve)  # a caller cancelled meanwhile never sees it
         await asyncio.shield(teardown)
 
@@ -288,6 +290,7 @@ class AsyncLeaseManager:
         self._closed = True
         self._close_done = None
         self._close_task = None
+        self._close_caller = None
         self._holds = set()
         self._chores = set()
         self._renewer._after_fork_in_child()
@@ -705,6 +708,11 @@ class _Hold(AbstractAsyncContextManager[AsyncLease]):
                 await manager._release_shielded(lease)
             except BackendError as error:
                 release_error = error
+        teardown = manager._close_task
+        if teardown is not None and manager._close_caller is task and not teardown.done():
+            # close() was awaited in this body and cancelled with it: the block ends once the
+            # teardown has (a program that returns right after would cancel it half-way).
+            await asyncio.wait({teardown})
         outcome = hold_outcome(lease, body_failed, release_error)
         if outcome is None:
             return
