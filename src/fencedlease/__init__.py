@@ -19,10 +19,9 @@ from ._errors import (
     StaleTokenError,
     ValidationError,
 )
-from ._fencing import FencedResource
+from ._fencing import FencedResource, owner_fingerprint
 from ._lease import AcquireResult, Lease, LeaseInfo, LeaseOutcome
 from ._manager import LeaseManager
-from ._protocol import owner_fingerprint
 from ._redis.keys import RedisKeys, redis_keys
 from ._redis_backend import RedisBackend
 from ._urls import redact_text, redact_url

@@ -31,6 +31,7 @@ from ._redis.keys import control_channel, handoff_channel
 from ._redis.replies import text
 from ._redis.scripts import ENQUEUE, run_script
 from ._renewer import shutdown_pool
+from ._threads import DaemonThreadPool
 
 __all__ = ["Handoff"]
 
@@ -53,7 +54,7 @@ class Handoff(HandoffBase[redis.Redis]):
     def _reset(self) -> None:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._io: concurrent.futures.ThreadPoolExecutor | None = None
+        self._io: DaemonThreadPool | None = None
 
     @property
     def listening(self) -> bool:
@@ -125,9 +126,7 @@ class Handoff(HandoffBase[redis.Redis]):
     def _submit(self, fn: Callable[..., T], *args: Any) -> concurrent.futures.Future[T]:
         with self._lock:
             if self._io is None:
-                self._io = concurrent.futures.ThreadPoolExecutor(
-                    4, thread_name_prefix="fencedlease-handoff-io"
-                )
+                self._io = DaemonThreadPool(4, thread_name_prefix="fencedlease-handoff-io")
             return self._io.submit(fn, *args)
 
     def _poke(self) -> None:

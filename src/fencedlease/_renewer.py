@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import TypeVar
 
@@ -25,6 +25,7 @@ from ._backend import LeaseBackend
 from ._core import Clock, LeaseState, LossReason, RenewalEntry, RenewalSchedule, renewal_items
 from ._decisions import apply_batch, call_renew_error_hooks
 from ._errors import BackendError, ManagerClosedError
+from ._threads import DaemonThreadPool
 
 __all__ = ["BoundedCalls", "Renewer", "shutdown_pool"]
 
@@ -35,7 +36,7 @@ _BatchResult = tuple[float, float, list[int | BaseException]]
 T = TypeVar("T")
 
 
-def shutdown_pool(pool: ThreadPoolExecutor | None, until: float | None) -> None:
+def shutdown_pool(pool: DaemonThreadPool | None, until: float | None) -> None:
     """Stop ``pool`` once the calls submitted so far have run, and join its threads until the
     monotonic instant ``until`` at most (None: no bound). A thread blocked on a hung store is left
     to end at the client's socket timeout; its late reply changes nothing that matters (a renewal
@@ -43,42 +44,30 @@ def shutdown_pool(pool: ThreadPoolExecutor | None, until: float | None) -> None:
     if pool is None:
         return
     pool.shutdown(wait=False)
-    for thread in list(getattr(pool, "_threads", ())):
+    for thread in list(pool._threads):
         thread.join(None if until is None else max(0.0, until - time.monotonic()))
 
 
 class BoundedCalls:
-    """Store calls run on a few worker threads (named ``<name>``), so that the caller waits for
-    each at most a bound: a hung store (a paused Redis, a black-holed connection) cannot hold it
-    past that, whatever the client's socket timeout. Started on the first call."""
+    """Store calls run on a few worker threads (named ``<name>_<n>``), so that the caller waits
+    for each at most a bound: a hung store (a paused Redis, a black-holed connection) cannot hold
+    it past that, whatever the client's socket timeout. Started on the first call. The workers
+    are daemon threads (:class:`~fencedlease._threads.DaemonThreadPool`): one still blocked on a
+    hung store with no socket timeout never keeps the process from exiting."""
 
     def __init__(self, name: str, workers: int = 8) -> None:
         self._name = name
         self._workers = workers
         self._lock = threading.Lock()
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: DaemonThreadPool | None = None
 
     def submit(self, fn: Callable[[], T]) -> Future[T]:
-        """Start ``fn()`` on a worker; its future. While the interpreter exits (``close()`` in an
-        atexit handler), when executors take no new work, on a daemon thread of its own."""
+        """Start ``fn()`` on a worker; its future. Works while the interpreter exits too
+        (``close()`` in an atexit handler): the pool is the library's own."""
         with self._lock:
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix=self._name)
-            try:
-                return self._pool.submit(fn)
-            except RuntimeError:  # "cannot schedule new futures after (interpreter) shutdown"
-                pass
-        future: Future[T] = Future()
-
-        def run() -> None:
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(fn())
-                except BaseException as exc:
-                    future.set_exception(exc)
-
-        threading.Thread(target=run, name=self._name, daemon=True).start()
-        return future
+                self._pool = DaemonThreadPool(self._workers, thread_name_prefix=self._name)
+            return self._pool.submit(fn)
 
     def run(
         self,
@@ -136,10 +125,10 @@ class Renewer:
         self._cond = threading.Condition()
         self._schedule = RenewalSchedule()
         self._thread: threading.Thread | None = None
-        self._io: ThreadPoolExecutor | None = None
+        self._io: DaemonThreadPool | None = None
         # Clean-up releases go to a thread of their own: waiting for a connection of the caller's
         # (blocking) pool, they must not hold the renewals back.
-        self._cleanup: ThreadPoolExecutor | None = None
+        self._cleanup: DaemonThreadPool | None = None
         self._in_flight: list[RenewalEntry] | None = None
         self._done: Future[_BatchResult] | None = None
         self._closed = False
@@ -170,9 +159,9 @@ class Renewer:
             self._cond.notify()
         return entry
 
-    def _start_io(self) -> ThreadPoolExecutor:
+    def _start_io(self) -> DaemonThreadPool:
         if self._io is None:
-            self._io = ThreadPoolExecutor(1, thread_name_prefix="fencedlease-renew-io")
+            self._io = DaemonThreadPool(1, thread_name_prefix="fencedlease-renew-io")
         return self._io
 
     def _deadline_moved(self, entry: RenewalEntry) -> None:
@@ -194,7 +183,7 @@ class Renewer:
             if self._closed:
                 return
             if self._cleanup is None:
-                self._cleanup = ThreadPoolExecutor(1, thread_name_prefix="fencedlease-cleanup")
+                self._cleanup = DaemonThreadPool(1, thread_name_prefix="fencedlease-cleanup")
             future = self._cleanup.submit(self._backend.release, key, owner_token)
         future.add_done_callback(_log_cleanup_failure)
 

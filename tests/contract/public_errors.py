@@ -10,12 +10,21 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import redis.connection
 from hypothesis import strategies as st
 
+import fencedlease
 from fencedlease import FencedLeaseError, LeaseManager
 from fencedlease._core import SYSTEM_CLOCK
+from fencedlease._urls import _redis_parameters
 from fencedlease.aio import AsyncLeaseManager
-from fencedlease.backends import AsyncMemoryBackend, MemoryBackend
+from fencedlease.aio._redis_backend import AsyncRedisBackend
+from fencedlease.backends import (
+    AsyncMemoryBackend,
+    AsyncSqliteBackend,
+    MemoryBackend,
+    SqliteBackend,
+)
 
 _ZONES = st.sampled_from(
     [
@@ -254,3 +263,76 @@ def call_async(
             pass
 
     asyncio.run(run())
+
+
+#: Module-level entry points and backend constructors: name -> (the callable, its arguments).
+PLAIN_CALLS: dict[str, tuple[Callable[..., Any], st.SearchStrategy[dict[str, Any]]]] = {
+    "owner_fingerprint": (
+        fencedlease.owner_fingerprint,
+        st.fixed_dictionaries({"owner_token": st.one_of(KEY, JUNK)}),
+    ),
+    "redact_url": (fencedlease.redact_url, st.fixed_dictionaries({"url": st.one_of(KEY, JUNK)})),
+    "redact_text": (
+        fencedlease.redact_text,
+        st.fixed_dictionaries(
+            {
+                "text": st.one_of(KEY, JUNK),
+                "url": st.one_of(st.just("redis://:\ud800@h"), KEY, JUNK),
+            }
+        ),
+    ),
+    "SqliteBackend": (
+        SqliteBackend,
+        _calls({"path": st.just(":memory:"), "prefix": st.just("p"),
+                "busy_timeout_ms": MS, "clock": st.just(SYSTEM_CLOCK)}),
+    ),
+    "AsyncSqliteBackend": (
+        AsyncSqliteBackend,
+        _calls({"path": st.just(":memory:"), "prefix": st.just("p"),
+                "busy_timeout_ms": MS, "clock": st.just(SYSTEM_CLOCK)}),
+    ),
+    "MemoryBackend": (MemoryBackend, _calls({"clock": st.just(SYSTEM_CLOCK)})),
+    "AsyncMemoryBackend": (AsyncMemoryBackend, _calls({"clock": st.just(SYSTEM_CLOCK)})),
+    "RedisBackend": (
+        fencedlease.RedisBackend,
+        _calls({"client": st.just(None), "prefix": st.just("p")}),
+    ),
+    "AsyncRedisBackend": (
+        AsyncRedisBackend,
+        _calls({"client": st.just(None), "prefix": st.just("p")}),
+    ),
+}  # fmt: skip
+
+
+def call_plain(name: str, kw: dict[str, Any]) -> None:
+    """Call ``PLAIN_CALLS[name]`` with ``kw`` (closing what it made); a library error is fine."""
+    fn, _ = PLAIN_CALLS[name]
+    try:
+        made = fn(**kw)
+    except FencedLeaseError:
+        return
+    close = getattr(made, "close", None)
+    if close is not None:
+        result = close()
+        if asyncio.iscoroutine(result):
+            asyncio.run(result)
+
+
+#: Every name a Redis URL's query could carry that redis-py knows of (its URL parsers, every
+#: parameter of its clients, pools and connections), and an unknown one.
+_URL_OPTION_NAMES = sorted(
+    {*redis.connection.URL_QUERY_ARGUMENT_PARSERS, *_redis_parameters(), "colour"}
+)
+#: A Redis URL query: one to three of those options with short values of any printable kind.
+REDIS_URL_QUERIES: st.SearchStrategy[str] = st.lists(
+    st.tuples(
+        st.sampled_from(_URL_OPTION_NAMES),
+        st.one_of(
+            st.sampled_from(["1", "0", "x", "true", "false", "none", "-1", "1.5", "utf-8"]),
+            st.text(st.characters(min_codepoint=33, max_codepoint=126, exclude_characters="&#"),
+                     min_size=1, max_size=6),
+        ),
+    ),
+    min_size=1,
+    max_size=3,
+).map(lambda pairs: "&".join(f"{name}={value}" for name, value in pairs))  # fmt: skip

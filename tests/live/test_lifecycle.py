@@ -798,3 +798,98 @@ def test_fork_while_another_thread_holds_the_managers_locks(redis_url: str) -> N
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"code": 0, "alive": True}
+
+
+# A child process: holds "k" (and has the hand-off listener running) on a client with redis-py's
+# default of no socket timeout, prints "ready", waits for a line on stdin (the parent pauses Redis
+# first), then ends the hold, closes the manager and returns: the interpreter must exit although
+# the library's threads are still blocked on the hung server.
+_HUNG_EXIT_CHILD = """
+import asyncio, sys, threading
+import redis, redis.asyncio
+import fencedlease
+from fencedlease import LeaseManager
+from fencedlease.aio import AsyncLeaseManager
+
+URL, FACE, TTL_MS = sys.argv[1], sys.argv[2], int(sys.argv[3])
+
+
+def sync() -> None:
+    manager = LeaseManager(redis.Redis.from_url(URL), prefix="hx")
+    held = manager.acquire("busy", ttl_ms=60_000).lease
+    threading.Timer(0.1, held.release).start()
+    got = manager.acquire("busy", ttl_ms=60_000, wait_ms=10_000).lease  # starts the listener
+    got.release()
+    try:
+        with manager.hold("k", ttl_ms=TTL_MS):
+            print("ready", flush=True)
+            sys.stdin.readline()
+    except fencedlease.FencedLeaseError as exc:
+        print("hold:", type(exc).__name__, flush=True)
+    manager.close()
+
+
+async def asyncio_face() -> None:
+    manager = AsyncLeaseManager(redis.asyncio.Redis.from_url(URL), prefix="hx")
+    loop = asyncio.get_running_loop()
+    try:
+        async with manager.hold("k", ttl_ms=TTL_MS):
+            print("ready", flush=True)
+            await loop.run_in_executor(None, sys.stdin.readline)
+    except fencedlease.FencedLeaseError as exc:
+        print("hold:", type(exc).__name__, flush=True)
+    await manager.close()
+
+
+if FACE == "sync":
+    sync()
+else:
+    asyncio.run(asyncio_face())
+print("returned", flush=True)
+"""
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_a_hung_redis_without_socket_timeout_never_blocks_process_exit(
+    own_redis: RedisServer, face: str
+) -> None:
+    """A stopped Redis (SIGSTOP) and a client with no socket timeout (redis-py's default): the
+    hold ends, close() returns, and the process exits, within a bound derived from the TTL. The
+    library's threads (the release calls, the renewer's I/O, the hand-off listener and its
+    queueing pool) are daemons, so the ones still blocked on the hung socket never keep the
+    interpreter from exiting."""
+    ttl_ms = 1_000
+    child = subprocess.Popen(
+        [sys.executable, "-c", _HUNG_EXIT_CHILD, own_redis.url, face, str(ttl_ms)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline() == "ready\n"
+        own_redis.pause()
+        started = time.monotonic()
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        # The hold ends at most at the TTL, the release waits a bounded time below it, close()
+        # is bounded likewise: three TTLs and scheduling slack; then the interpreter exits.
+        bound_s = 3 * ttl_ms / 1000 + SLACK_S
+        lines = [child.stdout.readline() for _ in range(2)]
+        returned = time.monotonic()
+        try:
+            out, err = child.communicate(timeout=bound_s + 10)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the {face} process did not exit with the store hung")
+        exited = time.monotonic()
+    finally:
+        own_redis.resume()
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 0, err
+    assert lines == ["hold: BackendError\n" if face == "sync" else lines[0], "returned\n"], lines
+    assert out == ""
+    assert returned - started < bound_s, lines
+    assert exited - returned < SLACK_S

@@ -15,7 +15,7 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contract.public_errors import CALLS, REDIS_OPTIONS, call_async, call_sync
+from contract.public_errors import CALLS, REDIS_OPTIONS, REDIS_URL_QUERIES, call_async, call_sync
 from fencedlease import BackendError, LeaseManager, ValidationError
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.lab.servers.redis import RedisServer
@@ -69,6 +69,33 @@ def test_redis_options_raise_only_library_errors_at_from_url_or_first_command(
             AsyncLeaseManager.from_url, redis_url, prefix=prefix, **options
         )
         call_async(async_factory, "acquire", dict(kw))
+
+    run()
+
+
+def test_redis_url_options_raise_only_library_errors_on_redis(redis_url: str) -> None:
+    """Any option redis-py knows of (or not) with a short value in the URL of a real Redis:
+    refused by from_url (an option redis-py would keep as a string where it takes an object is
+    named), or the first acquire works or fails as BackendError, on both faces."""
+    prefix = f"fuzz-{uuid.uuid4().hex[:8]}"
+    joiner = "&" if "?" in redis_url else "?"
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(REDIS_URL_QUERIES)
+    def run(query: str) -> None:
+        kw = {"key": "k", "ttl_ms": 1_000, "wait_ms": 0, "retry_delay_ms": 1}
+        url = f"{redis_url}{joiner}{query}"
+        options: dict[str, Any] = {"socket_timeout": 5, "socket_connect_timeout": 5}
+        call_sync(
+            functools.partial(LeaseManager.from_url, url, prefix=prefix, **options),
+            "acquire",
+            dict(kw),
+        )
+        call_async(
+            functools.partial(AsyncLeaseManager.from_url, url, prefix=prefix, **options),
+            "acquire",
+            dict(kw),
+        )
 
     run()
 

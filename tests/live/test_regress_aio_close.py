@@ -59,3 +59,66 @@ def test_close_during_a_waiting_acquire_leaves_no_connection(
         f"{left_open} connection(s) of the client the closed manager made are still open"
         f" (the waiting acquire ended with {outcome!r})"
     )
+
+
+@pytest.mark.parametrize("again", [False, True], ids=["once", "then-again"])
+def test_close_awaited_inside_a_hold_body_completes(
+    redis_url: str, redis_client: redis.Redis, again: bool
+) -> None:
+    """close() awaited inside a hold body cancels that body (its lease is marked lost), but its
+    own teardown is shielded and runs to the end: the lease is released, the client the manager
+    made is closed (no connection of it left) and a later close() returns at once."""
+
+    def probe_connections() -> int:
+        return sum(1 for c in redis_client.client_list() if c.get("name") == "bk-inside")
+
+    async def main() -> tuple[str, int]:
+        leases = AsyncLeaseManager.from_url(redis_url, prefix="bin", client_name="bk-inside")
+        outcome = "no error"
+        try:
+            async with leases.hold("k", ttl_ms=30_000):
+                assert probe_connections() == 1
+                await leases.close()
+        except BaseException as exc:
+            outcome = type(exc).__name__
+        if again:
+            await leases.close()  # waits for the teardown if it still runs
+        else:
+            await asyncio.shield(leases._close_task)  # type: ignore[arg-type]
+        give_up = time.monotonic() + 30  # the server drops a closed connection a moment later
+        while probe_connections():
+            assert time.monotonic() < give_up, "the manager's connection stayed open"
+            await asyncio.sleep(0.005)
+        return outcome, probe_connections()
+
+    outcome, left_open = asyncio.run(main())
+    assert outcome == "LeaseLostError"
+    assert left_open == 0
+    assert redis_client.exists("bin:{k}") == 0
+
+
+def test_close_inside_a_hold_body_is_done_when_the_block_ends(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """The hold block that awaited close() ends only once close()'s teardown has: a program
+    that returns right after (asyncio.run cancels what is left) still closes its client."""
+
+    def probe_connections() -> int:
+        return sum(1 for c in redis_client.client_list() if c.get("name") == "bk-return")
+
+    async def main() -> str:
+        leases = AsyncLeaseManager.from_url(redis_url, prefix="bre", client_name="bk-return")
+        try:
+            async with leases.hold("k", ttl_ms=30_000):
+                await leases.close()
+        except BaseException as exc:
+            assert leases._close_task is not None and leases._close_task.done()
+            return type(exc).__name__
+        return "no error"
+
+    assert asyncio.run(main()) == "LeaseLostError"
+    give_up = time.monotonic() + 30  # the server drops a closed connection a moment later
+    while probe_connections():
+        assert time.monotonic() < give_up, "the manager's connection stayed open"
+        time.sleep(0.005)
+    assert redis_client.exists("bre:{k}") == 0

@@ -257,21 +257,98 @@ def test_a_hand_off_issues_exact_tokens_and_refuses_a_spent_counter(
     assert_no_key_without_ttl(admin)
 
 
+# Waiter details release.lua must drop: "{d}" is a live deadline a minute ahead. Every field is
+# checked before the SET (a 0 or huge PX would fail it after the INCR and the ZPOPMIN).
+_BAD_DETAILS = [
+    "not:a:deadline",
+    "{d}:0:0",
+    "{d}:-5:0",
+    "{d}:2147483648:0",
+    "{d}:99999999999999999999999:0",
+    "{d}:99999999999999999999999:99999999999999999999999",
+    "{d}:5000:99999999999999999999999",
+    "{d}:5000:2147483648",
+    "99999999999999999999999:5000:0",
+    "0:5000:0",
+    "{d}:1.5:0",
+    "{d}.5:5000:0",
+    "{d}:5000:0.5",
+    "{d}:1e3:0",
+    "{d}::0",
+    "{d}:5000:",
+    ":5000:0",
+    "",
+    "{d}:5000:0:7",
+]
+
+
+@pytest.mark.parametrize("details", _BAD_DETAILS)
 @pytest.mark.parametrize("face", FACES)
 def test_a_malformed_waiter_entry_is_dropped_like_a_dead_one(
-    redis_url: str, admin: redis.Redis, face: str
+    redis_url: str, admin: redis.Redis, face: str, details: str
 ) -> None:
-    """Waiter details that do not parse cannot fail the release half-way: that waiter is
-    skipped, the next live one gets the lease."""
+    """Waiter details that do not parse, or whose numbers are out of bounds (a ttl of 0, a
+    negative, huge or fractional field, an empty one), cannot fail the release half-way: that
+    waiter is skipped, the next live one gets the lease with the exact next token."""
+    seconds, micros = admin.time()
+    deadline = seconds * 1000 + micros // 1000 + 60_000
     admin.set(COUNTER, 5)
     admin.set(LEASE, f"5:{OWNER}", px=60_000)
     admin.zadd(WAITERS, {"garbled": 1})
-    admin.hset(META, "garbled", "not:a:deadline")
+    admin.hset(META, "garbled", details.format(d=deadline))
     _waiter_details(admin, OTHER)
     assert call(face, redis_url, "release", KEY, OWNER) is True
     assert admin.get(LEASE) == f"6:{OTHER}".encode() and admin.get(COUNTER) == b"6"
     assert admin.exists(WAITERS, META) == 0
     assert_no_key_without_ttl(admin)
+
+
+@pytest.mark.parametrize("details", _BAD_DETAILS)
+def test_a_malformed_entry_of_the_only_waiter_frees_the_key(
+    redis_url: str, admin: redis.Redis, details: str
+) -> None:
+    """With no live waiter behind it, the malformed entry is dropped and the key deleted: no
+    token spent, the holder's release succeeds."""
+    seconds, micros = admin.time()
+    deadline = seconds * 1000 + micros // 1000 + 60_000
+    admin.set(COUNTER, 5)
+    admin.set(LEASE, f"5:{OWNER}", px=60_000)
+    admin.zadd(WAITERS, {"garbled": 1})
+    admin.hset(META, "garbled", details.format(d=deadline))
+    assert call("sync", redis_url, "release", KEY, OWNER) is True
+    assert admin.get(COUNTER) == b"5"
+    assert admin.exists(LEASE, WAITERS, META) == 0
+
+
+@pytest.mark.parametrize("ttl", ["1e3", "1.0", "0", "-1", "2147483648", "99999999999999999999", ""])
+def test_a_ttl_argument_set_px_would_refuse_is_refused_before_any_write(
+    admin: redis.Redis, ttl: str
+) -> None:
+    """acquire.lua, renew.lua, renew_many.lua and enqueue.lua check the numbers they pass to
+    SET PX / PEXPIRE / the details entry as decimal integers in bounds before any write ('1e3'
+    is a number to Lua but not to SET, which would fail after the INCR)."""
+    from fencedlease._redis.scripts import ACQUIRE, ENQUEUE, RENEW, RENEW_MANY
+
+    with pytest.raises(redis.ResponseError, match="ttl_ms must be a positive integer"):
+        admin.eval(ACQUIRE.source, 4, LEASE, COUNTER, WAITERS, META, OWNER, ttl)
+    assert admin.exists(LEASE, COUNTER, WAITERS, META) == 0
+    admin.set(LEASE, f"5:{OWNER}", px=60_000)
+    with pytest.raises(redis.ResponseError, match="ttl_ms must be a positive integer"):
+        admin.eval(RENEW.source, 1, LEASE, OWNER, ttl)
+    other = BASE + "x"
+    admin.set(other, f"5:{OWNER}", px=60_000)
+    assert admin.eval(RENEW_MANY.source, 2, other, LEASE, OWNER, "90000", OWNER, ttl) == [
+        b"5",
+        -1,
+    ]
+    assert 60_000 < admin.pttl(other) <= 90_000 and admin.pttl(LEASE) <= 60_000
+    admin.set(LEASE, f"5:{OTHER}", px=60_000)
+    for slot, args in enumerate(((ttl, "5000", "0"), ("1000", ttl, "0"), ("1000", "5000", ttl))):
+        if ttl == "0" and slot != 1:
+            continue  # a 0 wait or grace is in bounds
+        with pytest.raises(redis.ResponseError, match="fencedlease enqueue: ARGV"):
+            admin.eval(ENQUEUE.source, 3, LEASE, WAITERS, META, OWNER, *args)
+        assert admin.exists(WAITERS, META) == 0
 
 
 def test_managers_hold_exact_tokens_near_2_63(redis_url: str, admin: redis.Redis) -> None:

@@ -7,6 +7,7 @@ import asyncio
 import os
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import quote, quote_plus
 
 import pytest
 from hypothesis import assume, given, settings
@@ -353,3 +354,100 @@ def test_a_redis_endpoint_prints_without_its_password() -> None:
     assert endpoint.display_url == "redis://user:***@db.example:6379/0"
     assert "s3cret" not in repr(endpoint)
     assert endpoint.url == "redis://user:s3cret@db.example:6379/0"
+
+
+# -- secrets in every form a URL or a libpq DSN can carry them ------------------------------------
+
+#: Passwords of any printable character: spaces, both quotes, backslashes, ; @ / % & = # + and
+#: non-ASCII letters.
+PASSWORDS = st.text(
+    st.one_of(
+        st.characters(min_codepoint=32, max_codepoint=126),
+        st.sampled_from(["é", "€", "\u00a0", "日"]),
+    ),
+    min_size=1,
+    max_size=16,
+)
+DSN_EQUALS = st.sampled_from(["=", " = ", "= ", " =", "  =\t"])
+
+
+def _libpq_quoted(password: str) -> str:
+    """``password`` as a single-quoted libpq value (backslash and quote escaped)."""
+    return "'" + password.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+@pytest.mark.parametrize(
+    ("dsn", "shown"),
+    [
+        ("host=db password = hunter2 user=x", "host=db password = *** user=x"),
+        ("host=db password='s3cr3t word' user=x", "host=db password=*** user=x"),
+        ("host=db password='it\\'s a \\\\ secret' user=x", "host=db password=*** user=x"),
+        ("host=db password=ab;cd user=x", "host=db password=*** user=x"),
+        ("host=db password=ab\\ cd user=x", "host=db password=*** user=x"),
+        ("host=db sslpassword = 'k p' sslmode=on", "host=db sslpassword = *** sslmode=on"),
+        ('host=db PASSWORD="hunter2 x" user=x', "host=db PASSWORD=*** user=x"),
+        ("host=db password='unclosed user=x", "host=db password=***"),
+        ("redis://h/0?password=a;b c&db=1", "redis://h/0?password=***&db=1"),
+        ("postgresql:///db?host=/tmp&password=hunter2%26x", "postgresql:///db?host=/tmp&password=***"),
+    ],
+)  # fmt: skip
+def test_redact_url_knows_every_libpq_dsn_form(dsn: str, shown: str) -> None:
+    """libpq's key = value syntax: spaces around =, single quotes with backslash escapes, an
+    unquoted value up to the next whitespace (a ; and an escaped space are part of it)."""
+    assert redact_url(dsn) == shown
+
+
+@settings(max_examples=300, deadline=None)
+@given(password=PASSWORDS, equals=DSN_EQUALS, quoted=st.booleans())
+def test_a_dsn_password_is_always_redacted_exactly(
+    password: str, equals: str, quoted: bool
+) -> None:
+    """Any password in a libpq DSN, quoted or (when libpq allows) not: exactly its value is
+    replaced, the other fields kept."""
+    bare_ok = not any(c.isspace() for c in password) and password[0] not in "'\""
+    value = password.replace("\\", "\\\\") if bare_ok and not quoted else _libpq_quoted(password)
+    dsn = f"host=db port=5432 password{equals}{value} user=x dbname=d"
+    assert redact_url(dsn) == f"host=db port=5432 password{equals}*** user=x dbname=d"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    password=PASSWORDS,
+    scheme=st.sampled_from(["redis", "rediss", "postgresql"]),
+    encode=st.sampled_from([quote, quote_plus]),
+)
+def test_a_url_password_is_always_redacted_exactly(
+    password: str, scheme: str, encode: Callable[..., str]
+) -> None:
+    """Any password, percent-encoded in the userinfo or in a ?password= query option: exactly
+    it is replaced."""
+    secret = encode(password, safe="")
+    assert (
+        redact_url(f"{scheme}://user:{secret}@host.example:6379/0")
+        == f"{scheme}://user:***@host.example:6379/0"
+    )
+    assert (
+        redact_url(f"{scheme}://host.example/0?db=1&password={secret}&ssl_cert_reqs=none")
+        == f"{scheme}://host.example/0?db=1&password=***&ssl_cert_reqs=none"
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(password=PASSWORDS, form=st.sampled_from(["userinfo", "query", "dsn"]))
+def test_redact_text_never_shows_a_password(password: str, form: str) -> None:
+    """A message that echoes the URL (or DSN), the password raw, percent-encoded or quoted:
+    none of them is left in redact_text's output."""
+    assume("*" not in password)  # "***" itself would hold it
+    if form == "userinfo":
+        url = f"redis://user:{quote(password, safe='')}@host.example:6379/0"
+    elif form == "query":
+        url = f"redis://host.example:6379/0?password={quote(password, safe='')}"
+    else:
+        url = f"host=db password={_libpq_quoted(password)} user=x"
+    message = (
+        f"cannot connect to {url}: auth {password} refused"
+        f" ({quote(password, safe='')}, {_libpq_quoted(password)})"
+    )
+    shown = redact_text(message, url)
+    assert password not in shown
+    assert quote(password, safe="") not in shown

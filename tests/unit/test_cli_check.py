@@ -316,3 +316,28 @@ def test_an_unreachable_redis_is_a_run_that_could_not_be_done(tmp_path: Path) ->
     )
     assert "s3cret" not in result.output
     assert not (out / "report.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("dsn", "shown"),
+    [
+        ("host=db user=app password = hunter5zz", "host=db user=app password = ***"),
+        ("host=db password='hunter6 zz' dbname=d", "host=db password=*** dbname=d"),
+        ("host=db password='a\\'b c' dbname=d", "host=db password=*** dbname=d"),
+    ],
+)
+def test_report_json_redacts_a_libpq_dsn_in_every_form(
+    tmp_path: Path, dsn: str, shown: str
+) -> None:
+    """A key=value DSN given as --resource-url: its password, with spaces around = or quoted
+    with spaces and escapes, never reaches report.json."""
+    config = CheckConfig(resource_url=dsn, out_dir=tmp_path)
+    result = CheckResult(
+        config, check_history([], _params()), tmp_path, tmp_path / "h", tmp_path / "r", None, (),
+        1, "external", None,
+    )  # fmt: skip
+    path = tmp_path / "report.json"
+    write_report_json(path, result)
+    text = path.read_text("utf-8")
+    assert "hunter" not in text and "zz" not in text and "b c" not in text
+    assert json.loads(text)["config"]["resource_url"] == shown

@@ -16,7 +16,14 @@ import redis.asyncio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contract.public_errors import CALLS, call_async, call_sync
+from contract.public_errors import (
+    CALLS,
+    PLAIN_CALLS,
+    REDIS_URL_QUERIES,
+    call_async,
+    call_plain,
+    call_sync,
+)
 from fencedlease import LeaseManager, ValidationError
 from fencedlease._validate import MAX_MS, ArgumentTypeError
 from fencedlease.aio import AsyncLeaseManager
@@ -345,3 +352,73 @@ def test_async_manager_takes_a_backend_whose_methods_return_awaitables() -> None
             return result.lease.fencing_token
 
     assert asyncio.run(run()) == 1
+
+
+@pytest.mark.parametrize("name", sorted(PLAIN_CALLS))
+def test_plain_entry_points_raise_only_library_errors(name: str) -> None:
+    """owner_fingerprint and the backend constructors, every argument fuzzed."""
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.data())
+    def run(data: st.DataObject) -> None:
+        call_plain(name, data.draw(PLAIN_CALLS[name][1]))
+
+    run()
+
+
+def test_redis_url_options_raise_only_library_errors() -> None:
+    """Any option redis-py knows of (or not), with any short value, in a Redis URL: refused by
+    from_url, or the first acquire fails as BackendError (nothing listens on port 1); never an
+    AttributeError/TypeError from inside redis-py, on both faces."""
+    kw = {"key": "k", "ttl_ms": 1_000, "wait_ms": 0, "retry_delay_ms": 1}
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(REDIS_URL_QUERIES)
+    def run(query: str) -> None:
+        url = f"redis://127.0.0.1:1/0?{query}"
+        options: dict[str, Any] = {
+            "socket_connect_timeout": 1
+        }  # a URL's own value of it is dropped: in bounds
+        call_sync(functools.partial(LeaseManager.from_url, url, **options), "acquire", dict(kw))
+        call_async(
+            functools.partial(AsyncLeaseManager.from_url, url, **options), "acquire", dict(kw)
+        )
+
+    run()
+
+
+@pytest.mark.parametrize(
+    "option",
+    ["retry", "connection_class", "credential_provider", "retry_on_error", "redis_connect_func",
+     "event_dispatcher", "socket_type", "decode_responses", "ssl", "port", "cache_config"],
+)  # fmt: skip
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_a_url_option_redis_py_keeps_as_a_string_is_refused_naming_it(
+    option: str, face: str
+) -> None:
+    """redis-py passes these on from a URL as raw strings where it takes an object (or a bool:
+    'false' is truthy): a ValidationError naming the option, the password not shown."""
+    url = f"redis://:hunter2@127.0.0.1:1/0?{option}=1"
+    factory = LeaseManager.from_url if face == "sync" else AsyncLeaseManager.from_url
+    with pytest.raises(ValidationError) as caught:
+        factory(url)
+    assert caught.value.argument == option
+    assert "hunter2" not in str(caught.value)
+    assert f"pass {option}= as a keyword argument" in str(caught.value)
+
+
+@pytest.mark.parametrize("token", [None, 123, b"ab", "", "\ud800"])
+def test_owner_fingerprint_refuses_what_is_no_token(token: object) -> None:
+    import fencedlease
+
+    with pytest.raises(ValidationError) as caught:
+        fencedlease.owner_fingerprint(token)  # type: ignore[arg-type]
+    assert caught.value.argument == "owner_token"
+
+
+@pytest.mark.parametrize("path", ["\ud800", Path("\udcff.db"), "a\ud800b.db"])
+@pytest.mark.parametrize("backend", [SqliteBackend, AsyncSqliteBackend])
+def test_sqlite_backends_refuse_a_path_not_encodable_as_utf8(path: Any, backend: Any) -> None:
+    with pytest.raises(ValidationError, match="encodable as UTF-8") as caught:
+        backend(path)
+    assert caught.value.argument == "path"

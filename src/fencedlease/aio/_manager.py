@@ -94,6 +94,13 @@ _SYNC_BACKENDS: tuple[type, ...] = (MemoryBackend, SqliteBackend, RedisBackend)
 
 log = logging.getLogger("fencedlease.aio")
 
+
+def _retrieve(task: asyncio.Task[None]) -> None:
+    """Mark ``task``'s outcome as seen (its awaiter may have been cancelled meanwhile)."""
+    if not task.cancelled():
+        task.exception()
+
+
 T = TypeVar("T")
 
 
@@ -162,6 +169,8 @@ class AsyncLeaseManager:
         self._closed = False
         self._forked = False
         self._close_done: asyncio.Event | None = None
+        self._close_task: asyncio.Task[None] | None = None
+        self._close_caller: asyncio.Task[Any] | None = None  # the task that called close()
         _fork.register(self)
 
     @classmethod
@@ -211,6 +220,10 @@ class AsyncLeaseManager:
         warning) and its lease lapses at its TTL. Leases taken with :meth:`acquire` are the
         caller's and are left alone.
 
+        The teardown runs as a task of its own, shielded: ``await close()`` inside a
+        :meth:`hold` body is cancelled with that body (its lease is marked lost), yet the
+        releases and the closing of the client still run to the end.
+
         Raises:
             ValidationError: ``timeout_ms`` is not an int in 0..2,147,483,647.
             BackendError: closing the client failed.
@@ -222,6 +235,20 @@ class AsyncLeaseManager:
             return
         self._closed = True
         self._close_done = done = asyncio.Event()
+        # The teardown is a task of its own, shielded: close() awaited inside a hold body is
+        # cancelled when the lease it closes is marked lost, and the teardown must not stop
+        # half-way there (an owned client left open, a second close() doing nothing).
+        teardown = asyncio.get_running_loop().create_task(
+            self._teardown(bound_ms, done), name="fencedlease-close"
+        )
+        self._close_task = teardown
+        self._close_caller = asyncio.current_task()
+        teardown.add_done_callback(_retrieve)  # a caller cancelled meanwhile never sees it
+        await asyncio.shield(teardown)
+
+    async def _teardown(self, bound_ms: int, done: asyncio.Event) -> None:
+        """close()'s work: stop the renewer, release the holds, close the hand-off and the
+        backend; ``done`` is set at the end, whatever happened."""
         loop = asyncio.get_running_loop()
         until = loop.time() + bound_ms / 1000
         try:
@@ -262,6 +289,8 @@ class AsyncLeaseManager:
         self._forked = True
         self._closed = True
         self._close_done = None
+        self._close_task = None
+        self._close_caller = None
         self._holds = set()
         self._chores = set()
         self._renewer._after_fork_in_child()
@@ -683,6 +712,11 @@ class _Hold(AbstractAsyncContextManager[AsyncLease]):
                 await manager._release_shielded(lease)
             except BackendError as error:
                 release_error = error
+        teardown = manager._close_task
+        if teardown is not None and manager._close_caller is task and not teardown.done():
+            # close() was awaited in this body and cancelled with it: the block ends once the
+            # teardown has (a program that returns right after would cancel it half-way).
+            await asyncio.wait({teardown})
         outcome = hold_outcome(lease, body_failed, release_error)
         if outcome is None:
             return

@@ -99,6 +99,12 @@ def _check_path(path: object) -> str:
         )
     if "\x00" in path:  # sqlite3.connect would raise ValueError
         raise ValidationError("path", f"path must not contain a NUL character; got {path!r}")
+    try:
+        path.encode("utf-8")  # sqlite3.connect would raise UnicodeEncodeError
+    except UnicodeEncodeError:
+        raise ValidationError(
+            "path", f"path must be encodable as UTF-8 (no lone surrogate); got {path!r}"
+        ) from None
     return path
 
 

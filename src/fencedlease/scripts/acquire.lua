@@ -12,7 +12,7 @@
 --                                        no INCR here
 --          {0, 0, pttl_ms}               held by another owner; its remaining TTL in milliseconds
 --          an error reply "ERR fencedlease acquire: ...", with nothing written, when ARGV[2] is
---          not a positive integer, a key holds another type (or cannot be read), the lease key
+--          not a decimal integer in 1..2^31-1, a key holds another type (or cannot be read), the lease key
 --          holds a malformed value, or the counter is not an integer in 0..2^63-2 (at 2^63-1 the
 --          next token would not exist).
 -- Tokens travel as decimal strings, never as Lua numbers (doubles, exact only up to 2^53): the
@@ -26,9 +26,12 @@
 -- written), so no later release hands the key to a waiter that is no longer waiting.
 local MAX_TOKEN = '9223372036854775807'
 local owner = ARGV[1]
-local ttl = tonumber(ARGV[2])
-if ttl == nil or ttl < 1 or ttl ~= math.floor(ttl) then
-  return redis.error_reply('ERR fencedlease acquire: ttl_ms must be a positive integer, got ' .. ARGV[2])
+-- ARGV[2] reaches SET PX / PEXPIRE as given: decimal digits only ('1e3' and '1.0' are numbers to
+-- Lua but not to SET, which would fail after the INCR), in 1..2^31-1.
+local ttl = string.find(ARGV[2], '^[1-9]%d*$') and #ARGV[2] <= 10 and tonumber(ARGV[2])
+if not ttl or ttl > 2147483647 then
+  return redis.error_reply('ERR fencedlease acquire: ttl_ms must be a positive integer (at most 2147483647), got '
+                           .. ARGV[2])
 end
 local function refuse(role, key, why)
   return redis.error_reply('ERR fencedlease acquire: the ' .. role .. ' ' .. key .. ' ' .. why)

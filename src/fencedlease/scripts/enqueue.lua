@@ -11,7 +11,8 @@
 --          0 the lease key is free, or already this owner's (handed to it): acquire now; the
 --            waiter is taken out of the queue;
 --          an error reply "ERR fencedlease enqueue: ...", with nothing written, when a key holds
---            another type (or cannot be read) or the lease key a malformed value.
+--            another type (or cannot be read), the lease key a malformed value, or ARGV[2..4]
+--            are not decimal integers in 0..2^31-1 (ttl_ms 1..2^31-1).
 -- Every read and type check comes before the first write, and the writes cannot fail on the
 -- keys' contents (only a command an ACL denies can: the manager then releases with the same
 -- owner token, which takes the waiter out of the queue).
@@ -22,6 +23,21 @@ local MAX_TOKEN = '9223372036854775807'
 local owner = ARGV[1]
 local function refuse(role, key, why)
   return redis.error_reply('ERR fencedlease enqueue: the ' .. role .. ' ' .. key .. ' ' .. why)
+end
+local function bounded(s, low, high)  -- a decimal integer in low..high, or nil
+  if not string.find(s, '^%d+$') or #s > 10 then
+    return nil
+  end
+  local n = tonumber(s)
+  return (n >= low and n <= high) and n or nil
+end
+-- The numbers reach the writes (the details entry release.lua parses, PEXPIRE): checked first.
+local MAX_MS = 2147483647
+for i, low in pairs({[2] = 0, [3] = 1, [4] = 0}) do
+  if not bounded(ARGV[i], low, MAX_MS) then
+    return redis.error_reply('ERR fencedlease enqueue: ARGV[' .. i .. '] must be an integer in '
+                             .. low .. '..2147483647, got ' .. ARGV[i])
+  end
 end
 local current = redis.pcall('GET', KEYS[1])
 if type(current) == 'table' then

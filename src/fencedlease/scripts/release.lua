@@ -11,8 +11,8 @@
 --          an error reply "ERR fencedlease release: ...", with nothing written, when a key holds
 --            another type (or cannot be read), the lease key a malformed value, or, when a
 --            hand-off may follow, the counter is not an integer in 0..2^63-2.
--- Every read and type check comes before the first write; the writes cannot fail on the keys'
--- contents, and the wake-up PUBLISH is a pcall (a channel an ACL denies costs the waiter one poll).
+-- Every read and type check comes before the first write, and every field of a waiter's details
+-- is checked before it reaches the SET; so the writes cannot fail on the keys' contents, and the wake-up PUBLISH is a pcall (a channel an ACL denies costs the waiter one poll).
 -- Hand-off (when nobody waits the release is ZCARD, GET, DEL). Waiters are queued
 -- by enqueue.lua; all four keys share the hash tag, so they live in one Redis Cluster slot. The oldest
 -- waiter whose deadline (Redis TIME) has not passed, and who is not the releasing owner, is granted
@@ -43,6 +43,29 @@ local function read(...)  -- a read that cannot abort the script: its reply, or 
 end
 local function is_token(s)  -- 1..2^63-1 in decimal, no sign, no leading zero
   return string.find(s, '^[1-9]%d*$') ~= nil and (#s < 19 or (#s == 19 and s <= MAX_TOKEN))
+end
+local MAX_MS = 2147483647
+local function bounded(s, low, high)  -- a decimal integer in low..high (at most 15 digits), or nil
+  if not (s and string.find(s, '^%d+$') and #s <= 15) then
+    return nil
+  end
+  local n = tonumber(s)
+  if n < low or n > high then
+    return nil
+  end
+  return n
+end
+-- A waiter's details "<deadline_ms>:<ttl_ms>:<grace_ms>", every field checked before it reaches a
+-- write (a deadline in 1..10^15-1, ttl_ms in 1..2^31-1, grace_ms in 0..2^31-1): the numbers, or
+-- nil for an entry that does not parse (dropped like a dead waiter).
+local function parse_details(info)
+  local d, t, g = string.match(info, '^(%d+):(%d+):(%d+)$')
+  local deadline, ttl_ms, grace_ms = bounded(d, 1, 999999999999999), bounded(t, 1, MAX_MS),
+                                     bounded(g, 0, MAX_MS)
+  if deadline and ttl_ms and grace_ms then
+    return deadline, ttl_ms, grace_ms
+  end
+  return nil
 end
 local waiting, err = read('ZCARD', KEYS[3])
 if err then
@@ -115,16 +138,17 @@ if waiting > 0 then
     local waiter = head[1]
     local info = redis.call('HGET', KEYS[4], waiter)
     redis.call('HDEL', KEYS[4], waiter)
+    local deadline, ttl_ms, grace_ms = nil, nil, nil
     if info and waiter ~= owner then
-      local deadline, ttl_ms, grace_ms = string.match(info, '^(%d+):(%d+):(%d+)$')
-      deadline = deadline and tonumber(deadline)
-      if deadline and deadline > now_ms then  -- a malformed entry is dropped like a dead one
-        local px = math.min(tonumber(ttl_ms), deadline - now_ms + tonumber(grace_ms))
-        redis.call('INCR', KEYS[2])
-        redis.call('SET', KEYS[1], next_token .. ':' .. waiter, 'PX', string.format('%d', px))
-        redis.pcall('PUBLISH', KEYS[1] .. ':handoff', redis.sha1hex(waiter))
-        return 1
-      end
+      deadline, ttl_ms, grace_ms = parse_details(info)
+    end
+    if deadline and deadline > now_ms then  -- a malformed entry is dropped like a dead one
+      -- 1 <= px <= ttl_ms <= 2^31-1: a PX that SET takes, whatever the entry held
+      local px = math.min(ttl_ms, deadline - now_ms + grace_ms)
+      redis.call('INCR', KEYS[2])
+      redis.call('SET', KEYS[1], next_token .. ':' .. waiter, 'PX', string.format('%d', px))
+      redis.pcall('PUBLISH', KEYS[1] .. ':handoff', redis.sha1hex(waiter))
+      return 1
     end
   end
 end

@@ -9,8 +9,9 @@
 -- Never recreates a missing key: PEXPIRE on a missing key does nothing. The token is returned as
 -- stored, never through a Lua number (a double: exact only up to 2^53).
 local MAX_TOKEN = '9223372036854775807'
-local ttl = tonumber(ARGV[2])
-if ttl == nil or ttl <= 0 or ttl ~= math.floor(ttl) then
+-- ARGV[2] reaches PEXPIRE as given: decimal digits only, in 1..2^31-1.
+local ttl = string.find(ARGV[2], '^[1-9]%d*$') and #ARGV[2] <= 10 and tonumber(ARGV[2])
+if not ttl or ttl > 2147483647 then
   return redis.error_reply('ERR fencedlease renew: ttl_ms must be a positive integer, got ' .. ARGV[2])
 end
 local current = redis.pcall('GET', KEYS[1])

@@ -15,8 +15,11 @@
 local MAX_TOKEN = '9223372036854775807'
 local replies = {}
 for i = 1, #KEYS do
-  local owner, ttl = ARGV[2 * i - 1], tonumber(ARGV[2 * i])
-  if ttl == nil or ttl < 1 or ttl ~= math.floor(ttl) then
+  -- the TTL reaches PEXPIRE as given: decimal digits only, in 1..2^31-1 (a '1e3' PEXPIRE would
+  -- fail after the earlier leases' writes)
+  local owner, ttl = ARGV[2 * i - 1], string.find(ARGV[2 * i] or '', '^[1-9]%d*$') and #ARGV[2 * i] <= 10
+                                      and tonumber(ARGV[2 * i])
+  if not ttl or ttl > 2147483647 then
     replies[i] = -1
   else
     local current = redis.pcall('GET', KEYS[i])
