@@ -22,7 +22,16 @@ from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import TypeVar
 
 from ._backend import LeaseBackend
-from ._core import Clock, LeaseState, LossReason, RenewalEntry, RenewalSchedule, renewal_items
+from ._core import (
+    Clock,
+    LeaseState,
+    LossReason,
+    RenewalEntry,
+    RenewalSchedule,
+    SendTime,
+    marking_sends,
+    renewal_items,
+)
 from ._decisions import apply_batch, call_renew_error_hooks
 from ._errors import BackendError, ManagerClosedError
 
@@ -234,9 +243,10 @@ class Renewer:
 
     def _send(self, batch: list[RenewalEntry]) -> _BatchResult:
         items = renewal_items(batch)
-        clock = self._clock
-        sent_mono, sent_wall = clock.monotonic(), clock.time()
-        return sent_mono, sent_wall, self._backend.renew_many(items)
+        sent = SendTime(self._clock)
+        with marking_sends(sent.mark):  # the backend marks the real send (after connecting)
+            replies = self._backend.renew_many(items)
+        return sent.mono, sent.wall, replies
 
     def _on_done(self, future: Future[_BatchResult]) -> None:
         with self._cond:

@@ -42,6 +42,19 @@ def slow_url(redis_ep: RedisEndpoint, redis_client: redis.Redis) -> Iterator[tup
     which is script loading, not renewal timing."""
     for script in (ACQUIRE, RENEW, RENEW_MANY, RELEASE, ENQUEUE):
         assert redis_client.script_load(script.source) == script.sha
+    yield from _proxied(redis_ep)
+
+
+@pytest.fixture
+def cold_url(redis_ep: RedisEndpoint, redis_client: redis.Redis) -> Iterator[tuple[str, Any]]:
+    """:func:`slow_url` with Redis's script cache empty: the first EVALSHA of each script is
+    answered NOSCRIPT, as on a fresh server."""
+    redis_client.script_flush()
+    assert redis_client.script_exists(ACQUIRE.sha, RENEW_MANY.sha, RELEASE.sha) == [False] * 3
+    yield from _proxied(redis_ep)
+
+
+def _proxied(redis_ep: RedisEndpoint) -> Iterator[tuple[str, Any]]:
     parts = urlsplit(redis_ep.url)
     upstream = f"{parts.hostname}:{parts.port or 6379}"
     with toxiproxy_endpoint(sources=("embedded",)) as endpoint:
@@ -125,6 +138,63 @@ def test_slow_round_trip_is_no_loss_asyncio(
     assert released
     assert errors == []
     assert trips >= 4 * TTL_MS // HEARTBEAT_MS - 2
+    assert _holder(redis_client, "k") is None
+
+
+def test_cold_client_slow_round_trip_is_no_loss_sync(
+    cold_url: tuple[str, Any], redis_client: redis.Redis
+) -> None:
+    """A new client (no connection yet) on a server without the scripts cached, 400 ms round trip,
+    ttl 1200, heartbeat 600: the first hold survives four TTLs. Its acquire makes a connection
+    (a TCP and a handshake round trip) and is answered NOSCRIPT before the EVAL that grants it;
+    the deadline counts from that EVAL, so neither is taken from the lease's margin."""
+    url, proxy = cold_url
+    _add_latency(proxy)
+    client = redis.Redis.from_url(url)
+    errors: list[BaseException] = []
+    with LeaseManager(client, prefix="t") as leases:
+        with leases.hold(
+            "k", ttl_ms=TTL_MS, heartbeat_ms=HEARTBEAT_MS, on_renew_error=errors.append
+        ) as lease:
+            assert not lease.lost
+            # The acquire's EVAL fallback brought the renewal script along, in its round trip.
+            assert redis_client.script_exists(ACQUIRE.sha, RENEW_MANY.sha, RELEASE.sha) == [True] * 3
+            assert lease.wait_lost(timeout_ms=4 * TTL_MS) is False
+            assert _holder(redis_client, "k") is not None
+        assert lease._state.released
+        assert not lease.lost
+    client.close()
+    assert errors == []
+    assert _holder(redis_client, "k") is None
+
+
+def test_cold_client_slow_round_trip_is_no_loss_asyncio(
+    cold_url: tuple[str, Any], redis_client: redis.Redis
+) -> None:
+    """The same on the asyncio face."""
+    url, proxy = cold_url
+    _add_latency(proxy)
+
+    async def main() -> tuple[bool, list[bool], bool, list[BaseException]]:
+        client = redis.asyncio.Redis.from_url(url)
+        errors: list[BaseException] = []
+        async with AsyncLeaseManager(client, prefix="t") as leases:
+            async with leases.hold(
+                "k", ttl_ms=TTL_MS, heartbeat_ms=HEARTBEAT_MS, on_renew_error=errors.append
+            ) as lease:
+                lost_at_entry = lease.lost
+                cached = redis_client.script_exists(ACQUIRE.sha, RENEW_MANY.sha, RELEASE.sha)
+                assert await lease.wait_lost(timeout_ms=4 * TTL_MS) is False
+                assert _holder(redis_client, "k") is not None
+            released = lease._state.released and not lease.lost
+        await client.aclose()
+        return lost_at_entry, cached, released, errors
+
+    lost_at_entry, cached, released, errors = asyncio.run(main())
+    assert lost_at_entry is False
+    assert cached == [True] * 3
+    assert released
+    assert errors == []
     assert _holder(redis_client, "k") is None
 
 

@@ -28,6 +28,8 @@ from .._core import (
     LossReason,
     RenewalEntry,
     RenewalSchedule,
+    SendTime,
+    marking_sends,
     renewal_items,
 )
 from .._decisions import BatchOutcome, apply_batch, call_renew_error_hooks
@@ -202,9 +204,10 @@ class AsyncRenewer:
 
     async def _send(self, batch: list[RenewalEntry]) -> _BatchResult:
         items = renewal_items(batch)
-        clock = self._clock
-        sent_mono, sent_wall = clock.monotonic(), clock.time()
-        return sent_mono, sent_wall, await self._backend.renew_many(items)
+        sent = SendTime(self._clock)
+        with marking_sends(sent.mark):  # the backend marks the real send (after connecting)
+            replies = await self._backend.renew_many(items)
+        return sent.mono, sent.wall, replies
 
     def _apply(
         self, flight: asyncio.Task[_BatchResult], now: float
