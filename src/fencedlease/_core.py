@@ -17,7 +17,14 @@ from ._clock import (
     marking_sends,
     on_ns_grid,
 )
-from ._schedule import RenewalEntry, RenewalSchedule, RenewReply, confirmed_due, renewal_items
+from ._schedule import (
+    MAX_IN_FLIGHT,
+    RenewalEntry,
+    RenewalSchedule,
+    RenewReply,
+    confirmed_due,
+    renewal_items,
+)
 from ._state import (
     RELEASE_FLOOR_MS,
     LeaseState,
@@ -29,6 +36,7 @@ from ._state import (
 from ._view import LeaseView
 
 __all__ = [
+    "MAX_IN_FLIGHT",
     "RELEASE_FLOOR_MS",
     "SYSTEM_CLOCK",
     "AcquireAttempt",
