@@ -8,9 +8,22 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Protocol
 
-__all__ = ["SYSTEM_CLOCK", "AsyncClock", "Clock", "SystemClock", "on_ns_grid"]
+__all__ = [
+    "SYSTEM_CLOCK",
+    "AsyncClock",
+    "Clock",
+    "SendTime",
+    "SystemClock",
+    "mark_send",
+    "marking_sends",
+    "on_ns_grid",
+    "send_mark",
+]
 
 
 class Clock(Protocol):
@@ -59,3 +72,58 @@ def on_ns_grid(seconds: float) -> float:
     float; a real clock loses under half a nanosecond.
     """
     return round(seconds, 9)
+
+
+_SEND_MARK: ContextVar[Callable[[], None] | None] = ContextVar(
+    "fencedlease_send_mark", default=None
+)
+
+
+@contextmanager
+def marking_sends(mark: Callable[[], None]) -> Iterator[None]:
+    """Within the block (this thread, or this asyncio task), a backend about to send the command
+    whose send time dates a deadline calls ``mark()`` (:func:`mark_send`) right before it goes
+    out, so the time the caller took before the call is moved later.
+
+    A deadline counts from the moment its command was sent and must never be later than the
+    store's own expiry, so the caller takes the time before calling the backend; but what the
+    backend does before the command really leaves (making a connection: a TCP and a handshake
+    round trip or more; an EVALSHA refused with ``NOSCRIPT``, which ran nothing) would otherwise
+    eat into the lease's margin. A later mark is still before the command runs, so the deadline
+    stays conservative. A backend that never calls :func:`mark_send` keeps the caller's time.
+    """
+    token = _SEND_MARK.set(mark)
+    try:
+        yield
+    finally:
+        _SEND_MARK.reset(token)
+
+
+def send_mark() -> Callable[[], None] | None:
+    """The mark :func:`marking_sends` set for the current context, or None (nobody dates a
+    deadline from this command: a backend need not prepare anything)."""
+    return _SEND_MARK.get()
+
+
+def mark_send() -> None:
+    """Call the current context's mark (see :func:`marking_sends`), if any: the command the
+    deadline counts from is going out now."""
+    mark = _SEND_MARK.get()
+    if mark is not None:
+        mark()
+
+
+class SendTime:
+    """When a command was sent, on ``clock``: both readings taken at construction and again at each
+    :meth:`mark` (pass ``mark`` to :func:`marking_sends` so the backend moves it to the real send).
+    ``mono`` (monotonic seconds) dates the deadline, ``wall`` (epoch seconds) ``expires_at``."""
+
+    __slots__ = ("_clock", "mono", "wall")
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self.mono, self.wall = clock.monotonic(), clock.time()
+
+    def mark(self) -> None:
+        """The command is going out now."""
+        self.mono, self.wall = self._clock.monotonic(), self._clock.time()

@@ -8,8 +8,23 @@ renewers import the engine from here; the other modules import the part they use
 from __future__ import annotations
 
 from ._attempt import AcquireAttempt, is_ambiguous, may_have_written, never_sent
-from ._clock import SYSTEM_CLOCK, AsyncClock, Clock, SystemClock, on_ns_grid
-from ._schedule import RenewalEntry, RenewalSchedule, RenewReply, confirmed_due, renewal_items
+from ._clock import (
+    SYSTEM_CLOCK,
+    AsyncClock,
+    Clock,
+    SendTime,
+    SystemClock,
+    marking_sends,
+    on_ns_grid,
+)
+from ._schedule import (
+    MAX_IN_FLIGHT,
+    RenewalEntry,
+    RenewalSchedule,
+    RenewReply,
+    confirmed_due,
+    renewal_items,
+)
 from ._state import (
     RELEASE_FLOOR_MS,
     LeaseState,
@@ -21,6 +36,7 @@ from ._state import (
 from ._view import LeaseView
 
 __all__ = [
+    "MAX_IN_FLIGHT",
     "RELEASE_FLOOR_MS",
     "SYSTEM_CLOCK",
     "AcquireAttempt",
@@ -32,9 +48,11 @@ __all__ = [
     "RenewReply",
     "RenewalEntry",
     "RenewalSchedule",
+    "SendTime",
     "SystemClock",
     "confirmed_due",
     "is_ambiguous",
+    "marking_sends",
     "may_have_written",
     "never_sent",
     "on_ns_grid",

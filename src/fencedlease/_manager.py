@@ -20,6 +20,7 @@ from ._core import (
     SYSTEM_CLOCK,
     AcquireAttempt,
     Clock,
+    marking_sends,
     release_bound_s,
     release_wait_more_s,
     restored_state,
@@ -249,7 +250,8 @@ class LeaseManager:
                         waiter.wait(key, owner_token, ttl_ms, step.delay_s, step.final)
                         answer: AcquireReply | bool = self._closed
                     else:
-                        answer = backend.acquire(key, owner_token, ttl_ms)
+                        with marking_sends(attempt.sending):  # the real send, after connecting
+                            answer = backend.acquire(key, owner_token, ttl_ms)
                 except BaseException as exc:
                     step = steps.throw(exc)
                 else:

@@ -1,14 +1,16 @@
-"""The sync renewer: one scheduler thread and one I/O thread per manager, for every held lease.
+"""The sync renewer: one scheduler thread and its I/O threads per manager, for every held lease.
 
 The scheduler thread owns the :class:`~fencedlease._core.RenewalSchedule`: it sends the due leases
-as one pipelined batch to the I/O thread, applies the replies, and marks leases lost at their
-deadlines. The I/O is on a thread of its own so that a renewal which hangs (a paused Redis, a
-black-holed connection) cannot stop the deadlines from being enforced: silence is loss.
+as one batch to the I/O threads, applies the replies, and marks leases lost at their deadlines. Up
+to :data:`~fencedlease._schedule.MAX_IN_FLIGHT` batches are in flight at once (an I/O thread and
+a connection each), so a lease that comes due during a slow round trip is not held back by it (the
+schedule's rule). The I/O is on threads of their own so that a renewal which hangs (a paused
+Redis, a black-holed connection) cannot stop the deadlines from being enforced: silence is loss.
 
-Two threads per manager, whatever the number of leases; both are started on the first lease and
-joined by :meth:`Renewer.close`. A third (``fencedlease-cleanup``), started by the first
-:meth:`Renewer.submit_release`, runs the releases of abandoned acquires, so that one waiting for a
-connection of the caller's pool never holds the renewals back.
+A scheduler and at most two I/O threads per manager, whatever the number of leases; they are
+started on the first lease and joined by :meth:`Renewer.close`. Another (``fencedlease-cleanup``),
+started by the first :meth:`Renewer.submit_release`, runs the releases of abandoned acquires, so
+that one waiting for a connection of the caller's pool never holds the renewals back.
 """
 
 from __future__ import annotations
@@ -22,7 +24,17 @@ from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import TypeVar
 
 from ._backend import LeaseBackend
-from ._core import Clock, LeaseState, LossReason, RenewalEntry, RenewalSchedule, renewal_items
+from ._core import (
+    MAX_IN_FLIGHT,
+    Clock,
+    LeaseState,
+    LossReason,
+    RenewalEntry,
+    RenewalSchedule,
+    SendTime,
+    marking_sends,
+    renewal_items,
+)
 from ._decisions import apply_batch, call_renew_error_hooks
 from ._errors import BackendError, ManagerClosedError
 from ._threads import DaemonThreadPool
@@ -115,7 +127,7 @@ class BoundedCalls:
 class Renewer:
     """Renews every lease registered with :meth:`add` until it is removed or lost.
 
-    ``batch_size`` caps the renewals sent in one pipeline (one round trip).
+    ``batch_size`` caps the renewals sent in one batch (one round trip).
     """
 
     def __init__(self, backend: LeaseBackend, clock: Clock, *, batch_size: int = 500) -> None:
@@ -129,8 +141,9 @@ class Renewer:
         # Clean-up releases go to a thread of their own: waiting for a connection of the caller's
         # (blocking) pool, they must not hold the renewals back.
         self._cleanup: DaemonThreadPool | None = None
-        self._in_flight: list[RenewalEntry] | None = None
-        self._done: Future[_BatchResult] | None = None
+        # Batches sent and not yet applied (at most MAX_IN_FLIGHT), and those whose reply came.
+        self._flights: dict[Future[_BatchResult], list[RenewalEntry]] = {}
+        self._done: list[Future[_BatchResult]] = []
         self._closed = False
         self.round_trips = 0
 
@@ -149,7 +162,7 @@ class Renewer:
                 # First lease, or the thread died of an unexpected error (its leases were failed
                 # loudly then): a new lease gets a live renewer, never a dead one.
                 self._start_io()
-                self._in_flight, self._done = None, None
+                self._flights, self._done = {}, []
                 self._thread = threading.Thread(
                     target=self._run, name="fencedlease-renewer", daemon=True
                 )
@@ -161,7 +174,7 @@ class Renewer:
 
     def _start_io(self) -> DaemonThreadPool:
         if self._io is None:
-            self._io = DaemonThreadPool(1, thread_name_prefix="fencedlease-renew-io")
+            self._io = DaemonThreadPool(MAX_IN_FLIGHT, thread_name_prefix="fencedlease-renew-io")
         return self._io
 
     def _deadline_moved(self, entry: RenewalEntry) -> None:
@@ -219,17 +232,18 @@ class Renewer:
         self._cond = threading.Condition()
         self._schedule = RenewalSchedule()
         self._thread, self._io, self._cleanup = None, None, None
-        self._in_flight, self._done = None, None
+        self._flights, self._done = {}, []
 
     def _send(self, batch: list[RenewalEntry]) -> _BatchResult:
         items = renewal_items(batch)
-        clock = self._clock
-        sent_mono, sent_wall = clock.monotonic(), clock.time()
-        return sent_mono, sent_wall, self._backend.renew_many(items)
+        sent = SendTime(self._clock)
+        with marking_sends(sent.mark):  # the backend marks the real send (after connecting)
+            replies = self._backend.renew_many(items)
+        return sent.mono, sent.wall, replies
 
     def _on_done(self, future: Future[_BatchResult]) -> None:
         with self._cond:
-            self._done = future
+            self._done.append(future)
             self._cond.notify()
 
     def _run(self) -> None:
@@ -255,28 +269,30 @@ class Renewer:
                     if self._closed:
                         return
                     now = clock.monotonic()
-                    if self._done is not None:
-                        hooks = self._apply(self._done, now)
+                    while self._done:
+                        hooks += self._apply(self._done.pop(0), now)
                     schedule.pop_expired(now)
-                    if self._in_flight is None:
+                    while len(self._flights) < MAX_IN_FLIGHT:
                         batch = schedule.pop_batch(now, self._batch_size)
-                        if batch:
-                            self._in_flight = batch
-                            self.round_trips += 1
-                            assert self._io is not None
-                            self._io.submit(self._send, batch).add_done_callback(self._on_done)
+                        if not batch:
+                            break
+                        self.round_trips += 1
+                        assert self._io is not None
+                        future = self._io.submit(self._send, batch)
+                        self._flights[future] = batch
+                        future.add_done_callback(self._on_done)
                     if hooks:
                         break
-                    if self._done is not None:
-                        continue  # the batch finished before its callback could wake a waiter
-                    wake = schedule.next_wakeup(self._in_flight is not None)
+                    if self._done:
+                        continue  # a batch finished before its callback could wake a waiter
+                    wake = schedule.next_wakeup(len(self._flights))
                     cond.wait(None if wake is None else max(0.0, wake - clock.monotonic()))
             call_renew_error_hooks(hooks)  # outside the lock: a hook may add or release leases
 
     def _apply(
         self, done: Future[_BatchResult], now: float
     ) -> list[tuple[RenewalEntry, BaseException]]:
-        batch, self._in_flight, self._done = self._in_flight or [], None, None
+        batch = self._flights.pop(done, [])
         error = done.exception()
         return apply_batch(self._schedule, batch, done.result() if error is None else error, now)
 

@@ -3,6 +3,16 @@
 The sync renewer (a thread) and the async one (a task) both drive :class:`RenewalSchedule`: pop a
 batch, send it as one round trip, hand the replies to :meth:`RenewalSchedule.apply`, mark expired
 leases lost, sleep until the next wakeup. The loss rules it applies are :mod:`fencedlease._state`'s.
+
+The rule both follow so that a slow round trip costs no lease (every renewal time derives from the
+confirmed deadline, :func:`confirmed_due`):
+
+* a batch takes every lease due within the smoothed round trip of the recent batches (and at least
+  half a heartbeat, at most a whole one): renewing early is harmless, and a lease that would come
+  due while the batch is in flight goes with it instead of waiting for its reply;
+* up to :data:`MAX_IN_FLIGHT` batches are in flight at once: a lease that comes due during a round
+  trip anyway (acquired, or retried, meanwhile) goes out on time in a second one rather than a
+  round trip late. With the first rule, the normal case stays at one batch per heartbeat.
 """
 
 from __future__ import annotations
@@ -14,7 +24,20 @@ from collections.abc import Callable
 from ._clock import on_ns_grid
 from ._state import LeaseState, LossReason
 
-__all__ = ["RenewReply", "RenewalEntry", "RenewalSchedule", "confirmed_due", "renewal_items"]
+__all__ = [
+    "MAX_IN_FLIGHT",
+    "RenewReply",
+    "RenewalEntry",
+    "RenewalSchedule",
+    "confirmed_due",
+    "renewal_items",
+]
+
+MAX_IN_FLIGHT = 2
+"""Renewal batches a renewer keeps in flight at most (see the module docstring)."""
+
+_RTT_GAIN = 0.125
+"""Weight of a new round trip in the smoothed estimate (TCP's SRTT gain, RFC 6298)."""
 
 
 class RenewalEntry:
@@ -89,6 +112,8 @@ class RenewalSchedule:
         self._deadlines: list[tuple[float, int, RenewalEntry]] = []
         self._seq = itertools.count()
         self._members: set[RenewalEntry] = set()
+        self.round_trip_s = 0.0
+        """The smoothed round trip of the recent successful batches, in seconds (0: none yet)."""
 
     def __len__(self) -> int:
         return len(self._members)
@@ -127,20 +152,27 @@ class RenewalSchedule:
     def pop_due(self, now: float, limit: int) -> list[RenewalEntry]:
         """Remove and return up to ``limit`` active entries due at ``now``, earliest first."""
         batch: list[RenewalEntry] = []
-        self._take(batch, limit, now, early=0.0)
+        self._take(batch, limit, now, fill=False)
         return batch
 
-    def _take(self, batch: list[RenewalEntry], limit: int, now: float, early: float) -> None:
+    def _take(self, batch: list[RenewalEntry], limit: int, now: float, fill: bool) -> None:
         """Move active entries from the due heap into ``batch``, earliest first, up to ``limit``,
-        while each is due by ``now + early * its heartbeat``; each is in flight from then on
-        (not due again until :meth:`apply` says when)."""
+        while each is due by ``now`` (``fill``: by ``now`` plus the larger of half its heartbeat
+        and the smoothed round trip, at most its heartbeat); each is in flight from then on (not
+        due again until :meth:`apply` says when)."""
         due = self._due
+        rtt = self.round_trip_s
         while due and len(batch) < limit:
             when, _, entry = due[0]
             if not entry.active or when != entry.next_due:
                 heapq.heappop(due)
                 continue
-            if when > now + early * entry.heartbeat_s:
+            if fill:
+                heartbeat = entry.heartbeat_s
+                early = heartbeat if rtt > heartbeat else max(0.5 * heartbeat, rtt)
+                if when > now + early:
+                    break
+            elif when > now:
                 break
             heapq.heappop(due)
             entry.next_due = float("inf")
@@ -148,17 +180,20 @@ class RenewalSchedule:
 
     def pop_batch(self, now: float, limit: int) -> list[RenewalEntry]:
         """:meth:`pop_due`, then, if anything was due, fill the batch up to ``limit`` with the
-        entries due next, as long as each is due within half its own heartbeat.
+        entries due next, as long as each is due within half its own heartbeat, or within the
+        smoothed round trip (:attr:`round_trip_s`) when that is longer, but never more than one
+        heartbeat early.
 
         Renewing early is always safe (it only moves the deadline later), and it is what keeps the
         round trips down: leases acquired at scattered moments would otherwise each get a round
         trip of their own. Renewed together, they are due together again, so ``n`` leases settle
-        into ``ceil(n / limit)`` round trips per heartbeat. No entry is renewed more than half a
-        heartbeat early.
+        into ``ceil(n / limit)`` round trips per heartbeat. Filling up to a round trip ahead also
+        means no lease of the batch's time comes due while it is in flight, to wait for its reply
+        (or for a second batch, see :data:`MAX_IN_FLIGHT`).
         """
         batch = self.pop_due(now, limit)
         if batch:
-            self._take(batch, limit, now, early=0.5)
+            self._take(batch, limit, now, fill=True)
         return batch
 
     def pop_expired(self, now: float) -> list[RenewalEntry]:
@@ -179,11 +214,13 @@ class RenewalSchedule:
             expired.append(entry)
         return expired
 
-    def next_wakeup(self, renewal_in_flight: bool) -> float | None:
-        """When the owner must next act: the earliest deadline, and the earliest renewal unless one
-        batch is still in flight. None when nothing is scheduled."""
+    def next_wakeup(self, batches_in_flight: int) -> float | None:
+        """When the owner must next act: the earliest deadline, and the earliest renewal unless
+        :data:`MAX_IN_FLIGHT` batches are in flight (no other may be sent before one lands). None
+        when nothing is scheduled."""
         candidates: list[float] = []
-        for heap, wanted in ((self._deadlines, True), (self._due, not renewal_in_flight)):
+        can_send = batches_in_flight < MAX_IN_FLIGHT
+        for heap, wanted in ((self._deadlines, True), (self._due, can_send)):
             while heap and not heap[0][2].active:
                 heapq.heappop(heap)
             if wanted and heap:
@@ -200,8 +237,15 @@ class RenewalSchedule:
     ) -> list[tuple[RenewalEntry, BaseException]]:
         """Take the replies of a batch sent at ``sent_mono``: confirm, mark lost (rule 1), or
         reschedule a retry (rule 3). ``replies`` is one item per entry, or one error for the whole
-        round trip. Returns the ``(entry, error)`` pairs whose ``on_renew_error`` hook is due."""
+        round trip. Returns the ``(entry, error)`` pairs whose ``on_renew_error`` hook is due.
+
+        A batch that was answered (``now - sent_mono`` is its round trip) updates
+        :attr:`round_trip_s`."""
         errors: list[tuple[RenewalEntry, BaseException]] = []
+        if not isinstance(replies, BaseException):
+            sample = max(0.0, now - sent_mono)
+            rtt = self.round_trip_s
+            self.round_trip_s = sample if rtt == 0.0 else rtt + _RTT_GAIN * (sample - rtt)
         for index, entry in enumerate(batch):
             if not entry.active:
                 continue  # released (or expired) while the batch was in flight

@@ -42,6 +42,19 @@ def slow_url(redis_ep: RedisEndpoint, redis_client: redis.Redis) -> Iterator[tup
     which is script loading, not renewal timing."""
     for script in (ACQUIRE, RENEW, RENEW_MANY, RELEASE, ENQUEUE):
         assert redis_client.script_load(script.source) == script.sha
+    yield from _proxied(redis_ep)
+
+
+@pytest.fixture
+def cold_url(redis_ep: RedisEndpoint, redis_client: redis.Redis) -> Iterator[tuple[str, Any]]:
+    """:func:`slow_url` with Redis's script cache empty: the first EVALSHA of each script is
+    answered NOSCRIPT, as on a fresh server."""
+    redis_client.script_flush()
+    assert redis_client.script_exists(ACQUIRE.sha, RENEW_MANY.sha, RELEASE.sha) == [False] * 3
+    yield from _proxied(redis_ep)
+
+
+def _proxied(redis_ep: RedisEndpoint) -> Iterator[tuple[str, Any]]:
     parts = urlsplit(redis_ep.url)
     upstream = f"{parts.hostname}:{parts.port or 6379}"
     with toxiproxy_endpoint(sources=("embedded",)) as endpoint:
@@ -126,6 +139,145 @@ def test_slow_round_trip_is_no_loss_asyncio(
     assert errors == []
     assert trips >= 4 * TTL_MS // HEARTBEAT_MS - 2
     assert _holder(redis_client, "k") is None
+
+
+def test_cold_client_slow_round_trip_is_no_loss_sync(
+    cold_url: tuple[str, Any], redis_client: redis.Redis
+) -> None:
+    """A new client (no connection yet) on a server without the scripts cached, 400 ms round trip,
+    ttl 1200, heartbeat 600: the first hold survives four TTLs. Its acquire makes a connection
+    (a TCP and a handshake round trip) and is answered NOSCRIPT before the EVAL that grants it;
+    the deadline counts from that EVAL, so neither is taken from the lease's margin."""
+    url, proxy = cold_url
+    _add_latency(proxy)
+    client = redis.Redis.from_url(url)
+    errors: list[BaseException] = []
+    with LeaseManager(client, prefix="t") as leases:
+        with leases.hold(
+            "k", ttl_ms=TTL_MS, heartbeat_ms=HEARTBEAT_MS, on_renew_error=errors.append
+        ) as lease:
+            assert not lease.lost
+            # The acquire's EVAL fallback brought the renewal and release scripts along.
+            cached = redis_client.script_exists(ACQUIRE.sha, RENEW_MANY.sha, RELEASE.sha)
+            assert cached == [True] * 3
+            assert lease.wait_lost(timeout_ms=4 * TTL_MS) is False
+            assert _holder(redis_client, "k") is not None
+        assert lease._state.released
+        assert not lease.lost
+    client.close()
+    assert errors == []
+    assert _holder(redis_client, "k") is None
+
+
+def test_cold_client_slow_round_trip_is_no_loss_asyncio(
+    cold_url: tuple[str, Any], redis_client: redis.Redis
+) -> None:
+    """The same on the asyncio face."""
+    url, proxy = cold_url
+    _add_latency(proxy)
+
+    async def main() -> tuple[bool, list[bool], bool, list[BaseException]]:
+        client = redis.asyncio.Redis.from_url(url)
+        errors: list[BaseException] = []
+        async with AsyncLeaseManager(client, prefix="t") as leases:
+            async with leases.hold(
+                "k", ttl_ms=TTL_MS, heartbeat_ms=HEARTBEAT_MS, on_renew_error=errors.append
+            ) as lease:
+                lost_at_entry = lease.lost
+                cached = redis_client.script_exists(ACQUIRE.sha, RENEW_MANY.sha, RELEASE.sha)
+                assert await lease.wait_lost(timeout_ms=4 * TTL_MS) is False
+                assert _holder(redis_client, "k") is not None
+            released = lease._state.released and not lease.lost
+        await client.aclose()
+        return lost_at_entry, cached, released, errors
+
+    lost_at_entry, cached, released, errors = asyncio.run(main())
+    assert lost_at_entry is False
+    assert cached == [True] * 3
+    assert released
+    assert errors == []
+    assert _holder(redis_client, "k") is None
+
+
+STAGGERED = [(3, 300), (4, 150)]  # leases, ms between their acquires
+
+
+@pytest.mark.parametrize(("count", "gap_ms"), STAGGERED)
+def test_staggered_leases_at_a_slow_round_trip_are_no_loss_sync(
+    slow_url: tuple[str, Any], redis_client: redis.Redis, count: int, gap_ms: int
+) -> None:
+    """Leases acquired ``gap_ms`` apart on warm connections, 400 ms round trip, ttl 1200,
+    heartbeat 600: each comes due while another's batch is in flight, and none is lost. (With one
+    batch in flight, a lease due just after a batch was sent waited a round trip for its reply,
+    then another for its own, and its deadline passed although Redis had renewed it.)"""
+    url, proxy = slow_url
+    client = redis.Redis.from_url(url)
+    warm = [client.connection_pool.get_connection() for _ in range(count + 3)]
+    for connection in warm:
+        client.connection_pool.release(connection)
+    _add_latency(proxy)
+    errors: list[BaseException] = []
+    outcomes: dict[str, tuple[bool, bool, bool]] = {}
+
+    def hold(leases: LeaseManager, name: str, delay_s: float) -> None:
+        time.sleep(delay_s)
+        with leases.hold(
+            name, ttl_ms=TTL_MS, heartbeat_ms=HEARTBEAT_MS, on_renew_error=errors.append
+        ) as lease:
+            survived = lease.wait_lost(timeout_ms=3 * TTL_MS) is False
+            held = _holder(redis_client, name) is not None
+        outcomes[name] = (survived, held, lease._state.released and not lease.lost)
+
+    with LeaseManager(client, prefix="t") as leases:
+        threads = [
+            threading.Thread(target=hold, args=(leases, f"k{i}", i * gap_ms / 1000))
+            for i in range(count)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    client.close()
+    assert outcomes == {f"k{i}": (True, True, True) for i in range(count)}
+    assert errors == []
+
+
+@pytest.mark.parametrize(("count", "gap_ms"), STAGGERED)
+def test_staggered_leases_at_a_slow_round_trip_are_no_loss_asyncio(
+    slow_url: tuple[str, Any], redis_client: redis.Redis, count: int, gap_ms: int
+) -> None:
+    """The same on the asyncio face."""
+    url, proxy = slow_url
+
+    async def hold(
+        leases: AsyncLeaseManager, name: str, delay_s: float, errors: list[BaseException]
+    ) -> tuple[bool, bool, bool]:
+        await asyncio.sleep(delay_s)
+        async with leases.hold(
+            name, ttl_ms=TTL_MS, heartbeat_ms=HEARTBEAT_MS, on_renew_error=errors.append
+        ) as lease:
+            survived = await lease.wait_lost(timeout_ms=3 * TTL_MS) is False
+            held = _holder(redis_client, name) is not None
+        return survived, held, lease._state.released and not lease.lost
+
+    async def main() -> tuple[list[tuple[bool, bool, bool]], list[BaseException]]:
+        client = redis.asyncio.Redis.from_url(url)
+        pool = client.connection_pool
+        warm = [await pool.get_connection() for _ in range(count + 3)]  # type: ignore[no-untyped-call]
+        for connection in warm:
+            await pool.release(connection)
+        _add_latency(proxy)
+        errors: list[BaseException] = []
+        async with AsyncLeaseManager(client, prefix="t") as leases:
+            outcomes = await asyncio.gather(
+                *(hold(leases, f"a{i}", i * gap_ms / 1000, errors) for i in range(count))
+            )
+        await client.aclose()
+        return list(outcomes), errors
+
+    outcomes, errors = asyncio.run(main())
+    assert outcomes == [(True, True, True)] * count
+    assert errors == []
 
 
 # -- a waiting acquire never pins the caller's pool ------------------------------------------------

@@ -40,6 +40,7 @@ CLIENT_METHODS: dict[str, str | None] = {
     "unsubscribe": "UNSUBSCRIBE",
     "ping": "PING",
     "pubsub": None,  # no command: a pub/sub object
+    "pipeline": None,  # no command: its EVALs are sent as EVAL
     "get_message": None,  # reads
     "close": None,
     "aclose": None,

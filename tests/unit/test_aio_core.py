@@ -249,7 +249,7 @@ def test_scattered_leases_settle_into_full_batches() -> None:
                 replies: list[int | BaseException] = [1] * len(batch)
                 schedule.apply(batch, now, now, replies, now)
                 continue
-            wake = schedule.next_wakeup(False)
+            wake = schedule.next_wakeup(0)
             assert wake is not None
             now = max(now, wake)
         trips_per_round.append(trips)

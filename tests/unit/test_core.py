@@ -66,7 +66,7 @@ def test_first_renewal_is_one_heartbeat_after_add() -> None:
     entry = RenewalEntry(_state(), 250, None)
     schedule.add(entry, 100.0)
     assert schedule.pop_due(100.249, 10) == []
-    assert schedule.next_wakeup(renewal_in_flight=False) == 100.25
+    assert schedule.next_wakeup(batches_in_flight=0) == 100.25
     assert schedule.pop_due(100.25, 10) == [entry]
     assert schedule.pop_due(100.25, 10) == []  # in flight: not handed out twice
 
@@ -188,7 +188,7 @@ def test_silence_is_loss() -> None:
     state = _state()
     entry = RenewalEntry(state, 250, None)
     schedule.add(entry, 100.0)
-    assert schedule.next_wakeup(renewal_in_flight=True) == 101.0
+    assert schedule.next_wakeup(batches_in_flight=2) == 101.0
     assert schedule.pop_expired(100.99) == []
     assert schedule.pop_expired(101.0) == [entry]
     assert state.lost

@@ -418,7 +418,7 @@ def test_the_schedule_is_on_the_nanosecond_grid() -> None:
     assert state.deadline == 0.3
     entry = RenewalEntry(state, 50, None)
     schedule.add(entry, 0.1)
-    assert schedule.next_wakeup(renewal_in_flight=False) == 0.15
+    assert schedule.next_wakeup(batches_in_flight=0) == 0.15
     assert schedule.pop_batch(0.15, 10) == [entry]
     assert schedule.apply([entry], 0.15, 1_700_000_000.15, [1], now=0.15) == []
     assert (state.deadline, entry.next_due) == (0.35, 0.2)

@@ -9,19 +9,42 @@ from typing import Any
 import redis.asyncio
 from redis.exceptions import NoScriptError
 
-from .scripts import Script
+from .._clock import mark_send, send_mark
+from .scripts import Script, eval_reply, primers
 
-__all__ = ["dedicated_client", "run_script", "waits_for_connection"]
+__all__ = ["connected", "dedicated_client", "run_script", "waits_for_connection"]
 
 
 async def run_script(
     client: redis.asyncio.Redis, script: Script, keys: Sequence[str], args: Sequence[Any]
 ) -> Any:
-    """:func:`fencedlease._redis.scripts.run_script`, awaited: EVALSHA, one EVAL on NOSCRIPT."""
+    """:func:`fencedlease._redis.scripts.run_script`, awaited: EVALSHA, one EVAL on NOSCRIPT; under
+    :func:`fencedlease._clock.marking_sends`, the connection made first and each send marked."""
+    if send_mark() is not None:
+        await connected(client)
+        mark_send()
     try:
         return await client.evalsha(script.sha, len(keys), *keys, *args)
     except NoScriptError:
-        return await client.eval(script.source, len(keys), *keys, *args)
+        mark_send()
+        primes = primers(script, keys)
+        if not primes:
+            return await client.eval(script.source, len(keys), *keys, *args)
+        pipe = client.pipeline(transaction=False)
+        pipe.eval(script.source, len(keys), *keys, *args)
+        for other, other_keys, other_args in primes:
+            pipe.eval(other.source, len(other_keys), *other_keys, *other_args)
+        return eval_reply(await pipe.execute(raise_on_error=False))
+
+
+async def connected(client: redis.asyncio.Redis) -> None:
+    """:func:`fencedlease._redis.scripts.connected` for ``redis.asyncio``: a connection of the
+    pool made (redis-py connects what its pool hands out) and given back before the command."""
+    if client.connection is not None:
+        return
+    pool = client.connection_pool
+    connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+    await pool.release(connection)
 
 
 def dedicated_client(client: redis.asyncio.Redis) -> redis.asyncio.Redis:

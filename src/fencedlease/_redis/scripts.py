@@ -19,6 +19,8 @@ import attrs
 import redis
 from redis.exceptions import NoScriptError
 
+from .._clock import mark_send, send_mark
+from .._protocol import new_owner_token
 from .errors import SCRIPT_REFUSAL, register_script
 
 __all__ = [
@@ -30,6 +32,9 @@ __all__ = [
     "RENEW_MANY",
     "SCRIPT_REFUSAL",
     "Script",
+    "connected",
+    "eval_reply",
+    "primers",
     "run_script",
 ]
 
@@ -64,6 +69,28 @@ INSPECT: Final = Script.load("inspect")
 ENQUEUE: Final = Script.load("enqueue")
 
 
+def primers(
+    script: Script, keys: Sequence[str]
+) -> tuple[tuple[Script, Sequence[str], Sequence[Any]], ...]:
+    """The no-op runs, ``(script, keys, args)``, that go with ``script``'s EVAL fallback in the same
+    round trip (see :func:`run_script`), so the scripts that follow it are cached before they are
+    needed: for :data:`ACQUIRE` (on its ``keys``), an empty :data:`RENEW_MANY` batch (renews
+    nothing) and a :data:`RELEASE` of the same keys by an owner token nobody holds (touches
+    nothing). None for the others."""
+    if script is not ACQUIRE:
+        return ()
+    return ((RENEW_MANY, (), ()), (RELEASE, keys, (new_owner_token(),)))
+
+
+def eval_reply(replies: list[Any]) -> Any:
+    """The EVAL's reply from a fallback pipeline's replies (the first); its error raised. The
+    no-op runs' replies are not looked at."""
+    reply = replies[0]
+    if isinstance(reply, BaseException):
+        raise reply
+    return reply
+
+
 def run_script(
     client: redis.Redis | redis.cluster.RedisCluster,
     script: Script,
@@ -73,11 +100,43 @@ def run_script(
     """Run ``script`` with ``keys`` and ``args`` on ``client``: EVALSHA, and on ``NOSCRIPT`` one
     EVAL of the source (see the module doc); the reply as redis-py gives it.
 
+    Under :func:`fencedlease._clock.marking_sends` (an acquire or a renewal batch, whose deadline
+    counts from the send) the connection is made first (:func:`connected`) and the send is marked
+    right before the EVALSHA, and again right before the EVAL (the refused EVALSHA ran nothing):
+    neither the connection's handshake nor the fallback's round trip eats into the lease's margin.
+
     Raises:
         redis.RedisError: whatever the command raised (map it with
             :func:`~fencedlease._redis.errors.backend_errors`).
     """
+    if send_mark() is not None:
+        connected(client)
+        mark_send()
     try:
         return client.evalsha(script.sha, len(keys), *keys, *args)
     except NoScriptError:
-        return client.eval(script.source, len(keys), *keys, *args)
+        mark_send()
+        primes = primers(script, keys)
+        if not primes or not isinstance(client, redis.Redis):
+            return client.eval(script.source, len(keys), *keys, *args)
+        pipe = client.pipeline(transaction=False)
+        pipe.eval(script.source, len(keys), *keys, *args)
+        for other, other_keys, other_args in primes:
+            pipe.eval(other.source, len(other_keys), *other_keys, *other_args)
+        return eval_reply(pipe.execute(raise_on_error=False))
+
+
+def connected(client: redis.Redis | redis.cluster.RedisCluster) -> None:
+    """Make sure ``client``'s next command goes out on a connection already made: take one from its
+    pool (redis-py connects it there, handshake included) and give it back, so the command that
+    follows takes that same connection (the pool hands out the last one returned). A client with a
+    connection of its own, or without a pool (a cluster client), is left as it is.
+
+    Raises:
+        redis.RedisError: the connection could not be made (nothing was sent).
+    """
+    if not isinstance(client, redis.Redis) or client.connection is not None:
+        return
+    pool = client.connection_pool
+    connection = pool.get_connection()
+    pool.release(connection)

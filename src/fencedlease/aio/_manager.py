@@ -49,6 +49,7 @@ from .._core import (
     AcquireAttempt,
     Clock,
     LeaseState,
+    marking_sends,
     release_bound_s,
     release_wait_more_s,
     restored_state,
@@ -372,7 +373,8 @@ class AsyncLeaseManager:
                             self._check_open()
                         answer: AcquireReply | bool = self._closed
                     else:
-                        answer = await backend.acquire(key, owner_token, ttl_ms)
+                        with marking_sends(attempt.sending):  # the real send, after connecting
+                            answer = await backend.acquire(key, owner_token, ttl_ms)
                 except BaseException as exc:
                     step = steps.throw(exc)
                 else:

@@ -1,9 +1,11 @@
 """The asyncio renewer: one task per manager, for every lease held through ``hold``/``with_lease``.
 
-It drives the same :class:`~fencedlease._core.RenewalSchedule` as the sync renewer's thread: the
-due leases go out as one pipelined batch (:meth:`~fencedlease.AsyncLeaseBackend.renew_many`), the
-replies are applied by the schedule, and leases are marked lost at their deadlines by the schedule.
-Only the waiting differs. The batch runs in a task of its own and the scheduler waits for "the
+It drives the same :class:`~fencedlease._core.RenewalSchedule` as the sync renewer's thread, by the
+same rule: the due leases (and those due within a round trip) go out as one batch
+(:meth:`~fencedlease.AsyncLeaseBackend.renew_many`), up to
+:data:`~fencedlease._schedule.MAX_IN_FLIGHT` batches in flight at once, the replies are applied by
+the schedule, and leases are marked lost at their deadlines by the schedule. Only the waiting
+differs. Each batch runs in a task of its own and the scheduler waits for "the
 batch finished, or the next deadline came, or something changed", whichever is first, so a renewal
 that hangs (a paused Redis, a black-holed connection) cannot stop losses from being marked:
 silence is loss.
@@ -23,11 +25,14 @@ from typing import Any
 
 from .._backend import AsyncLeaseBackend
 from .._core import (
+    MAX_IN_FLIGHT,
     Clock,
     LeaseState,
     LossReason,
     RenewalEntry,
     RenewalSchedule,
+    SendTime,
+    marking_sends,
     renewal_items,
 )
 from .._decisions import BatchOutcome, apply_batch, call_renew_error_hooks
@@ -55,9 +60,9 @@ class AsyncRenewer:
         self._schedule = RenewalSchedule()
         self._task: asyncio.Task[None] | None = None
         self._waker: asyncio.Future[None] | None = None
-        self._in_flight: asyncio.Task[_BatchResult] | None = None
-        self._batch: list[RenewalEntry] = []
-        self._batch_deadline = float("inf")
+        # Batches in flight (at most MAX_IN_FLIGHT): each with its leases and the earliest
+        # deadline among them, when it is abandoned.
+        self._flights: dict[asyncio.Task[_BatchResult], tuple[list[RenewalEntry], float]] = {}
         self._abandoned: set[asyncio.Task[_BatchResult]] = set()
         self._closed = False
         self.round_trips = 0
@@ -110,9 +115,9 @@ class AsyncRenewer:
         decides), and returned. Idempotent."""
         self._closed = True
         self.wake()
-        task, flight = self._task, self._in_flight
+        task = self._task
         waits: set[asyncio.Task[Any]] = set(self._abandoned)
-        if flight is not None:
+        for flight in self._flights:
             flight.cancel()
             waits.add(flight)
         if task is not None:
@@ -135,8 +140,7 @@ class AsyncRenewer:
         without sending anything."""
         self._closed = True
         self._schedule = RenewalSchedule()
-        self._task, self._waker, self._in_flight = None, None, None
-        self._batch, self._batch_deadline = [], float("inf")
+        self._task, self._waker, self._flights = None, None, {}
         self._abandoned = set()
 
     async def _run(self) -> None:
@@ -163,22 +167,23 @@ class AsyncRenewer:
         while not self._closed:
             now = clock.monotonic()
             hooks: list[tuple[RenewalEntry, BaseException]] = []
-            flight = self._in_flight
-            if flight is not None and flight.done():
-                hooks = self._apply(flight, now)
+            for flight in [flight for flight in self._flights if flight.done()]:
+                hooks += self._apply(flight, now)
             schedule.pop_expired(now)
-            if self._in_flight is not None and now >= self._batch_deadline:
-                hooks += self._abandon(now)
-            if self._in_flight is None:
+            for flight, (_, deadline) in list(self._flights.items()):
+                if now >= deadline:
+                    hooks += self._abandon(flight, now)
+            while len(self._flights) < MAX_IN_FLIGHT:
                 batch = schedule.pop_batch(now, self._batch_size)
-                if batch:
-                    self._start(loop, batch)
+                if not batch:
+                    break
+                self._start(loop, batch)
             call_renew_error_hooks(hooks)
             if hooks:
                 continue  # a hook may have added or released leases: look again before sleeping
-            wake = schedule.next_wakeup(self._in_flight is not None)
-            if self._in_flight is not None:
-                wake = self._batch_deadline if wake is None else min(wake, self._batch_deadline)
+            wake = schedule.next_wakeup(len(self._flights))
+            for _, deadline in self._flights.values():
+                wake = deadline if wake is None else min(wake, deadline)
             await self._sleep(loop, None if wake is None else max(0.0, wake - clock.monotonic()))
 
     async def _sleep(self, loop: asyncio.AbstractEventLoop, timeout: float | None) -> None:
@@ -192,36 +197,34 @@ class AsyncRenewer:
                 timer.cancel()
 
     def _start(self, loop: asyncio.AbstractEventLoop, batch: list[RenewalEntry]) -> None:
-        self._batch = batch
         deadlines = [e.state.deadline for e in batch if e.state.deadline is not None]
-        self._batch_deadline = min(deadlines, default=float("inf"))
         self.round_trips += 1
         flight = loop.create_task(self._send(batch), name="fencedlease-renew-batch")
         flight.add_done_callback(lambda _: self.wake())
-        self._in_flight = flight
+        self._flights[flight] = (batch, min(deadlines, default=float("inf")))
 
     async def _send(self, batch: list[RenewalEntry]) -> _BatchResult:
         items = renewal_items(batch)
-        clock = self._clock
-        sent_mono, sent_wall = clock.monotonic(), clock.time()
-        return sent_mono, sent_wall, await self._backend.renew_many(items)
+        sent = SendTime(self._clock)
+        with marking_sends(sent.mark):  # the backend marks the real send (after connecting)
+            replies = await self._backend.renew_many(items)
+        return sent.mono, sent.wall, replies
 
     def _apply(
         self, flight: asyncio.Task[_BatchResult], now: float
     ) -> list[tuple[RenewalEntry, BaseException]]:
-        batch = self._batch
-        self._in_flight, self._batch, self._batch_deadline = None, [], float("inf")
+        batch, _ = self._flights.pop(flight)
         if flight.cancelled():
             outcome: BatchOutcome = BackendError("renewal round trip cancelled")
         else:
             outcome = flight.exception() or flight.result()
         return apply_batch(self._schedule, batch, outcome, now)
 
-    def _abandon(self, now: float) -> list[tuple[RenewalEntry, BaseException]]:
-        """Give up on the batch in flight: a lease in it reached its deadline unanswered."""
-        flight, batch = self._in_flight, self._batch
-        assert flight is not None
-        self._in_flight, self._batch, self._batch_deadline = None, [], float("inf")
+    def _abandon(
+        self, flight: asyncio.Task[_BatchResult], now: float
+    ) -> list[tuple[RenewalEntry, BaseException]]:
+        """Give up on ``flight``: a lease in it reached its deadline unanswered."""
+        batch, _ = self._flights.pop(flight)
         flight.cancel()
         self._abandoned.add(flight)
         flight.add_done_callback(self._abandoned.discard)
