@@ -5,6 +5,7 @@ budget): a release right after the give-up's clean-up leaves the key free."""
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 import redis
@@ -21,9 +22,11 @@ class _NoJitter(AcquireAttempt):
     """The manager's attempt with the ±50% jitter pinned to 1.0 (retry delay exactly as given)."""
 
     def __init__(
-        self, key: str, ttl_ms: int, wait_ms: int, retry_delay_ms: int, clock: Clock
+        self, key: str, ttl_ms: int, wait_ms: int, retry_delay_ms: int, clock: Clock, **kw: Any
     ) -> None:
-        super().__init__(key, ttl_ms, wait_ms, retry_delay_ms, clock, uniform=lambda a, b: 1.0)
+        super().__init__(
+            key, ttl_ms, wait_ms, retry_delay_ms, clock, uniform=lambda a, b: 1.0, **kw
+        )
 
 
 def test_release_right_after_a_waiter_gave_up_leaves_the_key_free(
