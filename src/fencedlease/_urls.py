@@ -391,11 +391,18 @@ _SECONDS_OPTIONS = {
     "health_check_interval": True,
 }
 _MAX_SECONDS = MAX_MS / 1000
+# Integer options redis-py parses from a URL and only uses later (a socket_read_size of -1 fails
+# in recv, a negative db at SELECT): name -> (least, most).
+_INT_OPTIONS = {
+    "socket_read_size": (1, 2**31 - 1),
+    "db": (0, 2**31 - 1),
+}
 
 
 def _check_connection_options(options: dict[str, Any]) -> None:
     """The connection options redis-py checks only when it connects: the seconds options are
-    None or finite numbers in (0, MAX_MS / 1000] (``health_check_interval`` may be 0), and
+    None or finite numbers in (0, MAX_MS / 1000] (``health_check_interval`` may be 0), the
+    integer options (``socket_read_size``, ``db``) are within their bounds, and
     ``encoding`` / ``encoding_errors`` are names Python knows.
 
     Raises:
@@ -417,6 +424,14 @@ def _check_connection_options(options: dict[str, Any]) -> None:
                 name,
                 f"{name} must be None or a number of seconds, {low} {name} <= {_MAX_SECONDS};"
                 f" got {value!r}",
+            )
+    for name, (least, most) in _INT_OPTIONS.items():
+        value = options.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
+            raise ValidationError(
+                name, f"{name} must be an int, {least} <= {name} <= {most}; got {value!r}"
             )
     for name, lookup in (("encoding", codecs.lookup), ("encoding_errors", codecs.lookup_error)):
         if name not in options:

@@ -160,3 +160,21 @@ def test_a_password_url_works_and_its_errors_never_show_it(acl_redis: int) -> No
             face(good + "?ssl_cert_reqs=none")
         assert refused.value.argument == "ssl_cert_reqs"
         assert "s3cret" not in _chain(refused.value)
+
+
+def test_a_setting_redis_py_trips_on_mid_command_is_a_backend_error(redis_url: str) -> None:
+    """A client made with a setting redis-py takes as given and fails on only in the middle of a
+    command (socket_read_size=-1: recv refuses a negative size) gives a BackendError that may
+    have run (the manager then releases with the owner token), never a raw ValueError. (The
+    asyncio client reads through asyncio streams, which do not use that setting.)"""
+    port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
+    client = redis.Redis(port=port, socket_read_size=-1)
+    leases = LeaseManager(client, prefix="odd-setting")
+    try:
+        with pytest.raises(BackendError) as info:
+            leases.acquire("k", ttl_ms=1_000)
+        assert "ValueError" in str(info.value)
+        assert (info.value.sent, info.value.wrote) == ("maybe", "maybe")
+    finally:
+        leases.close()
+        client.close()

@@ -451,3 +451,21 @@ def test_redact_text_never_shows_a_password(password: str, form: str) -> None:
     shown = redact_text(message, url)
     assert password not in shown
     assert quote(password, safe="") not in shown
+
+
+@pytest.mark.parametrize(
+    ("query", "argument"),
+    [
+        ("socket_read_size=-1", "socket_read_size"),
+        ("socket_read_size=0", "socket_read_size"),
+        ("db=-1", "db"),
+    ],
+)
+def test_integer_url_options_out_of_bounds_are_refused(query: str, argument: str) -> None:
+    """An integer option redis-py would only trip on later (recv with a negative size, SELECT of
+    a negative database) is a ValidationError naming it at from_url, on both faces, with nothing
+    sent."""
+    for make in (backend_from_url, async_backend_from_url):
+        with pytest.raises(ValidationError) as info:
+            make(f"redis://127.0.0.1:1/0?{query}", prefix="p", clock=SYSTEM_CLOCK)
+        assert info.value.argument == argument

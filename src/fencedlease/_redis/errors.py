@@ -50,7 +50,7 @@ from redis.exceptions import (
 )
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .._errors import BackendError, Sent, Wrote
+from .._errors import BackendError, FencedLeaseError, Sent, Wrote
 
 __all__ = [
     "SCRIPT_REFUSAL",
@@ -133,11 +133,22 @@ def backend_error(operation: str, cause: BaseException) -> BackendError:
 def backend_errors(operation: str) -> Iterator[None]:
     """Raise any redis-py error inside as :func:`backend_error` naming ``operation``, cause kept;
     so too a reply a ``decode_responses=True`` client cannot decode (a key holding bytes that are
-    not UTF-8: redis-py drops that connection)."""
+    not UTF-8: redis-py drops that connection), and a ``ValueError``/``TypeError``/``OSError``
+    redis-py raises from a setting it did not check (classified as possibly run). The library's
+    own errors pass through unchanged."""
     try:
         yield
+    except FencedLeaseError:
+        raise
     except (RedisError, UnicodeDecodeError) as exc:
         raise backend_error(operation, exc) from exc
+    except (ValueError, TypeError, OSError) as exc:
+        # Raised inside redis-py by a setting it took as given (a client made with
+        # socket_read_size=-1 fails in recv, after the command was sent): still the store's
+        # failure, and the command may have run.
+        raise BackendError(
+            f"{operation}: {type(exc).__name__}: {exc}", sent="maybe", wrote="maybe"
+        ) from exc
 
 
 # -- naming a refused command ----------------------------------------------------------------------
