@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -44,7 +45,9 @@ async def connected(client: redis.asyncio.Redis) -> None:
         return
     pool = client.connection_pool
     connection = await pool.get_connection()  # type: ignore[no-untyped-call]
-    await pool.release(connection)
+    # Given back even if the caller is cancelled right here: a connection neither used nor
+    # returned would stay open, out of the pool's sight, until the pool is closed.
+    await asyncio.shield(pool.release(connection))
 
 
 def dedicated_client(client: redis.asyncio.Redis) -> redis.asyncio.Redis:
