@@ -44,6 +44,9 @@ async def connected(client: redis.asyncio.Redis) -> None:
     if client.connection is not None:
         return
     pool = client.connection_pool
+    idle = getattr(pool, "_available_connections", None)  # see the sync twin
+    if idle and getattr(idle[-1], "is_connected", False):
+        return
     connection = await pool.get_connection()  # type: ignore[no-untyped-call]
     # Given back even if the caller is cancelled right here: a connection neither used nor
     # returned would stay open, out of the pool's sight, until the pool is closed.

@@ -138,5 +138,11 @@ def connected(client: redis.Redis | redis.cluster.RedisCluster) -> None:
     if not isinstance(client, redis.Redis) or client.connection is not None:
         return
     pool = client.connection_pool
+    # The common case costs nothing: the connection the pool hands out next (the last one given
+    # back) is already made. redis-py names no public way to ask, hence the private list; a pool
+    # of another shape just takes the general path below.
+    idle = getattr(pool, "_available_connections", None)
+    if idle and getattr(idle[-1], "_sock", None) is not None:
+        return
     connection = pool.get_connection()
     pool.release(connection)
