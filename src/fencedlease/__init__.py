@@ -19,6 +19,7 @@ from ._errors import (
     StaleTokenError,
     ValidationError,
 )
+from ._events import LeaseEvent
 from ._fencing import FencedResource, owner_fingerprint
 from ._lease import AcquireResult, Lease, LeaseInfo, LeaseOutcome
 from ._manager import LeaseManager
@@ -37,6 +38,7 @@ __all__ = [
     "FencedResource",
     "Lease",
     "LeaseBackend",
+    "LeaseEvent",
     "LeaseInfo",
     "LeaseKeyMismatchError",
     "LeaseLostError",

@@ -42,6 +42,7 @@ from ._core import (
     never_sent,
 )
 from ._errors import BackendError, ManagerClosedError
+from ._events import deferred, renewal_event
 from ._protocol import AcquireReply
 
 __all__ = [
@@ -190,11 +191,26 @@ def apply_batch(
 ) -> list[tuple[RenewalEntry, BaseException]]:
     """Apply a renewal round trip's ``outcome`` to ``batch`` (see
     :meth:`RenewalSchedule.apply`); a failed round trip is one failed try for every lease in it
-    (rule 3). Returns the hooks due (:func:`call_renew_error_hooks`)."""
-    if isinstance(outcome, BaseException):
-        return schedule.apply(batch, now_mono, 0.0, outcome, now_mono)
-    sent_mono, sent_wall, replies = outcome
-    return schedule.apply(batch, sent_mono, sent_wall, replies, now_mono)
+    (rule 3). Returns the hooks due (:func:`call_renew_error_hooks`). Each lease whose reply was
+    applied reports a ``"renew"`` event (:mod:`fencedlease._events`), before the losses the
+    replies caused."""
+    applied = {id(entry) for entry in batch if entry.active}
+    with deferred() as losses:
+        if isinstance(outcome, BaseException):
+            sent: float | None = None
+            hooks = schedule.apply(batch, now_mono, 0.0, outcome, now_mono)
+        else:
+            sent, sent_wall, replies = outcome
+            hooks = schedule.apply(batch, sent, sent_wall, replies, now_mono)
+        losses[:0] = [
+            (entry.state.on_event, renewal_event(
+                entry.state, outcome if isinstance(outcome, BaseException) else outcome[2][i],
+                entry.active, sent, now_mono,
+            ))
+            for i, entry in enumerate(batch)
+            if id(entry) in applied and entry.state.on_event is not None
+        ]  # fmt: skip
+    return hooks
 
 
 def call_renew_error_hooks(hooks: list[tuple[RenewalEntry, BaseException]]) -> None:

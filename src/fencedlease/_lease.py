@@ -10,6 +10,7 @@ import attrs
 from ._backend import LeaseBackend
 from ._clock import Clock
 from ._decisions import lost_wait_s
+from ._events import release_ended, release_sent
 from ._protocol import InspectReply
 from ._state import LeaseState
 from ._validate import check_ms
@@ -107,15 +108,18 @@ class Lease(LeaseView):
         if state.inherited():
             return False  # a forked child: the lease is the parent's, so no I/O (see _fork)
         state.release_begins()
+        sent = release_sent(state, self._clock)
         try:
             released = self._backend.release(state.key, state.owner_token)
-        except BaseException:
+        except BaseException as exc:
+            release_ended(state, self._clock, sent, exc)
             state.release_failed()
             self._stop_renewal()  # no answer: the deadline rule applies again
             raise
         # Renewed until here (rule 4): a release that waited for a connection of a busy pool
         # found the key still held.
         self._stop_renewal()
+        release_ended(state, self._clock, sent, released)
         return self._released(released)
 
     def _stop_renewal(self) -> None:

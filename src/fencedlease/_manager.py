@@ -34,6 +34,7 @@ from ._decisions import (
     hold_releases,
 )
 from ._errors import BackendError, LeaseNotAcquiredError, ManagerClosedError
+from ._events import EventHook, acquire_ended, check_event_hook, watch
 from ._handoff import ReleaseWaiter, release_waiter_for
 from ._lease import AcquireResult, Lease, LeaseInfo, LeaseOutcome
 from ._protocol import AcquireReply
@@ -74,7 +75,9 @@ class LeaseManager:
     ``prefix``: the key namespace; keys are ``<prefix>:{<key>}`` and ``<prefix>:{<key>}:fence``.
     ``clock``: where time is read and waited on (tests inject a fake one): the wait between
     acquire attempts on a store without release notifications is its ``sleep``.
-    ``renew_batch_size``: the most renewals sent in one pipeline.
+    ``renew_batch_size``: the most renewals sent in one pipeline. ``on_event(event)``: called
+    with a :class:`~fencedlease.LeaseEvent` for each acquire, background renewal, release and
+    loss (see :mod:`fencedlease._events`); an ``Exception`` it raises is logged and ignored.
 
     One manager runs one renewer (two threads, started on the first :meth:`hold`) for all its
     leases. Close it with :meth:`close` or use it as a context manager.
@@ -85,8 +88,9 @@ class LeaseManager:
 
     Raises:
         ValidationError: ``prefix`` is not a non-empty str, ``renew_batch_size`` < 1, ``clock``
-            lacks ``monotonic()``/``time()``, or ``client`` is neither a ``redis.Redis`` nor a
-            lease backend (a ``TypeError`` too when it is one of the asyncio face's).
+            lacks ``monotonic()``/``time()``, ``on_event`` is not a plain callable, or
+            ``client`` is neither a ``redis.Redis`` nor a lease backend (a ``TypeError`` too when
+            it is one of the asyncio face's).
     """
 
     def __init__(
@@ -96,9 +100,11 @@ class LeaseManager:
         prefix: str = "fencedlease",
         clock: Clock = SYSTEM_CLOCK,
         renew_batch_size: int = 500,
+        on_event: EventHook | None = None,
         _owns_client: bool = False,
     ) -> None:
         check_prefix(prefix)
+        self._on_event = check_event_hook(on_event)
         check_clock(clock)
         batch = check_ms("renew_batch_size", renew_batch_size, 1)
         if isinstance(client, redis.Redis):
@@ -120,7 +126,13 @@ class LeaseManager:
 
     @classmethod
     def from_url(
-        cls, url: str, *, prefix: str = "fencedlease", clock: Clock = SYSTEM_CLOCK, **kwargs: Any
+        cls,
+        url: str,
+        *,
+        prefix: str = "fencedlease",
+        clock: Clock = SYSTEM_CLOCK,
+        on_event: EventHook | None = None,
+        **kwargs: Any,
     ) -> LeaseManager:
         """A manager over the backend ``url`` names, closed with the manager: ``redis://``,
         ``rediss://`` and ``unix://`` (a client made by ``redis.Redis.from_url(url, **kwargs)``),
@@ -132,7 +144,10 @@ class LeaseManager:
             ValidationError: an unknown scheme, a malformed URL or an option it does not take.
             BackendError: a SQLite database that cannot be opened.
         """
-        return cls(backend_from_url(url, prefix=prefix, clock=clock, **kwargs), clock=clock)
+        hook = check_event_hook(on_event)
+        return cls(
+            backend_from_url(url, prefix=prefix, clock=clock, **kwargs), clock=clock, on_event=hook
+        )
 
     @property
     def backend(self) -> LeaseBackend:
@@ -259,9 +274,11 @@ class LeaseManager:
         except StopIteration as stop:
             end: AcquireEnd = stop.value
         except BaseException as exc:
+            acquire_ended(self._on_event, key, None, attempt.sent_mono, self._clock, exc)
             if attempt.uncertain:
                 self._abandon(key, owner_token, exc)
             raise
+        acquire_ended(self._on_event, key, end.state, attempt.sent_mono, self._clock)
         if end.leave_queue:
             self._renewer.submit_release(key, owner_token)
         if end.state is None:
@@ -473,6 +490,7 @@ class LeaseManager:
         """
         state = restored_state(key, owner_token, ttl_ms, expires_at, fencing_token, self._clock)
         state.fencing_scope = fencing_scope_of(self._backend, key)
+        watch(state, self._on_event, self._clock)
         return Lease(state, self._backend, self._clock)
 
     def inspect(self, key: str) -> LeaseInfo | None:

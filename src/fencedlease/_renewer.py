@@ -37,6 +37,7 @@ from ._core import (
 )
 from ._decisions import apply_batch, call_renew_error_hooks
 from ._errors import BackendError, ManagerClosedError
+from ._events import deferred
 from ._threads import DaemonThreadPool
 
 __all__ = ["BoundedCalls", "Renewer", "shutdown_pool"]
@@ -264,7 +265,8 @@ class Renewer:
         schedule, clock, cond = self._schedule, self._clock, self._cond
         while True:
             hooks: list[tuple[RenewalEntry, BaseException]] = []
-            with cond:
+            # The lease events of this turn go out once the lock is released.
+            with deferred() as events, cond:
                 while True:
                     if self._closed:
                         return
@@ -281,7 +283,7 @@ class Renewer:
                         future = self._io.submit(self._send, batch)
                         self._flights[future] = batch
                         future.add_done_callback(self._on_done)
-                    if hooks:
+                    if hooks or events:
                         break
                     if self._done:
                         continue  # a batch finished before its callback could wake a waiter

@@ -123,6 +123,7 @@ def test_a_private_parameter_is_left_out_of_the_signature(package: griffe.Module
         "prefix",
         "clock",
         "renew_batch_size",
+        "on_event",
     ]
 
 

@@ -63,6 +63,7 @@ from .._decisions import (
     hold_releases,
 )
 from .._errors import BackendError, LeaseNotAcquiredError, ManagerClosedError
+from .._events import EventHook, acquire_ended, check_event_hook, watch
 from .._handoff import AsyncReleaseWaiter
 from .._lease import LeaseInfo
 from .._manager import DEFAULT_CLOSE_TIMEOUT_MS, DEFAULT_RETRY_DELAY_MS, DEFAULT_TTL_MS
@@ -116,7 +117,9 @@ class AsyncLeaseManager:
     attempts the manager awaits its ``async_sleep`` (an :class:`~fencedlease.aio.AsyncClock`,
     such as :class:`~fencedlease.testing.FakeClock`), or :func:`asyncio.sleep` for a clock
     without one (:class:`~fencedlease.SystemClock`). ``renew_batch_size``: the most renewals sent
-    in one pipeline.
+    in one pipeline. ``on_event(event)``: called (in the loop, never awaited) with a
+    :class:`~fencedlease.LeaseEvent` for each acquire, background renewal, release and loss, as on
+    the sync face.
 
     One manager runs one renewal task (started on the first :meth:`hold`) for all its leases.
     Close it with :meth:`close` or use it as an async context manager; afterwards no task of the
@@ -143,9 +146,11 @@ class AsyncLeaseManager:
         prefix: str = "fencedlease",
         clock: Clock = SYSTEM_CLOCK,
         renew_batch_size: int = 500,
+        on_event: EventHook | None = None,
         _owns_client: bool = False,
     ) -> None:
         check_prefix(prefix)
+        self._on_event = check_event_hook(on_event)
         check_clock(clock)
         batch = check_ms("renew_batch_size", renew_batch_size, 1)
         if isinstance(client, redis.asyncio.Redis):
@@ -181,6 +186,7 @@ class AsyncLeaseManager:
         *,
         prefix: str = "fencedlease",
         clock: Clock = SYSTEM_CLOCK,
+        on_event: EventHook | None = None,
         **kwargs: Any,
     ) -> AsyncLeaseManager:
         """A manager over the backend ``url`` names (see :func:`async_backend_from_url`), closed
@@ -190,7 +196,12 @@ class AsyncLeaseManager:
         Raises:
             ValidationError: an unknown scheme, a malformed URL or a bad ``prefix``.
         """
-        return cls(async_backend_from_url(url, prefix=prefix, clock=clock, **kwargs), clock=clock)
+        hook = check_event_hook(on_event)
+        return cls(
+            async_backend_from_url(url, prefix=prefix, clock=clock, **kwargs),
+            clock=clock,
+            on_event=hook,
+        )
 
     @property
     def backend(self) -> AsyncLeaseBackend:
@@ -382,9 +393,11 @@ class AsyncLeaseManager:
         except StopIteration as stop:
             end: AcquireEnd = stop.value
         except BaseException as exc:
+            acquire_ended(self._on_event, key, None, attempt.sent_mono, clock, exc)
             if attempt.uncertain:
                 await self._abandon(key, owner_token, exc)
             raise
+        acquire_ended(self._on_event, key, end.state, attempt.sent_mono, clock)
         if end.leave_queue:
             # A task of the manager's, not awaited: the call keeps its time bound; close()
             # waits for it.
@@ -582,6 +595,7 @@ class AsyncLeaseManager:
         """
         state = restored_state(key, owner_token, ttl_ms, expires_at, fencing_token, self._clock)
         state.fencing_scope = fencing_scope_of(self._backend, key)
+        watch(state, self._on_event, self._clock)
         return AsyncLease(state, self._backend, self._clock)
 
     async def inspect(self, key: str) -> LeaseInfo | None:
