@@ -17,7 +17,7 @@ import click
 
 from .harness.nemesis import FAULTS, parse_faults
 from .harness.resources import RESOURCES
-from .harness.workload import MODES
+from .harness.workload import MODES, WORKER_KINDS
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -79,6 +79,13 @@ def _faults(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
 )  # fmt: skip
 @click.option("--no-toxiproxy", is_flag=True, help="Connect workers straight to Redis.")
 @click.option(
+    "--workers-kind",
+    type=click.Choice(WORKER_KINDS),
+    help="Run every worker this way: sync (one thread), threads (threads sharing one"
+    " LeaseManager), asyncio (tasks sharing one AsyncLeaseManager). Default: chosen per worker"
+    " from the seed.",
+)
+@click.option(
     "--allow-server-faults",
     is_flag=True,
     help="Also run the faults that act on the whole Redis server (script-flush: every"
@@ -98,6 +105,7 @@ def check(
     seed: int | None,
     out_dir: Path,
     no_toxiproxy: bool,
+    workers_kind: str | None,
     allow_server_faults: bool,
 ) -> None:
     """Run workers under faults, check the history, report.
@@ -161,6 +169,7 @@ def check(
         ttl_ms=ttl_ms,
         toxiproxy=not no_toxiproxy,
         allow_server_faults=allow_server_faults,
+        workers_kind=workers_kind,  # type: ignore[arg-type]
     )
     console.print(
         f"fencedlease check: {workers} workers, {duration:g} s, mode {mode}, resource "

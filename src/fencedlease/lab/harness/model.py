@@ -12,7 +12,7 @@ from .checker import CheckReport, Extracted, extract
 from .history import read_history
 from .nemesis import DEFAULT_FAULTS
 from .resources import ResourceKind
-from .workload import Mode
+from .workload import Mode, WorkerKind
 
 __all__ = ["CheckConfig", "CheckResult"]
 
@@ -34,6 +34,9 @@ class CheckConfig:
     the faults that act on the whole Redis server (``script-flush``, the ``redis-*`` ones; see
     :data:`fencedlease.lab.harness.nemesis.SERVER_WIDE`) on a ``redis_url`` too; without it they
     run only on a Redis the check started and are left out of the schedule otherwise.
+    ``workers_kind``: run every worker one way (``sync``, ``threads``, ``asyncio``; see
+    :func:`~fencedlease.lab.harness.workload.worker_main`); None: each worker's way is drawn
+    from the seed. ``wait_share``: the share of acquires that wait (the rest fail fast).
     """
 
     redis_url: str | None = None
@@ -53,6 +56,8 @@ class CheckConfig:
     toxiproxy: bool = True
     lead_s: float | None = None
     allow_server_faults: bool = False
+    workers_kind: WorkerKind | None = None
+    wait_share: float = 0.5
 
     @property
     def heartbeat(self) -> int:

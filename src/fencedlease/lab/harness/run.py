@@ -64,7 +64,7 @@ from .safety import (
     check_sqlite_resource,
     claim_out_dir,
 )
-from .workload import Board, WorkerConfig, worker_main
+from .workload import WORKER_KINDS, Board, WorkerConfig, WorkerKind, worker_main
 
 __all__ = [
     "OUT_MARKER",
@@ -133,6 +133,18 @@ class _Run:
     @property
     def names(self) -> list[str]:
         return [f"w{i}" for i in range(self.config.workers)]
+
+    @property
+    def worker_kinds(self) -> list[WorkerKind]:
+        """How each worker runs: the config's ``workers_kind``, else drawn from the seed and the
+        worker's index (the same seed gives the same kinds)."""
+        forced = self.config.workers_kind
+        if forced is not None:
+            return [forced] * self.config.workers
+        return [
+            random.Random(f"{self.seed}:kind:{i}").choice(WORKER_KINDS)
+            for i in range(self.config.workers)
+        ]
 
     def scrub(self, text: str) -> str:
         """``text`` without the secrets of the URLs the run was given (notes, history)."""
@@ -262,7 +274,7 @@ def _start_workers(
             name=name,
             redis_url=network.worker_urls[index],
             prefix=run.prefix,
-            key=config.key,
+            keys=(config.key,),
             mode=config.mode,
             resource=spec,
             history_path=str(run.parts_dir / f"history-{name}.jsonl"),
@@ -273,6 +285,8 @@ def _start_workers(
             socket_timeout_ms=max(100, config.ttl_ms // 2),
             duration_s=config.duration_s,
             seed=run.rng.randrange(2**31),
+            kind=run.worker_kinds[index],
+            wait_share=config.wait_share,
         )
         proc = ctx.Process(
             target=worker_main,
@@ -303,6 +317,7 @@ def _record_start(
             "duration_s": config.duration_s,
             "mode": config.mode,
             "workers": config.workers,
+            "worker_kinds": list(run.worker_kinds),
             "resource": spec.kind,
             "faults": list(config.faults),
             "seed": run.seed,

@@ -1,10 +1,14 @@
 """The workload: N worker processes doing a fenced read-modify-write of one counter under a lease.
 
-Each worker loops: take the lease on the shared key with :meth:`LeaseManager.hold` (renewed in the
-background), read the counter, sleep ``body_ms`` inside the critical section, write the value read
-plus one, leave the ``with`` block. Every step is an invoke/completion pair in the worker's own
-history file (:mod:`fencedlease.lab.harness.history`). A watcher thread records the moment the
-library declares the lease lost (``lease-lost``), which is how the checker times loss notices.
+Each worker loops: pick a key (from its own random source, seeded from the run's seed and the
+worker's index), take the lease on it with :meth:`LeaseManager.hold` (renewed in the background;
+for a share of the cycles waiting for it, through the fair hand-off queue), read the counter,
+sleep ``body_ms`` inside the critical section, write the value read plus one, leave the ``with``
+block. Every step is an invoke/completion pair in the worker's own history file
+(:mod:`fencedlease.lab.harness.history`). What the library told the worker about its leases (the
+grant and its confirmed deadline, every renewal's outcome, the release going out, the loss
+notice) comes from the manager's ``on_event`` hook (:class:`Recorder`): that is what the
+lock-level check (:mod:`~fencedlease.lab.harness.mutex`) judges.
 
 The body deliberately does not call ``lease.check()`` before writing: a check proves nothing about
 the instant of the write, because a pause (GC, SIGSTOP, a swapped-out VM) can fall between the two
@@ -35,6 +39,7 @@ import random
 import signal
 import threading
 import time
+from contextvars import ContextVar
 from typing import Any, Final, Literal
 
 import attrs
@@ -44,7 +49,7 @@ from redis.retry import Retry
 
 from fencedlease import (
     BackendError,
-    Lease,
+    LeaseEvent,
     LeaseLostError,
     LeaseManager,
     LeaseNotAcquiredError,
@@ -57,13 +62,27 @@ from .resources import ResourceSpec, open_store
 __all__ = [
     "MODES",
     "PHASES",
+    "THREADS",
+    "WORKER_KINDS",
     "Board",
     "Mode",
+    "Recorder",
     "WorkerConfig",
+    "WorkerKind",
+    "access",
+    "end_cycle",
+    "lane_rng",
+    "pick",
     "worker_main",
 ]
 
 Mode = Literal["fenced", "write-fenced", "unfenced"]
+WorkerKind = Literal["sync", "threads", "asyncio"]
+
+#: How a worker may run (see :func:`worker_main`).
+WORKER_KINDS: Final[tuple[WorkerKind, ...]] = ("sync", "threads", "asyncio")
+#: The lanes (threads or tasks) of a ``threads`` or ``asyncio`` worker.
+THREADS: Final = 3
 
 MODES: Final[tuple[Mode, ...]] = ("fenced", "write-fenced", "unfenced")
 
@@ -130,14 +149,16 @@ class WorkerConfig:
     ``heartbeat_ms`` (renewal interval), ``body_ms`` (sleep inside the critical section),
     ``wait_ms`` (how long an acquire waits), ``socket_timeout_ms`` (every Redis command).
     ``duration_s``: seconds, counted from the ``go`` signal, after which no new cycle starts;
-    ``max_cycles`` bounds the loop in count too.
+    ``max_cycles`` bounds the loop in count too (per lane). ``keys``: the lease keys a cycle
+    picks from; ``wait_share``: the share of acquires that wait ``wait_ms`` (the others fail
+    fast); ``kind``: how the worker runs (:data:`WORKER_KINDS`, see :func:`worker_main`).
     """
 
     index: int
     name: str
     redis_url: str
     prefix: str
-    key: str
+    keys: tuple[str, ...]
     mode: Mode
     resource: ResourceSpec
     history_path: str
@@ -149,6 +170,8 @@ class WorkerConfig:
     duration_s: float
     seed: int
     max_cycles: int = 10_000
+    kind: WorkerKind = "sync"
+    wait_share: float = 0.5
 
 
 def client_name(prefix: str, worker_name: str) -> str:
@@ -161,13 +184,35 @@ def client_name(prefix: str, worker_name: str) -> str:
 def worker_main(config: WorkerConfig, board: Board, go: Any, stop: Any) -> None:
     """The body of one worker process: publish its pid, wait (at most 60 s) for the ``go``
     event, then loop over lease cycles until ``stop`` is set, ``duration_s`` has passed or
-    ``max_cycles`` is reached. Everything it sees goes into its history."""
+    ``max_cycles`` is reached. Everything it sees goes into its history.
+
+    ``config.kind`` says how: ``sync`` (one thread, a :class:`LeaseManager`), ``threads``
+    (:data:`THREADS` threads sharing one :class:`LeaseManager`), ``asyncio`` (:data:`THREADS`
+    tasks sharing one :class:`~fencedlease.aio.AsyncLeaseManager`). Every lease event the
+    manager reports goes into the history through :class:`Recorder`."""
     # The parent stops a straggler with SIGTERM; leave through the finally blocks.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     # The library's warnings (a cleanup release that failed under a fault) are expected here and
     # would scribble over the live display; what matters is in the history.
     logging.getLogger("fencedlease").addHandler(logging.NullHandler())
-    rng = random.Random(config.seed)
+    writer = HistoryWriter(config.history_path, config.name)
+    recorder = Recorder(writer)
+    try:
+        if config.kind == "asyncio":
+            from .aio_worker import run_asyncio_worker
+
+            run_asyncio_worker(config, board, go, stop, recorder)
+        else:
+            _run_sync_worker(config, board, go, stop, recorder)
+    finally:
+        board.set_phase(config.index, IDLE)
+        board.set(config.index, "token", 0)
+        writer.close()
+
+
+def _run_sync_worker(
+    config: WorkerConfig, board: Board, go: Any, stop: Any, recorder: Recorder
+) -> None:
     timeout_s = config.socket_timeout_ms / 1000
     client = redis.Redis.from_url(
         config.redis_url,
@@ -178,29 +223,76 @@ def worker_main(config: WorkerConfig, board: Board, go: Any, stop: Any) -> None:
         # reconnecting, and the renewal that follows still checks the owner token.
         retry=Retry(NoBackoff(), 1),
     )
-    _warm_pool(client, 6)
-    manager = LeaseManager(client, prefix=config.prefix)
-    store = open_store(config.resource)
-    writer = HistoryWriter(config.history_path, config.name)
+    threads = THREADS if config.kind == "threads" else 1
+    _warm_pool(client, 5 + threads)
+    manager = LeaseManager(client, prefix=config.prefix, on_event=recorder)
     board.set(config.index, "pid", os.getpid())  # ready: the run waits for every pid
     try:
         if not go.wait(60.0):
             return
         deadline = time.monotonic() + config.duration_s
-        cycles = 0
-        while not stop.is_set() and time.monotonic() < deadline and cycles < config.max_cycles:
-            cycles += 1
-            _cycle(config, board, manager, store, writer, rng)
+        runners = [
+            threading.Thread(
+                target=_loop,
+                args=(
+                    config,
+                    board,
+                    manager,
+                    recorder,
+                    lane_rng(config, n),
+                    stop,
+                    deadline,
+                ),
+                name=f"worker-{n}",
+                daemon=True,
+            )
+            for n in range(threads)
+        ]
+        for runner in runners:
+            runner.start()
+        for runner in runners:
+            runner.join()
     finally:
-        board.set_phase(config.index, IDLE)
-        board.set(config.index, "token", 0)
         with contextlib.suppress(Exception):
             manager.close()
         with contextlib.suppress(Exception):
-            store.close()
-        with contextlib.suppress(Exception):
             client.close()
-        writer.close()
+
+
+def lane_rng(config: WorkerConfig, lane: int) -> random.Random:
+    """The random source of one lane (thread or task) of a worker: from the run's seed, the
+    worker's index and the lane, so one seed gives the same choices."""
+    return random.Random(f"{config.seed}:{config.index}:{lane}")
+
+
+def _loop(
+    config: WorkerConfig,
+    board: Board,
+    manager: LeaseManager,
+    recorder: Recorder,
+    rng: random.Random,
+    stop: Any,
+    deadline: float,
+) -> None:
+    """One lane (thread) of a sync worker, with a store of its own (opened in this thread: an
+    SQLite connection may be used only in the thread that made it)."""
+    store = open_store(config.resource)
+    try:
+        cycles = 0
+        while not stop.is_set() and time.monotonic() < deadline and cycles < config.max_cycles:
+            cycles += 1
+            _cycle(config, board, manager, store, recorder, rng)
+    finally:
+        with contextlib.suppress(Exception):
+            store.close()
+
+
+def pick(config: WorkerConfig, rng: random.Random) -> tuple[str, int]:
+    """One cycle's choices: the key (uniform over ``config.keys``) and the acquire's wait
+    (``config.wait_ms`` for a ``wait_share`` of the cycles, else 0: fail fast)."""
+    key = rng.choice(config.keys)
+    wait_ms = config.wait_ms if rng.random() < config.wait_share else 0
+    return key, wait_ms
 
 
 def _warm_pool(client: redis.Redis, size: int) -> None:
@@ -238,20 +330,106 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
 
-def _watch(lease: Lease, grant: int, writer: HistoryWriter, done: threading.Event) -> None:
-    """Record the moment the library declares ``lease`` lost (bounded by the hold)."""
-    while not done.is_set():
-        if lease.wait_lost(timeout_ms=20):
-            writer.record(
-                "lease-lost",
-                "info",
-                grant=grant,
-                key=lease.key,
-                token=lease.fencing_token,
-                outcome="lease-lost",
-                detail={"reason": lease.lost_reason},
-            )
+# --- the lease events into the history ----------------------------------------------------------
+
+#: The acquire operation the current thread or task is waiting for (see :class:`Recorder`).
+_acquiring: ContextVar[Operation | None] = ContextVar("fencedlease_check_acquiring", default=None)
+
+
+class Recorder:
+    """A manager's ``on_event`` hook that writes every :class:`LeaseEvent` into the history:
+
+    - ``acquire``: completes the acquire operation of the thread or task that is acquiring
+      (:meth:`expect`): ``ok`` (``token``, ``detail.deadline``: the confirmed deadline),
+      ``fail`` (``not-acquired``) or ``info`` (an error);
+    - ``renew``: ``ok`` with ``detail.deadline`` (confirmed), ``fail`` with outcome ``refused``
+      (a 0 reply; ``info`` ``refused-while-releasing`` once the release was sent, since the
+      release's reply decides then), ``info`` (an error, or a late confirmation);
+    - ``release``: an ``invoke`` when it is sent and its completion (``ok`` released, ``fail``
+      refused, ``info`` error);
+    - ``lost``: a ``lease-lost`` notice with ``detail.reason``.
+
+    Renewals, releases and losses carry ``grant``: the id of the acquire that made the lease
+    (found by the lease's owner fingerprint, never the owner token).
+    """
+
+    def __init__(self, writer: HistoryWriter) -> None:
+        self.writer = writer
+        self._lock = threading.Lock()
+        self._grants: dict[str, int] = {}
+        self._releases: dict[str, Operation] = {}
+
+    def expect(self, operation: Operation) -> None:
+        """Route the next acquire event of this thread or task to ``operation``."""
+        _acquiring.set(operation)
+
+    def grant_of(self, fingerprint: str | None) -> int | None:
+        with self._lock:
+            return None if fingerprint is None else self._grants.get(fingerprint)
+
+    def __call__(self, event: LeaseEvent) -> None:
+        kind, status, fp = event.kind, event.status, event.owner_fingerprint
+        fields: dict[str, Any] = {"key": event.key, "token": event.fencing_token}
+        if kind == "acquire":
+            operation = _acquiring.get()
+            if operation is None or operation.done:
+                return
+            if status == "granted" and fp is not None:
+                with self._lock:
+                    self._grants[fp] = operation.id
+                operation.ok(
+                    **fields, outcome="granted", detail={"deadline": event.deadline_monotonic}
+                )
+            elif status == "not-granted":
+                operation.fail(outcome="not-acquired")
+            else:
+                operation.info(outcome="error", detail={"error": event.reason})
             return
+        grant = self.grant_of(fp)
+        if grant is None or fp is None:
+            return
+        fields["grant"] = grant
+        writer = self.writer
+        if kind == "renew":
+            if status == "confirmed":
+                writer.record(
+                    "renew", "ok", **fields, detail={"deadline": event.deadline_monotonic}
+                )
+            elif status == "refused":
+                with self._lock:
+                    releasing = fp in self._releases
+                if releasing:
+                    writer.record("renew", "info", **fields, outcome="refused-while-releasing")
+                else:
+                    writer.record("renew", "fail", **fields, outcome="refused")
+            else:
+                writer.record("renew", "info", **fields, outcome=status,
+                              detail={"error": event.reason})  # fmt: skip
+        elif kind == "release" and status == "sent":
+            operation = writer.invoke("release", **fields)
+            with self._lock:
+                self._releases[fp] = operation
+        elif kind == "release":
+            with self._lock:
+                operation = self._releases.pop(fp, None)
+                if status != "error":
+                    self._grants.pop(fp, None)
+            if operation is None:
+                return
+            if status == "released":
+                operation.ok(outcome="released")
+            elif status == "refused":
+                operation.fail(outcome="refused")
+            else:
+                operation.info(outcome="backend-error", detail={"error": event.reason})
+        elif kind == "lost":
+            writer.record(
+                "lease-lost", "info", **fields, outcome="lease-lost",
+                detail={"reason": event.reason},
+            )  # fmt: skip
+
+
+# --- one cycle -------------------------------------------------------------------------------
 
 
 def _cycle(
@@ -259,54 +437,42 @@ def _cycle(
     board: Board,
     manager: LeaseManager,
     store: Any,
-    writer: HistoryWriter,
+    recorder: Recorder,
     rng: random.Random,
 ) -> None:
-    me, key = config.index, config.key
+    me = config.index
+    writer = recorder.writer
+    key, wait_ms = pick(config, rng)
     board.set_phase(me, ACQUIRING)
-    acquire = writer.invoke("acquire", key=key)
+    acquire = writer.invoke("acquire", key=key, detail={"wait_ms": wait_ms})
     grant = acquire.id
     hold: Operation | None = None
     body_end: float | None = None
-    done = threading.Event()
-    watcher: threading.Thread | None = None
-    token: int | None = None
-
-    def renew_error(exc: BaseException) -> None:
-        # Telemetry, not a loss: one failed renewal round trip (the library retries).
-        writer.record(
-            "renew-error", "info", grant=grant, key=key, token=token,
-            outcome="backend-error", detail={"error": _describe(exc)},
-        )  # fmt: skip
-
+    recorder.expect(acquire)
     try:
         with manager.hold(
             key,
             ttl_ms=config.ttl_ms,
-            wait_ms=config.wait_ms,
+            wait_ms=wait_ms,
             retry_delay_ms=50,
             heartbeat_ms=config.heartbeat_ms,
-            on_renew_error=renew_error,
         ) as lease:
             token = lease.fencing_token
-            acquire.ok(token=token, outcome="granted")
+            if not acquire.done:  # the event hook records it; never twice
+                acquire.ok(token=token, outcome="granted")
             board.set(me, "token", token or 0)
             board.set_phase(me, HOLDING)
             board.bump(me, "grants")
             hold = Operation(writer, "hold", grant, {"grant": grant, "key": key, "token": token})
-            watcher = threading.Thread(
-                target=_watch, args=(lease, grant, writer, done), daemon=True
-            )
-            watcher.start()
             try:
-                value = _access(
+                value = access(
                     writer, board, me, "read", grant, key, token, None,
                     lambda: store.read(lease, fenced=config.mode == "fenced"),
                 )  # fmt: skip
                 board.set_phase(me, BODY)
                 _sleep_until(time.monotonic() + config.body_ms / 1000)
                 board.set_phase(me, WRITING)
-                _access(
+                access(
                     writer, board, me, "write", grant, key, token, value + 1,
                     lambda: store.write(value + 1, lease, fenced=config.mode != "unfenced"),
                 )  # fmt: skip
@@ -315,30 +481,29 @@ def _cycle(
             board.set_phase(me, RELEASING)
         hold.ok(detail={"body_end": body_end})
     except LeaseNotAcquiredError:
-        acquire.fail(outcome="not-acquired")
+        if not acquire.done:
+            acquire.fail(outcome="not-acquired")
+        time.sleep(rng.uniform(0.005, 0.02) if wait_ms == 0 else 0.0)
     except LeaseLostError as exc:
         board.bump(me, "lost")
-        _end(hold, acquire, "fail", "lease-lost", exc, body_end)
+        end_cycle(hold, acquire, "fail", "lease-lost", exc, body_end)
     except StaleTokenError as exc:
-        _end(hold, acquire, "fail", "stale", exc, body_end)
+        end_cycle(hold, acquire, "fail", "stale", exc, body_end)
     except BackendError as exc:
         board.bump(me, "errors")
-        _end(hold, acquire, "info", "backend-error", exc, body_end)
+        end_cycle(hold, acquire, "info", "backend-error", exc, body_end)
         # Redis or the store may be down (a restart, a partition): do not spin.
         time.sleep(rng.uniform(0.05, 0.15))
     except Exception as exc:  # anything else is recorded, not fatal: the run goes on
         board.bump(me, "errors")
-        _end(hold, acquire, "info", "error", exc, body_end)
+        end_cycle(hold, acquire, "info", "error", exc, body_end)
         time.sleep(rng.uniform(0.02, 0.08))
     finally:
-        done.set()
-        if watcher is not None:
-            watcher.join(timeout=1.0)
         board.set_phase(me, IDLE)
         board.set(me, "token", 0)
 
 
-def _end(
+def end_cycle(
     hold: Operation | None,
     acquire: Operation,
     kind: Literal["fail", "info"],
@@ -360,7 +525,7 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _access(
+def access(
     writer: HistoryWriter,
     board: Board,
     me: int,
