@@ -412,7 +412,7 @@ class Recorder:
         elif kind == "release":
             with self._lock:
                 operation = self._releases.pop(fp, None)
-                if status != "error":
+                if status == "released":  # no event follows (a released lease is never lost)
                     self._grants.pop(fp, None)
             if operation is None:
                 return
