@@ -46,7 +46,22 @@ def _faults(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
     envvar="FENCEDLEASE_REDIS_URL",
     help="Use this Redis (default: FENCEDLEASE_REDIS_URL, else start our own redis-server).",
 )
-@click.option("--workers", default=3, show_default=True, type=click.IntRange(2, 32))
+@click.option("--workers", default=8, show_default=True, type=click.IntRange(2, 32))
+@click.option(
+    "--keys",
+    default=32,
+    show_default=True,
+    type=click.IntRange(1, 4096),
+    help="Independent lease keys (each with its own counter) the workers pick from at random.",
+)
+@click.option(
+    "--body",
+    "body_ms",
+    default=50,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Milliseconds each critical section sleeps between its read and its write.",
+)
 @click.option(
     "--duration", default=30.0, show_default=True, type=click.FloatRange(1, 3600),
     help="Seconds of workload.",
@@ -96,6 +111,8 @@ def _faults(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
 def check(
     redis_url: str | None,
     workers: int,
+    keys: int,
+    body_ms: int,
     duration: float,
     faults: tuple[str, ...],
     mode: str,
@@ -170,9 +187,11 @@ def check(
         toxiproxy=not no_toxiproxy,
         allow_server_faults=allow_server_faults,
         workers_kind=workers_kind,  # type: ignore[arg-type]
+        keys=keys,
+        body_ms=body_ms,
     )
     console.print(
-        f"fencedlease check: {workers} workers, {duration:g} s, mode {mode}, resource "
+        f"fencedlease check: {workers} workers, {keys} keys, {duration:g} s, mode {mode}, resource "
         f"{resource}, faults: {', '.join(faults) or 'none'}"
     )
     try:

@@ -262,6 +262,7 @@ class Access:
     outcome: str | None
     line: int
     end_line: int | None
+    key: str | None = None
 
 
 @attrs.frozen
@@ -357,6 +358,7 @@ def extract(events: Sequence[Event]) -> Extracted:
                     event.outcome,
                     invoke_line,
                     line,
+                    event.key,
                 )
             )
         elif event.op == "fault":
@@ -401,6 +403,7 @@ def extract(events: Sequence[Event]) -> Extracted:
                     None,
                     line,
                     None,
+                    invoke.key,
                 )
             )
     grant_list = sorted(grants.values(), key=lambda g: g.granted)
@@ -780,11 +783,15 @@ def _rollback_findings(ctx: _Ctx, exempt: list[tuple[Grant, Grant, Fault]]) -> l
             a for a in ctx.data.accesses if a.type == "ok" and (a.completed or 0) < fault.start
         ]
         high = max((a.token or 0 for a in before), default=0)
+        # Tokens compare within one key only (each key has its own counter).
+        high_of: dict[str | None, int] = defaultdict(int)
+        for a in before:
+            high_of[a.key] = max(high_of[a.key], a.token or 0)
         refused_after = [
             a
             for a in ctx.data.accesses
             if a.invoked > fault.start and a.type == "fail" and a.outcome == "stale"
-            and (a.token or 0) <= high
+            and (a.token or 0) <= high_of[a.key]
         ]  # fmt: skip
         accepted_after = [
             a for a in ctx.data.accesses if a.invoked > fault.start and a.type == "ok"
@@ -799,7 +806,7 @@ def _rollback_findings(ctx: _Ctx, exempt: list[tuple[Grant, Grant, Fault]]) -> l
             f" ({pairs} pair(s) of grants out of order, exempted from property d). "
         )
         if high:
-            lower_in = [a for a in accepted_after if (a.token or 0) < high]
+            lower_in = [a for a in accepted_after if (a.token or 0) < high_of[a.key]]
             first_ok = min(accepted_after, key=lambda a: a.completed or 0.0, default=None)
             unstuck = (
                 f"it accepted again at {ctx.t(first_ok.completed)} (token {first_ok.token}), "
@@ -864,18 +871,12 @@ def check_history(events: Sequence[Event], params: CheckParams | None = None) ->
     params = params or CheckParams.from_history(events)
     data = extract(events)
     ctx = _Ctx(data, params)
-    tokens, exempt = _check_grant_tokens(ctx)
+    # Recovery (some lease granted again) and mutual exclusion (per key already) are judged on
+    # the whole history; the others on each key's own (_per_key).
     recovery, recoveries = _check_recovery(ctx)
     mutex, overlaps_exempt = _check_mutual_exclusion(events, ctx)
-    results = (
-        _check_accepted_monotonic(ctx),
-        _check_lost_update(ctx),
-        _check_loss_reported(ctx),
-        tokens,
-        recovery,
-        mutex,
-        _check_linearizable(events, ctx),
-    )
+    (accepted, lost_update, reported, tokens, linear), exempt = _per_key(events, ctx)
+    results = (accepted, lost_update, reported, tokens, recovery, mutex, linear)
     findings = _rollback_findings(ctx, exempt)
     if overlaps_exempt:
         findings.append(
@@ -906,4 +907,81 @@ def check_history(events: Sequence[Event], params: CheckParams | None = None) ->
                 )
             )
     valid = not any(r.violations for r in results)
-    return CheckReport(valid, results, tuple(findings), _stats(ctx), params, tuple(recoveries))
+    stats = _stats(ctx)
+    finals = [e.value for e in events if e.process == "run" and e.op == "final" and e.key]
+    if finals:  # one counter per key: the stat is their sum
+        stats["final_counter"] = sum(v for v in finals if v is not None)
+    return CheckReport(valid, results, tuple(findings), stats, params, tuple(recoveries))
+
+
+_KeyedResults = tuple[
+    tuple[PropertyResult, PropertyResult, PropertyResult, PropertyResult, PropertyResult],
+    list[tuple[Grant, Grant, Fault]],
+]
+
+
+def _keyed(events: Sequence[Event], ctx: _Ctx) -> _KeyedResults:
+    tokens, exempt = _check_grant_tokens(ctx)
+    results = (
+        _check_accepted_monotonic(ctx),
+        _check_lost_update(ctx),
+        _check_loss_reported(ctx),
+        tokens,
+        _check_linearizable(events, ctx),
+    )
+    return results, exempt
+
+
+def _per_key(events: Sequence[Event], ctx: _Ctx) -> _KeyedResults:
+    """Properties a, b, c, d and g, each judged on every lease key's own history: the key's
+    worker events, with the run's and the nemesis's (a ``final`` only of its key). Violations
+    point at the lines of the whole history; the counts add up."""
+    split: dict[str, list[tuple[int, Event]]] = defaultdict(list)
+    shared: list[tuple[int, Event]] = []
+    for line, event in enumerate(events, 1):
+        if event.process in ("run", "nemesis") and not (event.op == "final" and event.key):
+            shared.append((line, event))
+            continue
+        if event.key is not None:
+            split[event.key].append((line, event))
+    if len(split) <= 1:
+        return _keyed(events, ctx)
+    merged: list[list[PropertyResult]] = [[] for _ in range(5)]
+    exempt: list[tuple[Grant, Grant, Fault]] = []
+    for key, own in sorted(split.items()):
+        lines_events = sorted(shared + own, key=lambda item: item[0])
+        lines = [line for line, _ in lines_events]
+        sub = [event for _, event in lines_events]
+        results, key_exempt = _keyed(sub, _Ctx(extract(sub), ctx.params))
+        exempt += key_exempt
+        for index, result in enumerate(results):
+            merged[index].append(
+                attrs.evolve(
+                    result,
+                    violations=tuple(
+                        attrs.evolve(
+                            v,
+                            message=f"key {key!r}: {v.message}",
+                            lines=tuple(lines[n - 1] for n in v.lines if 0 < n <= len(lines)),
+                        )
+                        for v in result.violations
+                    ),
+                )
+            )
+    combined = tuple(_combine(parts, len(split)) for parts in merged)
+    return combined, exempt  # type: ignore[return-value]
+
+
+def _combine(parts: list[PropertyResult], keys: int) -> PropertyResult:
+    """One property's results over ``keys`` keys as one: counts added, violations in order."""
+    notes = sorted({p.note for p in parts if p.note})
+    note = f"over {keys} keys" + (f"; {notes[0]}" if len(notes) == 1 else "")
+    unjudged = [n for n in notes if "not judged" in n or "not read" in n]
+    if len(notes) > 1 and unjudged:
+        note += f"; on some keys: {unjudged[0]}"
+    return attrs.evolve(
+        parts[0],
+        checked=sum(p.checked for p in parts),
+        violations=tuple(v for p in parts for v in p.violations),
+        note=note,
+    )

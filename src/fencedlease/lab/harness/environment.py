@@ -155,7 +155,7 @@ def start_resource(
         ResourceUnavailable: the resource cannot be reached or used (one line, redacted).
         UnsafeTargetError: it holds data the check did not make.
     """
-    spec = _resource(config, out_dir, redis_url, stack, notes)
+    spec = attrs.evolve(_resource(config, out_dir, redis_url, stack, notes), keys=config.lease_keys)
     try:
         made = mark_resource(spec)
         if made and spec.kind == "redis":
@@ -197,10 +197,11 @@ def _delete_redis_resource_noted(spec: ResourceSpec, notes: list[str]) -> None:
 
     try:
         with redis.Redis.from_url(spec.target, socket_timeout=5.0) as client:
-            resource = RedisFencedResource(client, spec.name)
-            client.delete(
-                resource.data_key, resource.fence_key, f"{resource.data_key}:{RESOURCE_MARKER}"
-            )
+            for name, _ in spec.slots():
+                resource = RedisFencedResource(client, name)
+                client.delete(
+                    resource.data_key, resource.fence_key, f"{resource.data_key}:{RESOURCE_MARKER}"
+                )
     except Exception as exc:
         notes.append(
             f"the Redis resource's keys could not be deleted from {redact_url(spec.target)}:"

@@ -37,6 +37,7 @@ class CheckConfig:
     ``workers_kind``: run every worker one way (``sync``, ``threads``, ``asyncio``; see
     :func:`~fencedlease.lab.harness.workload.worker_main`); None: each worker's way is drawn
     from the seed. ``wait_share``: the share of acquires that wait (the rest fail fast).
+    ``keys``: how many independent lease keys (and counters) the workers pick from.
     """
 
     redis_url: str | None = None
@@ -58,6 +59,13 @@ class CheckConfig:
     allow_server_faults: bool = False
     workers_kind: WorkerKind | None = None
     wait_share: float = 0.5
+    keys: int = 1
+
+    @property
+    def lease_keys(self) -> tuple[str, ...]:
+        """The lease keys the workers pick from: ``key``, then ``<key>:1`` ... ``<key>:<n-1>``
+        for ``keys`` = n (each with a counter of its own in the resource)."""
+        return (self.key, *(f"{self.key}:{i}" for i in range(1, self.keys)))
 
     @property
     def heartbeat(self) -> int:

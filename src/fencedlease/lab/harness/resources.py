@@ -27,6 +27,7 @@ __all__ = [
     "open_store",
     "prepare_resource",
     "read_final_counter",
+    "read_final_counters",
 ]
 
 ResourceKind = Literal["sqlite", "redis", "postgres"]
@@ -44,11 +45,24 @@ _ROW_ID: Final = 1
 @attrs.frozen
 class ResourceSpec:
     """Where the counter lives: ``kind`` and ``target`` (an SQLite path, a Redis URL, a
-    PostgreSQL DSN); ``name`` is the fenced resource's name (the guard row, the Redis key)."""
+    PostgreSQL DSN); ``name`` is the fenced resource's name (the guard row, the Redis key).
+    ``keys``: the lease keys, one counter each (:meth:`slot`); empty: one counter for any key."""
 
     kind: ResourceKind
     target: str
     name: str = "check-counter"
+    keys: tuple[str, ...] = ()
+
+    def slot(self, key: str | None) -> tuple[str, int]:
+        """The fenced resource's name and the counter's row of lease ``key``: ``name`` and row
+        1 for the first key (or any key when ``keys`` is empty), ``<name>:<i>`` and row
+        ``i + 1`` for the ``i``-th."""
+        index = self.keys.index(key) if key in self.keys else 0
+        return (self.name if index == 0 else f"{self.name}:{index}"), index + 1
+
+    def slots(self) -> list[tuple[str, int]]:
+        """Every counter's :meth:`slot`, in the order of ``keys``."""
+        return [self.slot(key) for key in self.keys] or [self.slot(None)]
 
 
 class CounterStore(Protocol):
@@ -60,35 +74,36 @@ class CounterStore(Protocol):
 
     def write(self, value: int, lease: Lease, *, fenced: bool) -> None: ...
 
-    def final(self) -> int: ...
+    def final(self, row: int = ...) -> int: ...
 
     def close(self) -> None: ...
 
 
-def _prepare_sql(conn: Any, placeholder: str, value_type: str, name: str) -> None:
+def _prepare_sql(conn: Any, placeholder: str, value_type: str, spec: ResourceSpec) -> None:
     """Recreate the counter table at 0 on ``conn`` (a sqlite3 or psycopg connection outside a
     transaction; ``placeholder`` its paramstyle's, ``value_type`` the counter column's SQL type),
-    create the guard table if needed and clear the fence of ``name``."""
+    one row per counter of ``spec``, create the guard table if needed and clear their fences."""
     conn.execute(f"DROP TABLE IF EXISTS {COUNTER_TABLE}")
     conn.execute(
         f"CREATE TABLE {COUNTER_TABLE} (id INTEGER PRIMARY KEY, value {value_type} NOT NULL)"
     )
-    conn.execute(
-        f"INSERT INTO {COUNTER_TABLE} (id, value) VALUES ({placeholder}, 0)",  # noqa: S608
-        (_ROW_ID,),
-    )
     db.create_guard_table(conn)
-    conn.execute(
-        f"DELETE FROM {db.DEFAULT_GUARD_TABLE} WHERE resource = {placeholder}",  # noqa: S608
-        (name,),
-    )
+    for name, row in spec.slots():
+        conn.execute(
+            f"INSERT INTO {COUNTER_TABLE} (id, value) VALUES ({placeholder}, 0)",  # noqa: S608
+            (row,),
+        )
+        conn.execute(
+            f"DELETE FROM {db.DEFAULT_GUARD_TABLE} WHERE resource = {placeholder}",  # noqa: S608
+            (name,),
+        )
 
 
 class _SqliteStore:
     """The counter in an SQLite file; each access is one ``BEGIN IMMEDIATE`` transaction."""
 
     def __init__(self, spec: ResourceSpec) -> None:
-        self._name = spec.name
+        self._spec = spec
         self._conn = sqlite3.connect(spec.target, timeout=10.0, isolation_level=None)
 
     @contextlib.contextmanager
@@ -110,35 +125,37 @@ class _SqliteStore:
             raise BackendError(f"sqlite COMMIT failed: {exc}") from exc
 
     def prepare(self) -> None:
-        _prepare_sql(self._conn, "?", "INTEGER", self._name)
+        _prepare_sql(self._conn, "?", "INTEGER", self._spec)
 
     def read(self, lease: Lease, *, fenced: bool) -> int:
+        name, row = self._spec.slot(lease.key)
         with self._transaction() as conn:
             if fenced:
-                db.fence_guard(conn, self._name, lease)
-            return self._select(conn)
+                db.fence_guard(conn, name, lease)
+            return self._select(conn, row)
 
-    def _select(self, conn: sqlite3.Connection) -> int:
+    def _select(self, conn: sqlite3.Connection, row_id: int = _ROW_ID) -> int:
         try:
             row = conn.execute(
                 f"SELECT value FROM {COUNTER_TABLE} WHERE id = ?",  # noqa: S608
-                (_ROW_ID,),
+                (row_id,),
             ).fetchone()
         except sqlite3.Error as exc:
             raise BackendError(f"sqlite SELECT failed: {exc}") from exc
         return int(row[0])
 
     def write(self, value: int, lease: Lease, *, fenced: bool) -> None:
+        name, row = self._spec.slot(lease.key)
         with self._transaction() as conn:
             if fenced:
-                db.fence_guard(conn, self._name, lease)
+                db.fence_guard(conn, name, lease)
             try:
-                conn.execute(f"UPDATE {COUNTER_TABLE} SET value = ? WHERE id = ?", (value, _ROW_ID))  # noqa: S608
+                conn.execute(f"UPDATE {COUNTER_TABLE} SET value = ? WHERE id = ?", (value, row))  # noqa: S608
             except sqlite3.Error as exc:
                 raise BackendError(f"sqlite UPDATE failed: {exc}") from exc
 
-    def final(self) -> int:
-        return self._select(self._conn)
+    def final(self, row: int = _ROW_ID) -> int:
+        return self._select(self._conn, row)
 
     def close(self) -> None:
         self._conn.close()
@@ -150,7 +167,7 @@ class _PostgresStore:
     def __init__(self, spec: ResourceSpec) -> None:
         import psycopg  # optional: only for --resource postgres
 
-        self._name = spec.name
+        self._spec = spec
         self._psycopg = psycopg
         self._conn = psycopg.connect(spec.target, autocommit=True, connect_timeout=5)
 
@@ -158,39 +175,41 @@ class _PostgresStore:
         return BackendError(f"postgres: {exc}")
 
     def prepare(self) -> None:
-        _prepare_sql(self._conn, "%s", "BIGINT", self._name)
+        _prepare_sql(self._conn, "%s", "BIGINT", self._spec)
 
     def read(self, lease: Lease, *, fenced: bool) -> int:
+        name, row = self._spec.slot(lease.key)
         try:
             with self._conn.transaction():
                 if fenced:
-                    db.fence_guard(self._conn, self._name, lease)
-                return self._select()
+                    db.fence_guard(self._conn, name, lease)
+                return self._select(row)
         except self._psycopg.Error as exc:
             raise self._fail(exc) from exc
 
-    def _select(self) -> int:
+    def _select(self, row_id: int = _ROW_ID) -> int:
         row = self._conn.execute(
             f"SELECT value FROM {COUNTER_TABLE} WHERE id = %s",  # noqa: S608
-            (_ROW_ID,),
+            (row_id,),
         ).fetchone()
         assert row is not None
         return int(row[0])
 
     def write(self, value: int, lease: Lease, *, fenced: bool) -> None:
+        name, row = self._spec.slot(lease.key)
         try:
             with self._conn.transaction():
                 if fenced:
-                    db.fence_guard(self._conn, self._name, lease)
+                    db.fence_guard(self._conn, name, lease)
                 self._conn.execute(
                     f"UPDATE {COUNTER_TABLE} SET value = %s WHERE id = %s",  # noqa: S608
-                    (value, _ROW_ID),
+                    (value, row),
                 )
         except self._psycopg.Error as exc:
             raise self._fail(exc) from exc
 
-    def final(self) -> int:
-        return self._select()
+    def final(self, row: int = _ROW_ID) -> int:
+        return self._select(row)
 
     def close(self) -> None:
         self._conn.close()
@@ -203,33 +222,44 @@ class _RedisStore:
         self._client = redis.Redis.from_url(
             spec.target, socket_timeout=5.0, socket_connect_timeout=5.0
         )
-        self._resource = RedisFencedResource(self._client, spec.name)
+        self._spec = spec
+        # One fenced resource per counter (row number -> resource).
+        self._resources = {
+            row: RedisFencedResource(self._client, name) for name, row in spec.slots()
+        }
+        self._resource = self._resources[_ROW_ID]
+
+    def _of(self, lease: Lease) -> RedisFencedResource:
+        return self._resources[self._spec.slot(lease.key)[1]]
 
     def prepare(self) -> None:
-        self._client.delete(self._resource.data_key, self._resource.fence_key)
-        self._client.set(self._resource.data_key, 0)
+        for resource in self._resources.values():
+            self._client.delete(resource.data_key, resource.fence_key)
+            self._client.set(resource.data_key, 0)
 
     def read(self, lease: Lease, *, fenced: bool) -> int:
+        resource = self._of(lease)
         if fenced:
-            raw = self._resource.get(lease)
+            raw = resource.get(lease)
         else:
             try:
-                raw = self._client.get(self._resource.data_key)
+                raw = self._client.get(resource.data_key)
             except redis.RedisError as exc:
                 raise BackendError(f"redis GET failed: {exc}") from exc
         return int(raw or 0)
 
     def write(self, value: int, lease: Lease, *, fenced: bool) -> None:
+        resource = self._of(lease)
         if fenced:
-            self._resource.set(value, lease)
+            resource.set(value, lease)
             return
         try:
-            self._client.set(self._resource.data_key, value)
+            self._client.set(resource.data_key, value)
         except redis.RedisError as exc:
             raise BackendError(f"redis SET failed: {exc}") from exc
 
-    def final(self) -> int:
-        return int(self._client.get(self._resource.data_key) or 0)
+    def final(self, row: int = _ROW_ID) -> int:
+        return int(self._client.get(self._resources[row].data_key) or 0)
 
     def close(self) -> None:
         self._client.close()
@@ -258,5 +288,14 @@ def read_final_counter(spec: ResourceSpec) -> int:
     store = open_store(spec)
     try:
         return store.final()
+    finally:
+        store.close()
+
+
+def read_final_counters(spec: ResourceSpec) -> dict[str, int]:
+    """Each lease key's counter (``spec.keys``), read plainly (after the workers stopped)."""
+    store = open_store(spec)
+    try:
+        return {key: store.final(spec.slot(key)[1]) for key in spec.keys}
     finally:
         store.close()

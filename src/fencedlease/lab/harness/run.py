@@ -55,7 +55,7 @@ from .environment import (
 from .history import Event, HistoryWriter, merge_histories
 from .model import CheckConfig, CheckResult
 from .nemesis import FaultSpec, Nemesis, NemesisEnv, fault_duration_s, left_out_faults
-from .resources import ResourceSpec, read_final_counter
+from .resources import ResourceSpec, read_final_counter, read_final_counters
 from .safety import (
     OUT_MARKER,
     RESOURCE_MARKER,
@@ -274,7 +274,7 @@ def _start_workers(
             name=name,
             redis_url=network.worker_urls[index],
             prefix=run.prefix,
-            keys=(config.key,),
+            keys=config.lease_keys,
             mode=config.mode,
             resource=spec,
             history_path=str(run.parts_dir / f"history-{name}.jsonl"),
@@ -324,6 +324,7 @@ def _record_start(
             "redis": lease_redis.kind,
             "toxiproxy": network.kind,
             "key": config.key,
+            "keys": list(config.lease_keys),
             "prefix": run.prefix,
         },
     )
@@ -382,8 +383,11 @@ def _record_outcome(run: _Run, nemesis: Nemesis, spec: ResourceSpec, writer: His
     for note in run.notes:
         writer.record("note", "info", outcome="run-note", detail={"message": note})
     try:
-        final = read_final_counter(spec)
-        writer.record("final", "ok", value=final)
+        if len(spec.keys) > 1:
+            for key, value in read_final_counters(spec).items():
+                writer.record("final", "ok", key=key, value=value)
+        else:
+            writer.record("final", "ok", value=read_final_counter(spec))
     except Exception as exc:
         writer.record("final", "fail", detail={"error": f"{type(exc).__name__}: {exc}"})
 
