@@ -57,7 +57,7 @@ def _faults(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
 @click.option(
     "--body",
     "body_ms",
-    default=50,
+    default=20,
     show_default=True,
     type=click.IntRange(0),
     help="Milliseconds each critical section sleeps between its read and its write.",
