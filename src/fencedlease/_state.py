@@ -23,16 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
+from typing import Any
 
 from . import _fork
 from ._clock import Clock, on_ns_grid
 from ._errors import ValidationError
 from ._protocol import MAX_FENCING_TOKEN
 from ._validate import MAX_MS, check_key, check_ms
-
-if TYPE_CHECKING:
-    from ._events import EventHook
 
 __all__ = [
     "RELEASE_FLOOR_MS",
@@ -109,8 +106,9 @@ class LeaseState:
         # Set by a renewer while it watches this lease: a renewal it did not send itself (a
         # manual ``lease.renew()``) moved the deadline, and the renewer must watch the new one.
         self.deadline_moved: Callable[[], None] | None = None
-        # The manager's ``on_event`` hook, set when it granted or restored the lease (_events).
-        self.on_event: EventHook | None = None
+        # The manager's ``on_event`` hook (called with a LeaseEvent), set when it granted or
+        # restored the lease; see _events.
+        self.on_event: Callable[[Any], object] | None = None
 
     @classmethod
     def granted(

@@ -35,7 +35,7 @@ class CheckConfig:
     :data:`fencedlease.lab.harness.nemesis.SERVER_WIDE`) on a ``redis_url`` too; without it they
     run only on a Redis the check started and are left out of the schedule otherwise.
     ``workers_kind``: run every worker one way (``sync``, ``threads``, ``asyncio``; see
-    :func:`~fencedlease.lab.harness.workload.worker_main`); None: each worker's way is drawn
+    :func:`~fencedlease.lab.harness.workers.worker_main`); None: each worker's way is drawn
     from the seed. ``wait_share``: the share of acquires that wait (the rest fail fast).
     ``keys``: how many independent lease keys (and counters) the workers pick from.
     """

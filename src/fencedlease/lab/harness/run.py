@@ -64,7 +64,8 @@ from .safety import (
     check_sqlite_resource,
     claim_out_dir,
 )
-from .workload import WORKER_KINDS, Board, WorkerConfig, WorkerKind, worker_main
+from .workers import worker_main
+from .workload import WORKER_KINDS, Board, WorkerConfig, WorkerKind
 
 __all__ = [
     "OUT_MARKER",

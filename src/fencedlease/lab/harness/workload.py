@@ -33,10 +33,8 @@ Workers are started with the ``spawn`` context, so everything handed to them is 
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import random
-import signal
 import threading
 import time
 from contextvars import ContextVar
@@ -73,13 +71,13 @@ __all__ = [
     "end_cycle",
     "lane_rng",
     "pick",
-    "worker_main",
+    "run_sync_worker",
 ]
 
 Mode = Literal["fenced", "write-fenced", "unfenced"]
 WorkerKind = Literal["sync", "threads", "asyncio"]
 
-#: How a worker may run (see :func:`worker_main`).
+#: How a worker may run (see :func:`~fencedlease.lab.harness.workers.worker_main`).
 WORKER_KINDS: Final[tuple[WorkerKind, ...]] = ("sync", "threads", "asyncio")
 #: The lanes (threads or tasks) of a ``threads`` or ``asyncio`` worker.
 THREADS: Final = 3
@@ -151,7 +149,8 @@ class WorkerConfig:
     ``duration_s``: seconds, counted from the ``go`` signal, after which no new cycle starts;
     ``max_cycles`` bounds the loop in count too (per lane). ``keys``: the lease keys a cycle
     picks from; ``wait_share``: the share of acquires that wait ``wait_ms`` (the others fail
-    fast); ``kind``: how the worker runs (:data:`WORKER_KINDS`, see :func:`worker_main`).
+    fast); ``kind``: how the worker runs (:data:`WORKER_KINDS`, see
+    :func:`~fencedlease.lab.harness.workers.worker_main`).
     """
 
     index: int
@@ -181,38 +180,12 @@ def client_name(prefix: str, worker_name: str) -> str:
     return f"{prefix}:{worker_name}"
 
 
-def worker_main(config: WorkerConfig, board: Board, go: Any, stop: Any) -> None:
-    """The body of one worker process: publish its pid, wait (at most 60 s) for the ``go``
-    event, then loop over lease cycles until ``stop`` is set, ``duration_s`` has passed or
-    ``max_cycles`` is reached. Everything it sees goes into its history.
-
-    ``config.kind`` says how: ``sync`` (one thread, a :class:`LeaseManager`), ``threads``
-    (:data:`THREADS` threads sharing one :class:`LeaseManager`), ``asyncio`` (:data:`THREADS`
-    tasks sharing one :class:`~fencedlease.aio.AsyncLeaseManager`). Every lease event the
-    manager reports goes into the history through :class:`Recorder`."""
-    # The parent stops a straggler with SIGTERM; leave through the finally blocks.
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    # The library's warnings (a cleanup release that failed under a fault) are expected here and
-    # would scribble over the live display; what matters is in the history.
-    logging.getLogger("fencedlease").addHandler(logging.NullHandler())
-    writer = HistoryWriter(config.history_path, config.name)
-    recorder = Recorder(writer)
-    try:
-        if config.kind == "asyncio":
-            from .aio_worker import run_asyncio_worker
-
-            run_asyncio_worker(config, board, go, stop, recorder)
-        else:
-            _run_sync_worker(config, board, go, stop, recorder)
-    finally:
-        board.set_phase(config.index, IDLE)
-        board.set(config.index, "token", 0)
-        writer.close()
-
-
-def _run_sync_worker(
+def run_sync_worker(
     config: WorkerConfig, board: Board, go: Any, stop: Any, recorder: Recorder
 ) -> None:
+    """Run a ``sync`` or ``threads`` worker (see
+    :func:`~fencedlease.lab.harness.workers.worker_main`) until ``stop``, ``duration_s`` or
+    ``max_cycles`` (per thread)."""
     timeout_s = config.socket_timeout_ms / 1000
     client = redis.Redis.from_url(
         config.redis_url,
@@ -324,10 +297,6 @@ def _sleep_until(deadline: float) -> None:
     """
     while (left := deadline - time.monotonic()) > 0:
         time.sleep(min(left, 0.02))
-
-
-def _exit_on_sigterm(signum: int, frame: object) -> None:
-    raise SystemExit(0)
 
 
 # --- the lease events into the history ----------------------------------------------------------

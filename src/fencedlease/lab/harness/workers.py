@@ -1,0 +1,46 @@
+"""A worker process of the check: :func:`worker_main` runs one of the ways of
+:mod:`~fencedlease.lab.harness.workload` (``sync``, ``threads``) or of
+:mod:`~fencedlease.lab.harness.aio_worker` (``asyncio``), as its :class:`WorkerConfig` says."""
+
+from __future__ import annotations
+
+import logging
+import signal
+from typing import Any
+
+from .aio_worker import run_asyncio_worker
+from .history import HistoryWriter
+from .workload import IDLE, Board, Recorder, WorkerConfig, run_sync_worker
+
+__all__ = ["worker_main"]
+
+
+def worker_main(config: WorkerConfig, board: Board, go: Any, stop: Any) -> None:
+    """The body of one worker process: publish its pid, wait (at most 60 s) for the ``go``
+    event, then loop over lease cycles until ``stop`` is set, ``duration_s`` has passed or
+    ``max_cycles`` is reached. Everything it sees goes into its history.
+
+    ``config.kind`` says how: ``sync`` (one thread, a :class:`LeaseManager`), ``threads``
+    (:data:`THREADS` threads sharing one :class:`LeaseManager`), ``asyncio`` (:data:`THREADS`
+    tasks sharing one :class:`~fencedlease.aio.AsyncLeaseManager`). Every lease event the
+    manager reports goes into the history through :class:`Recorder`."""
+    # The parent stops a straggler with SIGTERM; leave through the finally blocks.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    # The library's warnings (a cleanup release that failed under a fault) are expected here and
+    # would scribble over the live display; what matters is in the history.
+    logging.getLogger("fencedlease").addHandler(logging.NullHandler())
+    writer = HistoryWriter(config.history_path, config.name)
+    recorder = Recorder(writer)
+    try:
+        if config.kind == "asyncio":
+            run_asyncio_worker(config, board, go, stop, recorder)
+        else:
+            run_sync_worker(config, board, go, stop, recorder)
+    finally:
+        board.set_phase(config.index, IDLE)
+        board.set(config.index, "token", 0)
+        writer.close()
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(0)
