@@ -56,7 +56,8 @@ class LeaseEvent:
     - ``"acquire"``: one per acquire call (``acquire``, ``hold``, ``with_lease``), when it ends:
       ``"granted"``, ``"not-granted"`` (held by another owner until the wait ran out) or
       ``"error"`` (the call raised: a store error, a cancellation, the manager closed);
-    - ``"renew"``: one per lease of a background renewal batch whose reply was applied:
+    - ``"renew"``: one per lease of a background renewal batch whose reply was applied, and one
+      per answered ``lease.renew()``:
       ``"confirmed"`` (the TTL was reset; ``deadline_monotonic`` is the new deadline),
       ``"refused"`` (a 0 reply: the key is gone or another owner's), ``"error"`` (the round
       trip failed; the renewer retries, not a loss by itself) or ``"late"`` (a confirmation

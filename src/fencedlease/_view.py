@@ -9,6 +9,7 @@ from datetime import datetime
 
 from ._clock import Clock
 from ._errors import LeaseLostError
+from ._events import emit, renewal_event
 from ._protocol import owner_fingerprint
 from ._state import LeaseState, LossReason
 from ._validate import check_ms
@@ -140,7 +141,10 @@ class LeaseView:
             confirmed = state.confirm(sent_mono, sent_wall, ttl_ms, token)
             if confirmed and state.deadline_moved is not None:
                 state.deadline_moved()
+            now = self._clock.monotonic()
+            emit(state.on_event, renewal_event(state, token, confirmed, sent_mono, now))
             return confirmed
+        emit(state.on_event, renewal_event(state, 0, False, sent_mono, self._clock.monotonic()))
         if not state.releasing:
             state.mark_lost(LossReason.RENEW_REFUSED)
         return False

@@ -258,3 +258,41 @@ def test_asyncio_acquire_not_granted_by_hold() -> None:
 
     asyncio.run(main())
     assert events.drain() == [("acquire", "not-granted", "k", None, 0.0, 0.0, 0.0, None, None)]
+
+
+def test_manual_renewals_are_reported_on_both_faces() -> None:
+    """lease.renew() reports its answer as the renewer does: confirmed (the new deadline), then
+    refused and the loss once the key is gone."""
+    clock, events = FakeClock(), Events()
+    expected = [
+        ("acquire", "granted", "k", 1, 0.0, 0.0, 0.0, 1.0, None),
+        ("renew", "confirmed", "k", 1, 0.1, 0.1, 0.0, 1.1, None),
+        ("renew", "refused", "k", 1, 0.2, 0.2, 0.0, 1.1, None),
+        ("lost", "lost", "k", 1, 0.2, None, None, 1.1, LossReason.RENEW_REFUSED),
+    ]
+    backend = MemoryBackend(clock=clock)
+    with LeaseManager(backend, clock=clock, on_event=events) as leases:
+        lease = leases.acquire("k", ttl_ms=1_000).lease
+        assert lease is not None
+        clock.advance(100)
+        assert lease.renew()
+        clock.advance(100)
+        backend.force_release("k")
+        assert not lease.renew()
+    assert events.drain() == expected
+
+    clock = FakeClock()
+    abackend = AsyncMemoryBackend(clock=clock)
+
+    async def main() -> None:
+        async with AsyncLeaseManager(abackend, clock=clock, on_event=events) as leases:
+            lease = (await leases.acquire("k", ttl_ms=1_000)).lease
+            assert lease is not None
+            clock.advance(100)
+            assert await lease.renew()
+            clock.advance(100)
+            await leases.force_release("k")
+            assert not await lease.renew()
+
+    asyncio.run(main())
+    assert events.drain() == expected
