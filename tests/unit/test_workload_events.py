@@ -10,8 +10,9 @@ from pathlib import Path
 from fencedlease import LeaseEvent, LeaseManager, MemoryBackend
 from fencedlease.lab.harness.history import HistoryWriter, read_history
 from fencedlease.lab.harness.mutex import check_mutex
+from fencedlease.lab.harness.recorder import Recorder
 from fencedlease.lab.harness.resources import ResourceSpec
-from fencedlease.lab.harness.workload import Recorder, WorkerConfig, lane_rng, pick
+from fencedlease.lab.harness.workload import WorkerConfig, lane_rng, pick
 
 
 def event(kind: str, status: str, **fields: object) -> LeaseEvent:

@@ -24,27 +24,20 @@ import redis.asyncio
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from fencedlease import BackendError, LeaseLostError, LeaseNotAcquiredError, StaleTokenError
 from fencedlease.aio import AsyncLeaseManager
 
-from .history import Operation
+from .recorder import Recorder
 from .resources import open_store
 from .workload import (
-    ACQUIRING,
     BODY,
-    HOLDING,
-    IDLE,
     RELEASING,
     THREADS,
     WRITING,
     Board,
-    Recorder,
+    Cycle,
     WorkerConfig,
-    access,
     client_name,
-    end_cycle,
     lane_rng,
-    pick,
 )
 
 __all__ = ["run_asyncio_worker"]
@@ -122,64 +115,21 @@ async def _cycle(
     rng: random.Random,
     run: Callable[..., asyncio.Future[Any]],
 ) -> None:
-    me = config.index
-    writer = recorder.writer
-    key, wait_ms = pick(config, rng)
-    board.set_phase(me, ACQUIRING)
-    acquire = writer.invoke("acquire", key=key, detail={"wait_ms": wait_ms})
-    grant = acquire.id
-    hold: Operation | None = None
-    body_end: float | None = None
-    recorder.expect(acquire)
+    cycle = Cycle(config, board, recorder, rng)
     try:
-        async with manager.hold(
-            key,
-            ttl_ms=config.ttl_ms,
-            wait_ms=wait_ms,
-            retry_delay_ms=50,
-            heartbeat_ms=config.heartbeat_ms,
-        ) as lease:
-            token = lease.fencing_token
-            if not acquire.done:  # the event hook records it; never twice
-                acquire.ok(token=token, outcome="granted")
-            board.set(me, "token", token or 0)
-            board.set_phase(me, HOLDING)
-            board.bump(me, "grants")
-            hold = Operation(writer, "hold", grant, {"grant": grant, "key": key, "token": token})
+        async with manager.hold(cycle.key, **cycle.hold_args()) as lease:
+            cycle.granted(lease.fencing_token)
             try:
-                value = await run(
-                    access, writer, board, me, "read", grant, key, token, None,
-                    lambda: store.read(lease, fenced=config.mode == "fenced"),
-                )  # fmt: skip
-                board.set_phase(me, BODY)
+                value = await run(cycle.read, store, lease)
+                cycle.phase(BODY)
                 await asyncio.sleep(config.body_ms / 1000)
-                board.set_phase(me, WRITING)
-                await run(
-                    access, writer, board, me, "write", grant, key, token, value + 1,
-                    lambda: store.write(value + 1, lease, fenced=config.mode != "unfenced"),
-                )  # fmt: skip
+                cycle.phase(WRITING)
+                await run(cycle.write, store, lease, value + 1)
             finally:
-                body_end = time.monotonic()
-            board.set_phase(me, RELEASING)
-        hold.ok(detail={"body_end": body_end})
-    except LeaseNotAcquiredError:
-        if not acquire.done:
-            acquire.fail(outcome="not-acquired")
-        if wait_ms == 0:
-            await asyncio.sleep(rng.uniform(0.005, 0.02))
-    except LeaseLostError as exc:
-        board.bump(me, "lost")
-        end_cycle(hold, acquire, "fail", "lease-lost", exc, body_end)
-    except StaleTokenError as exc:
-        end_cycle(hold, acquire, "fail", "stale", exc, body_end)
-    except BackendError as exc:
-        board.bump(me, "errors")
-        end_cycle(hold, acquire, "info", "backend-error", exc, body_end)
-        await asyncio.sleep(rng.uniform(0.05, 0.15))
-    except Exception as exc:  # anything else is recorded, not fatal: the run goes on
-        board.bump(me, "errors")
-        end_cycle(hold, acquire, "info", "error", exc, body_end)
-        await asyncio.sleep(rng.uniform(0.02, 0.08))
+                cycle.body_end = time.monotonic()
+            cycle.phase(RELEASING)
+        cycle.completed()
+    except Exception as exc:
+        await asyncio.sleep(cycle.failed(exc))
     finally:
-        board.set_phase(me, IDLE)
-        board.set(me, "token", 0)
+        cycle.finish()

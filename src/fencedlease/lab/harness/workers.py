@@ -10,7 +10,8 @@ from typing import Any
 
 from .aio_worker import run_asyncio_worker
 from .history import HistoryWriter
-from .workload import IDLE, Board, Recorder, WorkerConfig, run_sync_worker
+from .recorder import Recorder
+from .workload import IDLE, Board, WorkerConfig, run_sync_worker
 
 __all__ = ["worker_main"]
 

@@ -37,7 +37,6 @@ import os
 import random
 import threading
 import time
-from contextvars import ContextVar
 from typing import Any, Final, Literal
 
 import attrs
@@ -47,7 +46,6 @@ from redis.retry import Retry
 
 from fencedlease import (
     BackendError,
-    LeaseEvent,
     LeaseLostError,
     LeaseManager,
     LeaseNotAcquiredError,
@@ -55,6 +53,7 @@ from fencedlease import (
 )
 
 from .history import HistoryWriter, Operation
+from .recorder import Recorder
 from .resources import ResourceSpec, open_store
 
 __all__ = [
@@ -63,8 +62,8 @@ __all__ = [
     "THREADS",
     "WORKER_KINDS",
     "Board",
+    "Cycle",
     "Mode",
-    "Recorder",
     "WorkerConfig",
     "WorkerKind",
     "access",
@@ -299,106 +298,99 @@ def _sleep_until(deadline: float) -> None:
         time.sleep(min(left, 0.02))
 
 
-# --- the lease events into the history ----------------------------------------------------------
-
-#: The acquire operation the current thread or task is waiting for (see :class:`Recorder`).
-_acquiring: ContextVar[Operation | None] = ContextVar("fencedlease_check_acquiring", default=None)
-
-
-class Recorder:
-    """A manager's ``on_event`` hook that writes every :class:`LeaseEvent` into the history:
-
-    - ``acquire``: completes the acquire operation of the thread or task that is acquiring
-      (:meth:`expect`): ``ok`` (``token``, ``detail.deadline``: the confirmed deadline),
-      ``fail`` (``not-acquired``) or ``info`` (an error);
-    - ``renew``: ``ok`` with ``detail.deadline`` (confirmed), ``fail`` with outcome ``refused``
-      (a 0 reply; ``info`` ``refused-while-releasing`` once the release was sent, since the
-      release's reply decides then), ``info`` (an error, or a late confirmation);
-    - ``release``: an ``invoke`` when it is sent and its completion (``ok`` released, ``fail``
-      refused, ``info`` error);
-    - ``lost``: a ``lease-lost`` notice with ``detail.reason``.
-
-    Renewals, releases and losses carry ``grant``: the id of the acquire that made the lease
-    (found by the lease's owner fingerprint, never the owner token).
-    """
-
-    def __init__(self, writer: HistoryWriter) -> None:
-        self.writer = writer
-        self._lock = threading.Lock()
-        self._grants: dict[str, int] = {}
-        self._releases: dict[str, Operation] = {}
-
-    def expect(self, operation: Operation) -> None:
-        """Route the next acquire event of this thread or task to ``operation``."""
-        _acquiring.set(operation)
-
-    def grant_of(self, fingerprint: str | None) -> int | None:
-        with self._lock:
-            return None if fingerprint is None else self._grants.get(fingerprint)
-
-    def __call__(self, event: LeaseEvent) -> None:
-        kind, status, fp = event.kind, event.status, event.owner_fingerprint
-        fields: dict[str, Any] = {"key": event.key, "token": event.fencing_token}
-        if kind == "acquire":
-            operation = _acquiring.get()
-            if operation is None or operation.done:
-                return
-            if status == "granted" and fp is not None:
-                with self._lock:
-                    self._grants[fp] = operation.id
-                operation.ok(
-                    **fields, outcome="granted", detail={"deadline": event.deadline_monotonic}
-                )
-            elif status == "not-granted":
-                operation.fail(outcome="not-acquired")
-            else:
-                operation.info(outcome="error", detail={"error": event.reason})
-            return
-        grant = self.grant_of(fp)
-        if grant is None or fp is None:
-            return
-        fields["grant"] = grant
-        writer = self.writer
-        if kind == "renew":
-            if status == "confirmed":
-                writer.record(
-                    "renew", "ok", **fields, detail={"deadline": event.deadline_monotonic}
-                )
-            elif status == "refused":
-                with self._lock:
-                    releasing = fp in self._releases
-                if releasing:
-                    writer.record("renew", "info", **fields, outcome="refused-while-releasing")
-                else:
-                    writer.record("renew", "fail", **fields, outcome="refused")
-            else:
-                writer.record("renew", "info", **fields, outcome=status,
-                              detail={"error": event.reason})  # fmt: skip
-        elif kind == "release" and status == "sent":
-            operation = writer.invoke("release", **fields)
-            with self._lock:
-                self._releases[fp] = operation
-        elif kind == "release":
-            with self._lock:
-                operation = self._releases.pop(fp, None)
-                if status == "released":  # no event follows (a released lease is never lost)
-                    self._grants.pop(fp, None)
-            if operation is None:
-                return
-            if status == "released":
-                operation.ok(outcome="released")
-            elif status == "refused":
-                operation.fail(outcome="refused")
-            else:
-                operation.info(outcome="backend-error", detail={"error": event.reason})
-        elif kind == "lost":
-            writer.record(
-                "lease-lost", "info", **fields, outcome="lease-lost",
-                detail={"reason": event.reason},
-            )  # fmt: skip
-
-
 # --- one cycle -------------------------------------------------------------------------------
+
+
+class Cycle:
+    """The bookkeeping of one lease cycle, shared by the sync and the asyncio workers (only the
+    waiting differs): the choices (:func:`pick`), the acquire operation (routed to the recorder),
+    the board, the hold operation, and how a failure ends the cycle."""
+
+    def __init__(
+        self, config: WorkerConfig, board: Board, recorder: Recorder, rng: random.Random
+    ) -> None:
+        self.config, self.board, self.rng = config, board, rng
+        self.writer = recorder.writer
+        self.key, self.wait_ms = pick(config, rng)
+        board.set_phase(config.index, ACQUIRING)
+        self.acquire = self.writer.invoke("acquire", key=self.key, detail={"wait_ms": self.wait_ms})
+        self.grant = self.acquire.id
+        self.token: int | None = None
+        self.hold: Operation | None = None
+        self.body_end: float | None = None
+        recorder.expect(self.acquire)
+
+    def hold_args(self) -> dict[str, Any]:
+        """The keyword arguments of the cycle's ``hold``."""
+        config = self.config
+        return {
+            "ttl_ms": config.ttl_ms, "wait_ms": self.wait_ms, "retry_delay_ms": 50,
+            "heartbeat_ms": config.heartbeat_ms,
+        }  # fmt: skip
+
+    def phase(self, phase: int) -> None:
+        self.board.set_phase(self.config.index, phase)
+
+    def granted(self, token: int | None) -> None:
+        """The lease is held (``token``): the board, and the hold operation."""
+        me = self.config.index
+        self.token = token
+        if not self.acquire.done:  # the event hook records it; never twice
+            self.acquire.ok(token=token, outcome="granted")
+        self.board.set(me, "token", token or 0)
+        self.phase(HOLDING)
+        self.board.bump(me, "grants")
+        self.hold = Operation(
+            self.writer, "hold", self.grant, {"grant": self.grant, "key": self.key, "token": token}
+        )
+
+    def access(self, op: str, value: int | None, action: Any) -> Any:
+        """One access to the resource (:func:`access`)."""
+        return access(
+            self.writer, self.board, self.config.index, op, self.grant, self.key, self.token,
+            value, action,
+        )  # fmt: skip
+
+    def read(self, store: Any, lease: Any) -> int:
+        """Read the key's counter (fenced in ``fenced`` mode only)."""
+        fenced = self.config.mode == "fenced"
+        return int(self.access("read", None, lambda: store.read(lease, fenced=fenced)))
+
+    def write(self, store: Any, lease: Any, value: int) -> None:
+        """Write ``value`` to the key's counter (fenced unless ``unfenced``)."""
+        fenced = self.config.mode != "unfenced"
+        self.access("write", value, lambda: store.write(value, lease, fenced=fenced))
+
+    def completed(self) -> None:
+        assert self.hold is not None
+        self.hold.ok(detail={"body_end": self.body_end})
+
+    def failed(self, exc: Exception) -> float:
+        """Record how ``exc`` ended the cycle; the seconds to pause before the next one (a
+        store that is down is not hammered)."""
+        board, me, rng = self.board, self.config.index, self.rng
+        hold, acquire, body_end = self.hold, self.acquire, self.body_end
+        if isinstance(exc, LeaseNotAcquiredError) and hold is None:
+            if not acquire.done:
+                acquire.fail(outcome="not-acquired")
+            return rng.uniform(0.005, 0.02) if self.wait_ms == 0 else 0.0
+        if isinstance(exc, LeaseLostError):
+            board.bump(me, "lost")
+            end_cycle(hold, acquire, "fail", "lease-lost", exc, body_end)
+            return 0.0
+        if isinstance(exc, StaleTokenError):
+            end_cycle(hold, acquire, "fail", "stale", exc, body_end)
+            return 0.0
+        board.bump(me, "errors")
+        if isinstance(exc, BackendError):
+            end_cycle(hold, acquire, "info", "backend-error", exc, body_end)
+            return rng.uniform(0.05, 0.15)  # Redis or the store may be down: do not spin
+        end_cycle(hold, acquire, "info", "error", exc, body_end)  # recorded, not fatal
+        return rng.uniform(0.02, 0.08)
+
+    def finish(self) -> None:
+        self.phase(IDLE)
+        self.board.set(self.config.index, "token", 0)
 
 
 def _cycle(
@@ -409,67 +401,24 @@ def _cycle(
     recorder: Recorder,
     rng: random.Random,
 ) -> None:
-    me = config.index
-    writer = recorder.writer
-    key, wait_ms = pick(config, rng)
-    board.set_phase(me, ACQUIRING)
-    acquire = writer.invoke("acquire", key=key, detail={"wait_ms": wait_ms})
-    grant = acquire.id
-    hold: Operation | None = None
-    body_end: float | None = None
-    recorder.expect(acquire)
+    cycle = Cycle(config, board, recorder, rng)
     try:
-        with manager.hold(
-            key,
-            ttl_ms=config.ttl_ms,
-            wait_ms=wait_ms,
-            retry_delay_ms=50,
-            heartbeat_ms=config.heartbeat_ms,
-        ) as lease:
-            token = lease.fencing_token
-            if not acquire.done:  # the event hook records it; never twice
-                acquire.ok(token=token, outcome="granted")
-            board.set(me, "token", token or 0)
-            board.set_phase(me, HOLDING)
-            board.bump(me, "grants")
-            hold = Operation(writer, "hold", grant, {"grant": grant, "key": key, "token": token})
+        with manager.hold(cycle.key, **cycle.hold_args()) as lease:
+            cycle.granted(lease.fencing_token)
             try:
-                value = access(
-                    writer, board, me, "read", grant, key, token, None,
-                    lambda: store.read(lease, fenced=config.mode == "fenced"),
-                )  # fmt: skip
-                board.set_phase(me, BODY)
+                value = cycle.read(store, lease)
+                cycle.phase(BODY)
                 _sleep_until(time.monotonic() + config.body_ms / 1000)
-                board.set_phase(me, WRITING)
-                access(
-                    writer, board, me, "write", grant, key, token, value + 1,
-                    lambda: store.write(value + 1, lease, fenced=config.mode != "unfenced"),
-                )  # fmt: skip
+                cycle.phase(WRITING)
+                cycle.write(store, lease, value + 1)
             finally:
-                body_end = time.monotonic()
-            board.set_phase(me, RELEASING)
-        hold.ok(detail={"body_end": body_end})
-    except LeaseNotAcquiredError:
-        if not acquire.done:
-            acquire.fail(outcome="not-acquired")
-        time.sleep(rng.uniform(0.005, 0.02) if wait_ms == 0 else 0.0)
-    except LeaseLostError as exc:
-        board.bump(me, "lost")
-        end_cycle(hold, acquire, "fail", "lease-lost", exc, body_end)
-    except StaleTokenError as exc:
-        end_cycle(hold, acquire, "fail", "stale", exc, body_end)
-    except BackendError as exc:
-        board.bump(me, "errors")
-        end_cycle(hold, acquire, "info", "backend-error", exc, body_end)
-        # Redis or the store may be down (a restart, a partition): do not spin.
-        time.sleep(rng.uniform(0.05, 0.15))
-    except Exception as exc:  # anything else is recorded, not fatal: the run goes on
-        board.bump(me, "errors")
-        end_cycle(hold, acquire, "info", "error", exc, body_end)
-        time.sleep(rng.uniform(0.02, 0.08))
+                cycle.body_end = time.monotonic()
+            cycle.phase(RELEASING)
+        cycle.completed()
+    except Exception as exc:
+        time.sleep(cycle.failed(exc))
     finally:
-        board.set_phase(me, IDLE)
-        board.set(me, "token", 0)
+        cycle.finish()
 
 
 def end_cycle(
