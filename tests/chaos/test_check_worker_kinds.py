@@ -34,7 +34,8 @@ def overlapping_holds(result: CheckResult) -> int:
 
 @pytest.mark.parametrize("kind", ["sync", "threads", "asyncio"])
 def test_each_worker_kind_runs_clean_and_judged(check_run: RunCheck, kind: str) -> None:
-    result = check_run(workers_kind=kind, keys=8, body_ms=20, duration_s=4.0, workers=2)
+    # bodies longer than a heartbeat, so leases are renewed
+    result = check_run(workers_kind=kind, keys=8, body_ms=400, duration_s=5.0, workers=2)
     report = result.report
     assert report.valid, report.explain()
     assert report.stats["grants"] >= 10
