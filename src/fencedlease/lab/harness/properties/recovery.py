@@ -1,0 +1,123 @@
+"""Property ``e``, ``recovery``, key by key.
+
+After each fault heals (at ``E``), every key someone asks for is held again within ttl + margin:
+for each key with an acquire outstanding at ``E`` or invoked after it, counted from ``E`` or from
+that first acquire's invocation, whichever is later, a grant of the key comes within the bound,
+or a holder kept the key through the fault (its release succeeded). When nobody asked for any
+key after the heal, the run as a whole is judged: some lease must be granted again. Judged up to
+the run's stop and the next fault's start; a fault followed too soon by either is not judged.
+
+``extras["recoveries"]``: per fault, ``after_s`` (seconds to recover, the slowest key; None:
+never), the number of ``keys`` judged and the ``slowest_key``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from ..extract import Attempt, Fault, Grant
+from ._base import Context, Outcome, Property, Violation
+
+__all__ = ["PROPERTY"]
+
+KEY = "recovery"
+
+
+def _first_demand(attempts: list[Attempt], heal: float, horizon: float) -> float | None:
+    """When the key was first asked for at or after ``heal``: ``heal`` if an acquire was
+    outstanding then, else the first acquire invoked after it (before ``horizon``)."""
+    for attempt in attempts:  # in order of invocation
+        if attempt.invoked > horizon:
+            return None
+        if attempt.invoked <= heal:
+            if attempt.completed is None or attempt.completed >= heal:
+                return heal
+            continue
+        return attempt.invoked
+    return None
+
+
+def _wait(grants: list[Grant], since: float, heal: float, horizon: float) -> float | None:
+    """Seconds from ``since`` to the key being held again (0: held through the heal)."""
+    for grant in grants:
+        if grant.granted <= heal and grant.end_type == "ok" and (grant.end or 0.0) >= heal:
+            return 0.0
+    after = [g.granted for g in grants if since <= g.granted <= horizon]
+    return min(after) - since if after else None
+
+
+def _judge_fault(
+    ctx: Context, fault: Fault, heal: float, horizon: float, wants: dict[str | None, list[Attempt]]
+) -> tuple[dict[str, Any], list[Violation], int]:
+    bound = (ctx.params.ttl_ms + ctx.params.margin_ms) / 1000
+    cases: list[tuple[str | None, float, float | None]] = []  # key, since, waited
+    for key, attempts in wants.items():
+        since = _first_demand(attempts, heal, horizon)
+        if since is not None:
+            cases.append((key, since, _wait(ctx.grants_by_key.get(key, []), since, heal, horizon)))
+    if not cases:  # nobody asked: the run as a whole
+        cases.append((None, heal, _wait(ctx.data.grants, heal, heal, horizon)))
+    judged = [c for c in cases if c[2] is not None or c[1] + bound <= horizon]
+    violations: list[Violation] = []
+    for key, since, waited in judged:
+        if waited is not None and waited <= bound:
+            continue
+        what = "lease" if key is None else f"lease of key {key!r}"
+        asked = "" if since == heal else f" (asked for at {ctx.t(since)})"
+        seen = (
+            "no lease was granted again"
+            if waited is None and key is None
+            else f"the {what} was not granted again{asked}"
+            if waited is None
+            else f"the next {what} was granted only {waited:.2f} s later{asked}"
+        )
+        violations.append(
+            ctx.violation(
+                KEY,
+                f"after {fault.kind} healed at {ctx.t(heal)}, {seen}; the bound is ttl + margin "
+                f"= {bound:.2f} s.",
+                heal,
+                (fault.line,),
+                key,
+            )
+        )
+    slowest = max(
+        judged or cases, key=lambda c: float("inf") if c[2] is None else c[2], default=None
+    )
+    waited = None if slowest is None else slowest[2]
+    record = {
+        "fault": fault.kind,
+        "end_s": ctx.rel(heal),
+        "after_s": None if waited is None else round(waited, 3),
+        "checked": bool(judged),
+        "keys": len(judged),
+        "slowest_key": None if slowest is None else slowest[0],
+    }
+    return record, violations, len(judged)
+
+
+def check(ctx: Context) -> Outcome:
+    stop = ctx.data.stop
+    wants: dict[str | None, list[Attempt]] = defaultdict(list)
+    for attempt in ctx.data.attempts:
+        wants[attempt.key].append(attempt)
+    violations: list[Violation] = []
+    recoveries: list[dict[str, Any]] = []
+    checked = 0
+    faults = ctx.data.faults
+    for index, fault in enumerate(faults):
+        if fault.end is None:
+            continue
+        horizon = min(
+            stop if stop is not None else float("inf"),
+            faults[index + 1].start if index + 1 < len(faults) else float("inf"),
+        )
+        record, found, judged = _judge_fault(ctx, fault, fault.end, horizon, wants)
+        recoveries.append(record)
+        violations += found
+        checked += judged
+    return Outcome(checked, violations, extras={"recoveries": recoveries})
+
+
+PROPERTY = Property(KEY, "e", "a lease is granted again after faults heal", check)
