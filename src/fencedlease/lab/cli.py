@@ -182,9 +182,7 @@ def check(
         console.print(f"[bold red]error:[/] {escape(scrub(f'{type(exc).__name__}: {exc}'))}")
         sys.exit(2)
     console.print(f"redis: {result.redis}; toxiproxy: {result.toxiproxy or 'none'}")
-    for note in result.notes:
-        console.print(f"[yellow]note:[/] {note}")
-    print_summary(console, result)
+    print_summary(console, result)  # prints the notes too, once
     sys.exit(result.exit_code)
 
 
