@@ -137,6 +137,7 @@ def test_the_summary_numbers_violations_with_their_operations_and_says_each_note
                   max_ops=1)  # fmt: skip
     text = out.getvalue()
     assert text.count("fault timeout skipped: no toxiproxy") == 1
+    assert "note [run-note] fault timeout skipped: no toxiproxy" in text
     assert text.count("timeline.png not drawn: X") == 1
     first, second, _ = result.report.violations
     assert f"violation 1 ({first.property}) {first.message}" in text

@@ -107,7 +107,7 @@ def print_summary(
     said = set()
     for finding in report.findings:
         said.add(finding.message)
-        console.print(f"[yellow]note[/] [{escape(finding.kind)}] {escape(finding.message)}")
+        console.print(f"[yellow]note[/] {escape(f'[{finding.kind}]')} {escape(finding.message)}")
         if finding.remedy:
             console.print(f"     [bold]remedy:[/] {escape(finding.remedy)}")
     for note in result.notes:  # those the history could not hold (written after it was checked)

@@ -205,27 +205,58 @@ def _draw_faults(ax: Axes, data: Extracted, levels: list[int], end: float) -> No
                 clip_on=True)  # fmt: skip
 
 
+def _stack(
+    data: Extracted, row: dict[str | None, int], end: float
+) -> dict[tuple[str, int], tuple[int, int]]:
+    """For each grant of a lane, its level and the lane's number of levels: leases of one key
+    that overlap in time (a stale holder beside the new one) go on different levels."""
+    levels: dict[tuple[str, int], int] = {}
+    busy: dict[str | None, list[float]] = defaultdict(list)
+    for grant in data.grants:  # in order of grant
+        if grant.key not in row:
+            continue
+        stop = grant.end if grant.end is not None else data.origin + end
+        ends = busy[grant.key]
+        level = next((i for i, until in enumerate(ends) if until <= grant.granted), len(ends))
+        if level == len(ends):
+            ends.append(stop)
+        else:
+            ends[level] = stop
+        levels[(grant.process, grant.id)] = level
+    return {
+        ident: (level, len(busy[g.key]))
+        for g in data.grants
+        if (ident := (g.process, g.id)) in levels
+        for level in (levels[ident],)
+    }
+
+
 def _draw_lanes(
     ax: Axes, data: Extracted, lanes: list[Lane], report: CheckReport, end: float
 ) -> None:
     origin = data.origin
     row = {lane.key: index for index, lane in enumerate(lanes)}
-    bars: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
+    bars: dict[tuple[float, float, str], list[tuple[float, float]]] = defaultdict(list)
     label_min = end / 120
+    stacked = _stack(data, row, end)
     for grant in data.grants:
         if grant.key not in row:
             continue
-        y = row[grant.key]
+        level, levels = stacked[(grant.process, grant.id)]
+        height = 0.6 / levels
+        y = row[grant.key] - 0.3 + level * height  # overlapping leases of a key side by side
         start = grant.granted - origin
         width = max((grant.end if grant.end is not None else origin + end) - grant.granted, 0.0)
-        bars[(y, _grant_color(grant))].append((start, max(width, end / 2000)))
+        bars[(y, height, _grant_color(grant))].append((start, max(width, end / 2000)))
         if width >= label_min:
-            ax.text(start, y, f" {grant.process}:{grant.token}", fontsize=6.5, va="center",
-                    ha="left", color="white", fontweight="bold", clip_on=True)  # fmt: skip
+            ax.text(start, y + height / 2, f" {grant.process}:{grant.token}", fontsize=6.5,
+                    va="center", ha="left", color="white", fontweight="bold",
+                    clip_on=True)  # fmt: skip
         if grant.lost is not None:
-            ax.plot([grant.lost - origin] * 2, [y - 0.36, y + 0.36], color="black", lw=1.6)
-    for (y, color), spans in bars.items():
-        ax.broken_barh(spans, (y - 0.25, 0.5), color=color, alpha=0.9)
+            ax.plot([grant.lost - origin] * 2, [y - 0.06, y + height + 0.06], color="black",
+                    lw=1.6)  # fmt: skip
+    for (y, height, color), spans in bars.items():
+        ax.broken_barh(spans, (y, height), color=color, alpha=0.9, edgecolor="white", lw=0.3)
     refused: list[tuple[float, int]] = []
     unknown: list[tuple[float, int]] = []
     for access in data.accesses:
@@ -377,7 +408,7 @@ def draw_timeline(events: Sequence[Event], report: CheckReport, path: str | Path
         Patch(color="#bdbdbd", alpha=0.4, label="fault (shaded where it hit)"),
     ]
     fig.legend(handles=legend, loc="lower center", ncol=4, fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.tight_layout(rect=(0, 0.75 / (sum(heights) + 1.6), 1, 1))  # 0.75 in for the legend
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return TimelineLayout(tuple(lanes), tuple(overview), tuple(levels), time.perf_counter() - began)
