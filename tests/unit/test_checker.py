@@ -567,3 +567,26 @@ def test_e_each_key_asked_for_after_the_heal_is_judged() -> None:
         {"fault": "redis-pause", "end_s": 4.0, "after_s": 2.8, "checked": True, "keys": 2,
          "slowest_key": "k2"},
     )  # fmt: skip
+
+
+def test_d_rollback_compares_tokens_key_by_key() -> None:
+    """After the restart k2, never accessed before, accepts token 1 (its first), while k1
+    refuses token 1 (it had accepted 7): safe, and the finding says so; nothing got through."""
+    h = History()
+    h.lease("w0", 7, 0.1, read=(0.12, 0), write=(1.0, 1, "ok"), end=(1.01, "ok", None), key="k1")
+    h.fault("redis-restart-nopersist", 2.0, 2.2, counter_before=7, counter_after=None)
+    h.lease("w1", 1, 2.5, read=(2.52, 0), write=(2.7, 1, "ok"), end=(2.71, "ok", None), key="k2")
+    grant = h.lease("w0", 1, 3.0, end=(3.2, "fail", "stale"), key="k1")
+    op = h.next_id("w0")
+    h.add("w0", "read", "invoke", 3.05, id=op, grant=grant, token=1, key="k1")
+    h.add("w0", "read", "fail", 3.06, id=op, grant=grant, token=1, key="k1", outcome="stale")
+    report = check_history(h.finish(4.0, None, finals={"k1": 1, "k2": 1}))
+    assert report.valid, report.explain()
+    (finding,) = [f for f in report.findings if f.kind == "counter-rollback"]
+    assert "1 later grant(s) got tokens at or below ones already issued" in finding.message
+    assert "The resource had accepted token 7" in finding.message
+    assert (
+        "(1 refusal(s)): safe, but stuck until new tokens passed 7; it accepted nothing more "
+        "before the run ended." in finding.message
+    )
+    assert "got through" not in finding.message

@@ -102,21 +102,25 @@ def check(ctx: Context) -> Outcome:
 
 
 def _rollback_findings(ctx: Context, exempt: list[Exempt]) -> list[Finding]:
+    """One finding per restart without persistence; tokens are compared key by key."""
     findings: list[Finding] = []
     accesses = ctx.data.accesses
     for fault in ctx.rollbacks:
         if fault.end is None:
             continue
-        before = [a for a in accesses if a.type == "ok" and (a.completed or 0) < fault.start]
-        high = max((a.token or 0 for a in before), default=0)
+        high: dict[str | None, int] = {}  # per key: the largest token accepted before
+        for a in accesses:
+            if a.type == "ok" and (a.completed or 0) < fault.start:
+                high[a.key] = max(high.get(a.key, 0), a.token or 0)
+        after = [a for a in accesses if a.invoked > fault.start]
         refused_after = [
-            a
-            for a in accesses
-            if a.invoked > fault.start and a.type == "fail" and a.outcome == "stale"
-            and (a.token or 0) <= high
+            a for a in after
+            if a.type == "fail" and a.outcome == "stale" and (a.token or 0) <= high.get(a.key, 0)
         ]  # fmt: skip
-        accepted_after = [a for a in accesses if a.invoked > fault.start and a.type == "ok"]
-        low_grants = [g for g in ctx.data.grants if g.granted > fault.start and g.token <= high]
+        accepted_after = [a for a in after if a.type == "ok" and a.key in high]
+        low_grants = [
+            g for g in ctx.data.grants if g.granted > fault.start and g.token <= high.get(g.key, 0)
+        ]
         counter_before = fault.detail.get("counter_before")
         pairs = sum(1 for _, _, f in exempt if f is fault)
         message = (
@@ -125,8 +129,9 @@ def _rollback_findings(ctx: Context, exempt: list[Exempt]) -> list[Finding]:
             f"{len(low_grants)} later grant(s) got tokens at or below ones already issued"
             f" ({pairs} pair(s) of grants out of order, exempted from property d). "
         )
-        if high:
-            lower_in = [a for a in accepted_after if (a.token or 0) < high]
+        top = max(high.values(), default=0)
+        if top:
+            lower_in = [a for a in accepted_after if (a.token or 0) < high.get(a.key, 0)]
             first_ok = min(accepted_after, key=lambda a: a.completed or 0.0, default=None)
             unstuck = (
                 f"it accepted again at {ctx.t(first_ok.completed)} (token {first_ok.token}), "
@@ -134,11 +139,13 @@ def _rollback_findings(ctx: Context, exempt: list[Exempt]) -> list[Finding]:
                 if first_ok is not None
                 else "it accepted nothing more before the run ended"
             )
+            had = f"token {top}" if len(high) == 1 else f"tokens up to {top} on {len(high)} keys"
             message += (
-                f"The resource had accepted token {high}, so it refused every access with the "
+                f"The resource had accepted {had}, so it refused every access with the "
                 f"new, lower tokens ({len(refused_after)} refusal(s)): "
                 + (
-                    f"safe, but stuck until new tokens passed {high}; {unstuck}."
+                    f"safe, but stuck until new tokens passed {top if len(high) == 1 else 'them'};"
+                    f" {unstuck}."
                     if not lower_in
                     else "and yet some lower tokens got through (see property a)."
                 )
