@@ -514,6 +514,9 @@ def test_b_a_lost_update_on_one_key_names_that_key() -> None:
         "key 'k2': the counter ends at 0 but 1 increments were acknowledged: 1 acknowledged "
         "increment(s) were lost."
     )
+    assert [(o.process, o.op, o.key, o.at_s) for o in violation.ops] == [
+        ("run", "final", "k2", 3.5)
+    ]
 
 
 def test_b_a_key_whose_final_counter_was_not_read_is_named_in_the_note() -> None:
@@ -563,6 +566,11 @@ def test_e_each_key_asked_for_after_the_heal_is_judged() -> None:
         "later (asked for at 4.20 s); the bound is ttl + margin = 2.00 s."
     )
     assert report.property("recovery").checked == 2
+    assert [(o.process, o.op, o.type, o.key, o.at_s) for o in found.ops] == [
+        ("nemesis", "fault", "invoke", None, 2.0),
+        ("w1", "acquire", "invoke", "k2", 4.2),
+        ("w1", "acquire", "ok", "k2", 7.0),
+    ]
     assert report.recoveries == (
         {"fault": "redis-pause", "end_s": 4.0, "after_s": 2.8, "checked": True, "keys": 2,
          "slowest_key": "k2"},

@@ -152,3 +152,24 @@ def test_the_summary_numbers_violations_with_their_operations_and_says_each_note
     assert [(op["process"], op["key"], op["token"]) for op in listed["ops"]][-1] == (
         "w11", "k17", 1,
     )  # fmt: skip
+
+
+def test_the_cli_says_each_note_of_a_run_once(tmp_path: Path, monkeypatch: Any) -> None:
+    """``fencedlease check`` printed the run's notes itself and then again in the summary (as
+    findings of the history): each is said once now."""
+    from click.testing import CliRunner
+
+    from fencedlease.lab import cli
+    from fencedlease.lab.harness import run
+
+    note = "fault partition skipped: did not fit in the run's duration"
+    events = synthetic_history(ops=100, keys=4, workers=2)
+    origin = events[0].mono
+    _at(events, origin, 0.0, "run", "note", "info", outcome="run-note", detail={"message": note})
+    events.sort(key=lambda e: e.mono)
+    result = _result(events, tmp_path, (note,))
+    monkeypatch.setattr(run, "run_check", lambda config, show: result)
+    out = CliRunner().invoke(cli.main, ["check", "--duration", "1", "--out", str(tmp_path / "o")])
+    assert out.exit_code == 0, out.output
+    assert out.output.count(note) == 1
+    assert "note [run-note] " + note in out.output

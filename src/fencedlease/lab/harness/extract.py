@@ -98,7 +98,8 @@ class Fault:
 class Extracted:
     """What :func:`extract` reassembles from a history. ``final``: the run's final counter (the
     sum over keys when it was read key by key); ``finals``: the final value per key (the key
-    None for a final read that names no key); ``attempts``: every acquire, granted or not."""
+    None for a final read that names no key) and ``final_lines`` the history line of each;
+    ``attempts``: every acquire, granted or not."""
 
     grants: list[Grant]
     accesses: list[Access]
@@ -109,6 +110,7 @@ class Extracted:
     events: int
     finals: dict[str | None, int] = attrs.field(factory=dict)
     attempts: list[Attempt] = attrs.field(factory=list)
+    final_lines: dict[str | None, int] = attrs.field(factory=dict)
 
 
 def extract(events: Sequence[Event]) -> Extracted:
@@ -116,6 +118,7 @@ def extract(events: Sequence[Event]) -> Extracted:
     origin = events[0].mono if events else 0.0
     stop: float | None = None
     finals: dict[str | None, int] = {}
+    final_lines: dict[str | None, int] = {}
     grants: dict[tuple[str, int], Grant] = {}
     pending: dict[tuple[str, str, int], tuple[Event, int]] = {}
     accesses: list[Access] = []
@@ -129,6 +132,7 @@ def extract(events: Sequence[Event]) -> Extracted:
                 stop = event.mono
             elif event.op == "final" and event.type == "ok" and event.value is not None:
                 finals[event.key] = event.value
+                final_lines[event.key] = line
             continue
         key = (event.process, event.op, event.id if event.id is not None else -1)
         if event.type == "invoke":
@@ -211,5 +215,6 @@ def extract(events: Sequence[Event]) -> Extracted:
     faults.sort(key=lambda f: f.start)
     final = sum(finals.values()) if finals else None
     return Extracted(
-        grant_list, accesses, faults, origin, stop, final, len(events), finals, attempts
-    )
+        grant_list, accesses, faults, origin, stop, final, len(events), finals, attempts,
+        final_lines,
+    )  # fmt: skip

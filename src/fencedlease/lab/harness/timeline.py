@@ -404,10 +404,11 @@ def draw_timeline(events: Sequence[Event], report: CheckReport, path: str | Path
         Patch(color=OUTCOME_COLORS["unknown"], label="lease, ended in an error"),
         Line2D([], [], color="black", lw=2, label="told: lease lost"),
         Line2D([], [], marker="x", color="#b71c1c", lw=0, mew=2, label="access refused (stale)"),
+        Line2D([], [], marker="$?$", color="#616161", lw=0, ms=8, label="access, outcome unknown"),
         Line2D([], [], marker="*", color="#d50000", lw=0, ms=12, label="violation n (console #n)"),
         Patch(color="#bdbdbd", alpha=0.4, label="fault (shaded where it hit)"),
     ]
-    fig.legend(handles=legend, loc="lower center", ncol=4, fontsize=8, frameon=False)
+    fig.legend(handles=legend, loc="lower center", ncol=5, fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.75 / (sum(heights) + 1.6), 1, 1))  # 0.75 in for the legend
     fig.savefig(path, dpi=100)
     plt.close(fig)

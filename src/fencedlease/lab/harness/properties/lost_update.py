@@ -20,25 +20,31 @@ KEY = "no-lost-update"
 
 def check(ctx: Context) -> Outcome:
     finals = dict(ctx.data.finals)
+    final_lines = dict(ctx.data.final_lines)
     if not finals:
         return Outcome(0, note="the final counter was not read")
     written = {key for key, accesses in ctx.accesses_by_key.items() if accesses}
     if None in finals and None not in written and len(written) == 1:
-        finals[next(iter(written))] = finals.pop(None)
+        only = next(iter(written))
+        finals[only], final_lines[only] = finals.pop(None), final_lines.pop(None)
     violations: list[Violation] = []
     checked = 0
     unread = sorted(str(k) for k in written - finals.keys())
     for key in sorted(finals, key=str):
         writes = [a for a in ctx.accesses_by_key.get(key, []) if a.op == "write"]
         checked += sum(1 for w in writes if w.type == "ok") + 1
-        found = _check_key(ctx, key, writes, finals[key])
+        found = _check_key(ctx, key, writes, finals[key], final_lines[key])
         if found is not None:
             violations.append(found)
     note = f"the final counter of {len(unread)} key(s) was not read" if unread else None
     return Outcome(checked, violations, note)
 
 
-def _check_key(ctx: Context, key: str | None, writes: list[Access], final: int) -> Violation | None:
+def _check_key(
+    ctx: Context, key: str | None, writes: list[Access], final: int, final_line: int
+) -> Violation | None:
+    """The violation of ``key`` (whose counter ends at ``final``, read at ``final_line``), or
+    None. Its lines: the colliding writes, then the final read."""
     acked = [w for w in writes if w.type == "ok"]
     unknown = [w for w in writes if w.type == "info" or w.type is None]
     by_value: dict[int | None, list[Access]] = defaultdict(list)
@@ -50,7 +56,7 @@ def _check_key(ctx: Context, key: str | None, writes: list[Access], final: int) 
         + f" both wrote {group[0].value}"
         for group in collisions[:5]
     )
-    lines = tuple(w.end_line or w.line for group in collisions[:5] for w in group)
+    lines = (*(w.end_line or w.line for group in collisions[:5] for w in group), final_line)
     on = ctx.on(key)
     if final < len(acked):
         return ctx.violation(
@@ -68,7 +74,7 @@ def _check_key(ctx: Context, key: str | None, writes: list[Access], final: int) 
             f"{on}the counter ends at {final}, more than the {len(acked)} acknowledged plus "
             f"{len(unknown)} unknown increments: a write happened that was reported failed.",
             None,
-            (),
+            (final_line,),
             key,
         )
     if collisions:

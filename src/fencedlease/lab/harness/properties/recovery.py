@@ -24,53 +24,62 @@ __all__ = ["PROPERTY"]
 KEY = "recovery"
 
 
-def _first_demand(attempts: list[Attempt], heal: float, horizon: float) -> float | None:
-    """When the key was first asked for at or after ``heal``: ``heal`` if an acquire was
-    outstanding then, else the first acquire invoked after it (before ``horizon``)."""
+def _first_demand(attempts: list[Attempt], heal: float, horizon: float) -> Attempt | None:
+    """The acquire that first asked for the key at or after ``heal``: one outstanding then,
+    else the first invoked after it (before ``horizon``)."""
     for attempt in attempts:  # in order of invocation
         if attempt.invoked > horizon:
             return None
         if attempt.invoked <= heal:
             if attempt.completed is None or attempt.completed >= heal:
-                return heal
+                return attempt
             continue
-        return attempt.invoked
+        return attempt
     return None
 
 
-def _wait(grants: list[Grant], since: float, heal: float, horizon: float) -> float | None:
-    """Seconds from ``since`` to the key being held again (0: held through the heal)."""
+def _wait(
+    grants: list[Grant], since: float, heal: float, horizon: float
+) -> tuple[float | None, Grant | None]:
+    """Seconds from ``since`` to the key being held again (0: held through the heal), and the
+    grant that held it."""
     for grant in grants:
         if grant.granted <= heal and grant.end_type == "ok" and (grant.end or 0.0) >= heal:
-            return 0.0
-    after = [g.granted for g in grants if since <= g.granted <= horizon]
-    return min(after) - since if after else None
+            return 0.0, grant
+    after = [g for g in grants if since <= g.granted <= horizon]
+    first = min(after, key=lambda g: g.granted, default=None)
+    return (None, None) if first is None else (first.granted - since, first)
 
 
 def _judge_fault(
     ctx: Context, fault: Fault, heal: float, horizon: float, wants: dict[str | None, list[Attempt]]
 ) -> tuple[dict[str, Any], list[Violation], int]:
     bound = (ctx.params.ttl_ms + ctx.params.margin_ms) / 1000
-    cases: list[tuple[str | None, float, float | None]] = []  # key, since, waited
+    # key, since, waited, the lines: the fault, the acquire that asked, the grant that came
+    cases: list[tuple[str | None, float, float | None, tuple[int, ...]]] = []
     for key, attempts in wants.items():
-        since = _first_demand(attempts, heal, horizon)
-        if since is not None:
-            cases.append((key, since, _wait(ctx.grants_by_key.get(key, []), since, heal, horizon)))
+        asked = _first_demand(attempts, heal, horizon)
+        if asked is not None:
+            since = max(heal, asked.invoked)
+            waited, grant = _wait(ctx.grants_by_key.get(key, []), since, heal, horizon)
+            lines = (fault.line, asked.line) + ((grant.line,) if grant is not None else ())
+            cases.append((key, since, waited, lines))
     if not cases:  # nobody asked: the run as a whole
-        cases.append((None, heal, _wait(ctx.data.grants, heal, heal, horizon)))
+        waited, grant = _wait(ctx.data.grants, heal, heal, horizon)
+        cases.append((None, heal, waited, (fault.line,) + ((grant.line,) if grant else ())))
     judged = [c for c in cases if c[2] is not None or c[1] + bound <= horizon]
     violations: list[Violation] = []
-    for key, since, waited in judged:
+    for key, since, waited, lines in judged:
         if waited is not None and waited <= bound:
             continue
         what = "lease" if key is None else f"lease of key {key!r}"
-        asked = "" if since == heal else f" (asked for at {ctx.t(since)})"
+        when = "" if since == heal else f" (asked for at {ctx.t(since)})"
         seen = (
             "no lease was granted again"
             if waited is None and key is None
-            else f"the {what} was not granted again{asked}"
+            else f"the {what} was not granted again{when}"
             if waited is None
-            else f"the next {what} was granted only {waited:.2f} s later{asked}"
+            else f"the next {what} was granted only {waited:.2f} s later{when}"
         )
         violations.append(
             ctx.violation(
@@ -78,7 +87,7 @@ def _judge_fault(
                 f"after {fault.kind} healed at {ctx.t(heal)}, {seen}; the bound is ttl + margin "
                 f"= {bound:.2f} s.",
                 heal,
-                (fault.line,),
+                lines,
                 key,
             )
         )
