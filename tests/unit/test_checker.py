@@ -598,3 +598,13 @@ def test_d_rollback_compares_tokens_key_by_key() -> None:
         "before the run ended." in finding.message
     )
     assert "got through" not in finding.message
+
+
+def test_f_an_overlap_is_named_by_the_key_of_its_operations() -> None:
+    """Mutual exclusion reports no key of its own: the checker names the key its events share."""
+    h = two_keys()
+    h.lease("w2", 6, 0.50, invoked=0.45, end=(0.60, "ok", None), key="k1")
+    (found,) = check_history(h.finish(3.0, None)).property("mutual-exclusion").violations
+    assert found.key == "k1"
+    assert found.message.startswith("[overlap] key 'k1': w2's lease (token 6) was granted at")
+    assert {(o.process, o.key) for o in found.ops} == {("w0", "k1"), ("w2", "k1")}

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from rich.console import Console
 
 from fencedlease.lab.harness.checker import check_history
@@ -154,7 +155,9 @@ def test_the_summary_numbers_violations_with_their_operations_and_says_each_note
     )  # fmt: skip
 
 
-def test_the_cli_says_each_note_of_a_run_once(tmp_path: Path, monkeypatch: Any) -> None:
+def test_the_cli_says_each_note_of_a_run_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``fencedlease check`` printed the run's notes itself and then again in the summary (as
     findings of the history): each is said once now."""
     from click.testing import CliRunner
@@ -173,3 +176,25 @@ def test_the_cli_says_each_note_of_a_run_once(tmp_path: Path, monkeypatch: Any) 
     assert out.exit_code == 0, out.output
     assert out.output.count(note) == 1
     assert "note [run-note] " + note in out.output
+
+
+def test_a_synthetic_run_is_healthy_by_every_property() -> None:
+    """The benchmark's history: every property checked and passed, key by key, faults and all."""
+    events = synthetic_history(
+        ops=3000, keys=32, workers=8, seed=5,
+        faults=[("latency", 1.0, 1.5, "w1"), ("redis-pause", 3.0, 3.2, None)],
+    )  # fmt: skip
+    report = check_history(events)
+    assert [p.status for p in report.properties] == ["pass"] * 7, report.explain()
+    assert report.stats["keys"] == 32
+    assert report.stats["final_counter"] == report.stats["acknowledged_writes"]
+    assert [r["checked"] for r in report.recoveries] == [True, True]
+    assert events == synthetic_history(
+        ops=3000, keys=32, workers=8, seed=5,
+        faults=[("latency", 1.0, 1.5, "w1"), ("redis-pause", 3.0, 3.2, None)],
+    )  # fmt: skip
+
+
+def test_a_synthetic_run_refuses_sizes_below_one() -> None:
+    with pytest.raises(ValueError, match="ops, keys and workers must be >= 1, got 10, 0, 2"):
+        synthetic_history(ops=10, keys=0, workers=2)
