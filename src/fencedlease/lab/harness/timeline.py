@@ -5,8 +5,8 @@ on the x axis, in three bands:
 
 - **faults**: one bar per fault, named (kind and target), overlapping faults on rows of their own
   so that each stays visible; a dashed line for an instant fault. Redis-wide faults are also
-  shaded across the lanes and the overview, a fault aimed at a worker only where that worker held
-  a key of a lane while it lasted;
+  shaded across the lanes and the overview (a dashed line for an instant one), a fault aimed at
+  a worker only where that worker held a key of a lane while it lasted;
 - **lanes**: one row per key where something happened (:func:`choose_lanes`): a violation, a lost
   lease, or a fault's victim (a lease held by the worker a fault hit). On a lane: a bar per lease
   from the grant to the end of the hold, green (ended normally), red (``LeaseLostError``), orange
@@ -324,10 +324,14 @@ def _shade_wide_faults(axes: Sequence[Axes], data: Extracted, end: float) -> Non
     for fault in data.faults:
         if fault.target is not None:
             continue
+        start = fault.start - data.origin
         stop = (fault.end if fault.end is not None else data.origin + end) - data.origin
+        color = FAULT_COLORS.get(fault.kind, "#bdbdbd")
         for ax in axes:
-            ax.axvspan(fault.start - data.origin, stop, color=FAULT_COLORS.get(fault.kind,
-                       "#bdbdbd"), alpha=0.14, lw=0)  # fmt: skip
+            if stop - start < end / 400:  # an instant fault: a dashed line, as in the strip
+                ax.axvline(start, color=color, ls="--", lw=1.0, alpha=0.8)
+            else:
+                ax.axvspan(start, stop, color=color, alpha=0.14, lw=0)
 
 
 def draw_timeline(events: Sequence[Event], report: CheckReport, path: str | Path) -> TimelineLayout:
