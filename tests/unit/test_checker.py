@@ -608,3 +608,17 @@ def test_f_an_overlap_is_named_by_the_key_of_its_operations() -> None:
     assert found.key == "k1"
     assert found.message.startswith("[overlap] key 'k1': w2's lease (token 6) was granted at")
     assert {(o.process, o.key) for o in found.ops} == {("w0", "k1"), ("w2", "k1")}
+
+
+def test_e_a_key_is_judged_on_its_first_request_after_the_heal() -> None:
+    """w2 asks for k2 at 4.4 s and gets it at 4.5 s for a long body; w1, asking at 5.0 s, waits
+    behind it until 7.6 s: the key recovered 0.1 s after it was first asked for, no violation."""
+    h = History()
+    h.lease("w0", 1, 0.1, end=(1.0, "ok", None), key="k2")
+    h.fault("redis-pause", 2.0, 4.0)
+    h.lease("w2", 2, 4.5, invoked=4.4, end=(7.5, "ok", None), key="k2")
+    h.lease("w1", 3, 7.6, invoked=5.0, end=(8.0, "ok", None), key="k2")
+    report = check_history(h.finish(20.0, None))
+    assert report.property("recovery").violations == ()
+    assert report.recoveries[0]["after_s"] == 0.1
+    assert report.recoveries[0]["keys"] == 1
