@@ -622,3 +622,31 @@ def test_e_a_key_is_judged_on_its_first_request_after_the_heal() -> None:
     assert report.property("recovery").violations == ()
     assert report.recoveries[0]["after_s"] == 0.1
     assert report.recoveries[0]["keys"] == 1
+
+
+@pytest.mark.parametrize(("gave_up", "late"), [(4.11, False), (6.5, True)])
+def test_e_a_refused_try_proves_a_late_recovery_only_if_it_waited_past_the_bound(
+    gave_up: float, late: bool
+) -> None:
+    """w1 tries k3 at 4.1 s (the heal at 4.0 s) and gives up at ``gave_up``; the next request
+    for k3 comes at 9.0 s and is served at once. A try refused at once shows nothing (the old
+    lease may have been expiring); one still waiting when ttl + margin had passed is a
+    violation."""
+    h = History()
+    h.lease("w0", 1, 0.1, end=(1.0, "ok", None), key="k3")
+    h.fault("redis-pause", 2.0, 4.0)
+    op = h.next_id("w1")
+    h.add("w1", "acquire", "invoke", 4.1, id=op, key="k3")
+    h.add("w1", "acquire", "fail", gave_up, id=op, key="k3", outcome="timeout")
+    h.lease("w2", 2, 9.05, invoked=9.0, end=(9.5, "ok", None), key="k3")
+    report = check_history(h.finish(20.0, None))
+    found = [v.message for v in report.property("recovery").violations]
+    assert found == (
+        [
+            "after redis-pause healed at 4.00 s, the next lease of key 'k3' was granted only "
+            "4.95 s later (asked for at 4.10 s); the bound is ttl + margin = 2.00 s."
+        ]
+        if late
+        else []
+    )
+    assert report.recoveries[0]["checked"] is late

@@ -3,9 +3,12 @@
 After each fault heals (at ``E``), every key someone asks for is held again within ttl + margin:
 for each key with an acquire outstanding at ``E`` or invoked after it, counted from ``E`` or from
 that first acquire's invocation, whichever is later, a grant of the key comes within the bound,
-or a holder kept the key through the fault (its release succeeded). When nobody asked for any
-key after the heal, the run as a whole is judged: some lease must be granted again. Judged up to
-the run's stop and the next fault's start; a fault followed too soon by either is not judged.
+or a holder kept the key through the fault (its release succeeded). A key granted late is a
+violation only if an acquire of it was still waiting when the bound passed (a try refused at
+once while the old lease expired, with nobody asking again, shows nothing). When nobody asked
+for any key after the heal, the run as a whole is judged: some lease must be granted again.
+Judged up to the run's stop and the next fault's start; a fault followed too soon by either is
+not judged.
 
 ``extras["recoveries"]``: per fault, ``after_s`` (seconds to recover, the slowest key; None:
 never), the number of ``keys`` judged and the ``slowest_key``.
@@ -38,6 +41,20 @@ def _first_demand(attempts: list[Attempt], heal: float, horizon: float) -> Attem
     return None
 
 
+def _waiting_at(attempts: list[Attempt], at: float, horizon: float) -> Attempt | None:
+    """An acquire of the key still waiting at ``at`` (invoked by then, not answered yet): the
+    key was wanted when it should have been held again. A try refused at once while the old
+    lease was still expiring, with nobody asking later, proves no failure to recover."""
+    if at > horizon:
+        return None
+    for attempt in attempts:  # in order of invocation
+        if attempt.invoked > at:
+            return None
+        if attempt.completed is None or attempt.completed > at:
+            return attempt
+    return None
+
+
 def _wait(
     grants: list[Grant], since: float, heal: float, horizon: float
 ) -> tuple[float | None, Grant | None]:
@@ -57,14 +74,22 @@ def _judge_fault(
     bound = (ctx.params.ttl_ms + ctx.params.margin_ms) / 1000
     # key, since, waited, the lines: the fault, the acquire that asked, the grant that came
     cases: list[tuple[str | None, float, float | None, tuple[int, ...]]] = []
+    asked_any = False
     for key, attempts in wants.items():
         asked = _first_demand(attempts, heal, horizon)
-        if asked is not None:
-            since = max(heal, asked.invoked)
-            waited, grant = _wait(ctx.grants_by_key.get(key, []), since, heal, horizon)
-            lines = (fault.line, asked.line) + ((grant.line,) if grant is not None else ())
-            cases.append((key, since, waited, lines))
-    if not cases:  # nobody asked: the run as a whole
+        if asked is None:
+            continue
+        asked_any = True
+        since = max(heal, asked.invoked)
+        waited, grant = _wait(ctx.grants_by_key.get(key, []), since, heal, horizon)
+        lines = (fault.line, asked.line) + ((grant.line,) if grant is not None else ())
+        if waited is None or waited > bound:
+            waiting = _waiting_at(attempts, since + bound, horizon)
+            if waiting is None:
+                continue  # nobody was asking when the bound passed: not judged
+            lines += (waiting.line,) if waiting is not asked else ()
+        cases.append((key, since, waited, lines))
+    if not asked_any:  # nobody asked: the run as a whole
         waited, grant = _wait(ctx.data.grants, heal, heal, horizon)
         cases.append((None, heal, waited, (fault.line,) + ((grant.line,) if grant else ())))
     judged = [c for c in cases if c[2] is not None or c[1] + bound <= horizon]
