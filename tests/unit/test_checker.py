@@ -650,3 +650,17 @@ def test_e_a_refused_try_proves_a_late_recovery_only_if_it_waited_past_the_bound
         else []
     )
     assert report.recoveries[0]["checked"] is late
+
+
+def test_the_registry_runs_each_property_module_once_in_report_order() -> None:
+    """Each module of the registry gives one property; the report lists them in that order."""
+    from fencedlease.lab.harness.checker import PROPERTIES
+    from fencedlease.lab.harness.properties import MODULES, REGISTRY
+
+    assert len(MODULES) == len(REGISTRY) == 7
+    assert [p.letter for p in REGISTRY] == list("abcdefg")
+    assert list(PROPERTIES) == [p.key for p in REGISTRY]
+    report = check_history(clean().finish(4.0, 2))
+    assert [(p.key, p.letter, p.title) for p in report.properties] == [
+        (p.key, p.letter, p.title) for p in REGISTRY
+    ]

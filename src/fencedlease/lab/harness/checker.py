@@ -36,8 +36,8 @@ import attrs
 
 from .extract import Access, Attempt, Extracted, Fault, Grant, extract
 from .history import Event
-from .properties import (
-    REGISTRY,
+from .properties import REGISTRY
+from .properties._base import (
     CheckParams,
     Context,
     Finding,

@@ -11,29 +11,9 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Final
 
-from ._base import (
-    CheckParams,
-    Context,
-    Finding,
-    OpRef,
-    Outcome,
-    Property,
-    PropertyResult,
-    Violation,
-)
+from ._base import Property
 
-__all__ = [
-    "MODULES",
-    "REGISTRY",
-    "CheckParams",
-    "Context",
-    "Finding",
-    "OpRef",
-    "Outcome",
-    "Property",
-    "PropertyResult",
-    "Violation",
-]
+__all__ = ["MODULES", "REGISTRY"]
 
 #: The property modules, in report order (a, b, c...).
 MODULES: Final = (
