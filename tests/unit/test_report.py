@@ -198,3 +198,16 @@ def test_a_synthetic_run_is_healthy_by_every_property() -> None:
 def test_a_synthetic_run_refuses_sizes_below_one() -> None:
     with pytest.raises(ValueError, match="ops, keys and workers must be >= 1, got 10, 0, 2"):
         synthetic_history(ops=10, keys=0, workers=2)
+
+
+def test_past_the_lane_cap_violations_come_first_then_losses_then_victims() -> None:
+    """Two lanes for three eventful keys: k17 (violations) and k05 (a loss) keep theirs, k23
+    (only a victim) goes to the overview."""
+    from fencedlease.lab.harness.extract import extract
+    from fencedlease.lab.harness.timeline import choose_lanes
+
+    events = planted()
+    lanes, overview = choose_lanes(extract(events), check_history(events), max_lanes=2)
+    assert [lane.key for lane in lanes] == ["k05", "k17"]
+    assert "k23" in overview
+    assert len(overview) == 30
