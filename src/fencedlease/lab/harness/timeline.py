@@ -23,7 +23,7 @@ A history with at most :data:`ALL_LANES_UP_TO` keys gets a lane for every key.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -62,7 +62,6 @@ FAULT_COLORS: Final = {
     "redis-restart-aof": "#546e7a",
     "redis-restart-nopersist": "#d32f2f",
 }
-_REASONS: Final = ("violation", "loss", "victim")
 
 
 @attrs.frozen
@@ -143,17 +142,12 @@ def choose_lanes(
                            _sort_key(k)),
         )  # fmt: skip
         chosen = set(ranked[:max_lanes])
+    hits: dict[str, Container[str | None]] = {
+        "violation": numbers, "loss": losses, "victim": victims,
+    }  # fmt: skip
     lanes = [
         Lane(
-            key,
-            tuple(
-                reason
-                for reason, hit in zip(
-                    _REASONS, (key in numbers, key in losses, key in victims), strict=True
-                )
-                if hit
-            ),
-            tuple(numbers.get(key, ())),
+            key, tuple(r for r, found in hits.items() if key in found), tuple(numbers.get(key, ()))
         )
         for key in sorted(chosen, key=_sort_key)
     ]
@@ -164,23 +158,27 @@ def _label(fault: Fault) -> str:
     return f" {fault.kind}" + (f" {fault.target}" if fault.target else "")
 
 
-def _levels(faults: Sequence[Fault], end: float) -> list[int]:
+def _rows(spans: Sequence[tuple[float, float]]) -> list[int]:
+    """A row for each ``(start, stop)`` span (in order of start), greedily, so that spans that
+    overlap are on different rows."""
+    busy: list[float] = []  # where the last span on each row stops
+    rows: list[int] = []
+    for start, stop in spans:
+        row = next((i for i, until in enumerate(busy) if until <= start), len(busy))
+        busy[row : row + 1] = [stop]
+        rows.append(row)
+    return rows
+
+
+def _levels(faults: Sequence[Fault], origin: float, end: float) -> list[int]:
     """A row per fault such that faults overlapping in time, or in their names written from
-    their start, are on different rows (a character is about ``end / 230`` wide)."""
-    busy: list[float] = []  # where the last fault on each row ends, its name included
-    levels: list[int] = []
-    for fault in faults:  # in order of start
-        stop = max(
-            fault.end if fault.end is not None else end,
-            fault.start + len(_label(fault)) * end / 230,
-        )
-        row = next((i for i, until in enumerate(busy) if until <= fault.start), len(busy))
-        if row == len(busy):
-            busy.append(stop)
-        else:
-            busy[row] = stop
-        levels.append(row)
-    return levels
+    their start, are on different rows (a character is about ``end / 230`` seconds wide; a fault
+    that never ended lasts to ``end``, seconds after ``origin``)."""
+    return _rows([
+        (f.start, max(f.end if f.end is not None else origin + end,
+                      f.start + len(_label(f)) * end / 230))
+        for f in faults
+    ])  # fmt: skip
 
 
 def _grant_color(grant: Grant) -> str:
@@ -210,25 +208,17 @@ def _stack(
 ) -> dict[tuple[str, int], tuple[int, int]]:
     """For each grant of a lane, its level and the lane's number of levels: leases of one key
     that overlap in time (a stale holder beside the new one) go on different levels."""
-    levels: dict[tuple[str, int], int] = {}
-    busy: dict[str | None, list[float]] = defaultdict(list)
+    by_key: dict[str | None, list[Grant]] = defaultdict(list)
     for grant in data.grants:  # in order of grant
-        if grant.key not in row:
-            continue
-        stop = grant.end if grant.end is not None else data.origin + end
-        ends = busy[grant.key]
-        level = next((i for i, until in enumerate(ends) if until <= grant.granted), len(ends))
-        if level == len(ends):
-            ends.append(stop)
-        else:
-            ends[level] = stop
-        levels[(grant.process, grant.id)] = level
-    return {
-        ident: (level, len(busy[g.key]))
-        for g in data.grants
-        if (ident := (g.process, g.id)) in levels
-        for level in (levels[ident],)
-    }
+        if grant.key in row:
+            by_key[grant.key].append(grant)
+    out: dict[tuple[str, int], tuple[int, int]] = {}
+    for grants in by_key.values():
+        stops = [g.end if g.end is not None else data.origin + end for g in grants]
+        levels = _rows([(g.granted, stop) for g, stop in zip(grants, stops, strict=True)])
+        for grant, level in zip(grants, levels, strict=True):
+            out[(grant.process, grant.id)] = (level, max(levels) + 1)
+    return out
 
 
 def _draw_lanes(
@@ -350,7 +340,7 @@ def draw_timeline(events: Sequence[Event], report: CheckReport, path: str | Path
     data = extract(events)
     end = max(max((e.mono for e in events), default=data.origin) - data.origin, 1.0)
     lanes, overview = choose_lanes(data, report)
-    levels = _levels(data.faults, end)
+    levels = _levels(data.faults, data.origin, end)
     n_levels = max(levels, default=0) + 1
     heights = [0.35 + 0.28 * n_levels, 0.8 + 0.42 * max(1, len(lanes))]
     if overview:
