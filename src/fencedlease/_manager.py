@@ -35,7 +35,7 @@ from ._decisions import (
 )
 from ._errors import BackendError, LeaseNotAcquiredError, ManagerClosedError
 from ._handoff import ReleaseWaiter, release_waiter_for
-from ._lease import AcquireResult, Lease, LeaseInfo, LeaseOutcome
+from ._lease import AcquireResult, Lease, LeaseOutcome
 from ._protocol import AcquireReply
 from ._redis_backend import RedisBackend
 from ._renewer import BoundedCalls, Renewer
@@ -52,6 +52,7 @@ from ._validate import (
     check_prefix,
     check_sync_fn,
 )
+from ._view import LeaseInfo
 
 __all__ = ["LeaseManager"]
 

@@ -64,7 +64,6 @@ from .._decisions import (
 )
 from .._errors import BackendError, LeaseNotAcquiredError, ManagerClosedError
 from .._handoff import AsyncReleaseWaiter
-from .._lease import LeaseInfo
 from .._manager import DEFAULT_CLOSE_TIMEOUT_MS, DEFAULT_RETRY_DELAY_MS, DEFAULT_TTL_MS
 from .._protocol import AcquireReply
 from .._redis_backend import RedisBackend
@@ -80,6 +79,7 @@ from .._validate import (
     check_ms,
     check_prefix,
 )
+from .._view import LeaseInfo
 from ..backends.memory import MemoryBackend
 from ..backends.sqlite import SqliteBackend
 from ._handoff import async_release_waiter_for
