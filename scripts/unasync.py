@@ -45,7 +45,9 @@ NAMES: dict[str, str] = {
     "AsyncLeaseManager": "LeaseManager",
     "AsyncLeaseOutcome": "LeaseOutcome",
     "AsyncRedisBackend": "RedisBackend",
+    "AsyncReleaseWaiter": "ReleaseWaiter",
     "AsyncRenewer": "Renewer",
+    "_AsyncManagerBase": "_ManagerBase",
     "aclose": "close",
 }
 
@@ -61,6 +63,8 @@ SUBS: list[tuple[str, str]] = [
     (r"^(\s*)from \.\.(\w)", r"\1from .\2"),
     (r"\bredis\.asyncio\.", "redis."),
     (r"^import redis\.asyncio$", "import redis"),
+    # A cross-reference to the asyncio face's class is to the sync face's (fencedlease.X).
+    (r"\bfencedlease\.aio\.(Async\w+)", r"fencedlease.\1"),
     # The names, also where the tokenizer does not look (docstrings, comments).
     *((rf"\b{name}\b", sync) for name, sync in NAMES.items()),
     (r"\bawait (:meth:)", r"call \1"),
@@ -116,6 +120,25 @@ with the asyncio twin (:mod:`fencedlease.aio._redis_backend`), the hand-off and
         (:class:`~fencedlease.aio._handoff.Handoff`), so a release wakes the oldest waiter."""''',
             '''        """The manager's release waiter: the hand-off queue and its listener
         (:class:`~fencedlease._handoff_sync.Handoff`), so a release wakes the oldest waiter."""''',
+        ),
+    ],
+    "_manager_base.py": [
+        (
+            """\"\"\"What :class:`~fencedlease.LeaseManager` does by the same steps as the sync face: the
+acquire call and its loop, ``restore``, ``inspect`` and ``force_release``. The sync face's
+:mod:`fencedlease._manager_base` is generated from this module (``scripts/unasync.py``).
+""",
+            """\"\"\"What :class:`~fencedlease.LeaseManager` does by the same steps as the asyncio face: the
+acquire call and its loop, ``restore``, ``inspect`` and ``force_release``. Generated from
+:mod:`fencedlease.aio._manager_base` (``scripts/unasync.py``).
+""",
+        ),
+        (
+            """ Redis recognises it and returns the same fencing
+        token. If the call is cancelled while an acquire of it may have landed, that owner token
+        releases the key before the cancellation propagates (see the module docstring).""",
+            """ Redis recognises it, returns the same fencing token
+        and issues no new one, so the caller holds the lease instead of orphaning it.""",
         ),
     ],
     "_lease.py": [
@@ -198,6 +221,7 @@ with the asyncio twin (:mod:`fencedlease.aio._redis_backend`), the hand-off and
 # The generated modules: the asyncio source -> the sync module, both under src/fencedlease.
 FILES: dict[str, str] = {
     "aio/_lease.py": "_lease.py",
+    "aio/_manager_base.py": "_manager_base.py",
     "aio/_redis_backend.py": "_redis_backend.py",
 }
 

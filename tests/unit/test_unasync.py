@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "unasync.py"
 GENERATED = {  # the sync module -> its asyncio source
     "_lease.py": "aio/_lease.py",
+    "_manager_base.py": "aio/_manager_base.py",
     "_redis_backend.py": "aio/_redis_backend.py",
 }
 
