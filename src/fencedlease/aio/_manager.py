@@ -29,7 +29,6 @@ Cancellation, point by point:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import logging
 import sys
@@ -45,8 +44,6 @@ from .._backend import AsyncLeaseBackend
 from .._core import (
     SYSTEM_CLOCK,
     Clock,
-    release_bound_s,
-    release_wait_more_s,
 )
 from .._decisions import (
     DEFAULT_CLOSE_TIMEOUT_MS,
@@ -75,6 +72,7 @@ from ._hold import _Hold
 from ._lease import AsyncLease, AsyncLeaseOutcome
 from ._manager_base import _AsyncManagerBase
 from ._redis_backend import AsyncRedisBackend
+from ._releases import release_abandoned, release_within, report_unreleased, retrieve
 from ._renewer import AsyncRenewer
 from ._urls import async_backend_from_url
 
@@ -84,12 +82,6 @@ __all__ = ["AsyncLeaseManager"]
 _SYNC_BACKENDS: tuple[type, ...] = (MemoryBackend, SqliteBackend, RedisBackend)
 
 log = logging.getLogger("fencedlease.aio")
-
-
-def _retrieve(task: asyncio.Task[None]) -> None:
-    """Mark ``task``'s outcome as seen (its awaiter may have been cancelled meanwhile)."""
-    if not task.cancelled():
-        task.exception()
 
 
 T = TypeVar("T")
@@ -229,7 +221,7 @@ class AsyncLeaseManager(_AsyncManagerBase):
         )
         self._close_task = teardown
         self._close_caller = asyncio.current_task()
-        teardown.add_done_callback(_retrieve)  # a caller cancelled meanwhile never sees it
+        teardown.add_done_callback(retrieve)  # a caller cancelled meanwhile never sees it
         await asyncio.shield(teardown)
 
     async def _teardown(self, bound_ms: int, done: asyncio.Event) -> None:
@@ -253,16 +245,7 @@ class AsyncLeaseManager(_AsyncManagerBase):
                 task.cancel()
             if late:
                 await asyncio.wait(late)
-            for task, key in releases.items():
-                late_error = f"no reply within {bound_ms} ms"
-                error: BaseException | str | None = late_error if task in late else None
-                if error is None and not task.cancelled():
-                    error = task.exception()
-                if error is not None:
-                    log.warning(
-                        "fencedlease: close() could not release %r (it lapses at its ttl): %s",
-                        key, error,
-                    )  # fmt: skip
+            report_unreleased(releases, late, bound_ms)
             await self._release_waiter.aclose()
             await self._backend.close()
         finally:
@@ -299,7 +282,7 @@ class AsyncLeaseManager(_AsyncManagerBase):
     def _release_later(self, key: str, owner_token: str) -> None:
         # A task of the manager's, not awaited: the call keeps its time bound; close() waits
         # for it.
-        self._spawn(self._release_abandoned(key, owner_token), "fencedlease-cleanup")
+        self._spawn(release_abandoned(self._backend, key, owner_token), "fencedlease-cleanup")
 
     async def _abandon(self, key: str, owner_token: str, exc: BaseException) -> None:
         """Release what an abandoned acquire may hold, in a shielded task of the manager's. Not
@@ -307,57 +290,20 @@ class AsyncLeaseManager(_AsyncManagerBase):
         if self._closed:
             return
         try:
-            chore = self._spawn(self._release_abandoned(key, owner_token), "fencedlease-cleanup")
+            chore = self._spawn(
+                release_abandoned(self._backend, key, owner_token), "fencedlease-cleanup"
+            )
         except RuntimeError:  # no running loop: the coroutine is being closed by the GC
             return
         if not isinstance(exc, GeneratorExit):
             await asyncio.shield(chore)
 
-    async def _release_abandoned(self, key: str, owner_token: str) -> None:
-        try:
-            await self._backend.release(key, owner_token)
-        except BackendError as exc:
-            log.warning(
-                "could not release the abandoned acquire of %r; it expires at its ttl: %s", key, exc
-            )
-
-    async def _release_within(self, lease: AsyncLease) -> bool:
-        """Release ``lease``, waiting :func:`~fencedlease._core.release_bound_s`, and on while
-        renewals still move its deadline (:func:`~fencedlease._core.release_wait_more_s`); on
-        timeout the release is cancelled and the lease lapses at its TTL.
-
-        Raises:
-            BackendError: the store failed or did not answer in time.
-        """
-        state, clock = lease._state, self._clock
-        release = asyncio.ensure_future(lease.release())
-        waited, wait = 0.0, release_bound_s(state, clock.monotonic())
-        try:
-            while True:
-                done, _ = await asyncio.wait((release,), timeout=wait)
-                if done:
-                    return release.result()
-                waited += wait
-                more = release_wait_more_s(state, clock.monotonic())
-                if more is None:
-                    break
-                wait = more
-        finally:
-            if not release.done():
-                release.cancel()
-                with contextlib.suppress(asyncio.CancelledError, BackendError):
-                    await release
-        ms = round(waited * 1000)
-        raise BackendError(
-            f"release {state.key!r}: no reply within {ms} ms; the lease lapses at its ttl"
-        ) from TimeoutError(f"no reply within {ms} ms")
-
     async def _release_shielded(self, lease: AsyncLease) -> bool:
-        """:meth:`_release_within` in a task of the manager's that cancelling the caller does
-        not stop (close() may: then this raises BackendError)."""
+        """:func:`~fencedlease.aio._releases.release_within` in a task of the manager's that
+        cancelling the caller does not stop (close() may: then this raises BackendError)."""
         if lease._state.inherited():
             return False  # no I/O on the parent's lease (see _fork)
-        chore = self._spawn(self._release_within(lease), "fencedlease-release")
+        chore = self._spawn(release_within(lease, self._clock), "fencedlease-release")
         try:
             return await asyncio.shield(chore)
         except asyncio.CancelledError:
