@@ -71,8 +71,9 @@ from ._handoff import async_release_waiter_for
 from ._hold import _Hold
 from ._lease import AsyncLease, AsyncLeaseOutcome
 from ._manager_base import _AsyncManagerBase
+from ._primitives import retrieve
 from ._redis_backend import AsyncRedisBackend
-from ._releases import release_abandoned, release_within, report_unreleased, retrieve
+from ._releases import release_abandoned, release_within, report_unreleased
 from ._renewer import AsyncRenewer
 from ._urls import async_backend_from_url
 

@@ -1,15 +1,17 @@
 """What the asyncio face waits with, where the sync face uses threads: the primitives the code
 generated for both faces calls by the same names (the sync ones are in
-:mod:`fencedlease._primitives`). A generated module imports ``._primitives`` and gets its face's.
+:mod:`fencedlease._primitives`; a generated module imports ``._primitives`` and gets its face's),
+and :func:`retrieve`, the done callback the asyncio face's own tasks share.
 """
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from .._state import LeaseState
 
-__all__ = ["LostSignal"]
+__all__ = ["LostSignal", "retrieve"]
 
 
 class LostSignal:
@@ -45,3 +47,10 @@ def _set_threadsafe(loop: asyncio.AbstractEventLoop, future: asyncio.Future[None
         resolve()
     elif not loop.is_closed():
         loop.call_soon_threadsafe(resolve)
+
+
+def retrieve(task: asyncio.Future[Any]) -> None:
+    """Mark a finished task's outcome as seen: its failure, if any, was handled or is moot (its
+    awaiter may have been cancelled meanwhile). A done callback."""
+    if not task.cancelled():
+        task.exception()

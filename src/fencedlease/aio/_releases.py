@@ -14,15 +14,9 @@ from .._core import Clock, release_bound_s, release_wait_more_s
 from .._errors import BackendError
 from ._lease import AsyncLease
 
-__all__ = ["release_abandoned", "release_within", "report_unreleased", "retrieve"]
+__all__ = ["release_abandoned", "release_within", "report_unreleased"]
 
 log = logging.getLogger("fencedlease.aio")
-
-
-def retrieve(task: asyncio.Task[None]) -> None:
-    """Mark ``task``'s outcome as seen (its awaiter may have been cancelled meanwhile)."""
-    if not task.cancelled():
-        task.exception()
 
 
 async def release_within(lease: AsyncLease, clock: Clock) -> bool:
