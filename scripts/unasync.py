@@ -258,6 +258,13 @@ def generate(source: str, target: str) -> str:
     """The text of the sync module ``target`` made from the asyncio module ``source``."""
     src = ROOT / "src" / "fencedlease"
     text = _tokens((src / source).read_text(encoding="utf-8"))
+    # unasync turns an ``Async`` name it is not told about into ``Sync...``: never what we mean.
+    unknown = sorted(set(re.findall(r"\bSync[A-Z]\w*", text)))
+    if unknown:
+        raise SystemExit(
+            f"scripts/unasync.py: {source} uses {', '.join(unknown)} (from an Async name"
+            " missing from NAMES): add its sync name to NAMES"
+        )
     for pattern, repl in SUBS:
         text = re.sub(pattern, repl, text, flags=re.MULTILINE)
     for old, new in PHRASES.get(target, []):

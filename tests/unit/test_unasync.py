@@ -89,3 +89,35 @@ def test_a_change_to_the_asyncio_source_makes_its_sync_module_stale(tmp_path: Pa
     assert "async " not in generated
     assert "await " not in generated
     assert "asyncio" not in generated
+
+
+def test_a_phrase_rule_that_no_longer_matches_is_an_error(tmp_path: Path) -> None:
+    """A docstring sentence the sync face words otherwise, changed in the source: the script
+    stops and shows the rule, instead of writing the asyncio wording into the sync module."""
+    root = _copy_tree(tmp_path)
+    source = root / "src" / "fencedlease" / "aio" / "_lease.py"
+    text = source.read_text("utf-8")
+    source.write_text(text.replace("or the call is cancelled, the lease keeps", "the lease keeps"))
+    before = (root / "src" / "fencedlease" / "_lease.py").read_bytes()
+    for args in ((), ("--check",)):
+        result = _run(root, *args)
+        assert result.returncode == 1
+        assert result.stderr.startswith(
+            "scripts/unasync.py: a phrase rule for _lease.py no longer matches:\n"
+        )
+        assert "or the call is cancelled, the lease keeps" in result.stderr
+    assert (root / "src" / "fencedlease" / "_lease.py").read_bytes() == before
+
+
+def test_an_async_name_missing_from_the_table_is_an_error(tmp_path: Path) -> None:
+    """unasync would turn an unlisted ``AsyncX`` into ``SyncX``; the script refuses instead."""
+    root = _copy_tree(tmp_path)
+    source = root / "src" / "fencedlease" / "aio" / "_redis_backend.py"
+    text = source.read_text("utf-8")
+    source.write_text(text.replace("class AsyncRedisBackend:", "class AsyncRedisStore:"))
+    result = _run(root, "--check")
+    assert result.returncode == 1
+    assert result.stderr == (
+        "scripts/unasync.py: aio/_redis_backend.py uses SyncRedisStore (from an Async name"
+        " missing from NAMES): add its sync name to NAMES\n"
+    )
