@@ -24,7 +24,8 @@ locking", 2016, for why each matters):
 ``e`` ``recovery``
     After each fault heals, a lease is held again within ttl + margin: a new grant, or a holder
     that kept its lease through the fault (its release succeeded). Judged up to the run's stop
-    and the next fault's start; a fault followed too soon by either is not judged.
+    and the next fault's start; a fault followed too soon by either is not judged, nor one that
+    heals while another is in force (the last of overlapping faults to heal is).
 ``f`` ``mutual-exclusion``
     The lock itself (:mod:`~fencedlease.lab.harness.mutex`), which fencing hides from the data
     checks: the claims of different grants of one key (grant to last confirmed deadline, cut
@@ -652,13 +653,16 @@ def _check_recovery(ctx: _Ctx) -> tuple[PropertyResult, list[dict[str, Any]]]:
     recoveries: list[dict[str, Any]] = []
     checked = 0
     faults = ctx.data.faults
-    for index, fault in enumerate(faults):
+    for fault in faults:
         if fault.end is None:
             continue
+        end = fault.end
+        if any(o is not fault and o.start <= end < (o.end or float("inf")) for o in faults):
+            continue  # another fault is still in force: judged when the last of them heals
         # Judge recovery only up to the run's stop and the next fault's start.
         horizon = min(
             stop if stop is not None else float("inf"),
-            faults[index + 1].start if index + 1 < len(faults) else float("inf"),
+            min((o.start for o in faults if o.start > end), default=float("inf")),
         )
         held_through = any(
             g.granted <= fault.end and g.end_type == "ok" and (g.end or 0.0) >= fault.end
