@@ -492,10 +492,7 @@ class Nemesis:
         self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
     ) -> None:
         assert target is not None
-        with self._lock:
-            if not self._disabled.get(target):
-                self._proxy(target).disable()
-            self._disabled[target] = self._disabled.get(target, 0) + 1
+        self._take(self._disabled, target, self._proxy(target).disable)
         try:
             stop.wait(spec.duration_s)
         finally:
@@ -511,10 +508,7 @@ class Nemesis:
             raise RuntimeError(f"worker {self.env.worker_names[target]} has no pid yet")
         if not self.env.alive(target):
             raise RuntimeError(f"worker {self.env.worker_names[target]} is not running")
-        with self._lock:
-            if not self._paused_pids.get(pid):
-                os.kill(pid, signal.SIGSTOP)
-            self._paused_pids[pid] = self._paused_pids.get(pid, 0) + 1
+        self._take(self._paused_pids, pid, lambda: os.kill(pid, signal.SIGSTOP))
         try:
             stop.wait(spec.duration_s)
         finally:
@@ -618,16 +612,31 @@ class Nemesis:
 
     # -- healing -------------------------------------------------------------------------------
 
+    def _take(self, counts: dict[int, int], key: int, first: Callable[[], None]) -> None:
+        """One more fault holds ``key`` (a pid, a proxy): ``first()`` when it is the first."""
+        with self._lock:
+            if not counts.get(key):
+                first()
+            counts[key] = counts.get(key, 0) + 1
+
+    def _give_back(self, counts: dict[int, int], key: int, last: Callable[[], None]) -> None:
+        """One fault no longer holds ``key``: ``last()`` when it was the last."""
+        with self._lock:
+            left = counts.get(key, 0) - 1
+            if left > 0:
+                counts[key] = left
+                return
+            counts.pop(key, None)
+            last()
+
     def _resume_worker(self, pid: int) -> None:
         """One pause of ``pid`` ended: SIGCONT when it was the last."""
-        with self._lock:
-            left = self._paused_pids.get(pid, 0) - 1
-            if left > 0:
-                self._paused_pids[pid] = left
-                return
-            self._paused_pids.pop(pid, None)
+
+        def resume() -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
+
+        self._give_back(self._paused_pids, pid, resume)
 
     def _resume_redis(self, *, all_pauses: bool = False) -> bool:
         """One pause of Redis ended (every one with ``all_pauses``): SIGCONT when it was the
@@ -648,13 +657,7 @@ class Nemesis:
 
     def _enable_proxy(self, target: int) -> None:
         """One partition of ``target``'s proxy ended: enable it when it was the last."""
-        with self._lock:
-            left = self._disabled.get(target, 0) - 1
-            if left > 0:
-                self._disabled[target] = left
-                return
-            self._disabled.pop(target, None)
-            self._proxy(target).enable()
+        self._give_back(self._disabled, target, self._proxy(target).enable)
 
     def _remove_toxics(self, toxics: Sequence[tuple[int, str]]) -> None:
         for target, name in toxics:
