@@ -429,7 +429,8 @@ class Nemesis:
 
     # -- the faults ----------------------------------------------------------------------------
     # Each _do_<kind>(spec, stop, op, target) acts, waits out the fault (stop-aware), heals, and
-    # completes ``op``; _fault() heals again and completes it if an action did not.
+    # completes ``op``; _fault() completes it if an action did not. An action undoes only its
+    # own doing (try/finally), so that the faults in force with it go on.
 
     def _proxy(self, target: int | None) -> Any:
         assert target is not None

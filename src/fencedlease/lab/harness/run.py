@@ -115,11 +115,10 @@ def run_check(
 
 @attrs.define
 class _Run:
-    """One run's settings, its random source, where its files go, and the notes it gathers."""
+    """One run's settings, its seed, where its files go, and the notes it gathers."""
 
     config: CheckConfig
     seed: int
-    rng: random.Random
     out_dir: Path
     parts_dir: Path
     secret_urls: list[str]
@@ -167,7 +166,7 @@ def _begin(config: CheckConfig) -> _Run:
         check_sqlite_resource(config.resource_url)  # before anything is written
     parts_dir = claim_out_dir(out_dir)
     secret_urls = [url for url in (config.redis_url, config.resource_url) if url]
-    return _Run(config, seed, random.Random(seed), out_dir, parts_dir, secret_urls)
+    return _Run(config, seed, out_dir, parts_dir, secret_urls)
 
 
 def _run_workers(
