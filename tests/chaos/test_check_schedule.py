@@ -79,3 +79,31 @@ def test_a_redis_restart_during_a_redis_pause(check_run: RunCheck) -> None:
     after = [g for g in result.history().grants if g.granted > (pause.end or 0)]
     assert after, "no lease was granted after the pause and the restart"
     assert result.report.property("recovery").checked == 1
+
+
+def test_a_campaign_of_controls_exits_1(tmp_path: Path) -> None:
+    """``--runs 2`` of the unfenced control at the command line: seeds 30 and 31, each in its
+    own directory with its report, a table, campaign.json, and exit status 1 (violations)."""
+    from click.testing import CliRunner
+
+    from fencedlease.lab.cli import main
+    from fencedlease.lab.servers.redis import find_redis_binary
+
+    if find_redis_binary() is None:
+        pytest.skip("no redis-server binary for the harness")
+    out = tmp_path / "campaign"
+    result = CliRunner().invoke(
+        main,
+        ["check", "--mode", "unfenced", "--faults", "pause-holder", "--duration", "10",
+         "--runs", "2", "--seed", "30", "--out", str(out)],
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    data = json.loads((out / "campaign.json").read_text("utf-8"))
+    assert data["exit_code"] == 1
+    assert [run["seed"] for run in data["runs"]] == [30, 31]
+    assert any(run["verdict"] == "fail" and run["violations"] > 0 for run in data["runs"])
+    for run in data["runs"]:
+        report = json.loads((out / f"seed-{run['seed']}" / "report.json").read_text("utf-8"))
+        assert report["seed"] == run["seed"]
+        assert report["verdict"] == run["verdict"]
+        assert run["operations"] > 0

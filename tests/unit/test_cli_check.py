@@ -445,3 +445,23 @@ def test_replay_refuses_a_seed_and_a_file_that_is_no_report(tmp_path: Path) -> N
     assert code == 2
     assert "is not a report.json of fencedlease check" in output
     assert not (tmp_path / "o").exists()
+
+
+def test_replay_takes_options_given_anew_and_checks_them_against_the_schedule(
+    tmp_path: Path,
+) -> None:
+    """--workers given with --replay replaces the recorded 3; a schedule drawn for 3 workers
+    cannot run with 4: exit 2 naming both, before any server starts or --out is made."""
+    from fencedlease.lab.harness.schedule import draw_schedule
+
+    schedule = draw_schedule(DEFAULT_FAULTS, seed=8, workers=3, ttl_ms=1000, heartbeat_ms=250,
+                             body_ms=1800, lead_ms=1000)  # fmt: skip
+    report = tmp_path / "report.json"
+    report.write_text(
+        json.dumps({"seed": 8, "schedule": schedule.to_dict(), "config": {"workers": 3}}), "utf-8"
+    )
+    out = tmp_path / "again"
+    code, output = _run("--replay", str(report), "--workers", "4", "--out", str(out))
+    assert code == 2
+    assert "the schedule is for 3 workers, the run has 4" in output
+    assert not out.exists()
