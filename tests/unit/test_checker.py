@@ -413,6 +413,30 @@ def test_e_fault_too_close_to_the_end_is_not_checked() -> None:
     assert report.recoveries[0]["checked"] is False
 
 
+def test_e_overlapping_faults_are_judged_when_the_last_heals() -> None:
+    """A latency toxic that heals during a Redis pause is not judged (no lease can be granted
+    while Redis is paused); the pause, the last to heal, is, from its own end: a grant 1.5 s
+    after it passes, and the same grant 3.5 s after it would not."""
+    h = History()
+    h.lease("w0", 1, 0.1, end=(1.0, "ok", None))
+    h.fault("redis-pause", 2.0, 6.0)
+    h.fault("latency", 3.0, 4.0, target="w0")
+    h.lease("w1", 2, 7.5, invoked=1.5, end=(8.5, "ok", None))
+    report = check_history(h.finish(20.0, None))
+    assert report.property("recovery").violations == ()
+    assert report.property("recovery").checked == 1
+    assert [(r["fault"], r["after_s"]) for r in report.recoveries] == [("redis-pause", 1.5)]
+    late = History()
+    late.lease("w0", 1, 0.1, end=(1.0, "ok", None))
+    late.fault("redis-pause", 2.0, 4.0)
+    late.fault("latency", 3.0, 5.0, target="w0")
+    late.lease("w1", 2, 8.5, invoked=1.5, end=(9.5, "ok", None))
+    assert violations(late.finish(20.0, None), "recovery") == [
+        "after latency healed at 5.00 s, the next lease was granted only 3.50 s later; "
+        "the bound is ttl + margin = 2.00 s."
+    ]
+
+
 def test_extract_pairs_invocations_with_completions() -> None:
     """Grants, accesses and faults are reassembled with their times."""
     data = extract(cut_off(1.9))

@@ -4,6 +4,8 @@
 - :mod:`~fencedlease.lab.harness.workload`: worker processes doing a fenced read-modify-write;
 - :mod:`~fencedlease.lab.harness.resources`: where the counter lives (SQLite, PostgreSQL, Redis);
 - :mod:`~fencedlease.lab.harness.nemesis`: the faults, recorded with their start and end;
+- :mod:`~fencedlease.lab.harness.schedule`: which faults, on whom, when, drawn from the seed;
+- :mod:`~fencedlease.lab.harness.campaign`: replays of a report and campaigns of seeds;
 - :mod:`~fencedlease.lab.harness.extract`: the history reassembled (grants, accesses, faults);
 - :mod:`~fencedlease.lab.harness.checker`: the pure checker of properties a-g, key by key, each
   a module of :mod:`~fencedlease.lab.harness.properties` (its registry);

@@ -30,13 +30,15 @@ def report_dict(result: CheckResult) -> dict[str, Any]:
     """Everything ``report.json`` holds: the checker's report plus the verdict (``pass``,
     ``fail``, ``inconclusive``) and exit code, why the run proved nothing (``inconclusive``), the
     faults ``left_out`` of the schedule, the run's settings (URLs redacted:
-    :func:`fencedlease.redact_url`), notes, seed and files."""
+    :func:`fencedlease.redact_url`), notes, seed, the ``schedule`` planned
+    (:meth:`~fencedlease.lab.harness.schedule.Schedule.to_dict`) and files."""
     config = attrs.asdict(result.config)
     config["out_dir"] = str(config["out_dir"])
     for field in ("redis_url", "resource_url"):  # a password never reaches the report
         if config[field] is not None:
             config[field] = redact_url(config[field])
     config["faults"] = list(config["faults"])
+    config.pop("schedule", None)  # given for a replay; the schedule run is below
     return {
         **result.report.to_dict(),
         "verdict": {0: "pass", 1: "fail", 2: "inconclusive"}[result.exit_code],
@@ -45,6 +47,7 @@ def report_dict(result: CheckResult) -> dict[str, Any]:
         "left_out": list(result.left_out),
         "seed": result.seed,
         "config": config,
+        "schedule": None if result.schedule is None else result.schedule.to_dict(),
         "redis": result.redis,
         "toxiproxy": result.toxiproxy,
         "notes": list(result.notes),

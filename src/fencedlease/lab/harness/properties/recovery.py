@@ -8,7 +8,8 @@ violation only if an acquire of it was still waiting when the bound passed (a tr
 once while the old lease expired, with nobody asking again, shows nothing). When nobody asked
 for any key after the heal, the run as a whole is judged: some lease must be granted again.
 Judged up to the run's stop and the next fault's start; a fault followed too soon by either is
-not judged.
+not judged, nor one that heals while another is in force (the last of overlapping faults to heal
+is).
 
 ``extras["recoveries"]``: per fault, ``after_s`` (seconds to recover, the slowest key; None:
 never), the number of ``keys`` judged and the ``slowest_key``.
@@ -140,12 +141,15 @@ def check(ctx: Context) -> Outcome:
     recoveries: list[dict[str, Any]] = []
     checked = 0
     faults = ctx.data.faults
-    for index, fault in enumerate(faults):
+    for fault in faults:
         if fault.end is None:
             continue
+        end = fault.end
+        if any(o is not fault and o.start <= end < (o.end or float("inf")) for o in faults):
+            continue  # another fault is still in force: judged when the last of them heals
         horizon = min(
             stop if stop is not None else float("inf"),
-            faults[index + 1].start if index + 1 < len(faults) else float("inf"),
+            min((o.start for o in faults if o.start > end), default=float("inf")),
         )
         record, found, judged = _judge_fault(ctx, fault, fault.end, horizon, wants)
         recoveries.append(record)
