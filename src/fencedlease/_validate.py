@@ -26,6 +26,7 @@ __all__ = [
     "check_key",
     "check_ms",
     "check_prefix",
+    "check_strict",
     "check_sync_fn",
     "is_coroutine_callable",
 ]
@@ -123,6 +124,14 @@ def check_prefix(value: object, argument: str = "prefix") -> str:
             argument, f"{argument} must not contain '{{' or '}}' (they delimit the hash tag)"
         )
     return prefix
+
+
+def check_strict(strict: object) -> bool:
+    """Return ``strict`` if it is a ``bool``; raise :class:`ValidationError` naming it otherwise
+    (``strict="no"`` would be true)."""
+    if not isinstance(strict, bool):
+        raise ValidationError("strict", f"strict must be a bool, not {type(strict).__name__}")
+    return strict
 
 
 def check_acquire(

@@ -11,7 +11,9 @@ The lease backends (:class:`~fencedlease.RedisBackend`,
 :mod:`.replies`             decoding script replies (``str`` or ``bytes`` alike), text decoding
 :mod:`.errors`              redis-py errors to :class:`~fencedlease.BackendError`, classified
                             (sent or not, may have written or not), ACL refusals named
-:mod:`.clients`             a connection of one's own beside the caller's pool (sync)
+:mod:`.options`             the options of a client made from a URL, checked before it connects
+:mod:`.clients`             the caller's client from a URL (either face), options checked; a
+                            connection of one's own beside the caller's pool (sync)
 :mod:`.aio`                 the asyncio twins of :mod:`.scripts`' runner and :mod:`.clients`
 ==========================  ======================================================================
 
