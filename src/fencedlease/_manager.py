@@ -15,16 +15,9 @@ from typing import Any, Literal, TypeVar
 import redis
 
 from . import _fork
+from ._attempt import AcquireAttempt
 from ._backend import LeaseBackend, fencing_scope_of
-from ._core import (
-    SYSTEM_CLOCK,
-    AcquireAttempt,
-    Clock,
-    marking_sends,
-    release_bound_s,
-    release_wait_more_s,
-    restored_state,
-)
+from ._clock import SYSTEM_CLOCK, Clock, marking_sends
 from ._decisions import (
     AcquireEnd,
     WaitForRelease,
@@ -39,6 +32,7 @@ from ._lease import AcquireResult, Lease, LeaseInfo, LeaseOutcome
 from ._protocol import AcquireReply
 from ._redis_backend import RedisBackend
 from ._renewer import BoundedCalls, Renewer
+from ._state import release_bound_s, release_wait_more_s, restored_state
 from ._urls import backend_from_url
 from ._validate import (
     ArgumentTypeError,
@@ -314,7 +308,7 @@ class LeaseManager:
         ``lease.lost``, ``lease.check()`` or ``lease.wait_lost()``.
 
         The final release waits until the lease's deadline at most (at least 100 ms; see
-        :func:`~fencedlease._core.release_bound_s`), so a hung store cannot hold the caller past
+        :func:`release_bound_s`), so a hung store cannot hold the caller past
         it: a release with no reply in time leaves the lease to lapse at its TTL and counts as a
         failed release (below). After :meth:`close` the block ends in :class:`LeaseLostError`
         (close released the lease).
@@ -361,8 +355,8 @@ class LeaseManager:
         self._finish(lease, body_failed=False)
 
     def _release_now(self, lease: Lease) -> bool:
-        """Release ``lease``, waiting :func:`~fencedlease._core.release_bound_s`, and on while
-        renewals still move the lease's deadline (:func:`~fencedlease._core.release_wait_more_s`).
+        """Release ``lease``, waiting :func:`release_bound_s`, and on while
+        renewals still move the lease's deadline (:func:`release_wait_more_s`).
 
         Raises:
             BackendError: the store failed or did not answer in time (the lease lapses at its

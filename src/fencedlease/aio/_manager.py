@@ -1,8 +1,8 @@
 """The asyncio face: :class:`AsyncLeaseManager`.
 
 Everything that is not I/O is the sync face's code: validation (:mod:`fencedlease._validate`),
-the acquire loop's rules (:class:`~fencedlease._core.AcquireAttempt`), restore
-(:func:`~fencedlease._core.restored_state`), the loss rules (:class:`~fencedlease._core.LeaseState`)
+the acquire loop's rules (:class:`AcquireAttempt`), restore
+(:func:`restored_state`), the loss rules (:class:`LeaseState`)
 and the renewal schedule. What is here is the awaiting, and what only asyncio has: cancellation.
 
 Cancellation, point by point:
@@ -18,7 +18,7 @@ Cancellation, point by point:
   apart with ``Task.uncancel`` and still propagates). A body that swallows the cancellation still
   ends in ``LeaseLostError``: the deadline and the release are checked when it ends.
 - ``hold``'s final release is shielded like the acquire's cleanup, and bounded: it waits until the
-  lease's deadline at most (at least 100 ms; :func:`~fencedlease._core.release_bound_s`, the same
+  lease's deadline at most (at least 100 ms; :func:`release_bound_s`, the same
   rule as the sync face), so a hung store cannot hold the caller past it. A release with no reply
   in time is cancelled and the lease lapses at its TTL. ``AsyncLease.release`` itself is not
   shielded: a cancelled ``release()`` keeps the owner token and can be awaited again.
@@ -43,17 +43,9 @@ import redis
 import redis.asyncio
 
 from .. import _fork
+from .._attempt import AcquireAttempt
 from .._backend import AsyncLeaseBackend, fencing_scope_of
-from .._core import (
-    SYSTEM_CLOCK,
-    AcquireAttempt,
-    Clock,
-    LeaseState,
-    marking_sends,
-    release_bound_s,
-    release_wait_more_s,
-    restored_state,
-)
+from .._clock import SYSTEM_CLOCK, Clock, marking_sends
 from .._decisions import (
     AcquireEnd,
     WaitForRelease,
@@ -68,6 +60,7 @@ from .._lease import LeaseInfo
 from .._manager import DEFAULT_CLOSE_TIMEOUT_MS, DEFAULT_RETRY_DELAY_MS, DEFAULT_TTL_MS
 from .._protocol import AcquireReply
 from .._redis_backend import RedisBackend
+from .._state import LeaseState, release_bound_s, release_wait_more_s, restored_state
 from .._validate import (
     ArgumentTypeError,
     check_acquire,
@@ -414,8 +407,8 @@ class AsyncLeaseManager:
             )
 
     async def _release_within(self, lease: AsyncLease) -> bool:
-        """Release ``lease``, waiting :func:`~fencedlease._core.release_bound_s`, and on while
-        renewals still move its deadline (:func:`~fencedlease._core.release_wait_more_s`); on
+        """Release ``lease``, waiting :func:`release_bound_s`, and on while
+        renewals still move its deadline (:func:`release_wait_more_s`); on
         timeout the release is cancelled and the lease lapses at its TTL.
 
         Raises:
