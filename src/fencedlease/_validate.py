@@ -24,6 +24,7 @@ __all__ = [
     "check_clock",
     "check_heartbeat_ms",
     "check_key",
+    "check_lease_args",
     "check_ms",
     "check_prefix",
     "check_strict",
@@ -106,6 +107,16 @@ def check_key(value: object, argument: str = "key") -> str:
             argument, f"{argument} must be encodable as UTF-8; {exc.reason} at index {exc.start}"
         ) from None
     return value
+
+
+def check_lease_args(key: object, owner_token: object, ttl_ms: object) -> tuple[str, str, int]:
+    """Validate what a backend's acquire and renew take (every item of a ``renew_many`` too):
+    ``key`` and ``owner_token`` non-empty ``str``, ``ttl_ms`` an int in 1..MAX_MS; return them.
+
+    Raises:
+        ValidationError: naming the first argument that is not.
+    """
+    return check_key(key), check_key(owner_token, "owner_token"), check_ms("ttl_ms", ttl_ms, 1)
 
 
 def check_prefix(value: object, argument: str = "prefix") -> str:
