@@ -276,6 +276,7 @@ def _objects(obj: griffe.Object) -> Iterator[griffe.Object]:
 
 
 WIDTH: Final = 100
+_RAW_DOCSTRING: Final = re.compile(r"""\s*[rR]("{3}|'{3})""")
 
 
 def _wrap(lines: list[str]) -> list[str]:
@@ -309,6 +310,8 @@ def rewrite_source(text: str, spans: list[tuple[int, int, Resolve]]) -> str:
     for first, last, resolve in sorted(spans, key=lambda span: span[0], reverse=True):
         old = lines[first - 1 : last]
         new = rst_to_markdown("\n".join(old), resolve).split("\n")
+        if not _RAW_DOCSTRING.match(old[0]):  # a table's \| escape, in a plain str: \\|
+            new = [t.replace("\\|", "\\\\|") if t.lstrip().startswith("|") else t for t in new]
         if new != old:
             lines[first - 1 : last] = _wrap(new)
     return "\n".join(lines)
