@@ -279,27 +279,34 @@ WIDTH: Final = 100
 _RAW_DOCSTRING: Final = re.compile(r"""\s*[rR]("{3}|'{3})""")
 
 
+_NOT_PROSE: Final = re.compile(r"\s*(?:$|```|\||[-*] |\d+\. |\"\"\"|[A-Z]\w*:$)")
+
+
 def _wrap(lines: list[str]) -> list[str]:
     """Every line longer than :data:`WIDTH` outside a fenced block and a table, broken at its last
-    space that fits; the rest goes on a line of its own, indented as the next line when that one
-    is indented deeper (a continuation), else as this one."""
+    space that fits. The words that do not fit move to the start of the next line when it goes on
+    the same paragraph (prose, indented at least as deep), which is then wrapped in turn; else
+    they get a line of their own, indented as this one."""
+    lines = list(lines)
     out: list[str] = []
     fenced = False
-    for index, line in enumerate(lines):
+    i = 0
+    while i < len(lines):
+        line = lines[i]
         if line.strip().startswith(_FENCE):
             fenced = not fenced
-        rest = line
-        while len(rest) > WIDTH and not fenced and not rest.lstrip().startswith("|"):
-            indent = _indent(rest)
-            cut = rest.rfind(" ", indent + 1, WIDTH + 1)
-            if cut <= indent:
-                break
-            out.append(rest[:cut].rstrip())
-            following = lines[index + 1] if index + 1 < len(lines) else ""
-            deeper = following.strip() and _indent(following) > indent
-            pad = " " * (_indent(following) if deeper else indent)
-            rest = pad + rest[cut:].lstrip()
-        out.append(rest)
+        indent = _indent(line)
+        cut = line.rfind(" ", indent + 1, WIDTH + 1)
+        if len(line) > WIDTH and not fenced and not line.lstrip().startswith("|") and cut > indent:
+            head, tail = line[:cut].rstrip(), line[cut:].strip()
+            following = lines[i + 1] if i + 1 < len(lines) else ""
+            if not _NOT_PROSE.match(following) and _indent(following) >= indent:
+                lines[i + 1] = " " * _indent(following) + tail + " " + following.strip()
+            else:
+                lines.insert(i + 1, " " * indent + tail)
+            line = head
+        out.append(line)
+        i += 1
     return out
 
 

@@ -86,16 +86,24 @@ def test_a_table_with_a_header(rst: ModuleType) -> None:
     assert rst.rst_to_markdown(text) == ("| kind | what |\n| --- | --- |\n| a\\|b | one |\n")
 
 
-def test_a_long_line_is_broken_at_a_space_and_continues_at_the_next_lines_indent(
+def test_a_long_line_carries_its_last_words_into_the_rest_of_its_paragraph(
     rst: ModuleType,
 ) -> None:
     words = " ".join(["word"] * 24)  # 119 characters
-    lines = ["    Raises:", f"        ValidationError: {words}", "            more", "    x"]
-    wrapped = rst._wrap(lines)
-    assert [len(line) <= rst.WIDTH for line in wrapped] == [True] * 5
-    assert wrapped[1] == "        ValidationError: " + " ".join(["word"] * 15)
-    assert wrapped[2] == "            " + " ".join(["word"] * 9)
-    assert wrapped[3:] == ["            more", "    x"]
+    lines = ["    Raises:", f"        ValidationError: {words}", "            more.", "", "    x"]
+    assert rst._wrap(lines) == [
+        "    Raises:",
+        "        ValidationError: " + " ".join(["word"] * 15),
+        "            " + " ".join(["word"] * 9) + " more.",
+        "",
+        "    x",
+    ]
+    # Before a blank line (or a list item, a fence, a table) the words get a line of their own.
+    assert rst._wrap([f"    {words}", "    - item"]) == [
+        "    " + " ".join(["word"] * 19),
+        "    " + " ".join(["word"] * 5),
+        "    - item",
+    ]
 
 
 @pytest.fixture(scope="module")
