@@ -277,6 +277,7 @@ def _objects(obj: griffe.Object) -> Iterator[griffe.Object]:
 
 WIDTH: Final = 100
 _RAW_DOCSTRING: Final = re.compile(r"""\s*[rR]("{3}|'{3})""")
+_TABLE_PIPE: Final = re.compile(r"(?<!\\)\\\|")  # a \| not already written \\|
 
 
 _NOT_PROSE: Final = re.compile(r"\s*(?:$|```|\||[-*] |\d+\. |\"\"\"|[A-Z]\w*:$)")
@@ -318,7 +319,7 @@ def rewrite_source(text: str, spans: list[tuple[int, int, Resolve]]) -> str:
         old = lines[first - 1 : last]
         new = rst_to_markdown("\n".join(old), resolve).split("\n")
         if not _RAW_DOCSTRING.match(old[0]):  # a table's \| escape, in a plain str: \\|
-            new = [t.replace("\\|", "\\\\|") if t.lstrip().startswith("|") else t for t in new]
+            new = [_TABLE_PIPE.sub(r"\\\\|", t) if t.lstrip().startswith("|") else t for t in new]
         if new != old:
             lines[first - 1 : last] = _wrap(new)
     return "\n".join(lines)
