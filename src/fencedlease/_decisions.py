@@ -32,17 +32,12 @@ from typing import cast
 
 import attrs
 
-from ._core import (
-    AcquireAttempt,
-    LeaseState,
-    LeaseView,
-    LossReason,
-    RenewalEntry,
-    RenewalSchedule,
-    never_sent,
-)
+from ._attempt import AcquireAttempt, never_sent
 from ._errors import BackendError, ManagerClosedError
 from ._protocol import AcquireReply
+from ._schedule import RenewalEntry, RenewalSchedule
+from ._state import LeaseState, LossReason
+from ._view import LeaseView
 
 __all__ = [
     "DEFAULT_CLOSE_TIMEOUT_MS",

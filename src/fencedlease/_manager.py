@@ -15,12 +15,7 @@ import redis
 
 from . import _fork
 from ._backend import LeaseBackend
-from ._core import (
-    SYSTEM_CLOCK,
-    Clock,
-    release_bound_s,
-    release_wait_more_s,
-)
+from ._clock import SYSTEM_CLOCK, Clock
 from ._decisions import (
     DEFAULT_CLOSE_TIMEOUT_MS,
     DEFAULT_RETRY_DELAY_MS,
@@ -35,6 +30,7 @@ from ._lease import Lease, LeaseOutcome
 from ._manager_base import _ManagerBase
 from ._redis_backend import RedisBackend
 from ._renewer import BoundedCalls, Renewer
+from ._state import release_bound_s, release_wait_more_s
 from ._urls import backend_from_url
 from ._validate import (
     ArgumentTypeError,
@@ -233,7 +229,7 @@ class LeaseManager(_ManagerBase):
         ``lease.lost``, ``lease.check()`` or ``lease.wait_lost()``.
 
         The final release waits until the lease's deadline at most (at least 100 ms; see
-        :func:`~fencedlease._core.release_bound_s`), so a hung store cannot hold the caller past
+        :func:`release_bound_s`), so a hung store cannot hold the caller past
         it: a release with no reply in time leaves the lease to lapse at its TTL and counts as a
         failed release (below). After :meth:`close` the block ends in :class:`LeaseLostError`
         (close released the lease).
@@ -280,8 +276,8 @@ class LeaseManager(_ManagerBase):
         self._finish(lease, body_failed=False)
 
     def _release_now(self, lease: Lease) -> bool:
-        """Release ``lease``, waiting :func:`~fencedlease._core.release_bound_s`, and on while
-        renewals still move the lease's deadline (:func:`~fencedlease._core.release_wait_more_s`).
+        """Release ``lease``, waiting :func:`release_bound_s`, and on while
+        renewals still move the lease's deadline (:func:`release_wait_more_s`).
 
         Raises:
             BackendError: the store failed or did not answer in time (the lease lapses at its

@@ -14,8 +14,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from datetime import datetime
 
+from ._attempt import AcquireAttempt
 from ._backend import LeaseBackend, fencing_scope_of
-from ._core import AcquireAttempt, Clock, marking_sends, restored_state
+from ._clock import Clock, marking_sends
 from ._decisions import (
     DEFAULT_RETRY_DELAY_MS,
     DEFAULT_TTL_MS,
@@ -28,6 +29,7 @@ from ._handoff import ReleaseWaiter
 from ._lease import AcquireResult, Lease
 from ._protocol import AcquireReply
 from ._renewer import Renewer
+from ._state import restored_state
 from ._validate import check_acquire, check_key
 from ._view import LeaseInfo
 

@@ -1,6 +1,6 @@
 """The sync renewer: one scheduler thread and its I/O threads per manager, for every held lease.
 
-The scheduler thread owns the :class:`~fencedlease._core.RenewalSchedule`: it sends the due leases
+The scheduler thread owns the :class:`RenewalSchedule`: it sends the due leases
 as one batch to the I/O threads, applies the replies, and marks leases lost at their deadlines. Up
 to :data:`~fencedlease._schedule.MAX_IN_FLIGHT` batches are in flight at once (an I/O thread and
 a connection each), so a lease that comes due during a slow round trip is not held back by it (the
@@ -24,19 +24,11 @@ from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import TypeVar
 
 from ._backend import LeaseBackend
-from ._core import (
-    MAX_IN_FLIGHT,
-    Clock,
-    LeaseState,
-    LossReason,
-    RenewalEntry,
-    RenewalSchedule,
-    SendTime,
-    marking_sends,
-    renewal_items,
-)
+from ._clock import Clock, SendTime, marking_sends
 from ._decisions import apply_batch, call_renew_error_hooks
 from ._errors import BackendError, ManagerClosedError
+from ._schedule import MAX_IN_FLIGHT, RenewalEntry, RenewalSchedule, renewal_items
+from ._state import LeaseState, LossReason
 from ._threads import DaemonThreadPool
 
 __all__ = ["BoundedCalls", "Renewer", "shutdown_pool"]

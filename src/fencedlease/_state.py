@@ -28,7 +28,7 @@ from . import _fork
 from ._clock import Clock, on_ns_grid
 from ._errors import ValidationError
 from ._protocol import MAX_FENCING_TOKEN
-from ._validate import MAX_MS, check_key, check_ms
+from ._validate import MAX_MS, check_lease_args
 
 __all__ = [
     "RELEASE_FLOOR_MS",
@@ -232,9 +232,7 @@ def restored_state(
             ``clock.time()`` (no lease outlives its largest ``ttl_ms``), ``fencing_token`` not an
             int in 1..2**63-1 (the counter's range).
     """
-    check_key(key)
-    check_key(owner_token, "owner_token")
-    ttl_ms = check_ms("ttl_ms", ttl_ms, 1)
+    key, owner_token, ttl_ms = check_lease_args(key, owner_token, ttl_ms)
     if fencing_token is not None and (
         not isinstance(fencing_token, int)
         or isinstance(fencing_token, bool)

@@ -24,8 +24,10 @@ __all__ = [
     "check_clock",
     "check_heartbeat_ms",
     "check_key",
+    "check_lease_args",
     "check_ms",
     "check_prefix",
+    "check_strict",
     "check_sync_fn",
     "is_coroutine_callable",
 ]
@@ -107,6 +109,16 @@ def check_key(value: object, argument: str = "key") -> str:
     return value
 
 
+def check_lease_args(key: object, owner_token: object, ttl_ms: object) -> tuple[str, str, int]:
+    """Validate what a backend's acquire and renew take (every item of a ``renew_many`` too):
+    ``key`` and ``owner_token`` non-empty ``str``, ``ttl_ms`` an int in 1..MAX_MS; return them.
+
+    Raises:
+        ValidationError: naming the first argument that is not.
+    """
+    return check_key(key), check_key(owner_token, "owner_token"), check_ms("ttl_ms", ttl_ms, 1)
+
+
 def check_prefix(value: object, argument: str = "prefix") -> str:
     """Return ``value`` if it is a non-empty ``str`` with no ``{`` or ``}``.
 
@@ -123,6 +135,14 @@ def check_prefix(value: object, argument: str = "prefix") -> str:
             argument, f"{argument} must not contain '{{' or '}}' (they delimit the hash tag)"
         )
     return prefix
+
+
+def check_strict(strict: object) -> bool:
+    """Return ``strict`` if it is a ``bool``; raise :class:`ValidationError` naming it otherwise
+    (``strict="no"`` would be true)."""
+    if not isinstance(strict, bool):
+        raise ValidationError("strict", f"strict must be a bool, not {type(strict).__name__}")
+    return strict
 
 
 def check_acquire(

@@ -35,18 +35,14 @@ from typing import Any, Final, TypeVar
 import redis
 
 from ._errors import BackendError, ValidationError
-from ._fencing import (
-    RefusalReason,
-    TokenOrLease,
-    check_strict,
-    coerce_access,
-    stale_token_error,
-)
+from ._fenced_resource import NamedFence
+from ._fencing import RefusalReason, stale_token_error
+from ._fencing_access import TokenOrLease, coerce_access
 from ._redis.errors import backend_errors
 from ._redis.keys import resource_keys
 from ._redis.replies import text
 from ._redis.scripts import Script, run_script
-from ._validate import check_key, check_prefix
+from ._validate import check_prefix
 
 __all__ = ["DEFAULT_PREFIX", "RedisFencedResource"]
 
@@ -84,7 +80,7 @@ def _payload(value: object, argument: str, what: str) -> str | bytes | int | flo
     return value
 
 
-class RedisFencedResource:
+class RedisFencedResource(NamedFence):
     """A named resource in Redis, fenced: every access checks the token in the same Lua call.
 
     ``RedisFencedResource(client, name, *, strict=False, prefix="fencedlease:fenced")``; ``client``
@@ -121,20 +117,9 @@ class RedisFencedResource:
                 "client must be a sync redis.Redis or redis.cluster.RedisCluster, not "
                 f"{type(client).__module__}.{type(client).__qualname__}",
             )
+        super().__init__(name, strict=strict)
         self._client = client
-        self._name = check_key(name, "name")
-        self._strict = check_strict(strict)
         self._fence_key, self._data_key = resource_keys(check_prefix(prefix), name)
-
-    @property
-    def name(self) -> str:
-        """The resource's name, as given."""
-        return self._name
-
-    @property
-    def strict(self) -> bool:
-        """``True``: a token is accepted only if greater than every accepted one (not equal)."""
-        return self._strict
 
     @property
     def data_key(self) -> str:

@@ -61,12 +61,14 @@ class Script:
         return cls(name, source, hashlib.sha1(source.encode()).hexdigest())  # noqa: S324 (Redis's id)
 
 
-ACQUIRE: Final = Script.load("acquire")
-RENEW: Final = Script.load("renew")
-RENEW_MANY: Final = Script.load("renew_many")
-RELEASE: Final = Script.load("release")
+# lease_common.lua holds the functions the lease scripts share (reading, token checks, the next
+# token); each script that uses them gets it prepended.
+ACQUIRE: Final = Script.load("acquire", "lease_common", "acquire")
+RENEW: Final = Script.load("renew", "lease_common", "renew")
+RENEW_MANY: Final = Script.load("renew_many", "lease_common", "renew_many")
+RELEASE: Final = Script.load("release", "lease_common", "release")
 INSPECT: Final = Script.load("inspect")
-ENQUEUE: Final = Script.load("enqueue")
+ENQUEUE: Final = Script.load("enqueue", "lease_common", "enqueue")
 
 
 def primers(

@@ -10,7 +10,7 @@ The error classes are :mod:`fencedlease`'s own, re-exported here for convenience
 from __future__ import annotations
 
 from .._backend import AsyncLeaseBackend
-from .._core import AsyncClock
+from .._clock import AsyncClock
 from .._errors import (
     BackendError,
     FencedLeaseError,

@@ -11,9 +11,10 @@ from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Any, Literal, Protocol
 
-from .._core import Clock, LeaseState
+from .._clock import Clock
 from .._decisions import hold_outcome, hold_releases
 from .._errors import BackendError, LeaseNotAcquiredError
+from .._state import LeaseState
 from ._lease import AsyncAcquireResult, AsyncLease
 from ._renewer import AsyncRenewer
 

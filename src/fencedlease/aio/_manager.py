@@ -1,8 +1,8 @@
 """The asyncio face: :class:`AsyncLeaseManager`.
 
 Everything that is not I/O is the sync face's code: validation (:mod:`fencedlease._validate`),
-the acquire loop's rules (:class:`~fencedlease._core.AcquireAttempt`), restore
-(:func:`~fencedlease._core.restored_state`), the loss rules (:class:`~fencedlease._core.LeaseState`)
+the acquire loop's rules (:class:`AcquireAttempt`), restore
+(:func:`restored_state`), the loss rules (:class:`LeaseState`)
 and the renewal schedule. What is here is the awaiting, and what only asyncio has: cancellation.
 
 Cancellation, point by point:
@@ -18,7 +18,7 @@ Cancellation, point by point:
   apart with ``Task.uncancel`` and still propagates). A body that swallows the cancellation still
   ends in ``LeaseLostError``: the deadline and the release are checked when it ends.
 - ``hold``'s final release is shielded like the acquire's cleanup, and bounded: it waits until the
-  lease's deadline at most (at least 100 ms; :func:`~fencedlease._core.release_bound_s`, the same
+  lease's deadline at most (at least 100 ms; :func:`release_bound_s`, the same
   rule as the sync face), so a hung store cannot hold the caller past it. A release with no reply
   in time is cancelled and the lease lapses at its TTL. ``AsyncLease.release`` itself is not
   shielded: a cancelled ``release()`` keeps the owner token and can be awaited again.
@@ -41,10 +41,7 @@ import redis.asyncio
 
 from .. import _fork
 from .._backend import AsyncLeaseBackend
-from .._core import (
-    SYSTEM_CLOCK,
-    Clock,
-)
+from .._clock import SYSTEM_CLOCK, Clock
 from .._decisions import (
     DEFAULT_CLOSE_TIMEOUT_MS,
     DEFAULT_RETRY_DELAY_MS,

@@ -12,8 +12,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from datetime import datetime
 
+from .._attempt import AcquireAttempt
 from .._backend import AsyncLeaseBackend, fencing_scope_of
-from .._core import AcquireAttempt, Clock, marking_sends, restored_state
+from .._clock import Clock, marking_sends
 from .._decisions import (
     DEFAULT_RETRY_DELAY_MS,
     DEFAULT_TTL_MS,
@@ -24,6 +25,7 @@ from .._decisions import (
 from .._errors import ManagerClosedError
 from .._handoff import AsyncReleaseWaiter
 from .._protocol import AcquireReply
+from .._state import restored_state
 from .._validate import check_acquire, check_key
 from .._view import LeaseInfo
 from ._lease import AsyncAcquireResult, AsyncLease

@@ -10,8 +10,9 @@ import logging
 from typing import Any
 
 from .._backend import AsyncLeaseBackend
-from .._core import Clock, release_bound_s, release_wait_more_s
+from .._clock import Clock
 from .._errors import BackendError
+from .._state import release_bound_s, release_wait_more_s
 from ._lease import AsyncLease
 
 __all__ = ["release_abandoned", "release_within", "report_unreleased"]
@@ -20,8 +21,8 @@ log = logging.getLogger("fencedlease.aio")
 
 
 async def release_within(lease: AsyncLease, clock: Clock) -> bool:
-    """Release ``lease``, waiting :func:`~fencedlease._core.release_bound_s`, and on while
-    renewals still move its deadline (:func:`~fencedlease._core.release_wait_more_s`); on
+    """Release ``lease``, waiting :func:`release_bound_s`, and on while
+    renewals still move its deadline (:func:`release_wait_more_s`); on
     timeout the release is cancelled and the lease lapses at its TTL.
 
     Raises:

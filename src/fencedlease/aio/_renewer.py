@@ -1,6 +1,6 @@
 """The asyncio renewer: one task per manager, for every lease held through ``hold``/``with_lease``.
 
-It drives the same :class:`~fencedlease._core.RenewalSchedule` as the sync renewer's thread, by the
+It drives the same :class:`RenewalSchedule` as the sync renewer's thread, by the
 same rule: the due leases (and those due within a round trip) go out as one batch
 (:meth:`~fencedlease.AsyncLeaseBackend.renew_many`), up to
 :data:`~fencedlease._schedule.MAX_IN_FLIGHT` batches in flight at once, the replies are applied by
@@ -24,19 +24,11 @@ from collections.abc import Callable
 from typing import Any
 
 from .._backend import AsyncLeaseBackend
-from .._core import (
-    MAX_IN_FLIGHT,
-    Clock,
-    LeaseState,
-    LossReason,
-    RenewalEntry,
-    RenewalSchedule,
-    SendTime,
-    marking_sends,
-    renewal_items,
-)
+from .._clock import Clock, SendTime, marking_sends
 from .._decisions import BatchOutcome, apply_batch, call_renew_error_hooks
 from .._errors import BackendError, ManagerClosedError
+from .._schedule import MAX_IN_FLIGHT, RenewalEntry, RenewalSchedule, renewal_items
+from .._state import LeaseState, LossReason
 from ._primitives import retrieve
 
 __all__ = ["AsyncRenewer"]

@@ -9,7 +9,8 @@ import redis.asyncio
 
 from .._backend import AsyncLeaseBackend
 from .._clock import Clock
-from .._urls import parse_backend_url, redis_client
+from .._redis.clients import redis_client
+from .._urls import parse_backend_url
 from ..backends.memory import AsyncMemoryBackend
 from ..backends.sqlite_async import AsyncSqliteBackend
 from ._redis_backend import AsyncRedisBackend

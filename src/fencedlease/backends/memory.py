@@ -17,7 +17,7 @@ from .._clock import SYSTEM_CLOCK, Clock
 from .._errors import BackendError
 from .._protocol import MAX_FENCING_TOKEN, AcquireReply, InspectReply, owner_fingerprint
 from .._redis.keys import fence_key
-from .._validate import check_clock, check_key, check_ms
+from .._validate import check_clock, check_key, check_lease_args
 from ._clock import clock_ms
 
 __all__ = ["AsyncMemoryBackend", "MemoryBackend"]
@@ -84,9 +84,7 @@ class MemoryBackend:
         """Grant ``key`` to ``owner_token`` for ``ttl_ms`` milliseconds if it is free, with the next
         fencing token; if ``owner_token`` holds it already, reset its TTL and return the same token
         (``retried=True``); else change nothing and report the holder's remaining TTL in ms."""
-        check_key(key)
-        check_key(owner_token, "owner_token")
-        check_ms("ttl_ms", ttl_ms, 1)
+        check_lease_args(key, owner_token, ttl_ms)
         with self._lock:
             now, start = clock_ms(self._clock.monotonic())
             held = self._live(key, now)
@@ -108,9 +106,7 @@ class MemoryBackend:
     def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
         """Reset the TTL to ``ttl_ms`` ms if ``owner_token`` holds ``key``; return its fencing
         token, else 0. Never recreates an expired or released lease."""
-        check_key(key)
-        check_key(owner_token, "owner_token")
-        check_ms("ttl_ms", ttl_ms, 1)
+        check_lease_args(key, owner_token, ttl_ms)
         with self._lock:
             return self._renew(key, owner_token, ttl_ms, clock_ms(self._clock.monotonic()))
 
@@ -130,9 +126,7 @@ class MemoryBackend:
             reading = clock_ms(self._clock.monotonic())
             for key, owner_token, ttl_ms in items:
                 try:
-                    check_key(key)
-                    check_key(owner_token, "owner_token")
-                    check_ms("ttl_ms", ttl_ms, 1)
+                    check_lease_args(key, owner_token, ttl_ms)
                 except ValueError as exc:
                     results.append(exc)
                     continue

@@ -42,7 +42,7 @@ from .._clock import SYSTEM_CLOCK, Clock
 from .._errors import BackendError, ValidationError
 from .._protocol import MAX_FENCING_TOKEN, AcquireReply, InspectReply, owner_fingerprint
 from .._redis.keys import fence_key
-from .._validate import check_clock, check_key, check_ms, check_prefix
+from .._validate import check_clock, check_key, check_lease_args, check_ms, check_prefix
 from ._clock import clock_ms
 
 __all__ = ["DEFAULT_BUSY_TIMEOUT_MS", "SqliteBackend"]
@@ -234,9 +234,7 @@ class SqliteBackend:
         with the next fencing token; if ``owner_token`` holds it already, reset its TTL and return
         the same token (``retried=True``); else change nothing and report the holder's remaining
         TTL in ms. One transaction."""
-        check_key(key)
-        check_key(owner_token, "owner_token")
-        check_ms("ttl_ms", ttl_ms, 1)
+        check_lease_args(key, owner_token, ttl_ms)
         prefix = self.prefix
         with self._transaction(f"acquire {key!r}") as conn:
             now, start = clock_ms(self._clock.time())
@@ -297,9 +295,7 @@ class SqliteBackend:
     def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
         """Reset the TTL to ``ttl_ms`` ms if ``owner_token`` holds ``key``; return its fencing
         token, else 0. Never recreates an expired or released lease."""
-        check_key(key)
-        check_key(owner_token, "owner_token")
-        check_ms("ttl_ms", ttl_ms, 1)
+        check_lease_args(key, owner_token, ttl_ms)
         with self._transaction(f"renew {key!r}") as conn:
             return self._renew(conn, key, owner_token, ttl_ms)
 
@@ -312,9 +308,7 @@ class SqliteBackend:
         for index, item in enumerate(items):
             key, owner_token, ttl_ms = item
             try:
-                check_key(key)
-                check_key(owner_token, "owner_token")
-                check_ms("ttl_ms", ttl_ms, 1)
+                check_lease_args(key, owner_token, ttl_ms)
             except ValidationError as exc:
                 results.append(exc)
                 continue

@@ -6,16 +6,9 @@ from __future__ import annotations
 from typing import Any, Final
 
 from .._errors import ValidationError
-from .._fencing import (
-    FenceState,
-    RefusalReason,
-    TokenOrLease,
-    check_strict,
-    coerce_access,
-    decide,
-    stale_token_error,
-)
-from .._validate import check_key
+from .._fencing import FenceState, RefusalReason, decide, stale_token_error
+from .._fencing_access import TokenOrLease, coerce_access
+from .._validate import check_key, check_strict
 from ._connections import dialect_of, execute, style_of
 from ._statements import Statement, quote_table
 
@@ -169,7 +162,7 @@ def fence_guard(
     One ``INSERT ... ON CONFLICT (resource) DO UPDATE ... WHERE <the rule> RETURNING``: accepted
     only if the token is at least the largest accepted for ``resource`` (``strict``: greater), not
     the same number from a different lease (compared by
-    :func:`fencedlease._fencing.owner_fingerprint`), and, for a lease, if its counter (its
+    :func:`fencedlease.owner_fingerprint`), and, for a lease, if its counter (its
     ``fencing_scope``, ``"<prefix>:{<escaped key>}:fence"``) is the one the row records (the first
     lease accepted for ``resource`` records its scope; a row holding a bare key, written by an
     earlier version, matches a lease of that key and then records its scope; a bare ``int`` token

@@ -10,14 +10,9 @@ from typing import Any, Final, NoReturn
 import attrs
 
 from .._errors import RowNotFoundError, ValidationError
-from .._fencing import (
-    FencingAccess,
-    RefusalReason,
-    TokenOrLease,
-    check_strict,
-    coerce_access,
-    stale_token_error,
-)
+from .._fencing import FencingAccess, RefusalReason, stale_token_error
+from .._fencing_access import TokenOrLease, coerce_access
+from .._validate import check_strict
 from ._connections import execute, style_of
 from ._statements import (
     Statement,
