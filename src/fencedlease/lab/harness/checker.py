@@ -26,19 +26,21 @@ locking", 2016, for why each matters):
     that kept its lease through the fault (its release succeeded). Judged up to the run's stop
     and the next fault's start; a fault followed too soon by either is not judged.
 ``f`` ``mutual-exclusion``
-    The lock itself (:mod:`~fencedlease.lab.harness.mutex`), which fencing hides from the data
+    The lock itself ([`mutex`][fencedlease.lab.harness.mutex]), which fencing hides from the data
     checks: the claims of different grants of one key (grant to last confirmed deadline, cut
     short by the release or a loss notice) never overlap; a renewal answered 0 is followed by a
     loss notice; no lease is lost without a fault to explain it. Each part the history has no
     events for is named "not judged" in the property's note.
 ``g`` ``linearizable-register``
-    The data (:mod:`~fencedlease.lab.harness.linearizable`): every key of the resource behaves
-    as a fenced register, one linearization explaining every read's value and every access's
+    The data ([`linearizable`][fencedlease.lab.harness.linearizable]): every key of the resource
+    behaves as a fenced register, one linearization explaining every read's value and every access's
     acceptance or refusal, unknown outcomes taken as maybe-applied.
 
-Inputs: the merged history (:func:`fencedlease.lab.harness.history.merge_histories`), whose ``run``
-``start`` event carries the parameters (``ttl_ms``, ``heartbeat_ms``, ``margin_ms``...). Output: a
-:class:`CheckReport`; ``report.valid`` is false iff some property has a violation.
+Inputs: the merged history
+([`fencedlease.lab.harness.history.merge_histories`][fencedlease.lab.harness.merge_histories]),
+whose ``run`` ``start`` event carries the parameters (``ttl_ms``, ``heartbeat_ms``,
+``margin_ms``...). Output: a [`CheckReport`][fencedlease.lab.harness.CheckReport]; ``report.valid``
+is false iff some property has a violation.
 """
 
 from __future__ import annotations
@@ -112,9 +114,10 @@ class CheckParams:
 
 @attrs.frozen
 class Violation:
-    """One broken promise: ``property`` (a key of :data:`PROPERTIES`), a ``message`` explaining
-    it in words, ``at`` (seconds since the run started) and the history ``lines`` (1-based) that
-    show it."""
+    """One broken promise: ``property`` (a key of
+    [`PROPERTIES`][fencedlease.lab.harness.checker.PROPERTIES]), a ``message`` explaining it in
+    words, ``at`` (seconds since the run started) and the history ``lines`` (1-based) that show
+    it."""
 
     property: str
     message: str
@@ -175,8 +178,9 @@ class PropertyResult:
 @attrs.frozen
 class CheckReport:
     """The checker's answer. ``valid``: no violation at all. ``properties``: one result per key
-    of :data:`PROPERTIES`, in order. ``stats``: counts (grants, acknowledged writes, refusals...).
-    ``recoveries``: per fault, seconds from its end to the next held lease (None: never)."""
+    of [`PROPERTIES`][fencedlease.lab.harness.checker.PROPERTIES], in order. ``stats``: counts
+    (grants, acknowledged writes, refusals...). ``recoveries``: per fault, seconds from its end to
+    the next held lease (None: never)."""
 
     valid: bool
     properties: tuple[PropertyResult, ...]
@@ -281,7 +285,7 @@ class Fault:
 
 @attrs.frozen
 class Extracted:
-    """What :func:`extract` reassembles from a history."""
+    """What [`extract`][fencedlease.lab.harness.checker.extract] reassembles from a history."""
 
     grants: list[Grant]
     accesses: list[Access]
@@ -859,7 +863,8 @@ def check_history(events: Sequence[Event], params: CheckParams | None = None) ->
     """Check every property on ``events`` (a merged history, in time order).
 
     ``params`` default to those of the history's ``run`` ``start`` event
-    (:meth:`CheckParams.from_history`). Pure: the same history gives the same report.
+    ([`CheckParams.from_history`][fencedlease.lab.harness.CheckParams.from_history]). Pure: the same
+    history gives the same report.
     """
     params = params or CheckParams.from_history(events)
     data = extract(events)

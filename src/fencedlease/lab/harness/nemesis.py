@@ -1,24 +1,25 @@
 """Nemeses: the faults a run injects, each recorded in the history with its start and its end.
 
 Jepsen's nemesis is a process that breaks things on a schedule; here it is a thread of the run's
-process, acting on a schedule of :class:`FaultSpec`. Each fault is one ``fault`` operation in the
-history: ``invoke`` when it starts (``detail.fault`` the kind, ``detail.target`` the worker it hits,
-if any) and ``ok`` when it has healed (``fail`` if it could not be done), with what it saw.
+process, acting on a schedule of [`FaultSpec`][fencedlease.lab.harness.nemesis.FaultSpec]. Each
+fault is one ``fault`` operation in the history: ``invoke`` when it starts (``detail.fault`` the
+kind, ``detail.target`` the worker it hits, if any) and ``ok`` when it has healed (``fail`` if it
+could not be done), with what it saw.
 
-Kinds (:data:`FAULTS`):
+Kinds ([`FAULTS`][fencedlease.lab.harness.nemesis.FAULTS]):
 
-========================== ==================================================================
-``latency``                Toxiproxy ``latency`` toxic on the holder's proxy (ttl/4 ± ttl/10)
-``partition``              the holder's proxy disabled (listener and connections closed)
-``timeout``                Toxiproxy ``timeout`` 0 on the holder's proxy: a black hole
-``reset-peer``             Toxiproxy ``reset_peer``: the holder's connections get TCP RST
-``pause-holder``           SIGSTOP of the holder in its critical section, SIGCONT after (GC)
-``redis-pause``            SIGSTOP of redis-server, SIGCONT after
-``redis-restart-aof``      SIGKILL of redis-server and a restart that replays its AOF
-``redis-restart-nopersist`` the same with persistence off: Redis comes back empty
-``client-kill``            ``CLIENT KILL`` of every connection of the holder
-``script-flush``           ``SCRIPT FLUSH``: every cached Lua script is forgotten
-========================== ==================================================================
+|  |  |
+| --- | --- |
+| ``latency`` | Toxiproxy ``latency`` toxic on the holder's proxy (ttl/4 ± ttl/10) |
+| ``partition`` | the holder's proxy disabled (listener and connections closed) |
+| ``timeout`` | Toxiproxy ``timeout`` 0 on the holder's proxy: a black hole |
+| ``reset-peer`` | Toxiproxy ``reset_peer``: the holder's connections get TCP RST |
+| ``pause-holder`` | SIGSTOP of the holder in its critical section, SIGCONT after (GC) |
+| ``redis-pause`` | SIGSTOP of redis-server, SIGCONT after |
+| ``redis-restart-aof`` | SIGKILL of redis-server and a restart that replays its AOF |
+| ``redis-restart-nopersist`` | the same with persistence off: Redis comes back empty |
+| ``client-kill`` | ``CLIENT KILL`` of every connection of the holder |
+| ``script-flush`` | ``SCRIPT FLUSH``: every cached Lua script is forgotten |
 
 One Toxiproxy proxy per worker sits between it and Redis, so a network fault cuts off one worker
 alone. The ``holder`` is the worker that holds the lease when the fault starts, preferably one
@@ -67,7 +68,8 @@ class FaultInfo:
     expects a new grant within ttl + margin after it heals); ``targets``: it hits one worker
     (the holder). ``server_wide``: it acts on the whole Redis server (its process, its script
     cache, its configuration), not only on the run's own keys, connections, proxies and worker
-    processes; such a fault runs only on a Redis the check started (see :data:`SERVER_WIDE`)."""
+    processes; such a fault runs only on a Redis the check started (see
+    [`SERVER_WIDE`][fencedlease.lab.harness.nemesis.SERVER_WIDE])."""
 
     needs: str | None
     disrupts: bool
@@ -117,7 +119,8 @@ DEFAULT_FAULTS: Final[tuple[str, ...]] = tuple(FAULTS)
 
 @attrs.frozen
 class FaultSpec:
-    """One fault of the schedule: ``kind`` (a key of :data:`FAULTS`) lasting ``duration_s``."""
+    """One fault of the schedule: ``kind`` (a key of
+    [`FAULTS`][fencedlease.lab.harness.nemesis.FAULTS]) lasting ``duration_s``."""
 
     kind: str
     duration_s: float
@@ -145,8 +148,9 @@ def fault_duration_s(kind: str, ttl_ms: int, heartbeat_ms: int) -> float:
 
 def left_out_faults(faults: Sequence[str], *, own_server: bool, allow: bool) -> list[str]:
     """The kinds of ``faults`` (in their order, each once) that must not run: the
-    :data:`SERVER_WIDE` ones when the lease Redis is not one the check started
-    (``own_server`` false) and the user did not ``allow`` server faults; else none."""
+    [`SERVER_WIDE`][fencedlease.lab.harness.nemesis.SERVER_WIDE] ones when the lease Redis is not
+    one the check started (``own_server`` false) and the user did not ``allow`` server faults; else
+    none."""
     if own_server or allow:
         return []
     return list(dict.fromkeys(kind for kind in faults if kind in SERVER_WIDE))
@@ -207,7 +211,8 @@ class Nemesis:
 
     Between two faults it waits ``gap_s`` (seconds), so that recovery from one can be seen
     before the next begins. A fault that would not end before ``end_mono`` minus ``gap_s`` is
-    skipped and listed in :attr:`skipped`. :meth:`heal_all` undoes whatever is still in force
+    skipped and listed in [`skipped`][fencedlease.lab.harness.nemesis.Nemesis.skipped].
+    [`heal_all`][fencedlease.lab.harness.nemesis.Nemesis.heal_all] undoes whatever is still in force
     (it is also run when the nemesis stops).
     """
 

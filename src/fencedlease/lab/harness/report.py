@@ -58,7 +58,7 @@ def report_dict(result: CheckResult) -> dict[str, Any]:
     """Everything ``report.json`` holds: the checker's report plus the verdict (``pass``,
     ``fail``, ``inconclusive``) and exit code, why the run proved nothing (``inconclusive``), the
     faults ``left_out`` of the schedule, the run's settings (URLs redacted:
-    :func:`fencedlease.redact_url`), notes, seed and files."""
+    [`fencedlease.redact_url`][]), notes, seed and files."""
     config = attrs.asdict(result.config)
     config["out_dir"] = str(config["out_dir"])
     for field in ("redis_url", "resource_url"):  # a password never reaches the report
@@ -85,7 +85,8 @@ def report_dict(result: CheckResult) -> dict[str, Any]:
 
 
 def write_report_json(path: str | Path, result: CheckResult) -> None:
-    """Write :func:`report_dict` to ``path`` (indented JSON)."""
+    """Write [`report_dict`][fencedlease.lab.harness.report.report_dict] to ``path`` (indented
+    JSON)."""
     Path(path).write_text(json.dumps(report_dict(result), indent=2, default=str) + "\n", "utf-8")
 
 
