@@ -75,145 +75,192 @@ SUBS: list[tuple[str, str]] = [
 PHRASES: dict[str, list[tuple[str, str]]] = {
     "_redis_backend.py": [
         (
-            '''"""The Redis backend (asyncio): the lease scripts over a ``redis.asyncio`` client.
-
-The twin of :mod:`fencedlease._redis_backend`, sharing everything that is not I/O with it through
-:mod:`fencedlease._redis`: key names, the scripts and their NOSCRIPT policy
-(:func:`fencedlease._redis.aio.run_script`), reply decoding and the error mapping.
+            '"""The Redis backend (asyncio): the lease scripts over a ``redis.asyncio`` client.\n',
+            '"""The Redis backend (sync): the lease scripts over a redis-py client.\n',
+        ),
+        (
+            """The twin of `fencedlease._redis_backend`, sharing everything that is not I/O with it through
+`fencedlease._redis`: key names, the scripts and their NOSCRIPT policy
+(`fencedlease._redis.aio.run_script`), reply decoding and the error mapping.
 
 Cancellation: a cancelled call leaves no half-read reply behind (redis-py drops a connection whose
 read was interrupted), but the command may have run at Redis. The manager copes with that; this
 class does not pretend otherwise.
-"""''',
-            '''"""The Redis backend (sync): the lease scripts over a redis-py client.
-
-Everything Redis-specific that is not this class's own I/O lives in :mod:`fencedlease._redis`: key
+""",
+            """Everything Redis-specific that is not this class's own I/O lives in `fencedlease._redis`: key
 names, the scripts and their one NOSCRIPT policy, reply decoding and the error mapping, shared
-with the asyncio twin (:mod:`fencedlease.aio._redis_backend`), the hand-off and
-:class:`~fencedlease.redis_fencing.RedisFencedResource`.
-"""''',
-        ),
-        (
-            '''    """Leases in Redis under ``prefix``, over a ``redis.Redis`` (layout in
-    :mod:`fencedlease._redis.keys`); an :class:`~fencedlease.LeaseBackend`.
-
-    ``decode_responses`` may be on or off. ``owns_client``: close the client in :meth:`close`
-    (true when the manager built it from a URL). Every redis-py error is raised as
-    :class:`~fencedlease.BackendError` with the original in ``__cause__``. As in the sync twin,
-    :meth:`renew_many` runs on a connection of its own when the client's pool is a
-    ``BlockingConnectionPool``, so renewals never queue behind the caller's commands.
-''',
-            '''    """Leases in Redis under ``prefix`` (layout in :mod:`fencedlease._redis.keys`).
-
-    ``client`` is a ``redis.Redis``; ``decode_responses`` may be on or off. ``owns_client``: close
-    the client in :meth:`close` (true when the manager built it from a URL). Every redis-py error
-    is raised as :class:`~fencedlease.BackendError` with the original in ``__cause__``.
-
-    :meth:`renew_many` (the background renewal) runs on a connection of its own when ``client``'s
-    pool is a ``BlockingConnectionPool``: there it would wait behind every command already queued
-    for a connection (a burst of acquires or releases), long enough for leases to lapse. The
-    connection is made on the first renewal and closed by :meth:`close`.
-''',
-        ),
-        (
-            '''        """The manager's release waiter: the hand-off queue and its listener task
-        (:class:`~fencedlease.aio._handoff.Handoff`), so a release wakes the oldest waiter."""''',
-            '''        """The manager's release waiter: the hand-off queue and its listener
-        (:class:`~fencedlease._handoff_sync.Handoff`), so a release wakes the oldest waiter."""''',
-        ),
-    ],
-    "_manager_base.py": [
-        (
-            """\"\"\"What :class:`~fencedlease.LeaseManager` does by the same steps as the sync face: the
-acquire call and its loop, ``restore``, ``inspect`` and ``force_release``. The sync face's
-:mod:`fencedlease._manager_base` is generated from this module (``scripts/unasync.py``).
-""",
-            """\"\"\"What :class:`~fencedlease.LeaseManager` does by the same steps as the asyncio face: the
-acquire call and its loop, ``restore``, ``inspect`` and ``force_release``. Generated from
-:mod:`fencedlease.aio._manager_base` (``scripts/unasync.py``).
+with the asyncio twin (`fencedlease.aio._redis_backend`), the hand-off and
+[`RedisFencedResource`][fencedlease.RedisFencedResource].
 """,
         ),
         (
-            """ Redis recognises it and returns the same fencing
-        token. If the call is cancelled while an acquire of it may have landed, that owner token
-        releases the key before the cancellation propagates (see the module docstring).""",
-            """ Redis recognises it, returns the same fencing token
-        and issues no new one, so the caller holds the lease instead of orphaning it.""",
+            '    """Leases in Redis under ``prefix``, over a ``redis.Redis`` (layout in\n    `fencedlease._redis.keys`); an [`LeaseBackend`][fencedlease.LeaseBackend].\n',
+            '    """Leases in Redis under ``prefix`` (layout in `fencedlease._redis.keys`).\n',
+        ),
+        (
+            """    ``decode_responses`` may be on or off. ``owns_client``: close the client in
+    [`close`][fencedlease.RedisBackend.close] (true when the manager built it from a URL).
+    Every redis-py error is raised as [`BackendError`][fencedlease.BackendError] with the original
+    in ``__cause__``. As in the sync twin,
+    [`renew_many`][fencedlease.RedisBackend.renew_many] runs on a connection of its own
+    when the client's pool is a ``BlockingConnectionPool``, so renewals never queue behind the
+    caller's commands.
+""",
+            """    ``client`` is a ``redis.Redis``; ``decode_responses`` may be on or off. ``owns_client``: close
+    the client in [`close`][fencedlease.RedisBackend.close] (true when the manager built it from a
+    URL). Every redis-py error is raised as [`BackendError`][fencedlease.BackendError] with the
+    original in ``__cause__``.
+
+    [`renew_many`][fencedlease.RedisBackend.renew_many] (the background renewal) runs on a
+    connection of its own when ``client``'s pool is a ``BlockingConnectionPool``: there it would
+    wait behind every command already queued for a connection (a burst of acquires or releases),
+    long enough for leases to lapse. The connection is made on the first renewal and closed by
+    [`close`][fencedlease.RedisBackend.close].
+""",
+        ),
+        (
+            '        """The manager\'s release waiter: the hand-off queue and its listener task\n',
+            '        """The manager\'s release waiter: the hand-off queue and its listener\n',
+        ),
+        (
+            """            reply = run_script(
+                self.client, RELEASE, lease_keys(self.prefix, key), (owner_token,)
+            )
+""",
+            """            reply = run_script(self.client, RELEASE, lease_keys(self.prefix, key), (owner_token,))
+""",
         ),
     ],
     "_lease.py": [
         (
-            '"""The asyncio lease handle and the result types of the async manager."""',
-            '"""The sync lease handle and the small result types of the manager."""',
+            '"""The asyncio lease handle and the result types of the async manager."""\n',
+            '"""The sync lease handle and the small result types of the manager."""\n',
         ),
         (
-            "A held (or once held) lease on ``key``: the asyncio twin of :class:`~fencedlease.Lease`.",
-            "A held (or once held) lease on ``key``.",
+            '    """A held (or once held) lease on ``key``: the asyncio twin of [`Lease`][fencedlease.Lease].\n',
+            '    """A held (or once held) lease on ``key``.\n',
         ),
         (
             """    hand it to the storage you write to. It is None only for a lease restored without one (the
-    first successful :meth:`renew` learns it from Redis). The read-only attributes and
-    :meth:`check` are the same code as :class:`~fencedlease.Lease`'s
-    (:class:`~fencedlease._view.LeaseView`).
-
-    Use it from the event loop it was acquired on. Nothing about it lives in a task or a
+    first successful [`renew`][fencedlease.Lease.renew] learns it from Redis). The
+    read-only attributes and [`check`][fencedlease.Lease.check] are the same code as
+    [`Lease`][fencedlease.Lease]'s (`LeaseView`).
+""",
+            """    hand it to the storage you write to (see [`FencedResource`][fencedlease.FencedResource]). It is
+    None only for a lease restored without one (the first successful
+    [`renew`][fencedlease.Lease.renew] learns it from Redis). The read-only attributes and
+    [`check`][fencedlease.Lease.check] come from `LeaseView`, shared with
+    [`AsyncLease`][fencedlease.aio.AsyncLease].
+""",
+        ),
+        (
+            """    Use it from the event loop it was acquired on. Nothing about it lives in a task or a
     ``threading.local``: any task may renew or release it.
 """,
-            """    hand it to the storage you write to (see :class:`~fencedlease.FencedResource`). It is None only
-    for a lease restored without one (the first successful :meth:`renew` learns it from Redis).
-    The read-only attributes and :meth:`check` come from :class:`~fencedlease._view.LeaseView`,
-    shared with :class:`~fencedlease.aio.AsyncLease`.
-
-    Thread-safe: the body may call :meth:`check` while the manager's renewer updates the lease.
+            """    Thread-safe: the body may call [`check`][fencedlease.Lease.check] while the manager's renewer
+    updates the lease.
 """,
         ),
         (
-            """        \"\"\"Wait until the lease is lost or ``timeout_ms`` passes; return whether it is lost.
-
-        A lease not renewed in the background learns of its loss only through :meth:`renew`,
-        :meth:`check`, or here at its deadline.
+            '        """Wait until the lease is lost or ``timeout_ms`` passes; return whether it is lost.\n',
+            '        """Block until the lease is lost or ``timeout_ms`` passes; return whether it is lost.\n',
+        ),
+        (
+            """        A lease not renewed in the background learns of its loss only through
+        [`renew`][fencedlease.Lease.renew], [`check`][fencedlease.Lease.check], or
+        here at its deadline.
 """,
-            """        \"\"\"Block until the lease is lost or ``timeout_ms`` passes; return whether it is lost.
-
-        Useful in a watcher thread that stops work the moment the lease goes. A lease not renewed
-        in the background learns of its loss only through :meth:`renew`, :meth:`check`, or here
-        at its deadline.
+            """        Useful in a watcher thread that stops work the moment the lease goes. A lease not renewed
+        in the background learns of its loss only through [`renew`][fencedlease.Lease.renew],
+        [`check`][fencedlease.Lease.check], or here at its deadline.
 """,
         ),
         (
-            """ Returns False for a released lease. A cancelled
+            """        lease is never renewed back to life. Returns False for a released lease. A cancelled
         ``renew()`` changes nothing here (the command may still have reset the TTL in Redis,
         which is harmless: the local deadline stays the earlier one).
 """,
-            """ Returns False for a released lease.
+            """        lease is never renewed back to life. Returns False for a released lease.
 """,
         ),
         (
-            """pool and runs, and stops with its reply; it never touches the key again. If the
-        store cannot be reached (:class:`BackendError`) or the call is cancelled, the lease keeps
-        its owner token, so ``release()`` can be awaited again.""",
-            """pool and runs, and stops with its reply; it never touches the key again. If the store
-        cannot be reached, :class:`BackendError` is raised and the lease keeps its owner token, so
-        ``release()`` can be called again.""",
-        ),
-        ("# no answer (or cancelled): the deadline", "# no answer: the deadline"),
-        (
-            """    \"\"\"What :meth:`LeaseManager.acquire` got: the twin of :class:`~fencedlease.AcquireResult`.
-
-    ``acquired`` and the ``lease`` (None when not acquired). ``bool(result)`` is
-    ``result.acquired``. ``holder_ttl_ms`` is the current holder's remaining TTL in milliseconds
-    when not acquired (None when acquired).
-    \"\"\"""",
-            """    \"\"\"What :meth:`LeaseManager.acquire` got: ``acquired`` and the ``lease`` (None when not
-    acquired). ``bool(result)`` is ``result.acquired``. ``holder_ttl_ms`` is the current holder's
-    remaining TTL in milliseconds when not acquired (None when acquired).\"\"\"""",
+            """        pool and runs, and stops with its reply; it never touches the key again. If the
+        store cannot be reached ([`BackendError`][fencedlease.BackendError]) or the call is
+        cancelled, the lease keeps its owner token, so ``release()`` can be awaited again.
+""",
+            """        pool and runs, and stops with its reply; it never touches the key again. If the store
+        cannot be reached, [`BackendError`][fencedlease.BackendError] is raised and the lease keeps
+        its owner token, so ``release()`` can be called again.
+""",
         ),
         (
-            """    \"\"\"What :meth:`LeaseManager.with_lease` did: the twin of
-    :class:`~fencedlease.LeaseOutcome`. Ran ``fn`` under the lease (``value`` is what its
-    coroutine returned), or skipped it because the lease was not acquired (``value`` is None).\"\"\"""",
-            """    \"\"\"What :meth:`LeaseManager.with_lease` did: ran ``fn`` under the lease (``value`` is its
-    return value), or skipped it because the lease was not acquired (``value`` is None).\"\"\"""",
+            """            self._stop_renewal()  # no answer (or cancelled): the deadline rule applies again
+""",
+            """            self._stop_renewal()  # no answer: the deadline rule applies again
+""",
+        ),
+        (
+            '    """What [`LeaseManager.acquire`][fencedlease.LeaseManager.acquire] got: the twin\n    of [`AcquireResult`][fencedlease.AcquireResult].\n\n    ``acquired`` and the ``lease`` (None when not acquired). ``bool(result)`` is\n    ``result.acquired``. ``holder_ttl_ms`` is the current holder\'s remaining TTL in milliseconds\n    when not acquired (None when acquired).\n    """\n',
+            '    """What [`LeaseManager.acquire`][fencedlease.LeaseManager.acquire] got: ``acquired`` and the\n    ``lease`` (None when not acquired). ``bool(result)`` is ``result.acquired``. ``holder_ttl_ms``\n    is the current holder\'s remaining TTL in milliseconds when not acquired (None when acquired)."""\n',
+        ),
+        (
+            '    """What [`LeaseManager.with_lease`][fencedlease.LeaseManager.with_lease] did: the\n    twin of [`LeaseOutcome`][fencedlease.LeaseOutcome]. Ran ``fn`` under the lease (``value`` is\n    what its coroutine returned), or skipped it because the lease was not acquired (``value`` is\n    None)."""\n',
+            '    """What [`LeaseManager.with_lease`][fencedlease.LeaseManager.with_lease] did: ran ``fn`` under\n    the lease (``value`` is its return value), or skipped it because the lease was not acquired\n    (``value`` is None)."""\n',
+        ),
+    ],
+    "_manager_base.py": [
+        (
+            '"""What [`LeaseManager`][fencedlease.LeaseManager] does by the same steps as the sync\nface: the acquire call and its loop, ``restore``, ``inspect`` and ``force_release``. The sync face\'s\n`fencedlease._manager_base` is generated from this module (``scripts/unasync.py``).\n',
+            '"""What [`LeaseManager`][fencedlease.LeaseManager] does by the same steps as the asyncio face: the\nacquire call and its loop, ``restore``, ``inspect`` and ``force_release``. Generated from\n`fencedlease.aio._manager_base` (``scripts/unasync.py``).\n',
+        ),
+        (
+            """The steps that differ by face are the manager's own: [`_ManagerBase._abandon`][] (what an
+acquire that failed or was interrupted may hold) and [`_ManagerBase._release_later`][] (the
+""",
+            """The steps that differ by face are the manager's own: `_ManagerBase._abandon` (what an
+acquire that failed or was interrupted may hold) and `_ManagerBase._release_later` (the
+""",
+        ),
+        (
+            """        await [`Lease.renew`][fencedlease.Lease.renew].
+""",
+            """        call [`Lease.renew`][fencedlease.Lease.renew].
+""",
+        ),
+        (
+            """        once more with the same owner token: Redis recognises it and returns the same fencing
+        token. If the call is cancelled while an acquire of it may have landed, that owner token
+        releases the key before the cancellation propagates (see the module docstring).
+""",
+            """        once more with the same owner token: Redis recognises it, returns the same fencing token
+        and issues no new one, so the caller holds the lease instead of orphaning it.
+""",
+        ),
+        (
+            """            [`AcquireResult`][fencedlease.AcquireResult]; ``result.lease`` is None
+            when not acquired.
+""",
+            """            [`AcquireResult`][fencedlease.AcquireResult]; ``result.lease`` is None when not
+            acquired.
+""",
+        ),
+        (
+            """    def _acquire(
+        self, key: str, ttl_ms: int, wait_ms: int, retry_delay_ms: int
+    ) -> AcquireResult:
+""",
+            """    def _acquire(self, key: str, ttl_ms: int, wait_ms: int, retry_delay_ms: int) -> AcquireResult:
+""",
+        ),
+        (
+            """        [`Lease.renew`][fencedlease.Lease.renew]; without ``fencing_token`` its token
+        is None until a renewal learns it from the store. The store still checks ``owner_token`` on
+        every renew and release. The restored lease is not renewed in the background.
+""",
+            """        [`Lease.renew`][fencedlease.Lease.renew]; without ``fencing_token`` its token is None until
+        a renewal learns it from the store. The store still checks ``owner_token`` on every renew
+        and release. The restored lease is not renewed in the background.
+""",
         ),
     ],
 }

@@ -16,7 +16,8 @@ class NamedFence:
     """What every fenced resource has: its ``name`` (a non-empty ``str``, used in errors) and
     ``strict``.
 
-    Raises :class:`ValidationError` for a bad ``name`` or a ``strict`` that is not a ``bool``.
+    Raises [`ValidationError`][fencedlease.ValidationError] for a bad ``name`` or a ``strict`` that
+    is not a ``bool``.
     """
 
     def __init__(self, name: str, *, strict: bool = False) -> None:
@@ -37,13 +38,14 @@ class NamedFence:
 class FencedResource(NamedFence):
     """An in-memory, thread-safe fenced resource: the reference for every other store.
 
-    ``FencedResource(name, *, strict=False)``. :meth:`accept` applies the fencing rule of
-    :mod:`fencedlease._fencing` atomically (one lock); a process-local resource, so it protects
-    only what lives in this process. ``name`` (a non-empty ``str``) is used in errors. The first
-    lease accepted records its counter (:attr:`lease_key`, the lease's ``fencing_scope``); from
-    then on leases of other counters (another key, or the same key under another prefix or
-    store) are refused. Raises
-    :class:`ValidationError` for a bad ``name`` or a ``strict`` that is not a ``bool``.
+    ``FencedResource(name, *, strict=False)``. [`accept`][fencedlease.FencedResource.accept] applies
+    the fencing rule of `fencedlease._fencing` atomically (one lock); a process-local resource, so
+    it protects only what lives in this process. ``name`` (a non-empty ``str``) is used in errors.
+    The first lease accepted records its counter
+    ([`lease_key`][fencedlease.FencedResource.lease_key], the lease's ``fencing_scope``); from then
+    on leases of other counters (another key, or the same key under another prefix or store) are
+    refused. Raises [`ValidationError`][fencedlease.ValidationError] for a bad ``name`` or a
+    ``strict`` that is not a ``bool``.
     """
 
     def __init__(self, name: str, *, strict: bool = False) -> None:
@@ -59,8 +61,8 @@ class FencedResource(NamedFence):
 
     @property
     def last_fingerprint(self) -> str | None:
-        """:func:`~fencedlease.owner_fingerprint` of the lease that presented :attr:`last_token`,
-        or ``None``."""
+        """[`owner_fingerprint`][fencedlease.owner_fingerprint] of the lease that presented
+        [`last_token`][fencedlease.FencedResource.last_token], or ``None``."""
         with self._lock:
             return None if self._state is None else self._state.fingerprint
 
@@ -77,10 +79,12 @@ class FencedResource(NamedFence):
 
         Accepted only if the token is at least the largest accepted so far (``strict``: greater),
         not the same number as the last accepted one presented by a different lease (a duplicate
-        grant), and, for a lease, if its counter is the one on record (:attr:`lease_key`). Raises
-        :class:`StaleTokenError` (``.last_token`` is the largest accepted) when refused, its
-        subclass :class:`LeaseKeyMismatchError` for a lease of another counter,
-        :class:`ValidationError` for something that is not a token (1..2**63 - 1) or a lease.
+        grant), and, for a lease, if its counter is the one on record
+        ([`lease_key`][fencedlease.FencedResource.lease_key]). Raises
+        [`StaleTokenError`][fencedlease.StaleTokenError] (``.last_token`` is the largest accepted)
+        when refused, its subclass [`LeaseKeyMismatchError`][fencedlease.LeaseKeyMismatchError] for
+        a lease of another counter, [`ValidationError`][fencedlease.ValidationError] for something
+        that is not a token (1..2**63 - 1) or a lease.
         """
         access = coerce_access(token_or_lease)
         with self._lock:

@@ -2,11 +2,11 @@
 
 A fencing token protects data only if the storage checks it atomically with the access (Kleppmann,
 "How to do distributed locking", 2016). Every store in this library applies the same rule, written
-here as the pure function :func:`decide`; the Lua scripts (``scripts/fenced_check.lua``) and the SQL
-of :mod:`fencedlease.db` are transcriptions of it, and the tests hold each of them to the same
-sequential model. The reference store is :class:`~fencedlease.FencedResource`
-(:mod:`fencedlease._fenced_resource`); what a store is given, a token or a lease, is read by
-:func:`~fencedlease._fencing_access.coerce_access`.
+here as the pure function `decide`; the Lua scripts (``scripts/fenced_check.lua``) and the SQL
+of [`fencedlease.db`][] are transcriptions of it, and the tests hold each of them to the same
+sequential model. The reference store is [`FencedResource`][fencedlease.FencedResource]
+(`fencedlease._fenced_resource`); what a store is given, a token or a lease, is read by
+`coerce_access`.
 
 The rule, for an access with token ``t`` by a lease of counter ``k`` with fingerprint ``f`` (both
 ``None`` for a bare ``int``), against a resource that has accepted at most ``last`` (by a lease
@@ -24,22 +24,23 @@ came):
 - ``t == last`` otherwise: accept (the same lease again, or an unknown one); an unknown fingerprint
   on record is replaced by a known one.
 
-A lease's counter ``k`` is its :attr:`~fencedlease.Lease.fencing_scope`: the store and key whose
-counter issued the token, ``"<prefix>:{<escaped key>}:fence"`` (for Redis the counter's own key), so
-two managers with different prefixes, which count independently, never share a fence. A lease
-without a scope (an object of another library with only a ``key``) is identified by its ``key``.
+A lease's counter ``k`` is its [`fencing_scope`][fencedlease.Lease.fencing_scope]: the store and key
+whose counter issued the token, ``"<prefix>:{<escaped key>}:fence"`` (for Redis the counter's own
+key), so two managers with different prefixes, which count independently, never share a fence. A
+lease without a scope (an object of another library with only a ``key``) is identified by its
+``key``.
 
 Records of the earlier shape hold a bare key (the lease's ``key``, before scopes were recorded).
 Such a record matches a lease whose ``key`` equals it, provided that key does not itself look like
-a scope (:func:`looks_like_scope`: it holds ``":{"`` and ends with ``"}:fence"``; such a record is
+a scope (`looks_like_scope`: it holds ``":{"`` and ends with ``"}:fence"``; such a record is
 taken for a scope and fails closed); the accepted lease then records its scope in its place. Once
 a scope is recorded, only leases of that scope are accepted. So ``k`` matches ``last_k`` when
 ``last_k == scope``, or ``last_k == key`` for the bare key of the earlier shape
-(:attr:`FencingAccess.legacy_key`).
+(`FencingAccess.legacy_key`).
 
 An accepted lease's counter is recorded (``last_k`` is replaced only by the same counter's scope).
 
-Tokens are exact integers ``1 <= t <= 2**63 - 1`` (:data:`MAX_FENCING_TOKEN`, a signed 64-bit
+Tokens are exact integers ``1 <= t <= 2**63 - 1`` (`MAX_FENCING_TOKEN`, a signed 64-bit
 counter's largest value) in every store: Lua compares them as canonical decimal strings, SQL as
 ``BIGINT``, Python and JSON as ``int``.
 """
@@ -123,7 +124,7 @@ def decide(
 ) -> FenceState | RefusalReason:
     """Apply the fencing rule (module docstring): the new state if accepted, else why not.
 
-    Pure: no I/O, no clock. Returns a :class:`FenceState` (accepted; the state to store) or one of
+    Pure: no I/O, no clock. Returns a `FenceState` (accepted; the state to store) or one of
     ``"key"``, ``"older"``, ``"strict"``, ``"duplicate"`` (refused; the state is unchanged).
     """
     if state is None:
@@ -161,10 +162,11 @@ def stale_token_error(
     lease_key: str | None = None,
     presented_key: str | None = None,
 ) -> StaleTokenError:
-    """Build the :class:`StaleTokenError` every fenced store raises for a refusal of ``reason``.
+    """Build the [`StaleTokenError`][fencedlease.StaleTokenError] every fenced store raises for a
+    refusal of ``reason``.
 
-    For ``"key"`` it is a :class:`LeaseKeyMismatchError` naming ``lease_key`` (on record) and
-    ``presented_key`` (the refused lease's).
+    For ``"key"`` it is a [`LeaseKeyMismatchError`][fencedlease.LeaseKeyMismatchError] naming
+    ``lease_key`` (on record) and ``presented_key`` (the refused lease's).
     """
     if reason == "key":
         recorded = "" if lease_key is None else lease_key

@@ -1,8 +1,10 @@
 """What a fenced store is given: "a token or a lease", checked and turned into a
-:class:`~fencedlease._fencing.FencingAccess` (:func:`coerce_access`), and the non-secret name of a
-lease (:func:`owner_fingerprint`). Every store (:class:`~fencedlease.FencedResource`,
-:class:`~fencedlease.RedisFencedResource`, :mod:`fencedlease.db`) reads its argument here, so
-each refuses the same values with the same :class:`ValidationError`.
+`FencingAccess` (`coerce_access`), and the non-secret name of a
+lease ([`owner_fingerprint`][fencedlease.owner_fingerprint]). Every store
+([`FencedResource`][fencedlease.FencedResource],
+[`RedisFencedResource`][fencedlease.RedisFencedResource], [`fencedlease.db`][]) reads its argument
+here, so each refuses the same values with the same
+[`ValidationError`][fencedlease.ValidationError].
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ class HasFencingToken(Protocol):
     """What fencing needs from a lease: its fencing token and its (secret) owner token.
 
     A lease's ``fencing_scope`` and ``key`` are read too when it has them (every lease of this
-    library has): see :func:`lease_scope_of` and :func:`lease_key_of`.
+    library has): see `lease_scope_of` and `lease_key_of`.
     """
 
     @property
@@ -44,11 +46,11 @@ TokenOrLease: TypeAlias = "int | HasFencingToken"
 def owner_fingerprint(owner_token: str) -> str:
     """Return a non-secret name for the lease holding ``owner_token``: 16 hex characters.
 
-    The first 64 bits of SHA-256 of the token (the same name :mod:`fencedlease._protocol` gives a
+    The first 64 bits of SHA-256 of the token (the same name `fencedlease._protocol` gives a
     lease in ``inspect`` and events): enough to tell two leases apart, useless for renewing
     or releasing someone else's lease, so it may be stored beside the data and shown in errors.
-    Raises :class:`ValidationError` unless ``owner_token`` is a non-empty ``str`` encodable as
-    UTF-8.
+    Raises [`ValidationError`][fencedlease.ValidationError] unless ``owner_token`` is a non-empty
+    ``str`` encodable as UTF-8.
     """
     if not isinstance(owner_token, str) or not owner_token:
         raise ValidationError("owner_token", "owner_token must be a non-empty str")
@@ -59,8 +61,9 @@ def owner_fingerprint(owner_token: str) -> str:
 
 
 def _text_attribute(lease: object, name: str, argument: str) -> str | None:
-    """``lease.<name>``, or ``None`` when it is missing or ``None``; :class:`ValidationError`
-    naming ``argument`` when it is there but not a non-empty ``str`` encodable as UTF-8."""
+    """``lease.<name>``, or ``None`` when it is missing or ``None``;
+    [`ValidationError`][fencedlease.ValidationError] naming ``argument`` when it is there but not a
+    non-empty ``str`` encodable as UTF-8."""
     value = getattr(lease, name, None)
     if value is None:
         return None
@@ -76,8 +79,8 @@ def _text_attribute(lease: object, name: str, argument: str) -> str | None:
 def lease_key_of(lease: object, argument: str = "token_or_lease") -> str | None:
     """The ``key`` of ``lease``, or ``None`` when it has no ``key`` attribute.
 
-    Raises :class:`ValidationError` naming ``argument`` when ``key`` is there but not a non-empty
-    ``str`` encodable as UTF-8.
+    Raises [`ValidationError`][fencedlease.ValidationError] naming ``argument`` when ``key`` is
+    there but not a non-empty ``str`` encodable as UTF-8.
     """
     return _text_attribute(lease, "key", argument)
 
@@ -86,20 +89,21 @@ def lease_scope_of(lease: object, argument: str = "token_or_lease") -> str | Non
     """The ``fencing_scope`` of ``lease``, or ``None`` when it has none (an object without the
     attribute, or a lease of a backend that names no scope).
 
-    Raises :class:`ValidationError` naming ``argument`` when ``fencing_scope`` is there but not a
-    non-empty ``str`` encodable as UTF-8.
+    Raises [`ValidationError`][fencedlease.ValidationError] naming ``argument`` when
+    ``fencing_scope`` is there but not a non-empty ``str`` encodable as UTF-8.
     """
     return _text_attribute(lease, "fencing_scope", argument)
 
 
 def coerce_access(token_or_lease: object, *, argument: str = "token_or_lease") -> FencingAccess:
-    """Turn "a token or a lease" into a :class:`FencingAccess`, or raise :class:`ValidationError`.
+    """Turn "a token or a lease" into a `FencingAccess`, or raise
+    [`ValidationError`][fencedlease.ValidationError].
 
-    Accepts an ``int`` (not ``bool``), :data:`MIN_FENCING_TOKEN` (1) ≤ n ≤
-    :data:`MAX_FENCING_TOKEN` (2**63 - 1), which has no fingerprint and no key, or any object with
+    Accepts an ``int`` (not ``bool``), `MIN_FENCING_TOKEN` (1) ≤ n ≤
+    `MAX_FENCING_TOKEN` (2**63 - 1), which has no fingerprint and no key, or any object with
     ``fencing_token`` (such an int) and ``owner_token`` (a non-empty ``str``), whose fingerprint is
-    :func:`owner_fingerprint` of its owner token and whose counter is its ``fencing_scope``
-    (:func:`lease_scope_of`), or its ``key`` (:func:`lease_key_of`) when it has no scope.
+    [`owner_fingerprint`][fencedlease.owner_fingerprint] of its owner token and whose counter is its
+    ``fencing_scope`` (`lease_scope_of`), or its ``key`` (`lease_key_of`) when it has no scope.
     A lease restored without a fencing token (``fencing_token is None``) cannot be fenced and is
     refused here. ``argument`` names the argument in the error.
     """

@@ -30,12 +30,14 @@ class Lease(LeaseView):
 
     ``owner_token`` proves ownership to the store; it is a secret and never appears in ``repr``.
     ``fencing_token`` is the grant's number, strictly larger than every earlier grant's of the key;
-    hand it to the storage you write to (see :class:`~fencedlease.FencedResource`). It is None only
-    for a lease restored without one (the first successful :meth:`renew` learns it from Redis).
-    The read-only attributes and :meth:`check` come from :class:`~fencedlease._view.LeaseView`,
-    shared with :class:`~fencedlease.aio.AsyncLease`.
+    hand it to the storage you write to (see [`FencedResource`][fencedlease.FencedResource]). It is
+    None only for a lease restored without one (the first successful
+    [`renew`][fencedlease.Lease.renew] learns it from Redis). The read-only attributes and
+    [`check`][fencedlease.Lease.check] come from `LeaseView`, shared with
+    [`AsyncLease`][fencedlease.aio.AsyncLease].
 
-    Thread-safe: the body may call :meth:`check` while the manager's renewer updates the lease.
+    Thread-safe: the body may call [`check`][fencedlease.Lease.check] while the manager's renewer
+    updates the lease.
     """
 
     __slots__ = ("_backend", "_entry", "_lost_signal", "_renewer")
@@ -51,8 +53,8 @@ class Lease(LeaseView):
         """Block until the lease is lost or ``timeout_ms`` passes; return whether it is lost.
 
         Useful in a watcher thread that stops work the moment the lease goes. A lease not renewed
-        in the background learns of its loss only through :meth:`renew`, :meth:`check`, or here
-        at its deadline.
+        in the background learns of its loss only through [`renew`][fencedlease.Lease.renew],
+        [`check`][fencedlease.Lease.check], or here at its deadline.
 
         Raises:
             ValidationError: ``timeout_ms`` is not an int in 0..2,147,483,647.
@@ -94,8 +96,8 @@ class Lease(LeaseView):
         A False reply means the lease had already moved on: the lease is then marked lost. The
         background renewal (if any) goes on while the release waits for a connection of a busy
         pool and runs, and stops with its reply; it never touches the key again. If the store
-        cannot be reached, :class:`BackendError` is raised and the lease keeps its owner token, so
-        ``release()`` can be called again.
+        cannot be reached, [`BackendError`][fencedlease.BackendError] is raised and the lease keeps
+        its owner token, so ``release()`` can be called again.
 
         In a child forked after the lease was made it sends nothing and returns False: the lease
         is the parent's (``lost`` with the reason that says so), and the parent keeps it.
@@ -127,9 +129,9 @@ class Lease(LeaseView):
 
 @attrs.frozen
 class AcquireResult:
-    """What :meth:`LeaseManager.acquire` got: ``acquired`` and the ``lease`` (None when not
-    acquired). ``bool(result)`` is ``result.acquired``. ``holder_ttl_ms`` is the current holder's
-    remaining TTL in milliseconds when not acquired (None when acquired)."""
+    """What [`LeaseManager.acquire`][fencedlease.LeaseManager.acquire] got: ``acquired`` and the
+    ``lease`` (None when not acquired). ``bool(result)`` is ``result.acquired``. ``holder_ttl_ms``
+    is the current holder's remaining TTL in milliseconds when not acquired (None when acquired)."""
 
     key: str
     lease: Lease | None
@@ -145,8 +147,9 @@ class AcquireResult:
 
 @attrs.frozen
 class LeaseOutcome(Generic[T]):
-    """What :meth:`LeaseManager.with_lease` did: ran ``fn`` under the lease (``value`` is its
-    return value), or skipped it because the lease was not acquired (``value`` is None)."""
+    """What [`LeaseManager.with_lease`][fencedlease.LeaseManager.with_lease] did: ran ``fn`` under
+    the lease (``value`` is its return value), or skipped it because the lease was not acquired
+    (``value`` is None)."""
 
     key: str
     acquired: bool

@@ -1,4 +1,4 @@
-"""The sync face: :class:`LeaseManager`."""
+"""The sync face: [`LeaseManager`][fencedlease.LeaseManager]."""
 
 from __future__ import annotations
 
@@ -52,7 +52,8 @@ T = TypeVar("T")
 
 
 class LeaseManager(_ManagerBase):
-    """Leases with fencing tokens on one Redis (or another :class:`LeaseBackend`).
+    """Leases with fencing tokens on one Redis (or another
+    [`LeaseBackend`][fencedlease.LeaseBackend]).
 
     ``client``: a ``redis.Redis`` (``decode_responses`` either way) or a backend object.
     ``prefix``: the key namespace; keys are ``<prefix>:{<key>}`` and ``<prefix>:{<key>}:fence``.
@@ -60,12 +61,13 @@ class LeaseManager(_ManagerBase):
     acquire attempts on a store without release notifications is its ``sleep``.
     ``renew_batch_size``: the most renewals sent in one pipeline.
 
-    One manager runs one renewer (two threads, started on the first :meth:`hold`) for all its
-    leases. Close it with :meth:`close` or use it as a context manager.
+    One manager runs one renewer (two threads, started on the first
+    [`hold`][fencedlease.LeaseManager.hold]) for all its leases. Close it with
+    [`close`][fencedlease.LeaseManager.close] or use it as a context manager.
 
     Fork: a child made by ``os.fork`` may go on using the manager (fresh threads renew its own
     leases), but every lease made before the fork is the parent's: lost in the child (reason
-    "forked"), never renewed nor released from there. See :mod:`fencedlease._fork`.
+    "forked"), never renewed nor released from there. See `fencedlease._fork`.
 
     Raises:
         ValidationError: ``prefix`` is not a non-empty str, ``renew_batch_size`` < 1, ``clock``
@@ -111,7 +113,7 @@ class LeaseManager(_ManagerBase):
         ``rediss://`` and ``unix://`` (a client made by ``redis.Redis.from_url(url, **kwargs)``),
         ``memory://``, and ``sqlite:///relative/path`` / ``sqlite:////absolute/path`` /
         ``sqlite:///:memory:`` (``busy_timeout_ms`` the only keyword). See
-        :func:`fencedlease._urls.backend_from_url`.
+        `fencedlease._urls.backend_from_url`.
 
         Raises:
             ValidationError: an unknown scheme, a malformed URL or an option it does not take.
@@ -131,17 +133,19 @@ class LeaseManager(_ManagerBase):
         self.close()
 
     def close(self, timeout_ms: int = DEFAULT_CLOSE_TIMEOUT_MS) -> None:
-        """Stop renewing, release every lease still held in :meth:`hold`/:meth:`with_lease`, and
-        close the client if the manager made it. Idempotent.
+        """Stop renewing, release every lease still held in
+        [`hold`][fencedlease.LeaseManager.hold]/[`with_lease`][fencedlease.LeaseManager.with_lease],
+        and close the client if the manager made it. Idempotent.
 
         Each such lease is first marked lost (reason: the manager was closed), so its body sees
         ``lease.lost``, ``lease.wait_lost()`` returns, and the ``with`` block ends in
-        :class:`LeaseLostError`; then it is released with its owner token. The releases and the
-        joining of the renewer's threads take ``timeout_ms`` milliseconds at most (default
-        1,000): a lease whose release got no reply in time lapses at its TTL (logged as a
-        warning), and a thread blocked on a hung store ends at the client's socket timeout.
-        Leases taken with :meth:`acquire` are the caller's and are left alone. In a process
-        forked from the one that made the manager, no lease of the parent's is touched.
+        [`LeaseLostError`][fencedlease.LeaseLostError]; then it is released with its owner token.
+        The releases and the joining of the renewer's threads take ``timeout_ms`` milliseconds at
+        most (default 1,000): a lease whose release got no reply in time lapses at its TTL (logged
+        as a warning), and a thread blocked on a hung store ends at the client's socket timeout.
+        Leases taken with [`acquire`][fencedlease.LeaseManager.acquire] are the caller's and are
+        left alone. In a process forked from the one that made the manager, no lease of the parent's
+        is touched.
 
         Raises:
             ValidationError: ``timeout_ms`` is not an int in 0..2,147,483,647.
@@ -170,7 +174,7 @@ class LeaseManager(_ManagerBase):
         self._backend.close()
 
     def _after_fork_in_child(self) -> None:
-        """In a forked child (see :mod:`fencedlease._fork`): new locks, no threads, no holds
+        """In a forked child (see `fencedlease._fork`): new locks, no threads, no holds
         (the parent's leases are the parent's). No I/O."""
         self._lock = threading.Lock()
         self._holds = set()
@@ -214,14 +218,14 @@ class LeaseManager(_ManagerBase):
     ) -> Iterator[Lease]:
         """Hold the lease on ``key`` for the ``with`` block, renewed in the background.
 
-        Acquires as :meth:`acquire` does, renews every ``heartbeat_ms`` (default
-        ``max(1, ttl_ms // 4)``; an explicit value must be at most ``ttl_ms // 2``; ``False``: no
-        renewal) while the block runs, then releases. ``on_renew_error(exc)`` is called (on the
-        renewer's thread) for each failed renewal round trip: telemetry, not a loss. An
-        ``Exception`` the hook raises is logged and renewal goes on; anything else it raises
-        (``KeyboardInterrupt``, ``SystemExit``) stops the renewer: its leases are lost, so the
-        block ends in :class:`LeaseLostError` (see
-        :func:`~fencedlease._decisions.call_renew_error_hooks`; the same on both faces).
+        Acquires as [`acquire`][fencedlease.LeaseManager.acquire] does, renews every
+        ``heartbeat_ms`` (default ``max(1, ttl_ms // 4)``; an explicit value must be at most
+        ``ttl_ms // 2``; ``False``: no renewal) while the block runs, then releases.
+        ``on_renew_error(exc)`` is called (on the renewer's thread) for each failed renewal round
+        trip: telemetry, not a loss. An ``Exception`` the hook raises is logged and renewal goes on;
+        anything else it raises (``KeyboardInterrupt``, ``SystemExit``) stops the renewer: its
+        leases are lost, so the block ends in [`LeaseLostError`][fencedlease.LeaseLostError] (see
+        `call_renew_error_hooks`; the same on both faces).
 
         The lease is lost when a renewal finds the key gone or another owner's, or when ``ttl_ms``
         passes with no confirmed renewal; this is checked by the renewer, again when the block ends,
@@ -229,10 +233,10 @@ class LeaseManager(_ManagerBase):
         ``lease.lost``, ``lease.check()`` or ``lease.wait_lost()``.
 
         The final release waits until the lease's deadline at most (at least 100 ms; see
-        :func:`release_bound_s`), so a hung store cannot hold the caller past
+        `release_bound_s`), so a hung store cannot hold the caller past
         it: a release with no reply in time leaves the lease to lapse at its TTL and counts as a
-        failed release (below). After :meth:`close` the block ends in :class:`LeaseLostError`
-        (close released the lease).
+        failed release (below). After [`close`][fencedlease.LeaseManager.close] the block ends in
+        [`LeaseLostError`][fencedlease.LeaseLostError] (close released the lease).
 
         Raises:
             ValidationError: an argument out of bounds (before anything is acquired).
@@ -276,8 +280,8 @@ class LeaseManager(_ManagerBase):
         self._finish(lease, body_failed=False)
 
     def _release_now(self, lease: Lease) -> bool:
-        """Release ``lease``, waiting :func:`release_bound_s`, and on while
-        renewals still move the lease's deadline (:func:`release_wait_more_s`).
+        """Release ``lease``, waiting `release_bound_s`, and on while
+        renewals still move the lease's deadline (`release_wait_more_s`).
 
         Raises:
             BackendError: the store failed or did not answer in time (the lease lapses at its
@@ -323,19 +327,20 @@ class LeaseManager(_ManagerBase):
         heartbeat_ms: int | Literal[False] | None = None,
         on_renew_error: Callable[[BaseException], object] | None = None,
     ) -> LeaseOutcome[T]:
-        """Run ``fn(lease)`` under the lease on ``key``, as :meth:`hold` does.
+        """Run ``fn(lease)`` under the lease on ``key``, as [`hold`][fencedlease.LeaseManager.hold]
+        does.
 
         Returns:
-            :class:`LeaseOutcome`: ``value`` is what ``fn`` returned; ``skipped`` is true (and
-            ``fn`` never ran) when the lease was not acquired.
+            [`LeaseOutcome`][fencedlease.LeaseOutcome]: ``value`` is what ``fn`` returned;
+            ``skipped`` is true (and ``fn`` never ran) when the lease was not acquired.
 
         Raises:
-            ValidationError, LeaseLostError, BackendError: as :meth:`hold`; an exception from
-                ``fn`` propagates unchanged. ``fn`` not callable, or an ``async def`` function
-                (use :meth:`fencedlease.aio.AsyncLeaseManager.with_lease`): ``ValidationError``
-                (a ``TypeError`` too for the latter) before anything is acquired; ``fn`` returned
-                an awaitable (it is closed unawaited): ``ValidationError`` once the lease is
-                released.
+            ValidationError, LeaseLostError, BackendError: as
+                [`hold`][fencedlease.LeaseManager.hold]; an exception from ``fn`` propagates
+                unchanged. ``fn`` not callable, or an ``async def`` function (use
+                [`fencedlease.aio.AsyncLeaseManager.with_lease`][]): ``ValidationError`` (a
+                ``TypeError`` too for the latter) before anything is acquired; ``fn`` returned an
+                awaitable (it is closed unawaited): ``ValidationError`` once the lease is released.
         """
         check_sync_fn(fn)
         held: list[Lease] = []  # set once the body is entered: later errors are fn's own

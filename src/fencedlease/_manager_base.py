@@ -1,11 +1,11 @@
 # GENERATED from src/fencedlease/aio/_manager_base.py by `python scripts/unasync.py`: do not edit.
 # Edit that source, then run it again (CI runs it with --check, failing while stale).
-"""What :class:`~fencedlease.LeaseManager` does by the same steps as the asyncio face: the
+"""What [`LeaseManager`][fencedlease.LeaseManager] does by the same steps as the asyncio face: the
 acquire call and its loop, ``restore``, ``inspect`` and ``force_release``. Generated from
-:mod:`fencedlease.aio._manager_base` (``scripts/unasync.py``).
+`fencedlease.aio._manager_base` (``scripts/unasync.py``).
 
-The steps that differ by face are the manager's own: :meth:`_ManagerBase._abandon` (what an
-acquire that failed or was interrupted may hold) and :meth:`_ManagerBase._release_later` (the
+The steps that differ by face are the manager's own: `_ManagerBase._abandon` (what an
+acquire that failed or was interrupted may hold) and `_ManagerBase._release_later` (the
 release of a hand-off queue's grant nobody waits for any more).
 """
 
@@ -86,15 +86,16 @@ class _ManagerBase(ABC):
         ±50% so waiters do not retry in lock-step) until acquired or ``wait_ms`` has passed on the
         monotonic clock, then makes one last attempt: it never waits longer than ``wait_ms`` plus
         one round trip. The lease is not renewed in the background: use
-        :meth:`~fencedlease.LeaseManager.hold` for that, or
-        call :meth:`Lease.renew`.
+        [`hold`][fencedlease.LeaseManager.hold] for that, or
+        call [`Lease.renew`][fencedlease.Lease.renew].
 
         If a reply is lost (connection reset or timeout after sending), the same acquire is sent
         once more with the same owner token: Redis recognises it, returns the same fencing token
         and issues no new one, so the caller holds the lease instead of orphaning it.
 
         Returns:
-            :class:`AcquireResult`; ``result.lease`` is None when not acquired.
+            [`AcquireResult`][fencedlease.AcquireResult]; ``result.lease`` is None when not
+            acquired.
 
         Raises:
             ValidationError: ``key``, ``ttl_ms``, ``wait_ms`` or ``retry_delay_ms`` out of bounds.
@@ -155,9 +156,9 @@ class _ManagerBase(ABC):
         """Rebuild a lease from values persisted by an earlier process; no I/O.
 
         Invents nothing: without ``expires_at`` the lease has no local deadline until its first
-        :meth:`Lease.renew`; without ``fencing_token`` its token is None until a renewal
-        learns it from the store. The store still checks ``owner_token`` on every renew and
-        release. The restored lease is not renewed in the background.
+        [`Lease.renew`][fencedlease.Lease.renew]; without ``fencing_token`` its token is None until
+        a renewal learns it from the store. The store still checks ``owner_token`` on every renew
+        and release. The restored lease is not renewed in the background.
 
         Raises:
             ValidationError: ``key``/``owner_token`` not non-empty strings, ``ttl_ms`` out of

@@ -1,6 +1,6 @@
 """What the sync face waits with, where the asyncio face uses its event loop: the primitives the
 code generated for both faces calls by the same names (the asyncio ones are in
-:mod:`fencedlease.aio._primitives`). A generated module imports ``._primitives`` and gets its
+`fencedlease.aio._primitives`). A generated module imports ``._primitives`` and gets its
 face's.
 """
 

@@ -1,6 +1,6 @@
-"""Secrets out of text: :func:`redact_url` and :func:`redact_text`, one redaction for every
-message, log line and report that shows a URL or a DSN (or an error of another library that may
-echo one).
+"""Secrets out of text: [`redact_url`][fencedlease.redact_url] and
+[`redact_text`][fencedlease.redact_text], one redaction for every message, log line and report that
+shows a URL or a DSN (or an error of another library that may echo one).
 
 What counts as a secret: the password of a URL's userinfo (the whole userinfo when it has no
 ``:``), and the value of every query option or libpq ``key=value`` DSN field whose name holds
@@ -122,10 +122,10 @@ def redact_url(url: object) -> str:
 
 def redact_text(text: object, url: object) -> str:
     """``text`` (an error message, a log line) with ``url`` and the secrets in it replaced as
-    :func:`redact_url` does, wherever they occur: raw, percent-decoded (``+`` as a space too),
-    percent-encoded, or as libpq reads a quoted DSN value. For messages of other libraries that
-    may echo the URL or its password. Never raises: a ``text`` that is not a str is shown by its
-    ``repr``."""
+    [`redact_url`][fencedlease.redact_url] does, wherever they occur: raw, percent-decoded (``+`` as
+    a space too), percent-encoded, or as libpq reads a quoted DSN value. For messages of other
+    libraries that may echo the URL or its password. Never raises: a ``text`` that is not a str is
+    shown by its ``repr``."""
     if not isinstance(text, str):
         text = repr(text)
     if not isinstance(url, str) or not url:

@@ -1,20 +1,24 @@
-"""Backends from URLs: one parser for :meth:`LeaseManager.from_url` and its asyncio twin.
+"""Backends from URLs: one parser for [`LeaseManager.from_url`][fencedlease.LeaseManager.from_url]
+and its asyncio twin.
 
-Accepted URLs::
+Accepted URLs:
 
-    redis://[[user]:password@]host[:port][/db]     a Redis over TCP (redis-py's own URL syntax)
-    rediss://...                                   the same over TLS
-    unix://[[user]:password@]/path/to/socket[?db=n] a Redis on a Unix socket
-    memory://                                      a new in-process MemoryBackend
-    sqlite:///relative/path.db                     a SQLite file, relative to the working directory
-    sqlite:////absolute/path.db                    a SQLite file, absolute path (four slashes)
-    sqlite:///:memory:                             a private in-memory SQLite database
+```
+redis://[[user]:password@]host[:port][/db]     a Redis over TCP (redis-py's own URL syntax)
+rediss://...                                   the same over TLS
+unix://[[user]:password@]/path/to/socket[?db=n] a Redis on a Unix socket
+memory://                                      a new in-process MemoryBackend
+sqlite:///relative/path.db                     a SQLite file, relative to the working directory
+sqlite:////absolute/path.db                    a SQLite file, absolute path (four slashes)
+sqlite:///:memory:                             a private in-memory SQLite database
+```
 
 The SQLite forms follow SQLAlchemy's: what follows ``sqlite:///`` is the path as given, so an
 absolute path brings its own leading slash. ``sqlite:///:memory:`` is accepted: it lives and dies
 with the backend, one process only, like ``memory://`` but through the SQL code path (useful to test
 it without a file). Every ``memory://`` URL makes a new, empty store: two managers made from
-``memory://`` do not share leases (pass one :class:`MemoryBackend` object to both for that).
+``memory://`` do not share leases (pass one [`MemoryBackend`][fencedlease.MemoryBackend] object to
+both for that).
 
 Keyword arguments go to ``redis.Redis.from_url`` (``redis.asyncio.Redis.from_url``) for Redis URLs.
 A Redis URL's query takes the options redis-py parses (``?db=``, ``?socket_timeout=``, ...) and
@@ -24,10 +28,10 @@ string where it takes an object or a bool (``?retry=``, ``?connection_class=``,
 is ``busy_timeout_ms`` (also accepted as ``?busy_timeout_ms=n``); ``memory://`` takes none.
 
 A URL may hold a password: every message, log line and report that shows one shows
-:func:`~fencedlease._redact.redact_url` of it, and an error of redis-py's that echoes it is scrubbed
-with :func:`~fencedlease._redact.redact_text`. A Redis client is made by
-:func:`fencedlease._redis.clients.redis_client`, which checks its options at once
-(:mod:`fencedlease._redis.options`).
+[`redact_url`][fencedlease.redact_url] of it, and an error of redis-py's that echoes it is scrubbed
+with [`redact_text`][fencedlease.redact_text]. A Redis client is made by
+`fencedlease._redis.clients.redis_client`, which checks its options at once
+(`fencedlease._redis.options`).
 """
 
 from __future__ import annotations
@@ -78,7 +82,8 @@ def _check_memory(url: str, kwargs: dict[str, Any]) -> None:
 
 
 def sqlite_options(url: str, kwargs: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """The path and the :class:`SqliteBackend` keyword arguments a ``sqlite:///`` URL names.
+    """The path and the [`SqliteBackend`][fencedlease.SqliteBackend] keyword arguments a
+    ``sqlite:///`` URL names.
 
     Raises:
         ValidationError: a host in the URL, no path, or an option other than ``busy_timeout_ms``.
@@ -122,7 +127,7 @@ def sqlite_options(url: str, kwargs: dict[str, Any]) -> tuple[str, dict[str, Any
 
 
 def backend_from_url(url: str, *, prefix: str, clock: Clock, **kwargs: Any) -> LeaseBackend:
-    """The :class:`LeaseBackend` a URL names (forms in the module docstring).
+    """The [`LeaseBackend`][fencedlease.LeaseBackend] a URL names (forms in the module docstring).
 
     The backend owns what it made (a Redis client, a SQLite connection): its ``close()`` closes
     them. ``clock`` dates expiry for ``memory://`` (its ``monotonic()``) and ``sqlite://`` (its

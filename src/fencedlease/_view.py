@@ -1,7 +1,8 @@
-"""The face-neutral half of a lease handle (:class:`LeaseView`): its facts and the loss check;
-and :class:`LeaseInfo`, a lease as the store holds it (what ``inspect`` returns on both faces).
+"""The face-neutral half of a lease handle (`LeaseView`): its facts and the loss check;
+and [`LeaseInfo`][fencedlease.LeaseInfo], a lease as the store holds it (what ``inspect`` returns on
+both faces).
 
-:class:`~fencedlease.Lease` and :class:`~fencedlease.aio.AsyncLease` add the I/O on top.
+[`Lease`][fencedlease.Lease] and [`AsyncLease`][fencedlease.aio.AsyncLease] add the I/O on top.
 """
 
 from __future__ import annotations
@@ -22,14 +23,15 @@ __all__ = ["LeaseInfo", "LeaseView"]
 class LeaseView:
     """The face-neutral half of a lease handle: its facts and the loss check, no I/O.
 
-    :class:`~fencedlease.Lease` and :class:`~fencedlease.aio.AsyncLease` add ``renew``,
+    [`Lease`][fencedlease.Lease] and [`AsyncLease`][fencedlease.aio.AsyncLease] add ``renew``,
     ``release`` and ``wait_lost`` (blocking or awaited) on top, so every attribute below is
     defined once for both faces.
 
     ``owner_token`` proves ownership to the store; it is a secret and never appears in ``repr``.
     ``fencing_token`` is the grant's number, strictly larger than every earlier grant's of the key;
-    hand it to the storage you write to (see :class:`~fencedlease.FencedResource`). It is None only
-    for a lease restored without one (the first successful ``renew()`` learns it from the store).
+    hand it to the storage you write to (see [`FencedResource`][fencedlease.FencedResource]). It is
+    None only for a lease restored without one (the first successful ``renew()`` learns it from the
+    store).
     """
 
     __slots__ = ("_clock", "_state")
@@ -53,16 +55,18 @@ class LeaseView:
 
     @property
     def fencing_scope(self) -> str | None:
-        """The identity of the counter that issued :attr:`fencing_token`, not a secret: the store
+        """The identity of the counter that issued `fencing_token`, not a secret: the store
         and key it counts for, ``"<prefix>:{<escaped key>}:fence"`` (for Redis the counter's own
-        key, :func:`~fencedlease.redis_keys` ``(prefix, key).fence``; for SQLite the same string
-        of the backend's prefix; for a :class:`~fencedlease.MemoryBackend` ``memory:<id>`` of the
-        backend object in place of the prefix). Set by the backend that granted the lease (a
-        restored lease by its manager's); ``None`` for a backend that names no scope.
+        key, [`redis_keys`][fencedlease.redis_keys] ``(prefix, key).fence``; for SQLite the same
+        string of the backend's prefix; for a [`MemoryBackend`][fencedlease.MemoryBackend]
+        ``memory:<id>`` of the backend object in place of the prefix). Set by the backend that
+        granted the lease (a restored lease by its manager's); ``None`` for a backend that names no
+        scope.
 
         Tokens compare only within one counter: fenced stores record the scope of the leases that
-        fence them and refuse a lease of another (:class:`~fencedlease.LeaseKeyMismatchError`),
-        so two managers with different prefixes never mix tokens in one store.
+        fence them and refuse a lease of another
+        ([`LeaseKeyMismatchError`][fencedlease.LeaseKeyMismatchError]), so two managers with
+        different prefixes never mix tokens in one store.
         """
         return self._state.fencing_scope
 
@@ -108,7 +112,8 @@ class LeaseView:
         return self._state.lost_reason
 
     def check(self) -> None:
-        """Raise :class:`LeaseLostError` if the lease is lost; call it between steps of long work.
+        """Raise [`LeaseLostError`][fencedlease.LeaseLostError] if the lease is lost; call it
+        between steps of long work.
 
         Raises:
             LeaseLostError: the lease is lost.

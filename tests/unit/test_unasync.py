@@ -97,7 +97,11 @@ def test_a_phrase_rule_that_no_longer_matches_is_an_error(tmp_path: Path) -> Non
     root = _copy_tree(tmp_path)
     source = root / "src" / "fencedlease" / "aio" / "_lease.py"
     text = source.read_text("utf-8")
-    source.write_text(text.replace("or the call is cancelled, the lease keeps", "the lease keeps"))
+    source.write_text(
+        text.replace(
+            "or the call is\n        cancelled, the lease keeps", "the lease\n        keeps"
+        )
+    )
     before = (root / "src" / "fencedlease" / "_lease.py").read_bytes()
     for args in ((), ("--check",)):
         result = _run(root, *args)
@@ -105,7 +109,7 @@ def test_a_phrase_rule_that_no_longer_matches_is_an_error(tmp_path: Path) -> Non
         assert result.stderr.startswith(
             "scripts/unasync.py: a phrase rule for _lease.py no longer matches:\n"
         )
-        assert "or the call is cancelled, the lease keeps" in result.stderr
+        assert "or the call is\n        cancelled, the lease keeps" in result.stderr
     assert (root / "src" / "fencedlease" / "_lease.py").read_bytes() == before
 
 

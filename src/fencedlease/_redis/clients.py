@@ -1,6 +1,6 @@
 """The clients the library makes: the caller's client from a URL, its options checked at once
 (either face), and connections of the library's own beside the caller's pool (sync; the asyncio
-twins are in :mod:`fencedlease._redis.aio`)."""
+twins are in `fencedlease._redis.aio`)."""
 
 from __future__ import annotations
 
@@ -33,8 +33,9 @@ def redis_client(factory: Callable[..., _Client], url: str, kwargs: dict[str, An
     """``factory(url, **kwargs)`` (``Redis.from_url`` of either face), with every option checked
     now rather than at the first command: one connection object is built (no I/O) so that an
     option the connection class does not take (``?ssl_cert_reqs=`` on ``redis://``, a typo) or
-    a value it refuses is a :class:`ValidationError` naming it. redis-py's message is scrubbed of
-    the URL's secrets; its exception stays in ``__cause__`` only when it holds none."""
+    a value it refuses is a [`ValidationError`][fencedlease.ValidationError] naming it. redis-py's
+    message is scrubbed of the URL's secrets; its exception stays in ``__cause__`` only when it
+    holds none."""
     check_url_query(url)
     try:
         client = factory(url, **kwargs)

@@ -4,8 +4,8 @@ redis-py parses some query options of a Redis URL (``redis.connection.URL_QUERY_
 and passes every other one on as the string given, and it takes keyword arguments as given; a
 wrong value then escapes at the first connection, or later, as a ``TypeError`` or ``ValueError``
 far from its cause. These checks name the option at ``from_url`` instead: a query option redis-py
-would keep as a string where it takes an object or a bool (:func:`check_url_query`), and the
-bounds of the options it only uses when it connects (:func:`check_connection_options`).
+would keep as a string where it takes an object or a bool (`check_url_query`), and the
+bounds of the options it only uses when it connects (`check_connection_options`).
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def check_url_query(url: str) -> None:
     (``?retry=1``, ``?connection_class=x``, ``?credential_provider=x``, ``?decode_responses=no``:
     a truthy string...): every parameter of redis-py's clients, pools and connections that is
     neither parsed by redis-py's URL parser nor a string option. Unknown names are left to
-    :func:`fencedlease._redis.clients.redis_client`'s own check (it names them too).
+    `fencedlease._redis.clients.redis_client`'s own check (it names them too).
 
     Raises:
         ValidationError: naming the option; its value is not shown (it may be a secret).

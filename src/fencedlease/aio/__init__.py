@@ -1,10 +1,11 @@
-"""fencedlease for asyncio: :class:`AsyncLeaseManager` over ``redis.asyncio``.
+"""fencedlease for asyncio: [`AsyncLeaseManager`][fencedlease.aio.AsyncLeaseManager] over
+``redis.asyncio``.
 
-The same library as :mod:`fencedlease`, not a second one: the same names (``Async`` prefixed
+The same library as [`fencedlease`][], not a second one: the same names (``Async`` prefixed
 where the object awaits), arguments, defaults, validation, errors, Lua scripts and key layout, from
 the same code wherever no I/O is involved. See ``docs/asyncio.md``.
 
-The error classes are :mod:`fencedlease`'s own, re-exported here for convenience.
+The error classes are [`fencedlease`][]'s own, re-exported here for convenience.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""One ``async with manager.hold(...)`` of :class:`~fencedlease.aio.AsyncLeaseManager`: the
-acquire, the renewal, and the loss's cancellation of the body turned into
-:class:`~fencedlease.LeaseLostError` (see :mod:`fencedlease.aio._manager`)."""
+"""One ``async with manager.hold(...)`` of [`AsyncLeaseManager`][fencedlease.aio.AsyncLeaseManager]:
+the acquire, the renewal, and the loss's cancellation of the body turned into
+[`LeaseLostError`][fencedlease.LeaseLostError] (see `fencedlease.aio._manager`)."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ __all__ = ["_Hold"]
 
 
 class _Manager(Protocol):
-    """What a hold uses of its :class:`~fencedlease.aio.AsyncLeaseManager` (a protocol: the
-    manager's module imports this one)."""
+    """What a hold uses of its [`AsyncLeaseManager`][fencedlease.aio.AsyncLeaseManager] (a protocol:
+    the manager's module imports this one)."""
 
     _clock: Clock
     _renewer: AsyncRenewer
@@ -43,7 +43,8 @@ class _Manager(Protocol):
 
 class _Hold(AbstractAsyncContextManager[AsyncLease]):
     """One ``async with manager.hold(...)``: acquire, register for renewal, watch for loss, and
-    turn the loss's cancellation of the body into :class:`LeaseLostError`. Entered once."""
+    turn the loss's cancellation of the body into [`LeaseLostError`][fencedlease.LeaseLostError].
+    Entered once."""
 
     def __init__(
         self,

@@ -1,8 +1,8 @@
-"""The asyncio face: :class:`AsyncLeaseManager`.
+"""The asyncio face: [`AsyncLeaseManager`][fencedlease.aio.AsyncLeaseManager].
 
-Everything that is not I/O is the sync face's code: validation (:mod:`fencedlease._validate`),
-the acquire loop's rules (:class:`AcquireAttempt`), restore
-(:func:`restored_state`), the loss rules (:class:`LeaseState`)
+Everything that is not I/O is the sync face's code: validation (`fencedlease._validate`),
+the acquire loop's rules ([`AcquireAttempt`][]), restore
+([`restored_state`][]), the loss rules ([`LeaseState`][])
 and the renewal schedule. What is here is the awaiting, and what only asyncio has: cancellation.
 
 Cancellation, point by point:
@@ -11,14 +11,15 @@ Cancellation, point by point:
   leaves a key held that nobody can release. When an acquire command of the call may have landed,
   the same owner token releases it before the ``CancelledError`` goes on. That release runs in a
   task of the manager's and is shielded: cancelling the caller again stops the waiting, not the
-  release, and :meth:`AsyncLeaseManager.close` waits for it.
+  release, and [`AsyncLeaseManager.close`][fencedlease.aio.AsyncLeaseManager.close] waits for it.
 - On loss, the task that entered ``hold`` (the body's task) is cancelled and ``hold`` raises
-  :class:`LeaseLostError` instead of the ``CancelledError``, as :func:`asyncio.timeout` turns its
-  own cancellation into ``TimeoutError`` (on Python 3.11+ a cancellation from elsewhere is told
-  apart with ``Task.uncancel`` and still propagates). A body that swallows the cancellation still
-  ends in ``LeaseLostError``: the deadline and the release are checked when it ends.
+  [`LeaseLostError`][fencedlease.LeaseLostError] instead of the ``CancelledError``, as
+  `asyncio.timeout` turns its own cancellation into ``TimeoutError`` (on Python 3.11+ a cancellation
+  from elsewhere is told apart with ``Task.uncancel`` and still propagates). A body that swallows
+  the cancellation still ends in ``LeaseLostError``: the deadline and the release are checked when
+  it ends.
 - ``hold``'s final release is shielded like the acquire's cleanup, and bounded: it waits until the
-  lease's deadline at most (at least 100 ms; :func:`release_bound_s`, the same
+  lease's deadline at most (at least 100 ms; [`release_bound_s`][], the same
   rule as the sync face), so a hung store cannot hold the caller past it. A release with no reply
   in time is cancelled and the lease lapses at its TTL. ``AsyncLease.release`` itself is not
   shielded: a cancelled ``release()`` keeps the owner token and can be awaited again.
@@ -86,33 +87,36 @@ T = TypeVar("T")
 
 
 class AsyncLeaseManager(_AsyncManagerBase):
-    """Leases with fencing tokens on one Redis (or another :class:`AsyncLeaseBackend`), for asyncio:
-    the twin of :class:`~fencedlease.LeaseManager`, with the same arguments, defaults, validation,
+    """Leases with fencing tokens on one Redis (or another
+    [`AsyncLeaseBackend`][fencedlease.AsyncLeaseBackend]), for asyncio: the twin of
+    [`LeaseManager`][fencedlease.LeaseManager], with the same arguments, defaults, validation,
     errors, scripts and key layout.
 
     ``client``: a ``redis.asyncio.Redis`` (``decode_responses`` either way) or a backend object.
     ``prefix``: the key namespace; keys are ``<prefix>:{<key>}`` and ``<prefix>:{<key>}:fence``.
     ``clock``: where time is read and waited on (tests inject a fake one): between acquire
-    attempts the manager awaits its ``async_sleep`` (an :class:`~fencedlease.aio.AsyncClock`,
-    such as :class:`~fencedlease.testing.FakeClock`), or :func:`asyncio.sleep` for a clock
-    without one (:class:`~fencedlease.SystemClock`). ``renew_batch_size``: the most renewals sent
-    in one pipeline.
+    attempts the manager awaits its ``async_sleep`` (an [`AsyncClock`][fencedlease.aio.AsyncClock],
+    such as [`FakeClock`][fencedlease.testing.FakeClock]), or `asyncio.sleep` for a clock
+    without one ([`SystemClock`][fencedlease.SystemClock]). ``renew_batch_size``: the most renewals
+    sent in one pipeline.
 
-    One manager runs one renewal task (started on the first :meth:`hold`) for all its leases.
-    Close it with :meth:`close` or use it as an async context manager; afterwards no task of the
-    manager's is left and a client it made from a URL is closed.
+    One manager runs one renewal task (started on the first
+    [`hold`][fencedlease.aio.AsyncLeaseManager.hold]) for all its leases. Close it with
+    [`close`][fencedlease.aio.AsyncLeaseManager.close] or use it as an async context manager;
+    afterwards no task of the manager's is left and a client it made from a URL is closed.
 
     Fork: an event loop and its connections do not survive ``os.fork``, so in a forked child the
     inherited manager is inert: its leases are the parent's (lost in the child, reason "forked",
-    never renewed nor released from there), every call raises :class:`ManagerClosedError`, and
-    :meth:`close` does no I/O and leaves the inherited client alone. Make a new manager in the
-    child's own event loop. See :mod:`fencedlease._fork`.
+    never renewed nor released from there), every call raises
+    [`ManagerClosedError`][fencedlease.ManagerClosedError], and
+    [`close`][fencedlease.aio.AsyncLeaseManager.close] does no I/O and leaves the inherited client
+    alone. Make a new manager in the child's own event loop. See `fencedlease._fork`.
 
     Raises:
         ValidationError: ``prefix`` is not a non-empty str, ``renew_batch_size`` < 1, ``clock``
             lacks ``monotonic()``/``time()``, or ``client`` is neither a ``redis.asyncio.Redis``
             nor an asyncio lease backend; a sync ``redis.Redis`` or sync backend (use
-            :class:`~fencedlease.LeaseManager`) raises it as a subclass that is also a
+            [`LeaseManager`][fencedlease.LeaseManager]) raises it as a subclass that is also a
             ``TypeError``.
     """
 
@@ -163,8 +167,9 @@ class AsyncLeaseManager(_AsyncManagerBase):
         clock: Clock = SYSTEM_CLOCK,
         **kwargs: Any,
     ) -> AsyncLeaseManager:
-        """A manager over the backend ``url`` names (see :func:`async_backend_from_url`), closed
-        with the manager: ``redis://``, ``rediss://`` and ``unix://``, a client made by
+        """A manager over the backend ``url`` names (see
+        [`async_backend_from_url`][fencedlease.aio.async_backend_from_url]), closed with the
+        manager: ``redis://``, ``rediss://`` and ``unix://``, a client made by
         ``redis.asyncio.Redis.from_url(url, **kwargs)``. No I/O until the first command.
 
         Raises:
@@ -184,21 +189,22 @@ class AsyncLeaseManager(_AsyncManagerBase):
         await self.close()
 
     async def close(self, timeout_ms: int = DEFAULT_CLOSE_TIMEOUT_MS) -> None:
-        """Stop the renewal task, release every lease still held in :meth:`hold`/
-        :meth:`with_lease`, and close the client if the manager made it. Idempotent; a second
-        caller waits for the first to finish.
+        """Stop the renewal task, release every lease still held in
+        [`hold`][fencedlease.aio.AsyncLeaseManager.hold]/
+        [`with_lease`][fencedlease.aio.AsyncLeaseManager.with_lease], and close the client if the
+        manager made it. Idempotent; a second caller waits for the first to finish.
 
         Each such lease is first marked lost (reason: the manager was closed), so its body is
-        cancelled and the block ends in :class:`LeaseLostError` (``lease.lost`` and
-        ``wait_lost()`` say so too); then it is released with its owner token. The releases and
-        the clean-ups the manager started get ``timeout_ms`` milliseconds at most (default
-        1,000), as on the sync face: one still without a reply then is cancelled (logged as a
-        warning) and its lease lapses at its TTL. Leases taken with :meth:`acquire` are the
-        caller's and are left alone.
+        cancelled and the block ends in [`LeaseLostError`][fencedlease.LeaseLostError]
+        (``lease.lost`` and ``wait_lost()`` say so too); then it is released with its owner token.
+        The releases and the clean-ups the manager started get ``timeout_ms`` milliseconds at most
+        (default 1,000), as on the sync face: one still without a reply then is cancelled (logged as
+        a warning) and its lease lapses at its TTL. Leases taken with
+        [`acquire`][fencedlease.aio.AsyncLeaseManager.acquire] are the caller's and are left alone.
 
         The teardown runs as a task of its own, shielded: ``await close()`` inside a
-        :meth:`hold` body is cancelled with that body (its lease is marked lost), yet the
-        releases and the closing of the client still run to the end.
+        [`hold`][fencedlease.aio.AsyncLeaseManager.hold] body is cancelled with that body (its lease
+        is marked lost), yet the releases and the closing of the client still run to the end.
 
         Raises:
             ValidationError: ``timeout_ms`` is not an int in 0..2,147,483,647.
@@ -250,7 +256,7 @@ class AsyncLeaseManager(_AsyncManagerBase):
             done.set()
 
     def _after_fork_in_child(self) -> None:
-        """In a forked child (see :mod:`fencedlease._fork`): inert. The loop, the tasks and the
+        """In a forked child (see `fencedlease._fork`): inert. The loop, the tasks and the
         connections are the parent's; nothing of theirs is touched (no I/O, no cancel: a cancel
         would close the parent's sockets in a selector shared with the parent)."""
         self._forked = True
@@ -263,7 +269,8 @@ class AsyncLeaseManager(_AsyncManagerBase):
         self._renewer._after_fork_in_child()
 
     def _spawn(self, coro: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
-        """Run ``coro`` in a task the manager keeps (and :meth:`close` waits for)."""
+        """Run ``coro`` in a task the manager keeps (and
+        [`close`][fencedlease.aio.AsyncLeaseManager.close] waits for)."""
         task = asyncio.get_running_loop().create_task(coro, name=name)
         self._chores.add(task)
         task.add_done_callback(self._chore_done)
@@ -297,7 +304,7 @@ class AsyncLeaseManager(_AsyncManagerBase):
             await asyncio.shield(chore)
 
     async def _release_shielded(self, lease: AsyncLease) -> bool:
-        """:func:`~fencedlease.aio._releases.release_within` in a task of the manager's that
+        """`release_within` in a task of the manager's that
         cancelling the caller does not stop (close() may: then this raises BackendError)."""
         if lease._state.inherited():
             return False  # no I/O on the parent's lease (see _fork)
@@ -326,19 +333,20 @@ class AsyncLeaseManager(_AsyncManagerBase):
     ) -> AbstractAsyncContextManager[AsyncLease]:
         """Hold the lease on ``key`` for the ``async with`` block, renewed in the background.
 
-        Acquires as :meth:`acquire` does, renews every ``heartbeat_ms`` (default
-        ``max(1, ttl_ms // 4)``; an explicit value must be at most ``ttl_ms // 2``; ``False``: no
-        renewal) while the block runs, then releases. ``on_renew_error(exc)`` is called (in the
-        renewal task, so it must not block) for each failed renewal round trip: telemetry, not a
-        loss. An ``Exception`` the hook raises is logged and renewal goes on; anything else it
-        raises (``KeyboardInterrupt``, ``SystemExit``) stops the renewal task: its leases are
-        lost, so the block ends in :class:`LeaseLostError` (see
-        :func:`~fencedlease._decisions.call_renew_error_hooks`; the same on both faces).
+        Acquires as [`acquire`][fencedlease.aio.AsyncLeaseManager.acquire] does, renews every
+        ``heartbeat_ms`` (default ``max(1, ttl_ms // 4)``; an explicit value must be at most
+        ``ttl_ms // 2``; ``False``: no renewal) while the block runs, then releases.
+        ``on_renew_error(exc)`` is called (in the renewal task, so it must not block) for each
+        failed renewal round trip: telemetry, not a loss. An ``Exception`` the hook raises is logged
+        and renewal goes on; anything else it raises (``KeyboardInterrupt``, ``SystemExit``) stops
+        the renewal task: its leases are lost, so the block ends in
+        [`LeaseLostError`][fencedlease.LeaseLostError] (see `call_renew_error_hooks`; the same on
+        both faces).
 
         The lease is lost when a renewal finds the key gone or another owner's, or when ``ttl_ms``
         passes with no confirmed renewal; this is checked by the renewal task, again when the block
         ends, and by the release. On loss the task running the block is cancelled, and the
-        ``CancelledError`` comes out of ``hold`` as :class:`LeaseLostError`.
+        ``CancelledError`` comes out of ``hold`` as [`LeaseLostError`][fencedlease.LeaseLostError].
 
         Raises:
             ValidationError: an argument out of bounds (when ``hold()`` is called).
@@ -376,20 +384,22 @@ class AsyncLeaseManager(_AsyncManagerBase):
         heartbeat_ms: int | Literal[False] | None = None,
         on_renew_error: Callable[[BaseException], object] | None = None,
     ) -> AsyncLeaseOutcome[T]:
-        """Await ``fn(lease)`` under the lease on ``key``, as :meth:`hold` does (in the caller's
-        task, which is the one cancelled on loss).
+        """Await ``fn(lease)`` under the lease on ``key``, as
+        [`hold`][fencedlease.aio.AsyncLeaseManager.hold] does (in the caller's task, which is the
+        one cancelled on loss).
 
         Returns:
-            :class:`AsyncLeaseOutcome`: ``value`` is what ``fn`` returned; ``skipped`` is true (and
-            ``fn`` never ran) when the lease was not acquired.
+            [`AsyncLeaseOutcome`][fencedlease.aio.AsyncLeaseOutcome]: ``value`` is what ``fn``
+            returned; ``skipped`` is true (and ``fn`` never ran) when the lease was not acquired.
 
         Raises:
-            ValidationError, LeaseLostError, BackendError, ManagerClosedError: as :meth:`hold`; an
-                exception from ``fn`` propagates unchanged (a ``LeaseNotAcquiredError`` from ``fn``
-                included: only this call's own acquire turns into a skipped outcome). ``fn`` not
-                callable: ``ValidationError`` before anything is acquired; ``fn(lease)`` not an
-                awaitable (a sync function, which ran blocking the event loop):
-                ``ValidationError`` (also a ``TypeError``) once the lease is released.
+            ValidationError, LeaseLostError, BackendError, ManagerClosedError: as
+                [`hold`][fencedlease.aio.AsyncLeaseManager.hold]; an exception from ``fn``
+                propagates unchanged (a ``LeaseNotAcquiredError`` from ``fn`` included: only this
+                call's own acquire turns into a skipped outcome). ``fn`` not callable:
+                ``ValidationError`` before anything is acquired; ``fn(lease)`` not an awaitable (a
+                sync function, which ran blocking the event loop): ``ValidationError`` (also a
+                ``TypeError``) once the lease is released.
         """
         check_async_fn(fn)
         hold = self._hold(key, ttl_ms, wait_ms, retry_delay_ms, heartbeat_ms, on_renew_error)

@@ -1,9 +1,9 @@
-"""What :class:`~fencedlease.aio.AsyncLeaseManager` does by the same steps as the sync face: the
-acquire call and its loop, ``restore``, ``inspect`` and ``force_release``. The sync face's
-:mod:`fencedlease._manager_base` is generated from this module (``scripts/unasync.py``).
+"""What [`AsyncLeaseManager`][fencedlease.aio.AsyncLeaseManager] does by the same steps as the sync
+face: the acquire call and its loop, ``restore``, ``inspect`` and ``force_release``. The sync face's
+`fencedlease._manager_base` is generated from this module (``scripts/unasync.py``).
 
-The steps that differ by face are the manager's own: :meth:`_ManagerBase._abandon` (what an
-acquire that failed or was interrupted may hold) and :meth:`_ManagerBase._release_later` (the
+The steps that differ by face are the manager's own: [`_ManagerBase._abandon`][] (what an
+acquire that failed or was interrupted may hold) and [`_ManagerBase._release_later`][] (the
 release of a hand-off queue's grant nobody waits for any more).
 """
 
@@ -84,8 +84,8 @@ class _AsyncManagerBase(ABC):
         ±50% so waiters do not retry in lock-step) until acquired or ``wait_ms`` has passed on the
         monotonic clock, then makes one last attempt: it never waits longer than ``wait_ms`` plus
         one round trip. The lease is not renewed in the background: use
-        :meth:`~fencedlease.aio.AsyncLeaseManager.hold` for that, or
-        await :meth:`AsyncLease.renew`.
+        [`hold`][fencedlease.aio.AsyncLeaseManager.hold] for that, or
+        await [`AsyncLease.renew`][fencedlease.aio.AsyncLease.renew].
 
         If a reply is lost (connection reset or timeout after sending), the same acquire is sent
         once more with the same owner token: Redis recognises it and returns the same fencing
@@ -93,7 +93,8 @@ class _AsyncManagerBase(ABC):
         releases the key before the cancellation propagates (see the module docstring).
 
         Returns:
-            :class:`AsyncAcquireResult`; ``result.lease`` is None when not acquired.
+            [`AsyncAcquireResult`][fencedlease.aio.AsyncAcquireResult]; ``result.lease`` is None
+            when not acquired.
 
         Raises:
             ValidationError: ``key``, ``ttl_ms``, ``wait_ms`` or ``retry_delay_ms`` out of bounds.
@@ -156,9 +157,9 @@ class _AsyncManagerBase(ABC):
         """Rebuild a lease from values persisted by an earlier process; no I/O.
 
         Invents nothing: without ``expires_at`` the lease has no local deadline until its first
-        :meth:`AsyncLease.renew`; without ``fencing_token`` its token is None until a renewal
-        learns it from the store. The store still checks ``owner_token`` on every renew and
-        release. The restored lease is not renewed in the background.
+        [`AsyncLease.renew`][fencedlease.aio.AsyncLease.renew]; without ``fencing_token`` its token
+        is None until a renewal learns it from the store. The store still checks ``owner_token`` on
+        every renew and release. The restored lease is not renewed in the background.
 
         Raises:
             ValidationError: ``key``/``owner_token`` not non-empty strings, ``ttl_ms`` out of

@@ -1,7 +1,7 @@
 """What the asyncio face waits with, where the sync face uses threads: the primitives the code
 generated for both faces calls by the same names (the sync ones are in
-:mod:`fencedlease._primitives`; a generated module imports ``._primitives`` and gets its face's),
-and :func:`retrieve`, the done callback the asyncio face's own tasks share.
+`fencedlease._primitives`; a generated module imports ``._primitives`` and gets its face's),
+and `retrieve`, the done callback the asyncio face's own tasks share.
 """
 
 from __future__ import annotations

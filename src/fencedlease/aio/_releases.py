@@ -1,6 +1,6 @@
-"""The asyncio manager's releases that run in its own tasks (see :mod:`fencedlease.aio._manager`):
+"""The asyncio manager's releases that run in its own tasks (see `fencedlease.aio._manager`):
 the bounded release at the end of a hold, the release of an abandoned acquire, and the report of
-what :meth:`~fencedlease.aio.AsyncLeaseManager.close` could not release."""
+what [`close`][fencedlease.aio.AsyncLeaseManager.close] could not release."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ log = logging.getLogger("fencedlease.aio")
 
 
 async def release_within(lease: AsyncLease, clock: Clock) -> bool:
-    """Release ``lease``, waiting :func:`release_bound_s`, and on while
-    renewals still move its deadline (:func:`release_wait_more_s`); on
+    """Release ``lease``, waiting `release_bound_s`, and on while
+    renewals still move its deadline (`release_wait_more_s`); on
     timeout the release is cancelled and the lease lapses at its TTL.
 
     Raises:

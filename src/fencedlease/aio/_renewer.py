@@ -1,9 +1,9 @@
 """The asyncio renewer: one task per manager, for every lease held through ``hold``/``with_lease``.
 
-It drives the same :class:`RenewalSchedule` as the sync renewer's thread, by the
+It drives the same `RenewalSchedule` as the sync renewer's thread, by the
 same rule: the due leases (and those due within a round trip) go out as one batch
-(:meth:`~fencedlease.AsyncLeaseBackend.renew_many`), up to
-:data:`~fencedlease._schedule.MAX_IN_FLIGHT` batches in flight at once, the replies are applied by
+([`renew_many`][fencedlease.AsyncLeaseBackend.renew_many]), up to
+`MAX_IN_FLIGHT` batches in flight at once, the replies are applied by
 the schedule, and leases are marked lost at their deadlines by the schedule. Only the waiting
 differs. Each batch runs in a task of its own and the scheduler waits for "the
 batch finished, or the next deadline came, or something changed", whichever is first, so a renewal
@@ -39,11 +39,12 @@ _BatchResult = tuple[float, float, list[int | BaseException]]
 
 
 class AsyncRenewer:
-    """Renews every lease registered with :meth:`add` until it is removed or lost.
+    """Renews every lease registered with [`add`][fencedlease.aio.AsyncRenewer.add] until it is
+    removed or lost.
 
     ``batch_size`` caps the renewals sent in one pipeline (one round trip). ``round_trips`` counts
-    the batches sent. The task starts on the first :meth:`add` (it needs a running loop) and is
-    stopped by :meth:`close`.
+    the batches sent. The task starts on the first [`add`][fencedlease.aio.AsyncRenewer.add] (it
+    needs a running loop) and is stopped by [`close`][fencedlease.aio.AsyncRenewer.close].
     """
 
     def __init__(self, backend: AsyncLeaseBackend, clock: Clock, *, batch_size: int = 500) -> None:
@@ -127,7 +128,7 @@ class AsyncRenewer:
         return entries
 
     def _after_fork_in_child(self) -> None:
-        """In a forked child (the manager is inert there, see :mod:`fencedlease._fork`): forget
+        """In a forked child (the manager is inert there, see `fencedlease._fork`): forget
         the parent's task, batch and leases without touching them (they belong to the parent's
         loop). If the child goes on running that loop anyway, the task ends at its next wake-up
         without sending anything."""

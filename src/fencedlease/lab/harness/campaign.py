@@ -2,7 +2,7 @@
 
 A replay runs again what a ``report.json`` records: its seed (the workers' random sources are
 seeded from it and their index), its settings and its fault schedule
-(:class:`~fencedlease.lab.harness.schedule.Schedule`), so the faults are the same kinds, on the
+([`Schedule`][fencedlease.lab.harness.schedule.Schedule]), so the faults are the same kinds, on the
 same worker indexes, at the same offsets, for the same durations. What the machine's timing
 decides (which grant a fault meets) may differ; the schedule does not.
 
@@ -42,9 +42,10 @@ REPLAYED: Final = (
 
 
 def read_replay(path: str | Path, given: Mapping[str, Any]) -> CheckConfig:
-    """The :class:`CheckConfig` that replays the run ``path`` (a ``report.json``) records: its
-    seed, schedule and :data:`REPLAYED` settings, except those in ``given`` (options given anew:
-    ``out_dir`` always, ``redis_url`` when the recorded one hid a password).
+    """The [`CheckConfig`][fencedlease.lab.harness.CheckConfig] that replays the run ``path`` (a
+    ``report.json``) records: its seed, schedule and
+    [`REPLAYED`][fencedlease.lab.harness.campaign.REPLAYED] settings, except those in ``given``
+    (options given anew: ``out_dir`` always, ``redis_url`` when the recorded one hid a password).
 
     Raises:
         ValueError: the file is not a report of ``fencedlease check`` (no seed, schedule or
@@ -106,7 +107,7 @@ def run_campaign(
     errors: tuple[type[BaseException], ...] = (),
 ) -> list[CampaignRow]:
     """Run ``config`` ``runs`` times with seeds ``config.seed``, ``config.seed + 1``, ... (a
-    seed must be given), each with ``run`` (:func:`~fencedlease.lab.harness.run.run_check` or
+    seed must be given), each with ``run`` ([`run_check`][fencedlease.lab.harness.run_check] or
     a wrapper) in ``<out_dir>/seed-<seed>``; a run raising one of ``errors`` is a row with
     verdict ``error``. Writes ``campaign.json`` after each run; calls ``on_row`` with each row.
 

@@ -2,28 +2,29 @@
 
 The properties (Jepsen's checkers read histories the same way; Kleppmann, "How to do distributed
 locking", 2016, for why each matters), each judged key by key, one module each in
-:mod:`~fencedlease.lab.harness.properties`:
+[`properties`][fencedlease.lab.harness.properties]:
 
 - ``a`` ``accepted-tokens-monotonic``: the resource never accepts an older token after a newer
-  one (:mod:`~fencedlease.lab.harness.properties.accepted`);
+  one ([`accepted`][fencedlease.lab.harness.properties.accepted]);
 - ``b`` ``no-lost-update``: each key's final counter equals its acknowledged increments
-  (:mod:`~fencedlease.lab.harness.properties.lost_update`);
+  ([`lost_update`][fencedlease.lab.harness.properties.lost_update]);
 - ``c`` ``loss-reported``: a lost lease ends in an error, and a cut-off holder is told in time
-  (:mod:`~fencedlease.lab.harness.properties.loss_reported`);
+  ([`loss_reported`][fencedlease.lab.harness.properties.loss_reported]);
 - ``d`` ``grant-tokens``: unique, increasing tokens per grant of a key, rollbacks explained
-  (:mod:`~fencedlease.lab.harness.properties.grant_tokens`);
+  ([`grant_tokens`][fencedlease.lab.harness.properties.grant_tokens]);
 - ``e`` ``recovery``: a key asked for after a fault heals is held again within ttl + margin
-  (:mod:`~fencedlease.lab.harness.properties.recovery`);
+  ([`recovery`][fencedlease.lab.harness.properties.recovery]);
 - ``f`` ``mutual-exclusion``: the leases of one key never overlap; every loss told and explained
-  (:mod:`~fencedlease.lab.harness.properties.mutual_exclusion`);
+  ([`mutual_exclusion`][fencedlease.lab.harness.properties.mutual_exclusion]);
 - ``g`` ``linearizable-register``: each key of the resource is a linearizable fenced register
-  (:mod:`~fencedlease.lab.harness.properties.register`).
+  ([`register`][fencedlease.lab.harness.properties.register]).
 
-Inputs: the merged history (:func:`fencedlease.lab.harness.history.merge_histories`), whose ``run``
-``start`` event carries the parameters (``ttl_ms``, ``heartbeat_ms``, ``margin_ms``...). Output: a
-:class:`CheckReport`; ``report.valid`` is false iff some property has a violation. Each violation
-names its key and the history events (:class:`OpRef`: line, worker, key, token, time) that prove
-it.
+Inputs: the merged history
+([`fencedlease.lab.harness.history.merge_histories`][fencedlease.lab.harness.merge_histories]),
+whose ``run`` ``start`` event carries the parameters (``ttl_ms``, ``heartbeat_ms``,
+``margin_ms``...). Output: a [`CheckReport`][fencedlease.lab.harness.CheckReport]; ``report.valid``
+is false iff some property has a violation. Each violation names its key and the history events
+([`OpRef`][fencedlease.lab.harness.checker.OpRef]: line, worker, key, token, time) that prove it.
 """
 
 from __future__ import annotations
@@ -193,7 +194,8 @@ def check_history(events: Sequence[Event], params: CheckParams | None = None) ->
     """Check every property of the registry on ``events`` (a merged history, in time order).
 
     ``params`` default to those of the history's ``run`` ``start`` event
-    (:meth:`CheckParams.from_history`). Pure: the same history gives the same report.
+    ([`CheckParams.from_history`][fencedlease.lab.harness.CheckParams.from_history]). Pure: the same
+    history gives the same report.
     """
     params = params or CheckParams.from_history(events)
     data = extract(events)

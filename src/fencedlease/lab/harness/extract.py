@@ -1,8 +1,9 @@
 """The history reassembled: grants, acquire attempts, accesses and faults, each with its key.
 
-:func:`extract` pairs every invocation with its completion (Jepsen's ``invoke`` then ``ok`` /
-``fail`` / ``info``) and keeps the history lines (1-based) of both, so that a violation can name
-the operations that prove it. Times are monotonic seconds, as in the history. Pure: no I/O.
+[`extract`][fencedlease.lab.harness.checker.extract] pairs every invocation with its completion
+(Jepsen's ``invoke`` then ``ok`` / ``fail`` / ``info``) and keeps the history lines (1-based) of
+both, so that a violation can name the operations that prove it. Times are monotonic seconds, as in
+the history. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -96,10 +97,10 @@ class Fault:
 
 @attrs.frozen
 class Extracted:
-    """What :func:`extract` reassembles from a history. ``final``: the run's final counter (the
-    sum over keys when it was read key by key); ``finals``: the final value per key (the key
-    None for a final read that names no key) and ``final_lines`` the history line of each;
-    ``attempts``: every acquire, granted or not."""
+    """What [`extract`][fencedlease.lab.harness.checker.extract] reassembles from a history.
+    ``final``: the run's final counter (the sum over keys when it was read key by key); ``finals``:
+    the final value per key (the key None for a final read that names no key) and ``final_lines``
+    the history line of each; ``attempts``: every acquire, granted or not."""
 
     grants: list[Grant]
     accesses: list[Access]

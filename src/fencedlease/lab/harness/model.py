@@ -1,6 +1,8 @@
-"""The types a run of the harness is described by and produces: :class:`CheckConfig` (what to
-run) and :class:`CheckResult` (what it made). :mod:`~fencedlease.lab.harness.run` makes them,
-:mod:`~fencedlease.lab.harness.report` reads them; both import them from here."""
+"""The types a run of the harness is described by and produces:
+[`CheckConfig`][fencedlease.lab.harness.CheckConfig] (what to run) and
+[`CheckResult`][fencedlease.lab.harness.CheckResult] (what it made).
+[`run`][fencedlease.lab.harness.run] makes them, [`report`][fencedlease.lab.harness.report] reads
+them; both import them from here."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ class CheckConfig:
     """What to run. Durations: ``duration_s`` in seconds; the rest in milliseconds.
 
     ``redis_url``: an external Redis (None: start one). ``workers``: processes (>= 2).
-    ``faults``: fault kinds in order (see :data:`fencedlease.lab.harness.nemesis.FAULTS`).
+    ``faults``: fault kinds in order (see [`fencedlease.lab.harness.nemesis.FAULTS`][]).
     ``mode``: ``fenced``, ``write-fenced`` or ``unfenced``. ``seed``: for every random choice
     (None: a random seed, printed in the report). ``out_dir``: where ``history.jsonl``,
     ``report.json`` and ``timeline.png`` go. ``resource``: ``sqlite`` / ``redis`` /
@@ -33,11 +35,11 @@ class CheckConfig:
     ``docs/harness.md`` for why), ``margin_ms`` (recovery bound beyond ttl). ``toxiproxy``:
     False connects workers straight to Redis (no network faults). ``allow_server_faults``: run
     the faults that act on the whole Redis server (``script-flush``, the ``redis-*`` ones; see
-    :data:`fencedlease.lab.harness.nemesis.SERVER_WIDE`) on a ``redis_url`` too; without it they
+    [`fencedlease.lab.harness.nemesis.SERVER_WIDE`][]) on a ``redis_url`` too; without it they
     run only on a Redis the check started and are left out of the schedule otherwise.
     ``faults`` are scheduled at random from ``seed``
-    (:func:`~fencedlease.lab.harness.schedule.draw_schedule`); ``schedule`` replaces that draw
-    with a recorded one (a replay: it must be for as many workers). ``lead_s``: seconds before
+    ([`draw_schedule`][fencedlease.lab.harness.schedule.draw_schedule]); ``schedule`` replaces that
+    draw with a recorded one (a replay: it must be for as many workers). ``lead_s``: seconds before
     the first fault (default: one ttl).
     """
 

@@ -1,33 +1,34 @@
 """Nemeses: the faults a run injects, each recorded in the history with its start and its end.
 
 Jepsen's nemesis is a process that breaks things on a schedule; here it is a thread of the run's
-process, acting on a :class:`~fencedlease.lab.harness.schedule.Schedule` drawn from the run's seed:
-episodes one after the other, the faults of an episode each on a thread of its own, overlapping.
-Each fault is one ``fault`` operation in the history: ``invoke`` when it starts (``detail.fault``
-the kind, ``detail.target`` the worker it hits, if any, ``detail.index`` its place in the
-schedule) and ``ok`` when it has healed (``fail`` if it could not be done), with what it saw.
+process, acting on a [`Schedule`][fencedlease.lab.harness.schedule.Schedule] drawn from the run's
+seed: episodes one after the other, the faults of an episode each on a thread of its own,
+overlapping. Each fault is one ``fault`` operation in the history: ``invoke`` when it starts
+(``detail.fault`` the kind, ``detail.target`` the worker it hits, if any, ``detail.index`` its place
+in the schedule) and ``ok`` when it has healed (``fail`` if it could not be done), with what it saw.
 
-Kinds (:data:`FAULTS`):
+Kinds ([`FAULTS`][fencedlease.lab.harness.nemesis.FAULTS]):
 
-========================== ==================================================================
-``latency``                Toxiproxy ``latency`` toxic on the holder's proxy (ttl/4 ± ttl/10)
-``partition``              the holder's proxy disabled (listener and connections closed)
-``timeout``                Toxiproxy ``timeout`` 0 on the holder's proxy: a black hole
-``reset-peer``             Toxiproxy ``reset_peer``: the holder's connections get TCP RST
-``pause-holder``           SIGSTOP of the holder in its critical section, SIGCONT after (GC)
-``redis-pause``            SIGSTOP of redis-server, SIGCONT after
-``redis-restart-aof``      SIGKILL of redis-server and a restart that replays its AOF
-``redis-restart-nopersist`` the same with persistence off: Redis comes back empty
-``client-kill``            ``CLIENT KILL`` of every connection of the holder
-``script-flush``           ``SCRIPT FLUSH``: every cached Lua script is forgotten
-========================== ==================================================================
+|  |  |
+| --- | --- |
+| ``latency`` | Toxiproxy ``latency`` toxic on the holder's proxy (ttl/4 ± ttl/10) |
+| ``partition`` | the holder's proxy disabled (listener and connections closed) |
+| ``timeout`` | Toxiproxy ``timeout`` 0 on the holder's proxy: a black hole |
+| ``reset-peer`` | Toxiproxy ``reset_peer``: the holder's connections get TCP RST |
+| ``pause-holder`` | SIGSTOP of the holder in its critical section, SIGCONT after (GC) |
+| ``redis-pause`` | SIGSTOP of redis-server, SIGCONT after |
+| ``redis-restart-aof`` | SIGKILL of redis-server and a restart that replays its AOF |
+| ``redis-restart-nopersist`` | the same with persistence off: Redis comes back empty |
+| ``client-kill`` | ``CLIENT KILL`` of every connection of the holder |
+| ``script-flush`` | ``SCRIPT FLUSH``: every cached Lua script is forgotten |
 
 One Toxiproxy proxy per worker sits between it and Redis, so a network fault cuts off one worker
 alone. The victim of a fault is a worker index from the schedule (``holder`` in the table: an
 episode's lead waits for its victim to enter its critical section, which makes a stale write
 possible). Faults in force together compose: each undoes only its own doing (toxics are named
 by the fault's index; a proxy, a worker or Redis stopped twice comes back when the last of the
-two ends), and :meth:`Nemesis.heal_all` undoes whatever is left when the run ends.
+two ends), and [`Nemesis.heal_all`][fencedlease.lab.harness.nemesis.Nemesis.heal_all] undoes
+whatever is left when the run ends.
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ class FaultInfo:
     expects a new grant within ttl + margin after it heals); ``targets``: it hits one worker
     (the holder). ``server_wide``: it acts on the whole Redis server (its process, its script
     cache, its configuration), not only on the run's own keys, connections, proxies and worker
-    processes; such a fault runs only on a Redis the check started (see :data:`SERVER_WIDE`)."""
+    processes; such a fault runs only on a Redis the check started (see
+    [`SERVER_WIDE`][fencedlease.lab.harness.nemesis.SERVER_WIDE])."""
 
     needs: str | None
     disrupts: bool
@@ -125,8 +127,9 @@ DEFAULT_FAULTS: Final[tuple[str, ...]] = tuple(FAULTS)
 
 @attrs.frozen
 class FaultSpec:
-    """What a ``_do_<kind>`` method is given: ``kind`` (a key of :data:`FAULTS`) lasting
-    ``duration_s``; ``index``, its place in the schedule (it names the fault's toxics)."""
+    """What a ``_do_<kind>`` method is given: ``kind`` (a key of
+    [`FAULTS`][fencedlease.lab.harness.nemesis.FAULTS]) lasting ``duration_s``; ``index``, its place
+    in the schedule (it names the fault's toxics)."""
 
     kind: str
     duration_s: float
@@ -155,8 +158,9 @@ def fault_duration_s(kind: str, ttl_ms: int, heartbeat_ms: int) -> float:
 
 def left_out_faults(faults: Sequence[str], *, own_server: bool, allow: bool) -> list[str]:
     """The kinds of ``faults`` (in their order, each once) that must not run: the
-    :data:`SERVER_WIDE` ones when the lease Redis is not one the check started
-    (``own_server`` false) and the user did not ``allow`` server faults; else none."""
+    [`SERVER_WIDE`][fencedlease.lab.harness.nemesis.SERVER_WIDE] ones when the lease Redis is not
+    one the check started (``own_server`` false) and the user did not ``allow`` server faults; else
+    none."""
     if own_server or allow:
         return []
     return list(dict.fromkeys(kind for kind in faults if kind in SERVER_WIDE))
@@ -215,15 +219,17 @@ def unavailable_reason(kind: str, env: NemesisEnv) -> str | None:
 
 
 class Nemesis:
-    """Runs a :class:`~fencedlease.lab.harness.schedule.Schedule` on a thread of its own.
+    """Runs a [`Schedule`][fencedlease.lab.harness.schedule.Schedule] on a thread of its own.
 
     Episodes run one after the other, each at its planned time or the schedule's gap after the
     previous one ended, whichever is later. The lead of an episode waits (at most
     ``schedule.aim_ms``) for its victim to be in its critical section; each fault of the episode
     then starts ``offset_ms`` after the lead began, on a thread of its own, and heals after its
     ``duration_ms``, independently of the others. An episode that would not end before
-    ``end_mono`` minus the gap is skipped, its faults listed in :attr:`skipped`.
-    :meth:`heal_all` undoes whatever is still in force (it is also run when the nemesis stops).
+    ``end_mono`` minus the gap is skipped, its faults listed in
+    [`skipped`][fencedlease.lab.harness.nemesis.Nemesis.skipped].
+    [`heal_all`][fencedlease.lab.harness.nemesis.Nemesis.heal_all] undoes whatever is still in force
+    (it is also run when the nemesis stops).
     """
 
     def __init__(self, env: NemesisEnv, schedule: Schedule) -> None:

@@ -1,5 +1,5 @@
 """The report of a run: a summary on the console (rich), ``report.json``, and ``timeline.png``
-(drawn by :mod:`~fencedlease.lab.harness.timeline`).
+(drawn by [`timeline`][fencedlease.lab.harness.timeline]).
 
 The summary: the properties table, the counts, the findings and notes (each once), then each
 violation numbered (the numbers of ``timeline.png``) with the history events that prove it (line,
@@ -30,8 +30,8 @@ def report_dict(result: CheckResult) -> dict[str, Any]:
     """Everything ``report.json`` holds: the checker's report plus the verdict (``pass``,
     ``fail``, ``inconclusive``) and exit code, why the run proved nothing (``inconclusive``), the
     faults ``left_out`` of the schedule, the run's settings (URLs redacted:
-    :func:`fencedlease.redact_url`), notes, seed, the ``schedule`` planned
-    (:meth:`~fencedlease.lab.harness.schedule.Schedule.to_dict`) and files."""
+    [`fencedlease.redact_url`][]), notes, seed, the ``schedule`` planned
+    ([`to_dict`][fencedlease.lab.harness.schedule.Schedule.to_dict]) and files."""
     config = attrs.asdict(result.config)
     config["out_dir"] = str(config["out_dir"])
     for field in ("redis_url", "resource_url"):  # a password never reaches the report
@@ -60,7 +60,8 @@ def report_dict(result: CheckResult) -> dict[str, Any]:
 
 
 def write_report_json(path: str | Path, result: CheckResult) -> None:
-    """Write :func:`report_dict` to ``path`` (indented JSON)."""
+    """Write [`report_dict`][fencedlease.lab.harness.report.report_dict] to ``path`` (indented
+    JSON)."""
     Path(path).write_text(json.dumps(report_dict(result), indent=2, default=str) + "\n", "utf-8")
 
 

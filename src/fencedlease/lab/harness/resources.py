@@ -1,9 +1,11 @@
-"""Where the workload's counter lives: three storage adapters behind one :class:`CounterStore`.
+"""Where the workload's counter lives: three storage adapters behind one
+[`CounterStore`][fencedlease.lab.harness.resources.CounterStore].
 
-``sqlite`` (a file; the default), ``redis`` (a :class:`RedisFencedResource`) and ``postgres``.
-The SQL ones fence with :func:`fencedlease.db.fence_guard` inside each access's transaction,
-which also refuses a duplicate token from a different lease; a plain access (``fenced=False``)
-checks nothing. Each process opens its own handle with :func:`open_store`.
+``sqlite`` (a file; the default), ``redis`` (a
+[`RedisFencedResource`][fencedlease.RedisFencedResource]) and ``postgres``. The SQL ones fence with
+[`fencedlease.db.fence_guard`][] inside each access's transaction, which also refuses a duplicate
+token from a different lease; a plain access (``fenced=False``) checks nothing. Each process opens
+its own handle with [`open_store`][fencedlease.lab.harness.resources.open_store].
 """
 
 from __future__ import annotations
@@ -53,8 +55,9 @@ class ResourceSpec:
 
 class CounterStore(Protocol):
     """One process's handle on the counter. ``read``/``write`` fence with ``lease`` when told;
-    both raise :class:`StaleTokenError` when refused and :class:`BackendError` when the store
-    fails (the write's effect is then unknown)."""
+    both raise [`StaleTokenError`][fencedlease.StaleTokenError] when refused and
+    [`BackendError`][fencedlease.BackendError] when the store fails (the write's effect is then
+    unknown)."""
 
     def read(self, lease: Lease, *, fenced: bool) -> int: ...
 
@@ -197,7 +200,8 @@ class _PostgresStore:
 
 
 class _RedisStore:
-    """The counter in Redis as a :class:`RedisFencedResource` string; plain GET/SET unfenced."""
+    """The counter in Redis as a [`RedisFencedResource`][fencedlease.RedisFencedResource] string;
+    plain GET/SET unfenced."""
 
     def __init__(self, spec: ResourceSpec) -> None:
         self._client = redis.Redis.from_url(

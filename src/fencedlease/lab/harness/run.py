@@ -1,26 +1,28 @@
 """One run of the harness: servers, proxies, workers, the nemesis, the history, the verdict.
 
-:func:`run_check` is what ``fencedlease check`` calls::
+[`run_check`][fencedlease.lab.harness.run_check] is what ``fencedlease check`` calls:
 
-    from fencedlease.lab.harness.run import CheckConfig, run_check
+```
+from fencedlease.lab.harness.run import CheckConfig, run_check
 
-    result = run_check(CheckConfig(duration_s=30, mode="fenced"))
-    result.report.valid          # no violation
-    result.history_path          # <out>/history.jsonl; also report.json and timeline.png
+result = run_check(CheckConfig(duration_s=30, mode="fenced"))
+result.report.valid          # no violation
+result.history_path          # <out>/history.jsonl; also report.json and timeline.png
+```
 
 By default it starts its own redis-server (AOF on, ``appendfsync always``), so every nemesis is
 available, including the Redis process ones. With ``redis_url`` it uses that server, acts only
 on what the run made there (its keys under its random prefix, deleted when the run ends; its
 workers' connections) and leaves out the faults that act on the whole server
-(:data:`~fencedlease.lab.harness.nemesis.SERVER_WIDE`) unless ``allow_server_faults``; the
+([`SERVER_WIDE`][fencedlease.lab.harness.nemesis.SERVER_WIDE]) unless ``allow_server_faults``; the
 report says so. A run that proved nothing (no grant, no accepted access, no fault injected
 though some were asked for) lists why in ``CheckResult.inconclusive``. Toxiproxy is
-found by :func:`fencedlease.lab.servers.toxiproxy.toxiproxy_endpoint` (a real server when there is
+found by [`fencedlease.lab.servers.toxiproxy.toxiproxy_endpoint`][] (a real server when there is
 one, else the embedded one); one proxy per worker.
 
-Every process started here is stopped before :func:`run_check` returns or raises: workers get
-SIGCONT, then the stop event, then SIGTERM, then SIGKILL, each bounded in time; servers are
-closed by their context managers.
+Every process started here is stopped before [`run_check`][fencedlease.lab.harness.run_check]
+returns or raises: workers get SIGCONT, then the stop event, then SIGTERM, then SIGKILL, each
+bounded in time; servers are closed by their context managers.
 """
 
 from __future__ import annotations
@@ -99,9 +101,10 @@ def run_check(
 ) -> CheckResult:
     """Run the workload under the faults, then check the history and write the report files.
 
-    ``on_progress`` is called about five times a second with a :class:`Progress`. Raises
-    ``ValueError`` for a bad config, :class:`~fencedlease.lab.servers.redis.RedisUnavailable` when
-    no Redis can be started; faults that cannot run are skipped and noted, not raised.
+    ``on_progress`` is called about five times a second with a
+    [`Progress`][fencedlease.lab.harness.run.Progress]. Raises ``ValueError`` for a bad config,
+    [`RedisUnavailable`][fencedlease.lab.servers.redis.RedisUnavailable] when no Redis can be
+    started; faults that cannot run are skipped and noted, not raised.
     """
     run = _begin(config)
     with ExitStack() as stack:
@@ -146,8 +149,9 @@ def _begin(config: CheckConfig) -> _Run:
     """Check the config and the targets (no I/O but the SQLite check), then claim ``out_dir``.
 
     Raises:
-        ValueError: a bad config; :class:`UnsafeTargetError` (a ``ValueError``) for a target
-            holding data the check did not write, before anything is written.
+        ValueError: a bad config;
+            [`UnsafeTargetError`][fencedlease.lab.harness.run.UnsafeTargetError] (a ``ValueError``)
+            for a target holding data the check did not write, before anything is written.
     """
     if config.workers < 2:
         raise ValueError("workers must be at least 2 (a lease needs someone to take it over)")

@@ -1,24 +1,28 @@
 """The fault schedule: which faults a run injects, on whom, when and for how long. Pure: no I/O.
 
-:func:`draw_schedule` turns a seed into a :class:`Schedule`: the same seed and settings give the
-same schedule, byte for byte (:meth:`Schedule.to_json`), so a run can be replayed
-(``fencedlease check --replay report.json``). Every kind asked for appears once per time it is
-asked for, in a random order, grouped into *episodes* that run one after the other:
+[`draw_schedule`][fencedlease.lab.harness.schedule.draw_schedule] turns a seed into a
+[`Schedule`][fencedlease.lab.harness.schedule.Schedule]: the same seed and settings give the same
+schedule, byte for byte ([`Schedule.to_json`][fencedlease.lab.harness.schedule.Schedule.to_json]),
+so a run can be replayed (``fencedlease check --replay report.json``). Every kind asked for appears
+once per time it is asked for, in a random order, grouped into *episodes* that run one after the
+other:
 
 - an episode's first fault, its *lead*, is *aimed*: when its time comes the nemesis waits (at
-  most :attr:`Schedule.aim_ms`) for its victim, a worker index drawn here, to enter its critical
-  section (for a fault with no victim: for any worker to be there), so that it hits a holder;
+  most [`Schedule.aim_ms`][fencedlease.lab.harness.schedule.Schedule.aim_ms]) for its victim, a
+  worker index drawn here, to enter its critical section (for a fault with no victim: for any worker
+  to be there), so that it hits a holder;
 - the others start ``offset_ms`` after the lead began, inside the lead's window, whatever their
   victims are doing then: they *overlap* the lead (a latency toxic during a partition, a pause
   of a worker during a Redis restart, a Redis restart during a Redis pause).
 
-Which kinds may be in force at once is :func:`may_overlap`'s rule; a kind it does not know
-overlaps nothing (it always leads an episode of its own). ``redis-restart-nopersist`` comes
-last, alone: after it the resource refuses the new, lower tokens for the rest of the run.
+Which kinds may be in force at once is
+[`may_overlap`][fencedlease.lab.harness.schedule.may_overlap]'s rule; a kind it does not know
+overlaps nothing (it always leads an episode of its own). ``redis-restart-nopersist`` comes last,
+alone: after it the resource refuses the new, lower tokens for the rest of the run.
 
-Durations are drawn around :func:`~fencedlease.lab.harness.nemesis.fault_duration_s` (from it
-to 11/8 of it); instants stay instants. An episode starts a gap of one ttl after the previous
-one ended, so recovery from it can be seen before the next begins.
+Durations are drawn around [`fault_duration_s`][fencedlease.lab.harness.nemesis.fault_duration_s]
+(from it to 11/8 of it); instants stay instants. An episode starts a gap of one ttl after the
+previous one ended, so recovery from it can be seen before the next begins.
 
 Jepsen's generators schedule faults the same way: a seeded random mix, recorded with the run.
 """
@@ -95,10 +99,10 @@ def worker_seed(seed: int, index: int) -> int:
 
 @attrs.frozen
 class PlannedFault:
-    """One fault of a :class:`Schedule`.
+    """One fault of a [`Schedule`][fencedlease.lab.harness.schedule.Schedule].
 
     ``index``: its place in the schedule (it also names its toxics). ``kind``: a key of
-    :data:`~fencedlease.lab.harness.nemesis.FAULTS`. ``target``: the victim's worker index, or
+    [`FAULTS`][fencedlease.lab.harness.nemesis.FAULTS]. ``target``: the victim's worker index, or
     None for a fault with no victim. ``episode``: the episode it belongs to. ``offset_ms``:
     milliseconds after its episode's lead began (0 for the lead). ``duration_ms``: how long it
     is in force (0: an instant). ``start_ms``: its planned start, milliseconds after the run
@@ -177,8 +181,8 @@ class Schedule:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Schedule:
-        """Read :meth:`to_dict`'s shape back. Raises ``ValueError`` for a missing field, an
-        unknown kind or a victim out of range."""
+        """Read [`to_dict`][fencedlease.lab.harness.schedule.Schedule.to_dict]'s shape back. Raises
+        ``ValueError`` for a missing field, an unknown kind or a victim out of range."""
         try:
             faults = tuple(PlannedFault(**fault) for fault in data["faults"])
             schedule = cls(**{**data, "faults": faults})

@@ -1,13 +1,13 @@
 """Synthetic histories of a healthy fenced run over many keys, for benchmarks and tests.
 
-:func:`synthetic_history` simulates ``workers`` workers taking leases on ``keys`` keys chosen at
-random: each cycle is an ``acquire`` (waiting while another worker holds the key), renewals every
-heartbeat while the body runs, a fenced ``read`` and ``write`` (an increment of the key's
-counter), the ``release`` and the ``hold``'s end, recorded exactly as the workload records them
-(:mod:`~fencedlease.lab.harness.workload`), with the deadlines mutual exclusion is judged on. The
-``faults`` are recorded as the nemesis records them but do nothing: the history passes every
-property (the checker must say so), and a test plants what it wants to see caught on top.
-Pure: no I/O, no clock; the same arguments give the same history.
+[`synthetic_history`][fencedlease.lab.harness.synthetic.synthetic_history] simulates ``workers``
+workers taking leases on ``keys`` keys chosen at random: each cycle is an ``acquire`` (waiting while
+another worker holds the key), renewals every heartbeat while the body runs, a fenced ``read`` and
+``write`` (an increment of the key's counter), the ``release`` and the ``hold``'s end, recorded
+exactly as the workload records them ([`workload`][fencedlease.lab.harness.workload]), with the
+deadlines mutual exclusion is judged on. The ``faults`` are recorded as the nemesis records them but
+do nothing: the history passes every property (the checker must say so), and a test plants what it
+wants to see caught on top. Pure: no I/O, no clock; the same arguments give the same history.
 """
 
 from __future__ import annotations

@@ -7,17 +7,19 @@ on the x axis, in three bands:
   so that each stays visible; a dashed line for an instant fault. Redis-wide faults are also
   shaded across the lanes and the overview (a dashed line for an instant one), a fault aimed at
   a worker only where that worker held a key of a lane while it lasted;
-- **lanes**: one row per key where something happened (:func:`choose_lanes`): a violation, a lost
-  lease, or a fault's victim (a lease held by the worker a fault hit). On a lane: a bar per lease
-  from the grant to the end of the hold, green (ended normally), red (``LeaseLostError``), orange
+- **lanes**: one row per key where something happened
+  ([`choose_lanes`][fencedlease.lab.harness.timeline.choose_lanes]): a violation, a lost lease, or a
+  fault's victim (a lease held by the worker a fault hit). On a lane: a bar per lease from the grant
+  to the end of the hold, green (ended normally), red (``LeaseLostError``), orange
   (``StaleTokenError``) or grey (another error), labelled with worker and token where it is wide
-  enough; a black tick where the holder was told its lease was lost; a red cross for an access
-  the resource refused, a grey ``?`` for one of unknown outcome; each violation a red star
-  numbered as in the console's list (the ones without a time at the right edge);
+  enough; a black tick where the holder was told its lease was lost; a red cross for an access the
+  resource refused, a grey ``?`` for one of unknown outcome; each violation a red star numbered as
+  in the console's list (the ones without a time at the right edge);
 - **overview**: every other key, one thin row each, shaded by how much of each time slice its
   lease was held (a heat map), with the Redis-wide faults shaded across it.
 
-A history with at most :data:`ALL_LANES_UP_TO` keys gets a lane for every key.
+A history with at most [`ALL_LANES_UP_TO`][fencedlease.lab.harness.timeline.ALL_LANES_UP_TO] keys
+gets a lane for every key.
 """
 
 from __future__ import annotations
@@ -85,9 +87,9 @@ class Lane:
 
 @attrs.frozen
 class TimelineLayout:
-    """What :func:`draw_timeline` drew: the ``lanes``, the ``overview`` keys, the fault rows
-    (``fault_levels``: the row of each fault, in order of start) and how long drawing took
-    (``seconds``)."""
+    """What [`draw_timeline`][fencedlease.lab.harness.report.draw_timeline] drew: the ``lanes``, the
+    ``overview`` keys, the fault rows (``fault_levels``: the row of each fault, in order of start)
+    and how long drawing took (``seconds``)."""
 
     lanes: tuple[Lane, ...]
     overview: tuple[str | None, ...]
@@ -120,7 +122,7 @@ def choose_lanes(
 
     A key gets a lane when one of the report's violations names it, a lease of it was lost
     (a loss notice, or a hold ending in ``LeaseLostError``/``StaleTokenError``), or a fault aimed
-    at a worker hit it (:func:`_victims`). Beyond ``max_lanes`` the keys with violations come
+    at a worker hit it (`_victims`). Beyond ``max_lanes`` the keys with violations come
     first, then those with losses, then victims, each by the number of events of that kind.
     """
     keys = {g.key for g in data.grants} | {a.key for a in data.accesses}
@@ -326,7 +328,7 @@ def _shade_wide_faults(axes: Sequence[Axes], data: Extracted, end: float) -> Non
 
 def draw_timeline(events: Sequence[Event], report: CheckReport, path: str | Path) -> TimelineLayout:
     """Draw the run as a PNG at ``path`` (see the module docstring for the legend) and return
-    the :class:`TimelineLayout` drawn."""
+    the [`TimelineLayout`][fencedlease.lab.harness.timeline.TimelineLayout] drawn."""
     import time
 
     import matplotlib

@@ -1,10 +1,11 @@
 """The workload: N worker processes doing a fenced read-modify-write of one counter under a lease.
 
-Each worker loops: take the lease on the shared key with :meth:`LeaseManager.hold` (renewed in the
-background), read the counter, sleep ``body_ms`` inside the critical section, write the value read
-plus one, leave the ``with`` block. Every step is an invoke/completion pair in the worker's own
-history file (:mod:`fencedlease.lab.harness.history`). A watcher thread records the moment the
-library declares the lease lost (``lease-lost``), which is how the checker times loss notices.
+Each worker loops: take the lease on the shared key with
+[`LeaseManager.hold`][fencedlease.LeaseManager.hold] (renewed in the background), read the counter,
+sleep ``body_ms`` inside the critical section, write the value read plus one, leave the ``with``
+block. Every step is an invoke/completion pair in the worker's own history file
+([`fencedlease.lab.harness.history`][]). A watcher thread records the moment the library declares
+the lease lost (``lease-lost``), which is how the checker times loss notices.
 
 The body deliberately does not call ``lease.check()`` before writing: a check proves nothing about
 the instant of the write, because a pause (GC, SIGSTOP, a swapped-out VM) can fall between the two
@@ -19,11 +20,12 @@ Modes (what the resource checks):
   ``docs/harness.md``: a stale write lands between the new holder's read and its write);
 - ``unfenced``: leases only; the resource checks nothing.
 
-The counter lives in one of the resources of :mod:`fencedlease.lab.harness.resources` (SQLite,
+The counter lives in one of the resources of [`fencedlease.lab.harness.resources`][] (SQLite,
 PostgreSQL or Redis), each opened by the worker for itself.
 
 Workers are started with the ``spawn`` context, so everything handed to them is picklable:
-:class:`WorkerConfig`, the shared :class:`Board` arrays and a stop event.
+[`WorkerConfig`][fencedlease.lab.harness.workload.WorkerConfig], the shared
+[`Board`][fencedlease.lab.harness.workload.Board] arrays and a stop event.
 """
 
 from __future__ import annotations
@@ -80,10 +82,11 @@ _FIELDS: Final = (
 
 
 class Board:
-    """Per-worker counters in shared memory: ``pid``, ``phase`` (an index into :data:`PHASES`),
-    ``since`` (when the phase began: :func:`time.monotonic` in milliseconds), ``token`` (held
-    now, 0 when none), and running totals ``grants``, ``acked`` (acknowledged
-    writes), ``refused`` (accesses refused as stale), ``lost`` (leases lost), ``errors``.
+    """Per-worker counters in shared memory: ``pid``, ``phase`` (an index into
+    [`PHASES`][fencedlease.lab.harness.workload.PHASES]), ``since`` (when the phase began:
+    `time.monotonic` in milliseconds), ``token`` (held now, 0 when none), and running totals
+    ``grants``, ``acked`` (acknowledged writes), ``refused`` (accesses refused as stale), ``lost``
+    (leases lost), ``errors``.
 
     Made in the parent with a multiprocessing context and handed to the workers; reads are
     unlocked snapshots (good enough to pick a victim or draw progress).

@@ -1,9 +1,9 @@
 """The properties the checker judges, one module each, and their registry.
 
-A property is a module with a ``PROPERTY`` (:class:`~._base.Property`): its key, letter, title
-and ``check`` (a :class:`~._base.Context` in, an :class:`~._base.Outcome` out). A new property
-is one module here plus its name in :data:`MODULES`; the checker runs them in that order and
-``report.json`` lists them so.
+A property is a module with a ``PROPERTY`` ([`Property`][._base.Property]): its key, letter, title
+and ``check`` (a [`Context`][._base.Context] in, an [`Outcome`][._base.Outcome] out). A new property
+is one module here plus its name in [`MODULES`][fencedlease.lab.harness.properties.MODULES]; the
+checker runs them in that order and ``report.json`` lists them so.
 """
 
 from __future__ import annotations

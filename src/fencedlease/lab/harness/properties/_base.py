@@ -1,7 +1,7 @@
 """What every property shares: the parameters, the verdict types, and the context a check reads.
 
-A property is a :class:`Property`: a key, a letter, a title and a ``check`` that reads a
-:class:`Context` and returns an :class:`Outcome` (cases checked, violations, a note, findings,
+A property is a `Property`: a key, a letter, a title and a ``check`` that reads a
+`Context` and returns an `Outcome` (cases checked, violations, a note, findings,
 extra report fields). Pure: no I/O.
 """
 

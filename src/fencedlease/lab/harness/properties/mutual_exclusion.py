@@ -1,5 +1,5 @@
 """Property ``f``, ``mutual-exclusion``: the lock itself, key by key
-(:mod:`~fencedlease.lab.harness.mutex` does the work).
+([`mutex`][fencedlease.lab.harness.mutex] does the work).
 
 Fencing hides a broken lease from the data checks: the claims of different grants of one key
 (grant to last confirmed deadline, cut short by the release or a loss notice) never overlap; a

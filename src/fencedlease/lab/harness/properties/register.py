@@ -1,5 +1,5 @@
 """Property ``g``, ``linearizable-register``: the data, key by key
-(:mod:`~fencedlease.lab.harness.linearizable` does the work).
+([`linearizable`][fencedlease.lab.harness.linearizable] does the work).
 
 Every key of the resource behaves as a fenced register, one linearization explaining every
 read's value and every access's acceptance or refusal, unknown outcomes taken as maybe-applied
