@@ -39,8 +39,8 @@ class AsyncSqliteBackend:
 
     Raises:
         ValidationError: as [`SqliteBackend`][fencedlease.SqliteBackend].
-        BackendError: as [`SqliteBackend`][fencedlease.SqliteBackend]; opening the file fails at the
-        first operation.
+        BackendError: as [`SqliteBackend`][fencedlease.SqliteBackend]; opening the file fails
+            at the first operation.
     """
 
     def __init__(
