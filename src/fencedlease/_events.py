@@ -1,12 +1,13 @@
 """Lease events: what a manager tells an ``on_event`` hook, and how it is called. No I/O.
 
-Both faces (:class:`~fencedlease.LeaseManager`, :class:`~fencedlease.aio.AsyncLeaseManager`) make
-the same :class:`LeaseEvent` at the same points: the end of an acquire call, each lease's outcome
-in a background renewal batch, a release going out and its reply, and a loss. The hook is called
-synchronously, on the thread (or in the task) that saw the event, never while the sync renewer
-holds its lock (:func:`deferred`): keep it short, it delays what comes after it. An
-``Exception`` it raises is logged and ignored; anything else (``KeyboardInterrupt``,
-``SystemExit``) propagates, as with ``on_renew_error``.
+Both faces ([`LeaseManager`][fencedlease.LeaseManager],
+[`AsyncLeaseManager`][fencedlease.aio.AsyncLeaseManager]) make the same
+[`LeaseEvent`][fencedlease.LeaseEvent] at the same points: the end of an acquire call, each lease's
+outcome in a background renewal batch, a release going out and its reply, and a loss. The hook is
+called synchronously, on the thread (or in the task) that saw the event, never while the sync
+renewer holds its lock (`deferred`): keep it short, it delays what comes after it. An ``Exception``
+it raises is logged and ignored; anything else (``KeyboardInterrupt``, ``SystemExit``) propagates,
+as with ``on_renew_error``.
 
 The idea of recording every step a client was told, with its timing, for a checker to judge
 afterwards is Jepsen's history (Kingsbury); the claim a lease holder may make from it (from the
@@ -92,7 +93,8 @@ class LeaseEvent:
 
 
 EventHook = Callable[[LeaseEvent], object]
-"""The ``on_event`` hook's type: called with each :class:`LeaseEvent`; its result is ignored."""
+"""The ``on_event`` hook's type: called with each [`LeaseEvent`][fencedlease.LeaseEvent]; its result
+is ignored."""
 
 
 def check_event_hook(value: object) -> EventHook | None:
@@ -116,7 +118,7 @@ _pending: ContextVar[list[tuple[EventHook, LeaseEvent]] | None] = ContextVar(
 
 
 def emit(hook: EventHook | None, event: LeaseEvent) -> None:
-    """Hand ``event`` to ``hook`` (nothing when None), or to the :func:`deferred` block around
+    """Hand ``event`` to ``hook`` (nothing when None), or to the `deferred` block around
     this call. An ``Exception`` the hook raises is logged and ignored."""
     if hook is None:
         return
@@ -174,7 +176,7 @@ def describe(error: BaseException) -> str:
 
 
 def watch(state: LeaseState, hook: EventHook | None, clock: Clock) -> None:
-    """Make ``state`` report to ``hook``: its releases (see :func:`release_sent`), its renewals,
+    """Make ``state`` report to ``hook``: its releases (see `release_sent`), its renewals,
     and its loss (a listener on the state)."""
     if hook is None:
         return
@@ -195,7 +197,7 @@ def acquire_ended(
     error: BaseException | None = None,
 ) -> None:
     """Report the end of an acquire call: granted (``state``, which then reports to ``hook``,
-    :func:`watch`), not granted, or ``error``."""
+    `watch`), not granted, or ``error``."""
     if hook is None:
         return
     now = clock.monotonic()

@@ -1,12 +1,12 @@
-"""The asyncio worker: :data:`~fencedlease.lab.harness.workload.THREADS` tasks sharing one
-:class:`~fencedlease.aio.AsyncLeaseManager`, each doing the cycle of
-:mod:`~fencedlease.lab.harness.workload` (pick a key, hold its lease, read, sleep, write).
+"""The asyncio worker: [`THREADS`][fencedlease.lab.harness.workload.THREADS] tasks sharing one
+[`AsyncLeaseManager`][fencedlease.aio.AsyncLeaseManager], each doing the cycle of
+[`workload`][fencedlease.lab.harness.workload] (pick a key, hold its lease, read, sleep, write).
 
 The counter stores are blocking (sqlite3, psycopg, redis-py), so each task has its own store in
 a thread of its own (opened there: an SQLite connection may be used only in the thread that made
 it) and runs its accesses there; the lease (acquire, renewals, release)
 is the asyncio face's own. Lease events go into the history through the same
-:class:`~fencedlease.lab.harness.workload.Recorder` as the sync workers'.
+[`Recorder`][fencedlease.lab.harness.recorder.Recorder] as the sync workers'.
 """
 
 from __future__ import annotations

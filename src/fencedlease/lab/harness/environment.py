@@ -1,7 +1,7 @@
 """The servers a run of ``fencedlease check`` needs: the Redis the leases live in, the resource
 the counter lives in (marked as the check's, counter at 0) and one Toxiproxy proxy per worker.
 
-Each is entered on the run's :class:`~contextlib.ExitStack`, so it is stopped (or its proxy
+Each is entered on the run's `ExitStack`, so it is stopped (or its proxy
 destroyed) when the run ends; what cannot be had is noted in ``notes``, not raised, where the run
 can go on without it.
 """

@@ -24,7 +24,7 @@ promise, from what each worker was told:
     the holder). A loss with none means the library let a healthy lease expire. Losses because
     the manager was closed (the run stopping) are not losses of this kind.
 
-The events read (the history's :class:`~fencedlease.lab.harness.history.Event`):
+The events read (the history's [`Event`][fencedlease.lab.harness.Event]):
 
 - ``acquire`` ``invoke`` (``key``) and ``ok`` (``token``; ``detail.deadline``: the confirmed
   deadline, monotonic seconds). Without ``detail.deadline`` the deadline is bounded below by the
@@ -244,8 +244,9 @@ class _Facts:
 
 
 def claims_from_history(events: Sequence[Event], *, ttl_ms: int) -> tuple[list[Claim], int]:
-    """Every grant's :class:`Claim` (ordered by start), and how many grants had none (their hold
-    ended with no release time or body end recorded, so the claim's end is unknown)."""
+    """Every grant's [`Claim`][fencedlease.lab.harness.mutex.Claim] (ordered by start), and how many
+    grants had none (their hold ended with no release time or body end recorded, so the claim's end
+    is unknown)."""
     return _claims(_Facts(events), ttl_ms)
 
 
@@ -295,8 +296,9 @@ def check_mutex(
 ) -> MutexCheck:
     """Check the three promises of the module docstring on a merged history.
 
-    ``ttl_ms`` / ``heartbeat_ms``: the run's (milliseconds). Returns a :class:`MutexCheck`;
-    a part the history has no events for is named in ``not_judged``, never passed silently.
+    ``ttl_ms`` / ``heartbeat_ms``: the run's (milliseconds). Returns a
+    [`MutexCheck`][fencedlease.lab.harness.mutex.MutexCheck]; a part the history has no events for
+    is named in ``not_judged``, never passed silently.
     """
     facts = _Facts(events)
     issues: list[MutexIssue] = []

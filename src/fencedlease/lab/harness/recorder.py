@@ -1,6 +1,6 @@
-"""The check's lease events: :class:`Recorder`, a manager's ``on_event`` hook that writes what
-the library told a worker about its leases into the worker's history (read by
-:mod:`~fencedlease.lab.harness.mutex`)."""
+"""The check's lease events: [`Recorder`][fencedlease.lab.harness.recorder.Recorder], a manager's
+``on_event`` hook that writes what the library told a worker about its leases into the worker's
+history (read by [`mutex`][fencedlease.lab.harness.mutex])."""
 
 from __future__ import annotations
 
@@ -19,11 +19,13 @@ _acquiring: ContextVar[Operation | None] = ContextVar("fencedlease_check_acquiri
 
 
 class Recorder:
-    """A manager's ``on_event`` hook that writes every :class:`LeaseEvent` into the history:
+    """A manager's ``on_event`` hook that writes every [`LeaseEvent`][fencedlease.LeaseEvent] into
+    the history:
 
     - ``acquire``: completes the acquire operation of the thread or task that is acquiring
-      (:meth:`expect`): ``ok`` (``token``, ``detail.deadline``: the confirmed deadline),
-      ``fail`` (``not-acquired``) or ``info`` (an error);
+      ([`expect`][fencedlease.lab.harness.recorder.Recorder.expect]): ``ok`` (``token``,
+      ``detail.deadline``: the confirmed deadline), ``fail`` (``not-acquired``) or ``info`` (an
+      error);
     - ``renew``: ``ok`` with ``detail.deadline`` (confirmed), ``fail`` with outcome ``refused``
       (a 0 reply; ``info`` ``refused-while-releasing`` once the release was sent, since the
       release's reply decides then), ``info`` (an error, or a late confirmation);

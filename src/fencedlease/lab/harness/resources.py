@@ -1,9 +1,11 @@
-"""Where the workload's counter lives: three storage adapters behind one :class:`CounterStore`.
+"""Where the workload's counter lives: three storage adapters behind one
+[`CounterStore`][fencedlease.lab.harness.resources.CounterStore].
 
-``sqlite`` (a file; the default), ``redis`` (a :class:`RedisFencedResource`) and ``postgres``.
-The SQL ones fence with :func:`fencedlease.db.fence_guard` inside each access's transaction,
-which also refuses a duplicate token from a different lease; a plain access (``fenced=False``)
-checks nothing. Each process opens its own handle with :func:`open_store`.
+``sqlite`` (a file; the default), ``redis`` (a
+[`RedisFencedResource`][fencedlease.RedisFencedResource]) and ``postgres``. The SQL ones fence with
+[`fencedlease.db.fence_guard`][] inside each access's transaction, which also refuses a duplicate
+token from a different lease; a plain access (``fenced=False``) checks nothing. Each process opens
+its own handle with [`open_store`][fencedlease.lab.harness.resources.open_store].
 """
 
 from __future__ import annotations
@@ -46,7 +48,9 @@ _ROW_ID: Final = 1
 class ResourceSpec:
     """Where the counter lives: ``kind`` and ``target`` (an SQLite path, a Redis URL, a
     PostgreSQL DSN); ``name`` is the fenced resource's name (the guard row, the Redis key).
-    ``keys``: the lease keys, one counter each (:meth:`slot`); empty: one counter for any key."""
+    ``keys``: the lease keys, one counter each
+    ([`slot`][fencedlease.lab.harness.resources.ResourceSpec.slot]); empty: one counter for any
+    key."""
 
     kind: ResourceKind
     target: str
@@ -61,14 +65,16 @@ class ResourceSpec:
         return (self.name if index == 0 else f"{self.name}:{index}"), index + 1
 
     def slots(self) -> list[tuple[str, int]]:
-        """Every counter's :meth:`slot`, in the order of ``keys``."""
+        """Every counter's [`slot`][fencedlease.lab.harness.resources.ResourceSpec.slot], in the
+        order of ``keys``."""
         return [self.slot(key) for key in self.keys] or [self.slot(None)]
 
 
 class CounterStore(Protocol):
     """One process's handle on the counter. ``read``/``write`` fence with ``lease`` when told;
-    both raise :class:`StaleTokenError` when refused and :class:`BackendError` when the store
-    fails (the write's effect is then unknown)."""
+    both raise [`StaleTokenError`][fencedlease.StaleTokenError] when refused and
+    [`BackendError`][fencedlease.BackendError] when the store fails (the write's effect is then
+    unknown)."""
 
     def read(self, lease: Lease, *, fenced: bool) -> int: ...
 
@@ -216,7 +222,8 @@ class _PostgresStore:
 
 
 class _RedisStore:
-    """The counter in Redis as a :class:`RedisFencedResource` string; plain GET/SET unfenced."""
+    """The counter in Redis as a [`RedisFencedResource`][fencedlease.RedisFencedResource] string;
+    plain GET/SET unfenced."""
 
     def __init__(self, spec: ResourceSpec) -> None:
         self._client = redis.Redis.from_url(

@@ -1,26 +1,28 @@
 """One run of the harness: servers, proxies, workers, the nemesis, the history, the verdict.
 
-:func:`run_check` is what ``fencedlease check`` calls::
+[`run_check`][fencedlease.lab.harness.run_check] is what ``fencedlease check`` calls:
 
-    from fencedlease.lab.harness.run import CheckConfig, run_check
+```
+from fencedlease.lab.harness.run import CheckConfig, run_check
 
-    result = run_check(CheckConfig(duration_s=30, mode="fenced"))
-    result.report.valid          # no violation
-    result.history_path          # <out>/history.jsonl; also report.json and timeline.png
+result = run_check(CheckConfig(duration_s=30, mode="fenced"))
+result.report.valid          # no violation
+result.history_path          # <out>/history.jsonl; also report.json and timeline.png
+```
 
 By default it starts its own redis-server (AOF on, ``appendfsync always``), so every nemesis is
 available, including the Redis process ones. With ``redis_url`` it uses that server, acts only
 on what the run made there (its keys under its random prefix, deleted when the run ends; its
 workers' connections) and leaves out the faults that act on the whole server
-(:data:`~fencedlease.lab.harness.nemesis.SERVER_WIDE`) unless ``allow_server_faults``; the
+([`SERVER_WIDE`][fencedlease.lab.harness.nemesis.SERVER_WIDE]) unless ``allow_server_faults``; the
 report says so. A run that proved nothing (no grant, no accepted access, no fault injected
 though some were asked for) lists why in ``CheckResult.inconclusive``. Toxiproxy is
-found by :func:`fencedlease.lab.servers.toxiproxy.toxiproxy_endpoint` (a real server when there is
+found by [`fencedlease.lab.servers.toxiproxy.toxiproxy_endpoint`][] (a real server when there is
 one, else the embedded one); one proxy per worker.
 
-Every process started here is stopped before :func:`run_check` returns or raises: workers get
-SIGCONT, then the stop event, then SIGTERM, then SIGKILL, each bounded in time; servers are
-closed by their context managers.
+Every process started here is stopped before [`run_check`][fencedlease.lab.harness.run_check]
+returns or raises: workers get SIGCONT, then the stop event, then SIGTERM, then SIGKILL, each
+bounded in time; servers are closed by their context managers.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ from .environment import (
 )
 from .history import Event, HistoryWriter, merge_histories
 from .model import CheckConfig, CheckResult
-from .nemesis import FaultSpec, Nemesis, NemesisEnv, fault_duration_s, left_out_faults
+from .nemesis import Nemesis, NemesisEnv, left_out_faults
 from .resources import ResourceSpec, read_final_counter, read_final_counters
 from .safety import (
     OUT_MARKER,
@@ -64,6 +66,7 @@ from .safety import (
     check_sqlite_resource,
     claim_out_dir,
 )
+from .schedule import Schedule, draw_schedule, worker_seed
 from .workers import worker_main
 from .workload import WORKER_KINDS, Board, WorkerConfig, WorkerKind
 
@@ -99,9 +102,10 @@ def run_check(
 ) -> CheckResult:
     """Run the workload under the faults, then check the history and write the report files.
 
-    ``on_progress`` is called about five times a second with a :class:`Progress`. Raises
-    ``ValueError`` for a bad config, :class:`~fencedlease.lab.servers.redis.RedisUnavailable` when
-    no Redis can be started; faults that cannot run are skipped and noted, not raised.
+    ``on_progress`` is called about five times a second with a
+    [`Progress`][fencedlease.lab.harness.run.Progress]. Raises ``ValueError`` for a bad config,
+    [`RedisUnavailable`][fencedlease.lab.servers.redis.RedisUnavailable] when no Redis can be
+    started; faults that cannot run are skipped and noted, not raised.
     """
     run = _begin(config)
     with ExitStack() as stack:
@@ -115,17 +119,17 @@ def run_check(
 
 @attrs.define
 class _Run:
-    """One run's settings, its random source, where its files go, and the notes it gathers."""
+    """One run's settings, its seed, where its files go, and the notes it gathers."""
 
     config: CheckConfig
     seed: int
-    rng: random.Random
     out_dir: Path
     parts_dir: Path
     secret_urls: list[str]
     run_id: str = attrs.field(factory=lambda: secrets.token_hex(4))
     notes: list[str] = attrs.field(factory=list)
     left_out: list[str] = attrs.field(factory=list)
+    schedule: Schedule | None = None
 
     @property
     def prefix(self) -> str:
@@ -158,14 +162,19 @@ def _begin(config: CheckConfig) -> _Run:
     """Check the config and the targets (no I/O but the SQLite check), then claim ``out_dir``.
 
     Raises:
-        ValueError: a bad config; :class:`UnsafeTargetError` (a ``ValueError``) for a target
-            holding data the check did not write, before anything is written.
+        ValueError: a bad config;
+            [`UnsafeTargetError`][fencedlease.lab.harness.run.UnsafeTargetError] (a ``ValueError``)
+            for a target holding data the check did not write, before anything is written.
     """
     if config.workers < 2:
         raise ValueError("workers must be at least 2 (a lease needs someone to take it over)")
     if config.duration_s <= 0:
         raise ValueError("duration_s must be positive")
     seed = config.seed if config.seed is not None else secrets.randbelow(2**31)
+    if config.schedule is not None and config.schedule.workers != config.workers:
+        raise ValueError(
+            f"the schedule is for {config.schedule.workers} workers, the run has {config.workers}"
+        )
     out_dir = Path(config.out_dir)
     for url in (config.redis_url, config.resource_url if config.resource == "redis" else None):
         if url:
@@ -174,7 +183,7 @@ def _begin(config: CheckConfig) -> _Run:
         check_sqlite_resource(config.resource_url)  # before anything is written
     parts_dir = claim_out_dir(out_dir)
     secret_urls = [url for url in (config.redis_url, config.resource_url) if url]
-    return _Run(config, seed, random.Random(seed), out_dir, parts_dir, secret_urls)
+    return _Run(config, seed, out_dir, parts_dir, secret_urls)
 
 
 def _run_workers(
@@ -199,6 +208,7 @@ def _run_workers(
     wait_ms = 2 * config.ttl_ms + config.body
     join_s = (wait_ms + config.body + 2 * config.ttl_ms) / 1000 + 5.0
     with _processes(ctx, stop, join_s) as procs:
+        nemesis.env.alive = lambda worker: worker < len(procs) and procs[worker].is_alive()
         _start_workers(run, ctx, board, go, stop, procs, spec, network, wait_ms)
         _wait_ready(board, procs, timeout_s=60.0)
         _record_start(run, run_writer, spec, lease_redis, network)
@@ -227,11 +237,21 @@ def _make_nemesis(
             f"left out: {', '.join(run.left_out)} (the Redis at {redact_url(lease_redis.url)} is"
             " not the check's own; --allow-server-faults runs them anyway)"
         )
-    schedule = [
-        FaultSpec(kind, fault_duration_s(kind, config.ttl_ms, config.heartbeat))
-        for kind in config.faults
-        if kind not in run.left_out
-    ]
+    schedule = config.schedule or draw_schedule(
+        config.faults,
+        seed=run.seed,
+        workers=config.workers,
+        ttl_ms=config.ttl_ms,
+        heartbeat_ms=config.heartbeat,
+        body_ms=config.body,
+        lead_ms=round(
+            1000 * (config.lead_s if config.lead_s is not None else config.ttl_ms / 1000)
+        ),
+    )
+    run.schedule = schedule
+    schedule = attrs.evolve(
+        schedule, faults=tuple(f for f in schedule.faults if f.kind not in run.left_out)
+    )
     # SCRIPT FLUSH reaches the resource's Redis only when the check started it (or is allowed).
     own_resource = not (config.resource_url or config.redis_url)
     flush_resource = spec.kind == "redis" and (own_resource or config.allow_server_faults)
@@ -249,9 +269,9 @@ def _make_nemesis(
         proxies=network.proxies,
         extra_flush_urls=[spec.target] if flush_resource else [],
         client_prefix=run.prefix,
-        rng=random.Random(run.rng.random()),
+        rng=random.Random(f"nemesis:{run.seed}"),
     )
-    nemesis = Nemesis(env, schedule, gap_s=config.ttl_ms / 1000)
+    nemesis = Nemesis(env, schedule)
     stack.callback(nemesis.close)
     return nemesis
 
@@ -285,7 +305,7 @@ def _start_workers(
             wait_ms=wait_ms,
             socket_timeout_ms=max(100, config.ttl_ms // 2),
             duration_s=config.duration_s,
-            seed=run.rng.randrange(2**31),
+            seed=worker_seed(run.seed, index),
             kind=run.worker_kinds[index],
             wait_share=config.wait_share,
         )
@@ -348,8 +368,7 @@ def _run_schedule(
     end = t0 + config.duration_s
     go.set()
     nemesis_stop = threading.Event()
-    lead = config.lead_s if config.lead_s is not None else config.ttl_ms / 1000
-    nemesis.start(t0, end, nemesis_stop, lead)
+    nemesis.start(t0, end, nemesis_stop)
     while True:
         now = time.monotonic()
         if on_progress is not None:
@@ -360,7 +379,7 @@ def _run_schedule(
                     board.snapshot(),
                     nemesis.current,
                     list(nemesis.done),
-                    len(config.faults),
+                    len(nemesis.schedule.faults),
                 )
             )
         if now >= end or not any(p.is_alive() for p in procs):
@@ -419,7 +438,7 @@ def _write_report(
     result = CheckResult(
         run.config, report, out_dir, out_dir / "history.jsonl", report_path, timeline_path,
         tuple(run.notes), run.seed, redis_kind, toxiproxy_kind, tuple(run.left_out),
-        tuple(inconclusive_reasons(report, run.config.faults, run.left_out)),
+        tuple(inconclusive_reasons(report, run.config.faults, run.left_out)), run.schedule,
     )  # fmt: skip
     try:
         draw_timeline(events, report, out_dir / "timeline.png")

@@ -1,6 +1,7 @@
-"""A worker process of the check: :func:`worker_main` runs one of the ways of
-:mod:`~fencedlease.lab.harness.workload` (``sync``, ``threads``) or of
-:mod:`~fencedlease.lab.harness.aio_worker` (``asyncio``), as its :class:`WorkerConfig` says."""
+"""A worker process of the check: [`worker_main`][fencedlease.lab.harness.workers.worker_main] runs
+one of the ways of [`workload`][fencedlease.lab.harness.workload] (``sync``, ``threads``) or of
+[`aio_worker`][fencedlease.lab.harness.aio_worker] (``asyncio``), as its
+[`WorkerConfig`][fencedlease.lab.harness.workload.WorkerConfig] says."""
 
 from __future__ import annotations
 
@@ -21,10 +22,11 @@ def worker_main(config: WorkerConfig, board: Board, go: Any, stop: Any) -> None:
     event, then loop over lease cycles until ``stop`` is set, ``duration_s`` has passed or
     ``max_cycles`` is reached. Everything it sees goes into its history.
 
-    ``config.kind`` says how: ``sync`` (one thread, a :class:`LeaseManager`), ``threads``
-    (:data:`THREADS` threads sharing one :class:`LeaseManager`), ``asyncio`` (:data:`THREADS`
-    tasks sharing one :class:`~fencedlease.aio.AsyncLeaseManager`). Every lease event the
-    manager reports goes into the history through :class:`Recorder`."""
+    ``config.kind`` says how: ``sync`` (one thread, a [`LeaseManager`][fencedlease.LeaseManager]),
+    ``threads`` ([`THREADS`][] threads sharing one [`LeaseManager`][fencedlease.LeaseManager]),
+    ``asyncio`` ([`THREADS`][] tasks sharing one
+    [`AsyncLeaseManager`][fencedlease.aio.AsyncLeaseManager]). Every lease event the manager reports
+    goes into the history through [`Recorder`][fencedlease.lab.harness.recorder.Recorder]."""
     # The parent stops a straggler with SIGTERM; leave through the finally blocks.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     # The library's warnings (a cleanup release that failed under a fault) are expected here and

@@ -1,14 +1,15 @@
 """The workload: N worker processes doing a fenced read-modify-write of one counter under a lease.
 
 Each worker loops: pick a key (from its own random source, seeded from the run's seed and the
-worker's index), take the lease on it with :meth:`LeaseManager.hold` (renewed in the background;
-for a share of the cycles waiting for it, through the fair hand-off queue), read the counter,
-sleep ``body_ms`` inside the critical section, write the value read plus one, leave the ``with``
-block. Every step is an invoke/completion pair in the worker's own history file
-(:mod:`fencedlease.lab.harness.history`). What the library told the worker about its leases (the
+worker's index), take the lease on it with [`LeaseManager.hold`][fencedlease.LeaseManager.hold]
+(renewed in the background; for a share of the cycles waiting for it, through the fair hand-off
+queue), read the counter, sleep ``body_ms`` inside the critical section, write the value read plus
+one, leave the ``with`` block. Every step is an invoke/completion pair in the worker's own history
+file ([`fencedlease.lab.harness.history`][]). What the library told the worker about its leases (the
 grant and its confirmed deadline, every renewal's outcome, the release going out, the loss
-notice) comes from the manager's ``on_event`` hook (:class:`Recorder`): that is what the
-lock-level check (:mod:`~fencedlease.lab.harness.mutex`) judges.
+notice) comes from the manager's ``on_event`` hook
+([`Recorder`][fencedlease.lab.harness.recorder.Recorder]): that is what the lock-level check
+([`mutex`][fencedlease.lab.harness.mutex]) judges.
 
 The body deliberately does not call ``lease.check()`` before writing: a check proves nothing about
 the instant of the write, because a pause (GC, SIGSTOP, a swapped-out VM) can fall between the two
@@ -23,11 +24,12 @@ Modes (what the resource checks):
   ``docs/harness.md``: a stale write lands between the new holder's read and its write);
 - ``unfenced``: leases only; the resource checks nothing.
 
-The counter lives in one of the resources of :mod:`fencedlease.lab.harness.resources` (SQLite,
+The counter lives in one of the resources of [`fencedlease.lab.harness.resources`][] (SQLite,
 PostgreSQL or Redis), each opened by the worker for itself.
 
 Workers are started with the ``spawn`` context, so everything handed to them is picklable:
-:class:`WorkerConfig`, the shared :class:`Board` arrays and a stop event.
+[`WorkerConfig`][fencedlease.lab.harness.workload.WorkerConfig], the shared
+[`Board`][fencedlease.lab.harness.workload.Board] arrays and a stop event.
 """
 
 from __future__ import annotations
@@ -96,10 +98,11 @@ _FIELDS: Final = (
 
 
 class Board:
-    """Per-worker counters in shared memory: ``pid``, ``phase`` (an index into :data:`PHASES`),
-    ``since`` (when the phase began: :func:`time.monotonic` in milliseconds), ``token`` (held
-    now, 0 when none), and running totals ``grants``, ``acked`` (acknowledged
-    writes), ``refused`` (accesses refused as stale), ``lost`` (leases lost), ``errors``.
+    """Per-worker counters in shared memory: ``pid``, ``phase`` (an index into
+    [`PHASES`][fencedlease.lab.harness.workload.PHASES]), ``since`` (when the phase began:
+    `time.monotonic` in milliseconds), ``token`` (held now, 0 when none), and running totals
+    ``grants``, ``acked`` (acknowledged writes), ``refused`` (accesses refused as stale), ``lost``
+    (leases lost), ``errors``.
 
     Made in the parent with a multiprocessing context and handed to the workers; reads are
     unlocked snapshots (good enough to pick a victim or draw progress).
@@ -148,8 +151,9 @@ class WorkerConfig:
     ``duration_s``: seconds, counted from the ``go`` signal, after which no new cycle starts;
     ``max_cycles`` bounds the loop in count too (per lane). ``keys``: the lease keys a cycle
     picks from; ``wait_share``: the share of acquires that wait ``wait_ms`` (the others fail
-    fast); ``kind``: how the worker runs (:data:`WORKER_KINDS`, see
-    :func:`~fencedlease.lab.harness.workers.worker_main`).
+    fast); ``kind``: how the worker runs
+    ([`WORKER_KINDS`][fencedlease.lab.harness.workload.WORKER_KINDS], see
+    [`worker_main`][fencedlease.lab.harness.workers.worker_main]).
     """
 
     index: int
@@ -183,7 +187,7 @@ def run_sync_worker(
     config: WorkerConfig, board: Board, go: Any, stop: Any, recorder: Recorder
 ) -> None:
     """Run a ``sync`` or ``threads`` worker (see
-    :func:`~fencedlease.lab.harness.workers.worker_main`) until ``stop``, ``duration_s`` or
+    [`worker_main`][fencedlease.lab.harness.workers.worker_main]) until ``stop``, ``duration_s`` or
     ``max_cycles`` (per thread)."""
     timeout_s = config.socket_timeout_ms / 1000
     client = redis.Redis.from_url(
@@ -303,8 +307,9 @@ def _sleep_until(deadline: float) -> None:
 
 class Cycle:
     """The bookkeeping of one lease cycle, shared by the sync and the asyncio workers (only the
-    waiting differs): the choices (:func:`pick`), the acquire operation (routed to the recorder),
-    the board, the hold operation, and how a failure ends the cycle."""
+    waiting differs): the choices ([`pick`][fencedlease.lab.harness.workload.pick]), the acquire
+    operation (routed to the recorder), the board, the hold operation, and how a failure ends the
+    cycle."""
 
     def __init__(
         self, config: WorkerConfig, board: Board, recorder: Recorder, rng: random.Random
@@ -345,7 +350,8 @@ class Cycle:
         )
 
     def access(self, op: str, value: int | None, action: Any) -> Any:
-        """One access to the resource (:func:`access`)."""
+        """One access to the resource
+        ([`access`][fencedlease.lab.harness.workload.Cycle.access])."""
         return access(
             self.writer, self.board, self.config.index, op, self.grant, self.key, self.token,
             value, action,
