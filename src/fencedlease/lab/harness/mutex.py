@@ -318,7 +318,9 @@ def check_mutex(
     for key, key_claims in sorted(by_key.items()):
         widest: Claim | None = None
         for claim in key_claims:  # ordered by start
-            if widest is not None and claim.start < widest.end:
+            # An empty claim (its deadline had passed when the reply was seen: the process was
+            # paused in between) told its holder nothing it could act on: it overlaps nothing.
+            if widest is not None and claim.start < min(widest.end, claim.end):
                 emptied = next(
                     (
                         f

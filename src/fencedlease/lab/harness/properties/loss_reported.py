@@ -13,6 +13,7 @@ from bisect import bisect_right
 from typing import Final
 
 from ..extract import Grant
+from ..mutex import EMPTYING_FAULTS
 from ._base import Context, Outcome, Property, Violation
 
 __all__ = ["CUT_OFF_FAULTS", "PROPERTY"]
@@ -23,12 +24,23 @@ KEY = "loss-reported"
 CUT_OFF_FAULTS: Final = frozenset({"partition", "timeout", "redis-pause"})
 
 
-def _rival(grant: Grant, same_key: list[Grant], starts: list[float], until: float) -> Grant | None:
-    """The first grant of the key to another worker after ``grant`` and before ``until``."""
+def _rival(
+    grant: Grant, same_key: list[Grant], starts: list[float], until: float, emptied: list[float]
+) -> Grant | None:
+    """The first grant of the key to another worker after ``grant`` and before ``until``. A
+    grant seen later but with a lower token was made by Redis before ``grant`` (its holder was
+    paused between the reply and seeing it; the counter only grows): no rival, unless a fault
+    that empties Redis (``emptied``: when each began) fell between the two, restarting the
+    counter."""
     for other in same_key[bisect_right(starts, grant.granted) :]:
         if other.granted >= until:
             return None
-        if other.process != grant.process:
+        if other.process == grant.process:
+            continue
+        earlier = other.token < grant.token and not any(
+            grant.invoked <= at <= other.granted for at in emptied
+        )
+        if not earlier:
             return other
     return None
 
@@ -36,6 +48,7 @@ def _rival(grant: Grant, same_key: list[Grant], starts: list[float], until: floa
 def _silent_successes(ctx: Context) -> tuple[int, list[Violation]]:
     violations: list[Violation] = []
     checked = 0
+    emptied = [f.start for f in ctx.data.faults if f.kind in EMPTYING_FAULTS and f.type == "ok"]
     for key, grants in ctx.grants_by_key.items():
         starts = [g.granted for g in grants]
         for grant in grants:
@@ -43,7 +56,7 @@ def _silent_successes(ctx: Context) -> tuple[int, list[Violation]]:
                 continue
             checked += 1
             until = grant.needed_until or grant.end
-            rival = _rival(grant, grants, starts, until)
+            rival = _rival(grant, grants, starts, until, emptied)
             if (grant.lost is None and rival is None) or grant.end_type != "ok":
                 continue
             if rival is not None:
