@@ -189,7 +189,8 @@ class NemesisEnv:
     Redis servers whose scripts ``script-flush`` also flushes (a Redis resource the check
     started, or any when server faults are allowed). ``client_prefix``: the start of every
     client name of the run's workers (its random id is in it). ``alive``: whether worker
-    ``index``'s process still runs (a victim may have died)."""
+    ``index``'s process still runs (a victim may have died). ``keys``: the lease keys of the run
+    (``key`` alone when empty); a worker's board ``key`` is an index into them."""
 
     writer: HistoryWriter
     board: Board
@@ -206,6 +207,18 @@ class NemesisEnv:
     client_prefix: str = "fencedlease-check"
     rng: random.Random = attrs.field(factory=random.Random)
     alive: Callable[[int], bool] = attrs.field(default=lambda worker: True)
+    keys: tuple[str, ...] = ()
+
+    @property
+    def lease_keys(self) -> tuple[str, ...]:
+        """The run's lease keys: ``keys``, else ``key``."""
+        return self.keys or (self.key,)
+
+    def held_key(self, worker: int) -> str:
+        """The key worker ``worker`` shows on the board as held (or last held)."""
+        keys = self.lease_keys
+        index = self.board.get(worker, "key")
+        return keys[index] if 0 <= index < len(keys) else keys[0]
 
 
 def unavailable_reason(kind: str, env: NemesisEnv) -> str | None:
@@ -539,8 +552,10 @@ class Nemesis:
         self._finish(op, ended_by_restart=ended_by_restart)
 
     def _counter(self) -> int | None:
-        raw = self._admin.get(redis_keys(self.env.prefix, self.env.key).fence)
-        return None if raw is None else int(raw)
+        """The highest fencing counter of the run's keys (None: none is set)."""
+        fences = [redis_keys(self.env.prefix, key).fence for key in self.env.lease_keys]
+        values = [int(raw) for raw in self._admin.mget(fences) if raw is not None]
+        return max(values) if values else None
 
     def _restart(self, op: Operation, *, persist: bool) -> None:
         server = self.env.redis_server
@@ -591,6 +606,7 @@ class Nemesis:
         assert target is not None
         board = self.env.board
         token = board.get(target, "token")
+        key = self.env.held_key(target)
         before = self._connections(target)
         killed = 0
         for client_id in before:
@@ -598,14 +614,16 @@ class Nemesis:
                 killed += int(self._admin.client_kill_filter(_id=client_id))
         stop.wait(spec.duration_s)  # a renewal or two falls in here
         after = self._connections(target)
-        owner = self._admin.get(redis_keys(self.env.prefix, self.env.key).lease)
+        owner = self._admin.get(redis_keys(self.env.prefix, key).lease)
         token_in_redis = None if owner is None else int(str(owner).split(":", 1)[0])
         self._finish(
             op,
             killed=killed,
             reconnected=bool(set(after) - set(before)),
             token_in_redis=token_in_redis,
-            still_held=bool(token) and board.get(target, "token") == token == token_in_redis,
+            still_held=bool(token)
+            and board.get(target, "token") == token == token_in_redis
+            and self.env.held_key(target) == key,
         )
 
     def _do_script_flush(

@@ -262,6 +262,7 @@ def _make_nemesis(
         admin_url=lease_redis.url,
         prefix=run.prefix,
         key=config.key,
+        keys=config.lease_keys,
         ttl_ms=config.ttl_ms,
         heartbeat_ms=config.heartbeat,
         body_ms=config.body,

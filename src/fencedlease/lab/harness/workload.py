@@ -93,16 +93,18 @@ PHASES: Final = ("idle", "acquiring", "holding", "body", "writing", "releasing")
 # --- the board: what workers publish for the nemesis and the progress display ---------------
 
 _FIELDS: Final = (
-    "pid", "phase", "since", "token", "grants", "acked", "refused", "lost", "errors",
+    "pid", "phase", "since", "token", "key", "grants", "acked", "refused", "lost", "errors",
 )  # fmt: skip
 
 
 class Board:
     """Per-worker counters in shared memory: ``pid``, ``phase`` (an index into
     [`PHASES`][fencedlease.lab.harness.workload.PHASES]), ``since`` (when the phase began:
-    `time.monotonic` in milliseconds), ``token`` (held now, 0 when none), and running totals
-    ``grants``, ``acked`` (acknowledged writes), ``refused`` (accesses refused as stale), ``lost``
-    (leases lost), ``errors``.
+    `time.monotonic` in milliseconds), ``token`` (held now, 0 when none), ``key`` (the index of
+    the key held in the worker's ``keys``), and running totals ``grants``, ``acked``
+    (acknowledged writes), ``refused`` (accesses refused as stale), ``lost`` (leases lost),
+    ``errors``. A worker of several lanes shows one of its cycles at a time
+    ([`Cycle`][fencedlease.lab.harness.workload.Cycle]): the one holding a lease, if any.
 
     Made in the parent with a multiprocessing context and handed to the workers; reads are
     unlocked snapshots (good enough to pick a victim or draw progress).
@@ -305,11 +307,20 @@ def _sleep_until(deadline: float) -> None:
 # --- one cycle -------------------------------------------------------------------------------
 
 
+#: The cycle each worker index of this process shows on the board (lanes share the slot).
+_shown: dict[int, Cycle] = {}
+_shown_lock = threading.Lock()
+
+
 class Cycle:
     """The bookkeeping of one lease cycle, shared by the sync and the asyncio workers (only the
     waiting differs): the choices ([`pick`][fencedlease.lab.harness.workload.pick]), the acquire
     operation (routed to the recorder), the board, the hold operation, and how a failure ends the
-    cycle."""
+    cycle.
+
+    The lanes of a ``threads`` or ``asyncio`` worker share its board slot: a cycle shows itself
+    when the slot is free, and a granted cycle takes it from one that only acquires, so that a
+    holder is never hidden by another lane (the nemesis aims at the holder the board shows)."""
 
     def __init__(
         self, config: WorkerConfig, board: Board, recorder: Recorder, rng: random.Random
@@ -317,10 +328,10 @@ class Cycle:
         self.config, self.board, self.rng = config, board, rng
         self.writer = recorder.writer
         self.key, self.wait_ms = pick(config, rng)
-        board.set_phase(config.index, ACQUIRING)
+        self.token: int | None = None
+        self._show(ACQUIRING, take=False)
         self.acquire = self.writer.invoke("acquire", key=self.key, detail={"wait_ms": self.wait_ms})
         self.grant = self.acquire.id
-        self.token: int | None = None
         self.hold: Operation | None = None
         self.body_end: float | None = None
         recorder.expect(self.acquire)
@@ -333,8 +344,24 @@ class Cycle:
             "heartbeat_ms": config.heartbeat_ms,
         }  # fmt: skip
 
+    def _show(self, phase: int, *, take: bool) -> None:
+        """Enter ``phase`` on the board if this cycle is shown there, or the slot is free, or
+        ``take`` and the cycle shown holds no lease."""
+        me = self.config.index
+        with _shown_lock:
+            shown = _shown.get(me)
+            if shown is not self:
+                if shown is not None and not (take and shown.token is None):
+                    return
+                _shown[me] = self
+                take = True  # newly shown: its key and token too
+            if take:
+                self.board.set(me, "key", self.config.keys.index(self.key))
+                self.board.set(me, "token", self.token or 0)
+            self.board.set_phase(me, phase)
+
     def phase(self, phase: int) -> None:
-        self.board.set_phase(self.config.index, phase)
+        self._show(phase, take=False)
 
     def granted(self, token: int | None) -> None:
         """The lease is held (``token``): the board, and the hold operation."""
@@ -342,8 +369,7 @@ class Cycle:
         self.token = token
         if not self.acquire.done:  # the event hook records it; never twice
             self.acquire.ok(token=token, outcome="granted")
-        self.board.set(me, "token", token or 0)
-        self.phase(HOLDING)
+        self._show(HOLDING, take=True)
         self.board.bump(me, "grants")
         self.hold = Operation(
             self.writer, "hold", self.grant, {"grant": self.grant, "key": self.key, "token": token}
@@ -395,8 +421,13 @@ class Cycle:
         return rng.uniform(0.02, 0.08)
 
     def finish(self) -> None:
-        self.phase(IDLE)
-        self.board.set(self.config.index, "token", 0)
+        me = self.config.index
+        with _shown_lock:
+            if _shown.get(me) is not self:
+                return
+            del _shown[me]
+            self.board.set(me, "token", 0)
+            self.board.set_phase(me, IDLE)
 
 
 def _cycle(

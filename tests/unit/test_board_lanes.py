@@ -1,0 +1,87 @@
+"""The board slot of a worker of several lanes shows its holder: another lane that starts or
+ends a cycle meanwhile does not hide it (the nemesis aims at the holder the board shows, and
+reads the key it holds there)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import random
+from pathlib import Path
+
+from fencedlease.lab.harness.history import HistoryWriter
+from fencedlease.lab.harness.nemesis import NemesisEnv
+from fencedlease.lab.harness.recorder import Recorder
+from fencedlease.lab.harness.resources import ResourceSpec
+from fencedlease.lab.harness.workload import (
+    ACQUIRING,
+    BODY,
+    HOLDING,
+    IDLE,
+    Board,
+    Cycle,
+    WorkerConfig,
+)
+
+KEYS = ("k0", "k1", "k2")
+
+
+def config() -> WorkerConfig:
+    return WorkerConfig(
+        index=1, name="w1", redis_url="redis://unused", prefix="p", keys=KEYS, mode="fenced",
+        resource=ResourceSpec("sqlite", "unused"), history_path="unused", ttl_ms=1000,
+        heartbeat_ms=250, body_ms=10, wait_ms=100, socket_timeout_ms=500, duration_s=1.0,
+        seed=3, wait_share=0.5,
+    )  # fmt: skip
+
+
+def shown(board: Board) -> tuple[int, int, int]:
+    return board.get(1, "phase"), board.get(1, "token"), board.get(1, "key")
+
+
+def test_a_holding_lane_is_not_hidden_by_the_others(tmp_path: Path) -> None:
+    board = Board(multiprocessing.get_context("spawn"), 2)
+    with HistoryWriter(tmp_path / "h.jsonl", "w1") as writer:
+        recorder = Recorder(writer)
+        a = Cycle(config(), board, recorder, random.Random(1))
+        assert shown(board) == (ACQUIRING, 0, KEYS.index(a.key))
+        b = Cycle(config(), board, recorder, random.Random(2))
+        assert shown(board) == (ACQUIRING, 0, KEYS.index(a.key))  # a shows until it is done
+        b.granted(9)  # a holder takes the slot from a lane that only acquires
+        assert shown(board) == (HOLDING, 9, KEYS.index(b.key))
+        a.granted(4)  # but never from another holder
+        a.phase(BODY)
+        a.finish()
+        assert shown(board) == (HOLDING, 9, KEYS.index(b.key))
+        c = Cycle(config(), board, recorder, random.Random(3))
+        c.finish()
+        b.phase(BODY)
+        assert shown(board) == (BODY, 9, KEYS.index(b.key))
+        b.finish()
+        assert shown(board) == (IDLE, 0, KEYS.index(b.key))
+        a2 = Cycle(config(), board, recorder, random.Random(4))  # the free slot is taken
+        a2.granted(11)
+        assert shown(board) == (HOLDING, 11, KEYS.index(a2.key))
+        a2.finish()
+    assert board.get(1, "grants") == 3
+
+
+def test_the_nemesis_reads_the_key_its_victim_holds(tmp_path: Path) -> None:
+    board = Board(multiprocessing.get_context("spawn"), 2)
+    with HistoryWriter(tmp_path / "h.jsonl", "w1") as writer:
+        env = NemesisEnv(
+            writer=writer, board=board, worker_names=["w0", "w1"], admin_url="redis://unused",
+            prefix="p", key="k0", ttl_ms=1000, heartbeat_ms=250, body_ms=10, keys=KEYS,
+        )  # fmt: skip
+        for seed in range(50):  # a cycle that picked k2
+            held = Cycle(config(), board, Recorder(writer), random.Random(seed))
+            if held.key == "k2":
+                break
+            held.finish()
+        assert held.key == "k2"
+        held.granted(5)
+        assert env.held_key(1) == "k2"
+        assert env.lease_keys == KEYS
+        assert NemesisEnv(
+            writer=writer, board=board, worker_names=["w0", "w1"], admin_url="redis://unused",
+            prefix="p", key="k0", ttl_ms=1000, heartbeat_ms=250, body_ms=10,
+        ).held_key(1) == "k0"  # fmt: skip
