@@ -143,7 +143,7 @@ def check(
 
     try:  # before anything starts: refuse a target holding someone else's data
         check_out_dir(out_dir)
-        if resource == "sqlite" and resource_url:
+        if resource.startswith("sqlite") and resource_url:
             check_sqlite_resource(resource_url)
     except UnsafeTargetError as exc:
         raise click.UsageError(str(exc)) from None

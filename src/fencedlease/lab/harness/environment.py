@@ -158,7 +158,7 @@ def start_resource(
     spec = _resource(config, out_dir, redis_url, stack, notes)
     try:
         made = mark_resource(spec)
-        if made and spec.kind == "redis":
+        if made and spec.family == "redis":
             stack.callback(_delete_redis_resource_noted, spec, notes)
         prepare_resource(spec)
     except ValueError:
@@ -191,16 +191,17 @@ def _is_backend_error(exc: Exception) -> bool:
 def _delete_redis_resource_noted(spec: ResourceSpec, notes: list[str]) -> None:
     import redis
 
-    from fencedlease import RedisFencedResource
-
-    from .safety import RESOURCE_MARKER
+    from .resources import open_store
+    from .safety import redis_marker_key
 
     try:
+        store = open_store(spec)
+        try:
+            made = store.data_keys()
+        finally:
+            store.close()
         with redis.Redis.from_url(spec.target, socket_timeout=5.0) as client:
-            resource = RedisFencedResource(client, spec.name)
-            client.delete(
-                resource.data_key, resource.fence_key, f"{resource.data_key}:{RESOURCE_MARKER}"
-            )
+            client.delete(*made, redis_marker_key(spec))
     except Exception as exc:
         notes.append(
             f"the Redis resource's keys could not be deleted from {redact_url(spec.target)}:"
@@ -211,25 +212,37 @@ def _delete_redis_resource_noted(spec: ResourceSpec, notes: list[str]) -> None:
 def _resource(
     config: CheckConfig, out_dir: Path, redis_url: str, stack: ExitStack, notes: list[str]
 ) -> ResourceSpec:
-    if config.resource == "sqlite":
+    kind = config.resource
+    family = ResourceSpec(kind, "").family
+    if family == "sqlite":
         path = config.resource_url or str(out_dir / "resource.sqlite3")
         # Only a file of the check's own (marked) is removed; any other was refused above.
         remove_sqlite_resource(path)
-        return ResourceSpec("sqlite", path)
-    if config.resource == "redis":
+        return ResourceSpec(kind, path)
+    if family == "memory":
+        import multiprocessing
+
+        from .resources_memory import start_memory_resource
+
+        spec, manager = start_memory_resource(
+            multiprocessing.get_context("spawn"), kind, ResourceSpec(kind, "").name
+        )
+        stack.enter_context(manager)  # keeps it alive; shut down when the run ends
+        return spec
+    if family == "redis":
         if config.resource_url:
-            return ResourceSpec("redis", config.resource_url)
+            return ResourceSpec(kind, config.resource_url)
         if config.redis_url:
             notes.append("the Redis resource shares the external Redis (another key)")
-            return ResourceSpec("redis", redis_url)
+            return ResourceSpec(kind, redis_url)
         # A server of its own, with AOF: the nemeses restart the lease Redis, not the data's.
         data = stack.enter_context(RedisServer(appendonly=True, appendfsync="always"))
-        return ResourceSpec("redis", data.url)
+        return ResourceSpec(kind, data.url)
     if config.resource_url:
-        return ResourceSpec("postgres", config.resource_url)
+        return ResourceSpec(kind, config.resource_url)
     from ..servers.postgres import postgres_dsn
 
-    return ResourceSpec("postgres", stack.enter_context(postgres_dsn()))
+    return ResourceSpec(kind, stack.enter_context(postgres_dsn()))
 
 
 def start_proxies(

@@ -1,251 +1,229 @@
-"""Where the workload's counter lives: three storage adapters behind one :class:`CounterStore`.
+"""Where the workload's counters live: one :class:`CounterStore` per fencing surface of the library.
 
-``sqlite`` (a file; the default), ``redis`` (a :class:`RedisFencedResource`) and ``postgres``.
-The SQL ones fence with :func:`fencedlease.db.fence_guard` inside each access's transaction,
-which also refuses a duplicate token from a different lease; a plain access (``fenced=False``)
-checks nothing. Each process opens its own handle with :func:`open_store`.
+One counter per key: every access names the key it is for (the lease's key unless told
+otherwise), so a workload over many keys gets one counter, row or Redis key per key. The kinds,
+selected by ``fencedlease check --resource``:
+
+- ``sqlite``, ``postgres``: :func:`fencedlease.db.fence_guard` on one guard row per key, inside
+  each access's transaction (it refuses duplicate grants too); :mod:`.resources_sql`.
+- ``sqlite-rows``, ``postgres-rows``: :func:`fencedlease.db.fenced_read` and
+  :func:`fencedlease.db.fenced_update` on the counter's own row (token and lease-key columns);
+  :mod:`.resources_sql`.
+- ``sqlite-append``, ``postgres-append``: the guard, and each critical section is also a
+  list-append transaction over the key's lists, checked by :mod:`.elle`; :mod:`.resources_txn`.
+- ``redis``: a :class:`fencedlease.RedisFencedResource` per key; this module.
+- ``memory``, ``memory-strict``: an in-process :class:`fencedlease.FencedResource` (not strict,
+  strict) per key, in a resource process the workers talk to, whose connection threads share
+  them; :mod:`.resources_memory`.
+
+A plain access (``fenced=False``) checks nothing. Each process opens its own handle with
+:func:`open_store`. An access raises :class:`StaleTokenError` when refused (``last_token`` as the
+resource reported it) and :class:`BackendError` when the store fails (the effect is unknown).
 """
 
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 from collections.abc import Iterator
 from typing import Any, Final, Literal, Protocol
 
 import attrs
 import redis
 
-from fencedlease import BackendError, Lease, RedisFencedResource, db
+from fencedlease import BackendError, Lease, RedisFencedResource
 
 __all__ = [
     "COUNTER_TABLE",
+    "LIST_TABLE",
     "RESOURCES",
     "CounterStore",
     "ResourceKind",
     "ResourceSpec",
+    "access_key",
     "open_store",
     "prepare_resource",
     "read_final_counter",
+    "read_final_counters",
 ]
 
-ResourceKind = Literal["sqlite", "redis", "postgres"]
+ResourceKind = Literal[
+    "sqlite",
+    "redis",
+    "postgres",
+    "sqlite-rows",
+    "postgres-rows",
+    "sqlite-append",
+    "postgres-append",
+    "memory",
+    "memory-strict",
+]
 
-RESOURCES: Final[tuple[ResourceKind, ...]] = ("sqlite", "redis", "postgres")
+RESOURCES: Final[tuple[ResourceKind, ...]] = (
+    "sqlite",
+    "redis",
+    "postgres",
+    "sqlite-rows",
+    "postgres-rows",
+    "sqlite-append",
+    "postgres-append",
+    "memory",
+    "memory-strict",
+)
 
-#: The counter's table in the SQL resources (one row, ``id`` 1).
+#: The counters' table in the SQL resources (one row per key).
 COUNTER_TABLE: Final = "fencedlease_check_counter"
-_ROW_ID: Final = 1
-
-
-# --- the resource ---------------------------------------------------------------------------
+#: The lists of the list-append resources (one row per list; see :mod:`.resources_txn`).
+LIST_TABLE: Final = "fencedlease_check_lists"
 
 
 @attrs.frozen
 class ResourceSpec:
-    """Where the counter lives: ``kind`` and ``target`` (an SQLite path, a Redis URL, a
-    PostgreSQL DSN); ``name`` is the fenced resource's name (the guard row, the Redis key)."""
+    """Where the counters live: ``kind`` and ``target`` (an SQLite path, a Redis URL, a
+    PostgreSQL DSN, the ``host:port`` of the memory resource's process); ``name`` prefixes the
+    fenced resources' names (guard rows and Redis resources are ``<name>/<key>``); ``secret`` is
+    the memory resource process's authentication key (hex; never shown)."""
 
     kind: ResourceKind
     target: str
     name: str = "check-counter"
+    secret: str = attrs.field(default="", repr=False)
+
+    @property
+    def family(self) -> Literal["sqlite", "postgres", "redis", "memory"]:
+        """Where the data lives: ``sqlite``, ``postgres``, ``redis`` or ``memory``."""
+        return self.kind.split("-")[0]  # type: ignore[return-value]
+
+    def resource_name(self, key: str) -> str:
+        """The fenced resource's name for the counter of ``key``: ``<name>/<key>``."""
+        return f"{self.name}/{key}"
 
 
 class CounterStore(Protocol):
-    """One process's handle on the counter. ``read``/``write`` fence with ``lease`` when told;
-    both raise :class:`StaleTokenError` when refused and :class:`BackendError` when the store
-    fails (the write's effect is then unknown)."""
+    """One process's handle on the counters. ``read``/``write`` the counter of ``key`` (the
+    lease's key when None), fenced with ``lease`` when told; both raise
+    :class:`StaleTokenError` when refused and :class:`BackendError` when the store fails (the
+    write's effect is then unknown). ``finals`` maps each key ever written to its counter."""
 
-    def read(self, lease: Lease, *, fenced: bool) -> int: ...
+    def read(self, lease: Lease, *, fenced: bool, key: str | None = None) -> int: ...
 
-    def write(self, value: int, lease: Lease, *, fenced: bool) -> None: ...
+    def write(self, value: int, lease: Lease, *, fenced: bool, key: str | None = None) -> None: ...
 
-    def final(self) -> int: ...
+    def finals(self) -> dict[str, int]: ...
+
+    def prepare(self) -> None: ...
 
     def close(self) -> None: ...
 
 
-def _prepare_sql(conn: Any, placeholder: str, value_type: str, name: str) -> None:
-    """Recreate the counter table at 0 on ``conn`` (a sqlite3 or psycopg connection outside a
-    transaction; ``placeholder`` its paramstyle's, ``value_type`` the counter column's SQL type),
-    create the guard table if needed and clear the fence of ``name``."""
-    conn.execute(f"DROP TABLE IF EXISTS {COUNTER_TABLE}")
-    conn.execute(
-        f"CREATE TABLE {COUNTER_TABLE} (id INTEGER PRIMARY KEY, value {value_type} NOT NULL)"
-    )
-    conn.execute(
-        f"INSERT INTO {COUNTER_TABLE} (id, value) VALUES ({placeholder}, 0)",  # noqa: S608
-        (_ROW_ID,),
-    )
-    db.create_guard_table(conn)
-    conn.execute(
-        f"DELETE FROM {db.DEFAULT_GUARD_TABLE} WHERE resource = {placeholder}",  # noqa: S608
-        (name,),
-    )
-
-
-class _SqliteStore:
-    """The counter in an SQLite file; each access is one ``BEGIN IMMEDIATE`` transaction."""
-
-    def __init__(self, spec: ResourceSpec) -> None:
-        self._name = spec.name
-        self._conn = sqlite3.connect(spec.target, timeout=10.0, isolation_level=None)
-
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        conn = self._conn
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise BackendError(f"sqlite BEGIN failed: {exc}") from exc
-        try:
-            yield conn
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            raise
-        try:
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            raise BackendError(f"sqlite COMMIT failed: {exc}") from exc
-
-    def prepare(self) -> None:
-        _prepare_sql(self._conn, "?", "INTEGER", self._name)
-
-    def read(self, lease: Lease, *, fenced: bool) -> int:
-        with self._transaction() as conn:
-            if fenced:
-                db.fence_guard(conn, self._name, lease)
-            return self._select(conn)
-
-    def _select(self, conn: sqlite3.Connection) -> int:
-        try:
-            row = conn.execute(
-                f"SELECT value FROM {COUNTER_TABLE} WHERE id = ?",  # noqa: S608
-                (_ROW_ID,),
-            ).fetchone()
-        except sqlite3.Error as exc:
-            raise BackendError(f"sqlite SELECT failed: {exc}") from exc
-        return int(row[0])
-
-    def write(self, value: int, lease: Lease, *, fenced: bool) -> None:
-        with self._transaction() as conn:
-            if fenced:
-                db.fence_guard(conn, self._name, lease)
-            try:
-                conn.execute(f"UPDATE {COUNTER_TABLE} SET value = ? WHERE id = ?", (value, _ROW_ID))  # noqa: S608
-            except sqlite3.Error as exc:
-                raise BackendError(f"sqlite UPDATE failed: {exc}") from exc
-
-    def final(self) -> int:
-        return self._select(self._conn)
-
-    def close(self) -> None:
-        self._conn.close()
-
-
-class _PostgresStore:
-    """The counter in PostgreSQL; each access is one transaction, fenced by the guard row."""
-
-    def __init__(self, spec: ResourceSpec) -> None:
-        import psycopg  # optional: only for --resource postgres
-
-        self._name = spec.name
-        self._psycopg = psycopg
-        self._conn = psycopg.connect(spec.target, autocommit=True, connect_timeout=5)
-
-    def _fail(self, exc: Exception) -> BackendError:
-        return BackendError(f"postgres: {exc}")
-
-    def prepare(self) -> None:
-        _prepare_sql(self._conn, "%s", "BIGINT", self._name)
-
-    def read(self, lease: Lease, *, fenced: bool) -> int:
-        try:
-            with self._conn.transaction():
-                if fenced:
-                    db.fence_guard(self._conn, self._name, lease)
-                return self._select()
-        except self._psycopg.Error as exc:
-            raise self._fail(exc) from exc
-
-    def _select(self) -> int:
-        row = self._conn.execute(
-            f"SELECT value FROM {COUNTER_TABLE} WHERE id = %s",  # noqa: S608
-            (_ROW_ID,),
-        ).fetchone()
-        assert row is not None
-        return int(row[0])
-
-    def write(self, value: int, lease: Lease, *, fenced: bool) -> None:
-        try:
-            with self._conn.transaction():
-                if fenced:
-                    db.fence_guard(self._conn, self._name, lease)
-                self._conn.execute(
-                    f"UPDATE {COUNTER_TABLE} SET value = %s WHERE id = %s",  # noqa: S608
-                    (value, _ROW_ID),
-                )
-        except self._psycopg.Error as exc:
-            raise self._fail(exc) from exc
-
-    def final(self) -> int:
-        return self._select()
-
-    def close(self) -> None:
-        self._conn.close()
+def access_key(lease: Lease, key: str | None) -> str:
+    """The key an access is for: ``key``, else the lease's."""
+    return key if key is not None else str(lease.key)
 
 
 class _RedisStore:
-    """The counter in Redis as a :class:`RedisFencedResource` string; plain GET/SET unfenced."""
+    """The counters in Redis, one :class:`RedisFencedResource` string per key (named
+    :meth:`ResourceSpec.resource_name`); plain GET/SET unfenced. The keys ever used are kept in
+    a set (:func:`registry_key`), so that the final read and the clean-up find them all."""
 
     def __init__(self, spec: ResourceSpec) -> None:
+        self._spec = spec
         self._client = redis.Redis.from_url(
             spec.target, socket_timeout=5.0, socket_connect_timeout=5.0
         )
-        self._resource = RedisFencedResource(self._client, spec.name)
+        self._resources: dict[str, RedisFencedResource] = {}
+        self._registry = registry_key(spec)
+
+    def _resource(self, key: str) -> RedisFencedResource:
+        resource = self._resources.get(key)
+        if resource is None:
+            resource = RedisFencedResource(self._client, self._spec.resource_name(key))
+            with _redis_errors("SADD"):
+                self._client.sadd(self._registry, key)
+            self._resources[key] = resource
+        return resource
 
     def prepare(self) -> None:
-        self._client.delete(self._resource.data_key, self._resource.fence_key)
-        self._client.set(self._resource.data_key, 0)
+        """Delete the counters and fences of an earlier run's keys (those of the registry)."""
+        for key in self.keys():
+            resource = RedisFencedResource(self._client, self._spec.resource_name(key))
+            self._client.delete(resource.data_key, resource.fence_key)
+        self._client.delete(self._registry)
 
-    def read(self, lease: Lease, *, fenced: bool) -> int:
+    def keys(self) -> list[str]:
+        """The keys in the registry, sorted."""
+        return sorted(k.decode() for k in self._client.smembers(self._registry))  # type: ignore[union-attr]
+
+    def data_keys(self) -> list[str]:
+        """Every Redis key this resource made: the registry and each key's data and fence."""
+        made = [self._registry]
+        for key in self.keys():
+            resource = RedisFencedResource(self._client, self._spec.resource_name(key))
+            made += [resource.data_key, resource.fence_key]
+        return made
+
+    def read(self, lease: Lease, *, fenced: bool, key: str | None = None) -> int:
+        resource = self._resource(access_key(lease, key))
         if fenced:
-            raw = self._resource.get(lease)
+            raw = resource.get(lease)
         else:
-            try:
-                raw = self._client.get(self._resource.data_key)
-            except redis.RedisError as exc:
-                raise BackendError(f"redis GET failed: {exc}") from exc
+            with _redis_errors("GET"):
+                raw = self._client.get(resource.data_key)
         return int(raw or 0)
 
-    def write(self, value: int, lease: Lease, *, fenced: bool) -> None:
+    def write(self, value: int, lease: Lease, *, fenced: bool, key: str | None = None) -> None:
+        resource = self._resource(access_key(lease, key))
         if fenced:
-            self._resource.set(value, lease)
+            resource.set(value, lease)
             return
-        try:
-            self._client.set(self._resource.data_key, value)
-        except redis.RedisError as exc:
-            raise BackendError(f"redis SET failed: {exc}") from exc
+        with _redis_errors("SET"):
+            self._client.set(resource.data_key, value)
 
-    def final(self) -> int:
-        return int(self._client.get(self._resource.data_key) or 0)
+    def finals(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for key in self.keys():
+            resource = RedisFencedResource(self._client, self._spec.resource_name(key))
+            out[key] = int(self._client.get(resource.data_key) or 0)
+        return out
 
     def close(self) -> None:
         self._client.close()
 
 
-def open_store(spec: ResourceSpec) -> _SqliteStore | _PostgresStore | _RedisStore:
-    """A new handle on the counter described by ``spec`` (one per process)."""
-    if spec.kind == "sqlite":
-        return _SqliteStore(spec)
-    if spec.kind == "postgres":
-        return _PostgresStore(spec)
-    return _RedisStore(spec)
+def registry_key(spec: ResourceSpec) -> str:
+    """The Redis set naming every key a Redis resource was used for."""
+    probe = RedisFencedResource(redis.Redis(), spec.name)
+    return f"{probe.data_key}:keys"
+
+
+@contextlib.contextmanager
+def _redis_errors(what: str) -> Iterator[None]:
+    """A redis-py error inside is a :class:`BackendError` (the original in ``__cause__``)."""
+    try:
+        yield
+    except redis.RedisError as exc:
+        raise BackendError(f"redis {what} failed: {exc}") from exc
+
+
+def open_store(spec: ResourceSpec) -> Any:
+    """A new handle on the counters described by ``spec`` (one per process): a
+    :class:`CounterStore`."""
+    if spec.family == "redis":
+        return _RedisStore(spec)
+    if spec.family == "memory":
+        from .resources_memory import MemoryStore
+
+        return MemoryStore(spec)
+    if spec.kind.endswith("-append"):
+        from .resources_txn import AppendStore
+
+        return AppendStore(spec)
+    from .resources_sql import open_sql_store
+
+    return open_sql_store(spec)
 
 
 def prepare_resource(spec: ResourceSpec) -> None:
-    """Create the counter at 0 and clear the fence of ``spec.name`` (before the workers start)."""
+    """Empty the counters and clear the fences of ``spec`` (before the workers start)."""
     store = open_store(spec)
     try:
         store.prepare()
@@ -253,10 +231,16 @@ def prepare_resource(spec: ResourceSpec) -> None:
         store.close()
 
 
-def read_final_counter(spec: ResourceSpec) -> int:
-    """The counter's value, read plainly (after the workers stopped)."""
+def read_final_counters(spec: ResourceSpec) -> dict[str, int]:
+    """Each key's counter, read plainly (after the workers stopped)."""
     store = open_store(spec)
     try:
-        return store.final()
+        return dict(store.finals())
     finally:
         store.close()
+
+
+def read_final_counter(spec: ResourceSpec) -> int:
+    """The sum of the counters, read plainly (after the workers stopped): with one key, its
+    counter; with many, the number of increments every key's counter holds together."""
+    return sum(read_final_counters(spec).values())

@@ -154,10 +154,11 @@ def _begin(config: CheckConfig) -> _Run:
         raise ValueError("duration_s must be positive")
     seed = config.seed if config.seed is not None else secrets.randbelow(2**31)
     out_dir = Path(config.out_dir)
-    for url in (config.redis_url, config.resource_url if config.resource == "redis" else None):
+    redis_resource = config.resource.startswith("redis")
+    for url in (config.redis_url, config.resource_url if redis_resource else None):
         if url:
             check_redis_url(url)
-    if config.resource == "sqlite" and config.resource_url:
+    if config.resource.startswith("sqlite") and config.resource_url:
         check_sqlite_resource(config.resource_url)  # before anything is written
     parts_dir = claim_out_dir(out_dir)
     secret_urls = [url for url in (config.redis_url, config.resource_url) if url]

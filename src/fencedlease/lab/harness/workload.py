@@ -182,6 +182,9 @@ def worker_main(config: WorkerConfig, board: Board, go: Any, stop: Any) -> None:
     manager = LeaseManager(client, prefix=config.prefix)
     store = open_store(config.resource)
     writer = HistoryWriter(config.history_path, config.name)
+    attach = getattr(store, "attach_history", None)
+    if attach is not None:  # a list-append resource records its transactions too
+        attach(writer)
     board.set(config.index, "pid", os.getpid())  # ready: the run waits for every pid
     try:
         if not go.wait(60.0):
