@@ -36,6 +36,11 @@ locking", 2016, for why each matters):
     as a fenced register, one linearization explaining every read's value and every access's
     acceptance or refusal, unknown outcomes taken as maybe-applied.
 
+``h`` ``transactions``
+    The list-append transactions, when the history has any (:mod:`~fencedlease.lab.harness.elle`,
+    after Elle): no cycle of ww/wr/rw dependencies (G0, G1c, G-single, G2), no aborted or garbage
+    read, no stale read; each violation shows the cycle as transactions and edges.
+
 Inputs: the merged history (:func:`fencedlease.lab.harness.history.merge_histories`), whose ``run``
 ``start`` event carries the parameters (``ttl_ms``, ``heartbeat_ms``, ``margin_ms``...). Output: a
 :class:`CheckReport`; ``report.valid`` is false iff some property has a violation.
@@ -51,6 +56,7 @@ from typing import Any, Final, Literal
 import attrs
 
 from .history import Event
+from .elle import check_list_append, txns_from_history
 from .linearizable import check_register, ops_from_history
 from .mutex import check_mutex
 
@@ -78,6 +84,7 @@ PROPERTIES: Final[dict[str, tuple[str, str]]] = {
     "recovery": ("e", "a lease is granted again after faults heal"),
     "mutual-exclusion": ("f", "the leases of one key never overlap; every loss told and explained"),
     "linearizable-register": ("g", "the resource is a linearizable fenced register"),
+    "transactions": ("h", "list-append transactions: no dependency cycle, no stale read"),
 }
 
 #: Faults after which the holder must be told of its loss within ttl + one heartbeat.
@@ -755,6 +762,20 @@ def _check_linearizable(events: Sequence[Event], ctx: _Ctx) -> PropertyResult:
     return _result("linearizable-register", result.ops, violations, note)
 
 
+def _check_transactions(events: Sequence[Event], ctx: _Ctx) -> PropertyResult:
+    txns = txns_from_history(events)
+    if not txns:
+        return _result("transactions", 0, [], note="not judged: the history has no transactions")
+    result = check_list_append(txns)
+    violations = [
+        Violation("transactions", a.message, ctx.rel(a.txns[0].invoked), a.lines)
+        for a in result.anomalies
+    ]
+    edges = ", ".join(f"{n} {k}" for k, n in result.edges.items()) or "no"
+    note = f"{result.txns} transaction(s) over {result.keys} list(s); {edges} edge(s)"
+    return _result("transactions", result.txns, violations, note)
+
+
 def _result(
     key: str, checked: int, violations: list[Violation], note: str | None = None
 ) -> PropertyResult:
@@ -875,6 +896,7 @@ def check_history(events: Sequence[Event], params: CheckParams | None = None) ->
         recovery,
         mutex,
         _check_linearizable(events, ctx),
+        _check_transactions(events, ctx),
     )
     findings = _rollback_findings(ctx, exempt)
     if overlaps_exempt:
