@@ -55,8 +55,8 @@ from typing import Any, Final, Literal
 
 import attrs
 
-from .history import Event
 from .elle import check_list_append, txns_from_history
+from .history import Event
 from .linearizable import check_register, ops_from_history
 from .mutex import check_mutex
 
