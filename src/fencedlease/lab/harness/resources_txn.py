@@ -6,7 +6,7 @@ judged as usual. Beside it, each key has :data:`LISTS_PER_KEY` lists (rows ``<ke
 of :data:`~fencedlease.lab.harness.resources.LIST_TABLE`, space-separated elements). A
 critical section is one *logical transaction*, as Elle's list-append workload has them
 (Kingsbury & Alvaro, "Elle: Inferring Isolation Anomalies from Experimental Observations",
-2020): the counter's read also reads one to all of the key's lists (same SQL transaction, same
+2020): the counter's read also reads all of the key's lists (same SQL transaction, same
 guard), and the counter's write also appends a value unique in the run to one or two of them.
 The lease is what should make those two SQL transactions one isolated transaction; the fence is
 what makes it so when the lease fails: a stale holder's appends are refused with its write.
@@ -78,12 +78,12 @@ class AppendStore(SqlCounterStore):
         self.sql.run(f"CREATE TABLE {LIST_TABLE} (name TEXT PRIMARY KEY, elements TEXT NOT NULL)")
 
     def _plan(self, key: str) -> list[list[Any]]:
-        """The micro-operations of a new transaction on ``key``'s lists: reads of 1 to all
-        lists, then appends of fresh values to 1 or 2 of them."""
+        """The micro-operations of a new transaction on ``key``'s lists: a read of each list,
+        then appends of fresh values to 1 or 2 of them. Reading every list makes any two
+        transactions that overlap without isolation a cycle: each misses the other's append."""
         rows = [list_name(key, i) for i in range(LISTS_PER_KEY)]
-        reads = sorted(self._rng.sample(rows, self._rng.randint(1, len(rows))))
         appends = sorted(self._rng.sample(rows, self._rng.randint(1, 2)))
-        ops: list[list[Any]] = [["r", row, None] for row in reads]
+        ops: list[list[Any]] = [["r", row, None] for row in rows]
         for row in appends:
             self._seq += 1
             process = self._writer.process if self._writer is not None else "p"
