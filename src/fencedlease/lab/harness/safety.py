@@ -162,25 +162,30 @@ def mark_resource(spec: ResourceSpec) -> bool:
 
 
 def redis_marker_key(spec: ResourceSpec) -> str:
-    """The key that marks a Redis resource as the check's."""
-    from .resources import registry_key
+    """The key that marks a Redis resource as the check's (beside its resource's data key)."""
+    import redis
 
-    return f"{registry_key(spec)}:{RESOURCE_MARKER}"
+    from fencedlease import RedisFencedResource
+
+    return f"{RedisFencedResource(redis.Redis(), spec.name).data_key}:{RESOURCE_MARKER}"
 
 
 def _mark_redis_resource(spec: ResourceSpec) -> bool:
     import redis
 
+    from fencedlease import RedisFencedResource
+
     from .resources import registry_key
 
     with redis.Redis.from_url(spec.target, socket_timeout=5.0, socket_connect_timeout=5.0) as r:
         marker = redis_marker_key(spec)
-        registry = registry_key(spec)
-        if not r.exists(marker) and r.exists(registry):
+        base = RedisFencedResource(r, spec.name)
+        names = (registry_key(spec), base.data_key, base.fence_key)
+        if not r.exists(marker) and r.exists(*names):
             raise UnsafeTargetError(
-                f"the Redis resource {redact_url(spec.target)} holds {registry!r}, which"
-                " fencedlease check did not create; the check would delete the keys it names,"
-                " so it refuses"
+                f"the Redis resource {redact_url(spec.target)} holds one of"
+                f" {', '.join(repr(n) for n in names)}, which fencedlease check did not create;"
+                " the check would delete the keys they name, so it refuses"
             )
         return bool(r.set(marker, "made by fencedlease check", nx=True))
 
