@@ -2,9 +2,11 @@
 
 - :mod:`~fencedlease.lab.harness.history`: the JSON-lines history every process writes;
 - :mod:`~fencedlease.lab.harness.workload`: worker processes doing a fenced read-modify-write;
-- :mod:`~fencedlease.lab.harness.resources`: where the counter lives (SQLite, PostgreSQL, Redis);
+- :mod:`~fencedlease.lab.harness.resources`: where the counters live, one kind per fencing
+  surface (guard rows, fenced rows, list-append transactions, Redis, in-process);
+- :mod:`~fencedlease.lab.harness.elle`: property h, list-append transactions (Elle's checker);
 - :mod:`~fencedlease.lab.harness.nemesis`: the faults, recorded with their start and end;
-- :mod:`~fencedlease.lab.harness.checker`: the pure checker of properties a-g;
+- :mod:`~fencedlease.lab.harness.checker`: the pure checker of properties a-h;
 - :mod:`~fencedlease.lab.harness.mutex`: property f, the leases of one key never overlap;
 - :mod:`~fencedlease.lab.harness.linearizable`: property g, the resource as a linearizable
   fenced register;
