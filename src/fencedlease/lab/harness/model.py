@@ -29,10 +29,11 @@ class CheckConfig:
     :data:`~fencedlease.lab.harness.resources.RESOURCES`; ``resource_url`` overrides where it
     lives (else an SQLite file in ``out_dir``, a second redis-server of ours, a PostgreSQL of
     ours; the memory kinds always run in a resource process of the run's own). ``ttl_ms``,
-    ``heartbeat_ms`` (default ttl/4), ``body_ms`` (sleep in the critical section; default 1.8 x ttl, see
-    ``docs/harness.md`` for why), ``margin_ms`` (recovery bound beyond ttl). ``toxiproxy``:
-    False connects workers straight to Redis (no network faults). ``allow_server_faults``: run
-    the faults that act on the whole Redis server (``script-flush``, the ``redis-*`` ones; see
+    ``heartbeat_ms`` (default ttl/4), ``body_ms`` (sleep in the critical section; default
+    1.8 x ttl, see ``docs/harness.md`` for why), ``margin_ms`` (recovery bound beyond ttl).
+    ``toxiproxy``: False connects workers straight to Redis (no network faults).
+    ``allow_server_faults``: run the faults that act on the whole Redis server
+    (``script-flush``, the ``redis-*`` ones; see
     :data:`fencedlease.lab.harness.nemesis.SERVER_WIDE`) on a ``redis_url`` too; without it they
     run only on a Redis the check started and are left out of the schedule otherwise.
     """
