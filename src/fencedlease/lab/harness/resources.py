@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Final, Literal, Protocol, get_args
 
 import attrs
 import redis
@@ -58,17 +58,8 @@ ResourceKind = Literal[
     "memory-strict",
 ]
 
-RESOURCES: Final[tuple[ResourceKind, ...]] = (
-    "sqlite",
-    "redis",
-    "postgres",
-    "sqlite-rows",
-    "postgres-rows",
-    "sqlite-append",
-    "postgres-append",
-    "memory",
-    "memory-strict",
-)
+#: Every kind, in the order ``--resource`` lists them.
+RESOURCES: Final[tuple[ResourceKind, ...]] = get_args(ResourceKind)
 
 #: The counters' table in the SQL resources (one row per key).
 COUNTER_TABLE: Final = "fencedlease_check_counter"

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import secrets
 import threading
+from collections.abc import Callable
 from multiprocessing.managers import BaseManager
 from typing import Any
 
@@ -79,24 +80,21 @@ class MemoryCounters:
 
     def read(self, key: str, view: LeaseView, fenced: bool) -> Reply:
         """The counter of ``key``; fenced: ``accept`` first (the fence moves)."""
-        lock, resource = self._key(key)
-        with lock:
-            if fenced:
-                refused = self._admit(resource, view)
-                if refused is not None:
-                    return refused
-            return ("ok", self._values.get(key, 0))
+        return self._access(key, view, fenced, lambda: self._values.get(key, 0))
 
     def write(self, key: str, value: int, view: LeaseView, fenced: bool) -> Reply:
         """Set the counter of ``key``; fenced: ``accept`` first (module docstring for strict)."""
+        return self._access(key, view, fenced, lambda: self._values.__setitem__(key, value))
+
+    def _access(self, key: str, view: LeaseView, fenced: bool, then: Callable[[], Any]) -> Reply:
+        """Under the key's lock: admit ``view`` (when ``fenced``), then ``then()``; the reply."""
         lock, resource = self._key(key)
         with lock:
             if fenced:
                 refused = self._admit(resource, view)
                 if refused is not None:
                     return refused
-            self._values[key] = value
-            return ("ok", None)
+            return ("ok", then())
 
     def _admit(self, resource: FencedResource, view: LeaseView) -> Reply | None:
         if self._strict and (

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
 from fencedlease import BackendError, Lease, db
@@ -147,22 +147,15 @@ class SqlCounterStore:
                 self.guard(lease, name)
             return select_counter(self.sql, name)
 
-    def write(
-        self,
-        value: int,
-        lease: Lease,
-        *,
-        fenced: bool,
-        key: str | None = None,
-        also: Callable[[], None] | None = None,
-    ) -> None:
-        """Write the counter of ``key``; ``also`` runs in the same transaction, after the
-        fence and the write."""
+    def write(self, value: int, lease: Lease, *, fenced: bool, key: str | None = None) -> None:
         name = access_key(lease, key)
         with self.sql.transaction():
             self._write(value, lease, fenced, name)
-            if also is not None:
-                also()
+            self.also_in_write()
+
+    def also_in_write(self) -> None:
+        """What else a write does in its transaction, after the fence and the counter: nothing
+        here (the list-append store appends)."""
 
     def _write(self, value: int, lease: Lease, fenced: bool, name: str) -> None:
         ensure_row(self.sql, name)

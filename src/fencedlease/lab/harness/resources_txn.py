@@ -22,7 +22,6 @@ write's outcome is unknown). The history writer is handed over by
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
 from typing import Any, Final
 
 from fencedlease import BackendError, Lease, StaleTokenError
@@ -65,6 +64,7 @@ class AppendStore(SqlCounterStore):
         self._rng = random.Random(0)
         self._seq = 0
         self._open: tuple[Operation, list[list[Any]], tuple[str, int | None]] | None = None
+        self._appending: list[list[Any]] | None = None
 
     def attach_history(self, writer: HistoryWriter) -> None:
         """Record a ``txn`` operation per critical section in ``writer``'s history (its
@@ -125,38 +125,31 @@ class AppendStore(SqlCounterStore):
             self.guard(lease, key)
         return select_counter(self.sql, key)
 
-    def write(
-        self,
-        value: int,
-        lease: Lease,
-        *,
-        fenced: bool,
-        key: str | None = None,
-        also: Callable[[], None] | None = None,
-    ) -> None:
+    def write(self, value: int, lease: Lease, *, fenced: bool, key: str | None = None) -> None:
         name = access_key(lease, key)
-        opened = self._open
+        opened, self._open = self._open, None
         if opened is None or opened[2] != (name, lease.fencing_token):
+            self._open = opened
             self._abandon()
-            super().write(value, lease, fenced=fenced, key=name, also=also)
+            super().write(value, lease, fenced=fenced, key=name)
             return
-        self._open = None
         op, ops, _ = opened
-
-        def appends() -> None:
-            self._appends(ops)
-            if also is not None:
-                also()
-
+        self._appending = ops
         try:
-            super().write(value, lease, fenced=fenced, key=name, also=appends)
+            super().write(value, lease, fenced=fenced, key=name)
         except StaleTokenError as exc:
             op.fail(outcome="stale", detail={"txn": ops, "last": exc.last_token})
             raise
         except BackendError:
             op.info(outcome="backend-error", detail={"txn": ops})
             raise
+        finally:
+            self._appending = None
         op.ok(outcome="committed", detail={"txn": ops})
+
+    def also_in_write(self) -> None:
+        if self._appending is not None:
+            self._appends(self._appending)
 
     def _appends(self, ops: list[list[Any]]) -> None:
         for micro in ops:
