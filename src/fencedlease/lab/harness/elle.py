@@ -34,6 +34,7 @@ import bisect
 import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from .elle_graph import (
     CYCLE_ANOMALIES,
@@ -68,7 +69,11 @@ def _micro_ops(raw: object) -> tuple[MicroOp, ...]:
     ops: list[MicroOp] = []
     for item in raw:
         if isinstance(item, list | tuple) and len(item) == 3 and item[0] in ("r", "append"):
-            value = tuple(item[2]) if item[0] == "r" and item[2] is not None else item[2]
+            value: Any
+            if item[0] == "r":
+                value = None if item[2] is None else tuple(str(v) for v in item[2])
+            else:
+                value = str(item[2])
             ops.append((str(item[0]), str(item[1]), value))
     return tuple(ops)
 
@@ -116,30 +121,7 @@ def check_list_append(txns: Iterable[Txn]) -> ElleResult:
             (aborted if txn.type == "fail" else appended)[(key, element)] = txn
     committed = [t for t in txns if t.type == "ok"]
     orders = _orders(committed, anomalies)
-    for reader in committed:
-        for key, elements in reader.reads():
-            for element in dict.fromkeys(elements):
-                if (key, element) in appended:
-                    continue
-                writer = aborted.get((key, element))
-                if writer is not None:
-                    anomalies.append(
-                        Anomaly(
-                            "G1a",
-                            f"G1a (aborted read): {reader.name} read {key} = {fmt_list(elements)},"
-                            f" which holds {element}, appended by {writer.name}, which failed",
-                            (reader, writer),
-                        )
-                    )
-                else:
-                    anomalies.append(
-                        Anomaly(
-                            "garbage-read",
-                            f"garbage read: {reader.name} read {key} = {fmt_list(elements)}, which"
-                            f" holds {element}, which no transaction appended",
-                            (reader,),
-                        )
-                    )
+    anomalies += _bad_elements(committed, orders, appended, aborted)
     graph = Graph()
     for txn in txns:
         if txn.type == "ok":
@@ -192,6 +174,44 @@ def _orders(committed: list[Txn], anomalies: list[Anomaly]) -> dict[str, tuple[s
                     )
                 )
     return {key: order for key, (order, _) in longest.items()}
+
+
+def _bad_elements(
+    committed: list[Txn],
+    orders: dict[str, tuple[str, ...]],
+    appended: dict[tuple[str, str], Txn],
+    aborted: dict[tuple[str, str], Txn],
+) -> list[Anomaly]:
+    """G1a and garbage reads, each element judged once: a read that is a prefix of its list's
+    order brings only the elements past those judged already."""
+    found: list[Anomaly] = []
+    judged: dict[str, int] = defaultdict(int)
+    seen: set[tuple[str, str]] = set()
+    for reader in committed:
+        for key, elements in reader.reads():
+            if orders[key][: len(elements)] == elements:
+                fresh = elements[judged[key] :]
+                judged[key] = max(judged[key], len(elements))
+            else:
+                fresh = elements
+            for element in fresh:
+                if (key, element) in appended or (key, element) in seen:
+                    continue
+                seen.add((key, element))
+                writer = aborted.get((key, element))
+                if writer is not None:
+                    message = (
+                        f"G1a (aborted read): {reader.name} read {key} = {fmt_list(elements)},"
+                        f" which holds {element}, appended by {writer.name}, which failed"
+                    )
+                    found.append(Anomaly("G1a", message, (reader, writer)))
+                else:
+                    message = (
+                        f"garbage read: {reader.name} read {key} = {fmt_list(elements)}, which"
+                        f" holds {element}, which no transaction appended"
+                    )
+                    found.append(Anomaly("garbage-read", message, (reader,)))
+    return found
 
 
 def _add_edges(

@@ -68,13 +68,13 @@ class Txn:
         """``(list, elements)`` for each read with a result."""
         for f, key, value in self.ops:
             if f == "r" and value is not None:
-                yield key, tuple(str(v) for v in value)
+                yield key, value
 
     def appends(self) -> Iterator[tuple[str, str]]:
         """``(list, element)`` for each append."""
         for f, key, value in self.ops:
             if f == "append":
-                yield key, str(value)
+                yield key, value
 
     def lines(self) -> tuple[int, ...]:
         return (self.line,) + ((self.end_line,) if self.end_line is not None else ())
