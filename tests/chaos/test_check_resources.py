@@ -81,3 +81,13 @@ def test_unfenced_resource_shows_the_anomaly(kind: str, tmp_path: Path) -> None:
         assert cycles, output
         assert all(m.split(" ")[0] in ("G-single", "G2") for m in cycles), cycles
         assert all(" -[rw " in m for m in cycles), cycles
+
+
+@pytest.mark.parametrize("kind", ["sqlite-rows", "memory-strict"])
+def test_write_fenced_resource_loses_an_update(kind: str, tmp_path: Path) -> None:
+    """Only the write fenced (a plain read): the stale write lands between the new holder's
+    read and its write, and is accepted since no newer token was presented yet."""
+    code, report, output = check(kind, "write-fenced", tmp_path / "out")
+    assert code == 1, output
+    found = violated(report)
+    assert any("were lost" in message for message in found.get("no-lost-update", [])), output

@@ -151,6 +151,25 @@ def test_the_strict_resource_accepts_a_token_once() -> None:
     assert counters.finals() == {"k": 3}
 
 
+def test_the_memory_resource_is_shared_by_the_threads_of_its_process(
+    spec_of: Any, leases: Leases
+) -> None:
+    """Two handles (two workers) are served by two threads of the resource process, on the
+    same FencedResource: one holder's read fences the other's write."""
+    spec = spec_of("memory")
+    first, second = open_store(spec), open_store(spec)
+    try:
+        assert first.served_by() != second.served_by()
+        assert first.served_by() == first.served_by()
+        assert first.read(leases.new, fenced=True) == 0
+        with pytest.raises(StaleTokenError) as refused:
+            second.write(1, leases.old, fenced=True)
+        assert refused.value.last_token == 2
+    finally:
+        first.close()
+        second.close()
+
+
 def test_the_lease_view_carries_no_owner_token(leases: Leases) -> None:
     view = LeaseView.of(leases.new)
     assert view.owner_token != leases.new.owner_token

@@ -112,6 +112,10 @@ class MemoryCounters:
         with self._lock:
             return dict(sorted(self._values.items()))
 
+    def served_by(self) -> int:
+        """The identifier of the thread serving this call (each connection has one)."""
+        return threading.get_ident()
+
     def reset(self) -> None:
         with self._lock:
             self._keys.clear()
@@ -191,6 +195,10 @@ class MemoryStore:
 
     def prepare(self) -> None:
         self._call("reset")
+
+    def served_by(self) -> int:
+        """The identifier of the resource process's thread that serves this handle."""
+        return int(self._call("served_by"))
 
     def close(self) -> None:
         self._counters = None
