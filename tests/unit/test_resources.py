@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -154,20 +155,32 @@ def test_the_strict_resource_accepts_a_token_once() -> None:
 def test_the_memory_resource_is_shared_by_the_threads_of_its_process(
     spec_of: Any, leases: Leases
 ) -> None:
-    """Two handles (two workers) are served by two threads of the resource process, on the
-    same FencedResource: one holder's read fences the other's write."""
+    """Two workers (here two threads, each with its own connection, as two processes have) are
+    served by two threads of the resource process, on the same FencedResource: one holder's
+    read fences the other's write."""
     spec = spec_of("memory")
-    first, second = open_store(spec), open_store(spec)
-    try:
-        assert first.served_by() != second.served_by()
-        assert first.served_by() == first.served_by()
-        assert first.read(leases.new, fenced=True) == 0
-        with pytest.raises(StaleTokenError) as refused:
+    first = open_store(spec)
+    got: dict[str, Any] = {}
+
+    def other_worker() -> None:
+        second = open_store(spec)
+        got["thread"] = second.served_by()
+        try:
             second.write(1, leases.old, fenced=True)
-        assert refused.value.last_token == 2
+        except StaleTokenError as exc:
+            got["refused"] = exc.last_token
+        second.close()
+
+    try:
+        assert first.read(leases.new, fenced=True) == 0
+        worker = threading.Thread(target=other_worker)
+        worker.start()
+        worker.join(timeout=30)
+        assert got["refused"] == 2
+        assert got["thread"] != first.served_by()
+        assert first.served_by() == first.served_by()
     finally:
         first.close()
-        second.close()
 
 
 def test_the_lease_view_carries_no_owner_token(leases: Leases) -> None:
