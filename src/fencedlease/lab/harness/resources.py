@@ -30,7 +30,8 @@ from typing import Any, Final, Literal, Protocol, get_args
 import attrs
 import redis
 
-from fencedlease import BackendError, Lease, RedisFencedResource
+from fencedlease import BackendError, Lease, RedisFencedResource, redis_keys
+from fencedlease.redis_fencing import DEFAULT_PREFIX
 
 __all__ = [
     "COUNTER_TABLE",
@@ -40,10 +41,12 @@ __all__ = [
     "ResourceKind",
     "ResourceSpec",
     "access_key",
+    "base_data_key",
     "open_store",
     "prepare_resource",
     "read_final_counter",
     "read_final_counters",
+    "registry_key",
 ]
 
 ResourceKind = Literal[
@@ -180,10 +183,15 @@ class _RedisStore:
         self._client.close()
 
 
+def base_data_key(spec: ResourceSpec) -> str:
+    """The data key a :class:`RedisFencedResource` named ``spec.name`` would have (the check's
+    keys of a Redis resource are named after it)."""
+    return f"{redis_keys(DEFAULT_PREFIX, spec.name).base}:resource"
+
+
 def registry_key(spec: ResourceSpec) -> str:
     """The Redis set naming every key a Redis resource was used for."""
-    probe = RedisFencedResource(redis.Redis(), spec.name)
-    return f"{probe.data_key}:keys"
+    return f"{base_data_key(spec)}:keys"
 
 
 @contextlib.contextmanager

@@ -163,11 +163,9 @@ def mark_resource(spec: ResourceSpec) -> bool:
 
 def redis_marker_key(spec: ResourceSpec) -> str:
     """The key that marks a Redis resource as the check's (beside its resource's data key)."""
-    import redis
+    from .resources import base_data_key
 
-    from fencedlease import RedisFencedResource
-
-    return f"{RedisFencedResource(redis.Redis(), spec.name).data_key}:{RESOURCE_MARKER}"
+    return f"{base_data_key(spec)}:{RESOURCE_MARKER}"
 
 
 def _mark_redis_resource(spec: ResourceSpec) -> bool:
