@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
 from fencedlease.lab.harness.checker import check_history
 from fencedlease.lab.harness.elle import Txn, check_list_append, txns_from_history
 from fencedlease.lab.harness.history import Event
@@ -220,3 +224,47 @@ def test_the_checker_judges_transactions_when_the_history_has_them() -> None:
     assert prop.violations[0].lines == (2, 3, 4, 5)
     assert prop.note == "3 transaction(s) over 1 list(s); 1 rw, 1 wr, 1 ww edge(s)"
     assert not report.valid
+
+
+@st.composite
+def serial_histories(draw: st.DrawFn) -> list[Txn]:
+    """Transactions run one after another (each invoked after the previous completed) on up
+    to three lists: reads see everything appended before."""
+    lists: dict[str, list[str]] = {"x": [], "y": [], "z": []}
+    txns: list[Txn] = []
+    for i in range(draw(st.integers(1, 12))):
+        ops: list[tuple[str, str, Any]] = []
+        for _ in range(draw(st.integers(1, 4))):
+            key = draw(st.sampled_from(sorted(lists)))
+            if draw(st.booleans()):
+                ops.append(r(key, *lists[key]))
+            else:
+                element = f"{i}.{len(ops)}"
+                lists[key].append(element)
+                ops.append(a(key, element))
+        txns.append(txn(f"w{i % 3}", i, *ops, at=(2.0 * i, 2.0 * i + 1.0)))
+    return txns
+
+
+@given(serial_histories())
+def test_a_serial_history_is_never_an_anomaly(txns: list[Txn]) -> None:
+    assert check_list_append(txns).anomalies == ()
+
+
+@given(serial_histories(), st.data())
+def test_a_read_that_misses_a_committed_append_is_found(
+    txns: list[Txn], data: st.DataObject
+) -> None:
+    """Cut the last element off one non-empty read: the reader missed an append committed
+    before it began (a stale read), whatever else it shows."""
+    candidates = [(t, n) for t in txns for n, op in enumerate(t.ops) if op[0] == "r" and op[2]]
+    assume(candidates)
+    victim, n = data.draw(st.sampled_from(candidates))
+    f, key, elements = victim.ops[n]
+    writer = next(t for t in txns if (key, elements[-1]) in set(t.appends()))
+    assume(writer is not victim)
+    ops = list(victim.ops)
+    ops[n] = (f, key, elements[:-1])
+    mutated = [attrs.evolve(t, ops=tuple(ops)) if t is victim else t for t in txns]
+    found = check_list_append(mutated).anomalies
+    assert "stale-read" in [x.kind for x in found]
