@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import redis
 from pg_fixtures import postgres_dsn  # noqa: F401 (the fixture)
@@ -155,3 +156,30 @@ def test_postgres_list_append_transactions(
     assert done == [(0, "fail", "abandoned"), (1, "ok", "committed"), (2, "fail", "stale")]
     committed = next(e for e in read_history(path) if e.type == "ok").detail["txn"]
     assert lists == {op[1]: [op[2]] for op in committed if op[0] == "append"}
+
+
+@attrs.frozen
+class Granted:
+    """A lease as fencing sees it (a duplicate grant needs two of one token)."""
+
+    fencing_token: int
+    owner_token: str
+    key: str = "k"
+    fencing_scope: str = "check:{k}:fence"
+
+
+def test_a_duplicate_grant_is_refused(spec: ResourceSpec) -> None:
+    """Two leases with one token (a rolled-back lease counter): the second one's first access
+    is refused, the first lease's own write after its read lands."""
+    prepare_resource(spec)
+    store = open_store(spec)
+    first, twin = Granted(13, "owner-one"), Granted(13, "owner-two")
+    try:
+        assert store.read(first, fenced=True) == 0
+        with pytest.raises(StaleTokenError) as refused:
+            store.read(twin, fenced=True)
+        assert refused.value.last_token == 13
+        store.write(1, first, fenced=True)
+        assert store.finals() == {"k": 1}
+    finally:
+        store.close()

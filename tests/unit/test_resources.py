@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from fencedlease import Lease, LeaseManager, MemoryBackend, StaleTokenError
@@ -109,6 +110,37 @@ def test_a_stale_holder_is_refused_and_each_key_has_its_counter(
         store.close()
     assert read_final_counters(spec) == {"k": 2, "k2": 5}
     assert read_final_counter(spec) == 7
+
+
+@attrs.frozen
+class Granted:
+    """A lease as fencing sees it (a duplicate grant needs two of one token)."""
+
+    fencing_token: int
+    owner_token: str
+    key: str = "k"
+    fencing_scope: str = "check:{k}:fence"
+
+
+@pytest.mark.parametrize("kind", LOCAL)
+def test_a_duplicate_grant_is_refused(kind: str, spec_of: Any) -> None:
+    """After a rollback of the lease counter two leases can hold the same token: the second
+    one's first access is refused, while the first lease's own write after its read lands."""
+    spec = spec_of(kind)
+    prepare_resource(spec)
+    store = open_store(spec)
+    first, twin = Granted(13, "owner-one"), Granted(13, "owner-two")
+    try:
+        assert store.read(first, fenced=True) == 0
+        with pytest.raises(StaleTokenError) as refused:
+            store.read(twin, fenced=True)
+        assert refused.value.last_token == 13
+        with pytest.raises(StaleTokenError):
+            store.write(5, twin, fenced=True)
+        store.write(1, first, fenced=True)
+        assert store.finals() == {"k": 1}
+    finally:
+        store.close()
 
 
 @pytest.mark.parametrize("kind", LOCAL)

@@ -6,8 +6,12 @@
 - ``sqlite-rows`` / ``postgres-rows``: the counter row fences itself: a read is
   :func:`fencedlease.db.fenced_read` (moves the row's token and returns its value in one
   statement), a write :func:`fencedlease.db.fenced_update`; the row records its counter's scope
-  in ``lease_key``. These compare tokens only (an equal token from another lease is accepted,
-  as the library documents).
+  in ``lease_key``. A row compares tokens only, with no fingerprint, so an equal token from
+  another lease (a duplicate grant, after the lease counter was rolled back) would be accepted
+  non-strict. So a lease's first fenced access of a key is *strict* (the token must be greater
+  than the row's), which refuses the duplicate, and its later accesses (the write after its
+  read) are not, which lets the lease's own write land: strict fencing for one access per
+  token, as :func:`fencedlease.db.fenced_read` advises.
 
 Each access is one transaction (SQLite: ``BEGIN IMMEDIATE``); a refusal rolls it back.
 """
@@ -19,7 +23,7 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
-from fencedlease import BackendError, Lease, db
+from fencedlease import BackendError, Lease, db, owner_fingerprint
 
 from .resources import COUNTER_TABLE, ResourceSpec, access_key
 
@@ -99,6 +103,10 @@ def _create_counters(sql: SqlConnection) -> None:
     )
 
 
+def _fingerprint(lease: Lease) -> str:
+    return owner_fingerprint(lease.owner_token)
+
+
 def _like_prefix(name: str) -> str:
     """A ``LIKE`` pattern (escape ``\\``) matching ``<name>/`` and anything after it."""
     escaped = name.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
@@ -125,6 +133,29 @@ class SqlCounterStore:
         self.spec = spec
         self.rows = spec.kind.endswith("-rows")
         self.sql = SqlConnection(spec)
+        # key -> (token, owner fingerprint) of the lease whose fenced access of it was last
+        # accepted here: that lease's next access is not its first (rows only).
+        self._admitted: dict[str, tuple[int | None, str]] = {}
+
+    def _first_access(self, lease: Lease, key: str) -> bool:
+        return self._admitted.get(key) != (lease.fencing_token, _fingerprint(lease))
+
+    def _row_read(self, lease: Lease, key: str) -> int:
+        strict = self._first_access(lease, key)
+        found = db.fenced_read(
+            self.sql.conn, COUNTER_TABLE, {"key": key}, lease,
+            columns=["value"], lease_key_column=_ROWS_LEASE_KEY, strict=strict,
+        )  # fmt: skip
+        self._admitted[key] = (lease.fencing_token, _fingerprint(lease))
+        return int(found[0]["value"])
+
+    def _row_write(self, value: int, lease: Lease, key: str) -> None:
+        strict = self._first_access(lease, key)
+        db.fenced_update(
+            self.sql.conn, COUNTER_TABLE, {"value": value}, {"key": key}, lease,
+            lease_key_column=_ROWS_LEASE_KEY, strict=strict,
+        )  # fmt: skip
+        self._admitted[key] = (lease.fencing_token, _fingerprint(lease))
 
     def prepare(self) -> None:
         _create_counters(self.sql)
@@ -138,11 +169,7 @@ class SqlCounterStore:
         with self.sql.transaction():
             ensure_row(self.sql, name)
             if fenced and self.rows:
-                found = db.fenced_read(
-                    self.sql.conn, COUNTER_TABLE, {"key": name}, lease,
-                    columns=["value"], lease_key_column=_ROWS_LEASE_KEY,
-                )  # fmt: skip
-                return int(found[0]["value"])
+                return self._row_read(lease, name)
             if fenced:
                 self.guard(lease, name)
             return select_counter(self.sql, name)
@@ -160,10 +187,7 @@ class SqlCounterStore:
     def _write(self, value: int, lease: Lease, fenced: bool, name: str) -> None:
         ensure_row(self.sql, name)
         if fenced and self.rows:
-            db.fenced_update(
-                self.sql.conn, COUNTER_TABLE, {"value": value}, {"key": name}, lease,
-                lease_key_column=_ROWS_LEASE_KEY,
-            )  # fmt: skip
+            self._row_write(value, lease, name)
             return
         if fenced:
             self.guard(lease, name)
