@@ -257,3 +257,15 @@ def test_the_append_store_records_its_transactions(
     assert lists == {op[1]: [op[2]] for op in first if op[0] == "append"}
     assert events[5].detail["last"] == 2
     assert json.dumps(events[5].detail)  # JSON all the way
+
+
+def test_a_memory_resource_takes_no_url(tmp_path: Path) -> None:
+    """The memory resources live in a process of the run's own: a --resource-url is refused
+    before anything is written."""
+    from fencedlease.lab.harness.run import CheckConfig, run_check
+
+    out = tmp_path / "out"
+    config = CheckConfig(resource="memory-strict", resource_url="127.0.0.1:1", out_dir=out)
+    with pytest.raises(ValueError, match="^--resource memory-strict runs in a process of the"):
+        run_check(config)
+    assert not out.exists()

@@ -152,6 +152,11 @@ def _begin(config: CheckConfig) -> _Run:
         raise ValueError("workers must be at least 2 (a lease needs someone to take it over)")
     if config.duration_s <= 0:
         raise ValueError("duration_s must be positive")
+    if config.resource.startswith("memory") and config.resource_url:
+        raise ValueError(
+            f"--resource {config.resource} runs in a process of the run's own:"
+            " --resource-url does not apply to it"
+        )
     seed = config.seed if config.seed is not None else secrets.randbelow(2**31)
     out_dir = Path(config.out_dir)
     redis_resource = config.resource.startswith("redis")
