@@ -266,6 +266,6 @@ def test_a_memory_resource_takes_no_url(tmp_path: Path) -> None:
 
     out = tmp_path / "out"
     config = CheckConfig(resource="memory-strict", resource_url="127.0.0.1:1", out_dir=out)
-    with pytest.raises(ValueError, match="^--resource memory-strict runs in a process of the"):
+    with pytest.raises(ValueError, match=r"^--resource memory-strict runs in a process of the"):
         run_check(config)
     assert not out.exists()
