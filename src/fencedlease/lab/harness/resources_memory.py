@@ -30,7 +30,7 @@ import attrs
 
 from fencedlease import BackendError, FencedResource, Lease, StaleTokenError, owner_fingerprint
 
-from .resources import ResourceSpec, access_key
+from .resource_spec import ResourceSpec, access_key
 
 __all__ = ["LeaseView", "MemoryCounters", "MemoryStore", "start_memory_resource"]
 

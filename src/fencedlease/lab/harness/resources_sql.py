@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from fencedlease import BackendError, Lease, db, owner_fingerprint
 
-from .resources import COUNTER_TABLE, ResourceSpec, access_key
+from .resource_spec import COUNTER_TABLE, ResourceSpec, access_key
 
 __all__ = ["SqlConnection", "SqlCounterStore", "ensure_row", "open_sql_store", "select_counter"]
 

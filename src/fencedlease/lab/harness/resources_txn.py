@@ -27,7 +27,7 @@ from typing import Any, Final
 from fencedlease import BackendError, Lease, StaleTokenError
 
 from .history import HistoryWriter, Operation
-from .resources import LIST_TABLE, ResourceSpec, access_key
+from .resource_spec import LIST_TABLE, ResourceSpec, access_key
 from .resources_sql import SqlConnection, SqlCounterStore, ensure_row, select_counter
 
 __all__ = ["LISTS_PER_KEY", "AppendStore", "list_name"]
