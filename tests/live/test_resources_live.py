@@ -8,12 +8,12 @@ access checks nothing; a Redis resource deletes exactly the keys it made.
 
 from __future__ import annotations
 
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import attrs
 import pytest
 import redis
 from pg_fixtures import postgres_dsn  # noqa: F401 (the fixture)
@@ -26,6 +26,9 @@ from fencedlease.lab.harness.resources import (
     prepare_resource,
     read_final_counters,
 )
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
+from test_fencing_model import FakeLease
 
 pytestmark = pytest.mark.live
 
@@ -158,22 +161,12 @@ def test_postgres_list_append_transactions(
     assert lists == {op[1]: [op[2]] for op in committed if op[0] == "append"}
 
 
-@attrs.frozen
-class Granted:
-    """A lease as fencing sees it (a duplicate grant needs two of one token)."""
-
-    fencing_token: int
-    owner_token: str
-    key: str = "k"
-    fencing_scope: str = "check:{k}:fence"
-
-
 def test_a_duplicate_grant_is_refused(spec: ResourceSpec) -> None:
     """Two leases with one token (a rolled-back lease counter): the second one's first access
     is refused, the first lease's own write after its read lands."""
     prepare_resource(spec)
     store = open_store(spec)
-    first, twin = Granted(13, "owner-one"), Granted(13, "owner-two")
+    first, twin = FakeLease("k", "owner-one", 13), FakeLease("k", "owner-two", 13)
     try:
         assert store.read(first, fenced=True) == 0
         with pytest.raises(StaleTokenError) as refused:

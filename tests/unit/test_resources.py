@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import attrs
 import pytest
+from test_fencing_model import FakeLease
 
 from fencedlease import Lease, LeaseManager, MemoryBackend, StaleTokenError
 from fencedlease.lab.harness.history import HistoryWriter, read_history
@@ -112,16 +112,6 @@ def test_a_stale_holder_is_refused_and_each_key_has_its_counter(
     assert read_final_counter(spec) == 7
 
 
-@attrs.frozen
-class Granted:
-    """A lease as fencing sees it (a duplicate grant needs two of one token)."""
-
-    fencing_token: int
-    owner_token: str
-    key: str = "k"
-    fencing_scope: str = "check:{k}:fence"
-
-
 @pytest.mark.parametrize("kind", LOCAL)
 def test_a_duplicate_grant_is_refused(kind: str, spec_of: Any) -> None:
     """After a rollback of the lease counter two leases can hold the same token: the second
@@ -129,7 +119,7 @@ def test_a_duplicate_grant_is_refused(kind: str, spec_of: Any) -> None:
     spec = spec_of(kind)
     prepare_resource(spec)
     store = open_store(spec)
-    first, twin = Granted(13, "owner-one"), Granted(13, "owner-two")
+    first, twin = FakeLease("k", "owner-one", 13), FakeLease("k", "owner-two", 13)
     try:
         assert store.read(first, fenced=True) == 0
         with pytest.raises(StaleTokenError) as refused:

@@ -52,7 +52,7 @@ class LeaseView:
             lease.fencing_token,
             owner_fingerprint(lease.owner_token),
             str(lease.key),
-            lease.fencing_scope,
+            getattr(lease, "fencing_scope", None),  # a backend may name no scope
         )
 
 
