@@ -15,7 +15,8 @@ locking", 2016, for why each matters):
     A lease lost during its critical section (the library said so, or another worker was granted
     the key before the body ended) ends in ``LeaseLostError`` or ``StaleTokenError``, never in a
     normal return. And when the holder is cut off from Redis (``partition``, ``timeout``,
-    ``redis-pause`` of at least ttl), it is told of the loss within ttl + one heartbeat of the cut.
+    ``redis-pause``, ``drop-replies``, ``drop-requests``, ``kernel-drop``, ``kernel-reject`` of
+    at least ttl), it is told of the loss within ttl + one heartbeat of the cut.
 ``d`` ``grant-tokens``
     Every grant has its own token, and a grant invoked after another completed has a larger one.
     Grants separated by a restart of Redis without persistence are exempt: the counter was rolled
@@ -81,7 +82,12 @@ PROPERTIES: Final[dict[str, tuple[str, str]]] = {
 }
 
 #: Faults after which the holder must be told of its loss within ttl + one heartbeat.
-CUT_OFF_FAULTS: Final = frozenset({"partition", "timeout", "redis-pause"})
+CUT_OFF_FAULTS: Final = frozenset(
+    {
+        "partition", "timeout", "redis-pause", "drop-replies", "drop-requests",
+        "kernel-drop", "kernel-reject",
+    }
+)  # fmt: skip
 #: Faults that roll the fencing counter back.
 ROLLBACK_FAULTS: Final = frozenset({"redis-restart-nopersist"})
 

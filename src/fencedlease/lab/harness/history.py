@@ -166,6 +166,10 @@ class HistoryWriter:
 
     ``clock_mono`` / ``clock_wall`` return seconds (defaults: :func:`time.monotonic`,
     :func:`time.time`). Thread-safe. Use as a context manager or call :meth:`close`.
+
+    An existing file is continued: a last line cut short (its writer was killed mid-line) is
+    cut off, and operation ids go on after the largest one in the file, so a process restarted
+    under the same name (``kill-holder``) never reuses an id of its earlier life.
     """
 
     def __init__(
@@ -181,7 +185,7 @@ class HistoryWriter:
         self._mono = clock_mono
         self._wall = clock_wall
         self._lock = threading.Lock()
-        self._next_id = 0
+        self._next_id = _continue_file(self.path)
         self._file: IO[str] | None = self.path.open("a", encoding="utf-8")
 
     def __enter__(self) -> HistoryWriter:
@@ -216,6 +220,20 @@ class HistoryWriter:
             self._next_id += 1
         self.record(op, "invoke", id=op_id, **fields)
         return Operation(self, op, op_id, fields)
+
+
+def _continue_file(path: Path) -> int:
+    """Cut a partial last line off ``path`` (if it exists) and return the next operation id:
+    one more than the largest ``id`` in it, 0 for a new or empty file."""
+    if not path.exists():
+        return 0
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        data = data[: data.rfind(b"\n") + 1]
+        with path.open("r+b") as file:
+            file.truncate(len(data))
+    ids = [event.id for event in read_history(path) if event.id is not None]
+    return max(ids, default=-1) + 1
 
 
 def read_history(path: str | Path) -> list[Event]:

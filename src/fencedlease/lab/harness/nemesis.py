@@ -18,7 +18,18 @@ Kinds (:data:`FAULTS`):
 ``redis-restart-nopersist`` the same with persistence off: Redis comes back empty
 ``client-kill``            ``CLIENT KILL`` of every connection of the holder
 ``script-flush``           ``SCRIPT FLUSH``: every cached Lua script is forgotten
+``clock``                  every worker's wall clock jumps +5 ttl, then -5 ttl, then strobes
+``kill-holder``            SIGKILL of the holder in its critical section; a fresh worker after
+``drop-replies``           Toxiproxy ``timeout`` 0 on the downstream only: Redis runs the
+                           holder's requests, the replies are lost
+``drop-requests``          the same on the upstream only: the requests are lost
+``kernel-drop``            nftables ``drop`` of the holder's packets to and from its port
+``kernel-reject``          nftables ``reject with tcp reset`` of the holder's packets
 ========================== ==================================================================
+
+The last six are made in :mod:`~fencedlease.lab.harness.faults_clock`,
+:mod:`~fencedlease.lab.harness.faults_process`, :mod:`~fencedlease.lab.harness.faults_network`
+and :mod:`~fencedlease.lab.harness.faults_kernel`.
 
 One Toxiproxy proxy per worker sits between it and Redis, so a network fault cuts off one worker
 alone. The ``holder`` is the worker that holds the lease when the fault starts, preferably one
@@ -42,10 +53,15 @@ import redis
 from fencedlease import redis_keys
 
 from ..servers.redis import RedisServer
+from .faults_clock import run_clock_fault
+from .faults_kernel import KERNEL_ACTIONS, KernelFirewall, kernel_unavailable_reason
+from .faults_network import one_way_toxic, watch_lease
+from .faults_process import close_killed_history, wait_dead
 from .history import HistoryWriter, Operation
-from .workload import ACQUIRING, BODY, HOLDING, PHASES, WRITING, Board, client_name
+from .workload import ACQUIRING, BODY, HOLDING, IDLE, PHASES, WRITING, Board, client_name
 
 __all__ = [
+    "ALL_FAULTS",
     "DEFAULT_FAULTS",
     "FAULTS",
     "SERVER_WIDE",
@@ -63,11 +79,13 @@ __all__ = [
 @attrs.frozen
 class FaultInfo:
     """What a fault kind needs: ``"proxy"`` (Toxiproxy), ``"redis-process"`` (a redis-server we
-    started) or ``None``; ``disrupts`` is true when it may take the lease away (the checker then
-    expects a new grant within ttl + margin after it heals); ``targets``: it hits one worker
-    (the holder). ``server_wide``: it acts on the whole Redis server (its process, its script
-    cache, its configuration), not only on the run's own keys, connections, proxies and worker
-    processes; such a fault runs only on a Redis the check started (see :data:`SERVER_WIDE`)."""
+    started), ``"restart"`` (a run that can start a worker again), ``"kernel"`` (root, ``nft``
+    and a proxy per worker) or ``None``; ``disrupts`` is true when it may take the lease away
+    (the checker then expects a new grant within ttl + margin after it heals); ``targets``: it
+    hits one worker (the holder). ``server_wide``: it acts on the whole Redis server (its
+    process, its script cache, its configuration), not only on the run's own keys,
+    connections, proxies and worker processes; such a fault runs only on a Redis the check
+    started (see :data:`SERVER_WIDE`)."""
 
     needs: str | None
     disrupts: bool
@@ -97,6 +115,12 @@ FAULTS: Final[dict[str, FaultInfo]] = {
         "CONFIG SET appendonly no, kill -9 and restart without persistence",
         server_wide=True,
     ),
+    "clock": FaultInfo(None, False, False, "wall clocks jump +-5 ttl and strobe (no lease moves)"),
+    "kill-holder": FaultInfo("restart", True, True, "kill -9 of the holder, a fresh worker after"),
+    "drop-replies": FaultInfo("proxy", True, True, "the holder's replies lost (downstream only)"),
+    "drop-requests": FaultInfo("proxy", True, True, "the holder's requests lost (upstream only)"),
+    "kernel-drop": FaultInfo("kernel", True, True, "nftables drop of the holder's packets"),
+    "kernel-reject": FaultInfo("kernel", True, True, "nftables reject (TCP reset) of the holder"),
 }
 
 #: The kinds that act on the whole Redis server rather than on the run's own keys and
@@ -108,11 +132,24 @@ FAULTS: Final[dict[str, FaultInfo]] = {
 SERVER_WIDE: Final = frozenset(kind for kind, info in FAULTS.items() if info.server_wide)
 
 #: Faults that cut the holder off from Redis while its body goes on.
-CUT_OFF: Final = frozenset({"partition", "timeout"})
+CUT_OFF: Final = frozenset(
+    {"partition", "timeout", "drop-replies", "drop-requests", "kernel-drop", "kernel-reject"}
+)
 
-#: The default schedule: every kind once, the restart without persistence last (after it the
-#: resource refuses the new, lower tokens for the rest of the run).
-DEFAULT_FAULTS: Final[tuple[str, ...]] = tuple(FAULTS)
+#: The default schedule: the first ten kinds once each, the restart without persistence last
+#: (after it the resource refuses the new, lower tokens for the rest of the run); they fit in the
+#: default 30 s run. ``clock``, ``kill-holder``, the one-way and the kernel faults are asked for
+#: by name or with ``all`` (:data:`ALL_FAULTS`).
+DEFAULT_FAULTS: Final[tuple[str, ...]] = (
+    "latency", "pause-holder", "partition", "client-kill", "script-flush", "timeout",
+    "reset-peer", "redis-pause", "redis-restart-aof", "redis-restart-nopersist",
+)  # fmt: skip
+
+#: Every kind once, the restart without persistence last.
+ALL_FAULTS: Final[tuple[str, ...]] = (
+    *(kind for kind in FAULTS if kind != "redis-restart-nopersist"),
+    "redis-restart-nopersist",
+)
 
 
 @attrs.frozen
@@ -140,6 +177,12 @@ def fault_duration_s(kind: str, ttl_ms: int, heartbeat_ms: int) -> float:
         "redis-pause": 2 * ttl,
         "redis-restart-aof": 0.0,
         "redis-restart-nopersist": 0.0,
+        "clock": 3 * ttl,
+        "kill-holder": ttl / 2,  # the fresh worker starts then; the fault ends when the key is free
+        "drop-replies": 2 * ttl,
+        "drop-requests": 2 * ttl,
+        "kernel-drop": 2 * ttl,
+        "kernel-reject": 2 * ttl,
     }[kind]
 
 
@@ -153,11 +196,14 @@ def left_out_faults(faults: Sequence[str], *, own_server: bool, allow: bool) -> 
 
 
 def parse_faults(text: str) -> list[str]:
-    """``"default"``/``"all"`` -> every kind; ``"none"`` -> none; else a comma-separated list of
-    kinds (in that order). Raises ``ValueError`` naming an unknown kind."""
+    """``"default"`` -> :data:`DEFAULT_FAULTS`; ``"all"`` -> every kind (:data:`ALL_FAULTS`);
+    ``"none"`` -> none; else a comma-separated list of kinds (in that order). Raises
+    ``ValueError`` naming an unknown kind."""
     text = text.strip()
-    if text in ("default", "all"):
+    if text == "default":
         return list(DEFAULT_FAULTS)
+    if text == "all":
+        return list(ALL_FAULTS)
     if text in ("none", ""):
         return []
     kinds = [part.strip() for part in text.split(",") if part.strip()]
@@ -174,7 +220,10 @@ class NemesisEnv:
     index -> toxiproxy-python ``Proxy`` (empty without Toxiproxy). ``extra_flush_urls``: other
     Redis servers whose scripts ``script-flush`` also flushes (a Redis resource the check
     started, or any when server faults are allowed). ``client_prefix``: the start of every
-    client name of the run's workers (its random id is in it)."""
+    client name of the run's workers (its random id is in it). ``history_paths``: each worker's
+    history file; ``restart_worker(index)``: start a fresh worker process at ``index`` once the
+    old one is dead (None: the run cannot); ``run_id``: the run's random id (hex), in the name
+    of the nftables table of the kernel faults."""
 
     writer: HistoryWriter
     board: Board
@@ -190,6 +239,9 @@ class NemesisEnv:
     extra_flush_urls: list[str] = attrs.field(factory=list)
     client_prefix: str = "fencedlease-check"
     rng: random.Random = attrs.field(factory=random.Random)
+    history_paths: list[str] = attrs.field(factory=list)
+    restart_worker: Callable[[int], None] | None = None
+    run_id: str = "0"
 
 
 def unavailable_reason(kind: str, env: NemesisEnv) -> str | None:
@@ -199,6 +251,12 @@ def unavailable_reason(kind: str, env: NemesisEnv) -> str | None:
         return "needs Toxiproxy (none could be found or started)"
     if needs == "redis-process" and env.redis_server is None:
         return "needs a redis-server started by the harness (not available with --redis-url)"
+    if needs == "restart" and (env.restart_worker is None or not env.history_paths):
+        return "needs a run that can restart a worker process"
+    if needs == "kernel":
+        if not env.proxies:
+            return "needs a Toxiproxy proxy per worker (the port a rule cuts)"
+        return kernel_unavailable_reason()
     return None
 
 
@@ -227,6 +285,7 @@ class Nemesis:
         self._redis_paused = False
         self._disabled: set[int] = set()
         self._toxics: set[tuple[int, str]] = set()
+        self._firewall = KernelFirewall(env.run_id)
 
     # -- running -------------------------------------------------------------------------------
 
@@ -516,6 +575,85 @@ class Nemesis:
                 other.script_flush()
         self._finish(op)
 
+    def _do_clock(
+        self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
+    ) -> None:
+        offsets = self.env.board.wall_offsets
+        workers = range(self.env.board.workers)
+        done = run_clock_fault(
+            offsets, workers, ttl_ms=self.env.ttl_ms, duration_s=spec.duration_s, stop=stop
+        )
+        self._finish(op, **done)
+
+    def _do_kill_holder(
+        self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
+    ) -> None:
+        assert target is not None
+        assert self.env.restart_worker is not None
+        board, name = self.env.board, self.env.worker_names[target]
+        pid, token = board.get(target, "pid"), board.get(target, "token")
+        if pid <= 0:  # kill(0 or -n) would signal a whole process group, not the worker
+            raise RuntimeError(f"worker {name} has no pid yet")
+        lease_key = redis_keys(self.env.prefix, self.env.key).lease
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        pttl = int(self._admin.pttl(lease_key))
+        if not wait_dead(pid, 10.0):
+            raise RuntimeError(f"worker {name} (pid {pid}) did not die of SIGKILL within 10 s")
+        closed = close_killed_history(self.env.history_paths[target], name, killed)
+        for field in ("pid", "token"):
+            board.set(target, field, 0)
+        board.set_phase(target, IDLE)
+        # The dead worker's lease goes when its TTL runs out: watch for that, restarting the
+        # worker meanwhile (the lease outlives the restart: ttl/2 after the kill).
+        first = watch_lease(
+            self._admin, lease_key, token or None, spec.duration_s, stop, began=killed
+        )
+        self.env.restart_worker(target)
+        restarted = round((time.monotonic() - killed) * 1000)
+        then = watch_lease(
+            self._admin, lease_key, token or None, 3 * self.env.ttl_ms / 1000, stop,
+            began=killed, until_free=True,
+        )  # fmt: skip
+        seen = [w["owned_for_ms"] for w in (first, then) if w["owned_for_ms"] is not None]
+        self._finish(
+            op,
+            pid=pid,
+            pttl_at_kill_ms=pttl,
+            owned_after_kill_ms=max(seen, default=None),
+            restarted_after_ms=restarted,
+            **closed,
+        )
+
+    def _one_way(
+        self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
+    ) -> None:
+        assert target is not None
+        token = self.env.board.get(target, "token") or None
+        toxic = one_way_toxic(spec.kind)
+        self._toxics.add((target, toxic["name"]))
+        self._proxy(target).add_toxic(**toxic)
+        lease_key = redis_keys(self.env.prefix, self.env.key).lease
+        watched = watch_lease(self._admin, lease_key, token, spec.duration_s, stop)
+        self._remove_toxics()
+        self._finish(op, stream=toxic["stream"], **watched)
+
+    _do_drop_replies = _one_way
+    _do_drop_requests = _one_way
+
+    def _kernel(
+        self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
+    ) -> None:
+        assert target is not None
+        port = int(str(self._proxy(target).listen).rsplit(":", 1)[1])
+        rules = self._firewall.cut(port, KERNEL_ACTIONS[spec.kind])
+        stop.wait(spec.duration_s)
+        self._firewall.heal()
+        self._finish(op, table=self._firewall.table, rules=rules)
+
+    _do_kernel_drop = _kernel
+    _do_kernel_reject = _kernel
+
     # -- healing -------------------------------------------------------------------------------
 
     def _resume_workers(self) -> None:
@@ -540,14 +678,21 @@ class Nemesis:
                 self._proxy(target).destroy_toxic(name)
             self._toxics.discard((target, name))
 
+    def _reset_clocks(self) -> None:
+        for worker in range(self.env.board.workers):
+            self.env.board.wall_offsets[worker] = 0.0
+
     def heal_all(self) -> None:
-        """Resume paused workers and Redis, re-enable proxies, remove toxics. Idempotent; every
+        """Resume paused workers and Redis, re-enable proxies, remove toxics and nftables rules,
+        set the wall clocks right. Idempotent; every
         step is tried even if an earlier one fails."""
         for step in (
             self._resume_workers,
             self._resume_redis,
             self._enable_proxies,
             self._remove_toxics,
+            self._firewall.heal,
+            self._reset_clocks,
         ):
             with contextlib.suppress(Exception):
                 step()

@@ -26,6 +26,7 @@ closed by their context managers.
 from __future__ import annotations
 
 import contextlib
+import functools
 import multiprocessing
 import os
 import random
@@ -187,6 +188,9 @@ def _run_workers(
     join_s = (wait_ms + config.body + 2 * config.ttl_ms) / 1000 + 5.0
     with _processes(ctx, stop, join_s) as procs:
         _start_workers(run, ctx, board, go, stop, procs, spec, network, wait_ms)
+        nemesis.env.restart_worker = functools.partial(
+            _restart_worker, run, ctx, board, go, stop, procs, spec, network, wait_ms
+        )
         _wait_ready(board, procs, timeout_s=60.0)
         _record_start(run, run_writer, spec, lease_redis, network)
         _run_schedule(run, board, procs, nemesis, go, stop, run_writer, on_progress)
@@ -237,6 +241,8 @@ def _make_nemesis(
         extra_flush_urls=[spec.target] if flush_resource else [],
         client_prefix=run.prefix,
         rng=random.Random(run.rng.random()),
+        history_paths=[str(run.parts_dir / f"history-{name}.jsonl") for name in run.names],
+        run_id=run.run_id,
     )
     nemesis = Nemesis(env, schedule, gap_s=config.ttl_ms / 1000)
     stack.callback(nemesis.close)
@@ -255,33 +261,68 @@ def _start_workers(
     wait_ms: int,
 ) -> None:
     """Start one process per worker (each joins ``procs`` as soon as it runs)."""
+    for index in range(run.config.workers):
+        procs.append(_start_worker(run, ctx, board, go, stop, spec, network, wait_ms, index))
+
+
+def _restart_worker(
+    run: _Run,
+    ctx: Any,
+    board: Board,
+    go: Any,
+    stop: Any,
+    procs: list[Any],
+    spec: ResourceSpec,
+    network: Network,
+    wait_ms: int,
+    index: int,
+) -> None:
+    """Start a fresh process for worker ``index`` in place of its dead one (``kill-holder``),
+    unless the run is stopping; it continues the worker's history file."""
+    procs[index].join(5.0)
+    if not stop.is_set():
+        procs[index] = _start_worker(run, ctx, board, go, stop, spec, network, wait_ms, index)
+
+
+def _start_worker(
+    run: _Run,
+    ctx: Any,
+    board: Board,
+    go: Any,
+    stop: Any,
+    spec: ResourceSpec,
+    network: Network,
+    wait_ms: int,
+    index: int,
+) -> Any:
+    """Start the process of worker ``index`` and return it."""
     config = run.config
-    for index, name in enumerate(run.names):
-        worker = WorkerConfig(
-            index=index,
-            name=name,
-            redis_url=network.worker_urls[index],
-            prefix=run.prefix,
-            key=config.key,
-            mode=config.mode,
-            resource=spec,
-            history_path=str(run.parts_dir / f"history-{name}.jsonl"),
-            ttl_ms=config.ttl_ms,
-            heartbeat_ms=config.heartbeat,
-            body_ms=config.body,
-            wait_ms=wait_ms,
-            socket_timeout_ms=max(100, config.ttl_ms // 2),
-            duration_s=config.duration_s,
-            seed=run.rng.randrange(2**31),
-        )
-        proc = ctx.Process(
-            target=worker_main,
-            args=(worker, board, go, stop),
-            name=f"fencedlease-check-{name}",
-            daemon=True,
-        )
-        proc.start()
-        procs.append(proc)
+    name = run.names[index]
+    worker = WorkerConfig(
+        index=index,
+        name=name,
+        redis_url=network.worker_urls[index],
+        prefix=run.prefix,
+        key=config.key,
+        mode=config.mode,
+        resource=spec,
+        history_path=str(run.parts_dir / f"history-{name}.jsonl"),
+        ttl_ms=config.ttl_ms,
+        heartbeat_ms=config.heartbeat,
+        body_ms=config.body,
+        wait_ms=wait_ms,
+        socket_timeout_ms=max(100, config.ttl_ms // 2),
+        duration_s=config.duration_s,
+        seed=run.rng.randrange(2**31),
+    )
+    proc = ctx.Process(
+        target=worker_main,
+        args=(worker, board, go, stop),
+        name=f"fencedlease-check-{name}",
+        daemon=True,
+    )
+    proc.start()
+    return proc
 
 
 def _record_start(

@@ -51,6 +51,7 @@ from fencedlease import (
     StaleTokenError,
 )
 
+from .faults_clock import OffsetClock, make_offsets
 from .history import HistoryWriter, Operation
 from .resources import ResourceSpec, open_store
 
@@ -86,12 +87,15 @@ class Board:
     writes), ``refused`` (accesses refused as stale), ``lost`` (leases lost), ``errors``.
 
     Made in the parent with a multiprocessing context and handed to the workers; reads are
-    unlocked snapshots (good enough to pick a victim or draw progress).
+    unlocked snapshots (good enough to pick a victim or draw progress). ``wall_offsets``: each
+    worker's wall-clock offset in seconds, set by the ``clock`` fault
+    (:mod:`~fencedlease.lab.harness.faults_clock`).
     """
 
     def __init__(self, ctx: Any, workers: int) -> None:
         self.workers = workers
         self._array = ctx.Array("q", workers * len(_FIELDS), lock=False)
+        self.wall_offsets = make_offsets(ctx, workers)
 
     def _index(self, worker: int, field: str) -> int:
         return worker * len(_FIELDS) + _FIELDS.index(field)
@@ -179,9 +183,11 @@ def worker_main(config: WorkerConfig, board: Board, go: Any, stop: Any) -> None:
         retry=Retry(NoBackoff(), 1),
     )
     _warm_pool(client, 6)
-    manager = LeaseManager(client, prefix=config.prefix)
+    # Wall time, wherever the worker reads it, is the clock fault's jumped one.
+    clock = OffsetClock(board.wall_offsets, config.index)
+    manager = LeaseManager(client, prefix=config.prefix, clock=clock)
     store = open_store(config.resource)
-    writer = HistoryWriter(config.history_path, config.name)
+    writer = HistoryWriter(config.history_path, config.name, clock_wall=clock.time)
     board.set(config.index, "pid", os.getpid())  # ready: the run waits for every pid
     try:
         if not go.wait(60.0):

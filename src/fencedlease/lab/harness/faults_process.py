@@ -1,0 +1,98 @@
+"""The ``kill-holder`` fault: ``kill -9`` of a worker inside its critical section, and a fresh
+worker in its place.
+
+A process that dies holding a lease cannot release it: the key must become free when its TTL
+runs out (the TTL is what a lease is for), and the next grant must carry a larger fencing token.
+Jepsen's crash model (Kingsbury, "Jepsen" analyses) says what the history holds of the dead
+process: every operation it had invoked and not completed ends ``info`` (it may or may not
+have happened), written here on its behalf by :func:`close_killed_history`; a lease it held
+ends with a ``hold`` ``info`` whose ``body_end`` is the moment of the kill (it did nothing
+after). The fresh process takes the same name and index and goes on with new operation ids
+(:class:`~fencedlease.lab.harness.history.HistoryWriter` continues a file).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Final
+
+from .history import Event, HistoryWriter, read_history
+
+__all__ = ["KILLED", "close_killed_history", "is_dead", "wait_dead"]
+
+#: The ``outcome`` of the completions written for a killed worker.
+KILLED: Final = "killed"
+
+
+def is_dead(pid: int) -> bool:
+    """Whether process ``pid`` has exited (gone, or a zombie waiting to be reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    # The state follows the command name, which is in parentheses and may hold spaces.
+    return stat[stat.rfind(")") + 2 :].startswith(("Z", "X"))
+
+
+def wait_dead(pid: int, timeout_s: float) -> bool:
+    """Wait up to ``timeout_s`` seconds for ``pid`` to exit; whether it did."""
+    give_up = time.monotonic() + timeout_s
+    while not is_dead(pid):
+        if time.monotonic() >= give_up:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def _pending(events: list[Event]) -> tuple[list[Event], list[Event]]:
+    """The invocations with no completion, and the granted acquires whose hold never ended."""
+    open_ops: dict[tuple[str, int], Event] = {}
+    granted: dict[int, Event] = {}
+    for event in events:
+        if event.id is None:
+            continue
+        if event.type == "invoke":
+            open_ops[(event.op, event.id)] = event
+            continue
+        open_ops.pop((event.op, event.id), None)
+        if event.op == "acquire" and event.type == "ok":
+            granted[event.id] = event
+        elif event.op == "hold":
+            granted.pop(event.id, None)
+    return list(open_ops.values()), list(granted.values())
+
+
+def close_killed_history(path: str | Path, process: str, killed_mono: float) -> dict[str, Any]:
+    """End the history of ``process`` (its file ``path``), killed at ``killed_mono`` (monotonic
+    seconds): an ``info`` completion (outcome :data:`KILLED`) for each operation it invoked and
+    never completed, and a ``hold`` ``info`` (``detail.body_end`` the kill) for each lease it
+    was granted and never gave up. Returns what was written: ``{"unfinished": [op names],
+    "holds": [tokens]}``. Call it once the process is dead and before a new one writes there.
+    """
+    unfinished, holds = _pending(read_history(path))
+    with HistoryWriter(path, process) as writer:
+        for invoke in unfinished:
+            writer.record(
+                invoke.op,
+                "info",
+                id=invoke.id,
+                grant=invoke.grant,
+                key=invoke.key,
+                token=invoke.token,
+                value=invoke.value,
+                outcome=KILLED,
+                detail={"killed_at": killed_mono},
+            )
+        for grant in holds:
+            writer.record(
+                "hold",
+                "info",
+                id=grant.id,
+                grant=grant.id,
+                key=grant.key,
+                token=grant.token,
+                outcome=KILLED,
+                detail={"body_end": killed_mono, "killed_at": killed_mono},
+            )
+    return {"unfinished": [e.op for e in unfinished], "holds": [g.token for g in holds]}
