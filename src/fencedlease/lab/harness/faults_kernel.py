@@ -1,34 +1,47 @@
-"""Kernel network faults: nftables rules that ``drop`` or ``reject`` one worker's packets to Redis.
+"""Kernel network faults: each worker in a network namespace of its own, joined to the host by a
+veth pair, and nftables rules that ``drop`` or ``reject`` its packets on that link.
 
 Toxiproxy acts inside a proxy, on bytes; these act in the kernel, on packets, as Jepsen's
-partitions do (Kingsbury, "Jepsen" analyses: iptables ``DROP`` between nodes). Each worker
-reaches Redis through a port of its own (its Toxiproxy proxy's listener), so a rule on that
-port cuts off that worker alone:
+partitions do (Kingsbury, "Jepsen" analyses: each node its own network stack, iptables ``DROP``
+between them). When a run asks for a kernel fault (and can have one), :class:`WorkerLinks`
+gives worker ``i`` the namespace ``fencedlease-<run id>-w<i>`` and a veth pair (``fl<run
+id>h<i>`` on the host, ``fl<run id>n<i>`` inside) on a /30 of its own in 10.0.0.0/8; the
+worker enters its namespace first thing (:func:`enter_netns`) and reaches Redis through its
+Toxiproxy proxy, which listens on the host end of its link. A rule on a link cuts off that
+worker alone:
 
 ``kernel-drop``
-    every packet to and from the port is dropped: the worker's requests and Redis's replies
+    every packet from and to the worker's link is dropped: its requests and Redis's replies
     vanish, TCP retransmits into the void, new connections hang in ``SYN_SENT``;
 ``kernel-reject``
-    every packet to the port is answered with a TCP reset (``reject with tcp reset``): sends
-    fail at once and new connections are refused.
+    every packet from the worker is answered with a TCP reset (``reject with tcp reset``):
+    sends fail at once and new connections are refused.
 
 The rules live in an nftables table of the run's own (:func:`table_name`, the run's random id in
-it), in a chain on the ``output`` hook (loopback packets pass it in both directions); healing
-deletes the table, which removes every rule at once. Needs root and the ``nft`` tool
-(:func:`kernel_unavailable_reason`).
+it), in chains on the ``input`` and ``output`` hooks of the host; healing deletes the table,
+which removes every rule at once. Needs root, ``ip`` and ``nft``
+(:func:`kernel_unavailable_reason`); a worker in a namespace reaches nothing of the host but
+its proxy, so the resource must be the SQLite file.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import shutil
 import subprocess
 from typing import Final, Literal
 
+import attrs
+
 __all__ = [
     "KERNEL_ACTIONS",
     "KernelAction",
     "KernelFirewall",
+    "Link",
+    "WorkerLinks",
+    "enter_netns",
     "kernel_unavailable_reason",
     "table_name",
 ]
@@ -39,13 +52,98 @@ KernelAction = Literal["drop", "reject"]
 KERNEL_ACTIONS: Final[dict[str, KernelAction]] = {"kernel-drop": "drop", "kernel-reject": "reject"}
 
 
+#: ``setns(2)``'s flag for a network namespace.
+_CLONE_NEWNET: Final = 0x40000000
+
+
 def kernel_unavailable_reason() -> str | None:
-    """Why nftables rules cannot be set here (not root, no ``nft``), or None when they can."""
+    """Why namespaces and nftables rules cannot be made here (not root, no ``ip``, no
+    ``nft``), or None when they can."""
     if os.geteuid() != 0:
-        return "needs root to set nftables rules (run the check as root)"
+        return "needs root for network namespaces and nftables rules (run the check as root)"
+    if shutil.which("ip") is None:
+        return "needs the ip tool (apt-get install iproute2)"
     if shutil.which("nft") is None:
         return "needs the nft tool (apt-get install nftables)"
     return None
+
+
+def _run(*argv: str) -> None:
+    done = subprocess.run(list(argv), capture_output=True, text=True, timeout=10.0, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)}: {done.stderr.strip()}")
+
+
+def enter_netns(name: str) -> None:
+    """Move the calling thread into the network namespace ``name`` (``/run/netns/<name>``, as
+    ``ip netns add`` makes it); threads and sockets it makes afterwards live there. Call it
+    before any other thread or socket exists. Raises ``OSError`` when the kernel refuses."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(f"/run/netns/{name}", os.O_RDONLY)
+    try:
+        if libc.setns(fd, _CLONE_NEWNET) != 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, f"setns into network namespace {name}: {os.strerror(errno)}")
+    finally:
+        os.close(fd)
+
+
+@attrs.frozen
+class Link:
+    """One worker's link: its namespace ``netns``, the veth ends ``host_if`` / ``ns_if`` and
+    their addresses ``host_ip`` / ``ns_ip`` (a /30)."""
+
+    netns: str
+    host_if: str
+    ns_if: str
+    host_ip: str
+    ns_ip: str
+
+
+class WorkerLinks:
+    """A namespace and a veth pair per worker (module docstring), made by :meth:`make` and all
+    removed by :meth:`close` (deleting a namespace deletes its veth pair). Raises
+    ``RuntimeError`` with the tool's message when a step fails (what was made is removed)."""
+
+    def __init__(self, run_id: str, workers: int) -> None:
+        if workers > 60:
+            raise ValueError(f"at most 60 workers get a link of their own, not {workers}")
+        code = int(run_id[:4], 16)
+        self._net = f"10.{64 + (code >> 8) % 128}.{code & 0xFF}"
+        self.links = [
+            Link(
+                f"fencedlease-{run_id}-w{i}", f"fl{run_id}h{i}", f"fl{run_id}n{i}",
+                f"{self._net}.{4 * i + 1}", f"{self._net}.{4 * i + 2}",
+            )
+            for i in range(workers)
+        ]  # fmt: skip
+        self._made: list[str] = []
+
+    def make(self) -> WorkerLinks:
+        """Make every namespace and link, up and addressed; returns itself."""
+        try:
+            for link in self.links:
+                _run("ip", "netns", "add", link.netns)
+                self._made.append(link.netns)
+                _run(
+                    "ip", "link", "add", link.host_if, "type", "veth",
+                    "peer", "name", link.ns_if, "netns", link.netns,
+                )  # fmt: skip
+                _run("ip", "addr", "add", f"{link.host_ip}/30", "dev", link.host_if)
+                _run("ip", "link", "set", link.host_if, "up")
+                _run("ip", "-n", link.netns, "addr", "add", f"{link.ns_ip}/30", "dev", link.ns_if)
+                _run("ip", "-n", link.netns, "link", "set", link.ns_if, "up")
+                _run("ip", "-n", link.netns, "link", "set", "lo", "up")
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        """Delete every namespace made (and so its link). Idempotent."""
+        while self._made:
+            with contextlib.suppress(RuntimeError, OSError, subprocess.SubprocessError):
+                _run("ip", "netns", "del", self._made.pop())
 
 
 def table_name(run_id: str) -> str:
@@ -54,39 +152,35 @@ def table_name(run_id: str) -> str:
 
 
 class KernelFirewall:
-    """The run's own nftables table (family ``inet``): :meth:`cut` adds rules for one port,
-    :meth:`heal` deletes the table. Raises ``RuntimeError`` with nft's message when a command
-    fails."""
+    """The run's own nftables table (family ``inet``): :meth:`cut` adds rules for one worker's
+    link, :meth:`heal` deletes the table. Raises ``RuntimeError`` with nft's message when a
+    command fails."""
 
     def __init__(self, run_id: str) -> None:
         self.table = table_name(run_id)
         self._made = False
 
     def _nft(self, *args: str) -> None:
-        done = subprocess.run(
-            ["nft", *args], capture_output=True, text=True, timeout=10.0, check=False
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"nft {' '.join(args)}: {done.stderr.strip()}")
+        _run("nft", *args)
 
-    def cut(self, port: int, action: KernelAction) -> list[str]:
-        """Cut the TCP traffic of local ``port`` with ``action``; the rules added, as nft text."""
-        if not 0 < port < 65536:
-            raise ValueError(f"port must be 1..65535, got {port}")
+    def cut(self, host_if: str, action: KernelAction) -> list[str]:
+        """Cut the worker whose link's host end is ``host_if`` with ``action``; the rules
+        added, as ``"<chain>: <rule>"``."""
         self._nft("add", "table", "inet", self.table)
         self._made = True
-        self._nft(
-            "add", "chain", "inet", self.table, "out",
-            "{ type filter hook output priority 0 ; policy accept ; }",
-        )  # fmt: skip
+        for chain, hook in (("in", "input"), ("out", "output")):
+            self._nft(
+                "add", "chain", "inet", self.table, chain,
+                f"{{ type filter hook {hook} priority 0 ; policy accept ; }}",
+            )  # fmt: skip
         if action == "drop":
-            rules = [f"tcp dport {port} drop", f"tcp sport {port} drop"]
+            rules = [("in", f'iifname "{host_if}" drop'), ("out", f'oifname "{host_if}" drop')]
         else:
-            # Not the other direction too: the resets made here leave from the port.
-            rules = [f"tcp dport {port} reject with tcp reset"]
-        for rule in rules:
-            self._nft("add", "rule", "inet", self.table, "out", *rule.split())
-        return rules
+            # Not the other direction too: the resets made here leave through the link.
+            rules = [("in", f'iifname "{host_if}" meta l4proto tcp reject with tcp reset')]
+        for chain, rule in rules:
+            self._nft("add", "rule", "inet", self.table, chain, *rule.split())
+        return [f"{chain}: {rule}" for chain, rule in rules]
 
     def heal(self) -> None:
         """Delete the run's table and so every rule in it (nothing when none was made)."""

@@ -54,7 +54,7 @@ from fencedlease import redis_keys
 
 from ..servers.redis import RedisServer
 from .faults_clock import run_clock_fault
-from .faults_kernel import KERNEL_ACTIONS, KernelFirewall, kernel_unavailable_reason
+from .faults_kernel import KERNEL_ACTIONS, KernelFirewall, Link, kernel_unavailable_reason
 from .faults_network import one_way_toxic, watch_lease
 from .faults_process import close_killed_history, wait_dead
 from .history import HistoryWriter, Operation
@@ -223,7 +223,8 @@ class NemesisEnv:
     client name of the run's workers (its random id is in it). ``history_paths``: each worker's
     history file; ``restart_worker(index)``: start a fresh worker process at ``index`` once the
     old one is dead (None: the run cannot); ``run_id``: the run's random id (hex), in the name
-    of the nftables table of the kernel faults."""
+    of the nftables table of the kernel faults; ``kernel_links``: each worker's namespace link
+    (empty when the workers have none), ``kernel_reason``: why they have none."""
 
     writer: HistoryWriter
     board: Board
@@ -242,6 +243,8 @@ class NemesisEnv:
     history_paths: list[str] = attrs.field(factory=list)
     restart_worker: Callable[[int], None] | None = None
     run_id: str = "0"
+    kernel_links: list[Link] = attrs.field(factory=list)
+    kernel_reason: str | None = None
 
 
 def unavailable_reason(kind: str, env: NemesisEnv) -> str | None:
@@ -253,10 +256,8 @@ def unavailable_reason(kind: str, env: NemesisEnv) -> str | None:
         return "needs a redis-server started by the harness (not available with --redis-url)"
     if needs == "restart" and (env.restart_worker is None or not env.history_paths):
         return "needs a run that can restart a worker process"
-    if needs == "kernel":
-        if not env.proxies:
-            return "needs a Toxiproxy proxy per worker (the port a rule cuts)"
-        return kernel_unavailable_reason()
+    if needs == "kernel" and not env.kernel_links:
+        return env.kernel_reason or kernel_unavailable_reason() or "the workers have no links"
     return None
 
 
@@ -645,11 +646,11 @@ class Nemesis:
         self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
     ) -> None:
         assert target is not None
-        port = int(str(self._proxy(target).listen).rsplit(":", 1)[1])
-        rules = self._firewall.cut(port, KERNEL_ACTIONS[spec.kind])
+        link = self.env.kernel_links[target]
+        rules = self._firewall.cut(link.host_if, KERNEL_ACTIONS[spec.kind])
         stop.wait(spec.duration_s)
         self._firewall.heal()
-        self._finish(op, table=self._firewall.table, rules=rules)
+        self._finish(op, table=self._firewall.table, link=link.host_if, rules=rules)
 
     _do_kernel_drop = _kernel
     _do_kernel_reject = _kernel

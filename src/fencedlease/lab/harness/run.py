@@ -33,6 +33,7 @@ import random
 import secrets
 import shutil
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -53,6 +54,7 @@ from .environment import (
     start_redis,
     start_resource,
 )
+from .faults_kernel import KERNEL_ACTIONS, Link, WorkerLinks, kernel_unavailable_reason
 from .history import Event, HistoryWriter, merge_histories
 from .model import CheckConfig, CheckResult
 from .nemesis import FaultSpec, Nemesis, NemesisEnv, fault_duration_s, left_out_faults
@@ -107,7 +109,14 @@ def run_check(
     with ExitStack() as stack:
         lease_redis = start_redis(config, stack, run.notes, run.prefix)
         spec = start_resource(config, run.out_dir, lease_redis.url, stack, run.notes)
-        network = start_proxies(config, run.names, run.run_id, lease_redis.url, stack, run.notes)
+        links = _worker_links(run, stack)
+        hosts = None if links is None else [link.host_ip for link in links.links]
+        network = start_proxies(
+            config, run.names, run.run_id, lease_redis.url, stack, run.notes, hosts
+        )
+        if links is not None and len(network.proxies) == config.workers:
+            network = attrs.evolve(network, netns=tuple(link.netns for link in links.links))
+            run.kernel_links = list(links.links)
         _run_workers(run, stack, lease_redis, spec, network, on_progress)
     events, report = _collect_and_check(run)
     return _write_report(run, events, report, lease_redis.kind, network.kind)
@@ -126,6 +135,8 @@ class _Run:
     run_id: str = attrs.field(factory=lambda: secrets.token_hex(4))
     notes: list[str] = attrs.field(factory=list)
     left_out: list[str] = attrs.field(factory=list)
+    kernel_links: list[Link] = attrs.field(factory=list)
+    kernel_reason: str | None = None
 
     @property
     def prefix(self) -> str:
@@ -163,6 +174,30 @@ def _begin(config: CheckConfig) -> _Run:
     parts_dir = claim_out_dir(out_dir)
     secret_urls = [url for url in (config.redis_url, config.resource_url) if url]
     return _Run(config, seed, random.Random(seed), out_dir, parts_dir, secret_urls)
+
+
+def _worker_links(run: _Run, stack: ExitStack) -> WorkerLinks | None:
+    """A namespace and veth link per worker when a kernel fault is asked for and can be had
+    (root, ``ip``, ``nft``, an SQLite resource, Toxiproxy); else None, and why is kept for
+    the skip note."""
+    config = run.config
+    if not any(kind in KERNEL_ACTIONS for kind in config.faults):
+        return None
+    reason = kernel_unavailable_reason()
+    if reason is None and config.resource != "sqlite":
+        reason = "needs the SQLite resource (a worker in its namespace reaches only its proxy)"
+    if reason is None and not config.toxiproxy:
+        reason = "needs a Toxiproxy proxy per worker (on the host end of its link)"
+    if reason is None:
+        try:
+            links = WorkerLinks(run.run_id, config.workers).make()
+        except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as exc:
+            reason = f"could not make the workers' links: {exc}"
+        else:
+            stack.callback(links.close)
+            return links
+    run.kernel_reason = reason
+    return None
 
 
 def _run_workers(
@@ -243,6 +278,8 @@ def _make_nemesis(
         rng=random.Random(run.rng.random()),
         history_paths=[str(run.parts_dir / f"history-{name}.jsonl") for name in run.names],
         run_id=run.run_id,
+        kernel_links=list(run.kernel_links),
+        kernel_reason=run.kernel_reason,
     )
     nemesis = Nemesis(env, schedule, gap_s=config.ttl_ms / 1000)
     stack.callback(nemesis.close)
@@ -314,6 +351,7 @@ def _start_worker(
         socket_timeout_ms=max(100, config.ttl_ms // 2),
         duration_s=config.duration_s,
         seed=run.rng.randrange(2**31),
+        netns=network.netns[index] if network.netns else None,
     )
     proc = ctx.Process(
         target=worker_main,

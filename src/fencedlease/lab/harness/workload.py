@@ -52,6 +52,7 @@ from fencedlease import (
 )
 
 from .faults_clock import OffsetClock, make_offsets
+from .faults_kernel import enter_netns
 from .history import HistoryWriter, Operation
 from .resources import ResourceSpec, open_store
 
@@ -134,7 +135,8 @@ class WorkerConfig:
     ``heartbeat_ms`` (renewal interval), ``body_ms`` (sleep inside the critical section),
     ``wait_ms`` (how long an acquire waits), ``socket_timeout_ms`` (every Redis command).
     ``duration_s``: seconds, counted from the ``go`` signal, after which no new cycle starts;
-    ``max_cycles`` bounds the loop in count too.
+    ``max_cycles`` bounds the loop in count too. ``netns``: the network namespace the worker
+    enters before anything else (its link for the kernel faults), None: the host's.
     """
 
     index: int
@@ -153,6 +155,7 @@ class WorkerConfig:
     duration_s: float
     seed: int
     max_cycles: int = 10_000
+    netns: str | None = None
 
 
 def client_name(prefix: str, worker_name: str) -> str:
@@ -166,6 +169,8 @@ def worker_main(config: WorkerConfig, board: Board, go: Any, stop: Any) -> None:
     """The body of one worker process: publish its pid, wait (at most 60 s) for the ``go``
     event, then loop over lease cycles until ``stop`` is set, ``duration_s`` has passed or
     ``max_cycles`` is reached. Everything it sees goes into its history."""
+    if config.netns is not None:
+        enter_netns(config.netns)  # before any thread or socket exists
     # The parent stops a straggler with SIGTERM; leave through the finally blocks.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     # The library's warnings (a cleanup release that failed under a fault) are expected here and
