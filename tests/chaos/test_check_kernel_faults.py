@@ -1,0 +1,81 @@
+"""Kernel network faults: each worker in a network namespace with a veth link to the host, and
+nftables ``drop`` / ``reject`` rules on the holder's link. Root, ``ip`` and ``nft`` are needed;
+without them the kinds are skipped, and a run that asks for them says why."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from fencedlease.lab.harness.faults_kernel import kernel_unavailable_reason
+from fencedlease.lab.harness.history import read_history
+from fencedlease.lab.harness.run import CheckResult
+
+pytestmark = pytest.mark.chaos
+
+RunCheck = Callable[..., CheckResult]
+
+
+@pytest.mark.parametrize("kind", ["kernel-drop", "kernel-reject"])
+def test_kernel_cut_holder_is_told_within_ttl_plus_heartbeat(
+    check_run: RunCheck, kind: str
+) -> None:
+    reason = kernel_unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    result = check_run(kind)
+    assert result.report.valid, result.report.explain()
+    data = result.history()
+    (fault,) = data.faults
+    assert fault.kind == kind
+    assert fault.type == "ok", fault.detail
+    index = int(str(fault.target).removeprefix("w"))
+    link = fault.detail["link"]
+    assert link.endswith(f"h{index}")
+    if kind == "kernel-drop":
+        assert fault.detail["rules"] == [
+            f'in: iifname "{link}" drop',
+            f'out: oifname "{link}" drop',
+        ]
+    else:
+        assert fault.detail["rules"] == [
+            f'in: iifname "{link}" meta l4proto tcp reject with tcp reset'
+        ]
+    config = result.config
+    victim = next(
+        g for g in data.grants
+        if g.process == fault.target and g.granted < fault.start < (g.end or 0.0)
+    )  # fmt: skip
+    assert victim.lost is not None, "the cut-off holder was never told"
+    assert victim.lost - fault.start <= (config.ttl_ms + config.heartbeat) / 1000
+    assert victim.end_outcome in ("stale", "lease-lost")
+    rival = next(g for g in data.grants if g.process != victim.process and g.granted > fault.start)
+    assert rival.token > victim.token
+    # How the cut looked to the holder: refused at once (reject), or silence (drop).
+    errors = [
+        str(e.detail.get("error"))
+        for e in read_history(result.history_path)
+        if e.process == victim.process and e.op == "renew-error"
+        and fault.start < e.mono < (fault.end or 0.0)
+    ]  # fmt: skip
+    refused = [error for error in errors if "Connection refused" in error]
+    if kind == "kernel-reject":
+        assert refused, errors
+    else:
+        assert not refused, errors
+
+
+def test_kernel_faults_without_their_links_are_skipped_with_the_reason(
+    check_run: RunCheck,
+) -> None:
+    """Without a Toxiproxy proxy per worker (or root, or nft) there is no link to cut: the
+    fault is skipped, the note says why, and the run proved nothing."""
+    result = check_run("kernel-drop", duration_s=3.0, toxiproxy=False)
+    assert result.history().faults == []
+    expected = kernel_unavailable_reason() or (
+        "needs a Toxiproxy proxy per worker (on the host end of its link)"
+    )
+    assert f"fault kernel-drop skipped: {expected}" in result.notes
+    assert result.inconclusive == ("no fault was injected though faults were asked for",)
+    assert result.exit_code == 2

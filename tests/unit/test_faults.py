@@ -1,0 +1,126 @@
+"""The parts of the newer nemeses that need no server: the jumped clock, a killed worker's
+history closed and continued, the kernel links' names and addresses, ``all`` and ``default``."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from fencedlease.lab.harness.faults_clock import JUMP_TTLS, OffsetClock, run_clock_fault
+from fencedlease.lab.harness.faults_kernel import WorkerLinks, table_name
+from fencedlease.lab.harness.faults_network import one_way_toxic
+from fencedlease.lab.harness.faults_process import KILLED, close_killed_history, is_dead
+from fencedlease.lab.harness.history import HistoryWriter, read_history
+from fencedlease.lab.harness.nemesis import (
+    ALL_FAULTS,
+    DEFAULT_FAULTS,
+    FAULTS,
+    fault_duration_s,
+    parse_faults,
+)
+from fencedlease.testing import FakeClock
+
+
+def test_offset_clock_moves_wall_time_only() -> None:
+    offsets = [0.0, 0.0]
+    fake = FakeClock(start_time=1000.0)
+    clock = OffsetClock(offsets, 1, base=fake)
+    assert (clock.monotonic(), clock.time()) == (0.0, 1000.0)
+    offsets[1] = -300.0
+    offsets[0] = 7.0  # another worker's
+    fake.advance(250)
+    assert (clock.monotonic(), clock.time()) == (0.25, 700.25)
+    clock.sleep(0.5)
+    assert fake.monotonic() == 0.75
+
+
+def test_clock_fault_steps_and_resets() -> None:
+    offsets = [0.0, 0.0, 0.0]
+    done = run_clock_fault(offsets, [0, 2], ttl_ms=100, duration_s=0.06, stop=threading.Event())
+    assert [s["step"] for s in done["steps"]] == ["forward", "backward", "strobe", "reset"]
+    assert [s["offset_ms"] for s in done["steps"]] == [500, -500, 500, 0]
+    assert done["jump_ms"] == JUMP_TTLS * 100
+    assert done["strobe_flips"] >= 1
+    assert offsets == [0.0, 0.0, 0.0]
+
+
+def test_clock_fault_stopped_early_still_resets() -> None:
+    offsets = [0.0]
+    stop = threading.Event()
+    stop.set()
+    done = run_clock_fault(offsets, [0], ttl_ms=1000, duration_s=30.0, stop=stop)
+    assert [s["step"] for s in done["steps"]] == ["forward", "reset"]
+    assert offsets == [0.0]
+
+
+def test_a_killed_workers_history_is_closed_and_continued(tmp_path: Path) -> None:
+    path = tmp_path / "history-w1.jsonl"
+    with HistoryWriter(path, "w1") as writer:
+        writer.record("acquire", "invoke", id=0, key="k")
+        writer.record("acquire", "ok", id=0, key="k", token=7)
+        writer.record("write", "invoke", id=1, grant=0, key="k", token=7, value=3)
+    with path.open("a") as file:
+        file.write('{"process":"w1","op":"wri')  # killed mid-line
+    closed = close_killed_history(path, "w1", 12.5)
+    assert closed == {"unfinished": ["write"], "holds": [7]}
+    events = read_history(path)
+    assert [(e.op, e.type, e.id, e.outcome) for e in events] == [
+        ("acquire", "invoke", 0, None),
+        ("acquire", "ok", 0, None),
+        ("write", "invoke", 1, None),
+        ("write", "info", 1, KILLED),
+        ("hold", "info", 0, KILLED),
+    ]
+    assert events[3].value == 3
+    assert events[4].detail == {"body_end": 12.5, "killed_at": 12.5}
+    # The fresh process under the same name goes on after the largest id.
+    with HistoryWriter(path, "w1") as writer:
+        assert writer.invoke("acquire", key="k").id == 2
+    assert all(json.loads(line) for line in path.read_text().splitlines())
+
+
+def test_is_dead() -> None:
+    import os
+
+    assert not is_dead(os.getpid())
+    assert is_dead(2**22 + 12345)  # above pid_max's default: no such process
+
+
+def test_worker_links_names_fit_the_kernel_and_do_not_meet() -> None:
+    links = WorkerLinks("a1b2c3d4", 3).links
+    assert [(x.netns, x.host_if, x.ns_if) for x in links] == [
+        (f"fencedlease-a1b2c3d4-w{i}", f"fla1b2c3d4h{i}", f"fla1b2c3d4n{i}") for i in range(3)
+    ]
+    assert all(len(x.host_if) <= 15 for x in links)  # IFNAMSIZ - 1
+    assert [(x.host_ip, x.ns_ip) for x in links] == [
+        ("10.97.178.1", "10.97.178.2"),
+        ("10.97.178.5", "10.97.178.6"),
+        ("10.97.178.9", "10.97.178.10"),
+    ]
+    assert table_name("a1b2c3d4") == "fencedlease_a1b2c3d4"
+    with pytest.raises(ValueError, match="at most 60 workers"):
+        WorkerLinks("a1b2c3d4", 61)
+
+
+def test_one_way_toxics() -> None:
+    assert one_way_toxic("drop-replies") == {
+        "type": "timeout", "name": "nemesis-drop-replies", "stream": "downstream",
+        "attributes": {"timeout": 0},
+    }  # fmt: skip
+    assert one_way_toxic("drop-requests")["stream"] == "upstream"
+
+
+def test_all_runs_every_kind_default_the_first_ten() -> None:
+    assert parse_faults("all") == list(ALL_FAULTS)
+    assert sorted(ALL_FAULTS) == sorted(FAULTS)
+    assert ALL_FAULTS[-1] == "redis-restart-nopersist"
+    assert parse_faults("default") == list(DEFAULT_FAULTS)
+    assert len(DEFAULT_FAULTS) == 10
+    assert DEFAULT_FAULTS[-1] == "redis-restart-nopersist"
+    assert parse_faults("clock, kill-holder") == ["clock", "kill-holder"]
+    assert [fault_duration_s(k, 1000, 250) for k in ("clock", "kill-holder", "kernel-drop")] == [
+        3.0, 0.5, 2.0,
+    ]  # fmt: skip
