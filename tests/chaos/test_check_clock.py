@@ -11,6 +11,8 @@ import pytest
 from fencedlease.lab.harness.history import Event, read_history
 from fencedlease.lab.harness.run import CheckResult
 
+from .conftest import the_fault
+
 pytestmark = pytest.mark.chaos
 
 RunCheck = Callable[..., CheckResult]
@@ -26,12 +28,7 @@ def _offset(event: Event, base: float) -> float:
 
 def test_clock_jumps_and_strobes_move_no_lease(check_run: RunCheck) -> None:
     result = check_run("clock", duration_s=8.0)
-    assert result.report.valid, result.report.explain()
-    data = result.history()
-    (fault,) = data.faults
-    assert fault.kind == "clock"
-    assert fault.type == "ok"
-    assert fault.end is not None
+    data, fault = the_fault(result, "clock")
     ttl_ms = result.config.ttl_ms
     steps = fault.detail["steps"]
     assert [s["step"] for s in steps] == ["forward", "backward", "strobe", "reset"]

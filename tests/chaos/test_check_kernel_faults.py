@@ -12,6 +12,8 @@ from fencedlease.lab.harness.faults_kernel import kernel_unavailable_reason
 from fencedlease.lab.harness.history import read_history
 from fencedlease.lab.harness.run import CheckResult
 
+from .conftest import assert_told_in_time, the_fault, victim_of
+
 pytestmark = pytest.mark.chaos
 
 RunCheck = Callable[..., CheckResult]
@@ -25,11 +27,7 @@ def test_kernel_cut_holder_is_told_within_ttl_plus_heartbeat(
     if reason is not None:
         pytest.skip(reason)
     result = check_run(kind)
-    assert result.report.valid, result.report.explain()
-    data = result.history()
-    (fault,) = data.faults
-    assert fault.kind == kind
-    assert fault.type == "ok", fault.detail
+    data, fault = the_fault(result, kind)
     index = int(str(fault.target).removeprefix("w"))
     link = fault.detail["link"]
     assert link.endswith(f"h{index}")
@@ -42,16 +40,8 @@ def test_kernel_cut_holder_is_told_within_ttl_plus_heartbeat(
         assert fault.detail["rules"] == [
             f'in: iifname "{link}" meta l4proto tcp reject with tcp reset'
         ]
-    config = result.config
-    victim = next(
-        g for g in data.grants
-        if g.process == fault.target and g.granted < fault.start < (g.end or 0.0)
-    )  # fmt: skip
-    assert victim.lost is not None, "the cut-off holder was never told"
-    assert victim.lost - fault.start <= (config.ttl_ms + config.heartbeat) / 1000
-    assert victim.end_outcome in ("stale", "lease-lost")
-    rival = next(g for g in data.grants if g.process != victim.process and g.granted > fault.start)
-    assert rival.token > victim.token
+    victim = victim_of(data, fault)
+    assert_told_in_time(result, fault, victim)
     # How the cut looked to the holder: refused at once (reject), or silence (drop).
     errors = [
         str(e.detail.get("error"))

@@ -11,6 +11,8 @@ import pytest
 from fencedlease.lab.harness.history import read_history
 from fencedlease.lab.harness.run import CheckResult
 
+from .conftest import the_fault, victim_of
+
 pytestmark = pytest.mark.chaos
 
 RunCheck = Callable[..., CheckResult]
@@ -20,17 +22,10 @@ def test_killed_holder_lease_expires_at_its_ttl_and_a_fresh_worker_goes_on(
     check_run: RunCheck,
 ) -> None:
     result = check_run("kill-holder", duration_s=8.0)
-    assert result.report.valid, result.report.explain()
-    data = result.history()
-    (fault,) = data.faults
-    assert fault.kind == "kill-holder"
-    assert fault.type == "ok"
+    data, fault = the_fault(result, "kill-holder")
     assert fault.detail["phase"] == "body"  # killed inside its critical section
     ttl_ms = result.config.ttl_ms
-    victim = next(
-        g for g in data.grants if g.process == fault.target and g.granted < fault.start
-        and (g.end or 0.0) > fault.start
-    )  # fmt: skip
+    victim = victim_of(data, fault)
     assert fault.detail["holds"] == [victim.token]
     assert fault.detail["unfinished"] == []  # asleep in its body: no access was under way
 

@@ -11,6 +11,8 @@ import pytest
 
 from fencedlease.lab.harness.run import CheckResult
 
+from .conftest import assert_told_in_time, the_fault, victim_of
+
 pytestmark = pytest.mark.chaos
 
 RunCheck = Callable[..., CheckResult]
@@ -21,25 +23,14 @@ RunCheck = Callable[..., CheckResult]
 )
 def test_one_way_loss_is_told_in_time(check_run: RunCheck, kind: str, stream: str) -> None:
     result = check_run(kind)
-    assert result.report.valid, result.report.explain()
     assert result.toxiproxy is not None
-    data = result.history()
-    (fault,) = data.faults
-    assert fault.kind == kind
-    assert fault.type == "ok"
+    data, fault = the_fault(result, kind)
     assert fault.detail["stream"] == stream
-    config = result.config
-    victim = next(
-        g for g in data.grants
-        if g.process == fault.target and g.granted < fault.start < (g.end or 0.0)
-    )  # fmt: skip
-    assert victim.lost is not None, "the cut-off holder was never told"
+    victim = victim_of(data, fault)
+    assert_told_in_time(result, fault, victim)
+    assert victim.lost is not None
     told_s = victim.lost - fault.start
-    assert told_s <= (config.ttl_ms + config.heartbeat) / 1000
-    assert victim.end_type == "fail"
-    assert victim.end_outcome in ("stale", "lease-lost")
-    rival = next(g for g in data.grants if g.process != victim.process and g.granted > fault.start)
-    assert rival.token > victim.token
+    rival = min((g for g in data.grants if g.granted > fault.start), key=lambda g: g.granted)
     owned_ms = fault.detail["owned_for_ms"]
     assert owned_ms is not None
     if kind == "drop-replies":
@@ -50,5 +41,5 @@ def test_one_way_loss_is_told_in_time(check_run: RunCheck, kind: str, stream: st
     else:
         # Nothing reached Redis: the key ran out at most a ttl after the last renewal before.
         assert fault.detail["renewed_in_redis"] == 0
-        assert owned_ms <= config.ttl_ms
+        assert owned_ms <= result.config.ttl_ms
     assert result.report.property("loss-reported").checked > len(data.grants)

@@ -18,8 +18,8 @@ import pytest
 import redis
 import redis.asyncio
 
-from fencedlease import LeaseManager, redis_keys
-from fencedlease.aio import AsyncLeaseManager
+from fencedlease import Lease, LeaseManager, redis_keys
+from fencedlease.aio import AsyncLease, AsyncLeaseManager
 from fencedlease.lab.harness.faults_clock import OffsetClock
 from fencedlease.testing import FakeClock
 
@@ -39,6 +39,28 @@ def _wall(fake: FakeClock, offset_s: float) -> datetime:
     return datetime.fromtimestamp(fake.time() + offset_s, timezone.utc)
 
 
+def _jump_forwards(lease: Lease | AsyncLease, offsets: list[float], fake: FakeClock) -> None:
+    """Ten TTLs forwards: the lease must not end early."""
+    assert lease.expires_at == _wall(fake, 0) + timedelta(milliseconds=TTL_MS)
+    offsets[0] = JUMP_S
+    assert not lease.lost
+    fake.advance(TTL_MS - 1)
+    assert not lease.lost
+
+
+def _jump_backwards(lease: Lease | AsyncLease, offsets: list[float], fake: FakeClock) -> None:
+    """After a renewal under the jumped clock (the wall estimate follows it, nothing else does),
+    ten TTLs backwards: the lease must not last longer."""
+    assert lease.expires_at == _wall(fake, JUMP_S) + timedelta(milliseconds=TTL_MS)
+    offsets[0] = -JUMP_S
+    fake.advance(TTL_MS - 1)
+    assert not lease.lost
+    fake.advance(1)
+    assert lease.lost
+    assert lease.lost_reason is not None
+    assert "ttl_ms passed" in lease.lost_reason
+
+
 def test_sync_lease_deadline_ignores_wall_clock_jumps(redis_url: str) -> None:
     offsets, fake, clock = _clock()
     client = redis.Redis.from_url(redis_url)
@@ -47,20 +69,9 @@ def test_sync_lease_deadline_ignores_wall_clock_jumps(redis_url: str) -> None:
     try:
         lease = manager.acquire("k", ttl_ms=TTL_MS).lease
         assert lease is not None
-        assert lease.expires_at == _wall(fake, 0) + timedelta(milliseconds=TTL_MS)
-        offsets[0] = JUMP_S  # forwards by ten TTLs: the lease must not end early
-        assert not lease.lost
-        fake.advance(TTL_MS - 1)
-        assert not lease.lost
-        assert lease.renew() is True  # the wall estimate follows the jumped clock, nothing else
-        assert lease.expires_at == _wall(fake, JUMP_S) + timedelta(milliseconds=TTL_MS)
-        offsets[0] = -JUMP_S  # backwards by ten TTLs: the lease must not last longer
-        fake.advance(TTL_MS - 1)
-        assert not lease.lost
-        fake.advance(1)
-        assert lease.lost
-        assert lease.lost_reason is not None
-        assert "ttl_ms passed" in lease.lost_reason
+        _jump_forwards(lease, offsets, fake)
+        assert lease.renew() is True
+        _jump_backwards(lease, offsets, fake)
         assert client.pttl(redis_keys(prefix, "k").lease) > 0  # Redis holds it: not its verdict
     finally:
         manager.close()
@@ -79,20 +90,9 @@ async def _async_case(redis_url: str) -> None:
     try:
         lease = (await manager.acquire("k", ttl_ms=TTL_MS)).lease
         assert lease is not None
-        assert lease.expires_at == _wall(fake, 0) + timedelta(milliseconds=TTL_MS)
-        offsets[0] = JUMP_S
-        assert not lease.lost
-        fake.advance(TTL_MS - 1)
-        assert not lease.lost
+        _jump_forwards(lease, offsets, fake)
         assert await lease.renew() is True
-        assert lease.expires_at == _wall(fake, JUMP_S) + timedelta(milliseconds=TTL_MS)
-        offsets[0] = -JUMP_S
-        fake.advance(TTL_MS - 1)
-        assert not lease.lost
-        fake.advance(1)
-        assert lease.lost
-        assert lease.lost_reason is not None
-        assert "ttl_ms passed" in lease.lost_reason
+        _jump_backwards(lease, offsets, fake)
         assert await client.pttl(redis_keys(prefix, "k").lease) > 0
     finally:
         await manager.close()

@@ -222,10 +222,11 @@ def _run_workers(
     wait_ms = 2 * config.ttl_ms + config.body
     join_s = (wait_ms + config.body + 2 * config.ttl_ms) / 1000 + 5.0
     with _processes(ctx, stop, join_s) as procs:
-        _start_workers(run, ctx, board, go, stop, procs, spec, network, wait_ms)
-        nemesis.env.restart_worker = functools.partial(
-            _restart_worker, run, ctx, board, go, stop, procs, spec, network, wait_ms
+        start_one = functools.partial(
+            _start_worker, run, ctx, board, go, stop, spec, network, wait_ms
         )
+        procs.extend(start_one(index) for index in range(config.workers))
+        nemesis.env.restart_worker = functools.partial(_restart_worker, procs, stop, start_one)
         _wait_ready(board, procs, timeout_s=60.0)
         _record_start(run, run_writer, spec, lease_redis, network)
         _run_schedule(run, board, procs, nemesis, go, stop, run_writer, on_progress)
@@ -286,39 +287,14 @@ def _make_nemesis(
     return nemesis
 
 
-def _start_workers(
-    run: _Run,
-    ctx: Any,
-    board: Board,
-    go: Any,
-    stop: Any,
-    procs: list[Any],
-    spec: ResourceSpec,
-    network: Network,
-    wait_ms: int,
-) -> None:
-    """Start one process per worker (each joins ``procs`` as soon as it runs)."""
-    for index in range(run.config.workers):
-        procs.append(_start_worker(run, ctx, board, go, stop, spec, network, wait_ms, index))
-
-
 def _restart_worker(
-    run: _Run,
-    ctx: Any,
-    board: Board,
-    go: Any,
-    stop: Any,
-    procs: list[Any],
-    spec: ResourceSpec,
-    network: Network,
-    wait_ms: int,
-    index: int,
+    procs: list[Any], stop: Any, start_one: Callable[[int], Any], index: int
 ) -> None:
-    """Start a fresh process for worker ``index`` in place of its dead one (``kill-holder``),
-    unless the run is stopping; it continues the worker's history file."""
+    """Start a fresh process for worker ``index`` (with ``start_one``) in place of its dead one
+    (``kill-holder``), unless the run is stopping; it continues the worker's history file."""
     procs[index].join(5.0)
     if not stop.is_set():
-        procs[index] = _start_worker(run, ctx, board, go, stop, spec, network, wait_ms, index)
+        procs[index] = start_one(index)
 
 
 def _start_worker(
@@ -332,7 +308,7 @@ def _start_worker(
     wait_ms: int,
     index: int,
 ) -> Any:
-    """Start the process of worker ``index`` and return it."""
+    """Start the process of worker ``index`` (it waits for ``go``) and return it."""
     config = run.config
     name = run.names[index]
     worker = WorkerConfig(
