@@ -13,13 +13,29 @@ after). The fresh process takes the same name and index and goes on with new ope
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from .history import Event, HistoryWriter, read_history
+import attrs
+import redis
 
-__all__ = ["KILLED", "close_killed_history", "is_dead", "wait_dead"]
+from .faults_network import watch_lease
+from .history import Event, HistoryWriter, read_history
+from .workload import IDLE, Board
+
+__all__ = [
+    "KILLED",
+    "KillTarget",
+    "close_killed_history",
+    "is_dead",
+    "kill_and_replace",
+    "wait_dead",
+]
 
 #: The ``outcome`` of the completions written for a killed worker.
 KILLED: Final = "killed"
@@ -96,3 +112,66 @@ def close_killed_history(path: str | Path, process: str, killed_mono: float) -> 
                 detail={"body_end": killed_mono, "killed_at": killed_mono},
             )
     return {"unfinished": [e.op for e in unfinished], "holds": [g.token for g in holds]}
+
+
+@attrs.frozen
+class KillTarget:
+    """The worker to kill: its ``index`` on the board, its ``name`` in the history, its
+    history file ``history_path``."""
+
+    index: int
+    name: str
+    history_path: str
+
+
+def kill_and_replace(
+    target: KillTarget,
+    board: Board,
+    admin: redis.Redis,
+    lease_key: str,
+    restart: Callable[[int], None],
+    *,
+    restart_after_s: float,
+    watch_s: float,
+    stop: threading.Event,
+) -> dict[str, Any]:
+    """SIGKILL the worker ``target`` (its pid and the token it holds read from ``board``), end
+    its history (:func:`close_killed_history`), clear its board fields, and ``restart`` its
+    index ``restart_after_s`` seconds after the kill; meanwhile, and then up to ``watch_s``
+    seconds more, watch ``lease_key`` on ``admin`` (straight to Redis) until the dead worker's
+    token no longer holds it.
+
+    Returns, for the history: ``pid``, ``pttl_at_kill_ms`` (the key's PTTL read right after the
+    kill), ``owned_after_kill_ms`` (the last moment the dead worker's token was seen holding the
+    key, after the kill; None: never), ``restarted_after_ms`` and what was closed
+    (``unfinished``, ``holds``). Raises ``RuntimeError`` if the worker has no pid or does not
+    die within 10 s.
+    """
+    pid, token = board.get(target.index, "pid"), board.get(target.index, "token")
+    if pid <= 0:  # kill(0 or -n) would signal a whole process group, not the worker
+        raise RuntimeError(f"worker {target.name} has no pid yet")
+    os.kill(pid, signal.SIGKILL)
+    killed = time.monotonic()
+    pttl = int(admin.pttl(lease_key))
+    if not wait_dead(pid, 10.0):
+        raise RuntimeError(f"worker {target.name} (pid {pid}) did not die of SIGKILL in 10 s")
+    closed = close_killed_history(target.history_path, target.name, killed)
+    for field in ("pid", "token"):
+        board.set(target.index, field, 0)
+    board.set_phase(target.index, IDLE)
+    # The dead worker's lease goes when its TTL runs out: watch for that, restarting the
+    # worker meanwhile (the lease outlives the restart).
+    first = watch_lease(admin, lease_key, token or None, restart_after_s, stop, began=killed)
+    restart(target.index)
+    restarted = round((time.monotonic() - killed) * 1000)
+    then = watch_lease(
+        admin, lease_key, token or None, watch_s, stop, began=killed, until_free=True
+    )
+    seen = [w["owned_for_ms"] for w in (first, then) if w["owned_for_ms"] is not None]
+    return {
+        "pid": pid,
+        "pttl_at_kill_ms": pttl,
+        "owned_after_kill_ms": max(seen, default=None),
+        "restarted_after_ms": restarted,
+        **closed,
+    }

@@ -56,9 +56,9 @@ from ..servers.redis import RedisServer
 from .faults_clock import run_clock_fault
 from .faults_kernel import KERNEL_ACTIONS, KernelFirewall, Link, kernel_unavailable_reason
 from .faults_network import one_way_toxic, watch_lease
-from .faults_process import close_killed_history, wait_dead
+from .faults_process import KillTarget, kill_and_replace
 from .history import HistoryWriter, Operation
-from .workload import ACQUIRING, BODY, HOLDING, IDLE, PHASES, WRITING, Board, client_name
+from .workload import ACQUIRING, BODY, HOLDING, PHASES, WRITING, Board, client_name
 
 __all__ = [
     "ALL_FAULTS",
@@ -589,42 +589,20 @@ class Nemesis:
     def _do_kill_holder(
         self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
     ) -> None:
+        env = self.env
         assert target is not None
-        assert self.env.restart_worker is not None
-        board, name = self.env.board, self.env.worker_names[target]
-        pid, token = board.get(target, "pid"), board.get(target, "token")
-        if pid <= 0:  # kill(0 or -n) would signal a whole process group, not the worker
-            raise RuntimeError(f"worker {name} has no pid yet")
-        lease_key = redis_keys(self.env.prefix, self.env.key).lease
-        os.kill(pid, signal.SIGKILL)
-        killed = time.monotonic()
-        pttl = int(self._admin.pttl(lease_key))
-        if not wait_dead(pid, 10.0):
-            raise RuntimeError(f"worker {name} (pid {pid}) did not die of SIGKILL within 10 s")
-        closed = close_killed_history(self.env.history_paths[target], name, killed)
-        for field in ("pid", "token"):
-            board.set(target, field, 0)
-        board.set_phase(target, IDLE)
-        # The dead worker's lease goes when its TTL runs out: watch for that, restarting the
-        # worker meanwhile (the lease outlives the restart: ttl/2 after the kill).
-        first = watch_lease(
-            self._admin, lease_key, token or None, spec.duration_s, stop, began=killed
+        assert env.restart_worker is not None
+        done = kill_and_replace(
+            KillTarget(target, env.worker_names[target], env.history_paths[target]),
+            env.board,
+            self._admin,
+            redis_keys(env.prefix, env.key).lease,
+            env.restart_worker,
+            restart_after_s=spec.duration_s,
+            watch_s=3 * env.ttl_ms / 1000,
+            stop=stop,
         )
-        self.env.restart_worker(target)
-        restarted = round((time.monotonic() - killed) * 1000)
-        then = watch_lease(
-            self._admin, lease_key, token or None, 3 * self.env.ttl_ms / 1000, stop,
-            began=killed, until_free=True,
-        )  # fmt: skip
-        seen = [w["owned_for_ms"] for w in (first, then) if w["owned_for_ms"] is not None]
-        self._finish(
-            op,
-            pid=pid,
-            pttl_at_kill_ms=pttl,
-            owned_after_kill_ms=max(seen, default=None),
-            restarted_after_ms=restarted,
-            **closed,
-        )
+        self._finish(op, **done)
 
     def _one_way(
         self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
