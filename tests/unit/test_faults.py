@@ -124,3 +124,25 @@ def test_all_runs_every_kind_default_the_first_ten() -> None:
     assert [fault_duration_s(k, 1000, 250) for k in ("clock", "kill-holder", "kernel-drop")] == [
         3.0, 0.5, 2.0,
     ]  # fmt: skip
+
+
+def test_every_kind_has_its_colour_on_the_timeline() -> None:
+    from fencedlease.lab.harness import report
+
+    colours = report._FAULT_COLORS
+    assert sorted(colours) == sorted(FAULTS)
+
+
+def test_kernel_faults_say_what_they_lack(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import shutil
+
+    from fencedlease.lab.harness.faults_kernel import kernel_unavailable_reason
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert kernel_unavailable_reason() == (
+        "needs root for network namespaces and nftables rules (run the check as root)"
+    )
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(shutil, "which", lambda tool: None if tool == "nft" else "/bin/x")
+    assert kernel_unavailable_reason() == "needs the nft tool (apt-get install nftables)"
