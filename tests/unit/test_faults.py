@@ -146,3 +146,29 @@ def test_kernel_faults_say_what_they_lack(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     monkeypatch.setattr(shutil, "which", lambda tool: None if tool == "nft" else "/bin/x")
     assert kernel_unavailable_reason() == "needs the nft tool (apt-get install nftables)"
+
+
+def test_worker_links_are_made_only_when_asked_for_and_possible(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from fencedlease.lab.harness import faults_kernel
+    from fencedlease.lab.harness.faults_kernel import worker_links
+
+    monkeypatch.setattr(faults_kernel, "kernel_unavailable_reason", lambda: None)
+    assert worker_links(["clock"], 3, "a1b2c3d4", resource="sqlite", toxiproxy=True) == (
+        None,
+        None,
+    )
+    assert worker_links(["kernel-drop"], 3, "a1b2c3d4", resource="redis", toxiproxy=True) == (
+        None,
+        "needs the SQLite resource (a worker in its namespace reaches only its proxy)",
+    )
+    assert worker_links(["kernel-reject"], 3, "a1b2c3d4", resource="sqlite", toxiproxy=False) == (
+        None,
+        "needs a Toxiproxy proxy per worker (on the host end of its link)",
+    )
+    monkeypatch.setattr(faults_kernel, "kernel_unavailable_reason", lambda: "needs root")
+    assert worker_links(["kernel-drop"], 3, "a1b2c3d4", resource="sqlite", toxiproxy=True) == (
+        None,
+        "needs root",
+    )

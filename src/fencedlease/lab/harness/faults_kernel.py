@@ -31,6 +31,7 @@ import ctypes
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
 from typing import Final, Literal
 
 import attrs
@@ -44,6 +45,7 @@ __all__ = [
     "enter_netns",
     "kernel_unavailable_reason",
     "table_name",
+    "worker_links",
 ]
 
 KernelAction = Literal["drop", "reject"]
@@ -144,6 +146,28 @@ class WorkerLinks:
         while self._made:
             with contextlib.suppress(RuntimeError, OSError, subprocess.SubprocessError):
                 _run("ip", "netns", "del", self._made.pop())
+
+
+def worker_links(
+    faults: Sequence[str], workers: int, run_id: str, *, resource: str, toxiproxy: bool
+) -> tuple[WorkerLinks | None, str | None]:
+    """The links of a run's ``workers`` (made), when its ``faults`` hold a kernel kind and it
+    can have them: root, ``ip`` and ``nft``, the ``"sqlite"`` ``resource`` (a worker in its
+    namespace reaches only its proxy) and ``toxiproxy``. Else ``(None, why)``; ``(None, None)``
+    when no kernel kind was asked for. The caller closes what it gets."""
+    if not any(kind in KERNEL_ACTIONS for kind in faults):
+        return None, None
+    reason = kernel_unavailable_reason()
+    if reason is None and resource != "sqlite":
+        reason = "needs the SQLite resource (a worker in its namespace reaches only its proxy)"
+    if reason is None and not toxiproxy:
+        reason = "needs a Toxiproxy proxy per worker (on the host end of its link)"
+    if reason is not None:
+        return None, reason
+    try:
+        return WorkerLinks(run_id, workers).make(), None
+    except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as exc:
+        return None, f"could not make the workers' links: {exc}"
 
 
 def table_name(run_id: str) -> str:

@@ -33,7 +33,6 @@ import random
 import secrets
 import shutil
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -54,7 +53,7 @@ from .environment import (
     start_redis,
     start_resource,
 )
-from .faults_kernel import KERNEL_ACTIONS, Link, WorkerLinks, kernel_unavailable_reason
+from .faults_kernel import Link, worker_links
 from .history import Event, HistoryWriter, merge_histories
 from .model import CheckConfig, CheckResult
 from .nemesis import FaultSpec, Nemesis, NemesisEnv, fault_duration_s, left_out_faults
@@ -109,7 +108,12 @@ def run_check(
     with ExitStack() as stack:
         lease_redis = start_redis(config, stack, run.notes, run.prefix)
         spec = start_resource(config, run.out_dir, lease_redis.url, stack, run.notes)
-        links = _worker_links(run, stack)
+        links, run.kernel_reason = worker_links(
+            config.faults, config.workers, run.run_id,
+            resource=config.resource, toxiproxy=config.toxiproxy,
+        )  # fmt: skip
+        if links is not None:
+            stack.callback(links.close)
         hosts = None if links is None else [link.host_ip for link in links.links]
         network = start_proxies(
             config, run.names, run.run_id, lease_redis.url, stack, run.notes, hosts
@@ -176,30 +180,6 @@ def _begin(config: CheckConfig) -> _Run:
     return _Run(config, seed, random.Random(seed), out_dir, parts_dir, secret_urls)
 
 
-def _worker_links(run: _Run, stack: ExitStack) -> WorkerLinks | None:
-    """A namespace and veth link per worker when a kernel fault is asked for and can be had
-    (root, ``ip``, ``nft``, an SQLite resource, Toxiproxy); else None, and why is kept for
-    the skip note."""
-    config = run.config
-    if not any(kind in KERNEL_ACTIONS for kind in config.faults):
-        return None
-    reason = kernel_unavailable_reason()
-    if reason is None and config.resource != "sqlite":
-        reason = "needs the SQLite resource (a worker in its namespace reaches only its proxy)"
-    if reason is None and not config.toxiproxy:
-        reason = "needs a Toxiproxy proxy per worker (on the host end of its link)"
-    if reason is None:
-        try:
-            links = WorkerLinks(run.run_id, config.workers).make()
-        except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as exc:
-            reason = f"could not make the workers' links: {exc}"
-        else:
-            stack.callback(links.close)
-            return links
-    run.kernel_reason = reason
-    return None
-
-
 def _run_workers(
     run: _Run,
     stack: ExitStack,
@@ -222,11 +202,15 @@ def _run_workers(
     wait_ms = 2 * config.ttl_ms + config.body
     join_s = (wait_ms + config.body + 2 * config.ttl_ms) / 1000 + 5.0
     with _processes(ctx, stop, join_s) as procs:
-        start_one = functools.partial(
-            _start_worker, run, ctx, board, go, stop, spec, network, wait_ms
+        _start_workers(run, ctx, board, go, stop, procs, spec, network, wait_ms)
+        nemesis.env.restart_worker = functools.partial(
+            _restart_worker,
+            procs,
+            stop,
+            functools.partial(
+                _start_workers, run, ctx, board, go, stop, procs, spec, network, wait_ms
+            ),
         )
-        procs.extend(start_one(index) for index in range(config.workers))
-        nemesis.env.restart_worker = functools.partial(_restart_worker, procs, stop, start_one)
         _wait_ready(board, procs, timeout_s=60.0)
         _record_start(run, run_writer, spec, lease_redis, network)
         _run_schedule(run, board, procs, nemesis, go, stop, run_writer, on_progress)
@@ -287,56 +271,61 @@ def _make_nemesis(
     return nemesis
 
 
-def _restart_worker(
-    procs: list[Any], stop: Any, start_one: Callable[[int], Any], index: int
-) -> None:
-    """Start a fresh process for worker ``index`` (with ``start_one``) in place of its dead one
-    (``kill-holder``), unless the run is stopping; it continues the worker's history file."""
-    procs[index].join(5.0)
-    if not stop.is_set():
-        procs[index] = start_one(index)
-
-
-def _start_worker(
+def _start_workers(
     run: _Run,
     ctx: Any,
     board: Board,
     go: Any,
     stop: Any,
+    procs: list[Any],
     spec: ResourceSpec,
     network: Network,
     wait_ms: int,
-    index: int,
-) -> Any:
-    """Start the process of worker ``index`` (it waits for ``go``) and return it."""
+    only: int | None = None,
+) -> None:
+    """Start one process per worker (each joins ``procs`` as soon as it runs); with ``only``,
+    that worker's alone, in place of its dead process (``kill-holder``)."""
     config = run.config
-    name = run.names[index]
-    worker = WorkerConfig(
-        index=index,
-        name=name,
-        redis_url=network.worker_urls[index],
-        prefix=run.prefix,
-        key=config.key,
-        mode=config.mode,
-        resource=spec,
-        history_path=str(run.parts_dir / f"history-{name}.jsonl"),
-        ttl_ms=config.ttl_ms,
-        heartbeat_ms=config.heartbeat,
-        body_ms=config.body,
-        wait_ms=wait_ms,
-        socket_timeout_ms=max(100, config.ttl_ms // 2),
-        duration_s=config.duration_s,
-        seed=run.rng.randrange(2**31),
-        netns=network.netns[index] if network.netns else None,
-    )
-    proc = ctx.Process(
-        target=worker_main,
-        args=(worker, board, go, stop),
-        name=f"fencedlease-check-{name}",
-        daemon=True,
-    )
-    proc.start()
-    return proc
+    for index, name in enumerate(run.names):
+        if only is not None and index != only:
+            continue
+        worker = WorkerConfig(
+            index=index,
+            name=name,
+            redis_url=network.worker_urls[index],
+            prefix=run.prefix,
+            key=config.key,
+            mode=config.mode,
+            resource=spec,
+            history_path=str(run.parts_dir / f"history-{name}.jsonl"),
+            ttl_ms=config.ttl_ms,
+            heartbeat_ms=config.heartbeat,
+            body_ms=config.body,
+            wait_ms=wait_ms,
+            socket_timeout_ms=max(100, config.ttl_ms // 2),
+            duration_s=config.duration_s,
+            seed=run.rng.randrange(2**31),
+            netns=network.netns[index] if network.netns else None,
+        )
+        proc = ctx.Process(
+            target=worker_main,
+            args=(worker, board, go, stop),
+            name=f"fencedlease-check-{name}",
+            daemon=True,
+        )
+        proc.start()
+        if only is None:
+            procs.append(proc)
+        else:
+            procs[only] = proc
+
+
+def _restart_worker(procs: list[Any], stop: Any, start: Callable[..., None], index: int) -> None:
+    """Start a fresh process for worker ``index`` (``start(only=index)``) once its dead one is
+    reaped, unless the run is stopping; it continues the worker's history file."""
+    procs[index].join(5.0)
+    if not stop.is_set():
+        start(only=index)
 
 
 def _record_start(
