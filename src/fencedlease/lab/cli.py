@@ -56,8 +56,8 @@ def _faults(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
     default="default",
     show_default=True,
     callback=_faults,
-    help=f"Comma-separated fault kinds, 'default' (all, in order) or 'none'. Kinds: "
-    f"{', '.join(FAULTS)}.",
+    help=f"Comma-separated fault kinds, 'default' (the first ten, in order), 'all' (every kind) "
+    f"or 'none'. Kinds: {', '.join(FAULTS)}.",
 )
 @click.option("--mode", type=click.Choice(MODES), default="fenced", show_default=True)
 @click.option("--resource", type=click.Choice(RESOURCES), default="sqlite", show_default=True)
