@@ -18,7 +18,7 @@ pytestmark = pytest.mark.chaos
 RunCheck = Callable[..., CheckResult]
 
 #: How close to a step's moment an event may fall and still be read as before or after it.
-EDGE_S = 0.05
+EDGE_S = 0.2
 
 
 def _offset(event: Event, base: float) -> float:

@@ -46,7 +46,8 @@ def test_killed_holder_lease_expires_at_its_ttl_and_a_fresh_worker_goes_on(
     assert 0 < pttl_ms <= ttl_ms
     owned_ms = fault.detail["owned_after_kill_ms"]
     assert owned_ms is not None
-    assert owned_ms <= pttl_ms + 50  # polled every 10 ms; the key cannot outlive its TTL
+    # The key cannot outlive the TTL it had when it was read (rounding to the millisecond aside).
+    assert owned_ms <= fault.detail["pttl_read_after_ms"] + pttl_ms + 2
     later = [g for g in data.grants if g.granted > fault.start]
     first = min(later, key=lambda g: g.granted)
     assert first.granted - fault.start >= owned_ms / 1000  # nobody got it before it expired

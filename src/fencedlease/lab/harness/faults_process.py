@@ -142,10 +142,10 @@ def kill_and_replace(
     token no longer holds it.
 
     Returns, for the history: ``pid``, ``pttl_at_kill_ms`` (the key's PTTL read right after the
-    kill), ``owned_after_kill_ms`` (the last moment the dead worker's token was seen holding the
-    key, after the kill; None: never), ``restarted_after_ms`` and what was closed
-    (``unfinished``, ``holds``). Raises ``RuntimeError`` if the worker has no pid or does not
-    die within 10 s.
+    kill, ``pttl_read_after_ms`` after it), ``owned_after_kill_ms`` (the last moment the dead
+    worker's token was seen holding the key, after the kill; None: never),
+    ``restarted_after_ms`` and what was closed (``unfinished``, ``holds``). Raises
+    ``RuntimeError`` if the worker has no pid or does not die within 10 s.
     """
     pid, token = board.get(target.index, "pid"), board.get(target.index, "token")
     if pid <= 0:  # kill(0 or -n) would signal a whole process group, not the worker
@@ -153,6 +153,7 @@ def kill_and_replace(
     os.kill(pid, signal.SIGKILL)
     killed = time.monotonic()
     pttl = int(admin.pttl(lease_key))
+    pttl_read = time.monotonic()
     if not wait_dead(pid, 10.0):
         raise RuntimeError(f"worker {target.name} (pid {pid}) did not die of SIGKILL in 10 s")
     closed = close_killed_history(target.history_path, target.name, killed)
@@ -171,6 +172,7 @@ def kill_and_replace(
     return {
         "pid": pid,
         "pttl_at_kill_ms": pttl,
+        "pttl_read_after_ms": round((pttl_read - killed) * 1000),
         "owned_after_kill_ms": max(seen, default=None),
         "restarted_after_ms": restarted,
         **closed,
