@@ -61,8 +61,10 @@ def check_run(tmp_path: Path) -> Callable[..., CheckResult]:
 
 
 def the_fault(result: CheckResult, kind: str) -> tuple[Extracted, Fault]:
-    """A valid run's history and its one fault, of ``kind``, that completed ``ok``."""
+    """A valid run's history (``fencedlease check`` exits 0) and its one fault, of ``kind``,
+    that completed ``ok``."""
     assert result.report.valid, result.report.explain()
+    assert result.exit_code == 0, result.inconclusive
     data = result.history()
     (fault,) = data.faults
     assert fault.kind == kind
