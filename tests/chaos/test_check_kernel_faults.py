@@ -4,11 +4,13 @@ without them the kinds are skipped, and a run that asks for them says why."""
 
 from __future__ import annotations
 
+import secrets
+import subprocess
 from collections.abc import Callable
 
 import pytest
 
-from fencedlease.lab.harness.faults_kernel import kernel_unavailable_reason
+from fencedlease.lab.harness.faults_kernel import KernelFirewall, kernel_unavailable_reason
 from fencedlease.lab.harness.history import read_history
 from fencedlease.lab.harness.run import CheckResult
 
@@ -54,6 +56,13 @@ def test_kernel_cut_holder_is_told_within_ttl_plus_heartbeat(
         assert refused, errors
     else:
         assert not refused, errors
+    # Nothing of the run is left in the kernel: its tables and namespaces are gone.
+    run_id = fault.detail["table"].split("_")[1]
+    assert fault.detail["table"] == f"fencedlease_{run_id}_0"
+    tables = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True, check=True)
+    assert run_id not in tables.stdout
+    spaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
+    assert run_id not in spaces.stdout
 
 
 def test_kernel_faults_without_their_links_are_skipped_with_the_reason(
@@ -69,3 +78,30 @@ def test_kernel_faults_without_their_links_are_skipped_with_the_reason(
     assert f"fault kernel-drop skipped: {expected}" in result.notes
     assert result.inconclusive == ("no fault was injected though faults were asked for",)
     assert result.exit_code == 2
+
+
+def test_cuts_in_force_together_heal_one_by_one() -> None:
+    """Two workers cut at once: healing one leaves the other's rules in place; heal_all clears
+    what is left."""
+    reason = kernel_unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    firewall = KernelFirewall(secrets.token_hex(4))
+
+    def tables() -> list[str]:
+        listed = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True)
+        return sorted(line.split()[-1] for line in listed.stdout.splitlines()
+                      if firewall.prefix in line)  # fmt: skip
+
+    try:
+        first, rules = firewall.cut("flnotthere0", "drop")
+        second, _ = firewall.cut("flnotthere1", "reject")
+        assert rules == ['in: iifname "flnotthere0" drop', 'out: oifname "flnotthere0" drop']
+        assert tables() == [first, second]
+        firewall.heal(first)
+        assert tables() == [second]
+        firewall.heal(first)  # a second heal of the same cut does nothing
+        assert tables() == [second]
+    finally:
+        firewall.heal_all()
+    assert tables() == []

@@ -17,9 +17,10 @@ worker alone:
     every packet from the worker is answered with a TCP reset (``reject with tcp reset``):
     sends fail at once and new connections are refused.
 
-The rules live in an nftables table of the run's own (:func:`table_name`, the run's random id in
-it), in chains on the ``input`` and ``output`` hooks of the host; healing deletes the table,
-which removes every rule at once. Needs root, ``ip`` and ``nft``
+The rules live in nftables tables of the run's own (named after :func:`table_name`, the run's
+random id in it; one per cut, so that cuts of different workers in force together heal
+independently), in chains on the ``input`` and ``output`` hooks of the host; healing deletes
+the table, which removes its rules at once. Needs root, ``ip`` and ``nft``
 (:func:`kernel_unavailable_reason`); a worker in a namespace reaches nothing of the host but
 its proxy, so the resource must be the SQLite file.
 """
@@ -31,6 +32,7 @@ import ctypes
 import os
 import shutil
 import subprocess
+import threading
 from collections.abc import Sequence
 from typing import Final, Literal
 
@@ -176,25 +178,32 @@ def table_name(run_id: str) -> str:
 
 
 class KernelFirewall:
-    """The run's own nftables table (family ``inet``): :meth:`cut` adds rules for one worker's
-    link, :meth:`heal` deletes the table. Raises ``RuntimeError`` with nft's message when a
-    command fails."""
+    """The run's nftables tables (family ``inet``), one per cut, so that cuts in force together
+    (of different workers) heal independently: :meth:`cut` makes a table
+    ``<table_name(run_id)>_<n>`` with rules for one worker's link, :meth:`heal` deletes it,
+    :meth:`heal_all` deletes every one still there. Raises ``RuntimeError`` with nft's message
+    when a command fails."""
 
     def __init__(self, run_id: str) -> None:
-        self.table = table_name(run_id)
-        self._made = False
+        self.prefix = table_name(run_id)
+        self._made: set[str] = set()
+        self._count = 0
+        self._lock = threading.Lock()
 
     def _nft(self, *args: str) -> None:
         _run("nft", *args)
 
-    def cut(self, host_if: str, action: KernelAction) -> list[str]:
-        """Cut the worker whose link's host end is ``host_if`` with ``action``; the rules
-        added, as ``"<chain>: <rule>"``."""
-        self._nft("add", "table", "inet", self.table)
-        self._made = True
+    def cut(self, host_if: str, action: KernelAction) -> tuple[str, list[str]]:
+        """Cut the worker whose link's host end is ``host_if`` with ``action``; returns the
+        table made and the rules added in it, as ``"<chain>: <rule>"``."""
+        with self._lock:
+            table = f"{self.prefix}_{self._count}"
+            self._count += 1
+            self._made.add(table)
+        self._nft("add", "table", "inet", table)
         for chain, hook in (("in", "input"), ("out", "output")):
             self._nft(
-                "add", "chain", "inet", self.table, chain,
+                "add", "chain", "inet", table, chain,
                 f"{{ type filter hook {hook} priority 0 ; policy accept ; }}",
             )  # fmt: skip
         if action == "drop":
@@ -203,11 +212,19 @@ class KernelFirewall:
             # Not the other direction too: the resets made here leave through the link.
             rules = [("in", f'iifname "{host_if}" meta l4proto tcp reject with tcp reset')]
         for chain, rule in rules:
-            self._nft("add", "rule", "inet", self.table, chain, *rule.split())
-        return [f"{chain}: {rule}" for chain, rule in rules]
+            self._nft("add", "rule", "inet", table, chain, *rule.split())
+        return table, [f"{chain}: {rule}" for chain, rule in rules]
 
-    def heal(self) -> None:
-        """Delete the run's table and so every rule in it (nothing when none was made)."""
-        if self._made:
-            self._nft("delete", "table", "inet", self.table)
-            self._made = False
+    def heal(self, table: str) -> None:
+        """Delete ``table`` (one :meth:`cut`'s) and so its rules; nothing if it is gone."""
+        with self._lock:
+            if table not in self._made:
+                return
+            self._made.discard(table)
+        self._nft("delete", "table", "inet", table)
+
+    def heal_all(self) -> None:
+        """Delete every table still there (each tried even if another fails)."""
+        for table in sorted(self._made):
+            with contextlib.suppress(RuntimeError, OSError, subprocess.SubprocessError):
+                self.heal(table)

@@ -610,11 +610,13 @@ class Nemesis:
         assert target is not None
         token = self.env.board.get(target, "token") or None
         toxic = one_way_toxic(spec.kind)
-        self._toxics.add((target, toxic["name"]))
-        self._proxy(target).add_toxic(**toxic)
         lease_key = redis_keys(self.env.prefix, self.env.key).lease
-        watched = watch_lease(self._admin, lease_key, token, spec.duration_s, stop)
-        self._remove_toxics()
+        self._toxics.add((target, toxic["name"]))
+        try:
+            self._proxy(target).add_toxic(**toxic)
+            watched = watch_lease(self._admin, lease_key, token, spec.duration_s, stop)
+        finally:
+            self._remove_toxics()
         self._finish(op, stream=toxic["stream"], **watched)
 
     _do_drop_replies = _one_way
@@ -625,10 +627,12 @@ class Nemesis:
     ) -> None:
         assert target is not None
         link = self.env.kernel_links[target]
-        rules = self._firewall.cut(link.host_if, KERNEL_ACTIONS[spec.kind])
-        stop.wait(spec.duration_s)
-        self._firewall.heal()
-        self._finish(op, table=self._firewall.table, link=link.host_if, rules=rules)
+        table, rules = self._firewall.cut(link.host_if, KERNEL_ACTIONS[spec.kind])
+        try:
+            stop.wait(spec.duration_s)
+        finally:
+            self._firewall.heal(table)
+        self._finish(op, table=table, link=link.host_if, rules=rules)
 
     _do_kernel_drop = _kernel
     _do_kernel_reject = _kernel
@@ -670,7 +674,7 @@ class Nemesis:
             self._resume_redis,
             self._enable_proxies,
             self._remove_toxics,
-            self._firewall.heal,
+            self._firewall.heal_all,
             self._reset_clocks,
         ):
             with contextlib.suppress(Exception):
