@@ -89,9 +89,9 @@ def test_cuts_in_force_together_heal_one_by_one() -> None:
     firewall = KernelFirewall(secrets.token_hex(4))
 
     def tables() -> list[str]:
-        listed = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True)
-        return sorted(line.split()[-1] for line in listed.stdout.splitlines()
-                      if firewall.prefix in line)  # fmt: skip
+        argv = ["nft", "list", "tables"]
+        listed = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+        return sorted(line.split()[-1] for line in listed.splitlines() if firewall.prefix in line)
 
     try:
         first, rules = firewall.cut("flnotthere0", "drop")
