@@ -45,6 +45,9 @@ from ._errors import BackendError, ManagerClosedError
 from ._protocol import AcquireReply
 
 __all__ = [
+    "DEFAULT_CLOSE_TIMEOUT_MS",
+    "DEFAULT_RETRY_DELAY_MS",
+    "DEFAULT_TTL_MS",
     "AcquireEnd",
     "AcquireStep",
     "BatchOutcome",
@@ -58,6 +61,13 @@ __all__ = [
     "hold_releases",
     "lost_wait_s",
 ]
+
+DEFAULT_TTL_MS = 30_000
+DEFAULT_RETRY_DELAY_MS = 100
+DEFAULT_CLOSE_TIMEOUT_MS = 1_000
+"""How long ``close()`` (either face) waits, by default, for the releases of the leases still
+held: a release is one round trip, so this is generous for a live store and short enough for a
+shutdown path. A lease not released in time lapses at its TTL."""
 
 log = logging.getLogger("fencedlease.renewer")
 

@@ -9,34 +9,30 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import wait as wait_futures
 from contextlib import contextmanager
-from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 import redis
 
 from . import _fork
-from ._backend import LeaseBackend, fencing_scope_of
+from ._backend import LeaseBackend
 from ._core import (
     SYSTEM_CLOCK,
-    AcquireAttempt,
     Clock,
-    marking_sends,
     release_bound_s,
     release_wait_more_s,
-    restored_state,
 )
 from ._decisions import (
-    AcquireEnd,
-    WaitForRelease,
-    acquire_steps,
+    DEFAULT_CLOSE_TIMEOUT_MS,
+    DEFAULT_RETRY_DELAY_MS,
+    DEFAULT_TTL_MS,
     close_releases,
     hold_outcome,
     hold_releases,
 )
 from ._errors import BackendError, LeaseNotAcquiredError, ManagerClosedError
 from ._handoff import ReleaseWaiter, release_waiter_for
-from ._lease import AcquireResult, Lease, LeaseInfo, LeaseOutcome
-from ._protocol import AcquireReply
+from ._lease import Lease, LeaseOutcome
+from ._manager_base import _ManagerBase
 from ._redis_backend import RedisBackend
 from ._renewer import BoundedCalls, Renewer
 from ._urls import backend_from_url
@@ -47,7 +43,6 @@ from ._validate import (
     check_callback,
     check_clock,
     check_heartbeat_ms,
-    check_key,
     check_ms,
     check_prefix,
     check_sync_fn,
@@ -59,15 +54,8 @@ log = logging.getLogger("fencedlease")
 
 T = TypeVar("T")
 
-DEFAULT_TTL_MS = 30_000
-DEFAULT_RETRY_DELAY_MS = 100
-DEFAULT_CLOSE_TIMEOUT_MS = 1_000
-"""How long ``close()`` (either face) waits, by default, for the releases of the leases still
-held: a release is one round trip, so this is generous for a live store and short enough for a
-shutdown path. A lease not released in time lapses at its TTL."""
 
-
-class LeaseManager:
+class LeaseManager(_ManagerBase):
     """Leases with fencing tokens on one Redis (or another :class:`LeaseBackend`).
 
     ``client``: a ``redis.Redis`` (``decode_responses`` either way) or a backend object.
@@ -116,6 +104,7 @@ class LeaseManager:
         self._lock = threading.Lock()  # guards _closed and _holds
         self._holds: set[Lease] = set()  # leases inside hold() now
         self._closed = False
+        self._forked = False  # the sync face goes on after a fork (see _after_fork_in_child)
         _fork.register(self)
 
     @classmethod
@@ -133,11 +122,6 @@ class LeaseManager:
             BackendError: a SQLite database that cannot be opened.
         """
         return cls(backend_from_url(url, prefix=prefix, clock=clock, **kwargs), clock=clock)
-
-    @property
-    def backend(self) -> LeaseBackend:
-        """The store the leases live in."""
-        return self._backend
 
     @property
     def renewer(self) -> Renewer:
@@ -200,73 +184,8 @@ class LeaseManager:
 
     # -- acquiring --------------------------------------------------------------------------
 
-    def acquire(
-        self,
-        key: str,
-        *,
-        ttl_ms: int = DEFAULT_TTL_MS,
-        wait_ms: int = 0,
-        retry_delay_ms: int = DEFAULT_RETRY_DELAY_MS,
-    ) -> AcquireResult:
-        """Take the lease on ``key`` for ``ttl_ms`` milliseconds, with a new fencing token.
-
-        One atomic round trip when the key is free. With ``wait_ms=0`` (the default) a held key
-        fails fast; with ``wait_ms > 0`` the call retries every ``retry_delay_ms`` (randomised
-        ±50% so waiters do not retry in lock-step) until acquired or ``wait_ms`` has passed on the
-        monotonic clock, then makes one last attempt: it never waits longer than ``wait_ms`` plus
-        one round trip. The lease is not renewed in the background: use :meth:`hold` for that, or
-        call :meth:`Lease.renew`.
-
-        If a reply is lost (connection reset or timeout after sending), the same acquire is sent
-        once more with the same owner token: Redis recognises it, returns the same fencing token
-        and issues no new one, so the caller holds the lease instead of orphaning it.
-
-        Returns:
-            :class:`AcquireResult`; ``result.lease`` is None when not acquired.
-
-        Raises:
-            ValidationError: ``key``, ``ttl_ms``, ``wait_ms`` or ``retry_delay_ms`` out of bounds.
-            BackendError: the store failed; never reported as acquired.
-            ManagerClosedError: the manager is closed, or was closed while the call waited.
-        """
-        key, ttl_ms, wait_ms, retry_delay_ms = check_acquire(key, ttl_ms, wait_ms, retry_delay_ms)
-        if self._closed:
-            raise ManagerClosedError()
-        return self._acquire(key, ttl_ms, wait_ms, retry_delay_ms)
-
-    def _acquire(self, key: str, ttl_ms: int, wait_ms: int, retry_delay_ms: int) -> AcquireResult:
-        backend, waiter = self._backend, self._release_waiter
-        attempt = AcquireAttempt(
-            key, ttl_ms, wait_ms, retry_delay_ms, self._clock,
-            fencing_scope=fencing_scope_of(backend, key),
-        )  # fmt: skip
-        owner_token = attempt.owner_token
-        steps = acquire_steps(attempt, waiter.queues)  # the decisions; here only the I/O
-        try:
-            step = next(steps)
-            while True:
-                try:
-                    if isinstance(step, WaitForRelease):
-                        waiter.wait(key, owner_token, ttl_ms, step.delay_s, step.final)
-                        answer: AcquireReply | bool = self._closed
-                    else:
-                        with marking_sends(attempt.sending):  # the real send, after connecting
-                            answer = backend.acquire(key, owner_token, ttl_ms)
-                except BaseException as exc:
-                    step = steps.throw(exc)
-                else:
-                    step = steps.send(answer)
-        except StopIteration as stop:
-            end: AcquireEnd = stop.value
-        except BaseException as exc:
-            if attempt.uncertain:
-                self._abandon(key, owner_token, exc)
-            raise
-        if end.leave_queue:
-            self._renewer.submit_release(key, owner_token)
-        if end.state is None:
-            return AcquireResult(key, None, end.holder_ttl_ms)
-        return AcquireResult(key, Lease(end.state, backend, self._clock))
+    def _release_later(self, key: str, owner_token: str) -> None:
+        self._renewer.submit_release(key, owner_token)
 
     def _abandon(self, key: str, owner_token: str, exc: BaseException) -> None:
         """Release what a failed or interrupted acquire may hold under ``owner_token``.
@@ -448,51 +367,3 @@ class LeaseManager:
                 " fencedlease.aio.AsyncLeaseManager.with_lease",
             )
         return LeaseOutcome(key, True, value, lease)
-
-    # -- the rest ------------------------------------------------------------------------------
-
-    def restore(
-        self,
-        key: str,
-        owner_token: str,
-        *,
-        ttl_ms: int,
-        expires_at: datetime | None = None,
-        fencing_token: int | None = None,
-    ) -> Lease:
-        """Rebuild a lease from values persisted by an earlier process; no I/O.
-
-        Invents nothing: without ``expires_at`` the lease has no local deadline until its first
-        :meth:`Lease.renew`; without ``fencing_token`` its token is None until a renewal learns it
-        from the store. The store still checks ``owner_token`` on every renew and release. The
-        restored lease is not renewed in the background.
-
-        Raises:
-            ValidationError: ``key``/``owner_token`` not non-empty strings, ``ttl_ms`` out of
-                bounds, ``expires_at`` naive, ``fencing_token`` not an int in 1..2**63-1.
-        """
-        state = restored_state(key, owner_token, ttl_ms, expires_at, fencing_token, self._clock)
-        state.fencing_scope = fencing_scope_of(self._backend, key)
-        return Lease(state, self._backend, self._clock)
-
-    def inspect(self, key: str) -> LeaseInfo | None:
-        """The lease on ``key`` as the store holds it now, or None when nobody holds it.
-
-        Raises:
-            ValidationError: ``key`` is not a non-empty str.
-            BackendError: the store failed.
-        """
-        check_key(key)
-        return LeaseInfo.from_reply(key, self._backend.inspect(key))
-
-    def force_release(self, key: str) -> bool:
-        """Delete the lease on ``key`` whoever holds it; the operator's escape hatch. The fencing
-        counter is kept, so the next grant still gets a larger token. Returns whether a lease was
-        held.
-
-        Raises:
-            ValidationError: ``key`` is not a non-empty str.
-            BackendError: the store failed.
-        """
-        check_key(key)
-        return self._backend.force_release(key)

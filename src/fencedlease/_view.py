@@ -1,4 +1,5 @@
-"""The face-neutral half of a lease handle (:class:`LeaseView`): its facts and the loss check.
+"""The face-neutral half of a lease handle (:class:`LeaseView`): its facts and the loss check;
+and :class:`LeaseInfo`, a lease as the store holds it (what ``inspect`` returns on both faces).
 
 :class:`~fencedlease.Lease` and :class:`~fencedlease.aio.AsyncLease` add the I/O on top.
 """
@@ -7,13 +8,15 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import attrs
+
 from ._clock import Clock
 from ._errors import LeaseLostError
-from ._protocol import owner_fingerprint
+from ._protocol import InspectReply, owner_fingerprint
 from ._state import LeaseState, LossReason
 from ._validate import check_ms
 
-__all__ = ["LeaseView"]
+__all__ = ["LeaseInfo", "LeaseView"]
 
 
 class LeaseView:
@@ -153,3 +156,28 @@ class LeaseView:
         else:
             state.mark_lost(LossReason.RELEASE_REFUSED)
         return released
+
+
+@attrs.frozen
+class LeaseInfo:
+    """A lease as the store holds it: ``fencing_token``, ``ttl_ms`` remaining (milliseconds),
+    ``owner_fingerprint`` (not the secret owner token), ``last_issued_token`` (the counter)."""
+
+    key: str
+    fencing_token: int
+    ttl_ms: int
+    owner_fingerprint: str
+    last_issued_token: int | None = None
+
+    @classmethod
+    def from_reply(cls, key: str, reply: InspectReply | None) -> LeaseInfo | None:
+        """The info for ``key`` from the store's inspect reply (None: nobody holds it)."""
+        if reply is None:
+            return None
+        return cls(
+            key=key,
+            fencing_token=reply.fencing_token,
+            ttl_ms=reply.ttl_ms,
+            owner_fingerprint=reply.owner_fingerprint,
+            last_issued_token=reply.last_issued_token,
+        )

@@ -32,14 +32,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture
 def check_run(tmp_path: Path) -> Callable[..., CheckResult]:
-    """``check_run(*faults, mode="fenced", duration_s=6.0, **config)`` -> a finished run."""
+    """``check_run(*faults, mode="fenced", duration_s=10.0, **config)`` -> a finished run.
+
+    10 s: a fault's victim is a worker index drawn from the seed, and the fault waits (up to
+    2 x (body + ttl)) for that worker to be in its critical section before it begins."""
     if find_redis_binary() is None:
         if os.environ.get("FENCEDLEASE_REQUIRE_SERVERS") == "1":
             pytest.fail("required server unavailable: no redis-server for the harness")
         pytest.skip("no redis-server binary for the harness")
 
     def run(
-        *faults: str, mode: str = "fenced", duration_s: float = 6.0, **config: Any
+        *faults: str, mode: str = "fenced", duration_s: float = 10.0, **config: Any
     ) -> CheckResult:
         try:
             return run_check(

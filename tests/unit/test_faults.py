@@ -127,9 +127,9 @@ def test_all_runs_every_kind_default_the_first_ten() -> None:
 
 
 def test_every_kind_has_its_colour_on_the_timeline() -> None:
-    from fencedlease.lab.harness import report
+    from fencedlease.lab.harness import timeline
 
-    colours = report._FAULT_COLORS
+    colours = timeline.FAULT_COLORS
     assert sorted(colours) == sorted(FAULTS)
 
 

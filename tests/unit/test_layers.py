@@ -71,7 +71,9 @@ def test_the_contracts_cover_the_layers_the_project_promises() -> None:
     sync = contracts["sync-face-without-asyncio"]
     assert set(sync["source_modules"]) == {
         "fencedlease._manager",
+        "fencedlease._manager_base",
         "fencedlease._lease",
+        "fencedlease._primitives",
         "fencedlease._renewer",
         "fencedlease._redis_backend",
         "fencedlease._handoff",

@@ -21,7 +21,7 @@ from .._errors import (
     StaleTokenError,
     ValidationError,
 )
-from .._lease import LeaseInfo
+from .._view import LeaseInfo
 from ._lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
 from ._manager import AsyncLeaseManager
 from ._redis_backend import AsyncRedisBackend

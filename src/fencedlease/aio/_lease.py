@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 import attrs
@@ -13,6 +12,7 @@ from .._decisions import lost_wait_s
 from .._state import LeaseState
 from .._validate import check_ms
 from .._view import LeaseView
+from ._primitives import LostSignal
 
 if TYPE_CHECKING:
     from .._schedule import RenewalEntry
@@ -37,14 +37,14 @@ class AsyncLease(LeaseView):
     ``threading.local``: any task may renew or release it.
     """
 
-    __slots__ = ("_backend", "_entry", "_lost_future", "_renewer")
+    __slots__ = ("_backend", "_entry", "_lost_signal", "_renewer")
 
     def __init__(self, state: LeaseState, backend: AsyncLeaseBackend, clock: Clock) -> None:
         super().__init__(state, clock)
         self._backend = backend
         self._entry: RenewalEntry | None = None
         self._renewer: AsyncRenewer | None = None
-        self._lost_future: asyncio.Future[None] | None = None
+        self._lost_signal: LostSignal | None = None
 
     async def wait_lost(self, timeout_ms: int | None = None) -> bool:
         """Wait until the lease is lost or ``timeout_ms`` passes; return whether it is lost.
@@ -58,16 +58,14 @@ class AsyncLease(LeaseView):
         limit = None if timeout_ms is None else check_ms("timeout_ms", timeout_ms, 0) / 1000
         clock = self._clock
         started = clock.monotonic()
-        lost = self._lost_future
+        lost = self._lost_signal
         if lost is None:
-            loop = asyncio.get_running_loop()
-            lost = self._lost_future = loop.create_future()
-            self._state.add_listener(lambda _: _set_threadsafe(loop, lost))
+            lost = self._lost_signal = LostSignal(self._state)
         while not self.lost:
             timed_out, wait = lost_wait_s(self._state, limit, started, clock.monotonic())
             if timed_out:
                 return False
-            await asyncio.wait({lost}, timeout=wait)
+            await lost.wait(wait)
         return True
 
     async def renew(self, ttl_ms: int | None = None) -> bool:
@@ -125,24 +123,6 @@ class AsyncLease(LeaseView):
         if entry is not None and renewer is not None:
             renewer.remove(entry)
             self._entry = None
-
-
-def _set_threadsafe(loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]) -> None:
-    """Resolve ``future`` from whichever thread marked the lease lost (reading ``lost`` in a
-    worker thread can be what marks it)."""
-
-    def resolve() -> None:
-        if not future.done():
-            future.set_result(None)
-
-    try:
-        running = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
-    if running is loop:
-        resolve()
-    elif not loop.is_closed():
-        loop.call_soon_threadsafe(resolve)
 
 
 @attrs.frozen

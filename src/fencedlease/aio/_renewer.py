@@ -37,6 +37,7 @@ from .._core import (
 )
 from .._decisions import BatchOutcome, apply_batch, call_renew_error_hooks
 from .._errors import BackendError, ManagerClosedError
+from ._primitives import retrieve
 
 __all__ = ["AsyncRenewer"]
 
@@ -125,7 +126,7 @@ class AsyncRenewer:
         if waits:
             await asyncio.wait(waits)
         for done in waits:
-            _retrieve(done)
+            retrieve(done)
         entries = self._schedule.entries()
         for entry in entries:
             self._schedule.remove(entry)
@@ -228,17 +229,11 @@ class AsyncRenewer:
         flight.cancel()
         self._abandoned.add(flight)
         flight.add_done_callback(self._abandoned.discard)
-        flight.add_done_callback(_retrieve)
+        flight.add_done_callback(retrieve)
         failure = BackendError(
             f"renew {len(batch)} leases: no reply before the earliest deadline in the batch"
         )
         return apply_batch(self._schedule, batch, failure, now)
-
-
-def _retrieve(task: asyncio.Future[Any]) -> None:
-    """Mark a finished task's outcome as seen (its failure, if any, was handled or is moot)."""
-    if not task.cancelled():
-        task.exception()
 
 
 def _wake(waker: asyncio.Future[None]) -> None:

@@ -12,6 +12,7 @@ from .checker import CheckReport, Extracted, extract
 from .history import read_history
 from .nemesis import DEFAULT_FAULTS
 from .resources import ResourceKind
+from .schedule import Schedule
 from .workload import Mode
 
 __all__ = ["CheckConfig", "CheckResult"]
@@ -34,6 +35,10 @@ class CheckConfig:
     the faults that act on the whole Redis server (``script-flush``, the ``redis-*`` ones; see
     :data:`fencedlease.lab.harness.nemesis.SERVER_WIDE`) on a ``redis_url`` too; without it they
     run only on a Redis the check started and are left out of the schedule otherwise.
+    ``faults`` are scheduled at random from ``seed``
+    (:func:`~fencedlease.lab.harness.schedule.draw_schedule`); ``schedule`` replaces that draw
+    with a recorded one (a replay: it must be for as many workers). ``lead_s``: seconds before
+    the first fault (default: one ttl).
     """
 
     redis_url: str | None = None
@@ -53,6 +58,7 @@ class CheckConfig:
     toxiproxy: bool = True
     lead_s: float | None = None
     allow_server_faults: bool = False
+    schedule: Schedule | None = None
 
     @property
     def heartbeat(self) -> int:
@@ -69,7 +75,8 @@ class CheckResult:
     ``seed`` used, where Redis and Toxiproxy came from, the faults ``left_out`` of the schedule
     (server-wide ones on a Redis the check did not start) and, in ``inconclusive``, why the run
     proved nothing (no grant, no access accepted, no fault injected though some were asked
-    for); empty when it proved something."""
+    for); empty when it proved something. ``schedule``: the faults planned (what
+    ``report.json`` records for a replay)."""
 
     config: CheckConfig
     report: CheckReport
@@ -83,6 +90,7 @@ class CheckResult:
     toxiproxy: str | None
     left_out: tuple[str, ...] = ()
     inconclusive: tuple[str, ...] = ()
+    schedule: Schedule | None = None
 
     @property
     def valid(self) -> bool:

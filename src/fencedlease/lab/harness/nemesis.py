@@ -1,9 +1,11 @@
 """Nemeses: the faults a run injects, each recorded in the history with its start and its end.
 
 Jepsen's nemesis is a process that breaks things on a schedule; here it is a thread of the run's
-process, acting on a schedule of :class:`FaultSpec`. Each fault is one ``fault`` operation in the
-history: ``invoke`` when it starts (``detail.fault`` the kind, ``detail.target`` the worker it hits,
-if any) and ``ok`` when it has healed (``fail`` if it could not be done), with what it saw.
+process, acting on a :class:`~fencedlease.lab.harness.schedule.Schedule` drawn from the run's seed:
+episodes one after the other, the faults of an episode each on a thread of its own, overlapping.
+Each fault is one ``fault`` operation in the history: ``invoke`` when it starts (``detail.fault``
+the kind, ``detail.target`` the worker it hits, if any, ``detail.index`` its place in the
+schedule) and ``ok`` when it has healed (``fail`` if it could not be done), with what it saw.
 
 Kinds (:data:`FAULTS`):
 
@@ -32,8 +34,13 @@ The last six are made in :mod:`~fencedlease.lab.harness.faults_clock`,
 and :mod:`~fencedlease.lab.harness.faults_kernel`.
 
 One Toxiproxy proxy per worker sits between it and Redis, so a network fault cuts off one worker
-alone. The ``holder`` is the worker that holds the lease when the fault starts, preferably one
-sleeping in its critical section (what makes a stale write possible).
+alone. The victim of a fault is a worker index from the schedule (``holder`` in the table: an
+episode's lead waits for its victim to enter its critical section, which makes a stale write
+possible). Faults in force together compose: each undoes only its own doing (toxics are named
+by the fault's index; a proxy, a worker or Redis stopped twice comes back when the last of the
+two ends; each kernel cut has an nftables table of its own; a ``clock`` fault sets the wall
+clocks back when it ends), and :meth:`Nemesis.heal_all` undoes whatever is left when the run
+ends.
 """
 
 from __future__ import annotations
@@ -44,8 +51,8 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import redis
@@ -58,7 +65,10 @@ from .faults_kernel import KERNEL_ACTIONS, KernelFirewall, Link, kernel_unavaila
 from .faults_network import one_way_toxic, watch_lease
 from .faults_process import KillTarget, kill_and_replace
 from .history import HistoryWriter, Operation
-from .workload import ACQUIRING, BODY, HOLDING, PHASES, WRITING, Board, client_name
+from .workload import BODY, HOLDING, PHASES, WRITING, Board, client_name
+
+if TYPE_CHECKING:
+    from .schedule import PlannedFault, Schedule
 
 __all__ = [
     "ALL_FAULTS",
@@ -136,9 +146,9 @@ CUT_OFF: Final = frozenset(
     {"partition", "timeout", "drop-replies", "drop-requests", "kernel-drop", "kernel-reject"}
 )
 
-#: The default schedule: the first ten kinds once each, the restart without persistence last
-#: (after it the resource refuses the new, lower tokens for the rest of the run); they fit in the
-#: default 30 s run. ``clock``, ``kill-holder``, the one-way and the kernel faults are asked for
+#: The default kinds: the first ten once each (the schedule puts the restart without persistence
+#: last: after it the resource refuses the new, lower tokens for the rest of the run); they fit in
+#: the default 30 s run. ``clock``, ``kill-holder``, the one-way and the kernel faults are asked for
 #: by name or with ``all`` (:data:`ALL_FAULTS`).
 DEFAULT_FAULTS: Final[tuple[str, ...]] = (
     "latency", "pause-holder", "partition", "client-kill", "script-flush", "timeout",
@@ -154,10 +164,12 @@ ALL_FAULTS: Final[tuple[str, ...]] = (
 
 @attrs.frozen
 class FaultSpec:
-    """One fault of the schedule: ``kind`` (a key of :data:`FAULTS`) lasting ``duration_s``."""
+    """What a ``_do_<kind>`` method is given: ``kind`` (a key of :data:`FAULTS`) lasting
+    ``duration_s``; ``index``, its place in the schedule (it names the fault's toxics)."""
 
     kind: str
     duration_s: float
+    index: int = 0
 
 
 def fault_duration_s(kind: str, ttl_ms: int, heartbeat_ms: int) -> float:
@@ -220,10 +232,11 @@ class NemesisEnv:
     index -> toxiproxy-python ``Proxy`` (empty without Toxiproxy). ``extra_flush_urls``: other
     Redis servers whose scripts ``script-flush`` also flushes (a Redis resource the check
     started, or any when server faults are allowed). ``client_prefix``: the start of every
-    client name of the run's workers (its random id is in it). ``history_paths``: each worker's
+    client name of the run's workers (its random id is in it). ``alive``: whether worker
+    ``index``'s process still runs (a victim may have died). ``history_paths``: each worker's
     history file; ``restart_worker(index)``: start a fresh worker process at ``index`` once the
     old one is dead (None: the run cannot); ``run_id``: the run's random id (hex), in the name
-    of the nftables table of the kernel faults; ``kernel_links``: each worker's namespace link
+    of the nftables tables of the kernel faults; ``kernel_links``: each worker's namespace link
     (empty when the workers have none), ``kernel_reason``: why they have none."""
 
     writer: HistoryWriter
@@ -240,6 +253,7 @@ class NemesisEnv:
     extra_flush_urls: list[str] = attrs.field(factory=list)
     client_prefix: str = "fencedlease-check"
     rng: random.Random = attrs.field(factory=random.Random)
+    alive: Callable[[int], bool] = attrs.field(default=lambda worker: True)
     history_paths: list[str] = attrs.field(factory=list)
     restart_worker: Callable[[int], None] | None = None
     run_id: str = "0"
@@ -262,44 +276,49 @@ def unavailable_reason(kind: str, env: NemesisEnv) -> str | None:
 
 
 class Nemesis:
-    """Runs a schedule of faults one after the other, on a thread of its own.
+    """Runs a :class:`~fencedlease.lab.harness.schedule.Schedule` on a thread of its own.
 
-    Between two faults it waits ``gap_s`` (seconds), so that recovery from one can be seen
-    before the next begins. A fault that would not end before ``end_mono`` minus ``gap_s`` is
-    skipped and listed in :attr:`skipped`. :meth:`heal_all` undoes whatever is still in force
-    (it is also run when the nemesis stops).
+    Episodes run one after the other, each at its planned time or the schedule's gap after the
+    previous one ended, whichever is later. The lead of an episode waits (at most
+    ``schedule.aim_ms``) for its victim to be in its critical section; each fault of the episode
+    then starts ``offset_ms`` after the lead began, on a thread of its own, and heals after its
+    ``duration_ms``, independently of the others. An episode that would not end before
+    ``end_mono`` minus the gap is skipped, its faults listed in :attr:`skipped`.
+    :meth:`heal_all` undoes whatever is still in force (it is also run when the nemesis stops).
     """
 
-    def __init__(self, env: NemesisEnv, schedule: Sequence[FaultSpec], *, gap_s: float) -> None:
+    def __init__(self, env: NemesisEnv, schedule: Schedule) -> None:
         self.env = env
-        self.schedule = list(schedule)
-        self.gap_s = gap_s
+        self.schedule = schedule
         self.skipped: list[tuple[str, str]] = []
-        self.current: str | None = None
         self.done: list[str] = []
         self.error: BaseException | None = None
         self._admin = redis.Redis.from_url(
             env.admin_url, socket_timeout=2.0, socket_connect_timeout=2.0, decode_responses=True
         )
         self._thread: threading.Thread | None = None
-        self._paused_pids: set[int] = set()
-        self._redis_paused = False
-        self._disabled: set[int] = set()
+        self._lock = threading.Lock()  # the counts below, signals to workers, proxy toggles
+        self._redis_lock = threading.Lock()  # pausing, resuming and restarting redis-server
+        self._in_force: dict[int, str] = {}
+        self._paused_pids: dict[int, int] = {}
+        self._redis_pauses = 0
+        self._redis_paused_pid: int | None = None
+        self._disabled: dict[int, int] = {}
         self._toxics: set[tuple[int, str]] = set()
         self._firewall = KernelFirewall(env.run_id)
 
+    @property
+    def current(self) -> str | None:
+        """The kinds in force now, comma-separated, or None."""
+        kinds = list(self._in_force.values())
+        return ", ".join(kinds) if kinds else None
+
     # -- running -------------------------------------------------------------------------------
 
-    def start(
-        self, start_mono: float, end_mono: float, stop: threading.Event, lead_s: float
-    ) -> None:
-        """Run the schedule on a thread, the first fault ``lead_s`` seconds after
-        ``start_mono``."""
+    def start(self, start_mono: float, end_mono: float, stop: threading.Event) -> None:
+        """Run the schedule on a thread; its times count from ``start_mono``."""
         self._thread = threading.Thread(
-            target=self._run,
-            args=(start_mono + lead_s, end_mono, stop),
-            name="nemesis",
-            daemon=True,
+            target=self._run, args=(start_mono, end_mono, stop), name="nemesis", daemon=True
         )
         self._thread.start()
 
@@ -309,50 +328,94 @@ class Nemesis:
             self._thread.join(timeout_s)
         self.heal_all()
 
-    def _run(self, first_mono: float, end_mono: float, stop: threading.Event) -> None:
+    def _run(self, start_mono: float, end_mono: float, stop: threading.Event) -> None:
         try:
-            next_at = first_mono
-            for spec in self.schedule:
-                if stop.wait(max(0.0, next_at - time.monotonic())):
+            ready = start_mono
+            for episode in self.schedule.episodes():
+                at = max(start_mono + episode[0].start_ms / 1000, ready)
+                if stop.wait(max(0.0, at - time.monotonic())):
                     return
-                reason = unavailable_reason(spec.kind, self.env)
-                if reason is not None:
-                    self.skipped.append((spec.kind, reason))
-                    continue
-                if time.monotonic() + spec.duration_s + self.gap_s > end_mono:
-                    self.skipped.append((spec.kind, "did not fit in the run's duration"))
-                    continue
-                self.current = spec.kind
-                self._fault(spec, stop)
-                self.current = None
-                self.done.append(spec.kind)
-                next_at = time.monotonic() + self.gap_s
+                self._episode(episode, end_mono, stop)
+                ready = time.monotonic() + self.schedule.gap_ms / 1000
         except BaseException as exc:  # recorded, never silent; the run reports it
             self.error = exc
         finally:
-            self.current = None
             self.heal_all()
 
-    def _fault(self, spec: FaultSpec, stop: threading.Event) -> None:
+    def _episode(self, faults: list[PlannedFault], end_mono: float, stop: threading.Event) -> None:
+        runnable = []
+        for fault in faults:
+            reason = unavailable_reason(fault.kind, self.env)
+            if reason is None:
+                runnable.append(fault)
+            else:
+                self.skipped.append((fault.kind, reason))
+        length = max(f.offset_ms + f.duration_ms for f in faults) / 1000
+        gap = self.schedule.gap_ms / 1000
+
+        def fits() -> bool:
+            if time.monotonic() + length + gap <= end_mono:
+                return True
+            self.skipped.extend((f.kind, "did not fit in the run's duration") for f in runnable)
+            return False
+
+        if not runnable or not fits():
+            return
+        aim = self._aim(faults[0], stop)
+        if stop.is_set() or not fits():
+            return
+        began = time.monotonic()
+        threads = [
+            threading.Thread(
+                target=self._member,
+                args=(fault, began, stop, aim if fault is faults[0] else {}),
+                name=f"nemesis-{fault.index}",
+                daemon=True,
+            )
+            for fault in runnable
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:  # each ends after its duration, or at once when stopped
+            thread.join()
+
+    def _member(
+        self, fault: PlannedFault, began: float, stop: threading.Event, aim: dict[str, Any]
+    ) -> None:
+        try:
+            if stop.wait(max(0.0, began + fault.offset_ms / 1000 - time.monotonic())):
+                self.skipped.append((fault.kind, "the run ended first"))
+                return
+            self._fault(fault, stop, aim)
+        except BaseException as exc:  # recorded, never silent; the run reports it
+            self.error = exc
+
+    def _fault(self, fault: PlannedFault, stop: threading.Event, aim: dict[str, Any]) -> None:
+        kind, target = fault.kind, fault.target
+        spec = FaultSpec(kind, fault.duration_ms / 1000, fault.index)
         action: Callable[[FaultSpec, threading.Event, Operation, int | None], None] = getattr(
-            self, "_do_" + spec.kind.replace("-", "_")
+            self, "_do_" + kind.replace("-", "_")
         )
         board = self.env.board
-        target = self._choose_target(spec.kind) if FAULTS[spec.kind].targets else None
         detail: dict[str, Any] = {
-            "fault": spec.kind,
-            "duration_ms": round(spec.duration_s * 1000),
+            "fault": kind,
+            "duration_ms": fault.duration_ms,
+            "index": fault.index,
+            "episode": fault.episode,
+            **aim,
         }
-        if FAULTS[spec.kind].needs == "redis-process":
-            # Hit Redis while a lease is held and its holder is inside its critical section.
-            holder = self.pick_holder(max(3.0, 3 * self.env.ttl_ms / 1000), (BODY,), 1e9)
+        if FAULTS[kind].needs == "redis-process" and "holder" not in detail:
+            holder = self.pick_holder(0.0, (BODY,), 1e9)
             if holder is not None:
                 detail["holder"] = self.env.worker_names[holder]
         token = None
         if target is not None:
             detail["target"] = self.env.worker_names[target]
             detail["phase"] = PHASES[board.get(target, "phase")]
+            if not self.env.alive(target):
+                detail["alive"] = False
             token = board.get(target, "token") or None
+        self._in_force[fault.index] = kind
         op = self.env.writer.invoke("fault", token=token, detail=detail)
         try:
             action(spec, stop, op, target)
@@ -360,9 +423,10 @@ class Nemesis:
             if not op.done:
                 op.fail(detail={**detail, "error": f"{type(exc).__name__}: {exc}"})
         finally:
-            self.heal_all()
+            self._in_force.pop(fault.index, None)
             if not op.done:
                 op.ok(detail=detail)
+            self.done.append(kind)
 
     # -- choosing a victim ---------------------------------------------------------------------
 
@@ -393,20 +457,33 @@ class Nemesis:
                 return self.env.rng.choice(holders) if holders else None
             time.sleep(0.005)
 
-    def _choose_target(self, kind: str) -> int:
-        """The holder, caught sleeping in its critical section, else a worker trying to acquire,
-        else any worker. A cut-off (partition, timeout) must fall early enough in the body that
-        the body outlives ttl + one heartbeat after the cut, so the loss notice can be timed."""
-        env = self.env
+    def _aim(self, lead: PlannedFault, stop: threading.Event) -> dict[str, Any]:
+        """Wait (at most ``schedule.aim_ms``) for the lead's victim to enter its critical
+        section, or, for a fault with no victim, for any worker to be in it. A cut-off
+        (partition, timeout) waits for its victim to have just entered it, so that the body
+        outlives ttl + one heartbeat after the cut and the loss notice can be timed. Returns
+        the ``detail`` fields that say how it went: ``aim_ms`` waited, ``aimed`` (found)."""
+        env, began = self.env, time.monotonic()
+        give_up = began + self.schedule.aim_ms / 1000
+        worker = lead.target
+        if worker is None:
+            holder = self.pick_holder(self.schedule.aim_ms / 1000, (BODY,), 1e9)
+            found: dict[str, Any] = {"aimed": holder is not None}
+            if holder is not None:
+                found["holder"] = env.worker_names[holder]
+            return {"aim_ms": round((time.monotonic() - began) * 1000), **found}
         fresh = float(env.body_ms)
-        if kind in CUT_OFF:
+        if lead.kind in CUT_OFF:
             fresh = max(50.0, env.body_ms - env.ttl_ms - 2 * env.heartbeat_ms)
-        target = self.pick_holder(max(3.0, 3 * env.ttl_ms / 1000), (BODY,), fresh)
-        if target is not None:
-            return target
-        snapshot = env.board.snapshot()
-        waiting = [w for w, s in enumerate(snapshot) if s["phase"] == ACQUIRING]
-        return env.rng.choice(waiting or list(range(env.board.workers)))
+        board, hit = env.board, False
+        while env.alive(worker):
+            since = time.monotonic() * 1000 - board.get(worker, "since")
+            if board.get(worker, "phase") == BODY and board.get(worker, "token") and since <= fresh:
+                hit = True
+                break
+            if time.monotonic() >= give_up or stop.wait(0.005):
+                break
+        return {"aim_ms": round((time.monotonic() - began) * 1000), "aimed": hit}
 
     @staticmethod
     def _finish(op: Operation, **extra: Any) -> None:
@@ -414,11 +491,29 @@ class Nemesis:
 
     # -- the faults ----------------------------------------------------------------------------
     # Each _do_<kind>(spec, stop, op, target) acts, waits out the fault (stop-aware), heals, and
-    # completes ``op``; _fault() heals again and completes it if an action did not.
+    # completes ``op``; _fault() completes it if an action did not. An action undoes only its
+    # own doing (try/finally), so that the faults in force with it go on.
 
     def _proxy(self, target: int | None) -> Any:
         assert target is not None
         return self.env.proxies[target]
+
+    @contextlib.contextmanager
+    def _toxics_in_force(
+        self, spec: FaultSpec, target: int | None, toxics: list[dict[str, Any]]
+    ) -> Iterator[None]:
+        """``toxics`` on ``target``'s proxy, each named by its fault (``<name>-<spec.index>``),
+        while the block runs; removed after it, whatever else is in force on the proxy."""
+        proxy = self._proxy(target)
+        mine = [(target or 0, f"{toxic['name']}-{spec.index}") for toxic in toxics]
+        try:
+            for toxic, (_, name) in zip(toxics, mine, strict=True):
+                with self._lock:
+                    self._toxics.add((target or 0, name))
+                    proxy.add_toxic(**{**toxic, "name": name})
+            yield
+        finally:
+            self._remove_toxics(mine)
 
     def _with_toxics(
         self,
@@ -428,12 +523,8 @@ class Nemesis:
         target: int | None,
         toxics: list[dict[str, Any]],
     ) -> None:
-        proxy = self._proxy(target)
-        for toxic in toxics:
-            self._toxics.add((target or 0, toxic["name"]))
-            proxy.add_toxic(**toxic)
-        stop.wait(spec.duration_s)
-        self._remove_toxics()
+        with self._toxics_in_force(spec, target, toxics):
+            stop.wait(spec.duration_s)
         self._finish(op, toxics=[t["type"] for t in toxics])
 
     def _do_latency(
@@ -473,10 +564,11 @@ class Nemesis:
         self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
     ) -> None:
         assert target is not None
-        self._disabled.add(target)
-        self._proxy(target).disable()
-        stop.wait(spec.duration_s)
-        self._enable_proxies()
+        self._take(self._disabled, target, self._proxy(target).disable)
+        try:
+            stop.wait(spec.duration_s)
+        finally:
+            self._enable_proxy(target)
         self._finish(op)
 
     def _do_pause_holder(
@@ -486,10 +578,13 @@ class Nemesis:
         pid = self.env.board.get(target, "pid")
         if pid <= 0:  # kill(0 or -n) would signal a whole process group, not the worker
             raise RuntimeError(f"worker {self.env.worker_names[target]} has no pid yet")
-        self._paused_pids.add(pid)
-        os.kill(pid, signal.SIGSTOP)
-        stop.wait(spec.duration_s)
-        self._resume_workers()
+        if not self.env.alive(target):
+            raise RuntimeError(f"worker {self.env.worker_names[target]} is not running")
+        self._take(self._paused_pids, pid, lambda: os.kill(pid, signal.SIGSTOP))
+        try:
+            stop.wait(spec.duration_s)
+        finally:
+            self._resume_worker(pid)
         self._finish(op, pid=pid)
 
     def _do_redis_pause(
@@ -497,11 +592,16 @@ class Nemesis:
     ) -> None:
         server = self.env.redis_server
         assert server is not None
-        self._redis_paused = True
-        server.pause()
-        stop.wait(spec.duration_s)
-        self._resume_redis()
-        self._finish(op)
+        with self._redis_lock:
+            if self._redis_pauses == 0:
+                server.pause()
+                self._redis_paused_pid = None if server.process is None else server.process.pid
+            self._redis_pauses += 1
+        try:
+            stop.wait(spec.duration_s)
+        finally:
+            ended_by_restart = self._resume_redis()
+        self._finish(op, ended_by_restart=ended_by_restart)
 
     def _counter(self) -> int | None:
         raw = self._admin.get(redis_keys(self.env.prefix, self.env.key).fence)
@@ -510,24 +610,30 @@ class Nemesis:
     def _restart(self, op: Operation, *, persist: bool) -> None:
         server = self.env.redis_server
         assert server is not None
-        before = self._counter()
-        if not persist:
-            self._admin.config_set("appendonly", "no")
-            server.appendonly = False
-        try:
-            server.kill()
-            server.start()
-        finally:
+        with self._redis_lock:
+            # A paused Redis answers nothing: the restart kills the stopped process (SIGKILL
+            # needs no answer) and ends the pause; the pause's own end then resumes nothing.
+            paused = self._redis_pauses > 0
+            before = None if paused else self._counter()
             if not persist:
-                # Later restarts persist again (the AOF is rewritten from what is there now).
-                server.appendonly = True
-                with contextlib.suppress(redis.RedisError):
-                    self._admin.config_set("appendonly", "yes")
+                self._admin.config_set("appendonly", "no")
+                server.appendonly = False
+            try:
+                server.kill()
+                self._redis_paused_pid = None
+                server.start()
+            finally:
+                if not persist:
+                    # Later restarts persist again (the AOF is rewritten from what is there now).
+                    server.appendonly = True
+                    with contextlib.suppress(redis.RedisError):
+                        self._admin.config_set("appendonly", "yes")
         self._finish(
             op,
             persist=persist,
             counter_before=before,
             counter_after=self._counter(),
+            during_pause=paused,
         )
 
     def _do_redis_restart_aof(
@@ -592,6 +698,8 @@ class Nemesis:
         env = self.env
         assert target is not None
         assert env.restart_worker is not None
+        if not env.alive(target):
+            raise RuntimeError(f"worker {env.worker_names[target]} is not running")
         done = kill_and_replace(
             KillTarget(target, env.worker_names[target], env.history_paths[target]),
             env.board,
@@ -611,12 +719,11 @@ class Nemesis:
         token = self.env.board.get(target, "token") or None
         toxic = one_way_toxic(spec.kind)
         lease_key = redis_keys(self.env.prefix, self.env.key).lease
-        self._toxics.add((target, toxic["name"]))
-        try:
-            self._proxy(target).add_toxic(**toxic)
+        with self._toxics_in_force(spec, target, [toxic]):
+            until = time.monotonic() + spec.duration_s
             watched = watch_lease(self._admin, lease_key, token, spec.duration_s, stop)
-        finally:
-            self._remove_toxics()
+            # A Redis error (a pause or a restart in force with it) ends the watch, not the cut.
+            stop.wait(max(0.0, until - time.monotonic()))
         self._finish(op, stream=toxic["stream"], **watched)
 
     _do_drop_replies = _one_way
@@ -639,27 +746,60 @@ class Nemesis:
 
     # -- healing -------------------------------------------------------------------------------
 
-    def _resume_workers(self) -> None:
-        for pid in list(self._paused_pids):
+    def _take(self, counts: dict[int, int], key: int, first: Callable[[], None]) -> None:
+        """One more fault holds ``key`` (a pid, a proxy): ``first()`` when it is the first."""
+        with self._lock:
+            if not counts.get(key):
+                first()
+            counts[key] = counts.get(key, 0) + 1
+
+    def _give_back(self, counts: dict[int, int], key: int, last: Callable[[], None]) -> None:
+        """One fault no longer holds ``key``: ``last()`` when it was the last."""
+        with self._lock:
+            left = counts.get(key, 0) - 1
+            if left > 0:
+                counts[key] = left
+                return
+            counts.pop(key, None)
+            last()
+
+    def _resume_worker(self, pid: int) -> None:
+        """One pause of ``pid`` ended: SIGCONT when it was the last."""
+
+        def resume() -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
-            self._paused_pids.discard(pid)
 
-    def _resume_redis(self) -> None:
-        if self._redis_paused and self.env.redis_server is not None:
-            self.env.redis_server.resume()
-        self._redis_paused = False
+        self._give_back(self._paused_pids, pid, resume)
 
-    def _enable_proxies(self) -> None:
-        for target in list(self._disabled):
-            self._proxy(target).enable()
-            self._disabled.discard(target)
+    def _resume_redis(self, *, all_pauses: bool = False) -> bool:
+        """One pause of Redis ended (every one with ``all_pauses``): SIGCONT when it was the
+        last. True when a restart had already replaced the stopped process."""
+        server = self.env.redis_server
+        with self._redis_lock:
+            if self._redis_pauses == 0:
+                return False
+            self._redis_pauses = 0 if all_pauses else self._redis_pauses - 1
+            replaced = self._redis_paused_pid is None
+            if self._redis_pauses == 0:
+                process = None if server is None else server.process
+                if not replaced and process is not None and process.pid == self._redis_paused_pid:
+                    assert server is not None
+                    server.resume()
+                self._redis_paused_pid = None
+            return replaced
 
-    def _remove_toxics(self) -> None:
-        for target, name in list(self._toxics):
-            with contextlib.suppress(Exception):
-                self._proxy(target).destroy_toxic(name)
-            self._toxics.discard((target, name))
+    def _enable_proxy(self, target: int) -> None:
+        """One partition of ``target``'s proxy ended: enable it when it was the last."""
+        self._give_back(self._disabled, target, self._proxy(target).enable)
+
+    def _remove_toxics(self, toxics: Sequence[tuple[int, str]]) -> None:
+        for target, name in toxics:
+            with self._lock:
+                if (target, name) in self._toxics:
+                    with contextlib.suppress(Exception):
+                        self._proxy(target).destroy_toxic(name)
+                    self._toxics.discard((target, name))
 
     def _reset_clocks(self) -> None:
         for worker in range(self.env.board.workers):
@@ -667,18 +807,24 @@ class Nemesis:
 
     def heal_all(self) -> None:
         """Resume paused workers and Redis, re-enable proxies, remove toxics and nftables rules,
-        set the wall clocks right. Idempotent; every
-        step is tried even if an earlier one fails."""
-        for step in (
-            self._resume_workers,
-            self._resume_redis,
-            self._enable_proxies,
-            self._remove_toxics,
-            self._firewall.heal_all,
-            self._reset_clocks,
-        ):
+        set the wall clocks right: whatever any fault left in force. Idempotent; every step is
+        tried even if an earlier one fails."""
+        with contextlib.suppress(Exception):
+            self._resume_redis(all_pauses=True)
+        for pid in list(self._paused_pids):
+            self._paused_pids[pid] = 1
             with contextlib.suppress(Exception):
-                step()
+                self._resume_worker(pid)
+        for target in list(self._disabled):
+            self._disabled[target] = 1
+            with contextlib.suppress(Exception):
+                self._enable_proxy(target)
+        with contextlib.suppress(Exception):
+            self._remove_toxics(list(self._toxics))
+        with contextlib.suppress(Exception):
+            self._firewall.heal_all()
+        with contextlib.suppress(Exception):
+            self._reset_clocks()
 
     def close(self) -> None:
         """Heal and close the admin connection."""

@@ -56,7 +56,7 @@ from .environment import (
 from .faults_kernel import Link, worker_links
 from .history import Event, HistoryWriter, merge_histories
 from .model import CheckConfig, CheckResult
-from .nemesis import FaultSpec, Nemesis, NemesisEnv, fault_duration_s, left_out_faults
+from .nemesis import Nemesis, NemesisEnv, left_out_faults
 from .resources import ResourceSpec, read_final_counter
 from .safety import (
     OUT_MARKER,
@@ -66,6 +66,7 @@ from .safety import (
     check_sqlite_resource,
     claim_out_dir,
 )
+from .schedule import Schedule, draw_schedule, worker_seed
 from .workload import Board, WorkerConfig, worker_main
 
 __all__ = [
@@ -108,8 +109,10 @@ def run_check(
     with ExitStack() as stack:
         lease_redis = start_redis(config, stack, run.notes, run.prefix)
         spec = start_resource(config, run.out_dir, lease_redis.url, stack, run.notes)
+        # A replay's kinds are its schedule's (the faults it records may have been replaced).
+        kinds = config.faults if config.schedule is None else config.schedule.kinds
         links, run.kernel_reason = worker_links(
-            config.faults, config.workers, run.run_id,
+            kinds, config.workers, run.run_id,
             resource=config.resource, toxiproxy=config.toxiproxy,
         )  # fmt: skip
         if links is not None:
@@ -128,17 +131,17 @@ def run_check(
 
 @attrs.define
 class _Run:
-    """One run's settings, its random source, where its files go, and the notes it gathers."""
+    """One run's settings, its seed, where its files go, and the notes it gathers."""
 
     config: CheckConfig
     seed: int
-    rng: random.Random
     out_dir: Path
     parts_dir: Path
     secret_urls: list[str]
     run_id: str = attrs.field(factory=lambda: secrets.token_hex(4))
     notes: list[str] = attrs.field(factory=list)
     left_out: list[str] = attrs.field(factory=list)
+    schedule: Schedule | None = None
     kernel_links: list[Link] = attrs.field(factory=list)
     kernel_reason: str | None = None
 
@@ -169,6 +172,10 @@ def _begin(config: CheckConfig) -> _Run:
     if config.duration_s <= 0:
         raise ValueError("duration_s must be positive")
     seed = config.seed if config.seed is not None else secrets.randbelow(2**31)
+    if config.schedule is not None and config.schedule.workers != config.workers:
+        raise ValueError(
+            f"the schedule is for {config.schedule.workers} workers, the run has {config.workers}"
+        )
     out_dir = Path(config.out_dir)
     for url in (config.redis_url, config.resource_url if config.resource == "redis" else None):
         if url:
@@ -177,7 +184,7 @@ def _begin(config: CheckConfig) -> _Run:
         check_sqlite_resource(config.resource_url)  # before anything is written
     parts_dir = claim_out_dir(out_dir)
     secret_urls = [url for url in (config.redis_url, config.resource_url) if url]
-    return _Run(config, seed, random.Random(seed), out_dir, parts_dir, secret_urls)
+    return _Run(config, seed, out_dir, parts_dir, secret_urls)
 
 
 def _run_workers(
@@ -202,6 +209,7 @@ def _run_workers(
     wait_ms = 2 * config.ttl_ms + config.body
     join_s = (wait_ms + config.body + 2 * config.ttl_ms) / 1000 + 5.0
     with _processes(ctx, stop, join_s) as procs:
+        nemesis.env.alive = lambda worker: worker < len(procs) and procs[worker].is_alive()
         _start_workers(run, ctx, board, go, stop, procs, spec, network, wait_ms)
         nemesis.env.restart_worker = functools.partial(
             _restart_worker,
@@ -238,11 +246,21 @@ def _make_nemesis(
             f"left out: {', '.join(run.left_out)} (the Redis at {redact_url(lease_redis.url)} is"
             " not the check's own; --allow-server-faults runs them anyway)"
         )
-    schedule = [
-        FaultSpec(kind, fault_duration_s(kind, config.ttl_ms, config.heartbeat))
-        for kind in config.faults
-        if kind not in run.left_out
-    ]
+    schedule = config.schedule or draw_schedule(
+        config.faults,
+        seed=run.seed,
+        workers=config.workers,
+        ttl_ms=config.ttl_ms,
+        heartbeat_ms=config.heartbeat,
+        body_ms=config.body,
+        lead_ms=round(
+            1000 * (config.lead_s if config.lead_s is not None else config.ttl_ms / 1000)
+        ),
+    )
+    run.schedule = schedule
+    schedule = attrs.evolve(
+        schedule, faults=tuple(f for f in schedule.faults if f.kind not in run.left_out)
+    )
     # SCRIPT FLUSH reaches the resource's Redis only when the check started it (or is allowed).
     own_resource = not (config.resource_url or config.redis_url)
     flush_resource = spec.kind == "redis" and (own_resource or config.allow_server_faults)
@@ -260,13 +278,13 @@ def _make_nemesis(
         proxies=network.proxies,
         extra_flush_urls=[spec.target] if flush_resource else [],
         client_prefix=run.prefix,
-        rng=random.Random(run.rng.random()),
+        rng=random.Random(f"nemesis:{run.seed}"),
         history_paths=[str(run.parts_dir / f"history-{name}.jsonl") for name in run.names],
         run_id=run.run_id,
         kernel_links=list(run.kernel_links),
         kernel_reason=run.kernel_reason,
     )
-    nemesis = Nemesis(env, schedule, gap_s=config.ttl_ms / 1000)
+    nemesis = Nemesis(env, schedule)
     stack.callback(nemesis.close)
     return nemesis
 
@@ -304,7 +322,7 @@ def _start_workers(
             wait_ms=wait_ms,
             socket_timeout_ms=max(100, config.ttl_ms // 2),
             duration_s=config.duration_s,
-            seed=run.rng.randrange(2**31),
+            seed=worker_seed(run.seed, index),
             netns=network.netns[index] if network.netns else None,
         )
         proc = ctx.Process(
@@ -375,8 +393,7 @@ def _run_schedule(
     end = t0 + config.duration_s
     go.set()
     nemesis_stop = threading.Event()
-    lead = config.lead_s if config.lead_s is not None else config.ttl_ms / 1000
-    nemesis.start(t0, end, nemesis_stop, lead)
+    nemesis.start(t0, end, nemesis_stop)
     while True:
         now = time.monotonic()
         if on_progress is not None:
@@ -387,7 +404,7 @@ def _run_schedule(
                     board.snapshot(),
                     nemesis.current,
                     list(nemesis.done),
-                    len(config.faults),
+                    len(nemesis.schedule.faults),
                 )
             )
         if now >= end or not any(p.is_alive() for p in procs):
@@ -443,7 +460,7 @@ def _write_report(
     result = CheckResult(
         run.config, report, out_dir, out_dir / "history.jsonl", report_path, timeline_path,
         tuple(run.notes), run.seed, redis_kind, toxiproxy_kind, tuple(run.left_out),
-        tuple(inconclusive_reasons(report, run.config.faults, run.left_out)),
+        tuple(inconclusive_reasons(report, run.config.faults, run.left_out)), run.schedule,
     )  # fmt: skip
     try:
         draw_timeline(events, report, out_dir / "timeline.png")

@@ -1,0 +1,32 @@
+"""The properties the checker judges, one module each, and their registry.
+
+A property is a module with a ``PROPERTY`` (:class:`~._base.Property`): its key, letter, title
+and ``check`` (a :class:`~._base.Context` in, an :class:`~._base.Outcome` out). A new property
+is one module here plus its name in :data:`MODULES`; the checker runs them in that order and
+``report.json`` lists them so.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Final
+
+from ._base import Property
+
+__all__ = ["MODULES", "REGISTRY"]
+
+#: The property modules, in report order (a, b, c...).
+MODULES: Final = (
+    "accepted",
+    "lost_update",
+    "loss_reported",
+    "grant_tokens",
+    "recovery",
+    "mutual_exclusion",
+    "register",
+)
+
+#: Every property, in report order.
+REGISTRY: Final[tuple[Property, ...]] = tuple(
+    import_module(f".{name}", __name__).PROPERTY for name in MODULES
+)
