@@ -3,7 +3,10 @@
 - :mod:`~fencedlease.lab.harness.history`: the JSON-lines history every process writes;
 - :mod:`~fencedlease.lab.harness.workload`: worker processes doing a fenced read-modify-write;
 - :mod:`~fencedlease.lab.harness.resources`: where the counter lives (SQLite, PostgreSQL, Redis);
+- :mod:`~fencedlease.lab.harness.kinds`: the fault kinds, their needs and durations;
 - :mod:`~fencedlease.lab.harness.nemesis`: the faults, recorded with their start and end;
+- :mod:`~fencedlease.lab.harness.faults_clock`, ``faults_process``, ``faults_network``,
+  ``faults_kernel``: the clock, kill-holder, one-way and kernel faults;
 - :mod:`~fencedlease.lab.harness.schedule`: which faults, on whom, when, drawn from the seed;
 - :mod:`~fencedlease.lab.harness.campaign`: replays of a report and campaigns of seeds;
 - :mod:`~fencedlease.lab.harness.extract`: the history reassembled (grants, accesses, faults);

@@ -16,7 +16,7 @@ Which kinds may be in force at once is :func:`may_overlap`'s rule; a kind it doe
 overlaps nothing (it always leads an episode of its own). ``redis-restart-nopersist`` comes
 last, alone: after it the resource refuses the new, lower tokens for the rest of the run.
 
-Durations are drawn around :func:`~fencedlease.lab.harness.nemesis.fault_duration_s` (from it
+Durations are drawn around :func:`~fencedlease.lab.harness.kinds.fault_duration_s` (from it
 to 11/8 of it); instants stay instants. An episode starts a gap of one ttl after the previous
 one ended, so recovery from it can be seen before the next begins.
 
@@ -32,7 +32,7 @@ from typing import Any, Final
 
 import attrs
 
-from .nemesis import FAULTS, fault_duration_s
+from .kinds import FAULTS, fault_duration_s
 
 __all__ = [
     "LAST",
@@ -119,7 +119,7 @@ class PlannedFault:
     """One fault of a :class:`Schedule`.
 
     ``index``: its place in the schedule (it also names its toxics). ``kind``: a key of
-    :data:`~fencedlease.lab.harness.nemesis.FAULTS`. ``target``: the victim's worker index, or
+    :data:`~fencedlease.lab.harness.kinds.FAULTS`. ``target``: the victim's worker index, or
     None for a fault with no victim. ``episode``: the episode it belongs to. ``offset_ms``:
     milliseconds after its episode's lead began (0 for the lead). ``duration_ms``: how long it
     is in force (0: an instant). ``start_ms``: its planned start, milliseconds after the run
