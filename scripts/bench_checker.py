@@ -31,6 +31,7 @@ import random
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 
@@ -55,7 +56,7 @@ def _whole(events: list[Event]) -> tuple[int, float, float]:
 def _planted(events: list[Event]) -> list[Event]:
     """``events`` with w0's write of ``k00`` with token 1 accepted after the run's end."""
     end = max(e.mono for e in events if e.process != "run")
-    fields = {"grant": 0, "key": "k00", "token": 1, "value": 1}
+    fields: dict[str, Any] = {"grant": 0, "key": "k00", "token": 1, "value": 1}
     return sorted(
         [
             *events,
