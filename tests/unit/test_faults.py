@@ -21,6 +21,7 @@ from fencedlease.lab.harness.nemesis import (
     fault_duration_s,
     parse_faults,
 )
+from fencedlease.lab.harness.schedule import LAST, OVERLAPPING, draw_schedule, may_overlap
 from fencedlease.testing import FakeClock
 
 
@@ -172,3 +173,54 @@ def test_worker_links_are_made_only_when_asked_for_and_possible(
         None,
         "needs root",
     )
+
+
+NEW_KINDS = (
+    "clock", "kill-holder", "drop-replies", "drop-requests", "kernel-drop", "kernel-reject",
+)  # fmt: skip
+
+
+def test_the_schedule_knows_every_kind() -> None:
+    """No kind but the last one is left to run alone for want of a rule."""
+    assert set(FAULTS) == OVERLAPPING | LAST
+
+
+def test_where_the_new_kinds_may_overlap() -> None:
+    for kind in NEW_KINDS:
+        target = 0 if FAULTS[kind].targets else None
+        assert may_overlap("clock", None, kind, target) == (kind != "clock")
+    for net in ("latency", "partition", "timeout", "reset-peer", "drop-replies", "kernel-drop"):
+        assert may_overlap("kill-holder", 0, net, 0)  # the fresh worker starts behind it
+        assert may_overlap("kill-holder", 0, net, 1)
+        assert may_overlap("kernel-reject", 1, net, 1)  # a cut composes with the proxy's faults
+    assert may_overlap("kernel-drop", 0, "kernel-reject", 1)
+    assert may_overlap("kernel-drop", 0, "kernel-drop", 0)  # a table each
+    assert may_overlap("drop-replies", 0, "drop-requests", 0)
+    assert may_overlap("drop-replies", 0, "redis-pause", None)
+    assert may_overlap("kill-holder", 0, "kill-holder", 1)
+    assert not may_overlap("kill-holder", 0, "kill-holder", 0)
+    assert may_overlap("kill-holder", 0, "pause-holder", 1)
+    assert not may_overlap("kill-holder", 0, "pause-holder", 0)
+    assert not may_overlap("kill-holder", 0, "redis-pause", None)
+    assert not may_overlap("kill-holder", 0, "redis-restart-aof", None)
+    for cut in ("drop-replies", "drop-requests", "kernel-drop", "kernel-reject"):
+        assert not may_overlap(cut, 2, "pause-holder", 2)
+        assert may_overlap(cut, 2, "pause-holder", 1)
+    assert not may_overlap("redis-restart-nopersist", None, "clock", None)
+
+
+def test_all_schedules_the_new_kinds_with_others() -> None:
+    """Over 30 seeds, every new kind is in force with some other fault at least once, and every
+    overlapping pair is one the rule allows."""
+    together: set[str] = set()
+    for seed in range(30):
+        schedule = draw_schedule(
+            ALL_FAULTS, seed=seed, workers=3, ttl_ms=1000, heartbeat_ms=250, body_ms=1800,
+            lead_ms=1000,
+        )  # fmt: skip
+        assert sorted(schedule.kinds) == sorted(FAULTS)
+        for a, b in schedule.overlaps():
+            fa, fb = schedule.faults[a], schedule.faults[b]
+            assert may_overlap(fa.kind, fa.target, fb.kind, fb.target), (fa, fb)
+            together |= {fa.kind, fb.kind}
+    assert together >= set(NEW_KINDS)
