@@ -4,7 +4,10 @@
 - [`workload`][fencedlease.lab.harness.workload]: worker processes doing a fenced read-modify-write;
 - [`resources`][fencedlease.lab.harness.resources]: where the counter lives (SQLite, PostgreSQL,
 Redis);
+- [`kinds`][fencedlease.lab.harness.kinds]: the fault kinds, their needs and durations;
 - [`nemesis`][fencedlease.lab.harness.nemesis]: the faults, recorded with their start and end;
+- [`faults_clock`][fencedlease.lab.harness.faults_clock], ``faults_process``, ``faults_network``,
+  ``faults_kernel``: the clock, kill-holder, one-way and kernel faults;
 - [`schedule`][fencedlease.lab.harness.schedule]: which faults, on whom, when, drawn from the seed;
 - [`campaign`][fencedlease.lab.harness.campaign]: replays of a report and campaigns of seeds;
 - [`extract`][fencedlease.lab.harness.extract]: the history reassembled (grants, accesses, faults);
