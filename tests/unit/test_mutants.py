@@ -1,0 +1,138 @@
+"""scripts/mutate.py: every mutant and probe still applies to the current source (cheap).
+
+A refactor that moves the code a mutant patches makes its search text miss (or match twice); that
+must fail here, in the normal suite, not silently shrink the mutation score.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "mutate.py"
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("fencedlease_mutate", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["fencedlease_mutate"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+mutate = _load()
+NAMES = [m.name for m in mutate.MUTANTS]
+
+
+def test_the_set_covers_every_required_kind() -> None:
+    kinds = {m.kind for m in mutate.MUTANTS}
+    assert kinds == {
+        "renew without the owner check",
+        "release without the owner check",
+        "renew recreating a missing key",
+        "a renewer that reads a 0 reply as success",
+        "the body-end loss check removed",
+        "deadlines taken from the reply instead of the send",
+        "wall-clock deadlines",
+        "one owner token reused across acquisitions",
+        "a non-atomic FencedResource",
+        "an equal token accepted in strict mode",
+        "a guard comparing with the wrong operator (SQL)",
+        "a guard comparing with the wrong operator (Redis)",
+        "the asyncio body not cancelled on loss",
+        "a hand-off grant without INCR",
+        "acquire without INCR (token not increasing)",
+        "renewal interval too long (renew after the TTL)",
+        "loss notice never delivered",
+    }
+    assert len(NAMES) == len(set(NAMES)) == 21
+    assert set(mutate.QUICK) <= set(NAMES)
+    for m in mutate.MUTANTS:
+        assert m.surfaces, m.name
+        assert set(m.surfaces) <= set(mutate.SURFACES), m.name
+
+
+def test_every_surface_has_a_probe_or_a_history_reading() -> None:
+    probed = {p.surface for p in mutate.PROBES} | {"strict"}
+    assert probed | set(mutate.HISTORY_SURFACES) == set(mutate.SURFACES)
+
+
+def test_no_mutant_is_stale() -> None:
+    assert mutate.stale_mutants() == []
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_mutant_changes_its_files_and_python_still_compiles(name: str) -> None:
+    mutant = next(m for m in mutate.MUTANTS if m.name == name)
+    clean = mutate.copy_texts(None)
+    texts = mutate.copy_texts(mutant)
+
+    def before(path: str) -> str:  # the copy without the mutant: probed, or as in the source
+        return str(clean.get(path) or (mutate.PACKAGE / path).read_text("utf-8"))
+
+    changed = {path for path in texts if texts[path] != before(path)}
+    assert changed == {edit.path for edit in mutant.edits}
+    for path in changed:
+        if path.endswith(".py"):
+            compile(texts[path], path, "exec")  # a SyntaxError fails the test
+
+
+def test_probes_compile_and_mark_only_their_surface(tmp_path: Path) -> None:
+    for path, text in mutate.copy_texts(None).items():
+        if path.endswith(".py"):
+            compile(text, path, "exec")
+    namespace: dict[str, object] = {}
+    exec(compile(mutate.PROBE_MODULE, "_mutation_probe.py", "exec"), namespace)
+    hit = namespace["hit"]
+    assert callable(hit)
+    os.environ[mutate.PROBE_ENV] = str(tmp_path)
+    try:
+        hit("handoff")
+        hit("handoff")
+    finally:
+        del os.environ[mutate.PROBE_ENV]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["handoff"]
+
+
+def test_a_search_text_missing_or_twice_is_stale() -> None:
+    assert mutate.apply_edit("a b c", "b", "B", "f") == "a B c"
+    with pytest.raises(mutate.StaleMutantError, match="occurs 0 times"):
+        mutate.apply_edit("a c", "b", "B", "f")
+    with pytest.raises(mutate.StaleMutantError, match="occurs 2 times"):
+        mutate.apply_edit("b b", "b", "B", "f")
+
+
+def test_a_stale_mutant_is_reported_by_name() -> None:
+    stale = mutate.Mutant(
+        "moved", "k", "s", ("redis-lock",), (mutate.Edit("_state.py", "no such text\n", "x"),)
+    )
+    problems = mutate.stale_mutants([stale])
+    assert len(problems) == 1
+    assert problems[0].startswith("moved: _state.py: the search text occurs 0 times")
+
+
+def test_an_unknown_mutant_is_a_usage_error() -> None:
+    with pytest.raises(SystemExit) as exc:
+        mutate.main(["--mutant", "no-such-mutant"])
+    assert exc.value.code == 2
+
+
+def test_history_surface_reads_clock_faults(tmp_path: Path) -> None:
+    history = tmp_path / "history.jsonl"
+    history.write_text(
+        '{"process":"nemesis","op":"fault","type":"invoke","detail":{"fault":"partition"}}\n',
+        "utf-8",
+    )
+    assert mutate.HISTORY_SURFACES["clock-fault"](history) is False
+    history.write_text(
+        '{"process":"nemesis","op":"fault","type":"invoke","detail":{"fault":"clock-jump"}}\n',
+        "utf-8",
+    )
+    assert mutate.HISTORY_SURFACES["clock-fault"](history) is True
+    assert mutate.HISTORY_SURFACES["clock-fault"](tmp_path / "missing.jsonl") is False
