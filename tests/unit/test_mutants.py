@@ -6,27 +6,17 @@ must fail here, in the normal suite, not silently shrink the mutation score.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import os
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "mutate.py"
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fencedlease_mutate", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["fencedlease_mutate"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-mutate = _load()
+sys.path.insert(0, str(SCRIPTS))  # scripts/mutate.py, imported as the module it is
+mutate = importlib.import_module("mutate")
 NAMES = [m.name for m in mutate.MUTANTS]
 
 
