@@ -14,6 +14,9 @@ The copy carries probes (one line each, in the copy only) that note which surfac
 run that did not use a mutant's surface and found nothing reports it "not exercised", not
 "survived" (the later seeds of that mutant are then skipped).
 
+The control, ``baseline`` (the library unchanged, with the probes), runs first on each seed and
+must pass: a violation there is the checker's false alarm, not a kill (``--no-baseline`` skips it).
+
 Usage::
 
     python scripts/mutate.py                      # every mutant, seeds 1,2,3
@@ -22,8 +25,9 @@ Usage::
     python scripts/mutate.py --list
     python scripts/mutate.py --json out.json --markdown   # + the table for docs/harness.md
 
-Exit status: 0 when every exercised mutant was killed by every run; 1 when one survived a run
-(or a run was inconclusive or failed); 2 for a usage error or a stale mutant.
+Exit status: 0 when every exercised mutant was killed by every run and the baseline passed
+every run; 1 otherwise (a survivor, an inconclusive or failed run, a false alarm); 2 for a usage
+error or a stale mutant.
 """
 
 # ruff: noqa: E501  (mutants and probes are source text, kept whole)
@@ -445,6 +449,12 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
     ),
 )  # fmt: skip
 
+#: The control: the library as it is, run like a mutant on the same seeds. It must pass (exit
+#: 0); a violation there is a false alarm of the checker, and the kills of that seed prove less.
+BASELINE: Final = Mutant(
+    "baseline", "none: the library unchanged", "no change (the control: must pass)", (), ()
+)
+
 #: ``--quick`` (CI): these mutants, one seed, default check arguments. Chosen as the ones the
 #: current harness kills on every seed, one per part of the library they live in.
 QUICK: Final[tuple[str, ...]] = (
@@ -633,6 +643,9 @@ class Score:
     def verdict(self) -> str:
         if not self.runs:
             return "not run"
+        if self.mutant is BASELINE:
+            clean = sum(r.status == "survived" for r in self.runs)
+            return "clean" if clean == len(self.runs) else "FALSE ALARM / not clean"
         if not self.exercised:
             return "not exercised"
         if self.killed == len(self.runs):
@@ -697,11 +710,12 @@ def markdown_table(scores: Sequence[Score]) -> str:
             f"| `{m.name}` | {m.kind} | {', '.join(m.surfaces)} | {score.killed}/{len(runs)} "
             f"| {score.verdict} | {first} |"
         )
-    exercised = [s for s in scores if s.exercised]
+    mutants = [s for s in scores if s.mutant is not BASELINE]
+    exercised = [s for s in mutants if s.exercised]
     all_killed = sum(s.verdict == "killed" for s in exercised)
     lines.append("")
     lines.append(
-        f"{len(scores)} mutants; {len(exercised)} exercised by the default run; "
+        f"{len(mutants)} mutants; {len(exercised)} exercised by the default run; "
         f"{all_killed} killed on every seed."
     )
     return "\n".join(lines)
@@ -764,6 +778,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"CI: only {', '.join(QUICK)}, seed 1 (unless --seeds/--mutant say otherwise)",
     )  # fmt: skip
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument(
+        "--no-baseline", action="store_true",
+        help="skip the control run of the unchanged library on each seed (it must pass)",
+    )  # fmt: skip
     parser.add_argument("--json", dest="json_path", type=Path, help="write the results here")
     parser.add_argument("--markdown", action="store_true", help="also print the docs table")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (default 1)")
@@ -785,6 +803,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unknown mutant(s): {', '.join(unknown)}; see --list")
     names = args.mutant or (list(QUICK) if args.quick else [m.name for m in MUTANTS])
     mutants = [by_name[name] for name in names]
+    if not args.no_baseline:
+        mutants.insert(0, BASELINE)
     seeds = args.seeds or ([1] if args.quick else [1, 2, 3])
     problems = stale_mutants(mutants)
     if problems:
@@ -806,7 +826,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(markdown_table(scores))
     if args.json_path is not None:
         args.json_path.write_text(json.dumps(to_json(scores, seeds), indent=2) + "\n", "utf-8")
-    failed = [s for s in scores if s.exercised and s.verdict != "killed"]
+    failed = [s for s in scores if s.exercised and s.verdict not in ("killed", "clean")]
     return 1 if failed else 0
 
 

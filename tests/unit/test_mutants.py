@@ -53,6 +53,12 @@ def test_every_surface_has_a_probe_or_a_history_reading() -> None:
     assert probed | set(mutate.HISTORY_SURFACES) == set(mutate.SURFACES)
 
 
+def test_the_baseline_is_the_unchanged_copy() -> None:
+    assert mutate.BASELINE not in mutate.MUTANTS
+    assert mutate.BASELINE.edits == ()
+    assert mutate.copy_texts(mutate.BASELINE) == mutate.copy_texts(None)
+
+
 def test_no_mutant_is_stale() -> None:
     assert mutate.stale_mutants() == []
 
@@ -126,3 +132,42 @@ def test_history_surface_reads_clock_faults(tmp_path: Path) -> None:
     )
     assert mutate.HISTORY_SURFACES["clock-fault"](history) is True
     assert mutate.HISTORY_SURFACES["clock-fault"](tmp_path / "missing.jsonl") is False
+
+
+def _run(name: str, seed: int, status: str, first: str) -> object:
+    return mutate.RunResult(name, seed, status, None, 1.0, [], first, "")
+
+
+def test_verdicts_and_the_docs_table() -> None:
+    by = {m.name: m for m in mutate.MUTANTS}
+    scores = [
+        mutate.Score(mutate.BASELINE, [_run("baseline", 1, "survived", "no violation")]),
+        mutate.Score(
+            by["acquire-no-incr"],
+            [
+                _run("acquire-no-incr", 1, "killed", "(d) token 1 | twice"),
+                _run("acquire-no-incr", 2, "killed", "(d) again"),
+            ],
+        ),
+        mutate.Score(
+            by["renew-no-owner-check"],
+            [
+                _run("renew-no-owner-check", 1, "survived", "no violation"),
+                _run("renew-no-owner-check", 2, "killed", "(f) overlap"),
+            ],
+        ),
+        mutate.Score(
+            by["aio-body-not-cancelled"],
+            [_run("aio-body-not-cancelled", 1, "not exercised", "not exercised: asyncio")],
+        ),
+    ]
+    assert [s.verdict for s in scores] == ["clean", "killed", "partly killed", "not exercised"]
+    assert scores[2].first == "(f) overlap"  # a kill is reported before a survival
+    table = mutate.markdown_table(scores).splitlines()
+    assert table[3] == (
+        "| `acquire-no-incr` | acquire without INCR (token not increasing) | redis-lock | 2/2 "
+        "| killed | (d) token 1 \\| twice |"
+    )
+    assert table[5].startswith("| `aio-body-not-cancelled` | the asyncio body not cancelled on")
+    assert table[5].endswith("| asyncio | 0/0 | not exercised | not exercised: asyncio |")
+    assert table[-1] == "3 mutants; 2 exercised by the default run; 1 killed on every seed."
