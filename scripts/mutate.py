@@ -797,13 +797,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             files = sorted({e.path for e in m.edits})
             print(f"{m.name:28} {m.kind:52} {','.join(m.surfaces):24} {' '.join(files)}")
         return 0
-    by_name = {m.name: m for m in MUTANTS}
+    by_name = {m.name: m for m in (BASELINE, *MUTANTS)}
     unknown = [name for name in args.mutant if name not in by_name]
     if unknown:
         parser.error(f"unknown mutant(s): {', '.join(unknown)}; see --list")
     names = args.mutant or (list(QUICK) if args.quick else [m.name for m in MUTANTS])
     mutants = [by_name[name] for name in names]
-    if not args.no_baseline:
+    if not args.no_baseline and BASELINE not in mutants:
         mutants.insert(0, BASELINE)
     seeds = args.seeds or ([1] if args.quick else [1, 2, 3])
     problems = stale_mutants(mutants)
