@@ -34,9 +34,11 @@ error or a stale mutant.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -569,6 +571,35 @@ def _first_report(out_dir: Path, output: str) -> str:
     return "no violation"
 
 
+def _run_check(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[int | None, str]:
+    """Run ``cmd`` in a session of its own; its exit status (None: timed out) and its output.
+    On timeout the whole session (the check, its workers, its servers) gets SIGTERM, then
+    SIGKILL: a hung run leaves nothing behind."""
+    proc = subprocess.Popen(
+        cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        output, _ = proc.communicate(timeout=RUN_TIMEOUT_S)
+        return proc.returncode, output
+    except subprocess.TimeoutExpired:
+        stop_session(proc)
+        return None, f"timed out after {RUN_TIMEOUT_S:g} s"
+
+
+def stop_session(proc: subprocess.Popen[str], grace_s: float = 20.0) -> None:
+    """Stop ``proc``, started with ``start_new_session``, and every process of its session:
+    SIGTERM (the check then stops its workers and servers), and SIGKILL after ``grace_s``."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, None)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.communicate(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def run_mutant(mutant: Mutant, seed: int, work: Path, check_args: Sequence[str] = ()) -> RunResult:
     """Run ``fencedlease check`` (default arguments, ``--seed``, ``--out``, ``check_args``) on a
     copy of the package with ``mutant`` applied."""
@@ -595,15 +626,7 @@ def run_mutant(mutant: Mutant, seed: int, work: Path, check_args: Sequence[str] 
         )  # fmt: skip
     cmd = [sys.executable, "-m", "fencedlease", "check", "--seed", str(seed), "--out", str(out_dir)]
     started = time.monotonic()
-    try:
-        proc = subprocess.run(
-            [*cmd, *check_args], env=env, capture_output=True, text=True, check=False,
-            cwd=base, timeout=RUN_TIMEOUT_S,
-        )  # fmt: skip
-        code: int | None = proc.returncode
-        output = proc.stdout + proc.stderr
-    except subprocess.TimeoutExpired as exc:
-        code, output = None, f"timed out after {exc.timeout} s"
+    code, output = _run_check([*cmd, *check_args], env, base)
     seconds = time.monotonic() - started
     used = sorted(p.name for p in probes.iterdir())
     history = out_dir / "history.jsonl"

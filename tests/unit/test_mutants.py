@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -171,3 +174,34 @@ def test_verdicts_and_the_docs_table() -> None:
     assert table[5].startswith("| `aio-body-not-cancelled` | the asyncio body not cancelled on")
     assert table[5].endswith("| asyncio | 0/0 | not exercised | not exercised: asyncio |")
     assert table[-1] == "3 mutants; 2 exercised by the default run; 1 killed on every seed."
+
+
+def test_run_check_gives_the_exit_status_and_the_output(tmp_path: Path) -> None:
+    code, output = mutate._run_check(
+        [sys.executable, "-c", "print('checked'); raise SystemExit(3)"], dict(os.environ), tmp_path
+    )
+    assert (code, output) == (3, "checked\n")
+
+
+def test_a_hung_check_is_stopped_with_its_whole_session(tmp_path: Path) -> None:
+    pid_file = tmp_path / "grandchild.pid"
+    script = (
+        "import pathlib, signal, subprocess; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+        " child = subprocess.Popen(['sleep', '600']);"
+        f" pathlib.Path({str(pid_file)!r}).write_text(str(child.pid)); signal.pause()"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        while not pid_file.exists() or not pid_file.read_text():  # the session is complete
+            assert proc.poll() is None
+            time.sleep(0.01)
+        mutate.stop_session(proc, grace_s=0.2)  # SIGTERM ignored by the child: SIGKILL follows
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+    stat = Path(f"/proc/{pid_file.read_text()}/stat")
+    if stat.exists():  # killed, and not yet reaped by whoever inherited it: a zombie
+        assert stat.read_text().split(") ", 1)[1].startswith("Z")
