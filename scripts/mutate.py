@@ -2,7 +2,9 @@
 
 Each *mutant* is one realistic safety bug, written as small textual patches (search -> replace;
 the search text must occur exactly once in its file, so a refactor that moves the code makes the
-mutant fail loudly as *stale* instead of silently not applying). A mutant is applied to a copy of
+mutant fail loudly as *stale* instead of silently not applying; while a refactor moves code, an
+edit may name each shape of it, :class:`OneOf`, of which exactly one must apply). A mutant is
+applied to a copy of
 ``src/fencedlease`` in a temporary directory, and ``python -m fencedlease check`` runs with
 ``PYTHONPATH`` pointing at the copy (its worker processes are spawned from that interpreter with
 the same environment and ``sys.path``, so they import the copy too; the run checks it). Each run
@@ -70,6 +72,14 @@ class Edit:
 
 
 @attrs.frozen
+class OneOf:
+    """The same change written for each shape the code has had while a refactor moves it (another
+    file, other words): exactly one of ``edits`` must apply."""
+
+    edits: tuple[Edit, ...]
+
+
+@attrs.frozen
 class Mutant:
     """One planted bug: ``name``, the ``kind`` of fault, what it does (``summary``), the
     ``surfaces`` a run must use to meet it, and its ``edits``."""
@@ -78,17 +88,19 @@ class Mutant:
     kind: str
     summary: str
     surfaces: tuple[str, ...]
-    edits: tuple[Edit, ...]
+    edits: tuple[Edit | OneOf, ...]
 
 
 @attrs.frozen
 class Probe:
-    """A line inserted before ``anchor`` (a whole line, exactly once) in ``path``: it notes
-    that the run used ``surface``."""
+    """A line inserted before ``anchor`` (a whole line, exactly once) in ``path`` (or, for code a
+    refactor moved, in the one of ``moved_to`` that holds it): it notes that the run used
+    ``surface``."""
 
     surface: str
     path: str
     anchor: str
+    moved_to: tuple[str, ...] = ()
 
 
 def apply_edit(text: str, search: str, replace: str, where: str) -> str:
@@ -106,11 +118,40 @@ def probe_line(surface: str, indent: str) -> str:
     return f'{indent}__import__("fencedlease._mutation_probe", fromlist=["hit"]).hit("{surface}")\n'
 
 
-def apply_probe(text: str, probe: Probe) -> str:
-    """``text`` with the probe's line inserted before its anchor line, at the anchor's indent."""
+def probe_edit(probe: Probe) -> Edit | OneOf:
+    """The probe as an edit: its line inserted before its anchor line, at the anchor's indent."""
     anchor = probe.anchor.rstrip("\n") + "\n"
     indent = anchor[: len(anchor) - len(anchor.lstrip())]
-    return apply_edit(text, anchor, probe_line(probe.surface, indent) + anchor, probe.path)
+    line = probe_line(probe.surface, indent)
+    edits = tuple(Edit(path, anchor, line + anchor) for path in (probe.path, *probe.moved_to))
+    return edits[0] if len(edits) == 1 else OneOf(edits)
+
+
+def _variants(item: Edit | OneOf) -> tuple[Edit, ...]:
+    return (item,) if isinstance(item, Edit) else item.edits
+
+
+def resolve(item: Edit | OneOf, read: Callable[[str], str], where: str) -> Edit:
+    """The edit of ``item`` that applies to the files ``read(path)`` gives: ``item`` itself, or
+    the one variant of a :class:`OneOf` whose file exists and holds its search text once;
+    raises :class:`StaleMutantError` when none or several do."""
+    if isinstance(item, Edit):
+        return item
+    fits = []
+    for edit in item.edits:
+        try:
+            text = read(edit.path)
+        except FileNotFoundError:
+            continue
+        if text.count(edit.search) == 1:
+            fits.append(edit)
+    if len(fits) != 1:
+        paths = ", ".join(edit.path for edit in item.edits)
+        raise StaleMutantError(
+            f"{where}: {len(fits)} of the variants in {paths} apply (expected one): "
+            f"{item.edits[0].search[:80]!r}"
+        )
+    return fits[0]
 
 
 PROBE_MODULE: Final = '''"""Notes which surfaces a run of a mutant used (written by scripts/mutate.py, copy only)."""
@@ -152,17 +193,27 @@ PROBES: Final[tuple[Probe, ...]] = (
     Probe("handoff", "_handoff_sync.py", "        keys, args = self._enqueue_args(key, owner_token, ttl_ms, wait_ms, final)"),
     Probe("handoff", "aio/_handoff.py", "        keys, args = self._enqueue_args(key, owner_token, ttl_ms, wait_ms, final)"),
     Probe("sql-guard", "db/_guard.py", "    access = coerce_access(token_or_lease)"),
-    Probe("fenced-resource", "_fencing.py", "        with self._lock:\n            state = self._state"),
+    Probe("fenced-resource", "_fencing.py", "        with self._lock:\n            state = self._state", ("_fenced_resource.py",)),
     Probe("redis-resource", "redis_fencing.py", "        keys = (self._fence_key, self._data_key)"),
 )  # fmt: skip
 
 #: The probe of ``strict`` runs only when a store is strict.
-STRICT_PROBE: Final = Edit(
-    "_fencing.py",
+_STRICT_SEARCH: Final = (
     '        raise ValidationError("strict", f"strict must be a bool, not {type(strict).__name__}")\n'
-    "    return strict\n",
-    '        raise ValidationError("strict", f"strict must be a bool, not {type(strict).__name__}")\n'
-    "    if strict:\n" + probe_line("strict", "        ") + "    return strict\n",
+    "    return strict\n"
+)
+STRICT_PROBE: Final = OneOf(
+    tuple(
+        Edit(
+            path,
+            _STRICT_SEARCH,
+            _STRICT_SEARCH.replace(
+                "    return strict\n",
+                "    if strict:\n" + probe_line("strict", "        ") + "    return strict\n",
+            ),
+        )
+        for path in ("_fencing.py", "_validate.py")
+    )
 )
 
 
@@ -200,7 +251,12 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
         "release without the owner check",
         "release.lua deletes (or hands on) the key whoever owns it",
         ("redis-lock",),
-        (Edit("scripts/release.lua", "  ours = holder == owner\n", "  ours = true\n"),),
+        (
+            OneOf((
+                Edit("scripts/release.lua", "  ours = holder == owner\n", "  ours = true\n"),
+                Edit("scripts/release.lua", "local ours = current and holder == owner\n", "local ours = current and true\n"),
+            )),
+        ),
     ),
     Mutant(
         "renew-recreates-key",
@@ -316,8 +372,8 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
         "FencedResource.accept decides outside its lock (check, then set)",
         ("fenced-resource",),
         (
-            Edit(
-                "_fencing.py",
+            OneOf(tuple(Edit(
+                path,
                 "        with self._lock:\n"
                 "            state = self._state\n"
                 "            outcome = decide(state, access, strict=self._strict)\n"
@@ -330,7 +386,7 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
                 "            with self._lock:\n"
                 "                self._state = outcome\n"
                 "            return access.token\n",
-            ),
+            ) for path in ("_fencing.py", "_fenced_resource.py"))),
         ),
     ),
     Mutant(
@@ -379,12 +435,12 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
         "an async hold's body runs on after the loss (the cancel is never sent)",
         ("asyncio",),
         (
-            Edit(
-                "aio/_manager.py",
+            OneOf(tuple(Edit(
+                path,
                 "        self._cancel_requested = True\n"
                 '        task.cancel(f"fencedlease: the lease on {self._key!r} was lost")\n',
                 "        self._cancel_requested = False\n",
-            ),
+            ) for path in ("aio/_manager.py", "aio/_hold.py"))),
         ),
     ),
     Mutant(
@@ -393,11 +449,14 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
         "release.lua hands the key to a waiter with the next token but leaves the counter",
         ("redis-lock", "handoff"),
         (
-            Edit(
-                "scripts/release.lua",
-                "      redis.call('INCR', KEYS[2])\n      redis.call('SET', KEYS[1], next_token",
-                "      redis.call('SET', KEYS[1], next_token",
-            ),
+            OneOf(tuple(
+                Edit(
+                    "scripts/release.lua",
+                    f"      redis.call('INCR', KEYS[2])\n      redis.call('SET', KEYS[1], {name}",
+                    f"      redis.call('SET', KEYS[1], {name}",
+                )
+                for name in ("next_token", "handed_token")
+            )),
         ),
     ),
     Mutant(
@@ -479,25 +538,30 @@ def _reader(package: Path) -> Callable[[str], str]:
 def patched_files(mutant: Mutant, read: Callable[[str], str]) -> dict[str, str]:
     """The texts of the files ``mutant`` changes (each read by ``read(path)``), patched; raises
     :class:`StaleMutantError`."""
+    return _apply_all(mutant.edits, read, mutant.name)
+
+
+def _apply_all(
+    items: Iterable[Edit | OneOf], read: Callable[[str], str], where: str
+) -> dict[str, str]:
     texts: dict[str, str] = {}
-    for edit in mutant.edits:
-        text = texts[edit.path] if edit.path in texts else read(edit.path)
-        texts[edit.path] = apply_edit(
-            text, edit.search, edit.replace, f"{mutant.name}: {edit.path}"
-        )
+
+    def current(path: str) -> str:
+        return texts[path] if path in texts else read(path)
+
+    for item in items:
+        edit = resolve(item, current, where)
+        try:
+            text = current(edit.path)
+        except FileNotFoundError:
+            raise StaleMutantError(f"{where}: {edit.path} does not exist") from None
+        texts[edit.path] = apply_edit(text, edit.search, edit.replace, f"{where}: {edit.path}")
     return texts
 
 
 def probed_files(read: Callable[[str], str]) -> dict[str, str]:
     """The texts of the files the probes change (each read by ``read(path)``), probes in."""
-    texts: dict[str, str] = {}
-    for probe in PROBES:
-        text = texts[probe.path] if probe.path in texts else read(probe.path)
-        texts[probe.path] = apply_probe(text, probe)
-    path = STRICT_PROBE.path
-    text = texts[path] if path in texts else read(path)
-    texts[path] = apply_edit(text, STRICT_PROBE.search, STRICT_PROBE.replace, path)
-    return texts
+    return _apply_all([*(probe_edit(probe) for probe in PROBES), STRICT_PROBE], read, "probe")
 
 
 def copy_texts(mutant: Mutant | None, package: Path = PACKAGE) -> dict[str, str]:
@@ -820,7 +884,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.list:  # with --quick: the quick ones
         for m in MUTANTS if not args.quick else [m for m in MUTANTS if m.name in QUICK]:
-            files = sorted({e.path for e in m.edits})
+            files = sorted({e.path for item in m.edits for e in _variants(item)})
             print(f"{m.name:28} {m.kind:52} {','.join(m.surfaces):24} {' '.join(files)}")
         return 0
     by_name = {m.name: m for m in (BASELINE, *MUTANTS)}

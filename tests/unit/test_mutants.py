@@ -76,7 +76,9 @@ def test_each_mutant_changes_its_files_and_python_still_compiles(name: str) -> N
         return str(clean.get(path) or (mutate.PACKAGE / path).read_text("utf-8"))
 
     changed = {path for path in texts if texts[path] != before(path)}
-    assert changed == {edit.path for edit in mutant.edits}
+    read = mutate._reader(mutate.PACKAGE)
+    chosen = {mutate.resolve(item, read, name).path for item in mutant.edits}
+    assert changed == chosen
     for path in changed:
         if path.endswith(".py"):
             compile(texts[path], path, "exec")  # a SyntaxError fails the test
@@ -205,3 +207,26 @@ def test_a_hung_check_is_stopped_with_its_whole_session(tmp_path: Path) -> None:
     stat = Path(f"/proc/{pid_file.read_text()}/stat")
     if stat.exists():  # killed, and not yet reaped by whoever inherited it: a zombie
         assert stat.read_text().split(") ", 1)[1].startswith("Z")
+
+
+def test_one_of_applies_the_single_variant_that_fits() -> None:
+    texts = {"old.py": "x = 1\n", "new.py": "y = 1\n"}
+
+    def read(path: str) -> str:
+        if path not in texts:
+            raise FileNotFoundError(path)
+        return texts[path]
+
+    moved = mutate.OneOf(
+        (mutate.Edit("old.py", "x = 1", "x = 2"), mutate.Edit("gone.py", "x = 1", "x = 2"))
+    )
+    assert mutate.resolve(moved, read, "m") == mutate.Edit("old.py", "x = 1", "x = 2")
+    assert mutate._apply_all([moved], read, "m") == {"old.py": "x = 2\n"}
+    neither = mutate.OneOf(
+        (mutate.Edit("old.py", "z = 1", "z = 2"), mutate.Edit("gone.py", "z = 1", "z = 2"))
+    )
+    with pytest.raises(mutate.StaleMutantError, match=r"0 of the variants in old\.py, gone\.py"):
+        mutate.resolve(neither, read, "m")
+    both = mutate.OneOf((mutate.Edit("old.py", "= 1", "= 2"), mutate.Edit("new.py", "= 1", "= 2")))
+    with pytest.raises(mutate.StaleMutantError, match="2 of the variants"):
+        mutate.resolve(both, read, "m")
