@@ -205,8 +205,16 @@ def test_a_hung_check_is_stopped_with_its_whole_session(tmp_path: Path) -> None:
             proc.kill()
     assert proc.returncode == -signal.SIGKILL
     stat = Path(f"/proc/{pid_file.read_text()}/stat")
-    if stat.exists():  # killed, and not yet reaped by whoever inherited it: a zombie
-        assert stat.read_text().split(") ", 1)[1].startswith("Z")
+    deadline = time.monotonic() + 30.0  # the grandchild was signalled; wait for its end
+    while stat.exists() and time.monotonic() < deadline:
+        try:
+            if stat.read_text().split(") ", 1)[1].startswith("Z"):  # dead, not yet reaped
+                break
+        except FileNotFoundError:  # reaped meanwhile
+            break
+        time.sleep(0.01)
+    else:
+        assert not stat.exists(), "the grandchild outlived its session's stop"
 
 
 def test_one_of_applies_the_single_variant_that_fits() -> None:
