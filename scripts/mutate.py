@@ -564,10 +564,10 @@ def probed_files(read: Callable[[str], str]) -> dict[str, str]:
     return _apply_all([*(probe_edit(probe) for probe in PROBES), STRICT_PROBE], read, "probe")
 
 
-def copy_texts(mutant: Mutant | None, package: Path = PACKAGE) -> dict[str, str]:
+def copy_texts(mutant: Mutant | None, package: Path | None = None) -> dict[str, str]:
     """Every file a run's copy changes, as it writes them: the probes, then ``mutant``'s edits
     on top (as they apply to the current source: raises :class:`StaleMutantError`)."""
-    read = _reader(package)
+    read = _reader(PACKAGE if package is None else package)
     texts = probed_files(read)
     if mutant is not None:
         texts.update(patched_files(mutant, lambda path: texts.get(path) or read(path)))
