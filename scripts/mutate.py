@@ -174,9 +174,9 @@ def hit(surface):
 #: What each surface is. Probed ones have entries in PROBES; the others are read from the
 #: run's history (HISTORY_SURFACES).
 SURFACES: Final[dict[str, str]] = {
-    "redis-lock": "leases on the Redis backend (either face)",
-    "sync-renewer": "the sync face's background renewer",
-    "asyncio": "asyncio workers (AsyncLeaseManager and its renewal task)",
+    "redis-lock": "an acquire on the Redis backend (either face)",
+    "sync-renewer": "a lease given to the sync face's background renewer",
+    "asyncio": "a lease given to the asyncio face's renewal task (asyncio workers)",
     "handoff": "a waiter queued for a hand-off",
     "sql-guard": "fencedlease.db.fence_guard on a SQL resource",
     "strict": "a fenced store in strict mode",
@@ -186,10 +186,10 @@ SURFACES: Final[dict[str, str]] = {
 }
 
 PROBES: Final[tuple[Probe, ...]] = (
-    Probe("redis-lock", "_redis_backend.py", "        keys, args = renew_many_args(self.prefix, items)"),
-    Probe("redis-lock", "aio/_redis_backend.py", "        keys, args = renew_many_args(self.prefix, items)"),
-    Probe("sync-renewer", "_renewer.py", "        items = renewal_items(batch)"),
-    Probe("asyncio", "aio/_renewer.py", "        items = renewal_items(batch)"),
+    Probe("redis-lock", "_redis_backend.py", '        with backend_errors(f"acquire {key!r}"):'),
+    Probe("redis-lock", "aio/_redis_backend.py", '        with backend_errors(f"acquire {key!r}"):'),
+    Probe("sync-renewer", "_renewer.py", "        entry = RenewalEntry(state, heartbeat_ms, on_renew_error)"),
+    Probe("asyncio", "aio/_renewer.py", "        entry = RenewalEntry(state, heartbeat_ms, on_renew_error)"),
     Probe("handoff", "_handoff_sync.py", "        keys, args = self._enqueue_args(key, owner_token, ttl_ms, wait_ms, final)"),
     Probe("handoff", "aio/_handoff.py", "        keys, args = self._enqueue_args(key, owner_token, ttl_ms, wait_ms, final)"),
     Probe("sql-guard", "db/_guard.py", "    access = coerce_access(token_or_lease)"),
