@@ -1,8 +1,16 @@
-"""Benchmark: the register model check (property g) on generated linearizable histories.
+"""Benchmark: the whole checker on synthetic many-key runs, and the register model check
+(property g) alone on generated linearizable histories.
 
     python scripts/bench_checker.py                      # 10,000 and 50,000 operations, 32 keys
     python scripts/bench_checker.py --ops 200000 --keys 64 --processes 96 --budget-s 30
 
+The whole checker: for each ``--ops`` size, a healthy run of ``--workers`` workers over ``--keys``
+keys (:func:`fencedlease.lab.harness.synthetic.synthetic_history`, a fault every 3 s) is checked
+with :func:`~fencedlease.lab.harness.checker.check_history` (every property, a to g); it must
+pass. Then a stale write is planted (token 1 of ``k00`` accepted after everything) and it must be
+caught. Each line prints the events, CPU and wall seconds.
+
+The register check alone:
 What it does: makes, for each ``--ops`` size, a linearizable history with
 :func:`fencedlease.lab.harness.linearizable.random_history` (``--processes`` clients running lease
 cycles on ``--keys`` keys with overlapping operations, ``--unknown`` of the outcomes forgotten,
@@ -12,8 +20,8 @@ seconds of this process and wall seconds), the operations per CPU second, and wh
 history was found linearizable (it must be). Then it plants one stale read at the end and times
 the check again: a failing key costs a bisection to its smallest failing prefix.
 
-Exit status 1 if a generated history is judged non-linearizable, the planted one is not caught,
-or a check took more than ``--budget-s`` CPU seconds.
+Exit status 1 if a generated history is judged non-linearizable (or a healthy run failing), a
+planted fault is not caught, or a check took more than ``--budget-s`` CPU seconds.
 """
 
 from __future__ import annotations
@@ -23,16 +31,67 @@ import random
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 
+from fencedlease.lab.harness.checker import check_history
+from fencedlease.lab.harness.history import Event
 from fencedlease.lab.harness.linearizable import RegisterOp, check_register, random_history
+from fencedlease.lab.harness.synthetic import synthetic_history
 
 
 def _timed(ops: list[RegisterOp]) -> tuple[bool, float, float]:
     cpu, wall = time.process_time(), time.perf_counter()
     result = check_register(ops)
     return result.valid, time.process_time() - cpu, time.perf_counter() - wall
+
+
+def _whole(events: list[Event]) -> tuple[int, float, float]:
+    cpu, wall = time.process_time(), time.perf_counter()
+    report = check_history(events)
+    return len(report.violations), time.process_time() - cpu, time.perf_counter() - wall
+
+
+def _planted(events: list[Event]) -> list[Event]:
+    """``events`` with w0's write of ``k00`` with token 1 accepted after the run's end."""
+    end = max(e.mono for e in events if e.process != "run")
+    fields: dict[str, Any] = {"grant": 0, "key": "k00", "token": 1, "value": 1}
+    return sorted(
+        [
+            *events,
+            Event("w0", "write", "invoke", end + 0.1, 1e9, id=10**6, **fields),
+            Event("w0", "write", "ok", end + 0.2, 1e9, id=10**6, outcome="accepted", **fields),
+        ],
+        key=lambda e: e.mono,
+    )
+
+
+def bench_whole(sizes: Sequence[int], keys: int, workers: int, seed: int, budget_s: float) -> bool:
+    """Time the whole checker on a healthy synthetic run and on one with a planted stale write;
+    False if the healthy one fails, the planted one passes, or a check overruns ``budget_s``."""
+    ok = True
+    print(f"{'ops':>8} {'events':>8} {'keys':>5} {'cpu s':>7} {'wall s':>7}  whole checker")
+    for size in sizes:
+        span = size / 220  # about the run's length in seconds: a fault every 3 s
+        faults = [
+            ("latency" if i % 2 else "redis-pause", 3.0 * i, 3.0 * i + 0.5,
+             f"w{i % workers}" if i % 2 else None)
+            for i in range(1, int(span / 3))
+        ]  # fmt: skip
+        events = synthetic_history(ops=size, keys=keys, workers=workers, seed=seed, faults=faults)
+        for label, history, want in (
+            ("healthy", events, False),
+            ("planted", _planted(events), True),
+        ):
+            found, cpu, wall = _whole(history)
+            verdict = f"{found} violation(s)" + (" (wrong)" if bool(found) != want else "")
+            print(
+                f"{size:>8} {len(history):>8} {keys:>5} {cpu:>7.3f} {wall:>7.3f}  {label}: "
+                f"{verdict}"
+            )
+            ok = ok and bool(found) == want and cpu <= budget_s
+    return ok
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -42,9 +101,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--processes", type=int, default=48)
     parser.add_argument("--unknown", type=float, default=0.01)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--budget-s", type=float, default=10.0)
     args = parser.parse_args(argv)
-    ok = True
+    ok = bench_whole(args.ops, args.keys, args.workers, args.seed, args.budget_s)
+    print()
     print(
         f"{'ops':>8} {'keys':>5} {'refused':>8} {'unknown':>8} {'cpu s':>7} {'wall s':>7} "
         f"{'ops/cpu s':>10}  verdict"

@@ -19,12 +19,14 @@ from ._errors import (
     StaleTokenError,
     ValidationError,
 )
-from ._fencing import FencedResource, owner_fingerprint
-from ._lease import AcquireResult, Lease, LeaseInfo, LeaseOutcome
+from ._fenced_resource import FencedResource
+from ._fencing_access import owner_fingerprint
+from ._lease import AcquireResult, Lease, LeaseOutcome
 from ._manager import LeaseManager
+from ._redact import redact_text, redact_url
 from ._redis.keys import RedisKeys, redis_keys
 from ._redis_backend import RedisBackend
-from ._urls import redact_text, redact_url
+from ._view import LeaseInfo
 from .backends import MemoryBackend, SqliteBackend
 from .redis_fencing import RedisFencedResource
 

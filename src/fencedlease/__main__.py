@@ -1,5 +1,5 @@
 """``python -m fencedlease``: the same command line as the ``fencedlease`` script (the lab's,
-:mod:`fencedlease.lab.cli`)."""
+[`fencedlease.lab.cli`][])."""
 
 from __future__ import annotations
 

@@ -1,16 +1,16 @@
 """What a Redis ACL user needs to run fencedlease, and what to say when Redis refuses.
 
-The rule set is written once here; ``docs/semantics.md`` quotes :func:`acl_setuser_line` and the
-live tests create their users from :func:`acl_rules`. A unit test reads every
+The rule set is written once here; ``docs/semantics.md`` quotes `acl_setuser_line` and the
+live tests create their users from `acl_rules`. A unit test reads every
 ``scripts/*.lua`` for ``redis.call('X'`` / ``redis.pcall('X'`` and every client call of the
-library, and fails when a command is missing from :data:`ACL_COMMANDS`.
+library, and fails when a command is missing from `ACL_COMMANDS`.
 
 A refusal is named (which command, which script line) by
-:func:`fencedlease._redis.errors.acl_denial`, where the other redis-py errors are mapped.
+`fencedlease._redis.errors.acl_denial`, where the other redis-py errors are mapped.
 
 Redis checks a script's commands, keys and channels against the caller's ACL at each
 ``redis.call`` (Redis 6 and 7), so the commands the scripts call are part of the rule set, not
-only ``EVALSHA``. Keys are ``<prefix>:*`` (the layout in :mod:`fencedlease._protocol`: every key
+only ``EVALSHA``. Keys are ``<prefix>:*`` (the layout in `fencedlease._protocol`: every key
 and every hand-off channel of a manager starts with ``<prefix>:``, a ``RedisFencedResource``'s
 with its own prefix, ``fencedlease:fenced`` by default).
 """
@@ -84,7 +84,7 @@ def glob_escape(text: str) -> str:
 def acl_rules(*prefixes: str) -> tuple[str, ...]:
     """The ``ACL SETUSER`` rules of a least-privilege fencedlease user for ``prefixes``.
 
-    ``-@all``, one ``+<command>`` per :data:`ACL_COMMANDS` entry, and for each prefix the key
+    ``-@all``, one ``+<command>`` per `ACL_COMMANDS` entry, and for each prefix the key
     pattern ``~<prefix>:*`` and the channel pattern ``&<prefix>:*``, after ``resetchannels``
     (needed on Redis 6.2, whose ``acl-pubsub-default`` is ``allchannels``; Redis 7's default
     is ``resetchannels`` already). Give the lease manager's prefix, and a
@@ -92,7 +92,7 @@ def acl_rules(*prefixes: str) -> tuple[str, ...]:
     ``fencedlease:fenced`` is under ``fencedlease``). Prefixes are glob-escaped.
 
     Raises:
-        ValidationError: no prefix, or one :func:`~fencedlease._validate.check_prefix` refuses.
+        ValidationError: no prefix, or one `check_prefix` refuses.
 
     Redis 6.2 and 7: channel patterns (``&``) exist from 6.2; Redis 7's read-only and
     write-only key patterns (``%R~``, ``%W~``) are not used, since the library writes every key
@@ -117,11 +117,11 @@ def _cli_quote(arg: str) -> str:
 
 def acl_setuser_line(user: str, *prefixes: str) -> str:
     """The whole ``ACL SETUSER`` command for ``redis-cli``: ``reset``, ``on``, a password
-    placeholder ``><password>`` to replace, and :func:`acl_rules` (arguments with spaces or
+    placeholder ``><password>`` to replace, and `acl_rules` (arguments with spaces or
     quotes are double-quoted).
 
     Raises:
-        ValidationError: as :func:`acl_rules`.
+        ValidationError: as `acl_rules`.
     """
     args = ["ACL", "SETUSER", user, "reset", "on", "><password>", *acl_rules(*prefixes)]
     return " ".join(_cli_quote(arg) for arg in args)

@@ -1,9 +1,9 @@
-"""One acquire call's pure half (:class:`AcquireAttempt`), shared by the sync and async loops,
+"""One acquire call's pure half (`AcquireAttempt`), shared by the sync and async loops,
 and how it reads a failed command's classification. No I/O.
 
 What a failed command may have done is said by the backend that raised the
-:class:`~fencedlease.BackendError` (``sent``, ``wrote``, ``timed_out``; for Redis,
-:mod:`fencedlease._redis.errors` sets them); this module only reads them.
+[`BackendError`][fencedlease.BackendError] (``sent``, ``wrote``, ``timed_out``; for Redis,
+`fencedlease._redis.errors` sets them); this module only reads them.
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ __all__ = ["AcquireAttempt", "is_ambiguous", "may_have_written", "never_sent"]
 def never_sent(exc: BackendError) -> bool:
     """True when the store was never reached, so the command cannot have run (``sent="no"``: an
     exhausted pool, a refused connection). A reset or a timeout on an established connection is
-    not this: the command may have landed (see :func:`is_ambiguous`)."""
+    not this: the command may have landed (see `is_ambiguous`)."""
     return exc.sent == "no"
 
 
 def is_ambiguous(exc: BackendError) -> bool:
     """True when a command may have run although no reply came (``sent="maybe"``: a connection
     reset or a timeout after sending), so only an idempotent retry is safe: for acquire, the same
-    owner token. A command that never left (:func:`never_sent`) is not ambiguous: nothing ran, so
+    owner token. A command that never left (`never_sent`) is not ambiguous: nothing ran, so
     nothing needs cleaning up."""
     return exc.sent == "maybe"
 
@@ -38,7 +38,7 @@ def may_have_written(exc: BackendError) -> bool:
     """True when the command that failed with ``exc`` may have changed the store
     (``wrote="maybe"``), so whatever it may have granted must be released with the same owner
     token: an ambiguous error, or an error from inside a script after a possible write (see
-    :mod:`fencedlease._redis.errors`). The managers' own resend after an ambiguous error is
+    `fencedlease._redis.errors`). The managers' own resend after an ambiguous error is
     tracked and cleaned up."""
     return exc.wrote == "maybe"
 
@@ -49,19 +49,21 @@ class AcquireAttempt:
     It owns the attempt's owner token (one per call, reused by every retry, so a retry after a
     lost reply is recognised by the script), the wait budget (``wait_ms`` on the monotonic clock),
     the retry delay (``retry_delay_ms`` randomised ±50% so waiters do not retry in lock-step), the
-    ambiguous-error rule, and what a grant becomes. A face's loop::
+    ambiguous-error rule, and what a grant becomes. A face's loop:
 
+    ```
+    attempt.sending()
+    try:
+        reply = backend.acquire(key, attempt.owner_token, ttl_ms)      # (await)
+    except BackendError as exc:
+        if not attempt.may_resend(exc):
+            raise
         attempt.sending()
-        try:
-            reply = backend.acquire(key, attempt.owner_token, ttl_ms)      # (await)
-        except BackendError as exc:
-            if not attempt.may_resend(exc):
-                raise
-            attempt.sending()
-            reply = backend.acquire(key, attempt.owner_token, ttl_ms)      # (await)
-        if reply.acquired:
-            return attempt.granted(reply)        # a LeaseState
-        delay = attempt.not_acquired()           # seconds to sleep, None: the budget is spent
+        reply = backend.acquire(key, attempt.owner_token, ttl_ms)      # (await)
+    if reply.acquired:
+        return attempt.granted(reply)        # a LeaseState
+    delay = attempt.not_acquired()           # seconds to sleep, None: the budget is spent
+    ```
 
     ``uncertain`` tells whether the key may be held under this owner token without the caller
     knowing: a command was sent and not answered, or an ambiguous error was seen. An attempt
@@ -114,7 +116,7 @@ class AcquireAttempt:
 
     @property
     def uncertain(self) -> bool:
-        """Whether the key may be held under :attr:`owner_token` unbeknown to the caller."""
+        """Whether the key may be held under `owner_token` unbeknown to the caller."""
         return self._in_flight or self._ambiguous or self.queued
 
     def sending(self) -> None:
@@ -123,11 +125,11 @@ class AcquireAttempt:
         self._in_flight = True
 
     def may_resend(self, exc: BackendError) -> bool:
-        """Whether to send the same acquire once more after ``exc`` (see :func:`is_ambiguous`).
+        """Whether to send the same acquire once more after ``exc`` (see `is_ambiguous`).
 
-        An error reply after a possible write (:func:`may_have_written`) is not resent (it would
-        fail again) but leaves the attempt :attr:`uncertain`: the caller releases with
-        :attr:`owner_token`."""
+        An error reply after a possible write (`may_have_written`) is not resent (it would
+        fail again) but leaves the attempt `uncertain`: the caller releases with
+        `owner_token`."""
         if is_ambiguous(exc):
             self._ambiguous = True  # sticky: the lost command may still land after a retry
             # A reset connection fails fast: resend at once. A timeout means Redis may be

@@ -5,14 +5,15 @@ of it. Keys here are the caller's keys; the backend applies its own layout (for 
 and the hash tag). Owner tokens are secrets: a backend never logs them.
 
 Errors: every failure to reach the store or a refusal by it is raised as
-:class:`~fencedlease.BackendError` with the store's exception in ``__cause__``, saying what may
-have happened at the store (``sent``, ``wrote``; the defaults fit a store whose every call is one
-transaction).
+[`BackendError`][fencedlease.BackendError] with the store's exception in ``__cause__``, saying what
+may have happened at the store (``sent``, ``wrote``; the defaults fit a store whose every call is
+one transaction).
 
 Naming counters (optional): a backend that offers ``fencing_scope(key) -> str`` (no I/O) names
 the counter of ``key``'s fencing tokens, ``"<prefix>:{<escaped key>}:fence"`` for the backends of
-this library; the managers give it to every lease (:attr:`~fencedlease.Lease.fencing_scope`) so
-fenced stores tell counters apart. A backend without it gives leases no scope (``None``).
+this library; the managers give it to every lease
+([`fencing_scope`][fencedlease.Lease.fencing_scope]) so fenced stores tell counters apart. A backend
+without it gives leases no scope (``None``).
 
 Waking waiters (optional): a backend that can wake the callers waiting for a key when it is
 released offers ``release_waiter()``, returning the manager's release waiter (the Redis backends
@@ -54,7 +55,7 @@ def fencing_scope_of(backend: object, key: str) -> str | None:
 
 
 class LeaseBackend(Protocol):
-    """What :class:`~fencedlease.LeaseManager` needs from a store; every method atomic."""
+    """What [`LeaseManager`][fencedlease.LeaseManager] needs from a store; every method atomic."""
 
     def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
         """If ``key`` is free (or expired): grant it to ``owner_token`` for ``ttl_ms`` with the next
@@ -68,8 +69,9 @@ class LeaseBackend(Protocol):
         ...
 
     def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
-        """:meth:`renew` for each item, in as few round trips as the store allows. A failure of
-        one item is returned in its place; a failure of the whole round trip is raised."""
+        """[`renew`][fencedlease.LeaseBackend.renew] for each item, in as few round trips as the
+        store allows. A failure of one item is returned in its place; a failure of the whole round
+        trip is raised."""
         ...
 
     def release(self, key: str, owner_token: str) -> bool:
@@ -91,8 +93,9 @@ class LeaseBackend(Protocol):
 
 
 class AsyncLeaseBackend(Protocol):
-    """What :class:`~fencedlease.aio.AsyncLeaseManager` needs from a store: :class:`LeaseBackend`
-    with every method awaited, the same meanings, the same atomicity and the same errors.
+    """What [`AsyncLeaseManager`][fencedlease.aio.AsyncLeaseManager] needs from a store:
+    [`LeaseBackend`][fencedlease.LeaseBackend] with every method awaited, the same meanings, the
+    same atomicity and the same errors.
 
     Cancellation: a cancelled call may or may not have run at the store (the command can land
     after the caller stopped listening). The manager relies on every method being safe to repeat
@@ -101,27 +104,28 @@ class AsyncLeaseBackend(Protocol):
     """
 
     async def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
-        """As :meth:`LeaseBackend.acquire`."""
+        """As [`LeaseBackend.acquire`][fencedlease.LeaseBackend.acquire]."""
         ...
 
     async def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
-        """As :meth:`LeaseBackend.renew`."""
+        """As [`LeaseBackend.renew`][fencedlease.LeaseBackend.renew]."""
         ...
 
     async def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
-        """As :meth:`LeaseBackend.renew_many`: one round trip where the store allows."""
+        """As [`LeaseBackend.renew_many`][fencedlease.LeaseBackend.renew_many]: one round trip where
+        the store allows."""
         ...
 
     async def release(self, key: str, owner_token: str) -> bool:
-        """As :meth:`LeaseBackend.release`."""
+        """As [`LeaseBackend.release`][fencedlease.LeaseBackend.release]."""
         ...
 
     async def inspect(self, key: str) -> InspectReply | None:
-        """As :meth:`LeaseBackend.inspect`."""
+        """As [`LeaseBackend.inspect`][fencedlease.LeaseBackend.inspect]."""
         ...
 
     async def force_release(self, key: str) -> bool:
-        """As :meth:`LeaseBackend.force_release`."""
+        """As [`LeaseBackend.force_release`][fencedlease.LeaseBackend.force_release]."""
         ...
 
     async def close(self) -> None:

@@ -1,8 +1,8 @@
-"""Where the library reads time: the :class:`Clock` protocol and the real clock.
+"""Where the library reads time: the [`Clock`][fencedlease.Clock] protocol and the real clock.
 
 ``monotonic`` (seconds) dates every deadline; ``time`` (seconds since the epoch) only the
 ``expires_at`` estimate a caller may persist. A fake clock
-(:class:`fencedlease.testing.FakeClock`) drives the same code in tests.
+([`fencedlease.testing.FakeClock`][]) drives the same code in tests.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class Clock(Protocol):
     ``time`` (seconds since the epoch) only for ``expires_at``, the wall-clock estimate a caller
     may persist; ``sleep(seconds)`` for the sync manager's wait between two acquire attempts
     (``retry_delay_ms``) on a store without release notifications, so a fake clock drives the
-    waits too (:class:`~fencedlease.testing.FakeClock`)."""
+    waits too ([`FakeClock`][fencedlease.testing.FakeClock])."""
 
     def monotonic(self) -> float: ...
 
@@ -41,16 +41,17 @@ class Clock(Protocol):
 
 
 class AsyncClock(Clock, Protocol):
-    """A :class:`Clock` the asyncio face can wait on: ``async_sleep(seconds)`` is its wait between
-    two acquire attempts, as ``sleep`` is the sync face's. A clock without ``async_sleep`` (such as
-    :class:`SystemClock`) is waited on with :func:`asyncio.sleep`, in real time."""
+    """A [`Clock`][fencedlease.Clock] the asyncio face can wait on: ``async_sleep(seconds)`` is its
+    wait between two acquire attempts, as ``sleep`` is the sync face's. A clock without
+    ``async_sleep`` (such as [`SystemClock`][fencedlease.SystemClock]) is waited on with
+    `asyncio.sleep`, in real time."""
 
     async def async_sleep(self, seconds: float) -> None: ...
 
 
 class SystemClock:
-    """The real clock: :func:`time.monotonic`, :func:`time.time` and :func:`time.sleep`. (The
-    asyncio face waits on :func:`asyncio.sleep` with it: the sync face imports no asyncio.)"""
+    """The real clock: `time.monotonic`, `time.time` and `time.sleep`. (The
+    asyncio face waits on `asyncio.sleep` with it: the sync face imports no asyncio.)"""
 
     monotonic = staticmethod(time.monotonic)
     sleep = staticmethod(time.sleep)
@@ -66,7 +67,7 @@ def on_ns_grid(seconds: float) -> float:
 
     Float sums drift from the decimal they stand for (``0.1 + 0.05`` is
     ``0.15000000000000002``), so a due time so computed would lie an ulp after the clock reading
-    that should reach it: a :class:`~fencedlease.testing.FakeClock` stepped by exactly one
+    that should reach it: a [`FakeClock`][fencedlease.testing.FakeClock] stepped by exactly one
     heartbeat (its readings are whole nanoseconds, ``ns / 1e9``) would miss that step's renewal,
     and a renewer would wait a near-zero slice again and again. Rounded, the two are the same
     float; a real clock loses under half a nanosecond.
@@ -82,7 +83,7 @@ _SEND_MARK: ContextVar[Callable[[], None] | None] = ContextVar(
 @contextmanager
 def marking_sends(mark: Callable[[], None]) -> Iterator[None]:
     """Within the block (this thread, or this asyncio task), a backend about to send the command
-    whose send time dates a deadline calls ``mark()`` (:func:`mark_send`) right before it goes
+    whose send time dates a deadline calls ``mark()`` (`mark_send`) right before it goes
     out, so the time the caller took before the call is moved later.
 
     A deadline counts from the moment its command was sent and must never be later than the
@@ -90,7 +91,7 @@ def marking_sends(mark: Callable[[], None]) -> Iterator[None]:
     backend does before the command really leaves (making a connection: a TCP and a handshake
     round trip or more; an EVALSHA refused with ``NOSCRIPT``, which ran nothing) would otherwise
     eat into the lease's margin. A later mark is still before the command runs, so the deadline
-    stays conservative. A backend that never calls :func:`mark_send` keeps the caller's time.
+    stays conservative. A backend that never calls `mark_send` keeps the caller's time.
     """
     token = _SEND_MARK.set(mark)
     try:
@@ -100,13 +101,13 @@ def marking_sends(mark: Callable[[], None]) -> Iterator[None]:
 
 
 def send_mark() -> Callable[[], None] | None:
-    """The mark :func:`marking_sends` set for the current context, or None (nobody dates a
+    """The mark `marking_sends` set for the current context, or None (nobody dates a
     deadline from this command: a backend need not prepare anything)."""
     return _SEND_MARK.get()
 
 
 def mark_send() -> None:
-    """Call the current context's mark (see :func:`marking_sends`), if any: the command the
+    """Call the current context's mark (see `marking_sends`), if any: the command the
     deadline counts from is going out now."""
     mark = _SEND_MARK.get()
     if mark is not None:
@@ -115,7 +116,7 @@ def mark_send() -> None:
 
 class SendTime:
     """When a command was sent, on ``clock``: both readings taken at construction and again at each
-    :meth:`mark` (pass ``mark`` to :func:`marking_sends` so the backend moves it to the real send).
+    `mark` (pass ``mark`` to `marking_sends` so the backend moves it to the real send).
     ``mono`` (monotonic seconds) dates the deadline, ``wall`` (epoch seconds) ``expires_at``."""
 
     __slots__ = ("_clock", "mono", "wall")

@@ -1,27 +1,30 @@
 """The decisions both faces make, made once: the acquire loop, the end of a hold, a renewal batch's
 outcome, the renew-error hooks, and how long a ``wait_lost`` waits. No I/O.
 
-The sync face (:class:`~fencedlease.LeaseManager`, its renewer thread) and the asyncio face
-(:class:`~fencedlease.aio.AsyncLeaseManager`, its renewal task) call these and only do the I/O
-they ask for: a face that blocks and a face that awaits cannot decide differently.
+The sync face ([`LeaseManager`][fencedlease.LeaseManager], its renewer thread) and the asyncio face
+([`AsyncLeaseManager`][fencedlease.aio.AsyncLeaseManager], its renewal task) call these and only do
+the I/O they ask for: a face that blocks and a face that awaits cannot decide differently.
 
-The acquire loop is a generator (:func:`acquire_steps`): it yields what to do next
-(:class:`SendAcquire`, :class:`WaitForRelease`), the face does it and sends back the answer (or
-throws in the error it raised), and the generator returns an :class:`AcquireEnd`. A face's pump::
+The acquire loop is a generator (`acquire_steps`): it yields what to do next
+(`SendAcquire`, `WaitForRelease`), the face does it and sends back the answer (or
+throws in the error it raised), and the generator returns an `AcquireEnd`. A face's pump:
 
-    steps = acquire_steps(attempt, waiter.queues)
-    step = next(steps)
-    while True:                               # until StopIteration carries the AcquireEnd
-        try:
-            if isinstance(step, WaitForRelease):
-                waiter.wait(key, attempt.owner_token, ttl_ms, step.delay_s, step.final)  # (await)
-                answer = manager_is_closed
-            else:
-                answer = backend.acquire(key, attempt.owner_token, ttl_ms)              # (await)
-        except BaseException as exc:
-            step = steps.throw(exc)
+```
+steps = acquire_steps(attempt, waiter.queues)
+step = next(steps)
+while True:                               # until StopIteration carries the AcquireEnd
+    try:
+        if isinstance(step, WaitForRelease):
+            waiter.wait(key, attempt.owner_token, ttl_ms, step.delay_s, step.final)  # (await)
+            answer = manager_is_closed
         else:
-            step = steps.send(answer)
+            answer = backend.acquire(key, attempt.owner_token, ttl_ms)              # (await)
+    except BaseException as exc:
+        step = steps.throw(exc)
+    else:
+        step = steps.send(answer)
+```
+
 """
 
 from __future__ import annotations
@@ -32,19 +35,17 @@ from typing import cast
 
 import attrs
 
-from ._core import (
-    AcquireAttempt,
-    LeaseState,
-    LeaseView,
-    LossReason,
-    RenewalEntry,
-    RenewalSchedule,
-    never_sent,
-)
+from ._attempt import AcquireAttempt, never_sent
 from ._errors import BackendError, ManagerClosedError
 from ._protocol import AcquireReply
+from ._schedule import RenewalEntry, RenewalSchedule
+from ._state import LeaseState, LossReason
+from ._view import LeaseView
 
 __all__ = [
+    "DEFAULT_CLOSE_TIMEOUT_MS",
+    "DEFAULT_RETRY_DELAY_MS",
+    "DEFAULT_TTL_MS",
     "AcquireEnd",
     "AcquireStep",
     "BatchOutcome",
@@ -58,6 +59,13 @@ __all__ = [
     "hold_releases",
     "lost_wait_s",
 ]
+
+DEFAULT_TTL_MS = 30_000
+DEFAULT_RETRY_DELAY_MS = 100
+DEFAULT_CLOSE_TIMEOUT_MS = 1_000
+"""How long ``close()`` (either face) waits, by default, for the releases of the leases still
+held: a release is one round trip, so this is generous for a live store and short enough for a
+shutdown path. A lease not released in time lapses at its TTL."""
 
 log = logging.getLogger("fencedlease.renewer")
 
@@ -98,14 +106,14 @@ def acquire_steps(
     attempt: AcquireAttempt, queues: bool
 ) -> Generator[AcquireStep, AcquireReply | bool, AcquireEnd]:
     """The acquire loop of both faces (see the module docstring): send, resend once after an
-    ambiguous error (:meth:`AcquireAttempt.may_resend`), return a grant, or wait and try again
+    ambiguous error (`AcquireAttempt.may_resend`), return a grant, or wait and try again
     until the budget is spent (the wait that spends it is followed by one last attempt).
 
     ``queues``: the release waiter queues the caller for a hand-off (Redis).
 
-    An error thrown in propagates, after the attempt noted what it means (:attr:`~AcquireAttempt.
+    An error thrown in propagates, after the attempt noted what it means (`
     uncertain`: the face then releases ``owner_token``). A wait the manager's ``close()`` ended
-    raises :class:`ManagerClosedError`.
+    raises [`ManagerClosedError`][fencedlease.ManagerClosedError].
     """
     while True:
         attempt.sending()
@@ -155,9 +163,9 @@ def hold_outcome(
     the hold ends as the body did; else the error to raise.
 
     A body that raised (``body_failed``) wins: its exception propagates unchanged, a failed
-    release included. Otherwise a lost lease is :class:`LeaseLostError` (even if the release
-    failed too: the loss is what the caller must know), and a failed release is its
-    :class:`BackendError` (the lease lapses at its TTL).
+    release included. Otherwise a lost lease is [`LeaseLostError`][fencedlease.LeaseLostError] (even
+    if the release failed too: the loss is what the caller must know), and a failed release is its
+    [`BackendError`][fencedlease.BackendError] (the lease lapses at its TTL).
     """
     if body_failed:
         return None
@@ -189,8 +197,8 @@ def apply_batch(
     now_mono: float,
 ) -> list[tuple[RenewalEntry, BaseException]]:
     """Apply a renewal round trip's ``outcome`` to ``batch`` (see
-    :meth:`RenewalSchedule.apply`); a failed round trip is one failed try for every lease in it
-    (rule 3). Returns the hooks due (:func:`call_renew_error_hooks`)."""
+    `RenewalSchedule.apply`); a failed round trip is one failed try for every lease in it
+    (rule 3). Returns the hooks due (`call_renew_error_hooks`)."""
     if isinstance(outcome, BaseException):
         return schedule.apply(batch, now_mono, 0.0, outcome, now_mono)
     sent_mono, sent_wall, replies = outcome
@@ -200,12 +208,13 @@ def apply_batch(
 def call_renew_error_hooks(hooks: list[tuple[RenewalEntry, BaseException]]) -> None:
     """Call each lease's ``on_renew_error(error)`` (telemetry: a failed round trip is not a loss).
 
-    A hook that raises an :class:`Exception` is logged and renewal goes on: a telemetry bug must
+    A hook that raises an [`Exception`][] is logged and renewal goes on: a telemetry bug must
     not drop every lease. A hook that raises anything else (``KeyboardInterrupt``,
     ``SystemExit``: a request to stop) is not swallowed: it propagates out of the renewer (the
     thread, or the renewal task), which stops; every lease it renewed is lost (reason "the
     renewer stopped with an unexpected error: ..."), so each ``hold`` ends in
-    :class:`LeaseLostError`. A later ``hold`` gets a new renewer. The same on both faces.
+    [`LeaseLostError`][fencedlease.LeaseLostError]. A later ``hold`` gets a new renewer. The same on
+    both faces.
     """
     for entry, error in hooks:
         hook = entry.on_renew_error

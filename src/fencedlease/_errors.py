@@ -1,27 +1,28 @@
 """The library's exceptions, in one place.
 
-::
-
-    FencedLeaseError
-    ├── LeaseNotAcquiredError   .key, .status_code = 409
-    ├── LeaseLostError          .key
-    ├── StaleTokenError         .resource, .token, .last_token
-    │   └── LeaseKeyMismatchError   .lease_key, .presented_key (counters' scopes)
-    ├── ValidationError         also a ValueError; says which argument and which bound
-    ├── BackendError            the store could not be reached or refused; original in __cause__
-    │                           .sent (Sent), .wrote (Wrote), .timed_out: what may have happened
-    ├── ManagerClosedError      also a RuntimeError; the lease manager is (or was just) closed
-    └── RowNotFoundError        also a LookupError; .table, .where (``fencedlease.db``)
+```
+FencedLeaseError
+├── LeaseNotAcquiredError   .key, .status_code = 409
+├── LeaseLostError          .key
+├── StaleTokenError         .resource, .token, .last_token
+│   └── LeaseKeyMismatchError   .lease_key, .presented_key (counters' scopes)
+├── ValidationError         also a ValueError; says which argument and which bound
+├── BackendError            the store could not be reached or refused; original in __cause__
+│                           .sent (Sent), .wrote (Wrote), .timed_out: what may have happened
+├── ManagerClosedError      also a RuntimeError; the lease manager is (or was just) closed
+└── RowNotFoundError        also a LookupError; .table, .where (``fencedlease.db``)
+```
 
 Every error a store (Redis, SQLite, ...) raises while the library talks to it reaches the caller as
-:class:`BackendError` with the store's own exception in ``__cause__``: one type to catch, the detail
-still there. Nothing is swallowed, and an error is never counted as an acquired lease. The backend
-that raises it says whether the command may have run (``sent``) or changed the store (``wrote``),
-so nothing above the backend needs to know the store's own exceptions.
+[`BackendError`][fencedlease.BackendError] with the store's own exception in ``__cause__``: one type
+to catch, the detail still there. Nothing is swallowed, and an error is never counted as an acquired
+lease. The backend that raises it says whether the command may have run (``sent``) or changed the
+store (``wrote``), so nothing above the backend needs to know the store's own exceptions.
 
 A call on a closed manager, or an acquire whose wait the manager's ``close()`` interrupted, raises
-:class:`ManagerClosedError` on both faces; it is also a ``RuntimeError``, which is what such calls
-raised before it existed, so older ``except RuntimeError`` code keeps working.
+[`ManagerClosedError`][fencedlease.ManagerClosedError] on both faces; it is also a ``RuntimeError``,
+which is what such calls raised before it existed, so older ``except RuntimeError`` code keeps
+working.
 """
 
 from __future__ import annotations
@@ -118,9 +119,9 @@ class LeaseKeyMismatchError(StaleTokenError):
     ``"appA:{orders}:fence"`` (``lease_key``), and refuses leases of any other counter
     (``presented_key``, the refused lease's scope), whatever their tokens. Either may be a bare
     key: a record of an earlier version, or a lease without a scope. Nothing was written. A
-    :class:`StaleTokenError`, so code that rolls back on a refusal keeps doing so; the fix is to
-    fence each key's data in a resource of its own, with one manager prefix. Scopes and keys are
-    not secrets; owner tokens never appear.
+    [`StaleTokenError`][fencedlease.StaleTokenError], so code that rolls back on a refusal keeps
+    doing so; the fix is to fence each key's data in a resource of its own, with one manager prefix.
+    Scopes and keys are not secrets; owner tokens never appear.
     """
 
     def __init__(
@@ -190,7 +191,7 @@ class BackendError(FencedLeaseError):
 
     The defaults, ``sent="yes"``, ``wrote="no"``, fit a store that answers every command
     atomically (memory, SQLite: a failed transaction wrote nothing); the Redis adapter classifies
-    redis-py's errors (:mod:`fencedlease._redis.errors`).
+    redis-py's errors (`fencedlease._redis.errors`).
     """
 
     def __init__(
@@ -220,9 +221,10 @@ class ManagerClosedError(FencedLeaseError, RuntimeError):
 
 class RowNotFoundError(FencedLeaseError, LookupError):
     """No row of ``table`` matches ``where``: nothing to fence, nothing was changed
-    (:mod:`fencedlease.db`, which exports it too).
+    ([`fencedlease.db`][], which exports it too).
 
-    Distinct from :class:`StaleTokenError` (a row is there, with a larger token).
+    Distinct from [`StaleTokenError`][fencedlease.StaleTokenError] (a row is there, with a larger
+    token).
     """
 
     def __init__(self, table: str, where: Mapping[str, Any], message: str | None = None) -> None:

@@ -1,26 +1,26 @@
-"""Fork safety: what a child made by :func:`os.fork` does with what it inherits.
+"""Fork safety: what a child made by `os.fork` does with what it inherits.
 
 The rule: **a lease belongs to the process that acquired it** (or restored it). A child made by
 ``os.fork`` (``multiprocessing`` with the fork start method, gunicorn and Celery prefork workers)
 inherits copies of the parent's managers and leases, but none of the parent's threads, and it
 shares the parent's sockets. So, in the child:
 
-- every lease made before the fork is lost, reason :attr:`~fencedlease._state.LossReason.FORKED`,
+- every lease made before the fork is lost, reason `FORKED`,
   without any I/O: ``renew()`` and ``release()`` send nothing and return False, ``hold`` ends in
-  :class:`~fencedlease.LeaseLostError` (or the body's own exception) without releasing, and the
-  manager's ``close()`` leaves the parent's keys alone. The parent keeps renewing them;
-- a sync :class:`~fencedlease.LeaseManager` is usable: its renewer, release and hand-off threads and
-  their locks are replaced, and new leases are renewed by fresh threads (redis-py's sync
+  [`LeaseLostError`][fencedlease.LeaseLostError] (or the body's own exception) without releasing,
+  and the manager's ``close()`` leaves the parent's keys alone. The parent keeps renewing them;
+- a sync [`LeaseManager`][fencedlease.LeaseManager] is usable: its renewer, release and hand-off
+  threads and their locks are replaced, and new leases are renewed by fresh threads (redis-py's sync
   ``ConnectionPool`` drops the parent's connections itself when it sees a new pid);
-- an asyncio :class:`~fencedlease.aio.AsyncLeaseManager` is inert: an event loop and the
-  ``redis.asyncio`` connections bound to it do not survive fork (redis-py's asyncio pool does not
-  reset itself by pid), so the inherited manager raises ``RuntimeError`` on use, its ``close()``
+- an asyncio [`AsyncLeaseManager`][fencedlease.aio.AsyncLeaseManager] is inert: an event loop and
+  the ``redis.asyncio`` connections bound to it do not survive fork (redis-py's asyncio pool does
+  not reset itself by pid), so the inherited manager raises ``RuntimeError`` on use, its ``close()``
   does no I/O and leaves the inherited client alone. Make a new manager in the child, inside the
   child's own event loop (``asyncio.run``). A child forked from *inside* a running loop must not
   go on running that loop (it shares the parent's selector and sockets): leave it with
   ``os._exit``, as ``multiprocessing`` does.
 
-How: one set of :func:`os.register_at_fork` hooks per process (registered when this module is
+How: one set of `os.register_at_fork` hooks per process (registered when this module is
 imported), a process *generation* that a lease compares with the one it was made in, and weak
 references to the live managers, whose ``_after_fork_in_child`` replaces their locks, threads and
 executors. The parent's locks are not held across the fork: the child never uses them (it replaces

@@ -2,9 +2,9 @@
 
 An acquire with ``wait_ms > 0`` that finds the key held calls a *release waiter* between attempts
 instead of sleeping blindly. A backend that can wake waiters provides one (``release_waiter()``);
-for Redis that is :class:`~fencedlease._handoff_sync.Handoff` (a thread) and
-:class:`~fencedlease.aio._handoff.AsyncHandoff` (a task), both built on this module's channel model
-(:class:`Channels`) and the scripts and keys of :mod:`fencedlease._redis`:
+for Redis that is `Handoff` (a thread) and
+`AsyncHandoff` (a task), both built on this module's channel model
+(`Channels`) and the scripts and keys of `fencedlease._redis`:
 
 1. It makes sure the manager's one listener connection (on a pool of its own, never one of the
    caller's pool's connections) is subscribed to the key's channel
@@ -31,8 +31,8 @@ passes on a lease handed to it meanwhile. A waiter that crashed drops out at its
 plus ``grace_ms``, on Redis's clock; none for its last wait); a hand-off to it in that window leaves
 the key unclaimed for at most ``2 * grace_ms`` before it expires.
 
-Other backends get :class:`SleepWaiter` (:class:`~fencedlease.aio._handoff.AsyncSleepWaiter`),
-which just sleeps: :func:`release_waiter_for`.
+Other backends get `SleepWaiter` (`AsyncSleepWaiter`),
+which just sleeps: `release_waiter_for`.
 
 This module holds what both faces share, with no I/O: the waiter protocols, the channel model, the
 waiter's name, and how a listener logs its failures and its death.
@@ -83,7 +83,7 @@ def waiter_name(owner_token: str) -> str:
 
 def listener_failed(exc: BaseException, denied: str | None, warned: bool) -> bool:
     """Log a hand-off listener's failed round (both faces): an ACL refusal (``denied``, the words
-    of :func:`~fencedlease._redis.errors.acl_denial`: SUBSCRIBE, or a channel outside the user's
+    of `acl_denial`: SUBSCRIBE, or a channel outside the user's
     patterns) once as a warning, since it will not heal by itself and waiters only poll
     meanwhile; anything else at debug level. Returns whether a warning was logged."""
     if denied is not None and not warned:
@@ -102,7 +102,7 @@ def listener_died() -> None:
 class ReleaseWaiter(Protocol):
     """What the sync manager calls between two acquire attempts of a waiting caller.
 
-    ``queues``: whether :meth:`wait` queues the caller for a hand-off (a release may then grant
+    ``queues``: whether `wait` queues the caller for a hand-off (a release may then grant
     the key to its owner token; an acquire that gives up must release with that token).
     """
 
@@ -123,14 +123,15 @@ class ReleaseWaiter(Protocol):
         ...
 
     def _after_fork_in_child(self) -> None:
-        """In a forked child (see :mod:`fencedlease._fork`): forget the parent's threads and
+        """In a forked child (see `fencedlease._fork`): forget the parent's threads and
         locks. No I/O."""
         ...
 
 
 class SleepWaiter:
-    """Polling only: sleeps the whole ``timeout_s`` on ``clock`` (:meth:`Clock.sleep`, so a fake
-    clock drives the waits), for backends without release notifications."""
+    """Polling only: sleeps the whole ``timeout_s`` on ``clock``
+    ([`Clock.sleep`][fencedlease.Clock.sleep], so a fake clock drives the waits), for backends
+    without release notifications."""
 
     queues = False
 
@@ -150,7 +151,7 @@ class SleepWaiter:
 
 
 class AsyncReleaseWaiter(Protocol):
-    """What the asyncio manager awaits between two acquire attempts (see :class:`ReleaseWaiter`)."""
+    """What the asyncio manager awaits between two acquire attempts (see `ReleaseWaiter`)."""
 
     queues: bool
 
@@ -165,10 +166,10 @@ ClientT = TypeVar("ClientT")
 
 
 class HandoffBase(Generic[ClientT]):
-    """What the two Redis hand-offs (:class:`~fencedlease._handoff_sync.Handoff`, a thread;
-    :class:`~fencedlease.aio._handoff.AsyncHandoff`, a task) hold alike: the manager's client
+    """What the two Redis hand-offs (`Handoff`, a thread;
+    `AsyncHandoff`, a task) hold alike: the manager's client
     (``redis.Redis`` or ``redis.asyncio.Redis``) and key ``prefix``, ``grace_ms`` (how long past
-    its wait a queued waiter still counts as alive), the :class:`Channels` (``linger_s``: how long
+    its wait a queued waiter still counts as alive), the `Channels` (``linger_s``: how long
     an unused channel stays subscribed) and the listener's own wake-up channel. No I/O."""
 
     queues = True
@@ -198,14 +199,14 @@ class HandoffBase(Generic[ClientT]):
         self, key: str, owner_token: str, ttl_ms: int, wait_ms: int, final: bool
     ) -> tuple[tuple[str, str, str], tuple[str, int, int, int]]:
         """KEYS and ARGV of the queueing script for one wait (see
-        :func:`~fencedlease._redis.keys.enqueue_args`)."""
+        `enqueue_args`)."""
         prefix, grace_ms = self._prefix, self._grace_ms
         return enqueue_args(prefix, key, owner_token, ttl_ms, wait_ms, final, grace_ms)
 
 
 def release_waiter_for(backend: object, clock: Clock = SYSTEM_CLOCK) -> ReleaseWaiter:
     """The release waiter a sync manager uses over ``backend``: the backend's own
-    (``backend.release_waiter()``, e.g. the Redis hand-off), else :class:`SleepWaiter` (polling on
+    (``backend.release_waiter()``, e.g. the Redis hand-off), else `SleepWaiter` (polling on
     ``clock``)."""
     make = getattr(backend, "release_waiter", None)
     waiter: ReleaseWaiter = SleepWaiter(clock) if make is None else make()

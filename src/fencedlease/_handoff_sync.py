@@ -1,8 +1,8 @@
-"""The Redis hand-off for the sync face: :class:`Handoff`, its listener a thread.
+"""The Redis hand-off for the sync face: `Handoff`, its listener a thread.
 
-How the hand-off works (the queue, the channel, who is woken) is in :mod:`fencedlease._handoff`,
+How the hand-off works (the queue, the channel, who is woken) is in `fencedlease._handoff`,
 with the channel model this class drives; the asyncio twin is
-:class:`fencedlease.aio._handoff.AsyncHandoff`.
+`fencedlease.aio._handoff.AsyncHandoff`.
 """
 
 from __future__ import annotations
@@ -39,13 +39,13 @@ T = TypeVar("T")
 
 
 class Handoff(HandoffBase[redis.Redis]):
-    """The Redis release waiter of one :class:`~fencedlease.LeaseManager` (see the module).
+    """The Redis release waiter of one [`LeaseManager`][fencedlease.LeaseManager] (see the module).
 
-    ``Handoff(client, prefix, *, grace_ms, linger_s)`` as :class:`~fencedlease._handoff.HandoffBase`
+    ``Handoff(client, prefix, *, grace_ms, linger_s)`` as `HandoffBase`
     says: ``client`` is the manager's ``redis.Redis`` (it carries the queue commands; the listener
-    has a connection of its own, see :func:`~fencedlease._redis.clients.dedicated_client`). The
+    has a connection of its own, see `dedicated_client`). The
     listener is a daemon thread named ``fencedlease-handoff``, started by
-    the first wait and joined by :meth:`close`. The queueing command runs on a small pool
+    the first wait and joined by `close`. The queueing command runs on a small pool
     (``fencedlease-handoff-io``) so that a stalled Redis cannot stretch a wait past its
     ``timeout_s``: the acquire's bound of ``wait_ms`` plus one round trip holds with the hand-off
     too.
@@ -160,7 +160,7 @@ class Handoff(HandoffBase[redis.Redis]):
         shutdown_pool(io, until)
 
     def _after_fork_in_child(self) -> None:
-        """In a forked child (see :mod:`fencedlease._fork`): forget the parent's listener, pool,
+        """In a forked child (see `fencedlease._fork`): forget the parent's listener, pool,
         lock and waiters, none of which exist here; the next wait starts a listener of the
         child's own, on a control channel of its own. No I/O."""
         self._channels = Channels(self._channels.linger_s)

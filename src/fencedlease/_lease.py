@@ -1,8 +1,9 @@
+# GENERATED from src/fencedlease/aio/_lease.py by `python scripts/unasync.py`: do not edit.
+# Edit that source, then run it again (CI runs it with --check, failing while stale).
 """The sync lease handle and the small result types of the manager."""
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 import attrs
@@ -10,7 +11,7 @@ import attrs
 from ._backend import LeaseBackend
 from ._clock import Clock
 from ._decisions import lost_wait_s
-from ._protocol import InspectReply
+from ._primitives import LostSignal
 from ._state import LeaseState
 from ._validate import check_ms
 from ._view import LeaseView
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from ._renewer import Renewer
     from ._schedule import RenewalEntry
 
-__all__ = ["AcquireResult", "Lease", "LeaseInfo", "LeaseOutcome"]
+__all__ = ["AcquireResult", "Lease", "LeaseOutcome"]
 
 T = TypeVar("T")
 
@@ -29,29 +30,31 @@ class Lease(LeaseView):
 
     ``owner_token`` proves ownership to the store; it is a secret and never appears in ``repr``.
     ``fencing_token`` is the grant's number, strictly larger than every earlier grant's of the key;
-    hand it to the storage you write to (see :class:`~fencedlease.FencedResource`). It is None only
-    for a lease restored without one (the first successful :meth:`renew` learns it from Redis).
-    The read-only attributes and :meth:`check` come from :class:`~fencedlease._view.LeaseView`,
-    shared with :class:`~fencedlease.aio.AsyncLease`.
+    hand it to the storage you write to (see [`FencedResource`][fencedlease.FencedResource]). It is
+    None only for a lease restored without one (the first successful
+    [`renew`][fencedlease.Lease.renew] learns it from Redis). The read-only attributes and
+    [`check`][fencedlease.Lease.check] come from `LeaseView`, shared with
+    [`AsyncLease`][fencedlease.aio.AsyncLease].
 
-    Thread-safe: the body may call :meth:`check` while the manager's renewer updates the lease.
+    Thread-safe: the body may call [`check`][fencedlease.Lease.check] while the manager's renewer
+    updates the lease.
     """
 
-    __slots__ = ("_backend", "_entry", "_lost_event", "_renewer")
+    __slots__ = ("_backend", "_entry", "_lost_signal", "_renewer")
 
     def __init__(self, state: LeaseState, backend: LeaseBackend, clock: Clock) -> None:
         super().__init__(state, clock)
         self._backend = backend
         self._entry: RenewalEntry | None = None
         self._renewer: Renewer | None = None
-        self._lost_event: threading.Event | None = None
+        self._lost_signal: LostSignal | None = None
 
     def wait_lost(self, timeout_ms: int | None = None) -> bool:
         """Block until the lease is lost or ``timeout_ms`` passes; return whether it is lost.
 
         Useful in a watcher thread that stops work the moment the lease goes. A lease not renewed
-        in the background learns of its loss only through :meth:`renew`, :meth:`check`, or here
-        at its deadline.
+        in the background learns of its loss only through [`renew`][fencedlease.Lease.renew],
+        [`check`][fencedlease.Lease.check], or here at its deadline.
 
         Raises:
             ValidationError: ``timeout_ms`` is not an int in 0..2,147,483,647.
@@ -59,15 +62,14 @@ class Lease(LeaseView):
         limit = None if timeout_ms is None else check_ms("timeout_ms", timeout_ms, 0) / 1000
         clock = self._clock
         started = clock.monotonic()
-        event = self._lost_event
-        if event is None:
-            event = self._lost_event = threading.Event()
-            self._state.add_listener(lambda _: event.set())
+        lost = self._lost_signal
+        if lost is None:
+            lost = self._lost_signal = LostSignal(self._state)
         while not self.lost:
             timed_out, wait = lost_wait_s(self._state, limit, started, clock.monotonic())
             if timed_out:
                 return False
-            event.wait(wait)
+            lost.wait(wait)
         return True
 
     def renew(self, ttl_ms: int | None = None) -> bool:
@@ -94,8 +96,8 @@ class Lease(LeaseView):
         A False reply means the lease had already moved on: the lease is then marked lost. The
         background renewal (if any) goes on while the release waits for a connection of a busy
         pool and runs, and stops with its reply; it never touches the key again. If the store
-        cannot be reached, :class:`BackendError` is raised and the lease keeps its owner token, so
-        ``release()`` can be called again.
+        cannot be reached, [`BackendError`][fencedlease.BackendError] is raised and the lease keeps
+        its owner token, so ``release()`` can be called again.
 
         In a child forked after the lease was made it sends nothing and returns False: the lease
         is the parent's (``lost`` with the reason that says so), and the parent keeps it.
@@ -127,9 +129,9 @@ class Lease(LeaseView):
 
 @attrs.frozen
 class AcquireResult:
-    """What :meth:`LeaseManager.acquire` got: ``acquired`` and the ``lease`` (None when not
-    acquired). ``bool(result)`` is ``result.acquired``. ``holder_ttl_ms`` is the current holder's
-    remaining TTL in milliseconds when not acquired (None when acquired)."""
+    """What [`LeaseManager.acquire`][fencedlease.LeaseManager.acquire] got: ``acquired`` and the
+    ``lease`` (None when not acquired). ``bool(result)`` is ``result.acquired``. ``holder_ttl_ms``
+    is the current holder's remaining TTL in milliseconds when not acquired (None when acquired)."""
 
     key: str
     lease: Lease | None
@@ -145,8 +147,9 @@ class AcquireResult:
 
 @attrs.frozen
 class LeaseOutcome(Generic[T]):
-    """What :meth:`LeaseManager.with_lease` did: ran ``fn`` under the lease (``value`` is its
-    return value), or skipped it because the lease was not acquired (``value`` is None)."""
+    """What [`LeaseManager.with_lease`][fencedlease.LeaseManager.with_lease] did: ran ``fn`` under
+    the lease (``value`` is its return value), or skipped it because the lease was not acquired
+    (``value`` is None)."""
 
     key: str
     acquired: bool
@@ -156,28 +159,3 @@ class LeaseOutcome(Generic[T]):
     @property
     def skipped(self) -> bool:
         return not self.acquired
-
-
-@attrs.frozen
-class LeaseInfo:
-    """A lease as the store holds it: ``fencing_token``, ``ttl_ms`` remaining (milliseconds),
-    ``owner_fingerprint`` (not the secret owner token), ``last_issued_token`` (the counter)."""
-
-    key: str
-    fencing_token: int
-    ttl_ms: int
-    owner_fingerprint: str
-    last_issued_token: int | None = None
-
-    @classmethod
-    def from_reply(cls, key: str, reply: InspectReply | None) -> LeaseInfo | None:
-        """The info for ``key`` from the store's inspect reply (None: nobody holds it)."""
-        if reply is None:
-            return None
-        return cls(
-            key=key,
-            fencing_token=reply.fencing_token,
-            ttl_ms=reply.ttl_ms,
-            owner_fingerprint=reply.owner_fingerprint,
-            last_issued_token=reply.last_issued_token,
-        )

@@ -1,4 +1,4 @@
-"""The sync face: :class:`LeaseManager`."""
+"""The sync face: [`LeaseManager`][fencedlease.LeaseManager]."""
 
 from __future__ import annotations
 
@@ -9,36 +9,28 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import wait as wait_futures
 from contextlib import contextmanager
-from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 import redis
 
 from . import _fork
-from ._backend import LeaseBackend, fencing_scope_of
-from ._core import (
-    SYSTEM_CLOCK,
-    AcquireAttempt,
-    Clock,
-    marking_sends,
-    release_bound_s,
-    release_wait_more_s,
-    restored_state,
-)
+from ._backend import LeaseBackend
+from ._clock import SYSTEM_CLOCK, Clock
 from ._decisions import (
-    AcquireEnd,
-    WaitForRelease,
-    acquire_steps,
+    DEFAULT_CLOSE_TIMEOUT_MS,
+    DEFAULT_RETRY_DELAY_MS,
+    DEFAULT_TTL_MS,
     close_releases,
     hold_outcome,
     hold_releases,
 )
 from ._errors import BackendError, LeaseNotAcquiredError, ManagerClosedError
 from ._handoff import ReleaseWaiter, release_waiter_for
-from ._lease import AcquireResult, Lease, LeaseInfo, LeaseOutcome
-from ._protocol import AcquireReply
+from ._lease import Lease, LeaseOutcome
+from ._manager_base import _ManagerBase
 from ._redis_backend import RedisBackend
 from ._renewer import BoundedCalls, Renewer
+from ._state import release_bound_s, release_wait_more_s
 from ._urls import backend_from_url
 from ._validate import (
     ArgumentTypeError,
@@ -47,7 +39,6 @@ from ._validate import (
     check_callback,
     check_clock,
     check_heartbeat_ms,
-    check_key,
     check_ms,
     check_prefix,
     check_sync_fn,
@@ -59,16 +50,10 @@ log = logging.getLogger("fencedlease")
 
 T = TypeVar("T")
 
-DEFAULT_TTL_MS = 30_000
-DEFAULT_RETRY_DELAY_MS = 100
-DEFAULT_CLOSE_TIMEOUT_MS = 1_000
-"""How long ``close()`` (either face) waits, by default, for the releases of the leases still
-held: a release is one round trip, so this is generous for a live store and short enough for a
-shutdown path. A lease not released in time lapses at its TTL."""
 
-
-class LeaseManager:
-    """Leases with fencing tokens on one Redis (or another :class:`LeaseBackend`).
+class LeaseManager(_ManagerBase):
+    """Leases with fencing tokens on one Redis (or another
+    [`LeaseBackend`][fencedlease.LeaseBackend]).
 
     ``client``: a ``redis.Redis`` (``decode_responses`` either way) or a backend object.
     ``prefix``: the key namespace; keys are ``<prefix>:{<key>}`` and ``<prefix>:{<key>}:fence``.
@@ -76,12 +61,13 @@ class LeaseManager:
     acquire attempts on a store without release notifications is its ``sleep``.
     ``renew_batch_size``: the most renewals sent in one pipeline.
 
-    One manager runs one renewer (two threads, started on the first :meth:`hold`) for all its
-    leases. Close it with :meth:`close` or use it as a context manager.
+    One manager runs one renewer (two threads, started on the first
+    [`hold`][fencedlease.LeaseManager.hold]) for all its leases. Close it with
+    [`close`][fencedlease.LeaseManager.close] or use it as a context manager.
 
     Fork: a child made by ``os.fork`` may go on using the manager (fresh threads renew its own
     leases), but every lease made before the fork is the parent's: lost in the child (reason
-    "forked"), never renewed nor released from there. See :mod:`fencedlease._fork`.
+    "forked"), never renewed nor released from there. See `fencedlease._fork`.
 
     Raises:
         ValidationError: ``prefix`` is not a non-empty str, ``renew_batch_size`` < 1, ``clock``
@@ -116,6 +102,7 @@ class LeaseManager:
         self._lock = threading.Lock()  # guards _closed and _holds
         self._holds: set[Lease] = set()  # leases inside hold() now
         self._closed = False
+        self._forked = False  # the sync face goes on after a fork (see _after_fork_in_child)
         _fork.register(self)
 
     @classmethod
@@ -126,18 +113,13 @@ class LeaseManager:
         ``rediss://`` and ``unix://`` (a client made by ``redis.Redis.from_url(url, **kwargs)``),
         ``memory://``, and ``sqlite:///relative/path`` / ``sqlite:////absolute/path`` /
         ``sqlite:///:memory:`` (``busy_timeout_ms`` the only keyword). See
-        :func:`fencedlease._urls.backend_from_url`.
+        `fencedlease._urls.backend_from_url`.
 
         Raises:
             ValidationError: an unknown scheme, a malformed URL or an option it does not take.
             BackendError: a SQLite database that cannot be opened.
         """
         return cls(backend_from_url(url, prefix=prefix, clock=clock, **kwargs), clock=clock)
-
-    @property
-    def backend(self) -> LeaseBackend:
-        """The store the leases live in."""
-        return self._backend
 
     @property
     def renewer(self) -> Renewer:
@@ -151,17 +133,19 @@ class LeaseManager:
         self.close()
 
     def close(self, timeout_ms: int = DEFAULT_CLOSE_TIMEOUT_MS) -> None:
-        """Stop renewing, release every lease still held in :meth:`hold`/:meth:`with_lease`, and
-        close the client if the manager made it. Idempotent.
+        """Stop renewing, release every lease still held in
+        [`hold`][fencedlease.LeaseManager.hold]/[`with_lease`][fencedlease.LeaseManager.with_lease],
+        and close the client if the manager made it. Idempotent.
 
         Each such lease is first marked lost (reason: the manager was closed), so its body sees
         ``lease.lost``, ``lease.wait_lost()`` returns, and the ``with`` block ends in
-        :class:`LeaseLostError`; then it is released with its owner token. The releases and the
-        joining of the renewer's threads take ``timeout_ms`` milliseconds at most (default
-        1,000): a lease whose release got no reply in time lapses at its TTL (logged as a
-        warning), and a thread blocked on a hung store ends at the client's socket timeout.
-        Leases taken with :meth:`acquire` are the caller's and are left alone. In a process
-        forked from the one that made the manager, no lease of the parent's is touched.
+        [`LeaseLostError`][fencedlease.LeaseLostError]; then it is released with its owner token.
+        The releases and the joining of the renewer's threads take ``timeout_ms`` milliseconds at
+        most (default 1,000): a lease whose release got no reply in time lapses at its TTL (logged
+        as a warning), and a thread blocked on a hung store ends at the client's socket timeout.
+        Leases taken with [`acquire`][fencedlease.LeaseManager.acquire] are the caller's and are
+        left alone. In a process forked from the one that made the manager, no lease of the parent's
+        is touched.
 
         Raises:
             ValidationError: ``timeout_ms`` is not an int in 0..2,147,483,647.
@@ -190,7 +174,7 @@ class LeaseManager:
         self._backend.close()
 
     def _after_fork_in_child(self) -> None:
-        """In a forked child (see :mod:`fencedlease._fork`): new locks, no threads, no holds
+        """In a forked child (see `fencedlease._fork`): new locks, no threads, no holds
         (the parent's leases are the parent's). No I/O."""
         self._lock = threading.Lock()
         self._holds = set()
@@ -200,73 +184,8 @@ class LeaseManager:
 
     # -- acquiring --------------------------------------------------------------------------
 
-    def acquire(
-        self,
-        key: str,
-        *,
-        ttl_ms: int = DEFAULT_TTL_MS,
-        wait_ms: int = 0,
-        retry_delay_ms: int = DEFAULT_RETRY_DELAY_MS,
-    ) -> AcquireResult:
-        """Take the lease on ``key`` for ``ttl_ms`` milliseconds, with a new fencing token.
-
-        One atomic round trip when the key is free. With ``wait_ms=0`` (the default) a held key
-        fails fast; with ``wait_ms > 0`` the call retries every ``retry_delay_ms`` (randomised
-        ±50% so waiters do not retry in lock-step) until acquired or ``wait_ms`` has passed on the
-        monotonic clock, then makes one last attempt: it never waits longer than ``wait_ms`` plus
-        one round trip. The lease is not renewed in the background: use :meth:`hold` for that, or
-        call :meth:`Lease.renew`.
-
-        If a reply is lost (connection reset or timeout after sending), the same acquire is sent
-        once more with the same owner token: Redis recognises it, returns the same fencing token
-        and issues no new one, so the caller holds the lease instead of orphaning it.
-
-        Returns:
-            :class:`AcquireResult`; ``result.lease`` is None when not acquired.
-
-        Raises:
-            ValidationError: ``key``, ``ttl_ms``, ``wait_ms`` or ``retry_delay_ms`` out of bounds.
-            BackendError: the store failed; never reported as acquired.
-            ManagerClosedError: the manager is closed, or was closed while the call waited.
-        """
-        key, ttl_ms, wait_ms, retry_delay_ms = check_acquire(key, ttl_ms, wait_ms, retry_delay_ms)
-        if self._closed:
-            raise ManagerClosedError()
-        return self._acquire(key, ttl_ms, wait_ms, retry_delay_ms)
-
-    def _acquire(self, key: str, ttl_ms: int, wait_ms: int, retry_delay_ms: int) -> AcquireResult:
-        backend, waiter = self._backend, self._release_waiter
-        attempt = AcquireAttempt(
-            key, ttl_ms, wait_ms, retry_delay_ms, self._clock,
-            fencing_scope=fencing_scope_of(backend, key),
-        )  # fmt: skip
-        owner_token = attempt.owner_token
-        steps = acquire_steps(attempt, waiter.queues)  # the decisions; here only the I/O
-        try:
-            step = next(steps)
-            while True:
-                try:
-                    if isinstance(step, WaitForRelease):
-                        waiter.wait(key, owner_token, ttl_ms, step.delay_s, step.final)
-                        answer: AcquireReply | bool = self._closed
-                    else:
-                        with marking_sends(attempt.sending):  # the real send, after connecting
-                            answer = backend.acquire(key, owner_token, ttl_ms)
-                except BaseException as exc:
-                    step = steps.throw(exc)
-                else:
-                    step = steps.send(answer)
-        except StopIteration as stop:
-            end: AcquireEnd = stop.value
-        except BaseException as exc:
-            if attempt.uncertain:
-                self._abandon(key, owner_token, exc)
-            raise
-        if end.leave_queue:
-            self._renewer.submit_release(key, owner_token)
-        if end.state is None:
-            return AcquireResult(key, None, end.holder_ttl_ms)
-        return AcquireResult(key, Lease(end.state, backend, self._clock))
+    def _release_later(self, key: str, owner_token: str) -> None:
+        self._renewer.submit_release(key, owner_token)
 
     def _abandon(self, key: str, owner_token: str, exc: BaseException) -> None:
         """Release what a failed or interrupted acquire may hold under ``owner_token``.
@@ -299,14 +218,14 @@ class LeaseManager:
     ) -> Iterator[Lease]:
         """Hold the lease on ``key`` for the ``with`` block, renewed in the background.
 
-        Acquires as :meth:`acquire` does, renews every ``heartbeat_ms`` (default
-        ``max(1, ttl_ms // 4)``; an explicit value must be at most ``ttl_ms // 2``; ``False``: no
-        renewal) while the block runs, then releases. ``on_renew_error(exc)`` is called (on the
-        renewer's thread) for each failed renewal round trip: telemetry, not a loss. An
-        ``Exception`` the hook raises is logged and renewal goes on; anything else it raises
-        (``KeyboardInterrupt``, ``SystemExit``) stops the renewer: its leases are lost, so the
-        block ends in :class:`LeaseLostError` (see
-        :func:`~fencedlease._decisions.call_renew_error_hooks`; the same on both faces).
+        Acquires as [`acquire`][fencedlease.LeaseManager.acquire] does, renews every
+        ``heartbeat_ms`` (default ``max(1, ttl_ms // 4)``; an explicit value must be at most
+        ``ttl_ms // 2``; ``False``: no renewal) while the block runs, then releases.
+        ``on_renew_error(exc)`` is called (on the renewer's thread) for each failed renewal round
+        trip: telemetry, not a loss. An ``Exception`` the hook raises is logged and renewal goes on;
+        anything else it raises (``KeyboardInterrupt``, ``SystemExit``) stops the renewer: its
+        leases are lost, so the block ends in [`LeaseLostError`][fencedlease.LeaseLostError] (see
+        `call_renew_error_hooks`; the same on both faces).
 
         The lease is lost when a renewal finds the key gone or another owner's, or when ``ttl_ms``
         passes with no confirmed renewal; this is checked by the renewer, again when the block ends,
@@ -314,10 +233,10 @@ class LeaseManager:
         ``lease.lost``, ``lease.check()`` or ``lease.wait_lost()``.
 
         The final release waits until the lease's deadline at most (at least 100 ms; see
-        :func:`~fencedlease._core.release_bound_s`), so a hung store cannot hold the caller past
+        `release_bound_s`), so a hung store cannot hold the caller past
         it: a release with no reply in time leaves the lease to lapse at its TTL and counts as a
-        failed release (below). After :meth:`close` the block ends in :class:`LeaseLostError`
-        (close released the lease).
+        failed release (below). After [`close`][fencedlease.LeaseManager.close] the block ends in
+        [`LeaseLostError`][fencedlease.LeaseLostError] (close released the lease).
 
         Raises:
             ValidationError: an argument out of bounds (before anything is acquired).
@@ -361,8 +280,8 @@ class LeaseManager:
         self._finish(lease, body_failed=False)
 
     def _release_now(self, lease: Lease) -> bool:
-        """Release ``lease``, waiting :func:`~fencedlease._core.release_bound_s`, and on while
-        renewals still move the lease's deadline (:func:`~fencedlease._core.release_wait_more_s`).
+        """Release ``lease``, waiting `release_bound_s`, and on while
+        renewals still move the lease's deadline (`release_wait_more_s`).
 
         Raises:
             BackendError: the store failed or did not answer in time (the lease lapses at its
@@ -408,19 +327,20 @@ class LeaseManager:
         heartbeat_ms: int | Literal[False] | None = None,
         on_renew_error: Callable[[BaseException], object] | None = None,
     ) -> LeaseOutcome[T]:
-        """Run ``fn(lease)`` under the lease on ``key``, as :meth:`hold` does.
+        """Run ``fn(lease)`` under the lease on ``key``, as [`hold`][fencedlease.LeaseManager.hold]
+        does.
 
         Returns:
-            :class:`LeaseOutcome`: ``value`` is what ``fn`` returned; ``skipped`` is true (and
-            ``fn`` never ran) when the lease was not acquired.
+            [`LeaseOutcome`][fencedlease.LeaseOutcome]: ``value`` is what ``fn`` returned;
+            ``skipped`` is true (and ``fn`` never ran) when the lease was not acquired.
 
         Raises:
-            ValidationError, LeaseLostError, BackendError: as :meth:`hold`; an exception from
-                ``fn`` propagates unchanged. ``fn`` not callable, or an ``async def`` function
-                (use :meth:`fencedlease.aio.AsyncLeaseManager.with_lease`): ``ValidationError``
-                (a ``TypeError`` too for the latter) before anything is acquired; ``fn`` returned
-                an awaitable (it is closed unawaited): ``ValidationError`` once the lease is
-                released.
+            ValidationError, LeaseLostError, BackendError: as
+                [`hold`][fencedlease.LeaseManager.hold]; an exception from ``fn`` propagates
+                unchanged. ``fn`` not callable, or an ``async def`` function (use
+                [`fencedlease.aio.AsyncLeaseManager.with_lease`][]): ``ValidationError`` (a
+                ``TypeError`` too for the latter) before anything is acquired; ``fn`` returned an
+                awaitable (it is closed unawaited): ``ValidationError`` once the lease is released.
         """
         check_sync_fn(fn)
         held: list[Lease] = []  # set once the body is entered: later errors are fn's own
@@ -448,51 +368,3 @@ class LeaseManager:
                 " fencedlease.aio.AsyncLeaseManager.with_lease",
             )
         return LeaseOutcome(key, True, value, lease)
-
-    # -- the rest ------------------------------------------------------------------------------
-
-    def restore(
-        self,
-        key: str,
-        owner_token: str,
-        *,
-        ttl_ms: int,
-        expires_at: datetime | None = None,
-        fencing_token: int | None = None,
-    ) -> Lease:
-        """Rebuild a lease from values persisted by an earlier process; no I/O.
-
-        Invents nothing: without ``expires_at`` the lease has no local deadline until its first
-        :meth:`Lease.renew`; without ``fencing_token`` its token is None until a renewal learns it
-        from the store. The store still checks ``owner_token`` on every renew and release. The
-        restored lease is not renewed in the background.
-
-        Raises:
-            ValidationError: ``key``/``owner_token`` not non-empty strings, ``ttl_ms`` out of
-                bounds, ``expires_at`` naive, ``fencing_token`` not an int in 1..2**63-1.
-        """
-        state = restored_state(key, owner_token, ttl_ms, expires_at, fencing_token, self._clock)
-        state.fencing_scope = fencing_scope_of(self._backend, key)
-        return Lease(state, self._backend, self._clock)
-
-    def inspect(self, key: str) -> LeaseInfo | None:
-        """The lease on ``key`` as the store holds it now, or None when nobody holds it.
-
-        Raises:
-            ValidationError: ``key`` is not a non-empty str.
-            BackendError: the store failed.
-        """
-        check_key(key)
-        return LeaseInfo.from_reply(key, self._backend.inspect(key))
-
-    def force_release(self, key: str) -> bool:
-        """Delete the lease on ``key`` whoever holds it; the operator's escape hatch. The fencing
-        counter is kept, so the next grant still gets a larger token. Returns whether a lease was
-        held.
-
-        Raises:
-            ValidationError: ``key`` is not a non-empty str.
-            BackendError: the store failed.
-        """
-        check_key(key)
-        return self._backend.force_release(key)

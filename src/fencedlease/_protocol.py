@@ -1,7 +1,7 @@
 """What every lease store speaks, with no I/O: owner tokens, fencing tokens, and the replies.
 
 Shared by every backend (Redis, memory, SQLite) and both faces. The Redis side (key layout,
-scripts, reply decoding, errors) is in :mod:`fencedlease._redis`.
+scripts, reply decoding, errors) is in `fencedlease._redis`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ MAX_FENCING_TOKEN: Final = 2**63 - 1
 
 
 def new_owner_token() -> str:
-    """128 random bits from :mod:`secrets`, as 32 hex characters."""
+    """128 random bits from `secrets`, as 32 hex characters."""
     return secrets.token_hex(16)
 
 

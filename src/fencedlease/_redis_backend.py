@@ -1,9 +1,11 @@
+# GENERATED from src/fencedlease/aio/_redis_backend.py by `python scripts/unasync.py`: do not edit.
+# Edit that source, then run it again (CI runs it with --check, failing while stale).
 """The Redis backend (sync): the lease scripts over a redis-py client.
 
-Everything Redis-specific that is not this class's own I/O lives in :mod:`fencedlease._redis`: key
+Everything Redis-specific that is not this class's own I/O lives in `fencedlease._redis`: key
 names, the scripts and their one NOSCRIPT policy, reply decoding and the error mapping, shared
-with the asyncio twin (:mod:`fencedlease.aio._redis_backend`), the hand-off and
-:class:`~fencedlease.redis_fencing.RedisFencedResource`.
+with the asyncio twin (`fencedlease.aio._redis_backend`), the hand-off and
+[`RedisFencedResource`][fencedlease.RedisFencedResource].
 """
 
 from __future__ import annotations
@@ -31,16 +33,18 @@ __all__ = ["RedisBackend"]
 
 
 class RedisBackend:
-    """Leases in Redis under ``prefix`` (layout in :mod:`fencedlease._redis.keys`).
+    """Leases in Redis under ``prefix`` (layout in `fencedlease._redis.keys`).
 
     ``client`` is a ``redis.Redis``; ``decode_responses`` may be on or off. ``owns_client``: close
-    the client in :meth:`close` (true when the manager built it from a URL). Every redis-py error
-    is raised as :class:`~fencedlease.BackendError` with the original in ``__cause__``.
+    the client in [`close`][fencedlease.RedisBackend.close] (true when the manager built it from a
+    URL). Every redis-py error is raised as [`BackendError`][fencedlease.BackendError] with the
+    original in ``__cause__``.
 
-    :meth:`renew_many` (the background renewal) runs on a connection of its own when ``client``'s
-    pool is a ``BlockingConnectionPool``: there it would wait behind every command already queued
-    for a connection (a burst of acquires or releases), long enough for leases to lapse. The
-    connection is made on the first renewal and closed by :meth:`close`.
+    [`renew_many`][fencedlease.RedisBackend.renew_many] (the background renewal) runs on a
+    connection of its own when ``client``'s pool is a ``BlockingConnectionPool``: there it would
+    wait behind every command already queued for a connection (a burst of acquires or releases),
+    long enough for leases to lapse. The connection is made on the first renewal and closed by
+    [`close`][fencedlease.RedisBackend.close].
 
     Raises:
         ValidationError: ``prefix`` is not a non-empty str, or holds ``{`` or ``}``.
@@ -66,12 +70,12 @@ class RedisBackend:
 
     def release_waiter(self) -> Handoff:
         """The manager's release waiter: the hand-off queue and its listener
-        (:class:`~fencedlease._handoff_sync.Handoff`), so a release wakes the oldest waiter."""
+        (`Handoff`), so a release wakes the oldest waiter."""
         return Handoff(self.client, self.prefix)
 
     def fencing_scope(self, key: str) -> str:
         """The name of ``key``'s fencing counter, given to its leases
-        (:attr:`~fencedlease.Lease.fencing_scope`):
+        ([`fencing_scope`][fencedlease.Lease.fencing_scope]):
         its Redis key, ``<prefix>:{<escaped key>}:fence``. No I/O."""
         return fence_key(self.prefix, key)
 

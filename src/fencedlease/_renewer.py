@@ -1,15 +1,15 @@
 """The sync renewer: one scheduler thread and its I/O threads per manager, for every held lease.
 
-The scheduler thread owns the :class:`~fencedlease._core.RenewalSchedule`: it sends the due leases
+The scheduler thread owns the `RenewalSchedule`: it sends the due leases
 as one batch to the I/O threads, applies the replies, and marks leases lost at their deadlines. Up
-to :data:`~fencedlease._schedule.MAX_IN_FLIGHT` batches are in flight at once (an I/O thread and
+to `MAX_IN_FLIGHT` batches are in flight at once (an I/O thread and
 a connection each), so a lease that comes due during a slow round trip is not held back by it (the
 schedule's rule). The I/O is on threads of their own so that a renewal which hangs (a paused
 Redis, a black-holed connection) cannot stop the deadlines from being enforced: silence is loss.
 
 A scheduler and at most two I/O threads per manager, whatever the number of leases; they are
-started on the first lease and joined by :meth:`Renewer.close`. Another (``fencedlease-cleanup``),
-started by the first :meth:`Renewer.submit_release`, runs the releases of abandoned acquires, so
+started on the first lease and joined by `Renewer.close`. Another (``fencedlease-cleanup``),
+started by the first `Renewer.submit_release`, runs the releases of abandoned acquires, so
 that one waiting for a connection of the caller's pool never holds the renewals back.
 """
 
@@ -24,19 +24,11 @@ from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import TypeVar
 
 from ._backend import LeaseBackend
-from ._core import (
-    MAX_IN_FLIGHT,
-    Clock,
-    LeaseState,
-    LossReason,
-    RenewalEntry,
-    RenewalSchedule,
-    SendTime,
-    marking_sends,
-    renewal_items,
-)
+from ._clock import Clock, SendTime, marking_sends
 from ._decisions import apply_batch, call_renew_error_hooks
 from ._errors import BackendError, ManagerClosedError
+from ._schedule import MAX_IN_FLIGHT, RenewalEntry, RenewalSchedule, renewal_items
+from ._state import LeaseState, LossReason
 from ._threads import DaemonThreadPool
 
 __all__ = ["BoundedCalls", "Renewer", "shutdown_pool"]
@@ -64,7 +56,7 @@ class BoundedCalls:
     """Store calls run on a few worker threads (named ``<name>_<n>``), so that the caller waits
     for each at most a bound: a hung store (a paused Redis, a black-holed connection) cannot hold
     it past that, whatever the client's socket timeout. Started on the first call. The workers
-    are daemon threads (:class:`~fencedlease._threads.DaemonThreadPool`): one still blocked on a
+    are daemon threads (`DaemonThreadPool`): one still blocked on a
     hung store with no socket timeout never keeps the process from exiting."""
 
     def __init__(self, name: str, workers: int = 8) -> None:
@@ -125,7 +117,7 @@ class BoundedCalls:
 
 
 class Renewer:
-    """Renews every lease registered with :meth:`add` until it is removed or lost.
+    """Renews every lease registered with `add` until it is removed or lost.
 
     ``batch_size`` caps the renewals sent in one batch (one round trip).
     """
@@ -228,7 +220,7 @@ class Renewer:
     def _after_fork_in_child(self) -> None:
         """In a forked child: forget the parent's threads, lock and leases (they are the
         parent's; each lease finds that out itself, see ``LeaseState.inherited``). The next
-        :meth:`add` starts fresh threads. No I/O."""
+        `add` starts fresh threads. No I/O."""
         self._cond = threading.Condition()
         self._schedule = RenewalSchedule()
         self._thread, self._io, self._cleanup = None, None, None

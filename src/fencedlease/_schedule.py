@@ -1,16 +1,16 @@
 """The renewal schedule: which leases are due for renewal and whose deadline is next. No I/O.
 
-The sync renewer (a thread) and the async one (a task) both drive :class:`RenewalSchedule`: pop a
-batch, send it as one round trip, hand the replies to :meth:`RenewalSchedule.apply`, mark expired
-leases lost, sleep until the next wakeup. The loss rules it applies are :mod:`fencedlease._state`'s.
+The sync renewer (a thread) and the async one (a task) both drive `RenewalSchedule`: pop a
+batch, send it as one round trip, hand the replies to `RenewalSchedule.apply`, mark expired
+leases lost, sleep until the next wakeup. The loss rules it applies are `fencedlease._state`'s.
 
 The rule both follow so that a slow round trip costs no lease (every renewal time derives from the
-confirmed deadline, :func:`confirmed_due`):
+confirmed deadline, `confirmed_due`):
 
 * a batch takes every lease due within the smoothed round trip of the recent batches (and at least
   half a heartbeat, at most a whole one): renewing early is harmless, and a lease that would come
   due while the batch is in flight goes with it instead of waiting for its reply;
-* up to :data:`MAX_IN_FLIGHT` batches are in flight at once: a lease that comes due during a round
+* up to `MAX_IN_FLIGHT` batches are in flight at once: a lease that comes due during a round
   trip anyway (acquired, or retried, meanwhile) goes out on time in a second one rather than a
   round trip late. With the first rule, the normal case stays at one batch per heartbeat.
 """
@@ -102,9 +102,9 @@ class RenewalSchedule:
     """Which leases are due for renewal, and whose deadline is next; pure bookkeeping.
 
     Two heaps with lazy deletion: one ordered by next renewal time, one by loss deadline. The owner
-    (a thread or a task) asks :meth:`pop_due` for a batch, sends it as one pipeline, hands the
-    replies to :meth:`apply`, marks :meth:`pop_expired` leases lost, and sleeps until
-    :meth:`next_wakeup`. All times are seconds on the monotonic clock.
+    (a thread or a task) asks `pop_due` for a batch, sends it as one pipeline, hands the
+    replies to `apply`, marks `pop_expired` leases lost, and sleeps until
+    `next_wakeup`. All times are seconds on the monotonic clock.
     """
 
     def __init__(self) -> None:
@@ -120,7 +120,7 @@ class RenewalSchedule:
 
     def add(self, entry: RenewalEntry, now: float) -> None:
         """Start renewing ``entry``: first renewal one heartbeat after the confirming command was
-        sent (the deadline's origin, see :func:`confirmed_due`), not after its reply came: a slow
+        sent (the deadline's origin, see `confirmed_due`), not after its reply came: a slow
         round trip must not eat into the margin. At ``now`` at once if that moment has passed."""
         entry.active = True
         self._members.add(entry)
@@ -159,7 +159,7 @@ class RenewalSchedule:
         """Move active entries from the due heap into ``batch``, earliest first, up to ``limit``,
         while each is due by ``now`` (``fill``: by ``now`` plus the larger of half its heartbeat
         and the smoothed round trip, at most its heartbeat); each is in flight from then on (not
-        due again until :meth:`apply` says when)."""
+        due again until `apply` says when)."""
         due = self._due
         rtt = self.round_trip_s
         while due and len(batch) < limit:
@@ -179,9 +179,9 @@ class RenewalSchedule:
             batch.append(entry)
 
     def pop_batch(self, now: float, limit: int) -> list[RenewalEntry]:
-        """:meth:`pop_due`, then, if anything was due, fill the batch up to ``limit`` with the
+        """`pop_due`, then, if anything was due, fill the batch up to ``limit`` with the
         entries due next, as long as each is due within half its own heartbeat, or within the
-        smoothed round trip (:attr:`round_trip_s`) when that is longer, but never more than one
+        smoothed round trip (`round_trip_s`) when that is longer, but never more than one
         heartbeat early.
 
         Renewing early is always safe (it only moves the deadline later), and it is what keeps the
@@ -189,7 +189,7 @@ class RenewalSchedule:
         trip of their own. Renewed together, they are due together again, so ``n`` leases settle
         into ``ceil(n / limit)`` round trips per heartbeat. Filling up to a round trip ahead also
         means no lease of the batch's time comes due while it is in flight, to wait for its reply
-        (or for a second batch, see :data:`MAX_IN_FLIGHT`).
+        (or for a second batch, see `MAX_IN_FLIGHT`).
         """
         batch = self.pop_due(now, limit)
         if batch:
@@ -216,7 +216,7 @@ class RenewalSchedule:
 
     def next_wakeup(self, batches_in_flight: int) -> float | None:
         """When the owner must next act: the earliest deadline, and the earliest renewal unless
-        :data:`MAX_IN_FLIGHT` batches are in flight (no other may be sent before one lands). None
+        `MAX_IN_FLIGHT` batches are in flight (no other may be sent before one lands). None
         when nothing is scheduled."""
         candidates: list[float] = []
         can_send = batches_in_flight < MAX_IN_FLIGHT
@@ -240,7 +240,7 @@ class RenewalSchedule:
         round trip. Returns the ``(entry, error)`` pairs whose ``on_renew_error`` hook is due.
 
         A batch that was answered (``now - sent_mono`` is its round trip) updates
-        :attr:`round_trip_s`."""
+        `round_trip_s`."""
         errors: list[tuple[RenewalEntry, BaseException]] = []
         if not isinstance(replies, BaseException):
             sample = max(0.0, now - sent_mono)

@@ -1,7 +1,7 @@
 """A lease's state and the loss rules; how long the release ending a hold may wait. No I/O.
 
 The sync face and the asyncio face (their leases, managers and renewers) all mark loss through
-:class:`LeaseState`, so the rules exist once.
+`LeaseState`, so the rules exist once.
 
 Loss rules (loss is detected two ways, by the store's answer and by the local deadline):
 
@@ -28,7 +28,7 @@ from . import _fork
 from ._clock import Clock, on_ns_grid
 from ._errors import ValidationError
 from ._protocol import MAX_FENCING_TOKEN
-from ._validate import MAX_MS, check_key, check_ms
+from ._validate import MAX_MS, check_lease_args
 
 __all__ = [
     "RELEASE_FLOOR_MS",
@@ -41,7 +41,8 @@ __all__ = [
 
 
 class LossReason:
-    """Why a lease was declared lost; the text goes into :class:`LeaseLostError`."""
+    """Why a lease was declared lost; the text goes into
+    [`LeaseLostError`][fencedlease.LeaseLostError]."""
 
     RENEW_REFUSED = "a renewal found the key gone or owned by another owner"
     RELEASE_REFUSED = "the release found the key gone or owned by another owner"
@@ -168,7 +169,7 @@ class LeaseState:
 
     def inherited(self) -> bool:
         """Whether this process is a fork child of the one the lease belongs to (see
-        :mod:`fencedlease._fork`). Such a lease is marked lost (reason ``FORKED``) here, and must
+        `fencedlease._fork`). Such a lease is marked lost (reason ``FORKED``) here, and must
         get no I/O: renewing or releasing it would act on the parent's lease. The listeners are
         not called: they are the parent's threads and event loops."""
         if self.generation == _fork.generation:
@@ -182,7 +183,7 @@ class LeaseState:
     def release_begins(self) -> None:
         """A release begins (rule 4): from here its reply decides, a renewal racing it reports no
         loss, and no second release or manual renewal starts. The background renewal goes on
-        until :meth:`release_failed` or the reply."""
+        until `release_failed` or the reply."""
         self.releasing = True
 
     def release_failed(self) -> None:
@@ -232,9 +233,7 @@ def restored_state(
             ``clock.time()`` (no lease outlives its largest ``ttl_ms``), ``fencing_token`` not an
             int in 1..2**63-1 (the counter's range).
     """
-    check_key(key)
-    check_key(owner_token, "owner_token")
-    ttl_ms = check_ms("ttl_ms", ttl_ms, 1)
+    key, owner_token, ttl_ms = check_lease_args(key, owner_token, ttl_ms)
     if fencing_token is not None and (
         not isinstance(fencing_token, int)
         or isinstance(fencing_token, bool)
@@ -273,19 +272,19 @@ def restored_state(
 
 RELEASE_FLOOR_MS = 100
 """The least time, in milliseconds, the release ending a hold may wait for its reply (see
-:func:`release_bound_s`): a lease at or past its deadline still gets one short try."""
+`release_bound_s`): a lease at or past its deadline still gets one short try."""
 
 
 def release_bound_s(state: LeaseState, now_mono: float) -> float:
     """How long, in seconds, the release that ends a ``hold``/``with_lease`` (either face) may wait
-    for its reply: until the lease's local deadline, and at least :data:`RELEASE_FLOOR_MS`.
+    for its reply: until the lease's local deadline, and at least `RELEASE_FLOOR_MS`.
 
     Waiting longer gains nothing: once the release is sent nothing renews the lease, so at its
     deadline the key has lapsed (or lapses within the round trip that confirmed it) by itself. A
     release that gets no reply in time leaves the lease to expire at its TTL, which is safe since
-    the key is ours, and the hold reports it as a failed release (:class:`BackendError`, or
-    :class:`LeaseLostError` when the lease was lost). Without a deadline (a restored lease that
-    never renewed): ``ttl_ms``.
+    the key is ours, and the hold reports it as a failed release
+    ([`BackendError`][fencedlease.BackendError], or [`LeaseLostError`][fencedlease.LeaseLostError]
+    when the lease was lost). Without a deadline (a restored lease that never renewed): ``ttl_ms``.
     """
     floor = RELEASE_FLOOR_MS / 1000
     if state.deadline is None:
@@ -294,7 +293,7 @@ def release_bound_s(state: LeaseState, now_mono: float) -> float:
 
 
 def release_wait_more_s(state: LeaseState, now_mono: float) -> float | None:
-    """After the release ending a hold waited :func:`release_bound_s` (or a later slice) with no
+    """After the release ending a hold waited `release_bound_s` (or a later slice) with no
     reply: how much longer it may wait, in seconds, or None to give up.
 
     The background renewal goes on while a release waits (rule 4), so a release that waits only

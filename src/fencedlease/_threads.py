@@ -1,6 +1,6 @@
 """A thread pool of daemon threads, for the library's calls to the store.
 
-:class:`concurrent.futures.ThreadPoolExecutor` starts non-daemon workers and joins them at
+`concurrent.futures.ThreadPoolExecutor` starts non-daemon workers and joins them at
 interpreter exit (``concurrent.futures``' exit hook): one worker blocked on a hung store (a paused
 Redis, a black-holed connection, a client with no ``socket_timeout``) would keep the process from
 ever exiting. The library bounds every wait on its pools itself and its late replies change
@@ -26,7 +26,7 @@ _WorkItem = tuple[Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, An
 
 
 class DaemonThreadPool(Executor):
-    """An :class:`~concurrent.futures.Executor` on at most ``max_workers`` daemon threads.
+    """An `Executor` on at most ``max_workers`` daemon threads.
 
     ``shutdown(wait=False)`` lets the calls already submitted run, then the workers end;
     ``shutdown(wait=True)`` also joins them. Submitting after ``shutdown`` raises RuntimeError.

@@ -24,8 +24,10 @@ __all__ = [
     "check_clock",
     "check_heartbeat_ms",
     "check_key",
+    "check_lease_args",
     "check_ms",
     "check_prefix",
+    "check_strict",
     "check_sync_fn",
     "is_coroutine_callable",
 ]
@@ -36,8 +38,8 @@ BACKEND_METHODS = ("acquire", "renew", "renew_many", "release", "inspect", "forc
 
 class ArgumentTypeError(ValidationError, TypeError):
     """An argument of the wrong kind of object (a sync client or function for the asyncio face,
-    and the reverse): a :class:`ValidationError` that is also a ``TypeError``, as Python's own
-    type errors are."""
+    and the reverse): a [`ValidationError`][fencedlease.ValidationError] that is also a
+    ``TypeError``, as Python's own type errors are."""
 
 
 MAX_MS = 2_147_483_647
@@ -107,12 +109,22 @@ def check_key(value: object, argument: str = "key") -> str:
     return value
 
 
+def check_lease_args(key: object, owner_token: object, ttl_ms: object) -> tuple[str, str, int]:
+    """Validate what a backend's acquire and renew take (every item of a ``renew_many`` too):
+    ``key`` and ``owner_token`` non-empty ``str``, ``ttl_ms`` an int in 1..MAX_MS; return them.
+
+    Raises:
+        ValidationError: naming the first argument that is not.
+    """
+    return check_key(key), check_key(owner_token, "owner_token"), check_ms("ttl_ms", ttl_ms, 1)
+
+
 def check_prefix(value: object, argument: str = "prefix") -> str:
     """Return ``value`` if it is a non-empty ``str`` with no ``{`` or ``}``.
 
     A brace in a prefix would open or end the Redis Cluster hash tag of every key under it, and
     let two different ``(prefix, key)`` pairs name one Redis key (see
-    :mod:`fencedlease._protocol` for the layout); a key may hold braces, since it is escaped.
+    `fencedlease._protocol` for the layout); a key may hold braces, since it is escaped.
 
     Raises:
         ValidationError: otherwise.
@@ -123,6 +135,14 @@ def check_prefix(value: object, argument: str = "prefix") -> str:
             argument, f"{argument} must not contain '{{' or '}}' (they delimit the hash tag)"
         )
     return prefix
+
+
+def check_strict(strict: object) -> bool:
+    """Return ``strict`` if it is a ``bool``; raise [`ValidationError`][fencedlease.ValidationError]
+    naming it otherwise (``strict="no"`` would be true)."""
+    if not isinstance(strict, bool):
+        raise ValidationError("strict", f"strict must be a bool, not {type(strict).__name__}")
+    return strict
 
 
 def check_acquire(
@@ -158,7 +178,7 @@ def check_callback(value: object, argument: str) -> Callable[..., object] | None
 
 def is_coroutine_callable(value: object) -> bool:
     """Whether calling ``value`` makes a coroutine as far as can be told without calling it: an
-    ``async def`` function or method, a :func:`functools.partial` of one, or an object whose
+    ``async def`` function or method, a `functools.partial` of one, or an object whose
     ``__call__`` is one."""
     if inspect.iscoroutinefunction(value):
         return True
@@ -171,7 +191,7 @@ def check_sync_fn(fn: object) -> Callable[..., object]:
     (calling one would only make a coroutine, never run it).
 
     Raises:
-        ValidationError: ``fn`` is not callable; an :class:`ArgumentTypeError` when it is a
+        ValidationError: ``fn`` is not callable; an `ArgumentTypeError` when it is a
             coroutine function (``AsyncLeaseManager.with_lease`` awaits those).
     """
     if not callable(fn):
@@ -198,7 +218,8 @@ def check_async_fn(fn: object) -> Callable[..., object]:
 
 
 def check_clock(clock: object) -> None:
-    """``clock`` must have callable ``monotonic()`` and ``time()`` (see :class:`Clock`).
+    """``clock`` must have callable ``monotonic()`` and ``time()`` (see
+    [`Clock`][fencedlease.Clock]).
 
     Raises:
         ValidationError: naming ``clock``, otherwise.
@@ -214,12 +235,12 @@ def check_clock(clock: object) -> None:
 
 def check_backend(client: object, *, asyncio: bool, sync_classes: tuple[type, ...] = ()) -> None:
     """``client`` (neither redis-py client, already told apart by the caller) must be a lease
-    backend of the face's kind: every method of :data:`BACKEND_METHODS`; for the sync face an
+    backend of the face's kind: every method of `BACKEND_METHODS`; for the sync face an
     ``acquire`` that is not ``async def``; for the asyncio face none of ``sync_classes`` (the
     library's sync backends).
 
     Raises:
-        ValidationError: naming ``client``: not a backend; an :class:`ArgumentTypeError` for a
+        ValidationError: naming ``client``: not a backend; an `ArgumentTypeError` for a
             backend of the other face.
     """
     if not asyncio and type(client).__module__.startswith("redis.asyncio"):

@@ -1,32 +1,37 @@
-"""The face-neutral half of a lease handle (:class:`LeaseView`): its facts and the loss check.
+"""The face-neutral half of a lease handle (`LeaseView`): its facts and the loss check;
+and [`LeaseInfo`][fencedlease.LeaseInfo], a lease as the store holds it (what ``inspect`` returns on
+both faces).
 
-:class:`~fencedlease.Lease` and :class:`~fencedlease.aio.AsyncLease` add the I/O on top.
+[`Lease`][fencedlease.Lease] and [`AsyncLease`][fencedlease.aio.AsyncLease] add the I/O on top.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
+import attrs
+
 from ._clock import Clock
 from ._errors import LeaseLostError
-from ._protocol import owner_fingerprint
+from ._protocol import InspectReply, owner_fingerprint
 from ._state import LeaseState, LossReason
 from ._validate import check_ms
 
-__all__ = ["LeaseView"]
+__all__ = ["LeaseInfo", "LeaseView"]
 
 
 class LeaseView:
     """The face-neutral half of a lease handle: its facts and the loss check, no I/O.
 
-    :class:`~fencedlease.Lease` and :class:`~fencedlease.aio.AsyncLease` add ``renew``,
+    [`Lease`][fencedlease.Lease] and [`AsyncLease`][fencedlease.aio.AsyncLease] add ``renew``,
     ``release`` and ``wait_lost`` (blocking or awaited) on top, so every attribute below is
     defined once for both faces.
 
     ``owner_token`` proves ownership to the store; it is a secret and never appears in ``repr``.
     ``fencing_token`` is the grant's number, strictly larger than every earlier grant's of the key;
-    hand it to the storage you write to (see :class:`~fencedlease.FencedResource`). It is None only
-    for a lease restored without one (the first successful ``renew()`` learns it from the store).
+    hand it to the storage you write to (see [`FencedResource`][fencedlease.FencedResource]). It is
+    None only for a lease restored without one (the first successful ``renew()`` learns it from the
+    store).
     """
 
     __slots__ = ("_clock", "_state")
@@ -50,16 +55,18 @@ class LeaseView:
 
     @property
     def fencing_scope(self) -> str | None:
-        """The identity of the counter that issued :attr:`fencing_token`, not a secret: the store
+        """The identity of the counter that issued `fencing_token`, not a secret: the store
         and key it counts for, ``"<prefix>:{<escaped key>}:fence"`` (for Redis the counter's own
-        key, :func:`~fencedlease.redis_keys` ``(prefix, key).fence``; for SQLite the same string
-        of the backend's prefix; for a :class:`~fencedlease.MemoryBackend` ``memory:<id>`` of the
-        backend object in place of the prefix). Set by the backend that granted the lease (a
-        restored lease by its manager's); ``None`` for a backend that names no scope.
+        key, [`redis_keys`][fencedlease.redis_keys] ``(prefix, key).fence``; for SQLite the same
+        string of the backend's prefix; for a [`MemoryBackend`][fencedlease.MemoryBackend]
+        ``memory:<id>`` of the backend object in place of the prefix). Set by the backend that
+        granted the lease (a restored lease by its manager's); ``None`` for a backend that names no
+        scope.
 
         Tokens compare only within one counter: fenced stores record the scope of the leases that
-        fence them and refuse a lease of another (:class:`~fencedlease.LeaseKeyMismatchError`),
-        so two managers with different prefixes never mix tokens in one store.
+        fence them and refuse a lease of another
+        ([`LeaseKeyMismatchError`][fencedlease.LeaseKeyMismatchError]), so two managers with
+        different prefixes never mix tokens in one store.
         """
         return self._state.fencing_scope
 
@@ -105,7 +112,8 @@ class LeaseView:
         return self._state.lost_reason
 
     def check(self) -> None:
-        """Raise :class:`LeaseLostError` if the lease is lost; call it between steps of long work.
+        """Raise [`LeaseLostError`][fencedlease.LeaseLostError] if the lease is lost; call it
+        between steps of long work.
 
         Raises:
             LeaseLostError: the lease is lost.
@@ -153,3 +161,28 @@ class LeaseView:
         else:
             state.mark_lost(LossReason.RELEASE_REFUSED)
         return released
+
+
+@attrs.frozen
+class LeaseInfo:
+    """A lease as the store holds it: ``fencing_token``, ``ttl_ms`` remaining (milliseconds),
+    ``owner_fingerprint`` (not the secret owner token), ``last_issued_token`` (the counter)."""
+
+    key: str
+    fencing_token: int
+    ttl_ms: int
+    owner_fingerprint: str
+    last_issued_token: int | None = None
+
+    @classmethod
+    def from_reply(cls, key: str, reply: InspectReply | None) -> LeaseInfo | None:
+        """The info for ``key`` from the store's inspect reply (None: nobody holds it)."""
+        if reply is None:
+            return None
+        return cls(
+            key=key,
+            fencing_token=reply.fencing_token,
+            ttl_ms=reply.ttl_ms,
+            owner_fingerprint=reply.owner_fingerprint,
+            last_issued_token=reply.last_issued_token,
+        )

@@ -1,27 +1,28 @@
 """A fenced resource whose data lives in Redis: the token check and the access in one Lua call.
 
-::
+```
+import redis
+from fencedlease.redis_fencing import RedisFencedResource
 
-    import redis
-    from fencedlease.redis_fencing import RedisFencedResource
-
-    profile = RedisFencedResource(redis.Redis(), "profile:42")
-    profile.hset({"plan": "pro"}, lease)          # raises StaleTokenError if lease is stale
-    fields = profile.hgetall(lease)               # a fenced read: moves the fence too
+profile = RedisFencedResource(redis.Redis(), "profile:42")
+profile.hset({"plan": "pro"}, lease)          # raises StaleTokenError if lease is stale
+fields = profile.hgetall(lease)               # a fenced read: moves the fence too
+```
 
 Layout: the data is at ``<prefix>:{<name>}:resource`` (a string or a hash, as you use it) and the
 fence state at ``<prefix>:{<name>}:resource:fence`` (a hash ``{token, fp, key}``: the largest
 accepted token as a decimal string, the fingerprint of the lease that presented it, and the key of
 the leases that fence the resource; no TTL, never deleted by the library).
 Both share a Redis Cluster hash slot, and neither can be a lease's key (see
-:mod:`fencedlease._protocol` for the whole layout and how names are escaped).
+`fencedlease._protocol` for the whole layout and how names are escaped).
 
-The rule is the one of :func:`fencedlease._fencing.decide`, transcribed once in
+The rule is the one of `fencedlease._fencing.decide`, transcribed once in
 ``scripts/fenced_check.lua``, which compares tokens exactly as decimal strings (Lua's numbers are
 doubles); each ``scripts/fenced_<op>.lua`` adds one access to it. Scripts run as the lease
-scripts do (:func:`fencedlease._redis.scripts.run_script`: EVALSHA, one EVAL after ``NOSCRIPT``),
-and every ``redis.RedisError`` reaches the caller as :class:`BackendError` with the original in
-``__cause__``, classified and with an ACL refusal named (:mod:`fencedlease._redis.errors`).
+scripts do (`fencedlease._redis.scripts.run_script`: EVALSHA, one EVAL after ``NOSCRIPT``),
+and every ``redis.RedisError`` reaches the caller as [`BackendError`][fencedlease.BackendError] with
+the original in ``__cause__``, classified and with an ACL refusal named
+(`fencedlease._redis.errors`).
 
 If the fence state lives on a Redis that loses writes (a failover, a restart without persistence),
 it is rolled back with them; fence data in the store that holds it, and see ``docs/fencing.md``.
@@ -35,18 +36,14 @@ from typing import Any, Final, TypeVar
 import redis
 
 from ._errors import BackendError, ValidationError
-from ._fencing import (
-    RefusalReason,
-    TokenOrLease,
-    check_strict,
-    coerce_access,
-    stale_token_error,
-)
+from ._fenced_resource import NamedFence
+from ._fencing import RefusalReason, stale_token_error
+from ._fencing_access import TokenOrLease, coerce_access
 from ._redis.errors import backend_errors
 from ._redis.keys import resource_keys
 from ._redis.replies import text
 from ._redis.scripts import Script, run_script
-from ._validate import check_key, check_prefix
+from ._validate import check_prefix
 
 __all__ = ["DEFAULT_PREFIX", "RedisFencedResource"]
 
@@ -71,7 +68,8 @@ _HGETALL: Final = Script.load("fenced_hgetall", "fenced_check", "fenced_hgetall"
 
 def _payload(value: object, argument: str, what: str) -> str | bytes | int | float:
     """``value`` if Redis can take it as sent: ``str`` (encodable as UTF-8), ``bytes``, ``int``
-    (not ``bool``) or ``float``; :class:`ValidationError` naming ``argument`` otherwise."""
+    (not ``bool``) or ``float``; [`ValidationError`][fencedlease.ValidationError] naming
+    ``argument`` otherwise."""
     if isinstance(value, bool) or not isinstance(value, str | bytes | int | float):
         raise ValidationError(
             argument, f"{what} must be str, bytes, int or float, not {type(value).__name__}"
@@ -84,23 +82,25 @@ def _payload(value: object, argument: str, what: str) -> str | bytes | int | flo
     return value
 
 
-class RedisFencedResource:
+class RedisFencedResource(NamedFence):
     """A named resource in Redis, fenced: every access checks the token in the same Lua call.
 
     ``RedisFencedResource(client, name, *, strict=False, prefix="fencedlease:fenced")``; ``client``
     is a sync ``redis.Redis`` or ``redis.cluster.RedisCluster`` (``decode_responses`` either way:
     values come back as your client returns them; an asyncio client is refused). ``name`` is any
-    non-empty ``str``. The rule is :class:`fencedlease.FencedResource`'s: accepted only if the token
+    non-empty ``str``. The rule is [`fencedlease.FencedResource`][]'s: accepted only if the token
     (1..2**63 - 1, compared exactly) is at least the largest accepted (``strict``: greater), not the
     last token presented by a different lease, and, for a lease, only if its counter (its
     ``fencing_scope``, ``"<prefix>:{<escaped key>}:fence"``) is the one the fence state records
     (the first accepted lease's; the migration of a record holding a bare key is
-    :mod:`fencedlease._fencing`'s). Reads move the fence too (Kleppmann 2016;
+    `fencedlease._fencing`'s). Reads move the fence too (Kleppmann 2016;
     ``docs/fencing.md``).
 
-    Every method raises :class:`StaleTokenError` when refused (nothing written, nothing read), its
-    subclass :class:`LeaseKeyMismatchError` for a lease of another counter, :class:`ValidationError`
-    for bad arguments (nothing sent), :class:`BackendError` when Redis fails.
+    Every method raises [`StaleTokenError`][fencedlease.StaleTokenError] when refused (nothing
+    written, nothing read), its subclass
+    [`LeaseKeyMismatchError`][fencedlease.LeaseKeyMismatchError] for a lease of another counter,
+    [`ValidationError`][fencedlease.ValidationError] for bad arguments (nothing sent),
+    [`BackendError`][fencedlease.BackendError] when Redis fails.
 
     Raises:
         ValidationError: ``name`` is not a non-empty str, or ``prefix`` is not a non-empty str
@@ -121,20 +121,9 @@ class RedisFencedResource:
                 "client must be a sync redis.Redis or redis.cluster.RedisCluster, not "
                 f"{type(client).__module__}.{type(client).__qualname__}",
             )
+        super().__init__(name, strict=strict)
         self._client = client
-        self._name = check_key(name, "name")
-        self._strict = check_strict(strict)
         self._fence_key, self._data_key = resource_keys(check_prefix(prefix), name)
-
-    @property
-    def name(self) -> str:
-        """The resource's name, as given."""
-        return self._name
-
-    @property
-    def strict(self) -> bool:
-        """``True``: a token is accepted only if greater than every accepted one (not equal)."""
-        return self._strict
 
     @property
     def data_key(self) -> str:
@@ -150,7 +139,8 @@ class RedisFencedResource:
     def last_token(self) -> int | None:
         """The largest accepted token (one round trip), or ``None`` before the first access.
 
-        Raises :class:`BackendError` when Redis fails or the fence state holds no integer.
+        Raises [`BackendError`][fencedlease.BackendError] when Redis fails or the fence state holds
+        no integer.
         """
         return self._fence_field("token", int)
 
@@ -161,7 +151,7 @@ class RedisFencedResource:
         recorded by an earlier version or a lease without a scope (one round trip); ``None`` while
         only bare ``int`` tokens (or nothing) were accepted.
 
-        Raises :class:`BackendError` when Redis fails.
+        Raises [`BackendError`][fencedlease.BackendError] when Redis fails.
         """
         return self._fence_field("key", str) or None
 
@@ -178,7 +168,9 @@ class RedisFencedResource:
     def accept(self, token_or_lease: TokenOrLease) -> int:
         """Check ``token_or_lease`` and move the fence, touching no data; return the token.
 
-        Raises :class:`StaleTokenError`, :class:`ValidationError`, :class:`BackendError`.
+        Raises [`StaleTokenError`][fencedlease.StaleTokenError],
+        [`ValidationError`][fencedlease.ValidationError],
+        [`BackendError`][fencedlease.BackendError].
         """
         token, _ = self._run(_ACCEPT, token_or_lease, ())
         return token
@@ -186,7 +178,9 @@ class RedisFencedResource:
     def set(self, value: str | bytes | int | float, token_or_lease: TokenOrLease) -> None:
         """Fenced ``SET <data_key> value``: written only if the token is accepted, in the same step.
 
-        Raises :class:`StaleTokenError`, :class:`ValidationError`, :class:`BackendError`.
+        Raises [`StaleTokenError`][fencedlease.StaleTokenError],
+        [`ValidationError`][fencedlease.ValidationError],
+        [`BackendError`][fencedlease.BackendError].
         """
         self._run(_SET, token_or_lease, (_payload(value, "value", "value"),))
 
@@ -195,8 +189,10 @@ class RedisFencedResource:
     ) -> int:
         """Fenced ``HSET <data_key> field value ...``; return how many fields were new.
 
-        ``mapping`` must hold at least one field. Raises :class:`StaleTokenError`,
-        :class:`ValidationError`, :class:`BackendError`.
+        ``mapping`` must hold at least one field. Raises
+        [`StaleTokenError`][fencedlease.StaleTokenError],
+        [`ValidationError`][fencedlease.ValidationError],
+        [`BackendError`][fencedlease.BackendError].
         """
         if not isinstance(mapping, Mapping) or not mapping:
             raise ValidationError(
@@ -216,7 +212,9 @@ class RedisFencedResource:
         ``None``.
 
         The value is ``str`` or ``bytes`` as the client's ``decode_responses`` says. Raises
-        :class:`StaleTokenError` (nothing read), :class:`ValidationError`, :class:`BackendError`.
+        [`StaleTokenError`][fencedlease.StaleTokenError] (nothing read),
+        [`ValidationError`][fencedlease.ValidationError],
+        [`BackendError`][fencedlease.BackendError].
         """
         _, reply = self._run(_GET, token_or_lease, ())
         return reply[1] if len(reply) > 1 else None
@@ -225,8 +223,9 @@ class RedisFencedResource:
         """Fenced read: check the token, move the fence, ``HGETALL <data_key>``; return a ``dict``.
 
         Empty when the key is missing. Keys and values are ``str`` or ``bytes`` as the client's
-        ``decode_responses`` says. Raises :class:`StaleTokenError` (nothing read),
-        :class:`ValidationError`, :class:`BackendError`.
+        ``decode_responses`` says. Raises [`StaleTokenError`][fencedlease.StaleTokenError] (nothing
+        read), [`ValidationError`][fencedlease.ValidationError],
+        [`BackendError`][fencedlease.BackendError].
         """
         _, reply = self._run(_HGETALL, token_or_lease, ())
         flat = reply[1] if len(reply) > 1 else []

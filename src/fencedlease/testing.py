@@ -1,19 +1,23 @@
 """Helpers for testing code that uses fencedlease, shipped publicly (in the spirit of
 ``trio.testing``).
 
-:class:`FakeClock` is a :class:`~fencedlease.Clock` that moves only when told to. Hand it to
-:class:`~fencedlease.backends.MemoryBackend` (or :class:`~fencedlease.backends.SqliteBackend`) and
-to :class:`~fencedlease.LeaseManager`, and expiry becomes a step of the test instead of a sleep::
+[`FakeClock`][fencedlease.testing.FakeClock] is a [`Clock`][fencedlease.Clock] that moves only when
+told to. Hand it to [`MemoryBackend`][fencedlease.MemoryBackend] (or
+[`SqliteBackend`][fencedlease.SqliteBackend]) and to [`LeaseManager`][fencedlease.LeaseManager], and
+expiry becomes a step of the test instead of a sleep:
 
-    from fencedlease import LeaseManager
-    from fencedlease.backends import MemoryBackend
-    from fencedlease.testing import FakeClock
+```
+from fencedlease import LeaseManager
+from fencedlease.backends import MemoryBackend
+from fencedlease.testing import FakeClock
 
-    clock = FakeClock()
-    leases = LeaseManager(MemoryBackend(clock=clock), clock=clock)
-    first = leases.acquire("job", ttl_ms=100).lease
-    clock.advance(100)                                  # the lease has expired now
-    assert leases.acquire("job", ttl_ms=100).lease.fencing_token > first.fencing_token
+clock = FakeClock()
+leases = LeaseManager(MemoryBackend(clock=clock), clock=clock)
+first = leases.acquire("job", ttl_ms=100).lease
+clock.advance(100)                                  # the lease has expired now
+assert leases.acquire("job", ttl_ms=100).lease.fencing_token > first.fencing_token
+```
+
 """
 
 from __future__ import annotations
@@ -28,26 +32,28 @@ from ._validate import check_ms
 __all__ = ["FakeClock"]
 
 DEFAULT_START_TIME: Final = 1_700_000_000.0
-"""The default wall-clock reading of a new :class:`FakeClock`: 2023-11-14T22:13:20Z."""
+"""The default wall-clock reading of a new [`FakeClock`][fencedlease.testing.FakeClock]:
+2023-11-14T22:13:20Z."""
 
 
 class FakeClock:
-    """A clock that stands still until :meth:`advance` moves it; thread-safe.
+    """A clock that stands still until [`advance`][fencedlease.testing.FakeClock.advance] moves it;
+    thread-safe.
 
     Both readings move together: ``monotonic()`` starts at ``0.0`` seconds and ``time()`` at
     ``start_time`` seconds since the epoch (default 1,700,000,000.0, a fixed instant, so tests do
     not depend on the day they run). Time is kept as an integer number of nanoseconds, so advancing
     by 99 ms and then 1 ms lands exactly where advancing by 100 ms does.
 
-    A sleep on this clock takes no real time: :meth:`sleep` (and :meth:`async_sleep`, which also
-    yields to the event loop once) moves the clock forward by the time asked and returns. So an
-    :meth:`~fencedlease.LeaseManager.acquire` with ``wait_ms > 0`` on a store without release
+    A sleep on this clock takes no real time: [`sleep`][fencedlease.testing.FakeClock.sleep] (and
+    [`async_sleep`][fencedlease.testing.FakeClock.async_sleep], which also yields to the event loop
+    once) moves the clock forward by the time asked and returns. So an
+    [`acquire`][fencedlease.LeaseManager.acquire] with ``wait_ms > 0`` on a store without release
     notifications (memory, SQLite) runs its whole wait at once, its attempts at exact fake times
     (``retry_delay_ms`` apart, give or take the ±50% jitter), and a test of it is deterministic.
-    Moving the clock on sleep rather than blocking until another thread advances it is what keeps
-    a single-threaded test free of deadlocks; a sleep in one thread moves the clock every other
-    thread reads, as time would. (The Redis store's hand-off wait is woken by Redis, not by this
-    clock.)
+    Moving the clock on sleep rather than blocking until another thread advances it is what keeps a
+    single-threaded test free of deadlocks; a sleep in one thread moves the clock every other thread
+    reads, as time would. (The Redis store's hand-off wait is woken by Redis, not by this clock.)
 
     Raises:
         ValidationError: ``start_time`` is not a finite ``int`` or ``float``.
@@ -108,8 +114,8 @@ class FakeClock:
             self._elapsed_ns += step
 
     async def async_sleep(self, seconds: float) -> None:
-        """:meth:`sleep`, then one yield to the event loop (``await asyncio.sleep(0)``), as a real
-        sleep lets other tasks run.
+        """[`sleep`][fencedlease.testing.FakeClock.sleep], then one yield to the event loop (``await
+        asyncio.sleep(0)``), as a real sleep lets other tasks run.
 
         Raises:
             ValidationError: ``seconds`` is not a finite number >= 0.

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from fencedlease.lab.harness.checker import Extracted, Fault, Grant
 from fencedlease.lab.harness.run import CheckConfig, CheckResult, run_check
 from fencedlease.lab.servers.redis import RedisUnavailable, find_redis_binary
 
@@ -31,14 +32,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture
 def check_run(tmp_path: Path) -> Callable[..., CheckResult]:
-    """``check_run(*faults, mode="fenced", duration_s=6.0, **config)`` -> a finished run."""
+    """``check_run(*faults, mode="fenced", duration_s=10.0, **config)`` -> a finished run.
+
+    10 s: a fault's victim is a worker index drawn from the seed, and the fault waits (up to
+    2 x (body + ttl)) for that worker to be in its critical section before it begins."""
     if find_redis_binary() is None:
         if os.environ.get("FENCEDLEASE_REQUIRE_SERVERS") == "1":
             pytest.fail("required server unavailable: no redis-server for the harness")
         pytest.skip("no redis-server binary for the harness")
 
     def run(
-        *faults: str, mode: str = "fenced", duration_s: float = 6.0, **config: Any
+        *faults: str, mode: str = "fenced", duration_s: float = 10.0, **config: Any
     ) -> CheckResult:
         try:
             return run_check(
@@ -57,3 +61,37 @@ def check_run(tmp_path: Path) -> Callable[..., CheckResult]:
             pytest.skip(str(exc))
 
     return run
+
+
+def the_fault(result: CheckResult, kind: str) -> tuple[Extracted, Fault]:
+    """A valid run's history (``fencedlease check`` exits 0) and its one fault, of ``kind``,
+    that completed ``ok``."""
+    assert result.report.valid, result.report.explain()
+    assert result.exit_code == 0, result.inconclusive
+    data = result.history()
+    (fault,) = data.faults
+    assert fault.kind == kind
+    assert fault.type == "ok", fault.detail
+    return data, fault
+
+
+def victim_of(data: Extracted, fault: Fault) -> Grant:
+    """The grant the fault's target held when the fault began."""
+    return next(
+        g for g in data.grants
+        if g.process == fault.target and g.granted < fault.start < (g.end or 0.0)
+    )  # fmt: skip
+
+
+def assert_told_in_time(result: CheckResult, fault: Fault, victim: Grant) -> None:
+    """The cut-off ``victim`` was told of its loss within ttl + one heartbeat of the cut, its
+    critical section ended in that error, and the next holder had a larger token."""
+    assert victim.lost is not None, "the cut-off holder was never told"
+    assert victim.lost - fault.start <= (result.config.ttl_ms + result.config.heartbeat) / 1000
+    assert victim.end_type == "fail"
+    assert victim.end_outcome in ("stale", "lease-lost")
+    rival = next(
+        g for g in result.history().grants
+        if g.process != victim.process and g.granted > fault.start
+    )  # fmt: skip
+    assert rival.token > victim.token

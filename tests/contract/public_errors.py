@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 import fencedlease
 from fencedlease import FencedLeaseError, LeaseManager
-from fencedlease._core import SYSTEM_CLOCK
-from fencedlease._urls import _redis_parameters
+from fencedlease._clock import SYSTEM_CLOCK
+from fencedlease._redis.options import redis_parameters
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.aio._redis_backend import AsyncRedisBackend
 from fencedlease.backends import (
@@ -321,7 +321,7 @@ def call_plain(name: str, kw: dict[str, Any]) -> None:
 #: Every name a Redis URL's query could carry that redis-py knows of (its URL parsers, every
 #: parameter of its clients, pools and connections), and an unknown one.
 _URL_OPTION_NAMES = sorted(
-    {*redis.connection.URL_QUERY_ARGUMENT_PARSERS, *_redis_parameters(), "colour"}
+    {*redis.connection.URL_QUERY_ARGUMENT_PARSERS, *redis_parameters(), "colour"}
 )
 #: A Redis URL query: one to three of those options with short values of any printable kind.
 REDIS_URL_QUERIES: st.SearchStrategy[str] = st.lists(

@@ -47,15 +47,21 @@ CLIENT_METHODS: dict[str, str | None] = {
 }
 
 
+_WRAPPER = re.compile(r"local function (\w+)\(\.\.\.\)")
+
+
 def _script_calls() -> dict[str, set[str]]:
     """Every ``redis.call``/``redis.pcall`` of each script, by file name."""
     found: dict[str, set[str]] = {}
-    for path in sorted((SRC / "scripts").glob("*.lua")):
+    paths = sorted((SRC / "scripts").glob("*.lua"))
+    # A script may wrap pcall in a forwarding helper (`local function read(...)`, defined in the
+    # script or in a part prepended to it, lease_common.lua): the helper's own call is
+    # `redis.pcall(...)`, and its callers name the command instead.
+    wrappers = {w for path in paths for w in re.findall(_WRAPPER, path.read_text("utf-8"))}
+    assert "read" in wrappers  # the scan sees lease_common.lua's helper
+    for path in paths:
         text = path.read_text("utf-8")
         calls = re.findall(r"redis\.p?call\(\s*([^,)]*)", text)
-        # A script may wrap pcall in a forwarding helper (`local function read(...)`): the
-        # helper's own call is `redis.pcall(...)`, and its callers name the command instead.
-        wrappers = re.findall(r"local function (\w+)\(\.\.\.\)", text)
         calls = [c for c in calls if c.strip() != "..."]
         for wrapper in wrappers:
             calls += re.findall(

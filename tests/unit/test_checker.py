@@ -3,6 +3,7 @@ passed on a clean one."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -42,33 +43,35 @@ class History:
         write: tuple[float, int, str] | None = None,
         end: tuple[float, str, str | None] | None = None,
         lost: float | None = None,
+        key: str | None = None,
     ) -> int:
-        """One lease cycle: acquire, optional read (at, value), write (at, value, completion),
-        lost notice, and the hold's end (at, completion type, outcome)."""
+        """One lease cycle on ``key``: acquire, optional read (at, value), write (at, value,
+        completion), lost notice, and the hold's end (at, completion type, outcome)."""
         grant = self.next_id(process)
-        self.add(process, "acquire", "invoke", granted - 0.01 if invoked is None else invoked,
+        put = functools.partial(self.add, key=key)
+        put(process, "acquire", "invoke", granted - 0.01 if invoked is None else invoked,
                  id=grant)  # fmt: skip
-        self.add(process, "acquire", "ok", granted, id=grant, token=token, outcome="granted")
+        put(process, "acquire", "ok", granted, id=grant, token=token, outcome="granted")
         if read is not None:
             op = self.next_id(process)
             at, value = read
-            self.add(process, "read", "invoke", at - 0.005, id=op, grant=grant, token=token)
-            self.add(process, "read", "ok", at, id=op, grant=grant, token=token, value=value,
+            put(process, "read", "invoke", at - 0.005, id=op, grant=grant, token=token)
+            put(process, "read", "ok", at, id=op, grant=grant, token=token, value=value,
                      outcome="accepted")  # fmt: skip
         if write is not None:
             op = self.next_id(process)
             at, value, kind = write
             outcome = {"ok": "accepted", "fail": "stale", "info": "backend-error"}[kind]
-            self.add(process, "write", "invoke", at - 0.005, id=op, grant=grant, token=token,
+            put(process, "write", "invoke", at - 0.005, id=op, grant=grant, token=token,
                      value=value)  # fmt: skip
-            self.add(process, "write", kind, at, id=op, grant=grant, token=token, value=value,
+            put(process, "write", kind, at, id=op, grant=grant, token=token, value=value,
                      outcome=outcome)  # fmt: skip
         if lost is not None:
-            self.add(process, "lease-lost", "info", lost, grant=grant, token=token,
+            put(process, "lease-lost", "info", lost, grant=grant, token=token,
                      outcome="lease-lost")  # fmt: skip
         if end is not None:
             at, kind, end_outcome = end
-            self.add(process, "hold", kind, at, id=grant, grant=grant, token=token,
+            put(process, "hold", kind, at, id=grant, grant=grant, token=token,
                      outcome=end_outcome, detail={"body_end": at - 0.002})  # fmt: skip
         return grant
 
@@ -79,10 +82,15 @@ class History:
         self.add("nemesis", "fault", "invoke", start, id=op, detail=base)
         self.add("nemesis", "fault", "ok", end, id=op, detail={**base, **detail})
 
-    def finish(self, stop: float, final: int | None) -> list[Event]:
+    def finish(
+        self, stop: float, final: int | None, finals: dict[str, int] | None = None
+    ) -> list[Event]:
+        """The run's stop, and its final counter (``final``) or one per key (``finals``)."""
         self.add("run", "stop", "info", stop)
         if final is not None:
             self.add("run", "final", "ok", stop + 0.5, value=final)
+        for key, value in (finals or {}).items():
+            self.add("run", "final", "ok", stop + 0.5, key=key, value=value)
         return sorted(self.events, key=lambda e: e.mono)
 
 
@@ -406,6 +414,30 @@ def test_e_fault_too_close_to_the_end_is_not_checked() -> None:
     assert report.recoveries[0]["checked"] is False
 
 
+def test_e_overlapping_faults_are_judged_when_the_last_heals() -> None:
+    """A latency toxic that heals during a Redis pause is not judged (no lease can be granted
+    while Redis is paused); the pause, the last to heal, is, from its own end: a grant 1.5 s
+    after it passes, and the same grant 3.5 s after it would not."""
+    h = History()
+    h.lease("w0", 1, 0.1, end=(1.0, "ok", None))
+    h.fault("redis-pause", 2.0, 6.0)
+    h.fault("latency", 3.0, 4.0, target="w0")
+    h.lease("w1", 2, 7.5, invoked=1.5, end=(8.5, "ok", None))
+    report = check_history(h.finish(20.0, None))
+    assert report.property("recovery").violations == ()
+    assert report.property("recovery").checked == 1
+    assert [(r["fault"], r["after_s"]) for r in report.recoveries] == [("redis-pause", 1.5)]
+    late = History()
+    late.lease("w0", 1, 0.1, end=(1.0, "ok", None))
+    late.fault("redis-pause", 2.0, 4.0)
+    late.fault("latency", 3.0, 5.0, target="w0")
+    late.lease("w1", 2, 8.5, invoked=1.5, end=(9.5, "ok", None))
+    assert violations(late.finish(20.0, None), "recovery") == [
+        "after latency healed at 5.00 s, the next lease was granted only 3.50 s later; "
+        "the bound is ttl + margin = 2.00 s."
+    ]
+
+
 def test_extract_pairs_invocations_with_completions() -> None:
     """Grants, accesses and faults are reassembled with their times."""
     data = extract(cut_off(1.9))
@@ -443,3 +475,218 @@ def test_d_tokens_past_2_53_are_told_apart_through_the_history_file(tmp_path: Pa
     as_json = json.loads(json.dumps(check_history(read_history(path)).to_dict()))
     messages = [v["message"] for p in as_json["properties"] for v in p["violations"]]
     assert sorted(messages) == sorted(found)  # report.json keeps the exact numbers
+
+
+# --- key by key -------------------------------------------------------------------------------
+
+
+def two_keys() -> History:
+    """w0 holds k1 (token 5), then w1 holds k2 (token 1): tokens of different keys never
+    compare. k2's lease is granted while w0 still holds k1: no rival either."""
+    h = History()
+    h.lease("w0", 5, 0.10, read=(0.12, 0), write=(1.90, 1, "ok"), end=(1.91, "ok", None),
+            key="k1")  # fmt: skip
+    h.lease("w1", 1, 0.50, invoked=0.40, read=(2.00, 0), write=(2.10, 1, "ok"),
+            end=(2.11, "ok", None), key="k2")  # fmt: skip
+    return h
+
+
+def test_keys_are_judged_apart_a_b_c_d() -> None:
+    """A smaller token on another key, a grant of another key inside a body, equal counters on
+    two keys: no violation of a, b, c or d; b is judged on each key's own final counter."""
+    report = check_history(two_keys().finish(3.0, None, finals={"k1": 1, "k2": 1}))
+    assert report.valid, report.explain()
+    assert [report.property(k).checked for k in ("accepted-tokens-monotonic", "no-lost-update",
+            "loss-reported", "grant-tokens")] == [4, 4, 2, 2]  # fmt: skip
+    assert report.stats["final_counter"] == 2
+    assert report.stats["keys"] == 2
+
+
+def test_a_older_token_on_the_same_key_names_the_key_and_its_operations() -> None:
+    """k1 accepts token 5 and then token 3 (invoked later): a violation on k1 whose ops are the
+    accepted read of token 5 and the accepted write of token 3, with worker, key, token and time."""
+    h = two_keys()
+    h.lease("w1", 3, 2.20, invoked=2.15, write=(2.50, 2, "ok"), end=(2.51, "ok", None), key="k1")
+    events = h.finish(3.0, None, finals={"k1": 2, "k2": 1})
+    report = check_history(events)
+    (found,) = report.property("accepted-tokens-monotonic").violations
+    assert found.key == "k1"
+    assert found.message.startswith("key 'k1': w1's write with token 3 was accepted at 2.50 s")
+    assert [(o.process, o.op, o.type, o.key, o.token, o.at_s) for o in found.ops] == [
+        ("w0", "read", "ok", "k1", 5, 0.12),
+        ("w1", "write", "ok", "k1", 3, 2.5),
+    ]
+    assert [o.line for o in found.ops] == list(found.lines)
+    assert [events[line - 1].mono for line in found.lines] == [0.12, 2.5]
+    as_json = report.to_dict()
+    assert as_json["report_version"] == 2
+    (listed,) = as_json["properties"][0]["violations"]
+    assert listed["key"] == "k1"
+    assert listed["ops"][1] == {
+        "line": found.lines[1], "process": "w1", "op": "write", "type": "ok",
+        "id": 4, "key": "k1", "token": 3, "at_s": 2.5,
+    }  # fmt: skip
+    # the grant of token 3 after 5 breaks d on k1, and only there (k2's token 1 is its own)
+    assert [v.key for v in report.property("grant-tokens").violations] == ["k1"]
+
+
+def test_b_a_lost_update_on_one_key_names_that_key() -> None:
+    """k2's counter is one short; k1's is right."""
+    found = check_history(two_keys().finish(3.0, None, finals={"k1": 1, "k2": 0}))
+    (violation,) = found.property("no-lost-update").violations
+    assert violation.key == "k2"
+    assert violation.message == (
+        "key 'k2': the counter ends at 0 but 1 increments were acknowledged: 1 acknowledged "
+        "increment(s) were lost."
+    )
+    assert [(o.process, o.op, o.key, o.at_s) for o in violation.ops] == [
+        ("run", "final", "k2", 3.5)
+    ]
+
+
+def test_b_a_key_whose_final_counter_was_not_read_is_named_in_the_note() -> None:
+    prop = check_history(two_keys().finish(3.0, None, finals={"k1": 1})).property("no-lost-update")
+    assert prop.status == "pass"
+    assert prop.checked == 2
+    assert prop.note == "the final counter of 1 key(s) was not read"
+
+
+def test_c_a_rival_grant_counts_only_on_the_same_key() -> None:
+    """w1's grant of k1 inside w0's body on k1 is a silent success for w0; k2's grant was not."""
+    h = two_keys()
+    h.lease("w2", 6, 1.50, invoked=1.45, end=(2.40, "ok", None), key="k1")
+    (found,) = check_history(h.finish(3.0, None)).property("loss-reported").violations
+    assert found.key == "k1"
+    assert found.message.startswith(
+        "key 'k1': w0's lease (token 5) was lost during its critical section (w2 was granted "
+        "the key (token 6) at 1.50 s, before the body ended at 1.91 s)"
+    )
+    assert [(o.process, o.op, o.type, o.token) for o in found.ops] == [
+        ("w0", "acquire", "ok", 5), ("w2", "acquire", "ok", 6), ("w0", "hold", "ok", 5),
+    ]  # fmt: skip
+
+
+def test_d_a_decreasing_token_on_the_same_key_names_the_key() -> None:
+    h = two_keys()
+    h.lease("w2", 4, 2.50, invoked=2.45, end=(2.60, "ok", None), key="k1")
+    (found,) = check_history(h.finish(3.0, None)).property("grant-tokens").violations
+    assert found.key == "k1"
+    assert found.message.startswith("key 'k1': w2 was granted token 4 at 2.50 s")
+    assert "after w0 had been granted the larger token 5 at 0.10 s" in found.message
+
+
+def test_e_each_key_asked_for_after_the_heal_is_judged() -> None:
+    """After a pause heals at 4.0 s, k1 is granted at 4.5 s but k2, asked for at 4.2 s, only at
+    7.0 s: one violation, on k2, counted from its request."""
+    h = History()
+    h.lease("w0", 1, 0.1, end=(1.0, "ok", None), key="k1")
+    h.fault("redis-pause", 2.0, 4.0)
+    h.lease("w0", 2, 4.5, invoked=3.0, end=(5.0, "ok", None), key="k1")
+    h.lease("w1", 1, 7.0, invoked=4.2, end=(7.5, "ok", None), key="k2")
+    report = check_history(h.finish(20.0, None))
+    (found,) = report.property("recovery").violations
+    assert found.key == "k2"
+    assert found.message == (
+        "after redis-pause healed at 4.00 s, the next lease of key 'k2' was granted only 2.80 s "
+        "later (asked for at 4.20 s); the bound is ttl + margin = 2.00 s."
+    )
+    assert report.property("recovery").checked == 2
+    assert [(o.process, o.op, o.type, o.key, o.at_s) for o in found.ops] == [
+        ("nemesis", "fault", "invoke", None, 2.0),
+        ("w1", "acquire", "invoke", "k2", 4.2),
+        ("w1", "acquire", "ok", "k2", 7.0),
+    ]
+    assert report.recoveries == (
+        {"fault": "redis-pause", "end_s": 4.0, "after_s": 2.8, "checked": True, "keys": 2,
+         "slowest_key": "k2"},
+    )  # fmt: skip
+
+
+def test_d_rollback_compares_tokens_key_by_key() -> None:
+    """After the restart k2, never accessed before, accepts token 1 (its first), while k1
+    refuses token 1 (it had accepted 7): safe, and the finding says so; nothing got through."""
+    h = History()
+    h.lease("w0", 7, 0.1, read=(0.12, 0), write=(1.0, 1, "ok"), end=(1.01, "ok", None), key="k1")
+    h.fault("redis-restart-nopersist", 2.0, 2.2, counter_before=7, counter_after=None)
+    h.lease("w1", 1, 2.5, read=(2.52, 0), write=(2.7, 1, "ok"), end=(2.71, "ok", None), key="k2")
+    grant = h.lease("w0", 1, 3.0, end=(3.2, "fail", "stale"), key="k1")
+    op = h.next_id("w0")
+    h.add("w0", "read", "invoke", 3.05, id=op, grant=grant, token=1, key="k1")
+    h.add("w0", "read", "fail", 3.06, id=op, grant=grant, token=1, key="k1", outcome="stale")
+    report = check_history(h.finish(4.0, None, finals={"k1": 1, "k2": 1}))
+    assert report.valid, report.explain()
+    (finding,) = [f for f in report.findings if f.kind == "counter-rollback"]
+    assert "1 later grant(s) got tokens at or below ones already issued" in finding.message
+    assert "The resource had accepted token 7" in finding.message
+    assert (
+        "(1 refusal(s)): safe, but stuck until new tokens passed 7; it accepted nothing more "
+        "before the run ended." in finding.message
+    )
+    assert "got through" not in finding.message
+
+
+def test_f_an_overlap_is_named_by_the_key_of_its_operations() -> None:
+    """Mutual exclusion reports no key of its own: the checker names the key its events share."""
+    h = two_keys()
+    h.lease("w2", 6, 0.50, invoked=0.45, end=(0.60, "ok", None), key="k1")
+    (found,) = check_history(h.finish(3.0, None)).property("mutual-exclusion").violations
+    assert found.key == "k1"
+    assert found.message.startswith("[overlap] key 'k1': w2's lease (token 6) was granted at")
+    assert {(o.process, o.key) for o in found.ops} == {("w0", "k1"), ("w2", "k1")}
+
+
+def test_e_a_key_is_judged_on_its_first_request_after_the_heal() -> None:
+    """w2 asks for k2 at 4.4 s and gets it at 4.5 s for a long body; w1, asking at 5.0 s, waits
+    behind it until 7.6 s: the key recovered 0.1 s after it was first asked for, no violation."""
+    h = History()
+    h.lease("w0", 1, 0.1, end=(1.0, "ok", None), key="k2")
+    h.fault("redis-pause", 2.0, 4.0)
+    h.lease("w2", 2, 4.5, invoked=4.4, end=(7.5, "ok", None), key="k2")
+    h.lease("w1", 3, 7.6, invoked=5.0, end=(8.0, "ok", None), key="k2")
+    report = check_history(h.finish(20.0, None))
+    assert report.property("recovery").violations == ()
+    assert report.recoveries[0]["after_s"] == 0.1
+    assert report.recoveries[0]["keys"] == 1
+
+
+@pytest.mark.parametrize(("gave_up", "late"), [(4.11, False), (6.5, True)])
+def test_e_a_refused_try_proves_a_late_recovery_only_if_it_waited_past_the_bound(
+    gave_up: float, late: bool
+) -> None:
+    """w1 tries k3 at 4.1 s (the heal at 4.0 s) and gives up at ``gave_up``; the next request
+    for k3 comes at 9.0 s and is served at once. A try refused at once shows nothing (the old
+    lease may have been expiring); one still waiting when ttl + margin had passed is a
+    violation."""
+    h = History()
+    h.lease("w0", 1, 0.1, end=(1.0, "ok", None), key="k3")
+    h.fault("redis-pause", 2.0, 4.0)
+    op = h.next_id("w1")
+    h.add("w1", "acquire", "invoke", 4.1, id=op, key="k3")
+    h.add("w1", "acquire", "fail", gave_up, id=op, key="k3", outcome="timeout")
+    h.lease("w2", 2, 9.05, invoked=9.0, end=(9.5, "ok", None), key="k3")
+    report = check_history(h.finish(20.0, None))
+    found = [v.message for v in report.property("recovery").violations]
+    assert found == (
+        [
+            "after redis-pause healed at 4.00 s, the next lease of key 'k3' was granted only "
+            "4.95 s later (asked for at 4.10 s); the bound is ttl + margin = 2.00 s."
+        ]
+        if late
+        else []
+    )
+    assert report.recoveries[0]["checked"] is late
+
+
+def test_the_registry_runs_each_property_module_once_in_report_order() -> None:
+    """Each module of the registry gives one property; the report lists them in that order."""
+    from fencedlease.lab.harness.checker import PROPERTIES
+    from fencedlease.lab.harness.properties import MODULES, REGISTRY
+
+    assert len(MODULES) == len(REGISTRY) == 8
+    assert [p.letter for p in REGISTRY] == list("abcdefgh")
+    assert REGISTRY[-1].key == "transactions"
+    assert list(PROPERTIES) == [p.key for p in REGISTRY]
+    report = check_history(clean().finish(4.0, 2))
+    assert [(p.key, p.letter, p.title) for p in report.properties] == [
+        (p.key, p.letter, p.title) for p in REGISTRY
+    ]

@@ -198,7 +198,9 @@ def test_the_faults_that_act_on_the_whole_server() -> None:
         "script-flush",
     ]
     assert sorted(k for k, info in FAULTS.items() if not info.server_wide) == [
-        "client-kill", "latency", "partition", "pause-holder", "reset-peer", "timeout",
+        "client-kill", "clock", "drop-replies", "drop-requests", "kernel-drop",
+        "kernel-reject", "kill-holder", "latency", "partition", "pause-holder", "reset-peer",
+        "timeout",
     ]  # fmt: skip
 
 
@@ -341,3 +343,127 @@ def test_report_json_redacts_a_libpq_dsn_in_every_form(
     text = path.read_text("utf-8")
     assert "hunter" not in text and "zz" not in text and "b c" not in text
     assert json.loads(text)["config"]["resource_url"] == shown
+
+
+# --- replays and campaigns --------------------------------------------------------------------
+
+
+def _lost_update_history() -> list[Event]:
+    """One acknowledged increment, and a final counter of 5: property b fails."""
+    events = _history(grant=True, accepted=True, fault=True)
+    return [*events[:-1], _event("run", "final", "ok", 1.1, value=5)]
+
+
+def test_a_campaign_runs_each_seed_in_its_own_directory(tmp_path: Path) -> None:
+    """Seeds 3, 4, 5 in seed-3/, seed-4/, seed-5/; one row each with its verdict, violations,
+    operations (invocations) and faults; a run that raised is an ``error`` row; campaign.json
+    holds the rows and exit code 1 because one run found violations."""
+    from fencedlease.lab.harness.campaign import campaign_exit_code, run_campaign
+    from fencedlease.lab.harness.history import write_history
+
+    seen: list[tuple[int | None, Path]] = []
+
+    def fake_run(config: CheckConfig) -> CheckResult:
+        seen.append((config.seed, config.out_dir))
+        if config.seed == 5:
+            raise RuntimeError("workers not ready within 60 s")
+        events = _lost_update_history() if config.seed == 4 else _history(
+            grant=True, accepted=True, fault=True)  # fmt: skip
+        config.out_dir.mkdir(parents=True)
+        write_history(config.out_dir / "history.jsonl", events)
+        return CheckResult(
+            config, check_history(events), config.out_dir, config.out_dir / "history.jsonl",
+            config.out_dir / "report.json", None, (), config.seed or 0, "external", None,
+        )  # fmt: skip
+
+    root = tmp_path / "campaign"
+    rows = run_campaign(CheckConfig(out_dir=root, seed=3), 3, fake_run, errors=(RuntimeError,))
+    assert seen == [(seed, root / f"seed-{seed}") for seed in (3, 4, 5)]
+    assert [
+        (r.seed, r.verdict, r.violations, r.operations, r.faults, r.exit_code) for r in rows
+    ] == [
+        (3, "pass", 0, 3, 1, 0),
+        (4, "fail", 1, 3, 1, 1),
+        (5, "error", 0, 0, 0, 2),
+    ]
+    assert rows[2].error == "RuntimeError: workers not ready within 60 s"
+    assert campaign_exit_code(rows) == 1
+    assert campaign_exit_code(rows[::2]) == 2
+    assert campaign_exit_code(rows[:1]) == 0
+    data = json.loads((root / "campaign.json").read_text("utf-8"))
+    assert data["exit_code"] == 1
+    assert [run["seed"] for run in data["runs"]] == [3, 4, 5]
+    assert data["runs"][1]["out_dir"] == str(root / "seed-4")
+    assert (root / OUT_MARKER).is_file()
+
+
+def test_a_campaign_refuses_what_it_cannot_do(tmp_path: Path) -> None:
+    from fencedlease.lab.harness.campaign import run_campaign
+
+    def never(config: CheckConfig) -> CheckResult:
+        raise AssertionError("no run may start")
+
+    with pytest.raises(ValueError, match="runs must be at least 1, got 0"):
+        run_campaign(CheckConfig(out_dir=tmp_path / "a", seed=1), 0, never)
+    with pytest.raises(ValueError, match="needs a first seed"):
+        run_campaign(CheckConfig(out_dir=tmp_path / "a"), 2, never)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "keep.txt").write_text("x", "utf-8")
+    with pytest.raises(UnsafeTargetError, match="did not create"):
+        run_campaign(CheckConfig(out_dir=mine, seed=1), 2, never)
+    assert sorted(p.name for p in mine.iterdir()) == ["keep.txt"]
+
+
+def test_runs_at_the_command_line_write_the_table_and_campaign_json(tmp_path: Path) -> None:
+    """--runs 2 --seed 40 against a Redis that refuses connections: two runs that could not be
+    done, each a row of the printed table and of campaign.json; exit 2 (no violation found)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed when the block ends: nothing listens there
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        main,
+        ["check", "--duration", "1", "--faults", "none", "--no-toxiproxy", "--runs", "2",
+         "--seed", "40", "--redis-url", f"redis://127.0.0.1:{port}/0", "--out", str(out)],
+        terminal_width=200,
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "seed 40: error, 0 violation(s)" in result.output
+    assert "seed 41: error, 0 violation(s)" in result.output
+    assert "fencedlease check: campaign" in result.output
+    data = json.loads((out / "campaign.json").read_text("utf-8"))
+    assert data["exit_code"] == 2
+    assert [(r["seed"], r["verdict"]) for r in data["runs"]] == [(40, "error"), (41, "error")]
+
+
+def test_replay_refuses_a_seed_and_a_file_that_is_no_report(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.json"
+    notes.write_text('{"not": "a report"}', "utf-8")
+    code, output = _run("--replay", str(notes), "--seed", "3", "--out", str(tmp_path / "o"))
+    assert code == 2
+    assert "leave out --seed, --runs" in output
+    code, output = _run("--replay", str(notes), "--out", str(tmp_path / "o"))
+    assert code == 2
+    assert "is not a report.json of fencedlease check" in output
+    assert not (tmp_path / "o").exists()
+
+
+def test_replay_takes_options_given_anew_and_checks_them_against_the_schedule(
+    tmp_path: Path,
+) -> None:
+    """--workers given with --replay replaces the recorded 3; a schedule drawn for 3 workers
+    cannot run with 4: exit 2 naming both, before any server starts or --out is made."""
+    from fencedlease.lab.harness.schedule import draw_schedule
+
+    schedule = draw_schedule(DEFAULT_FAULTS, seed=8, workers=3, ttl_ms=1000, heartbeat_ms=250,
+                             body_ms=1800, lead_ms=1000)  # fmt: skip
+    report = tmp_path / "report.json"
+    report.write_text(
+        json.dumps({"seed": 8, "schedule": schedule.to_dict(), "config": {"workers": 3}}), "utf-8"
+    )
+    out = tmp_path / "again"
+    code, output = _run("--replay", str(report), "--workers", "4", "--out", str(out))
+    assert code == 2
+    assert "the schedule is for 3 workers, the run has 4" in output
+    assert not out.exists()

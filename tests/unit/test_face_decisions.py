@@ -24,10 +24,12 @@ from fencedlease import (
     _errors,
     db,
 )
-from fencedlease._core import AcquireAttempt, LeaseState, LossReason, RenewalEntry, RenewalSchedule
+from fencedlease._attempt import AcquireAttempt
 from fencedlease._decisions import AcquireEnd, SendAcquire, WaitForRelease, acquire_steps
 from fencedlease._protocol import AcquireReply
 from fencedlease._redis.errors import backend_error
+from fencedlease._schedule import RenewalEntry, RenewalSchedule
+from fencedlease._state import LeaseState, LossReason
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.aio import ManagerClosedError as AioManagerClosedError
 from fencedlease.backends.memory import AsyncMemoryBackend, MemoryBackend

@@ -147,14 +147,18 @@ def test_results_have_the_same_fields(sync: type, aio: type) -> None:
 
 
 def test_defaults_are_one_definition() -> None:
-    """The async face's defaults are the sync module's constant objects, not copies."""
-    from fencedlease import _manager
+    """Both faces' defaults are the shared constant objects, not copies."""
+    from fencedlease import _decisions
 
-    for method in ("acquire", "hold", "with_lease"):
-        params = inspect.signature(getattr(AsyncLeaseManager, method)).parameters
-        assert params["ttl_ms"].default is _manager.DEFAULT_TTL_MS
-        assert params["retry_delay_ms"].default is _manager.DEFAULT_RETRY_DELAY_MS
-    assert (_manager.DEFAULT_TTL_MS, _manager.DEFAULT_RETRY_DELAY_MS) == (30_000, 100)
+    for face in (LeaseManager, AsyncLeaseManager):
+        for method in ("acquire", "hold", "with_lease"):
+            params = inspect.signature(getattr(face, method)).parameters
+            assert params["ttl_ms"].default is _decisions.DEFAULT_TTL_MS
+            assert params["retry_delay_ms"].default is _decisions.DEFAULT_RETRY_DELAY_MS
+        close = inspect.signature(face.close).parameters["timeout_ms"]
+        assert close.default is _decisions.DEFAULT_CLOSE_TIMEOUT_MS
+    assert (_decisions.DEFAULT_TTL_MS, _decisions.DEFAULT_RETRY_DELAY_MS) == (30_000, 100)
+    assert _decisions.DEFAULT_CLOSE_TIMEOUT_MS == 1_000
 
 
 # -- behaviour parity ----------------------------------------------------------------------------

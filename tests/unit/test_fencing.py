@@ -23,13 +23,9 @@ from test_fencing_model import (
 import fencedlease
 import fencedlease.aio
 from fencedlease import LeaseKeyMismatchError, StaleTokenError, ValidationError
-from fencedlease._fencing import (
-    MAX_FENCING_TOKEN,
-    FencedResource,
-    FencingAccess,
-    coerce_access,
-    owner_fingerprint,
-)
+from fencedlease._fenced_resource import FencedResource
+from fencedlease._fencing import MAX_FENCING_TOKEN, FencingAccess
+from fencedlease._fencing_access import coerce_access, owner_fingerprint
 
 # --- the fencing cases -------------------------------------------------------------------------
 

@@ -32,7 +32,8 @@ from fencedlease import (
     db,
     redis_keys,
 )
-from fencedlease._fencing import FenceState, FencingAccess, coerce_access, decide
+from fencedlease._fencing import FenceState, FencingAccess, decide
+from fencedlease._fencing_access import coerce_access
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.backends import AsyncMemoryBackend, AsyncSqliteBackend, MemoryBackend
 

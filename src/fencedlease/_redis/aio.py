@@ -1,5 +1,5 @@
-"""The asyncio twins of :func:`~fencedlease._redis.scripts.run_script` and
-:mod:`fencedlease._redis.clients`, over ``redis.asyncio``: the same policy, awaited."""
+"""The asyncio twins of `run_script` and
+`fencedlease._redis.clients`, over ``redis.asyncio``: the same policy, awaited."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ __all__ = ["connected", "dedicated_client", "run_script", "waits_for_connection"
 async def run_script(
     client: redis.asyncio.Redis, script: Script, keys: Sequence[str], args: Sequence[Any]
 ) -> Any:
-    """:func:`fencedlease._redis.scripts.run_script`, awaited: EVALSHA, one EVAL on NOSCRIPT; under
-    :func:`fencedlease._clock.marking_sends`, the connection made first and each send marked."""
+    """`fencedlease._redis.scripts.run_script`, awaited: EVALSHA, one EVAL on NOSCRIPT; under
+    `fencedlease._clock.marking_sends`, the connection made first and each send marked."""
     if send_mark() is not None:
         await connected(client)
         mark_send()
@@ -39,7 +39,7 @@ async def run_script(
 
 
 async def connected(client: redis.asyncio.Redis) -> None:
-    """:func:`fencedlease._redis.scripts.connected` for ``redis.asyncio``: a connection of the
+    """`fencedlease._redis.scripts.connected` for ``redis.asyncio``: a connection of the
     pool made (redis-py connects what its pool hands out) and given back before the command."""
     if client.connection is not None:
         return
@@ -54,7 +54,7 @@ async def connected(client: redis.asyncio.Redis) -> None:
 
 
 def dedicated_client(client: redis.asyncio.Redis) -> redis.asyncio.Redis:
-    """:func:`fencedlease._redis.clients.dedicated_client` for ``redis.asyncio``."""
+    """`fencedlease._redis.clients.dedicated_client` for ``redis.asyncio``."""
     pool = client.connection_pool
     if type(pool) not in (redis.asyncio.ConnectionPool, redis.asyncio.BlockingConnectionPool):
         return client
@@ -65,7 +65,7 @@ def dedicated_client(client: redis.asyncio.Redis) -> redis.asyncio.Redis:
 
 
 def waits_for_connection(client: redis.asyncio.Redis) -> bool:
-    """:func:`fencedlease._redis.clients.waits_for_connection` for ``redis.asyncio``."""
+    """`fencedlease._redis.clients.waits_for_connection` for ``redis.asyncio``."""
     return client.connection is None and isinstance(
         client.connection_pool, redis.asyncio.BlockingConnectionPool
     )

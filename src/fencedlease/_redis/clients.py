@@ -1,11 +1,59 @@
-"""Connections of the library's own beside the caller's pool (sync; the asyncio twins are in
-:mod:`fencedlease._redis.aio`)."""
+"""The clients the library makes: the caller's client from a URL, its options checked at once
+(either face), and connections of the library's own beside the caller's pool (sync; the asyncio
+twins are in `fencedlease._redis.aio`)."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
 import redis
 
-__all__ = ["dedicated_client", "waits_for_connection"]
+from .._errors import ValidationError
+from .._redact import redact_text, redact_url
+from .options import check_connection_options, check_url_query
+
+__all__ = ["dedicated_client", "redis_client", "waits_for_connection"]
+
+
+class _PooledClient(Protocol):
+    @property
+    def connection_pool(self) -> Any: ...
+
+
+_Client = TypeVar("_Client", bound=_PooledClient)
+
+
+_UNEXPECTED_OPTION = re.compile(r"unexpected keyword argument '(\w+)'")
+_URL_OPTION = re.compile(r"value for '(\w+)'")
+
+
+def redis_client(factory: Callable[..., _Client], url: str, kwargs: dict[str, Any]) -> _Client:
+    """``factory(url, **kwargs)`` (``Redis.from_url`` of either face), with every option checked
+    now rather than at the first command: one connection object is built (no I/O) so that an
+    option the connection class does not take (``?ssl_cert_reqs=`` on ``redis://``, a typo) or
+    a value it refuses is a [`ValidationError`][fencedlease.ValidationError] naming it. redis-py's
+    message is scrubbed of the URL's secrets; its exception stays in ``__cause__`` only when it
+    holds none."""
+    check_url_query(url)
+    try:
+        client = factory(url, **kwargs)
+        pool = client.connection_pool
+        pool.connection_class(**pool.connection_kwargs)
+    except (ValueError, TypeError, LookupError, redis.RedisError) as exc:
+        message = str(exc)
+        clean = redact_text(message, url)
+        found = _UNEXPECTED_OPTION.search(message) or _URL_OPTION.search(message)
+        argument = found.group(1) if found else "url"
+        if isinstance(exc, TypeError) and found:
+            clean = f"{argument} is not an option of {url.partition('://')[0]}:// connections"
+        error = ValidationError(
+            argument, f"{redact_url(url)!r} with these options is no usable Redis URL: {clean}"
+        )
+        raise error from (exc if clean == message else None)
+    check_connection_options(pool.connection_kwargs)
+    return client
 
 
 def dedicated_client(client: redis.Redis) -> redis.Redis:

@@ -1,11 +1,10 @@
-"""redis-py errors as :class:`~fencedlease.BackendError`, classified; ACL refusals named.
+"""redis-py errors as [`BackendError`][fencedlease.BackendError], classified; ACL refusals named.
 
-Every Redis error the library meets goes through :func:`backend_error` (or the
-:func:`backend_errors` block around a call), once for every face and every Redis client kind. It
-sets the classification the pure core reads (:attr:`BackendError.sent
-<fencedlease.BackendError.sent>`, :attr:`~fencedlease.BackendError.wrote`,
-:attr:`~fencedlease.BackendError.timed_out`), so no other module looks at redis-py's exception
-types:
+Every Redis error the library meets goes through `backend_error` (or the
+`backend_errors` block around a call), once for every face and every Redis client kind. It
+sets the classification the pure core reads ([`BackendError.sent`][fencedlease.BackendError.sent],
+[`wrote`][fencedlease.BackendError.wrote], [`timed_out`][fencedlease.BackendError.timed_out]), so no
+other module looks at redis-py's exception types:
 
 ``sent="no"``: the store was never reached, so the command cannot have run: an exhausted
 connection pool (``MaxConnectionsError``, or a ``BlockingConnectionPool`` whose wait timed out: a
@@ -22,7 +21,7 @@ released with the same owner token: ``sent="maybe"``, and an error reply from in
 script: Redis does not roll a script back, so a command that failed after an earlier write of the
 script (a command an ACL denies, an out-of-memory refusal, a key of another type the script did
 not check) leaves that write in place. ``wrote="no"``: a lease script's own refusal (its message
-starts with :data:`~fencedlease._redis.scripts.SCRIPT_REFUSAL`; every script checks its keys before
+starts with `SCRIPT_REFUSAL`; every script checks its keys before
 its first write), a refusal before the script ran (``NOSCRIPT``; ``NOPERM`` for ``EVALSHA``
 itself, whose message names no script), a command that never left, and an error that is not
 Redis's.
@@ -114,9 +113,9 @@ def classify(cause: BaseException) -> tuple[Sent, Wrote, bool]:
 
 def backend_error(operation: str, cause: BaseException) -> BackendError:
     """``cause`` (a redis-py error, or a reply a ``decode_responses=True`` client cannot decode)
-    as the :class:`BackendError` to raise ``from`` it: the message names ``operation`` and, for a
-    refusal by the Redis ACL, the refused command (:func:`acl_denial`); classified by
-    :func:`classify`. The caller sets ``__cause__`` by ``raise ... from cause``."""
+    as the [`BackendError`][fencedlease.BackendError] to raise ``from`` it: the message names
+    ``operation`` and, for a refusal by the Redis ACL, the refused command (`acl_denial`);
+    classified by `classify`. The caller sets ``__cause__`` by ``raise ... from cause``."""
     if isinstance(cause, UnicodeDecodeError):
         message = (
             f"{operation}: a reply is not UTF-8 (the client decodes responses): {cause.reason}"
@@ -131,7 +130,7 @@ def backend_error(operation: str, cause: BaseException) -> BackendError:
 
 @contextmanager
 def backend_errors(operation: str) -> Iterator[None]:
-    """Raise any redis-py error inside as :func:`backend_error` naming ``operation``, cause kept;
+    """Raise any redis-py error inside as `backend_error` naming ``operation``, cause kept;
     so too a reply a ``decode_responses=True`` client cannot decode (a key holding bytes that are
     not UTF-8: redis-py drops that connection), and a ``ValueError``/``TypeError``/``OSError``
     redis-py raises from a setting it did not check (classified as possibly run). The library's
@@ -196,7 +195,7 @@ def acl_denial(exc: BaseException) -> str | None:
     Understands ``NOPERM`` replies (a command, a key or a channel refused) and the errors of a
     refused ``redis.call`` inside a script: Redis 7.2 names the command itself; 7.0 and 6.2 give
     the script's SHA-1 and line, which are looked up in the library's own scripts
-    (:func:`register_script`).
+    (`register_script`).
     """
     message = str(exc)
     script = any(text in message for text in _SCRIPT_REFUSALS)

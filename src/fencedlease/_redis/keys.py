@@ -3,15 +3,15 @@
 Key layout. Every Redis key and channel of one name starts with the same *base*
 ``<prefix>:{<escaped name>}``:
 
-==============================  ==============================================
-``<base>``                      the lease: ``"<fencing_token>:<owner_token>"``, with a TTL
-``<base>:fence``                the lease's fencing counter (no TTL, never deleted)
-``<base>:waiters``              the hand-off queue (sorted set)
-``<base>:waiters:meta``         the queued waiters' details (hash)
-``<base>:handoff``              the hand-off pub/sub channel
-``<base>:resource``             a ``RedisFencedResource``'s data
-``<base>:resource:fence``       a ``RedisFencedResource``'s fence state (hash)
-==============================  ==============================================
+|  |  |
+| --- | --- |
+| ``<base>`` | the lease: ``"<fencing_token>:<owner_token>"``, with a TTL |
+| ``<base>:fence`` | the lease's fencing counter (no TTL, never deleted) |
+| ``<base>:waiters`` | the hand-off queue (sorted set) |
+| ``<base>:waiters:meta`` | the queued waiters' details (hash) |
+| ``<base>:handoff`` | the hand-off pub/sub channel |
+| ``<base>:resource`` | a ``RedisFencedResource``'s data |
+| ``<base>:resource:fence`` | a ``RedisFencedResource``'s fence state (hash) |
 
 The name is escaped so that the base is injective: ``%``, ``{`` and ``}`` become ``%25``, ``%7B``
 and ``%7D``, and a prefix may not hold a brace (``ValidationError``). So the base holds exactly one
@@ -20,11 +20,15 @@ name shares (one slot), two different ``(prefix, name)`` pairs never give one ba
 suffixes above never make one key of two roles.
 
 For operators and tools that look at Redis directly (a dashboard, a fault injector, a script that
-reads the fencing counter), :func:`redis_keys` names them, so nobody rebuilds the layout by hand::
+reads the fencing counter), [`redis_keys`][fencedlease.redis_keys] names them, so nobody rebuilds
+the layout by hand:
 
-    keys = fencedlease.redis_keys("fencedlease", "orders:42")
-    keys.fence                      # 'fencedlease:{orders:42}:fence'
-    redis.Redis().get(keys.fence)   # the last fencing token granted for the key
+```
+keys = fencedlease.redis_keys("fencedlease", "orders:42")
+keys.fence                      # 'fencedlease:{orders:42}:fence'
+redis.Redis().get(keys.fence)   # the last fencing token granted for the key
+```
+
 """
 
 from __future__ import annotations
@@ -65,7 +69,7 @@ def escape_name(name: str) -> str:
 def key_base(prefix: str, name: str) -> str:
     """``<prefix>:{<escaped name>}``: the start of every key of ``name`` (see the module doc).
 
-    ``prefix`` must hold no brace (checked by :func:`fencedlease._validate.check_prefix`)."""
+    ``prefix`` must hold no brace (checked by `fencedlease._validate.check_prefix`)."""
     return f"{prefix}:{{{name.translate(_ESCAPES)}}}"
 
 
@@ -146,7 +150,7 @@ class RedisKeys:
     waiters' details (hash). ``handoff``: the pub/sub channel a release wakes waiters on.
 
     All five share one Redis Cluster hash slot (the text between the braces of ``base``). A
-    :class:`~fencedlease.redis_fencing.RedisFencedResource`'s keys are its own ``data_key`` and
+    [`RedisFencedResource`][fencedlease.RedisFencedResource]'s keys are its own ``data_key`` and
     ``fence_key``.
     """
 
@@ -159,7 +163,7 @@ class RedisKeys:
 
 
 def redis_keys(prefix: str, key: str) -> RedisKeys:
-    """The Redis keys a :class:`~fencedlease.RedisBackend` (or a manager built on one) with
+    """The Redis keys a [`RedisBackend`][fencedlease.RedisBackend] (or a manager built on one) with
     ``prefix`` uses for the lease name ``key``: ``base`` is ``<prefix>:{<escaped key>}``, where
     ``%``, ``{`` and ``}`` in ``key`` are written ``%25``, ``%7B`` and ``%7D``; the others are
     ``<base>``, ``<base>:fence``, ``<base>:waiters``, ``<base>:waiters:meta`` and

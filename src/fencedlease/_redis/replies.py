@@ -1,9 +1,10 @@
 """Decoding the Lua scripts' replies, and text as Redis sends it, with no I/O.
 
 Replies are decoded the same way whether the client was built with ``decode_responses=True``
-(``str``) or ``False`` (``bytes``); every malformed reply is a :class:`~fencedlease.BackendError`
-naming the operation and the key, never quoting a value that may hold an owner token. Tokens and
-counters are decoded exactly (never through a float), 1..2**63-1.
+(``str``) or ``False`` (``bytes``); every malformed reply is a
+[`BackendError`][fencedlease.BackendError] naming the operation and the key, never quoting a value
+that may hold an owner token. Tokens and counters are decoded exactly (never through a float),
+1..2**63-1.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def text(value: object) -> str:
 
 
 def reply_text(value: object, what: str) -> str:
-    """:func:`text` of a reply element that must be a string (``bytes`` or ``str``).
+    """`text` of a reply element that must be a string (``bytes`` or ``str``).
 
     Raises:
         BackendError: any other type; ``what`` names the operation.
@@ -145,8 +146,8 @@ def decode_renew_many(
     items: Sequence[tuple[str, str, int]], reply: object
 ) -> list[int | BaseException]:
     """Decode ``renew_many.lua``'s array, one entry per item: the token (renewed; exactly,
-    1..2**63-1), 0 (lost), or a :class:`~fencedlease.BackendError` for an item Redis could not
-    renew (its TTL was refused, its key holds another type or a malformed value, or the reply
+    1..2**63-1), 0 (lost), or a [`BackendError`][fencedlease.BackendError] for an item Redis could
+    not renew (its TTL was refused, its key holds another type or a malformed value, or the reply
     entry is not a token); the other items are unaffected.
 
     Raises:

@@ -1,11 +1,11 @@
 """The Lua scripts the library sends, and running one (sync; the asyncio twin is in
-:mod:`fencedlease._redis.aio`).
+`fencedlease._redis.aio`).
 
 One NOSCRIPT policy for every script: EVALSHA; after ``SCRIPT FLUSH``, a restart or a failover to a
 fresh replica the ``NOSCRIPT`` reply is answered by one EVAL of the same source, which also puts it
 back in Redis's script cache. There is no per-call ``SCRIPT LOAD`` or ``SCRIPT EXISTS``: each
 operation is one command. Errors are left to the caller's
-:func:`~fencedlease._redis.errors.backend_errors`.
+`backend_errors`.
 """
 
 from __future__ import annotations
@@ -61,21 +61,23 @@ class Script:
         return cls(name, source, hashlib.sha1(source.encode()).hexdigest())  # noqa: S324 (Redis's id)
 
 
-ACQUIRE: Final = Script.load("acquire")
-RENEW: Final = Script.load("renew")
-RENEW_MANY: Final = Script.load("renew_many")
-RELEASE: Final = Script.load("release")
+# lease_common.lua holds the functions the lease scripts share (reading, token checks, the next
+# token); each script that uses them gets it prepended.
+ACQUIRE: Final = Script.load("acquire", "lease_common", "acquire")
+RENEW: Final = Script.load("renew", "lease_common", "renew")
+RENEW_MANY: Final = Script.load("renew_many", "lease_common", "renew_many")
+RELEASE: Final = Script.load("release", "lease_common", "release")
 INSPECT: Final = Script.load("inspect")
-ENQUEUE: Final = Script.load("enqueue")
+ENQUEUE: Final = Script.load("enqueue", "lease_common", "enqueue")
 
 
 def primers(
     script: Script, keys: Sequence[str]
 ) -> tuple[tuple[Script, Sequence[str], Sequence[Any]], ...]:
     """The no-op runs, ``(script, keys, args)``, that go with ``script``'s EVAL fallback in the same
-    round trip (see :func:`run_script`), so the scripts that follow it are cached before they are
-    needed: for :data:`ACQUIRE` (on its ``keys``), an empty :data:`RENEW_MANY` batch (renews
-    nothing) and a :data:`RELEASE` of the same keys by an owner token nobody holds (touches
+    round trip (see `run_script`), so the scripts that follow it are cached before they are
+    needed: for `ACQUIRE` (on its ``keys``), an empty `RENEW_MANY` batch (renews
+    nothing) and a `RELEASE` of the same keys by an owner token nobody holds (touches
     nothing). None for the others."""
     if script is not ACQUIRE:
         return ()
@@ -100,14 +102,14 @@ def run_script(
     """Run ``script`` with ``keys`` and ``args`` on ``client``: EVALSHA, and on ``NOSCRIPT`` one
     EVAL of the source (see the module doc); the reply as redis-py gives it.
 
-    Under :func:`fencedlease._clock.marking_sends` (an acquire or a renewal batch, whose deadline
-    counts from the send) the connection is made first (:func:`connected`) and the send is marked
+    Under `fencedlease._clock.marking_sends` (an acquire or a renewal batch, whose deadline
+    counts from the send) the connection is made first (`connected`) and the send is marked
     right before the EVALSHA, and again right before the EVAL (the refused EVALSHA ran nothing):
     neither the connection's handshake nor the fallback's round trip eats into the lease's margin.
 
     Raises:
         redis.RedisError: whatever the command raised (map it with
-            :func:`~fencedlease._redis.errors.backend_errors`).
+            `backend_errors`).
     """
     if send_mark() is not None:
         connected(client)

@@ -1,16 +1,17 @@
-"""fencedlease for asyncio: :class:`AsyncLeaseManager` over ``redis.asyncio``.
+"""fencedlease for asyncio: [`AsyncLeaseManager`][fencedlease.aio.AsyncLeaseManager] over
+``redis.asyncio``.
 
-The same library as :mod:`fencedlease`, not a second one: the same names (``Async`` prefixed
+The same library as [`fencedlease`][], not a second one: the same names (``Async`` prefixed
 where the object awaits), arguments, defaults, validation, errors, Lua scripts and key layout, from
 the same code wherever no I/O is involved. See ``docs/asyncio.md``.
 
-The error classes are :mod:`fencedlease`'s own, re-exported here for convenience.
+The error classes are [`fencedlease`][]'s own, re-exported here for convenience.
 """
 
 from __future__ import annotations
 
 from .._backend import AsyncLeaseBackend
-from .._core import AsyncClock
+from .._clock import AsyncClock
 from .._errors import (
     BackendError,
     FencedLeaseError,
@@ -21,7 +22,7 @@ from .._errors import (
     StaleTokenError,
     ValidationError,
 )
-from .._lease import LeaseInfo
+from .._view import LeaseInfo
 from ._lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
 from ._manager import AsyncLeaseManager
 from ._redis_backend import AsyncRedisBackend

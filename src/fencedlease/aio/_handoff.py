@@ -1,8 +1,8 @@
-"""The asyncio side of the release waiters: :class:`AsyncHandoff` (the Redis hand-off, its
-listener a task) and :class:`AsyncSleepWaiter` (polling).
+"""The asyncio side of the release waiters: `AsyncHandoff` (the Redis hand-off, its
+listener a task) and `AsyncSleepWaiter` (polling).
 
-How the hand-off works is in :mod:`fencedlease._handoff`, with the channel model both faces drive;
-the sync twin is :class:`fencedlease._handoff_sync.Handoff`.
+How the hand-off works is in `fencedlease._handoff`, with the channel model both faces drive;
+the sync twin is `fencedlease._handoff_sync.Handoff`.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ __all__ = ["AsyncHandoff", "AsyncSleepWaiter", "async_release_waiter_for"]
 
 class AsyncSleepWaiter:
     """Polling only: sleeps the whole ``timeout_s`` on ``clock``'s ``async_sleep`` (so a fake
-    clock drives the waits; a clock without one, such as :class:`~fencedlease.SystemClock`, is
-    waited on with :func:`asyncio.sleep`), for backends without release notifications."""
+    clock drives the waits; a clock without one, such as [`SystemClock`][fencedlease.SystemClock],
+    is waited on with `asyncio.sleep`), for backends without release notifications."""
 
     queues = False
 
@@ -56,15 +56,15 @@ class AsyncSleepWaiter:
 
 
 class AsyncHandoff(HandoffBase[redis.asyncio.Redis]):
-    """:class:`~fencedlease._handoff_sync.Handoff` for ``redis.asyncio``: the same queue and
+    """`Handoff` for ``redis.asyncio``: the same queue and
     scripts, the listener a task.
 
     ``client``: the manager's ``redis.asyncio.Redis``; ``prefix``: its key prefix (the arguments
-    of :class:`~fencedlease._handoff_sync.Handoff`). The listener has a connection of its own
-    (:func:`fencedlease._redis.aio.dedicated_client`), never one of ``client``'s pool. The
+    of `Handoff`). The listener has a connection of its own
+    (`fencedlease._redis.aio.dedicated_client`), never one of ``client``'s pool. The
     listener task is started by the first wait in the running loop and cancelled by
-    :meth:`aclose`; like the thread, it logs an unexpected death
-    (:func:`~fencedlease._handoff.listener_died`).
+    `aclose`; like the thread, it logs an unexpected death
+    (`listener_died`).
     """
 
     def _reset(self) -> None:
@@ -80,7 +80,7 @@ class AsyncHandoff(HandoffBase[redis.asyncio.Redis]):
     async def wait(
         self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
     ) -> None:
-        """As :meth:`~fencedlease._handoff_sync.Handoff.wait`, awaited.
+        """As `wait`, awaited.
 
         Raises:
             BackendError: the queueing command failed.
@@ -220,7 +220,7 @@ async def _wait_event(event: asyncio.Event, timeout_s: float) -> bool:
 
 def async_release_waiter_for(backend: object, clock: Clock = SYSTEM_CLOCK) -> AsyncReleaseWaiter:
     """The release waiter an asyncio manager uses over ``backend``: the backend's own
-    (``backend.release_waiter()``, e.g. the Redis hand-off), else :class:`AsyncSleepWaiter`
+    (``backend.release_waiter()``, e.g. the Redis hand-off), else `AsyncSleepWaiter`
     (polling on ``clock``)."""
     make = getattr(backend, "release_waiter", None)
     waiter: AsyncReleaseWaiter = AsyncSleepWaiter(clock) if make is None else make()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 import attrs
@@ -13,6 +12,7 @@ from .._decisions import lost_wait_s
 from .._state import LeaseState
 from .._validate import check_ms
 from .._view import LeaseView
+from ._primitives import LostSignal
 
 if TYPE_CHECKING:
     from .._schedule import RenewalEntry
@@ -24,33 +24,34 @@ T = TypeVar("T")
 
 
 class AsyncLease(LeaseView):
-    """A held (or once held) lease on ``key``: the asyncio twin of :class:`~fencedlease.Lease`.
+    """A held (or once held) lease on ``key``: the asyncio twin of [`Lease`][fencedlease.Lease].
 
     ``owner_token`` proves ownership to the store; it is a secret and never appears in ``repr``.
     ``fencing_token`` is the grant's number, strictly larger than every earlier grant's of the key;
     hand it to the storage you write to. It is None only for a lease restored without one (the
-    first successful :meth:`renew` learns it from Redis). The read-only attributes and
-    :meth:`check` are the same code as :class:`~fencedlease.Lease`'s
-    (:class:`~fencedlease._view.LeaseView`).
+    first successful [`renew`][fencedlease.aio.AsyncLease.renew] learns it from Redis). The
+    read-only attributes and [`check`][fencedlease.aio.AsyncLease.check] are the same code as
+    [`Lease`][fencedlease.Lease]'s (`LeaseView`).
 
     Use it from the event loop it was acquired on. Nothing about it lives in a task or a
     ``threading.local``: any task may renew or release it.
     """
 
-    __slots__ = ("_backend", "_entry", "_lost_future", "_renewer")
+    __slots__ = ("_backend", "_entry", "_lost_signal", "_renewer")
 
     def __init__(self, state: LeaseState, backend: AsyncLeaseBackend, clock: Clock) -> None:
         super().__init__(state, clock)
         self._backend = backend
         self._entry: RenewalEntry | None = None
         self._renewer: AsyncRenewer | None = None
-        self._lost_future: asyncio.Future[None] | None = None
+        self._lost_signal: LostSignal | None = None
 
     async def wait_lost(self, timeout_ms: int | None = None) -> bool:
         """Wait until the lease is lost or ``timeout_ms`` passes; return whether it is lost.
 
-        A lease not renewed in the background learns of its loss only through :meth:`renew`,
-        :meth:`check`, or here at its deadline.
+        A lease not renewed in the background learns of its loss only through
+        [`renew`][fencedlease.aio.AsyncLease.renew], [`check`][fencedlease.aio.AsyncLease.check], or
+        here at its deadline.
 
         Raises:
             ValidationError: ``timeout_ms`` is not an int in 0..2,147,483,647.
@@ -58,16 +59,14 @@ class AsyncLease(LeaseView):
         limit = None if timeout_ms is None else check_ms("timeout_ms", timeout_ms, 0) / 1000
         clock = self._clock
         started = clock.monotonic()
-        lost = self._lost_future
+        lost = self._lost_signal
         if lost is None:
-            loop = asyncio.get_running_loop()
-            lost = self._lost_future = loop.create_future()
-            self._state.add_listener(lambda _: _set_threadsafe(loop, lost))
+            lost = self._lost_signal = LostSignal(self._state)
         while not self.lost:
             timed_out, wait = lost_wait_s(self._state, limit, started, clock.monotonic())
             if timed_out:
                 return False
-            await asyncio.wait({lost}, timeout=wait)
+            await lost.wait(wait)
         return True
 
     async def renew(self, ttl_ms: int | None = None) -> bool:
@@ -96,8 +95,8 @@ class AsyncLease(LeaseView):
         A False reply means the lease had already moved on: the lease is then marked lost. The
         background renewal (if any) goes on while the release waits for a connection of a busy
         pool and runs, and stops with its reply; it never touches the key again. If the
-        store cannot be reached (:class:`BackendError`) or the call is cancelled, the lease keeps
-        its owner token, so ``release()`` can be awaited again.
+        store cannot be reached ([`BackendError`][fencedlease.BackendError]) or the call is
+        cancelled, the lease keeps its owner token, so ``release()`` can be awaited again.
 
         In a child forked after the lease was made it sends nothing and returns False: the lease
         is the parent's (``lost`` with the reason that says so), and the parent keeps it.
@@ -127,27 +126,10 @@ class AsyncLease(LeaseView):
             self._entry = None
 
 
-def _set_threadsafe(loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]) -> None:
-    """Resolve ``future`` from whichever thread marked the lease lost (reading ``lost`` in a
-    worker thread can be what marks it)."""
-
-    def resolve() -> None:
-        if not future.done():
-            future.set_result(None)
-
-    try:
-        running = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
-    if running is loop:
-        resolve()
-    elif not loop.is_closed():
-        loop.call_soon_threadsafe(resolve)
-
-
 @attrs.frozen
 class AsyncAcquireResult:
-    """What :meth:`AsyncLeaseManager.acquire` got: the twin of :class:`~fencedlease.AcquireResult`.
+    """What [`AsyncLeaseManager.acquire`][fencedlease.aio.AsyncLeaseManager.acquire] got: the twin
+    of [`AcquireResult`][fencedlease.AcquireResult].
 
     ``acquired`` and the ``lease`` (None when not acquired). ``bool(result)`` is
     ``result.acquired``. ``holder_ttl_ms`` is the current holder's remaining TTL in milliseconds
@@ -168,9 +150,10 @@ class AsyncAcquireResult:
 
 @attrs.frozen
 class AsyncLeaseOutcome(Generic[T]):
-    """What :meth:`AsyncLeaseManager.with_lease` did: the twin of
-    :class:`~fencedlease.LeaseOutcome`. Ran ``fn`` under the lease (``value`` is what its
-    coroutine returned), or skipped it because the lease was not acquired (``value`` is None)."""
+    """What [`AsyncLeaseManager.with_lease`][fencedlease.aio.AsyncLeaseManager.with_lease] did: the
+    twin of [`LeaseOutcome`][fencedlease.LeaseOutcome]. Ran ``fn`` under the lease (``value`` is
+    what its coroutine returned), or skipped it because the lease was not acquired (``value`` is
+    None)."""
 
     key: str
     acquired: bool

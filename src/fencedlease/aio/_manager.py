@@ -1,8 +1,8 @@
-"""The asyncio face: :class:`AsyncLeaseManager`.
+"""The asyncio face: [`AsyncLeaseManager`][fencedlease.aio.AsyncLeaseManager].
 
-Everything that is not I/O is the sync face's code: validation (:mod:`fencedlease._validate`),
-the acquire loop's rules (:class:`~fencedlease._core.AcquireAttempt`), restore
-(:func:`~fencedlease._core.restored_state`), the loss rules (:class:`~fencedlease._core.LeaseState`)
+Everything that is not I/O is the sync face's code: validation (`fencedlease._validate`),
+the acquire loop's rules ([`AcquireAttempt`][]), restore
+([`restored_state`][]), the loss rules ([`LeaseState`][])
 and the renewal schedule. What is here is the awaiting, and what only asyncio has: cancellation.
 
 Cancellation, point by point:
@@ -11,14 +11,15 @@ Cancellation, point by point:
   leaves a key held that nobody can release. When an acquire command of the call may have landed,
   the same owner token releases it before the ``CancelledError`` goes on. That release runs in a
   task of the manager's and is shielded: cancelling the caller again stops the waiting, not the
-  release, and :meth:`AsyncLeaseManager.close` waits for it.
+  release, and [`AsyncLeaseManager.close`][fencedlease.aio.AsyncLeaseManager.close] waits for it.
 - On loss, the task that entered ``hold`` (the body's task) is cancelled and ``hold`` raises
-  :class:`LeaseLostError` instead of the ``CancelledError``, as :func:`asyncio.timeout` turns its
-  own cancellation into ``TimeoutError`` (on Python 3.11+ a cancellation from elsewhere is told
-  apart with ``Task.uncancel`` and still propagates). A body that swallows the cancellation still
-  ends in ``LeaseLostError``: the deadline and the release are checked when it ends.
+  [`LeaseLostError`][fencedlease.LeaseLostError] instead of the ``CancelledError``, as
+  `asyncio.timeout` turns its own cancellation into ``TimeoutError`` (on Python 3.11+ a cancellation
+  from elsewhere is told apart with ``Task.uncancel`` and still propagates). A body that swallows
+  the cancellation still ends in ``LeaseLostError``: the deadline and the release are checked when
+  it ends.
 - ``hold``'s final release is shielded like the acquire's cleanup, and bounded: it waits until the
-  lease's deadline at most (at least 100 ms; :func:`~fencedlease._core.release_bound_s`, the same
+  lease's deadline at most (at least 100 ms; [`release_bound_s`][], the same
   rule as the sync face), so a hung store cannot hold the caller past it. A release with no reply
   in time is cancelled and the lease lapses at its TTL. ``AsyncLease.release`` itself is not
   shielded: a cancelled ``release()`` keeps the owner token and can be awaited again.
@@ -29,44 +30,27 @@ Cancellation, point by point:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import logging
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
-from datetime import datetime
-from types import TracebackType
 from typing import Any, Literal, TypeVar
 
 import redis
 import redis.asyncio
 
 from .. import _fork
-from .._backend import AsyncLeaseBackend, fencing_scope_of
-from .._core import (
-    SYSTEM_CLOCK,
-    AcquireAttempt,
-    Clock,
-    LeaseState,
-    marking_sends,
-    release_bound_s,
-    release_wait_more_s,
-    restored_state,
-)
+from .._backend import AsyncLeaseBackend
+from .._clock import SYSTEM_CLOCK, Clock
 from .._decisions import (
-    AcquireEnd,
-    WaitForRelease,
-    acquire_steps,
+    DEFAULT_CLOSE_TIMEOUT_MS,
+    DEFAULT_RETRY_DELAY_MS,
+    DEFAULT_TTL_MS,
     close_releases,
-    hold_outcome,
-    hold_releases,
 )
-from .._errors import BackendError, LeaseNotAcquiredError, ManagerClosedError
+from .._errors import BackendError, LeaseNotAcquiredError
 from .._handoff import AsyncReleaseWaiter
-from .._lease import LeaseInfo
-from .._manager import DEFAULT_CLOSE_TIMEOUT_MS, DEFAULT_RETRY_DELAY_MS, DEFAULT_TTL_MS
-from .._protocol import AcquireReply
 from .._redis_backend import RedisBackend
 from .._validate import (
     ArgumentTypeError,
@@ -76,15 +60,18 @@ from .._validate import (
     check_callback,
     check_clock,
     check_heartbeat_ms,
-    check_key,
     check_ms,
     check_prefix,
 )
 from ..backends.memory import MemoryBackend
 from ..backends.sqlite import SqliteBackend
 from ._handoff import async_release_waiter_for
-from ._lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
+from ._hold import _Hold
+from ._lease import AsyncLease, AsyncLeaseOutcome
+from ._manager_base import _AsyncManagerBase
+from ._primitives import retrieve
 from ._redis_backend import AsyncRedisBackend
+from ._releases import release_abandoned, release_within, report_unreleased
 from ._renewer import AsyncRenewer
 from ._urls import async_backend_from_url
 
@@ -96,43 +83,40 @@ _SYNC_BACKENDS: tuple[type, ...] = (MemoryBackend, SqliteBackend, RedisBackend)
 log = logging.getLogger("fencedlease.aio")
 
 
-def _retrieve(task: asyncio.Task[None]) -> None:
-    """Mark ``task``'s outcome as seen (its awaiter may have been cancelled meanwhile)."""
-    if not task.cancelled():
-        task.exception()
-
-
 T = TypeVar("T")
 
 
-class AsyncLeaseManager:
-    """Leases with fencing tokens on one Redis (or another :class:`AsyncLeaseBackend`), for asyncio:
-    the twin of :class:`~fencedlease.LeaseManager`, with the same arguments, defaults, validation,
+class AsyncLeaseManager(_AsyncManagerBase):
+    """Leases with fencing tokens on one Redis (or another
+    [`AsyncLeaseBackend`][fencedlease.AsyncLeaseBackend]), for asyncio: the twin of
+    [`LeaseManager`][fencedlease.LeaseManager], with the same arguments, defaults, validation,
     errors, scripts and key layout.
 
     ``client``: a ``redis.asyncio.Redis`` (``decode_responses`` either way) or a backend object.
     ``prefix``: the key namespace; keys are ``<prefix>:{<key>}`` and ``<prefix>:{<key>}:fence``.
     ``clock``: where time is read and waited on (tests inject a fake one): between acquire
-    attempts the manager awaits its ``async_sleep`` (an :class:`~fencedlease.aio.AsyncClock`,
-    such as :class:`~fencedlease.testing.FakeClock`), or :func:`asyncio.sleep` for a clock
-    without one (:class:`~fencedlease.SystemClock`). ``renew_batch_size``: the most renewals sent
-    in one pipeline.
+    attempts the manager awaits its ``async_sleep`` (an [`AsyncClock`][fencedlease.aio.AsyncClock],
+    such as [`FakeClock`][fencedlease.testing.FakeClock]), or `asyncio.sleep` for a clock
+    without one ([`SystemClock`][fencedlease.SystemClock]). ``renew_batch_size``: the most renewals
+    sent in one pipeline.
 
-    One manager runs one renewal task (started on the first :meth:`hold`) for all its leases.
-    Close it with :meth:`close` or use it as an async context manager; afterwards no task of the
-    manager's is left and a client it made from a URL is closed.
+    One manager runs one renewal task (started on the first
+    [`hold`][fencedlease.aio.AsyncLeaseManager.hold]) for all its leases. Close it with
+    [`close`][fencedlease.aio.AsyncLeaseManager.close] or use it as an async context manager;
+    afterwards no task of the manager's is left and a client it made from a URL is closed.
 
     Fork: an event loop and its connections do not survive ``os.fork``, so in a forked child the
     inherited manager is inert: its leases are the parent's (lost in the child, reason "forked",
-    never renewed nor released from there), every call raises :class:`ManagerClosedError`, and
-    :meth:`close` does no I/O and leaves the inherited client alone. Make a new manager in the
-    child's own event loop. See :mod:`fencedlease._fork`.
+    never renewed nor released from there), every call raises
+    [`ManagerClosedError`][fencedlease.ManagerClosedError], and
+    [`close`][fencedlease.aio.AsyncLeaseManager.close] does no I/O and leaves the inherited client
+    alone. Make a new manager in the child's own event loop. See `fencedlease._fork`.
 
     Raises:
         ValidationError: ``prefix`` is not a non-empty str, ``renew_batch_size`` < 1, ``clock``
             lacks ``monotonic()``/``time()``, or ``client`` is neither a ``redis.asyncio.Redis``
             nor an asyncio lease backend; a sync ``redis.Redis`` or sync backend (use
-            :class:`~fencedlease.LeaseManager`) raises it as a subclass that is also a
+            [`LeaseManager`][fencedlease.LeaseManager]) raises it as a subclass that is also a
             ``TypeError``.
     """
 
@@ -183,19 +167,15 @@ class AsyncLeaseManager:
         clock: Clock = SYSTEM_CLOCK,
         **kwargs: Any,
     ) -> AsyncLeaseManager:
-        """A manager over the backend ``url`` names (see :func:`async_backend_from_url`), closed
-        with the manager: ``redis://``, ``rediss://`` and ``unix://``, a client made by
+        """A manager over the backend ``url`` names (see
+        [`async_backend_from_url`][fencedlease.aio.async_backend_from_url]), closed with the
+        manager: ``redis://``, ``rediss://`` and ``unix://``, a client made by
         ``redis.asyncio.Redis.from_url(url, **kwargs)``. No I/O until the first command.
 
         Raises:
             ValidationError: an unknown scheme, a malformed URL or a bad ``prefix``.
         """
         return cls(async_backend_from_url(url, prefix=prefix, clock=clock, **kwargs), clock=clock)
-
-    @property
-    def backend(self) -> AsyncLeaseBackend:
-        """The store the leases live in."""
-        return self._backend
 
     @property
     def renewer(self) -> AsyncRenewer:
@@ -209,21 +189,22 @@ class AsyncLeaseManager:
         await self.close()
 
     async def close(self, timeout_ms: int = DEFAULT_CLOSE_TIMEOUT_MS) -> None:
-        """Stop the renewal task, release every lease still held in :meth:`hold`/
-        :meth:`with_lease`, and close the client if the manager made it. Idempotent; a second
-        caller waits for the first to finish.
+        """Stop the renewal task, release every lease still held in
+        [`hold`][fencedlease.aio.AsyncLeaseManager.hold]/
+        [`with_lease`][fencedlease.aio.AsyncLeaseManager.with_lease], and close the client if the
+        manager made it. Idempotent; a second caller waits for the first to finish.
 
         Each such lease is first marked lost (reason: the manager was closed), so its body is
-        cancelled and the block ends in :class:`LeaseLostError` (``lease.lost`` and
-        ``wait_lost()`` say so too); then it is released with its owner token. The releases and
-        the clean-ups the manager started get ``timeout_ms`` milliseconds at most (default
-        1,000), as on the sync face: one still without a reply then is cancelled (logged as a
-        warning) and its lease lapses at its TTL. Leases taken with :meth:`acquire` are the
-        caller's and are left alone.
+        cancelled and the block ends in [`LeaseLostError`][fencedlease.LeaseLostError]
+        (``lease.lost`` and ``wait_lost()`` say so too); then it is released with its owner token.
+        The releases and the clean-ups the manager started get ``timeout_ms`` milliseconds at most
+        (default 1,000), as on the sync face: one still without a reply then is cancelled (logged as
+        a warning) and its lease lapses at its TTL. Leases taken with
+        [`acquire`][fencedlease.aio.AsyncLeaseManager.acquire] are the caller's and are left alone.
 
         The teardown runs as a task of its own, shielded: ``await close()`` inside a
-        :meth:`hold` body is cancelled with that body (its lease is marked lost), yet the
-        releases and the closing of the client still run to the end.
+        [`hold`][fencedlease.aio.AsyncLeaseManager.hold] body is cancelled with that body (its lease
+        is marked lost), yet the releases and the closing of the client still run to the end.
 
         Raises:
             ValidationError: ``timeout_ms`` is not an int in 0..2,147,483,647.
@@ -244,7 +225,7 @@ class AsyncLeaseManager:
         )
         self._close_task = teardown
         self._close_caller = asyncio.current_task()
-        teardown.add_done_callback(_retrieve)  # a caller cancelled meanwhile never sees it
+        teardown.add_done_callback(retrieve)  # a caller cancelled meanwhile never sees it
         await asyncio.shield(teardown)
 
     async def _teardown(self, bound_ms: int, done: asyncio.Event) -> None:
@@ -268,23 +249,14 @@ class AsyncLeaseManager:
                 task.cancel()
             if late:
                 await asyncio.wait(late)
-            for task, key in releases.items():
-                late_error = f"no reply within {bound_ms} ms"
-                error: BaseException | str | None = late_error if task in late else None
-                if error is None and not task.cancelled():
-                    error = task.exception()
-                if error is not None:
-                    log.warning(
-                        "fencedlease: close() could not release %r (it lapses at its ttl): %s",
-                        key, error,
-                    )  # fmt: skip
+            report_unreleased(releases, late, bound_ms)
             await self._release_waiter.aclose()
             await self._backend.close()
         finally:
             done.set()
 
     def _after_fork_in_child(self) -> None:
-        """In a forked child (see :mod:`fencedlease._fork`): inert. The loop, the tasks and the
+        """In a forked child (see `fencedlease._fork`): inert. The loop, the tasks and the
         connections are the parent's; nothing of theirs is touched (no I/O, no cancel: a cancel
         would close the parent's sockets in a selector shared with the parent)."""
         self._forked = True
@@ -296,16 +268,9 @@ class AsyncLeaseManager:
         self._chores = set()
         self._renewer._after_fork_in_child()
 
-    def _check_open(self) -> None:
-        if self._forked:
-            raise ManagerClosedError(
-                "this lease manager belongs to the parent process (fork): make a new one here"
-            )
-        if self._closed:
-            raise ManagerClosedError()
-
     def _spawn(self, coro: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
-        """Run ``coro`` in a task the manager keeps (and :meth:`close` waits for)."""
+        """Run ``coro`` in a task the manager keeps (and
+        [`close`][fencedlease.aio.AsyncLeaseManager.close] waits for)."""
         task = asyncio.get_running_loop().create_task(coro, name=name)
         self._chores.add(task)
         task.add_done_callback(self._chore_done)
@@ -319,79 +284,10 @@ class AsyncLeaseManager:
 
     # -- acquiring --------------------------------------------------------------------------
 
-    async def acquire(
-        self,
-        key: str,
-        *,
-        ttl_ms: int = DEFAULT_TTL_MS,
-        wait_ms: int = 0,
-        retry_delay_ms: int = DEFAULT_RETRY_DELAY_MS,
-    ) -> AsyncAcquireResult:
-        """Take the lease on ``key`` for ``ttl_ms`` milliseconds, with a new fencing token.
-
-        One atomic round trip when the key is free. With ``wait_ms=0`` (the default) a held key
-        fails fast; with ``wait_ms > 0`` the call retries every ``retry_delay_ms`` (randomised
-        ±50% so waiters do not retry in lock-step) until acquired or ``wait_ms`` has passed on the
-        monotonic clock, then makes one last attempt: it never waits longer than ``wait_ms`` plus
-        one round trip. The lease is not renewed in the background: use :meth:`hold` for that, or
-        await :meth:`AsyncLease.renew`.
-
-        If a reply is lost (connection reset or timeout after sending), the same acquire is sent
-        once more with the same owner token: Redis recognises it and returns the same fencing
-        token. If the call is cancelled while an acquire of it may have landed, that owner token
-        releases the key before the cancellation propagates (see the module docstring).
-
-        Returns:
-            :class:`AsyncAcquireResult`; ``result.lease`` is None when not acquired.
-
-        Raises:
-            ValidationError: ``key``, ``ttl_ms``, ``wait_ms`` or ``retry_delay_ms`` out of bounds.
-            BackendError: the store failed; never reported as acquired.
-            ManagerClosedError: the manager is closed, or was closed while the call waited.
-        """
-        key, ttl_ms, wait_ms, retry_delay_ms = check_acquire(key, ttl_ms, wait_ms, retry_delay_ms)
-        self._check_open()
-        return await self._acquire(key, ttl_ms, wait_ms, retry_delay_ms)
-
-    async def _acquire(
-        self, key: str, ttl_ms: int, wait_ms: int, retry_delay_ms: int
-    ) -> AsyncAcquireResult:
-        clock, backend, waiter = self._clock, self._backend, self._release_waiter
-        attempt = AcquireAttempt(
-            key, ttl_ms, wait_ms, retry_delay_ms, clock,
-            fencing_scope=fencing_scope_of(backend, key),
-        )  # fmt: skip
-        owner_token = attempt.owner_token
-        steps = acquire_steps(attempt, waiter.queues)  # the decisions; here only the I/O
-        try:
-            step = next(steps)
-            while True:
-                try:
-                    if isinstance(step, WaitForRelease):
-                        await waiter.wait(key, owner_token, ttl_ms, step.delay_s, step.final)
-                        if self._forked:
-                            self._check_open()
-                        answer: AcquireReply | bool = self._closed
-                    else:
-                        with marking_sends(attempt.sending):  # the real send, after connecting
-                            answer = await backend.acquire(key, owner_token, ttl_ms)
-                except BaseException as exc:
-                    step = steps.throw(exc)
-                else:
-                    step = steps.send(answer)
-        except StopIteration as stop:
-            end: AcquireEnd = stop.value
-        except BaseException as exc:
-            if attempt.uncertain:
-                await self._abandon(key, owner_token, exc)
-            raise
-        if end.leave_queue:
-            # A task of the manager's, not awaited: the call keeps its time bound; close()
-            # waits for it.
-            self._spawn(self._release_abandoned(key, owner_token), "fencedlease-cleanup")
-        if end.state is None:
-            return AsyncAcquireResult(key, None, end.holder_ttl_ms)
-        return AsyncAcquireResult(key, AsyncLease(end.state, backend, clock))
+    def _release_later(self, key: str, owner_token: str) -> None:
+        # A task of the manager's, not awaited: the call keeps its time bound; close() waits
+        # for it.
+        self._spawn(release_abandoned(self._backend, key, owner_token), "fencedlease-cleanup")
 
     async def _abandon(self, key: str, owner_token: str, exc: BaseException) -> None:
         """Release what an abandoned acquire may hold, in a shielded task of the manager's. Not
@@ -399,57 +295,20 @@ class AsyncLeaseManager:
         if self._closed:
             return
         try:
-            chore = self._spawn(self._release_abandoned(key, owner_token), "fencedlease-cleanup")
+            chore = self._spawn(
+                release_abandoned(self._backend, key, owner_token), "fencedlease-cleanup"
+            )
         except RuntimeError:  # no running loop: the coroutine is being closed by the GC
             return
         if not isinstance(exc, GeneratorExit):
             await asyncio.shield(chore)
 
-    async def _release_abandoned(self, key: str, owner_token: str) -> None:
-        try:
-            await self._backend.release(key, owner_token)
-        except BackendError as exc:
-            log.warning(
-                "could not release the abandoned acquire of %r; it expires at its ttl: %s", key, exc
-            )
-
-    async def _release_within(self, lease: AsyncLease) -> bool:
-        """Release ``lease``, waiting :func:`~fencedlease._core.release_bound_s`, and on while
-        renewals still move its deadline (:func:`~fencedlease._core.release_wait_more_s`); on
-        timeout the release is cancelled and the lease lapses at its TTL.
-
-        Raises:
-            BackendError: the store failed or did not answer in time.
-        """
-        state, clock = lease._state, self._clock
-        release = asyncio.ensure_future(lease.release())
-        waited, wait = 0.0, release_bound_s(state, clock.monotonic())
-        try:
-            while True:
-                done, _ = await asyncio.wait((release,), timeout=wait)
-                if done:
-                    return release.result()
-                waited += wait
-                more = release_wait_more_s(state, clock.monotonic())
-                if more is None:
-                    break
-                wait = more
-        finally:
-            if not release.done():
-                release.cancel()
-                with contextlib.suppress(asyncio.CancelledError, BackendError):
-                    await release
-        ms = round(waited * 1000)
-        raise BackendError(
-            f"release {state.key!r}: no reply within {ms} ms; the lease lapses at its ttl"
-        ) from TimeoutError(f"no reply within {ms} ms")
-
     async def _release_shielded(self, lease: AsyncLease) -> bool:
-        """:meth:`_release_within` in a task of the manager's that cancelling the caller does
-        not stop (close() may: then this raises BackendError)."""
+        """`release_within` in a task of the manager's that
+        cancelling the caller does not stop (close() may: then this raises BackendError)."""
         if lease._state.inherited():
             return False  # no I/O on the parent's lease (see _fork)
-        chore = self._spawn(self._release_within(lease), "fencedlease-release")
+        chore = self._spawn(release_within(lease, self._clock), "fencedlease-release")
         try:
             return await asyncio.shield(chore)
         except asyncio.CancelledError:
@@ -474,19 +333,20 @@ class AsyncLeaseManager:
     ) -> AbstractAsyncContextManager[AsyncLease]:
         """Hold the lease on ``key`` for the ``async with`` block, renewed in the background.
 
-        Acquires as :meth:`acquire` does, renews every ``heartbeat_ms`` (default
-        ``max(1, ttl_ms // 4)``; an explicit value must be at most ``ttl_ms // 2``; ``False``: no
-        renewal) while the block runs, then releases. ``on_renew_error(exc)`` is called (in the
-        renewal task, so it must not block) for each failed renewal round trip: telemetry, not a
-        loss. An ``Exception`` the hook raises is logged and renewal goes on; anything else it
-        raises (``KeyboardInterrupt``, ``SystemExit``) stops the renewal task: its leases are
-        lost, so the block ends in :class:`LeaseLostError` (see
-        :func:`~fencedlease._decisions.call_renew_error_hooks`; the same on both faces).
+        Acquires as [`acquire`][fencedlease.aio.AsyncLeaseManager.acquire] does, renews every
+        ``heartbeat_ms`` (default ``max(1, ttl_ms // 4)``; an explicit value must be at most
+        ``ttl_ms // 2``; ``False``: no renewal) while the block runs, then releases.
+        ``on_renew_error(exc)`` is called (in the renewal task, so it must not block) for each
+        failed renewal round trip: telemetry, not a loss. An ``Exception`` the hook raises is logged
+        and renewal goes on; anything else it raises (``KeyboardInterrupt``, ``SystemExit``) stops
+        the renewal task: its leases are lost, so the block ends in
+        [`LeaseLostError`][fencedlease.LeaseLostError] (see `call_renew_error_hooks`; the same on
+        both faces).
 
         The lease is lost when a renewal finds the key gone or another owner's, or when ``ttl_ms``
         passes with no confirmed renewal; this is checked by the renewal task, again when the block
         ends, and by the release. On loss the task running the block is cancelled, and the
-        ``CancelledError`` comes out of ``hold`` as :class:`LeaseLostError`.
+        ``CancelledError`` comes out of ``hold`` as [`LeaseLostError`][fencedlease.LeaseLostError].
 
         Raises:
             ValidationError: an argument out of bounds (when ``hold()`` is called).
@@ -524,20 +384,22 @@ class AsyncLeaseManager:
         heartbeat_ms: int | Literal[False] | None = None,
         on_renew_error: Callable[[BaseException], object] | None = None,
     ) -> AsyncLeaseOutcome[T]:
-        """Await ``fn(lease)`` under the lease on ``key``, as :meth:`hold` does (in the caller's
-        task, which is the one cancelled on loss).
+        """Await ``fn(lease)`` under the lease on ``key``, as
+        [`hold`][fencedlease.aio.AsyncLeaseManager.hold] does (in the caller's task, which is the
+        one cancelled on loss).
 
         Returns:
-            :class:`AsyncLeaseOutcome`: ``value`` is what ``fn`` returned; ``skipped`` is true (and
-            ``fn`` never ran) when the lease was not acquired.
+            [`AsyncLeaseOutcome`][fencedlease.aio.AsyncLeaseOutcome]: ``value`` is what ``fn``
+            returned; ``skipped`` is true (and ``fn`` never ran) when the lease was not acquired.
 
         Raises:
-            ValidationError, LeaseLostError, BackendError, ManagerClosedError: as :meth:`hold`; an
-                exception from ``fn`` propagates unchanged (a ``LeaseNotAcquiredError`` from ``fn``
-                included: only this call's own acquire turns into a skipped outcome). ``fn`` not
-                callable: ``ValidationError`` before anything is acquired; ``fn(lease)`` not an
-                awaitable (a sync function, which ran blocking the event loop):
-                ``ValidationError`` (also a ``TypeError``) once the lease is released.
+            ValidationError, LeaseLostError, BackendError, ManagerClosedError: as
+                [`hold`][fencedlease.aio.AsyncLeaseManager.hold]; an exception from ``fn``
+                propagates unchanged (a ``LeaseNotAcquiredError`` from ``fn`` included: only this
+                call's own acquire turns into a skipped outcome). ``fn`` not callable:
+                ``ValidationError`` before anything is acquired; ``fn(lease)`` not an awaitable (a
+                sync function, which ran blocking the event loop): ``ValidationError`` (also a
+                ``TypeError``) once the lease is released.
         """
         check_async_fn(fn)
         hold = self._hold(key, ttl_ms, wait_ms, retry_delay_ms, heartbeat_ms, on_renew_error)
@@ -557,173 +419,3 @@ class AsyncLeaseManager:
                 raise
             return AsyncLeaseOutcome(key, False)
         return AsyncLeaseOutcome(key, True, value, lease)
-
-    # -- the rest ------------------------------------------------------------------------------
-
-    def restore(
-        self,
-        key: str,
-        owner_token: str,
-        *,
-        ttl_ms: int,
-        expires_at: datetime | None = None,
-        fencing_token: int | None = None,
-    ) -> AsyncLease:
-        """Rebuild a lease from values persisted by an earlier process; no I/O.
-
-        Invents nothing: without ``expires_at`` the lease has no local deadline until its first
-        :meth:`AsyncLease.renew`; without ``fencing_token`` its token is None until a renewal
-        learns it from the store. The store still checks ``owner_token`` on every renew and
-        release. The restored lease is not renewed in the background.
-
-        Raises:
-            ValidationError: ``key``/``owner_token`` not non-empty strings, ``ttl_ms`` out of
-                bounds, ``expires_at`` naive, ``fencing_token`` not an int in 1..2**63-1.
-        """
-        state = restored_state(key, owner_token, ttl_ms, expires_at, fencing_token, self._clock)
-        state.fencing_scope = fencing_scope_of(self._backend, key)
-        return AsyncLease(state, self._backend, self._clock)
-
-    async def inspect(self, key: str) -> LeaseInfo | None:
-        """The lease on ``key`` as the store holds it now, or None when nobody holds it.
-
-        Raises:
-            ValidationError: ``key`` is not a non-empty str.
-            BackendError: the store failed.
-        """
-        check_key(key)
-        return LeaseInfo.from_reply(key, await self._backend.inspect(key))
-
-    async def force_release(self, key: str) -> bool:
-        """Delete the lease on ``key`` whoever holds it; the operator's escape hatch. The fencing
-        counter is kept, so the next grant still gets a larger token. Returns whether a lease was
-        held.
-
-        Raises:
-            ValidationError: ``key`` is not a non-empty str.
-            BackendError: the store failed.
-        """
-        check_key(key)
-        return await self._backend.force_release(key)
-
-
-class _Hold(AbstractAsyncContextManager[AsyncLease]):
-    """One ``async with manager.hold(...)``: acquire, register for renewal, watch for loss, and
-    turn the loss's cancellation of the body into :class:`LeaseLostError`. Entered once."""
-
-    def __init__(
-        self,
-        manager: AsyncLeaseManager,
-        key: str,
-        ttl_ms: int,
-        wait_ms: int,
-        retry_delay_ms: int,
-        heartbeat: int | Literal[False],
-        on_renew_error: Callable[[BaseException], object] | None,
-    ) -> None:
-        self._manager = manager
-        self._key = key
-        self._ttl_ms = ttl_ms
-        self._wait_ms = wait_ms
-        self._retry_delay_ms = retry_delay_ms
-        self._heartbeat = heartbeat
-        self._on_renew_error = on_renew_error
-        self.lease: AsyncLease | None = None
-        self._entered = False
-        self._task: asyncio.Task[Any] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._cancelling = 0
-        self._cancel_requested = False
-        self._exiting = False
-
-    async def __aenter__(self) -> AsyncLease:
-        if self._entered:
-            raise RuntimeError("a hold() can be entered only once")
-        self._entered = True
-        manager = self._manager
-        manager._check_open()
-        result = await manager._acquire(
-            self._key, self._ttl_ms, self._wait_ms, self._retry_delay_ms
-        )
-        lease = result.lease
-        if lease is None:
-            raise LeaseNotAcquiredError(self._key)
-        if manager._closed:  # closed while we acquired: give the key back
-            await manager._release_shielded(lease)
-            manager._check_open()
-        task = asyncio.current_task()
-        assert task is not None, "hold() runs inside a task"
-        self._task, self._loop = task, asyncio.get_running_loop()
-        if sys.version_info >= (3, 11):
-            self._cancelling = task.cancelling()
-        self.lease = lease
-        if self._heartbeat is not False:
-            lease._renewer = manager._renewer
-            lease._entry = manager._renewer.add(lease._state, self._heartbeat, self._on_renew_error)
-        manager._holds.add(self)
-        lease._state.add_listener(self._on_lost)
-        return lease
-
-    def _on_lost(self, _state: LeaseState) -> None:
-        # Called wherever the loss was marked: the renewal task, the body itself (lease.lost,
-        # renew()), even another thread. The cancel is always posted to the loop, never done
-        # inline, so a body that notices the loss itself is not cancelled mid-step.
-        loop = self._loop
-        if self._exiting or loop is None or loop.is_closed():
-            return
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
-            loop.call_soon(self._cancel_body)
-        else:
-            loop.call_soon_threadsafe(self._cancel_body)
-
-    def _cancel_body(self) -> None:
-        task = self._task
-        if self._exiting or self._cancel_requested or task is None or task.done():
-            return
-        self._cancel_requested = True
-        task.cancel(f"fencedlease: the lease on {self._key!r} was lost")
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._exiting = True
-        manager, lease, task = self._manager, self.lease, self._task
-        assert lease is not None
-        assert task is not None
-        manager._holds.discard(self)
-        ours = False
-        if self._cancel_requested:
-            # The cancel was delivered in the block (it was posted while the block was
-            # suspended), so it is ours to take back, unless someone else cancelled too.
-            if sys.version_info >= (3, 11):
-                ours = task.uncancel() <= self._cancelling
-            else:
-                ours = True
-        body_failed = exc is not None and not (ours and isinstance(exc, asyncio.CancelledError))
-        state = lease._state
-        release_error = None
-        if hold_releases(state, manager._closed, manager._clock.monotonic()):
-            try:
-                await manager._release_shielded(lease)
-            except BackendError as error:
-                release_error = error
-        teardown = manager._close_task
-        if teardown is not None and manager._close_caller is task and not teardown.done():
-            # close() was awaited in this body and cancelled with it: the block ends once the
-            # teardown has (a program that returns right after would cancel it half-way).
-            await asyncio.wait({teardown})
-        outcome = hold_outcome(lease, body_failed, release_error)
-        if outcome is None:
-            return
-        if release_error is not None and outcome is release_error:
-            raise release_error
-        if release_error is not None or exc is None:
-            raise outcome from None
-        raise outcome from exc  # the loss's cancellation of the body

@@ -1,8 +1,8 @@
 """The Redis backend (asyncio): the lease scripts over a ``redis.asyncio`` client.
 
-The twin of :mod:`fencedlease._redis_backend`, sharing everything that is not I/O with it through
-:mod:`fencedlease._redis`: key names, the scripts and their NOSCRIPT policy
-(:func:`fencedlease._redis.aio.run_script`), reply decoding and the error mapping.
+The twin of `fencedlease._redis_backend`, sharing everything that is not I/O with it through
+`fencedlease._redis`: key names, the scripts and their NOSCRIPT policy
+(`fencedlease._redis.aio.run_script`), reply decoding and the error mapping.
 
 Cancellation: a cancelled call leaves no half-read reply behind (redis-py drops a connection whose
 read was interrupted), but the command may have run at Redis. The manager copes with that; this
@@ -35,13 +35,15 @@ __all__ = ["AsyncRedisBackend"]
 
 class AsyncRedisBackend:
     """Leases in Redis under ``prefix``, over a ``redis.asyncio.Redis`` (layout in
-    :mod:`fencedlease._redis.keys`); an :class:`~fencedlease.AsyncLeaseBackend`.
+    `fencedlease._redis.keys`); an [`AsyncLeaseBackend`][fencedlease.AsyncLeaseBackend].
 
-    ``decode_responses`` may be on or off. ``owns_client``: close the client in :meth:`close`
-    (true when the manager built it from a URL). Every redis-py error is raised as
-    :class:`~fencedlease.BackendError` with the original in ``__cause__``. As in the sync twin,
-    :meth:`renew_many` runs on a connection of its own when the client's pool is a
-    ``BlockingConnectionPool``, so renewals never queue behind the caller's commands.
+    ``decode_responses`` may be on or off. ``owns_client``: close the client in
+    [`close`][fencedlease.aio.AsyncRedisBackend.close] (true when the manager built it from a URL).
+    Every redis-py error is raised as [`BackendError`][fencedlease.BackendError] with the original
+    in ``__cause__``. As in the sync twin,
+    [`renew_many`][fencedlease.aio.AsyncRedisBackend.renew_many] runs on a connection of its own
+    when the client's pool is a ``BlockingConnectionPool``, so renewals never queue behind the
+    caller's commands.
 
     Raises:
         ValidationError: ``prefix`` is not a non-empty str, or holds ``{`` or ``}``.
@@ -67,12 +69,12 @@ class AsyncRedisBackend:
 
     def release_waiter(self) -> AsyncHandoff:
         """The manager's release waiter: the hand-off queue and its listener task
-        (:class:`~fencedlease.aio._handoff.AsyncHandoff`), so a release wakes the oldest waiter."""
+        (`AsyncHandoff`), so a release wakes the oldest waiter."""
         return AsyncHandoff(self.client, self.prefix)
 
     def fencing_scope(self, key: str) -> str:
         """The name of ``key``'s fencing counter, given to its leases
-        (:attr:`~fencedlease.Lease.fencing_scope`):
+        ([`fencing_scope`][fencedlease.Lease.fencing_scope]):
         its Redis key, ``<prefix>:{<escaped key>}:fence``. No I/O."""
         return fence_key(self.prefix, key)
 

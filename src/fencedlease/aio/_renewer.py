@@ -1,9 +1,9 @@
 """The asyncio renewer: one task per manager, for every lease held through ``hold``/``with_lease``.
 
-It drives the same :class:`~fencedlease._core.RenewalSchedule` as the sync renewer's thread, by the
+It drives the same `RenewalSchedule` as the sync renewer's thread, by the
 same rule: the due leases (and those due within a round trip) go out as one batch
-(:meth:`~fencedlease.AsyncLeaseBackend.renew_many`), up to
-:data:`~fencedlease._schedule.MAX_IN_FLIGHT` batches in flight at once, the replies are applied by
+([`renew_many`][fencedlease.AsyncLeaseBackend.renew_many]), up to
+`MAX_IN_FLIGHT` batches in flight at once, the replies are applied by
 the schedule, and leases are marked lost at their deadlines by the schedule. Only the waiting
 differs. Each batch runs in a task of its own and the scheduler waits for "the
 batch finished, or the next deadline came, or something changed", whichever is first, so a renewal
@@ -24,19 +24,12 @@ from collections.abc import Callable
 from typing import Any
 
 from .._backend import AsyncLeaseBackend
-from .._core import (
-    MAX_IN_FLIGHT,
-    Clock,
-    LeaseState,
-    LossReason,
-    RenewalEntry,
-    RenewalSchedule,
-    SendTime,
-    marking_sends,
-    renewal_items,
-)
+from .._clock import Clock, SendTime, marking_sends
 from .._decisions import BatchOutcome, apply_batch, call_renew_error_hooks
 from .._errors import BackendError, ManagerClosedError
+from .._schedule import MAX_IN_FLIGHT, RenewalEntry, RenewalSchedule, renewal_items
+from .._state import LeaseState, LossReason
+from ._primitives import retrieve
 
 __all__ = ["AsyncRenewer"]
 
@@ -46,11 +39,12 @@ _BatchResult = tuple[float, float, list[int | BaseException]]
 
 
 class AsyncRenewer:
-    """Renews every lease registered with :meth:`add` until it is removed or lost.
+    """Renews every lease registered with [`add`][fencedlease.aio.AsyncRenewer.add] until it is
+    removed or lost.
 
     ``batch_size`` caps the renewals sent in one pipeline (one round trip). ``round_trips`` counts
-    the batches sent. The task starts on the first :meth:`add` (it needs a running loop) and is
-    stopped by :meth:`close`.
+    the batches sent. The task starts on the first [`add`][fencedlease.aio.AsyncRenewer.add] (it
+    needs a running loop) and is stopped by [`close`][fencedlease.aio.AsyncRenewer.close].
     """
 
     def __init__(self, backend: AsyncLeaseBackend, clock: Clock, *, batch_size: int = 500) -> None:
@@ -125,7 +119,7 @@ class AsyncRenewer:
         if waits:
             await asyncio.wait(waits)
         for done in waits:
-            _retrieve(done)
+            retrieve(done)
         entries = self._schedule.entries()
         for entry in entries:
             self._schedule.remove(entry)
@@ -134,7 +128,7 @@ class AsyncRenewer:
         return entries
 
     def _after_fork_in_child(self) -> None:
-        """In a forked child (the manager is inert there, see :mod:`fencedlease._fork`): forget
+        """In a forked child (the manager is inert there, see `fencedlease._fork`): forget
         the parent's task, batch and leases without touching them (they belong to the parent's
         loop). If the child goes on running that loop anyway, the task ends at its next wake-up
         without sending anything."""
@@ -228,17 +222,11 @@ class AsyncRenewer:
         flight.cancel()
         self._abandoned.add(flight)
         flight.add_done_callback(self._abandoned.discard)
-        flight.add_done_callback(_retrieve)
+        flight.add_done_callback(retrieve)
         failure = BackendError(
             f"renew {len(batch)} leases: no reply before the earliest deadline in the batch"
         )
         return apply_batch(self._schedule, batch, failure, now)
-
-
-def _retrieve(task: asyncio.Future[Any]) -> None:
-    """Mark a finished task's outcome as seen (its failure, if any, was handled or is moot)."""
-    if not task.cancelled():
-        task.exception()
 
 
 def _wake(waker: asyncio.Future[None]) -> None:

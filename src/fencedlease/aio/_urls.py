@@ -1,5 +1,6 @@
-"""Backends from URLs for the asyncio face: :func:`async_backend_from_url`, the twin of
-:func:`fencedlease._urls.backend_from_url` (the URL forms and their parsing are there)."""
+"""Backends from URLs for the asyncio face:
+[`async_backend_from_url`][fencedlease.aio.async_backend_from_url], the twin of
+`fencedlease._urls.backend_from_url` (the URL forms and their parsing are there)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import redis.asyncio
 
 from .._backend import AsyncLeaseBackend
 from .._clock import Clock
-from .._urls import parse_backend_url, redis_client
+from .._redis.clients import redis_client
+from .._urls import parse_backend_url
 from ..backends.memory import AsyncMemoryBackend
 from ..backends.sqlite_async import AsyncSqliteBackend
 from ._redis_backend import AsyncRedisBackend
@@ -20,13 +22,14 @@ __all__ = ["async_backend_from_url"]
 def async_backend_from_url(
     url: str, *, prefix: str, clock: Clock, **kwargs: Any
 ) -> AsyncLeaseBackend:
-    """The :class:`AsyncLeaseBackend` a URL names: the asyncio twin of
-    :func:`fencedlease._urls.backend_from_url`, with the same URLs, options and errors. Makes no
+    """The [`AsyncLeaseBackend`][fencedlease.AsyncLeaseBackend] a URL names: the asyncio twin of
+    `fencedlease._urls.backend_from_url`, with the same URLs, options and errors. Makes no
     I/O (a SQLite file is opened on a worker thread at the first operation).
 
     Redis: ``redis.asyncio.Redis.from_url(url, **kwargs)`` in an
-    :class:`~fencedlease.aio.AsyncRedisBackend`; ``memory://``: an :class:`AsyncMemoryBackend`;
-    ``sqlite:///...``: an :class:`AsyncSqliteBackend`.
+    [`AsyncRedisBackend`][fencedlease.aio.AsyncRedisBackend]; ``memory://``: an
+    [`AsyncMemoryBackend`][fencedlease.backends.AsyncMemoryBackend]; ``sqlite:///...``: an
+    [`AsyncSqliteBackend`][fencedlease.backends.AsyncSqliteBackend].
 
     Raises:
         ValidationError: an unknown scheme, a malformed URL, an option the scheme does not take

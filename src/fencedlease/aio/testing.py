@@ -1,11 +1,11 @@
 """Helpers for testing cancellation safety (shipped, after trio's habit of public test helpers).
 
-:func:`cancel_at_suspension` runs a coroutine and cancels the task running it exactly at the
-coroutine's ``n``-th suspension, the way a real ``task.cancel()`` from elsewhere would land there.
-Counting runs from 1 over every point where the coroutine gives control back to the event loop,
-including those deep inside redis-py (connecting, writing, reading). Run it for ``n = 1, 2, ...``
-until the coroutine finishes without reaching ``n``: that covers every await point of the path it
-took.
+[`cancel_at_suspension`][fencedlease.aio.testing.cancel_at_suspension] runs a coroutine and cancels
+the task running it exactly at the coroutine's ``n``-th suspension, the way a real ``task.cancel()``
+from elsewhere would land there. Counting runs from 1 over every point where the coroutine gives
+control back to the event loop, including those deep inside redis-py (connecting, writing, reading).
+Run it for ``n = 1, 2, ...`` until the coroutine finishes without reaching ``n``: that covers every
+await point of the path it took.
 """
 
 from __future__ import annotations
@@ -63,5 +63,6 @@ class CancelAtSuspension(Generic[T]):
 
 
 def cancel_at_suspension(coro: Coroutine[Any, Any, T], n: int) -> CancelAtSuspension[T]:
-    """``await cancel_at_suspension(coro, n)``: see :class:`CancelAtSuspension`."""
+    """``await cancel_at_suspension(coro, n)``: see
+    [`CancelAtSuspension`][fencedlease.aio.testing.CancelAtSuspension]."""
     return CancelAtSuspension(coro, n)

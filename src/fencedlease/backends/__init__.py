@@ -1,8 +1,11 @@
-"""Lease stores besides Redis, behind the same :class:`~fencedlease.LeaseBackend` contract.
+"""Lease stores besides Redis, behind the same [`LeaseBackend`][fencedlease.LeaseBackend] contract.
 
-- :class:`MemoryBackend` / :class:`AsyncMemoryBackend`: one process, an injected clock; for tests.
-- :class:`SqliteBackend` / :class:`AsyncSqliteBackend`: one SQLite file shared by the processes of
-  one host.
+- [`MemoryBackend`][fencedlease.MemoryBackend] /
+[`AsyncMemoryBackend`][fencedlease.backends.AsyncMemoryBackend]: one process, an injected clock; for
+tests.
+- [`SqliteBackend`][fencedlease.SqliteBackend] /
+  [`AsyncSqliteBackend`][fencedlease.backends.AsyncSqliteBackend]: one SQLite file shared by the
+  processes of one host.
 
 See ``docs/backends.md`` for which to pick and how to write another.
 """
@@ -21,7 +24,7 @@ __all__ = ["AsyncMemoryBackend", "AsyncSqliteBackend", "MemoryBackend", "SqliteB
 
 
 def __getattr__(name: str) -> Any:
-    """``AsyncSqliteBackend``, imported on first use (it needs :mod:`asyncio`)."""
+    """``AsyncSqliteBackend``, imported on first use (it needs [`asyncio`][])."""
     if name == "AsyncSqliteBackend":
         from .sqlite_async import AsyncSqliteBackend
 

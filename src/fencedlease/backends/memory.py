@@ -1,8 +1,9 @@
-"""Leases in this process's memory: :class:`MemoryBackend` and its asyncio twin.
+"""Leases in this process's memory: [`MemoryBackend`][fencedlease.MemoryBackend] and its asyncio
+twin.
 
 For unit tests and for threads of one process. Nothing is shared with other processes and nothing
 survives the process. Expiry is read on the injected clock's ``monotonic()`` (milliseconds, whole),
-so a :class:`~fencedlease.testing.FakeClock` makes it deterministic: a lease acquired with
+so a [`FakeClock`][fencedlease.testing.FakeClock] makes it deterministic: a lease acquired with
 ``ttl_ms=100`` is held while less than 100 ms have passed and free from the 100th millisecond on.
 """
 
@@ -17,7 +18,7 @@ from .._clock import SYSTEM_CLOCK, Clock
 from .._errors import BackendError
 from .._protocol import MAX_FENCING_TOKEN, AcquireReply, InspectReply, owner_fingerprint
 from .._redis.keys import fence_key
-from .._validate import check_clock, check_key, check_ms
+from .._validate import check_clock, check_key, check_lease_args
 from ._clock import clock_ms
 
 __all__ = ["AsyncMemoryBackend", "MemoryBackend"]
@@ -35,12 +36,12 @@ class _Held:
 
 
 class MemoryBackend:
-    """A :class:`~fencedlease.LeaseBackend` in a dict, per process; thread-safe.
+    """A [`LeaseBackend`][fencedlease.LeaseBackend] in a dict, per process; thread-safe.
 
     ``clock``: where expiry is read (its ``monotonic()``, seconds; compared in whole
-    milliseconds); tests pass a :class:`~fencedlease.testing.FakeClock`. Every method runs under
-    one lock, so each is atomic. Fencing counters live as long as the backend object and are never
-    reset by a release or an expiry. Keys need no prefix: the store is private to this object.
+    milliseconds); tests pass a [`FakeClock`][fencedlease.testing.FakeClock]. Every method runs
+    under one lock, so each is atomic. Fencing counters live as long as the backend object and are
+    never reset by a release or an expiry. Keys need no prefix: the store is private to this object.
 
     A key is held while ``now_ms < expires_ms``, as the manager's own deadline is (a lease is lost
     at its deadline, not one millisecond after).
@@ -67,7 +68,7 @@ class MemoryBackend:
 
     def fencing_scope(self, key: str) -> str:
         """The name of ``key``'s fencing counter, given to its leases
-        (:attr:`~fencedlease.Lease.fencing_scope`):
+        ([`fencing_scope`][fencedlease.Lease.fencing_scope]):
         ``memory:<id>:{<escaped key>}:fence``, ``<id>`` naming this backend object (its
         counters are its own). No I/O."""
         return fence_key(self._scope_prefix, key)
@@ -84,9 +85,7 @@ class MemoryBackend:
         """Grant ``key`` to ``owner_token`` for ``ttl_ms`` milliseconds if it is free, with the next
         fencing token; if ``owner_token`` holds it already, reset its TTL and return the same token
         (``retried=True``); else change nothing and report the holder's remaining TTL in ms."""
-        check_key(key)
-        check_key(owner_token, "owner_token")
-        check_ms("ttl_ms", ttl_ms, 1)
+        check_lease_args(key, owner_token, ttl_ms)
         with self._lock:
             now, start = clock_ms(self._clock.monotonic())
             held = self._live(key, now)
@@ -108,9 +107,7 @@ class MemoryBackend:
     def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
         """Reset the TTL to ``ttl_ms`` ms if ``owner_token`` holds ``key``; return its fencing
         token, else 0. Never recreates an expired or released lease."""
-        check_key(key)
-        check_key(owner_token, "owner_token")
-        check_ms("ttl_ms", ttl_ms, 1)
+        check_lease_args(key, owner_token, ttl_ms)
         with self._lock:
             return self._renew(key, owner_token, ttl_ms, clock_ms(self._clock.monotonic()))
 
@@ -123,16 +120,15 @@ class MemoryBackend:
         return held.fencing_token
 
     def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
-        """:meth:`renew` for each ``(key, owner_token, ttl_ms)``, all at one instant; an invalid
-        item gets its :class:`~fencedlease.ValidationError` in its place."""
+        """[`renew`][fencedlease.MemoryBackend.renew] for each ``(key, owner_token, ttl_ms)``, all
+        at one instant; an invalid item gets its [`ValidationError`][fencedlease.ValidationError] in
+        its place."""
         results: list[int | BaseException] = []
         with self._lock:
             reading = clock_ms(self._clock.monotonic())
             for key, owner_token, ttl_ms in items:
                 try:
-                    check_key(key)
-                    check_key(owner_token, "owner_token")
-                    check_ms("ttl_ms", ttl_ms, 1)
+                    check_lease_args(key, owner_token, ttl_ms)
                 except ValueError as exc:
                     results.append(exc)
                     continue
@@ -183,11 +179,11 @@ class MemoryBackend:
 
 
 class AsyncMemoryBackend:
-    """The asyncio twin of :class:`MemoryBackend`: the same store, awaited.
+    """The asyncio twin of [`MemoryBackend`][fencedlease.MemoryBackend]: the same store, awaited.
 
     Every method is the sync one run inline: it never blocks (one short lock, no I/O), so it needs
-    no thread. ``sync`` is the wrapped :class:`MemoryBackend`; pass one to share its leases between
-    a sync and an async manager in one process.
+    no thread. ``sync`` is the wrapped [`MemoryBackend`][fencedlease.MemoryBackend]; pass one to
+    share its leases between a sync and an async manager in one process.
     """
 
     def __init__(self, *, clock: Clock = SYSTEM_CLOCK, sync: MemoryBackend | None = None) -> None:
@@ -197,33 +193,34 @@ class AsyncMemoryBackend:
         return f"<AsyncMemoryBackend of {self.sync!r}>"
 
     def fencing_scope(self, key: str) -> str:
-        """As :meth:`MemoryBackend.fencing_scope` (the wrapped backend's). No I/O."""
+        """As [`MemoryBackend.fencing_scope`][fencedlease.MemoryBackend.fencing_scope] (the wrapped
+        backend's). No I/O."""
         return self.sync.fencing_scope(key)
 
     async def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
-        """As :meth:`MemoryBackend.acquire`."""
+        """As [`MemoryBackend.acquire`][fencedlease.MemoryBackend.acquire]."""
         return self.sync.acquire(key, owner_token, ttl_ms)
 
     async def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
-        """As :meth:`MemoryBackend.renew`."""
+        """As [`MemoryBackend.renew`][fencedlease.MemoryBackend.renew]."""
         return self.sync.renew(key, owner_token, ttl_ms)
 
     async def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
-        """As :meth:`MemoryBackend.renew_many`."""
+        """As [`MemoryBackend.renew_many`][fencedlease.MemoryBackend.renew_many]."""
         return self.sync.renew_many(items)
 
     async def release(self, key: str, owner_token: str) -> bool:
-        """As :meth:`MemoryBackend.release`."""
+        """As [`MemoryBackend.release`][fencedlease.MemoryBackend.release]."""
         return self.sync.release(key, owner_token)
 
     async def inspect(self, key: str) -> InspectReply | None:
-        """As :meth:`MemoryBackend.inspect`."""
+        """As [`MemoryBackend.inspect`][fencedlease.MemoryBackend.inspect]."""
         return self.sync.inspect(key)
 
     async def force_release(self, key: str) -> bool:
-        """As :meth:`MemoryBackend.force_release`."""
+        """As [`MemoryBackend.force_release`][fencedlease.MemoryBackend.force_release]."""
         return self.sync.force_release(key)
 
     async def close(self) -> None:
-        """As :meth:`MemoryBackend.close`."""
+        """As [`MemoryBackend.close`][fencedlease.MemoryBackend.close]."""
         self.sync.close()

@@ -1,16 +1,18 @@
-"""Leases in one SQLite file shared by the processes of one host: :class:`SqliteBackend` (its
-asyncio twin, :class:`~fencedlease.backends.sqlite_async.AsyncSqliteBackend`, runs it on worker
-threads).
+"""Leases in one SQLite file shared by the processes of one host:
+[`SqliteBackend`][fencedlease.SqliteBackend] (its asyncio twin,
+[`AsyncSqliteBackend`][fencedlease.backends.AsyncSqliteBackend], runs it on worker threads).
 
 Every operation is one ``BEGIN IMMEDIATE`` transaction: SQLite's write lock serialises it against
 every other connection to the file, in this process or another, so each is atomic. The database
 runs in WAL mode (readers never block the writer) with ``synchronous=FULL``: a committed fencing
 counter survives a power cut, so a token is never issued twice.
 
-Layout: two tables, shared by every prefix (the prefix is a column)::
+Layout: two tables, shared by every prefix (the prefix is a column):
 
-    fencedlease_leases(prefix, key, fencing_token, owner_token, expires_ms)   -- one row per lease
-    fencedlease_fences(prefix, key, last_token)     -- the fencing counter; never deleted
+```
+fencedlease_leases(prefix, key, fencing_token, owner_token, expires_ms)   -- one row per lease
+fencedlease_fences(prefix, key, last_token)     -- the fencing counter; never deleted
+```
 
 Time: ``expires_ms`` is wall-clock milliseconds since the epoch, read from ``clock.time()``,
 because the wall clock is the only clock two processes share (``time.monotonic`` counts from an
@@ -23,7 +25,8 @@ monotonic clock, as for Redis.
 
 Busy database: a connection waits up to ``busy_timeout_ms`` for the write lock (SQLite's busy
 handler, plus the wait for this object's own connection lock, within one budget), then the
-operation fails with :class:`~fencedlease.BackendError` naming the budget; nothing was changed.
+operation fails with [`BackendError`][fencedlease.BackendError] naming the budget; nothing was
+changed.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from .._clock import SYSTEM_CLOCK, Clock
 from .._errors import BackendError, ValidationError
 from .._protocol import MAX_FENCING_TOKEN, AcquireReply, InspectReply, owner_fingerprint
 from .._redis.keys import fence_key
-from .._validate import check_clock, check_key, check_ms, check_prefix
+from .._validate import check_clock, check_key, check_lease_args, check_ms, check_prefix
 from ._clock import clock_ms
 
 __all__ = ["DEFAULT_BUSY_TIMEOUT_MS", "SqliteBackend"]
@@ -109,15 +112,15 @@ def _check_path(path: object) -> str:
 
 
 class SqliteBackend:
-    """A :class:`~fencedlease.LeaseBackend` in the SQLite file at ``path``; thread-safe.
+    """A [`LeaseBackend`][fencedlease.LeaseBackend] in the SQLite file at ``path``; thread-safe.
 
     ``path``: the database file (created if missing; a local filesystem: SQLite's locks and WAL do
     not work over network filesystems). ``":memory:"`` makes a private database that lives and
-    dies with this object (one process, like :class:`MemoryBackend`, but through the same SQL).
-    ``prefix``: the namespace; managers with different prefixes share a file without meeting.
-    ``clock``: its ``time()`` (seconds since the epoch) dates every expiry; see the module
-    docstring for why the wall clock and what that needs of the host. ``busy_timeout_ms``: how
-    long one operation may wait for the write lock before it fails.
+    dies with this object (one process, like [`MemoryBackend`][fencedlease.MemoryBackend], but
+    through the same SQL). ``prefix``: the namespace; managers with different prefixes share a file
+    without meeting. ``clock``: its ``time()`` (seconds since the epoch) dates every expiry; see the
+    module docstring for why the wall clock and what that needs of the host. ``busy_timeout_ms``:
+    how long one operation may wait for the write lock before it fails.
 
     One connection per object, used under a lock by every thread; make one backend per process
     (never carry one across ``fork``).
@@ -171,7 +174,7 @@ class SqliteBackend:
 
     def fencing_scope(self, key: str) -> str:
         """The name of ``key``'s fencing counter, given to its leases
-        (:attr:`~fencedlease.Lease.fencing_scope`):
+        ([`fencing_scope`][fencedlease.Lease.fencing_scope]):
         ``<prefix>:{<escaped key>}:fence``, as the Redis backend names it. No I/O."""
         return fence_key(self.prefix, key)
 
@@ -234,9 +237,7 @@ class SqliteBackend:
         with the next fencing token; if ``owner_token`` holds it already, reset its TTL and return
         the same token (``retried=True``); else change nothing and report the holder's remaining
         TTL in ms. One transaction."""
-        check_key(key)
-        check_key(owner_token, "owner_token")
-        check_ms("ttl_ms", ttl_ms, 1)
+        check_lease_args(key, owner_token, ttl_ms)
         prefix = self.prefix
         with self._transaction(f"acquire {key!r}") as conn:
             now, start = clock_ms(self._clock.time())
@@ -297,24 +298,21 @@ class SqliteBackend:
     def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
         """Reset the TTL to ``ttl_ms`` ms if ``owner_token`` holds ``key``; return its fencing
         token, else 0. Never recreates an expired or released lease."""
-        check_key(key)
-        check_key(owner_token, "owner_token")
-        check_ms("ttl_ms", ttl_ms, 1)
+        check_lease_args(key, owner_token, ttl_ms)
         with self._transaction(f"renew {key!r}") as conn:
             return self._renew(conn, key, owner_token, ttl_ms)
 
     def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
-        """:meth:`renew` for each ``(key, owner_token, ttl_ms)`` in one transaction. An invalid item
-        gets its :class:`~fencedlease.ValidationError` in its place; a failed transaction (busy past
-        the budget) raises :class:`~fencedlease.BackendError` and renews nothing."""
+        """[`renew`][fencedlease.SqliteBackend.renew] for each ``(key, owner_token, ttl_ms)`` in one
+        transaction. An invalid item gets its [`ValidationError`][fencedlease.ValidationError] in
+        its place; a failed transaction (busy past the budget) raises
+        [`BackendError`][fencedlease.BackendError] and renews nothing."""
         results: list[int | BaseException] = []
         valid: list[tuple[int, RenewItem]] = []
         for index, item in enumerate(items):
             key, owner_token, ttl_ms = item
             try:
-                check_key(key)
-                check_key(owner_token, "owner_token")
-                check_ms("ttl_ms", ttl_ms, 1)
+                check_lease_args(key, owner_token, ttl_ms)
             except ValidationError as exc:
                 results.append(exc)
                 continue
@@ -384,8 +382,8 @@ class SqliteBackend:
             return live == 1
 
     def close(self) -> None:
-        """Close the connection (idempotent). Later calls raise :class:`~fencedlease.BackendError`.
-        Leases stay in the file until they expire."""
+        """Close the connection (idempotent). Later calls raise
+        [`BackendError`][fencedlease.BackendError]. Leases stay in the file until they expire."""
         with self._lock:
             conn, self._conn = self._conn, None
         if conn is not None:

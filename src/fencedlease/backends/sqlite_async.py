@@ -1,6 +1,7 @@
-"""The asyncio twin of :class:`~fencedlease.SqliteBackend`: :class:`AsyncSqliteBackend`, each
-operation on a worker thread. The layout, the transactions and the clock are the sync backend's
-(:mod:`fencedlease.backends.sqlite`).
+"""The asyncio twin of [`SqliteBackend`][fencedlease.SqliteBackend]:
+[`AsyncSqliteBackend`][fencedlease.backends.AsyncSqliteBackend], each operation on a worker thread.
+The layout, the transactions and the clock are the sync backend's
+([`fencedlease.backends.sqlite`][]).
 """
 
 from __future__ import annotations
@@ -24,12 +25,12 @@ T = TypeVar("T")
 
 
 class AsyncSqliteBackend:
-    """The asyncio twin of :class:`SqliteBackend`: each operation runs on a worker thread
-    (:func:`asyncio.to_thread`), so a busy database never blocks the event loop.
+    """The asyncio twin of [`SqliteBackend`][fencedlease.SqliteBackend]: each operation runs on a
+    worker thread (`asyncio.to_thread`), so a busy database never blocks the event loop.
 
-    Arguments as :class:`SqliteBackend` (validated here, at once); the file is opened on a worker
-    thread at the first operation, so making the backend does no I/O. Or pass ``sync`` to wrap an
-    existing :class:`SqliteBackend`.
+    Arguments as [`SqliteBackend`][fencedlease.SqliteBackend] (validated here, at once); the file is
+    opened on a worker thread at the first operation, so making the backend does no I/O. Or pass
+    ``sync`` to wrap an existing [`SqliteBackend`][fencedlease.SqliteBackend].
 
     If the awaiting task is cancelled while an operation runs, the cancellation waits for that
     operation to finish (at most ``busy_timeout_ms`` plus one transaction) before it propagates:
@@ -37,8 +38,9 @@ class AsyncSqliteBackend:
     acquire) must come after it, not race it.
 
     Raises:
-        ValidationError: as :class:`SqliteBackend`.
-        BackendError: as :class:`SqliteBackend`; opening the file fails at the first operation.
+        ValidationError: as [`SqliteBackend`][fencedlease.SqliteBackend].
+        BackendError: as [`SqliteBackend`][fencedlease.SqliteBackend]; opening the file fails
+            at the first operation.
     """
 
     def __init__(
@@ -68,7 +70,8 @@ class AsyncSqliteBackend:
         return f"<AsyncSqliteBackend of {self.sync!r}>"
 
     def fencing_scope(self, key: str) -> str:
-        """As :meth:`SqliteBackend.fencing_scope`: ``<prefix>:{<escaped key>}:fence``. No I/O."""
+        """As [`SqliteBackend.fencing_scope`][fencedlease.SqliteBackend.fencing_scope]:
+        ``<prefix>:{<escaped key>}:fence``. No I/O."""
         prefix = self._prefix if self.sync is None else self.sync.prefix
         return fence_key(prefix, key)
 
@@ -104,38 +107,40 @@ class AsyncSqliteBackend:
             return self.sync
 
     async def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
-        """As :meth:`SqliteBackend.acquire`, on a worker thread."""
+        """As [`SqliteBackend.acquire`][fencedlease.SqliteBackend.acquire], on a worker thread."""
         backend = await self._backend("acquire")
         return await self._run(backend.acquire, key, owner_token, ttl_ms)
 
     async def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
-        """As :meth:`SqliteBackend.renew`, on a worker thread."""
+        """As [`SqliteBackend.renew`][fencedlease.SqliteBackend.renew], on a worker thread."""
         backend = await self._backend("renew")
         return await self._run(backend.renew, key, owner_token, ttl_ms)
 
     async def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
-        """As :meth:`SqliteBackend.renew_many`, on a worker thread."""
+        """As [`SqliteBackend.renew_many`][fencedlease.SqliteBackend.renew_many], on a worker
+        thread."""
         backend = await self._backend("renew_many")
         return await self._run(backend.renew_many, list(items))
 
     async def release(self, key: str, owner_token: str) -> bool:
-        """As :meth:`SqliteBackend.release`, on a worker thread."""
+        """As [`SqliteBackend.release`][fencedlease.SqliteBackend.release], on a worker thread."""
         backend = await self._backend("release")
         return await self._run(backend.release, key, owner_token)
 
     async def inspect(self, key: str) -> InspectReply | None:
-        """As :meth:`SqliteBackend.inspect`, on a worker thread."""
+        """As [`SqliteBackend.inspect`][fencedlease.SqliteBackend.inspect], on a worker thread."""
         backend = await self._backend("inspect")
         return await self._run(backend.inspect, key)
 
     async def force_release(self, key: str) -> bool:
-        """As :meth:`SqliteBackend.force_release`, on a worker thread."""
+        """As [`SqliteBackend.force_release`][fencedlease.SqliteBackend.force_release], on a worker
+        thread."""
         backend = await self._backend("force_release")
         return await self._run(backend.force_release, key)
 
     async def close(self) -> None:
-        """As :meth:`SqliteBackend.close` (idempotent; a backend never opened has nothing to
-        close)."""
+        """As [`SqliteBackend.close`][fencedlease.SqliteBackend.close] (idempotent; a backend never
+        opened has nothing to close)."""
         self._closed = True
         if self.sync is not None:
             await self._run(self.sync.close)

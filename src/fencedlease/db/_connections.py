@@ -1,4 +1,4 @@
-"""Connections for :mod:`fencedlease.db`: which kind ``conn`` is (DB-API paramstyle or SQLAlchemy,
+"""Connections for [`fencedlease.db`][]: which kind ``conn`` is (DB-API paramstyle or SQLAlchemy,
 never asyncio), which database it talks to, and running one statement on it."""
 
 from __future__ import annotations
@@ -44,8 +44,9 @@ def _refuse_async(conn: object) -> NoReturn:
 def style_of(conn: Any) -> str:
     """The placeholder style for ``conn``: ``"sqlalchemy"`` or its DB-API module's paramstyle.
 
-    Refuses (:class:`ValidationError` naming ``conn``) an asyncio connection and anything that is
-    not a sync DB-API connection or a SQLAlchemy ``Connection`` / ``Session``, before any I/O.
+    Refuses ([`ValidationError`][fencedlease.ValidationError] naming ``conn``) an asyncio connection
+    and anything that is not a sync DB-API connection or a SQLAlchemy ``Connection`` / ``Session``,
+    before any I/O.
     """
     if is_sqlalchemy(conn):
         execute = getattr(conn, "execute", None)
@@ -78,7 +79,7 @@ def style_of(conn: Any) -> str:
 
 def _not_awaited(conn: object, value: object) -> None:
     """Refuse a driver call that answered with an awaitable (an asyncio connection that slipped
-    past :func:`style_of`); the coroutine is closed, never left un-awaited."""
+    past `style_of`); the coroutine is closed, never left un-awaited."""
     if inspect.isawaitable(value):
         close = getattr(value, "close", None)
         if callable(close):
@@ -89,8 +90,8 @@ def _not_awaited(conn: object, value: object) -> None:
 def execute(conn: Any, stmt: Statement, what: str) -> Result:
     """Run ``stmt`` on ``conn``. Whatever the driver raises, its own errors and those it raises
     binding a value it cannot store (``OverflowError`` for an int past 64 bits in sqlite3,
-    ``UnicodeEncodeError`` for a lone surrogate), reaches the caller as :class:`BackendError`
-    with the driver's exception in ``__cause__``."""
+    ``UnicodeEncodeError`` for a lone surrogate), reaches the caller as
+    [`BackendError`][fencedlease.BackendError] with the driver's exception in ``__cause__``."""
     try:
         if stmt.style == "sqlalchemy":
             import sqlalchemy  # SQLAlchemy is optional

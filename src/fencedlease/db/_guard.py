@@ -1,21 +1,14 @@
-"""The guard table of :mod:`fencedlease.db`: its schema, the inspection of an existing one, and
-:func:`fence_guard`, which fences a whole transaction on one resource."""
+"""The guard table of [`fencedlease.db`][]: its schema, the inspection of an existing one, and
+[`fence_guard`][fencedlease.db.fence_guard], which fences a whole transaction on one resource."""
 
 from __future__ import annotations
 
 from typing import Any, Final
 
 from .._errors import ValidationError
-from .._fencing import (
-    FenceState,
-    RefusalReason,
-    TokenOrLease,
-    check_strict,
-    coerce_access,
-    decide,
-    stale_token_error,
-)
-from .._validate import check_key
+from .._fencing import FenceState, RefusalReason, decide, stale_token_error
+from .._fencing_access import TokenOrLease, coerce_access
+from .._validate import check_key, check_strict
 from ._connections import dialect_of, execute, style_of
 from ._statements import Statement, quote_table
 
@@ -101,8 +94,8 @@ def _type_fits(dialect: str, declared: str, kind: str) -> bool:
 
 
 def create_guard_table(conn: Any, *, table: str = DEFAULT_GUARD_TABLE) -> None:
-    """Create the guard table used by :func:`fence_guard` if it does not exist, or check the one
-    that does (no commit).
+    """Create the guard table used by [`fence_guard`][fencedlease.db.fence_guard] if it does not
+    exist, or check the one that does (no commit).
 
     Columns: ``resource TEXT PRIMARY KEY``, ``fencing_token BIGINT NOT NULL``,
     ``owner_fingerprint TEXT`` (NULL: the token came as a bare ``int``) and ``lease_key TEXT`` (the
@@ -112,10 +105,12 @@ def create_guard_table(conn: Any, *, table: str = DEFAULT_GUARD_TABLE) -> None:
     inspected (SQLite and PostgreSQL): a guard table of the earlier shape, without ``lease_key``,
     gets the column (``ALTER TABLE ... ADD COLUMN``); any other shape (a missing column, a token
     column that is not a 64-bit integer, text columns that are not text, ``resource`` not unique)
-    raises :class:`ValidationError` naming ``table`` and what is wrong, and nothing is changed.
+    raises [`ValidationError`][fencedlease.ValidationError] naming ``table`` and what is wrong, and
+    nothing is changed.
 
-    Raises :class:`ValidationError` for a bad ``table`` or ``conn`` (nothing executed) or a table
-    of another shape, :class:`BackendError` for a driver error.
+    Raises [`ValidationError`][fencedlease.ValidationError] for a bad ``table`` or ``conn`` (nothing
+    executed) or a table of another shape, [`BackendError`][fencedlease.BackendError] for a driver
+    error.
     """
     quoted = quote_table(table, "table")
     style = style_of(conn)
@@ -169,18 +164,21 @@ def fence_guard(
     One ``INSERT ... ON CONFLICT (resource) DO UPDATE ... WHERE <the rule> RETURNING``: accepted
     only if the token is at least the largest accepted for ``resource`` (``strict``: greater), not
     the same number from a different lease (compared by
-    :func:`fencedlease._fencing.owner_fingerprint`), and, for a lease, if its counter (its
+    [`fencedlease.owner_fingerprint`][]), and, for a lease, if its counter (its
     ``fencing_scope``, ``"<prefix>:{<escaped key>}:fence"``) is the one the row records (the first
     lease accepted for ``resource`` records its scope; a row holding a bare key, written by an
     earlier version, matches a lease of that key and then records its scope; a bare ``int`` token
     is not checked). Tokens compare as ``BIGINT``. The row stays locked until the transaction
     ends, so the rest of the transaction, reads included, is fenced. Returns the accepted token.
 
-    Raises :class:`StaleTokenError` (``.resource``, ``.token``, ``.last_token``; roll back), its
-    subclass :class:`LeaseKeyMismatchError` (``.lease_key`` on record, ``.presented_key``:
-    scopes) for a lease of another counter, :class:`ValidationError` (bad argument; nothing
-    executed), :class:`BackendError` (the driver's error in ``__cause__``, for instance a missing
-    guard table or one without ``lease_key``: see :func:`create_guard_table`).
+    Raises [`StaleTokenError`][fencedlease.StaleTokenError] (``.resource``, ``.token``,
+    ``.last_token``; roll back), its subclass
+    [`LeaseKeyMismatchError`][fencedlease.LeaseKeyMismatchError] (``.lease_key`` on record,
+    ``.presented_key``: scopes) for a lease of another counter,
+    [`ValidationError`][fencedlease.ValidationError] (bad argument; nothing executed),
+    [`BackendError`][fencedlease.BackendError] (the driver's error in ``__cause__``, for instance a
+    missing guard table or one without ``lease_key``: see
+    [`create_guard_table`][fencedlease.db.create_guard_table]).
     """
     access = coerce_access(token_or_lease)
     check_key(resource, "resource")

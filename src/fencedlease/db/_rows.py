@@ -1,6 +1,8 @@
-"""Fenced rows of :mod:`fencedlease.db`: :func:`fenced_update` and :func:`fenced_read` fence a row
-by a token column of its own, and a refusal is explained (:class:`RowNotFoundError`,
-:class:`StaleTokenError`, :class:`LeaseKeyMismatchError`)."""
+"""Fenced rows of [`fencedlease.db`][]: [`fenced_update`][fencedlease.db.fenced_update] and
+[`fenced_read`][fencedlease.db.fenced_read] fence a row by a token column of its own, and a refusal
+is explained ([`RowNotFoundError`][fencedlease.db.RowNotFoundError],
+[`StaleTokenError`][fencedlease.StaleTokenError],
+[`LeaseKeyMismatchError`][fencedlease.LeaseKeyMismatchError])."""
 
 from __future__ import annotations
 
@@ -10,14 +12,9 @@ from typing import Any, Final, NoReturn
 import attrs
 
 from .._errors import RowNotFoundError, ValidationError
-from .._fencing import (
-    FencingAccess,
-    RefusalReason,
-    TokenOrLease,
-    check_strict,
-    coerce_access,
-    stale_token_error,
-)
+from .._fencing import FencingAccess, RefusalReason, stale_token_error
+from .._fencing_access import TokenOrLease, coerce_access
+from .._validate import check_strict
 from ._connections import execute, style_of
 from ._statements import (
     Statement,
@@ -113,13 +110,15 @@ def fenced_update(
     ``fencing_scope`` (``"<prefix>:{<escaped key>}:fence"``, so the same key under another prefix
     is another counter), and the column is set to that scope. A column holding a bare key (written
     by an earlier version) matches a lease of that key and then records its scope (the rule of
-    :mod:`fencedlease._fencing`).
+    `fencedlease._fencing`).
 
-    Raises :class:`StaleTokenError` (``.resource`` is ``table``; ``.last_token`` the largest token
-    of the matching rows) when rows match ``where`` but none may be updated,
-    :class:`LeaseKeyMismatchError` (a :class:`StaleTokenError`) when a matching row records another
-    counter, :class:`RowNotFoundError` when no row matches ``where``, :class:`ValidationError`
-    (nothing executed), :class:`BackendError`.
+    Raises [`StaleTokenError`][fencedlease.StaleTokenError] (``.resource`` is ``table``;
+    ``.last_token`` the largest token of the matching rows) when rows match ``where`` but none may
+    be updated, [`LeaseKeyMismatchError`][fencedlease.LeaseKeyMismatchError] (a
+    [`StaleTokenError`][fencedlease.StaleTokenError]) when a matching row records another counter,
+    [`RowNotFoundError`][fencedlease.db.RowNotFoundError] when no row matches ``where``,
+    [`ValidationError`][fencedlease.ValidationError] (nothing executed),
+    [`BackendError`][fencedlease.BackendError].
     """
     fence = _row_fence(conn, table, where, token_or_lease, token_column, lease_key_column, strict)
     values = columns_of(values, "values")
@@ -160,13 +159,16 @@ def fenced_read(
     CAST(token_column AS BIGINT) <= t) RETURNING columns`` (all columns when ``columns`` is
     ``None``). Returns one ``dict`` per row, keyed by column name, as the rows are after the update
     (the token column holds ``t``, as the column's type stores it). Once a holder has read this way,
-    a stale holder's :func:`fenced_update` of those rows is refused, so it cannot land between this
-    read and the holder's write. With ``strict=True`` the holder's own later write with the same
-    token is refused too: use strict fencing for one access per token only. ``lease_key_column`` as
-    in :func:`fenced_update`.
+    a stale holder's [`fenced_update`][fencedlease.db.fenced_update] of those rows is refused, so it
+    cannot land between this read and the holder's write. With ``strict=True`` the holder's own
+    later write with the same token is refused too: use strict fencing for one access per token
+    only. ``lease_key_column`` as in [`fenced_update`][fencedlease.db.fenced_update].
 
-    Raises :class:`StaleTokenError`, :class:`LeaseKeyMismatchError`, :class:`RowNotFoundError`,
-    :class:`ValidationError` (nothing executed) and :class:`BackendError`, as :func:`fenced_update`
+    Raises [`StaleTokenError`][fencedlease.StaleTokenError],
+    [`LeaseKeyMismatchError`][fencedlease.LeaseKeyMismatchError],
+    [`RowNotFoundError`][fencedlease.db.RowNotFoundError],
+    [`ValidationError`][fencedlease.ValidationError] (nothing executed) and
+    [`BackendError`][fencedlease.BackendError], as [`fenced_update`][fencedlease.db.fenced_update]
     does.
     """
     fence = _row_fence(conn, table, where, token_or_lease, token_column, lease_key_column, strict)
@@ -188,8 +190,9 @@ def fenced_read(
 
 
 def _explain_refusal(conn: Any, fence: _RowFence) -> NoReturn:
-    """Nothing was updated: raise :class:`RowNotFoundError`, :class:`LeaseKeyMismatchError` or
-    :class:`StaleTokenError`."""
+    """Nothing was updated: raise [`RowNotFoundError`][fencedlease.db.RowNotFoundError],
+    [`LeaseKeyMismatchError`][fencedlease.LeaseKeyMismatchError] or
+    [`StaleTokenError`][fencedlease.StaleTokenError]."""
     token_col, key_col, access = fence.token_col, fence.key_col, fence.access
     query = Statement(fence.style).sql(f"SELECT COUNT(*), MAX(CAST({token_col} AS BIGINT))")
     check_key_too = key_col is not None and access.lease_key is not None

@@ -1,4 +1,4 @@
-"""SQL text for :mod:`fencedlease.db`: checked and quoted names, placeholders in the connection's
+"""SQL text for [`fencedlease.db`][]: checked and quoted names, placeholders in the connection's
 paramstyle, and the ``WHERE`` pieces every fenced statement shares."""
 
 from __future__ import annotations

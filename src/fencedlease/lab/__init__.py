@@ -1,14 +1,14 @@
 """The lab: what proves the library, not part of it.
 
-- :mod:`fencedlease.lab.harness`: ``fencedlease check``, the correctness harness (workers doing a
+- [`fencedlease.lab.harness`][]: ``fencedlease check``, the correctness harness (workers doing a
   fenced read-modify-write under real faults, a checker of the merged history, the report);
-- :mod:`fencedlease.lab.servers`: real servers for the harness, the tests and the benchmarks (an
+- [`fencedlease.lab.servers`][]: real servers for the harness, the tests and the benchmarks (an
   embedded redis-server, a throwaway PostgreSQL, Toxiproxy found or started);
-- :mod:`fencedlease.lab.toxiproxy`: an embedded Toxiproxy-compatible fault-injecting TCP proxy;
-- :mod:`fencedlease.lab.cli`: the ``fencedlease`` command line.
+- [`fencedlease.lab.toxiproxy`][]: an embedded Toxiproxy-compatible fault-injecting TCP proxy;
+- [`fencedlease.lab.cli`][]: the ``fencedlease`` command line.
 
 It needs the ``lab`` extra (``pip install "fencedlease[lab]"``: click, rich, matplotlib,
 toxiproxy-python, psycopg). The layers are checked by ``lint-imports`` (contracts in
-``pyproject.toml``): nothing outside :mod:`fencedlease.lab` imports it, and it uses the library
+``pyproject.toml``): nothing outside [`fencedlease.lab`][] imports it, and it uses the library
 only through its public modules, as any user would. See ``docs/harness.md``.
 """

@@ -9,11 +9,14 @@ access accepted by the resource, no fault injected though faults were asked for)
 
 from __future__ import annotations
 
+import secrets
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import attrs
 import click
+from click.core import ParameterSource
 
 from .harness.nemesis import FAULTS, parse_faults
 from .harness.resources import RESOURCES
@@ -22,6 +25,8 @@ from .harness.workload import MODES
 if TYPE_CHECKING:
     from rich.table import Table
 
+    from .harness.campaign import CampaignRow
+    from .harness.model import CheckConfig, CheckResult
     from .harness.run import Progress
 
 __all__ = ["main"]
@@ -56,7 +61,8 @@ def _faults(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
     default="default",
     show_default=True,
     callback=_faults,
-    help=f"Comma-separated fault kinds, 'default' (all, in order) or 'none'. Kinds: "
+    help=f"Comma-separated fault kinds, scheduled at random from --seed (each once, some "
+    f"overlapping), 'default' (the first ten), 'all' (every kind) or 'none'. Kinds: "
     f"{', '.join(FAULTS)}.",
 )
 @click.option("--mode", type=click.Choice(MODES), default="fenced", show_default=True)
@@ -69,7 +75,11 @@ def _faults(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
 )
 @click.option("--ttl", "ttl_ms", default=1000, show_default=True, type=click.IntRange(100),
               help="Lease TTL in milliseconds.")  # fmt: skip
-@click.option("--seed", type=int, help="Seed for every random choice (default: random).")
+@click.option(
+    "--seed", type=int,
+    help="Seed for every random choice: the fault schedule, the workers' choices (default: random)."
+    " With --runs, the first of the campaign's seeds.",
+)  # fmt: skip
 @click.option(
     "--out", "out_dir", default="check-out", show_default=True,
     type=click.Path(file_okay=False, path_type=Path),
@@ -86,7 +96,20 @@ def _faults(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
     " --redis-url Redis. Without it they run only on a Redis the check started itself and are"
     " left out otherwise (the summary and report.json say so).",
 )
+@click.option(
+    "--replay", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Run again what this report.json records: its seed, settings and fault schedule. Options"
+    " given too (--out, --redis-url, ...) replace the recorded ones; --seed may not be given.",
+)  # fmt: skip
+@click.option(
+    "--runs", type=click.IntRange(1, 10_000), default=1, show_default=True,
+    help="A campaign: this many runs, seeds --seed, --seed + 1, ..., each in --out/seed-<seed>;"
+    " a table of them is printed and written to --out/campaign.json. Exit 1 if any run found"
+    " violations, else 2 if any proved nothing or could not be done.",
+)  # fmt: skip
+@click.pass_context
 def check(
+    ctx: click.Context,
     redis_url: str | None,
     workers: int,
     duration: float,
@@ -99,6 +122,8 @@ def check(
     out_dir: Path,
     no_toxiproxy: bool,
     allow_server_faults: bool,
+    replay: Path | None,
+    runs: int,
 ) -> None:
     """Run workers under faults, check the history, report.
 
@@ -125,6 +150,7 @@ def check(
 
     from fencedlease import FencedLeaseError, redact_text
 
+    from .harness.campaign import campaign_exit_code, read_replay, run_campaign
     from .harness.report import print_summary
     from .harness.run import (
         CheckConfig,
@@ -136,18 +162,11 @@ def check(
     from .servers.redis import RedisUnavailable
 
     def scrub(text: str) -> str:
-        for url in (redis_url, resource_url):
+        for url in (redis_url, resource_url, config.redis_url, config.resource_url):
             if url:
                 text = redact_text(text, url)
         return text
 
-    try:  # before anything starts: refuse a target holding someone else's data
-        check_out_dir(out_dir)
-        if resource.startswith("sqlite") and resource_url:
-            check_sqlite_resource(resource_url)
-    except UnsafeTargetError as exc:
-        raise click.UsageError(str(exc)) from None
-    console = Console()
     config = CheckConfig(
         redis_url=redis_url,
         workers=workers,
@@ -162,30 +181,97 @@ def check(
         toxiproxy=not no_toxiproxy,
         allow_server_faults=allow_server_faults,
     )
+    if replay is not None:
+        if seed is not None or runs > 1:
+            raise click.UsageError("--replay runs the recorded seed once: leave out --seed, --runs")
+        try:
+            config = read_replay(replay, {**_given(ctx, config), "out_dir": out_dir})
+        except ValueError as exc:
+            raise click.UsageError(scrub(str(exc))) from None
+    elif runs > 1 and seed is None:
+        config = attrs.evolve(config, seed=secrets.randbelow(2**31))
+    try:  # before anything starts: refuse a target holding someone else's data
+        check_out_dir(out_dir)
+        if config.resource.startswith("sqlite") and config.resource_url:
+            check_sqlite_resource(config.resource_url)
+    except UnsafeTargetError as exc:
+        raise click.UsageError(str(exc)) from None
+    console = Console()
     console.print(
-        f"fencedlease check: {workers} workers, {duration:g} s, mode {mode}, resource "
-        f"{resource}, faults: {', '.join(faults) or 'none'}"
+        f"fencedlease check: {config.workers} workers, {config.duration_s:g} s, mode "
+        f"{config.mode}, resource {config.resource}, faults: {', '.join(config.faults) or 'none'}"
+        + (f", replaying seed {config.seed} from {replay}" if replay is not None else "")
+        + (f", {runs} runs from seed {config.seed}" if runs > 1 else "")
     )
-    try:
+    errors = (
+        RedisUnavailable, RuntimeError, ValueError, OSError, redis.RedisError, FencedLeaseError,
+        sqlite3.Error,
+    )  # fmt: skip
+
+    def one(run_config: CheckConfig) -> CheckResult:
         with Live(console=console, refresh_per_second=5, transient=True) as live:
 
             def show(progress: Progress) -> None:
                 live.update(_progress_table(progress))
 
-            result = run_check(config, show)
+            return run_check(run_config, show)
+
+    if runs > 1:
+
+        def row_done(row: CampaignRow) -> None:
+            console.print(f"seed {row.seed}: {row.verdict}, {row.violations} violation(s)"
+                          + (f" ({escape(scrub(row.error))})" if row.error else ""))  # fmt: skip
+
+        try:
+            rows = run_campaign(config, runs, one, on_row=row_done, errors=errors)
+        except UnsafeTargetError as exc:
+            raise click.UsageError(scrub(str(exc))) from None
+        console.print(_campaign_table(rows))
+        console.print(f"campaign: {out_dir / 'campaign.json'}")
+        sys.exit(campaign_exit_code(rows))
+    try:
+        result = one(config)
     except UnsafeTargetError as exc:
         raise click.UsageError(scrub(str(exc))) from None
-    except (
-        RedisUnavailable, RuntimeError, ValueError, OSError, redis.RedisError, FencedLeaseError,
-        sqlite3.Error,
-    ) as exc:  # fmt: skip
+    except errors as exc:
         console.print(f"[bold red]error:[/] {escape(scrub(f'{type(exc).__name__}: {exc}'))}")
         sys.exit(2)
     console.print(f"redis: {result.redis}; toxiproxy: {result.toxiproxy or 'none'}")
-    for note in result.notes:
-        console.print(f"[yellow]note:[/] {note}")
-    print_summary(console, result)
+    print_summary(console, result)  # prints the notes too, once
     sys.exit(result.exit_code)
+
+
+#: Options a replay takes anew when given, and the settings they replace.
+_REPLACES = {
+    "redis_url": "redis_url", "workers": "workers", "duration": "duration_s", "faults": "faults",
+    "mode": "mode", "resource": "resource", "resource_url": "resource_url", "ttl_ms": "ttl_ms",
+    "no_toxiproxy": "toxiproxy", "allow_server_faults": "allow_server_faults",
+}  # fmt: skip
+
+
+def _given(ctx: click.Context, config: CheckConfig) -> dict[str, Any]:
+    """The settings of ``config`` whose options were given (command line or environment)."""
+    given = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+    return {
+        field: getattr(config, field)
+        for param, field in _REPLACES.items()
+        if ctx.get_parameter_source(param) in given
+    }
+
+
+def _campaign_table(rows: list[CampaignRow]) -> Table:
+    from rich.table import Table
+
+    table = Table(title="fencedlease check: campaign", title_justify="left")
+    for column in ("seed", "verdict", "violations", "operations", "faults"):
+        table.add_column(column, justify="left" if column == "verdict" else "right")
+    for row in rows:
+        style = {"pass": "green", "fail": "bold red"}.get(row.verdict, "yellow")
+        table.add_row(
+            str(row.seed), f"[{style}]{row.verdict}[/]", str(row.violations),
+            str(row.operations), str(row.faults),
+        )  # fmt: skip
+    return table
 
 
 def _progress_table(progress: Progress) -> Table:

@@ -24,7 +24,7 @@
 -- the manager then releases with the same owner token).
 -- An owner that holds the lease is taken out of the waiter queue (first, before the lease is
 -- written), so no later release hands the key to a waiter that is no longer waiting.
-local MAX_TOKEN = '9223372036854775807'
+-- Runs after lease_common.lua (prepended by the client): read, lease_at, next_token, foreign_type.
 local owner = ARGV[1]
 -- ARGV[2] reaches SET PX / PEXPIRE as given: decimal digits only ('1e3' and '1.0' are numbers to
 -- Lua but not to SET, which would fail after the INCR), in 1..2^31-1.
@@ -36,64 +36,27 @@ end
 local function refuse(role, key, why)
   return redis.error_reply('ERR fencedlease acquire: the ' .. role .. ' ' .. key .. ' ' .. why)
 end
-local function read(...)  -- a read that cannot abort the script: its reply, or nil and the error
-  local reply = redis.pcall(...)
-  if type(reply) == 'table' and reply.err then
-    return nil, reply.err
-  end
-  return reply
+local current, token, holder, why = lease_at(KEYS[1])
+if why then
+  return refuse('lease key', KEYS[1], why)
 end
-local function is_token(s)  -- 1..2^63-1 in decimal, no sign, no leading zero
-  return string.find(s, '^[1-9]%d*$') ~= nil and (#s < 19 or (#s == 19 and s <= MAX_TOKEN))
-end
-local current, err = read('GET', KEYS[1])
-if err then
-  return refuse('lease key', KEYS[1], 'cannot be read: ' .. err)
-end
-local token
 if current then
-  local holder
-  token, holder = string.match(current, '^(%d+):(.+)$')
-  if not (token and is_token(token)) then
-    return refuse('lease key', KEYS[1], 'holds a malformed value (not "<fencing_token>:<owner>")')
-  end
   if holder ~= owner then
     return {0, 0, redis.call('PTTL', KEYS[1])}
   end
 else
-  local counter
-  counter, err = read('GET', KEYS[2])
-  if err then
-    return refuse('fencing counter', KEYS[2], 'cannot be read: ' .. err)
-  end
-  if not counter then
-    token = '1'
-  elseif counter ~= '0' and not is_token(counter) then
-    local why = string.find(counter, '^%-%d+$') and 'is negative' or 'is not an integer in 0..2^63-2'
+  token, why = next_token(KEYS[2])
+  if not token then
     return refuse('fencing counter', KEYS[2], why)
-  elseif counter == MAX_TOKEN then
-    return refuse('fencing counter', KEYS[2], 'is at 2^63-1, the largest fencing token: no next token')
-  else  -- the decimal successor of counter
-    local i = #counter
-    while i > 0 and string.byte(counter, i) == 57 do
-      i = i - 1
-    end
-    if i == 0 then
-      token = '1' .. string.rep('0', #counter)
-    else
-      token = string.sub(counter, 1, i - 1) .. string.char(string.byte(counter, i) + 1)
-              .. string.rep('0', #counter - i)
-    end
   end
 end
-local queued
-queued, err = read('ZSCORE', KEYS[3], owner)  -- no entry: the common case, no queue write
+local queued, err = read('ZSCORE', KEYS[3], owner)  -- no entry: the common case, no queue write
 if err then
   return refuse('waiter queue', KEYS[3], 'cannot be read: ' .. err)
 end
 if queued then
-  local kind = redis.call('TYPE', KEYS[4]).ok
-  if kind ~= 'hash' and kind ~= 'none' then
+  local kind = foreign_type(KEYS[4], 'hash')
+  if kind then
     return refuse('waiter details', KEYS[4], 'hold a ' .. kind .. ', not a hash')
   end
   redis.call('ZREM', KEYS[3], owner)

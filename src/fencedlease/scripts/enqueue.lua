@@ -18,8 +18,8 @@
 -- owner token, which takes the waiter out of the queue).
 -- A waiter that stops polling (gave up, crashed) drops out at its deadline: release.lua skips it.
 -- Both queue keys expire by themselves once nobody has polled for a while.
+-- Runs after lease_common.lua (prepended by the client): lease_at, foreign_type.
 redis.replicate_commands()  -- TIME below; required by Redis 6.2, a no-op from 7.0
-local MAX_TOKEN = '9223372036854775807'
 local owner = ARGV[1]
 local function refuse(role, key, why)
   return redis.error_reply('ERR fencedlease enqueue: the ' .. role .. ' ' .. key .. ' ' .. why)
@@ -39,25 +39,18 @@ for i, low in pairs({[2] = 0, [3] = 1, [4] = 0}) do
                              .. low .. '..2147483647, got ' .. ARGV[i])
   end
 end
-local current = redis.pcall('GET', KEYS[1])
-if type(current) == 'table' then
-  return refuse('lease key', KEYS[1], 'cannot be read: ' .. tostring(current.err))
+local current, _, holder, why = lease_at(KEYS[1])
+if why then
+  return refuse('lease key', KEYS[1], why)
 end
-local wait = false
-if current then
-  local token, holder = string.match(current, '^([1-9]%d*):(.+)$')
-  if not token or #token > 19 or (#token == 19 and token > MAX_TOKEN) then
-    return refuse('lease key', KEYS[1], 'holds a malformed value (not "<fencing_token>:<owner>")')
-  end
-  wait = holder ~= owner
-end
+local wait = current and holder ~= owner
 local queued = redis.pcall('ZSCORE', KEYS[2], owner)
 if type(queued) == 'table' then
   return refuse('waiter queue', KEYS[2], 'cannot be read: ' .. tostring(queued.err))
 end
 if wait or queued then  -- the details are written (HSET) or cleaned (HDEL)
-  local kind = redis.call('TYPE', KEYS[3]).ok
-  if kind ~= 'hash' and kind ~= 'none' then
+  local kind = foreign_type(KEYS[3], 'hash')
+  if kind then
     return refuse('waiter details', KEYS[3], 'hold a ' .. kind .. ', not a hash')
   end
 end

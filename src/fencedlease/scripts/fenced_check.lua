@@ -79,3 +79,16 @@ end
 local function fence_commit(fp, key)
   redis.call('HSET', KEYS[1], 'token', ARGV[1], 'fp', fp, 'key', key)
 end
+
+-- A fenced read (fenced_get.lua, fenced_hgetall.lua): check the token, read the data (read_data
+-- sends the command), then move the fence. Returns {1, what was read}, or the refusal with
+-- nothing read and nothing written.
+local function fenced_read(read_data)
+  local refused, fp, key = fence_check()
+  if refused then
+    return refused
+  end
+  local data = read_data()
+  fence_commit(fp, key)
+  return {1, data}
+end

@@ -28,21 +28,11 @@
 -- The releasing owner leaves the waiter queue first, whatever else happens: a waiter that gives up
 -- (or is cancelled) releases with its owner token, which both drops its queue entry and passes on
 -- a lease that was handed to it meanwhile.
+-- Runs after lease_common.lua (prepended by the client): read, lease_at, next_token, foreign_type.
 redis.replicate_commands()  -- TIME below after a write; required by Redis 6.2, a no-op from 7.0
-local MAX_TOKEN = '9223372036854775807'
 local owner = ARGV[1]
 local function refuse(role, key, why)
   return redis.error_reply('ERR fencedlease release: the ' .. role .. ' ' .. key .. ' ' .. why)
-end
-local function read(...)  -- a read that cannot abort the script: its reply, or nil and the error
-  local reply = redis.pcall(...)
-  if type(reply) == 'table' and reply.err then
-    return nil, reply.err
-  end
-  return reply
-end
-local function is_token(s)  -- 1..2^63-1 in decimal, no sign, no leading zero
-  return string.find(s, '^[1-9]%d*$') ~= nil and (#s < 19 or (#s == 19 and s <= MAX_TOKEN))
 end
 local MAX_MS = 2147483647
 local function bounded(s, low, high)  -- a decimal integer in low..high (at most 15 digits), or nil
@@ -71,50 +61,22 @@ local waiting, err = read('ZCARD', KEYS[3])
 if err then
   return refuse('waiter queue', KEYS[3], 'cannot be read: ' .. err)
 end
-local current
-current, err = read('GET', KEYS[1])
-if err then
-  return refuse('lease key', KEYS[1], 'cannot be read: ' .. err)
+local current, _, holder, why = lease_at(KEYS[1])
+if why then
+  return refuse('lease key', KEYS[1], why)
 end
-local ours = false
-if current then
-  local token, holder = string.match(current, '^(%d+):(.+)$')
-  if not (token and is_token(token)) then
-    return refuse('lease key', KEYS[1], 'holds a malformed value (not "<fencing_token>:<owner>")')
-  end
-  ours = holder == owner
-end
-local queued, next_token = false, nil
+local ours = current and holder == owner
+local queued, handed_token = false, nil
 if waiting > 0 then
-  local kind = redis.call('TYPE', KEYS[4]).ok
-  if kind ~= 'hash' and kind ~= 'none' then
+  local kind = foreign_type(KEYS[4], 'hash')
+  if kind then
     return refuse('waiter details', KEYS[4], 'hold a ' .. kind .. ', not a hash')
   end
   queued = redis.call('ZSCORE', KEYS[3], owner)
   if ours then  -- a hand-off may follow: its token must exist
-    local counter
-    counter, err = read('GET', KEYS[2])
-    if err then
-      return refuse('fencing counter', KEYS[2], 'cannot be read: ' .. err)
-    end
-    if not counter then
-      next_token = '1'
-    elseif counter ~= '0' and not is_token(counter) then
-      local why = string.find(counter, '^%-%d+$') and 'is negative' or 'is not an integer in 0..2^63-2'
+    handed_token, why = next_token(KEYS[2])
+    if not handed_token then
       return refuse('fencing counter', KEYS[2], why)
-    elseif counter == MAX_TOKEN then
-      return refuse('fencing counter', KEYS[2], 'is at 2^63-1, the largest fencing token: no next token')
-    else  -- the decimal successor of counter
-      local i = #counter
-      while i > 0 and string.byte(counter, i) == 57 do
-        i = i - 1
-      end
-      if i == 0 then
-        next_token = '1' .. string.rep('0', #counter)
-      else
-        next_token = string.sub(counter, 1, i - 1) .. string.char(string.byte(counter, i) + 1)
-                     .. string.rep('0', #counter - i)
-      end
     end
   end
 end
@@ -146,7 +108,7 @@ if waiting > 0 then
       -- 1 <= px <= ttl_ms <= 2^31-1: a PX that SET takes, whatever the entry held
       local px = math.min(ttl_ms, deadline - now_ms + grace_ms)
       redis.call('INCR', KEYS[2])
-      redis.call('SET', KEYS[1], next_token .. ':' .. waiter, 'PX', string.format('%d', px))
+      redis.call('SET', KEYS[1], handed_token .. ':' .. waiter, 'PX', string.format('%d', px))
       redis.pcall('PUBLISH', KEYS[1] .. ':handoff', redis.sha1hex(waiter))
       return 1
     end

@@ -8,26 +8,17 @@
 --          a positive integer, the key holds another type (or cannot be read) or a malformed value.
 -- Never recreates a missing key: PEXPIRE on a missing key does nothing. The token is returned as
 -- stored, never through a Lua number (a double: exact only up to 2^53).
-local MAX_TOKEN = '9223372036854775807'
+-- Runs after lease_common.lua (prepended by the client): lease_at.
 -- ARGV[2] reaches PEXPIRE as given: decimal digits only, in 1..2^31-1.
 local ttl = string.find(ARGV[2], '^[1-9]%d*$') and #ARGV[2] <= 10 and tonumber(ARGV[2])
 if not ttl or ttl > 2147483647 then
   return redis.error_reply('ERR fencedlease renew: ttl_ms must be a positive integer, got ' .. ARGV[2])
 end
-local current = redis.pcall('GET', KEYS[1])
-if type(current) == 'table' then
-  return redis.error_reply('ERR fencedlease renew: the lease key ' .. KEYS[1] .. ' cannot be read: '
-                           .. tostring(current.err))
+local current, token, holder, why = lease_at(KEYS[1])
+if why then
+  return redis.error_reply('ERR fencedlease renew: the lease key ' .. KEYS[1] .. ' ' .. why)
 end
-if not current then
-  return 0
-end
-local token, holder = string.match(current, '^([1-9]%d*):(.+)$')
-if not token or #token > 19 or (#token == 19 and token > MAX_TOKEN) then
-  return redis.error_reply('ERR fencedlease renew: the lease key ' .. KEYS[1]
-                           .. ' holds a malformed value (not "<fencing_token>:<owner>")')
-end
-if holder == ARGV[1] then
+if current and holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return token
 end

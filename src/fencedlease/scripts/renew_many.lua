@@ -12,7 +12,7 @@
 -- is a pcall, and the only write, PEXPIRE on a string key just read, cannot fail on the key's
 -- contents. The token is returned as stored, never through a Lua number (exact only to 2^53).
 -- Keys of a batch may lie in different hash slots: for a single Redis (not Redis Cluster).
-local MAX_TOKEN = '9223372036854775807'
+-- Runs after lease_common.lua (prepended by the client): lease_value.
 local replies = {}
 for i = 1, #KEYS do
   -- the TTL reaches PEXPIRE as given: decimal digits only, in 1..2^31-1 (a '1e3' PEXPIRE would
@@ -28,8 +28,8 @@ for i = 1, #KEYS do
     elseif not current then
       replies[i] = 0
     else
-      local token, holder = string.match(current, '^([1-9]%d*):(.+)$')
-      if not token or #token > 19 or (#token == 19 and token > MAX_TOKEN) then
+      local token, holder = lease_value(current)
+      if not token then
         replies[i] = -3
       elseif holder == owner then
         redis.call('PEXPIRE', KEYS[i], ARGV[2 * i])

@@ -1,19 +1,30 @@
 """The correctness harness behind ``fencedlease check`` (Jepsen's shape; Kleppmann 2016's case).
 
-- :mod:`~fencedlease.lab.harness.history`: the JSON-lines history every process writes;
-- :mod:`~fencedlease.lab.harness.workload`: worker processes doing a fenced read-modify-write;
-- :mod:`~fencedlease.lab.harness.resources`: where the counters live, one kind per fencing
+- [`history`][fencedlease.lab.harness.history]: the JSON-lines history every process writes;
+- [`workload`][fencedlease.lab.harness.workload]: worker processes doing a fenced read-modify-write;
+- [`resources`][fencedlease.lab.harness.resources]: where the counters live, one kind per fencing
   surface (guard rows, fenced rows, list-append transactions, Redis, in-process);
-- :mod:`~fencedlease.lab.harness.elle`: property h, list-append transactions (Elle's checker);
-- :mod:`~fencedlease.lab.harness.nemesis`: the faults, recorded with their start and end;
-- :mod:`~fencedlease.lab.harness.checker`: the pure checker of properties a-h;
-- :mod:`~fencedlease.lab.harness.mutex`: property f, the leases of one key never overlap;
-- :mod:`~fencedlease.lab.harness.linearizable`: property g, the resource as a linearizable
+- [`elle`][fencedlease.lab.harness.elle]: property h, list-append transactions (Elle's checker);
+- [`kinds`][fencedlease.lab.harness.kinds]: the fault kinds, their needs and durations;
+- [`nemesis`][fencedlease.lab.harness.nemesis]: the faults, recorded with their start and end;
+- [`faults_clock`][fencedlease.lab.harness.faults_clock], ``faults_process``, ``faults_network``,
+  ``faults_kernel``: the clock, kill-holder, one-way and kernel faults;
+- [`schedule`][fencedlease.lab.harness.schedule]: which faults, on whom, when, drawn from the seed;
+- [`campaign`][fencedlease.lab.harness.campaign]: replays of a report and campaigns of seeds;
+- [`extract`][fencedlease.lab.harness.extract]: the history reassembled (grants, accesses, faults);
+- [`checker`][fencedlease.lab.harness.checker]: the pure checker of properties a-h, key by key, each
+  a module of [`properties`][fencedlease.lab.harness.properties] (its registry);
+- [`mutex`][fencedlease.lab.harness.mutex]: property f, the leases of one key never overlap;
+- [`linearizable`][fencedlease.lab.harness.linearizable]: property g, the resource as a linearizable
   fenced register;
-- :mod:`~fencedlease.lab.harness.report`: the summary table, ``report.json`` and ``timeline.png``;
-- :mod:`~fencedlease.lab.harness.environment`: the servers a run needs (Redis, resource, proxies);
-- :mod:`~fencedlease.lab.harness.safety`: the check writes and deletes only what it made;
-- :mod:`~fencedlease.lab.harness.run`: one run, end to end.
+- [`report`][fencedlease.lab.harness.report]: the summary table and ``report.json``;
+- [`timeline`][fencedlease.lab.harness.timeline]: ``timeline.png``, readable at many keys;
+- [`synthetic`][fencedlease.lab.harness.synthetic]: healthy many-key histories for benchmarks and
+tests;
+- [`environment`][fencedlease.lab.harness.environment]: the servers a run needs (Redis, resource,
+proxies);
+- [`safety`][fencedlease.lab.harness.safety]: the check writes and deletes only what it made;
+- [`run`][fencedlease.lab.harness.run]: one run, end to end.
 
 See ``docs/harness.md``.
 """

@@ -1,11 +1,12 @@
-"""The dependency graph of :mod:`~fencedlease.lab.harness.elle` and the search for its cycles.
+"""The dependency graph of [`elle`][fencedlease.lab.harness.elle] and the search for its cycles.
 
-The types of a list-append history (:class:`Txn`, :class:`Edge`, :class:`Anomaly`), the graph
-(transactions and their ``ww``/``wr``/``rw`` edges), Tarjan's strongly connected components
+The types of a list-append history ([`Txn`][fencedlease.lab.harness.elle.Txn],
+[`Edge`][fencedlease.lab.harness.elle.Edge], [`Anomaly`][fencedlease.lab.harness.elle.Anomaly]), the
+graph (transactions and their ``ww``/``wr``/``rw`` edges), Tarjan's strongly connected components
 (Tarjan, "Depth-first search and linear graph algorithms", 1972) and, inside each, the shortest
-cycle of each anomaly kind found by breadth-first search, as Elle searches them: ``G0`` over
-``ww`` edges, ``G1c`` and ``G-single`` as one ``wr`` or ``rw`` edge closed by a ``ww``/``wr``
-path, ``G2`` over every edge. Pure.
+cycle of each anomaly kind found by breadth-first search, as Elle searches them: ``G0`` over ``ww``
+edges, ``G1c`` and ``G-single`` as one ``wr`` or ``rw`` edge closed by a ``ww``/``wr`` path, ``G2``
+over every edge. Pure.
 """
 
 from __future__ import annotations
@@ -262,7 +263,8 @@ def _cycle_anomaly(kind: str, edges: tuple[Edge, ...]) -> Anomaly:
 def find_cycles(graph: Graph) -> list[Anomaly]:
     """Cycles of each kind per strongly connected component, the weakest kind first (a set of
     transactions found in a weaker cycle is not reported again), at most
-    :data:`MAX_PER_KIND` of each kind and as many searches per component."""
+    [`MAX_PER_KIND`][fencedlease.lab.harness.elle_graph.MAX_PER_KIND] of each kind and as many
+    searches per component."""
     anomalies: list[Anomaly] = []
     wwr = CYCLE_ANOMALIES["G1c"]
     for component in _sccs(graph):

@@ -1,7 +1,7 @@
 """The servers a run of ``fencedlease check`` needs: the Redis the leases live in, the resource
 the counter lives in (marked as the check's, counter at 0) and one Toxiproxy proxy per worker.
 
-Each is entered on the run's :class:`~contextlib.ExitStack`, so it is stopped (or its proxy
+Each is entered on the run's `ExitStack`, so it is stopped (or its proxy
 destroyed) when the run ends; what cannot be had is noted in ``notes``, not raised, where the run
 can go on without it.
 """
@@ -62,11 +62,14 @@ class LeaseRedis:
 
 @attrs.frozen
 class Network:
-    """Each worker's Redis URL (through its Toxiproxy proxy when there is one)."""
+    """Each worker's Redis URL (through its Toxiproxy proxy when there is one); ``netns``: each
+    worker's network namespace, when the workers have links of their own (the kernel faults),
+    else empty."""
 
     worker_urls: list[str]
     proxies: dict[int, Any]
     kind: str | None
+    netns: tuple[str, ...] = ()
 
 
 def start_redis(config: CheckConfig, stack: ExitStack, notes: list[str], prefix: str) -> LeaseRedis:
@@ -252,9 +255,11 @@ def start_proxies(
     redis_url: str,
     stack: ExitStack,
     notes: list[str],
+    listen_hosts: list[str] | None = None,
 ) -> Network:
-    """One Toxiproxy proxy per worker in front of the lease Redis; without Toxiproxy (or with a
-    URL it cannot proxy) the workers connect straight, and a note says so."""
+    """One Toxiproxy proxy per worker in front of the lease Redis, listening on 127.0.0.1 or on
+    ``listen_hosts[index]``; without Toxiproxy (or with a URL it cannot proxy) the workers
+    connect straight, and a note says so."""
     direct = Network([redis_url] * config.workers, {}, None)
     upstream = _upstream(redis_url)
     if not config.toxiproxy:
@@ -273,7 +278,7 @@ def start_proxies(
             proxy = client.create(
                 upstream=f"{upstream[0]}:{upstream[1]}",
                 name=f"fencedlease-check-{run_id}-{name}",
-                listen="127.0.0.1:0",
+                listen=f"{listen_hosts[index] if listen_hosts else '127.0.0.1'}:0",
             )
             stack.callback(_destroy, endpoint, proxy)
             proxies[index] = proxy

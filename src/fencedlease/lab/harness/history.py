@@ -5,19 +5,22 @@ process records an ``invoke`` before it does something and exactly one completio
 ``ok`` (it happened), ``fail`` (it certainly did not happen) or ``info`` (unknown: it may have
 happened). The checker reads nothing but this history.
 
-One line per :class:`Event`::
+One line per [`Event`][fencedlease.lab.harness.Event]:
 
-    {"process": "w1", "op": "write", "type": "ok", "id": 7, "grant": 5, "mono": 1234.5678,
-     "wall": 1718000000.123, "key": "check:counter", "token": 12, "outcome": null, "value": 8,
-     "detail": {}}
+```
+{"process": "w1", "op": "write", "type": "ok", "id": 7, "grant": 5, "mono": 1234.5678,
+ "wall": 1718000000.123, "key": "check:counter", "token": 12, "outcome": null, "value": 8,
+ "detail": {}}
+```
 
-``mono`` is :func:`time.monotonic` in seconds: on Linux one clock (``CLOCK_MONOTONIC``) shared
+``mono`` is `time.monotonic` in seconds: on Linux one clock (``CLOCK_MONOTONIC``) shared
 by every process of the machine, so events of different processes can be ordered by it. ``wall``
 (seconds since the epoch) is for people only.
 
 Safe across processes by construction: each process (each worker, the nemesis, the run) writes a
-file of its own with :class:`HistoryWriter`; :func:`merge_histories` merges them by time at the
-end. A writer is safe across the threads of its process (one lock).
+file of its own with [`HistoryWriter`][fencedlease.lab.harness.HistoryWriter];
+[`merge_histories`][fencedlease.lab.harness.merge_histories] merges them by time at the end. A
+writer is safe across the threads of its process (one lock).
 """
 
 from __future__ import annotations
@@ -112,9 +115,10 @@ class Event:
 def _opt_int(value: object) -> int | None:
     """An integer field (``id``, ``grant``, ``token``, ``value``) of a line, exactly.
 
-    Python's :mod:`json` writes ints as ints and reads them back exact at any size (fencing tokens
-    go up to 2**63 - 1). A float is taken only when it is a whole number below 2**53, the largest
-    a double holds exactly: ``9.007199254740993e15`` is refused rather than rounded.
+    Python's [`json`][fencedlease.lab.harness.history.json] writes ints as ints and reads them back
+    exact at any size (fencing tokens go up to 2**63 - 1). A float is taken only when it is a whole
+    number below 2**53, the largest a double holds exactly: ``9.007199254740993e15`` is refused
+    rather than rounded.
     """
     if value is None:
         return None
@@ -126,9 +130,12 @@ def _opt_int(value: object) -> int | None:
 
 
 class Operation:
-    """An invoked operation waiting for its completion; made by :meth:`HistoryWriter.invoke`.
+    """An invoked operation waiting for its completion; made by
+    [`HistoryWriter.invoke`][fencedlease.lab.harness.HistoryWriter.invoke].
 
-    Call exactly one of :meth:`ok`, :meth:`fail`, :meth:`info`; each returns the event written.
+    Call exactly one of [`ok`][fencedlease.lab.harness.history.Operation.ok],
+    [`fail`][fencedlease.lab.harness.history.Operation.fail],
+    [`info`][fencedlease.lab.harness.history.Operation.info]; each returns the event written.
     ``fields`` are the invocation's; a completion repeats them, except those it gives itself.
     """
 
@@ -164,8 +171,13 @@ class Operation:
 class HistoryWriter:
     """Appends the events of one ``process`` to ``path``, one JSON line each, flushed at once.
 
-    ``clock_mono`` / ``clock_wall`` return seconds (defaults: :func:`time.monotonic`,
-    :func:`time.time`). Thread-safe. Use as a context manager or call :meth:`close`.
+    ``clock_mono`` / ``clock_wall`` return seconds (defaults: `time.monotonic`,
+    `time.time`). Thread-safe. Use as a context manager or call
+    [`close`][fencedlease.lab.harness.HistoryWriter.close].
+
+    An existing file is continued: a last line cut short (its writer was killed mid-line) is
+    cut off, and operation ids go on after the largest one in the file, so a process restarted
+    under the same name (``kill-holder``) never reuses an id of its earlier life.
     """
 
     def __init__(
@@ -181,7 +193,7 @@ class HistoryWriter:
         self._mono = clock_mono
         self._wall = clock_wall
         self._lock = threading.Lock()
-        self._next_id = 0
+        self._next_id = _continue_file(self.path)
         self._file: IO[str] | None = self.path.open("a", encoding="utf-8")
 
     def __enter__(self) -> HistoryWriter:
@@ -199,7 +211,8 @@ class HistoryWriter:
 
     def record(self, op: str, type: EventType, **fields: Any) -> Event:
         """Write one event now (``mono``/``wall`` read under the lock, so a file is in time
-        order) and return it. ``fields`` are :class:`Event`'s optional fields."""
+        order) and return it. ``fields`` are [`Event`][fencedlease.lab.harness.Event]'s optional
+        fields."""
         with self._lock:
             if self._file is None:
                 raise RuntimeError(f"history writer for {self.process!r} is closed")
@@ -209,13 +222,28 @@ class HistoryWriter:
             return event
 
     def invoke(self, op: str, **fields: Any) -> Operation:
-        """Record the invocation of ``op`` and return the :class:`Operation` to complete; the
-        completion repeats ``fields`` unless it overrides them."""
+        """Record the invocation of ``op`` and return the
+        [`Operation`][fencedlease.lab.harness.history.Operation] to complete; the completion repeats
+        ``fields`` unless it overrides them."""
         with self._lock:
             op_id = self._next_id
             self._next_id += 1
         self.record(op, "invoke", id=op_id, **fields)
         return Operation(self, op, op_id, fields)
+
+
+def _continue_file(path: Path) -> int:
+    """Cut a partial last line off ``path`` (if it exists) and return the next operation id:
+    one more than the largest ``id`` in it, 0 for a new or empty file."""
+    if not path.exists():
+        return 0
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        data = data[: data.rfind(b"\n") + 1]
+        with path.open("r+b") as file:
+            file.truncate(len(data))
+    ids = [event.id for event in read_history(path) if event.id is not None]
+    return max(ids, default=-1) + 1
 
 
 def read_history(path: str | Path) -> list[Event]:
@@ -269,8 +297,8 @@ def merge_histories(
 ) -> list[Event]:
     """Merge per-process history files by ``mono`` (ties keep each file's order) and, when
     ``out`` is given, write the merged history there. Returns the merged events. ``redact``
-    (e.g. :func:`fencedlease._urls.redact_text` bound to a URL) is applied to every string of
-    every event first (:func:`redact_event`)."""
+    (e.g. [`fencedlease._urls.redact_text`][] bound to a URL) is applied to every string of
+    every event first ([`redact_event`][fencedlease.lab.harness.history.redact_event])."""
     keyed: list[tuple[float, int, int, Event]] = []
     for part_index, part in enumerate(parts):
         for line_index, event in enumerate(read_history(part)):

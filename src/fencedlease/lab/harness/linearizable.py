@@ -2,8 +2,8 @@
 
 Each key of the resource is a register whose state is ``(value, fence)``: the value last written
 and the highest token accepted (with the lease that presented it). Every access is checked
-against one sequential model, the library's fencing rule (:func:`fencedlease._fencing.decide`,
-restated in :func:`step`):
+against one sequential model, the library's fencing rule (`fencedlease._fencing.decide`,
+restated in [`step`][fencedlease.lab.harness.linearizable.step]):
 
 - ``write(v, t)``: accepted (the register becomes ``(v, t)``) or refused with the last accepted
   token ``last``; a refusal changes nothing;
@@ -290,7 +290,7 @@ class _Search:
 
     def run(self, *, track: bool = False) -> bool:
         """True iff the operations are linearizable. ``track``: remember the longest partial
-        linearization (:attr:`best`, :attr:`best_state`)."""
+        linearization (`best`, `best_state`)."""
         ops = self.ops
         remaining = sum(1 for op in ops if op.determinate)
         # Lowe's cache, keyed by the determinate operations linearized and the state; the value
@@ -421,9 +421,9 @@ def check_register(ops: Iterable[RegisterOp], *, initial: int | None = 0) -> Reg
     """Check ``ops`` (any order, any keys) key by key; ``initial``: every key's value before the
     first write (what a read before any write must return).
 
-    Returns a :class:`RegisterCheck`. The cost is that of Wing & Gong's search with Lowe's
-    cache: linear in the operations of a key when few are concurrent, exponential only in the
-    number of operations concurrent at one time.
+    Returns a [`RegisterCheck`][fencedlease.lab.harness.linearizable.RegisterCheck]. The cost is
+    that of Wing & Gong's search with Lowe's cache: linear in the operations of a key when few are
+    concurrent, exponential only in the number of operations concurrent at one time.
     """
     by_key: dict[str, list[RegisterOp]] = defaultdict(list)
     for op in ops:
@@ -564,7 +564,7 @@ def random_history(
     grant on a random key, then 1 to 4 reads or writes with its token) with random, overlapping
     durations; each operation takes effect at a random instant within its interval and its
     outcome is what the model says there. With probability ``unknown`` an operation's outcome
-    is forgotten (it took effect or not, at random). ``rng``: a :class:`random.Random`.
+    is forgotten (it took effect or not, at random). ``rng``: a `random.Random`.
     Tokens are granted per key in the order the cycles start, so a slow holder goes stale.
     """
     plans: list[tuple[float, float, float, str, int, OpKind, int]] = []

@@ -1,6 +1,8 @@
-"""The types a run of the harness is described by and produces: :class:`CheckConfig` (what to
-run) and :class:`CheckResult` (what it made). :mod:`~fencedlease.lab.harness.run` makes them,
-:mod:`~fencedlease.lab.harness.report` reads them; both import them from here."""
+"""The types a run of the harness is described by and produces:
+[`CheckConfig`][fencedlease.lab.harness.CheckConfig] (what to run) and
+[`CheckResult`][fencedlease.lab.harness.CheckResult] (what it made).
+[`run`][fencedlease.lab.harness.run] makes them, [`report`][fencedlease.lab.harness.report] reads
+them; both import them from here."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from .checker import CheckReport, Extracted, extract
 from .history import read_history
 from .nemesis import DEFAULT_FAULTS
 from .resources import ResourceKind
+from .schedule import Schedule
 from .workload import Mode
 
 __all__ = ["CheckConfig", "CheckResult"]
@@ -22,11 +25,11 @@ class CheckConfig:
     """What to run. Durations: ``duration_s`` in seconds; the rest in milliseconds.
 
     ``redis_url``: an external Redis (None: start one). ``workers``: processes (>= 2).
-    ``faults``: fault kinds in order (see :data:`fencedlease.lab.harness.nemesis.FAULTS`).
+    ``faults``: fault kinds in order (see [`fencedlease.lab.harness.nemesis.FAULTS`][]).
     ``mode``: ``fenced``, ``write-fenced`` or ``unfenced``. ``seed``: for every random choice
     (None: a random seed, printed in the report). ``out_dir``: where ``history.jsonl``,
     ``report.json`` and ``timeline.png`` go. ``resource``: a kind of
-    :data:`~fencedlease.lab.harness.resources.RESOURCES`; ``resource_url`` overrides where it
+    [`RESOURCES`][fencedlease.lab.harness.resources.RESOURCES]; ``resource_url`` overrides where it
     lives (else an SQLite file in ``out_dir``, a second redis-server of ours, a PostgreSQL of
     ours; the memory kinds always run in a resource process of the run's own). ``ttl_ms``,
     ``heartbeat_ms`` (default ttl/4), ``body_ms`` (sleep in the critical section; default
@@ -34,8 +37,12 @@ class CheckConfig:
     ``toxiproxy``: False connects workers straight to Redis (no network faults).
     ``allow_server_faults``: run the faults that act on the whole Redis server
     (``script-flush``, the ``redis-*`` ones; see
-    :data:`fencedlease.lab.harness.nemesis.SERVER_WIDE`) on a ``redis_url`` too; without it they
+    [`fencedlease.lab.harness.nemesis.SERVER_WIDE`][]) on a ``redis_url`` too; without it they
     run only on a Redis the check started and are left out of the schedule otherwise.
+    ``faults`` are scheduled at random from ``seed``
+    ([`draw_schedule`][fencedlease.lab.harness.schedule.draw_schedule]); ``schedule`` replaces that
+    draw with a recorded one (a replay: it must be for as many workers). ``lead_s``: seconds before
+    the first fault (default: one ttl).
     """
 
     redis_url: str | None = None
@@ -55,6 +62,7 @@ class CheckConfig:
     toxiproxy: bool = True
     lead_s: float | None = None
     allow_server_faults: bool = False
+    schedule: Schedule | None = None
 
     @property
     def heartbeat(self) -> int:
@@ -71,7 +79,8 @@ class CheckResult:
     ``seed`` used, where Redis and Toxiproxy came from, the faults ``left_out`` of the schedule
     (server-wide ones on a Redis the check did not start) and, in ``inconclusive``, why the run
     proved nothing (no grant, no access accepted, no fault injected though some were asked
-    for); empty when it proved something."""
+    for); empty when it proved something. ``schedule``: the faults planned (what
+    ``report.json`` records for a replay)."""
 
     config: CheckConfig
     report: CheckReport
@@ -85,6 +94,7 @@ class CheckResult:
     toxiproxy: str | None
     left_out: tuple[str, ...] = ()
     inconclusive: tuple[str, ...] = ()
+    schedule: Schedule | None = None
 
     @property
     def valid(self) -> bool:

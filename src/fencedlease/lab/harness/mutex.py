@@ -21,10 +21,11 @@ promise, from what each worker was told:
 ``loss-explained``
     No lease is lost without a fault to explain it: every loss notice (at ``L``) has a fault that
     could cause it active within ``[L - ttl - heartbeat, L]`` (a fault of Redis, or one aimed at
-    the holder). A loss with none means the library let a healthy lease expire. Losses because
-    the manager was closed (the run stopping) are not losses of this kind.
+    the holder; never a [`HARMLESS_FAULTS`][fencedlease.lab.harness.mutex.HARMLESS_FAULTS] one, such
+    as a wall-clock jump). A loss with none means the library let a healthy lease expire. Losses
+    because the manager was closed (the run stopping) are not losses of this kind.
 
-The events read (the history's :class:`~fencedlease.lab.harness.history.Event`):
+The events read (the history's [`Event`][fencedlease.lab.harness.Event]):
 
 - ``acquire`` ``invoke`` (``key``) and ``ok`` (``token``; ``detail.deadline``: the confirmed
   deadline, monotonic seconds). Without ``detail.deadline`` the deadline is bounded below by the
@@ -54,6 +55,7 @@ from .history import Event
 
 __all__ = [
     "EMPTYING_FAULTS",
+    "HARMLESS_FAULTS",
     "Claim",
     "MutexCheck",
     "MutexIssue",
@@ -63,6 +65,9 @@ __all__ = [
 
 #: Faults after which Redis may have forgotten a key before its expiry.
 EMPTYING_FAULTS: Final = frozenset({"redis-restart-nopersist"})
+#: Faults that must cost no lease: a loss while one is in force is still unexplained (a wall
+#: clock jump must neither shorten nor lengthen a lease).
+HARMLESS_FAULTS: Final = frozenset({"clock"})
 #: Loss reasons that are no fault's doing (the manager closed, the process forked).
 _SELF_INFLICTED: Final = ("manager was closed", "forked")
 
@@ -244,8 +249,9 @@ class _Facts:
 
 
 def claims_from_history(events: Sequence[Event], *, ttl_ms: int) -> tuple[list[Claim], int]:
-    """Every grant's :class:`Claim` (ordered by start), and how many grants had none (their hold
-    ended with no release time or body end recorded, so the claim's end is unknown)."""
+    """Every grant's [`Claim`][fencedlease.lab.harness.mutex.Claim] (ordered by start), and how many
+    grants had none (their hold ended with no release time or body end recorded, so the claim's end
+    is unknown)."""
     return _claims(_Facts(events), ttl_ms)
 
 
@@ -295,8 +301,9 @@ def check_mutex(
 ) -> MutexCheck:
     """Check the three promises of the module docstring on a merged history.
 
-    ``ttl_ms`` / ``heartbeat_ms``: the run's (milliseconds). Returns a :class:`MutexCheck`;
-    a part the history has no events for is named in ``not_judged``, never passed silently.
+    ``ttl_ms`` / ``heartbeat_ms``: the run's (milliseconds). Returns a
+    [`MutexCheck`][fencedlease.lab.harness.mutex.MutexCheck]; a part the history has no events for
+    is named in ``not_judged``, never passed silently.
     """
     facts = _Facts(events)
     issues: list[MutexIssue] = []
@@ -386,6 +393,7 @@ def check_mutex(
                 f
                 for f in facts.faults
                 if not f.failed
+                and f.kind not in HARMLESS_FAULTS
                 and (f.target is None or f.target == process)
                 and f.start <= at
                 and (f.end is None or f.end >= at - window)

@@ -1,28 +1,47 @@
 """Nemeses: the faults a run injects, each recorded in the history with its start and its end.
 
 Jepsen's nemesis is a process that breaks things on a schedule; here it is a thread of the run's
-process, acting on a schedule of :class:`FaultSpec`. Each fault is one ``fault`` operation in the
-history: ``invoke`` when it starts (``detail.fault`` the kind, ``detail.target`` the worker it hits,
-if any) and ``ok`` when it has healed (``fail`` if it could not be done), with what it saw.
+process, acting on a [`Schedule`][fencedlease.lab.harness.schedule.Schedule] drawn from the run's
+seed: episodes one after the other, the faults of an episode each on a thread of its own,
+overlapping. Each fault is one ``fault`` operation in the history: ``invoke`` when it starts
+(``detail.fault`` the kind, ``detail.target`` the worker it hits, if any, ``detail.index`` its place
+in the schedule) and ``ok`` when it has healed (``fail`` if it could not be done), with what it saw.
 
-Kinds (:data:`FAULTS`):
+Kinds ([`FAULTS`][fencedlease.lab.harness.kinds.FAULTS]):
 
-========================== ==================================================================
-``latency``                Toxiproxy ``latency`` toxic on the holder's proxy (ttl/4 ± ttl/10)
-``partition``              the holder's proxy disabled (listener and connections closed)
-``timeout``                Toxiproxy ``timeout`` 0 on the holder's proxy: a black hole
-``reset-peer``             Toxiproxy ``reset_peer``: the holder's connections get TCP RST
-``pause-holder``           SIGSTOP of the holder in its critical section, SIGCONT after (GC)
-``redis-pause``            SIGSTOP of redis-server, SIGCONT after
-``redis-restart-aof``      SIGKILL of redis-server and a restart that replays its AOF
-``redis-restart-nopersist`` the same with persistence off: Redis comes back empty
-``client-kill``            ``CLIENT KILL`` of every connection of the holder
-``script-flush``           ``SCRIPT FLUSH``: every cached Lua script is forgotten
-========================== ==================================================================
+| kind | what it does |
+| --- | --- |
+| ``latency`` | Toxiproxy ``latency`` toxic on the holder's proxy (ttl/4 ± ttl/10) |
+| ``partition`` | the holder's proxy disabled (listener and connections closed) |
+| ``timeout`` | Toxiproxy ``timeout`` 0 on the holder's proxy: a black hole |
+| ``reset-peer`` | Toxiproxy ``reset_peer``: the holder's connections get TCP RST |
+| ``pause-holder`` | SIGSTOP of the holder in its critical section, SIGCONT after (GC) |
+| ``redis-pause`` | SIGSTOP of redis-server, SIGCONT after |
+| ``redis-restart-aof`` | SIGKILL of redis-server and a restart that replays its AOF |
+| ``redis-restart-nopersist`` | the same with persistence off: Redis comes back empty |
+| ``client-kill`` | ``CLIENT KILL`` of every connection of the holder |
+| ``script-flush`` | ``SCRIPT FLUSH``: every cached Lua script is forgotten |
+| ``clock`` | every worker's wall clock jumps +5 ttl, then -5 ttl, then strobes |
+| ``kill-holder`` | SIGKILL of the holder in its critical section; a fresh worker after |
+| ``drop-replies`` | ``timeout`` 0 downstream only: Redis runs the requests, replies are lost |
+| ``drop-requests`` | the same on the upstream only: the requests are lost |
+| ``kernel-drop`` | nftables ``drop`` of the holder's packets to and from its port |
+| ``kernel-reject`` | nftables ``reject with tcp reset`` of the holder's packets |
+
+The last six are made in [`faults_clock`][fencedlease.lab.harness.faults_clock],
+[`faults_process`][fencedlease.lab.harness.faults_process],
+[`faults_network`][fencedlease.lab.harness.faults_network] and
+[`faults_kernel`][fencedlease.lab.harness.faults_kernel].
 
 One Toxiproxy proxy per worker sits between it and Redis, so a network fault cuts off one worker
-alone. The ``holder`` is the worker that holds the lease when the fault starts, preferably one
-sleeping in its critical section (what makes a stale write possible).
+alone. The victim of a fault is a worker index from the schedule (``holder`` in the table: an
+episode's lead waits for its victim to enter its critical section, which makes a stale write
+possible). Faults in force together compose: each undoes only its own doing (toxics are named
+by the fault's index; a proxy, a worker or Redis stopped twice comes back when the last of the
+two ends; each kernel cut has an nftables table of its own; a ``clock`` fault sets the wall
+clocks back when it ends), and
+[`Nemesis.heal_all`][fencedlease.lab.harness.nemesis.Nemesis.heal_all] undoes whatever is left when
+the run ends.
 """
 
 from __future__ import annotations
@@ -33,8 +52,8 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import redis
@@ -42,10 +61,29 @@ import redis
 from fencedlease import redis_keys
 
 from ..servers.redis import RedisServer
+from .faults_clock import run_clock_fault
+from .faults_kernel import KERNEL_ACTIONS, KernelFirewall, Link, kernel_unavailable_reason
+from .faults_network import one_way_toxic, watch_lease
+from .faults_process import KillTarget, kill_and_replace
 from .history import HistoryWriter, Operation
-from .workload import ACQUIRING, BODY, HOLDING, PHASES, WRITING, Board, client_name
+from .kinds import (
+    ALL_FAULTS,
+    CUT_OFF,
+    DEFAULT_FAULTS,
+    FAULTS,
+    SERVER_WIDE,
+    FaultInfo,
+    fault_duration_s,
+    left_out_faults,
+    parse_faults,
+)
+from .workload import BODY, HOLDING, PHASES, WRITING, Board, client_name
+
+if TYPE_CHECKING:
+    from .schedule import PlannedFault, Schedule
 
 __all__ = [
+    "ALL_FAULTS",
     "DEFAULT_FAULTS",
     "FAULTS",
     "SERVER_WIDE",
@@ -61,110 +99,14 @@ __all__ = [
 
 
 @attrs.frozen
-class FaultInfo:
-    """What a fault kind needs: ``"proxy"`` (Toxiproxy), ``"redis-process"`` (a redis-server we
-    started) or ``None``; ``disrupts`` is true when it may take the lease away (the checker then
-    expects a new grant within ttl + margin after it heals); ``targets``: it hits one worker
-    (the holder). ``server_wide``: it acts on the whole Redis server (its process, its script
-    cache, its configuration), not only on the run's own keys, connections, proxies and worker
-    processes; such a fault runs only on a Redis the check started (see :data:`SERVER_WIDE`)."""
-
-    needs: str | None
-    disrupts: bool
-    targets: bool
-    summary: str
-    server_wide: bool = False
-
-
-FAULTS: Final[dict[str, FaultInfo]] = {
-    "latency": FaultInfo("proxy", False, True, "latency toxic on the holder's proxy"),
-    "pause-holder": FaultInfo(None, True, True, "SIGSTOP the holder for 2 x ttl (a GC pause)"),
-    "partition": FaultInfo("proxy", True, True, "the holder's proxy disabled for 2 x ttl"),
-    "client-kill": FaultInfo(None, False, True, "CLIENT KILL of the holder's connections"),
-    "script-flush": FaultInfo(None, False, False, "SCRIPT FLUSH on Redis", server_wide=True),
-    "timeout": FaultInfo("proxy", True, True, "black hole (timeout 0) on the holder's proxy"),
-    "reset-peer": FaultInfo("proxy", True, True, "reset_peer: TCP RST on the holder's connections"),
-    "redis-pause": FaultInfo(
-        "redis-process", True, False, "SIGSTOP redis-server for 2 x ttl", server_wide=True
-    ),
-    "redis-restart-aof": FaultInfo(
-        "redis-process", True, False, "kill -9 and restart with AOF", server_wide=True
-    ),
-    "redis-restart-nopersist": FaultInfo(
-        "redis-process",
-        True,
-        False,
-        "CONFIG SET appendonly no, kill -9 and restart without persistence",
-        server_wide=True,
-    ),
-}
-
-#: The kinds that act on the whole Redis server rather than on the run's own keys and
-#: connections: ``script-flush`` (every application's cached scripts), the ``redis-*`` process
-#: faults (every client of the server; ``CONFIG SET``). The others touch only what the run made:
-#: its worker processes (``pause-holder``), its own Toxiproxy proxies (``latency``,
-#: ``partition``, ``timeout``, ``reset-peer``) and its workers' connections, found by a client
-#: name that carries the run's random id (``client-kill``).
-SERVER_WIDE: Final = frozenset(kind for kind, info in FAULTS.items() if info.server_wide)
-
-#: Faults that cut the holder off from Redis while its body goes on.
-CUT_OFF: Final = frozenset({"partition", "timeout"})
-
-#: The default schedule: every kind once, the restart without persistence last (after it the
-#: resource refuses the new, lower tokens for the rest of the run).
-DEFAULT_FAULTS: Final[tuple[str, ...]] = tuple(FAULTS)
-
-
-@attrs.frozen
 class FaultSpec:
-    """One fault of the schedule: ``kind`` (a key of :data:`FAULTS`) lasting ``duration_s``."""
+    """What a ``_do_<kind>`` method is given: ``kind`` (a key of
+    [`FAULTS`][fencedlease.lab.harness.kinds.FAULTS]) lasting ``duration_s``; ``index``, its place
+    in the schedule (it names the fault's toxics)."""
 
     kind: str
     duration_s: float
-
-
-def fault_duration_s(kind: str, ttl_ms: int, heartbeat_ms: int) -> float:
-    """How long a fault of ``kind`` lasts, in seconds, for leases of ``ttl_ms``: 2 x ttl for
-    pauses and cuts (the four cases the harness stages), a few heartbeats for the lighter ones, 0
-    for instants."""
-    ttl = ttl_ms / 1000
-    beat = heartbeat_ms / 1000
-    return {
-        "latency": 2 * ttl,
-        "pause-holder": 2 * ttl,
-        "partition": 2 * ttl,
-        "client-kill": 2 * beat + 0.1,  # watch the holder reconnect and renew
-        "script-flush": 0.0,
-        "timeout": 2 * ttl,
-        "reset-peer": 2 * beat,
-        "redis-pause": 2 * ttl,
-        "redis-restart-aof": 0.0,
-        "redis-restart-nopersist": 0.0,
-    }[kind]
-
-
-def left_out_faults(faults: Sequence[str], *, own_server: bool, allow: bool) -> list[str]:
-    """The kinds of ``faults`` (in their order, each once) that must not run: the
-    :data:`SERVER_WIDE` ones when the lease Redis is not one the check started
-    (``own_server`` false) and the user did not ``allow`` server faults; else none."""
-    if own_server or allow:
-        return []
-    return list(dict.fromkeys(kind for kind in faults if kind in SERVER_WIDE))
-
-
-def parse_faults(text: str) -> list[str]:
-    """``"default"``/``"all"`` -> every kind; ``"none"`` -> none; else a comma-separated list of
-    kinds (in that order). Raises ``ValueError`` naming an unknown kind."""
-    text = text.strip()
-    if text in ("default", "all"):
-        return list(DEFAULT_FAULTS)
-    if text in ("none", ""):
-        return []
-    kinds = [part.strip() for part in text.split(",") if part.strip()]
-    unknown = [kind for kind in kinds if kind not in FAULTS]
-    if unknown:
-        raise ValueError(f"unknown fault(s) {unknown}; known: {', '.join(FAULTS)}")
-    return kinds
+    index: int = 0
 
 
 @attrs.define
@@ -174,7 +116,12 @@ class NemesisEnv:
     index -> toxiproxy-python ``Proxy`` (empty without Toxiproxy). ``extra_flush_urls``: other
     Redis servers whose scripts ``script-flush`` also flushes (a Redis resource the check
     started, or any when server faults are allowed). ``client_prefix``: the start of every
-    client name of the run's workers (its random id is in it)."""
+    client name of the run's workers (its random id is in it). ``alive``: whether worker
+    ``index``'s process still runs (a victim may have died). ``history_paths``: each worker's
+    history file; ``restart_worker(index)``: start a fresh worker process at ``index`` once the
+    old one is dead (None: the run cannot); ``run_id``: the run's random id (hex), in the name
+    of the nftables tables of the kernel faults; ``kernel_links``: each worker's namespace link
+    (empty when the workers have none), ``kernel_reason``: why they have none."""
 
     writer: HistoryWriter
     board: Board
@@ -190,6 +137,12 @@ class NemesisEnv:
     extra_flush_urls: list[str] = attrs.field(factory=list)
     client_prefix: str = "fencedlease-check"
     rng: random.Random = attrs.field(factory=random.Random)
+    alive: Callable[[int], bool] = attrs.field(default=lambda worker: True)
+    history_paths: list[str] = attrs.field(factory=list)
+    restart_worker: Callable[[int], None] | None = None
+    run_id: str = "0"
+    kernel_links: list[Link] = attrs.field(factory=list)
+    kernel_reason: str | None = None
 
 
 def unavailable_reason(kind: str, env: NemesisEnv) -> str | None:
@@ -199,47 +152,59 @@ def unavailable_reason(kind: str, env: NemesisEnv) -> str | None:
         return "needs Toxiproxy (none could be found or started)"
     if needs == "redis-process" and env.redis_server is None:
         return "needs a redis-server started by the harness (not available with --redis-url)"
+    if needs == "restart" and (env.restart_worker is None or not env.history_paths):
+        return "needs a run that can restart a worker process"
+    if needs == "kernel" and not env.kernel_links:
+        return env.kernel_reason or kernel_unavailable_reason() or "the workers have no links"
     return None
 
 
 class Nemesis:
-    """Runs a schedule of faults one after the other, on a thread of its own.
+    """Runs a [`Schedule`][fencedlease.lab.harness.schedule.Schedule] on a thread of its own.
 
-    Between two faults it waits ``gap_s`` (seconds), so that recovery from one can be seen
-    before the next begins. A fault that would not end before ``end_mono`` minus ``gap_s`` is
-    skipped and listed in :attr:`skipped`. :meth:`heal_all` undoes whatever is still in force
+    Episodes run one after the other, each at its planned time or the schedule's gap after the
+    previous one ended, whichever is later. The lead of an episode waits (at most
+    ``schedule.aim_ms``) for its victim to be in its critical section; each fault of the episode
+    then starts ``offset_ms`` after the lead began, on a thread of its own, and heals after its
+    ``duration_ms``, independently of the others. An episode that would not end before
+    ``end_mono`` minus the gap is skipped, its faults listed in
+    [`skipped`][fencedlease.lab.harness.nemesis.Nemesis.skipped].
+    [`heal_all`][fencedlease.lab.harness.nemesis.Nemesis.heal_all] undoes whatever is still in force
     (it is also run when the nemesis stops).
     """
 
-    def __init__(self, env: NemesisEnv, schedule: Sequence[FaultSpec], *, gap_s: float) -> None:
+    def __init__(self, env: NemesisEnv, schedule: Schedule) -> None:
         self.env = env
-        self.schedule = list(schedule)
-        self.gap_s = gap_s
+        self.schedule = schedule
         self.skipped: list[tuple[str, str]] = []
-        self.current: str | None = None
         self.done: list[str] = []
         self.error: BaseException | None = None
         self._admin = redis.Redis.from_url(
             env.admin_url, socket_timeout=2.0, socket_connect_timeout=2.0, decode_responses=True
         )
         self._thread: threading.Thread | None = None
-        self._paused_pids: set[int] = set()
-        self._redis_paused = False
-        self._disabled: set[int] = set()
+        self._lock = threading.Lock()  # the counts below, signals to workers, proxy toggles
+        self._redis_lock = threading.Lock()  # pausing, resuming and restarting redis-server
+        self._in_force: dict[int, str] = {}
+        self._paused_pids: dict[int, int] = {}
+        self._redis_pauses = 0
+        self._redis_paused_pid: int | None = None
+        self._disabled: dict[int, int] = {}
         self._toxics: set[tuple[int, str]] = set()
+        self._firewall = KernelFirewall(env.run_id)
+
+    @property
+    def current(self) -> str | None:
+        """The kinds in force now, comma-separated, or None."""
+        kinds = list(self._in_force.values())
+        return ", ".join(kinds) if kinds else None
 
     # -- running -------------------------------------------------------------------------------
 
-    def start(
-        self, start_mono: float, end_mono: float, stop: threading.Event, lead_s: float
-    ) -> None:
-        """Run the schedule on a thread, the first fault ``lead_s`` seconds after
-        ``start_mono``."""
+    def start(self, start_mono: float, end_mono: float, stop: threading.Event) -> None:
+        """Run the schedule on a thread; its times count from ``start_mono``."""
         self._thread = threading.Thread(
-            target=self._run,
-            args=(start_mono + lead_s, end_mono, stop),
-            name="nemesis",
-            daemon=True,
+            target=self._run, args=(start_mono, end_mono, stop), name="nemesis", daemon=True
         )
         self._thread.start()
 
@@ -249,50 +214,94 @@ class Nemesis:
             self._thread.join(timeout_s)
         self.heal_all()
 
-    def _run(self, first_mono: float, end_mono: float, stop: threading.Event) -> None:
+    def _run(self, start_mono: float, end_mono: float, stop: threading.Event) -> None:
         try:
-            next_at = first_mono
-            for spec in self.schedule:
-                if stop.wait(max(0.0, next_at - time.monotonic())):
+            ready = start_mono
+            for episode in self.schedule.episodes():
+                at = max(start_mono + episode[0].start_ms / 1000, ready)
+                if stop.wait(max(0.0, at - time.monotonic())):
                     return
-                reason = unavailable_reason(spec.kind, self.env)
-                if reason is not None:
-                    self.skipped.append((spec.kind, reason))
-                    continue
-                if time.monotonic() + spec.duration_s + self.gap_s > end_mono:
-                    self.skipped.append((spec.kind, "did not fit in the run's duration"))
-                    continue
-                self.current = spec.kind
-                self._fault(spec, stop)
-                self.current = None
-                self.done.append(spec.kind)
-                next_at = time.monotonic() + self.gap_s
+                self._episode(episode, end_mono, stop)
+                ready = time.monotonic() + self.schedule.gap_ms / 1000
         except BaseException as exc:  # recorded, never silent; the run reports it
             self.error = exc
         finally:
-            self.current = None
             self.heal_all()
 
-    def _fault(self, spec: FaultSpec, stop: threading.Event) -> None:
+    def _episode(self, faults: list[PlannedFault], end_mono: float, stop: threading.Event) -> None:
+        runnable = []
+        for fault in faults:
+            reason = unavailable_reason(fault.kind, self.env)
+            if reason is None:
+                runnable.append(fault)
+            else:
+                self.skipped.append((fault.kind, reason))
+        length = max(f.offset_ms + f.duration_ms for f in faults) / 1000
+        gap = self.schedule.gap_ms / 1000
+
+        def fits() -> bool:
+            if time.monotonic() + length + gap <= end_mono:
+                return True
+            self.skipped.extend((f.kind, "did not fit in the run's duration") for f in runnable)
+            return False
+
+        if not runnable or not fits():
+            return
+        aim = self._aim(faults[0], stop)
+        if stop.is_set() or not fits():
+            return
+        began = time.monotonic()
+        threads = [
+            threading.Thread(
+                target=self._member,
+                args=(fault, began, stop, aim if fault is faults[0] else {}),
+                name=f"nemesis-{fault.index}",
+                daemon=True,
+            )
+            for fault in runnable
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:  # each ends after its duration, or at once when stopped
+            thread.join()
+
+    def _member(
+        self, fault: PlannedFault, began: float, stop: threading.Event, aim: dict[str, Any]
+    ) -> None:
+        try:
+            if stop.wait(max(0.0, began + fault.offset_ms / 1000 - time.monotonic())):
+                self.skipped.append((fault.kind, "the run ended first"))
+                return
+            self._fault(fault, stop, aim)
+        except BaseException as exc:  # recorded, never silent; the run reports it
+            self.error = exc
+
+    def _fault(self, fault: PlannedFault, stop: threading.Event, aim: dict[str, Any]) -> None:
+        kind, target = fault.kind, fault.target
+        spec = FaultSpec(kind, fault.duration_ms / 1000, fault.index)
         action: Callable[[FaultSpec, threading.Event, Operation, int | None], None] = getattr(
-            self, "_do_" + spec.kind.replace("-", "_")
+            self, "_do_" + kind.replace("-", "_")
         )
         board = self.env.board
-        target = self._choose_target(spec.kind) if FAULTS[spec.kind].targets else None
         detail: dict[str, Any] = {
-            "fault": spec.kind,
-            "duration_ms": round(spec.duration_s * 1000),
+            "fault": kind,
+            "duration_ms": fault.duration_ms,
+            "index": fault.index,
+            "episode": fault.episode,
+            **aim,
         }
-        if FAULTS[spec.kind].needs == "redis-process":
-            # Hit Redis while a lease is held and its holder is inside its critical section.
-            holder = self.pick_holder(max(3.0, 3 * self.env.ttl_ms / 1000), (BODY,), 1e9)
+        if FAULTS[kind].needs == "redis-process" and "holder" not in detail:
+            holder = self.pick_holder(0.0, (BODY,), 1e9)
             if holder is not None:
                 detail["holder"] = self.env.worker_names[holder]
         token = None
         if target is not None:
             detail["target"] = self.env.worker_names[target]
             detail["phase"] = PHASES[board.get(target, "phase")]
+            if not self.env.alive(target):
+                detail["alive"] = False
             token = board.get(target, "token") or None
+        self._in_force[fault.index] = kind
         op = self.env.writer.invoke("fault", token=token, detail=detail)
         try:
             action(spec, stop, op, target)
@@ -300,9 +309,10 @@ class Nemesis:
             if not op.done:
                 op.fail(detail={**detail, "error": f"{type(exc).__name__}: {exc}"})
         finally:
-            self.heal_all()
+            self._in_force.pop(fault.index, None)
             if not op.done:
                 op.ok(detail=detail)
+            self.done.append(kind)
 
     # -- choosing a victim ---------------------------------------------------------------------
 
@@ -333,20 +343,33 @@ class Nemesis:
                 return self.env.rng.choice(holders) if holders else None
             time.sleep(0.005)
 
-    def _choose_target(self, kind: str) -> int:
-        """The holder, caught sleeping in its critical section, else a worker trying to acquire,
-        else any worker. A cut-off (partition, timeout) must fall early enough in the body that
-        the body outlives ttl + one heartbeat after the cut, so the loss notice can be timed."""
-        env = self.env
+    def _aim(self, lead: PlannedFault, stop: threading.Event) -> dict[str, Any]:
+        """Wait (at most ``schedule.aim_ms``) for the lead's victim to enter its critical
+        section, or, for a fault with no victim, for any worker to be in it. A cut-off
+        (partition, timeout) waits for its victim to have just entered it, so that the body
+        outlives ttl + one heartbeat after the cut and the loss notice can be timed. Returns
+        the ``detail`` fields that say how it went: ``aim_ms`` waited, ``aimed`` (found)."""
+        env, began = self.env, time.monotonic()
+        give_up = began + self.schedule.aim_ms / 1000
+        worker = lead.target
+        if worker is None:
+            holder = self.pick_holder(self.schedule.aim_ms / 1000, (BODY,), 1e9)
+            found: dict[str, Any] = {"aimed": holder is not None}
+            if holder is not None:
+                found["holder"] = env.worker_names[holder]
+            return {"aim_ms": round((time.monotonic() - began) * 1000), **found}
         fresh = float(env.body_ms)
-        if kind in CUT_OFF:
+        if lead.kind in CUT_OFF:
             fresh = max(50.0, env.body_ms - env.ttl_ms - 2 * env.heartbeat_ms)
-        target = self.pick_holder(max(3.0, 3 * env.ttl_ms / 1000), (BODY,), fresh)
-        if target is not None:
-            return target
-        snapshot = env.board.snapshot()
-        waiting = [w for w, s in enumerate(snapshot) if s["phase"] == ACQUIRING]
-        return env.rng.choice(waiting or list(range(env.board.workers)))
+        board, hit = env.board, False
+        while env.alive(worker):
+            since = time.monotonic() * 1000 - board.get(worker, "since")
+            if board.get(worker, "phase") == BODY and board.get(worker, "token") and since <= fresh:
+                hit = True
+                break
+            if time.monotonic() >= give_up or stop.wait(0.005):
+                break
+        return {"aim_ms": round((time.monotonic() - began) * 1000), "aimed": hit}
 
     @staticmethod
     def _finish(op: Operation, **extra: Any) -> None:
@@ -354,11 +377,29 @@ class Nemesis:
 
     # -- the faults ----------------------------------------------------------------------------
     # Each _do_<kind>(spec, stop, op, target) acts, waits out the fault (stop-aware), heals, and
-    # completes ``op``; _fault() heals again and completes it if an action did not.
+    # completes ``op``; _fault() completes it if an action did not. An action undoes only its
+    # own doing (try/finally), so that the faults in force with it go on.
 
     def _proxy(self, target: int | None) -> Any:
         assert target is not None
         return self.env.proxies[target]
+
+    @contextlib.contextmanager
+    def _toxics_in_force(
+        self, spec: FaultSpec, target: int | None, toxics: list[dict[str, Any]]
+    ) -> Iterator[None]:
+        """``toxics`` on ``target``'s proxy, each named by its fault (``<name>-<spec.index>``),
+        while the block runs; removed after it, whatever else is in force on the proxy."""
+        proxy = self._proxy(target)
+        mine = [(target or 0, f"{toxic['name']}-{spec.index}") for toxic in toxics]
+        try:
+            for toxic, (_, name) in zip(toxics, mine, strict=True):
+                with self._lock:
+                    self._toxics.add((target or 0, name))
+                    proxy.add_toxic(**{**toxic, "name": name})
+            yield
+        finally:
+            self._remove_toxics(mine)
 
     def _with_toxics(
         self,
@@ -368,12 +409,8 @@ class Nemesis:
         target: int | None,
         toxics: list[dict[str, Any]],
     ) -> None:
-        proxy = self._proxy(target)
-        for toxic in toxics:
-            self._toxics.add((target or 0, toxic["name"]))
-            proxy.add_toxic(**toxic)
-        stop.wait(spec.duration_s)
-        self._remove_toxics()
+        with self._toxics_in_force(spec, target, toxics):
+            stop.wait(spec.duration_s)
         self._finish(op, toxics=[t["type"] for t in toxics])
 
     def _do_latency(
@@ -413,10 +450,11 @@ class Nemesis:
         self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
     ) -> None:
         assert target is not None
-        self._disabled.add(target)
-        self._proxy(target).disable()
-        stop.wait(spec.duration_s)
-        self._enable_proxies()
+        self._take(self._disabled, target, self._proxy(target).disable)
+        try:
+            stop.wait(spec.duration_s)
+        finally:
+            self._enable_proxy(target)
         self._finish(op)
 
     def _do_pause_holder(
@@ -426,10 +464,13 @@ class Nemesis:
         pid = self.env.board.get(target, "pid")
         if pid <= 0:  # kill(0 or -n) would signal a whole process group, not the worker
             raise RuntimeError(f"worker {self.env.worker_names[target]} has no pid yet")
-        self._paused_pids.add(pid)
-        os.kill(pid, signal.SIGSTOP)
-        stop.wait(spec.duration_s)
-        self._resume_workers()
+        if not self.env.alive(target):
+            raise RuntimeError(f"worker {self.env.worker_names[target]} is not running")
+        self._take(self._paused_pids, pid, lambda: os.kill(pid, signal.SIGSTOP))
+        try:
+            stop.wait(spec.duration_s)
+        finally:
+            self._resume_worker(pid)
         self._finish(op, pid=pid)
 
     def _do_redis_pause(
@@ -437,11 +478,16 @@ class Nemesis:
     ) -> None:
         server = self.env.redis_server
         assert server is not None
-        self._redis_paused = True
-        server.pause()
-        stop.wait(spec.duration_s)
-        self._resume_redis()
-        self._finish(op)
+        with self._redis_lock:
+            if self._redis_pauses == 0:
+                server.pause()
+                self._redis_paused_pid = None if server.process is None else server.process.pid
+            self._redis_pauses += 1
+        try:
+            stop.wait(spec.duration_s)
+        finally:
+            ended_by_restart = self._resume_redis()
+        self._finish(op, ended_by_restart=ended_by_restart)
 
     def _counter(self) -> int | None:
         raw = self._admin.get(redis_keys(self.env.prefix, self.env.key).fence)
@@ -450,24 +496,30 @@ class Nemesis:
     def _restart(self, op: Operation, *, persist: bool) -> None:
         server = self.env.redis_server
         assert server is not None
-        before = self._counter()
-        if not persist:
-            self._admin.config_set("appendonly", "no")
-            server.appendonly = False
-        try:
-            server.kill()
-            server.start()
-        finally:
+        with self._redis_lock:
+            # A paused Redis answers nothing: the restart kills the stopped process (SIGKILL
+            # needs no answer) and ends the pause; the pause's own end then resumes nothing.
+            paused = self._redis_pauses > 0
+            before = None if paused else self._counter()
             if not persist:
-                # Later restarts persist again (the AOF is rewritten from what is there now).
-                server.appendonly = True
-                with contextlib.suppress(redis.RedisError):
-                    self._admin.config_set("appendonly", "yes")
+                self._admin.config_set("appendonly", "no")
+                server.appendonly = False
+            try:
+                server.kill()
+                self._redis_paused_pid = None
+                server.start()
+            finally:
+                if not persist:
+                    # Later restarts persist again (the AOF is rewritten from what is there now).
+                    server.appendonly = True
+                    with contextlib.suppress(redis.RedisError):
+                        self._admin.config_set("appendonly", "yes")
         self._finish(
             op,
             persist=persist,
             counter_before=before,
             counter_after=self._counter(),
+            during_pause=paused,
         )
 
     def _do_redis_restart_aof(
@@ -516,41 +568,149 @@ class Nemesis:
                 other.script_flush()
         self._finish(op)
 
+    def _do_clock(
+        self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
+    ) -> None:
+        offsets = self.env.board.wall_offsets
+        workers = range(self.env.board.workers)
+        done = run_clock_fault(
+            offsets, workers, ttl_ms=self.env.ttl_ms, duration_s=spec.duration_s, stop=stop
+        )
+        self._finish(op, **done)
+
+    def _do_kill_holder(
+        self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
+    ) -> None:
+        env = self.env
+        assert target is not None
+        assert env.restart_worker is not None
+        if not env.alive(target):
+            raise RuntimeError(f"worker {env.worker_names[target]} is not running")
+        done = kill_and_replace(
+            KillTarget(target, env.worker_names[target], env.history_paths[target]),
+            env.board,
+            self._admin,
+            redis_keys(env.prefix, env.key).lease,
+            env.restart_worker,
+            restart_after_s=spec.duration_s,
+            watch_s=3 * env.ttl_ms / 1000,
+            stop=stop,
+        )
+        self._finish(op, **done)
+
+    def _one_way(
+        self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
+    ) -> None:
+        assert target is not None
+        token = self.env.board.get(target, "token") or None
+        toxic = one_way_toxic(spec.kind)
+        lease_key = redis_keys(self.env.prefix, self.env.key).lease
+        with self._toxics_in_force(spec, target, [toxic]):
+            until = time.monotonic() + spec.duration_s
+            watched = watch_lease(self._admin, lease_key, token, spec.duration_s, stop)
+            # A Redis error (a pause or a restart in force with it) ends the watch, not the cut.
+            stop.wait(max(0.0, until - time.monotonic()))
+        self._finish(op, stream=toxic["stream"], **watched)
+
+    _do_drop_replies = _one_way
+    _do_drop_requests = _one_way
+
+    def _kernel(
+        self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
+    ) -> None:
+        assert target is not None
+        link = self.env.kernel_links[target]
+        table, rules = self._firewall.cut(link.host_if, KERNEL_ACTIONS[spec.kind])
+        try:
+            stop.wait(spec.duration_s)
+        finally:
+            self._firewall.heal(table)
+        self._finish(op, table=table, link=link.host_if, rules=rules)
+
+    _do_kernel_drop = _kernel
+    _do_kernel_reject = _kernel
+
     # -- healing -------------------------------------------------------------------------------
 
-    def _resume_workers(self) -> None:
-        for pid in list(self._paused_pids):
+    def _take(self, counts: dict[int, int], key: int, first: Callable[[], None]) -> None:
+        """One more fault holds ``key`` (a pid, a proxy): ``first()`` when it is the first."""
+        with self._lock:
+            if not counts.get(key):
+                first()
+            counts[key] = counts.get(key, 0) + 1
+
+    def _give_back(self, counts: dict[int, int], key: int, last: Callable[[], None]) -> None:
+        """One fault no longer holds ``key``: ``last()`` when it was the last."""
+        with self._lock:
+            left = counts.get(key, 0) - 1
+            if left > 0:
+                counts[key] = left
+                return
+            counts.pop(key, None)
+            last()
+
+    def _resume_worker(self, pid: int) -> None:
+        """One pause of ``pid`` ended: SIGCONT when it was the last."""
+
+        def resume() -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
-            self._paused_pids.discard(pid)
 
-    def _resume_redis(self) -> None:
-        if self._redis_paused and self.env.redis_server is not None:
-            self.env.redis_server.resume()
-        self._redis_paused = False
+        self._give_back(self._paused_pids, pid, resume)
 
-    def _enable_proxies(self) -> None:
-        for target in list(self._disabled):
-            self._proxy(target).enable()
-            self._disabled.discard(target)
+    def _resume_redis(self, *, all_pauses: bool = False) -> bool:
+        """One pause of Redis ended (every one with ``all_pauses``): SIGCONT when it was the
+        last. True when a restart had already replaced the stopped process."""
+        server = self.env.redis_server
+        with self._redis_lock:
+            if self._redis_pauses == 0:
+                return False
+            self._redis_pauses = 0 if all_pauses else self._redis_pauses - 1
+            replaced = self._redis_paused_pid is None
+            if self._redis_pauses == 0:
+                process = None if server is None else server.process
+                if not replaced and process is not None and process.pid == self._redis_paused_pid:
+                    assert server is not None
+                    server.resume()
+                self._redis_paused_pid = None
+            return replaced
 
-    def _remove_toxics(self) -> None:
-        for target, name in list(self._toxics):
-            with contextlib.suppress(Exception):
-                self._proxy(target).destroy_toxic(name)
-            self._toxics.discard((target, name))
+    def _enable_proxy(self, target: int) -> None:
+        """One partition of ``target``'s proxy ended: enable it when it was the last."""
+        self._give_back(self._disabled, target, self._proxy(target).enable)
+
+    def _remove_toxics(self, toxics: Sequence[tuple[int, str]]) -> None:
+        for target, name in toxics:
+            with self._lock:
+                if (target, name) in self._toxics:
+                    with contextlib.suppress(Exception):
+                        self._proxy(target).destroy_toxic(name)
+                    self._toxics.discard((target, name))
+
+    def _reset_clocks(self) -> None:
+        for worker in range(self.env.board.workers):
+            self.env.board.wall_offsets[worker] = 0.0
 
     def heal_all(self) -> None:
-        """Resume paused workers and Redis, re-enable proxies, remove toxics. Idempotent; every
-        step is tried even if an earlier one fails."""
-        for step in (
-            self._resume_workers,
-            self._resume_redis,
-            self._enable_proxies,
-            self._remove_toxics,
-        ):
+        """Resume paused workers and Redis, re-enable proxies, remove toxics and nftables rules,
+        set the wall clocks right: whatever any fault left in force. Idempotent; every step is
+        tried even if an earlier one fails."""
+        with contextlib.suppress(Exception):
+            self._resume_redis(all_pauses=True)
+        for pid in list(self._paused_pids):
+            self._paused_pids[pid] = 1
             with contextlib.suppress(Exception):
-                step()
+                self._resume_worker(pid)
+        for target in list(self._disabled):
+            self._disabled[target] = 1
+            with contextlib.suppress(Exception):
+                self._enable_proxy(target)
+        with contextlib.suppress(Exception):
+            self._remove_toxics(list(self._toxics))
+        with contextlib.suppress(Exception):
+            self._firewall.heal_all()
+        with contextlib.suppress(Exception):
+            self._reset_clocks()
 
     def close(self) -> None:
         """Heal and close the admin connection."""

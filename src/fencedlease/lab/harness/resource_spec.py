@@ -1,5 +1,7 @@
-"""What every resource kind shares: the kinds, the tables, :class:`ResourceSpec` and the
-:class:`CounterStore` protocol (:mod:`~fencedlease.lab.harness.resources` opens the stores)."""
+"""What every resource kind shares: the kinds, the tables,
+[`ResourceSpec`][fencedlease.lab.harness.resource_spec.ResourceSpec] and the
+[`CounterStore`][fencedlease.lab.harness.resource_spec.CounterStore] protocol
+([`resources`][fencedlease.lab.harness.resources] opens the stores)."""
 
 from __future__ import annotations
 
@@ -65,8 +67,9 @@ class ResourceSpec:
 class CounterStore(Protocol):
     """One process's handle on the counters. ``read``/``write`` the counter of ``key`` (the
     lease's key when None), fenced with ``lease`` when told; both raise
-    :class:`StaleTokenError` when refused and :class:`BackendError` when the store fails (the
-    write's effect is then unknown). ``finals`` maps each key ever written to its counter."""
+    [`StaleTokenError`][fencedlease.StaleTokenError] when refused and
+    [`BackendError`][fencedlease.BackendError] when the store fails (the write's effect is then
+    unknown). ``finals`` maps each key ever written to its counter."""
 
     def read(self, lease: Lease, *, fenced: bool, key: str | None = None) -> int: ...
 

@@ -1,24 +1,28 @@
-"""Where the workload's counters live: one :class:`CounterStore` per fencing surface of the library.
+"""Where the workload's counters live: one
+[`CounterStore`][fencedlease.lab.harness.resource_spec.CounterStore] per fencing surface of the
+library.
 
 One counter per key: every access names the key it is for (the lease's key unless told
 otherwise), so a workload over many keys gets one counter, row or Redis key per key. The kinds,
 selected by ``fencedlease check --resource``:
 
-- ``sqlite``, ``postgres``: :func:`fencedlease.db.fence_guard` on one guard row per key, inside
-  each access's transaction (it refuses duplicate grants too); :mod:`.resources_sql`.
-- ``sqlite-rows``, ``postgres-rows``: :func:`fencedlease.db.fenced_read` and
-  :func:`fencedlease.db.fenced_update` on the counter's own row (token and lease-key columns);
-  :mod:`.resources_sql`.
+- ``sqlite``, ``postgres``: [`fencedlease.db.fence_guard`][] on one guard row per key, inside
+  each access's transaction (it refuses duplicate grants too); [`.resources_sql`][].
+- ``sqlite-rows``, ``postgres-rows``: [`fencedlease.db.fenced_read`][] and
+  [`fencedlease.db.fenced_update`][] on the counter's own row (token and lease-key columns);
+  [`.resources_sql`][].
 - ``sqlite-append``, ``postgres-append``: the guard, and each critical section is also a
-  list-append transaction over the key's lists, checked by :mod:`.elle`; :mod:`.resources_txn`.
-- ``redis``: a :class:`fencedlease.RedisFencedResource` per key; this module.
-- ``memory``, ``memory-strict``: an in-process :class:`fencedlease.FencedResource` (not strict,
+  list-append transaction over the key's lists, checked by [`.elle`][]; [`.resources_txn`][].
+- ``redis``: a [`fencedlease.RedisFencedResource`][] per key; this module.
+- ``memory``, ``memory-strict``: an in-process [`fencedlease.FencedResource`][] (not strict,
   strict) per key, in a resource process the workers talk to, whose connection threads share
-  them; :mod:`.resources_memory`.
+  them; [`.resources_memory`][].
 
 A plain access (``fenced=False``) checks nothing. Each process opens its own handle with
-:func:`open_store`. An access raises :class:`StaleTokenError` when refused (``last_token`` as the
-resource reported it) and :class:`BackendError` when the store fails (the effect is unknown).
+[`open_store`][fencedlease.lab.harness.resources.open_store]. An access raises
+[`StaleTokenError`][fencedlease.StaleTokenError] when refused (``last_token`` as the resource
+reported it) and [`BackendError`][fencedlease.BackendError] when the store fails (the effect is
+unknown).
 """
 
 from __future__ import annotations
@@ -60,9 +64,12 @@ __all__ = [
 
 
 class _RedisStore:
-    """The counters in Redis, one :class:`RedisFencedResource` string per key (named
-    :meth:`ResourceSpec.resource_name`); plain GET/SET unfenced. The keys ever used are kept in
-    a set (:func:`registry_key`), so that the final read and the clean-up find them all."""
+    """The counters in Redis, one [`RedisFencedResource`][fencedlease.RedisFencedResource] string
+    per key (named by its spec's
+    [`resource_name`][fencedlease.lab.harness.resource_spec.ResourceSpec.resource_name]);
+    plain GET/SET unfenced. The keys ever used are kept in a set
+    ([`registry_key`][fencedlease.lab.harness.resources.registry_key]), so that the final read and
+    the clean-up find them all."""
 
     def __init__(self, spec: ResourceSpec) -> None:
         self._spec = spec
@@ -129,8 +136,8 @@ class _RedisStore:
 
 
 def base_data_key(spec: ResourceSpec) -> str:
-    """The data key a :class:`RedisFencedResource` named ``spec.name`` would have (the check's
-    keys of a Redis resource are named after it)."""
+    """The data key a [`RedisFencedResource`][fencedlease.RedisFencedResource] named ``spec.name``
+    would have (the check's keys of a Redis resource are named after it)."""
     return f"{redis_keys(DEFAULT_PREFIX, spec.name).base}:resource"
 
 
@@ -141,7 +148,8 @@ def registry_key(spec: ResourceSpec) -> str:
 
 @contextlib.contextmanager
 def _redis_errors(what: str) -> Iterator[None]:
-    """A redis-py error inside is a :class:`BackendError` (the original in ``__cause__``)."""
+    """A redis-py error inside is a [`BackendError`][fencedlease.BackendError] (the original in
+    ``__cause__``)."""
     try:
         yield
     except redis.RedisError as exc:
@@ -150,7 +158,7 @@ def _redis_errors(what: str) -> Iterator[None]:
 
 def open_store(spec: ResourceSpec) -> Any:
     """A new handle on the counters described by ``spec`` (one per process): a
-    :class:`CounterStore`."""
+    [`CounterStore`][fencedlease.lab.harness.resource_spec.CounterStore]."""
     if spec.family == "redis":
         return _RedisStore(spec)
     if spec.family == "memory":

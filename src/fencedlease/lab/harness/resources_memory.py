@@ -1,7 +1,7 @@
-"""The in-process resources: :class:`fencedlease.FencedResource` in a resource process.
+"""The in-process resources: [`fencedlease.FencedResource`][] in a resource process.
 
-A :class:`~fencedlease.FencedResource` protects only what lives in its own process, so the
-counters and their fences live in one *resource process* (a :mod:`multiprocessing.managers`
+A [`FencedResource`][fencedlease.FencedResource] protects only what lives in its own process, so the
+counters and their fences live in one *resource process* (a `multiprocessing.managers`
 server, started by the run) and the workers talk to it over an authenticated local connection.
 The server serves each worker's connection in a thread of its own, so one ``FencedResource`` per
 key is shared by several threads of that process, which is how an application uses it.
@@ -14,8 +14,10 @@ key is shared by several threads of that process, which is how an application us
   that lease's (``last_token`` and ``last_fingerprint`` are its own); anything else goes to
   ``accept``, which refuses an equal token (``strict``) and an older one.
 
-What a worker sends for a lease is a :class:`LeaseView`: the token, the key, the fencing scope and
-the lease's owner *fingerprint* in place of its owner token, which never leaves the worker.
+What a worker sends for a lease is a
+[`LeaseView`][fencedlease.lab.harness.resources_memory.LeaseView]: the token, the key, the fencing
+scope and the lease's owner *fingerprint* in place of its owner token, which never leaves the
+worker.
 """
 
 from __future__ import annotations
@@ -61,7 +63,8 @@ Reply = tuple[Any, ...]
 
 
 class MemoryCounters:
-    """The resource process's state: one counter and one :class:`FencedResource` per key."""
+    """The resource process's state: one counter and one
+    [`FencedResource`][fencedlease.FencedResource] per key."""
 
     def __init__(self, name: str, strict: bool) -> None:
         self._name = name
@@ -156,7 +159,7 @@ def start_memory_resource(ctx: Any, kind: str, name: str) -> tuple[ResourceSpec,
 
 
 class MemoryStore:
-    """A worker's handle on the resource process (a :class:`CounterStore`)."""
+    """A worker's handle on the resource process (a [`CounterStore`][])."""
 
     def __init__(self, spec: ResourceSpec) -> None:
         host, _, port = spec.target.rpartition(":")

@@ -1,17 +1,17 @@
 """The SQL resources: one counter row per key in SQLite or PostgreSQL, fenced two ways.
 
-- ``sqlite`` / ``postgres``: :func:`fencedlease.db.fence_guard` on the guard row of the key
+- ``sqlite`` / ``postgres``: [`fencedlease.db.fence_guard`][] on the guard row of the key
   (named ``<name>/<key>``) opens each access's transaction; the guard's row lock fences the rest
   of it, reads included, and catches a duplicate grant (the same token from another lease).
 - ``sqlite-rows`` / ``postgres-rows``: the counter row fences itself: a read is
-  :func:`fencedlease.db.fenced_read` (moves the row's token and returns its value in one
-  statement), a write :func:`fencedlease.db.fenced_update`; the row records its counter's scope
+  [`fencedlease.db.fenced_read`][] (moves the row's token and returns its value in one
+  statement), a write [`fencedlease.db.fenced_update`][]; the row records its counter's scope
   in ``lease_key``. A row compares tokens only, with no fingerprint, so an equal token from
   another lease (a duplicate grant, after the lease counter was rolled back) would be accepted
   non-strict. So a lease's first fenced access of a key is *strict* (the token must be greater
   than the row's), which refuses the duplicate, and its later accesses (the write after its
   read) are not, which lets the lease's own write land: strict fencing for one access per
-  token, as :func:`fencedlease.db.fenced_read` advises.
+  token, as [`fencedlease.db.fenced_read`][] advises.
 
 Each access is one transaction (SQLite: ``BEGIN IMMEDIATE``); a refusal rolls it back.
 """
@@ -34,8 +34,10 @@ _ROWS_LEASE_KEY: Final = "lease_key"
 
 class SqlConnection:
     """One connection to the SQL resource of ``spec`` (sqlite3 or psycopg), with its
-    placeholder and one transaction at a time (:meth:`transaction`). Driver errors are
-    :class:`BackendError` with the driver's error in ``__cause__``."""
+    placeholder and one transaction at a time
+    ([`transaction`][fencedlease.lab.harness.resources_sql.SqlConnection.transaction]). Driver
+    errors are [`BackendError`][fencedlease.BackendError] with the driver's error in
+    ``__cause__``."""
 
     def __init__(self, spec: ResourceSpec) -> None:
         self.spec = spec

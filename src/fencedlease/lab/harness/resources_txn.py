@@ -1,22 +1,24 @@
 """The list-append resources (``sqlite-append``, ``postgres-append``): each critical section is
-also a transaction over several lists, recorded for :mod:`~fencedlease.lab.harness.elle`.
+also a transaction over several lists, recorded for [`elle`][fencedlease.lab.harness.elle].
 
 The counter is kept as in ``sqlite`` / ``postgres`` (guard-fenced), so every other property is
-judged as usual. Beside it, each key has :data:`LISTS_PER_KEY` lists (rows ``<key>#0``...
-of :data:`~fencedlease.lab.harness.resources.LIST_TABLE`, space-separated elements). A
-critical section is one *logical transaction*, as Elle's list-append workload has them
-(Kingsbury & Alvaro, "Elle: Inferring Isolation Anomalies from Experimental Observations",
-2020): the counter's read also reads all of the key's lists (same SQL transaction, same
-guard), and the counter's write also appends a value unique in the run to one or two of them.
-The lease is what should make those two SQL transactions one isolated transaction; the fence is
-what makes it so when the lease fails: a stale holder's appends are refused with its write.
+judged as usual. Beside it, each key has
+[`LISTS_PER_KEY`][fencedlease.lab.harness.resources_txn.LISTS_PER_KEY] lists (rows ``<key>#0``... of
+[`LIST_TABLE`][fencedlease.lab.harness.resource_spec.LIST_TABLE], space-separated elements). A
+critical section is one *logical transaction*, as Elle's list-append workload has them (Kingsbury &
+Alvaro, "Elle: Inferring Isolation Anomalies from Experimental Observations", 2020): the counter's
+read also reads all of the key's lists (same SQL transaction, same guard), and the counter's write
+also appends a value unique in the run to one or two of them. The lease is what should make those
+two SQL transactions one isolated transaction; the fence is what makes it so when the lease fails: a
+stale holder's appends are refused with its write.
 
 Each logical transaction is one ``txn`` operation of the worker's history: invoked when the read
 starts, with ``detail.txn`` the micro-operations (``["r", list, null]``, ``["append", list,
 value]``); completed ``ok`` (the reads filled in with the lists as read), ``fail`` (the read or the
 write was refused, or the hold ended before the write: nothing was appended) or ``info`` (the
 write's outcome is unknown). The history writer is handed over by
-:meth:`AppendStore.attach_history`; without one the store is a plain guard-fenced counter.
+[`AppendStore.attach_history`][fencedlease.lab.harness.resources_txn.AppendStore.attach_history];
+without one the store is a plain guard-fenced counter.
 """
 
 from __future__ import annotations

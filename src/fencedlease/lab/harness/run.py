@@ -1,31 +1,34 @@
 """One run of the harness: servers, proxies, workers, the nemesis, the history, the verdict.
 
-:func:`run_check` is what ``fencedlease check`` calls::
+[`run_check`][fencedlease.lab.harness.run_check] is what ``fencedlease check`` calls:
 
-    from fencedlease.lab.harness.run import CheckConfig, run_check
+```
+from fencedlease.lab.harness.run import CheckConfig, run_check
 
-    result = run_check(CheckConfig(duration_s=30, mode="fenced"))
-    result.report.valid          # no violation
-    result.history_path          # <out>/history.jsonl; also report.json and timeline.png
+result = run_check(CheckConfig(duration_s=30, mode="fenced"))
+result.report.valid          # no violation
+result.history_path          # <out>/history.jsonl; also report.json and timeline.png
+```
 
 By default it starts its own redis-server (AOF on, ``appendfsync always``), so every nemesis is
 available, including the Redis process ones. With ``redis_url`` it uses that server, acts only
 on what the run made there (its keys under its random prefix, deleted when the run ends; its
 workers' connections) and leaves out the faults that act on the whole server
-(:data:`~fencedlease.lab.harness.nemesis.SERVER_WIDE`) unless ``allow_server_faults``; the
+([`SERVER_WIDE`][fencedlease.lab.harness.nemesis.SERVER_WIDE]) unless ``allow_server_faults``; the
 report says so. A run that proved nothing (no grant, no accepted access, no fault injected
 though some were asked for) lists why in ``CheckResult.inconclusive``. Toxiproxy is
-found by :func:`fencedlease.lab.servers.toxiproxy.toxiproxy_endpoint` (a real server when there is
+found by [`fencedlease.lab.servers.toxiproxy.toxiproxy_endpoint`][] (a real server when there is
 one, else the embedded one); one proxy per worker.
 
-Every process started here is stopped before :func:`run_check` returns or raises: workers get
-SIGCONT, then the stop event, then SIGTERM, then SIGKILL, each bounded in time; servers are
-closed by their context managers.
+Every process started here is stopped before [`run_check`][fencedlease.lab.harness.run_check]
+returns or raises: workers get SIGCONT, then the stop event, then SIGTERM, then SIGKILL, each
+bounded in time; servers are closed by their context managers.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import multiprocessing
 import os
 import random
@@ -52,9 +55,10 @@ from .environment import (
     start_redis,
     start_resource,
 )
+from .faults_kernel import Link, worker_links
 from .history import Event, HistoryWriter, merge_histories
 from .model import CheckConfig, CheckResult
-from .nemesis import FaultSpec, Nemesis, NemesisEnv, fault_duration_s, left_out_faults
+from .nemesis import Nemesis, NemesisEnv, left_out_faults
 from .resources import ResourceSpec, read_final_counter
 from .safety import (
     OUT_MARKER,
@@ -64,6 +68,7 @@ from .safety import (
     check_sqlite_resource,
     claim_out_dir,
 )
+from .schedule import Schedule, draw_schedule, worker_seed
 from .workload import Board, WorkerConfig, worker_main
 
 __all__ = [
@@ -98,15 +103,30 @@ def run_check(
 ) -> CheckResult:
     """Run the workload under the faults, then check the history and write the report files.
 
-    ``on_progress`` is called about five times a second with a :class:`Progress`. Raises
-    ``ValueError`` for a bad config, :class:`~fencedlease.lab.servers.redis.RedisUnavailable` when
-    no Redis can be started; faults that cannot run are skipped and noted, not raised.
+    ``on_progress`` is called about five times a second with a
+    [`Progress`][fencedlease.lab.harness.run.Progress]. Raises ``ValueError`` for a bad config,
+    [`RedisUnavailable`][fencedlease.lab.servers.redis.RedisUnavailable] when no Redis can be
+    started; faults that cannot run are skipped and noted, not raised.
     """
     run = _begin(config)
     with ExitStack() as stack:
         lease_redis = start_redis(config, stack, run.notes, run.prefix)
         spec = start_resource(config, run.out_dir, lease_redis.url, stack, run.notes)
-        network = start_proxies(config, run.names, run.run_id, lease_redis.url, stack, run.notes)
+        # A replay's kinds are its schedule's (the faults it records may have been replaced).
+        kinds = config.faults if config.schedule is None else config.schedule.kinds
+        links, run.kernel_reason = worker_links(
+            kinds, config.workers, run.run_id,
+            resource=config.resource, toxiproxy=config.toxiproxy,
+        )  # fmt: skip
+        if links is not None:
+            stack.callback(links.close)
+        hosts = None if links is None else [link.host_ip for link in links.links]
+        network = start_proxies(
+            config, run.names, run.run_id, lease_redis.url, stack, run.notes, hosts
+        )
+        if links is not None and len(network.proxies) == config.workers:
+            network = attrs.evolve(network, netns=tuple(link.netns for link in links.links))
+            run.kernel_links = list(links.links)
         _run_workers(run, stack, lease_redis, spec, network, on_progress)
     events, report = _collect_and_check(run)
     return _write_report(run, events, report, lease_redis.kind, network.kind)
@@ -114,17 +134,19 @@ def run_check(
 
 @attrs.define
 class _Run:
-    """One run's settings, its random source, where its files go, and the notes it gathers."""
+    """One run's settings, its seed, where its files go, and the notes it gathers."""
 
     config: CheckConfig
     seed: int
-    rng: random.Random
     out_dir: Path
     parts_dir: Path
     secret_urls: list[str]
     run_id: str = attrs.field(factory=lambda: secrets.token_hex(4))
     notes: list[str] = attrs.field(factory=list)
     left_out: list[str] = attrs.field(factory=list)
+    schedule: Schedule | None = None
+    kernel_links: list[Link] = attrs.field(factory=list)
+    kernel_reason: str | None = None
 
     @property
     def prefix(self) -> str:
@@ -145,8 +167,9 @@ def _begin(config: CheckConfig) -> _Run:
     """Check the config and the targets (no I/O but the SQLite check), then claim ``out_dir``.
 
     Raises:
-        ValueError: a bad config; :class:`UnsafeTargetError` (a ``ValueError``) for a target
-            holding data the check did not write, before anything is written.
+        ValueError: a bad config;
+            [`UnsafeTargetError`][fencedlease.lab.harness.run.UnsafeTargetError] (a ``ValueError``)
+            for a target holding data the check did not write, before anything is written.
     """
     if config.workers < 2:
         raise ValueError("workers must be at least 2 (a lease needs someone to take it over)")
@@ -158,6 +181,10 @@ def _begin(config: CheckConfig) -> _Run:
             " --resource-url does not apply to it"
         )
     seed = config.seed if config.seed is not None else secrets.randbelow(2**31)
+    if config.schedule is not None and config.schedule.workers != config.workers:
+        raise ValueError(
+            f"the schedule is for {config.schedule.workers} workers, the run has {config.workers}"
+        )
     out_dir = Path(config.out_dir)
     redis_resource = config.resource.startswith("redis")
     for url in (config.redis_url, config.resource_url if redis_resource else None):
@@ -167,7 +194,7 @@ def _begin(config: CheckConfig) -> _Run:
         check_sqlite_resource(config.resource_url)  # before anything is written
     parts_dir = claim_out_dir(out_dir)
     secret_urls = [url for url in (config.redis_url, config.resource_url) if url]
-    return _Run(config, seed, random.Random(seed), out_dir, parts_dir, secret_urls)
+    return _Run(config, seed, out_dir, parts_dir, secret_urls)
 
 
 def _run_workers(
@@ -192,7 +219,16 @@ def _run_workers(
     wait_ms = 2 * config.ttl_ms + config.body
     join_s = (wait_ms + config.body + 2 * config.ttl_ms) / 1000 + 5.0
     with _processes(ctx, stop, join_s) as procs:
+        nemesis.env.alive = lambda worker: worker < len(procs) and procs[worker].is_alive()
         _start_workers(run, ctx, board, go, stop, procs, spec, network, wait_ms)
+        nemesis.env.restart_worker = functools.partial(
+            _restart_worker,
+            procs,
+            stop,
+            functools.partial(
+                _start_workers, run, ctx, board, go, stop, procs, spec, network, wait_ms
+            ),
+        )
         _wait_ready(board, procs, timeout_s=60.0)
         _record_start(run, run_writer, spec, lease_redis, network)
         _run_schedule(run, board, procs, nemesis, go, stop, run_writer, on_progress)
@@ -220,11 +256,21 @@ def _make_nemesis(
             f"left out: {', '.join(run.left_out)} (the Redis at {redact_url(lease_redis.url)} is"
             " not the check's own; --allow-server-faults runs them anyway)"
         )
-    schedule = [
-        FaultSpec(kind, fault_duration_s(kind, config.ttl_ms, config.heartbeat))
-        for kind in config.faults
-        if kind not in run.left_out
-    ]
+    schedule = config.schedule or draw_schedule(
+        config.faults,
+        seed=run.seed,
+        workers=config.workers,
+        ttl_ms=config.ttl_ms,
+        heartbeat_ms=config.heartbeat,
+        body_ms=config.body,
+        lead_ms=round(
+            1000 * (config.lead_s if config.lead_s is not None else config.ttl_ms / 1000)
+        ),
+    )
+    run.schedule = schedule
+    schedule = attrs.evolve(
+        schedule, faults=tuple(f for f in schedule.faults if f.kind not in run.left_out)
+    )
     # SCRIPT FLUSH reaches the resource's Redis only when the check started it (or is allowed).
     own_resource = not (config.resource_url or config.redis_url)
     flush_resource = spec.kind == "redis" and (own_resource or config.allow_server_faults)
@@ -242,9 +288,13 @@ def _make_nemesis(
         proxies=network.proxies,
         extra_flush_urls=[spec.target] if flush_resource else [],
         client_prefix=run.prefix,
-        rng=random.Random(run.rng.random()),
+        rng=random.Random(f"nemesis:{run.seed}"),
+        history_paths=[str(run.parts_dir / f"history-{name}.jsonl") for name in run.names],
+        run_id=run.run_id,
+        kernel_links=list(run.kernel_links),
+        kernel_reason=run.kernel_reason,
     )
-    nemesis = Nemesis(env, schedule, gap_s=config.ttl_ms / 1000)
+    nemesis = Nemesis(env, schedule)
     stack.callback(nemesis.close)
     return nemesis
 
@@ -259,10 +309,14 @@ def _start_workers(
     spec: ResourceSpec,
     network: Network,
     wait_ms: int,
+    only: int | None = None,
 ) -> None:
-    """Start one process per worker (each joins ``procs`` as soon as it runs)."""
+    """Start one process per worker (each joins ``procs`` as soon as it runs); with ``only``,
+    that worker's alone, in place of its dead process (``kill-holder``)."""
     config = run.config
     for index, name in enumerate(run.names):
+        if only is not None and index != only:
+            continue
         worker = WorkerConfig(
             index=index,
             name=name,
@@ -278,7 +332,8 @@ def _start_workers(
             wait_ms=wait_ms,
             socket_timeout_ms=max(100, config.ttl_ms // 2),
             duration_s=config.duration_s,
-            seed=run.rng.randrange(2**31),
+            seed=worker_seed(run.seed, index),
+            netns=network.netns[index] if network.netns else None,
         )
         proc = ctx.Process(
             target=worker_main,
@@ -287,7 +342,18 @@ def _start_workers(
             daemon=True,
         )
         proc.start()
-        procs.append(proc)
+        if only is None:
+            procs.append(proc)
+        else:
+            procs[only] = proc
+
+
+def _restart_worker(procs: list[Any], stop: Any, start: Callable[..., None], index: int) -> None:
+    """Start a fresh process for worker ``index`` (``start(only=index)``) once its dead one is
+    reaped, unless the run is stopping; it continues the worker's history file."""
+    procs[index].join(5.0)
+    if not stop.is_set():
+        start(only=index)
 
 
 def _record_start(
@@ -337,8 +403,7 @@ def _run_schedule(
     end = t0 + config.duration_s
     go.set()
     nemesis_stop = threading.Event()
-    lead = config.lead_s if config.lead_s is not None else config.ttl_ms / 1000
-    nemesis.start(t0, end, nemesis_stop, lead)
+    nemesis.start(t0, end, nemesis_stop)
     while True:
         now = time.monotonic()
         if on_progress is not None:
@@ -349,7 +414,7 @@ def _run_schedule(
                     board.snapshot(),
                     nemesis.current,
                     list(nemesis.done),
-                    len(config.faults),
+                    len(nemesis.schedule.faults),
                 )
             )
         if now >= end or not any(p.is_alive() for p in procs):
@@ -405,7 +470,7 @@ def _write_report(
     result = CheckResult(
         run.config, report, out_dir, out_dir / "history.jsonl", report_path, timeline_path,
         tuple(run.notes), run.seed, redis_kind, toxiproxy_kind, tuple(run.left_out),
-        tuple(inconclusive_reasons(report, run.config.faults, run.left_out)),
+        tuple(inconclusive_reasons(report, run.config.faults, run.left_out)), run.schedule,
     )  # fmt: skip
     try:
         draw_timeline(events, report, out_dir / "timeline.png")

@@ -1,8 +1,10 @@
 """Target safety of ``fencedlease check``: it writes, replaces and deletes only what it made.
 
-The output directory is marked by :data:`OUT_MARKER`, a resource (SQLite file, PostgreSQL
-database, Redis server) by :data:`RESOURCE_MARKER`; a target that holds data without the mark is
-refused with :class:`UnsafeTargetError` before anything is written to it.
+The output directory is marked by [`OUT_MARKER`][fencedlease.lab.harness.run.OUT_MARKER], a resource
+(SQLite file, PostgreSQL database, Redis server) by
+[`RESOURCE_MARKER`][fencedlease.lab.harness.run.RESOURCE_MARKER]; a target that holds data without
+the mark is refused with [`UnsafeTargetError`][fencedlease.lab.harness.run.UnsafeTargetError] before
+anything is written to it.
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ class UnsafeTargetError(ValueError):
 
 
 def check_out_dir(out_dir: Path) -> None:
-    """Refuse an ``out_dir`` that exists, is not empty and lacks :data:`OUT_MARKER`.
+    """Refuse an ``out_dir`` that exists, is not empty and lacks
+    [`OUT_MARKER`][fencedlease.lab.harness.run.OUT_MARKER].
 
     Raises:
         UnsafeTargetError: so; nothing is written or removed.
@@ -67,8 +70,9 @@ def check_out_dir(out_dir: Path) -> None:
 
 
 def claim_out_dir(out_dir: Path) -> Path:
-    """Check ``out_dir`` (:func:`check_out_dir`), mark it, remove the files of an earlier run
-    (:data:`OUT_FILES` and ``parts/``, nothing else) and return a new, empty ``parts/`` in it.
+    """Check ``out_dir`` ([`check_out_dir`][fencedlease.lab.harness.run.check_out_dir]), mark it,
+    remove the files of an earlier run ([`OUT_FILES`][fencedlease.lab.harness.safety.OUT_FILES] and
+    ``parts/``, nothing else) and return a new, empty ``parts/`` in it.
 
     Raises:
         UnsafeTargetError: ``out_dir`` is not the check's; nothing is written or removed.
@@ -90,9 +94,9 @@ def claim_out_dir(out_dir: Path) -> Path:
 
 
 def check_sqlite_resource(path: str) -> bool:
-    """Whether the SQLite file ``path`` is the check's own (it has the :data:`RESOURCE_MARKER`
-    table; True) or absent or empty (False; it may be created). A file of any other content is
-    refused.
+    """Whether the SQLite file ``path`` is the check's own (it has the
+    [`RESOURCE_MARKER`][fencedlease.lab.harness.run.RESOURCE_MARKER] table; True) or absent or empty
+    (False; it may be created). A file of any other content is refused.
 
     Raises:
         UnsafeTargetError: ``path`` holds data the check did not write (or is not SQLite).
@@ -125,7 +129,8 @@ def check_sqlite_resource(path: str) -> bool:
 
 def remove_sqlite_resource(path: str) -> None:
     """Remove the SQLite file ``path`` (and its ``-wal``, ``-shm``, ``-journal``) if it is the
-    check's own (:func:`check_sqlite_resource`); an absent or empty one is left as it is.
+    check's own ([`check_sqlite_resource`][fencedlease.lab.harness.run.check_sqlite_resource]); an
+    absent or empty one is left as it is.
 
     Raises:
         UnsafeTargetError: ``path`` holds data the check did not write; nothing is removed.

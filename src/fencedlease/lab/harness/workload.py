@@ -1,10 +1,11 @@
 """The workload: N worker processes doing a fenced read-modify-write of one counter under a lease.
 
-Each worker loops: take the lease on the shared key with :meth:`LeaseManager.hold` (renewed in the
-background), read the counter, sleep ``body_ms`` inside the critical section, write the value read
-plus one, leave the ``with`` block. Every step is an invoke/completion pair in the worker's own
-history file (:mod:`fencedlease.lab.harness.history`). A watcher thread records the moment the
-library declares the lease lost (``lease-lost``), which is how the checker times loss notices.
+Each worker loops: take the lease on the shared key with
+[`LeaseManager.hold`][fencedlease.LeaseManager.hold] (renewed in the background), read the counter,
+sleep ``body_ms`` inside the critical section, write the value read plus one, leave the ``with``
+block. Every step is an invoke/completion pair in the worker's own history file
+([`fencedlease.lab.harness.history`][]). A watcher thread records the moment the library declares
+the lease lost (``lease-lost``), which is how the checker times loss notices.
 
 The body deliberately does not call ``lease.check()`` before writing: a check proves nothing about
 the instant of the write, because a pause (GC, SIGSTOP, a swapped-out VM) can fall between the two
@@ -19,11 +20,12 @@ Modes (what the resource checks):
   ``docs/harness.md``: a stale write lands between the new holder's read and its write);
 - ``unfenced``: leases only; the resource checks nothing.
 
-The counter lives in one of the resources of :mod:`fencedlease.lab.harness.resources` (SQLite,
+The counter lives in one of the resources of [`fencedlease.lab.harness.resources`][] (SQLite,
 PostgreSQL or Redis), each opened by the worker for itself.
 
 Workers are started with the ``spawn`` context, so everything handed to them is picklable:
-:class:`WorkerConfig`, the shared :class:`Board` arrays and a stop event.
+[`WorkerConfig`][fencedlease.lab.harness.workload.WorkerConfig], the shared
+[`Board`][fencedlease.lab.harness.workload.Board] arrays and a stop event.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ from fencedlease import (
     StaleTokenError,
 )
 
+from .faults_clock import OffsetClock, make_offsets
+from .faults_kernel import enter_netns
 from .history import HistoryWriter, Operation
 from .resources import ResourceSpec, open_store
 
@@ -80,18 +84,22 @@ _FIELDS: Final = (
 
 
 class Board:
-    """Per-worker counters in shared memory: ``pid``, ``phase`` (an index into :data:`PHASES`),
-    ``since`` (when the phase began: :func:`time.monotonic` in milliseconds), ``token`` (held
-    now, 0 when none), and running totals ``grants``, ``acked`` (acknowledged
-    writes), ``refused`` (accesses refused as stale), ``lost`` (leases lost), ``errors``.
+    """Per-worker counters in shared memory: ``pid``, ``phase`` (an index into
+    [`PHASES`][fencedlease.lab.harness.workload.PHASES]), ``since`` (when the phase began:
+    `time.monotonic` in milliseconds), ``token`` (held now, 0 when none), and running totals
+    ``grants``, ``acked`` (acknowledged writes), ``refused`` (accesses refused as stale), ``lost``
+    (leases lost), ``errors``.
 
     Made in the parent with a multiprocessing context and handed to the workers; reads are
-    unlocked snapshots (good enough to pick a victim or draw progress).
+    unlocked snapshots (good enough to pick a victim or draw progress). ``wall_offsets``: each
+    worker's wall-clock offset in seconds, set by the ``clock`` fault
+    ([`faults_clock`][fencedlease.lab.harness.faults_clock]).
     """
 
     def __init__(self, ctx: Any, workers: int) -> None:
         self.workers = workers
         self._array = ctx.Array("q", workers * len(_FIELDS), lock=False)
+        self.wall_offsets = make_offsets(ctx, workers)
 
     def _index(self, worker: int, field: str) -> int:
         return worker * len(_FIELDS) + _FIELDS.index(field)
@@ -130,7 +138,8 @@ class WorkerConfig:
     ``heartbeat_ms`` (renewal interval), ``body_ms`` (sleep inside the critical section),
     ``wait_ms`` (how long an acquire waits), ``socket_timeout_ms`` (every Redis command).
     ``duration_s``: seconds, counted from the ``go`` signal, after which no new cycle starts;
-    ``max_cycles`` bounds the loop in count too.
+    ``max_cycles`` bounds the loop in count too. ``netns``: the network namespace the worker
+    enters before anything else (its link for the kernel faults), None: the host's.
     """
 
     index: int
@@ -149,6 +158,7 @@ class WorkerConfig:
     duration_s: float
     seed: int
     max_cycles: int = 10_000
+    netns: str | None = None
 
 
 def client_name(prefix: str, worker_name: str) -> str:
@@ -162,6 +172,8 @@ def worker_main(config: WorkerConfig, board: Board, go: Any, stop: Any) -> None:
     """The body of one worker process: publish its pid, wait (at most 60 s) for the ``go``
     event, then loop over lease cycles until ``stop`` is set, ``duration_s`` has passed or
     ``max_cycles`` is reached. Everything it sees goes into its history."""
+    if config.netns is not None:
+        enter_netns(config.netns)  # before any thread or socket exists
     # The parent stops a straggler with SIGTERM; leave through the finally blocks.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     # The library's warnings (a cleanup release that failed under a fault) are expected here and
@@ -179,9 +191,11 @@ def worker_main(config: WorkerConfig, board: Board, go: Any, stop: Any) -> None:
         retry=Retry(NoBackoff(), 1),
     )
     _warm_pool(client, 6)
-    manager = LeaseManager(client, prefix=config.prefix)
+    # Wall time, wherever the worker reads it, is the clock fault's jumped one.
+    clock = OffsetClock(board.wall_offsets, config.index)
+    manager = LeaseManager(client, prefix=config.prefix, clock=clock)
     store = open_store(config.resource)
-    writer = HistoryWriter(config.history_path, config.name)
+    writer = HistoryWriter(config.history_path, config.name, clock_wall=clock.time)
     attach = getattr(store, "attach_history", None)
     if attach is not None:  # a list-append resource records its transactions too
         attach(writer)

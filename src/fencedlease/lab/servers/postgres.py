@@ -100,8 +100,10 @@ def _server_user() -> pwd.struct_passwd | None:
 class PostgresServer:
     """A ``postgres`` process of our own on 127.0.0.1, in a temporary directory.
 
-    ``with PostgresServer() as server: server.dsn`` -> ``postgresql://<user>@127.0.0.1:<port>/postgres``.
-    Raises :class:`PostgresUnavailable` when the binaries are missing or the server will not start.
+    ``with PostgresServer() as server: server.dsn`` ->
+    ``postgresql://<user>@127.0.0.1:<port>/postgres``. Raises
+    [`PostgresUnavailable`][fencedlease.lab.servers.postgres.PostgresUnavailable] when the binaries
+    are missing or the server will not start.
     """
 
     def __init__(self, bin_dir: Path | None = None) -> None:
@@ -196,8 +198,9 @@ class PostgresServer:
     def start(self, timeout_s: float = 60.0) -> PostgresServer:
         """initdb (once) and start the server; wait until it accepts connections.
 
-        ``timeout_s`` is in seconds. Raises :class:`PostgresUnavailable` when it exits or does not
-        become ready in time (the log's tail is in the message).
+        ``timeout_s`` is in seconds. Raises
+        [`PostgresUnavailable`][fencedlease.lab.servers.postgres.PostgresUnavailable] when it exits
+        or does not become ready in time (the log's tail is in the message).
         """
         if not self.data_dir.exists():
             self._initdb()
@@ -293,7 +296,8 @@ class PostgresServer:
 def postgres_dsn() -> Iterator[str]:
     """Yield the DSN of a running PostgreSQL: ``FENCEDLEASE_POSTGRES_URL``, else one we start.
 
-    Raises :class:`PostgresUnavailable` when none can be had (the message says why).
+    Raises [`PostgresUnavailable`][fencedlease.lab.servers.postgres.PostgresUnavailable] when none
+    can be had (the message says why).
     """
     url = os.environ.get("FENCEDLEASE_POSTGRES_URL")
     if url:

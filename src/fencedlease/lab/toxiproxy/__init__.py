@@ -1,23 +1,22 @@
 """An embedded, Toxiproxy-compatible fault-injecting TCP proxy (standard library + attrs).
 
 For machines with no ``toxiproxy-server`` and no Docker; prefer the real server when there is
-one (:func:`fencedlease.lab.servers.toxiproxy.toxiproxy_endpoint` chooses). It speaks Shopify
+one ([`fencedlease.lab.servers.toxiproxy.toxiproxy_endpoint`][] chooses). It speaks Shopify
 Toxiproxy v2's HTTP API, so toxiproxy-python and every other client drive it unchanged:
 
-=========================================  ======================================================
-``GET /version``                           200 ``{"version": "..."}``
-``GET /proxies``                           200 ``{name: proxy, ...}``
-``POST /proxies``                          201 proxy; 400 bad body/field; 409 name taken;
-                                           500 cannot listen
-``POST /populate``                         201 ``{"proxies": [proxy, ...]}``
-``GET /proxies/{p}``                       200 proxy; 404
-``POST|PATCH /proxies/{p}``                200 proxy (``listen``/``upstream``/``enabled``); 404
-``DELETE /proxies/{p}``                    204; 404
-``GET /proxies/{p}/toxics``                200 ``[toxic, ...]``
-``POST /proxies/{p}/toxics``               200 toxic; 400; 404; 409
-``GET|POST|PATCH|DELETE .../toxics/{t}``   200 toxic / 204 on delete; 404
-``POST /reset``                            204: every proxy enabled, every toxic removed
-=========================================  ======================================================
+|  |  |
+| --- | --- |
+| ``GET /version`` | 200 ``{"version": "..."}`` |
+| ``GET /proxies`` | 200 ``{name: proxy, ...}`` |
+| ``POST /proxies`` | 201 proxy; 400 bad body/field; 409 name taken; 500 cannot listen |
+| ``POST /populate`` | 201 ``{"proxies": [proxy, ...]}`` |
+| ``GET /proxies/{p}`` | 200 proxy; 404 |
+| ``POST\\|PATCH /proxies/{p}`` | 200 proxy (``listen``/``upstream``/``enabled``); 404 |
+| ``DELETE /proxies/{p}`` | 204; 404 |
+| ``GET /proxies/{p}/toxics`` | 200 ``[toxic, ...]`` |
+| ``POST /proxies/{p}/toxics`` | 200 toxic; 400; 404; 409 |
+| ``GET\\|POST\\|PATCH\\|DELETE .../toxics/{t}`` | 200 toxic / 204 on delete; 404 |
+| ``POST /reset`` | 204: every proxy enabled, every toxic removed |
 
 Shapes: proxy ``{"name", "listen", "upstream", "enabled", "toxics": [toxic]}`` (a ``listen``
 port 0 comes back as the bound port); toxic ``{"attributes", "name", "type", "stream",

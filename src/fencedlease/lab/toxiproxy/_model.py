@@ -120,7 +120,7 @@ class ProxyInput:
 def decode_json(body: bytes) -> Any:
     """The first JSON value in ``body``, as Go's ``json.Decoder.Decode`` reads it.
 
-    Raises :class:`ApiError` 400 ``bad request body: ...`` for an empty or malformed body.
+    Raises `ApiError` 400 ``bad request body: ...`` for an empty or malformed body.
     """
     try:
         text = body.decode("utf-8")
@@ -184,7 +184,7 @@ def _proxy_fields(obj: Mapping[str, Any], base: ProxyInput) -> ProxyInput:
 def parse_proxy_create(body: bytes) -> ProxyInput:
     """Parse ``POST /proxies``: ``{"name", "upstream", "listen"?, "enabled"? = true}``.
 
-    Raises :class:`ApiError` 400 for a malformed body or a missing ``name``/``upstream``.
+    Raises `ApiError` 400 for a malformed body or a missing ``name``/``upstream``.
     """
     obj = _object(decode_json(body), "toxiproxy.Proxy")
     proxy = _proxy_fields(obj, ProxyInput(name="", listen="", upstream="", enabled=True))
@@ -198,7 +198,7 @@ def parse_proxy_create(body: bytes) -> ProxyInput:
 def parse_proxy_update(body: bytes, current: ProxyInput) -> ProxyInput:
     """Parse ``POST``/``PATCH /proxies/{name}``: absent fields keep ``current``'s values.
 
-    Raises :class:`ApiError` 400 for a malformed body.
+    Raises `ApiError` 400 for a malformed body.
     """
     obj = _object(decode_json(body), "toxiproxy.Proxy")
     updated = _proxy_fields(obj, current)
@@ -208,7 +208,7 @@ def parse_proxy_update(body: bytes, current: ProxyInput) -> ProxyInput:
 def parse_populate(body: bytes) -> list[ProxyInput]:
     """Parse ``POST /populate``: a JSON array of proxies, ``enabled`` defaulting to true.
 
-    Raises :class:`ApiError` 400 for a malformed body or a proxy without ``name``/``upstream``
+    Raises `ApiError` 400 for a malformed body or a proxy without ``name``/``upstream``
     (the message names the 1-based position, as the real server's does). A name may come more
     than once: the server applies the entries in order, so a later one replaces an earlier one.
     """
@@ -254,7 +254,7 @@ def parse_toxic_create(body: bytes, taken: Mapping[str, object]) -> ToxicSpec:
     """Parse ``POST /proxies/{name}/toxics``.
 
     Body ``{"type", "name"? = "<type>_<stream>", "stream"? = "downstream", "toxicity"? = 1.0,
-    "attributes"? = {}}``; ``taken`` holds the proxy's toxic names. Raises :class:`ApiError`
+    "attributes"? = {}}``; ``taken`` holds the proxy's toxic names. Raises `ApiError`
     400 (bad body, bad stream, unknown type) or 409 (name taken), in the real server's order.
     """
     obj = _object(decode_json(body), "toxics.ToxicWrapper")
@@ -280,7 +280,7 @@ def parse_toxic_create(body: bytes, taken: Mapping[str, object]) -> ToxicSpec:
 def parse_toxic_update(body: bytes, current: ToxicSpec) -> ToxicSpec:
     """Parse ``POST``/``PATCH /proxies/{name}/toxics/{toxic}``: ``{"attributes"?, "toxicity"?}``.
 
-    Given attributes replace only the named ones. Raises :class:`ApiError` 400 for a bad body.
+    Given attributes replace only the named ones. Raises `ApiError` 400 for a bad body.
     """
     obj = _object(decode_json(body), "struct")
     toxicity: float = _field(obj, "toxicity", float, "float32", current.toxicity)

@@ -335,7 +335,7 @@ class Proxy:
     async def start(self) -> None:
         """Listen on ``listen``; port 0 becomes the bound port in ``listen``.
 
-        Raises :class:`ProxyStartError` when the address cannot be resolved or bound.
+        Raises `ProxyStartError` when the address cannot be resolved or bound.
         """
         loop = asyncio.get_running_loop()
         try:

@@ -69,14 +69,15 @@ class _Handler(BaseHTTPRequestHandler):
 class ToxiproxyServer:
     """A Toxiproxy-compatible server in this process, for machines without the real one.
 
-    Speaks the real server's HTTP API (see :mod:`fencedlease.lab.toxiproxy`) on
-    ``host:port`` (``port=0``: a free port, read it back from :attr:`port`). Drive it with
-    toxiproxy-python, as the real one. Proxies listen where their ``listen`` says; a proxy created
-    without ``listen`` listens on ``127.0.0.1:0`` (the real server would take every interface).
+    Speaks the real server's HTTP API (see [`fencedlease.lab.toxiproxy`][]) on
+    ``host:port`` (``port=0``: a free port, read it back from
+    [`port`][fencedlease.lab.toxiproxy.ToxiproxyServer.port]). Drive it with toxiproxy-python, as
+    the real one. Proxies listen where their ``listen`` says; a proxy created without ``listen``
+    listens on ``127.0.0.1:0`` (the real server would take every interface).
 
-    Starts two threads at construction; :meth:`stop` (or leaving the ``with`` block) closes every
-    listener and connection and joins them. Raises ``OSError`` when the API address cannot be
-    bound.
+    Starts two threads at construction; [`stop`][fencedlease.lab.toxiproxy.ToxiproxyServer.stop] (or
+    leaving the ``with`` block) closes every listener and connection and joins them. Raises
+    ``OSError`` when the API address cannot be bound.
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:

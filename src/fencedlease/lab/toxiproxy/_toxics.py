@@ -266,7 +266,7 @@ async def _limit_data(stub: Stub, attributes: Mapping[str, int]) -> None:
 
 async def _slicer(stub: Stub, attributes: Mapping[str, int]) -> None:
     """Cut each chunk into slices of about ``average_size`` +/- ``size_variation`` bytes and
-    wait ``delay`` microseconds after each (``toxics/slicer.go``; see :func:`slice_bounds`).
+    wait ``delay`` microseconds after each (``toxics/slicer.go``; see `slice_bounds`).
 
     Interrupted during a wait, it passes the rest of the chunk on whole, then stops.
     """

@@ -1,18 +1,18 @@
-"""A Griffe extension that lets mkdocstrings render the library's reST-flavoured docstrings.
+"""Rewrite the library's reST-flavoured docstrings into the Markdown mkdocstrings renders, in place.
 
-The docstrings are written for a reader of the source (and ``help()``): Sphinx roles
-(``:class:`~fencedlease.Lease```), literal blocks introduced by ``::`` and reST simple tables.
-Markdown has none of these, so before mkdocstrings parses a docstring this extension rewrites, in
-``Docstring.value`` only (the source is untouched):
+A one-off, mechanical rewrite, kept so that it can be run again over docstrings written in the
+old style (it changes nothing in a docstring that has none of these). In every docstring of
+``src/fencedlease`` (the source text itself):
 
-- a role into an autorefs cross-reference, ``[`Lease`][fencedlease.Lease]``. With mkdocstrings'
-  ``scoped_crossrefs`` a short target (``:meth:`hold```) resolves from the documented object's scope
-  as Python would; a target that resolves to no documented object fails ``mkdocs build --strict``,
-  so a stale reference cannot ship;
-- ``text::`` and the indented block after it into ``text:`` and a fenced code block;
-- a simple table (``====  ====`` borders) into a Markdown pipe table.
+- a Sphinx role (``:class:`~fencedlease.Lease```) becomes mkdocstrings' cross-reference
+  ``[`Lease`][fencedlease.Lease]``, its target resolved as a reader of the source would (from the
+  docstring's scope outward) and mapped to the public name that exports it; a target that is
+  private and exported by no public module, or a standard-library name, becomes plain code;
+- ``text::`` and the indented block after it become ``text:`` and a fenced code block;
+- a reST simple table (``====  ====`` borders) becomes a Markdown pipe table;
+- a line the rewrite made longer than 100 characters is broken at its last space before that.
 
-Loaded by ``mkdocs.yml`` (``plugins.mkdocstrings.handlers.python.options.extensions``).
+Run from the repository root: ``python scripts/rst_to_markdown.py`` (then ``ruff format src``).
 """
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ import re
 import sys
 from collections.abc import Callable, Iterator
 from functools import partial
-from typing import Any, Final
+from pathlib import Path
+from typing import Final
 
 import griffe
 
-__all__ = ["RstToMarkdown", "rst_to_markdown"]
+__all__ = ["main", "rewrite_source", "rst_to_markdown"]
 
 _ROLE: Final = re.compile(
     r":(?:py:)?(?:class|meth|func|mod|attr|data|exc|obj):"
@@ -60,6 +61,8 @@ def _role(match: re.Match[str], resolve: Resolve) -> str:
     path = resolve(target)
     if path is None:
         return f"`{title or target}`"
+    if (title or target) == path:  # autorefs takes the title for the identifier
+        return f"[`{path}`][]"
     return f"[`{title or target}`][{path}]"
 
 
@@ -272,66 +275,80 @@ def _objects(obj: griffe.Object) -> Iterator[griffe.Object]:
             yield from _objects(member)
 
 
-def _public_signatures(package: griffe.Module) -> None:
-    """Signatures as a caller should read them: a private parameter (``_owns_client``, for the
-    library's own use) is left out, and a parameter whose default is a named constant shows the
-    constant's value (``ttl_ms: int = 30000``, not ``= DEFAULT_TTL_MS``)."""
+WIDTH: Final = 100
+_RAW_DOCSTRING: Final = re.compile(r"""\s*[rR]("{3}|'{3})""")
+_TABLE_PIPE: Final = re.compile(r"(?<!\\)\\\|")  # a \| not already written \\|
+
+
+_NOT_PROSE: Final = re.compile(r"\s*(?:$|```|\||[-*] |\d+\. |\"\"\"|[A-Z]\w*:$)")
+
+
+def _wrap(lines: list[str]) -> list[str]:
+    """Every line longer than :data:`WIDTH` outside a fenced block and a table, broken at its last
+    space that fits. The words that do not fit move to the start of the next line when it goes on
+    the same paragraph (prose, indented at least as deep), which is then wrapped in turn; else
+    they get a line of their own, indented as this one."""
+    lines = list(lines)
+    out: list[str] = []
+    fenced = False
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.strip().startswith(_FENCE):
+            fenced = not fenced
+        indent = _indent(line)
+        cut = line.rfind(" ", indent + 1, WIDTH + 1)
+        if len(line) > WIDTH and not fenced and not line.lstrip().startswith("|") and cut > indent:
+            head, tail = line[:cut].rstrip(), line[cut:].strip()
+            following = lines[i + 1] if i + 1 < len(lines) else ""
+            if not _NOT_PROSE.match(following) and _indent(following) >= indent:
+                lines[i + 1] = " " * _indent(following) + tail + " " + following.strip()
+            else:
+                lines.insert(i + 1, " " * indent + tail)
+            line = head
+        out.append(line)
+        i += 1
+    return out
+
+
+def rewrite_source(text: str, spans: list[tuple[int, int, Resolve]]) -> str:
+    """``text`` (a module's source) with each docstring span ``(first, last, resolve)`` (1-based
+    line numbers, inclusive) rewritten by :func:`rst_to_markdown` and :func:`_wrap`."""
+    lines = text.split("\n")
+    for first, last, resolve in sorted(spans, key=lambda span: span[0], reverse=True):
+        old = lines[first - 1 : last]
+        new = rst_to_markdown("\n".join(old), resolve).split("\n")
+        if not _RAW_DOCSTRING.match(old[0]):  # a table's \| escape, in a plain str: \\|
+            new = [_TABLE_PIPE.sub(r"\\\\|", t) if t.lstrip().startswith("|") else t for t in new]
+        if new != old:
+            lines[first - 1 : last] = _wrap(new)
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Rewrite every docstring of the package under ``src`` (``argv``: ``[src]``, default
+    ``src``); print the files changed."""
+    src = Path((argv or sys.argv[1:] or ["src"])[0])
+    package = griffe.load("fencedlease", search_paths=[str(src)])
+    assert isinstance(package, griffe.Module)
+    resolver = _Resolver(package)
+    spans: dict[Path, list[tuple[int, int, Resolve]]] = {}
     for obj in _objects(package):
-        if not isinstance(obj, griffe.Function):
+        docstring = obj.docstring
+        if docstring is None or docstring.lineno is None or docstring.endlineno is None:
             continue
-        for parameter in list(obj.parameters):
-            if parameter.name.startswith("_") and not parameter.name.startswith("__"):
-                del obj.parameters[parameter.name]
-        for parameter in obj.parameters:
-            default = parameter.default
-            if not isinstance(default, griffe.ExprName):
-                continue
-            try:
-                constant = package.modules_collection[default.canonical_path]
-            except (KeyError, ValueError, griffe.AliasResolutionError, griffe.CyclicAliasError):
-                continue
-            value = getattr(constant, "value", None)
-            if value is not None and len(str(value)) <= 40:
-                parameter.default = value
+        path = Path(str(obj.filepath))
+        spans.setdefault(path, []).append(
+            (docstring.lineno, docstring.endlineno, partial(resolver, obj))
+        )
+    for path, found in sorted(spans.items()):
+        text = path.read_text("utf-8")
+        new = rewrite_source(text, found)
+        if new != text:
+            path.write_text(new, "utf-8")
+            print(path)
+    return 0
 
 
-def _protocol_docstrings(package: griffe.Module) -> None:
-    """A backend method without a docstring takes the one of the protocol method it implements
-    (``RedisBackend.acquire`` says what ``LeaseBackend.acquire`` promises): a class implements
-    ``LeaseBackend`` (or ``AsyncLeaseBackend``, for ``async def``) when it has all its methods."""
-    protocols = []
-    for path in ("_backend.LeaseBackend", "_backend.AsyncLeaseBackend"):
-        protocol = package[path]
-        if isinstance(protocol, griffe.Class):
-            methods = {n: m for n, m in protocol.members.items() if isinstance(m, griffe.Function)}
-            protocols.append((protocol, methods))
-    for cls in _objects(package):
-        if not isinstance(cls, griffe.Class):
-            continue
-        for protocol, methods in protocols:
-            if cls is protocol or not set(methods) <= set(cls.members):
-                continue
-            for name, method in methods.items():
-                own = cls.members[name]
-                is_async = "async" in own.labels
-                if (
-                    isinstance(own, griffe.Function)
-                    and own.docstring is None
-                    and method.docstring is not None
-                    and is_async == ("async" in method.labels)
-                ):
-                    own.docstring = griffe.Docstring(
-                        method.docstring.value, lineno=method.docstring.lineno, parent=own
-                    )
-
-
-class RstToMarkdown(griffe.Extension):
-    """Rewrites every docstring of a loaded package with :func:`rst_to_markdown`."""
-
-    def on_package(self, *, pkg: griffe.Module, **kwargs: Any) -> None:
-        _public_signatures(pkg)
-        _protocol_docstrings(pkg)
-        resolver = _Resolver(pkg)
-        for obj in _objects(pkg):
-            if obj.docstring is not None:
-                obj.docstring.value = rst_to_markdown(obj.docstring.value, partial(resolver, obj))
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,191 @@
+# GENERATED from src/fencedlease/aio/_manager_base.py by `python scripts/unasync.py`: do not edit.
+# Edit that source, then run it again (CI runs it with --check, failing while stale).
+"""What [`LeaseManager`][fencedlease.LeaseManager] does by the same steps as the asyncio face: the
+acquire call and its loop, ``restore``, ``inspect`` and ``force_release``. Generated from
+`fencedlease.aio._manager_base` (``scripts/unasync.py``).
+
+The steps that differ by face are the manager's own: `_ManagerBase._abandon` (what an
+acquire that failed or was interrupted may hold) and `_ManagerBase._release_later` (the
+release of a hand-off queue's grant nobody waits for any more).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from datetime import datetime
+
+from ._attempt import AcquireAttempt
+from ._backend import LeaseBackend, fencing_scope_of
+from ._clock import Clock, marking_sends
+from ._decisions import (
+    DEFAULT_RETRY_DELAY_MS,
+    DEFAULT_TTL_MS,
+    AcquireEnd,
+    WaitForRelease,
+    acquire_steps,
+)
+from ._errors import ManagerClosedError
+from ._handoff import ReleaseWaiter
+from ._lease import AcquireResult, Lease
+from ._protocol import AcquireReply
+from ._renewer import Renewer
+from ._state import restored_state
+from ._validate import check_acquire, check_key
+from ._view import LeaseInfo
+
+__all__ = ["_ManagerBase"]
+
+
+class _ManagerBase(ABC):
+    """The manager's calls that are the same steps on both faces; the subclass sets the
+    attributes below in its ``__init__``."""
+
+    _backend: LeaseBackend
+    _clock: Clock
+    _renewer: Renewer
+    _release_waiter: ReleaseWaiter
+    _closed: bool
+    _forked: bool
+
+    @abstractmethod
+    def _abandon(self, key: str, owner_token: str, exc: BaseException) -> None:
+        """Release what an acquire that raised ``exc`` may hold under ``owner_token``."""
+
+    @abstractmethod
+    def _release_later(self, key: str, owner_token: str) -> None:
+        """Release ``owner_token``'s hold on ``key`` in the background (the call keeps its time
+        bound; ``close()`` waits for it)."""
+
+    @property
+    def backend(self) -> LeaseBackend:
+        """The store the leases live in."""
+        return self._backend
+
+    def _check_open(self) -> None:
+        if self._forked:
+            raise ManagerClosedError(
+                "this lease manager belongs to the parent process (fork): make a new one here"
+            )
+        if self._closed:
+            raise ManagerClosedError()
+
+    # -- acquiring --------------------------------------------------------------------------
+
+    def acquire(
+        self,
+        key: str,
+        *,
+        ttl_ms: int = DEFAULT_TTL_MS,
+        wait_ms: int = 0,
+        retry_delay_ms: int = DEFAULT_RETRY_DELAY_MS,
+    ) -> AcquireResult:
+        """Take the lease on ``key`` for ``ttl_ms`` milliseconds, with a new fencing token.
+
+        One atomic round trip when the key is free. With ``wait_ms=0`` (the default) a held key
+        fails fast; with ``wait_ms > 0`` the call retries every ``retry_delay_ms`` (randomised
+        ±50% so waiters do not retry in lock-step) until acquired or ``wait_ms`` has passed on the
+        monotonic clock, then makes one last attempt: it never waits longer than ``wait_ms`` plus
+        one round trip. The lease is not renewed in the background: use
+        [`hold`][fencedlease.LeaseManager.hold] for that, or
+        call [`Lease.renew`][fencedlease.Lease.renew].
+
+        If a reply is lost (connection reset or timeout after sending), the same acquire is sent
+        once more with the same owner token: Redis recognises it, returns the same fencing token
+        and issues no new one, so the caller holds the lease instead of orphaning it.
+
+        Returns:
+            [`AcquireResult`][fencedlease.AcquireResult]; ``result.lease`` is None when not
+            acquired.
+
+        Raises:
+            ValidationError: ``key``, ``ttl_ms``, ``wait_ms`` or ``retry_delay_ms`` out of bounds.
+            BackendError: the store failed; never reported as acquired.
+            ManagerClosedError: the manager is closed, or was closed while the call waited.
+        """
+        key, ttl_ms, wait_ms, retry_delay_ms = check_acquire(key, ttl_ms, wait_ms, retry_delay_ms)
+        self._check_open()
+        return self._acquire(key, ttl_ms, wait_ms, retry_delay_ms)
+
+    def _acquire(self, key: str, ttl_ms: int, wait_ms: int, retry_delay_ms: int) -> AcquireResult:
+        clock, backend, waiter = self._clock, self._backend, self._release_waiter
+        attempt = AcquireAttempt(
+            key, ttl_ms, wait_ms, retry_delay_ms, clock,
+            fencing_scope=fencing_scope_of(backend, key),
+        )  # fmt: skip
+        owner_token = attempt.owner_token
+        steps = acquire_steps(attempt, waiter.queues)  # the decisions; here only the I/O
+        try:
+            step = next(steps)
+            while True:
+                try:
+                    if isinstance(step, WaitForRelease):
+                        waiter.wait(key, owner_token, ttl_ms, step.delay_s, step.final)
+                        if self._forked:
+                            self._check_open()
+                        answer: AcquireReply | bool = self._closed
+                    else:
+                        with marking_sends(attempt.sending):  # the real send, after connecting
+                            answer = backend.acquire(key, owner_token, ttl_ms)
+                except BaseException as exc:
+                    step = steps.throw(exc)
+                else:
+                    step = steps.send(answer)
+        except StopIteration as stop:
+            end: AcquireEnd = stop.value
+        except BaseException as exc:
+            if attempt.uncertain:
+                self._abandon(key, owner_token, exc)
+            raise
+        if end.leave_queue:
+            self._release_later(key, owner_token)
+        if end.state is None:
+            return AcquireResult(key, None, end.holder_ttl_ms)
+        return AcquireResult(key, Lease(end.state, backend, clock))
+
+    # -- the rest ------------------------------------------------------------------------------
+
+    def restore(
+        self,
+        key: str,
+        owner_token: str,
+        *,
+        ttl_ms: int,
+        expires_at: datetime | None = None,
+        fencing_token: int | None = None,
+    ) -> Lease:
+        """Rebuild a lease from values persisted by an earlier process; no I/O.
+
+        Invents nothing: without ``expires_at`` the lease has no local deadline until its first
+        [`Lease.renew`][fencedlease.Lease.renew]; without ``fencing_token`` its token is None until
+        a renewal learns it from the store. The store still checks ``owner_token`` on every renew
+        and release. The restored lease is not renewed in the background.
+
+        Raises:
+            ValidationError: ``key``/``owner_token`` not non-empty strings, ``ttl_ms`` out of
+                bounds, ``expires_at`` naive, ``fencing_token`` not an int in 1..2**63-1.
+        """
+        state = restored_state(key, owner_token, ttl_ms, expires_at, fencing_token, self._clock)
+        state.fencing_scope = fencing_scope_of(self._backend, key)
+        return Lease(state, self._backend, self._clock)
+
+    def inspect(self, key: str) -> LeaseInfo | None:
+        """The lease on ``key`` as the store holds it now, or None when nobody holds it.
+
+        Raises:
+            ValidationError: ``key`` is not a non-empty str.
+            BackendError: the store failed.
+        """
+        check_key(key)
+        return LeaseInfo.from_reply(key, self._backend.inspect(key))
+
+    def force_release(self, key: str) -> bool:
+        """Delete the lease on ``key`` whoever holds it; the operator's escape hatch. The fencing
+        counter is kept, so the next grant still gets a larger token. Returns whether a lease was
+        held.
+
+        Raises:
+            ValidationError: ``key`` is not a non-empty str.
+            BackendError: the store failed.
+        """
+        check_key(key)
+        return self._backend.force_release(key)

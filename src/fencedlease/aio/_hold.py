@@ -1,0 +1,164 @@
+"""One ``async with manager.hold(...)`` of [`AsyncLeaseManager`][fencedlease.aio.AsyncLeaseManager]:
+the acquire, the renewal, and the loss's cancellation of the body turned into
+[`LeaseLostError`][fencedlease.LeaseLostError] (see `fencedlease.aio._manager`)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
+from typing import Any, Literal, Protocol
+
+from .._clock import Clock
+from .._decisions import hold_outcome, hold_releases
+from .._errors import BackendError, LeaseNotAcquiredError
+from .._state import LeaseState
+from ._lease import AsyncAcquireResult, AsyncLease
+from ._renewer import AsyncRenewer
+
+__all__ = ["_Hold"]
+
+
+class _Manager(Protocol):
+    """What a hold uses of its [`AsyncLeaseManager`][fencedlease.aio.AsyncLeaseManager] (a protocol:
+    the manager's module imports this one)."""
+
+    _clock: Clock
+    _renewer: AsyncRenewer
+    _closed: bool
+    _holds: set[_Hold]
+    _close_task: asyncio.Task[None] | None
+    _close_caller: asyncio.Task[Any] | None
+
+    def _check_open(self) -> None: ...
+
+    async def _acquire(
+        self, key: str, ttl_ms: int, wait_ms: int, retry_delay_ms: int
+    ) -> AsyncAcquireResult: ...
+
+    async def _release_shielded(self, lease: AsyncLease) -> bool: ...
+
+
+class _Hold(AbstractAsyncContextManager[AsyncLease]):
+    """One ``async with manager.hold(...)``: acquire, register for renewal, watch for loss, and
+    turn the loss's cancellation of the body into [`LeaseLostError`][fencedlease.LeaseLostError].
+    Entered once."""
+
+    def __init__(
+        self,
+        manager: _Manager,
+        key: str,
+        ttl_ms: int,
+        wait_ms: int,
+        retry_delay_ms: int,
+        heartbeat: int | Literal[False],
+        on_renew_error: Callable[[BaseException], object] | None,
+    ) -> None:
+        self._manager = manager
+        self._key = key
+        self._ttl_ms = ttl_ms
+        self._wait_ms = wait_ms
+        self._retry_delay_ms = retry_delay_ms
+        self._heartbeat = heartbeat
+        self._on_renew_error = on_renew_error
+        self.lease: AsyncLease | None = None
+        self._entered = False
+        self._task: asyncio.Task[Any] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._cancelling = 0
+        self._cancel_requested = False
+        self._exiting = False
+
+    async def __aenter__(self) -> AsyncLease:
+        if self._entered:
+            raise RuntimeError("a hold() can be entered only once")
+        self._entered = True
+        manager = self._manager
+        manager._check_open()
+        result = await manager._acquire(
+            self._key, self._ttl_ms, self._wait_ms, self._retry_delay_ms
+        )
+        lease = result.lease
+        if lease is None:
+            raise LeaseNotAcquiredError(self._key)
+        if manager._closed:  # closed while we acquired: give the key back
+            await manager._release_shielded(lease)
+            manager._check_open()
+        task = asyncio.current_task()
+        assert task is not None, "hold() runs inside a task"
+        self._task, self._loop = task, asyncio.get_running_loop()
+        if sys.version_info >= (3, 11):
+            self._cancelling = task.cancelling()
+        self.lease = lease
+        if self._heartbeat is not False:
+            lease._renewer = manager._renewer
+            lease._entry = manager._renewer.add(lease._state, self._heartbeat, self._on_renew_error)
+        manager._holds.add(self)
+        lease._state.add_listener(self._on_lost)
+        return lease
+
+    def _on_lost(self, _state: LeaseState) -> None:
+        # Called wherever the loss was marked: the renewal task, the body itself (lease.lost,
+        # renew()), even another thread. The cancel is always posted to the loop, never done
+        # inline, so a body that notices the loss itself is not cancelled mid-step.
+        loop = self._loop
+        if self._exiting or loop is None or loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            loop.call_soon(self._cancel_body)
+        else:
+            loop.call_soon_threadsafe(self._cancel_body)
+
+    def _cancel_body(self) -> None:
+        task = self._task
+        if self._exiting or self._cancel_requested or task is None or task.done():
+            return
+        self._cancel_requested = True
+        task.cancel(f"fencedlease: the lease on {self._key!r} was lost")
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._exiting = True
+        manager, lease, task = self._manager, self.lease, self._task
+        assert lease is not None
+        assert task is not None
+        manager._holds.discard(self)
+        ours = False
+        if self._cancel_requested:
+            # The cancel was delivered in the block (it was posted while the block was
+            # suspended), so it is ours to take back, unless someone else cancelled too.
+            if sys.version_info >= (3, 11):
+                ours = task.uncancel() <= self._cancelling
+            else:
+                ours = True
+        body_failed = exc is not None and not (ours and isinstance(exc, asyncio.CancelledError))
+        state = lease._state
+        release_error = None
+        if hold_releases(state, manager._closed, manager._clock.monotonic()):
+            try:
+                await manager._release_shielded(lease)
+            except BackendError as error:
+                release_error = error
+        teardown = manager._close_task
+        if teardown is not None and manager._close_caller is task and not teardown.done():
+            # close() was awaited in this body and cancelled with it: the block ends once the
+            # teardown has (a program that returns right after would cancel it half-way).
+            await asyncio.wait({teardown})
+        outcome = hold_outcome(lease, body_failed, release_error)
+        if outcome is None:
+            return
+        if release_error is not None and outcome is release_error:
+            raise release_error
+        if release_error is not None or exc is None:
+            raise outcome from None
+        raise outcome from exc  # the loss's cancellation of the body

@@ -1,0 +1,58 @@
+"""Property ``a``, ``accepted-tokens-monotonic``, key by key.
+
+Once the resource has accepted an access of a key with token ``t`` (the access completed), no
+access of that key invoked afterwards is accepted with a smaller token. Reads count: a read
+served to a newer holder and then a write accepted from an older one is exactly a stale holder
+getting through (Kleppmann, "How to do distributed locking", 2016). Tokens are per key, so keys
+are never compared with each other.
+"""
+
+from __future__ import annotations
+
+from ..extract import Access
+from ._base import Context, Outcome, Property, Violation
+
+__all__ = ["PROPERTY"]
+
+KEY = "accepted-tokens-monotonic"
+
+
+def _describe(a: Access) -> str:
+    return f"{a.process}'s {a.op} with token {a.token}"
+
+
+def check(ctx: Context) -> Outcome:
+    violations: list[Violation] = []
+    checked = 0
+    for key, accesses in ctx.accesses_by_key.items():
+        accepted = [a for a in accesses if a.type == "ok" and a.token is not None]
+        checked += len(accepted)
+        by_completion = sorted(accepted, key=lambda a: a.completed or 0.0)
+        best: Access | None = None
+        index = 0
+        for access in accepted:  # in order of invocation
+            while index < len(by_completion) and (by_completion[index].completed or 0.0) < (
+                access.invoked
+            ):
+                done = by_completion[index]
+                if best is None or (done.token or 0) > (best.token or 0):
+                    best = done
+                index += 1
+            if best is not None and access.token is not None and access.token < (best.token or 0):
+                violations.append(
+                    ctx.violation(
+                        KEY,
+                        f"{ctx.on(key)}{_describe(access)} was accepted at "
+                        f"{ctx.t(access.completed)}, although {_describe(best)} had already "
+                        f"been accepted at {ctx.t(best.completed)}: the resource let an older "
+                        "token in after a newer one, so a stale holder acted on the data.",
+                        access.completed,
+                        (best.end_line or best.line, access.end_line or access.line),
+                        key,
+                    )
+                )
+    violations.sort(key=lambda v: v.at if v.at is not None else 0.0)
+    return Outcome(checked, violations)
+
+
+PROPERTY = Property(KEY, "a", "accepted tokens never go backwards", check)

@@ -1,0 +1,119 @@
+"""Property ``c``, ``loss-reported``.
+
+A lease lost during its critical section (the library said so, or another worker was granted
+the same key before the body ended) ends in ``LeaseLostError`` or ``StaleTokenError``, never in a
+normal return. And when the holder is cut off from Redis (``partition``, ``timeout``,
+``redis-pause``, ``drop-replies``, ``drop-requests``, ``kernel-drop``, ``kernel-reject`` of at
+least ttl), it is told of the loss within ttl + one heartbeat of the cut
+(Kleppmann, "How to do distributed locking", 2016: a holder that does not know is the danger).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from typing import Final
+
+from ..extract import Grant
+from ._base import Context, Outcome, Property, Violation
+
+__all__ = ["CUT_OFF_FAULTS", "PROPERTY"]
+
+KEY = "loss-reported"
+
+#: Faults after which the holder must be told of its loss within ttl + one heartbeat.
+CUT_OFF_FAULTS: Final = frozenset(
+    {
+        "partition", "timeout", "redis-pause", "drop-replies", "drop-requests",
+        "kernel-drop", "kernel-reject",
+    }
+)  # fmt: skip
+
+
+def _rival(grant: Grant, same_key: list[Grant], starts: list[float], until: float) -> Grant | None:
+    """The first grant of the key to another worker after ``grant`` and before ``until``."""
+    for other in same_key[bisect_right(starts, grant.granted) :]:
+        if other.granted >= until:
+            return None
+        if other.process != grant.process:
+            return other
+    return None
+
+
+def _silent_successes(ctx: Context) -> tuple[int, list[Violation]]:
+    violations: list[Violation] = []
+    checked = 0
+    for key, grants in ctx.grants_by_key.items():
+        starts = [g.granted for g in grants]
+        for grant in grants:
+            if grant.end is None:
+                continue
+            checked += 1
+            until = grant.needed_until or grant.end
+            rival = _rival(grant, grants, starts, until)
+            if (grant.lost is None and rival is None) or grant.end_type != "ok":
+                continue
+            if rival is not None:
+                why = (
+                    f"{rival.process} was granted the key (token {rival.token}) at "
+                    f"{ctx.t(rival.granted)}, before the body ended at {ctx.t(until)}"
+                )
+            else:
+                why = f"the library declared it lost at {ctx.t(grant.lost)}"
+            lines = [grant.line, grant.end_line or grant.line]
+            if rival is not None:
+                lines.insert(1, rival.line)
+            violations.append(
+                ctx.violation(
+                    KEY,
+                    f"{ctx.on(key)}{grant.process}'s lease (token {grant.token}) was lost during "
+                    f"its critical section ({why}) but the critical section returned normally "
+                    f"at {ctx.t(grant.end)}: a silent success.",
+                    grant.end,
+                    lines,
+                    key,
+                )
+            )
+    return checked, violations
+
+
+def check(ctx: Context) -> Outcome:
+    params = ctx.params
+    checked, violations = _silent_successes(ctx)
+    bound = (params.ttl_ms + params.heartbeat_ms) / 1000
+    for fault in ctx.data.faults:
+        if fault.kind not in CUT_OFF_FAULTS or fault.type != "ok" or fault.end is None:
+            continue
+        if fault.end - fault.start < params.ttl_ms / 1000:
+            continue
+        for grant in ctx.data.grants:
+            if fault.target is not None and grant.process != fault.target:
+                continue
+            needed = grant.needed_until
+            if grant.granted >= fault.start or needed is None:
+                continue
+            if needed <= fault.start + bound:
+                continue  # the body ended before it had to be told
+            checked += 1
+            if grant.lost is None or grant.lost > fault.start + bound:
+                late = (
+                    "was never told"
+                    if grant.lost is None
+                    else f"was told only {grant.lost - fault.start:.2f} s after the cut"
+                )
+                violations.append(
+                    ctx.violation(
+                        KEY,
+                        f"{ctx.on(grant.key)}{grant.process} (token {grant.token}) was cut off "
+                        f"from Redis by {fault.kind} at {ctx.t(fault.start)} and its body ran on "
+                        f"until {ctx.t(needed)}, but it {late}; the bound is ttl + one heartbeat "
+                        f"= {bound:.2f} s.",
+                        fault.start + bound,
+                        (fault.line, grant.line) + ((grant.lost_line,) if grant.lost_line else ()),
+                        grant.key,
+                    )
+                )
+    violations.sort(key=lambda v: v.at if v.at is not None else 0.0)
+    return Outcome(checked, violations)
+
+
+PROPERTY = Property(KEY, "c", "a lost lease is reported, never a silent success", check)

@@ -1,0 +1,166 @@
+"""The nemesis runs a schedule: overlapping faults on one proxy compose (one disable, one enable
+when the last partition heals; each toxic named by its fault and removed by it), every fault is
+recorded with its place in the schedule, and a dead victim is a recorded failure, not a crash.
+
+Proxies are recording fakes and the board is set by hand, so no Redis or Toxiproxy is needed;
+no fault here signals a process."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from fencedlease.lab.harness.history import HistoryWriter
+from fencedlease.lab.harness.nemesis import Nemesis, NemesisEnv
+from fencedlease.lab.harness.schedule import PlannedFault, Schedule
+from fencedlease.lab.harness.workload import BODY, Board
+
+
+class FakeProxy:
+    """Records what the nemesis asks of a Toxiproxy proxy, in order."""
+
+    def __init__(self, calls: list[tuple[str, str]], name: str) -> None:
+        self.calls, self.name = calls, name
+
+    def disable(self) -> None:
+        self.calls.append((self.name, "disable"))
+
+    def enable(self) -> None:
+        self.calls.append((self.name, "enable"))
+
+    def add_toxic(self, **toxic: Any) -> None:
+        self.calls.append((self.name, f"add {toxic['name']}"))
+
+    def destroy_toxic(self, name: str) -> None:
+        self.calls.append((self.name, f"destroy {name}"))
+
+
+def run(
+    tmp_path: Path, faults: list[PlannedFault], alive: bool = True, **more: Any
+) -> tuple[list[Any], ...]:
+    board = Board(multiprocessing.get_context("spawn"), 2)
+    for worker in range(2):
+        board.set(worker, "pid", 999_999_999)  # never signalled: no pause-holder on a live one
+        board.set(worker, "token", 5 + worker)
+        board.set_phase(worker, BODY)
+    calls: list[tuple[str, str]] = []
+    path = tmp_path / "nemesis.jsonl"
+    with HistoryWriter(path, "nemesis") as writer:
+        env = NemesisEnv(
+            writer=writer, board=board, worker_names=["w0", "w1"],
+            admin_url="redis://127.0.0.1:1/0", prefix="p", key="k", ttl_ms=1000,
+            heartbeat_ms=250, body_ms=100_000,
+            proxies={0: FakeProxy(calls, "p0"), 1: FakeProxy(calls, "p1")},
+            alive=lambda worker: alive, **more,
+        )  # fmt: skip
+        schedule = Schedule(0, 2, 1000, 250, 100_000, 0, 0, 1000, tuple(faults))
+        nemesis = Nemesis(env, schedule)
+        stop = threading.Event()
+        nemesis.start(time.monotonic(), time.monotonic() + 60, stop)
+        nemesis.join(timeout_s=30)
+        nemesis.close()
+    events = [json.loads(line) for line in path.read_text("utf-8").splitlines()]
+    return calls, events, nemesis.done, [nemesis.error]
+
+
+def test_overlapping_faults_on_one_proxy_compose(tmp_path: Path) -> None:
+    faults = [
+        PlannedFault(0, "partition", 0, 0, 0, 800, 0, True),
+        PlannedFault(1, "latency", 0, 0, 100, 200, 100, False),
+        PlannedFault(2, "partition", 0, 0, 300, 900, 300, False),
+        PlannedFault(3, "timeout", 1, 0, 400, 100, 400, False),
+    ]
+    calls, events, done, (error,) = run(tmp_path, faults)
+    assert error is None
+    p0 = [what for proxy, what in calls if proxy == "p0"]
+    assert p0 == ["disable", "add nemesis-latency-1", "destroy nemesis-latency-1", "enable"]
+    p1 = sorted(what for proxy, what in calls if proxy == "p1")
+    assert p1 == sorted(
+        f"{verb} nemesis-timeout-{stream}-3"
+        for verb in ("add", "destroy")
+        for stream in ("upstream", "downstream")
+    )
+    assert sorted(done) == ["latency", "partition", "partition", "timeout"]
+    invokes = {e["detail"]["index"]: e for e in events if e["type"] == "invoke"}
+    oks = {e["detail"]["index"]: e for e in events if e["type"] == "ok"}
+    assert sorted(invokes) == sorted(oks) == [0, 1, 2, 3]
+    assert [invokes[i]["detail"]["target"] for i in range(4)] == ["w0", "w0", "w0", "w1"]
+    assert invokes[0]["detail"]["aimed"] is True  # the lead found its victim in its body
+    assert invokes[0]["token"] == 5
+    assert "aimed" not in invokes[1]["detail"]
+    # the second partition began while the first was in force, and the proxy stayed disabled
+    assert invokes[2]["mono"] < oks[0]["mono"] < oks[2]["mono"]
+
+
+def test_a_dead_victim_is_a_recorded_failure(tmp_path: Path) -> None:
+    """A victim whose process is gone: the lead does not wait for it, a pause of it fails with
+    a reason (no signal is sent), a partition of its proxy still runs; the nemesis goes on."""
+    faults = [
+        PlannedFault(0, "partition", 0, 0, 0, 300, 0, True),
+        PlannedFault(1, "pause-holder", 1, 0, 100, 300, 100, False),
+    ]
+    calls, events, done, (error,) = run(tmp_path, faults, alive=False)
+    assert error is None
+    assert [what for _, what in calls] == ["disable", "enable"]
+    pause = next(e for e in events if e["detail"].get("index") == 1 and e["type"] != "invoke")
+    assert pause["type"] == "fail"
+    assert pause["detail"]["error"] == "RuntimeError: worker w1 is not running"
+    assert pause["detail"]["alive"] is False
+    lead = next(e for e in events if e["detail"].get("index") == 0 and e["type"] == "invoke")
+    assert lead["detail"]["aimed"] is False
+    assert lead["detail"]["aim_ms"] < 1000
+    assert sorted(done) == ["partition", "pause-holder"]
+
+
+def test_one_way_cuts_compose_with_the_other_toxics_of_their_proxy(tmp_path: Path) -> None:
+    """drop-replies and drop-requests name their toxic by their fault, remove only it, and last
+    their whole duration though the watch of the key in Redis ends at once (no Redis here)."""
+    faults = [
+        PlannedFault(0, "drop-replies", 0, 0, 0, 400, 0, True),
+        PlannedFault(1, "timeout", 0, 0, 100, 100, 100, False),
+        PlannedFault(2, "drop-requests", 1, 0, 150, 100, 150, False),
+    ]
+    calls, events, done, (error,) = run(tmp_path, faults)
+    assert error is None
+    p0 = [what for proxy, what in calls if proxy == "p0"]
+    assert p0[0] == "add nemesis-drop-replies-0"
+    assert p0[-1] == "destroy nemesis-drop-replies-0"
+    assert sorted(p0[1:-1]) == sorted(
+        f"{verb} nemesis-timeout-{stream}-1"
+        for verb in ("add", "destroy")
+        for stream in ("upstream", "downstream")
+    )
+    p1 = [what for proxy, what in calls if proxy == "p1"]
+    assert p1 == ["add nemesis-drop-requests-2", "destroy nemesis-drop-requests-2"]
+    assert sorted(done) == ["drop-replies", "drop-requests", "timeout"]
+    invokes = {e["detail"]["index"]: e for e in events if e["type"] == "invoke"}
+    oks = {e["detail"]["index"]: e for e in events if e["type"] == "ok"}
+    assert oks[0]["detail"]["stream"] == "downstream"
+    assert oks[2]["detail"]["stream"] == "upstream"
+    assert oks[0]["detail"]["owned_for_ms"] is None  # the watch saw nothing: no Redis
+    assert oks[0]["mono"] - invokes[0]["mono"] >= 0.4
+
+
+def test_a_kill_of_a_dead_victim_is_a_recorded_failure(tmp_path: Path) -> None:
+    """kill-holder of a worker whose process is gone fails with the reason: no signal, no
+    restart."""
+    restarted: list[int] = []
+    faults = [
+        PlannedFault(0, "partition", 0, 0, 0, 300, 0, True),
+        PlannedFault(1, "kill-holder", 1, 0, 100, 100, 100, False),
+    ]
+    calls, events, done, (error,) = run(
+        tmp_path, faults, alive=False, restart_worker=restarted.append,
+        history_paths=[str(tmp_path / "h0"), str(tmp_path / "h1")],
+    )  # fmt: skip
+    assert error is None
+    kill = next(e for e in events if e["detail"].get("index") == 1 and e["type"] != "invoke")
+    assert kill["type"] == "fail"
+    assert kill["detail"]["error"] == "RuntimeError: worker w1 is not running"
+    assert restarted == []
+    assert calls == [("p0", "disable"), ("p0", "enable")]
+    assert sorted(done) == ["kill-holder", "partition"]
