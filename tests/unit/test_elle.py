@@ -221,7 +221,17 @@ def test_the_checker_judges_transactions_when_the_history_has_them() -> None:
         "G-single (read skew / a lost update: one anti-dependency): "
         "w1#0 -[rw k#0: read [], missed w0.1]-> w0#0 -[ww k#0: w0.1 then w1.1]-> w1#0"
     ]
-    assert prop.violations[0].lines == (2, 3, 4, 5)
+    found = prop.violations[0]
+    assert found.lines == (2, 3, 4, 5)
+    # Like every property's, the violation names its key and the events of its transactions.
+    assert found.key == "k"
+    assert found.at == 0.2  # the cycle's first transaction, w1#0, was invoked then
+    assert [(o.line, o.process, o.op, o.type, o.id, o.key) for o in found.ops] == [
+        (2, "w0", "txn", "invoke", 0, "k"),
+        (3, "w1", "txn", "invoke", 0, "k"),
+        (4, "w0", "txn", "ok", 0, "k"),
+        (5, "w1", "txn", "ok", 0, "k"),
+    ]
     assert prop.note == "3 transaction(s) over 1 list(s); 1 rw, 1 wr, 1 ww edge(s)"
     assert not report.valid
 
