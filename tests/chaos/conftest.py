@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from fencedlease.lab.harness.checker import Extracted, Fault, Grant
 from fencedlease.lab.harness.run import CheckConfig, CheckResult, run_check
 from fencedlease.lab.servers.redis import RedisUnavailable, find_redis_binary
 
@@ -60,3 +61,37 @@ def check_run(tmp_path: Path) -> Callable[..., CheckResult]:
             pytest.skip(str(exc))
 
     return run
+
+
+def the_fault(result: CheckResult, kind: str) -> tuple[Extracted, Fault]:
+    """A valid run's history (``fencedlease check`` exits 0) and its one fault, of ``kind``,
+    that completed ``ok``."""
+    assert result.report.valid, result.report.explain()
+    assert result.exit_code == 0, result.inconclusive
+    data = result.history()
+    (fault,) = data.faults
+    assert fault.kind == kind
+    assert fault.type == "ok", fault.detail
+    return data, fault
+
+
+def victim_of(data: Extracted, fault: Fault) -> Grant:
+    """The grant the fault's target held when the fault began."""
+    return next(
+        g for g in data.grants
+        if g.process == fault.target and g.granted < fault.start < (g.end or 0.0)
+    )  # fmt: skip
+
+
+def assert_told_in_time(result: CheckResult, fault: Fault, victim: Grant) -> None:
+    """The cut-off ``victim`` was told of its loss within ttl + one heartbeat of the cut, its
+    critical section ended in that error, and the next holder had a larger token."""
+    assert victim.lost is not None, "the cut-off holder was never told"
+    assert victim.lost - fault.start <= (result.config.ttl_ms + result.config.heartbeat) / 1000
+    assert victim.end_type == "fail"
+    assert victim.end_outcome in ("stale", "lease-lost")
+    rival = next(
+        g for g in result.history().grants
+        if g.process != victim.process and g.granted > fault.start
+    )  # fmt: skip
+    assert rival.token > victim.token

@@ -8,6 +8,8 @@ import pytest
 
 from fencedlease.lab.harness.run import CheckResult
 
+from .conftest import assert_told_in_time, the_fault, victim_of
+
 pytestmark = pytest.mark.chaos
 
 RunCheck = Callable[..., CheckResult]
@@ -18,23 +20,9 @@ def test_cut_off_holder_is_told_within_ttl_plus_heartbeat(check_run: RunCheck, k
     """The holder's proxy disabled (or black-holed) for 2 x ttl: the body is told of the loss
     within ttl + one heartbeat, its later access is refused, another worker takes over."""
     result = check_run(kind)
-    assert result.report.valid, result.report.explain()
     assert result.toxiproxy is not None
-    data = result.history()
-    (fault,) = data.faults
-    assert fault.kind == kind
-    assert fault.type == "ok"
-    victim = next(
-        g
-        for g in data.grants
-        if g.process == fault.target and g.granted < fault.start < (g.end or 0)
-    )
-    assert victim.lost is not None, "the cut-off holder was never told"
-    assert victim.lost - fault.start <= (result.config.ttl_ms + result.config.heartbeat) / 1000
-    assert victim.end_type == "fail"
-    assert victim.end_outcome in ("stale", "lease-lost")
-    rival = next(g for g in data.grants if g.process != victim.process and g.granted > fault.start)
-    assert rival.token > victim.token
+    data, fault = the_fault(result, kind)
+    assert_told_in_time(result, fault, victim_of(data, fault))
     assert result.report.property("loss-reported").checked > len(data.grants)
 
 

@@ -113,11 +113,12 @@ def test_clean_history_is_valid_with_every_property_checked() -> None:
     report = check_history(clean().finish(4.0, 2))
     assert report.valid
     assert [p.status for p in report.properties] == [
-        "pass", "pass", "pass", "pass", "not checked", "pass", "not checked",
+        "pass", "pass", "pass", "pass", "not checked", "pass", "not checked", "not checked",
     ]  # fmt: skip
     assert report.property("linearizable-register").note == (
         "not judged: history lacks the resource's mode (the run's start detail.mode)"
     )
+    assert report.property("transactions").note == "not judged: the history has no transactions"
     assert report.stats["grants"] == 2
     assert report.stats["acknowledged_writes"] == 2
     assert report.stats["final_counter"] == 2
@@ -681,8 +682,9 @@ def test_the_registry_runs_each_property_module_once_in_report_order() -> None:
     from fencedlease.lab.harness.checker import PROPERTIES
     from fencedlease.lab.harness.properties import MODULES, REGISTRY
 
-    assert len(MODULES) == len(REGISTRY) == 7
-    assert [p.letter for p in REGISTRY] == list("abcdefg")
+    assert len(MODULES) == len(REGISTRY) == 8
+    assert [p.letter for p in REGISTRY] == list("abcdefgh")
+    assert REGISTRY[-1].key == "transactions"
     assert list(PROPERTIES) == [p.key for p in REGISTRY]
     report = check_history(clean().finish(4.0, 2))
     assert [(p.key, p.letter, p.title) for p in report.properties] == [

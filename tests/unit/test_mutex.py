@@ -227,6 +227,7 @@ def test_a_loss_during_a_fault_window_is_explained(
         ("partition", 1.0, 1.7, "w0"),  # healed 1.3 s before: outside ttl + heartbeat
         ("partition", 1.0, 2.9, "w1"),  # another worker's
         ("redis-pause", 3.1, 4.0, None),  # after the notice
+        ("clock", 1.0, 4.0, None),  # a wall-clock jump must cost no lease, so it excuses none
     ],
 )
 def test_a_fault_outside_the_window_or_elsewhere_explains_nothing(

@@ -39,7 +39,9 @@ class FakeProxy:
         self.calls.append((self.name, f"destroy {name}"))
 
 
-def run(tmp_path: Path, faults: list[PlannedFault], alive: bool = True) -> tuple[list[Any], ...]:
+def run(
+    tmp_path: Path, faults: list[PlannedFault], alive: bool = True, **more: Any
+) -> tuple[list[Any], ...]:
     board = Board(multiprocessing.get_context("spawn"), 2)
     for worker in range(2):
         board.set(worker, "pid", 999_999_999)  # never signalled: no pause-holder on a live one
@@ -53,7 +55,7 @@ def run(tmp_path: Path, faults: list[PlannedFault], alive: bool = True) -> tuple
             admin_url="redis://127.0.0.1:1/0", prefix="p", key="k", ttl_ms=1000,
             heartbeat_ms=250, body_ms=100_000,
             proxies={0: FakeProxy(calls, "p0"), 1: FakeProxy(calls, "p1")},
-            alive=lambda worker: alive,
+            alive=lambda worker: alive, **more,
         )  # fmt: skip
         schedule = Schedule(0, 2, 1000, 250, 100_000, 0, 0, 1000, tuple(faults))
         nemesis = Nemesis(env, schedule)
@@ -112,3 +114,53 @@ def test_a_dead_victim_is_a_recorded_failure(tmp_path: Path) -> None:
     assert lead["detail"]["aimed"] is False
     assert lead["detail"]["aim_ms"] < 1000
     assert sorted(done) == ["partition", "pause-holder"]
+
+
+def test_one_way_cuts_compose_with_the_other_toxics_of_their_proxy(tmp_path: Path) -> None:
+    """drop-replies and drop-requests name their toxic by their fault, remove only it, and last
+    their whole duration though the watch of the key in Redis ends at once (no Redis here)."""
+    faults = [
+        PlannedFault(0, "drop-replies", 0, 0, 0, 400, 0, True),
+        PlannedFault(1, "timeout", 0, 0, 100, 100, 100, False),
+        PlannedFault(2, "drop-requests", 1, 0, 150, 100, 150, False),
+    ]
+    calls, events, done, (error,) = run(tmp_path, faults)
+    assert error is None
+    p0 = [what for proxy, what in calls if proxy == "p0"]
+    assert p0[0] == "add nemesis-drop-replies-0"
+    assert p0[-1] == "destroy nemesis-drop-replies-0"
+    assert sorted(p0[1:-1]) == sorted(
+        f"{verb} nemesis-timeout-{stream}-1"
+        for verb in ("add", "destroy")
+        for stream in ("upstream", "downstream")
+    )
+    p1 = [what for proxy, what in calls if proxy == "p1"]
+    assert p1 == ["add nemesis-drop-requests-2", "destroy nemesis-drop-requests-2"]
+    assert sorted(done) == ["drop-replies", "drop-requests", "timeout"]
+    invokes = {e["detail"]["index"]: e for e in events if e["type"] == "invoke"}
+    oks = {e["detail"]["index"]: e for e in events if e["type"] == "ok"}
+    assert oks[0]["detail"]["stream"] == "downstream"
+    assert oks[2]["detail"]["stream"] == "upstream"
+    assert oks[0]["detail"]["owned_for_ms"] is None  # the watch saw nothing: no Redis
+    assert oks[0]["mono"] - invokes[0]["mono"] >= 0.4
+
+
+def test_a_kill_of_a_dead_victim_is_a_recorded_failure(tmp_path: Path) -> None:
+    """kill-holder of a worker whose process is gone fails with the reason: no signal, no
+    restart."""
+    restarted: list[int] = []
+    faults = [
+        PlannedFault(0, "partition", 0, 0, 0, 300, 0, True),
+        PlannedFault(1, "kill-holder", 1, 0, 100, 100, 100, False),
+    ]
+    calls, events, done, (error,) = run(
+        tmp_path, faults, alive=False, restart_worker=restarted.append,
+        history_paths=[str(tmp_path / "h0"), str(tmp_path / "h1")],
+    )  # fmt: skip
+    assert error is None
+    kill = next(e for e in events if e["detail"].get("index") == 1 and e["type"] != "invoke")
+    assert kill["type"] == "fail"
+    assert kill["detail"]["error"] == "RuntimeError: worker w1 is not running"
+    assert restarted == []
+    assert calls == [("p0", "disable"), ("p0", "enable")]
+    assert sorted(done) == ["kill-holder", "partition"]

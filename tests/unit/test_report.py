@@ -185,7 +185,11 @@ def test_a_synthetic_run_is_healthy_by_every_property() -> None:
         faults=[("latency", 1.0, 1.5, "w1"), ("redis-pause", 3.0, 3.2, None)],
     )  # fmt: skip
     report = check_history(events)
-    assert [p.status for p in report.properties] == ["pass"] * 7, report.explain()
+    # A counter workload has no list-append transactions: property h has nothing to judge.
+    statuses = {p.key: p.status for p in report.properties}
+    assert statuses == {**dict.fromkeys(statuses, "pass"), "transactions": "not checked"}, (
+        report.explain()
+    )
     assert report.stats["keys"] == 32
     assert report.stats["final_counter"] == report.stats["acknowledged_writes"]
     assert [r["checked"] for r in report.recoveries] == [True, True]

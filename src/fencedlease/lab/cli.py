@@ -77,7 +77,8 @@ def _faults(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
     show_default=True,
     callback=_faults,
     help=f"Comma-separated fault kinds, scheduled at random from --seed (each once, some "
-    f"overlapping), 'default' (all) or 'none'. Kinds: {', '.join(FAULTS)}.",
+    f"overlapping), 'default' (the first ten), 'all' (every kind) or 'none'. Kinds: "
+    f"{', '.join(FAULTS)}.",
 )
 @click.option("--mode", type=click.Choice(MODES), default="fenced", show_default=True)
 @click.option("--resource", type=click.Choice(RESOURCES), default="sqlite", show_default=True)
@@ -219,7 +220,7 @@ def check(
         config = attrs.evolve(config, seed=secrets.randbelow(2**31))
     try:  # before anything starts: refuse a target holding someone else's data
         check_out_dir(out_dir)
-        if config.resource == "sqlite" and config.resource_url:
+        if config.resource.startswith("sqlite") and config.resource_url:
             check_sqlite_resource(config.resource_url)
     except UnsafeTargetError as exc:
         raise click.UsageError(str(exc)) from None

@@ -24,10 +24,10 @@ import redis.asyncio
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from fencedlease import Clock
 from fencedlease.aio import AsyncLeaseManager
 
 from .recorder import Recorder
-from .resources import open_store
 from .workload import (
     BODY,
     RELEASING,
@@ -38,6 +38,7 @@ from .workload import (
     WorkerConfig,
     client_name,
     lane_rng,
+    open_lane_store,
 )
 
 __all__ = ["run_asyncio_worker"]
@@ -46,13 +47,16 @@ T = TypeVar("T")
 
 
 def run_asyncio_worker(
-    config: WorkerConfig, board: Board, go: Any, stop: Any, recorder: Recorder
+    config: WorkerConfig, board: Board, go: Any, stop: Any, recorder: Recorder, clock: Clock
 ) -> None:
-    """Run the worker's tasks until ``stop``, ``duration_s`` or ``max_cycles`` (per task)."""
-    asyncio.run(_main(config, board, go, stop, recorder))
+    """Run the worker's tasks until ``stop``, ``duration_s`` or ``max_cycles`` (per task);
+    ``clock`` is the worker's (the ``clock`` fault's offset wall time)."""
+    asyncio.run(_main(config, board, go, stop, recorder, clock))
 
 
-async def _main(config: WorkerConfig, board: Board, go: Any, stop: Any, recorder: Recorder) -> None:
+async def _main(
+    config: WorkerConfig, board: Board, go: Any, stop: Any, recorder: Recorder, clock: Clock
+) -> None:
     timeout_s = config.socket_timeout_ms / 1000
     client = redis.asyncio.Redis.from_url(
         config.redis_url,
@@ -61,7 +65,7 @@ async def _main(config: WorkerConfig, board: Board, go: Any, stop: Any, recorder
         client_name=client_name(config.prefix, config.name),
         retry=Retry(NoBackoff(), 1),
     )
-    manager = AsyncLeaseManager(client, prefix=config.prefix, on_event=recorder)
+    manager = AsyncLeaseManager(client, prefix=config.prefix, on_event=recorder, clock=clock)
     board.set(config.index, "pid", os.getpid())  # ready: the run waits for every pid
     try:
         if not await asyncio.to_thread(go.wait, 60.0):
@@ -69,7 +73,7 @@ async def _main(config: WorkerConfig, board: Board, go: Any, stop: Any, recorder
         deadline = time.monotonic() + config.duration_s
         await asyncio.gather(
             *(
-                _loop(config, board, manager, recorder, lane_rng(config, n), stop, deadline)
+                _loop(config, board, manager, recorder, n, stop, deadline)
                 for n in range(THREADS)
             )
         )  # fmt: skip
@@ -85,17 +89,18 @@ async def _loop(
     board: Board,
     manager: AsyncLeaseManager,
     recorder: Recorder,
-    rng: random.Random,
+    lane: int,
     stop: Any,
     deadline: float,
 ) -> None:
+    rng = lane_rng(config, lane)
     loop = asyncio.get_running_loop()
     with ThreadPoolExecutor(1, thread_name_prefix="store") as thread:
 
         def run(fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
             return loop.run_in_executor(thread, fn, *args)
 
-        store = await run(open_store, config.resource)
+        store = await run(open_lane_store, config, recorder, lane)
         try:
             cycles = 0
             while not stop.is_set() and time.monotonic() < deadline and cycles < config.max_cycles:

@@ -17,7 +17,10 @@ locking", 2016, for why each matters), each judged key by key, one module each i
 - ``f`` ``mutual-exclusion``: the leases of one key never overlap; every loss told and explained
   ([`mutual_exclusion`][fencedlease.lab.harness.properties.mutual_exclusion]);
 - ``g`` ``linearizable-register``: each key of the resource is a linearizable fenced register
-  ([`register`][fencedlease.lab.harness.properties.register]).
+  ([`register`][fencedlease.lab.harness.properties.register]);
+- ``h`` ``transactions``: the list-append transactions, when the history has any, have no cycle
+  of ww/wr/rw dependencies (G0, G1c, G-single, G2), no aborted or garbage read, no stale read
+  ([`transactions`][fencedlease.lab.harness.properties.transactions], after Elle).
 
 Inputs: the merged history
 ([`fencedlease.lab.harness.history.merge_histories`][fencedlease.lab.harness.merge_histories]),

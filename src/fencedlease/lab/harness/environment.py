@@ -62,11 +62,14 @@ class LeaseRedis:
 
 @attrs.frozen
 class Network:
-    """Each worker's Redis URL (through its Toxiproxy proxy when there is one)."""
+    """Each worker's Redis URL (through its Toxiproxy proxy when there is one); ``netns``: each
+    worker's network namespace, when the workers have links of their own (the kernel faults),
+    else empty."""
 
     worker_urls: list[str]
     proxies: dict[int, Any]
     kind: str | None
+    netns: tuple[str, ...] = ()
 
 
 def start_redis(config: CheckConfig, stack: ExitStack, notes: list[str], prefix: str) -> LeaseRedis:
@@ -158,7 +161,7 @@ def start_resource(
     spec = attrs.evolve(_resource(config, out_dir, redis_url, stack, notes), keys=config.lease_keys)
     try:
         made = mark_resource(spec)
-        if made and spec.kind == "redis":
+        if made and spec.family == "redis":
             stack.callback(_delete_redis_resource_noted, spec, notes)
         prepare_resource(spec)
     except ValueError:
@@ -191,17 +194,17 @@ def _is_backend_error(exc: Exception) -> bool:
 def _delete_redis_resource_noted(spec: ResourceSpec, notes: list[str]) -> None:
     import redis
 
-    from fencedlease import RedisFencedResource
-
-    from .safety import RESOURCE_MARKER
+    from .resources import open_store
+    from .safety import redis_marker_key
 
     try:
+        store = open_store(spec)
+        try:
+            made = store.data_keys()
+        finally:
+            store.close()
         with redis.Redis.from_url(spec.target, socket_timeout=5.0) as client:
-            for name, _ in spec.slots():
-                resource = RedisFencedResource(client, name)
-                client.delete(
-                    resource.data_key, resource.fence_key, f"{resource.data_key}:{RESOURCE_MARKER}"
-                )
+            client.delete(*made, redis_marker_key(spec))
     except Exception as exc:
         notes.append(
             f"the Redis resource's keys could not be deleted from {redact_url(spec.target)}:"
@@ -212,25 +215,37 @@ def _delete_redis_resource_noted(spec: ResourceSpec, notes: list[str]) -> None:
 def _resource(
     config: CheckConfig, out_dir: Path, redis_url: str, stack: ExitStack, notes: list[str]
 ) -> ResourceSpec:
-    if config.resource == "sqlite":
+    kind = config.resource
+    family = ResourceSpec(kind, "").family
+    if family == "sqlite":
         path = config.resource_url or str(out_dir / "resource.sqlite3")
         # Only a file of the check's own (marked) is removed; any other was refused above.
         remove_sqlite_resource(path)
-        return ResourceSpec("sqlite", path)
-    if config.resource == "redis":
+        return ResourceSpec(kind, path)
+    if family == "memory":
+        import multiprocessing
+
+        from .resources_memory import start_memory_resource
+
+        spec, manager = start_memory_resource(
+            multiprocessing.get_context("spawn"), kind, ResourceSpec(kind, "").name
+        )
+        stack.enter_context(manager)  # keeps it alive; shut down when the run ends
+        return spec
+    if family == "redis":
         if config.resource_url:
-            return ResourceSpec("redis", config.resource_url)
+            return ResourceSpec(kind, config.resource_url)
         if config.redis_url:
             notes.append("the Redis resource shares the external Redis (another key)")
-            return ResourceSpec("redis", redis_url)
+            return ResourceSpec(kind, redis_url)
         # A server of its own, with AOF: the nemeses restart the lease Redis, not the data's.
         data = stack.enter_context(RedisServer(appendonly=True, appendfsync="always"))
-        return ResourceSpec("redis", data.url)
+        return ResourceSpec(kind, data.url)
     if config.resource_url:
-        return ResourceSpec("postgres", config.resource_url)
+        return ResourceSpec(kind, config.resource_url)
     from ..servers.postgres import postgres_dsn
 
-    return ResourceSpec("postgres", stack.enter_context(postgres_dsn()))
+    return ResourceSpec(kind, stack.enter_context(postgres_dsn()))
 
 
 def start_proxies(
@@ -240,9 +255,11 @@ def start_proxies(
     redis_url: str,
     stack: ExitStack,
     notes: list[str],
+    listen_hosts: list[str] | None = None,
 ) -> Network:
-    """One Toxiproxy proxy per worker in front of the lease Redis; without Toxiproxy (or with a
-    URL it cannot proxy) the workers connect straight, and a note says so."""
+    """One Toxiproxy proxy per worker in front of the lease Redis, listening on 127.0.0.1 or on
+    ``listen_hosts[index]``; without Toxiproxy (or with a URL it cannot proxy) the workers
+    connect straight, and a note says so."""
     direct = Network([redis_url] * config.workers, {}, None)
     upstream = _upstream(redis_url)
     if not config.toxiproxy:
@@ -261,7 +278,7 @@ def start_proxies(
             proxy = client.create(
                 upstream=f"{upstream[0]}:{upstream[1]}",
                 name=f"fencedlease-check-{run_id}-{name}",
-                listen="127.0.0.1:0",
+                listen=f"{listen_hosts[index] if listen_hosts else '127.0.0.1'}:0",
             )
             stack.callback(_destroy, endpoint, proxy)
             proxies[index] = proxy

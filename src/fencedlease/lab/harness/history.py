@@ -174,6 +174,10 @@ class HistoryWriter:
     ``clock_mono`` / ``clock_wall`` return seconds (defaults: `time.monotonic`,
     `time.time`). Thread-safe. Use as a context manager or call
     [`close`][fencedlease.lab.harness.HistoryWriter.close].
+
+    An existing file is continued: a last line cut short (its writer was killed mid-line) is
+    cut off, and operation ids go on after the largest one in the file, so a process restarted
+    under the same name (``kill-holder``) never reuses an id of its earlier life.
     """
 
     def __init__(
@@ -189,7 +193,7 @@ class HistoryWriter:
         self._mono = clock_mono
         self._wall = clock_wall
         self._lock = threading.Lock()
-        self._next_id = 0
+        self._next_id = _continue_file(self.path)
         self._file: IO[str] | None = self.path.open("a", encoding="utf-8")
 
     def __enter__(self) -> HistoryWriter:
@@ -226,6 +230,20 @@ class HistoryWriter:
             self._next_id += 1
         self.record(op, "invoke", id=op_id, **fields)
         return Operation(self, op, op_id, fields)
+
+
+def _continue_file(path: Path) -> int:
+    """Cut a partial last line off ``path`` (if it exists) and return the next operation id:
+    one more than the largest ``id`` in it, 0 for a new or empty file."""
+    if not path.exists():
+        return 0
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        data = data[: data.rfind(b"\n") + 1]
+        with path.open("r+b") as file:
+            file.truncate(len(data))
+    ids = [event.id for event in read_history(path) if event.id is not None]
+    return max(ids, default=-1) + 1
 
 
 def read_history(path: str | Path) -> list[Event]:
@@ -279,7 +297,7 @@ def merge_histories(
 ) -> list[Event]:
     """Merge per-process history files by ``mono`` (ties keep each file's order) and, when
     ``out`` is given, write the merged history there. Returns the merged events. ``redact``
-    (e.g. [`fencedlease.redact_text`][] bound to a URL) is applied to every string of
+    (e.g. [`fencedlease._urls.redact_text`][] bound to a URL) is applied to every string of
     every event first ([`redact_event`][fencedlease.lab.harness.history.redact_event])."""
     keyed: list[tuple[float, int, int, Event]] = []
     for part_index, part in enumerate(parts):

@@ -28,13 +28,15 @@ class CheckConfig:
     ``faults``: fault kinds in order (see [`fencedlease.lab.harness.nemesis.FAULTS`][]).
     ``mode``: ``fenced``, ``write-fenced`` or ``unfenced``. ``seed``: for every random choice
     (None: a random seed, printed in the report). ``out_dir``: where ``history.jsonl``,
-    ``report.json`` and ``timeline.png`` go. ``resource``: ``sqlite`` / ``redis`` /
-    ``postgres``; ``resource_url`` overrides where it lives (else an SQLite file in ``out_dir``,
-    a second redis-server of ours, or a PostgreSQL of ours). ``ttl_ms``, ``heartbeat_ms``
-    (default ttl/4), ``body_ms`` (sleep in the critical section; default 1.8 x ttl, see
-    ``docs/harness.md`` for why), ``margin_ms`` (recovery bound beyond ttl). ``toxiproxy``:
-    False connects workers straight to Redis (no network faults). ``allow_server_faults``: run
-    the faults that act on the whole Redis server (``script-flush``, the ``redis-*`` ones; see
+    ``report.json`` and ``timeline.png`` go. ``resource``: a kind of
+    [`RESOURCES`][fencedlease.lab.harness.resources.RESOURCES]; ``resource_url`` overrides where it
+    lives (else an SQLite file in ``out_dir``, a second redis-server of ours, a PostgreSQL of
+    ours; the memory kinds always run in a resource process of the run's own). ``ttl_ms``,
+    ``heartbeat_ms`` (default ttl/4), ``body_ms`` (sleep in the critical section; default
+    1.8 x ttl, see ``docs/harness.md`` for why), ``margin_ms`` (recovery bound beyond ttl).
+    ``toxiproxy``: False connects workers straight to Redis (no network faults).
+    ``allow_server_faults``: run the faults that act on the whole Redis server
+    (``script-flush``, the ``redis-*`` ones; see
     [`fencedlease.lab.harness.nemesis.SERVER_WIDE`][]) on a ``redis_url`` too; without it they
     run only on a Redis the check started and are left out of the schedule otherwise.
     ``faults`` are scheduled at random from ``seed``

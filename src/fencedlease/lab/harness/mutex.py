@@ -21,8 +21,9 @@ promise, from what each worker was told:
 ``loss-explained``
     No lease is lost without a fault to explain it: every loss notice (at ``L``) has a fault that
     could cause it active within ``[L - ttl - heartbeat, L]`` (a fault of Redis, or one aimed at
-    the holder). A loss with none means the library let a healthy lease expire. Losses because
-    the manager was closed (the run stopping) are not losses of this kind.
+    the holder; never a [`HARMLESS_FAULTS`][fencedlease.lab.harness.mutex.HARMLESS_FAULTS] one, such
+    as a wall-clock jump). A loss with none means the library let a healthy lease expire. Losses
+    because the manager was closed (the run stopping) are not losses of this kind.
 
 The events read (the history's [`Event`][fencedlease.lab.harness.Event]):
 
@@ -54,6 +55,7 @@ from .history import Event
 
 __all__ = [
     "EMPTYING_FAULTS",
+    "HARMLESS_FAULTS",
     "Claim",
     "MutexCheck",
     "MutexIssue",
@@ -63,6 +65,9 @@ __all__ = [
 
 #: Faults after which Redis may have forgotten a key before its expiry.
 EMPTYING_FAULTS: Final = frozenset({"redis-restart-nopersist"})
+#: Faults that must cost no lease: a loss while one is in force is still unexplained (a wall
+#: clock jump must neither shorten nor lengthen a lease).
+HARMLESS_FAULTS: Final = frozenset({"clock"})
 #: Loss reasons that are no fault's doing (the manager closed, the process forked).
 _SELF_INFLICTED: Final = ("manager was closed", "forked")
 
@@ -390,6 +395,7 @@ def check_mutex(
                 f
                 for f in facts.faults
                 if not f.failed
+                and f.kind not in HARMLESS_FAULTS
                 and (f.target is None or f.target == process)
                 and f.start <= at
                 and (f.end is None or f.end >= at - window)

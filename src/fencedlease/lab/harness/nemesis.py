@@ -7,9 +7,9 @@ overlapping. Each fault is one ``fault`` operation in the history: ``invoke`` wh
 (``detail.fault`` the kind, ``detail.target`` the worker it hits, if any, ``detail.index`` its place
 in the schedule) and ``ok`` when it has healed (``fail`` if it could not be done), with what it saw.
 
-Kinds ([`FAULTS`][fencedlease.lab.harness.nemesis.FAULTS]):
+Kinds ([`FAULTS`][fencedlease.lab.harness.kinds.FAULTS]):
 
-|  |  |
+| kind | what it does |
 | --- | --- |
 | ``latency`` | Toxiproxy ``latency`` toxic on the holder's proxy (ttl/4 ± ttl/10) |
 | ``partition`` | the holder's proxy disabled (listener and connections closed) |
@@ -21,14 +21,27 @@ Kinds ([`FAULTS`][fencedlease.lab.harness.nemesis.FAULTS]):
 | ``redis-restart-nopersist`` | the same with persistence off: Redis comes back empty |
 | ``client-kill`` | ``CLIENT KILL`` of every connection of the holder |
 | ``script-flush`` | ``SCRIPT FLUSH``: every cached Lua script is forgotten |
+| ``clock`` | every worker's wall clock jumps +5 ttl, then -5 ttl, then strobes |
+| ``kill-holder`` | SIGKILL of the holder in its critical section; a fresh worker after |
+| ``drop-replies`` | ``timeout`` 0 downstream only: Redis runs the requests, replies are lost |
+| ``drop-requests`` | the same on the upstream only: the requests are lost |
+| ``kernel-drop`` | nftables ``drop`` of the holder's packets to and from its port |
+| ``kernel-reject`` | nftables ``reject with tcp reset`` of the holder's packets |
+
+The last six are made in [`faults_clock`][fencedlease.lab.harness.faults_clock],
+[`faults_process`][fencedlease.lab.harness.faults_process],
+[`faults_network`][fencedlease.lab.harness.faults_network] and
+[`faults_kernel`][fencedlease.lab.harness.faults_kernel].
 
 One Toxiproxy proxy per worker sits between it and Redis, so a network fault cuts off one worker
 alone. The victim of a fault is a worker index from the schedule (``holder`` in the table: an
 episode's lead waits for its victim to enter its critical section, which makes a stale write
 possible). Faults in force together compose: each undoes only its own doing (toxics are named
 by the fault's index; a proxy, a worker or Redis stopped twice comes back when the last of the
-two ends), and [`Nemesis.heal_all`][fencedlease.lab.harness.nemesis.Nemesis.heal_all] undoes
-whatever is left when the run ends.
+two ends; each kernel cut has an nftables table of its own; a ``clock`` fault sets the wall
+clocks back when it ends), and
+[`Nemesis.heal_all`][fencedlease.lab.harness.nemesis.Nemesis.heal_all] undoes whatever is left when
+the run ends.
 """
 
 from __future__ import annotations
@@ -39,8 +52,8 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import redis
@@ -48,13 +61,29 @@ import redis
 from fencedlease import redis_keys
 
 from ..servers.redis import RedisServer
+from .faults_clock import run_clock_fault
+from .faults_kernel import KERNEL_ACTIONS, KernelFirewall, Link, kernel_unavailable_reason
+from .faults_network import one_way_toxic, watch_lease
+from .faults_process import KillTarget, kill_and_replace
 from .history import HistoryWriter, Operation
+from .kinds import (
+    ALL_FAULTS,
+    CUT_OFF,
+    DEFAULT_FAULTS,
+    FAULTS,
+    SERVER_WIDE,
+    FaultInfo,
+    fault_duration_s,
+    left_out_faults,
+    parse_faults,
+)
 from .workload import BODY, HOLDING, PHASES, WRITING, Board, client_name
 
 if TYPE_CHECKING:
     from .schedule import PlannedFault, Schedule
 
 __all__ = [
+    "ALL_FAULTS",
     "DEFAULT_FAULTS",
     "FAULTS",
     "SERVER_WIDE",
@@ -70,115 +99,14 @@ __all__ = [
 
 
 @attrs.frozen
-class FaultInfo:
-    """What a fault kind needs: ``"proxy"`` (Toxiproxy), ``"redis-process"`` (a redis-server we
-    started) or ``None``; ``disrupts`` is true when it may take the lease away (the checker then
-    expects a new grant within ttl + margin after it heals); ``targets``: it hits one worker
-    (the holder). ``server_wide``: it acts on the whole Redis server (its process, its script
-    cache, its configuration), not only on the run's own keys, connections, proxies and worker
-    processes; such a fault runs only on a Redis the check started (see
-    [`SERVER_WIDE`][fencedlease.lab.harness.nemesis.SERVER_WIDE])."""
-
-    needs: str | None
-    disrupts: bool
-    targets: bool
-    summary: str
-    server_wide: bool = False
-
-
-FAULTS: Final[dict[str, FaultInfo]] = {
-    "latency": FaultInfo("proxy", False, True, "latency toxic on the holder's proxy"),
-    "pause-holder": FaultInfo(None, True, True, "SIGSTOP the holder for 2 x ttl (a GC pause)"),
-    "partition": FaultInfo("proxy", True, True, "the holder's proxy disabled for 2 x ttl"),
-    "client-kill": FaultInfo(None, False, True, "CLIENT KILL of the holder's connections"),
-    "script-flush": FaultInfo(None, False, False, "SCRIPT FLUSH on Redis", server_wide=True),
-    "timeout": FaultInfo("proxy", True, True, "black hole (timeout 0) on the holder's proxy"),
-    "reset-peer": FaultInfo("proxy", True, True, "reset_peer: TCP RST on the holder's connections"),
-    "redis-pause": FaultInfo(
-        "redis-process", True, False, "SIGSTOP redis-server for 2 x ttl", server_wide=True
-    ),
-    "redis-restart-aof": FaultInfo(
-        "redis-process", True, False, "kill -9 and restart with AOF", server_wide=True
-    ),
-    "redis-restart-nopersist": FaultInfo(
-        "redis-process",
-        True,
-        False,
-        "CONFIG SET appendonly no, kill -9 and restart without persistence",
-        server_wide=True,
-    ),
-}
-
-#: The kinds that act on the whole Redis server rather than on the run's own keys and
-#: connections: ``script-flush`` (every application's cached scripts), the ``redis-*`` process
-#: faults (every client of the server; ``CONFIG SET``). The others touch only what the run made:
-#: its worker processes (``pause-holder``), its own Toxiproxy proxies (``latency``,
-#: ``partition``, ``timeout``, ``reset-peer``) and its workers' connections, found by a client
-#: name that carries the run's random id (``client-kill``).
-SERVER_WIDE: Final = frozenset(kind for kind, info in FAULTS.items() if info.server_wide)
-
-#: Faults that cut the holder off from Redis while its body goes on.
-CUT_OFF: Final = frozenset({"partition", "timeout"})
-
-#: The default kinds: every kind once (the schedule puts the restart without persistence last:
-#: after it the resource refuses the new, lower tokens for the rest of the run).
-DEFAULT_FAULTS: Final[tuple[str, ...]] = tuple(FAULTS)
-
-
-@attrs.frozen
 class FaultSpec:
     """What a ``_do_<kind>`` method is given: ``kind`` (a key of
-    [`FAULTS`][fencedlease.lab.harness.nemesis.FAULTS]) lasting ``duration_s``; ``index``, its place
+    [`FAULTS`][fencedlease.lab.harness.kinds.FAULTS]) lasting ``duration_s``; ``index``, its place
     in the schedule (it names the fault's toxics)."""
 
     kind: str
     duration_s: float
     index: int = 0
-
-
-def fault_duration_s(kind: str, ttl_ms: int, heartbeat_ms: int) -> float:
-    """How long a fault of ``kind`` lasts, in seconds, for leases of ``ttl_ms``: 2 x ttl for
-    pauses and cuts (the four cases the harness stages), a few heartbeats for the lighter ones, 0
-    for instants."""
-    ttl = ttl_ms / 1000
-    beat = heartbeat_ms / 1000
-    return {
-        "latency": 2 * ttl,
-        "pause-holder": 2 * ttl,
-        "partition": 2 * ttl,
-        "client-kill": 2 * beat + 0.1,  # watch the holder reconnect and renew
-        "script-flush": 0.0,
-        "timeout": 2 * ttl,
-        "reset-peer": 2 * beat,
-        "redis-pause": 2 * ttl,
-        "redis-restart-aof": 0.0,
-        "redis-restart-nopersist": 0.0,
-    }[kind]
-
-
-def left_out_faults(faults: Sequence[str], *, own_server: bool, allow: bool) -> list[str]:
-    """The kinds of ``faults`` (in their order, each once) that must not run: the
-    [`SERVER_WIDE`][fencedlease.lab.harness.nemesis.SERVER_WIDE] ones when the lease Redis is not
-    one the check started (``own_server`` false) and the user did not ``allow`` server faults; else
-    none."""
-    if own_server or allow:
-        return []
-    return list(dict.fromkeys(kind for kind in faults if kind in SERVER_WIDE))
-
-
-def parse_faults(text: str) -> list[str]:
-    """``"default"``/``"all"`` -> every kind; ``"none"`` -> none; else a comma-separated list of
-    kinds (in that order). Raises ``ValueError`` naming an unknown kind."""
-    text = text.strip()
-    if text in ("default", "all"):
-        return list(DEFAULT_FAULTS)
-    if text in ("none", ""):
-        return []
-    kinds = [part.strip() for part in text.split(",") if part.strip()]
-    unknown = [kind for kind in kinds if kind not in FAULTS]
-    if unknown:
-        raise ValueError(f"unknown fault(s) {unknown}; known: {', '.join(FAULTS)}")
-    return kinds
 
 
 @attrs.define
@@ -190,7 +118,12 @@ class NemesisEnv:
     started, or any when server faults are allowed). ``client_prefix``: the start of every
     client name of the run's workers (its random id is in it). ``alive``: whether worker
     ``index``'s process still runs (a victim may have died). ``keys``: the lease keys of the run
-    (``key`` alone when empty); a worker's board ``key`` is an index into them."""
+    (``key`` alone when empty); a worker's board ``key`` is an index into them.
+    ``history_paths``: each worker's history file; ``restart_worker(index)``: start a fresh
+    worker process at ``index`` once the old one is dead (None: the run cannot); ``run_id``: the
+    run's random id (hex), in the name of the nftables tables of the kernel faults;
+    ``kernel_links``: each worker's namespace link (empty when the workers have none),
+    ``kernel_reason``: why they have none."""
 
     writer: HistoryWriter
     board: Board
@@ -208,6 +141,11 @@ class NemesisEnv:
     rng: random.Random = attrs.field(factory=random.Random)
     alive: Callable[[int], bool] = attrs.field(default=lambda worker: True)
     keys: tuple[str, ...] = ()
+    history_paths: list[str] = attrs.field(factory=list)
+    restart_worker: Callable[[int], None] | None = None
+    run_id: str = "0"
+    kernel_links: list[Link] = attrs.field(factory=list)
+    kernel_reason: str | None = None
 
     @property
     def lease_keys(self) -> tuple[str, ...]:
@@ -228,6 +166,10 @@ def unavailable_reason(kind: str, env: NemesisEnv) -> str | None:
         return "needs Toxiproxy (none could be found or started)"
     if needs == "redis-process" and env.redis_server is None:
         return "needs a redis-server started by the harness (not available with --redis-url)"
+    if needs == "restart" and (env.restart_worker is None or not env.history_paths):
+        return "needs a run that can restart a worker process"
+    if needs == "kernel" and not env.kernel_links:
+        return env.kernel_reason or kernel_unavailable_reason() or "the workers have no links"
     return None
 
 
@@ -263,6 +205,7 @@ class Nemesis:
         self._redis_paused_pid: int | None = None
         self._disabled: dict[int, int] = {}
         self._toxics: set[tuple[int, str]] = set()
+        self._firewall = KernelFirewall(env.run_id)
 
     @property
     def current(self) -> str | None:
@@ -455,6 +398,23 @@ class Nemesis:
         assert target is not None
         return self.env.proxies[target]
 
+    @contextlib.contextmanager
+    def _toxics_in_force(
+        self, spec: FaultSpec, target: int | None, toxics: list[dict[str, Any]]
+    ) -> Iterator[None]:
+        """``toxics`` on ``target``'s proxy, each named by its fault (``<name>-<spec.index>``),
+        while the block runs; removed after it, whatever else is in force on the proxy."""
+        proxy = self._proxy(target)
+        mine = [(target or 0, f"{toxic['name']}-{spec.index}") for toxic in toxics]
+        try:
+            for toxic, (_, name) in zip(toxics, mine, strict=True):
+                with self._lock:
+                    self._toxics.add((target or 0, name))
+                    proxy.add_toxic(**{**toxic, "name": name})
+            yield
+        finally:
+            self._remove_toxics(mine)
+
     def _with_toxics(
         self,
         spec: FaultSpec,
@@ -463,16 +423,8 @@ class Nemesis:
         target: int | None,
         toxics: list[dict[str, Any]],
     ) -> None:
-        proxy = self._proxy(target)
-        mine = [(target or 0, f"{toxic['name']}-{spec.index}") for toxic in toxics]
-        try:
-            for toxic, (_, name) in zip(toxics, mine, strict=True):
-                with self._lock:
-                    self._toxics.add((target or 0, name))
-                    proxy.add_toxic(**{**toxic, "name": name})
+        with self._toxics_in_force(spec, target, toxics):
             stop.wait(spec.duration_s)
-        finally:
-            self._remove_toxics(mine)
         self._finish(op, toxics=[t["type"] for t in toxics])
 
     def _do_latency(
@@ -635,6 +587,68 @@ class Nemesis:
                 other.script_flush()
         self._finish(op)
 
+    def _do_clock(
+        self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
+    ) -> None:
+        offsets = self.env.board.wall_offsets
+        workers = range(self.env.board.workers)
+        done = run_clock_fault(
+            offsets, workers, ttl_ms=self.env.ttl_ms, duration_s=spec.duration_s, stop=stop
+        )
+        self._finish(op, **done)
+
+    def _do_kill_holder(
+        self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
+    ) -> None:
+        env = self.env
+        assert target is not None
+        assert env.restart_worker is not None
+        if not env.alive(target):
+            raise RuntimeError(f"worker {env.worker_names[target]} is not running")
+        done = kill_and_replace(
+            KillTarget(target, env.worker_names[target], env.history_paths[target]),
+            env.board,
+            self._admin,
+            redis_keys(env.prefix, env.held_key(target)).lease,
+            env.restart_worker,
+            restart_after_s=spec.duration_s,
+            watch_s=3 * env.ttl_ms / 1000,
+            stop=stop,
+        )
+        self._finish(op, **done)
+
+    def _one_way(
+        self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
+    ) -> None:
+        assert target is not None
+        token = self.env.board.get(target, "token") or None
+        toxic = one_way_toxic(spec.kind)
+        lease_key = redis_keys(self.env.prefix, self.env.held_key(target)).lease
+        with self._toxics_in_force(spec, target, [toxic]):
+            until = time.monotonic() + spec.duration_s
+            watched = watch_lease(self._admin, lease_key, token, spec.duration_s, stop)
+            # A Redis error (a pause or a restart in force with it) ends the watch, not the cut.
+            stop.wait(max(0.0, until - time.monotonic()))
+        self._finish(op, stream=toxic["stream"], **watched)
+
+    _do_drop_replies = _one_way
+    _do_drop_requests = _one_way
+
+    def _kernel(
+        self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
+    ) -> None:
+        assert target is not None
+        link = self.env.kernel_links[target]
+        table, rules = self._firewall.cut(link.host_if, KERNEL_ACTIONS[spec.kind])
+        try:
+            stop.wait(spec.duration_s)
+        finally:
+            self._firewall.heal(table)
+        self._finish(op, table=table, link=link.host_if, rules=rules)
+
+    _do_kernel_drop = _kernel
+    _do_kernel_reject = _kernel
+
     # -- healing -------------------------------------------------------------------------------
 
     def _take(self, counts: dict[int, int], key: int, first: Callable[[], None]) -> None:
@@ -692,9 +706,14 @@ class Nemesis:
                         self._proxy(target).destroy_toxic(name)
                     self._toxics.discard((target, name))
 
+    def _reset_clocks(self) -> None:
+        for worker in range(self.env.board.workers):
+            self.env.board.wall_offsets[worker] = 0.0
+
     def heal_all(self) -> None:
-        """Resume paused workers and Redis, re-enable proxies, remove toxics: whatever any fault
-        left in force. Idempotent; every step is tried even if an earlier one fails."""
+        """Resume paused workers and Redis, re-enable proxies, remove toxics and nftables rules,
+        set the wall clocks right: whatever any fault left in force. Idempotent; every step is
+        tried even if an earlier one fails."""
         with contextlib.suppress(Exception):
             self._resume_redis(all_pauses=True)
         for pid in list(self._paused_pids):
@@ -707,6 +726,10 @@ class Nemesis:
                 self._enable_proxy(target)
         with contextlib.suppress(Exception):
             self._remove_toxics(list(self._toxics))
+        with contextlib.suppress(Exception):
+            self._firewall.heal_all()
+        with contextlib.suppress(Exception):
+            self._reset_clocks()
 
     def close(self) -> None:
         """Heal and close the admin connection."""

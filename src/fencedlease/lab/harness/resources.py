@@ -1,288 +1,181 @@
-"""Where the workload's counter lives: three storage adapters behind one
-[`CounterStore`][fencedlease.lab.harness.resources.CounterStore].
+"""Where the workload's counters live: one
+[`CounterStore`][fencedlease.lab.harness.resource_spec.CounterStore] per fencing surface of the
+library.
 
-``sqlite`` (a file; the default), ``redis`` (a
-[`RedisFencedResource`][fencedlease.RedisFencedResource]) and ``postgres``. The SQL ones fence with
-[`fencedlease.db.fence_guard`][] inside each access's transaction, which also refuses a duplicate
-token from a different lease; a plain access (``fenced=False``) checks nothing. Each process opens
-its own handle with [`open_store`][fencedlease.lab.harness.resources.open_store].
+One counter per key: every access names the key it is for (the lease's key unless told
+otherwise), so a workload over many keys gets one counter, row or Redis key per key. The kinds,
+selected by ``fencedlease check --resource``:
+
+- ``sqlite``, ``postgres``: [`fencedlease.db.fence_guard`][] on one guard row per key, inside
+  each access's transaction (it refuses duplicate grants too); [`.resources_sql`][].
+- ``sqlite-rows``, ``postgres-rows``: [`fencedlease.db.fenced_read`][] and
+  [`fencedlease.db.fenced_update`][] on the counter's own row (token and lease-key columns);
+  [`.resources_sql`][].
+- ``sqlite-append``, ``postgres-append``: the guard, and each critical section is also a
+  list-append transaction over the key's lists, checked by [`.elle`][]; [`.resources_txn`][].
+- ``redis``: a [`fencedlease.RedisFencedResource`][] per key; this module.
+- ``memory``, ``memory-strict``: an in-process [`fencedlease.FencedResource`][] (not strict,
+  strict) per key, in a resource process the workers talk to, whose connection threads share
+  them; [`.resources_memory`][].
+
+A plain access (``fenced=False``) checks nothing. Each process opens its own handle with
+[`open_store`][fencedlease.lab.harness.resources.open_store]. An access raises
+[`StaleTokenError`][fencedlease.StaleTokenError] when refused (``last_token`` as the resource
+reported it) and [`BackendError`][fencedlease.BackendError] when the store fails (the effect is
+unknown).
 """
 
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 from collections.abc import Iterator
-from typing import Any, Final, Literal, Protocol
+from typing import Any
 
-import attrs
 import redis
 
-from fencedlease import BackendError, Lease, RedisFencedResource, db
+from fencedlease import BackendError, Lease, RedisFencedResource, redis_keys
+from fencedlease.redis_fencing import DEFAULT_PREFIX
+
+from .resource_spec import (
+    COUNTER_TABLE,
+    LIST_TABLE,
+    RESOURCES,
+    CounterStore,
+    ResourceKind,
+    ResourceSpec,
+    access_key,
+)
 
 __all__ = [
     "COUNTER_TABLE",
+    "LIST_TABLE",
     "RESOURCES",
     "CounterStore",
     "ResourceKind",
     "ResourceSpec",
+    "access_key",
+    "base_data_key",
     "open_store",
     "prepare_resource",
     "read_final_counter",
     "read_final_counters",
+    "registry_key",
 ]
-
-ResourceKind = Literal["sqlite", "redis", "postgres"]
-
-RESOURCES: Final[tuple[ResourceKind, ...]] = ("sqlite", "redis", "postgres")
-
-#: The counter's table in the SQL resources (one row, ``id`` 1).
-COUNTER_TABLE: Final = "fencedlease_check_counter"
-_ROW_ID: Final = 1
-
-
-# --- the resource ---------------------------------------------------------------------------
-
-
-@attrs.frozen
-class ResourceSpec:
-    """Where the counter lives: ``kind`` and ``target`` (an SQLite path, a Redis URL, a
-    PostgreSQL DSN); ``name`` is the fenced resource's name (the guard row, the Redis key).
-    ``keys``: the lease keys, one counter each
-    ([`slot`][fencedlease.lab.harness.resources.ResourceSpec.slot]); empty: one counter for any
-    key."""
-
-    kind: ResourceKind
-    target: str
-    name: str = "check-counter"
-    keys: tuple[str, ...] = ()
-
-    def slot(self, key: str | None) -> tuple[str, int]:
-        """The fenced resource's name and the counter's row of lease ``key``: ``name`` and row
-        1 for the first key (or any key when ``keys`` is empty), ``<name>:<i>`` and row
-        ``i + 1`` for the ``i``-th."""
-        index = self.keys.index(key) if key in self.keys else 0
-        return (self.name if index == 0 else f"{self.name}:{index}"), index + 1
-
-    def slots(self) -> list[tuple[str, int]]:
-        """Every counter's [`slot`][fencedlease.lab.harness.resources.ResourceSpec.slot], in the
-        order of ``keys``."""
-        return [self.slot(key) for key in self.keys] or [self.slot(None)]
-
-
-class CounterStore(Protocol):
-    """One process's handle on the counter. ``read``/``write`` fence with ``lease`` when told;
-    both raise [`StaleTokenError`][fencedlease.StaleTokenError] when refused and
-    [`BackendError`][fencedlease.BackendError] when the store fails (the write's effect is then
-    unknown)."""
-
-    def read(self, lease: Lease, *, fenced: bool) -> int: ...
-
-    def write(self, value: int, lease: Lease, *, fenced: bool) -> None: ...
-
-    def final(self, row: int = ...) -> int: ...
-
-    def close(self) -> None: ...
-
-
-def _prepare_sql(conn: Any, placeholder: str, value_type: str, spec: ResourceSpec) -> None:
-    """Recreate the counter table at 0 on ``conn`` (a sqlite3 or psycopg connection outside a
-    transaction; ``placeholder`` its paramstyle's, ``value_type`` the counter column's SQL type),
-    one row per counter of ``spec``, create the guard table if needed and clear their fences."""
-    conn.execute(f"DROP TABLE IF EXISTS {COUNTER_TABLE}")
-    conn.execute(
-        f"CREATE TABLE {COUNTER_TABLE} (id INTEGER PRIMARY KEY, value {value_type} NOT NULL)"
-    )
-    db.create_guard_table(conn)
-    for name, row in spec.slots():
-        conn.execute(
-            f"INSERT INTO {COUNTER_TABLE} (id, value) VALUES ({placeholder}, 0)",  # noqa: S608
-            (row,),
-        )
-        conn.execute(
-            f"DELETE FROM {db.DEFAULT_GUARD_TABLE} WHERE resource = {placeholder}",  # noqa: S608
-            (name,),
-        )
-
-
-class _SqliteStore:
-    """The counter in an SQLite file; each access is one ``BEGIN IMMEDIATE`` transaction."""
-
-    def __init__(self, spec: ResourceSpec) -> None:
-        self._spec = spec
-        self._conn = sqlite3.connect(spec.target, timeout=10.0, isolation_level=None)
-
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        conn = self._conn
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise BackendError(f"sqlite BEGIN failed: {exc}") from exc
-        try:
-            yield conn
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            raise
-        try:
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            raise BackendError(f"sqlite COMMIT failed: {exc}") from exc
-
-    def prepare(self) -> None:
-        _prepare_sql(self._conn, "?", "INTEGER", self._spec)
-
-    def read(self, lease: Lease, *, fenced: bool) -> int:
-        name, row = self._spec.slot(lease.key)
-        with self._transaction() as conn:
-            if fenced:
-                db.fence_guard(conn, name, lease)
-            return self._select(conn, row)
-
-    def _select(self, conn: sqlite3.Connection, row_id: int = _ROW_ID) -> int:
-        try:
-            row = conn.execute(
-                f"SELECT value FROM {COUNTER_TABLE} WHERE id = ?",  # noqa: S608
-                (row_id,),
-            ).fetchone()
-        except sqlite3.Error as exc:
-            raise BackendError(f"sqlite SELECT failed: {exc}") from exc
-        return int(row[0])
-
-    def write(self, value: int, lease: Lease, *, fenced: bool) -> None:
-        name, row = self._spec.slot(lease.key)
-        with self._transaction() as conn:
-            if fenced:
-                db.fence_guard(conn, name, lease)
-            try:
-                conn.execute(f"UPDATE {COUNTER_TABLE} SET value = ? WHERE id = ?", (value, row))  # noqa: S608
-            except sqlite3.Error as exc:
-                raise BackendError(f"sqlite UPDATE failed: {exc}") from exc
-
-    def final(self, row: int = _ROW_ID) -> int:
-        return self._select(self._conn, row)
-
-    def close(self) -> None:
-        self._conn.close()
-
-
-class _PostgresStore:
-    """The counter in PostgreSQL; each access is one transaction, fenced by the guard row."""
-
-    def __init__(self, spec: ResourceSpec) -> None:
-        import psycopg  # optional: only for --resource postgres
-
-        self._spec = spec
-        self._psycopg = psycopg
-        self._conn = psycopg.connect(spec.target, autocommit=True, connect_timeout=5)
-
-    def _fail(self, exc: Exception) -> BackendError:
-        return BackendError(f"postgres: {exc}")
-
-    def prepare(self) -> None:
-        _prepare_sql(self._conn, "%s", "BIGINT", self._spec)
-
-    def read(self, lease: Lease, *, fenced: bool) -> int:
-        name, row = self._spec.slot(lease.key)
-        try:
-            with self._conn.transaction():
-                if fenced:
-                    db.fence_guard(self._conn, name, lease)
-                return self._select(row)
-        except self._psycopg.Error as exc:
-            raise self._fail(exc) from exc
-
-    def _select(self, row_id: int = _ROW_ID) -> int:
-        row = self._conn.execute(
-            f"SELECT value FROM {COUNTER_TABLE} WHERE id = %s",  # noqa: S608
-            (row_id,),
-        ).fetchone()
-        assert row is not None
-        return int(row[0])
-
-    def write(self, value: int, lease: Lease, *, fenced: bool) -> None:
-        name, row = self._spec.slot(lease.key)
-        try:
-            with self._conn.transaction():
-                if fenced:
-                    db.fence_guard(self._conn, name, lease)
-                self._conn.execute(
-                    f"UPDATE {COUNTER_TABLE} SET value = %s WHERE id = %s",  # noqa: S608
-                    (value, row),
-                )
-        except self._psycopg.Error as exc:
-            raise self._fail(exc) from exc
-
-    def final(self, row: int = _ROW_ID) -> int:
-        return self._select(row)
-
-    def close(self) -> None:
-        self._conn.close()
 
 
 class _RedisStore:
-    """The counter in Redis as a [`RedisFencedResource`][fencedlease.RedisFencedResource] string;
-    plain GET/SET unfenced."""
+    """The counters in Redis, one [`RedisFencedResource`][fencedlease.RedisFencedResource] string
+    per key (named by its spec's
+    [`resource_name`][fencedlease.lab.harness.resource_spec.ResourceSpec.resource_name]);
+    plain GET/SET unfenced. The keys ever used are kept in a set
+    ([`registry_key`][fencedlease.lab.harness.resources.registry_key]), so that the final read and
+    the clean-up find them all."""
 
     def __init__(self, spec: ResourceSpec) -> None:
+        self._spec = spec
         self._client = redis.Redis.from_url(
             spec.target, socket_timeout=5.0, socket_connect_timeout=5.0
         )
-        self._spec = spec
-        # One fenced resource per counter (row number -> resource).
-        self._resources = {
-            row: RedisFencedResource(self._client, name) for name, row in spec.slots()
-        }
-        self._resource = self._resources[_ROW_ID]
+        self._resources: dict[str, RedisFencedResource] = {}
+        self._registry = registry_key(spec)
 
-    def _of(self, lease: Lease) -> RedisFencedResource:
-        return self._resources[self._spec.slot(lease.key)[1]]
+    def _resource(self, key: str) -> RedisFencedResource:
+        resource = self._resources.get(key)
+        if resource is None:
+            resource = RedisFencedResource(self._client, self._spec.resource_name(key))
+            with _redis_errors("SADD"):
+                self._client.sadd(self._registry, key)
+            self._resources[key] = resource
+        return resource
 
     def prepare(self) -> None:
-        for resource in self._resources.values():
+        """Delete the counters and fences of an earlier run's keys (those of the registry)."""
+        for key in self.keys():
+            resource = RedisFencedResource(self._client, self._spec.resource_name(key))
             self._client.delete(resource.data_key, resource.fence_key)
-            self._client.set(resource.data_key, 0)
+        self._client.delete(self._registry)
 
-    def read(self, lease: Lease, *, fenced: bool) -> int:
-        resource = self._of(lease)
+    def keys(self) -> list[str]:
+        """The keys in the registry, sorted."""
+        return sorted(k.decode() for k in self._client.smembers(self._registry))  # type: ignore[union-attr]
+
+    def data_keys(self) -> list[str]:
+        """Every Redis key this resource made: the registry and each key's data and fence."""
+        made = [self._registry]
+        for key in self.keys():
+            resource = RedisFencedResource(self._client, self._spec.resource_name(key))
+            made += [resource.data_key, resource.fence_key]
+        return made
+
+    def read(self, lease: Lease, *, fenced: bool, key: str | None = None) -> int:
+        resource = self._resource(access_key(lease, key))
         if fenced:
             raw = resource.get(lease)
         else:
-            try:
+            with _redis_errors("GET"):
                 raw = self._client.get(resource.data_key)
-            except redis.RedisError as exc:
-                raise BackendError(f"redis GET failed: {exc}") from exc
         return int(raw or 0)
 
-    def write(self, value: int, lease: Lease, *, fenced: bool) -> None:
-        resource = self._of(lease)
+    def write(self, value: int, lease: Lease, *, fenced: bool, key: str | None = None) -> None:
+        resource = self._resource(access_key(lease, key))
         if fenced:
             resource.set(value, lease)
             return
-        try:
+        with _redis_errors("SET"):
             self._client.set(resource.data_key, value)
-        except redis.RedisError as exc:
-            raise BackendError(f"redis SET failed: {exc}") from exc
 
-    def final(self, row: int = _ROW_ID) -> int:
-        return int(self._client.get(self._resources[row].data_key) or 0)
+    def finals(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for key in self.keys():
+            resource = RedisFencedResource(self._client, self._spec.resource_name(key))
+            out[key] = int(self._client.get(resource.data_key) or 0)
+        return out
 
     def close(self) -> None:
         self._client.close()
 
 
-def open_store(spec: ResourceSpec) -> _SqliteStore | _PostgresStore | _RedisStore:
-    """A new handle on the counter described by ``spec`` (one per process)."""
-    if spec.kind == "sqlite":
-        return _SqliteStore(spec)
-    if spec.kind == "postgres":
-        return _PostgresStore(spec)
-    return _RedisStore(spec)
+def base_data_key(spec: ResourceSpec) -> str:
+    """The data key a [`RedisFencedResource`][fencedlease.RedisFencedResource] named ``spec.name``
+    would have (the check's keys of a Redis resource are named after it)."""
+    return f"{redis_keys(DEFAULT_PREFIX, spec.name).base}:resource"
+
+
+def registry_key(spec: ResourceSpec) -> str:
+    """The Redis set naming every key a Redis resource was used for."""
+    return f"{base_data_key(spec)}:keys"
+
+
+@contextlib.contextmanager
+def _redis_errors(what: str) -> Iterator[None]:
+    """A redis-py error inside is a [`BackendError`][fencedlease.BackendError] (the original in
+    ``__cause__``)."""
+    try:
+        yield
+    except redis.RedisError as exc:
+        raise BackendError(f"redis {what} failed: {exc}") from exc
+
+
+def open_store(spec: ResourceSpec) -> Any:
+    """A new handle on the counters described by ``spec`` (one per process): a
+    [`CounterStore`][fencedlease.lab.harness.resource_spec.CounterStore]."""
+    if spec.family == "redis":
+        return _RedisStore(spec)
+    if spec.family == "memory":
+        from .resources_memory import MemoryStore
+
+        return MemoryStore(spec)
+    if spec.kind.endswith("-append"):
+        from .resources_txn import AppendStore
+
+        return AppendStore(spec)
+    from .resources_sql import open_sql_store
+
+    return open_sql_store(spec)
 
 
 def prepare_resource(spec: ResourceSpec) -> None:
-    """Create the counter at 0 and clear the fence of ``spec.name`` (before the workers start)."""
+    """Empty the counters and clear the fences of ``spec`` (before the workers start)."""
     store = open_store(spec)
     try:
         store.prepare()
@@ -290,19 +183,20 @@ def prepare_resource(spec: ResourceSpec) -> None:
         store.close()
 
 
-def read_final_counter(spec: ResourceSpec) -> int:
-    """The counter's value, read plainly (after the workers stopped)."""
-    store = open_store(spec)
-    try:
-        return store.final()
-    finally:
-        store.close()
-
-
 def read_final_counters(spec: ResourceSpec) -> dict[str, int]:
-    """Each lease key's counter (``spec.keys``), read plainly (after the workers stopped)."""
+    """Each key's counter, read plainly (after the workers stopped): every key of
+    ``spec.keys`` in their order (0 when never written), then any other key written."""
     store = open_store(spec)
     try:
-        return {key: store.final(spec.slot(key)[1]) for key in spec.keys}
+        finals = dict(store.finals())
     finally:
         store.close()
+    out = {key: finals.pop(key, 0) for key in spec.keys}
+    out.update(finals)
+    return out
+
+
+def read_final_counter(spec: ResourceSpec) -> int:
+    """The sum of the counters, read plainly (after the workers stopped): with one key, its
+    counter; with many, the number of increments every key's counter holds together."""
+    return sum(read_final_counters(spec).values())

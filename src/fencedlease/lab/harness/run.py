@@ -28,6 +28,7 @@ bounded in time; servers are closed by their context managers.
 from __future__ import annotations
 
 import contextlib
+import functools
 import multiprocessing
 import os
 import random
@@ -54,6 +55,7 @@ from .environment import (
     start_redis,
     start_resource,
 )
+from .faults_kernel import Link, worker_links
 from .history import Event, HistoryWriter, merge_histories
 from .model import CheckConfig, CheckResult
 from .nemesis import Nemesis, NemesisEnv, left_out_faults
@@ -111,7 +113,21 @@ def run_check(
     with ExitStack() as stack:
         lease_redis = start_redis(config, stack, run.notes, run.prefix)
         spec = start_resource(config, run.out_dir, lease_redis.url, stack, run.notes)
-        network = start_proxies(config, run.names, run.run_id, lease_redis.url, stack, run.notes)
+        # A replay's kinds are its schedule's (the faults it records may have been replaced).
+        kinds = config.faults if config.schedule is None else config.schedule.kinds
+        links, run.kernel_reason = worker_links(
+            kinds, config.workers, run.run_id,
+            resource=config.resource, toxiproxy=config.toxiproxy,
+        )  # fmt: skip
+        if links is not None:
+            stack.callback(links.close)
+        hosts = None if links is None else [link.host_ip for link in links.links]
+        network = start_proxies(
+            config, run.names, run.run_id, lease_redis.url, stack, run.notes, hosts
+        )
+        if links is not None and len(network.proxies) == config.workers:
+            network = attrs.evolve(network, netns=tuple(link.netns for link in links.links))
+            run.kernel_links = list(links.links)
         _run_workers(run, stack, lease_redis, spec, network, on_progress)
     events, report = _collect_and_check(run)
     return _write_report(run, events, report, lease_redis.kind, network.kind)
@@ -130,6 +146,8 @@ class _Run:
     notes: list[str] = attrs.field(factory=list)
     left_out: list[str] = attrs.field(factory=list)
     schedule: Schedule | None = None
+    kernel_links: list[Link] = attrs.field(factory=list)
+    kernel_reason: str | None = None
 
     @property
     def prefix(self) -> str:
@@ -170,16 +188,22 @@ def _begin(config: CheckConfig) -> _Run:
         raise ValueError("workers must be at least 2 (a lease needs someone to take it over)")
     if config.duration_s <= 0:
         raise ValueError("duration_s must be positive")
+    if config.resource.startswith("memory") and config.resource_url:
+        raise ValueError(
+            f"--resource {config.resource} runs in a process of the run's own:"
+            " --resource-url does not apply to it"
+        )
     seed = config.seed if config.seed is not None else secrets.randbelow(2**31)
     if config.schedule is not None and config.schedule.workers != config.workers:
         raise ValueError(
             f"the schedule is for {config.schedule.workers} workers, the run has {config.workers}"
         )
     out_dir = Path(config.out_dir)
-    for url in (config.redis_url, config.resource_url if config.resource == "redis" else None):
+    redis_resource = config.resource.startswith("redis")
+    for url in (config.redis_url, config.resource_url if redis_resource else None):
         if url:
             check_redis_url(url)
-    if config.resource == "sqlite" and config.resource_url:
+    if config.resource.startswith("sqlite") and config.resource_url:
         check_sqlite_resource(config.resource_url)  # before anything is written
     parts_dir = claim_out_dir(out_dir)
     secret_urls = [url for url in (config.redis_url, config.resource_url) if url]
@@ -210,6 +234,14 @@ def _run_workers(
     with _processes(ctx, stop, join_s) as procs:
         nemesis.env.alive = lambda worker: worker < len(procs) and procs[worker].is_alive()
         _start_workers(run, ctx, board, go, stop, procs, spec, network, wait_ms)
+        nemesis.env.restart_worker = functools.partial(
+            _restart_worker,
+            procs,
+            stop,
+            functools.partial(
+                _start_workers, run, ctx, board, go, stop, procs, spec, network, wait_ms
+            ),
+        )
         _wait_ready(board, procs, timeout_s=60.0)
         _record_start(run, run_writer, spec, lease_redis, network)
         _run_schedule(run, board, procs, nemesis, go, stop, run_writer, on_progress)
@@ -271,6 +303,10 @@ def _make_nemesis(
         extra_flush_urls=[spec.target] if flush_resource else [],
         client_prefix=run.prefix,
         rng=random.Random(f"nemesis:{run.seed}"),
+        history_paths=[str(run.parts_dir / f"history-{name}.jsonl") for name in run.names],
+        run_id=run.run_id,
+        kernel_links=list(run.kernel_links),
+        kernel_reason=run.kernel_reason,
     )
     nemesis = Nemesis(env, schedule)
     stack.callback(nemesis.close)
@@ -287,10 +323,14 @@ def _start_workers(
     spec: ResourceSpec,
     network: Network,
     wait_ms: int,
+    only: int | None = None,
 ) -> None:
-    """Start one process per worker (each joins ``procs`` as soon as it runs)."""
+    """Start one process per worker (each joins ``procs`` as soon as it runs); with ``only``,
+    that worker's alone, in place of its dead process (``kill-holder``)."""
     config = run.config
     for index, name in enumerate(run.names):
+        if only is not None and index != only:
+            continue
         worker = WorkerConfig(
             index=index,
             name=name,
@@ -309,6 +349,7 @@ def _start_workers(
             seed=worker_seed(run.seed, index),
             kind=run.worker_kinds[index],
             wait_share=config.wait_share,
+            netns=network.netns[index] if network.netns else None,
         )
         proc = ctx.Process(
             target=worker_main,
@@ -317,7 +358,18 @@ def _start_workers(
             daemon=True,
         )
         proc.start()
-        procs.append(proc)
+        if only is None:
+            procs.append(proc)
+        else:
+            procs[only] = proc
+
+
+def _restart_worker(procs: list[Any], stop: Any, start: Callable[..., None], index: int) -> None:
+    """Start a fresh process for worker ``index`` (``start(only=index)``) once its dead one is
+    reaped, unless the run is stopping; it continues the worker's history file."""
+    procs[index].join(5.0)
+    if not stop.is_set():
+        start(only=index)
 
 
 def _record_start(

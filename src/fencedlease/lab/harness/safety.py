@@ -18,7 +18,7 @@ from typing import Final
 
 from fencedlease import redact_url
 
-from .resources import COUNTER_TABLE, ResourceSpec
+from .resources import COUNTER_TABLE, LIST_TABLE, ResourceSpec
 
 __all__ = [
     "OUT_FILES",
@@ -29,6 +29,7 @@ __all__ = [
     "check_sqlite_resource",
     "claim_out_dir",
     "mark_resource",
+    "redis_marker_key",
     "remove_sqlite_resource",
 ]
 
@@ -149,7 +150,9 @@ def mark_resource(spec: ResourceSpec) -> bool:
     Raises:
         UnsafeTargetError: so.
     """
-    if spec.kind == "sqlite":
+    if spec.family == "memory":
+        return False  # a process of the run's own: nothing to mark
+    if spec.family == "sqlite":
         conn = sqlite3.connect(spec.target)
         try:
             conn.execute(f"CREATE TABLE IF NOT EXISTS {RESOURCE_MARKER} (made_by TEXT)")
@@ -157,10 +160,17 @@ def mark_resource(spec: ResourceSpec) -> bool:
         finally:
             conn.close()
         return False
-    if spec.kind == "redis":
+    if spec.family == "redis":
         return _mark_redis_resource(spec)
     _mark_postgres_resource(spec)
     return False
+
+
+def redis_marker_key(spec: ResourceSpec) -> str:
+    """The key that marks a Redis resource as the check's (beside its resource's data key)."""
+    from .resources import base_data_key
+
+    return f"{base_data_key(spec)}:{RESOURCE_MARKER}"
 
 
 def _mark_redis_resource(spec: ResourceSpec) -> bool:
@@ -168,14 +178,17 @@ def _mark_redis_resource(spec: ResourceSpec) -> bool:
 
     from fencedlease import RedisFencedResource
 
+    from .resources import registry_key
+
     with redis.Redis.from_url(spec.target, socket_timeout=5.0, socket_connect_timeout=5.0) as r:
-        resource = RedisFencedResource(r, spec.name)
-        marker = f"{resource.data_key}:{RESOURCE_MARKER}"
-        if not r.exists(marker) and r.exists(resource.data_key, resource.fence_key):
+        marker = redis_marker_key(spec)
+        base = RedisFencedResource(r, spec.name)
+        names = (registry_key(spec), base.data_key, base.fence_key)
+        if not r.exists(marker) and r.exists(*names):
             raise UnsafeTargetError(
-                f"the Redis resource {redact_url(spec.target)} holds {resource.data_key!r} or"
-                f" {resource.fence_key!r}, which fencedlease check did not create; the check"
-                " would delete them, so it refuses"
+                f"the Redis resource {redact_url(spec.target)} holds one of"
+                f" {', '.join(repr(n) for n in names)}, which fencedlease check did not create;"
+                " the check would delete the keys they name, so it refuses"
             )
         return bool(r.set(marker, "made by fencedlease check", nx=True))
 
@@ -184,15 +197,17 @@ def _mark_postgres_resource(spec: ResourceSpec) -> None:
     import psycopg  # optional: only for --resource postgres
 
     with psycopg.connect(spec.target, autocommit=True, connect_timeout=5) as conn:
-        row = conn.execute(
-            "SELECT to_regclass(%s) IS NOT NULL, to_regclass(%s) IS NOT NULL",
-            (COUNTER_TABLE, RESOURCE_MARKER),
-        ).fetchone()
-        assert row is not None
-        counter, marked = row
-        if counter and not marked:
-            raise UnsafeTargetError(
-                f"the PostgreSQL resource {redact_url(spec.target)} has a table {COUNTER_TABLE}"
-                " that fencedlease check did not create; the check would drop it, so it refuses"
-            )
+        for table in (COUNTER_TABLE, LIST_TABLE):
+            row = conn.execute(
+                "SELECT to_regclass(%s) IS NOT NULL, to_regclass(%s) IS NOT NULL",
+                (table, RESOURCE_MARKER),
+            ).fetchone()
+            assert row is not None
+            counter, marked = row
+            if counter and not marked:
+                raise UnsafeTargetError(
+                    f"the PostgreSQL resource {redact_url(spec.target)} has a table {table}"
+                    " that fencedlease check did not create; the check would drop it, so it"
+                    " refuses"
+                )
         conn.execute(f"CREATE TABLE IF NOT EXISTS {RESOURCE_MARKER} (made_by TEXT)")

@@ -20,7 +20,7 @@ Which kinds may be in force at once is
 overlaps nothing (it always leads an episode of its own). ``redis-restart-nopersist`` comes last,
 alone: after it the resource refuses the new, lower tokens for the rest of the run.
 
-Durations are drawn around [`fault_duration_s`][fencedlease.lab.harness.nemesis.fault_duration_s]
+Durations are drawn around [`fault_duration_s`][fencedlease.lab.harness.kinds.fault_duration_s]
 (from it to 11/8 of it); instants stay instants. An episode starts a gap of one ttl after the
 previous one ended, so recovery from it can be seen before the next begins.
 
@@ -36,7 +36,7 @@ from typing import Any, Final
 
 import attrs
 
-from .nemesis import FAULTS, fault_duration_s
+from .kinds import FAULTS, fault_duration_s
 
 __all__ = [
     "LAST",
@@ -52,7 +52,8 @@ __all__ = [
 OVERLAPPING: Final = frozenset(
     {
         "latency", "pause-holder", "partition", "client-kill", "script-flush", "timeout",
-        "reset-peer", "redis-pause", "redis-restart-aof",
+        "reset-peer", "redis-pause", "redis-restart-aof", "clock", "kill-holder", "drop-replies",
+        "drop-requests", "kernel-drop", "kernel-reject",
     }
 )  # fmt: skip
 
@@ -60,8 +61,10 @@ OVERLAPPING: Final = frozenset(
 LAST: Final = frozenset({"redis-restart-nopersist"})
 
 # Never in force together, whoever the victims: a command to a paused or restarting Redis
-# (CLIENT KILL, SCRIPT FLUSH) would only time out; a worker stopped while Redis is paused
-# cannot be told of its loss in time, which the checker would count against the library.
+# (CLIENT KILL, SCRIPT FLUSH; kill-holder's reads of the dead worker's key, on which closing its
+# history waits) would only time out; a worker stopped while Redis is paused cannot be told of
+# its loss in time, which the checker would count against the library; two clock faults would
+# each set the other's wall clocks back when it ends.
 _NEVER: Final = frozenset(
     frozenset(pair)
     for pair in (
@@ -70,11 +73,25 @@ _NEVER: Final = frozenset(
         ("redis-restart-aof", "client-kill"),
         ("redis-restart-aof", "script-flush"),
         ("redis-pause", "pause-holder"),
+        ("redis-pause", "kill-holder"),
+        ("redis-restart-aof", "kill-holder"),
+        ("clock", "clock"),
     )
 )
-# Never on the same worker: a stopped worker cut off from Redis cannot be told of the loss.
+# Never on the same worker: a stopped worker cut off from Redis cannot be told of the loss; a
+# worker killed while stopped, or killed twice, has one process for two faults to end.
 _NOT_SAME_WORKER: Final = frozenset(
-    frozenset(pair) for pair in (("pause-holder", "partition"), ("pause-holder", "timeout"))
+    frozenset(pair)
+    for pair in (
+        ("pause-holder", "partition"),
+        ("pause-holder", "timeout"),
+        ("pause-holder", "drop-replies"),
+        ("pause-holder", "drop-requests"),
+        ("pause-holder", "kernel-drop"),
+        ("pause-holder", "kernel-reject"),
+        ("pause-holder", "kill-holder"),
+        ("kill-holder", "kill-holder"),
+    )
 )
 
 
@@ -83,7 +100,11 @@ def may_overlap(kind: str, target: int | None, other: str, other_target: int | N
     on ``other_target`` is (None: no victim). Faults on one proxy compose (each toxic has its
     own name, a proxy is enabled again when the last partition of it heals); a worker stopped
     twice resumes when both pauses have ended; a Redis restart during a Redis pause kills the
-    stopped process and starts a new one (the pause ends with it)."""
+    stopped process and starts a new one (the pause ends with it); kernel cuts compose (each
+    has an nftables table of its own), and with the proxy faults (the proxy listens on the host
+    end of the link the rules cut); a ``clock`` fault touches only the wall clocks, so it
+    composes with any other kind but itself; ``kill-holder`` composes with the network faults
+    (the fresh worker starts behind whatever is in force on its proxy or link)."""
     if kind not in OVERLAPPING or other not in OVERLAPPING:
         return False
     pair = frozenset((kind, other))
@@ -102,7 +123,7 @@ class PlannedFault:
     """One fault of a [`Schedule`][fencedlease.lab.harness.schedule.Schedule].
 
     ``index``: its place in the schedule (it also names its toxics). ``kind``: a key of
-    [`FAULTS`][fencedlease.lab.harness.nemesis.FAULTS]. ``target``: the victim's worker index, or
+    [`FAULTS`][fencedlease.lab.harness.kinds.FAULTS]. ``target``: the victim's worker index, or
     None for a fault with no victim. ``episode``: the episode it belongs to. ``offset_ms``:
     milliseconds after its episode's lead began (0 for the lead). ``duration_ms``: how long it
     is in force (0: an instant). ``start_ms``: its planned start, milliseconds after the run

@@ -63,6 +63,12 @@ FAULT_COLORS: Final = {
     "redis-pause": "#5c6bc0",
     "redis-restart-aof": "#546e7a",
     "redis-restart-nopersist": "#d32f2f",
+    "clock": "#9ccc65",
+    "kill-holder": "#212121",
+    "drop-replies": "#80deea",
+    "drop-requests": "#4dd0e1",
+    "kernel-drop": "#ffab91",
+    "kernel-reject": "#ff7043",
 }
 
 

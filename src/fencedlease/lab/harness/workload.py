@@ -48,12 +48,14 @@ from redis.retry import Retry
 
 from fencedlease import (
     BackendError,
+    Clock,
     LeaseLostError,
     LeaseManager,
     LeaseNotAcquiredError,
     StaleTokenError,
 )
 
+from .faults_clock import make_offsets
 from .history import HistoryWriter, Operation
 from .recorder import Recorder
 from .resources import ResourceSpec, open_store
@@ -71,6 +73,7 @@ __all__ = [
     "access",
     "end_cycle",
     "lane_rng",
+    "open_lane_store",
     "pick",
     "run_sync_worker",
 ]
@@ -107,12 +110,15 @@ class Board:
     ([`Cycle`][fencedlease.lab.harness.workload.Cycle]): the one holding a lease, if any.
 
     Made in the parent with a multiprocessing context and handed to the workers; reads are
-    unlocked snapshots (good enough to pick a victim or draw progress).
+    unlocked snapshots (good enough to pick a victim or draw progress). ``wall_offsets``: each
+    worker's wall-clock offset in seconds, set by the ``clock`` fault
+    ([`faults_clock`][fencedlease.lab.harness.faults_clock]).
     """
 
     def __init__(self, ctx: Any, workers: int) -> None:
         self.workers = workers
         self._array = ctx.Array("q", workers * len(_FIELDS), lock=False)
+        self.wall_offsets = make_offsets(ctx, workers)
 
     def _index(self, worker: int, field: str) -> int:
         return worker * len(_FIELDS) + _FIELDS.index(field)
@@ -155,7 +161,9 @@ class WorkerConfig:
     picks from; ``wait_share``: the share of acquires that wait ``wait_ms`` (the others fail
     fast); ``kind``: how the worker runs
     ([`WORKER_KINDS`][fencedlease.lab.harness.workload.WORKER_KINDS], see
-    [`worker_main`][fencedlease.lab.harness.workers.worker_main]).
+    [`worker_main`][fencedlease.lab.harness.workers.worker_main]). ``netns``: the network
+    namespace the worker enters before anything else (its link for the kernel faults), None: the
+    host's.
     """
 
     index: int
@@ -176,6 +184,7 @@ class WorkerConfig:
     max_cycles: int = 10_000
     kind: WorkerKind = "sync"
     wait_share: float = 0.5
+    netns: str | None = None
 
 
 def client_name(prefix: str, worker_name: str) -> str:
@@ -186,11 +195,12 @@ def client_name(prefix: str, worker_name: str) -> str:
 
 
 def run_sync_worker(
-    config: WorkerConfig, board: Board, go: Any, stop: Any, recorder: Recorder
+    config: WorkerConfig, board: Board, go: Any, stop: Any, recorder: Recorder, clock: Clock
 ) -> None:
     """Run a ``sync`` or ``threads`` worker (see
     [`worker_main`][fencedlease.lab.harness.workers.worker_main]) until ``stop``, ``duration_s`` or
-    ``max_cycles`` (per thread)."""
+    ``max_cycles`` (per thread); ``clock`` is the worker's (the ``clock`` fault's offset wall
+    time)."""
     timeout_s = config.socket_timeout_ms / 1000
     client = redis.Redis.from_url(
         config.redis_url,
@@ -203,7 +213,7 @@ def run_sync_worker(
     )
     threads = THREADS if config.kind == "threads" else 1
     _warm_pool(client, 5 + threads)
-    manager = LeaseManager(client, prefix=config.prefix, on_event=recorder)
+    manager = LeaseManager(client, prefix=config.prefix, on_event=recorder, clock=clock)
     board.set(config.index, "pid", os.getpid())  # ready: the run waits for every pid
     try:
         if not go.wait(60.0):
@@ -217,7 +227,7 @@ def run_sync_worker(
                     board,
                     manager,
                     recorder,
-                    lane_rng(config, n),
+                    n,
                     stop,
                     deadline,
                 ),
@@ -248,13 +258,14 @@ def _loop(
     board: Board,
     manager: LeaseManager,
     recorder: Recorder,
-    rng: random.Random,
+    lane: int,
     stop: Any,
     deadline: float,
 ) -> None:
     """One lane (thread) of a sync worker, with a store of its own (opened in this thread: an
     SQLite connection may be used only in the thread that made it)."""
-    store = open_store(config.resource)
+    rng = lane_rng(config, lane)
+    store = open_lane_store(config, recorder, lane)
     try:
         cycles = 0
         while not stop.is_set() and time.monotonic() < deadline and cycles < config.max_cycles:
@@ -263,6 +274,17 @@ def _loop(
     finally:
         with contextlib.suppress(Exception):
             store.close()
+
+
+def open_lane_store(config: WorkerConfig, recorder: Recorder, lane: int) -> Any:
+    """The counter store of one lane (opened in the thread that uses it); a list-append
+    resource also records its transactions in the worker's history, the values it appends named
+    after the worker and the lane."""
+    store = open_store(config.resource)
+    attach = getattr(store, "attach_history", None)
+    if attach is not None:
+        attach(recorder.writer, lane=lane)
+    return store
 
 
 def pick(config: WorkerConfig, rng: random.Random) -> tuple[str, int]:

@@ -24,6 +24,7 @@ MODULES: Final = (
     "recovery",
     "mutual_exclusion",
     "register",
+    "transactions",
 )
 
 #: Every property, in report order.

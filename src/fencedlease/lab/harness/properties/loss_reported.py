@@ -3,7 +3,8 @@
 A lease lost during its critical section (the library said so, or another worker was granted
 the same key before the body ended) ends in ``LeaseLostError`` or ``StaleTokenError``, never in a
 normal return. And when the holder is cut off from Redis (``partition``, ``timeout``,
-``redis-pause`` of at least ttl), it is told of the loss within ttl + one heartbeat of the cut
+``redis-pause``, ``drop-replies``, ``drop-requests``, ``kernel-drop``, ``kernel-reject`` of at
+least ttl), it is told of the loss within ttl + one heartbeat of the cut
 (Kleppmann, "How to do distributed locking", 2016: a holder that does not know is the danger).
 """
 
@@ -21,7 +22,12 @@ __all__ = ["CUT_OFF_FAULTS", "PROPERTY"]
 KEY = "loss-reported"
 
 #: Faults after which the holder must be told of its loss within ttl + one heartbeat.
-CUT_OFF_FAULTS: Final = frozenset({"partition", "timeout", "redis-pause"})
+CUT_OFF_FAULTS: Final = frozenset(
+    {
+        "partition", "timeout", "redis-pause", "drop-replies", "drop-requests",
+        "kernel-drop", "kernel-reject",
+    }
+)  # fmt: skip
 
 
 def _rival(

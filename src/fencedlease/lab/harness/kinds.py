@@ -1,0 +1,156 @@
+"""The fault kinds: what each needs, how long it lasts, which a run's ``--faults`` names.
+
+Pure: no I/O. [`nemesis`][fencedlease.lab.harness.nemesis] makes the faults and
+[`schedule`][fencedlease.lab.harness.schedule] plans them, both from this table (the nemesis
+re-exports it); neither imports the other at run time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+import attrs
+
+__all__ = [
+    "ALL_FAULTS",
+    "CUT_OFF",
+    "DEFAULT_FAULTS",
+    "FAULTS",
+    "SERVER_WIDE",
+    "FaultInfo",
+    "fault_duration_s",
+    "left_out_faults",
+    "parse_faults",
+]
+
+
+@attrs.frozen
+class FaultInfo:
+    """What a fault kind needs: ``"proxy"`` (Toxiproxy), ``"redis-process"`` (a redis-server we
+    started), ``"restart"`` (a run that can start a worker again), ``"kernel"`` (root, ``nft``
+    and a proxy per worker) or ``None``; ``disrupts`` is true when it may take the lease away
+    (the checker then expects a new grant within ttl + margin after it heals); ``targets``: it
+    hits one worker (the holder). ``server_wide``: it acts on the whole Redis server (its
+    process, its script cache, its configuration), not only on the run's own keys,
+    connections, proxies and worker processes; such a fault runs only on a Redis the check
+    started (see [`SERVER_WIDE`][fencedlease.lab.harness.kinds.SERVER_WIDE])."""
+
+    needs: str | None
+    disrupts: bool
+    targets: bool
+    summary: str
+    server_wide: bool = False
+
+
+FAULTS: Final[dict[str, FaultInfo]] = {
+    "latency": FaultInfo("proxy", False, True, "latency toxic on the holder's proxy"),
+    "pause-holder": FaultInfo(None, True, True, "SIGSTOP the holder for 2 x ttl (a GC pause)"),
+    "partition": FaultInfo("proxy", True, True, "the holder's proxy disabled for 2 x ttl"),
+    "client-kill": FaultInfo(None, False, True, "CLIENT KILL of the holder's connections"),
+    "script-flush": FaultInfo(None, False, False, "SCRIPT FLUSH on Redis", server_wide=True),
+    "timeout": FaultInfo("proxy", True, True, "black hole (timeout 0) on the holder's proxy"),
+    "reset-peer": FaultInfo("proxy", True, True, "reset_peer: TCP RST on the holder's connections"),
+    "redis-pause": FaultInfo(
+        "redis-process", True, False, "SIGSTOP redis-server for 2 x ttl", server_wide=True
+    ),
+    "redis-restart-aof": FaultInfo(
+        "redis-process", True, False, "kill -9 and restart with AOF", server_wide=True
+    ),
+    "redis-restart-nopersist": FaultInfo(
+        "redis-process",
+        True,
+        False,
+        "CONFIG SET appendonly no, kill -9 and restart without persistence",
+        server_wide=True,
+    ),
+    "clock": FaultInfo(None, False, False, "wall clocks jump +-5 ttl and strobe (no lease moves)"),
+    "kill-holder": FaultInfo("restart", True, True, "kill -9 of the holder, a fresh worker after"),
+    "drop-replies": FaultInfo("proxy", True, True, "the holder's replies lost (downstream only)"),
+    "drop-requests": FaultInfo("proxy", True, True, "the holder's requests lost (upstream only)"),
+    "kernel-drop": FaultInfo("kernel", True, True, "nftables drop of the holder's packets"),
+    "kernel-reject": FaultInfo("kernel", True, True, "nftables reject (TCP reset) of the holder"),
+}
+
+#: The kinds that act on the whole Redis server rather than on the run's own keys and
+#: connections: ``script-flush`` (every application's cached scripts), the ``redis-*`` process
+#: faults (every client of the server; ``CONFIG SET``). The others touch only what the run made:
+#: its worker processes (``pause-holder``), its own Toxiproxy proxies (``latency``,
+#: ``partition``, ``timeout``, ``reset-peer``) and its workers' connections, found by a client
+#: name that carries the run's random id (``client-kill``).
+SERVER_WIDE: Final = frozenset(kind for kind, info in FAULTS.items() if info.server_wide)
+
+#: Faults that cut the holder off from Redis while its body goes on.
+CUT_OFF: Final = frozenset(
+    {"partition", "timeout", "drop-replies", "drop-requests", "kernel-drop", "kernel-reject"}
+)
+
+#: The default kinds: the first ten once each (the schedule puts the restart without persistence
+#: last: after it the resource refuses the new, lower tokens for the rest of the run); they fit in
+#: the default 30 s run. ``clock``, ``kill-holder``, the one-way and the kernel faults are asked for
+#: by name or with ``all`` (:data:`ALL_FAULTS`).
+DEFAULT_FAULTS: Final[tuple[str, ...]] = (
+    "latency", "pause-holder", "partition", "client-kill", "script-flush", "timeout",
+    "reset-peer", "redis-pause", "redis-restart-aof", "redis-restart-nopersist",
+)  # fmt: skip
+
+#: Every kind once, the restart without persistence last.
+ALL_FAULTS: Final[tuple[str, ...]] = (
+    *(kind for kind in FAULTS if kind != "redis-restart-nopersist"),
+    "redis-restart-nopersist",
+)
+
+
+def fault_duration_s(kind: str, ttl_ms: int, heartbeat_ms: int) -> float:
+    """How long a fault of ``kind`` lasts, in seconds, for leases of ``ttl_ms``: 2 x ttl for
+    pauses and cuts (the four cases the harness stages), a few heartbeats for the lighter ones, 0
+    for instants."""
+    ttl = ttl_ms / 1000
+    beat = heartbeat_ms / 1000
+    return {
+        "latency": 2 * ttl,
+        "pause-holder": 2 * ttl,
+        "partition": 2 * ttl,
+        "client-kill": 2 * beat + 0.1,  # watch the holder reconnect and renew
+        "script-flush": 0.0,
+        "timeout": 2 * ttl,
+        "reset-peer": 2 * beat,
+        "redis-pause": 2 * ttl,
+        "redis-restart-aof": 0.0,
+        "redis-restart-nopersist": 0.0,
+        "clock": 3 * ttl,
+        "kill-holder": ttl / 2,  # the fresh worker starts then; the fault ends when the key is free
+        "drop-replies": 2 * ttl,
+        "drop-requests": 2 * ttl,
+        "kernel-drop": 2 * ttl,
+        "kernel-reject": 2 * ttl,
+    }[kind]
+
+
+def left_out_faults(faults: Sequence[str], *, own_server: bool, allow: bool) -> list[str]:
+    """The kinds of ``faults`` (in their order, each once) that must not run: the
+    [`SERVER_WIDE`][fencedlease.lab.harness.kinds.SERVER_WIDE] ones when the lease Redis is not one
+    the check started (``own_server`` false) and the user did not ``allow`` server faults; else
+    none."""
+    if own_server or allow:
+        return []
+    return list(dict.fromkeys(kind for kind in faults if kind in SERVER_WIDE))
+
+
+def parse_faults(text: str) -> list[str]:
+    """``"default"`` -> [`DEFAULT_FAULTS`][fencedlease.lab.harness.kinds.DEFAULT_FAULTS]; ``"all"``
+    -> every kind ([`ALL_FAULTS`][fencedlease.lab.harness.kinds.ALL_FAULTS]); ``"none"`` -> none;
+    else a comma-separated list of kinds (in that order). Raises ``ValueError`` naming an unknown
+    kind."""
+    text = text.strip()
+    if text == "default":
+        return list(DEFAULT_FAULTS)
+    if text == "all":
+        return list(ALL_FAULTS)
+    if text in ("none", ""):
+        return []
+    kinds = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [kind for kind in kinds if kind not in FAULTS]
+    if unknown:
+        raise ValueError(f"unknown fault(s) {unknown}; known: {', '.join(FAULTS)}")
+    return kinds

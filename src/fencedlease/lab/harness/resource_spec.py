@@ -1,0 +1,90 @@
+"""What every resource kind shares: the kinds, the tables,
+[`ResourceSpec`][fencedlease.lab.harness.resource_spec.ResourceSpec] and the
+[`CounterStore`][fencedlease.lab.harness.resource_spec.CounterStore] protocol
+([`resources`][fencedlease.lab.harness.resources] opens the stores)."""
+
+from __future__ import annotations
+
+from typing import Final, Literal, Protocol, get_args
+
+import attrs
+
+from fencedlease import Lease
+
+__all__ = [
+    "COUNTER_TABLE",
+    "LIST_TABLE",
+    "RESOURCES",
+    "CounterStore",
+    "ResourceKind",
+    "ResourceSpec",
+    "access_key",
+]
+
+ResourceKind = Literal[
+    "sqlite",
+    "redis",
+    "postgres",
+    "sqlite-rows",
+    "postgres-rows",
+    "sqlite-append",
+    "postgres-append",
+    "memory",
+    "memory-strict",
+]
+
+#: Every kind, in the order ``--resource`` lists them.
+RESOURCES: Final[tuple[ResourceKind, ...]] = get_args(ResourceKind)
+
+#: The counters' table in the SQL resources (one row per key).
+COUNTER_TABLE: Final = "fencedlease_check_counter"
+#: The lists of the list-append resources (one row per list; see :mod:`.resources_txn`).
+LIST_TABLE: Final = "fencedlease_check_lists"
+
+
+@attrs.frozen
+class ResourceSpec:
+    """Where the counters live: ``kind`` and ``target`` (an SQLite path, a Redis URL, a
+    PostgreSQL DSN, the ``host:port`` of the memory resource's process); ``name`` prefixes the
+    fenced resources' names (guard rows and Redis resources are ``<name>/<key>``); ``secret`` is
+    the memory resource process's authentication key (hex; never shown). ``keys``: the run's
+    lease keys (each has a counter, read at the end even when never written); empty: the keys
+    written."""
+
+    kind: ResourceKind
+    target: str
+    name: str = "check-counter"
+    secret: str = attrs.field(default="", repr=False)
+    keys: tuple[str, ...] = ()
+
+    @property
+    def family(self) -> Literal["sqlite", "postgres", "redis", "memory"]:
+        """Where the data lives: ``sqlite``, ``postgres``, ``redis`` or ``memory``."""
+        return self.kind.split("-")[0]  # type: ignore[return-value]
+
+    def resource_name(self, key: str) -> str:
+        """The fenced resource's name for the counter of ``key``: ``<name>/<key>``."""
+        return f"{self.name}/{key}"
+
+
+class CounterStore(Protocol):
+    """One process's handle on the counters. ``read``/``write`` the counter of ``key`` (the
+    lease's key when None), fenced with ``lease`` when told; both raise
+    [`StaleTokenError`][fencedlease.StaleTokenError] when refused and
+    [`BackendError`][fencedlease.BackendError] when the store fails (the write's effect is then
+    unknown). ``finals`` maps each key ever written to its counter."""
+
+    def read(self, lease: Lease, *, fenced: bool, key: str | None = None) -> int: ...
+
+    def write(self, value: int, lease: Lease, *, fenced: bool, key: str | None = None) -> None: ...
+
+    def finals(self) -> dict[str, int]: ...
+
+    def prepare(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def access_key(lease: Lease, key: str | None) -> str:
+    """The key an access is for: ``key``, else the lease's."""
+    return key if key is not None else str(lease.key)
