@@ -48,8 +48,8 @@ def test_kernel_cut_holder_is_told_within_ttl_plus_heartbeat(
     errors = [
         str(e.detail.get("error"))
         for e in read_history(result.history_path)
-        if e.process == victim.process and e.op == "renew-error"
-        and fault.start < e.mono < (fault.end or 0.0)
+        if e.process == victim.process and e.op == "renew" and e.type == "info"
+        and e.outcome == "error" and fault.start < e.mono < (fault.end or 0.0)
     ]  # fmt: skip
     refused = [error for error in errors if "Connection refused" in error]
     if kind == "kernel-reject":
