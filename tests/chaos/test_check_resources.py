@@ -2,7 +2,7 @@
 is survived with fencing (exit 0) and breaks the data without it (exit 1, the anomaly named).
 
 Run as the command line runs (``python -m fencedlease check``), short: a pause of the holder
-inside its critical section, 3 workers, the seed fixed.
+inside its critical section (one key, a body of 1.8 x ttl), 3 workers, the seed fixed.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def check(kind: str, mode: str, out: Path) -> tuple[int, dict[str, Any], str]:
     command = [
         sys.executable, "-m", "fencedlease", "check", "--resource", kind, "--mode", mode,
         "--faults", "pause-holder", "--duration", "8", "--seed", "4", "--workers", "3",
-        "--no-toxiproxy", "--out", str(out),
+        "--keys", "1", "--body", "1800", "--no-toxiproxy", "--out", str(out),
     ]  # fmt: skip
     done = subprocess.run(
         command, capture_output=True, text=True, timeout=240, env={**os.environ}, check=False
