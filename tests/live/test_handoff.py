@@ -4,6 +4,7 @@ back to polling when a notification is lost."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
 from collections.abc import Iterator
@@ -274,3 +275,38 @@ def test_listener_survives_a_redis_restart(own_redis: RedisServer) -> None:
         assert waiter.held_at - released_at < 5.0
         assert waiter_side._release_waiter.notified >= 1  # type: ignore[attr-defined]
     admin.close()
+
+
+def test_asyncio_queueing_that_fails_after_the_wait_gave_up_is_not_left_unretrieved(
+    redis_url: str,
+) -> None:
+    """The wait gives up while its queueing command is still out; when that command then fails
+    (a BackendError, e.g. a socket timeout), the failure is moot and nothing reports a task
+    exception that was never retrieved (it used to, from the asyncio workers of the check)."""
+    from fencedlease import BackendError
+
+    async def scenario() -> list[dict[str, Any]]:
+        loop = asyncio.get_running_loop()
+        reported: list[dict[str, Any]] = []
+        loop.set_exception_handler(lambda _loop, context: reported.append(context))
+        client = redis.asyncio.Redis.from_url(redis_url)
+        handoff = AsyncHandoff(client, "h")
+        started, fail = asyncio.Event(), asyncio.Event()
+
+        async def stalled_enqueue(*_args: object) -> bool:
+            started.set()
+            await fail.wait()
+            raise BackendError("wait for 'gone': Timeout reading from socket")
+
+        handoff._enqueue = stalled_enqueue  # type: ignore[method-assign]
+        await handoff.wait("gone", new_owner_token(), 10_000, 1.0)
+        assert started.is_set()  # the queueing was sent, and the wait gave up on it
+        fail.set()
+        while handoff._chores:
+            await asyncio.sleep(0)
+        gc.collect()
+        await handoff.aclose()
+        await client.aclose()
+        return reported
+
+    assert asyncio.run(scenario()) == []

@@ -30,6 +30,7 @@ from .._redis.errors import acl_denial, backend_errors
 from .._redis.keys import handoff_channel
 from .._redis.replies import text
 from .._redis.scripts import ENQUEUE
+from ._primitives import retrieve
 
 __all__ = ["AsyncHandoff", "AsyncSleepWaiter", "async_release_waiter_for"]
 
@@ -75,6 +76,9 @@ class AsyncHandoff(HandoffBase[redis.asyncio.Redis]):
         task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(coro)
         self._chores.add(task)
         task.add_done_callback(self._chores.discard)
+        # A wait that gave up (its timeout) no longer reads its queueing's outcome: a failure that
+        # comes after is moot, and must not be logged as "Task exception was never retrieved".
+        task.add_done_callback(retrieve)
         return task
 
     async def wait(
