@@ -298,7 +298,7 @@ def test_asyncio_queueing_that_fails_after_the_wait_gave_up_is_not_left_unretrie
             await fail.wait()
             raise BackendError("wait for 'gone': Timeout reading from socket")
 
-        handoff._enqueue = stalled_enqueue  # type: ignore[method-assign]
+        handoff._enqueue = stalled_enqueue  # type: ignore[method-assign,assignment]
         await handoff.wait("gone", new_owner_token(), 10_000, 1.0)
         assert started.is_set()  # the queueing was sent, and the wait gave up on it
         fail.set()
