@@ -97,6 +97,7 @@ PHASES: Final = ("idle", "acquiring", "holding", "body", "writing", "releasing")
 
 _FIELDS: Final = (
     "pid", "phase", "since", "token", "key", "grants", "acked", "refused", "lost", "errors",
+    "stretch",
 )  # fmt: skip
 
 
@@ -108,6 +109,9 @@ class Board:
     (acknowledged writes), ``refused`` (accesses refused as stale), ``lost`` (leases lost),
     ``errors``. A worker of several lanes shows one of its cycles at a time
     ([`Cycle`][fencedlease.lab.harness.workload.Cycle]): the one holding a lease, if any.
+    ``stretch`` is the one field the nemesis writes: milliseconds by which the body of the cycle
+    shown next (or now) is to outlast ``body_ms`` (a slow critical section, so that the holder
+    renews during a fault); the cycle sets it back to 0 when it takes it.
 
     Made in the parent with a multiprocessing context and handed to the workers; reads are
     unlocked snapshots (good enough to pick a victim or draw progress). ``wall_offsets``: each
@@ -315,17 +319,6 @@ def _warm_pool(client: redis.Redis, size: int) -> None:
         pool.release(connection)
 
 
-def _sleep_until(deadline: float) -> None:
-    """Sleep until ``deadline`` on the monotonic clock, in slices of at most 20 ms.
-
-    A paused worker (SIGSTOP) must wake as soon as it is resumed if its sleep is over: the
-    controls' schedule depends on it. A single ``time.sleep`` does not promise that (on Python
-    3.10 it went on sleeping the time that was left when the process was stopped).
-    """
-    while (left := deadline - time.monotonic()) > 0:
-        time.sleep(min(left, 0.02))
-
-
 # --- one cycle -------------------------------------------------------------------------------
 
 
@@ -356,6 +349,7 @@ class Cycle:
         self.grant = self.acquire.id
         self.hold: Operation | None = None
         self.body_end: float | None = None
+        self.stretched_until = 0.0
         recorder.expect(self.acquire)
 
     def hold_args(self) -> dict[str, Any]:
@@ -384,6 +378,21 @@ class Cycle:
 
     def phase(self, phase: int) -> None:
         self._show(phase, take=False)
+
+    def body_left(self, until: float) -> float:
+        """Seconds the body has left to run (it ends at ``until``, monotonic seconds, unless
+        stretched): a stretch the nemesis put on the board for this worker is taken by the cycle
+        it shows, and moves ``until`` to now plus the stretch. Called in slices of at most 20
+        ms, so that a stretch asked for during the body is taken, and so that a paused worker
+        (SIGSTOP) wakes as soon as it is resumed if its body is over (one long ``time.sleep``
+        does not promise that: on Python 3.10 it slept on the time left at the stop)."""
+        me, now = self.config.index, time.monotonic()
+        with _shown_lock:
+            stretch = self.board.get(me, "stretch") if _shown.get(me) is self else 0
+            if stretch > 0:
+                self.board.set(me, "stretch", 0)
+                self.stretched_until = max(self.stretched_until, now + stretch / 1000)
+        return max(until, self.stretched_until) - now
 
     def granted(self, token: int | None) -> None:
         """The lease is held (``token``): the board, and the hold operation."""
@@ -467,7 +476,9 @@ def _cycle(
             try:
                 value = cycle.read(store, lease)
                 cycle.phase(BODY)
-                _sleep_until(time.monotonic() + config.body_ms / 1000)
+                until = time.monotonic() + config.body_ms / 1000
+                while (left := cycle.body_left(until)) > 0:
+                    time.sleep(min(left, 0.02))
                 cycle.phase(WRITING)
                 cycle.write(store, lease, value + 1)
             finally:
