@@ -166,9 +166,10 @@ def test_an_eviction_of_another_key_explains_nothing() -> None:
 # -- property c: an asyncio body is cancelled at its loss notice --------------------------------
 
 
-def body_after_loss(kinds: list[str], write_at: float) -> list[Event]:
-    """w1 (of ``kinds``) holds key a (token 3) from 0.1, is told of its loss at 0.5, and invokes
-    its write at ``write_at`` (refused as stale)."""
+def body_after_loss(kinds: list[str], write_at: float, lost_at: float | None = 0.5) -> list[Event]:
+    """w1 (of ``kinds``) holds key a (token 3) from 0.1; evict deletes its key at 0.3; it is told
+    of its loss at ``lost_at`` (None: never), and invokes its write at ``write_at`` (refused as
+    stale)."""
     events: list[Event] = []
 
     def add(process: str, op: str, kind: Any, at: float, **fields: Any) -> None:
@@ -183,15 +184,17 @@ def body_after_loss(kinds: list[str], write_at: float) -> list[Event]:
         detail={"deadline": 1.1})  # fmt: skip
     add("w1", "read", "invoke", 0.11, id=1, **w1)
     add("w1", "read", "ok", 0.12, id=1, **w1, value=0, outcome="accepted")
-    add("w1", "renew", "fail", 0.5, grant=0, key="a", token=3, outcome="refused")
-    add("w1", "lease-lost", "info", 0.5, **w1, outcome="lease-lost",
-        detail={"reason": "a renewal found the key gone or owned by another owner"})  # fmt: skip
+    if lost_at is not None:
+        add("w1", "renew", "fail", lost_at, grant=0, key="a", token=3, outcome="refused")
+        reason = "a renewal found the key gone or owned by another owner"
+        add("w1", "lease-lost", "info", lost_at, **w1, outcome="lease-lost",
+            detail={"reason": reason})  # fmt: skip
     add("w1", "write", "invoke", write_at, id=2, **w1, value=1)
     add("w1", "write", "fail", write_at + 0.01, id=2, **w1, outcome="stale")
     add("w1", "hold", "fail", write_at + 0.02, id=0, **w1, outcome="stale",
         detail={"body_end": write_at + 0.01})  # fmt: skip
     add("nemesis", "fault", "ok", 2.0, id=0,
-        detail={"fault": "evict", "target": "w1", "key": "a", "deleted": True,
+        detail={"fault": "evict", "target": "w1", "key": "a", "token": 3, "deleted": True,
                 "deleted_mono": 0.3})  # fmt: skip
     add("run", "stop", "info", 3.0)
     add("run", "final", "ok", 3.0, key="a", value=0)
@@ -221,4 +224,28 @@ def test_a_thread_body_is_not_judged_by_the_cancel_rule(kind: str) -> None:
 
 def test_an_access_handed_off_before_the_notice_is_not_reported() -> None:
     report = check_history(body_after_loss(["sync", "asyncio"], 0.5 + HANDED_OFF_S))
+    assert report.property("loss-reported").violations == ()
+
+
+def test_an_evicted_holder_is_told_within_two_heartbeats() -> None:
+    report = check_history(body_after_loss(["sync", "sync"], 1.0, lost_at=0.8))
+    assert report.property("loss-reported").violations == ()
+    assert report.property("loss-reported").checked >= 2  # the grant, and the eviction
+
+
+@pytest.mark.parametrize(
+    ("lost_at", "late"), [(0.81, "was told only 0.51 s after it"), (None, "was never told")]
+)
+def test_an_evicted_holder_told_late_or_never_is_reported(lost_at: float | None, late: str) -> None:
+    report = check_history(body_after_loss(["sync", "threads"], 1.0, lost_at=lost_at))
+    (violation,) = report.property("loss-reported").violations
+    assert violation.message == (
+        "key 'a': w1's key (token 3) was deleted by evict at 0.30 s and its body ran on until "
+        f"1.01 s, but it {late}; its next renewal is answered 0: the bound is two heartbeats = "
+        "0.50 s."
+    )
+
+
+def test_an_evicted_body_that_ended_in_time_is_not_judged() -> None:
+    report = check_history(body_after_loss(["sync", "sync"], 0.7, lost_at=None))
     assert report.property("loss-reported").violations == ()

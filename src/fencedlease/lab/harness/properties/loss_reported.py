@@ -6,6 +6,10 @@ normal return. And when the holder is cut off from Redis (``partition``, ``timeo
 ``redis-pause``, ``drop-replies``, ``drop-requests``, ``kernel-drop``, ``kernel-reject`` of at
 least ttl), it is told of the loss within ttl + one heartbeat of the cut
 (Kleppmann, "How to do distributed locking", 2016: a holder that does not know is the danger).
+After an ``evict`` (the holder's key deleted under it) whose holder's body ran on, the holder is
+told within two heartbeats of the ``DEL`` (its next renewal is due within one, and is answered 0):
+a library that takes the 0 for a success, or drops the notice, goes on claiming a key Redis
+has given away.
 In an ``asyncio`` worker (the run's ``start`` event lists each worker's kind) a body is cancelled at
 its lease's loss notice, so no access of a grant is invoked after that grant's ``lease-lost``
 record (an access handed to the store's thread at most
@@ -148,12 +152,56 @@ def _cancelled_bodies(ctx: Context) -> tuple[int, list[Violation]]:
     return checked, violations
 
 
+def _evictions(ctx: Context) -> tuple[int, list[Violation]]:
+    bound = 2 * ctx.params.heartbeat_ms / 1000
+    checked, violations = 0, []
+    for fault in ctx.data.faults:
+        deleted = fault.detail.get("deleted_mono")
+        if fault.kind != "evict" or fault.type != "ok" or not isinstance(deleted, int | float):
+            continue
+        victim = next(
+            (
+                g for g in ctx.data.grants
+                if g.process == fault.target and g.token == fault.detail.get("token")
+                and g.key == fault.detail.get("key") and g.granted <= deleted
+            ),
+            None,
+        )  # fmt: skip
+        needed = None if victim is None else victim.needed_until
+        if victim is None or needed is None or needed <= deleted + bound:
+            continue  # the body ended before it had to be told
+        checked += 1
+        if victim.lost is not None and victim.lost <= deleted + bound:
+            continue
+        late = (
+            "was never told"
+            if victim.lost is None
+            else f"was told only {victim.lost - deleted:.2f} s after it"
+        )
+        violations.append(
+            ctx.violation(
+                KEY,
+                f"{ctx.on(victim.key)}{victim.process}'s key (token {victim.token}) was deleted "
+                f"by evict at {ctx.t(deleted)} and its body ran on until {ctx.t(needed)}, but it "
+                f"{late}; its next renewal is answered 0: the bound is two heartbeats = "
+                f"{bound:.2f} s.",
+                deleted + bound,
+                (fault.line, victim.line) + ((victim.lost_line,) if victim.lost_line else ()),
+                victim.key,
+            )
+        )
+    return checked, violations
+
+
 def check(ctx: Context) -> Outcome:
     params = ctx.params
     checked, violations = _silent_successes(ctx)
     cancelled_checked, cancelled = _cancelled_bodies(ctx)
     checked += cancelled_checked
     violations += cancelled
+    evicted_checked, evicted = _evictions(ctx)
+    checked += evicted_checked
+    violations += evicted
     bound = (params.ttl_ms + params.heartbeat_ms) / 1000
     for fault in ctx.data.faults:
         if fault.kind not in CUT_OFF_FAULTS or fault.type != "ok" or fault.end is None:
