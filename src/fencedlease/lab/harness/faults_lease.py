@@ -30,6 +30,7 @@ from typing import Any, Final
 
 import redis
 
+from .faults_network import read_lease
 from .workload import BODY, Board
 
 __all__ = [
@@ -77,17 +78,14 @@ def wait_for_renewal(
     last: int | None = None
     while not stop.is_set() and time.monotonic() < give_up:
         try:
-            pipe = admin.pipeline(transaction=False)
-            pipe.get(lease_key)
-            pipe.pttl(lease_key)
-            value, pttl = pipe.execute()
+            value, pttl = read_lease(admin, lease_key)
         except redis.RedisError:
             return False
         if owner_token(value) != token:
             return False
-        if last is not None and int(pttl) > last + _RISE_MS:
+        if last is not None and pttl > last + _RISE_MS:
             return True
-        last = int(pttl)
+        last = pttl
         stop.wait(0.005)
     return False
 
