@@ -57,7 +57,7 @@ def test_slow_cut_deadline_ends_before_the_key(check_run: RunCheck) -> None:
         and e.process == victim.process and e.mono > fault.start
     ]  # fmt: skip
     assert late, "no renewal of the victim was confirmed during the delay"
-    cut = fault.start + fault.detail["cut_at_ms"] / 1000
+    cut = fault.start + fault.detail["cut_at_ms"] / 1000  # the requests cut
     assert victim.lost is not None
     # Lost at its deadline, a ttl after the last renewal sent before the cut.
     assert victim.lost - cut <= result.config.ttl_ms / 1000 + 0.25

@@ -40,7 +40,7 @@ def test_the_kinds_are_default_and_scoped_to_the_run() -> None:
         "proxy", True, True, False,
     )  # fmt: skip
     assert fault_duration_s("evict", 900, 300) == pytest.approx(1.5)
-    assert fault_duration_s("slow-cut", 900, 300) == pytest.approx(0.6 + 0.3 + 1.8)
+    assert fault_duration_s("slow-cut", 900, 300) == pytest.approx(0.6 + 1.8)
 
 
 def test_where_evict_and_slow_cut_may_overlap() -> None:

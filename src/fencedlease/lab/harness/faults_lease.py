@@ -11,13 +11,17 @@ the nemesis aimed at still owns it, right after a renewal of it ran in Redis (so
 passes before the holder's next one).
 
 ``slow-cut`` first delays the holder's replies (a Toxiproxy ``latency`` toxic downstream of about
-ttl/3) until at least one renewal was run by Redis and its reply delivered late, then cuts the
-holder off (its proxy disabled) for 2 x ttl. Redis counts the key's TTL from when it ran the
-renewal, so the holder's deadline, counted from the renewal's send, ends no later than the key; a
-deadline counted from the late reply outlives it by the delay, and the next owner's grant falls
-into the stale claim.
+ttl/3) until a renewal ran in Redis, then at once cuts the holder's requests (a ``timeout`` 0
+toxic upstream, as ``drop-requests``) for 2 x ttl: that renewal's reply still comes, late, and
+confirms the lease; no later renewal reaches Redis (a renewal in flight when the cut fell would
+have kept the key for a ttl more, hiding the difference). Redis counts the key's TTL from when
+it ran the renewal, so the holder's deadline, counted from the renewal's send, ends no later
+than the key; a deadline counted from the late reply outlives it by the delay, and the next
+owner's grant falls into the stale claim.
 
-Both make the holder's body outlast the fault (the board's ``stretch``, see
+Both steer one other worker (the board's ``steer``) to wait for the key in its next cycle, so that
+a waiter is there when Redis frees it: the next grant then falls right after the DEL, or right
+after the key expired. Both make the holder's body outlast the fault (the board's ``stretch``, see
 [`Board`][fencedlease.lab.harness.workload.Board]): a default body (a few tens of milliseconds)
 would end before any renewal.
 """

@@ -72,7 +72,7 @@ FAULTS: Final[dict[str, FaultInfo]] = {
     "kernel-reject": FaultInfo("kernel", True, True, "nftables reject (TCP reset) of the holder"),
     "evict": FaultInfo(None, True, True, "DEL of the lease key the holder holds (an eviction)"),
     "slow-cut": FaultInfo(
-        "proxy", True, True, "latency ttl/3 on the holder's replies, then its proxy cut 2 x ttl"
+        "proxy", True, True, "latency ttl/3 on the holder's replies, then its requests cut 2 x ttl"
     ),
 }
 
@@ -130,7 +130,7 @@ def fault_duration_s(kind: str, ttl_ms: int, heartbeat_ms: int) -> float:
         "kernel-drop": 2 * ttl,
         "kernel-reject": 2 * ttl,
         "evict": ttl + 2 * beat,  # the holder's next renewal is answered 0
-        "slow-cut": 2 * beat + ttl / 3 + 2 * ttl,  # a late renewal or two, then the cut
+        "slow-cut": 2 * beat + 2 * ttl,  # until a renewal ran (late reply), then the cut
     }[kind]
 
 

@@ -28,7 +28,7 @@ Kinds ([`FAULTS`][fencedlease.lab.harness.kinds.FAULTS]):
 | ``kernel-drop`` | nftables ``drop`` of the holder's packets to and from its port |
 | ``kernel-reject`` | nftables ``reject with tcp reset`` of the holder's packets |
 | ``evict`` | ``DEL`` of the holder's lease key (not its counter), right after a renewal |
-| ``slow-cut`` | ``latency`` ttl/3 on the holder's replies until a renewal came late, then a cut |
+| ``slow-cut`` | ``latency`` ttl/3 on the holder's replies until a renewal ran; its requests cut |
 
 The last eight are made in [`faults_clock`][fencedlease.lab.harness.faults_clock],
 [`faults_process`][fencedlease.lab.harness.faults_process],
@@ -668,6 +668,17 @@ class Nemesis:
         key = keys[index] if 0 <= index < len(keys) else keys[0]
         return token, key, redis_keys(env.prefix, key).lease
 
+    def _steer(self, victim: int, key: str) -> str | None:
+        """Have one other running worker (drawn from the nemesis' seeded source) wait for
+        ``key`` in its next cycle; its name, or None when there is none."""
+        env = self.env
+        others = [w for w in range(env.board.workers) if w != victim and env.alive(w)]
+        if not others or key not in env.lease_keys:
+            return None
+        waiter = env.rng.choice(others)
+        env.board.set(waiter, "steer", env.lease_keys.index(key) + 1)
+        return env.worker_names[waiter]
+
     def _do_evict(
         self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
     ) -> None:
@@ -676,6 +687,8 @@ class Nemesis:
         if held is None:
             raise RuntimeError("the victim held no lease in its body to evict")
         token, key, lease_key = held
+        assert target is not None
+        steered = self._steer(target, key)  # a waiter on the key when the DEL frees it
         beat = env.heartbeat_ms / 1000
         renewed = wait_for_renewal(self._admin, lease_key, token, beat + 0.3, stop)
         deleted = compare_and_delete(self._admin, lease_key, token)
@@ -685,7 +698,7 @@ class Nemesis:
         stop.wait(max(0.0, began + spec.duration_s - time.monotonic()))
         self._finish(
             op, key=key, token=token, after_renewal=renewed, deleted=deleted,
-            deleted_mono=deleted_mono if deleted else None, next_token=taken_by,
+            deleted_mono=deleted_mono if deleted else None, next_token=taken_by, steered=steered,
         )  # fmt: skip
 
     def _do_slow_cut(
@@ -703,18 +716,20 @@ class Nemesis:
             "type": "latency", "name": "nemesis-slow", "stream": "downstream",
             "attributes": {"latency": delay_ms, "jitter": 0},
         }  # fmt: skip
+        cut = one_way_toxic("drop-requests")
         with self._toxics_in_force(spec, target, [toxic]):
             renewed = wait_for_renewal(self._admin, lease_key, token, 2 * beat + 0.3, stop)
-            stop.wait(delay_ms / 1000 + 0.05)  # its reply is delivered, late
+            # Redis just ran a renewal whose reply is on its way, late. Cut the requests now:
+            # that reply still comes (late, confirming the lease), no later renewal reaches
+            # Redis, and the key expires a ttl after the renewal ran.
             cut_at_ms = round((time.monotonic() - began) * 1000)
-            self._take(self._disabled, target, self._proxy(target).disable)
-            try:
+            with self._toxics_in_force(spec, target, [cut]):
+                steered = self._steer(target, key)  # a waiter on the key when it expires
                 stop.wait(2 * ttl)
-            finally:
-                self._enable_proxy(target)
         self._finish(
-            op, key=key, token=token, delay_ms=delay_ms, renewed_late=renewed, cut_at_ms=cut_at_ms
-        )
+            op, key=key, token=token, delay_ms=delay_ms, renewed_late=renewed,
+            cut_at_ms=cut_at_ms, steered=steered,
+        )  # fmt: skip
 
     # -- healing -------------------------------------------------------------------------------
 

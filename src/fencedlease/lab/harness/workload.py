@@ -97,7 +97,7 @@ PHASES: Final = ("idle", "acquiring", "holding", "body", "writing", "releasing")
 
 _FIELDS: Final = (
     "pid", "phase", "since", "token", "key", "grants", "acked", "refused", "lost", "errors",
-    "stretch",
+    "stretch", "steer",
 )  # fmt: skip
 
 
@@ -111,7 +111,9 @@ class Board:
     ([`Cycle`][fencedlease.lab.harness.workload.Cycle]): the one holding a lease, if any.
     ``stretch`` is the one field the nemesis writes: milliseconds by which the body of the cycle
     shown next (or now) is to outlast ``body_ms`` (a slow critical section, so that the holder
-    renews during a fault); the cycle sets it back to 0 when it takes it.
+    renews during a fault); the cycle sets it back to 0 when it takes it. ``steer``, also the
+    nemesis': 1 + the index of a key the worker's next cycle is to wait for (the key a fault is
+    about to take from its holder, so that a waiter is there when Redis frees it), 0: none.
 
     Made in the parent with a multiprocessing context and handed to the workers; reads are
     unlocked snapshots (good enough to pick a victim or draw progress). ``wall_offsets``: each
@@ -343,14 +345,31 @@ class Cycle:
         self.config, self.board, self.rng = config, board, rng
         self.writer = recorder.writer
         self.key, self.wait_ms = pick(config, rng)
+        steered = self._steered()
+        if steered is not None:
+            self.key, self.wait_ms = steered, config.wait_ms
         self.token: int | None = None
         self._show(ACQUIRING, take=False)
-        self.acquire = self.writer.invoke("acquire", key=self.key, detail={"wait_ms": self.wait_ms})
+        detail: dict[str, Any] = {"wait_ms": self.wait_ms}
+        if steered is not None:
+            detail["steered"] = True
+        self.acquire = self.writer.invoke("acquire", key=self.key, detail=detail)
         self.grant = self.acquire.id
         self.hold: Operation | None = None
         self.body_end: float | None = None
         self.stretched_until = 0.0
         recorder.expect(self.acquire)
+
+    def _steered(self) -> str | None:
+        """The key the nemesis steered this worker to (taken: the board's ``steer`` is reset),
+        or None. The seeded choice is drawn all the same, so the other cycles stay as drawn."""
+        me, keys = self.config.index, self.config.keys
+        with _shown_lock:
+            steer = self.board.get(me, "steer")
+            if steer <= 0:
+                return None
+            self.board.set(me, "steer", 0)
+        return keys[steer - 1] if steer <= len(keys) else None
 
     def hold_args(self) -> dict[str, Any]:
         """The keyword arguments of the cycle's ``hold``."""
