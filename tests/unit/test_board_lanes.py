@@ -8,6 +8,7 @@ import multiprocessing
 import random
 from pathlib import Path
 
+from fencedlease.lab.harness import workload
 from fencedlease.lab.harness.history import HistoryWriter
 from fencedlease.lab.harness.nemesis import NemesisEnv
 from fencedlease.lab.harness.recorder import Recorder
@@ -85,3 +86,38 @@ def test_the_nemesis_reads_the_key_its_victim_holds(tmp_path: Path) -> None:
             writer=writer, board=board, worker_names=["w0", "w1"], admin_url="redis://unused",
             prefix="p", key="k0", ttl_ms=1000, heartbeat_ms=250, body_ms=10,
         ).held_key(1) == "k0"  # fmt: skip
+
+
+def test_a_steered_cycle_waits_for_the_key_it_was_steered_to(tmp_path: Path) -> None:
+    workload._shown.pop(1, None)  # a cycle another test left shown in this process
+    board = Board(multiprocessing.get_context("spawn"), 2)
+    with HistoryWriter(tmp_path / "h.jsonl", "w1") as writer:
+        recorder = Recorder(writer)
+        drawn = Cycle(config(), board, recorder, random.Random(5))
+        drawn.finish()
+        board.set(1, "steer", KEYS.index("k2") + 1)
+        steered = Cycle(config(), board, recorder, random.Random(5))
+        assert (steered.key, steered.wait_ms) == ("k2", 100)
+        assert steered.acquire.fields["detail"] == {"wait_ms": 100, "steered": True}
+        assert board.get(1, "steer") == 0  # taken once
+        steered.finish()
+        again = Cycle(config(), board, recorder, random.Random(5))
+        assert (again.key, again.wait_ms) == (drawn.key, drawn.wait_ms)  # the seeded draw
+        again.finish()
+
+
+def test_only_the_shown_cycle_takes_a_stretch(tmp_path: Path) -> None:
+    workload._shown.pop(1, None)  # a cycle another test left shown in this process
+    board = Board(multiprocessing.get_context("spawn"), 2)
+    with HistoryWriter(tmp_path / "h.jsonl", "w1") as writer:
+        recorder = Recorder(writer)
+        holder = Cycle(config(), board, recorder, random.Random(1))
+        holder.granted(7)
+        other = Cycle(config(), board, recorder, random.Random(2))
+        board.set(1, "stretch", 60_000)
+        assert other.body_left(0.0) <= 0  # not shown: its body is not stretched
+        assert board.get(1, "stretch") == 60_000
+        assert holder.body_left(0.0) > 59.0  # the shown holder takes it
+        assert board.get(1, "stretch") == 0
+        holder.finish()
+        other.finish()

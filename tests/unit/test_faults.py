@@ -119,7 +119,7 @@ def test_all_runs_every_kind_default_the_first_ten() -> None:
     assert sorted(ALL_FAULTS) == sorted(FAULTS)
     assert ALL_FAULTS[-1] == "redis-restart-nopersist"
     assert parse_faults("default") == list(DEFAULT_FAULTS)
-    assert len(DEFAULT_FAULTS) == 10
+    assert len(DEFAULT_FAULTS) == 12
     assert DEFAULT_FAULTS[-1] == "redis-restart-nopersist"
     assert parse_faults("clock, kill-holder") == ["clock", "kill-holder"]
     assert [fault_duration_s(k, 1000, 250) for k in ("clock", "kill-holder", "kernel-drop")] == [

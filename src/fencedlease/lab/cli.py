@@ -77,8 +77,8 @@ def _faults(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
     show_default=True,
     callback=_faults,
     help=f"Comma-separated fault kinds, scheduled at random from --seed (each once, some "
-    f"overlapping), 'default' (the first ten), 'all' (every kind) or 'none'. Kinds: "
-    f"{', '.join(FAULTS)}.",
+    f"overlapping), 'default' (the first ten, evict and slow-cut), 'all' (every kind) or "
+    f"'none'. Kinds: {', '.join(FAULTS)}.",
 )
 @click.option("--mode", type=click.Choice(MODES), default="fenced", show_default=True)
 @click.option("--resource", type=click.Choice(RESOURCES), default="sqlite", show_default=True)

@@ -127,7 +127,9 @@ async def _cycle(
             try:
                 value = await run(cycle.read, store, lease)
                 cycle.phase(BODY)
-                await asyncio.sleep(config.body_ms / 1000)
+                until = time.monotonic() + config.body_ms / 1000
+                while (left := cycle.body_left(until)) > 0:
+                    await asyncio.sleep(min(left, 0.02))
                 cycle.phase(WRITING)
                 await run(cycle.write, store, lease, value + 1)
             finally:

@@ -22,7 +22,7 @@ from typing import Any, Final
 
 import redis
 
-__all__ = ["ONE_WAY_STREAMS", "one_way_toxic", "watch_lease"]
+__all__ = ["ONE_WAY_STREAMS", "one_way_toxic", "read_lease", "watch_lease"]
 
 #: Fault kind -> the one stream whose data is dropped.
 ONE_WAY_STREAMS: Final[dict[str, str]] = {
@@ -45,6 +45,16 @@ def one_way_toxic(kind: str) -> dict[str, Any]:
         "stream": stream,
         "attributes": {"timeout": 0},
     }
+
+
+def read_lease(admin: redis.Redis, lease_key: str) -> tuple[Any, int]:
+    """``lease_key``'s value (None: no key) and its PTTL (milliseconds; negative: none), in one
+    round trip. Raises ``redis.RedisError``."""
+    pipe = admin.pipeline(transaction=False)
+    pipe.get(lease_key)
+    pipe.pttl(lease_key)
+    value, pttl = pipe.execute()
+    return value, int(pttl)
 
 
 def watch_lease(
@@ -70,10 +80,7 @@ def watch_lease(
     last_pttl: int | None = None
     while not stop.is_set() and time.monotonic() < end:
         try:
-            pipe = admin.pipeline(transaction=False)
-            pipe.get(lease_key)
-            pipe.pttl(lease_key)
-            owner, pttl = pipe.execute()
+            owner, pttl = read_lease(admin, lease_key)
         except redis.RedisError:
             break
         ours = owner is not None and token is not None and str(owner).split(":", 1)[0] == str(token)

@@ -70,6 +70,10 @@ FAULTS: Final[dict[str, FaultInfo]] = {
     "drop-requests": FaultInfo("proxy", True, True, "the holder's requests lost (upstream only)"),
     "kernel-drop": FaultInfo("kernel", True, True, "nftables drop of the holder's packets"),
     "kernel-reject": FaultInfo("kernel", True, True, "nftables reject (TCP reset) of the holder"),
+    "evict": FaultInfo(None, True, True, "DEL of the lease key the holder holds (an eviction)"),
+    "slow-cut": FaultInfo(
+        "proxy", True, True, "latency ttl/3 on the holder's replies, then its requests cut 2 x ttl"
+    ),
 }
 
 #: The kinds that act on the whole Redis server rather than on the run's own keys and
@@ -85,13 +89,14 @@ CUT_OFF: Final = frozenset(
     {"partition", "timeout", "drop-replies", "drop-requests", "kernel-drop", "kernel-reject"}
 )
 
-#: The default kinds: the first ten once each (the schedule puts the restart without persistence
-#: last: after it the resource refuses the new, lower tokens for the rest of the run); they fit in
-#: the default 30 s run. ``clock``, ``kill-holder``, the one-way and the kernel faults are asked for
-#: by name or with ``all`` (:data:`ALL_FAULTS`).
+#: The default kinds: the first ten, ``evict`` and ``slow-cut``, once each (the schedule puts the
+#: restart without persistence last: after it the resource refuses the new, lower tokens for the
+#: rest of the run); they fit in the default 30 s run. ``clock``, ``kill-holder``, the one-way and
+#: the kernel faults are asked for by name or with ``all`` (:data:`ALL_FAULTS`).
 DEFAULT_FAULTS: Final[tuple[str, ...]] = (
     "latency", "pause-holder", "partition", "client-kill", "script-flush", "timeout",
-    "reset-peer", "redis-pause", "redis-restart-aof", "redis-restart-nopersist",
+    "reset-peer", "redis-pause", "redis-restart-aof", "evict", "slow-cut",
+    "redis-restart-nopersist",
 )  # fmt: skip
 
 #: Every kind once, the restart without persistence last.
@@ -124,6 +129,8 @@ def fault_duration_s(kind: str, ttl_ms: int, heartbeat_ms: int) -> float:
         "drop-requests": 2 * ttl,
         "kernel-drop": 2 * ttl,
         "kernel-reject": 2 * ttl,
+        "evict": ttl + 2 * beat,  # the holder's next renewal is answered 0
+        "slow-cut": 2 * beat + 2 * ttl,  # until a renewal ran (late reply), then the cut
     }[kind]
 
 

@@ -14,7 +14,11 @@ promise, from what each worker was told:
     not its send: an acquire sent just before the previous deadline may be served just after it.
     Claims that only touch (one ends at the instant the next starts) do not overlap. A fault that
     empties Redis (a restart without persistence) between the two grants explains an overlap: it
-    is reported as exempt, not as a violation.
+    is reported as exempt, not as a violation. So is one after an ``evict`` (the holder's key
+    deleted under it) as long as no renewal sent after the delete was confirmed: the holder learns
+    of the delete from its next renewal's 0 reply and cannot stop claiming before; a claim that
+    renewals confirm after it is a violation (the counter survives a delete: the overlap is the
+    library's).
 ``refusal-noticed``
     A renewal answered 0 (the key gone or owned by another) is followed by a loss notice for that
     lease, and never by a confirmed renewal: a lease, once lost, stays lost.
@@ -160,6 +164,12 @@ class _Fault:
     end: float | None
     failed: bool
     line: int
+    key: str | None = None
+    deleted: float | None = None
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
 
 
 class _Facts:
@@ -190,7 +200,8 @@ class _Facts:
                     self.faults.append(
                         _Fault(
                             str(detail.get("fault")), detail.get("target"), start.mono,
-                            event.mono, kind == "fail", start_line,
+                            event.mono, kind == "fail", start_line, detail.get("key"),
+                            _number(detail.get("deleted_mono")),
                         )
                     )  # fmt: skip
                 continue
@@ -292,6 +303,29 @@ def _claims(facts: _Facts, ttl_ms: int) -> tuple[list[Claim], int]:
     return claims, unknown_end
 
 
+def _unknowable_eviction(
+    faults: Sequence[_Fault], earlier: Claim, granted: float, ttl_ms: int
+) -> _Fault | None:
+    """The ``evict`` that explains an overlap of ``earlier`` with a grant of its key at
+    ``granted``: one that deleted ``earlier``'s key (``detail.deleted_mono``: when the ``DEL`` had
+    been answered; the fault began before it) on ``earlier``'s process between ``earlier``'s grant
+    and ``granted``, while
+    ``earlier``'s last confirmed deadline was set by a command sent before that (its deadline
+    minus ttl). The holder of a deleted key learns of it only from its next renewal's 0 reply; a
+    claim that a renewal sent after the delete went on confirming is not explained (the library
+    took a 0, or another owner's key, for a renewal)."""
+    for fault in faults:
+        if fault.kind != "evict" or fault.failed or fault.target != earlier.process:
+            continue
+        if fault.deleted is None or (fault.key is not None and fault.key != earlier.key):
+            continue
+        if not earlier.start <= fault.start <= granted:
+            continue
+        if earlier.deadline - ttl_ms / 1000 < fault.deleted:
+            return fault
+    return None
+
+
 def check_mutex(
     events: Sequence[Event],
     *,
@@ -337,6 +371,7 @@ def check_mutex(
                     ),
                     None,
                 )
+                evicted = _unknowable_eviction(facts.faults, widest, claim.start, ttl_ms)
                 words = (
                     f"key {key!r}: {claim.process}'s lease (token {claim.token}) was granted at "
                     f"{t(claim.start)}, while the library still told {widest.process} it held "
@@ -346,6 +381,12 @@ def check_mutex(
                 if emptied is not None:
                     exempt.append(
                         f"{words} {emptied.kind} at {t(emptied.start)} emptied Redis in between."
+                    )
+                elif evicted is not None:
+                    exempt.append(
+                        f"{words} evict deleted {widest.process}'s key at {t(evicted.deleted)}, "
+                        "and no renewal sent after it was confirmed: its holder could not know "
+                        "before a renewal was answered."
                     )
                 else:
                     lines = sorted(

@@ -27,11 +27,14 @@ Kinds ([`FAULTS`][fencedlease.lab.harness.kinds.FAULTS]):
 | ``drop-requests`` | the same on the upstream only: the requests are lost |
 | ``kernel-drop`` | nftables ``drop`` of the holder's packets to and from its port |
 | ``kernel-reject`` | nftables ``reject with tcp reset`` of the holder's packets |
+| ``evict`` | ``DEL`` of the holder's lease key (not its counter), right after a renewal |
+| ``slow-cut`` | ``latency`` ttl/3 on the holder's replies until a renewal ran; its requests cut |
 
-The last six are made in [`faults_clock`][fencedlease.lab.harness.faults_clock],
+The last eight are made in [`faults_clock`][fencedlease.lab.harness.faults_clock],
 [`faults_process`][fencedlease.lab.harness.faults_process],
-[`faults_network`][fencedlease.lab.harness.faults_network] and
-[`faults_kernel`][fencedlease.lab.harness.faults_kernel].
+[`faults_network`][fencedlease.lab.harness.faults_network],
+[`faults_kernel`][fencedlease.lab.harness.faults_kernel] and
+[`faults_lease`][fencedlease.lab.harness.faults_lease].
 
 One Toxiproxy proxy per worker sits between it and Redis, so a network fault cuts off one worker
 alone. The victim of a fault is a worker index from the schedule (``holder`` in the table: an
@@ -63,6 +66,7 @@ from fencedlease import redis_keys
 from ..servers.redis import RedisServer
 from .faults_clock import run_clock_fault
 from .faults_kernel import KERNEL_ACTIONS, KernelFirewall, Link, kernel_unavailable_reason
+from .faults_lease import compare_and_delete, next_owner, take_stretch, wait_for_renewal
 from .faults_network import one_way_toxic, watch_lease
 from .faults_process import KillTarget, kill_and_replace
 from .history import HistoryWriter, Operation
@@ -648,6 +652,84 @@ class Nemesis:
 
     _do_kernel_drop = _kernel
     _do_kernel_reject = _kernel
+
+    def _stretched(self, target: int | None, stretch_s: float, stop: threading.Event) -> Any:
+        """Stretch ``target``'s body by ``stretch_s``; its ``(token, key name, lease key)``, or
+        None when no holder of ``target`` took the stretch in time."""
+        env = self.env
+        assert target is not None
+        taken = take_stretch(
+            env.board, target, round(stretch_s * 1000), (env.body_ms + env.ttl_ms) / 1000, stop
+        )
+        if taken is None:
+            return None
+        token, index = taken
+        keys = env.lease_keys
+        key = keys[index] if 0 <= index < len(keys) else keys[0]
+        return token, key, redis_keys(env.prefix, key).lease
+
+    def _steer(self, victim: int, key: str) -> str | None:
+        """Have one other running worker (drawn from the nemesis' seeded source) wait for
+        ``key`` in its next cycle; its name, or None when there is none."""
+        env = self.env
+        others = [w for w in range(env.board.workers) if w != victim and env.alive(w)]
+        if not others or key not in env.lease_keys:
+            return None
+        waiter = env.rng.choice(others)
+        env.board.set(waiter, "steer", env.lease_keys.index(key) + 1)
+        return env.worker_names[waiter]
+
+    def _do_evict(
+        self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
+    ) -> None:
+        env, began = self.env, time.monotonic()
+        held = self._stretched(target, spec.duration_s, stop)
+        if held is None:
+            raise RuntimeError("the victim held no lease in its body to evict")
+        token, key, lease_key = held
+        assert target is not None
+        steered = self._steer(target, key)  # a waiter on the key when the DEL frees it
+        beat = env.heartbeat_ms / 1000
+        renewed = wait_for_renewal(self._admin, lease_key, token, beat + 0.3, stop)
+        deleted = compare_and_delete(self._admin, lease_key, token)
+        deleted_mono = time.monotonic()  # a renewal sent after this ran after the DEL
+        rest = max(0.0, began + spec.duration_s - time.monotonic())
+        taken_by = next_owner(self._admin, lease_key, token, rest, stop) if deleted else None
+        stop.wait(max(0.0, began + spec.duration_s - time.monotonic()))
+        self._finish(
+            op, key=key, token=token, after_renewal=renewed, deleted=deleted,
+            deleted_mono=deleted_mono if deleted else None, next_token=taken_by, steered=steered,
+        )  # fmt: skip
+
+    def _do_slow_cut(
+        self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
+    ) -> None:
+        env, began = self.env, time.monotonic()
+        assert target is not None
+        ttl, beat = env.ttl_ms / 1000, env.heartbeat_ms / 1000
+        held = self._stretched(target, spec.duration_s + ttl, stop)
+        if held is None:
+            raise RuntimeError("the victim held no lease in its body to slow down")
+        token, key, lease_key = held
+        delay_ms = env.ttl_ms // 3
+        toxic = {
+            "type": "latency", "name": "nemesis-slow", "stream": "downstream",
+            "attributes": {"latency": delay_ms, "jitter": 0},
+        }  # fmt: skip
+        cut = one_way_toxic("drop-requests")
+        with self._toxics_in_force(spec, target, [toxic]):
+            renewed = wait_for_renewal(self._admin, lease_key, token, 2 * beat + 0.3, stop)
+            # Redis just ran a renewal whose reply is on its way, late. Cut the requests now:
+            # that reply still comes (late, confirming the lease), no later renewal reaches
+            # Redis, and the key expires a ttl after the renewal ran.
+            cut_at_ms = round((time.monotonic() - began) * 1000)
+            with self._toxics_in_force(spec, target, [cut]):
+                steered = self._steer(target, key)  # a waiter on the key when it expires
+                stop.wait(2 * ttl)
+        self._finish(
+            op, key=key, token=token, delay_ms=delay_ms, renewed_late=renewed,
+            cut_at_ms=cut_at_ms, steered=steered,
+        )  # fmt: skip
 
     # -- healing -------------------------------------------------------------------------------
 

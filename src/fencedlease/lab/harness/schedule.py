@@ -53,7 +53,7 @@ OVERLAPPING: Final = frozenset(
     {
         "latency", "pause-holder", "partition", "client-kill", "script-flush", "timeout",
         "reset-peer", "redis-pause", "redis-restart-aof", "clock", "kill-holder", "drop-replies",
-        "drop-requests", "kernel-drop", "kernel-reject",
+        "drop-requests", "kernel-drop", "kernel-reject", "evict", "slow-cut",
     }
 )  # fmt: skip
 
@@ -64,7 +64,8 @@ LAST: Final = frozenset({"redis-restart-nopersist"})
 # (CLIENT KILL, SCRIPT FLUSH; kill-holder's reads of the dead worker's key, on which closing its
 # history waits) would only time out; a worker stopped while Redis is paused cannot be told of
 # its loss in time, which the checker would count against the library; two clock faults would
-# each set the other's wall clocks back when it ends.
+# each set the other's wall clocks back when it ends; an eviction's DEL needs an answering Redis,
+# and two evictions would fight over one stretch of the board.
 _NEVER: Final = frozenset(
     frozenset(pair)
     for pair in (
@@ -76,10 +77,18 @@ _NEVER: Final = frozenset(
         ("redis-pause", "kill-holder"),
         ("redis-restart-aof", "kill-holder"),
         ("clock", "clock"),
+        ("redis-pause", "evict"),
+        ("redis-restart-aof", "evict"),
+        ("evict", "evict"),
+        ("redis-pause", "slow-cut"),
+        ("redis-restart-aof", "slow-cut"),
+        ("slow-cut", "slow-cut"),
     )
 )
 # Never on the same worker: a stopped worker cut off from Redis cannot be told of the loss; a
-# worker killed while stopped, or killed twice, has one process for two faults to end.
+# worker killed while stopped, or killed twice, has one process for two faults to end; an
+# evicted holder must be running to renew and hear the 0 reply; a slow cut's delay must be the
+# only fault on its victim (its replies late by a known delay, then none).
 _NOT_SAME_WORKER: Final = frozenset(
     frozenset(pair)
     for pair in (
@@ -91,6 +100,13 @@ _NOT_SAME_WORKER: Final = frozenset(
         ("pause-holder", "kernel-reject"),
         ("pause-holder", "kill-holder"),
         ("kill-holder", "kill-holder"),
+        ("pause-holder", "evict"),
+        ("kill-holder", "evict"),
+        *(
+            ("slow-cut", other)
+            for other, info in FAULTS.items()
+            if info.targets and other != "slow-cut"
+        ),
     )
 )
 
@@ -104,7 +120,11 @@ def may_overlap(kind: str, target: int | None, other: str, other_target: int | N
     has an nftables table of its own), and with the proxy faults (the proxy listens on the host
     end of the link the rules cut); a ``clock`` fault touches only the wall clocks, so it
     composes with any other kind but itself; ``kill-holder`` composes with the network faults
-    (the fresh worker starts behind whatever is in force on its proxy or link)."""
+    (the fresh worker starts behind whatever is in force on its proxy or link); ``evict``
+    (a ``DEL`` of the holder's key) composes with the network faults and with a Redis that
+    answers, never with a paused or restarting one, nor with a stop or kill of its own victim.
+    ``slow-cut`` composes with faults on other workers and with the ones of no victim but a
+    Redis pause or restart (its renewals must run in Redis, late only by its own delay)."""
     if kind not in OVERLAPPING or other not in OVERLAPPING:
         return False
     pair = frozenset((kind, other))

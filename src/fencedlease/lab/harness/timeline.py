@@ -69,6 +69,8 @@ FAULT_COLORS: Final = {
     "drop-requests": "#4dd0e1",
     "kernel-drop": "#ffab91",
     "kernel-reject": "#ff7043",
+    "evict": "#ab47bc",
+    "slow-cut": "#0288d1",
 }
 
 

@@ -97,6 +97,7 @@ PHASES: Final = ("idle", "acquiring", "holding", "body", "writing", "releasing")
 
 _FIELDS: Final = (
     "pid", "phase", "since", "token", "key", "grants", "acked", "refused", "lost", "errors",
+    "stretch", "steer",
 )  # fmt: skip
 
 
@@ -108,6 +109,11 @@ class Board:
     (acknowledged writes), ``refused`` (accesses refused as stale), ``lost`` (leases lost),
     ``errors``. A worker of several lanes shows one of its cycles at a time
     ([`Cycle`][fencedlease.lab.harness.workload.Cycle]): the one holding a lease, if any.
+    ``stretch`` is the one field the nemesis writes: milliseconds by which the body of the cycle
+    shown next (or now) is to outlast ``body_ms`` (a slow critical section, so that the holder
+    renews during a fault); the cycle sets it back to 0 when it takes it. ``steer``, also the
+    nemesis': 1 + the index of a key the worker's next cycle is to wait for (the key a fault is
+    about to take from its holder, so that a waiter is there when Redis frees it), 0: none.
 
     Made in the parent with a multiprocessing context and handed to the workers; reads are
     unlocked snapshots (good enough to pick a victim or draw progress). ``wall_offsets``: each
@@ -315,17 +321,6 @@ def _warm_pool(client: redis.Redis, size: int) -> None:
         pool.release(connection)
 
 
-def _sleep_until(deadline: float) -> None:
-    """Sleep until ``deadline`` on the monotonic clock, in slices of at most 20 ms.
-
-    A paused worker (SIGSTOP) must wake as soon as it is resumed if its sleep is over: the
-    controls' schedule depends on it. A single ``time.sleep`` does not promise that (on Python
-    3.10 it went on sleeping the time that was left when the process was stopped).
-    """
-    while (left := deadline - time.monotonic()) > 0:
-        time.sleep(min(left, 0.02))
-
-
 # --- one cycle -------------------------------------------------------------------------------
 
 
@@ -350,13 +345,31 @@ class Cycle:
         self.config, self.board, self.rng = config, board, rng
         self.writer = recorder.writer
         self.key, self.wait_ms = pick(config, rng)
+        steered = self._steered()
+        if steered is not None:
+            self.key, self.wait_ms = steered, config.wait_ms
         self.token: int | None = None
         self._show(ACQUIRING, take=False)
-        self.acquire = self.writer.invoke("acquire", key=self.key, detail={"wait_ms": self.wait_ms})
+        detail: dict[str, Any] = {"wait_ms": self.wait_ms}
+        if steered is not None:
+            detail["steered"] = True
+        self.acquire = self.writer.invoke("acquire", key=self.key, detail=detail)
         self.grant = self.acquire.id
         self.hold: Operation | None = None
         self.body_end: float | None = None
+        self.stretched_until = 0.0
         recorder.expect(self.acquire)
+
+    def _steered(self) -> str | None:
+        """The key the nemesis steered this worker to (taken: the board's ``steer`` is reset),
+        or None. The seeded choice is drawn all the same, so the other cycles stay as drawn."""
+        me, keys = self.config.index, self.config.keys
+        with _shown_lock:
+            steer = self.board.get(me, "steer")
+            if steer <= 0:
+                return None
+            self.board.set(me, "steer", 0)
+        return keys[steer - 1] if steer <= len(keys) else None
 
     def hold_args(self) -> dict[str, Any]:
         """The keyword arguments of the cycle's ``hold``."""
@@ -384,6 +397,21 @@ class Cycle:
 
     def phase(self, phase: int) -> None:
         self._show(phase, take=False)
+
+    def body_left(self, until: float) -> float:
+        """Seconds the body has left to run (it ends at ``until``, monotonic seconds, unless
+        stretched): a stretch the nemesis put on the board for this worker is taken by the cycle
+        it shows, and moves ``until`` to now plus the stretch. Called in slices of at most 20
+        ms, so that a stretch asked for during the body is taken, and so that a paused worker
+        (SIGSTOP) wakes as soon as it is resumed if its body is over (one long ``time.sleep``
+        does not promise that: on Python 3.10 it slept on the time left at the stop)."""
+        me, now = self.config.index, time.monotonic()
+        with _shown_lock:
+            stretch = self.board.get(me, "stretch") if _shown.get(me) is self else 0
+            if stretch > 0:
+                self.board.set(me, "stretch", 0)
+                self.stretched_until = max(self.stretched_until, now + stretch / 1000)
+        return max(until, self.stretched_until) - now
 
     def granted(self, token: int | None) -> None:
         """The lease is held (``token``): the board, and the hold operation."""
@@ -467,7 +495,9 @@ def _cycle(
             try:
                 value = cycle.read(store, lease)
                 cycle.phase(BODY)
-                _sleep_until(time.monotonic() + config.body_ms / 1000)
+                until = time.monotonic() + config.body_ms / 1000
+                while (left := cycle.body_left(until)) > 0:
+                    time.sleep(min(left, 0.02))
                 cycle.phase(WRITING)
                 cycle.write(store, lease, value + 1)
             finally:

@@ -6,18 +6,30 @@ normal return. And when the holder is cut off from Redis (``partition``, ``timeo
 ``redis-pause``, ``drop-replies``, ``drop-requests``, ``kernel-drop``, ``kernel-reject`` of at
 least ttl), it is told of the loss within ttl + one heartbeat of the cut
 (Kleppmann, "How to do distributed locking", 2016: a holder that does not know is the danger).
+After an ``evict`` (the holder's key deleted under it) whose holder's body ran on, the holder is
+told within two heartbeats of the ``DEL`` (its next renewal is due within one, and is answered 0):
+a library that takes the 0 for a success, or drops the notice, goes on claiming a key Redis
+has given away.
+In an ``asyncio`` worker (the run's ``start`` event lists each worker's kind) a body is cancelled at
+its lease's loss notice, so no access of a grant is invoked after that grant's ``lease-lost``
+record (an access handed to the store's thread at most
+[`HANDED_OFF_S`][fencedlease.lab.harness.properties.loss_reported.HANDED_OFF_S] before it may
+start just after it). The ``sync`` and ``threads`` workers are not judged so: a thread cannot be
+cancelled, their bodies learn of the loss from the resource's fence and the end of the block.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Sequence
 from typing import Final
 
-from ..extract import Grant
+from ..extract import Access, Grant
+from ..history import Event
 from ..mutex import EMPTYING_FAULTS
 from ._base import Context, Outcome, Property, Violation
 
-__all__ = ["CUT_OFF_FAULTS", "PROPERTY"]
+__all__ = ["CUT_OFF_FAULTS", "HANDED_OFF_S", "PROPERTY", "asyncio_workers", "runs_after_loss"]
 
 KEY = "loss-reported"
 
@@ -28,6 +40,39 @@ CUT_OFF_FAULTS: Final = frozenset(
         "kernel-drop", "kernel-reject",
     }
 )  # fmt: skip
+
+#: Seconds an asyncio worker's access may be invoked after its loss notice: the access was handed
+#: to the store's thread before the notice, and that thread records its invocation when it runs.
+HANDED_OFF_S: Final = 0.2
+
+
+def asyncio_workers(events: Sequence[Event]) -> frozenset[str]:
+    """The names (``w<index>``) of the workers the run's ``start`` event lists as ``asyncio``
+    (``detail.worker_kinds``, one kind per worker index); none when it lists no kinds."""
+    for event in events:
+        if event.process == "run" and event.op == "start":
+            kinds = event.detail.get("worker_kinds") or ()
+            return frozenset(f"w{i}" for i, kind in enumerate(kinds) if kind == "asyncio")
+    return frozenset()
+
+
+def runs_after_loss(
+    grants: Sequence[Grant], accesses: Sequence[Access], workers: frozenset[str]
+) -> list[tuple[Grant, Access]]:
+    """The accesses of a grant held by one of ``workers`` invoked more than
+    [`HANDED_OFF_S`][fencedlease.lab.harness.properties.loss_reported.HANDED_OFF_S] after that
+    grant's loss notice, each with its grant, in history order."""
+    lost = {(g.process, g.id): g for g in grants if g.lost is not None and g.process in workers}
+    found = []
+    for access in accesses:
+        grant = lost.get((access.process, access.grant)) if access.grant is not None else None
+        if (
+            grant is not None
+            and grant.lost is not None
+            and access.invoked > grant.lost + HANDED_OFF_S
+        ):
+            found.append((grant, access))
+    return found
 
 
 def _rival(
@@ -89,9 +134,74 @@ def _silent_successes(ctx: Context) -> tuple[int, list[Violation]]:
     return checked, violations
 
 
+def _cancelled_bodies(ctx: Context) -> tuple[int, list[Violation]]:
+    workers = asyncio_workers(ctx.events)
+    checked = sum(1 for g in ctx.data.grants if g.lost is not None and g.process in workers)
+    violations = [
+        ctx.violation(
+            KEY,
+            f"{ctx.on(grant.key)}{grant.process}'s lease (token {grant.token}) was declared lost "
+            f"at {ctx.t(grant.lost)}, but its asyncio body went on: its {access.op} was invoked at "
+            f"{ctx.t(access.invoked)}; the body is cancelled at the loss notice.",
+            access.invoked,
+            (grant.line, *((grant.lost_line,) if grant.lost_line else ()), access.line),
+            grant.key,
+        )
+        for grant, access in runs_after_loss(ctx.data.grants, ctx.data.accesses, workers)
+    ]
+    return checked, violations
+
+
+def _evictions(ctx: Context) -> tuple[int, list[Violation]]:
+    bound = 2 * ctx.params.heartbeat_ms / 1000
+    checked, violations = 0, []
+    for fault in ctx.data.faults:
+        deleted = fault.detail.get("deleted_mono")
+        if fault.kind != "evict" or fault.type != "ok" or not isinstance(deleted, int | float):
+            continue
+        victim = next(
+            (
+                g for g in ctx.data.grants
+                if g.process == fault.target and g.token == fault.detail.get("token")
+                and g.key == fault.detail.get("key") and g.granted <= deleted
+            ),
+            None,
+        )  # fmt: skip
+        needed = None if victim is None else victim.needed_until
+        if victim is None or needed is None or needed <= deleted + bound:
+            continue  # the body ended before it had to be told
+        checked += 1
+        if victim.lost is not None and victim.lost <= deleted + bound:
+            continue
+        late = (
+            "was never told"
+            if victim.lost is None
+            else f"was told only {victim.lost - deleted:.2f} s after it"
+        )
+        violations.append(
+            ctx.violation(
+                KEY,
+                f"{ctx.on(victim.key)}{victim.process}'s key (token {victim.token}) was deleted "
+                f"by evict at {ctx.t(deleted)} and its body ran on until {ctx.t(needed)}, but it "
+                f"{late}; its next renewal is answered 0: the bound is two heartbeats = "
+                f"{bound:.2f} s.",
+                deleted + bound,
+                (fault.line, victim.line) + ((victim.lost_line,) if victim.lost_line else ()),
+                victim.key,
+            )
+        )
+    return checked, violations
+
+
 def check(ctx: Context) -> Outcome:
     params = ctx.params
     checked, violations = _silent_successes(ctx)
+    cancelled_checked, cancelled = _cancelled_bodies(ctx)
+    checked += cancelled_checked
+    violations += cancelled
+    evicted_checked, evicted = _evictions(ctx)
+    checked += evicted_checked
+    violations += evicted
     bound = (params.ttl_ms + params.heartbeat_ms) / 1000
     for fault in ctx.data.faults:
         if fault.kind not in CUT_OFF_FAULTS or fault.type != "ok" or fault.end is None:

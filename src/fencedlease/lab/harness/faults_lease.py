@@ -1,0 +1,127 @@
+"""Faults on the lease itself: ``evict`` (the holder's key deleted under it) and ``slow-cut``
+(renewals confirmed late, then the holder cut off).
+
+``evict`` is what a ``maxmemory-policy allkeys-*`` eviction or an operator's ``DEL`` does: the
+lease (owner) key the holder holds disappears before its TTL, the fencing counter stays. Redis
+then grants the key to the next worker at once; the holder cannot know before its next renewal,
+which is answered 0, and from then on it must stop claiming the key. A library that reads the 0 as
+a success, or renews a key another owner holds, goes on claiming it while the next owner holds it.
+The delete is a compare-and-delete (``WATCH``/``MULTI``): it only removes the key while the holder
+the nemesis aimed at still owns it, right after a renewal of it ran in Redis (so that the most time
+passes before the holder's next one).
+
+``slow-cut`` first delays the holder's replies (a Toxiproxy ``latency`` toxic downstream of about
+ttl/3) until a renewal ran in Redis, then at once cuts the holder's requests (a ``timeout`` 0
+toxic upstream, as ``drop-requests``) for 2 x ttl: that renewal's reply still comes, late, and
+confirms the lease; no later renewal reaches Redis (a renewal in flight when the cut fell would
+have kept the key for a ttl more, hiding the difference). Redis counts the key's TTL from when
+it ran the renewal, so the holder's deadline, counted from the renewal's send, ends no later
+than the key; a deadline counted from the late reply outlives it by the delay, and the next
+owner's grant falls into the stale claim.
+
+Both steer one other worker (the board's ``steer``) to wait for the key in its next cycle, so that
+a waiter is there when Redis frees it: the next grant then falls right after the DEL, or right
+after the key expired. Both make the holder's body outlast the fault (the board's ``stretch``, see
+[`Board`][fencedlease.lab.harness.workload.Board]): a default body (a few tens of milliseconds)
+would end before any renewal.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Final
+
+import redis
+
+from .faults_network import read_lease
+from .workload import BODY, Board
+
+__all__ = [
+    "compare_and_delete", "next_owner", "owner_token", "take_stretch", "wait_for_renewal",
+]  # fmt: skip
+
+#: A PTTL that rose by more than this (milliseconds) between two readings was renewed.
+_RISE_MS: Final = 20
+
+
+def owner_token(value: str | bytes | None) -> int | None:
+    """The fencing token of a lease key's value ``"<token>:<owner>"`` (None: no value, or not of
+    that shape)."""
+    if value is None:
+        return None
+    text = value.decode() if isinstance(value, bytes) else value
+    head = text.split(":", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def take_stretch(
+    board: Board, worker: int, stretch_ms: int, wait_s: float, stop: threading.Event
+) -> tuple[int, int] | None:
+    """Ask ``worker``'s shown cycle to stretch its body by ``stretch_ms`` and wait (at most
+    ``wait_s`` seconds) until a cycle holding a lease took the stretch in its body. Returns the
+    board's ``(token, key index)`` of that cycle, or None (the stretch is withdrawn then)."""
+    board.set(worker, "stretch", stretch_ms)
+    give_up = time.monotonic() + wait_s
+    while not stop.is_set() and time.monotonic() < give_up:
+        token = board.get(worker, "token")
+        if board.get(worker, "stretch") == 0 and board.get(worker, "phase") == BODY and token:
+            return token, board.get(worker, "key")
+        stop.wait(0.002)
+    board.set(worker, "stretch", 0)
+    return None
+
+
+def wait_for_renewal(
+    admin: redis.Redis, lease_key: str, token: int, wait_s: float, stop: threading.Event
+) -> bool:
+    """Poll ``lease_key`` (every 5 ms, at most ``wait_s`` seconds) until its PTTL rises while
+    ``token`` owns it: a renewal of it ran in Redis. False when none did (or the key was lost,
+    or a Redis error ended the watch)."""
+    give_up = time.monotonic() + wait_s
+    last: int | None = None
+    while not stop.is_set() and time.monotonic() < give_up:
+        try:
+            value, pttl = read_lease(admin, lease_key)
+        except redis.RedisError:
+            return False
+        if owner_token(value) != token:
+            return False
+        if last is not None and pttl > last + _RISE_MS:
+            return True
+        last = pttl
+        stop.wait(0.005)
+    return False
+
+
+def compare_and_delete(admin: redis.Redis, lease_key: str, token: int) -> bool:
+    """``DEL lease_key`` if, and only if, fencing ``token`` owns it (``WATCH``/``MULTI``, so a
+    new owner's key is never deleted). True when it was deleted."""
+    with admin.pipeline() as pipe:
+        try:
+            pipe.watch(lease_key)  # type: ignore[no-untyped-call]
+            if owner_token(pipe.get(lease_key)) != token:
+                return False
+            pipe.multi()
+            pipe.delete(lease_key)
+            deleted: Any = pipe.execute()
+        except redis.WatchError:
+            return False
+    return bool(deleted[0])
+
+
+def next_owner(
+    admin: redis.Redis, lease_key: str, token: int, wait_s: float, stop: threading.Event
+) -> int | None:
+    """The fencing token of the first owner of ``lease_key`` other than ``token`` seen within
+    ``wait_s`` seconds (polled every 10 ms), or None."""
+    give_up = time.monotonic() + wait_s
+    while not stop.is_set() and time.monotonic() < give_up:
+        try:
+            seen = owner_token(admin.get(lease_key))
+        except redis.RedisError:
+            return None
+        if seen is not None and seen != token:
+            return seen
+        stop.wait(0.01)
+    return None

@@ -1,0 +1,65 @@
+"""Faults on the lease itself: ``evict`` deletes the holder's key right after a renewal of it,
+and the holder learns of it from its next renewal's 0 reply; ``slow-cut`` delays the holder's
+replies until a renewal came back late, then cuts it off, and the holder's deadline (counted from
+the send) ends no later than the key in Redis."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from fencedlease.lab.harness.history import read_history
+from fencedlease.lab.harness.run import CheckResult
+
+from .conftest import the_fault, victim_of
+
+pytestmark = pytest.mark.chaos
+
+RunCheck = Callable[..., CheckResult]
+
+
+def test_evict_is_heard_at_the_next_renewal(check_run: RunCheck) -> None:
+    result = check_run("evict")
+    data, fault = the_fault(result, "evict")
+    assert fault.detail["deleted"] is True
+    assert fault.detail["after_renewal"] is True
+    victim = victim_of(data, fault)
+    assert victim.token == fault.detail["token"]
+    assert victim.key == fault.detail["key"]
+    deleted = fault.detail["deleted_mono"]
+    refused = [
+        e for e in read_history(result.history_path)
+        if e.op == "renew" and e.type == "fail" and e.grant == victim.id
+        and e.process == victim.process
+    ]  # fmt: skip
+    assert len(refused) == 1 and refused[0].outcome == "refused"
+    assert refused[0].mono > deleted
+    # Told at that 0 reply, within one heartbeat (plus a reply's time) of the DEL.
+    assert victim.lost is not None
+    assert refused[0].mono <= victim.lost <= deleted + result.config.heartbeat / 1000 + 0.25
+    assert victim.end_type == "fail"
+    assert victim.end_outcome in ("stale", "lease-lost")
+    mutex = result.report.property("mutual-exclusion")
+    assert mutex.violations == ()
+
+
+def test_slow_cut_deadline_ends_before_the_key(check_run: RunCheck) -> None:
+    result = check_run("slow-cut")
+    data, fault = the_fault(result, "slow-cut")
+    assert fault.detail["renewed_late"] is True
+    assert fault.detail["delay_ms"] == result.config.ttl_ms // 3
+    victim = victim_of(data, fault)
+    assert victim.token == fault.detail["token"]
+    late = [
+        e for e in read_history(result.history_path)
+        if e.op == "renew" and e.type == "ok" and e.grant == victim.id
+        and e.process == victim.process and e.mono > fault.start
+    ]  # fmt: skip
+    assert late, "no renewal of the victim was confirmed during the delay"
+    cut = fault.start + fault.detail["cut_at_ms"] / 1000  # the requests cut
+    assert victim.lost is not None
+    # Lost at its deadline, a ttl after the last renewal sent before the cut.
+    assert victim.lost - cut <= result.config.ttl_ms / 1000 + 0.25
+    assert victim.end_type == "fail"
+    assert result.report.property("mutual-exclusion").violations == ()

@@ -1,0 +1,251 @@
+"""The lease faults' pure parts (``evict``, ``slow-cut``): reading a lease value's token, the
+board's stretch hand-shake, where the kinds may overlap; the lock check's rule for an overlap after
+an eviction; and the asyncio rule of property c (no access after the loss notice) on hand-made
+histories."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from typing import Any
+
+import pytest
+
+from fencedlease.lab.harness.checker import check_history
+from fencedlease.lab.harness.faults_lease import owner_token, take_stretch
+from fencedlease.lab.harness.history import Event
+from fencedlease.lab.harness.kinds import DEFAULT_FAULTS, FAULTS, fault_duration_s
+from fencedlease.lab.harness.mutex import check_mutex
+from fencedlease.lab.harness.properties.loss_reported import HANDED_OFF_S, asyncio_workers
+from fencedlease.lab.harness.schedule import may_overlap
+from fencedlease.lab.harness.workload import BODY, Board
+
+
+def test_owner_token_reads_the_fencing_token_of_a_lease_value() -> None:
+    assert owner_token("17:abcdef") == 17
+    assert owner_token(b"9223372036854775807:x") == 2**63 - 1
+    assert owner_token(None) is None
+    assert owner_token("garbage") is None
+    assert owner_token(":owner") is None
+
+
+def test_the_kinds_are_default_and_scoped_to_the_run() -> None:
+    assert "evict" in DEFAULT_FAULTS and "slow-cut" in DEFAULT_FAULTS
+    assert DEFAULT_FAULTS[-1] == "redis-restart-nopersist"
+    evict, slow = FAULTS["evict"], FAULTS["slow-cut"]
+    assert (evict.needs, evict.disrupts, evict.targets, evict.server_wide) == (
+        None, True, True, False,
+    )  # fmt: skip
+    assert (slow.needs, slow.disrupts, slow.targets, slow.server_wide) == (
+        "proxy", True, True, False,
+    )  # fmt: skip
+    assert fault_duration_s("evict", 900, 300) == pytest.approx(1.5)
+    assert fault_duration_s("slow-cut", 900, 300) == pytest.approx(0.6 + 1.8)
+
+
+def test_where_evict_and_slow_cut_may_overlap() -> None:
+    assert may_overlap("evict", 0, "latency", 0)
+    assert may_overlap("evict", 0, "partition", 0)
+    assert may_overlap("evict", 0, "clock", None)
+    assert not may_overlap("evict", 0, "redis-pause", None)
+    assert not may_overlap("evict", 0, "redis-restart-aof", None)
+    assert not may_overlap("evict", 0, "pause-holder", 0)
+    assert may_overlap("evict", 0, "pause-holder", 1)
+    assert not may_overlap("evict", 0, "evict", 1)
+    assert not may_overlap("slow-cut", 0, "latency", 0)
+    assert may_overlap("slow-cut", 0, "latency", 1)
+    assert not may_overlap("slow-cut", 0, "evict", 0)
+    assert may_overlap("slow-cut", 0, "script-flush", None)
+    assert not may_overlap("slow-cut", 0, "redis-pause", None)
+    assert not may_overlap("slow-cut", 0, "slow-cut", 1)
+
+
+def board_in_body(token: int, key: int) -> Board:
+    board = Board(multiprocessing.get_context("spawn"), 2)
+    board.set(1, "token", token)
+    board.set(1, "key", key)
+    board.set_phase(1, BODY)
+    return board
+
+
+def test_a_stretch_taken_in_the_body_names_the_lease() -> None:
+    board = board_in_body(token=42, key=3)
+    asked = threading.Event()
+    stop = threading.Event()
+
+    def worker() -> None:  # the shown cycle takes the stretch, as Cycle.body_left does
+        while board.get(1, "stretch") == 0 and not stop.is_set():
+            stop.wait(0.001)
+        asked.set()
+        board.set(1, "stretch", 0)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    try:
+        assert take_stretch(board, 1, 1500, 30.0, stop) == (42, 3)
+    finally:
+        stop.set()
+        thread.join()
+    assert asked.is_set()
+    assert board.get(0, "stretch") == 0
+
+
+def test_a_stretch_no_one_takes_is_withdrawn() -> None:
+    board = board_in_body(token=42, key=3)
+    assert take_stretch(board, 1, 1500, 0.02, threading.Event()) is None
+    assert board.get(1, "stretch") == 0
+
+
+# -- the lock check: an overlap after an eviction ----------------------------------------------
+
+
+def evicted(*, renewed_after_delete: bool) -> list[Event]:
+    """w0 holds key k (token 1, granted at 0.1, deadline 1.1, renewed at 0.35 -> deadline 1.3);
+    evict (fault from 0.3) deletes it at 0.40; w1 is granted k at 0.45 (token 2). w0's next
+    renewal, sent at 0.60, is answered 0 and it is told at 0.61 -- or, with
+    ``renewed_after_delete``, that renewal is confirmed (deadline 1.6) and w0 is never told."""
+    events: list[Event] = []
+
+    def add(process: str, op: str, kind: Any, at: float, **fields: Any) -> None:
+        events.append(Event(process, op, kind, at, 1e9 + at, **fields))
+
+    add("run", "start", "info", 0.0, detail={"ttl_ms": 1000, "heartbeat_ms": 250})
+    add("w0", "acquire", "invoke", 0.09, id=0, key="k")
+    add("w0", "acquire", "ok", 0.1, id=0, key="k", token=1, detail={"deadline": 1.1})
+    add("nemesis", "fault", "invoke", 0.3, id=0, detail={"fault": "evict", "target": "w0"})
+    add("w0", "renew", "ok", 0.36, grant=0, detail={"deadline": 1.3})
+    add("w1", "acquire", "invoke", 0.44, id=0, key="k")
+    add("w1", "acquire", "ok", 0.45, id=0, key="k", token=2, detail={"deadline": 1.44})
+    if renewed_after_delete:
+        add("w0", "renew", "ok", 0.61, grant=0, detail={"deadline": 1.6})
+    else:
+        add("w0", "renew", "fail", 0.61, grant=0, outcome="refused")
+        add("w0", "lease-lost", "info", 0.611, grant=0, outcome="lease-lost",
+            detail={"reason": "a renewal found the key gone"})  # fmt: skip
+    add("w0", "release", "invoke", 1.0, grant=0)
+    add("w0", "release", "fail", 1.01, grant=0)
+    add("w0", "hold", "fail", 1.02, id=0, grant=0, outcome="lease-lost", detail={"body_end": 0.99})
+    done = {"fault": "evict", "target": "w0", "key": "k", "deleted": True, "deleted_mono": 0.40}
+    add("nemesis", "fault", "ok", 1.9, id=0, detail=done)
+    add("w1", "release", "invoke", 1.2, grant=0)
+    add("w1", "release", "ok", 1.21, grant=0)
+    add("w1", "hold", "ok", 1.22, id=0, grant=0, detail={"body_end": 1.19})
+    return sorted(events, key=lambda e: e.mono)
+
+
+def test_an_overlap_the_holder_could_not_know_of_is_exempt() -> None:
+    verdict = check_mutex(evicted(renewed_after_delete=False), ttl_ms=1000, heartbeat_ms=250)
+    assert verdict.issues == ()
+    (words,) = verdict.exempt
+    assert "evict deleted w0's key at 0.400 s" in words
+    assert "w1's lease (token 2) was granted at 0.450 s" in words
+
+
+def test_a_renewal_confirmed_after_the_delete_is_an_overlap() -> None:
+    verdict = check_mutex(evicted(renewed_after_delete=True), ttl_ms=1000, heartbeat_ms=250)
+    assert verdict.exempt == ()
+    (issue,) = [i for i in verdict.issues if i.kind == "overlap"]
+    assert issue.at == pytest.approx(0.45)
+    assert "w0's lease (token 1) granted at 0.100 s, confirmed until 1.600 s" in issue.message
+
+
+def test_an_eviction_of_another_key_explains_nothing() -> None:
+    events = [
+        e
+        if not (e.op == "fault" and e.type == "ok")
+        else Event(
+            e.process, e.op, e.type, e.mono, e.wall, id=e.id, detail={**e.detail, "key": "other"}
+        )
+        for e in evicted(renewed_after_delete=False)
+    ]
+    verdict = check_mutex(events, ttl_ms=1000, heartbeat_ms=250)
+    assert verdict.exempt == ()
+    assert [i.kind for i in verdict.issues] == ["overlap"]
+
+
+# -- property c: an asyncio body is cancelled at its loss notice --------------------------------
+
+
+def body_after_loss(kinds: list[str], write_at: float, lost_at: float | None = 0.5) -> list[Event]:
+    """w1 (of ``kinds``) holds key a (token 3) from 0.1; evict deletes its key at 0.3; it is told
+    of its loss at ``lost_at`` (None: never), and invokes its write at ``write_at`` (refused as
+    stale)."""
+    events: list[Event] = []
+
+    def add(process: str, op: str, kind: Any, at: float, **fields: Any) -> None:
+        events.append(Event(process, op, kind, at, 1e9 + at, **fields))
+
+    add("run", "start", "info", 0.0,
+        detail={"ttl_ms": 1000, "heartbeat_ms": 250, "worker_kinds": kinds})  # fmt: skip
+    w1 = {"grant": 0, "key": "a", "token": 3}
+    add("nemesis", "fault", "invoke", 0.2, id=0, detail={"fault": "evict", "target": "w1"})
+    add("w1", "acquire", "invoke", 0.09, id=0, key="a")
+    add("w1", "acquire", "ok", 0.1, id=0, key="a", token=3, outcome="granted",
+        detail={"deadline": 1.1})  # fmt: skip
+    add("w1", "read", "invoke", 0.11, id=1, **w1)
+    add("w1", "read", "ok", 0.12, id=1, **w1, value=0, outcome="accepted")
+    if lost_at is not None:
+        add("w1", "renew", "fail", lost_at, grant=0, key="a", token=3, outcome="refused")
+        reason = "a renewal found the key gone or owned by another owner"
+        add("w1", "lease-lost", "info", lost_at, **w1, outcome="lease-lost",
+            detail={"reason": reason})  # fmt: skip
+    add("w1", "write", "invoke", write_at, id=2, **w1, value=1)
+    add("w1", "write", "fail", write_at + 0.01, id=2, **w1, outcome="stale")
+    add("w1", "hold", "fail", write_at + 0.02, id=0, **w1, outcome="stale",
+        detail={"body_end": write_at + 0.01})  # fmt: skip
+    add("nemesis", "fault", "ok", 2.0, id=0,
+        detail={"fault": "evict", "target": "w1", "key": "a", "token": 3, "deleted": True,
+                "deleted_mono": 0.3})  # fmt: skip
+    add("run", "stop", "info", 3.0)
+    add("run", "final", "ok", 3.0, key="a", value=0)
+    return sorted(events, key=lambda e: e.mono)
+
+
+def test_the_worker_kinds_come_from_the_start_event() -> None:
+    events = body_after_loss(["sync", "asyncio", "threads", "asyncio"], 1.0)
+    assert asyncio_workers(events) == frozenset({"w1", "w3"})
+    assert asyncio_workers(events[1:]) == frozenset()
+
+
+def test_an_asyncio_body_that_runs_on_after_its_loss_is_reported() -> None:
+    report = check_history(body_after_loss(["sync", "asyncio"], 1.0))
+    (violation,) = report.property("loss-reported").violations
+    assert violation.message == (
+        "key 'a': w1's lease (token 3) was declared lost at 0.50 s, but its asyncio body went "
+        "on: its write was invoked at 1.00 s; the body is cancelled at the loss notice."
+    )
+
+
+@pytest.mark.parametrize("kind", ["sync", "threads"])
+def test_a_thread_body_is_not_judged_by_the_cancel_rule(kind: str) -> None:
+    report = check_history(body_after_loss(["sync", kind], 1.0))
+    assert report.property("loss-reported").violations == ()
+
+
+def test_an_access_handed_off_before_the_notice_is_not_reported() -> None:
+    report = check_history(body_after_loss(["sync", "asyncio"], 0.5 + HANDED_OFF_S))
+    assert report.property("loss-reported").violations == ()
+
+
+def test_an_evicted_holder_is_told_within_two_heartbeats() -> None:
+    report = check_history(body_after_loss(["sync", "sync"], 1.0, lost_at=0.8))
+    assert report.property("loss-reported").violations == ()
+    assert report.property("loss-reported").checked >= 2  # the grant, and the eviction
+
+
+@pytest.mark.parametrize(
+    ("lost_at", "late"), [(0.81, "was told only 0.51 s after it"), (None, "was never told")]
+)
+def test_an_evicted_holder_told_late_or_never_is_reported(lost_at: float | None, late: str) -> None:
+    report = check_history(body_after_loss(["sync", "threads"], 1.0, lost_at=lost_at))
+    (violation,) = report.property("loss-reported").violations
+    assert violation.message == (
+        "key 'a': w1's key (token 3) was deleted by evict at 0.30 s and its body ran on until "
+        f"1.01 s, but it {late}; its next renewal is answered 0: the bound is two heartbeats = "
+        "0.50 s."
+    )
+
+
+def test_an_evicted_body_that_ended_in_time_is_not_judged() -> None:
+    report = check_history(body_after_loss(["sync", "sync"], 0.7, lost_at=None))
+    assert report.property("loss-reported").violations == ()
