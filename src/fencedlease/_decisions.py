@@ -202,7 +202,12 @@ def apply_batch(
     (rule 3). Returns the hooks due (`call_renew_error_hooks`). Each lease whose reply was
     applied reports a `"renew"` event (`fencedlease._events`), before the losses the
     replies caused."""
-    applied = {id(entry) for entry in batch if entry.active}
+    # The leases whose reply will be applied and that report events (none: nothing to build).
+    watched = [
+        (i, entry.state, hook)
+        for i, entry in enumerate(batch)
+        if entry.active and (hook := entry.state.on_event) is not None
+    ]
     with deferred() as losses:
         if isinstance(outcome, BaseException):
             sent: float | None = None
@@ -211,12 +216,11 @@ def apply_batch(
             sent, sent_wall, replies = outcome
             hooks = schedule.apply(batch, sent, sent_wall, replies, now_mono)
         losses[:0] = [
-            (entry.state.on_event, renewal_event(
-                entry.state, outcome if isinstance(outcome, BaseException) else outcome[2][i],
-                entry.active, sent, now_mono,
+            (hook, renewal_event(
+                state, outcome if isinstance(outcome, BaseException) else outcome[2][i],
+                batch[i].active, sent, now_mono,
             ))
-            for i, entry in enumerate(batch)
-            if id(entry) in applied and entry.state.on_event is not None
+            for i, state, hook in watched
         ]  # fmt: skip
     return hooks
 

@@ -218,7 +218,8 @@ def acquire_ended(
 def release_sent(state: LeaseState, clock: Clock) -> float:
     """Report that a release of ``state`` goes out now; the send time (monotonic seconds)."""
     now = clock.monotonic()
-    emit(state.on_event, lease_event(state, "release", "sent", now, now))
+    if state.on_event is not None:  # no event built on the release path of an unwatched lease
+        emit(state.on_event, lease_event(state, "release", "sent", now, now))
     return now
 
 

@@ -149,10 +149,13 @@ class LeaseView:
             confirmed = state.confirm(sent_mono, sent_wall, ttl_ms, token)
             if confirmed and state.deadline_moved is not None:
                 state.deadline_moved()
-            now = self._clock.monotonic()
-            emit(state.on_event, renewal_event(state, token, confirmed, sent_mono, now))
+            if state.on_event is not None:
+                now = self._clock.monotonic()
+                emit(state.on_event, renewal_event(state, token, confirmed, sent_mono, now))
             return confirmed
-        emit(state.on_event, renewal_event(state, 0, False, sent_mono, self._clock.monotonic()))
+        if state.on_event is not None:
+            now = self._clock.monotonic()
+            emit(state.on_event, renewal_event(state, 0, False, sent_mono, now))
         if not state.releasing:
             state.mark_lost(LossReason.RENEW_REFUSED)
         return False
