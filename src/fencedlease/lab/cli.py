@@ -325,3 +325,14 @@ def _progress_table(progress: Progress) -> Table:
             *(str(fields[k]) for k in ("grants", "acked", "refused", "lost", "errors")),
         )
     return table
+
+
+def _add_operator_commands() -> None:
+    """``doctor``, ``inspect``, ``list``, ``release`` (`fencedlease.lab.operator_cli`)."""
+    from .operator_cli import doctor, inspect_lease, list_leases, release
+
+    for command in (doctor, inspect_lease, list_leases, release):
+        main.add_command(command)
+
+
+_add_operator_commands()
