@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import secrets
+import subprocess
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +24,8 @@ from conftest import unavailable
 from fencedlease import LeaseManager
 from fencedlease._acl import acl_rules
 from fencedlease.lab.cli import main
-from fencedlease.lab.doctor import ACL_PROBES, run_checks
+from fencedlease.lab.doctor import run_checks
+from fencedlease.lab.doctor_acl import ACL_PROBES
 from fencedlease.lab.servers.redis import RedisServer, RedisUnavailable, free_port
 
 pytestmark = pytest.mark.live
@@ -304,3 +307,38 @@ def test_clock_skew_warns() -> None:
         (latency,) = [c for c in checks if c.name == "latency"]
         assert latency.status == "warn"
         assert latency.detail.startswith("PING x3: p50 ")
+
+
+def test_a_sentinel_and_the_master_it_watches_are_named(
+    start: Callable[..., RedisServer], tmp_path: Path
+) -> None:
+    master = start(appendonly=True)
+    port = free_port()
+    conf = tmp_path / "sentinel.conf"
+    conf.write_text(
+        f"port {port}\nbind 127.0.0.1\ndir {tmp_path}\n"
+        f"sentinel monitor main 127.0.0.1 {master.port} 1\n"
+    )
+    sentinel = subprocess.Popen(
+        [master.binary, str(conf), "--sentinel"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        with master.client() as client:  # a Sentinel says hello on the master every 2 s
+            _wait_until(lambda: client.pubsub_channels("__sentinel__:hello"))
+        code, checks = doctor(master.url)
+        assert (code, checks["topology"]["status"]) == (0, "pass")
+        assert checks["topology"]["detail"] == (
+            "a master watched by Sentinel: connect through Sentinel (redis+sentinel://) to"
+            " follow a failover"
+        )
+        code, checks = doctor(f"redis://127.0.0.1:{port}/0")
+        assert checks["topology"] == {
+            "name": "topology", "status": "warn",
+            "detail": "this is a Sentinel, not a data server",
+            "remedy": "use redis+sentinel://<sentinels>/<master name>",
+        }  # fmt: skip
+    finally:
+        sentinel.terminate()
+        sentinel.wait(10)

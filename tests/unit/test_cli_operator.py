@@ -11,7 +11,8 @@ from click.testing import CliRunner
 
 from fencedlease._acl import ACL_COMMANDS
 from fencedlease.lab.cli import main
-from fencedlease.lab.doctor import ACL_PROBES, Check, exit_code
+from fencedlease.lab.doctor import Check, exit_code
+from fencedlease.lab.doctor_acl import ACL_PROBES
 from fencedlease.lab.servers.redis import free_port
 
 SECRET = "s3cr3t-Pa55"

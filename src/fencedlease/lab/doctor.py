@@ -9,8 +9,6 @@ turns its check into a warning saying what to look at by hand.
 
 from __future__ import annotations
 
-import fnmatch
-import re
 import statistics
 import time
 from collections.abc import Callable
@@ -19,9 +17,9 @@ from typing import Any, Literal
 import attrs
 import redis
 
-from fencedlease import redis_keys
+from .doctor_acl import ACL_PROBES, acl_refusals
 
-__all__ = ["ACL_PROBES", "Check", "Status", "exit_code", "run_checks"]
+__all__ = ["Check", "Status", "exit_code", "run_checks"]
 
 Status = Literal["pass", "warn", "fail"]
 
@@ -44,19 +42,6 @@ def exit_code(checks: list[Check], *, strict: bool) -> int:
 
 
 _REFUSED = (redis.exceptions.NoPermissionError, redis.exceptions.ResponseError)
-_SHA = "0" * 40
-
-#: The commands a fencedlease user runs (``docs/semantics.md``, least-privilege ACL user), each
-#: with arguments naming a key (``K``) or channel (``C``) under the prefix, so ``ACL DRYRUN`` checks
-#: the key and channel patterns too. A unit test holds it equal to the library's own list.
-ACL_PROBES: dict[str, tuple[str, ...]] = {
-    "DEL": ("K",), "EVAL": ("return 0", "1", "K"), "EVALSHA": (_SHA, "1", "K"), "EXISTS": ("K",),
-    "GET": ("K",), "HDEL": ("K", "f"), "HGET": ("K", "f"), "HGETALL": ("K",),
-    "HMGET": ("K", "f"), "HSET": ("K", "f", "1"), "INCR": ("K",), "PEXPIRE": ("K", "1"),
-    "PING": (), "PTTL": ("K",), "PUBLISH": ("C", "1"), "SET": ("K", "1"), "SUBSCRIBE": ("C",),
-    "TIME": (), "TYPE": ("K",), "UNSUBSCRIBE": ("C",), "ZADD": ("K", "1", "m"),
-    "ZCARD": ("K",), "ZPOPMIN": ("K",), "ZREM": ("K", "m"), "ZSCORE": ("K", "m"),
-}  # fmt: skip
 
 
 def _text(value: Any) -> str:
@@ -282,61 +267,6 @@ def check_topology(client: redis.Redis) -> Check:
     return Check(name, "pass", "standalone server")
 
 
-def _dryrun(client: redis.Redis, user: str, prefix: str) -> list[str]:
-    keys = redis_keys(prefix, "doctor")
-    refused = []
-    for command, probe in ACL_PROBES.items():
-        args = [keys.lease if a == "K" else keys.handoff if a == "C" else a for a in probe]
-        reply = _text(client.execute_command("ACL DRYRUN", user, command, *args))  # type: ignore[no-untyped-call]
-        if reply != "OK":
-            refused.append(f"{command} ({reply})")
-    return refused
-
-
-def _patterns(value: Any) -> list[str]:
-    """Key or channel patterns of ``ACL GETUSER``: a list (6.2) or one string (7), ``~``/``&``
-    and Redis 7's ``%RW~`` stripped."""
-    words = _text(value).split() if isinstance(value, (str, bytes)) else map(_text, value)
-    return [re.sub(r"^(%[RW]+~|~|&)", "", word) for word in words]
-
-
-def _getuser_refusals(client: redis.Redis, user: str, prefix: str) -> list[str]:
-    """Redis 6.2 has no ``ACL DRYRUN``: replay ``ACL GETUSER``'s command rules in order (a
-    category through ``COMMAND INFO``'s ACL categories) and match its key and channel patterns."""
-    reply = client.execute_command("ACL", "GETUSER", user)  # type: ignore[no-untyped-call]
-    if reply is None:
-        return [f"no such user {user!r}"]
-    pairs = reply.items() if isinstance(reply, dict) else zip(reply[::2], reply[1::2], strict=True)
-    rules = {_text(k): v for k, v in pairs}
-    info = client.execute_command("COMMAND", "INFO", *ACL_PROBES)  # type: ignore[no-untyped-call]
-    categories = {
-        _text(name).upper(): {_text(c).lower() for c in entry.get("acl_categories", [])}
-        for name, entry in info.items()
-    }
-    allowed: set[str] = set()
-    for rule in _text(rules.get("commands", "")).split():
-        rule = {"allcommands": "+@all", "nocommands": "-@all"}.get(rule, rule)
-        sign, word = rule[0], rule[1:].lower()
-        if word == "@all":
-            hit = set(ACL_PROBES)
-        elif word.startswith("@"):
-            hit = {c for c in ACL_PROBES if word in categories.get(c, set())}
-        else:
-            hit = {word.upper()} & set(ACL_PROBES)
-        allowed = allowed | hit if sign == "+" else allowed - hit
-    refused = [command for command in ACL_PROBES if command not in allowed]
-    keys = redis_keys(prefix, "doctor")
-    flags = {_text(flag) for flag in rules.get("flags", [])}
-    for kind, name, flag in (
-        ("keys", keys.lease, "allkeys"),
-        ("channels", keys.handoff, "allchannels"),
-    ):
-        patterns = _patterns(rules.get(kind, []))
-        if flag not in flags and not any(fnmatch.fnmatchcase(name, p) for p in patterns):
-            refused.append(f"{kind} {name} (patterns: {' '.join(patterns) or 'none'})")
-    return refused
-
-
 def check_acl(client: redis.Redis, prefix: str, user: str | None) -> Check:
     """Whether ``user`` (default: this connection's) may run every command of the library on
     keys and channels under ``prefix``: ``ACL DRYRUN`` (Redis 7), ``ACL GETUSER`` (6.2)."""
@@ -344,15 +274,7 @@ def check_acl(client: redis.Redis, prefix: str, user: str | None) -> Check:
     how = "connect as an admin and give --acl-user <the application's user>"
     try:
         user = user or _text(client.execute_command("ACL WHOAMI"))  # type: ignore[no-untyped-call]
-        try:
-            refused = _dryrun(client, user, prefix)
-        except redis.exceptions.ResponseError as exc:
-            if "not found" in str(exc):
-                refused = [f"no such user {user!r}"]
-            elif "unknown subcommand" in str(exc).lower():
-                refused = _getuser_refusals(client, user, prefix)
-            else:
-                raise
+        refused = acl_refusals(client, user, prefix)
     except _REFUSED as exc:
         return Check(name, "warn", f"ACL refused ({exc}): commands not checked", how)
     if refused:

@@ -1,0 +1,106 @@
+"""The ACL part of ``fencedlease doctor``: may a user run every command fencedlease sends, on keys
+and channels under its prefix? ``ACL DRYRUN`` answers on Redis 7; Redis 6.2 has none, so the rules
+of ``ACL GETUSER`` are replayed here.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from typing import Any
+
+import redis
+
+from fencedlease import redis_keys
+
+__all__ = ["ACL_PROBES", "acl_refusals"]
+
+_SHA = "0" * 40
+
+#: The commands a fencedlease user runs (``docs/semantics.md``, least-privilege ACL user), each
+#: with arguments naming a key (``K``) or channel (``C``) under the prefix, so ``ACL DRYRUN`` checks
+#: the key and channel patterns too. A unit test holds it equal to the library's own list.
+ACL_PROBES: dict[str, tuple[str, ...]] = {
+    "DEL": ("K",), "EVAL": ("return 0", "1", "K"), "EVALSHA": (_SHA, "1", "K"), "EXISTS": ("K",),
+    "GET": ("K",), "HDEL": ("K", "f"), "HGET": ("K", "f"), "HGETALL": ("K",),
+    "HMGET": ("K", "f"), "HSET": ("K", "f", "1"), "INCR": ("K",), "PEXPIRE": ("K", "1"),
+    "PING": (), "PTTL": ("K",), "PUBLISH": ("C", "1"), "SET": ("K", "1"), "SUBSCRIBE": ("C",),
+    "TIME": (), "TYPE": ("K",), "UNSUBSCRIBE": ("C",), "ZADD": ("K", "1", "m"),
+    "ZCARD": ("K",), "ZPOPMIN": ("K",), "ZREM": ("K", "m"), "ZSCORE": ("K", "m"),
+}  # fmt: skip
+
+
+def _dryrun(client: redis.Redis, user: str, prefix: str) -> list[str]:
+    keys = redis_keys(prefix, "doctor")
+    refused = []
+    for command, probe in ACL_PROBES.items():
+        args = [keys.lease if a == "K" else keys.handoff if a == "C" else a for a in probe]
+        reply = _text(client.execute_command("ACL DRYRUN", user, command, *args))  # type: ignore[no-untyped-call]
+        if reply != "OK":
+            refused.append(f"{command} ({reply})")
+    return refused
+
+
+def _patterns(value: Any) -> list[str]:
+    """Key or channel patterns of ``ACL GETUSER``: a list (6.2) or one string (7), ``~``/``&``
+    and Redis 7's ``%RW~`` stripped."""
+    words = _text(value).split() if isinstance(value, (str, bytes)) else map(_text, value)
+    return [re.sub(r"^(%[RW]+~|~|&)", "", word) for word in words]
+
+
+def _getuser_refusals(client: redis.Redis, user: str, prefix: str) -> list[str]:
+    """Redis 6.2 has no ``ACL DRYRUN``: replay ``ACL GETUSER``'s command rules in order (a
+    category through ``COMMAND INFO``'s ACL categories) and match its key and channel patterns."""
+    reply = client.execute_command("ACL", "GETUSER", user)  # type: ignore[no-untyped-call]
+    if reply is None:
+        return [f"no such user {user!r}"]
+    pairs = reply.items() if isinstance(reply, dict) else zip(reply[::2], reply[1::2], strict=True)
+    rules = {_text(k): v for k, v in pairs}
+    info = client.execute_command("COMMAND", "INFO", *ACL_PROBES)  # type: ignore[no-untyped-call]
+    categories = {
+        _text(name).upper(): {_text(c).lower() for c in entry.get("acl_categories", [])}
+        for name, entry in info.items()
+    }
+    allowed: set[str] = set()
+    for rule in _text(rules.get("commands", "")).split():
+        rule = {"allcommands": "+@all", "nocommands": "-@all"}.get(rule, rule)
+        sign, word = rule[0], rule[1:].lower()
+        if word == "@all":
+            hit = set(ACL_PROBES)
+        elif word.startswith("@"):
+            hit = {c for c in ACL_PROBES if word in categories.get(c, set())}
+        else:
+            hit = {word.upper()} & set(ACL_PROBES)
+        allowed = allowed | hit if sign == "+" else allowed - hit
+    refused = [command for command in ACL_PROBES if command not in allowed]
+    keys = redis_keys(prefix, "doctor")
+    flags = {_text(flag) for flag in rules.get("flags", [])}
+    for kind, name, flag in (
+        ("keys", keys.lease, "allkeys"),
+        ("channels", keys.handoff, "allchannels"),
+    ):
+        patterns = _patterns(rules.get(kind, []))
+        if flag not in flags and not any(fnmatch.fnmatchcase(name, p) for p in patterns):
+            refused.append(f"{kind} {name} (patterns: {' '.join(patterns) or 'none'})")
+    return refused
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def acl_refusals(client: redis.Redis, user: str, prefix: str) -> list[str]:
+    """What ``user`` may not do of `ACL_PROBES` (each ``"COMMAND (why)"``, or the key or channel
+    pattern missing), empty when it may do it all.
+
+    Raises:
+        redis.exceptions.ResponseError: the connection may not run ``ACL`` (or ``COMMAND``).
+    """
+    try:
+        return _dryrun(client, user, prefix)
+    except redis.exceptions.ResponseError as exc:
+        if "not found" in str(exc):
+            return [f"no such user {user!r}"]
+        if "unknown subcommand" in str(exc).lower():
+            return _getuser_refusals(client, user, prefix)
+        raise
