@@ -1,4 +1,6 @@
-"""The command line: ``fencedlease check`` runs the correctness harness (``docs/harness.md``).
+"""The command line: ``fencedlease check`` runs the correctness harness (``docs/harness.md``);
+``doctor``, ``inspect``, ``list`` and ``release`` are the operator's
+(`fencedlease.lab.operator_cli`, ``docs/operations.md``).
 
 ``main`` is the click group behind the ``fencedlease`` script and ``python -m fencedlease``.
 Exit status of ``check``: 0 when the run has no violation and proved something, 1 when it has

@@ -298,7 +298,7 @@ def check_clock(client: redis.Redis, max_skew_ms: int, wall: Callable[[], float]
     after = wall()
     skew_ms = (seconds + micros / 1e6 - (before + after) / 2) * 1000
     slack_ms = (after - before) * 500
-    detail = f"server clock {skew_ms:+.0f} ms from this host's (within {slack_ms:.0f} ms)"
+    detail = f"server clock {round(skew_ms):+d} ms from this host's (within {slack_ms:.0f} ms)"
     if abs(skew_ms) - slack_ms > max_skew_ms:
         return Check(
             "clock",
