@@ -6,9 +6,10 @@ No output holds an owner token or the password of the URL.
 
 from __future__ import annotations
 
+import io
 import json
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -18,7 +19,7 @@ from click.testing import CliRunner, Result
 from conftest import unavailable
 from fencedlease import Lease, LeaseManager, redis_keys
 from fencedlease.lab.cli import main
-from fencedlease.lab.operator_cli import scan_lease_names
+from fencedlease.lab.operator_cli import release_holder, scan_lease_names
 from fencedlease.lab.servers.redis import RedisServer, RedisUnavailable
 
 pytestmark = pytest.mark.live
@@ -157,8 +158,63 @@ def test_release_needs_force_and_a_confirmation(url: str, leases: LeaseManager) 
     document: dict[str, Any] = json.loads(result.output)
     assert document["released"] is True
     assert document["lease"]["holder"] == again.owner_fingerprint
+    assert document["changed_hands"] is False
     nothing = run(url, "release", "job", "--force", "--yes", "--json")
-    assert json.loads(nothing.output) == {"key": "job", "released": False, "lease": None}
+    assert json.loads(nothing.output) == {
+        "key": "job", "released": False, "changed_hands": False, "lease": None,
+    }  # fmt: skip
+
+
+class _AnswerAfter(io.BytesIO):
+    """Stdin that runs ``before`` when the prompt reads its answer, then answers "y"."""
+
+    def __init__(self, before: Callable[[], object]) -> None:
+        super().__init__(b"y\n")
+        self.before: Callable[[], object] | None = before
+
+    def _answer(self, size: int | None) -> None:
+        before = self.before
+        if before is not None and size != 0:  # click probes the stream with read(0)
+            self.before = None
+            before()
+
+    def readline(self, size: int | None = -1) -> bytes:
+        self._answer(size)
+        return super().readline(size)
+
+    def read(self, size: int | None = -1) -> bytes:
+        self._answer(size)
+        return super().read(size)
+
+    def read1(self, size: int | None = -1) -> bytes:
+        self._answer(size)
+        return super().read1(size)
+
+
+def test_release_deletes_only_the_lease_it_showed(
+    url: str, client: redis.Redis, leases: LeaseManager
+) -> None:
+    """The lease changes hands while the operator reads the prompt: nothing is released."""
+    first = grant(leases, "job")
+    second: list[Lease] = []
+
+    def hand_over() -> None:
+        assert first.release()
+        second.append(grant(leases, "job"))
+
+    result = CliRunner().invoke(
+        main, ["release", "job", "--url", url, "--prefix", PREFIX, "--force"],
+        input=_AnswerAfter(hand_over),
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert f"held by {first.owner_fingerprint} with fencing token 1" in result.output
+    assert "'job' changed hands since it was read: nothing released; run again" in result.output
+    assert second[0].fencing_token == 2
+    assert second[0].renew()  # the new holder's lease is untouched
+    assert release_holder(client, PREFIX, "job", first.owner_fingerprint) is None
+    assert release_holder(client, PREFIX, "job", second[0].owner_fingerprint) is True
+    assert release_holder(client, PREFIX, "job", second[0].owner_fingerprint) is False
+    assert not second[0].renew()
 
 
 def test_the_url_and_prefix_come_from_the_environment(

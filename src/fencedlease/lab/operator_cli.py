@@ -7,8 +7,9 @@ A password in the URL is shown as ``***`` everywhere, and an owner token never a
 holder is named by its fingerprint). ``docs/operations.md`` shows them at work.
 
 Exit status: 0 done (``doctor``: every check passed; ``--strict``: and no warning), 1 ``doctor``
-found a failing check (``--strict``: or a warning) or a ``release`` was not confirmed, 2 a usage
-error or a Redis that could not be used (unreachable, wrong password, an error reply).
+found a failing check (``--strict``: or a warning), a ``release`` was not confirmed or the lease
+changed hands before it was released, 2 a usage error or a Redis that could not be used
+(unreachable, wrong password, an error reply).
 """
 
 from __future__ import annotations
@@ -22,12 +23,26 @@ from typing import Any, TypeVar
 import click
 import redis
 
-from fencedlease import FencedLeaseError, LeaseInfo, LeaseManager, redact_text, redact_url
+from fencedlease import (
+    FencedLeaseError,
+    LeaseInfo,
+    LeaseManager,
+    owner_fingerprint,
+    redact_text,
+    redact_url,
+)
 from fencedlease import redis_keys as layout
 
 from .doctor import Check, exit_code, run_checks
 
-__all__ = ["doctor", "inspect_lease", "list_leases", "release", "scan_lease_names"]
+__all__ = [
+    "doctor",
+    "inspect_lease",
+    "list_leases",
+    "release",
+    "release_holder",
+    "scan_lease_names",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -313,6 +328,32 @@ _RELEASE_REFUSED = (
 )
 
 
+def release_holder(client: redis.Redis, prefix: str, key: str, holder: str) -> bool | None:
+    """Delete the lease on ``key`` if ``holder`` (an owner fingerprint) still holds it: ``True``
+    deleted, ``False`` nobody holds it, ``None`` another holder has it now (nothing deleted).
+
+    ``WATCH`` on the lease key, ``GET``, then ``MULTI``/``DEL``/``EXEC``: a grant between the
+    read and the delete aborts the delete, so an operator never releases a lease other than the
+    one shown to them. The owner token read here is compared, never shown.
+    """
+    lease_key = layout(prefix, key).lease
+    with client.pipeline(transaction=True) as pipe:
+        try:
+            pipe.watch(lease_key)  # type: ignore[no-untyped-call]
+            value = pipe.get(lease_key)
+            if value is None:
+                return False
+            text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+            owner = text.partition(":")[2]
+            if not owner or owner_fingerprint(owner) != holder:
+                return None
+            pipe.multi()
+            pipe.delete(lease_key)
+            return bool(pipe.execute()[0])
+        except redis.WatchError:
+            return None
+
+
 @click.command()
 @_common
 @click.argument("key")
@@ -321,7 +362,9 @@ _RELEASE_REFUSED = (
 def release(url: str | None, prefix: str, as_json: bool, key: str, force: bool, yes: bool) -> None:
     """Delete the lease on KEY whoever holds it (an operator's escape hatch; needs --force).
 
-    The fencing counter stays: the next grant gets a larger token than the released one.
+    It shows the holder and asks (unless --yes), then deletes that holder's lease only: if the
+    lease changed hands meanwhile nothing is deleted (exit 1). The fencing counter stays: the next
+    grant gets a larger token than the released one.
     """
     if not force:
         raise click.UsageError(_RELEASE_REFUSED)
@@ -337,13 +380,19 @@ def release(url: str | None, prefix: str, as_json: bool, key: str, force: bool, 
                     abort=True,
                     err=True,
                 )
-            released = info is not None and leases.force_release(key)
+            outcome = (
+                False
+                if info is None
+                else release_holder(client, prefix, key, info.owner_fingerprint)
+            )
     except (redis.RedisError, FencedLeaseError) as exc:
         _fail(url, exc)
+    released, moved = outcome is True, info is not None and outcome is None
     if as_json:
-        _emit_json(
-            {"key": key, "released": released, "lease": None if info is None else _lease_row(info)}
-        )
+        row = None if info is None else _lease_row(info)
+        _emit_json({"key": key, "released": released, "changed_hands": moved, "lease": row})
+    elif moved:
+        click.echo(f"{key!r} changed hands since it was read: nothing released; run again")
     elif released:
         assert info is not None
         click.echo(
@@ -352,3 +401,4 @@ def release(url: str | None, prefix: str, as_json: bool, key: str, force: bool, 
         )
     else:
         click.echo(f"{key!r} was not held: nothing released")
+    sys.exit(1 if moved else 0)
