@@ -209,6 +209,16 @@ def test_an_acl_user_missing_a_command_fails(
     assert checks["redis-version"]["detail"].startswith(f"Redis {version}.")
     code, checks = doctor(server.url, "--acl-user", "full")
     assert (code, checks["acl"]["status"]) == (0, "pass")
+    # On database 3 redis-py sends SELECT 3 on connect: the user needs +select too.
+    url3 = server.url.rsplit("/", 1)[0] + "/3"
+    code, checks = doctor(url3, "--acl-user", "full")
+    assert (code, checks["acl"]["status"]) == (1, "fail")
+    assert checks["acl"]["detail"].startswith("user 'full' may not run: SELECT")
+    _setuser(admin, "full", password, *acl_rules("fencedlease"), "+select")
+    code, checks = doctor(url3, "--acl-user", "full")
+    assert checks["acl"]["detail"] == (
+        f"user 'full' may run all {len(ACL_PROBES) + 1} commands on fencedlease:* keys and channels"
+    )
     code, checks = doctor(server.url, "--acl-user", "elsewhere")  # its keys are other:*
     assert (code, checks["acl"]["status"]) == (1, "fail")
     assert "fencedlease:{doctor}" in checks["acl"]["detail"]
@@ -334,10 +344,15 @@ def test_a_sentinel_and_the_master_it_watches_are_named(
             " follow a failover"
         )
         code, checks = doctor(f"redis://127.0.0.1:{port}/0")
-        assert checks["topology"] == {
-            "name": "topology", "status": "warn",
-            "detail": "this is a Sentinel, not a data server",
-            "remedy": "use redis+sentinel://<sentinels>/<master name>",
+        assert code == 1
+        assert checks == {  # the other checks would describe the Sentinel's process: left out
+            "topology": {
+                "name": "topology", "status": "fail",
+                "detail": "this is a Sentinel, not a data server; it watches: main at"
+                f" 127.0.0.1:{master.port}",
+                "remedy": "run doctor on the master's redis:// URL; the library connects through"
+                " Sentinel (redis+sentinel://<sentinels>/<master name>)",
+            }
         }  # fmt: skip
     finally:
         sentinel.terminate()

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import attrs
 import redis
 
-from .doctor_acl import ACL_PROBES, acl_refusals
+from .doctor_acl import acl_probes, acl_refusals
 
 __all__ = ["Check", "Status", "exit_code", "run_checks"]
 
@@ -227,6 +227,27 @@ def check_replication(client: redis.Redis) -> Check:
     return Check(name, "warn", detail, remedy)
 
 
+def _sentinel(client: redis.Redis) -> Check:
+    """A Sentinel is no data server: name the masters it watches, to run the checks on."""
+    masters = client.execute_command("SENTINEL", "MASTERS")  # type: ignore[no-untyped-call]
+    found = []
+    for master in masters:
+        fields = (
+            master
+            if isinstance(master, dict)
+            else dict(zip(master[::2], master[1::2], strict=True))
+        )
+        fields = {_text(k): _text(v) for k, v in fields.items()}
+        found.append(f"{fields.get('name')} at {fields.get('ip')}:{fields.get('port')}")
+    return Check(
+        "topology",
+        "fail",
+        f"this is a Sentinel, not a data server; it watches: {', '.join(found) or 'nothing'}",
+        "run doctor on the master's redis:// URL; the library connects through Sentinel"
+        " (redis+sentinel://<sentinels>/<master name>)",
+    )
+
+
 def check_topology(client: redis.Redis) -> Check:
     """What the URL points at: a standalone server, a Cluster node (``CLUSTER INFO``), a Sentinel,
     or a master that Sentinels watch (they publish on ``__sentinel__:hello`` there)."""
@@ -247,12 +268,7 @@ def check_topology(client: redis.Redis) -> Check:
             "" if ok else "repair the cluster (CLUSTER INFO, CLUSTER NODES)",
         )
     if mode == "sentinel":
-        return Check(
-            name,
-            "warn",
-            "this is a Sentinel, not a data server",
-            "use redis+sentinel://<sentinels>/<master name>",
-        )
+        return _sentinel(client)
     try:
         watched = bool(client.pubsub_channels("__sentinel__:hello"))
     except _REFUSED:
@@ -272,9 +288,10 @@ def check_acl(client: redis.Redis, prefix: str, user: str | None) -> Check:
     keys and channels under ``prefix``: ``ACL DRYRUN`` (Redis 7), ``ACL GETUSER`` (6.2)."""
     name = "acl"
     how = "connect as an admin and give --acl-user <the application's user>"
+    db = int(client.connection_pool.connection_kwargs.get("db") or 0)
     try:
         user = user or _text(client.execute_command("ACL WHOAMI"))  # type: ignore[no-untyped-call]
-        refused = acl_refusals(client, user, prefix)
+        refused = acl_refusals(client, user, prefix, db)
     except _REFUSED as exc:
         return Check(name, "warn", f"ACL refused ({exc}): commands not checked", how)
     if refused:
@@ -287,7 +304,7 @@ def check_acl(client: redis.Redis, prefix: str, user: str | None) -> Check:
     return Check(
         name,
         "pass",
-        f"user {user!r} may run all {len(ACL_PROBES)} commands on {prefix}:* keys and channels",
+        f"user {user!r} may run all {len(acl_probes(db))} commands on {prefix}:* keys and channels",
     )
 
 
@@ -366,6 +383,9 @@ def run_checks(
         ("clock", lambda: check_clock(client, max_skew_ms, wall)),
         ("latency", lambda: check_latency(client, pings, max_latency_ms)),
     ]
+    server = _info(client, "server") or {}
+    if server.get("redis_mode") == "sentinel":  # the other checks would describe the Sentinel
+        checks = [(name, check) for name, check in checks if name == "topology"]
     results = []
     for name, check in checks:
         try:

@@ -13,7 +13,7 @@ import redis
 
 from fencedlease import redis_keys
 
-__all__ = ["ACL_PROBES", "acl_refusals"]
+__all__ = ["ACL_PROBES", "acl_probes", "acl_refusals"]
 
 _SHA = "0" * 40
 
@@ -30,10 +30,12 @@ ACL_PROBES: dict[str, tuple[str, ...]] = {
 }  # fmt: skip
 
 
-def _dryrun(client: redis.Redis, user: str, prefix: str) -> list[str]:
+def _dryrun(
+    client: redis.Redis, user: str, prefix: str, probes: dict[str, tuple[str, ...]]
+) -> list[str]:
     keys = redis_keys(prefix, "doctor")
     refused = []
-    for command, probe in ACL_PROBES.items():
+    for command, probe in probes.items():
         args = [keys.lease if a == "K" else keys.handoff if a == "C" else a for a in probe]
         reply = _text(client.execute_command("ACL DRYRUN", user, command, *args))  # type: ignore[no-untyped-call]
         if reply != "OK":
@@ -48,7 +50,9 @@ def _patterns(value: Any) -> list[str]:
     return [re.sub(r"^(%[RW]+~|~|&)", "", word) for word in words]
 
 
-def _getuser_refusals(client: redis.Redis, user: str, prefix: str) -> list[str]:
+def _getuser_refusals(
+    client: redis.Redis, user: str, prefix: str, probes: dict[str, tuple[str, ...]]
+) -> list[str]:
     """Redis 6.2 has no ``ACL DRYRUN``: replay ``ACL GETUSER``'s command rules in order (a
     category through ``COMMAND INFO``'s ACL categories) and match its key and channel patterns."""
     reply = client.execute_command("ACL", "GETUSER", user)  # type: ignore[no-untyped-call]
@@ -56,7 +60,7 @@ def _getuser_refusals(client: redis.Redis, user: str, prefix: str) -> list[str]:
         return [f"no such user {user!r}"]
     pairs = reply.items() if isinstance(reply, dict) else zip(reply[::2], reply[1::2], strict=True)
     rules = {_text(k): v for k, v in pairs}
-    info = client.execute_command("COMMAND", "INFO", *ACL_PROBES)  # type: ignore[no-untyped-call]
+    info = client.execute_command("COMMAND", "INFO", *probes)  # type: ignore[no-untyped-call]
     categories = {
         _text(name).upper(): {_text(c).lower() for c in entry.get("acl_categories", [])}
         for name, entry in info.items()
@@ -66,13 +70,13 @@ def _getuser_refusals(client: redis.Redis, user: str, prefix: str) -> list[str]:
         rule = {"allcommands": "+@all", "nocommands": "-@all"}.get(rule, rule)
         sign, word = rule[0], rule[1:].lower()
         if word == "@all":
-            hit = set(ACL_PROBES)
+            hit = set(probes)
         elif word.startswith("@"):
-            hit = {c for c in ACL_PROBES if word in categories.get(c, set())}
+            hit = {c for c in probes if word in categories.get(c, set())}
         else:
-            hit = {word.upper()} & set(ACL_PROBES)
+            hit = {word.upper()} & set(probes)
         allowed = allowed | hit if sign == "+" else allowed - hit
-    refused = [command for command in ACL_PROBES if command not in allowed]
+    refused = [command for command in probes if command not in allowed]
     keys = redis_keys(prefix, "doctor")
     flags = {_text(flag) for flag in rules.get("flags", [])}
     for kind, name, flag in (
@@ -89,18 +93,24 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def acl_refusals(client: redis.Redis, user: str, prefix: str) -> list[str]:
-    """What ``user`` may not do of `ACL_PROBES` (each ``"COMMAND (why)"``, or the key or channel
-    pattern missing), empty when it may do it all.
+def acl_probes(db: int) -> dict[str, tuple[str, ...]]:
+    """`ACL_PROBES`, and ``SELECT`` for a connection to a database other than 0 (redis-py sends
+    it on connect)."""
+    return {**ACL_PROBES, "SELECT": (str(db),)} if db else ACL_PROBES
+
+
+def acl_refusals(client: redis.Redis, user: str, prefix: str, db: int = 0) -> list[str]:
+    """What ``user`` may not do of `acl_probes` ``(db)`` (each ``"COMMAND (why)"``, or the key
+    or channel pattern missing), empty when it may do it all.
 
     Raises:
         redis.exceptions.ResponseError: the connection may not run ``ACL`` (or ``COMMAND``).
     """
     try:
-        return _dryrun(client, user, prefix)
+        return _dryrun(client, user, prefix, acl_probes(db))
     except redis.exceptions.ResponseError as exc:
         if "not found" in str(exc):
             return [f"no such user {user!r}"]
         if "unknown subcommand" in str(exc).lower():
-            return _getuser_refusals(client, user, prefix)
+            return _getuser_refusals(client, user, prefix, acl_probes(db))
         raise
