@@ -87,11 +87,17 @@ def statuses(checks: dict[str, Any]) -> dict[str, str]:
     return {name: check["status"] for name, check in checks.items()}
 
 
-def test_a_server_set_up_right_passes_every_check(start: Callable[..., RedisServer]) -> None:
-    server = start(appendonly=True, appendfsync="everysec")
+@pytest.mark.parametrize("version", ["7", "6.2"])
+def test_a_server_set_up_right_passes_every_check(
+    start: Callable[..., RedisServer], version: str
+) -> None:
+    server = start(
+        appendonly=True, appendfsync="everysec", binary=_redis62() if version == "6.2" else None
+    )
     code, checks = doctor(server.url)
     assert code == 0
     assert statuses(checks) == dict.fromkeys(NAMES, "pass")
+    assert checks["redis-version"]["detail"].startswith(f"Redis {version}.")
     assert checks["maxmemory-policy"]["detail"].startswith("noeviction")
     assert checks["persistence"]["detail"].startswith("AOF, appendfsync everysec")
     assert checks["acl"]["detail"] == (
@@ -286,7 +292,7 @@ def test_a_cluster_node_is_named_and_its_state_checked(start: Callable[..., Redi
     assert (code, checks["topology"]["status"]) == (1, "fail")  # no slots assigned yet
     assert checks["topology"]["detail"].startswith("a Redis Cluster node, cluster_state fail")
     client = server.client()
-    client.execute_command("CLUSTER", "ADDSLOTSRANGE", "0", "16383")  # type: ignore[no-untyped-call]
+    client.execute_command("CLUSTER", "ADDSLOTS", *range(16384))  # type: ignore[no-untyped-call]
     _wait_until(lambda: b"cluster_state:ok" in client.execute_command("CLUSTER", "INFO"))  # type: ignore[no-untyped-call]
     code, checks = doctor(server.url)
     assert (code, checks["topology"]["status"]) == (0, "pass")
