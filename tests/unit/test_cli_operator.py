@@ -80,3 +80,13 @@ def test_an_unreachable_redis() -> None:
         assert result.exit_code == 2
         assert result.output.startswith("error: ")
         assert SECRET not in result.output
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
+@pytest.mark.parametrize("prefix", ["a{b", "x}", ""])
+def test_a_prefix_the_library_refuses_is_a_usage_error(command: list[str], prefix: str) -> None:
+    url = f"redis://127.0.0.1:{free_port()}/0"  # never reached
+    result = CliRunner().invoke(main, [*command, "--url", url, "--prefix", prefix])
+    assert result.exit_code == 2
+    assert "Invalid value for '--prefix'" in result.output
+    assert "prefix" in result.output.split("Invalid value for '--prefix':", 1)[1]

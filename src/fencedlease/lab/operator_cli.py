@@ -27,6 +27,7 @@ from fencedlease import (
     FencedLeaseError,
     LeaseInfo,
     LeaseManager,
+    ValidationError,
     owner_fingerprint,
     redact_text,
     redact_url,
@@ -50,6 +51,14 @@ _GLOB_SPECIAL = re.compile(r"([\\*?\[\]])")
 _UNESCAPES = {"%25": "%", "%7B": "{", "%7D": "}"}
 
 
+def _prefix(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    try:
+        layout(value, "x")  # the library's own check of a prefix
+    except ValidationError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return value
+
+
 def _common(command: F) -> F:
     """``--url``, ``--prefix`` and ``--json``, shared by the four commands."""
     options = (
@@ -57,6 +66,7 @@ def _common(command: F) -> F:
         click.option(
             "--prefix",
             envvar="FENCEDLEASE_PREFIX",
+            callback=_prefix,
             default="fencedlease",
             show_default=True,
             help="The managers' key prefix (default: FENCEDLEASE_PREFIX, else fencedlease).",
