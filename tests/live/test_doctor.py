@@ -209,9 +209,7 @@ def test_an_acl_user_missing_a_command_fails(
     assert code == 1
     assert checks["acl"]["status"] == "fail"
     assert checks["acl"]["detail"].startswith("user 'app' may not run: INCR")
-    assert checks["acl"]["remedy"] == (
-        "ACL SETUSER app with the rules in docs/semantics.md (prefix fencedlease)"
-    )
+    assert checks["acl"]["remedy"] == "ACL SETUSER app +incr"
     assert checks["redis-version"]["detail"].startswith(f"Redis {version}.")
     code, checks = doctor(server.url, "--acl-user", "full")
     assert (code, checks["acl"]["status"]) == (0, "pass")
@@ -220,6 +218,7 @@ def test_an_acl_user_missing_a_command_fails(
     code, checks = doctor(url3, "--acl-user", "full")
     assert (code, checks["acl"]["status"]) == (1, "fail")
     assert checks["acl"]["detail"].startswith("user 'full' may not run: SELECT")
+    assert checks["acl"]["remedy"] == "ACL SETUSER full +select"
     _setuser(admin, "full", password, *acl_rules("fencedlease"), "+select")
     code, checks = doctor(url3, "--acl-user", "full")
     assert checks["acl"]["detail"] == (
@@ -227,10 +226,18 @@ def test_an_acl_user_missing_a_command_fails(
     )
     code, checks = doctor(server.url, "--acl-user", "elsewhere")  # its keys are other:*
     assert (code, checks["acl"]["status"]) == (1, "fail")
-    assert "fencedlease:{doctor}" in checks["acl"]["detail"]
+    assert checks["acl"]["detail"].startswith(
+        "user 'elsewhere' may not run: keys fencedlease:{doctor}"
+    )
+    assert "channels fencedlease:{doctor}:handoff" in checks["acl"]["detail"]
+    assert checks["acl"]["detail"].count("keys fencedlease:{doctor}") == 1  # once, not per command
+    assert checks["acl"]["remedy"] == "ACL SETUSER elsewhere ~fencedlease:* &fencedlease:*"
     code, checks = doctor(server.url, "--acl-user", "nobody")
     assert (code, checks["acl"]["status"]) == (1, "fail")
     assert checks["acl"]["detail"] == "user 'nobody' may not run: no such user 'nobody'"
+    assert checks["acl"]["remedy"] == (
+        "create it: the ACL SETUSER line in docs/semantics.md for prefix fencedlease"
+    )
     # As the application's user itself: ACL, CONFIG and INFO refused, so warnings saying so.
     url = f"redis://app:{password}@127.0.0.1:{server.port}/0"
     result = CliRunner().invoke(main, ["doctor", "--url", url, "--json"])

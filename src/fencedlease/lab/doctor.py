@@ -18,6 +18,7 @@ import attrs
 import redis
 
 from .doctor_acl import acl_probes, acl_refusals
+from .doctor_acl import as_text as _text
 
 __all__ = ["Check", "Status", "exit_code", "run_checks"]
 
@@ -42,10 +43,6 @@ def exit_code(checks: list[Check], *, strict: bool) -> int:
 
 
 _REFUSED = (redis.exceptions.NoPermissionError, redis.exceptions.ResponseError)
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def _config_get(client: redis.Redis, name: str) -> str | None:
@@ -295,12 +292,14 @@ def check_acl(client: redis.Redis, prefix: str, user: str | None) -> Check:
     except _REFUSED as exc:
         return Check(name, "warn", f"ACL refused ({exc}): commands not checked", how)
     if refused:
-        return Check(
-            name,
-            "fail",
-            f"user {user!r} may not run: {'; '.join(refused)}",
-            f"ACL SETUSER {user} with the rules in docs/semantics.md (prefix {prefix})",
+        reasons = dict.fromkeys(reason for _, reason in refused)  # once each, in order
+        rules = dict.fromkeys(rule for rule, _ in refused if rule is not None)
+        remedy = (
+            f"ACL SETUSER {user} {' '.join(rules)}"
+            if rules
+            else f"create it: the ACL SETUSER line in docs/semantics.md for prefix {prefix}"
         )
+        return Check(name, "fail", f"user {user!r} may not run: {'; '.join(reasons)}", remedy)
     return Check(
         name,
         "pass",

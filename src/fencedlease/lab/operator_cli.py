@@ -35,6 +35,7 @@ from fencedlease import (
 from fencedlease import redis_keys as layout
 
 from .doctor import Check, exit_code, run_checks
+from .doctor_acl import glob_escape
 
 __all__ = [
     "doctor",
@@ -47,7 +48,6 @@ __all__ = [
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_GLOB_SPECIAL = re.compile(r"([\\*?\[\]])")
 _UNESCAPES = {"%25": "%", "%7B": "{", "%7D": "}"}
 
 
@@ -237,7 +237,7 @@ def scan_lease_names(client: redis.Redis, prefix: str, match: str = "*") -> Iter
         ValidationError: ``prefix`` holds a brace or is empty; ``match`` is empty.
     """
     base = layout(prefix, match).base
-    pattern = _GLOB_SPECIAL.sub(r"\\\1", prefix) + base[len(prefix) :]
+    pattern = glob_escape(prefix) + base[len(prefix) :]
     start = len(prefix) + 2
     for raw in client.scan_iter(match=pattern, count=1000):
         key = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
