@@ -265,6 +265,12 @@ def test_a_managed_redis_without_config_reads_info(start: Callable[..., RedisSer
         "detail": "AOF on; appendfsync not readable (CONFIG GET refused)",
         "remedy": "check by hand that appendfsync is always or everysec",
     }
+    without_aof = start("--rename-command", "CONFIG", "")
+    code, checks = doctor(without_aof.url)
+    assert (code, checks["persistence"]["status"]) == (0, "warn")
+    assert checks["persistence"]["detail"] == (
+        "AOF off; RDB schedule not readable (CONFIG GET refused)"
+    )
 
 
 def test_replicas_without_min_replicas_to_write_warn(start: Callable[..., RedisServer]) -> None:

