@@ -6,25 +6,18 @@ Where a server cannot be had a test skips with the reason; with ``FENCEDLEASE_RE
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
 import redis
 
+from fencedlease.lab.pytest_plugin import skip_unavailable as unavailable
 from fencedlease.lab.servers.redis import (
     RedisEndpoint,
     RedisServer,
     RedisUnavailable,
     redis_endpoint,
 )
-
-
-def unavailable(reason: str) -> None:
-    """Skip, or fail when CI requires every server."""
-    if os.environ.get("FENCEDLEASE_REQUIRE_SERVERS") == "1":
-        pytest.fail(f"required server unavailable: {reason}", pytrace=False)
-    pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")

@@ -28,6 +28,7 @@ def test_a_held_key_is_refused(lease_manager: LeaseManager) -> None:
         assert drain_outbox(lease_manager, []) is False
 
 
+@pytest.mark.fencedlease_backends("memory", "sqlite")
 def test_expiry_is_a_step_of_the_test(lease_manager: LeaseManager, fake_clock: FakeClock) -> None:
     first = lease_manager.acquire("report", ttl_ms=60_000).lease
     assert first is not None

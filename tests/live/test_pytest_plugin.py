@@ -62,16 +62,20 @@ def test_the_example_suite_passes_on_every_store(
     redis_url: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """7 tests: memory by default, the fake clock, the marker over memory/SQLite/Redis, the
-    asyncio face on memory and Redis; the Redis tests leave no key behind."""
+    """8 tests: memory by default, the fake clock on memory and SQLite, the marker over
+    memory/SQLite/Redis, the asyncio face on memory and Redis; the Redis tests leave no key
+    behind."""
     monkeypatch.setenv("FENCEDLEASE_REDIS_URL", redis_url)
     client = redis.Redis.from_url(redis_url)
     before = set(client.scan_iter(match="fencedlease-test:*"))
     pytester.makepyfile(test_example=EXAMPLE.read_text("utf-8"))
     result = pytester.runpytest(*_plugin_args(pytestconfig), "-v")
-    result.assert_outcomes(passed=7)
+    result.assert_outcomes(passed=8)
     result.stdout.fnmatch_lines(
         [
+            "*test_a_held_key_is_refused PASSED*",
+            "*test_expiry_is_a_step_of_the_test?memory? PASSED*",
+            "*test_expiry_is_a_step_of_the_test?sqlite? PASSED*",
             "*test_every_run_gets_a_larger_token?memory? PASSED*",
             "*test_every_run_gets_a_larger_token?sqlite? PASSED*",
             "*test_every_run_gets_a_larger_token?redis? PASSED*",
@@ -90,7 +94,7 @@ def test_without_a_redis_the_redis_tests_skip_with_the_reason(
     monkeypatch.setenv("FENCEDLEASE_REDIS_SERVER", str(pytester.path / "no-such-redis-server"))
     pytester.makepyfile(test_example=EXAMPLE.read_text("utf-8"))
     result = pytester.runpytest(*_plugin_args(pytestconfig), "-rs")
-    result.assert_outcomes(passed=5, skipped=2)
+    result.assert_outcomes(passed=6, skipped=2)
     skip = (
         "SKIPPED ?1? test_example.py:*: no Redis for fencedlease_redis_url: *no-such-redis-server*"
     )

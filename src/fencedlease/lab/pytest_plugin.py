@@ -46,6 +46,7 @@ __all__ = [
     "fencedlease_backend",
     "fencedlease_redis_url",
     "lease_manager",
+    "skip_unavailable",
 ]
 
 BACKENDS: Final = ("memory", "sqlite", "redis")
@@ -76,7 +77,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("fencedlease_backend", names)
 
 
-def _unavailable(reason: str) -> None:
+def skip_unavailable(reason: str) -> None:
+    """Skip the test for want of a server, or fail it when ``FENCEDLEASE_REQUIRE_SERVERS=1``
+    (CI: a missing server must not pass as a skip)."""
     if os.environ.get("FENCEDLEASE_REQUIRE_SERVERS") == "1":
         pytest.fail(f"required server unavailable: {reason}", pytrace=False)
     pytest.skip(reason)
@@ -91,7 +94,7 @@ def fencedlease_redis_url() -> Iterator[str]:
         with redis_endpoint() as endpoint:
             yield endpoint.url
     except RedisUnavailable as exc:
-        _unavailable(f"no Redis for fencedlease_redis_url: {exc}")
+        skip_unavailable(f"no Redis for fencedlease_redis_url: {exc}")
 
 
 @pytest.fixture
