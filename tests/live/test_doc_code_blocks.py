@@ -51,7 +51,8 @@ class Block:
 
     @property
     def where(self) -> str:
-        return f"{self.page.relative_to(ROOT)}:{self.line}"
+        shown = self.page.relative_to(ROOT) if self.page.is_relative_to(ROOT) else self.page
+        return f"{shown}:{self.line}"
 
 
 def blocks(page: Path) -> list[Block]:
@@ -143,14 +144,8 @@ def substitutions(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
         client.close()
 
 
-@pytest.mark.parametrize("page", _params())
-def test_every_python_block_runs(
-    page: Path,
-    substitutions: dict[str, str],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.chdir(tmp_path)
+def run_page(page: Path, substitutions: dict[str, str]) -> None:
+    """Run the page's blocks in order in one namespace; fail naming the page and line."""
     namespace: dict[str, Any] = {"__name__": "__main__"}
     loop = asyncio.new_event_loop()
     try:
@@ -173,9 +168,63 @@ def test_every_python_block_runs(
                 )
             if block.raises is not None:
                 pytest.fail(f"{block.where}: the block did not raise {block.raises}", pytrace=False)
-        _close_managers(namespace, loop)
     finally:
+        _close_managers(namespace, loop)
         loop.close()
+
+
+@pytest.mark.parametrize("page", _params())
+def test_every_python_block_runs(
+    page: Path,
+    substitutions: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    run_page(page, substitutions)
+
+
+BROKEN = """# A page
+
+```python
+from fencedlease import LeaseManager
+leases = LeaseManager.from_url("memory://")
+```
+
+Text.
+
+```python
+result = leases.acquire("k", ttl_ms=1_000)
+charge(result.lease.fencing_token)
+```
+"""
+
+
+def test_a_failing_block_is_named_by_page_and_line(tmp_path: Path) -> None:
+    """The second block's undefined name fails the page at that block's line (12), after the
+    first block ran (its manager is closed)."""
+    page = tmp_path / "page.md"
+    page.write_text(BROKEN, "utf-8")
+    with pytest.raises(pytest.fail.Exception) as info:
+        run_page(page, {})
+    assert str(info.value).startswith(
+        f"{page}:11: the block raised NameError: name 'charge' is not defined\n"
+    )
+    assert f'File "{page}", line 12' in str(info.value)
+
+
+def test_the_markers_skip_and_expect(tmp_path: Path) -> None:
+    """not-run skips its block; raises passes on that exception and fails without it."""
+    page = tmp_path / "page.md"
+    page.write_text(
+        "<!-- not-run: a fragment -->\n```python\nundefined_name\n```\n"
+        "<!-- raises: KeyError -->\n```python\n{}['k']\n```\n",
+        "utf-8",
+    )
+    run_page(page, {})
+    page.write_text("<!-- raises: KeyError -->\n```python\nx = 1\n```\n", "utf-8")
+    with pytest.raises(pytest.fail.Exception, match=r"page.md:3: the block did not raise KeyError"):
+        run_page(page, {})
 
 
 def test_the_blocks_are_found_where_they_are() -> None:
