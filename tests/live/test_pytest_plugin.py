@@ -136,3 +136,39 @@ def test_an_unknown_store_is_a_usage_error(
     result.stdout.fnmatch_lines(
         ["fencedlease_backends: unknown store ?'etcd'?; the stores are memory, sqlite, redis"]
     )
+
+
+def test_a_conftest_fixture_of_the_same_name_wins(
+    pytester: pytest.Pytester, pytestconfig: pytest.Config
+) -> None:
+    """A user's own ``fake_clock`` and ``fencedlease_backend`` replace the plugin's, and
+    ``lease_manager`` is built on them: SQLite, dated by the user's clock."""
+    pytester.makeconftest(
+        """
+        import pytest
+        from fencedlease.testing import FakeClock
+
+        @pytest.fixture
+        def fake_clock():
+            return FakeClock(start_time=0)
+
+        @pytest.fixture
+        def fencedlease_backend():
+            return "sqlite"
+        """
+    )
+    pytester.makepyfile(
+        """
+        from fencedlease.backends import SqliteBackend
+
+        def test_mine(lease_manager, fake_clock):
+            assert fake_clock.time() == 0.0
+            assert isinstance(lease_manager.backend, SqliteBackend)
+            first = lease_manager.acquire("k", ttl_ms=1_000).lease
+            fake_clock.advance(1_000)
+            assert lease_manager.acquire("k", ttl_ms=1_000).lease.fencing_token == 2
+            assert first.fencing_token == 1
+        """
+    )
+    result = pytester.runpytest(*_plugin_args(pytestconfig))
+    result.assert_outcomes(passed=1)
