@@ -166,13 +166,12 @@ def async_lease_manager(
     try:
         yield manager
     finally:
+        left_open: Exception | None = None
         try:
             # Idempotent: nothing to do when the test closed it (or never used it).
             asyncio.run(manager.close())
         except (RuntimeError, ValueError) as exc:  # its tasks belong to the test's loop
             left_open = exc
-        else:
-            left_open = None
         if fencedlease_backend == "redis":
             _delete_keys(url, options["prefix"])
         if left_open is not None:
