@@ -238,6 +238,17 @@ def test_the_blocks_are_found_where_they_are() -> None:
     assert len(indented) == 1 and indented[0].source.startswith("from fencedlease import")
 
 
+def test_the_quickstart_needs_no_server() -> None:
+    """The README's and the home page's blocks run on a fresh machine: no Redis, no PostgreSQL
+    (so their pages are not live tests), and nothing of them is left unrun."""
+    for page in (ROOT / "README.md", ROOT / "docs" / "index.md"):
+        found = blocks(page)
+        assert len(found) == 3
+        assert _needs(page) == set()
+        assert all(b.not_run is None and b.raises is None for b in found)
+        assert "localhost:6379" not in "".join(b.source for b in found)
+
+
 NOT_RUN = {"fencing.md": 4, "testing.md": 1}
 """The deliberately partial blocks per page: a new one is counted here on purpose."""
 
