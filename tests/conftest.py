@@ -6,12 +6,12 @@ Where a server cannot be had a test skips with the reason; with ``FENCEDLEASE_RE
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
 import redis
 
+from fencedlease.lab.pytest_plugin import skip_unavailable
 from fencedlease.lab.servers.redis import (
     RedisEndpoint,
     RedisServer,
@@ -19,12 +19,7 @@ from fencedlease.lab.servers.redis import (
     redis_endpoint,
 )
 
-
-def unavailable(reason: str) -> None:
-    """Skip, or fail when CI requires every server."""
-    if os.environ.get("FENCEDLEASE_REQUIRE_SERVERS") == "1":
-        pytest.fail(f"required server unavailable: {reason}", pytrace=False)
-    pytest.skip(reason)
+unavailable = skip_unavailable  # skip, or fail when CI requires every server
 
 
 @pytest.fixture(scope="session")
