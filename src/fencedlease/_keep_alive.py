@@ -16,11 +16,12 @@ def check_keep_alive(
     backend: object,
     heartbeat_ms: object,
     on_renew_error: object,
+    held: bool,
 ) -> int | Literal[False]:
     """``lease`` may go under the renewer of the manager over ``backend``: a ``lease_type``
-    made by that manager (``acquire`` or ``restore``), not renewed in the background already
-    (a ``hold``, another ``keep_alive``), not released nor being released. Returns the
-    heartbeat (``heartbeat_ms`` as ``hold`` takes it, against the lease's ``ttl_ms``). A lease
+    made by that manager (``acquire`` or ``restore``), not kept already (``held``: in a
+    ``hold`` or another ``keep_alive``; or renewed in the background), not released nor being
+    released. Returns the heartbeat (``heartbeat_ms`` as ``hold`` takes it, against the lease's ``ttl_ms``). A lease
     already lost is left to the caller (it raises ``LeaseLostError``).
 
     Raises:
@@ -32,7 +33,7 @@ def check_keep_alive(
         )
     if getattr(lease, "_backend", None) is not backend:
         raise ValidationError("lease", "lease was made by another manager (another store)")
-    if getattr(lease, "_entry", None) is not None:
+    if held or getattr(lease, "_entry", None) is not None:
         raise ValidationError("lease", "lease is renewed in the background already")
     state = lease._state  # type: ignore[attr-defined]
     if state.released or state.releasing:

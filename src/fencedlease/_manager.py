@@ -330,7 +330,11 @@ class LeaseManager(_ManagerBase, Operations):
                 the block ran.
             BackendError, ManagerClosedError: as [`hold`][fencedlease.LeaseManager.hold].
         """
-        heartbeat = check_keep_alive(lease, Lease, self._backend, heartbeat_ms, on_renew_error)
+        with self._lock:
+            held = lease in self._holds
+        heartbeat = check_keep_alive(
+            lease, Lease, self._backend, heartbeat_ms, on_renew_error, held
+        )
         self._check_open()
         if lease._state.check_deadline(self._clock.monotonic()):
             raise lease._lost_error()

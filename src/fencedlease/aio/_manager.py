@@ -420,7 +420,10 @@ class AsyncLeaseManager(_AsyncManagerBase, Operations):
                 the block ran.
             BackendError, ManagerClosedError: as [`hold`][fencedlease.aio.AsyncLeaseManager.hold].
         """
-        heartbeat = check_keep_alive(lease, AsyncLease, self._backend, heartbeat_ms, on_renew_error)
+        held = any(hold.lease is lease for hold in self._holds)
+        heartbeat = check_keep_alive(
+            lease, AsyncLease, self._backend, heartbeat_ms, on_renew_error, held
+        )
         state = lease._state
         return _Hold(self, state.key, state.ttl_ms, 0, 1, heartbeat, on_renew_error, lease)
 
