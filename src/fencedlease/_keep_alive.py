@@ -21,8 +21,8 @@ def check_keep_alive(
     """``lease`` may go under the renewer of the manager over ``backend``: a ``lease_type``
     made by that manager (``acquire`` or ``restore``), not kept already (``held``: in a
     ``hold`` or another ``keep_alive``; or renewed in the background), not released nor being
-    released. Returns the heartbeat (``heartbeat_ms`` as ``hold`` takes it, against the lease's ``ttl_ms``). A lease
-    already lost is left to the caller (it raises ``LeaseLostError``).
+    released. Returns the heartbeat (``heartbeat_ms`` as ``hold`` takes it, against the lease's
+    ``ttl_ms``). A lease already lost is left to the caller (it raises ``LeaseLostError``).
 
     Raises:
         ValidationError: naming ``lease``, ``heartbeat_ms`` or ``on_renew_error``.
