@@ -8,7 +8,6 @@ import logging
 import socket
 import threading
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import redis
@@ -205,9 +204,9 @@ def test_close_reports_an_incomplete_shutdown_sync(caplog: pytest.LogCaptureFixt
 
     def body() -> None:
         try:
-            with manager.hold("stuck", ttl_ms=60_000, heartbeat_ms=False):
+            with manager.hold("stuck", ttl_ms=60_000, heartbeat_ms=False) as lease:
                 entered.set()
-                threading.Event().wait(30) if not manager._closed else None
+                assert lease.wait_lost(30_000)  # close() marks it lost
         except BaseException as exc:
             outcome.append(exc)
 
@@ -223,6 +222,7 @@ def test_close_reports_an_incomplete_shutdown_sync(caplog: pytest.LogCaptureFixt
     assert manager.close() is report  # later calls: the first report
     backend.go.set()
     worker.join(30)
+    assert [type(exc) for exc in outcome] == [LeaseLostError]
 
 
 def test_close_reports_a_complete_shutdown(redis_url: str) -> None:
@@ -392,7 +392,3 @@ def test_keep_alive_async(redis_url: str) -> None:
                 manager.keep_alive("not a lease")  # type: ignore[arg-type]
 
     asyncio.run(main())
-
-
-def _unused(*_: Any) -> None:
-    return None
