@@ -25,7 +25,7 @@ from ._decisions import (
     hold_releases,
 )
 from ._errors import BackendError, LeaseNotAcquiredError, ManagerClosedError
-from ._events import EventHook, check_event_hook
+from ._events import EventHook, check_event_hook, with_logging
 from ._handoff import ReleaseWaiter, release_waiter_for
 from ._keep_alive import check_keep_alive
 from ._lease import Lease, LeaseOutcome
@@ -93,7 +93,7 @@ class LeaseManager(_ManagerBase, Operations):
         _owns_client: bool = False,
     ) -> None:
         check_prefix(prefix)
-        self._on_event = check_event_hook(on_event)
+        self._on_event = with_logging(check_event_hook(on_event))
         check_clock(clock)
         batch = check_ms("renew_batch_size", renew_batch_size, 1)
         if isinstance(client, redis.Redis):

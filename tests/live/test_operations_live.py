@@ -8,6 +8,7 @@ import logging
 import socket
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -392,3 +393,60 @@ def test_keep_alive_async(redis_url: str) -> None:
                 manager.keep_alive("not a lease")  # type: ignore[arg-type]
 
     asyncio.run(main())
+
+
+# -- telemetry: the hand-off -------------------------------------------------------------------
+
+
+def _handoff_kinds(events: list[LeaseEvent], key: str) -> list[tuple[str, str]]:
+    return [(e.kind, e.status) for e in events if e.key == key]
+
+
+def test_a_handed_over_grant_reports_handoff_sync(redis_url: str) -> None:
+    """A waiter queued on Redis is handed the key by the holder's release: its wait, then
+    ``handoff`` and ``acquire`` granted with the token the release issued."""
+    events: list[LeaseEvent] = []
+    with (
+        LeaseManager.from_url(redis_url, prefix="ho") as holder,
+        LeaseManager.from_url(redis_url, prefix="ho", on_event=events.append) as waiter,
+    ):
+        held = holder.acquire("h", ttl_ms=30_000).lease
+        assert held is not None
+        got: list[Any] = []
+        thread = threading.Thread(
+            target=lambda: got.append(waiter.acquire("h", ttl_ms=5_000, wait_ms=30_000))
+        )
+        thread.start()
+        while not holder.backend.client.zcard("ho:{h}:waiters"):  # type: ignore[attr-defined]
+            threading.Event().wait(0.01)  # until the waiter is queued (polling Redis)
+        assert held.release()
+        thread.join(60)
+        lease = got[0].lease
+        assert lease is not None and lease.fencing_token == 2
+    kinds = _handoff_kinds(events, "h")
+    assert kinds[-3:-2] == [("wait", "waited")]
+    assert kinds[-2:] == [("handoff", "granted"), ("acquire", "granted")]
+    assert {e.fencing_token for e in events[-2:]} == {2}
+
+
+def test_a_handed_over_grant_reports_handoff_async(redis_url: str) -> None:
+    events: list[LeaseEvent] = []
+
+    async def main() -> None:
+        async with (
+            AsyncLeaseManager.from_url(redis_url, prefix="aho") as holder,
+            AsyncLeaseManager.from_url(redis_url, prefix="aho", on_event=events.append) as waiter,
+        ):
+            held = (await holder.acquire("h", ttl_ms=30_000)).lease
+            assert held is not None
+            task = asyncio.ensure_future(waiter.acquire("h", ttl_ms=5_000, wait_ms=30_000))
+            client = holder.backend.client  # type: ignore[attr-defined]
+            while not await client.zcard("aho:{h}:waiters"):
+                await asyncio.sleep(0.01)
+            assert await held.release()
+            result = await task
+            assert result.lease is not None and result.lease.fencing_token == 2
+
+    asyncio.run(main())
+    kinds = _handoff_kinds(events, "h")
+    assert kinds[-3:] == [("wait", "waited"), ("handoff", "granted"), ("acquire", "granted")]

@@ -50,7 +50,7 @@ from .._decisions import (
     close_releases,
 )
 from .._errors import BackendError, LeaseNotAcquiredError
-from .._events import EventHook, check_event_hook
+from .._events import EventHook, check_event_hook, with_logging
 from .._handoff import AsyncReleaseWaiter
 from .._keep_alive import check_keep_alive
 from .._redis_backend import RedisBackend
@@ -137,7 +137,7 @@ class AsyncLeaseManager(_AsyncManagerBase, Operations):
         _owns_client: bool = False,
     ) -> None:
         check_prefix(prefix)
-        self._on_event = check_event_hook(on_event)
+        self._on_event = with_logging(check_event_hook(on_event))
         check_clock(clock)
         batch = check_ms("renew_batch_size", renew_batch_size, 1)
         if isinstance(client, redis.asyncio.Redis):
