@@ -10,10 +10,11 @@ renewer holds its lock (`deferred`): keep it short, it delays what comes after i
 it raises is logged and ignored; anything else (``KeyboardInterrupt``, ``SystemExit``) propagates,
 as with ``on_renew_error``.
 
-Logging (logger ``"fencedlease"``): a loss is a warning and so is a failed renewal round trip
-(`log_renew_errors`), whether or not there is a hook; with the logger enabled for ``DEBUG`` when the
-manager is made, every event is logged at ``DEBUG`` too (`with_logging`). Keys, fencing tokens
-and owner fingerprints are logged; owner tokens and passwords never are.
+Logging (logger ``"fencedlease"``): a loss is a warning (one caused by ``close()`` or a fork: debug)
+and so is a failed renewal round trip (`log_renew_errors`), whether or not there is a hook; with the
+logger enabled for ``DEBUG`` when the manager is made, every event is logged at ``DEBUG`` too
+(`with_logging`). Keys, fencing tokens and owner fingerprints are logged; owner tokens and passwords
+never are.
 
 The idea of recording every step a client was told, with its timing, for a checker to judge
 afterwards is Jepsen's history (Kingsbury); the claim a lease holder may make from it (from the
@@ -33,6 +34,7 @@ import attrs
 
 from ._errors import ValidationError
 from ._protocol import owner_fingerprint
+from ._state import LossReason
 from ._validate import check_callback, is_coroutine_callable
 
 if TYPE_CHECKING:
@@ -191,7 +193,10 @@ def describe(error: BaseException) -> str:
 
 
 def _log_loss(state: LeaseState) -> None:
-    log.warning(
+    """A loss is a warning; one the program asked for (``close()``, a fork) is routine."""
+    routine = state.lost_reason in (LossReason.CLOSED, LossReason.FORKED)
+    log.log(
+        logging.DEBUG if routine else logging.WARNING,
         "fencedlease: lease %r lost (fencing token %s, owner %s): %s",
         state.key, state.fencing_token, owner_fingerprint(state.owner_token), state.lost_reason,
     )  # fmt: skip

@@ -177,8 +177,8 @@ class LeaseManager(_ManagerBase, Operations):
 
         Returns:
             [`ShutdownReport`][fencedlease.ShutdownReport]: the leases not released and the
-            threads not ended in time (``complete`` when none; otherwise also logged as a
-            warning). A later call returns the first call's report.
+            threads not ended in time (``complete`` when none; each lease not released is
+            also logged as a warning). A later call returns the first call's report.
 
         Raises:
             ValidationError: ``timeout_ms`` is not an int in 0..2,147,483,647.

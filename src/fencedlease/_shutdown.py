@@ -1,10 +1,10 @@
 """What a manager's ``close()`` returns: [`ShutdownReport`][fencedlease.ShutdownReport]. No I/O.
 
-An incomplete shutdown is reported, never swallowed: ``close()`` returns the report (and logs a
-warning when it is not ``complete``), so a process's entry point can say so and exit non-zero.
-``close()`` itself raises only for a bad argument or a failure to close the client; a lease whose
-release failed is not an error of the caller's (it lapses at its TTL), so it is a line of the
-report rather than an exception.
+An incomplete shutdown is reported, never swallowed: ``close()`` returns the report (each lease it
+could not release is logged as a warning, the summary at ``INFO``), so a process's entry point can
+say so and exit non-zero. ``close()`` itself raises only for a bad argument or a failure to close
+the client; a lease whose release failed is not an error of the caller's (it lapses at its TTL), so
+it is a line of the report rather than an exception.
 """
 
 from __future__ import annotations
@@ -42,9 +42,10 @@ class ShutdownReport:
 
 
 def log_incomplete(report: ShutdownReport) -> None:
-    """A warning for an incomplete ``report`` (keys are shown; owner tokens never)."""
+    """An ``INFO`` line for an incomplete ``report`` (each lease not released has had its own
+    warning already; keys are shown, owner tokens never)."""
     if not report.complete:
-        log.warning(
+        log.info(
             "fencedlease: close() did not finish within %d ms: %d lease(s) not released %r"
             " (they lapse at their ttl), %d background thread(s) or task(s) unfinished",
             report.timeout_ms, len(report.unreleased), list(report.unreleased),

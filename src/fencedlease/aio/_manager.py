@@ -231,9 +231,9 @@ class AsyncLeaseManager(_AsyncManagerBase, Operations):
         is marked lost), yet the releases and the closing of the client still run to the end.
 
         Returns:
-            [`ShutdownReport`][fencedlease.ShutdownReport]: the leases not released and the
-            clean-up tasks cancelled at the bound (``complete`` when none; otherwise also logged
-            as a warning). A later call returns the first call's report once it is there.
+            [`ShutdownReport`][fencedlease.ShutdownReport]: the leases not released and the clean-up
+            tasks cancelled at the bound (``complete`` when none; each lease not released is also
+            logged as a warning). A later call returns the first call's report once it is there.
 
         Raises:
             ValidationError: ``timeout_ms`` is not an int in 0..2,147,483,647.
