@@ -19,7 +19,7 @@ import os
 import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 import attrs
@@ -35,6 +35,7 @@ __all__ = [
     "ENV_PREFIX",
     "EnvConfig",
     "client_options",
+    "manager_from_env",
     "naming_variables",
     "read_env",
 ]
@@ -199,3 +200,25 @@ def naming_variables() -> Iterator[None]:
         if variable is None:
             raise
         raise ValidationError(ENV_PREFIX + variable, f"{ENV_PREFIX}{variable}: {exc}") from None
+
+
+_Made = TypeVar("_Made")
+
+
+def manager_from_env(
+    over_url: Callable[..., _Made],
+    environ: Mapping[str, str] | None,
+    kwargs: dict[str, Any],
+    retry_class: Callable[..., Any],
+) -> tuple[_Made, EnvConfig]:
+    """``over_url(url, prefix, options)`` as the variables of ``environ`` say (either face's
+    ``from_env`` up to its start-up check), and the configuration read.
+
+    Raises:
+        ValidationError: as `read_env` and `client_options`; a URL or prefix the manager refuses,
+            naming the variable.
+    """
+    config = read_env(environ)
+    options = client_options(config, kwargs, retry_class)
+    with naming_variables():
+        return over_url(config.url, config.prefix, options), config

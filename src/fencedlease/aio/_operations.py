@@ -11,7 +11,7 @@ from redis.asyncio.retry import Retry
 
 from .._backend import AsyncLeaseBackend
 from .._clock import SYSTEM_CLOCK, Clock
-from .._env import client_options, naming_variables, read_env
+from .._env import manager_from_env
 from .._events import EventHook
 from .._health import DEFAULT_HEALTH_TIMEOUT_MS, HealthReport
 from .._shutdown import ShutdownReport
@@ -63,10 +63,10 @@ class Operations:
             BackendError: ``connect=True`` and no attempt reached the store (the last failure
                 in ``__cause__``; the manager was closed again).
         """
-        config = read_env(environ)
-        options = client_options(config, kwargs, Retry)
-        with naming_variables():
-            manager = cls._over_url(config.url, config.prefix, clock, on_event, options)
+        manager, config = manager_from_env(
+            lambda url, prefix, options: cls._over_url(url, prefix, clock, on_event, options),
+            environ, kwargs, Retry,
+        )  # fmt: skip
         manager._shutdown_timeout_ms = config.shutdown_timeout_ms
         if connect:
             timeout_ms = config.connect_timeout_ms or DEFAULT_HEALTH_TIMEOUT_MS
