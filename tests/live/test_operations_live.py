@@ -456,3 +456,67 @@ def test_a_handed_over_grant_reports_handoff_async(redis_url: str) -> None:
     asyncio.run(main())
     kinds = _handoff_kinds(events, "h")
     assert kinds[-3:] == [("wait", "waited"), ("handoff", "granted"), ("acquire", "granted")]
+
+
+def test_keep_alive_async_restored_lease(redis_url: str) -> None:
+    hook = _Renewals(2)
+
+    async def main() -> None:
+        async with AsyncLeaseManager.from_url(redis_url, prefix="akr") as first:
+            taken = (await first.acquire("r", ttl_ms=400)).lease
+            assert taken is not None
+            token, fencing = taken._state.owner_token, taken.fencing_token
+            async with AsyncLeaseManager.from_url(redis_url, prefix="akr", on_event=hook) as second:
+                restored = second.restore("r", token, ttl_ms=400)
+                async with second.keep_alive(restored):
+                    while not hook.seen.is_set():
+                        await asyncio.sleep(0.05)
+                    assert restored.fencing_token == fencing
+                assert await second.inspect("r") is None
+
+    asyncio.run(main())
+
+
+def test_check_health_on_memory_and_sqlite_both_faces(tmp_path: Any) -> None:
+    from fencedlease.backends import AsyncSqliteBackend, SqliteBackend
+
+    for backend in (MemoryBackend(), SqliteBackend(str(tmp_path / "s.db"))):
+        with LeaseManager(backend) as manager:
+            report = manager.check_health()
+            assert report.script_ms is None
+            assert report.total_ms >= report.ping_ms >= 0
+            assert manager.inspect("fencedlease-health-probe") is None  # nothing written
+
+    async def main() -> None:
+        for backend in (AsyncMemoryBackend(), AsyncSqliteBackend(str(tmp_path / "a.db"))):
+            async with AsyncLeaseManager(backend) as manager:
+                report = await manager.check_health()
+                assert report.script_ms is None
+                assert report.total_ms >= report.ping_ms >= 0
+
+    asyncio.run(main())
+
+
+def test_check_health_of_a_slow_store_is_a_timeout_both_faces() -> None:
+    class Slow(MemoryBackend):
+        def inspect(self, key: str) -> Any:
+            threading.Event().wait(0.05)  # at least 50 ms: always over the 1 ms bound
+            return super().inspect(key)
+
+    class Stalled(AsyncMemoryBackend):
+        async def inspect(self, key: str) -> Any:
+            await asyncio.Event().wait()  # never answers
+
+    with LeaseManager(Slow()) as manager, pytest.raises(BackendError) as info:
+        manager.check_health(timeout_ms=1)
+    assert info.value.timed_out
+    assert "no answer within 1 ms" in str(info.value)
+
+    async def main() -> None:
+        async with AsyncLeaseManager(Stalled()) as manager:
+            with pytest.raises(BackendError) as ainfo:
+                await manager.check_health(timeout_ms=20)
+            assert ainfo.value.timed_out
+            assert "no answer within 20 ms" in str(ainfo.value)
+
+    asyncio.run(main())
