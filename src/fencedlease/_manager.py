@@ -114,6 +114,7 @@ class LeaseManager(_ManagerBase, Operations):
         self._forked = False  # the sync face goes on after a fork (see _after_fork_in_child)
         self._shutdown_timeout_ms = DEFAULT_CLOSE_TIMEOUT_MS  # close()'s default bound
         self._shutdown: ShutdownReport | None = None
+        self._close_done = threading.Event()  # set once close() has its report
         _fork.register(self)
 
     @classmethod
@@ -178,7 +179,8 @@ class LeaseManager(_ManagerBase, Operations):
         Returns:
             [`ShutdownReport`][fencedlease.ShutdownReport]: the leases not released and the
             threads not ended in time (``complete`` when none; each lease not released is
-            also logged as a warning). A later call returns the first call's report.
+            also logged as a warning). A later call returns the first call's report (waiting
+            ``timeout_ms`` at most for it; still under way then: one with ``unfinished=1``).
 
         Raises:
             ValidationError: ``timeout_ms`` is not an int in 0..2,147,483,647.
@@ -190,10 +192,14 @@ class LeaseManager(_ManagerBase, Operations):
             else check_ms("timeout_ms", timeout_ms, 0)
         )
         with self._lock:
-            if self._closed:
-                return self._shutdown or ShutdownReport(timeout_ms=bound_ms)
+            closing = self._closed
             self._closed = True
-            holds, self._holds = list(self._holds), set()
+            if not closing:
+                holds, self._holds = list(self._holds), set()
+        if closing:  # another call closes (or closed) it: its report, once there
+            if self._shutdown is None:
+                self._close_done.wait(bound_ms / 1000)
+            return self._shutdown or ShutdownReport(unfinished=1, timeout_ms=bound_ms)
         start = time.monotonic()
         until = start + bound_ms / 1000
         unfinished = self._renewer.close(until)
@@ -217,6 +223,7 @@ class LeaseManager(_ManagerBase, Operations):
             tuple(unreleased), unfinished, elapsed_ms, bound_ms
         )
         log_incomplete(report)
+        self._close_done.set()
         self._backend.close()
         return report
 
@@ -224,6 +231,7 @@ class LeaseManager(_ManagerBase, Operations):
         """In a forked child (see `fencedlease._fork`): new locks, no threads, no holds
         (the parent's leases are the parent's). No I/O."""
         self._lock = threading.Lock()
+        self._close_done = threading.Event()  # a report made before the fork is kept
         self._holds = set()
         self._renewer._after_fork_in_child()
         self._releases._after_fork_in_child()

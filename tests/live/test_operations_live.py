@@ -18,6 +18,7 @@ from fencedlease import (
     LeaseEvent,
     LeaseLostError,
     LeaseManager,
+    ShutdownReport,
     ValidationError,
 )
 from fencedlease._health import NOOP
@@ -230,6 +231,35 @@ def test_close_reports_an_incomplete_shutdown_sync(caplog: pytest.LogCaptureFixt
     backend.go.set()
     worker.join(30)
     assert [type(exc) for exc in outcome] == [LeaseLostError]
+
+
+def test_a_second_close_waits_for_the_first_report() -> None:
+    backend = _HungRelease()
+    manager = LeaseManager(backend)
+    entered = threading.Event()
+    holder = threading.Thread(target=_hold_until_lost, args=(manager, entered))
+    holder.start()
+    assert entered.wait(30)
+    first: list[ShutdownReport] = []
+    closer = threading.Thread(target=lambda: first.append(manager.close(timeout_ms=30_000)))
+    closer.start()
+    while not manager._closed:
+        threading.Event().wait(0.01)  # until the first close() is under way
+    assert manager.close(timeout_ms=0) == ShutdownReport(unfinished=1, timeout_ms=0)
+    backend.go.set()
+    closer.join(30)
+    holder.join(30)
+    assert first[0].complete
+    assert manager.close() is first[0]
+
+
+def _hold_until_lost(manager: LeaseManager, entered: threading.Event) -> None:
+    with (
+        pytest.raises(LeaseLostError),
+        manager.hold("k", ttl_ms=60_000, heartbeat_ms=False) as lease,
+    ):
+        entered.set()
+        assert lease.wait_lost(30_000)
 
 
 def test_close_reports_a_complete_shutdown(redis_url: str) -> None:
