@@ -27,7 +27,6 @@ from ._decisions import (
 from ._errors import BackendError, LeaseNotAcquiredError, ManagerClosedError
 from ._events import EventHook, check_event_hook, with_logging
 from ._handoff import ReleaseWaiter, release_waiter_for
-from ._keep_alive import check_keep_alive
 from ._lease import Lease, LeaseOutcome
 from ._manager_base import _ManagerBase
 from ._operations import Operations
@@ -310,42 +309,6 @@ class LeaseManager(_ManagerBase, Operations):
         lease = self._acquire(key, ttl_ms, wait_ms, retry_delay_ms).lease
         if lease is None:
             raise LeaseNotAcquiredError(key)
-        with self._renewed(lease, heartbeat, on_renew_error):
-            yield lease
-
-    @contextmanager
-    def keep_alive(
-        self,
-        lease: Lease,
-        *,
-        heartbeat_ms: int | Literal[False] | None = None,
-        on_renew_error: Callable[[BaseException], object] | None = None,
-    ) -> Iterator[Lease]:
-        """Renew ``lease`` (from [`acquire`][fencedlease.LeaseManager.acquire] or
-        [`restore`][fencedlease.LeaseManager.restore] of this manager) in the background for the
-        ``with`` block, by the rules of [`hold`][fencedlease.LeaseManager.hold]: the same
-        ``heartbeat_ms`` (against the lease's ``ttl_ms``) and ``on_renew_error``, the same loss
-        notice (``lease.lost``, ``wait_lost()``, the block ends in
-        [`LeaseLostError`][fencedlease.LeaseLostError]), and the same end: the lease is released
-        when the block ends, however it ends, as at the end of a hold. A restored lease without
-        ``expires_at`` has no deadline until its first renewal confirms one.
-
-        Raises:
-            ValidationError: ``lease`` is not a lease of this manager, is renewed in the background
-                already (a hold, another keep_alive) or was released; a bad ``heartbeat_ms`` or
-                ``on_renew_error``.
-            LeaseLostError: the lease is lost already (the block never runs), or was lost while
-                the block ran.
-            BackendError, ManagerClosedError: as [`hold`][fencedlease.LeaseManager.hold].
-        """
-        with self._lock:
-            held = lease in self._holds
-        heartbeat = check_keep_alive(
-            lease, Lease, self._backend, heartbeat_ms, on_renew_error, held
-        )
-        self._check_open()
-        if lease._state.check_deadline(self._clock.monotonic()):
-            raise lease._lost_error()
         with self._renewed(lease, heartbeat, on_renew_error):
             yield lease
 

@@ -1,12 +1,15 @@
 """What [`LeaseManager`][fencedlease.LeaseManager] offers for running it in a service:
-[`from_env`][fencedlease.LeaseManager.from_env] and
-[`check_health`][fencedlease.LeaseManager.check_health] (the asyncio twins are in
+[`from_env`][fencedlease.LeaseManager.from_env],
+[`check_health`][fencedlease.LeaseManager.check_health] and
+[`keep_alive`][fencedlease.LeaseManager.keep_alive] (the asyncio twins are in
 `fencedlease.aio._operations`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, TypeVar
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, Literal, TypeVar
 
 from redis.retry import Retry
 
@@ -15,6 +18,8 @@ from ._clock import SYSTEM_CLOCK, Clock
 from ._env import manager_from_env
 from ._events import EventHook
 from ._health import DEFAULT_HEALTH_TIMEOUT_MS, HealthReport, check_health, connect
+from ._keep_alive import check_keep_alive
+from ._lease import Lease
 from ._shutdown import ShutdownReport
 
 __all__ = ["Operations"]
@@ -23,10 +28,13 @@ _M = TypeVar("_M", bound="Operations")
 
 
 class Operations:
-    """``from_env`` and ``check_health``, mixed into the sync manager."""
+    """``from_env``, ``check_health`` and ``keep_alive``, mixed into the sync manager."""
 
     _backend: LeaseBackend
     _shutdown_timeout_ms: int
+    _clock: Clock
+    _lock: threading.Lock
+    _holds: set[Lease]
 
     @classmethod
     def _over_url(
@@ -39,6 +47,14 @@ class Operations:
         raise NotImplementedError
 
     def close(self, timeout_ms: int | None = None) -> ShutdownReport:
+        raise NotImplementedError
+
+    def _renewed(
+        self,
+        lease: Lease,
+        heartbeat: int | Literal[False],
+        on_renew_error: Callable[[BaseException], object] | None,
+    ) -> AbstractContextManager[None]:
         raise NotImplementedError
 
     @classmethod
@@ -116,6 +132,42 @@ class Operations:
         """
         self._check_open()
         return check_health(self._backend, timeout_ms)
+
+    @contextmanager
+    def keep_alive(
+        self,
+        lease: Lease,
+        *,
+        heartbeat_ms: int | Literal[False] | None = None,
+        on_renew_error: Callable[[BaseException], object] | None = None,
+    ) -> Iterator[Lease]:
+        """Renew ``lease`` (from [`acquire`][fencedlease.LeaseManager.acquire] or
+        [`restore`][fencedlease.LeaseManager.restore] of this manager) in the background for the
+        ``with`` block, by the rules of [`hold`][fencedlease.LeaseManager.hold]: the same
+        ``heartbeat_ms`` (against the lease's ``ttl_ms``) and ``on_renew_error``, the same loss
+        notice (``lease.lost``, ``wait_lost()``, the block ends in
+        [`LeaseLostError`][fencedlease.LeaseLostError]), and the same end: the lease is released
+        when the block ends, however it ends, as at the end of a hold. A restored lease without
+        ``expires_at`` has no deadline until its first renewal confirms one.
+
+        Raises:
+            ValidationError: ``lease`` is not a lease of this manager, is renewed in the background
+                already (a hold, another keep_alive) or was released; a bad ``heartbeat_ms`` or
+                ``on_renew_error``.
+            LeaseLostError: the lease is lost already (the block never runs), or was lost while
+                the block ran.
+            BackendError, ManagerClosedError: as [`hold`][fencedlease.LeaseManager.hold].
+        """
+        with self._lock:
+            held = lease in self._holds
+        heartbeat = check_keep_alive(
+            lease, Lease, self._backend, heartbeat_ms, on_renew_error, held
+        )
+        self._check_open()
+        if lease._state.check_deadline(self._clock.monotonic()):
+            raise lease._lost_error()
+        with self._renewed(lease, heartbeat, on_renew_error):
+            yield lease
 
 
 _connect = connect

@@ -52,7 +52,6 @@ from .._decisions import (
 from .._errors import BackendError, LeaseNotAcquiredError
 from .._events import EventHook, check_event_hook, with_logging
 from .._handoff import AsyncReleaseWaiter
-from .._keep_alive import check_keep_alive
 from .._redis_backend import RedisBackend
 from .._shutdown import ShutdownReport, log_incomplete
 from .._validate import (
@@ -397,35 +396,6 @@ class AsyncLeaseManager(_AsyncManagerBase, Operations):
             ManagerClosedError: the manager is closed, or was closed while the call waited.
         """
         return self._hold(key, ttl_ms, wait_ms, retry_delay_ms, heartbeat_ms, on_renew_error)
-
-    def keep_alive(
-        self,
-        lease: AsyncLease,
-        *,
-        heartbeat_ms: int | Literal[False] | None = None,
-        on_renew_error: Callable[[BaseException], object] | None = None,
-    ) -> AbstractAsyncContextManager[AsyncLease]:
-        """Renew ``lease`` (from [`acquire`][fencedlease.aio.AsyncLeaseManager.acquire] or
-        [`restore`][fencedlease.aio.AsyncLeaseManager.restore] of this manager) in the background
-        for the ``async with`` block: the twin of
-        [`LeaseManager.keep_alive`][fencedlease.LeaseManager.keep_alive], with
-        [`hold`][fencedlease.aio.AsyncLeaseManager.hold]'s rules (on loss the block's task is
-        cancelled and the block ends in [`LeaseLostError`][fencedlease.LeaseLostError]; the lease
-        is released when the block ends).
-
-        Raises:
-            ValidationError: as [`LeaseManager.keep_alive`][fencedlease.LeaseManager.keep_alive]
-                (when ``keep_alive()`` is called).
-            LeaseLostError: the lease is lost already (the block never runs), or was lost while
-                the block ran.
-            BackendError, ManagerClosedError: as [`hold`][fencedlease.aio.AsyncLeaseManager.hold].
-        """
-        held = any(hold.lease is lease for hold in self._holds)
-        heartbeat = check_keep_alive(
-            lease, AsyncLease, self._backend, heartbeat_ms, on_renew_error, held
-        )
-        state = lease._state
-        return _Hold(self, state.key, state.ttl_ms, 0, 1, heartbeat, on_renew_error, lease)
 
     def _hold(
         self,

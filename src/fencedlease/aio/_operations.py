@@ -1,11 +1,13 @@
 """[`AsyncLeaseManager.from_env`][fencedlease.aio.AsyncLeaseManager.from_env] and
-[`check_health`][fencedlease.aio.AsyncLeaseManager.check_health]: the twins of
+[`check_health`][fencedlease.aio.AsyncLeaseManager.check_health] and
+[`keep_alive`][fencedlease.aio.AsyncLeaseManager.keep_alive]: the twins of
 `fencedlease._operations`."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Literal, TypeVar, cast
 
 from redis.asyncio.retry import Retry
 
@@ -14,8 +16,12 @@ from .._clock import SYSTEM_CLOCK, Clock
 from .._env import manager_from_env
 from .._events import EventHook
 from .._health import DEFAULT_HEALTH_TIMEOUT_MS, HealthReport
+from .._keep_alive import check_keep_alive
 from .._shutdown import ShutdownReport
 from ._health import check_health, connect
+from ._hold import _Hold
+from ._hold import _Manager as _HoldManager
+from ._lease import AsyncLease
 
 __all__ = ["Operations"]
 
@@ -23,10 +29,11 @@ _M = TypeVar("_M", bound="Operations")
 
 
 class Operations:
-    """``from_env`` and ``check_health``, mixed into the asyncio manager."""
+    """``from_env``, ``check_health`` and ``keep_alive``, mixed into the asyncio manager."""
 
     _backend: AsyncLeaseBackend
     _shutdown_timeout_ms: int
+    _holds: set[_Hold]
 
     @classmethod
     def _over_url(
@@ -94,6 +101,44 @@ class Operations:
         """
         self._check_open()
         return await check_health(self._backend, timeout_ms)
+
+    def keep_alive(
+        self,
+        lease: AsyncLease,
+        *,
+        heartbeat_ms: int | Literal[False] | None = None,
+        on_renew_error: Callable[[BaseException], object] | None = None,
+    ) -> AbstractAsyncContextManager[AsyncLease]:
+        """Renew ``lease`` (from [`acquire`][fencedlease.aio.AsyncLeaseManager.acquire] or
+        [`restore`][fencedlease.aio.AsyncLeaseManager.restore] of this manager) in the background
+        for the ``async with`` block: the twin of
+        [`LeaseManager.keep_alive`][fencedlease.LeaseManager.keep_alive], with
+        [`hold`][fencedlease.aio.AsyncLeaseManager.hold]'s rules (on loss the block's task is
+        cancelled and the block ends in [`LeaseLostError`][fencedlease.LeaseLostError]; the lease
+        is released when the block ends).
+
+        Raises:
+            ValidationError: as [`LeaseManager.keep_alive`][fencedlease.LeaseManager.keep_alive]
+                (when ``keep_alive()`` is called).
+            LeaseLostError: the lease is lost already (the block never runs), or was lost while
+                the block ran.
+            BackendError, ManagerClosedError: as [`hold`][fencedlease.aio.AsyncLeaseManager.hold].
+        """
+        held = any(hold.lease is lease for hold in self._holds)
+        heartbeat = check_keep_alive(
+            lease, AsyncLease, self._backend, heartbeat_ms, on_renew_error, held
+        )
+        state = lease._state
+        return _Hold(
+            cast("_HoldManager", self),
+            state.key,
+            state.ttl_ms,
+            0,
+            1,
+            heartbeat,
+            on_renew_error,
+            lease,
+        )
 
 
 _connect = connect
