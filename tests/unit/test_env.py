@@ -12,7 +12,7 @@ import redis.asyncio.retry
 import redis.retry
 from redis.backoff import ExponentialWithJitterBackoff
 
-from fencedlease import BackendError, LeaseManager, ValidationError
+from fencedlease import BackendError, LeaseManager, ShutdownReport, ValidationError
 from fencedlease._env import read_env
 from fencedlease.aio import AsyncLeaseManager
 
@@ -123,39 +123,31 @@ FULL = {
 }
 
 
-def test_sync_variables_become_redis_py_options() -> None:
-    manager = LeaseManager.from_env(FULL)
-    try:
-        client = manager.backend.client  # type: ignore[attr-defined]
-        options = client.connection_pool.connection_kwargs
-        assert (options["db"], options["socket_connect_timeout"], options["socket_timeout"]) == (
-            3, 0.5, 0.25,
-        )  # fmt: skip
-        retry = options["retry"]
-        assert type(retry) is redis.retry.Retry
-        assert retry._retries == 2
-        assert type(retry._backoff) is ExponentialWithJitterBackoff
-        assert manager.backend.prefix == "svc"  # type: ignore[attr-defined]
-        assert manager._shutdown_timeout_ms == 750
-    finally:
-        assert manager.close().timeout_ms == 750
+def _close(manager: LeaseManager | AsyncLeaseManager) -> ShutdownReport:
+    if isinstance(manager, AsyncLeaseManager):
+        return asyncio.run(manager.close())
+    return manager.close()
 
 
-def test_async_variables_become_redis_asyncio_options() -> None:
-    async def main() -> None:
-        manager = await AsyncLeaseManager.from_env(FULL)
-        client = manager.backend.client  # type: ignore[attr-defined]
-        options = client.connection_pool.connection_kwargs
-        assert (options["db"], options["socket_connect_timeout"], options["socket_timeout"]) == (
-            3, 0.5, 0.25,
-        )  # fmt: skip
-        retry = options["retry"]
-        assert type(retry) is redis.asyncio.retry.Retry
-        assert retry._retries == 2
-        assert manager.backend.prefix == "svc"  # type: ignore[attr-defined]
-        assert (await manager.close()).timeout_ms == 750
-
-    asyncio.run(main())
+@pytest.mark.parametrize(
+    ("face", "retry_class"),
+    [(_sync, redis.retry.Retry), (_aio, redis.asyncio.retry.Retry)],
+    ids=["sync", "aio"],
+)
+def test_variables_become_redis_py_options(face: Any, retry_class: type) -> None:
+    manager = face(FULL)
+    client = manager.backend.client
+    options = client.connection_pool.connection_kwargs
+    assert (options["db"], options["socket_connect_timeout"], options["socket_timeout"]) == (
+        3, 0.5, 0.25,
+    )  # fmt: skip
+    retry: Any = options["retry"]
+    assert type(retry) is retry_class
+    assert retry._retries == 2
+    assert type(retry._backoff) is ExponentialWithJitterBackoff
+    assert manager.backend.prefix == "svc"
+    assert manager._shutdown_timeout_ms == 750
+    assert _close(manager).timeout_ms == 750
 
 
 @pytest.mark.parametrize("face", FACES, ids=["sync", "aio"])
