@@ -142,9 +142,8 @@ def test_variables_become_redis_py_options(face: Any, retry_class: type) -> None
         3, 0.5, 0.25,
     )  # fmt: skip
     retry: Any = options["retry"]
+    assert (retry._retries, type(retry._backoff)) == (2, ExponentialWithJitterBackoff)
     assert type(retry) is retry_class
-    assert retry._retries == 2
-    assert type(retry._backoff) is ExponentialWithJitterBackoff
     assert manager.backend.prefix == "svc"
     assert manager._shutdown_timeout_ms == 750
     assert _close(manager).timeout_ms == 750
