@@ -22,11 +22,13 @@ from ._errors import (
 from ._events import LeaseEvent
 from ._fenced_resource import FencedResource
 from ._fencing_access import owner_fingerprint
+from ._health import HealthReport
 from ._lease import AcquireResult, Lease, LeaseOutcome
 from ._manager import LeaseManager
 from ._redact import redact_text, redact_url
 from ._redis.keys import RedisKeys, redis_keys
 from ._redis_backend import RedisBackend
+from ._shutdown import ShutdownReport
 from ._view import LeaseInfo
 from .backends import MemoryBackend, SqliteBackend
 from .redis_fencing import RedisFencedResource
@@ -38,6 +40,7 @@ __all__ = [
     "Clock",
     "FencedLeaseError",
     "FencedResource",
+    "HealthReport",
     "Lease",
     "LeaseBackend",
     "LeaseEvent",
@@ -52,6 +55,7 @@ __all__ = [
     "RedisBackend",
     "RedisFencedResource",
     "RedisKeys",
+    "ShutdownReport",
     "SqliteBackend",
     "StaleTokenError",
     "SystemClock",

@@ -25,12 +25,14 @@ from ._decisions import (
     hold_releases,
 )
 from ._errors import BackendError, LeaseNotAcquiredError, ManagerClosedError
-from ._events import EventHook, check_event_hook
+from ._events import EventHook, check_event_hook, with_logging
 from ._handoff import ReleaseWaiter, release_waiter_for
 from ._lease import Lease, LeaseOutcome
 from ._manager_base import _ManagerBase
+from ._operations import Operations
 from ._redis_backend import RedisBackend
 from ._renewer import BoundedCalls, Renewer
+from ._shutdown import ShutdownReport, log_incomplete
 from ._state import release_bound_s, release_wait_more_s
 from ._urls import backend_from_url
 from ._validate import (
@@ -52,7 +54,7 @@ log = logging.getLogger("fencedlease")
 T = TypeVar("T")
 
 
-class LeaseManager(_ManagerBase):
+class LeaseManager(_ManagerBase, Operations):
     """Leases with fencing tokens on one Redis (or another
     [`LeaseBackend`][fencedlease.LeaseBackend]).
 
@@ -90,7 +92,7 @@ class LeaseManager(_ManagerBase):
         _owns_client: bool = False,
     ) -> None:
         check_prefix(prefix)
-        self._on_event = check_event_hook(on_event)
+        self._on_event = with_logging(check_event_hook(on_event))
         check_clock(clock)
         batch = check_ms("renew_batch_size", renew_batch_size, 1)
         if isinstance(client, redis.Redis):
@@ -109,6 +111,9 @@ class LeaseManager(_ManagerBase):
         self._holds: set[Lease] = set()  # leases inside hold() now
         self._closed = False
         self._forked = False  # the sync face goes on after a fork (see _after_fork_in_child)
+        self._shutdown_timeout_ms = DEFAULT_CLOSE_TIMEOUT_MS  # close()'s default bound
+        self._shutdown: ShutdownReport | None = None
+        self._close_done = threading.Event()  # set once close() has its report
         _fork.register(self)
 
     @classmethod
@@ -136,6 +141,13 @@ class LeaseManager(_ManagerBase):
             backend_from_url(url, prefix=prefix, clock=clock, **kwargs), clock=clock, on_event=hook
         )
 
+    @classmethod
+    def _over_url(
+        cls, url: str, prefix: str, clock: Clock, on_event: EventHook | None,
+        options: dict[str, Any],
+    ) -> LeaseManager:  # fmt: skip
+        return cls.from_url(url, prefix=prefix, clock=clock, on_event=on_event, **options)
+
     @property
     def renewer(self) -> Renewer:
         """The background renewer (for introspection: ``len()`` leases, ``round_trips``)."""
@@ -147,7 +159,7 @@ class LeaseManager(_ManagerBase):
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def close(self, timeout_ms: int = DEFAULT_CLOSE_TIMEOUT_MS) -> None:
+    def close(self, timeout_ms: int | None = None) -> ShutdownReport:
         """Stop renewing, release every lease still held in
         [`hold`][fencedlease.LeaseManager.hold]/[`with_lease`][fencedlease.LeaseManager.with_lease],
         and close the client if the manager made it. Idempotent.
@@ -156,42 +168,69 @@ class LeaseManager(_ManagerBase):
         ``lease.lost``, ``lease.wait_lost()`` returns, and the ``with`` block ends in
         [`LeaseLostError`][fencedlease.LeaseLostError]; then it is released with its owner token.
         The releases and the joining of the renewer's threads take ``timeout_ms`` milliseconds at
-        most (default 1,000): a lease whose release got no reply in time lapses at its TTL (logged
-        as a warning), and a thread blocked on a hung store ends at the client's socket timeout.
-        Leases taken with [`acquire`][fencedlease.LeaseManager.acquire] are the caller's and are
-        left alone. In a process forked from the one that made the manager, no lease of the parent's
-        is touched.
+        most (default: 1,000, or ``FENCEDLEASE_SHUTDOWN_TIMEOUT_MS`` for a manager made by
+        [`from_env`][fencedlease.LeaseManager.from_env]): a lease whose release got no reply in
+        time lapses at its TTL, and a thread blocked on a hung store ends at the client's socket
+        timeout. Leases taken with [`acquire`][fencedlease.LeaseManager.acquire] are the caller's
+        and are left alone. In a process forked from the one that made the manager, no lease of
+        the parent's is touched.
+
+        Returns:
+            [`ShutdownReport`][fencedlease.ShutdownReport]: the leases not released and the
+            threads not ended in time (``complete`` when none; each lease not released is
+            also logged as a warning). A later call returns the first call's report (waiting
+            ``timeout_ms`` at most for it; still under way then: one with ``unfinished=1``).
 
         Raises:
             ValidationError: ``timeout_ms`` is not an int in 0..2,147,483,647.
+            BackendError: closing the client failed.
         """
-        bound_ms = check_ms("timeout_ms", timeout_ms, 0)
+        bound_ms = (
+            self._shutdown_timeout_ms
+            if timeout_ms is None
+            else check_ms("timeout_ms", timeout_ms, 0)
+        )
         with self._lock:
-            if self._closed:
-                return
+            closing = self._closed
             self._closed = True
-            holds, self._holds = list(self._holds), set()
-        until = time.monotonic() + bound_ms / 1000
-        self._renewer.close(until)
+            if not closing:
+                holds, self._holds = list(self._holds), set()
+        if closing:  # another call closes (or closed) it: its report, once there
+            if self._shutdown is None:
+                self._close_done.wait(bound_ms / 1000)
+            return self._shutdown or ShutdownReport(unfinished=1, timeout_ms=bound_ms)
+        start = time.monotonic()
+        until = start + bound_ms / 1000
+        unfinished = self._renewer.close(until)
         pending = []
         for lease in holds:
             if close_releases(lease._state):
                 pending.append((lease.key, self._releases.submit(lease.release)))
         if pending:
             wait_futures([f for _, f in pending], timeout=max(0.0, until - time.monotonic()))
+        unreleased = []
         for key, future in pending:
             error = future.exception(0) if future.done() else f"no reply within {bound_ms} ms"
             if error is not None:
+                unreleased.append(key)
                 log.warning("fencedlease: close() could not release %r (it lapses at its ttl): %s",
                             key, error)  # fmt: skip
-        self._releases.close(until)
+        unfinished += self._releases.close(until)
         self._release_waiter.close(until)
+        elapsed_ms = (time.monotonic() - start) * 1000
+        self._shutdown = report = ShutdownReport(
+            tuple(unreleased), unfinished, elapsed_ms, bound_ms
+        )
+        log_incomplete(report)
+        self._close_done.set()
         self._backend.close()
+        return report
 
     def _after_fork_in_child(self) -> None:
         """In a forked child (see `fencedlease._fork`): new locks, no threads, no holds
         (the parent's leases are the parent's). No I/O."""
         self._lock = threading.Lock()
+        self._close_done = threading.Event()  # a report made before the fork is kept
         self._holds = set()
         self._renewer._after_fork_in_child()
         self._releases._after_fork_in_child()
@@ -270,6 +309,18 @@ class LeaseManager(_ManagerBase):
         lease = self._acquire(key, ttl_ms, wait_ms, retry_delay_ms).lease
         if lease is None:
             raise LeaseNotAcquiredError(key)
+        with self._renewed(lease, heartbeat, on_renew_error):
+            yield lease
+
+    @contextmanager
+    def _renewed(
+        self,
+        lease: Lease,
+        heartbeat: int | Literal[False],
+        on_renew_error: Callable[[BaseException], object] | None,
+    ) -> Iterator[None]:
+        """``lease`` among the holds and under the renewer for the block, then released and its
+        outcome raised (`hold_outcome`)."""
         state = lease._state
         with self._lock:
             closed = self._closed
@@ -288,7 +339,7 @@ class LeaseManager(_ManagerBase):
                 raise
             lease._renewer = self._renewer
         try:
-            yield lease
+            yield
         except BaseException:
             self._finish(lease, body_failed=True)
             raise

@@ -25,7 +25,7 @@ from ._decisions import (
     acquire_steps,
 )
 from ._errors import ManagerClosedError
-from ._events import EventHook, acquire_ended, watch
+from ._events import EventHook, acquire_ended, wait_ended, watch
 from ._handoff import ReleaseWaiter
 from ._lease import AcquireResult, Lease
 from ._protocol import AcquireReply
@@ -116,15 +116,20 @@ class _ManagerBase(ABC):
         )  # fmt: skip
         owner_token = attempt.owner_token
         steps = acquire_steps(attempt, waiter.queues)  # the decisions; here only the I/O
+        waited = False  # a grant after a wait in the hand-off queue was handed over
+        answer: AcquireReply | bool = False
         try:
             step = next(steps)
             while True:
                 try:
                     if isinstance(step, WaitForRelease):
+                        began = clock.monotonic()
                         waiter.wait(key, owner_token, ttl_ms, step.delay_s, step.final)
+                        wait_ended(self._on_event, key, owner_token, began, clock)
+                        waited = attempt.queued
                         if self._forked:
                             self._check_open()
-                        answer: AcquireReply | bool = self._closed
+                        answer = self._closed
                     else:
                         with marking_sends(attempt.sending):  # the real send, after connecting
                             answer = backend.acquire(key, owner_token, ttl_ms)
@@ -139,7 +144,8 @@ class _ManagerBase(ABC):
             if attempt.uncertain:
                 self._abandon(key, owner_token, exc)
             raise
-        acquire_ended(self._on_event, key, end.state, attempt.sent_mono, clock)
+        handed = waited and isinstance(answer, AcquireReply) and answer.retried
+        acquire_ended(self._on_event, key, end.state, attempt.sent_mono, clock, handed=handed)
         if end.leave_queue:
             self._release_later(key, owner_token)
         if end.state is None:

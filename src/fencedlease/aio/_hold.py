@@ -29,7 +29,7 @@ class _Manager(Protocol):
     _renewer: AsyncRenewer
     _closed: bool
     _holds: set[_Hold]
-    _close_task: asyncio.Task[None] | None
+    _close_task: asyncio.Task[Any] | None
     _close_caller: asyncio.Task[Any] | None
 
     def _check_open(self) -> None: ...
@@ -55,8 +55,10 @@ class _Hold(AbstractAsyncContextManager[AsyncLease]):
         retry_delay_ms: int,
         heartbeat: int | Literal[False],
         on_renew_error: Callable[[BaseException], object] | None,
+        given: AsyncLease | None = None,
     ) -> None:
         self._manager = manager
+        self._given = given  # keep_alive's lease: no acquire
         self._key = key
         self._ttl_ms = ttl_ms
         self._wait_ms = wait_ms
@@ -77,12 +79,17 @@ class _Hold(AbstractAsyncContextManager[AsyncLease]):
         self._entered = True
         manager = self._manager
         manager._check_open()
-        result = await manager._acquire(
-            self._key, self._ttl_ms, self._wait_ms, self._retry_delay_ms
-        )
-        lease = result.lease
-        if lease is None:
-            raise LeaseNotAcquiredError(self._key)
+        lease = self._given
+        if lease is not None:
+            if lease._state.check_deadline(manager._clock.monotonic()):
+                raise lease._lost_error()
+        else:
+            result = await manager._acquire(
+                self._key, self._ttl_ms, self._wait_ms, self._retry_delay_ms
+            )
+            lease = result.lease
+            if lease is None:
+                raise LeaseNotAcquiredError(self._key)
         if manager._closed:  # closed while we acquired: give the key back
             await manager._release_shielded(lease)
             manager._check_open()

@@ -50,9 +50,10 @@ from .._decisions import (
     close_releases,
 )
 from .._errors import BackendError, LeaseNotAcquiredError
-from .._events import EventHook, check_event_hook
+from .._events import EventHook, check_event_hook, with_logging
 from .._handoff import AsyncReleaseWaiter
 from .._redis_backend import RedisBackend
+from .._shutdown import ShutdownReport, log_incomplete
 from .._validate import (
     ArgumentTypeError,
     check_acquire,
@@ -70,6 +71,7 @@ from ._handoff import async_release_waiter_for
 from ._hold import _Hold
 from ._lease import AsyncLease, AsyncLeaseOutcome
 from ._manager_base import _AsyncManagerBase
+from ._operations import Operations
 from ._primitives import retrieve
 from ._redis_backend import AsyncRedisBackend
 from ._releases import release_abandoned, release_within, report_unreleased
@@ -87,7 +89,7 @@ log = logging.getLogger("fencedlease.aio")
 T = TypeVar("T")
 
 
-class AsyncLeaseManager(_AsyncManagerBase):
+class AsyncLeaseManager(_AsyncManagerBase, Operations):
     """Leases with fencing tokens on one Redis (or another
     [`AsyncLeaseBackend`][fencedlease.AsyncLeaseBackend]), for asyncio: the twin of
     [`LeaseManager`][fencedlease.LeaseManager], with the same arguments, defaults, validation,
@@ -134,7 +136,7 @@ class AsyncLeaseManager(_AsyncManagerBase):
         _owns_client: bool = False,
     ) -> None:
         check_prefix(prefix)
-        self._on_event = check_event_hook(on_event)
+        self._on_event = with_logging(check_event_hook(on_event))
         check_clock(clock)
         batch = check_ms("renew_batch_size", renew_batch_size, 1)
         if isinstance(client, redis.asyncio.Redis):
@@ -159,8 +161,10 @@ class AsyncLeaseManager(_AsyncManagerBase):
         self._closed = False
         self._forked = False
         self._close_done: asyncio.Event | None = None
-        self._close_task: asyncio.Task[None] | None = None
+        self._close_task: asyncio.Task[ShutdownReport] | None = None
         self._close_caller: asyncio.Task[Any] | None = None  # the task that called close()
+        self._shutdown_timeout_ms = DEFAULT_CLOSE_TIMEOUT_MS  # close()'s default bound
+        self._shutdown: ShutdownReport | None = None
         _fork.register(self)
 
     @classmethod
@@ -188,6 +192,13 @@ class AsyncLeaseManager(_AsyncManagerBase):
             on_event=hook,
         )
 
+    @classmethod
+    def _over_url(
+        cls, url: str, prefix: str, clock: Clock, on_event: EventHook | None,
+        options: dict[str, Any],
+    ) -> AsyncLeaseManager:  # fmt: skip
+        return cls.from_url(url, prefix=prefix, clock=clock, on_event=on_event, **options)
+
     @property
     def renewer(self) -> AsyncRenewer:
         """The renewal task's owner (for introspection: ``len()`` leases, ``round_trips``)."""
@@ -199,7 +210,7 @@ class AsyncLeaseManager(_AsyncManagerBase):
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    async def close(self, timeout_ms: int = DEFAULT_CLOSE_TIMEOUT_MS) -> None:
+    async def close(self, timeout_ms: int | None = None) -> ShutdownReport:
         """Stop the renewal task, release every lease still held in
         [`hold`][fencedlease.aio.AsyncLeaseManager.hold]/
         [`with_lease`][fencedlease.aio.AsyncLeaseManager.with_lease], and close the client if the
@@ -209,23 +220,33 @@ class AsyncLeaseManager(_AsyncManagerBase):
         cancelled and the block ends in [`LeaseLostError`][fencedlease.LeaseLostError]
         (``lease.lost`` and ``wait_lost()`` say so too); then it is released with its owner token.
         The releases and the clean-ups the manager started get ``timeout_ms`` milliseconds at most
-        (default 1,000), as on the sync face: one still without a reply then is cancelled (logged as
-        a warning) and its lease lapses at its TTL. Leases taken with
+        (default 1,000, or ``FENCEDLEASE_SHUTDOWN_TIMEOUT_MS`` for a manager made by
+        [`from_env`][fencedlease.aio.AsyncLeaseManager.from_env]), as on the sync face: one still
+        without a reply then is cancelled and its lease lapses at its TTL. Leases taken with
         [`acquire`][fencedlease.aio.AsyncLeaseManager.acquire] are the caller's and are left alone.
 
         The teardown runs as a task of its own, shielded: ``await close()`` inside a
         [`hold`][fencedlease.aio.AsyncLeaseManager.hold] body is cancelled with that body (its lease
         is marked lost), yet the releases and the closing of the client still run to the end.
 
+        Returns:
+            [`ShutdownReport`][fencedlease.ShutdownReport]: the leases not released and the clean-up
+            tasks cancelled at the bound (``complete`` when none; each lease not released is also
+            logged as a warning). A later call returns the first call's report once it is there.
+
         Raises:
             ValidationError: ``timeout_ms`` is not an int in 0..2,147,483,647.
             BackendError: closing the client failed.
         """
-        bound_ms = check_ms("timeout_ms", timeout_ms, 0)
+        bound_ms = (
+            self._shutdown_timeout_ms
+            if timeout_ms is None
+            else check_ms("timeout_ms", timeout_ms, 0)
+        )
         if self._closed:
             if self._close_done is not None:
                 await self._close_done.wait()
-            return
+            return self._shutdown or ShutdownReport(timeout_ms=bound_ms)
         self._closed = True
         self._close_done = done = asyncio.Event()
         # The teardown is a task of its own, shielded: close() awaited inside a hold body is
@@ -237,13 +258,14 @@ class AsyncLeaseManager(_AsyncManagerBase):
         self._close_task = teardown
         self._close_caller = asyncio.current_task()
         teardown.add_done_callback(retrieve)  # a caller cancelled meanwhile never sees it
-        await asyncio.shield(teardown)
+        return await asyncio.shield(teardown)
 
-    async def _teardown(self, bound_ms: int, done: asyncio.Event) -> None:
+    async def _teardown(self, bound_ms: int, done: asyncio.Event) -> ShutdownReport:
         """close()'s work: stop the renewer, release the holds, close the hand-off and the
         backend; ``done`` is set at the end, whatever happened."""
         loop = asyncio.get_running_loop()
-        until = loop.time() + bound_ms / 1000
+        start = loop.time()
+        until = start + bound_ms / 1000
         try:
             await self._renewer.close()
             releases: dict[asyncio.Task[Any], str] = {}
@@ -260,9 +282,14 @@ class AsyncLeaseManager(_AsyncManagerBase):
                 task.cancel()
             if late:
                 await asyncio.wait(late)
-            report_unreleased(releases, late, bound_ms)
+            unreleased = report_unreleased(releases, late, bound_ms)
             await self._release_waiter.aclose()
+            unfinished = len(late) - len(set(releases) & late)
+            elapsed_ms = (loop.time() - start) * 1000
+            self._shutdown = report = ShutdownReport(unreleased, unfinished, elapsed_ms, bound_ms)
+            log_incomplete(report)
             await self._backend.close()
+            return report
         finally:
             done.set()
 

@@ -23,7 +23,7 @@ from .._decisions import (
     acquire_steps,
 )
 from .._errors import ManagerClosedError
-from .._events import EventHook, acquire_ended, watch
+from .._events import EventHook, acquire_ended, wait_ended, watch
 from .._handoff import AsyncReleaseWaiter
 from .._protocol import AcquireReply
 from .._state import restored_state
@@ -117,15 +117,20 @@ class _AsyncManagerBase(ABC):
         )  # fmt: skip
         owner_token = attempt.owner_token
         steps = acquire_steps(attempt, waiter.queues)  # the decisions; here only the I/O
+        waited = False  # a grant after a wait in the hand-off queue was handed over
+        answer: AcquireReply | bool = False
         try:
             step = next(steps)
             while True:
                 try:
                     if isinstance(step, WaitForRelease):
+                        began = clock.monotonic()
                         await waiter.wait(key, owner_token, ttl_ms, step.delay_s, step.final)
+                        wait_ended(self._on_event, key, owner_token, began, clock)
+                        waited = attempt.queued
                         if self._forked:
                             self._check_open()
-                        answer: AcquireReply | bool = self._closed
+                        answer = self._closed
                     else:
                         with marking_sends(attempt.sending):  # the real send, after connecting
                             answer = await backend.acquire(key, owner_token, ttl_ms)
@@ -140,7 +145,8 @@ class _AsyncManagerBase(ABC):
             if attempt.uncertain:
                 await self._abandon(key, owner_token, exc)
             raise
-        acquire_ended(self._on_event, key, end.state, attempt.sent_mono, clock)
+        handed = waited and isinstance(answer, AcquireReply) and answer.retried
+        acquire_ended(self._on_event, key, end.state, attempt.sent_mono, clock, handed=handed)
         if end.leave_queue:
             self._release_later(key, owner_token)
         if end.state is None:
