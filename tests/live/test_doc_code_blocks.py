@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import inspect
+import os
 import re
 import traceback
 from collections.abc import Iterator
@@ -181,7 +182,13 @@ def test_every_python_block_runs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    run_page(page, substitutions)
+    # A page may set variables (docs/service.md sets FENCEDLEASE_URL): they end with the test.
+    before = dict(os.environ)
+    try:
+        run_page(page, substitutions)
+    finally:
+        os.environ.clear()
+        os.environ.update(before)
 
 
 BROKEN = """# A page
