@@ -6,10 +6,11 @@ import inspect
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import wait as wait_futures
 from contextlib import contextmanager
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import redis
 
@@ -44,6 +45,9 @@ from ._validate import (
     check_prefix,
     check_sync_fn,
 )
+
+if TYPE_CHECKING:
+    from ._semaphore import Semaphore
 
 __all__ = ["LeaseManager"]
 
@@ -109,6 +113,7 @@ class LeaseManager(_ManagerBase):
         self._holds: set[Lease] = set()  # leases inside hold() now
         self._closed = False
         self._forked = False  # the sync face goes on after a fork (see _after_fork_in_child)
+        self._semaphores: weakref.WeakSet[Semaphore] = weakref.WeakSet()  # closed with it
         _fork.register(self)
 
     @classmethod
@@ -172,6 +177,8 @@ class LeaseManager(_ManagerBase):
             self._closed = True
             holds, self._holds = list(self._holds), set()
         until = time.monotonic() + bound_ms / 1000
+        for semaphore in list(self._semaphores):
+            semaphore.close(round(max(0.0, until - time.monotonic()) * 1000))
         self._renewer.close(until)
         pending = []
         for lease in holds:
@@ -196,6 +203,27 @@ class LeaseManager(_ManagerBase):
         self._renewer._after_fork_in_child()
         self._releases._after_fork_in_child()
         self._release_waiter._after_fork_in_child()
+
+    def semaphore(self, name: str, *, limit: int) -> Semaphore:
+        """A [`Semaphore`][fencedlease.Semaphore]: at most ``limit`` holders of ``name`` at once,
+        each slot a fenced lease under [`hold`][fencedlease.LeaseManager.hold]'s policy; closed
+        with this manager.
+
+        Raises:
+            ValidationError: ``name`` not a non-empty str, ``limit`` not an int in 1..10,000, or
+                a backend with no semaphore store. BackendError: SQLite could not make its tables.
+            ManagerClosedError: the manager is closed.
+        """
+        from ._semaphore import Semaphore  # it subclasses LeaseManager
+
+        self._check_open()
+        semaphore = Semaphore(self, name, limit)
+        with self._lock:
+            if not self._closed:
+                self._semaphores.add(semaphore)
+                return semaphore
+        semaphore.close()
+        raise ManagerClosedError()
 
     # -- acquiring --------------------------------------------------------------------------
 

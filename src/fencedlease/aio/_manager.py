@@ -33,9 +33,10 @@ import asyncio
 import inspect
 import logging
 import sys
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import redis
 import redis.asyncio
@@ -75,6 +76,9 @@ from ._redis_backend import AsyncRedisBackend
 from ._releases import release_abandoned, release_within, report_unreleased
 from ._renewer import AsyncRenewer
 from ._urls import async_backend_from_url
+
+if TYPE_CHECKING:
+    from ._semaphore import AsyncSemaphore
 
 __all__ = ["AsyncLeaseManager"]
 
@@ -161,6 +165,7 @@ class AsyncLeaseManager(_AsyncManagerBase):
         self._close_done: asyncio.Event | None = None
         self._close_task: asyncio.Task[None] | None = None
         self._close_caller: asyncio.Task[Any] | None = None  # the task that called close()
+        self._semaphores: weakref.WeakSet[AsyncSemaphore] = weakref.WeakSet()  # closed with it
         _fork.register(self)
 
     @classmethod
@@ -245,6 +250,8 @@ class AsyncLeaseManager(_AsyncManagerBase):
         loop = asyncio.get_running_loop()
         until = loop.time() + bound_ms / 1000
         try:
+            for semaphore in list(self._semaphores):
+                await semaphore.close(round(max(0.0, until - loop.time()) * 1000))
             await self._renewer.close()
             releases: dict[asyncio.Task[Any], str] = {}
             for hold in list(self._holds):
@@ -292,6 +299,21 @@ class AsyncLeaseManager(_AsyncManagerBase):
         if not task.cancelled() and task.exception() is not None:
             # The caller that awaited it (if still there) got the error; this is for the rest.
             log.debug("%s failed: %r", task.get_name(), task.exception())
+
+    def semaphore(self, name: str, *, limit: int) -> AsyncSemaphore:
+        """An [`AsyncSemaphore`][fencedlease.aio.AsyncSemaphore], as
+        [`LeaseManager.semaphore`][fencedlease.LeaseManager.semaphore]; no I/O here.
+
+        Raises:
+            ValidationError: as [`LeaseManager.semaphore`][fencedlease.LeaseManager.semaphore].
+            ManagerClosedError: the manager is closed.
+        """
+        from ._semaphore import AsyncSemaphore  # it subclasses AsyncLeaseManager
+
+        self._check_open()
+        semaphore = AsyncSemaphore(self, name, limit)
+        self._semaphores.add(semaphore)
+        return semaphore
 
     # -- acquiring --------------------------------------------------------------------------
 

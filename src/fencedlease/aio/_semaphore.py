@@ -1,0 +1,389 @@
+"""The asyncio face's semaphore: [`AsyncSemaphore`][fencedlease.aio.AsyncSemaphore], made by
+[`AsyncLeaseManager.semaphore`][fencedlease.aio.AsyncLeaseManager.semaphore]; the twin of
+[`Semaphore`][fencedlease.Semaphore] (`fencedlease._semaphore`), with the same stores' steps
+(`fencedlease._semaphore_stores`) awaited: the same Lua scripts on Redis, the memory store inline,
+the SQLite store on a worker thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
+from typing import Literal, Protocol, TypeVar, cast
+
+from .._backend import RenewItem
+from .._decisions import DEFAULT_CLOSE_TIMEOUT_MS, DEFAULT_RETRY_DELAY_MS, DEFAULT_TTL_MS
+from .._errors import LeaseNotAcquiredError, SemaphoreLeaseLostError, ValidationError
+from .._protocol import AcquireReply, InspectReply
+from .._redis.aio import run_script
+from .._redis.errors import backend_errors
+from .._redis.keys import semaphore_keys
+from .._redis.replies import decode_acquire, decode_renew_many
+from .._redis.scripts import (
+    SEMAPHORE_ACQUIRE,
+    SEMAPHORE_COUNT,
+    SEMAPHORE_RELEASE,
+    SEMAPHORE_RENEW_MANY,
+)
+from .._semaphore import not_acquired, slot_lost_error
+from .._semaphore_stores import (
+    MemorySlots,
+    SlotStore,
+    SqliteSlots,
+    check_limit,
+    decode_count,
+    renew_args,
+    scope_of,
+)
+from .._validate import check_key, check_ms
+from ..backends.memory import AsyncMemoryBackend
+from ..backends.sqlite_async import AsyncSqliteBackend
+from ._lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
+from ._manager import AsyncLeaseManager
+from ._redis_backend import AsyncRedisBackend
+
+__all__ = ["AsyncSemaphore", "AsyncSemaphoreLease", "async_slot_store_for"]
+
+T = TypeVar("T")
+
+
+class AsyncSlotStore(Protocol):
+    """`fencedlease._semaphore_stores.SlotStore`, awaited."""
+
+    def fencing_scope(self, name: str) -> str: ...
+
+    async def acquire(
+        self, name: str, owner_token: str, ttl_ms: int, limit: int
+    ) -> AcquireReply: ...
+
+    async def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]: ...
+
+    async def release(self, name: str, owner_token: str) -> bool: ...
+
+    async def count(self, name: str) -> int: ...
+
+
+class AsyncRedisSlots:
+    """The Redis slot store over an [`AsyncRedisBackend`][fencedlease.aio.AsyncRedisBackend]'s
+    client and prefix: the sync store's scripts, awaited."""
+
+    def __init__(self, backend: AsyncRedisBackend) -> None:
+        self._client = backend.client
+        self._renewals = backend._renewals
+        self._prefix = backend.prefix
+
+    def fencing_scope(self, name: str) -> str:
+        return scope_of(self._prefix, name)
+
+    async def acquire(self, name: str, owner_token: str, ttl_ms: int, limit: int) -> AcquireReply:
+        keys = semaphore_keys(self._prefix, name)
+        with backend_errors(f"semaphore acquire {name!r}"):
+            reply = await run_script(
+                self._client, SEMAPHORE_ACQUIRE, keys, (owner_token, ttl_ms, limit)
+            )
+        return decode_acquire(reply, name)
+
+    async def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
+        keys, args = renew_args(self._prefix, items)
+        with backend_errors(f"semaphore renew {len(items)} slots"):
+            reply = await run_script(self._renewals(), SEMAPHORE_RENEW_MANY, keys, args)
+        return decode_renew_many(items, reply)
+
+    async def release(self, name: str, owner_token: str) -> bool:
+        keys = semaphore_keys(self._prefix, name)[:2]
+        with backend_errors(f"semaphore release {name!r}"):
+            reply = await run_script(self._client, SEMAPHORE_RELEASE, keys, (owner_token,))
+        return decode_count(reply, name) == 1
+
+    async def count(self, name: str) -> int:
+        keys = semaphore_keys(self._prefix, name)[:1]
+        with backend_errors(f"semaphore count {name!r}"):
+            return decode_count(await run_script(self._client, SEMAPHORE_COUNT, keys, ()), name)
+
+
+class _InlineSlots:
+    """A sync store that never blocks (memory: one short lock), run inline."""
+
+    def __init__(self, store: SlotStore) -> None:
+        self._store = store
+
+    def fencing_scope(self, name: str) -> str:
+        return self._store.fencing_scope(name)
+
+    async def acquire(self, name: str, owner_token: str, ttl_ms: int, limit: int) -> AcquireReply:
+        return self._store.acquire(name, owner_token, ttl_ms, limit)
+
+    async def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
+        return self._store.renew_many(items)
+
+    async def release(self, name: str, owner_token: str) -> bool:
+        return self._store.release(name, owner_token)
+
+    async def count(self, name: str) -> int:
+        return self._store.count(name)
+
+
+class AsyncSqliteSlots:
+    """The SQLite slot store of an
+    [`AsyncSqliteBackend`][fencedlease.backends.AsyncSqliteBackend], each step on a worker thread
+    (the tables are made at the first one)."""
+
+    def __init__(self, backend: AsyncSqliteBackend) -> None:
+        self._backend = backend
+        self._store: SqliteSlots | None = None
+
+    def fencing_scope(self, name: str) -> str:
+        backend = self._backend
+        return scope_of(backend._prefix if backend.sync is None else backend.sync.prefix, name)
+
+    async def _slots(self, operation: str) -> SqliteSlots:
+        if self._store is None:
+            sync = await self._backend._backend(operation)
+            self._store = await self._backend._run(SqliteSlots, sync)
+        return self._store
+
+    async def acquire(self, name: str, owner_token: str, ttl_ms: int, limit: int) -> AcquireReply:
+        store = await self._slots("semaphore acquire")
+        return await self._backend._run(store.acquire, name, owner_token, ttl_ms, limit)
+
+    async def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
+        store = await self._slots("semaphore renew")
+        return await self._backend._run(store.renew_many, list(items))
+
+    async def release(self, name: str, owner_token: str) -> bool:
+        store = await self._slots("semaphore release")
+        return await self._backend._run(store.release, name, owner_token)
+
+    async def count(self, name: str) -> int:
+        store = await self._slots("semaphore count")
+        return await self._backend._run(store.count, name)
+
+
+def async_slot_store_for(backend: object) -> AsyncSlotStore:
+    """The slot store beside an asyncio ``backend`` (the manager's).
+
+    Raises:
+        ValidationError: a backend with no semaphore store (only the library's Redis, memory and
+            SQLite backends have one).
+    """
+    if isinstance(backend, AsyncRedisBackend):
+        return AsyncRedisSlots(backend)
+    if isinstance(backend, AsyncMemoryBackend):
+        return _InlineSlots(MemorySlots(backend.sync))
+    if isinstance(backend, AsyncSqliteBackend):
+        return AsyncSqliteSlots(backend)
+    raise ValidationError(
+        "client",
+        "semaphores need an AsyncRedisBackend, AsyncMemoryBackend or AsyncSqliteBackend; the"
+        f" manager's backend is a {type(backend).__name__}",
+    )
+
+
+class AsyncSlotBackend:
+    """`fencedlease._semaphore_stores.SlotBackend`, awaited: one semaphore's slots as an
+    [`AsyncLeaseBackend`][fencedlease.AsyncLeaseBackend] for the lease machinery."""
+
+    def __init__(self, store: AsyncSlotStore, limit: int) -> None:
+        self.store = store
+        self.limit = limit
+
+    def fencing_scope(self, name: str) -> str:
+        return self.store.fencing_scope(name)
+
+    async def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
+        return await self.store.acquire(key, owner_token, ttl_ms, self.limit)
+
+    async def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
+        reply = (await self.store.renew_many([(key, owner_token, ttl_ms)]))[0]
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+    async def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
+        return await self.store.renew_many(items)
+
+    async def release(self, key: str, owner_token: str) -> bool:
+        return await self.store.release(key, owner_token)
+
+    async def inspect(self, key: str) -> InspectReply | None:
+        raise NotImplementedError("a semaphore slot has no single-lease view")
+
+    async def force_release(self, key: str) -> bool:
+        raise NotImplementedError("a semaphore slot has no single-lease view")
+
+    async def close(self) -> None:
+        """Nothing of its own to close: the store is the manager's backend's."""
+
+
+class AsyncSemaphoreLease(AsyncLease):
+    """One slot of an [`AsyncSemaphore`][fencedlease.aio.AsyncSemaphore]: the twin of
+    [`SemaphoreLease`][fencedlease.SemaphoreLease]; its loss raises
+    [`SemaphoreLeaseLostError`][fencedlease.SemaphoreLeaseLostError]."""
+
+    __slots__ = ()
+
+    def _lost_error(self) -> SemaphoreLeaseLostError:
+        return slot_lost_error(self)
+
+
+class _AsyncSlotManager(AsyncLeaseManager):
+    """An asyncio lease manager over one semaphore's slots; its grants are
+    `AsyncSemaphoreLease`s."""
+
+    async def _acquire(
+        self, key: str, ttl_ms: int, wait_ms: int, retry_delay_ms: int
+    ) -> AsyncAcquireResult:
+        result = await super()._acquire(key, ttl_ms, wait_ms, retry_delay_ms)
+        if result.lease is None:
+            return result
+        lease = AsyncSemaphoreLease(result.lease._state, self._backend, self._clock)
+        return AsyncAcquireResult(key, lease)
+
+
+class _SlotHold(AbstractAsyncContextManager[AsyncSemaphoreLease]):
+    """The manager's hold on a slot, with the semaphore's not-acquired message."""
+
+    def __init__(
+        self, hold: AbstractAsyncContextManager[AsyncLease], name: str, limit: int
+    ) -> None:
+        self._hold, self._name, self._limit = hold, name, limit
+
+    async def __aenter__(self) -> AsyncSemaphoreLease:
+        try:
+            lease = await self._hold.__aenter__()
+        except LeaseNotAcquiredError:
+            raise not_acquired(self._name, self._limit) from None
+        return cast(AsyncSemaphoreLease, lease)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        return await self._hold.__aexit__(exc_type, exc, tb)
+
+
+class AsyncSemaphore:
+    """The asyncio twin of [`Semaphore`][fencedlease.Semaphore]: at most ``limit`` holders of
+    ``name`` at once, each with a fenced, renewed slot; made by
+    [`AsyncLeaseManager.semaphore`][fencedlease.aio.AsyncLeaseManager.semaphore]. The methods take
+    the arguments of the manager's methods of the same names (without the key), are awaited, and
+    behave as they do, slot for lease; on loss the body's task is cancelled and the ``hold`` ends
+    in [`SemaphoreLeaseLostError`][fencedlease.SemaphoreLeaseLostError].
+
+    Raises:
+        ValidationError: as [`Semaphore`][fencedlease.Semaphore].
+    """
+
+    def __init__(self, manager: AsyncLeaseManager, name: str, limit: int) -> None:
+        self._name = check_key(name, "name")
+        self._limit = check_limit(limit)
+        self._store = async_slot_store_for(manager._backend)
+        self._slots = _AsyncSlotManager(
+            AsyncSlotBackend(self._store, self._limit),
+            clock=manager._clock,
+            renew_batch_size=manager._renewer._batch_size,
+            on_event=manager._on_event,
+        )
+
+    def __repr__(self) -> str:
+        return f"<AsyncSemaphore name={self._name!r} limit={self._limit}>"
+
+    @property
+    def name(self) -> str:
+        """The semaphore's name (its key in the store)."""
+        return self._name
+
+    @property
+    def limit(self) -> int:
+        """The most slots this handle's acquires let be held at once."""
+        return self._limit
+
+    @property
+    def fencing_scope(self) -> str:
+        """As [`Semaphore.fencing_scope`][fencedlease.Semaphore.fencing_scope]."""
+        return self._store.fencing_scope(self._name)
+
+    async def acquire(
+        self,
+        *,
+        ttl_ms: int = DEFAULT_TTL_MS,
+        wait_ms: int = 0,
+        retry_delay_ms: int = DEFAULT_RETRY_DELAY_MS,
+    ) -> AsyncAcquireResult:
+        """As [`Semaphore.acquire`][fencedlease.Semaphore.acquire], awaited; ``lease`` is an
+        [`AsyncSemaphoreLease`][fencedlease.aio.AsyncSemaphoreLease]."""
+        return await self._slots.acquire(
+            self._name, ttl_ms=ttl_ms, wait_ms=wait_ms, retry_delay_ms=retry_delay_ms
+        )
+
+    def hold(
+        self,
+        *,
+        ttl_ms: int = DEFAULT_TTL_MS,
+        wait_ms: int = 0,
+        retry_delay_ms: int = DEFAULT_RETRY_DELAY_MS,
+        heartbeat_ms: int | Literal[False] | None = None,
+        on_renew_error: Callable[[BaseException], object] | None = None,
+    ) -> AbstractAsyncContextManager[AsyncSemaphoreLease]:
+        """As [`Semaphore.hold`][fencedlease.Semaphore.hold], with ``async with``; arguments are
+        checked when ``hold()`` is called.
+
+        Raises:
+            LeaseNotAcquiredError: every slot was held (after ``wait_ms``).
+            SemaphoreLeaseLostError: the slot was lost while the block ran.
+            ValidationError, BackendError, ManagerClosedError: as the manager's ``hold``.
+        """
+        hold = self._slots.hold(
+            self._name,
+            ttl_ms=ttl_ms,
+            wait_ms=wait_ms,
+            retry_delay_ms=retry_delay_ms,
+            heartbeat_ms=heartbeat_ms,
+            on_renew_error=on_renew_error,
+        )
+        return _SlotHold(hold, self._name, self._limit)
+
+    async def with_lease(
+        self,
+        fn: Callable[[AsyncSemaphoreLease], Awaitable[T]],
+        *,
+        ttl_ms: int = DEFAULT_TTL_MS,
+        wait_ms: int = 0,
+        retry_delay_ms: int = DEFAULT_RETRY_DELAY_MS,
+        heartbeat_ms: int | Literal[False] | None = None,
+        on_renew_error: Callable[[BaseException], object] | None = None,
+    ) -> AsyncLeaseOutcome[T]:
+        """As [`Semaphore.with_lease`][fencedlease.Semaphore.with_lease], awaiting ``fn(slot)``.
+
+        Raises:
+            SemaphoreLeaseLostError: the slot was lost while ``fn`` ran.
+            ValidationError, BackendError, ManagerClosedError: as the manager's ``with_lease``.
+        """
+        return await self._slots.with_lease(
+            self._name,
+            cast(Callable[[AsyncLease], Awaitable[T]], fn),
+            ttl_ms=ttl_ms,
+            wait_ms=wait_ms,
+            retry_delay_ms=retry_delay_ms,
+            heartbeat_ms=heartbeat_ms,
+            on_renew_error=on_renew_error,
+        )
+
+    async def holders(self) -> int:
+        """How many slots are live now, as the store counts them.
+
+        Raises:
+            BackendError: the store failed.
+        """
+        return await self._store.count(self._name)
+
+    async def close(self, timeout_ms: int = DEFAULT_CLOSE_TIMEOUT_MS) -> None:
+        """As [`Semaphore.close`][fencedlease.Semaphore.close], awaited.
+
+        Raises:
+            ValidationError: ``timeout_ms`` is not an int in 0..2,147,483,647.
+        """
+        await self._slots.close(check_ms("timeout_ms", timeout_ms, 0))
