@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from semaphore_model import SlotModel
 
+from contract.semaphore_model import SlotModel
 from fencedlease import (
     LeaseLostError,
     LeaseManager,

@@ -1,0 +1,278 @@
+"""Semaphores on a real Redis: the Lua store against the model, its keys (layout, TTLs, nothing
+orphaned), refusals, 32 workers on limit=4 never over the limit, a paused holder's slot reclaimed
+(and the paused one told), and the asyncio face."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from typing import Any
+
+import attrs
+import pytest
+import redis
+import redis.asyncio
+
+from contract.semaphore_model import SlotModel
+from fencedlease import (
+    BackendError,
+    LeaseManager,
+    RedisBackend,
+    SemaphoreLeaseLostError,
+)
+from fencedlease._semaphore_stores import RedisSlots
+from fencedlease._state import LossReason
+from fencedlease.aio import AsyncLeaseManager
+
+pytestmark = pytest.mark.live
+
+LONG = 60_000  # a TTL no step of a test outlives
+
+
+def test_redis_store_follows_the_model_without_expiry(redis_client: redis.Redis) -> None:
+    """300 random acquires, renewals, releases and counts on two names (one with a brace), long
+    TTLs: every reply equals the model's (tokens exactly; a refused acquire's remaining ms within
+    the steps' elapsed time, since Redis's clock runs)."""
+    rng = random.Random(7)
+    store, model = RedisSlots(RedisBackend(redis_client, "t")), SlotModel()
+    owners, names = ["a", "b", "c", "d", "e"], ["pool", "po{ol}"]
+    for _ in range(300):
+        op = rng.choice(["acquire", "renew", "release", "count"])
+        name, owner = rng.choice(names), rng.choice(owners)
+        got: object
+        want: object
+        if op == "acquire":
+            limit = rng.randint(1, 4)
+            granted = store.acquire(name, owner, LONG, limit)
+            expected = model.acquire(0, name, owner, LONG, limit)
+            if not expected.acquired:
+                assert not granted.acquired
+                assert 0 < granted.ttl_ms <= expected.ttl_ms
+                continue
+            got, want = granted, expected
+        elif op == "renew":
+            got = store.renew_many([(name, owner, LONG)])[0]
+            want = model.renew(0, name, owner, LONG)
+        elif op == "release":
+            got, want = store.release(name, owner), model.release(0, name, owner)
+        else:
+            got, want = store.count(name), model.count(0, name)
+        assert got == want, (op, name, owner)
+
+
+def test_keys_share_the_tag_carry_ttls_and_vanish(redis_client: redis.Redis) -> None:
+    """The slot set and token hash of "a{b}" live at t:{a%7Bb%7D}:semaphore[:tokens] with a TTL of
+    at most the latest deadline; the counter has none; releasing the last slot deletes both, and
+    an expired slot is purged by the next grant."""
+    store = RedisSlots(RedisBackend(redis_client, "t"))
+    slots, tokens, fence = (
+        b"t:{a%7Bb%7D}:semaphore",
+        b"t:{a%7Bb%7D}:semaphore:tokens",
+        (b"t:{a%7Bb%7D}:semaphore:fence"),
+    )
+    assert store.acquire("a{b}", "one", 5_000, 2).fencing_token == 1
+    assert store.acquire("a{b}", "two", 9_000, 2).fencing_token == 2
+    assert set(redis_client.keys("t:*")) == {slots, tokens, fence}
+    assert 8_000 < redis_client.pttl(slots) <= 9_000
+    assert 8_000 < redis_client.pttl(tokens) <= 9_000
+    assert redis_client.pttl(fence) == -1
+    assert redis_client.zcard(slots) == 2
+    assert store.release("a{b}", "two") is True
+    assert 4_000 < redis_client.pttl(slots) <= 5_000  # shrinks to the latest live deadline
+    assert store.release("a{b}", "one") is True
+    assert set(redis_client.keys("t:*")) == {fence}
+    assert store.acquire("a{b}", "three", 1, 1).fencing_token == 3
+    deadline = time.monotonic() + 5
+    while store.count("a{b}") and time.monotonic() < deadline:
+        time.sleep(0.002)
+    assert store.count("a{b}") == 0
+    reply = store.acquire("a{b}", "four", 5_000, 1)
+    assert (reply.acquired, reply.fencing_token) == (True, 4)
+    assert redis_client.hkeys(tokens) == [b"four"]
+    assert redis_client.get(fence) == b"4"
+
+
+def test_a_key_of_another_type_is_a_backend_error_and_nothing_is_written(
+    redis_client: redis.Redis,
+) -> None:
+    """The slot set holding a string: acquire, release and count raise BackendError with the
+    Redis error as cause and no owner token in the message; the counter is not touched; a
+    renewal batch reports that item as an error without failing the batch."""
+    store = RedisSlots(RedisBackend(redis_client, "t"))
+    redis_client.set("t:{p}:semaphore", "junk")
+    for call in (
+        lambda: store.acquire("p", "secret-owner", 1000, 2),
+        lambda: store.release("p", "secret-owner"),
+        lambda: store.count("p"),
+    ):
+        with pytest.raises(BackendError, match="holds a string, not a zset") as caught:
+            call()
+        assert isinstance(caught.value.__cause__, redis.ResponseError)
+        assert "secret-owner" not in str(caught.value)
+    assert redis_client.exists("t:{p}:semaphore:fence") == 0
+    assert redis_client.get("t:{p}:semaphore") == b"junk"
+    replies = store.renew_many([("p", "secret-owner", 1000), ("q", "x", 1000)])
+    assert isinstance(replies[0], BackendError)
+    assert replies[1] == 0
+
+
+@attrs.frozen
+class Held:
+    token: int
+    sent: float  # before the acquire was sent
+    start: float  # the grant's reply was in hand
+    end: float  # min(the release began, the last confirmed deadline)
+
+
+def test_32_workers_on_limit_4_never_exceed_4(redis_url: str, redis_client: redis.Redis) -> None:
+    """32 threads over 4 managers, 6 holds each on one semaphore with limit=4 (ttl 400 ms,
+    renewed): from the history of intervals during which a holder relied on its slot (from the
+    grant's reply to the earlier of its release and its last confirmed deadline), at most 4
+    overlap at any instant, and exactly 4 do at some; every hold ends without loss; tokens are
+    1..192, each once, and a grant's token is larger than every grant whose reply was in hand
+    before its acquire was sent."""
+    managers = [LeaseManager.from_url(redis_url, prefix="t") for _ in range(4)]
+    history: list[Held] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def worker(index: int) -> None:
+        pool = managers[index % 4].semaphore("pool", limit=4)
+        rng = random.Random(index)
+        try:
+            for _ in range(6):
+                sent = time.monotonic()
+                with pool.hold(ttl_ms=400, wait_ms=60_000, retry_delay_ms=5) as slot:
+                    start = time.monotonic()
+                    time.sleep(rng.uniform(0, 0.02))
+                    end = time.monotonic()
+                    deadline = slot._state.deadline
+                    assert deadline is not None
+                    token = slot.fencing_token
+                    assert token is not None
+                with lock:
+                    history.append(Held(token, sent, start, min(end, deadline)))
+        except BaseException as exc:
+            with lock:
+                errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(32)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+    finally:
+        for manager in managers:
+            manager.close()
+    assert errors == []
+    assert sorted(h.token for h in history) == list(range(1, 193))
+    edges = sorted([(h.start, 1) for h in history] + [(h.end, -1) for h in history])
+    holding, most = 0, 0
+    for _, step in edges:  # an end before a start at the same instant: no false overlap
+        holding += step
+        most = max(most, holding)
+    assert most == 4
+    for first in history:
+        for later in history:
+            if first.start < later.sent:  # granted before the later acquire was sent
+                assert first.token < later.token
+    assert redis_client.exists("t:{pool}:semaphore") == 0  # every slot released
+
+
+_PAUSED_HOLDER = textwrap.dedent(
+    """
+    import sys
+    from fencedlease import LeaseManager, SemaphoreLeaseLostError
+    leases = LeaseManager.from_url(sys.argv[1], prefix="t")
+    pool = leases.semaphore("paused", limit=1)
+    try:
+        with pool.hold(ttl_ms=300, heartbeat_ms=75) as slot:
+            print("held", slot.fencing_token, flush=True)
+            sys.stdin.readline()  # the test SIGSTOPs us before this returns
+            slot.wait_lost(30_000)
+        print("finished", flush=True)
+    except SemaphoreLeaseLostError:
+        print("lost:", slot.lost_reason, flush=True)
+    leases.close()
+    """
+)
+
+
+def test_a_paused_holder_loses_its_slot_to_another(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """A process holds the only slot (ttl 300, renewed) and is SIGSTOPped; another caller
+    waiting for the slot gets it once the TTL passed (token 2); resumed, the paused holder is
+    told it lost the slot (SemaphoreLeaseLostError) and the new holder keeps it."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", _PAUSED_HOLDER, redis_url],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert child.stdout is not None
+        assert child.stdin is not None
+        assert child.stdout.readline().split() == ["held", "1"]
+        child.send_signal(signal.SIGSTOP)
+        with LeaseManager.from_url(redis_url, prefix="t") as leases:
+            pool = leases.semaphore("paused", limit=1)
+            with pool.hold(ttl_ms=10_000, wait_ms=30_000, retry_delay_ms=20) as slot:
+                assert slot.fencing_token == 2
+                child.send_signal(signal.SIGCONT)
+                child.stdin.write("\n")
+                child.stdin.flush()
+                told = child.stdout.readline().strip()
+                # by its deadline, or by a renewal answered 0 (whichever the renewer saw first)
+                assert told in (f"lost: {LossReason.DEADLINE}", f"lost: {LossReason.RENEW_REFUSED}")
+                assert child.wait(30) == 0
+                assert pool.holders() == 1
+                assert not slot.lost
+        assert redis_client.get("t:{paused}:semaphore:fence") == b"2"
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_asyncio_face_on_redis(redis_url: str) -> None:
+    """AsyncLeaseManager on Redis: limit 2 gives tokens 1, 2 and refuses a third; a renewed hold
+    outlives its TTL; a hold without renewal is lost at its deadline to a waiting caller (token
+    5), ending in SemaphoreLeaseLostError."""
+
+    async def main() -> None:
+        client = redis.asyncio.Redis.from_url(redis_url)
+        await client.flushdb()
+        async with AsyncLeaseManager(client, prefix="t") as manager:
+            pool = manager.semaphore("apool", limit=2)
+            first, second = await pool.acquire(ttl_ms=LONG), await pool.acquire(ttl_ms=LONG)
+            assert first.lease is not None
+            assert second.lease is not None
+            assert [first.lease.fencing_token, second.lease.fencing_token] == [1, 2]
+            assert not (await pool.acquire(ttl_ms=LONG)).acquired
+            assert await first.lease.release() is True
+            async with pool.hold(ttl_ms=200, heartbeat_ms=50) as renewed:
+                while manager_round_trips(pool) < 6:  # renewed past its first TTL
+                    await asyncio.sleep(0.01)
+                assert not renewed.lost
+            assert await second.lease.release() is True
+            single = manager.semaphore("apool", limit=1)
+            with pytest.raises(SemaphoreLeaseLostError) as caught:
+                async with single.hold(ttl_ms=200, heartbeat_ms=False) as paused:
+                    taker = await single.acquire(ttl_ms=LONG, wait_ms=30_000, retry_delay_ms=10)
+                    assert taker.lease is not None
+                    assert taker.lease.fencing_token == 5
+                    assert paused.lost
+            assert caught.value.key == "apool"
+        await client.aclose()
+
+    asyncio.run(main())
+
+
+def manager_round_trips(pool: Any) -> int:
+    """Renewal round trips of the semaphore's own renewer."""
+    return int(pool._slots.renewer.round_trips)
