@@ -10,7 +10,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import wait as wait_futures
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import redis
 
@@ -32,6 +32,7 @@ from ._lease import Lease, LeaseOutcome
 from ._manager_base import _ManagerBase
 from ._redis_backend import RedisBackend
 from ._renewer import BoundedCalls, Renewer
+from ._semaphore import Semaphore
 from ._state import release_bound_s, release_wait_more_s
 from ._urls import backend_from_url
 from ._validate import (
@@ -45,9 +46,6 @@ from ._validate import (
     check_prefix,
     check_sync_fn,
 )
-
-if TYPE_CHECKING:
-    from ._semaphore import Semaphore
 
 __all__ = ["LeaseManager"]
 
@@ -214,8 +212,6 @@ class LeaseManager(_ManagerBase):
                 a backend with no semaphore store. BackendError: SQLite could not make its tables.
             ManagerClosedError: the manager is closed.
         """
-        from ._semaphore import Semaphore  # it subclasses LeaseManager
-
         self._check_open()
         semaphore = Semaphore(self, name, limit)
         with self._lock:

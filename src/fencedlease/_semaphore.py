@@ -20,18 +20,17 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Literal, TypeVar, cast
+from contextlib import AbstractContextManager, contextmanager
+from typing import Literal, Protocol, TypeVar, cast
 
 from ._decisions import DEFAULT_CLOSE_TIMEOUT_MS, DEFAULT_RETRY_DELAY_MS, DEFAULT_TTL_MS
 from ._errors import LeaseNotAcquiredError, SemaphoreLeaseLostError
 from ._lease import AcquireResult, Lease, LeaseOutcome
-from ._manager import LeaseManager
+from ._manager_base import _ManagerBase
+from ._renewer import Renewer
 from ._semaphore_stores import SlotBackend, check_limit, slot_store_for
 from ._validate import check_key
-
-if TYPE_CHECKING:
-    from ._view import LeaseView
+from ._view import LeaseView
 
 __all__ = ["Semaphore", "SemaphoreLease", "not_acquired", "slot_lost_error"]
 
@@ -65,14 +64,44 @@ class SemaphoreLease(Lease):
         return slot_lost_error(self)
 
 
-class _SlotManager(LeaseManager):
-    """A lease manager over one semaphore's `SlotBackend` whose grants are `SemaphoreLease`s."""
+class _SlotManager(Protocol):
+    """What the semaphore uses of the manager it runs its slots with: a
+    [`LeaseManager`][fencedlease.LeaseManager] of the caller's manager's class over the slots'
+    `SlotBackend` (named structurally: the manager module makes semaphores)."""
 
-    def _acquire(self, key: str, ttl_ms: int, wait_ms: int, retry_delay_ms: int) -> AcquireResult:
-        result = super()._acquire(key, ttl_ms, wait_ms, retry_delay_ms)
-        if result.lease is None:
-            return result
-        return AcquireResult(key, SemaphoreLease(result.lease._state, self._backend, self._clock))
+    _lease_class: type[Lease]
+
+    @property
+    def renewer(self) -> Renewer: ...
+
+    def acquire(
+        self, key: str, *, ttl_ms: int = ..., wait_ms: int = ..., retry_delay_ms: int = ...
+    ) -> AcquireResult: ...
+
+    def hold(
+        self,
+        key: str,
+        *,
+        ttl_ms: int = ...,
+        wait_ms: int = ...,
+        retry_delay_ms: int = ...,
+        heartbeat_ms: int | Literal[False] | None = ...,
+        on_renew_error: Callable[[BaseException], object] | None = ...,
+    ) -> AbstractContextManager[Lease]: ...
+
+    def with_lease(
+        self,
+        key: str,
+        fn: Callable[[Lease], T],
+        *,
+        ttl_ms: int = ...,
+        wait_ms: int = ...,
+        retry_delay_ms: int = ...,
+        heartbeat_ms: int | Literal[False] | None = ...,
+        on_renew_error: Callable[[BaseException], object] | None = ...,
+    ) -> LeaseOutcome[T]: ...
+
+    def close(self, timeout_ms: int = ...) -> None: ...
 
 
 class Semaphore:
@@ -94,16 +123,18 @@ class Semaphore:
         BackendError: the SQLite backend could not make its semaphore tables.
     """
 
-    def __init__(self, manager: LeaseManager, name: str, limit: int) -> None:
+    def __init__(self, manager: _ManagerBase, name: str, limit: int) -> None:
         self._name = check_key(name, "name")
         self._limit = check_limit(limit)
         self._store = slot_store_for(manager._backend)
-        self._slots = _SlotManager(
+        make = cast(Callable[..., _SlotManager], type(manager))
+        self._slots = make(
             SlotBackend(self._store, self._limit),
             clock=manager._clock,
             renew_batch_size=manager._renewer._batch_size,
             on_event=manager._on_event,
         )
+        self._slots._lease_class = SemaphoreLease
 
     def __repr__(self) -> str:
         return f"<Semaphore name={self._name!r} limit={self._limit}>"

@@ -36,7 +36,7 @@ import sys
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import redis
 import redis.asyncio
@@ -75,10 +75,8 @@ from ._primitives import retrieve
 from ._redis_backend import AsyncRedisBackend
 from ._releases import release_abandoned, release_within, report_unreleased
 from ._renewer import AsyncRenewer
+from ._semaphore import AsyncSemaphore
 from ._urls import async_backend_from_url
-
-if TYPE_CHECKING:
-    from ._semaphore import AsyncSemaphore
 
 __all__ = ["AsyncLeaseManager"]
 
@@ -308,8 +306,6 @@ class AsyncLeaseManager(_AsyncManagerBase):
             ValidationError: as [`LeaseManager.semaphore`][fencedlease.LeaseManager.semaphore].
             ManagerClosedError: the manager is closed.
         """
-        from ._semaphore import AsyncSemaphore  # it subclasses AsyncLeaseManager
-
         self._check_open()
         semaphore = AsyncSemaphore(self, name, limit)
         self._semaphores.add(semaphore)

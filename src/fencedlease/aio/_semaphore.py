@@ -40,8 +40,9 @@ from .._validate import check_key, check_ms
 from ..backends.memory import AsyncMemoryBackend
 from ..backends.sqlite_async import AsyncSqliteBackend
 from ._lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
-from ._manager import AsyncLeaseManager
+from ._manager_base import _AsyncManagerBase
 from ._redis_backend import AsyncRedisBackend
+from ._renewer import AsyncRenewer
 
 __all__ = ["AsyncSemaphore", "AsyncSemaphoreLease", "async_slot_store_for"]
 
@@ -227,18 +228,44 @@ class AsyncSemaphoreLease(AsyncLease):
         return slot_lost_error(self)
 
 
-class _AsyncSlotManager(AsyncLeaseManager):
-    """An asyncio lease manager over one semaphore's slots; its grants are
-    `AsyncSemaphoreLease`s."""
+class _AsyncSlotManager(Protocol):
+    """What the semaphore uses of the manager it runs its slots with: an
+    [`AsyncLeaseManager`][fencedlease.aio.AsyncLeaseManager] of the caller's manager's class over
+    the slots' `AsyncSlotBackend` (named structurally: the manager module makes semaphores)."""
 
-    async def _acquire(
-        self, key: str, ttl_ms: int, wait_ms: int, retry_delay_ms: int
-    ) -> AsyncAcquireResult:
-        result = await super()._acquire(key, ttl_ms, wait_ms, retry_delay_ms)
-        if result.lease is None:
-            return result
-        lease = AsyncSemaphoreLease(result.lease._state, self._backend, self._clock)
-        return AsyncAcquireResult(key, lease)
+    _lease_class: type[AsyncLease]
+
+    @property
+    def renewer(self) -> AsyncRenewer: ...
+
+    async def acquire(
+        self, key: str, *, ttl_ms: int = ..., wait_ms: int = ..., retry_delay_ms: int = ...
+    ) -> AsyncAcquireResult: ...
+
+    def hold(
+        self,
+        key: str,
+        *,
+        ttl_ms: int = ...,
+        wait_ms: int = ...,
+        retry_delay_ms: int = ...,
+        heartbeat_ms: int | Literal[False] | None = ...,
+        on_renew_error: Callable[[BaseException], object] | None = ...,
+    ) -> AbstractAsyncContextManager[AsyncLease]: ...
+
+    async def with_lease(
+        self,
+        key: str,
+        fn: Callable[[AsyncLease], Awaitable[T]],
+        *,
+        ttl_ms: int = ...,
+        wait_ms: int = ...,
+        retry_delay_ms: int = ...,
+        heartbeat_ms: int | Literal[False] | None = ...,
+        on_renew_error: Callable[[BaseException], object] | None = ...,
+    ) -> AsyncLeaseOutcome[T]: ...
+
+    async def close(self, timeout_ms: int = ...) -> None: ...
 
 
 class _SlotHold(AbstractAsyncContextManager[AsyncSemaphoreLease]):
@@ -277,16 +304,18 @@ class AsyncSemaphore:
         ValidationError: as [`Semaphore`][fencedlease.Semaphore].
     """
 
-    def __init__(self, manager: AsyncLeaseManager, name: str, limit: int) -> None:
+    def __init__(self, manager: _AsyncManagerBase, name: str, limit: int) -> None:
         self._name = check_key(name, "name")
         self._limit = check_limit(limit)
         self._store = async_slot_store_for(manager._backend)
-        self._slots = _AsyncSlotManager(
+        make = cast(Callable[..., _AsyncSlotManager], type(manager))
+        self._slots = make(
             AsyncSlotBackend(self._store, self._limit),
             clock=manager._clock,
             renew_batch_size=manager._renewer._batch_size,
             on_event=manager._on_event,
         )
+        self._slots._lease_class = AsyncSemaphoreLease
 
     def __repr__(self) -> str:
         return f"<AsyncSemaphore name={self._name!r} limit={self._limit}>"
