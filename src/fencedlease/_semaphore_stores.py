@@ -35,16 +35,8 @@ from typing import Final, Protocol
 from ._backend import RenewItem
 from ._errors import BackendError, ValidationError
 from ._protocol import MAX_FENCING_TOKEN, AcquireReply, InspectReply
-from ._redis.errors import backend_errors
 from ._redis.keys import semaphore_keys
-from ._redis.replies import decode_acquire, decode_renew_many, parse_token
-from ._redis.scripts import (
-    SEMAPHORE_ACQUIRE,
-    SEMAPHORE_COUNT,
-    SEMAPHORE_RELEASE,
-    SEMAPHORE_RENEW_MANY,
-    run_script,
-)
+from ._redis.semaphore import RedisSlots
 from ._redis_backend import RedisBackend
 from .backends._clock import clock_ms
 from .backends.memory import MemoryBackend
@@ -53,12 +45,11 @@ from .backends.sqlite import SqliteBackend, _stored_token
 __all__ = [
     "MAX_SEMAPHORE_LIMIT",
     "MemorySlots",
-    "RedisSlots",
     "SlotBackend",
     "SlotStore",
     "SqliteSlots",
     "check_limit",
-    "renew_args",
+    "scope_of",
     "slot_store_for",
 ]
 
@@ -327,64 +318,6 @@ class SqliteSlots:
         return int(row[0])
 
 
-# -- Redis -----------------------------------------------------------------------------------
-
-
-def renew_args(prefix: str, items: Sequence[RenewItem]) -> tuple[list[str], list[object]]:
-    """KEYS and ARGV of ``semaphore_renew_many.lua`` for ``(name, owner_token, ttl_ms)`` items
-    (both faces)."""
-    keys: list[str] = []
-    args: list[object] = []
-    for name, owner_token, ttl_ms in items:
-        keys.extend(semaphore_keys(prefix, name)[:2])
-        args.extend((owner_token, ttl_ms))
-    return keys, args
-
-
-def decode_count(reply: object, name: str) -> int:
-    """``semaphore_count.lua``'s reply, a count 0..2**63-1.
-
-    Raises:
-        BackendError: any other reply."""
-    return parse_token(reply, f"semaphore count {name!r}", minimum=0)
-
-
-class RedisSlots:
-    """Slots in Redis through a [`RedisBackend`][fencedlease.RedisBackend]'s client and prefix
-    (keys ``<prefix>:{<name>}:semaphore``, ``...:semaphore:tokens``, ``...:semaphore:fence``)."""
-
-    def __init__(self, backend: RedisBackend) -> None:
-        self._client = backend.client
-        self._renewals = backend._renewals
-        self._prefix = backend.prefix
-
-    def fencing_scope(self, name: str) -> str:
-        return scope_of(self._prefix, name)
-
-    def acquire(self, name: str, owner_token: str, ttl_ms: int, limit: int) -> AcquireReply:
-        keys = semaphore_keys(self._prefix, name)
-        with backend_errors(f"semaphore acquire {name!r}"):
-            reply = run_script(self._client, SEMAPHORE_ACQUIRE, keys, (owner_token, ttl_ms, limit))
-        return decode_acquire(reply, name)
-
-    def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
-        keys, args = renew_args(self._prefix, items)
-        with backend_errors(f"semaphore renew {len(items)} slots"):
-            reply = run_script(self._renewals(), SEMAPHORE_RENEW_MANY, keys, args)
-        return decode_renew_many(items, reply)
-
-    def release(self, name: str, owner_token: str) -> bool:
-        keys = semaphore_keys(self._prefix, name)[:2]
-        with backend_errors(f"semaphore release {name!r}"):
-            reply = run_script(self._client, SEMAPHORE_RELEASE, keys, (owner_token,))
-        return decode_count(reply, name) == 1
-
-    def count(self, name: str) -> int:
-        keys = semaphore_keys(self._prefix, name)[:1]
-        with backend_errors(f"semaphore count {name!r}"):
-            return decode_count(run_script(self._client, SEMAPHORE_COUNT, keys, ()), name)
-
-
 def slot_store_for(backend: object) -> SlotStore:
     """The slot store beside ``backend`` (the manager's).
 
@@ -393,7 +326,7 @@ def slot_store_for(backend: object) -> SlotStore:
             SQLite backends have one); argument ``client``, the manager's.
     """
     if isinstance(backend, RedisBackend):
-        return RedisSlots(backend)
+        return RedisSlots(backend.client, backend._renewals, backend.prefix)
     if isinstance(backend, MemoryBackend):
         return MemorySlots(backend)
     if isinstance(backend, SqliteBackend):

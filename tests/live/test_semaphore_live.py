@@ -26,7 +26,7 @@ from fencedlease import (
     RedisBackend,
     SemaphoreLeaseLostError,
 )
-from fencedlease._semaphore_stores import RedisSlots
+from fencedlease._redis.semaphore import RedisSlots
 from fencedlease._state import LossReason
 from fencedlease.aio import AsyncLeaseManager
 
@@ -35,12 +35,17 @@ pytestmark = pytest.mark.live
 LONG = 60_000  # a TTL no step of a test outlives
 
 
+def _store(client: redis.Redis) -> RedisSlots:
+    backend = RedisBackend(client, "t")
+    return RedisSlots(backend.client, backend._renewals, backend.prefix)
+
+
 def test_redis_store_follows_the_model_without_expiry(redis_client: redis.Redis) -> None:
     """300 random acquires, renewals, releases and counts on two names (one with a brace), long
     TTLs: every reply equals the model's (tokens exactly; a refused acquire's remaining ms within
     the steps' elapsed time, since Redis's clock runs)."""
     rng = random.Random(7)
-    store, model = RedisSlots(RedisBackend(redis_client, "t")), SlotModel()
+    store, model = _store(redis_client), SlotModel()
     owners, names = ["a", "b", "c", "d", "e"], ["pool", "po{ol}"]
     for _ in range(300):
         op = rng.choice(["acquire", "renew", "release", "count"])
@@ -70,7 +75,7 @@ def test_keys_share_the_tag_carry_ttls_and_vanish(redis_client: redis.Redis) -> 
     """The slot set and token hash of "a{b}" live at t:{a%7Bb%7D}:semaphore[:tokens] with a TTL of
     at most the latest deadline; the counter has none; releasing the last slot deletes both, and
     an expired slot is purged by the next grant."""
-    store = RedisSlots(RedisBackend(redis_client, "t"))
+    store = _store(redis_client)
     slots, tokens, fence = (
         b"t:{a%7Bb%7D}:semaphore",
         b"t:{a%7Bb%7D}:semaphore:tokens",
@@ -104,7 +109,7 @@ def test_a_key_of_another_type_is_a_backend_error_and_nothing_is_written(
     """The slot set holding a string: acquire, release and count raise BackendError with the
     Redis error as cause and no owner token in the message; the counter is not touched; a
     renewal batch reports that item as an error without failing the batch."""
-    store = RedisSlots(RedisBackend(redis_client, "t"))
+    store = _store(redis_client)
     redis_client.set("t:{p}:semaphore", "junk")
     for call in (
         lambda: store.acquire("p", "secret-owner", 1000, 2),

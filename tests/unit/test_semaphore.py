@@ -28,7 +28,7 @@ from fencedlease import (
 from fencedlease._semaphore_stores import MemorySlots, SlotStore, SqliteSlots
 from fencedlease._state import LossReason
 from fencedlease.aio import AsyncLeaseManager, AsyncSemaphoreLease
-from fencedlease.aio._semaphore import async_slot_store_for
+from fencedlease.aio._semaphore_stores import async_slot_store_for
 from fencedlease.backends import AsyncMemoryBackend, AsyncSqliteBackend
 from fencedlease.testing import FakeClock
 
