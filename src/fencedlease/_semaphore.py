@@ -21,18 +21,25 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Literal, Protocol, TypeVar, cast
+from typing import Any, Generic, Literal, Protocol, TypeVar, cast
 
 from ._decisions import DEFAULT_CLOSE_TIMEOUT_MS, DEFAULT_RETRY_DELAY_MS, DEFAULT_TTL_MS
 from ._errors import LeaseNotAcquiredError, SemaphoreLeaseLostError
 from ._lease import AcquireResult, Lease, LeaseOutcome
 from ._manager_base import _ManagerBase
 from ._renewer import Renewer
-from ._semaphore_stores import SlotBackend, check_limit, slot_store_for
+from ._semaphore_stores import SlotBackend, SlotStore, check_limit, slot_store_for
 from ._validate import check_key
 from ._view import LeaseView
 
-__all__ = ["Semaphore", "SemaphoreLease", "not_acquired", "slot_lost_error"]
+__all__ = [
+    "Semaphore",
+    "SemaphoreFacts",
+    "SemaphoreLease",
+    "not_acquired",
+    "slot_lost_error",
+    "slot_manager",
+]
 
 T = TypeVar("T")
 
@@ -104,7 +111,61 @@ class _SlotManager(Protocol):
     def close(self, timeout_ms: int = ...) -> None: ...
 
 
-class Semaphore:
+class _Scoped(Protocol):
+    def fencing_scope(self, name: str) -> str: ...
+
+
+def slot_manager(manager: object, backend: object, lease_class: type) -> object:
+    """A manager of ``manager``'s class (either face) over a semaphore's slot ``backend``, with
+    ``manager``'s clock, batch size and event hook, whose grants are ``lease_class``."""
+    source: Any = manager
+    slots = type(source)(
+        backend,
+        clock=source._clock,
+        renew_batch_size=source._renewer._batch_size,
+        on_event=source._on_event,
+    )
+    slots._lease_class = lease_class
+    return slots
+
+
+S = TypeVar("S", bound=_Scoped)
+
+
+class SemaphoreFacts(Generic[S]):
+    """What both faces' semaphore handles say without I/O: ``name``, ``limit`` and
+    ``fencing_scope``.
+
+    Raises:
+        ValidationError: ``name`` not a non-empty str; ``limit`` not an int in 1..10,000.
+    """
+
+    def __init__(self, name: str, limit: int, store: S) -> None:
+        self._name = check_key(name, "name")
+        self._limit = check_limit(limit)
+        self._store = store
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} name={self._name!r} limit={self._limit}>"
+
+    @property
+    def name(self) -> str:
+        """The semaphore's name (its key in the store)."""
+        return self._name
+
+    @property
+    def limit(self) -> int:
+        """The most slots this handle's acquires let be held at once."""
+        return self._limit
+
+    @property
+    def fencing_scope(self) -> str:
+        """The name of the counter its slots' fencing tokens come from,
+        ``<prefix>:{<escaped name>}:semaphore:fence``."""
+        return self._store.fencing_scope(self._name)
+
+
+class Semaphore(SemaphoreFacts[SlotStore]):
     """At most ``limit`` holders of ``name`` at once, each with a fenced, renewed slot; made by
     [`LeaseManager.semaphore`][fencedlease.LeaseManager.semaphore].
 
@@ -124,36 +185,9 @@ class Semaphore:
     """
 
     def __init__(self, manager: _ManagerBase, name: str, limit: int) -> None:
-        self._name = check_key(name, "name")
-        self._limit = check_limit(limit)
-        self._store = slot_store_for(manager._backend)
-        make = cast(Callable[..., _SlotManager], type(manager))
-        self._slots = make(
-            SlotBackend(self._store, self._limit),
-            clock=manager._clock,
-            renew_batch_size=manager._renewer._batch_size,
-            on_event=manager._on_event,
-        )
-        self._slots._lease_class = SemaphoreLease
-
-    def __repr__(self) -> str:
-        return f"<Semaphore name={self._name!r} limit={self._limit}>"
-
-    @property
-    def name(self) -> str:
-        """The semaphore's name (its key in the store)."""
-        return self._name
-
-    @property
-    def limit(self) -> int:
-        """The most slots this handle's acquires let be held at once."""
-        return self._limit
-
-    @property
-    def fencing_scope(self) -> str:
-        """The name of the counter its slots' fencing tokens come from,
-        ``<prefix>:{<escaped name>}:semaphore:fence``."""
-        return self._store.fencing_scope(self._name)
+        super().__init__(name, limit, slot_store_for(manager._backend))
+        backend = SlotBackend(self._store, self._limit)
+        self._slots = cast(_SlotManager, slot_manager(manager, backend, SemaphoreLease))
 
     def acquire(
         self,

@@ -14,15 +14,12 @@ from typing import Literal, Protocol, TypeVar, cast
 
 from .._decisions import DEFAULT_CLOSE_TIMEOUT_MS, DEFAULT_RETRY_DELAY_MS, DEFAULT_TTL_MS
 from .._errors import LeaseNotAcquiredError, SemaphoreLeaseLostError
-from .._semaphore import not_acquired, slot_lost_error
-from .._semaphore_stores import (
-    check_limit,
-)
-from .._validate import check_key, check_ms
+from .._semaphore import SemaphoreFacts, not_acquired, slot_lost_error, slot_manager
+from .._validate import check_ms
 from ._lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
 from ._manager_base import _AsyncManagerBase
 from ._renewer import AsyncRenewer
-from ._semaphore_stores import AsyncSlotBackend, async_slot_store_for
+from ._semaphore_stores import AsyncSlotBackend, AsyncSlotStore, async_slot_store_for
 
 __all__ = ["AsyncSemaphore", "AsyncSemaphoreLease"]
 
@@ -104,7 +101,7 @@ class _SlotHold(AbstractAsyncContextManager[AsyncSemaphoreLease]):
         return await self._hold.__aexit__(exc_type, exc, tb)
 
 
-class AsyncSemaphore:
+class AsyncSemaphore(SemaphoreFacts[AsyncSlotStore]):
     """The asyncio twin of [`Semaphore`][fencedlease.Semaphore]: at most ``limit`` holders of
     ``name`` at once, each with a fenced, renewed slot; made by
     [`AsyncLeaseManager.semaphore`][fencedlease.aio.AsyncLeaseManager.semaphore]. The methods take
@@ -117,35 +114,9 @@ class AsyncSemaphore:
     """
 
     def __init__(self, manager: _AsyncManagerBase, name: str, limit: int) -> None:
-        self._name = check_key(name, "name")
-        self._limit = check_limit(limit)
-        self._store = async_slot_store_for(manager._backend)
-        make = cast(Callable[..., _AsyncSlotManager], type(manager))
-        self._slots = make(
-            AsyncSlotBackend(self._store, self._limit),
-            clock=manager._clock,
-            renew_batch_size=manager._renewer._batch_size,
-            on_event=manager._on_event,
-        )
-        self._slots._lease_class = AsyncSemaphoreLease
-
-    def __repr__(self) -> str:
-        return f"<AsyncSemaphore name={self._name!r} limit={self._limit}>"
-
-    @property
-    def name(self) -> str:
-        """The semaphore's name (its key in the store)."""
-        return self._name
-
-    @property
-    def limit(self) -> int:
-        """The most slots this handle's acquires let be held at once."""
-        return self._limit
-
-    @property
-    def fencing_scope(self) -> str:
-        """As [`Semaphore.fencing_scope`][fencedlease.Semaphore.fencing_scope]."""
-        return self._store.fencing_scope(self._name)
+        super().__init__(name, limit, async_slot_store_for(manager._backend))
+        backend = AsyncSlotBackend(self._store, self._limit)
+        self._slots = cast(_AsyncSlotManager, slot_manager(manager, backend, AsyncSemaphoreLease))
 
     async def acquire(
         self,
