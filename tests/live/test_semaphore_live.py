@@ -29,6 +29,7 @@ from fencedlease import (
 from fencedlease._redis.semaphore import RedisSlots
 from fencedlease._state import LossReason
 from fencedlease.aio import AsyncLeaseManager
+from fencedlease.aio.testing import cancel_at_suspension
 
 pytestmark = pytest.mark.live
 
@@ -281,3 +282,34 @@ def test_asyncio_face_on_redis(redis_url: str) -> None:
 def manager_round_trips(pool: Any) -> int:
     """Renewal round trips of the semaphore's own renewer."""
     return int(pool._slots.renewer.round_trips)
+
+
+def test_a_cancelled_acquire_leaves_no_slot(redis_url: str) -> None:
+    """A semaphore acquire cancelled at its 1st, 2nd, ... suspension (connecting, sending,
+    reading): once the manager's clean-up ran (close waits for it), no slot is held; the run that
+    is not cancelled holds exactly one."""
+
+    async def main() -> None:
+        client = redis.asyncio.Redis.from_url(redis_url)
+        await client.flushdb()
+        n = 0
+        while True:
+            n += 1
+            manager = AsyncLeaseManager.from_url(redis_url, prefix="t")
+            pool = manager.semaphore("cancel", limit=2)
+            attempt = cancel_at_suspension(pool.acquire(ttl_ms=LONG), n)
+            try:
+                result = await attempt
+            except asyncio.CancelledError:
+                assert attempt.fired
+                await manager.close()
+                assert await client.zcard("t:{cancel}:semaphore") == 0, n
+                continue
+            assert result.lease is not None
+            assert await client.zcard("t:{cancel}:semaphore") == 1
+            await manager.close()
+            break
+        assert n > 2  # the path had suspensions to cancel at
+        await client.aclose()
+
+    asyncio.run(main())
