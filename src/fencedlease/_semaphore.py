@@ -289,6 +289,17 @@ class Semaphore(SemaphoreFacts[SlotStore]):
         """
         return self._store.count(self._name)
 
+    def force_release(self) -> bool:
+        """Delete every slot of the semaphore, whoever holds it: the operator's escape hatch, as
+        [`LeaseManager.force_release`][fencedlease.LeaseManager.force_release] is for a lease. The
+        counter is kept, so later grants still get larger tokens; each holder finds out at its next
+        renewal (refused: the slot is lost). Returns whether a slot was live.
+
+        Raises:
+            BackendError: the store failed.
+        """
+        return self._store.clear(self._name)
+
     def close(self, timeout_ms: int = DEFAULT_CLOSE_TIMEOUT_MS) -> None:
         """Stop renewing and release the slots held in ``hold``/``with_lease``, as
         [`LeaseManager.close`][fencedlease.LeaseManager.close] (the slot's ``hold`` ends in

@@ -18,6 +18,7 @@ The store's steps, each atomic:
   its token, or 0 when the slot is gone or expired.
 - ``release(name, owner)``: drop the owner's slot; whether it was live.
 - ``count(name)``: the live slots.
+- ``clear(name)``: delete every slot, whoever holds it (the counter is kept); whether one was live.
 
 A slot is live while ``now < deadline``. Redis: a sorted set scored by deadline (server ``TIME``,
 ms) and a hash of tokens, both with a TTL up to the latest deadline (``semaphore_*.lua``). Memory:
@@ -92,6 +93,8 @@ class SlotStore(Protocol):
     def release(self, name: str, owner_token: str) -> bool: ...
 
     def count(self, name: str) -> int: ...
+
+    def clear(self, name: str) -> bool: ...
 
 
 # -- memory ----------------------------------------------------------------------------------
@@ -175,6 +178,12 @@ class MemorySlots:
     def count(self, name: str) -> int:
         with self._state.lock:
             return len(self._live(name, clock_ms(self._clock.monotonic())[0]))
+
+    def clear(self, name: str) -> bool:
+        with self._state.lock:
+            live = self._live(name, clock_ms(self._clock.monotonic())[0])
+            self._state.slots.pop(name, None)
+            return bool(live)
 
 
 # -- SQLite ----------------------------------------------------------------------------------
@@ -317,6 +326,21 @@ class SqliteSlots:
             ).fetchone()
         return int(row[0])
 
+    def clear(self, name: str) -> bool:
+        backend = self._backend
+        with backend._transaction(f"semaphore clear {name!r}") as conn:
+            now = clock_ms(backend._clock.time())[0]
+            live = conn.execute(
+                "DELETE FROM fencedlease_semaphore_slots"
+                " WHERE prefix = ? AND name = ? AND expires_ms > ?",
+                (backend.prefix, name, now),
+            ).rowcount
+            conn.execute(
+                "DELETE FROM fencedlease_semaphore_slots WHERE prefix = ? AND name = ?",
+                (backend.prefix, name),
+            )
+            return live > 0
+
 
 def slot_store_for(backend: object) -> SlotStore:
     """The slot store beside ``backend`` (the manager's).
@@ -341,9 +365,9 @@ def slot_store_for(backend: object) -> SlotStore:
 class SlotBackend:
     """The [`LeaseBackend`][fencedlease.LeaseBackend] of one semaphore's slots, for the lease
     machinery: ``acquire(name, ...)`` takes a slot under ``limit``; renewals and releases are the
-    store's; ``close`` leaves the manager's backend open. ``inspect`` and ``force_release`` have
-    no meaning for one slot and raise ``NotImplementedError`` (the semaphore handle never calls
-    them)."""
+    store's; ``force_release`` deletes every slot of the name; ``close`` leaves the manager's
+    backend open. ``inspect`` has no meaning for one slot among several and raises
+    ``NotImplementedError`` (the semaphore handle never calls it)."""
 
     def __init__(self, store: SlotStore, limit: int) -> None:
         self.store = store
@@ -371,7 +395,7 @@ class SlotBackend:
         raise NotImplementedError("a semaphore slot has no single-lease view")
 
     def force_release(self, key: str) -> bool:
-        raise NotImplementedError("a semaphore slot has no single-lease view")
+        return self.store.clear(key)
 
     def close(self) -> None:
         """Nothing of its own to close: the store is the manager's backend's."""

@@ -44,3 +44,8 @@ class SlotModel:
 
     def count(self, now: int, name: str) -> int:
         return len(self._live(name, now))
+
+    def clear(self, now: int, name: str) -> bool:
+        live = bool(self._live(name, now))
+        self.slots.pop(name, None)
+        return live

@@ -42,14 +42,14 @@ def _store(client: redis.Redis) -> RedisSlots:
 
 
 def test_redis_store_follows_the_model_without_expiry(redis_client: redis.Redis) -> None:
-    """300 random acquires, renewals, releases and counts on two names (one with a brace), long
-    TTLs: every reply equals the model's (tokens exactly; a refused acquire's remaining ms within
-    the steps' elapsed time, since Redis's clock runs)."""
+    """300 random acquires, renewals, releases, counts and clears on two names (one with a
+    brace), long TTLs: every reply equals the model's (tokens exactly; a refused acquire's
+    remaining ms within the steps' elapsed time, since Redis's clock runs)."""
     rng = random.Random(7)
     store, model = _store(redis_client), SlotModel()
     owners, names = ["a", "b", "c", "d", "e"], ["pool", "po{ol}"]
     for _ in range(300):
-        op = rng.choice(["acquire", "renew", "release", "count"])
+        op = rng.choice(["acquire", "renew", "release", "count", "acquire", "clear"])
         name, owner = rng.choice(names), rng.choice(owners)
         got: object
         want: object
@@ -67,6 +67,8 @@ def test_redis_store_follows_the_model_without_expiry(redis_client: redis.Redis)
             want = model.renew(0, name, owner, LONG)
         elif op == "release":
             got, want = store.release(name, owner), model.release(0, name, owner)
+        elif op == "clear":
+            got, want = store.clear(name), model.clear(0, name)
         else:
             got, want = store.count(name), model.count(0, name)
         assert got == want, (op, name, owner)
@@ -107,7 +109,7 @@ def test_keys_share_the_tag_carry_ttls_and_vanish(redis_client: redis.Redis) -> 
 def test_a_key_of_another_type_is_a_backend_error_and_nothing_is_written(
     redis_client: redis.Redis,
 ) -> None:
-    """The slot set holding a string: acquire, release and count raise BackendError with the
+    """The slot set holding a string: acquire, release, count and clear raise BackendError with the
     Redis error as cause and no owner token in the message; the counter is not touched; a
     renewal batch reports that item as an error without failing the batch."""
     store = _store(redis_client)
@@ -116,6 +118,7 @@ def test_a_key_of_another_type_is_a_backend_error_and_nothing_is_written(
         lambda: store.acquire("p", "secret-owner", 1000, 2),
         lambda: store.release("p", "secret-owner"),
         lambda: store.count("p"),
+        lambda: store.clear("p"),
     ):
         with pytest.raises(BackendError, match="holds a string, not a zset") as caught:
             call()

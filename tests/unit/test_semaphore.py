@@ -51,6 +51,7 @@ STEP = st.one_of(
     st.tuples(st.just("release"), st.sampled_from(NAMES), st.sampled_from(OWNERS)),
     st.tuples(st.just("advance"), st.sampled_from([0, 1, 49, 50, 99])),
     st.tuples(st.just("count"), st.sampled_from(NAMES)),
+    st.tuples(st.just("clear"), st.sampled_from(NAMES)),
 )
 
 MODEL_SETTINGS = settings(
@@ -66,6 +67,8 @@ def _apply(store: SlotStore, step: tuple[Any, ...]) -> object:
         return store.renew_many([(args[0], args[1], args[2])])[0]
     if op == "release":
         return store.release(args[0], args[1])
+    if op == "clear":
+        return store.clear(args[0])
     return store.count(args[0])
 
 
@@ -77,6 +80,8 @@ def _expected(model: SlotModel, now: int, step: tuple[Any, ...]) -> object:
         return model.renew(now, args[0], args[1], args[2])
     if op == "release":
         return model.release(now, args[0], args[1])
+    if op == "clear":
+        return model.clear(now, args[0])
     return model.count(now, args[0])
 
 
@@ -127,6 +132,8 @@ def test_async_slot_store_follows_the_model(kind: str, steps: list[tuple[Any, ..
                 got = (await store.renew_many([(args[0], args[1], args[2])]))[0]
             elif op == "release":
                 got = await store.release(args[0], args[1])
+            elif op == "clear":
+                got = await store.clear(args[0])
             else:
                 got = await store.count(args[0])
             assert got == _expected(model, clock.elapsed_ms, step), step
@@ -262,15 +269,16 @@ def test_a_slot_whose_renewal_stopped_is_lost_at_its_deadline_and_taken(
 
 
 def test_a_refused_renewal_is_a_slot_loss(sync_setup: tuple[LeaseManager, FakeClock]) -> None:
-    """A slot removed at the store before its deadline (as an operator would) and taken by
-    another: its renew() returns False (a 0 reply), check() raises SemaphoreLeaseLostError, and
-    release() frees nothing."""
+    """force_release() (the operator's) before the slot's deadline, and another caller takes
+    it: the holder's renew() returns False (a 0 reply), check() raises SemaphoreLeaseLostError,
+    and release() frees nothing; a second force_release finds a live slot again."""
     manager, clock = sync_setup
     pool = manager.semaphore("pool", limit=1)
     first = pool.acquire(ttl_ms=100).lease
     assert first is not None
     clock.advance(50)
-    assert pool._store.release("pool", first.owner_token) is True
+    assert pool.force_release() is True
+    assert pool.force_release() is False
     assert pool.acquire(ttl_ms=100).acquired
     assert first.renew() is False
     assert first.lost_reason == LossReason.RENEW_REFUSED
@@ -278,6 +286,8 @@ def test_a_refused_renewal_is_a_slot_loss(sync_setup: tuple[LeaseManager, FakeCl
         first.check()
     assert first.release() is False
     assert pool.holders() == 1
+    assert pool.force_release() is True
+    assert pool.holders() == 0
 
 
 def test_limits_are_each_callers_own(sync_setup: tuple[LeaseManager, FakeClock]) -> None:
@@ -447,7 +457,7 @@ def test_async_wait_then_loss_by_deadline(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_async_refused_renewal_and_close(kind: str) -> None:
-    """The asyncio face: a slot removed at the store and taken: its renew() is refused (a loss);
+    """The asyncio face: a slot force-released and taken: its renew() is refused (a loss);
     closing the manager inside a hold ends it in SemaphoreLeaseLostError."""
 
     async def body(manager: AsyncLeaseManager, clock: FakeClock) -> None:
@@ -455,7 +465,7 @@ def test_async_refused_renewal_and_close(kind: str) -> None:
         first = (await pool.acquire(ttl_ms=100)).lease
         assert first is not None
         clock.advance(50)
-        assert await pool._store.release("pool", first.owner_token) is True
+        assert await pool.force_release() is True
         second = (await pool.acquire(ttl_ms=100)).lease
         assert second is not None
         assert await first.renew() is False

@@ -32,6 +32,7 @@ __all__ = [
     "RENEW_MANY",
     "SCRIPT_REFUSAL",
     "SEMAPHORE_ACQUIRE",
+    "SEMAPHORE_CLEAR",
     "SEMAPHORE_COUNT",
     "SEMAPHORE_RELEASE",
     "SEMAPHORE_RENEW_MANY",
@@ -81,6 +82,7 @@ SEMAPHORE_RENEW_MANY: Final = Script.load(
 )
 SEMAPHORE_RELEASE: Final = Script.load("semaphore_release", *_SEMAPHORE, "semaphore_release")
 SEMAPHORE_COUNT: Final = Script.load("semaphore_count", *_SEMAPHORE, "semaphore_count")
+SEMAPHORE_CLEAR: Final = Script.load("semaphore_clear", *_SEMAPHORE, "semaphore_clear")
 
 
 def primers(

@@ -15,6 +15,7 @@ from .keys import semaphore_keys
 from .replies import decode_acquire, decode_renew_many, parse_token
 from .scripts import (
     SEMAPHORE_ACQUIRE,
+    SEMAPHORE_CLEAR,
     SEMAPHORE_COUNT,
     SEMAPHORE_RELEASE,
     SEMAPHORE_RENEW_MANY,
@@ -80,3 +81,8 @@ class RedisSlots:
         keys = semaphore_keys(self._prefix, name)[:1]
         with backend_errors(f"semaphore count {name!r}"):
             return decode_count(run_script(self._client, SEMAPHORE_COUNT, keys, ()), name)
+
+    def clear(self, name: str) -> bool:
+        keys = semaphore_keys(self._prefix, name)[:2]
+        with backend_errors(f"semaphore clear {name!r}"):
+            return decode_count(run_script(self._client, SEMAPHORE_CLEAR, keys, ()), name) > 0

@@ -192,6 +192,14 @@ class AsyncSemaphore(SemaphoreFacts[AsyncSlotStore]):
         """
         return await self._store.count(self._name)
 
+    async def force_release(self) -> bool:
+        """As [`Semaphore.force_release`][fencedlease.Semaphore.force_release], awaited.
+
+        Raises:
+            BackendError: the store failed.
+        """
+        return await self._store.clear(self._name)
+
     async def close(self, timeout_ms: int = DEFAULT_CLOSE_TIMEOUT_MS) -> None:
         """As [`Semaphore.close`][fencedlease.Semaphore.close], awaited.
 

@@ -16,6 +16,7 @@ from .._redis.keys import semaphore_keys
 from .._redis.replies import decode_acquire, decode_renew_many
 from .._redis.scripts import (
     SEMAPHORE_ACQUIRE,
+    SEMAPHORE_CLEAR,
     SEMAPHORE_COUNT,
     SEMAPHORE_RELEASE,
     SEMAPHORE_RENEW_MANY,
@@ -50,6 +51,8 @@ class AsyncSlotStore(Protocol):
 
     async def count(self, name: str) -> int: ...
 
+    async def clear(self, name: str) -> bool: ...
+
 
 class AsyncRedisSlots:
     """The Redis slot store over an [`AsyncRedisBackend`][fencedlease.aio.AsyncRedisBackend]'s
@@ -83,6 +86,12 @@ class AsyncRedisSlots:
             reply = await run_script(self._client, SEMAPHORE_RELEASE, keys, (owner_token,))
         return decode_count(reply, name) == 1
 
+    async def clear(self, name: str) -> bool:
+        keys = semaphore_keys(self._prefix, name)[:2]
+        with backend_errors(f"semaphore clear {name!r}"):
+            reply = await run_script(self._client, SEMAPHORE_CLEAR, keys, ())
+        return decode_count(reply, name) > 0
+
     async def count(self, name: str) -> int:
         keys = semaphore_keys(self._prefix, name)[:1]
         with backend_errors(f"semaphore count {name!r}"):
@@ -109,6 +118,9 @@ class _InlineSlots:
 
     async def count(self, name: str) -> int:
         return self._store.count(name)
+
+    async def clear(self, name: str) -> bool:
+        return self._store.clear(name)
 
 
 class AsyncSqliteSlots:
@@ -145,6 +157,10 @@ class AsyncSqliteSlots:
     async def count(self, name: str) -> int:
         store = await self._slots("semaphore count")
         return await self._backend._run(store.count, name)
+
+    async def clear(self, name: str) -> bool:
+        store = await self._slots("semaphore clear")
+        return await self._backend._run(store.clear, name)
 
 
 def async_slot_store_for(backend: object) -> AsyncSlotStore:
@@ -197,7 +213,7 @@ class AsyncSlotBackend:
         raise NotImplementedError("a semaphore slot has no single-lease view")
 
     async def force_release(self, key: str) -> bool:
-        raise NotImplementedError("a semaphore slot has no single-lease view")
+        return await self.store.clear(key)
 
     async def close(self) -> None:
         """Nothing of its own to close: the store is the manager's backend's."""
