@@ -6,7 +6,6 @@ import inspect
 import logging
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import wait as wait_futures
 from contextlib import contextmanager
@@ -33,6 +32,7 @@ from ._manager_base import _ManagerBase
 from ._redis_backend import RedisBackend
 from ._renewer import BoundedCalls, Renewer
 from ._semaphore import Semaphore
+from ._semaphore_stores import check_limit
 from ._state import release_bound_s, release_wait_more_s
 from ._urls import backend_from_url
 from ._validate import (
@@ -42,6 +42,7 @@ from ._validate import (
     check_callback,
     check_clock,
     check_heartbeat_ms,
+    check_key,
     check_ms,
     check_prefix,
     check_sync_fn,
@@ -111,7 +112,7 @@ class LeaseManager(_ManagerBase):
         self._holds: set[Lease] = set()  # leases inside hold() now
         self._closed = False
         self._forked = False  # the sync face goes on after a fork (see _after_fork_in_child)
-        self._semaphores: weakref.WeakSet[Semaphore] = weakref.WeakSet()  # closed with it
+        self._semaphores: dict[tuple[str, int], Semaphore] = {}  # by (name, limit); closed with it
         _fork.register(self)
 
     @classmethod
@@ -175,7 +176,7 @@ class LeaseManager(_ManagerBase):
             self._closed = True
             holds, self._holds = list(self._holds), set()
         until = time.monotonic() + bound_ms / 1000
-        for semaphore in list(self._semaphores):
+        for semaphore in list(self._semaphores.values()):
             semaphore.close(round(max(0.0, until - time.monotonic()) * 1000))
         self._renewer.close(until)
         pending = []
@@ -204,8 +205,8 @@ class LeaseManager(_ManagerBase):
 
     def semaphore(self, name: str, *, limit: int) -> Semaphore:
         """A [`Semaphore`][fencedlease.Semaphore]: at most ``limit`` holders of ``name`` at once,
-        each slot a fenced lease under [`hold`][fencedlease.LeaseManager.hold]'s policy; closed
-        with this manager.
+        each slot a fenced lease under [`hold`][fencedlease.LeaseManager.hold]'s policy. One handle
+        (and renewer) per ``(name, limit)``: a second call returns it. Closed with this manager.
 
         Raises:
             ValidationError: ``name`` not a non-empty str, ``limit`` not an int in 1..10,000, or
@@ -213,13 +214,17 @@ class LeaseManager(_ManagerBase):
             ManagerClosedError: the manager is closed.
         """
         self._check_open()
-        semaphore = Semaphore(self, name, limit)
-        with self._lock:
-            if not self._closed:
-                self._semaphores.add(semaphore)
-                return semaphore
-        semaphore.close()
-        raise ManagerClosedError()
+        key = (check_key(name, "name"), check_limit(limit))
+        semaphore = self._semaphores.get(key)
+        if semaphore is None:
+            made = Semaphore(self, *key)  # outside the lock: SQLite makes its tables here
+            with self._lock:
+                semaphore = None if self._closed else self._semaphores.setdefault(key, made)
+            if semaphore is not made:
+                made.close()  # another thread's came first, or close() ran: it started nothing
+            if semaphore is None:
+                raise ManagerClosedError()
+        return semaphore
 
     # -- acquiring --------------------------------------------------------------------------
 

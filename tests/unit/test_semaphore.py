@@ -482,3 +482,40 @@ def test_async_refused_renewal_and_close(kind: str) -> None:
             await pool.acquire()
 
     _run_async(kind, body)
+
+
+def test_one_handle_and_one_renewer_per_name_and_limit() -> None:
+    """semaphore(name, limit) twice gives the same handle (another limit another one), so holds
+    through repeated calls share one renewer thread; close() stops it."""
+    clock = FakeClock()
+
+    def renewers() -> int:
+        return sum(t.name == "fencedlease-renewer" for t in threading.enumerate())
+
+    before = renewers()
+    manager = LeaseManager(MemoryBackend(clock=clock), clock=clock)
+    first = manager.semaphore("pool", limit=2)
+    assert manager.semaphore("pool", limit=2) is first
+    assert manager.semaphore("pool", limit=3) is not first
+    for _ in range(5):
+        with manager.semaphore("pool", limit=2).hold(ttl_ms=1000) as slot:
+            assert not slot.lost
+    assert renewers() == before + 1
+    manager.close()
+    assert renewers() == before
+
+
+def test_async_one_handle_per_name_and_limit() -> None:
+    """The asyncio face: the same handle for the same (name, limit), another for another limit,
+    however many holds go through repeated calls."""
+
+    async def body(manager: AsyncLeaseManager, clock: FakeClock) -> None:
+        first = manager.semaphore("pool", limit=2)
+        assert manager.semaphore("pool", limit=2) is first
+        assert manager.semaphore("pool", limit=1) is not first
+        for _ in range(3):
+            async with manager.semaphore("pool", limit=2).hold(ttl_ms=1000):
+                pass
+        assert len(manager._semaphores) == 2
+
+    _run_async("memory", body)

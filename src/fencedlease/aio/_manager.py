@@ -33,7 +33,6 @@ import asyncio
 import inspect
 import logging
 import sys
-import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Literal, TypeVar
@@ -54,6 +53,7 @@ from .._errors import BackendError, LeaseNotAcquiredError
 from .._events import EventHook, check_event_hook
 from .._handoff import AsyncReleaseWaiter
 from .._redis_backend import RedisBackend
+from .._semaphore_stores import check_limit
 from .._validate import (
     ArgumentTypeError,
     check_acquire,
@@ -62,6 +62,7 @@ from .._validate import (
     check_callback,
     check_clock,
     check_heartbeat_ms,
+    check_key,
     check_ms,
     check_prefix,
 )
@@ -163,7 +164,7 @@ class AsyncLeaseManager(_AsyncManagerBase):
         self._close_done: asyncio.Event | None = None
         self._close_task: asyncio.Task[None] | None = None
         self._close_caller: asyncio.Task[Any] | None = None  # the task that called close()
-        self._semaphores: weakref.WeakSet[AsyncSemaphore] = weakref.WeakSet()  # closed with it
+        self._semaphores: dict[tuple[str, int], AsyncSemaphore] = {}  # by (name, limit)
         _fork.register(self)
 
     @classmethod
@@ -248,7 +249,7 @@ class AsyncLeaseManager(_AsyncManagerBase):
         loop = asyncio.get_running_loop()
         until = loop.time() + bound_ms / 1000
         try:
-            for semaphore in list(self._semaphores):
+            for semaphore in list(self._semaphores.values()):
                 await semaphore.close(round(max(0.0, until - loop.time()) * 1000))
             await self._renewer.close()
             releases: dict[asyncio.Task[Any], str] = {}
@@ -300,15 +301,18 @@ class AsyncLeaseManager(_AsyncManagerBase):
 
     def semaphore(self, name: str, *, limit: int) -> AsyncSemaphore:
         """An [`AsyncSemaphore`][fencedlease.aio.AsyncSemaphore], as
-        [`LeaseManager.semaphore`][fencedlease.LeaseManager.semaphore]; no I/O here.
+        [`LeaseManager.semaphore`][fencedlease.LeaseManager.semaphore] (one handle per ``(name,
+        limit)``); no I/O here.
 
         Raises:
             ValidationError: as [`LeaseManager.semaphore`][fencedlease.LeaseManager.semaphore].
             ManagerClosedError: the manager is closed.
         """
         self._check_open()
-        semaphore = AsyncSemaphore(self, name, limit)
-        self._semaphores.add(semaphore)
+        key = (check_key(name, "name"), check_limit(limit))
+        semaphore = self._semaphores.get(key)
+        if semaphore is None:
+            semaphore = self._semaphores[key] = AsyncSemaphore(self, *key)
         return semaphore
 
     # -- acquiring --------------------------------------------------------------------------
