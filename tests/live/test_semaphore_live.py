@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import secrets
 import signal
 import subprocess
 import sys
@@ -26,10 +27,12 @@ from fencedlease import (
     RedisBackend,
     SemaphoreLeaseLostError,
 )
+from fencedlease._acl import acl_rules
 from fencedlease._redis.semaphore import RedisSlots
 from fencedlease._state import LossReason
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.aio.testing import cancel_at_suspension
+from fencedlease.lab.servers.redis import RedisServer
 
 pytestmark = pytest.mark.live
 
@@ -316,3 +319,50 @@ def test_a_cancelled_acquire_leaves_no_slot(redis_url: str) -> None:
         await client.aclose()
 
     asyncio.run(main())
+
+
+def test_every_semaphore_script_runs_as_the_least_privilege_user(own_redis: RedisServer) -> None:
+    """An ACL user with exactly the documented rule set (acl_rules) takes, renews, releases,
+    counts and clears slots on both faces, also after SCRIPT FLUSH (the EVAL fallback); Redis
+    logs no refusal but redis-py's optional CLIENT SETINFO."""
+    admin = own_redis.client()
+    password = secrets.token_hex(16)
+    admin.execute_command(  # type: ignore[no-untyped-call]
+        "ACL", "SETUSER", "fl", "reset", "on", f">{password}", *acl_rules("acl")
+    )
+    scheme, rest = own_redis.url.split("://", 1)
+    url = f"{scheme}://fl:{password}@{rest}"
+
+    def run(flush: bool) -> None:
+        if flush:
+            admin.script_flush()
+        with LeaseManager.from_url(url, prefix="acl") as leases:
+            pool = leases.semaphore("s", limit=2)
+            with pool.hold(ttl_ms=2_000, heartbeat_ms=20) as slot:
+                while pool._slots.renewer.round_trips < 3:
+                    time.sleep(0.005)
+                slot.check()
+                assert pool.holders() == 1
+            spare = pool.acquire(ttl_ms=2_000).lease
+            assert spare is not None
+            assert pool.force_release() is True
+
+        async def aio() -> None:
+            if flush:
+                admin.script_flush()
+            async with AsyncLeaseManager.from_url(url, prefix="acl") as leases:
+                pool = leases.semaphore("a", limit=1)
+                async with pool.hold(ttl_ms=2_000, heartbeat_ms=20):
+                    while pool._slots.renewer.round_trips < 3:
+                        await asyncio.sleep(0.005)
+                    assert await pool.holders() == 1
+                assert await pool.force_release() is False
+
+        asyncio.run(aio())
+
+    run(flush=False)
+    run(flush=True)
+    entries = admin.execute_command("ACL", "LOG")  # type: ignore[no-untyped-call]
+    refused = {(e[b"reason"].decode(), e[b"object"].decode()) for e in entries}
+    assert refused <= {("command", "client"), ("command", "client|setinfo")}
+    admin.close()
