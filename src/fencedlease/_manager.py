@@ -206,7 +206,8 @@ class LeaseManager(_ManagerBase):
     def semaphore(self, name: str, *, limit: int) -> Semaphore:
         """A [`Semaphore`][fencedlease.Semaphore]: at most ``limit`` holders of ``name`` at once,
         each slot a fenced lease under [`hold`][fencedlease.LeaseManager.hold]'s policy. One handle
-        (and renewer) per ``(name, limit)``: a second call returns it. Closed with this manager.
+        (and renewer) per ``(name, limit)``: a second call returns it (a new one once it was
+        closed). Closed with this manager.
 
         Raises:
             ValidationError: ``name`` not a non-empty str, ``limit`` not an int in 1..10,000, or
@@ -216,10 +217,13 @@ class LeaseManager(_ManagerBase):
         self._check_open()
         key = (check_key(name, "name"), check_limit(limit))
         semaphore = self._semaphores.get(key)
-        if semaphore is None:
+        if semaphore is None or semaphore.closed:
             made = Semaphore(self, *key)  # outside the lock: SQLite makes its tables here
             with self._lock:
-                semaphore = None if self._closed else self._semaphores.setdefault(key, made)
+                semaphore = self._semaphores.get(key)
+                if semaphore is None or semaphore.closed:
+                    semaphore = self._semaphores[key] = made
+                semaphore = None if self._closed else semaphore
             if semaphore is not made:
                 made.close()  # another thread's came first, or close() ran: it started nothing
             if semaphore is None:

@@ -76,6 +76,7 @@ class _SlotManager(Protocol):
     [`LeaseManager`][fencedlease.LeaseManager] of the caller's manager's class over the slots'
     `SlotBackend` (named structurally: the manager module makes semaphores)."""
 
+    _closed: bool
     _lease_class: type[Lease]
 
     @property
@@ -280,6 +281,11 @@ class Semaphore(SemaphoreFacts[SlotStore]):
             heartbeat_ms=heartbeat_ms,
             on_renew_error=on_renew_error,
         )
+
+    @property
+    def closed(self) -> bool:
+        """Whether the handle is closed (by its ``close()`` or its manager's)."""
+        return self._slots._closed
 
     def holders(self) -> int:
         """How many slots are live now, as the store counts them.

@@ -486,7 +486,8 @@ def test_async_refused_renewal_and_close(kind: str) -> None:
 
 def test_one_handle_and_one_renewer_per_name_and_limit() -> None:
     """semaphore(name, limit) twice gives the same handle (another limit another one), so holds
-    through repeated calls share one renewer thread; close() stops it."""
+    through repeated calls share one renewer thread; a closed handle is replaced by a new one;
+    the manager's close() stops every renewer."""
     clock = FakeClock()
 
     def renewers() -> int:
@@ -501,7 +502,16 @@ def test_one_handle_and_one_renewer_per_name_and_limit() -> None:
         with manager.semaphore("pool", limit=2).hold(ttl_ms=1000) as slot:
             assert not slot.lost
     assert renewers() == before + 1
+    first.close()
+    assert first.closed
+    with pytest.raises(ManagerClosedError):
+        first.acquire()
+    again = manager.semaphore("pool", limit=2)  # a closed handle is replaced
+    assert again is not first
+    assert not again.closed
+    assert again.acquire(ttl_ms=1000).acquired
     manager.close()
+    assert again.closed
     assert renewers() == before
 
 
@@ -517,5 +527,10 @@ def test_async_one_handle_per_name_and_limit() -> None:
             async with manager.semaphore("pool", limit=2).hold(ttl_ms=1000):
                 pass
         assert len(manager._semaphores) == 2
+        await first.close()
+        assert first.closed
+        again = manager.semaphore("pool", limit=2)
+        assert again is not first
+        assert (await again.acquire(ttl_ms=1000)).acquired
 
     _run_async("memory", body)

@@ -311,7 +311,7 @@ class AsyncLeaseManager(_AsyncManagerBase):
         self._check_open()
         key = (check_key(name, "name"), check_limit(limit))
         semaphore = self._semaphores.get(key)
-        if semaphore is None:
+        if semaphore is None or semaphore.closed:
             semaphore = self._semaphores[key] = AsyncSemaphore(self, *key)
         return semaphore
 

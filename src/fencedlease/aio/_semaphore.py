@@ -42,6 +42,7 @@ class _AsyncSlotManager(Protocol):
     [`AsyncLeaseManager`][fencedlease.aio.AsyncLeaseManager] of the caller's manager's class over
     the slots' `AsyncSlotBackend` (named structurally: the manager module makes semaphores)."""
 
+    _closed: bool
     _lease_class: type[AsyncLease]
 
     @property
@@ -183,6 +184,11 @@ class AsyncSemaphore(SemaphoreFacts[AsyncSlotStore]):
             heartbeat_ms=heartbeat_ms,
             on_renew_error=on_renew_error,
         )
+
+    @property
+    def closed(self) -> bool:
+        """Whether the handle is closed (by its ``close()`` or its manager's)."""
+        return self._slots._closed
 
     async def holders(self) -> int:
         """How many slots are live now, as the store counts them.
