@@ -366,3 +366,72 @@ def test_every_semaphore_script_runs_as_the_least_privilege_user(own_redis: Redi
     refused = {(e[b"reason"].decode(), e[b"object"].decode()) for e in entries}
     assert refused <= {("command", "client"), ("command", "client|setinfo")}
     admin.close()
+
+
+FOREIGN = [
+    ("t:{p}:semaphore", lambda c: c.set("t:{p}:semaphore", "x"), "holds a string, not a zset"),
+    ("t:{p}:semaphore:tokens", lambda c: c.rpush("t:{p}:semaphore:tokens", "x"), "hold a list"),
+]
+
+
+@pytest.mark.parametrize(("key", "plant", "says"), FOREIGN, ids=["slot-set", "tokens"])
+def test_a_foreign_type_at_either_slot_key_refuses_every_step(
+    redis_client: redis.Redis, key: str, plant: Any, says: str
+) -> None:
+    """A key of another type at the slot set or the token hash, with a live slot and an expired
+    one beside it where the type allows: acquire, release, count (slot set only) and clear raise
+    BackendError naming the key and write nothing (no purge, no INCR); a renewal batch reports
+    that item alone."""
+    store = _store(redis_client)
+    plant(redis_client)
+    before = {k: redis_client.dump(k) for k in redis_client.keys("t:*")}
+    calls: list[Any] = [
+        lambda: store.acquire("p", "o", 1000, 5),
+        lambda: store.release("p", "o"),
+        lambda: store.clear("p"),
+    ]
+    if key.endswith(":semaphore"):
+        calls.append(lambda: store.count("p"))
+    for call in calls:
+        with pytest.raises(BackendError, match=says) as caught:
+            call()
+        assert isinstance(caught.value.__cause__, redis.ResponseError)
+    assert {k: redis_client.dump(k) for k in redis_client.keys("t:*")} == before
+    replies = store.renew_many([("p", "o", 1000), ("q", "o", 1000)])
+    assert isinstance(replies[0], BackendError)
+    assert replies[1] == 0
+
+
+def test_a_spent_or_malformed_counter_refuses_the_grant(redis_client: redis.Redis) -> None:
+    """The counter at 2**63-1, or not an integer: acquire raises BackendError and neither purges
+    the expired slot nor grants; at 2**63-2 the grant gets token 2**63-1 exactly."""
+    store = _store(redis_client)
+    assert store.acquire("p", "live", LONG, 2).fencing_token == 1  # keeps the keys alive
+    assert store.acquire("p", "old", 1, 2).fencing_token == 2
+    deadline = time.monotonic() + 5
+    while store.count("p") > 1 and time.monotonic() < deadline:
+        time.sleep(0.002)
+    for value, says in ((str(2**63 - 1), "no next token"), ("abc", "not an integer")):
+        redis_client.set("t:{p}:semaphore:fence", value)
+        with pytest.raises(BackendError, match=says):
+            store.acquire("p", "new", 1000, 3)
+        assert redis_client.zrange("t:{p}:semaphore", 0, -1) == [b"old", b"live"]  # no purge
+    redis_client.set("t:{p}:semaphore:fence", str(2**63 - 2))
+    reply = store.acquire("p", "new", LONG, 3)
+    assert (reply.acquired, reply.fencing_token) == (True, 2**63 - 1)
+    assert redis_client.zrange("t:{p}:semaphore", 0, -1) == [b"live", b"new"]
+
+
+def test_thousands_of_expired_slots_are_purged_in_one_grant(redis_client: redis.Redis) -> None:
+    """2,500 slots (limit 10,000) with a 1 ms TTL, all expired: the next grant purges every one
+    of them from both keys (the token hash in chunks) and holds the only live slot."""
+    store = _store(redis_client)
+    for i in range(2_500):
+        assert store.acquire("big", f"o{i}", 1, 10_000).acquired
+    deadline = time.monotonic() + 5
+    while store.count("big") and time.monotonic() < deadline:
+        time.sleep(0.002)
+    reply = store.acquire("big", "last", 60_000, 1)
+    assert (reply.acquired, reply.fencing_token) == (True, 2_501)
+    assert redis_client.zcard("t:{big}:semaphore") == 1
+    assert redis_client.hkeys("t:{big}:semaphore:tokens") == [b"last"]
