@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from contract.semaphore_model import SlotModel
 from fencedlease import (
+    BackendError,
     LeaseLostError,
     LeaseManager,
     LeaseNotAcquiredError,
@@ -534,3 +535,31 @@ def test_async_one_handle_per_name_and_limit() -> None:
         assert (await again.acquire(ttl_ms=1000)).acquired
 
     _run_async("memory", body)
+
+
+def test_a_spent_counter_refuses_the_grant_in_memory_and_sqlite() -> None:
+    """The semaphore's counter at 2**63-1: acquire raises BackendError and grants nothing (no
+    slot, the counter unchanged), on the memory and the SQLite store; at 2**63-2 the grant gets
+    2**63-1 exactly."""
+    clock = FakeClock()
+    memory = MemorySlots(MemoryBackend(clock=clock))
+    sqlite_backend = SqliteBackend(":memory:", clock=clock)
+    sqlite = SqliteSlots(sqlite_backend)
+
+    def set_counter(value: int) -> None:
+        memory._state.counters["p"] = value
+        with sqlite_backend._transaction("test") as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO fencedlease_semaphore_fences VALUES (?, ?, ?)",
+                ("fencedlease", "p", value),
+            )
+
+    set_counter(2**63 - 1)
+    for store in (memory, sqlite):
+        with pytest.raises(BackendError, match="2\\*\\*63-1"):
+            store.acquire("p", "o", 100, 2)
+        assert store.count("p") == 0
+    set_counter(2**63 - 2)
+    for store in (memory, sqlite):
+        reply = store.acquire("p", "o", 100, 2)
+        assert (reply.acquired, reply.fencing_token) == (True, 2**63 - 1)
