@@ -563,3 +563,24 @@ def test_a_spent_counter_refuses_the_grant_in_memory_and_sqlite() -> None:
     for store in (memory, sqlite):
         reply = store.acquire("p", "o", 100, 2)
         assert (reply.acquired, reply.fencing_token) == (True, 2**63 - 1)
+
+
+def test_sqlite_slots_are_shared_by_connections_to_one_file(tmp_path: Any) -> None:
+    """Two SqliteBackends (two connections, as two processes would have) on one file: the limit
+    holds across them, tokens come from one counter, and a slot released by one frees it for the
+    other; the slots' fencing scope names the semaphore's counter."""
+    clock = FakeClock()
+    path = str(tmp_path / "leases.db")
+    first = LeaseManager(SqliteBackend(path, clock=clock), clock=clock).semaphore("p", limit=2)
+    second = LeaseManager(SqliteBackend(path, clock=clock), clock=clock).semaphore("p", limit=2)
+    a, b = first.acquire(ttl_ms=1000).lease, second.acquire(ttl_ms=1000).lease
+    assert a is not None
+    assert b is not None
+    assert (a.fencing_token, b.fencing_token) == (1, 2)
+    assert a.fencing_scope == first.fencing_scope == "fencedlease:{p}:semaphore:fence"
+    assert not first.acquire(ttl_ms=1000).acquired
+    assert b.release() is True
+    c = first.acquire(ttl_ms=1000).lease
+    assert c is not None
+    assert c.fencing_token == 3
+    assert second.holders() == 2
