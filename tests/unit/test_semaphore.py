@@ -584,3 +584,41 @@ def test_sqlite_slots_are_shared_by_connections_to_one_file(tmp_path: Any) -> No
     assert c is not None
     assert c.fencing_token == 3
     assert second.holders() == 2
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_the_renewer_reports_a_refused_slot_and_the_hold_ends_lost(kind: str) -> None:
+    """Sync face, real clock: force_release() under a renewed hold; the renewer's next renewal
+    is answered 0, the slot is lost (reason: the renewal found it gone; waited for with
+    wait_lost, no fixed sleep) and the hold ends in SemaphoreLeaseLostError."""
+    backend = MemoryBackend() if kind == "memory" else SqliteBackend(":memory:")
+    with LeaseManager(backend) as manager:
+        pool = manager.semaphore("p", limit=1)
+        with (
+            pytest.raises(SemaphoreLeaseLostError),
+            pool.hold(ttl_ms=5_000, heartbeat_ms=20) as slot,
+        ):
+            assert pool.force_release() is True
+            assert slot.wait_lost(30_000)
+        assert slot.lost_reason == LossReason.RENEW_REFUSED
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_async_the_renewer_reports_a_refused_slot_and_cancels_the_body(kind: str) -> None:
+    """asyncio face, real clock: force_release() under a renewed hold; the renewal task's
+    refused renewal marks the slot lost, the body (waiting on wait_lost) is cancelled, and the
+    hold ends in SemaphoreLeaseLostError."""
+
+    async def main() -> None:
+        backend: Any = AsyncMemoryBackend() if kind == "memory" else AsyncSqliteBackend(":memory:")
+        async with AsyncLeaseManager(backend) as manager:
+            pool = manager.semaphore("p", limit=1)
+            with pytest.raises(SemaphoreLeaseLostError):
+                async with pool.hold(ttl_ms=5_000, heartbeat_ms=20) as slot:
+                    assert await pool.force_release() is True
+                    await slot.wait_lost(30_000)
+                    pytest.fail("the body was not cancelled on the loss")
+            assert slot.lost_reason == LossReason.RENEW_REFUSED
+        await backend.close()
+
+    asyncio.run(main())
