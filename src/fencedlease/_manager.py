@@ -31,7 +31,7 @@ from ._lease import Lease, LeaseOutcome
 from ._manager_base import _ManagerBase
 from ._redis_backend import RedisBackend
 from ._renewer import BoundedCalls, Renewer
-from ._semaphore import Semaphore
+from ._semaphore import Semaphore, _SlotManager, slot_manager_for
 from ._semaphore_stores import check_limit
 from ._state import release_bound_s, release_wait_more_s
 from ._urls import backend_from_url
@@ -112,7 +112,7 @@ class LeaseManager(_ManagerBase):
         self._holds: set[Lease] = set()  # leases inside hold() now
         self._closed = False
         self._forked = False  # the sync face goes on after a fork (see _after_fork_in_child)
-        self._semaphores: dict[tuple[str, int], Semaphore] = {}  # by (name, limit); closed with it
+        self._slots: _SlotManager | None = None  # its semaphores' slots (the first semaphore())
         _fork.register(self)
 
     @classmethod
@@ -176,8 +176,8 @@ class LeaseManager(_ManagerBase):
             self._closed = True
             holds, self._holds = list(self._holds), set()
         until = time.monotonic() + bound_ms / 1000
-        for semaphore in list(self._semaphores.values()):
-            semaphore.close(round(max(0.0, until - time.monotonic()) * 1000))
+        if self._slots is not None:
+            self._slots.close(round(max(0.0, until - time.monotonic()) * 1000))
         self._renewer.close(until)
         pending = []
         for lease in holds:
@@ -205,9 +205,8 @@ class LeaseManager(_ManagerBase):
 
     def semaphore(self, name: str, *, limit: int) -> Semaphore:
         """A [`Semaphore`][fencedlease.Semaphore]: at most ``limit`` holders of ``name`` at once,
-        each slot a fenced lease under [`hold`][fencedlease.LeaseManager.hold]'s policy. One handle
-        (and renewer) per ``(name, limit)``: a second call returns it (a new one once it was
-        closed). Closed with this manager.
+        each slot a fenced lease under [`hold`][fencedlease.LeaseManager.hold]'s policy. The slots
+        of every semaphore of the manager share one renewer; closed with the manager.
 
         Raises:
             ValidationError: ``name`` not a non-empty str, ``limit`` not an int in 1..10,000, or
@@ -216,19 +215,16 @@ class LeaseManager(_ManagerBase):
         """
         self._check_open()
         key = (check_key(name, "name"), check_limit(limit))
-        semaphore = self._semaphores.get(key)
-        if semaphore is None or semaphore.closed:
-            made = Semaphore(self, *key)  # outside the lock: SQLite makes its tables here
+        if self._slots is None:
+            made = slot_manager_for(self)  # outside the lock: SQLite makes its tables here
             with self._lock:
-                semaphore = self._semaphores.get(key)
-                if semaphore is None or semaphore.closed:
-                    semaphore = self._semaphores[key] = made
-                semaphore = None if self._closed else semaphore
-            if semaphore is not made:
+                if self._slots is None and not self._closed:
+                    self._slots = made
+            if self._slots is not made:
                 made.close()  # another thread's came first, or close() ran: it started nothing
-            if semaphore is None:
-                raise ManagerClosedError()
-        return semaphore
+        if self._slots is None or self._closed:
+            raise ManagerClosedError()
+        return Semaphore(self._slots, *key)
 
     # -- acquiring --------------------------------------------------------------------------
 

@@ -19,16 +19,19 @@ with leases in place of permanent permits, as in Redisson's ``RPermitExpirableSe
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from contextvars import ContextVar
 from typing import Any, Generic, Literal, Protocol, TypeVar, cast
 
-from ._decisions import DEFAULT_CLOSE_TIMEOUT_MS, DEFAULT_RETRY_DELAY_MS, DEFAULT_TTL_MS
+from ._backend import RenewItem
+from ._decisions import DEFAULT_RETRY_DELAY_MS, DEFAULT_TTL_MS
 from ._errors import LeaseNotAcquiredError, SemaphoreLeaseLostError
 from ._lease import AcquireResult, Lease, LeaseOutcome
 from ._manager_base import _ManagerBase
+from ._protocol import AcquireReply, InspectReply
 from ._renewer import Renewer
-from ._semaphore_stores import SlotBackend, SlotStore, check_limit, slot_store_for
+from ._semaphore_stores import SlotStore, check_limit, slot_store_for
 from ._validate import check_key
 from ._view import LeaseView
 
@@ -36,9 +39,12 @@ __all__ = [
     "Semaphore",
     "SemaphoreFacts",
     "SemaphoreLease",
+    "SlotBackend",
+    "limit_of",
     "not_acquired",
     "slot_lost_error",
     "slot_manager",
+    "slot_manager_for",
 ]
 
 T = TypeVar("T")
@@ -57,6 +63,65 @@ def slot_lost_error(lease: LeaseView) -> SemaphoreLeaseLostError:
 def not_acquired(name: str, limit: int) -> LeaseNotAcquiredError:
     """The error of a ``hold`` that found every slot taken (both faces)."""
     return LeaseNotAcquiredError(name, f"semaphore {name!r}: all {limit} slots are held")
+
+
+_LIMIT: ContextVar[int] = ContextVar("fencedlease_semaphore_limit")
+
+
+@contextmanager
+def limit_of(limit: int) -> Iterator[None]:
+    """The ``limit`` the slot acquires made inside the block (in this thread or task) hold to:
+    the semaphore handle sets it around its call of the slot manager (see `SlotBackend`)."""
+    token = _LIMIT.set(limit)
+    try:
+        yield
+    finally:
+        _LIMIT.reset(token)
+
+
+class SlotBackend:
+    """The [`LeaseBackend`][fencedlease.LeaseBackend] of every semaphore of a manager, for the
+    lease machinery (one slot manager, so one renewer, batches the renewals of all their slots):
+    ``acquire(name, ...)`` takes a slot under the limit of the handle that asked (`limit_of`, set
+    in the caller's thread or task, where the acquire runs); renewals and releases need no limit;
+    ``force_release`` deletes every slot of the name; ``close`` leaves the manager's backend open.
+    ``inspect`` has no meaning for one slot among several and raises ``NotImplementedError`` (the
+    semaphore handle never calls it)."""
+
+    def __init__(self, store: SlotStore) -> None:
+        self.store = store
+
+    @property
+    def limit(self) -> int:
+        """The limit of the acquire under way (`limit_of`)."""
+        return _LIMIT.get()
+
+    def fencing_scope(self, name: str) -> str:
+        return self.store.fencing_scope(name)
+
+    def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
+        return self.store.acquire(key, owner_token, ttl_ms, self.limit)
+
+    def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
+        reply = self.store.renew_many([(key, owner_token, ttl_ms)])[0]
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+    def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
+        return self.store.renew_many(items)
+
+    def release(self, key: str, owner_token: str) -> bool:
+        return self.store.release(key, owner_token)
+
+    def inspect(self, key: str) -> InspectReply | None:
+        raise NotImplementedError("a semaphore slot has no single-lease view")
+
+    def force_release(self, key: str) -> bool:
+        return self.store.clear(key)
+
+    def close(self) -> None:
+        """Nothing of its own to close: the store is the manager's backend's."""
 
 
 class SemaphoreLease(Lease):
@@ -78,6 +143,9 @@ class _SlotManager(Protocol):
 
     _closed: bool
     _lease_class: type[Lease]
+
+    @property
+    def backend(self) -> SlotBackend: ...
 
     @property
     def renewer(self) -> Renewer: ...
@@ -130,6 +198,18 @@ def slot_manager(manager: object, backend: object, lease_class: type) -> object:
     return slots
 
 
+def slot_manager_for(manager: _ManagerBase) -> _SlotManager:
+    """The slot manager of ``manager``'s semaphores: one for all of them, so one renewer batches
+    every slot's renewals (``manager.semaphore()`` makes it once).
+
+    Raises:
+        ValidationError: ``manager``'s backend has no semaphore store.
+        BackendError: the SQLite backend could not make its semaphore tables.
+    """
+    backend = SlotBackend(slot_store_for(manager._backend))
+    return cast(_SlotManager, slot_manager(manager, backend, SemaphoreLease))
+
+
 S = TypeVar("S", bound=_Scoped)
 
 
@@ -175,8 +255,9 @@ class Semaphore(SemaphoreFacts[SlotStore]):
     the same names (without the key) and behave as they do, slot for lease. The limit is this
     handle's: every acquire compares the live slots with it, so two handles of one name with
     different limits each admit up to their own (the semaphore never holds more slots than the
-    largest limit in use). The handle runs its own renewer (started on the first ``hold``) and is
-    closed with its manager, or by [`close`][fencedlease.Semaphore.close].
+    largest limit in use). The slots of every semaphore of a manager are renewed by one renewer
+    of theirs (started on the first ``hold``, every due slot in one script call per batch), and
+    closed with the manager (a slot in a ``hold`` then ends lost and is released).
 
     Raises:
         ValidationError: ``name`` not a non-empty str; ``limit`` not an int in 1..10,000; a
@@ -185,10 +266,9 @@ class Semaphore(SemaphoreFacts[SlotStore]):
         BackendError: the SQLite backend could not make its semaphore tables.
     """
 
-    def __init__(self, manager: _ManagerBase, name: str, limit: int) -> None:
-        super().__init__(name, limit, slot_store_for(manager._backend))
-        backend = SlotBackend(self._store, self._limit)
-        self._slots = cast(_SlotManager, slot_manager(manager, backend, SemaphoreLease))
+    def __init__(self, slots: _SlotManager, name: str, limit: int) -> None:
+        super().__init__(name, limit, slots.backend.store)
+        self._slots = slots
 
     def acquire(
         self,
@@ -209,9 +289,10 @@ class Semaphore(SemaphoreFacts[SlotStore]):
         Raises:
             ValidationError, BackendError, ManagerClosedError: as the manager's ``acquire``.
         """
-        return self._slots.acquire(
-            self._name, ttl_ms=ttl_ms, wait_ms=wait_ms, retry_delay_ms=retry_delay_ms
-        )
+        with limit_of(self._limit):
+            return self._slots.acquire(
+                self._name, ttl_ms=ttl_ms, wait_ms=wait_ms, retry_delay_ms=retry_delay_ms
+            )
 
     @contextmanager
     def hold(
@@ -240,7 +321,8 @@ class Semaphore(SemaphoreFacts[SlotStore]):
             on_renew_error=on_renew_error,
         )
         try:
-            lease = held.__enter__()
+            with limit_of(self._limit):
+                lease = held.__enter__()
         except LeaseNotAcquiredError:
             raise not_acquired(self._name, self._limit) from None
         try:
@@ -272,19 +354,20 @@ class Semaphore(SemaphoreFacts[SlotStore]):
             SemaphoreLeaseLostError: the slot was lost while ``fn`` ran.
             ValidationError, BackendError, ManagerClosedError: as the manager's ``with_lease``.
         """
-        return self._slots.with_lease(
-            self._name,
-            cast(Callable[[Lease], T], fn),
-            ttl_ms=ttl_ms,
-            wait_ms=wait_ms,
-            retry_delay_ms=retry_delay_ms,
-            heartbeat_ms=heartbeat_ms,
-            on_renew_error=on_renew_error,
-        )
+        with limit_of(self._limit):  # fn runs inside: its own semaphores set their own
+            return self._slots.with_lease(
+                self._name,
+                cast(Callable[[Lease], T], fn),
+                ttl_ms=ttl_ms,
+                wait_ms=wait_ms,
+                retry_delay_ms=retry_delay_ms,
+                heartbeat_ms=heartbeat_ms,
+                on_renew_error=on_renew_error,
+            )
 
     @property
     def closed(self) -> bool:
-        """Whether the handle is closed (by its ``close()`` or its manager's)."""
+        """Whether the handle is closed (its manager is)."""
         return self._slots._closed
 
     def holders(self) -> int:
@@ -305,14 +388,3 @@ class Semaphore(SemaphoreFacts[SlotStore]):
             BackendError: the store failed.
         """
         return self._store.clear(self._name)
-
-    def close(self, timeout_ms: int = DEFAULT_CLOSE_TIMEOUT_MS) -> None:
-        """Stop renewing and release the slots held in ``hold``/``with_lease``, as
-        [`LeaseManager.close`][fencedlease.LeaseManager.close] (the slot's ``hold`` ends in
-        [`SemaphoreLeaseLostError`][fencedlease.SemaphoreLeaseLostError]). Leaves the manager and
-        its backend open. Idempotent.
-
-        Raises:
-            ValidationError: ``timeout_ms`` is not an int in 0..2,147,483,647.
-        """
-        self._slots.close(timeout_ms)

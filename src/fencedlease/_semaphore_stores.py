@@ -1,5 +1,6 @@
-"""Where a semaphore's slots live, one store per backend kind (sync face), and the adapter that
-lets the lease machinery (acquire loop, renewer, loss rules) run slots as leases.
+"""Where a semaphore's slots live, one store per backend kind (sync face); the adapter that lets
+the lease machinery (acquire loop, renewer, loss rules) run slots as leases is
+`fencedlease._semaphore.SlotBackend`.
 
 A semaphore ``name`` with ``limit`` N has at most N live *slots*; each slot is a lease of its own
 (owner token, fencing token, deadline), so every rule of single leases applies to it unchanged:
@@ -35,7 +36,7 @@ from typing import Final, Protocol
 
 from ._backend import RenewItem
 from ._errors import BackendError, ValidationError
-from ._protocol import MAX_FENCING_TOKEN, AcquireReply, InspectReply
+from ._protocol import MAX_FENCING_TOKEN, AcquireReply
 from ._redis.keys import semaphore_keys
 from ._redis.semaphore import RedisSlots
 from ._redis_backend import RedisBackend
@@ -46,7 +47,6 @@ from .backends.sqlite import SqliteBackend, _stored_token
 __all__ = [
     "MAX_SEMAPHORE_LIMIT",
     "MemorySlots",
-    "SlotBackend",
     "SlotStore",
     "SqliteSlots",
     "check_limit",
@@ -360,42 +360,3 @@ def slot_store_for(backend: object) -> SlotStore:
         f"semaphores need a RedisBackend, MemoryBackend or SqliteBackend; the manager's backend"
         f" is a {type(backend).__name__}",
     )
-
-
-class SlotBackend:
-    """The [`LeaseBackend`][fencedlease.LeaseBackend] of one semaphore's slots, for the lease
-    machinery: ``acquire(name, ...)`` takes a slot under ``limit``; renewals and releases are the
-    store's; ``force_release`` deletes every slot of the name; ``close`` leaves the manager's
-    backend open. ``inspect`` has no meaning for one slot among several and raises
-    ``NotImplementedError`` (the semaphore handle never calls it)."""
-
-    def __init__(self, store: SlotStore, limit: int) -> None:
-        self.store = store
-        self.limit = limit
-
-    def fencing_scope(self, name: str) -> str:
-        return self.store.fencing_scope(name)
-
-    def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
-        return self.store.acquire(key, owner_token, ttl_ms, self.limit)
-
-    def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
-        reply = self.store.renew_many([(key, owner_token, ttl_ms)])[0]
-        if isinstance(reply, BaseException):
-            raise reply
-        return reply
-
-    def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
-        return self.store.renew_many(items)
-
-    def release(self, key: str, owner_token: str) -> bool:
-        return self.store.release(key, owner_token)
-
-    def inspect(self, key: str) -> InspectReply | None:
-        raise NotImplementedError("a semaphore slot has no single-lease view")
-
-    def force_release(self, key: str) -> bool:
-        return self.store.clear(key)
-
-    def close(self) -> None:
-        """Nothing of its own to close: the store is the manager's backend's."""

@@ -485,56 +485,65 @@ def test_async_refused_renewal_and_close(kind: str) -> None:
     _run_async(kind, body)
 
 
-def test_one_handle_and_one_renewer_per_name_and_limit() -> None:
-    """semaphore(name, limit) twice gives the same handle (another limit another one), so holds
-    through repeated calls share one renewer thread; a closed handle is replaced by a new one;
-    the manager's close() stops every renewer."""
+def test_every_semaphore_of_a_manager_shares_one_renewer() -> None:
+    """Holds on three semaphores (two names, two limits), through handles made anew each time:
+    one renewer thread renews all their slots, in one batch when they come due together; the
+    manager's close() stops it and closes every handle."""
     clock = FakeClock()
+    renewed = threading.Event()
+    batches: list[int] = []
 
     def renewers() -> int:
         return sum(t.name == "fencedlease-renewer" for t in threading.enumerate())
 
+    def on_event(event: Any) -> None:
+        if event.kind == "renew" and event.status == "confirmed":
+            renewed.set()
+
     before = renewers()
-    manager = LeaseManager(MemoryBackend(clock=clock), clock=clock)
-    first = manager.semaphore("pool", limit=2)
-    assert manager.semaphore("pool", limit=2) is first
-    assert manager.semaphore("pool", limit=3) is not first
-    for _ in range(5):
-        with manager.semaphore("pool", limit=2).hold(ttl_ms=1000) as slot:
-            assert not slot.lost
-    assert renewers() == before + 1
-    first.close()
-    assert first.closed
-    with pytest.raises(ManagerClosedError):
-        first.acquire()
-    again = manager.semaphore("pool", limit=2)  # a closed handle is replaced
-    assert again is not first
-    assert not again.closed
-    assert again.acquire(ttl_ms=1000).acquired
+    manager = LeaseManager(MemoryBackend(clock=clock), clock=clock, on_event=on_event)
+    pools = [manager.semaphore("a", limit=2), manager.semaphore("b", limit=1)]
+    with (
+        pools[0].hold(ttl_ms=100, heartbeat_ms=25) as one,
+        manager.semaphore("a", limit=3).hold(ttl_ms=100, heartbeat_ms=25) as two,
+        pools[1].hold(ttl_ms=100, heartbeat_ms=25) as three,
+    ):
+        assert renewers() == before + 1
+        trips = pools[0]._slots.renewer.round_trips
+        clock.advance(25)
+        assert renewed.wait(30)
+        while pools[0]._slots.renewer.round_trips == trips:  # the batch's reply is applied
+            renewed.wait(0.01)
+        batches.append(pools[0]._slots.renewer.round_trips - trips)
+        clock.advance(75)
+        assert not (one.lost or two.lost or three.lost)
+    assert batches == [1]  # the three slots came due together: one round trip
+    assert [one.fencing_token, two.fencing_token, three.fencing_token] == [1, 2, 1]
     manager.close()
-    assert again.closed
+    assert all(p.closed for p in pools)
     assert renewers() == before
+    with pytest.raises(ManagerClosedError):
+        pools[0].acquire()
 
 
-def test_async_one_handle_per_name_and_limit() -> None:
-    """The asyncio face: the same handle for the same (name, limit), another for another limit,
-    however many holds go through repeated calls."""
+def test_async_every_semaphore_of_a_manager_shares_one_slot_manager() -> None:
+    """The asyncio face: semaphores of any name and limit share the manager's slot manager (one
+    renewal task); each handle holds to its own limit; the manager's close closes them all."""
+    seen: list[AsyncLeaseManager] = []
 
     async def body(manager: AsyncLeaseManager, clock: FakeClock) -> None:
-        first = manager.semaphore("pool", limit=2)
-        assert manager.semaphore("pool", limit=2) is first
-        assert manager.semaphore("pool", limit=1) is not first
-        for _ in range(3):
-            async with manager.semaphore("pool", limit=2).hold(ttl_ms=1000):
-                pass
-        assert len(manager._semaphores) == 2
-        await first.close()
-        assert first.closed
-        again = manager.semaphore("pool", limit=2)
-        assert again is not first
-        assert (await again.acquire(ttl_ms=1000)).acquired
+        seen.append(manager)
+        small, large = manager.semaphore("pool", limit=1), manager.semaphore("pool", limit=2)
+        assert small._slots is large._slots is manager.semaphore("other", limit=5)._slots
+        assert (await small.acquire(ttl_ms=1000)).acquired
+        assert not (await small.acquire(ttl_ms=1000)).acquired
+        assert (await large.acquire(ttl_ms=1000)).acquired
+        assert not (await large.acquire(ttl_ms=1000)).acquired
+        assert not small.closed
 
     _run_async("memory", body)
+    with pytest.raises(ManagerClosedError):
+        seen[0].semaphore("pool", limit=1)
 
 
 def test_a_spent_counter_refuses_the_grant_in_memory_and_sqlite() -> None:

@@ -76,7 +76,7 @@ from ._primitives import retrieve
 from ._redis_backend import AsyncRedisBackend
 from ._releases import release_abandoned, release_within, report_unreleased
 from ._renewer import AsyncRenewer
-from ._semaphore import AsyncSemaphore
+from ._semaphore import AsyncSemaphore, _AsyncSlotManager, async_slot_manager_for
 from ._urls import async_backend_from_url
 
 __all__ = ["AsyncLeaseManager"]
@@ -164,7 +164,7 @@ class AsyncLeaseManager(_AsyncManagerBase):
         self._close_done: asyncio.Event | None = None
         self._close_task: asyncio.Task[None] | None = None
         self._close_caller: asyncio.Task[Any] | None = None  # the task that called close()
-        self._semaphores: dict[tuple[str, int], AsyncSemaphore] = {}  # by (name, limit)
+        self._slots: _AsyncSlotManager | None = None  # its semaphores' slots
         _fork.register(self)
 
     @classmethod
@@ -249,8 +249,8 @@ class AsyncLeaseManager(_AsyncManagerBase):
         loop = asyncio.get_running_loop()
         until = loop.time() + bound_ms / 1000
         try:
-            for semaphore in list(self._semaphores.values()):
-                await semaphore.close(round(max(0.0, until - loop.time()) * 1000))
+            if self._slots is not None:
+                await self._slots.close(round(max(0.0, until - loop.time()) * 1000))
             await self._renewer.close()
             releases: dict[asyncio.Task[Any], str] = {}
             for hold in list(self._holds):
@@ -301,8 +301,7 @@ class AsyncLeaseManager(_AsyncManagerBase):
 
     def semaphore(self, name: str, *, limit: int) -> AsyncSemaphore:
         """An [`AsyncSemaphore`][fencedlease.aio.AsyncSemaphore], as
-        [`LeaseManager.semaphore`][fencedlease.LeaseManager.semaphore] (one handle per ``(name,
-        limit)``); no I/O here.
+        [`LeaseManager.semaphore`][fencedlease.LeaseManager.semaphore]; no I/O here.
 
         Raises:
             ValidationError: as [`LeaseManager.semaphore`][fencedlease.LeaseManager.semaphore].
@@ -310,10 +309,9 @@ class AsyncLeaseManager(_AsyncManagerBase):
         """
         self._check_open()
         key = (check_key(name, "name"), check_limit(limit))
-        semaphore = self._semaphores.get(key)
-        if semaphore is None or semaphore.closed:
-            semaphore = self._semaphores[key] = AsyncSemaphore(self, *key)
-        return semaphore
+        if self._slots is None:
+            self._slots = async_slot_manager_for(self)
+        return AsyncSemaphore(self._slots, *key)
 
     # -- acquiring --------------------------------------------------------------------------
 

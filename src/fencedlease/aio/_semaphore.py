@@ -12,16 +12,15 @@ from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Literal, Protocol, TypeVar, cast
 
-from .._decisions import DEFAULT_CLOSE_TIMEOUT_MS, DEFAULT_RETRY_DELAY_MS, DEFAULT_TTL_MS
+from .._decisions import DEFAULT_RETRY_DELAY_MS, DEFAULT_TTL_MS
 from .._errors import LeaseNotAcquiredError, SemaphoreLeaseLostError
-from .._semaphore import SemaphoreFacts, not_acquired, slot_lost_error, slot_manager
-from .._validate import check_ms
+from .._semaphore import SemaphoreFacts, limit_of, not_acquired, slot_lost_error, slot_manager
 from ._lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
 from ._manager_base import _AsyncManagerBase
 from ._renewer import AsyncRenewer
 from ._semaphore_stores import AsyncSlotBackend, AsyncSlotStore, async_slot_store_for
 
-__all__ = ["AsyncSemaphore", "AsyncSemaphoreLease"]
+__all__ = ["AsyncSemaphore", "AsyncSemaphoreLease", "async_slot_manager_for"]
 
 T = TypeVar("T")
 
@@ -44,6 +43,9 @@ class _AsyncSlotManager(Protocol):
 
     _closed: bool
     _lease_class: type[AsyncLease]
+
+    @property
+    def backend(self) -> AsyncSlotBackend: ...
 
     @property
     def renewer(self) -> AsyncRenewer: ...
@@ -78,6 +80,17 @@ class _AsyncSlotManager(Protocol):
     async def close(self, timeout_ms: int = ...) -> None: ...
 
 
+def async_slot_manager_for(manager: _AsyncManagerBase) -> _AsyncSlotManager:
+    """The slot manager of ``manager``'s semaphores, as
+    `fencedlease._semaphore.slot_manager_for`; no I/O.
+
+    Raises:
+        ValidationError: ``manager``'s backend has no semaphore store.
+    """
+    backend = AsyncSlotBackend(async_slot_store_for(manager._backend))
+    return cast(_AsyncSlotManager, slot_manager(manager, backend, AsyncSemaphoreLease))
+
+
 class _SlotHold(AbstractAsyncContextManager[AsyncSemaphoreLease]):
     """The manager's hold on a slot, with the semaphore's not-acquired message."""
 
@@ -88,7 +101,8 @@ class _SlotHold(AbstractAsyncContextManager[AsyncSemaphoreLease]):
 
     async def __aenter__(self) -> AsyncSemaphoreLease:
         try:
-            lease = await self._hold.__aenter__()
+            with limit_of(self._limit):
+                lease = await self._hold.__aenter__()
         except LeaseNotAcquiredError:
             raise not_acquired(self._name, self._limit) from None
         return cast(AsyncSemaphoreLease, lease)
@@ -114,10 +128,9 @@ class AsyncSemaphore(SemaphoreFacts[AsyncSlotStore]):
         ValidationError: as [`Semaphore`][fencedlease.Semaphore].
     """
 
-    def __init__(self, manager: _AsyncManagerBase, name: str, limit: int) -> None:
-        super().__init__(name, limit, async_slot_store_for(manager._backend))
-        backend = AsyncSlotBackend(self._store, self._limit)
-        self._slots = cast(_AsyncSlotManager, slot_manager(manager, backend, AsyncSemaphoreLease))
+    def __init__(self, slots: _AsyncSlotManager, name: str, limit: int) -> None:
+        super().__init__(name, limit, slots.backend.store)
+        self._slots = slots
 
     async def acquire(
         self,
@@ -128,9 +141,10 @@ class AsyncSemaphore(SemaphoreFacts[AsyncSlotStore]):
     ) -> AsyncAcquireResult:
         """As [`Semaphore.acquire`][fencedlease.Semaphore.acquire], awaited; ``lease`` is an
         [`AsyncSemaphoreLease`][fencedlease.aio.AsyncSemaphoreLease]."""
-        return await self._slots.acquire(
-            self._name, ttl_ms=ttl_ms, wait_ms=wait_ms, retry_delay_ms=retry_delay_ms
-        )
+        with limit_of(self._limit):
+            return await self._slots.acquire(
+                self._name, ttl_ms=ttl_ms, wait_ms=wait_ms, retry_delay_ms=retry_delay_ms
+            )
 
     def hold(
         self,
@@ -175,19 +189,20 @@ class AsyncSemaphore(SemaphoreFacts[AsyncSlotStore]):
             SemaphoreLeaseLostError: the slot was lost while ``fn`` ran.
             ValidationError, BackendError, ManagerClosedError: as the manager's ``with_lease``.
         """
-        return await self._slots.with_lease(
-            self._name,
-            cast(Callable[[AsyncLease], Awaitable[T]], fn),
-            ttl_ms=ttl_ms,
-            wait_ms=wait_ms,
-            retry_delay_ms=retry_delay_ms,
-            heartbeat_ms=heartbeat_ms,
-            on_renew_error=on_renew_error,
-        )
+        with limit_of(self._limit):  # fn runs inside: its own semaphores set their own
+            return await self._slots.with_lease(
+                self._name,
+                cast(Callable[[AsyncLease], Awaitable[T]], fn),
+                ttl_ms=ttl_ms,
+                wait_ms=wait_ms,
+                retry_delay_ms=retry_delay_ms,
+                heartbeat_ms=heartbeat_ms,
+                on_renew_error=on_renew_error,
+            )
 
     @property
     def closed(self) -> bool:
-        """Whether the handle is closed (by its ``close()`` or its manager's)."""
+        """Whether the handle is closed (its manager is)."""
         return self._slots._closed
 
     async def holders(self) -> int:
@@ -205,11 +220,3 @@ class AsyncSemaphore(SemaphoreFacts[AsyncSlotStore]):
             BackendError: the store failed.
         """
         return await self._store.clear(self._name)
-
-    async def close(self, timeout_ms: int = DEFAULT_CLOSE_TIMEOUT_MS) -> None:
-        """As [`Semaphore.close`][fencedlease.Semaphore.close], awaited.
-
-        Raises:
-            ValidationError: ``timeout_ms`` is not an int in 0..2,147,483,647.
-        """
-        await self._slots.close(check_ms("timeout_ms", timeout_ms, 0))

@@ -22,6 +22,7 @@ from .._redis.scripts import (
     SEMAPHORE_RENEW_MANY,
 )
 from .._redis.semaphore import decode_count, renew_args
+from .._semaphore import _LIMIT
 from .._semaphore_stores import MemorySlots, SlotStore, SqliteSlots, scope_of
 from ..backends.memory import AsyncMemoryBackend
 from ..backends.sqlite_async import AsyncSqliteBackend
@@ -184,12 +185,16 @@ def async_slot_store_for(backend: object) -> AsyncSlotStore:
 
 
 class AsyncSlotBackend:
-    """`fencedlease._semaphore_stores.SlotBackend`, awaited: one semaphore's slots as an
-    [`AsyncLeaseBackend`][fencedlease.AsyncLeaseBackend] for the lease machinery."""
+    """`fencedlease._semaphore_stores.SlotBackend`, awaited: every semaphore's slots of a manager
+    as one [`AsyncLeaseBackend`][fencedlease.AsyncLeaseBackend] for the lease machinery."""
 
-    def __init__(self, store: AsyncSlotStore, limit: int) -> None:
+    def __init__(self, store: AsyncSlotStore) -> None:
         self.store = store
-        self.limit = limit
+
+    @property
+    def limit(self) -> int:
+        """The limit of the acquire under way (`fencedlease._semaphore_stores.limit_of`)."""
+        return _LIMIT.get()
 
     def fencing_scope(self, name: str) -> str:
         return self.store.fencing_scope(name)
