@@ -16,6 +16,7 @@ from ._errors import (
     LeaseLostError,
     LeaseNotAcquiredError,
     ManagerClosedError,
+    SemaphoreLeaseLostError,
     StaleTokenError,
     ValidationError,
 )
@@ -28,6 +29,7 @@ from ._manager import LeaseManager
 from ._redact import redact_text, redact_url
 from ._redis.keys import RedisKeys, redis_keys
 from ._redis_backend import RedisBackend
+from ._semaphore import Semaphore, SemaphoreLease
 from ._shutdown import ShutdownReport
 from ._view import LeaseInfo
 from .backends import MemoryBackend, SqliteBackend
@@ -55,6 +57,9 @@ __all__ = [
     "RedisBackend",
     "RedisFencedResource",
     "RedisKeys",
+    "Semaphore",
+    "SemaphoreLease",
+    "SemaphoreLeaseLostError",
     "ShutdownReport",
     "SqliteBackend",
     "StaleTokenError",

@@ -60,6 +60,10 @@ SCRIPT_COMMANDS: Final[tuple[str, ...]] = (
     "ZSCORE",
     "ZCARD",
     "ZPOPMIN",
+    "ZRANGE",  # the semaphore's scripts: the earliest and latest slot deadlines
+    "ZRANGEBYSCORE",  # ... the expired slots, purged by
+    "ZREMRANGEBYSCORE",
+    "ZCOUNT",  # ... the live slots
     "HSET",
     "HGET",
     "HDEL",

@@ -4,6 +4,7 @@
 FencedLeaseError
 ├── LeaseNotAcquiredError   .key, .status_code = 409
 ├── LeaseLostError          .key
+│   └── SemaphoreLeaseLostError .key (the semaphore's name): a slot was lost
 ├── StaleTokenError         .resource, .token, .last_token
 │   └── LeaseKeyMismatchError   .lease_key, .presented_key (counters' scopes)
 ├── ValidationError         also a ValueError; says which argument and which bound
@@ -38,6 +39,7 @@ __all__ = [
     "LeaseNotAcquiredError",
     "ManagerClosedError",
     "RowNotFoundError",
+    "SemaphoreLeaseLostError",
     "Sent",
     "StaleTokenError",
     "ValidationError",
@@ -85,6 +87,14 @@ class LeaseLostError(FencedLeaseError):
 
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (self.key, str(self)))
+
+
+class SemaphoreLeaseLostError(LeaseLostError):
+    """A slot of the semaphore ``key`` is gone: its deadline passed with no confirmed renewal, or a
+    renewal or the release found it gone (another caller may have taken it). A
+    [`LeaseLostError`][fencedlease.LeaseLostError], so code that handles lost leases handles lost
+    slots too.
+    """
 
 
 class StaleTokenError(FencedLeaseError):

@@ -32,6 +32,8 @@ from ._manager_base import _ManagerBase
 from ._operations import Operations
 from ._redis_backend import RedisBackend
 from ._renewer import BoundedCalls, Renewer
+from ._semaphore import Semaphore, _SlotManager, slot_manager_for
+from ._semaphore_stores import check_limit
 from ._shutdown import ShutdownReport, log_incomplete
 from ._state import release_bound_s, release_wait_more_s
 from ._urls import backend_from_url
@@ -42,6 +44,7 @@ from ._validate import (
     check_callback,
     check_clock,
     check_heartbeat_ms,
+    check_key,
     check_ms,
     check_prefix,
     check_sync_fn,
@@ -114,6 +117,7 @@ class LeaseManager(_ManagerBase, Operations):
         self._shutdown_timeout_ms = DEFAULT_CLOSE_TIMEOUT_MS  # close()'s default bound
         self._shutdown: ShutdownReport | None = None
         self._close_done = threading.Event()  # set once close() has its report
+        self._slots: _SlotManager | None = None  # its semaphores' slots (the first semaphore())
         _fork.register(self)
 
     @classmethod
@@ -201,6 +205,8 @@ class LeaseManager(_ManagerBase, Operations):
             return self._shutdown or ShutdownReport(unfinished=1, timeout_ms=bound_ms)
         start = time.monotonic()
         until = start + bound_ms / 1000
+        if self._slots is not None:
+            self._slots.close(round(max(0.0, until - time.monotonic()) * 1000))
         unfinished = self._renewer.close(until)
         pending = []
         for lease in holds:
@@ -235,6 +241,29 @@ class LeaseManager(_ManagerBase, Operations):
         self._renewer._after_fork_in_child()
         self._releases._after_fork_in_child()
         self._release_waiter._after_fork_in_child()
+
+    def semaphore(self, name: str, *, limit: int) -> Semaphore:
+        """A [`Semaphore`][fencedlease.Semaphore]: at most ``limit`` holders of ``name`` at once,
+        each slot a fenced lease under [`hold`][fencedlease.LeaseManager.hold]'s policy. The slots
+        of every semaphore of the manager share one renewer; closed with the manager.
+
+        Raises:
+            ValidationError: ``name`` not a non-empty str, ``limit`` not an int in 1..10,000, or
+                a backend with no semaphore store. BackendError: SQLite could not make its tables.
+            ManagerClosedError: the manager is closed.
+        """
+        self._check_open()
+        key = (check_key(name, "name"), check_limit(limit))
+        if self._slots is None:
+            made = slot_manager_for(self)  # outside the lock: SQLite makes its tables here
+            with self._lock:
+                if self._slots is None and not self._closed:
+                    self._slots = made
+            if self._slots is not made:
+                made.close()  # another thread's came first, or close() ran: it started nothing
+        if self._slots is None or self._closed:
+            raise ManagerClosedError()
+        return Semaphore(self._slots, *key)
 
     # -- acquiring --------------------------------------------------------------------------
 

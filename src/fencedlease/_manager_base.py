@@ -48,6 +48,8 @@ class _ManagerBase(ABC):
     _closed: bool
     _forked: bool
     _on_event: EventHook | None
+    # The handle a grant is given as (a semaphore's manager gives its slots their own).
+    _lease_class: type[Lease] = Lease
 
     @abstractmethod
     def _abandon(self, key: str, owner_token: str, exc: BaseException) -> None:
@@ -150,7 +152,7 @@ class _ManagerBase(ABC):
             self._release_later(key, owner_token)
         if end.state is None:
             return AcquireResult(key, None, end.holder_ttl_ms)
-        return AcquireResult(key, Lease(end.state, backend, clock))
+        return AcquireResult(key, self._lease_class(end.state, backend, clock))
 
     # -- the rest ------------------------------------------------------------------------------
 

@@ -31,6 +31,11 @@ __all__ = [
     "RENEW",
     "RENEW_MANY",
     "SCRIPT_REFUSAL",
+    "SEMAPHORE_ACQUIRE",
+    "SEMAPHORE_CLEAR",
+    "SEMAPHORE_COUNT",
+    "SEMAPHORE_RELEASE",
+    "SEMAPHORE_RENEW_MANY",
     "Script",
     "connected",
     "eval_reply",
@@ -69,6 +74,15 @@ RENEW_MANY: Final = Script.load("renew_many", "lease_common", "renew_many")
 RELEASE: Final = Script.load("release", "lease_common", "release")
 INSPECT: Final = Script.load("inspect")
 ENQUEUE: Final = Script.load("enqueue", "lease_common", "enqueue")
+# The semaphore's scripts (fencedlease._semaphore_stores): semaphore_common.lua after lease_common.
+_SEMAPHORE: Final = ("lease_common", "semaphore_common")
+SEMAPHORE_ACQUIRE: Final = Script.load("semaphore_acquire", *_SEMAPHORE, "semaphore_acquire")
+SEMAPHORE_RENEW_MANY: Final = Script.load(
+    "semaphore_renew_many", *_SEMAPHORE, "semaphore_renew_many"
+)
+SEMAPHORE_RELEASE: Final = Script.load("semaphore_release", *_SEMAPHORE, "semaphore_release")
+SEMAPHORE_COUNT: Final = Script.load("semaphore_count", *_SEMAPHORE, "semaphore_count")
+SEMAPHORE_CLEAR: Final = Script.load("semaphore_clear", *_SEMAPHORE, "semaphore_clear")
 
 
 def primers(

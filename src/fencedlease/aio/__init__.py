@@ -19,6 +19,7 @@ from .._errors import (
     LeaseLostError,
     LeaseNotAcquiredError,
     ManagerClosedError,
+    SemaphoreLeaseLostError,
     StaleTokenError,
     ValidationError,
 )
@@ -27,6 +28,7 @@ from ._lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
 from ._manager import AsyncLeaseManager
 from ._redis_backend import AsyncRedisBackend
 from ._renewer import AsyncRenewer
+from ._semaphore import AsyncSemaphore, AsyncSemaphoreLease
 from ._urls import async_backend_from_url
 
 __all__ = [
@@ -38,6 +40,8 @@ __all__ = [
     "AsyncLeaseOutcome",
     "AsyncRedisBackend",
     "AsyncRenewer",
+    "AsyncSemaphore",
+    "AsyncSemaphoreLease",
     "BackendError",
     "FencedLeaseError",
     "LeaseInfo",
@@ -45,6 +49,7 @@ __all__ = [
     "LeaseLostError",
     "LeaseNotAcquiredError",
     "ManagerClosedError",
+    "SemaphoreLeaseLostError",
     "StaleTokenError",
     "ValidationError",
     "async_backend_from_url",

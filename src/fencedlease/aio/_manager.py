@@ -53,6 +53,7 @@ from .._errors import BackendError, LeaseNotAcquiredError
 from .._events import EventHook, check_event_hook, with_logging
 from .._handoff import AsyncReleaseWaiter
 from .._redis_backend import RedisBackend
+from .._semaphore_stores import check_limit
 from .._shutdown import ShutdownReport, log_incomplete
 from .._validate import (
     ArgumentTypeError,
@@ -62,6 +63,7 @@ from .._validate import (
     check_callback,
     check_clock,
     check_heartbeat_ms,
+    check_key,
     check_ms,
     check_prefix,
 )
@@ -76,6 +78,7 @@ from ._primitives import retrieve
 from ._redis_backend import AsyncRedisBackend
 from ._releases import release_abandoned, release_within, report_unreleased
 from ._renewer import AsyncRenewer
+from ._semaphore import AsyncSemaphore, _AsyncSlotManager, async_slot_manager_for
 from ._urls import async_backend_from_url
 
 __all__ = ["AsyncLeaseManager"]
@@ -165,6 +168,7 @@ class AsyncLeaseManager(_AsyncManagerBase, Operations):
         self._close_caller: asyncio.Task[Any] | None = None  # the task that called close()
         self._shutdown_timeout_ms = DEFAULT_CLOSE_TIMEOUT_MS  # close()'s default bound
         self._shutdown: ShutdownReport | None = None
+        self._slots: _AsyncSlotManager | None = None  # its semaphores' slots
         _fork.register(self)
 
     @classmethod
@@ -267,6 +271,8 @@ class AsyncLeaseManager(_AsyncManagerBase, Operations):
         start = loop.time()
         until = start + bound_ms / 1000
         try:
+            if self._slots is not None:
+                await self._slots.close(round(max(0.0, until - loop.time()) * 1000))
             await self._renewer.close()
             releases: dict[asyncio.Task[Any], str] = {}
             for hold in list(self._holds):
@@ -319,6 +325,20 @@ class AsyncLeaseManager(_AsyncManagerBase, Operations):
         if not task.cancelled() and task.exception() is not None:
             # The caller that awaited it (if still there) got the error; this is for the rest.
             log.debug("%s failed: %r", task.get_name(), task.exception())
+
+    def semaphore(self, name: str, *, limit: int) -> AsyncSemaphore:
+        """An [`AsyncSemaphore`][fencedlease.aio.AsyncSemaphore], as
+        [`LeaseManager.semaphore`][fencedlease.LeaseManager.semaphore]; no I/O here.
+
+        Raises:
+            ValidationError: as [`LeaseManager.semaphore`][fencedlease.LeaseManager.semaphore].
+            ManagerClosedError: the manager is closed.
+        """
+        self._check_open()
+        key = (check_key(name, "name"), check_limit(limit))
+        if self._slots is None:
+            self._slots = async_slot_manager_for(self)
+        return AsyncSemaphore(self._slots, *key)
 
     # -- acquiring --------------------------------------------------------------------------
 

@@ -46,6 +46,8 @@ class _AsyncManagerBase(ABC):
     _closed: bool
     _forked: bool
     _on_event: EventHook | None
+    # The handle a grant is given as (a semaphore's manager gives its slots their own).
+    _lease_class: type[AsyncLease] = AsyncLease
 
     @abstractmethod
     async def _abandon(self, key: str, owner_token: str, exc: BaseException) -> None:
@@ -151,7 +153,7 @@ class _AsyncManagerBase(ABC):
             self._release_later(key, owner_token)
         if end.state is None:
             return AsyncAcquireResult(key, None, end.holder_ttl_ms)
-        return AsyncAcquireResult(key, AsyncLease(end.state, backend, clock))
+        return AsyncAcquireResult(key, self._lease_class(end.state, backend, clock))
 
     # -- the rest ------------------------------------------------------------------------------
 
