@@ -250,7 +250,7 @@ def test_the_quickstart_needs_no_server() -> None:
     (so their pages are not live tests), and nothing of them is left unrun."""
     for page in (ROOT / "README.md", ROOT / "docs" / "index.md"):
         found = blocks(page)
-        assert len(found) == 3
+        assert len(found) == 4  # quickstart, fencing, semaphore, restore
         assert _needs(page) == set()
         assert all(b.not_run is None and b.raises is None for b in found)
         assert "localhost:6379" not in "".join(b.source for b in found)
