@@ -16,6 +16,7 @@ from ._errors import (
     LeaseLostError,
     LeaseNotAcquiredError,
     ManagerClosedError,
+    ReplicationError,
     StaleTokenError,
     ValidationError,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "RedisBackend",
     "RedisFencedResource",
     "RedisKeys",
+    "ReplicationError",
     "SqliteBackend",
     "StaleTokenError",
     "SystemClock",

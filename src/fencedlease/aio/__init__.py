@@ -19,6 +19,7 @@ from .._errors import (
     LeaseLostError,
     LeaseNotAcquiredError,
     ManagerClosedError,
+    ReplicationError,
     StaleTokenError,
     ValidationError,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "LeaseLostError",
     "LeaseNotAcquiredError",
     "ManagerClosedError",
+    "ReplicationError",
     "StaleTokenError",
     "ValidationError",
     "async_backend_from_url",
