@@ -116,6 +116,10 @@ class LeaseManager(_ManagerBase):
         )
         self._clock = clock
         self._renewer = Renewer(self._backend, clock, batch_size=batch)
+        if isinstance(
+            self._backend, RedisBackend
+        ):  # Sentinel: a new primary, every lease renewed there
+            self._backend.on_primary_switch = self._renewer.renew_now
         # Waiting acquirers are woken by the release where the backend can (see _handoff);
         # other stores are polled on the manager's clock.
         self._release_waiter: ReleaseWaiter = release_waiter_for(self._backend, clock)

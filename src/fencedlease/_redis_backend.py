@@ -10,7 +10,7 @@ with the asyncio twin (`fencedlease.aio._redis_backend`), the hand-off and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import redis
 
@@ -38,6 +38,7 @@ from ._redis.scripts import (
     run_acked,
     run_script,
 )
+from ._redis.sentinel import SwitchWatcher
 from ._validate import check_prefix
 
 __all__ = ["RedisBackend"]
@@ -66,6 +67,11 @@ class RedisBackend:
     grant's after a failover rolled the counter back. ``primary``: the primary's replication id
     as the acquires saw it, and how many times it changed.
 
+    Sentinel: over a client of ``Sentinel.master_for`` (or a ``redis+sentinel://`` URL) the
+    backend subscribes to ``+switch-master`` on the sentinels from its first acquire or renewal;
+    on the event it drops the pool's connections and calls ``on_primary_switch()`` (the manager
+    renews every lease at once there). See `fencedlease._redis.sentinel`.
+
     Raises:
         ValidationError: ``prefix`` is not a non-empty str, or holds ``{`` or ``}``;
             ``replica_acks`` not an int in 0..2,147,483,647, ``replica_ack_timeout_ms`` not an
@@ -86,8 +92,15 @@ class RedisBackend:
         self.prefix = check_prefix(prefix)
         self.grants = GrantOptions.checked(replica_acks, replica_ack_timeout_ms, fencing)
         self.primary = PrimaryWatch()
+        self.on_primary_switch: Callable[[], object] | None = None
+        self._switches = SwitchWatcher(client, self._primary_switched)
         self._owns_client = owns_client
         self._renewal_client: redis.Redis | None = None
+
+    def _primary_switched(self) -> None:
+        hook = self.on_primary_switch
+        if hook is not None:
+            hook()
 
     def _run(
         self,
@@ -97,6 +110,7 @@ class RedisBackend:
         args: Sequence[object],
     ) -> tuple[object, int | None]:
         """The script's reply, and the replicas' acks when ``replica_acks`` asks for them."""
+        self._switches.start()  # Sentinel only: from the first command, in the caller's loop
         grants = self.grants
         if not grants.replica_acks:
             return run_script(client, script, keys, args), None
@@ -183,6 +197,7 @@ class RedisBackend:
             return bool(self.client.delete(lease_key(self.prefix, key)))
 
     def close(self) -> None:
+        self._switches.close(sentinels=self._owns_client)
         renewals, self._renewal_client = self._renewal_client, None
         if renewals is not None and renewals is not self.client:
             with backend_errors("close"):

@@ -167,6 +167,10 @@ class AsyncLeaseManager(_AsyncManagerBase):
         )
         self._clock = clock
         self._renewer = AsyncRenewer(self._backend, clock, batch_size=batch)
+        if isinstance(
+            self._backend, AsyncRedisBackend
+        ):  # Sentinel: a new primary, every lease renewed there
+            self._backend.on_primary_switch = self._renewer.renew_now
         # Waiting acquirers are woken by the release where the backend can (see _handoff);
         # other stores are polled on the manager's clock.
         self._release_waiter: AsyncReleaseWaiter = async_release_waiter_for(self._backend, clock)

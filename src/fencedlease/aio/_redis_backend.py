@@ -11,7 +11,7 @@ class does not pretend otherwise.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import redis.asyncio
 
@@ -29,6 +29,7 @@ from .._redis.replies import (
     decode_renew_many,
 )
 from .._redis.scripts import ACQUIRE, INSPECT, RELEASE, RENEW, RENEW_MANY, Script
+from .._redis.sentinel_aio import AsyncSwitchWatcher
 from .._validate import check_prefix
 from ._handoff import AsyncHandoff
 
@@ -56,6 +57,11 @@ class AsyncRedisBackend:
     grant's after a failover rolled the counter back. ``primary``: the primary's replication id
     as the acquires saw it, and how many times it changed.
 
+    Sentinel: over a client of ``Sentinel.master_for`` (or a ``redis+sentinel://`` URL) the
+    backend subscribes to ``+switch-master`` on the sentinels from its first acquire or renewal;
+    on the event it drops the pool's connections and calls ``on_primary_switch()`` (the manager
+    renews every lease at once there). See `fencedlease._redis.sentinel`.
+
     Raises:
         ValidationError: ``prefix`` is not a non-empty str, or holds ``{`` or ``}``;
             ``replica_acks`` not an int in 0..2,147,483,647, ``replica_ack_timeout_ms`` not an
@@ -76,8 +82,15 @@ class AsyncRedisBackend:
         self.prefix = check_prefix(prefix)
         self.grants = GrantOptions.checked(replica_acks, replica_ack_timeout_ms, fencing)
         self.primary = PrimaryWatch()
+        self.on_primary_switch: Callable[[], object] | None = None
+        self._switches = AsyncSwitchWatcher(client, self._primary_switched)
         self._owns_client = owns_client
         self._renewal_client: redis.asyncio.Redis | None = None
+
+    def _primary_switched(self) -> None:
+        hook = self.on_primary_switch
+        if hook is not None:
+            hook()
 
     async def _run(
         self,
@@ -87,6 +100,7 @@ class AsyncRedisBackend:
         args: Sequence[object],
     ) -> tuple[object, int | None]:
         """The script's reply, and the replicas' acks when ``replica_acks`` asks for them."""
+        self._switches.start()  # Sentinel only: from the first command, in the caller's loop
         grants = self.grants
         if not grants.replica_acks:
             return await run_script(client, script, keys, args), None
@@ -173,6 +187,7 @@ class AsyncRedisBackend:
             return bool(await self.client.delete(lease_key(self.prefix, key)))
 
     async def close(self) -> None:
+        await self._switches.close(sentinels=self._owns_client)
         renewals, self._renewal_client = self._renewal_client, None
         if renewals is not None and renewals is not self.client:
             with backend_errors("close"):
