@@ -12,7 +12,14 @@ import redis
 import redis.asyncio.sentinel
 import redis.sentinel
 
-from fencedlease import LeaseEvent, LeaseManager, ReplicationError, ValidationError
+from fencedlease import (
+    LeaseEvent,
+    LeaseLostError,
+    LeaseManager,
+    ReplicationError,
+    ValidationError,
+)
+from fencedlease._state import LossReason
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.lab.servers.sentinel import SentinelDeployment
 
@@ -166,3 +173,23 @@ def test_bad_replication_options_are_refused_before_any_io(
     with pytest.raises(ValidationError) as caught:
         AsyncLeaseManager(redis.asyncio.Redis(port=1), **options)  # type: ignore[arg-type]
     assert caught.value.argument == argument
+
+
+def test_a_holder_no_replica_acknowledges_is_lost_within_its_ttl(
+    sentinel_deployment: SentinelDeployment,
+) -> None:
+    """What a holder left with a deposed primary sees: its renewals are answered, but no replica
+    acknowledges them, so none moves the deadline and the lease is lost at ttl_ms."""
+    deployment = sentinel_deployment
+    errors: list[LeaseEvent] = []
+    with LeaseManager.from_url(deployment.url, replica_acks=1, on_event=errors.append) as manager:
+        with pytest.raises(LeaseLostError), manager.hold("k", ttl_ms=2_000) as lease:
+            with deployment.replicas[0].client() as replica:
+                replica.execute_command("CLIENT", "PAUSE", 60_000, "WRITE")
+            assert lease.wait_lost(60_000)
+            assert lease.lost_reason == LossReason.DEADLINE
+        with deployment.replicas[0].client() as replica:
+            replica.execute_command("CLIENT", "UNPAUSE")
+    renewals = [e for e in errors if e.kind == "renew"]
+    assert renewals and {e.status for e in renewals} <= {"error", "confirmed"}
+    assert any(e.status == "error" and "ReplicationError" in (e.reason or "") for e in renewals)

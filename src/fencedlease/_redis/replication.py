@@ -42,6 +42,7 @@ log = logging.getLogger("fencedlease")
 
 Fencing = Literal["counter", "clock"]
 FENCING_MODES: Final = ("counter", "clock")
+MAX_REPLICA_ACKS: Final = 2_147_483_647
 
 
 @attrs.frozen
@@ -63,7 +64,17 @@ class GrantOptions:
                 ``replica_ack_timeout_ms`` not an int in 1..2,147,483,647 (``WAIT`` with 0 would
                 block for ever), ``fencing`` neither ``"counter"`` nor ``"clock"``.
         """
-        acks = check_ms("replica_acks", replica_acks, 0)
+        if (
+            not isinstance(replica_acks, int)
+            or isinstance(replica_acks, bool)
+            or not 0 <= replica_acks <= MAX_REPLICA_ACKS
+        ):
+            raise ValidationError(
+                "replica_acks",
+                f"replica_acks must be an int (a number of replicas),"
+                f" 0 <= replica_acks <= {MAX_REPLICA_ACKS}; got {replica_acks!r}",
+            )
+        acks = replica_acks
         timeout = check_ms("replica_ack_timeout_ms", replica_ack_timeout_ms, 1)
         if fencing not in FENCING_MODES or not isinstance(fencing, str):
             raise ValidationError(
