@@ -66,7 +66,7 @@ def test_a_hand_off_grant_takes_a_clock_token(redis_client: redis.Redis) -> None
     before = _server_us(redis_client)
     assert backend.release("h", holder)
     value = redis_client.get("fencedlease:{h}")
-    assert value is not None
+    assert isinstance(value, bytes)
     token, _, owner = value.decode().partition(":")
     assert owner == waiter
     assert int(token) >= before and int(token) > granted.fencing_token
