@@ -23,7 +23,11 @@ from fencedlease._state import LossReason
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.lab.servers.sentinel import SentinelDeployment
 
-pytestmark = [pytest.mark.live, pytest.mark.sentinel]
+pytestmark = [
+    pytest.mark.live,
+    pytest.mark.sentinel,
+    pytest.mark.timeout(300),  # a failover takes seconds; more with both cores busy
+]
 
 
 def _replid(deployment: SentinelDeployment, port: int) -> str:
@@ -116,6 +120,7 @@ def test_too_few_acks_take_the_grant_back_on_both_faces(
         replica.execute_command("CLIENT", "UNPAUSE")
 
 
+@pytest.mark.failover
 def test_a_lease_keeps_its_token_across_sentinel_failover(
     sentinel_deployment: SentinelDeployment,
 ) -> None:
@@ -193,3 +198,48 @@ def test_a_holder_no_replica_acknowledges_is_lost_within_its_ttl(
     renewals = [e for e in errors if e.kind == "renew"]
     assert renewals and {e.status for e in renewals} <= {"error", "confirmed"}
     assert any(e.status == "error" and "ReplicationError" in (e.reason or "") for e in renewals)
+
+
+@pytest.mark.failover
+def test_an_asyncio_lease_keeps_its_token_across_sentinel_failover(
+    sentinel_deployment: SentinelDeployment,
+) -> None:
+    deployment = sentinel_deployment
+    old_port = deployment.primary.port
+
+    async def main() -> tuple[int | None, int, int | None, bool, int | None]:
+        loop = asyncio.get_running_loop()
+        switched = asyncio.Event()
+        confirmed = asyncio.Event()
+        tokens: list[int | None] = []
+
+        def on_event(event: LeaseEvent) -> None:
+            if switched.is_set() and event.kind == "renew" and event.status == "confirmed":
+                tokens.append(event.fencing_token)
+                confirmed.set()
+
+        async with (
+            AsyncLeaseManager.from_url(
+                deployment.url, replica_acks=1, on_event=on_event
+            ) as manager,
+            manager.hold("k", ttl_ms=300_000, heartbeat_ms=150_000) as lease,
+        ):
+            with deployment.watch_switch() as watch:
+                await loop.run_in_executor(None, deployment.failover)
+                new_port = await loop.run_in_executor(None, watch.wait)
+            switched.set()
+            await asyncio.wait_for(confirmed.wait(), 60)
+            info = await manager.inspect("k")
+            return (
+                lease.fencing_token,
+                new_port,
+                tokens[0],
+                lease.lost,
+                None if info is None else info.fencing_token,
+            )
+
+    token, new_port, renewed, lost, stored = asyncio.run(main())
+    assert new_port != old_port
+    assert token is not None and renewed == token and stored == token and not lost
+    with deployment.server_on(new_port).client() as new_primary:
+        assert new_primary.get("fencedlease:{k}") is None  # released on the new primary
