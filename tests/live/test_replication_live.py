@@ -142,3 +142,26 @@ def test_without_acknowledgements_a_renewal_confirms_nothing_on_both_faces(
             assert lease.fencing_token is None  # not learnt from an unacknowledged renewal
 
     asyncio.run(main())
+
+
+def test_wait_follows_the_script_on_its_connection_in_one_round_trip(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    """WAIT counts the replicas holding the writes of the connection it runs on: it must go out on
+    the script's connection, right behind it (MONITOR shows each command's client address)."""
+    with (
+        redis_client.monitor() as monitor,
+        LeaseManager.from_url(redis_url, replica_acks=1, replica_ack_timeout_ms=10) as manager,
+    ):
+        with pytest.raises(ReplicationError):
+            manager.acquire("k", ttl_ms=10_000)
+        seen: list[tuple[str, str]] = []
+        while not any(command.startswith("WAIT") for _, command in seen):
+            entry = monitor.next_command()
+            if entry["client_type"] != "lua":
+                seen.append((f"{entry['client_address']}:{entry['client_port']}", entry["command"]))
+    scripts = [i for i, (_, command) in enumerate(seen) if command.startswith("EVAL")]
+    wait = len(seen) - 1
+    assert seen[wait][1] == "WAIT 1 10"
+    assert scripts and scripts[-1] == wait - 1  # right behind the acquire script
+    assert seen[scripts[-1]][0] == seen[wait][0]  # on the same connection
