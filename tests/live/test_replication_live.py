@@ -150,7 +150,7 @@ def test_wait_follows_the_script_on_its_connection_in_one_round_trip(
     """WAIT counts the replicas holding the writes of the connection it runs on: it must go out on
     the script's connection, right behind it (MONITOR shows each command's client address)."""
     with (
-        redis_client.monitor() as monitor,
+        redis_client.monitor() as monitor,  # type: ignore[no-untyped-call]
         LeaseManager.from_url(redis_url, replica_acks=1, replica_ack_timeout_ms=10) as manager,
     ):
         with pytest.raises(ReplicationError):
