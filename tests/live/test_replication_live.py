@@ -165,3 +165,28 @@ def test_wait_follows_the_script_on_its_connection_in_one_round_trip(
     assert seen[wait][1] == "WAIT 1 10"
     assert scripts and scripts[-1] == wait - 1  # right behind the acquire script
     assert seen[scripts[-1]][0] == seen[wait][0]  # on the same connection
+
+
+def test_a_hand_off_grant_no_replica_acknowledges_is_not_handed_to_its_waiter(
+    redis_client: redis.Redis,
+) -> None:
+    """The waiter's claim writes the handed key, so its WAIT covers the hand-off grant: without
+    acknowledgements the claim is refused and the key given up, not handed out."""
+    plain = RedisBackend(redis_client)
+    acked = RedisBackend(redis_client, replica_acks=1, replica_ack_timeout_ms=10)
+    holder, waiter = new_owner_token(), new_owner_token()
+    assert plain.acquire("h", holder, 10_000).acquired
+    keys = lease_keys("fencedlease", "h")
+    assert (
+        run_script(redis_client, ENQUEUE, keys[::2] + keys[3:], (waiter, 10_000, 10_000, 1_000))
+        == 1
+    )
+    assert acked.release("h", holder)  # handed to the waiter: token 2
+    assert redis_client.get("fencedlease:{h}:fence") == b"2"
+    claim = acked.acquire("h", waiter, 10_000)
+    assert (claim.acquired, claim.fencing_token, type(claim.refused)) == (
+        False,
+        0,
+        ReplicationError,
+    )
+    assert redis_client.get("fencedlease:{h}") is None  # given up, not left to the waiter
