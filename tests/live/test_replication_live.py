@@ -190,3 +190,25 @@ def test_a_hand_off_grant_no_replica_acknowledges_is_not_handed_to_its_waiter(
         ReplicationError,
     )
     assert redis_client.get("fencedlease:{h}") is None  # given up, not left to the waiter
+
+
+def test_after_script_flush_the_eval_fallback_is_waited_for_too(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    redis_client.script_flush()
+    manager = LeaseManager.from_url(redis_url, replica_acks=1, replica_ack_timeout_ms=10)
+    with manager, pytest.raises(ReplicationError):
+        manager.acquire("k", ttl_ms=10_000)
+    assert redis_client.get("fencedlease:{k}:fence") == b"1"  # the EVAL ran once, then WAIT
+    assert redis_client.get("fencedlease:{k}") is None
+    redis_client.script_flush()
+
+    async def main() -> None:
+        async with AsyncLeaseManager.from_url(
+            redis_url, replica_acks=1, replica_ack_timeout_ms=10
+        ) as manager:
+            with pytest.raises(ReplicationError):
+                await manager.acquire("k", ttl_ms=10_000)
+
+    asyncio.run(main())
+    assert redis_client.get("fencedlease:{k}:fence") == b"2"

@@ -11,7 +11,7 @@ import redis.asyncio
 from redis.exceptions import NoScriptError
 
 from .._clock import mark_send, send_mark
-from .scripts import Script, acked_replies, eval_reply, primers
+from .scripts import Script, acked_replies, eval_reply, primers, waited
 
 __all__ = ["connected", "dedicated_client", "run_acked", "run_script", "waits_for_connection"]
 
@@ -51,27 +51,14 @@ async def run_acked(
     if send_mark() is not None:
         await connected(client)
         mark_send()
-    replies = await _with_wait(client, "evalsha", script.sha, keys, args, replicas, timeout_ms)
+    replies: list[Any] = await waited(
+        client, False, script, keys, args, replicas, timeout_ms
+    ).execute(raise_on_error=False)
     if isinstance(replies[0], NoScriptError):
         mark_send()
-        replies = await _with_wait(client, "eval", script.source, keys, args, replicas, timeout_ms)
+        pipe = waited(client, True, script, keys, args, replicas, timeout_ms)
+        replies = await pipe.execute(raise_on_error=False)
     return acked_replies(replies)
-
-
-async def _with_wait(
-    client: redis.asyncio.Redis,
-    command: str,
-    script: str,
-    keys: Sequence[str],
-    args: Sequence[Any],
-    replicas: int,
-    timeout_ms: int,
-) -> list[Any]:
-    pipe = client.pipeline(transaction=False)
-    getattr(pipe, command)(script, len(keys), *keys, *args)
-    pipe.wait(replicas, timeout_ms)
-    replies: list[Any] = await pipe.execute(raise_on_error=False)
-    return replies
 
 
 async def connected(client: redis.asyncio.Redis) -> None:

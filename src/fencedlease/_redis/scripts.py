@@ -38,6 +38,7 @@ __all__ = [
     "primers",
     "run_acked",
     "run_script",
+    "waited",
 ]
 
 
@@ -150,26 +151,34 @@ def run_acked(
     if send_mark() is not None:
         connected(client)
         mark_send()
-    replies = _with_wait(client, "evalsha", script.sha, keys, args, replicas, timeout_ms)
+    replies = waited(client, False, script, keys, args, replicas, timeout_ms).execute(
+        raise_on_error=False
+    )
     if isinstance(replies[0], NoScriptError):
         mark_send()
-        replies = _with_wait(client, "eval", script.source, keys, args, replicas, timeout_ms)
+        pipe = waited(client, True, script, keys, args, replicas, timeout_ms)
+        replies = pipe.execute(raise_on_error=False)
     return acked_replies(replies)
 
 
-def _with_wait(
-    client: redis.Redis,
-    command: str,
-    script: str,
+def waited(
+    client: Any,
+    source: bool,
+    script: Script,
     keys: Sequence[str],
     args: Sequence[Any],
     replicas: int,
     timeout_ms: int,
-) -> list[Any]:
+) -> Any:
+    """A pipeline of either face (not run yet: queueing is no I/O) of ``script`` (EVALSHA, or
+    EVAL of its source when ``source``) and ``WAIT replicas timeout_ms``."""
     pipe = client.pipeline(transaction=False)
-    getattr(pipe, command)(script, len(keys), *keys, *args)
+    if source:
+        pipe.eval(script.source, len(keys), *keys, *args)
+    else:
+        pipe.evalsha(script.sha, len(keys), *keys, *args)
     pipe.wait(replicas, timeout_ms)
-    return pipe.execute(raise_on_error=False)
+    return pipe
 
 
 def acked_replies(replies: list[Any]) -> tuple[Any, int]:

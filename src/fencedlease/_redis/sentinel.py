@@ -188,8 +188,8 @@ class SwitchWatcher:
         return bool(self._sentinels)
 
     def start(self) -> None:
-        if not self._sentinels or self._thread is not None:
-            return
+        if not self._sentinels or (self._thread is not None and self._thread.is_alive()):
+            return  # (a thread made before os.fork is not alive in the child: a new one starts)
         self._thread = threading.Thread(target=self._run, name="fencedlease-sentinel", daemon=True)
         self._thread.start()
 
