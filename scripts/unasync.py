@@ -47,6 +47,7 @@ NAMES: dict[str, str] = {
     "AsyncRedisBackend": "RedisBackend",
     "AsyncReleaseWaiter": "ReleaseWaiter",
     "AsyncRenewer": "Renewer",
+    "AsyncSwitchWatcher": "SwitchWatcher",
     "_AsyncManagerBase": "_ManagerBase",
     "aclose": "close",
 }
@@ -56,9 +57,10 @@ SUBS: list[tuple[str, str]] = [
     # Modules of fencedlease.aio whose sync twin has another name (before the general rule).
     (r"^from \._handoff import", "from ._handoff_sync import"),
     (
-        r"^from \.\._redis\.aio import (.*)\brun_script, ",
-        r"from ._redis.scripts import run_script\nfrom ._redis.clients import \1",
+        r"^from \.\._redis\.aio import (.*)\brun_acked, run_script, ",
+        r"from ._redis.scripts import run_acked, run_script\nfrom ._redis.clients import \1",
     ),
+    (r"^from \.\._redis\.sentinel_aio import", "from .._redis.sentinel import"),
     # One package up: fencedlease.aio.X -> fencedlease.X.
     (r"^(\s*)from \.\.(\w)", r"\1from .\2"),
     (r"\bredis\.asyncio\.", "redis."),
@@ -121,14 +123,6 @@ with the asyncio twin (`fencedlease.aio._redis_backend`), the hand-off and
         (
             '        """The manager\'s release waiter: the hand-off queue and its listener task\n',
             '        """The manager\'s release waiter: the hand-off queue and its listener\n',
-        ),
-        (
-            """            reply = run_script(
-                self.client, RELEASE, lease_keys(self.prefix, key), (owner_token,)
-            )
-""",
-            """            reply = run_script(self.client, RELEASE, lease_keys(self.prefix, key), (owner_token,))
-""",
         ),
     ],
     "_lease.py": [

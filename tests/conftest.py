@@ -18,6 +18,7 @@ from fencedlease.lab.servers.redis import (
     RedisUnavailable,
     redis_endpoint,
 )
+from fencedlease.lab.servers.sentinel import SentinelDeployment
 
 unavailable = skip_unavailable  # skip, or fail when CI requires every server
 
@@ -59,3 +60,20 @@ def own_redis() -> Iterator[RedisServer]:
         unavailable(str(exc))
     with server:
         yield server
+
+
+@pytest.fixture
+def sentinel_deployment(request: pytest.FixtureRequest) -> Iterator[SentinelDeployment]:
+    """A primary, replicas and three sentinels of this test's own (``@pytest.mark.replicas(n)``:
+    n replicas, default 1); its failovers are the test's."""
+    marker = request.node.get_closest_marker("replicas")
+    replicas = int(marker.args[0]) if marker is not None else 1
+    try:
+        deployment = SentinelDeployment(replicas=replicas)
+        deployment.start()
+    except RedisUnavailable as exc:
+        unavailable(str(exc))
+    try:
+        yield deployment
+    finally:
+        deployment.close()

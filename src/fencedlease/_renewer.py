@@ -178,6 +178,12 @@ class Renewer:
             self._schedule.deadline_moved(entry)
             self._cond.notify()
 
+    def renew_now(self) -> None:
+        """Renew every lease not in flight now (a new Redis primary); thread-safe."""
+        with self._cond:
+            self._schedule.all_due(self._clock.monotonic())
+            self._cond.notify()
+
     def remove(self, entry: RenewalEntry) -> None:
         """Stop renewing ``entry``; a batch already in flight for it is ignored when it lands."""
         with self._cond:

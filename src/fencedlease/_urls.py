@@ -7,6 +7,8 @@ Accepted URLs:
 redis://[[user]:password@]host[:port][/db]     a Redis over TCP (redis-py's own URL syntax)
 rediss://...                                   the same over TLS
 unix://[[user]:password@]/path/to/socket[?db=n] a Redis on a Unix socket
+redis+sentinel://[[user]:password@]host:port[,host:port...]/service[/db]
+                                               the primary of a Sentinel service
 memory://                                      a new in-process MemoryBackend
 sqlite:///relative/path.db                     a SQLite file, relative to the working directory
 sqlite:////absolute/path.db                    a SQLite file, absolute path (four slashes)
@@ -46,6 +48,7 @@ from ._clock import Clock
 from ._errors import ValidationError
 from ._redact import redact_url
 from ._redis.clients import redis_client
+from ._redis.sentinel import SENTINEL_SCHEME, sentinel_client
 from ._redis_backend import RedisBackend
 from ._validate import check_clock, check_key, check_prefix
 from .backends.memory import MemoryBackend
@@ -59,7 +62,7 @@ __all__ = [
 ]
 
 REDIS_SCHEMES = frozenset({"redis", "rediss", "unix"})
-_SCHEMES = "redis://, rediss://, unix://, memory:// or sqlite:///<path>"
+_SCHEMES = "redis://, rediss://, unix://, redis+sentinel://, memory:// or sqlite:///<path>"
 
 
 def _bad_url(url: str, message: str, argument: str = "url") -> ValidationError:
@@ -146,6 +149,8 @@ def backend_from_url(url: str, *, prefix: str, clock: Clock, **kwargs: Any) -> L
         return RedisBackend(
             redis_client(redis.Redis.from_url, url, options), prefix, owns_client=True
         )
+    if kind == "sentinel":
+        return RedisBackend(sentinel_client(url, options), prefix, owns_client=True)
     if kind == "memory":
         return MemoryBackend(clock=clock)
     return SqliteBackend(path, prefix=prefix, clock=clock, **options)
@@ -153,7 +158,7 @@ def backend_from_url(url: str, *, prefix: str, clock: Clock, **kwargs: Any) -> L
 
 def parse_backend_url(
     url: str, prefix: str, clock: Clock, kwargs: dict[str, Any]
-) -> tuple[Literal["redis", "memory", "sqlite"], str, dict[str, Any]]:
+) -> tuple[Literal["redis", "sentinel", "memory", "sqlite"], str, dict[str, Any]]:
     """What a URL names, for either face: ``(kind, path, options)``. ``path`` is the SQLite path
     (else the URL); ``options`` are the keyword arguments for the client or the backend. No I/O.
 
@@ -166,6 +171,8 @@ def parse_backend_url(
     check_clock(clock)
     if scheme in REDIS_SCHEMES:
         return "redis", url, kwargs
+    if scheme == SENTINEL_SCHEME:
+        return "sentinel", url, kwargs
     if scheme == "memory":
         _check_memory(url, kwargs)
         return "memory", url, {}

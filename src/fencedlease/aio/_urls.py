@@ -11,6 +11,7 @@ import redis.asyncio
 from .._backend import AsyncLeaseBackend
 from .._clock import Clock
 from .._redis.clients import redis_client
+from .._redis.sentinel_aio import async_sentinel_client
 from .._urls import parse_backend_url
 from ..backends.memory import AsyncMemoryBackend
 from ..backends.sqlite_async import AsyncSqliteBackend
@@ -40,6 +41,8 @@ def async_backend_from_url(
     if kind == "redis":
         client: redis.asyncio.Redis = redis_client(redis.asyncio.Redis.from_url, url, options)
         return AsyncRedisBackend(client, prefix, owns_client=True)
+    if kind == "sentinel":
+        return AsyncRedisBackend(async_sentinel_client(url, options), prefix, owns_client=True)
     if kind == "memory":
         return AsyncMemoryBackend(clock=clock)
     return AsyncSqliteBackend(path, prefix=prefix, clock=clock, **options)
