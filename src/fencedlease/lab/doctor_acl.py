@@ -33,10 +33,13 @@ def as_text(value: Any) -> str:
 ACL_PROBES: dict[str, tuple[str, ...]] = {
     "DEL": ("K",), "EVAL": ("return 0", "1", "K"), "EVALSHA": (_SHA, "1", "K"), "EXISTS": ("K",),
     "GET": ("K",), "HDEL": ("K", "f"), "HGET": ("K", "f"), "HGETALL": ("K",),
-    "HMGET": ("K", "f"), "HSET": ("K", "f", "1"), "INCR": ("K",), "PEXPIRE": ("K", "1"),
+    "HMGET": ("K", "f"), "HSET": ("K", "f", "1"), "INCR": ("K",), "INFO": ("replication",),
+    "PEXPIRE": ("K", "1"),
     "PING": (), "PTTL": ("K",), "PUBLISH": ("C", "1"), "SET": ("K", "1"), "SUBSCRIBE": ("C",),
-    "TIME": (), "TYPE": ("K",), "UNSUBSCRIBE": ("C",), "ZADD": ("K", "1", "m"),
-    "ZCARD": ("K",), "ZPOPMIN": ("K",), "ZREM": ("K", "m"), "ZSCORE": ("K", "m"),
+    "TIME": (), "TYPE": ("K",), "UNSUBSCRIBE": ("C",), "WAIT": ("0", "0"),
+    "ZADD": ("K", "1", "m"), "ZCARD": ("K",), "ZCOUNT": ("K", "0", "1"), "ZPOPMIN": ("K",),
+    "ZRANGE": ("K", "0", "1"), "ZRANGEBYSCORE": ("K", "0", "1"), "ZREM": ("K", "m"),
+    "ZREMRANGEBYSCORE": ("K", "0", "1"), "ZSCORE": ("K", "m"),
 }  # fmt: skip
 
 
