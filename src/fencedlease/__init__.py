@@ -26,6 +26,7 @@ from ._lease import AcquireResult, Lease, LeaseOutcome
 from ._manager import LeaseManager
 from ._redact import redact_text, redact_url
 from ._redis.keys import RedisKeys, redis_keys
+from ._cluster_backend import RedisClusterBackend
 from ._redis_backend import RedisBackend
 from ._view import LeaseInfo
 from .backends import MemoryBackend, SqliteBackend
@@ -50,6 +51,7 @@ __all__ = [
     "ManagerClosedError",
     "MemoryBackend",
     "RedisBackend",
+    "RedisClusterBackend",
     "RedisFencedResource",
     "RedisKeys",
     "SqliteBackend",

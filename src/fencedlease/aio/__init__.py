@@ -25,6 +25,7 @@ from .._errors import (
 from .._view import LeaseInfo
 from ._lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
 from ._manager import AsyncLeaseManager
+from ._cluster_backend import AsyncRedisClusterBackend
 from ._redis_backend import AsyncRedisBackend
 from ._renewer import AsyncRenewer
 from ._urls import async_backend_from_url
@@ -37,6 +38,7 @@ __all__ = [
     "AsyncLeaseManager",
     "AsyncLeaseOutcome",
     "AsyncRedisBackend",
+    "AsyncRedisClusterBackend",
     "AsyncRenewer",
     "BackendError",
     "FencedLeaseError",
