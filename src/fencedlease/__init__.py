@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ._backend import AsyncLeaseBackend, LeaseBackend
 from ._clock import Clock, SystemClock
+from ._cluster_backend import RedisClusterBackend
 from ._errors import (
     BackendError,
     FencedLeaseError,
@@ -26,7 +27,6 @@ from ._lease import AcquireResult, Lease, LeaseOutcome
 from ._manager import LeaseManager
 from ._redact import redact_text, redact_url
 from ._redis.keys import RedisKeys, redis_keys
-from ._cluster_backend import RedisClusterBackend
 from ._redis_backend import RedisBackend
 from ._view import LeaseInfo
 from .backends import MemoryBackend, SqliteBackend

@@ -23,9 +23,9 @@ from .._errors import (
     ValidationError,
 )
 from .._view import LeaseInfo
+from ._cluster_backend import AsyncRedisClusterBackend
 from ._lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
 from ._manager import AsyncLeaseManager
-from ._cluster_backend import AsyncRedisClusterBackend
 from ._redis_backend import AsyncRedisBackend
 from ._renewer import AsyncRenewer
 from ._urls import async_backend_from_url
