@@ -397,3 +397,23 @@ def test_async_a_slot_nobody_serves_is_a_backend_error_naming_no_secret(
     assert isinstance(error.__cause__, ClusterDownError)
     assert "owner-secret-token" not in str(error)
     assert (error.sent, error.wrote) == ("maybe", "maybe")
+
+
+@pytest.mark.parametrize("name", ["a}{b", "{x}", "%7B", "plain:name"])
+def test_names_with_braces_run_every_script_in_one_slot(
+    redis_cluster: RedisClusterServers, name: str
+) -> None:
+    client = _client(redis_cluster)
+    backend = RedisClusterBackend(client, "braces")
+    try:
+        grant = backend.acquire(name, "owner-b", 5000)
+        assert grant.fencing_token is not None and grant.fencing_token >= 1
+        assert backend.renew(name, "owner-b", 5000) == grant.fencing_token
+        assert backend.renew_many([(name, "owner-b", 5000)]) == [grant.fencing_token]
+        seen = backend.inspect(name)
+        assert seen is not None and seen.fencing_token == grant.fencing_token
+        assert backend.release(name, "owner-b") is True
+        assert backend.inspect(name) is None
+    finally:
+        backend.close()
+        client.close()
