@@ -17,7 +17,7 @@ from concurrent.futures import wait as wait_futures
 from redis.cluster import RedisCluster
 
 from ._errors import BackendError
-from ._handoff_sync import Handoff
+from ._handoff_cluster import ClusterHandoff
 from ._protocol import AcquireReply, InspectReply
 from ._redis.cluster import finish_batch, group_failed, shard_bound_s, slot_groups
 from ._redis.errors import backend_errors
@@ -53,8 +53,9 @@ class RedisClusterBackend:
     [`BackendError`][fencedlease.BackendError] in their places. ``owns_client``: close the client
     in [`close`][fencedlease.RedisClusterBackend.close]. Every redis-py error,
     ``RedisClusterException`` and MOVED/ASK redirections redis-py gave up on included, is raised
-    as a ``BackendError`` with the original in ``__cause__``. A waiter is woken by a release on
-    any node (the hand-off's ``PUBLISH`` reaches every node of a cluster).
+    as a ``BackendError`` with the original in ``__cause__``. A release wakes its waiter by
+    ``SPUBLISH`` on Redis 7+ (sharded pub/sub, heard on the slot's node), by ``PUBLISH`` on 6.2
+    (heard on every node).
 
     Raises:
         ValidationError: ``prefix`` is not a non-empty str, or holds ``{`` or ``}`` (a brace would
@@ -78,9 +79,10 @@ class RedisClusterBackend:
         self._lock = threading.Lock()
         self._workers: dict[str, DaemonThreadPool] = {}
 
-    def release_waiter(self) -> Handoff:
-        """The manager's release waiter: the hand-off queue and its listener thread."""
-        return Handoff(self.client, self.prefix)  # type: ignore[arg-type]
+    def release_waiter(self) -> ClusterHandoff:
+        """The manager's release waiter: the hand-off queue and its listener thread, on sharded
+        pub/sub where the cluster has it (`fencedlease._handoff_cluster`)."""
+        return ClusterHandoff(self.client, self.prefix)  # type: ignore[arg-type]
 
     def fencing_scope(self, key: str) -> str:
         """``<prefix>:{<escaped key>}:fence``, the name of ``key``'s fencing counter. No I/O."""
@@ -169,7 +171,9 @@ class RedisClusterBackend:
 
     def release(self, key: str, owner_token: str) -> bool:
         with backend_errors(f"release {key!r}"):
-            reply = run_script(self.client, RELEASE, lease_keys(self.prefix, key), (owner_token,))
+            reply = run_script(
+                self.client, RELEASE, lease_keys(self.prefix, key), (owner_token, "shard")
+            )
         return decode_release(reply, key)
 
     def inspect(self, key: str) -> InspectReply | None:

@@ -24,6 +24,7 @@ from fencedlease import (
     LeaseManager,
     RedisClusterBackend,
 )
+from fencedlease._handoff_cluster import sharded_pubsub
 from fencedlease._redis.keys import lease_key, lease_keys
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.lab.servers.cluster import RedisClusterServers
@@ -278,12 +279,15 @@ def test_sync_waiter_is_woken_by_a_release_on_another_node(
         thread.join(15)
         assert got == [2]
         assert handoff.notified == 1  # type: ignore[attr-defined]
+        # Redis 7: SSUBSCRIBE on the slot's node, woken by the release's SPUBLISH (a sharded
+        # listener hears no PUBLISH); 6.2: the plain listener, woken by PUBLISH.
+        assert handoff.sharded is sharded_pubsub(redis_cluster.version())  # type: ignore[attr-defined]
 
 
 def test_async_waiter_is_woken_by_a_release_on_another_node(
     redis_cluster: RedisClusterServers,
 ) -> None:
-    async def main() -> tuple[int | None, int]:
+    async def main() -> tuple[int | None, int, bool | None]:
         url = redis_cluster.url
         async with (
             AsyncLeaseManager.from_url(url, prefix="awake") as holder,
@@ -305,9 +309,10 @@ def test_async_waiter_is_woken_by_a_release_on_another_node(
             assert await lease.release()
             got = await asyncio.wait_for(task, 15)
             assert got.lease is not None
-            return got.lease.fencing_token, handoff.notified  # type: ignore[attr-defined]
+            sharded = handoff.sharded  # type: ignore[attr-defined]
+            return got.lease.fencing_token, handoff.notified, sharded  # type: ignore[attr-defined]
 
-    assert asyncio.run(main()) == (2, 1)
+    assert asyncio.run(main()) == (2, 1, sharded_pubsub(redis_cluster.version()))
 
 
 def _node_id(server: RedisServer) -> str:

@@ -5,6 +5,7 @@ would split them refused, renewals grouped by slot, cluster errors mapped, the
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 import pytest
@@ -22,6 +23,8 @@ from redis.exceptions import (
 )
 
 from fencedlease import BackendError, LeaseManager, RedisClusterBackend, ValidationError
+from fencedlease._handoff import Channels
+from fencedlease._handoff_cluster import sharded_pubsub
 from fencedlease._redis.cluster import (
     cluster_url_options,
     finish_batch,
@@ -189,3 +192,25 @@ def test_a_sync_cluster_manager_refuses_an_asyncio_cluster_client() -> None:
     with pytest.raises(ValidationError) as caught:
         LeaseManager(client)  # type: ignore[arg-type]
     assert caught.value.argument == "client"
+
+
+@pytest.mark.parametrize(
+    ("version", "sharded"),
+    [("7.0.15", True), (b"7.2.4", True), ("8.0.0", True), ("6.2.5", False), ("", False)],
+)
+def test_sharded_pubsub_from_redis_7(version: object, sharded: bool) -> None:
+    assert sharded_pubsub(version) is sharded
+
+
+def test_sharded_messages_wake_as_plain_ones() -> None:
+    channels = Channels(linger_s=5.0)
+    event = threading.Event()
+    assert channels.join("p:{k}:handoff", "waiter-a", event)
+    channels.plan(0.0)
+    confirm = {"type": "ssubscribe", "channel": b"p:{k}:handoff", "data": 1}
+    assert channels.on_message(confirm) == [event]
+    assert channels.confirmed == {"p:{k}:handoff"}
+    wake = {"type": "smessage", "channel": b"p:{k}:handoff", "data": b"waiter-a"}
+    assert channels.on_message(wake) == [event]
+    other = {"type": "smessage", "channel": b"p:{k}:handoff", "data": b"waiter-b"}
+    assert channels.on_message(other) == []

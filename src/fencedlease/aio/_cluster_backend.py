@@ -31,7 +31,7 @@ from .._redis.replies import (
 )
 from .._redis.scripts import ACQUIRE, INSPECT, RELEASE, RENEW, RENEW_MANY
 from .._validate import check_ms, check_prefix
-from ._handoff import AsyncHandoff
+from ._handoff_cluster import AsyncClusterHandoff
 
 __all__ = ["AsyncRedisClusterBackend"]
 
@@ -49,9 +49,9 @@ class AsyncRedisClusterBackend:
     renewals, with a [`BackendError`][fencedlease.BackendError] (``timed_out``). ``owns_client``:
     close the client in [`close`][fencedlease.aio.AsyncRedisClusterBackend.close]. Every redis-py
     error, ``RedisClusterException`` and MOVED/ASK redirections redis-py gave up on included, is
-    raised as a ``BackendError`` with the original in ``__cause__``. A waiter is woken by the
-    release on any node (`fencedlease.aio._handoff.AsyncHandoff`: ``PUBLISH`` reaches every node
-    of a cluster).
+    raised as a ``BackendError`` with the original in ``__cause__``. A release wakes its waiter by
+    ``SPUBLISH`` on Redis 7+ (sharded pub/sub, heard on the slot's node), by ``PUBLISH`` on 6.2
+    (heard on every node): `fencedlease.aio._handoff_cluster`.
 
     Raises:
         ValidationError: ``prefix`` is not a non-empty str, or holds ``{`` or ``}`` (a brace would
@@ -73,9 +73,10 @@ class AsyncRedisClusterBackend:
         )
         self._owns_client = owns_client
 
-    def release_waiter(self) -> AsyncHandoff:
-        """The manager's release waiter: the hand-off queue and its listener task."""
-        return AsyncHandoff(self.client, self.prefix)  # type: ignore[arg-type]
+    def release_waiter(self) -> AsyncClusterHandoff:
+        """The manager's release waiter: the hand-off queue and its listener task, on sharded
+        pub/sub where the cluster has it (`fencedlease.aio._handoff_cluster`)."""
+        return AsyncClusterHandoff(self.client, self.prefix)  # type: ignore[arg-type]
 
     def fencing_scope(self, key: str) -> str:
         """``<prefix>:{<escaped key>}:fence``, the name of ``key``'s fencing counter. No I/O."""
@@ -161,7 +162,7 @@ class AsyncRedisClusterBackend:
     async def release(self, key: str, owner_token: str) -> bool:
         with backend_errors(f"release {key!r}"):
             reply = await run_script(
-                self.client, RELEASE, lease_keys(self.prefix, key), (owner_token,)
+                self.client, RELEASE, lease_keys(self.prefix, key), (owner_token, "shard")
             )
         return decode_release(reply, key)
 
