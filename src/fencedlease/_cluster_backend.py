@@ -16,6 +16,7 @@ from concurrent.futures import wait as wait_futures
 
 from redis.cluster import RedisCluster
 
+from . import _fork
 from ._errors import BackendError
 from ._handoff_cluster import ClusterHandoff
 from ._protocol import AcquireReply, InspectReply
@@ -78,6 +79,13 @@ class RedisClusterBackend:
         self._owns_client = owns_client
         self._lock = threading.Lock()
         self._workers: dict[str, DaemonThreadPool] = {}
+        _fork.register(self)
+
+    def _after_fork_in_child(self) -> None:
+        """In a forked child (see `fencedlease._fork`): forget the parent's node workers (their
+        threads do not exist here); the next batch starts the child's own. No I/O."""
+        self._lock = threading.Lock()
+        self._workers = {}
 
     def release_waiter(self) -> ClusterHandoff:
         """The manager's release waiter: the hand-off queue and its listener thread, on sharded

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -419,6 +420,36 @@ def test_names_with_braces_run_every_script_in_one_slot(
         assert seen is not None and seen.fencing_token == grant.fencing_token
         assert backend.release(name, "owner-b") is True
         assert backend.inspect(name) is None
+    finally:
+        backend.close()
+        client.close()
+
+
+def test_a_forked_child_renews_through_node_workers_of_its_own(
+    redis_cluster: RedisClusterServers,
+) -> None:
+    client = _client(redis_cluster)
+    backend = RedisClusterBackend(client, "fork")
+    try:
+        items = [(k, f"owner-{k}", 5000) for k in KEYS[:20]]
+        for key, owner, ttl_ms in items:
+            backend.acquire(key, owner, ttl_ms)
+        assert backend.renew_many(items) == [1] * len(items)  # the parent's workers exist now
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report its renewals' replies, then leave at once
+            code = 0
+            try:
+                code = 0 if backend.renew_many(items) == [1] * len(items) else 3
+            except BaseException:
+                code = 4
+            os.write(write, bytes([code]))
+            os._exit(0)
+        os.close(write)
+        reply = os.read(read, 1)
+        os.close(read)
+        os.waitpid(pid, 0)
+        assert reply == bytes([0])
     finally:
         backend.close()
         client.close()
