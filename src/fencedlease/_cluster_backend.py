@@ -19,32 +19,26 @@ from redis.cluster import RedisCluster
 from . import _fork
 from ._errors import BackendError
 from ._handoff_cluster import ClusterHandoff
-from ._protocol import AcquireReply, InspectReply
-from ._redis.cluster import finish_batch, group_failed, shard_bound_s, slot_groups
+from ._redis.cluster import NodeReplies, by_node, merge_nodes, shard_bound_s
 from ._redis.errors import backend_errors
-from ._redis.keys import fence_key, lease_key, lease_keys, renew_many_args
-from ._redis.replies import (
-    decode_acquire,
-    decode_inspect,
-    decode_release,
-    decode_renew,
-    decode_renew_many,
-)
-from ._redis.scripts import ACQUIRE, INSPECT, RELEASE, RENEW, RENEW_MANY, run_script
+from ._redis.keys import lease_keys, renew_many_args
+from ._redis.replies import decode_release, decode_renew_many
+from ._redis.scripts import RELEASE, RENEW_MANY, run_script
+from ._redis_backend import RedisBackend
 from ._renewer import shutdown_pool
 from ._threads import DaemonThreadPool
-from ._validate import check_ms, check_prefix
+from ._validate import check_ms
 
 __all__ = ["RedisClusterBackend"]
 
 _Items = Sequence[tuple[str, str, int]]
-_NodeReplies = tuple[list[int | BaseException], list[BaseException]]
 
 
-class RedisClusterBackend:
+class RedisClusterBackend(RedisBackend):
     """Leases in a Redis Cluster under ``prefix``, over a ``redis.cluster.RedisCluster`` (the key
     layout of `fencedlease._redis.keys`: every key of a name in one hash slot); a
-    [`LeaseBackend`][fencedlease.LeaseBackend].
+    [`LeaseBackend`][fencedlease.LeaseBackend]. A [`RedisBackend`][fencedlease.RedisBackend] whose
+    batch renewal and hand-off know the cluster's shards.
 
     Each script runs on the primary of its name's slot; a renewal batch is split by slot, one
     ``renew_many.lua`` per slot, each node's slots in turn on a worker thread of that node's own
@@ -56,7 +50,7 @@ class RedisClusterBackend:
     ``RedisClusterException`` and MOVED/ASK redirections redis-py gave up on included, is raised
     as a ``BackendError`` with the original in ``__cause__``. A release wakes its waiter by
     ``SPUBLISH`` on Redis 7+ (sharded pub/sub, heard on the slot's node), by ``PUBLISH`` on 6.2
-    (heard on every node).
+    (heard on every node): `fencedlease._handoff_cluster`.
 
     Raises:
         ValidationError: ``prefix`` is not a non-empty str, or holds ``{`` or ``}`` (a brace would
@@ -71,12 +65,11 @@ class RedisClusterBackend:
         shard_timeout_ms: int | None = None,
         owns_client: bool = False,
     ) -> None:
-        self.client = client
-        self.prefix = check_prefix(prefix)
+        super().__init__(client, prefix, owns_client=owns_client)  # type: ignore[arg-type]
+        self.cluster = client
         self._bound_ms = (
             None if shard_timeout_ms is None else check_ms("shard_timeout_ms", shard_timeout_ms, 1)
         )
-        self._owns_client = owns_client
         self._lock = threading.Lock()
         self._workers: dict[str, DaemonThreadPool] = {}
         _fork.register(self)
@@ -90,25 +83,13 @@ class RedisClusterBackend:
     def release_waiter(self) -> ClusterHandoff:
         """The manager's release waiter: the hand-off queue and its listener thread, on sharded
         pub/sub where the cluster has it (`fencedlease._handoff_cluster`)."""
-        return ClusterHandoff(self.client, self.prefix)  # type: ignore[arg-type]
+        return ClusterHandoff(self.client, self.prefix)
 
-    def fencing_scope(self, key: str) -> str:
-        """``<prefix>:{<escaped key>}:fence``, the name of ``key``'s fencing counter. No I/O."""
-        return fence_key(self.prefix, key)
-
-    def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
-        with backend_errors(f"acquire {key!r}"):
-            reply = run_script(
-                self.client, ACQUIRE, lease_keys(self.prefix, key), (owner_token, ttl_ms)
-            )
-        return decode_acquire(reply, key)
-
-    def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
-        with backend_errors(f"renew {key!r}"):
-            reply = run_script(
-                self.client, RENEW, (lease_key(self.prefix, key),), (owner_token, ttl_ms)
-            )
-        return decode_renew(reply, key)
+    def release(self, key: str, owner_token: str) -> bool:
+        args = (owner_token, "shard")  # wake the waiter by SPUBLISH where the cluster has it
+        with backend_errors(f"release {key!r}"):
+            reply = run_script(self.cluster, RELEASE, lease_keys(self.prefix, key), args)
+        return decode_release(reply, key)
 
     def renew_many(self, items: _Items) -> list[int | BaseException]:
         """[`renew`][fencedlease.LeaseBackend.renew] for each item: one ``renew_many.lua`` per
@@ -121,33 +102,20 @@ class RedisClusterBackend:
         if not items:
             return []
         bound_s = shard_bound_s(items, self._bound_ms)
-        by_node: dict[str, list[list[int]]] = {}
-        for slot, indices in slot_groups(self.prefix, items):
-            by_node.setdefault(self._node_of(slot), []).append(indices)
-        futures: dict[str, Future[_NodeReplies]] = {
+        nodes = by_node(self.prefix, items, self._node_of)
+        futures: dict[str, Future[NodeReplies]] = {
             node: self._worker(node).submit(self._renew_node, items, groups)
-            for node, groups in by_node.items()
+            for node, groups in nodes.items()
         }
         done, _ = wait_futures(futures.values(), timeout=bound_s)
-        results: list[int | BaseException | None] = [None] * len(items)
-        failures: list[BaseException] = []
-        for node, future in futures.items():
-            indices = [i for group in by_node[node] for i in group]
-            if future in done:
-                values, failed = future.result()
-            else:
-                error = group_failed(len(indices), node, bound_s)
-                values, failed = [error] * len(indices), [error]
-            for index, value in zip(indices, values, strict=True):
-                results[index] = value
-            failures.extend(failed)
-        return finish_batch(results, failures)
+        replies = {node: f.result() if f in done else None for node, f in futures.items()}
+        return merge_nodes(len(items), nodes, replies, bound_s)
 
     def _node_of(self, slot: int) -> str:
         """The name of the node serving ``slot`` as the client knows it (``slot:<n>`` for a slot
         no node serves)."""
         try:
-            return str(self.client.nodes_manager.get_node_from_slot(slot).name)
+            return str(self.cluster.nodes_manager.get_node_from_slot(slot).name)
         except Exception:  # the slot is not covered: a group of its own
             return f"slot:{slot}"
 
@@ -159,9 +127,8 @@ class RedisClusterBackend:
                 self._workers[node] = pool
             return pool
 
-    def _renew_node(self, items: _Items, groups: list[list[int]]) -> _NodeReplies:
-        """The replies of one node's slots, in the order of ``groups``' indices, and the errors
-        of the slots whose call failed (each in its leases' places)."""
+    def _renew_node(self, items: _Items, groups: list[list[int]]) -> NodeReplies:
+        """One node's share: its slots' calls in turn (see `fencedlease._redis.cluster`)."""
         replies: list[int | BaseException] = []
         failed: list[BaseException] = []
         for indices in groups:
@@ -169,30 +136,13 @@ class RedisClusterBackend:
             keys, args = renew_many_args(self.prefix, batch)
             try:
                 with backend_errors(f"renew {len(batch)} leases"):
-                    reply = run_script(self.client, RENEW_MANY, keys, args)
+                    reply = run_script(self.cluster, RENEW_MANY, keys, args)
             except BackendError as exc:
                 replies.extend([exc] * len(batch))
                 failed.append(exc)
                 continue
             replies.extend(decode_renew_many(batch, reply))
         return replies, failed
-
-    def release(self, key: str, owner_token: str) -> bool:
-        with backend_errors(f"release {key!r}"):
-            reply = run_script(
-                self.client, RELEASE, lease_keys(self.prefix, key), (owner_token, "shard")
-            )
-        return decode_release(reply, key)
-
-    def inspect(self, key: str) -> InspectReply | None:
-        keys = (lease_key(self.prefix, key), fence_key(self.prefix, key))
-        with backend_errors(f"inspect {key!r}"):
-            reply = run_script(self.client, INSPECT, keys, ())
-        return decode_inspect(reply, key)
-
-    def force_release(self, key: str) -> bool:
-        with backend_errors(f"force_release {key!r}"):
-            return bool(self.client.delete(lease_key(self.prefix, key)))
 
     def close(self) -> None:
         """Stop the node workers (a thread still blocked on a hung node ends at the client's
@@ -201,6 +151,4 @@ class RedisClusterBackend:
             workers, self._workers = list(self._workers.values()), {}
         for pool in workers:
             shutdown_pool(pool, time.monotonic())
-        if self._owns_client:
-            with backend_errors("close"):
-                self.client.close()
+        super().close()

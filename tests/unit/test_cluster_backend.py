@@ -180,7 +180,7 @@ def test_an_async_cluster_manager_from_a_url_makes_no_io_until_used() -> None:
         leases = AsyncLeaseManager.from_url("redis+cluster://127.0.0.1:1,127.0.0.1:2/")
         backend = leases.backend
         assert isinstance(backend, AsyncRedisClusterBackend)
-        nodes = sorted(n.name for n in backend.client.nodes_manager.startup_nodes.values())
+        nodes = sorted(n.name for n in backend.cluster.nodes_manager.startup_nodes.values())
         await leases.close()
         return ",".join(nodes)
 

@@ -31,10 +31,13 @@ T = TypeVar("T")
 
 __all__ = [
     "CLUSTER_SCHEMES",
+    "NodeReplies",
+    "by_node",
     "cluster_client",
     "cluster_url_options",
     "finish_batch",
     "group_failed",
+    "merge_nodes",
     "shard_bound_s",
     "slot_groups",
 ]
@@ -53,6 +56,43 @@ def slot_groups(prefix: str, items: Sequence[tuple[str, str, int]]) -> list[Slot
     for index, (key, _, _) in enumerate(items):
         groups.setdefault(key_slot(lease_key(prefix, key).encode()), []).append(index)
     return list(groups.items())
+
+
+def by_node(
+    prefix: str, items: Sequence[tuple[str, str, int]], node_of: Callable[[int], str]
+) -> dict[str, list[list[int]]]:
+    """The batch's slot groups (`slot_groups`) by the node ``node_of(slot)`` names."""
+    nodes: dict[str, list[list[int]]] = {}
+    for slot, indices in slot_groups(prefix, items):
+        nodes.setdefault(node_of(slot), []).append(indices)
+    return nodes
+
+
+NodeReplies = tuple[list[int | BaseException], list[BaseException]]
+"""One node's share of a batch: a reply per item in its slot groups' order, and the errors of its
+failed calls (each standing in its leases' places)."""
+
+
+def merge_nodes(
+    count: int,
+    nodes: dict[str, list[list[int]]],
+    replies: dict[str, NodeReplies | None],
+    bound_s: float,
+) -> list[int | BaseException]:
+    """The batch's ``count`` replies in order from each node's share (None: the node did not
+    answer within ``bound_s``, `group_failed`), raised as `finish_batch` says."""
+    results: list[int | BaseException | None] = [None] * count
+    failures: list[BaseException] = []
+    for node, groups in nodes.items():
+        indices = [i for group in groups for i in group]
+        share = replies.get(node)
+        if share is None:
+            error = group_failed(len(indices), node, bound_s)
+            share = [error] * len(indices), [error]
+        for index, value in zip(indices, share[0], strict=True):
+            results[index] = value
+        failures.extend(share[1])
+    return finish_batch(results, failures)
 
 
 def shard_bound_s(items: Sequence[tuple[str, str, int]], bound_ms: int | None) -> float:
