@@ -14,16 +14,12 @@ Which of the two is decided once per listener, by the version its cluster report
 
 from __future__ import annotations
 
-import contextlib
 import threading
-import time
 from typing import Any
 
 from redis.exceptions import RedisError
 
-from ._handoff import listener_died, listener_failed
 from ._handoff_sync import Handoff
-from ._redis.errors import acl_denial
 from ._redis.replies import text
 
 __all__ = ["SHARD_SLICE_S", "ClusterHandoff", "sharded_pubsub"]
@@ -62,50 +58,25 @@ class ClusterHandoff(Handoff):
                 self.sharded = sharded_pubsub(info.get("redis_version"))
             except RedisError:
                 self.sharded = False  # the plain listener works on every version
-        if not self.sharded:
-            super()._run()
-            return
-        self._run_sharded()
+        super()._run()
 
-    def _run_sharded(self) -> None:
-        client: Any = self._client
-        pubsub = client.pubsub()
-        channels, lock = self._channels, self._lock
-        backoff_s, warned = 0.0, False
-        try:
-            while True:
-                with lock:
-                    if self._closed:
-                        return
-                    subscribe, unsubscribe, timeout_s = channels.plan(time.monotonic())
-                try:
-                    if subscribe:
-                        pubsub.ssubscribe(*subscribe)
-                    if unsubscribe:
-                        pubsub.sunsubscribe(*unsubscribe)
-                    message = None
-                    if pubsub.shard_channels:
-                        message = pubsub.get_sharded_message(timeout=min(timeout_s, SHARD_SLICE_S))
-                    elif self._wake.wait(timeout_s):  # nothing to read: sleep until asked
-                        self._wake.clear()
-                    backoff_s = 0.0
-                except RedisError as exc:
-                    warned = listener_failed(exc, acl_denial(exc), warned)
-                    with lock:
-                        channels.lost_connection()
-                    backoff_s = min(1.0, max(0.01, backoff_s * 2))
-                    time.sleep(backoff_s)
-                    continue
-                if message is not None:
-                    with lock:
-                        events = channels.on_message(message)
-                        if events and text(message.get("type")) == "smessage":
-                            self.notified += 1
-                    for event in events:
-                        event.set()
-        except BaseException:
-            listener_died()
-            raise
-        finally:
-            with contextlib.suppress(RedisError):
-                pubsub.close()
+    def _listen_round(
+        self, pubsub: Any, subscribe: list[str], unsubscribe: list[str], timeout_s: float
+    ) -> dict[str, Any] | None:
+        """The plain round (`Handoff`), or on sharded pub/sub: ``SSUBSCRIBE``/``SUNSUBSCRIBE``
+        (redis-py sends each channel to its slot's node), then one read of the nodes' messages
+        for `SHARD_SLICE_S` at most; with no channel to read, a sleep until a waiter asks."""
+        if not self.sharded:
+            return super()._listen_round(pubsub, subscribe, unsubscribe, timeout_s)
+        if subscribe:
+            pubsub.ssubscribe(*subscribe)
+        if unsubscribe:
+            pubsub.sunsubscribe(*unsubscribe)
+        if pubsub.shard_channels:
+            message: dict[str, Any] | None = pubsub.get_sharded_message(
+                timeout=min(timeout_s, SHARD_SLICE_S)
+            )
+            return message
+        if self._wake.wait(timeout_s):
+            self._wake.clear()
+        return None
