@@ -19,7 +19,14 @@ from redis.cluster import RedisCluster
 from . import _fork
 from ._errors import BackendError
 from ._handoff_cluster import ClusterHandoff
-from ._redis.cluster import NodeReplies, by_node, merge_nodes, shard_bound_s
+from ._redis.cluster import (
+    NodeReplies,
+    by_node,
+    check_shard_timeout,
+    merge_nodes,
+    node_name,
+    shard_bound_s,
+)
 from ._redis.errors import backend_errors
 from ._redis.keys import lease_keys, renew_many_args
 from ._redis.replies import decode_release, decode_renew_many
@@ -27,7 +34,6 @@ from ._redis.scripts import RELEASE, RENEW_MANY, run_script
 from ._redis_backend import RedisBackend
 from ._renewer import shutdown_pool
 from ._threads import DaemonThreadPool
-from ._validate import check_ms
 
 __all__ = ["RedisClusterBackend"]
 
@@ -67,9 +73,7 @@ class RedisClusterBackend(RedisBackend):
     ) -> None:
         super().__init__(client, prefix, owns_client=owns_client)  # type: ignore[arg-type]
         self.cluster = client
-        self._bound_ms = (
-            None if shard_timeout_ms is None else check_ms("shard_timeout_ms", shard_timeout_ms, 1)
-        )
+        self._bound_ms = check_shard_timeout(shard_timeout_ms)
         self._lock = threading.Lock()
         self._workers: dict[str, DaemonThreadPool] = {}
         _fork.register(self)
@@ -112,12 +116,7 @@ class RedisClusterBackend(RedisBackend):
         return merge_nodes(len(items), nodes, replies, bound_s)
 
     def _node_of(self, slot: int) -> str:
-        """The name of the node serving ``slot`` as the client knows it (``slot:<n>`` for a slot
-        no node serves)."""
-        try:
-            return str(self.cluster.nodes_manager.get_node_from_slot(slot).name)
-        except Exception:  # the slot is not covered: a group of its own
-            return f"slot:{slot}"
+        return node_name(self.cluster, slot)
 
     def _worker(self, node: str) -> DaemonThreadPool:
         with self._lock:

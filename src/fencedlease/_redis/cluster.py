@@ -23,6 +23,7 @@ from redis.crc import key_slot
 
 from .._errors import BackendError, ValidationError
 from .._redact import redact_text, redact_url
+from .._validate import check_ms
 from .errors import backend_errors
 from .keys import lease_key
 from .options import check_connection_options, check_url_query
@@ -33,11 +34,13 @@ __all__ = [
     "CLUSTER_SCHEMES",
     "NodeReplies",
     "by_node",
+    "check_shard_timeout",
     "cluster_client",
     "cluster_url_options",
     "finish_batch",
     "group_failed",
     "merge_nodes",
+    "node_name",
     "shard_bound_s",
     "slot_groups",
 ]
@@ -93,6 +96,25 @@ def merge_nodes(
             results[index] = value
         failures.extend(share[1])
     return finish_batch(results, failures)
+
+
+def node_name(cluster: Any, slot: int) -> str:
+    """The name (``host:port``) of the node serving ``slot`` as a cluster client of either face
+    knows it; ``slot:<n>`` before the client has read the slot map, or for a slot no node serves
+    (a group of its own). No I/O."""
+    try:
+        return str(cluster.nodes_manager.get_node_from_slot(slot).name)
+    except Exception:  # no slot map yet, or the slot is not covered
+        return f"slot:{slot}"
+
+
+def check_shard_timeout(value: int | None) -> int | None:
+    """``shard_timeout_ms`` as the backends take it: None, or an int >= 1 (milliseconds).
+
+    Raises:
+        ValidationError: anything else.
+    """
+    return None if value is None else check_ms("shard_timeout_ms", value, 1)
 
 
 def shard_bound_s(items: Sequence[tuple[str, str, int]], bound_ms: int | None) -> float:

@@ -18,12 +18,18 @@ from redis.asyncio.cluster import RedisCluster
 
 from .._errors import BackendError
 from .._redis.aio import run_script
-from .._redis.cluster import NodeReplies, by_node, merge_nodes, shard_bound_s
+from .._redis.cluster import (
+    NodeReplies,
+    by_node,
+    check_shard_timeout,
+    merge_nodes,
+    node_name,
+    shard_bound_s,
+)
 from .._redis.errors import backend_errors
 from .._redis.keys import lease_keys, renew_many_args
 from .._redis.replies import decode_release, decode_renew_many
 from .._redis.scripts import RELEASE, RENEW_MANY
-from .._validate import check_ms
 from ._handoff_cluster import AsyncClusterHandoff
 from ._redis_backend import AsyncRedisBackend
 
@@ -64,9 +70,7 @@ class AsyncRedisClusterBackend(AsyncRedisBackend):
     ) -> None:
         super().__init__(client, prefix, owns_client=owns_client)  # type: ignore[arg-type]
         self.cluster = client
-        self._bound_ms = (
-            None if shard_timeout_ms is None else check_ms("shard_timeout_ms", shard_timeout_ms, 1)
-        )
+        self._bound_ms = check_shard_timeout(shard_timeout_ms)
 
     def release_waiter(self) -> AsyncClusterHandoff:
         """The manager's release waiter: the hand-off queue and its listener task, on sharded
@@ -102,12 +106,7 @@ class AsyncRedisClusterBackend(AsyncRedisBackend):
         return merge_nodes(len(items), nodes, replies, bound_s)
 
     def _node_of(self, slot: int) -> str:
-        """The name of the node serving ``slot`` as the client knows it (``slot:<n>`` before
-        the client has read the slot map, or for a slot no node serves)."""
-        try:
-            return str(self.cluster.nodes_manager.get_node_from_slot(slot).name)
-        except Exception:  # no slot map yet, or the slot is not covered: a group of its own
-            return f"slot:{slot}"
+        return node_name(self.cluster, slot)
 
     async def _renew_node(self, items: _Items, groups: list[list[int]]) -> NodeReplies:
         """One node's share: its slots' calls in turn (see `fencedlease._redis.cluster`)."""
