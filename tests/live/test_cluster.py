@@ -16,7 +16,7 @@ import pytest
 import redis
 import redis.asyncio
 from redis.crc import key_slot
-from redis.exceptions import ClusterDownError
+from redis.exceptions import ClusterDownError, ClusterError
 
 from fencedlease import (
     BackendError,
@@ -453,3 +453,79 @@ def test_a_forked_child_renews_through_node_workers_of_its_own(
     finally:
         backend.close()
         client.close()
+
+
+@contextmanager
+def _moved_storm(cluster: RedisClusterServers, slot: int) -> Iterator[None]:
+    """The slot's owner redirects it to another node, which still redirects it back: MOVED
+    ping-pong (no node claims the slot anew, so gossip does not settle it) until undone."""
+    owner = cluster.node_for_slot(slot)
+    other = next(s for s in cluster.servers if s is not owner)
+    with owner.client() as node:
+        node.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", _node_id(other))
+        node.execute_command("CLUSTER SETSLOT", slot, "NODE", _node_id(other))
+    try:
+        yield
+    finally:
+        with owner.client() as node:
+            node.execute_command("CLUSTER SETSLOT", slot, "NODE", _node_id(owner))
+
+
+def _empty_slot_key(cluster: RedisClusterServers, prefix: str) -> str:
+    """A name whose slot holds no key yet (a slot moves only empty)."""
+    for i in range(1000):
+        slot = _slot(prefix, f"k{i}")
+        with cluster.node_for_slot(slot).client() as node:
+            if node.execute_command("CLUSTER COUNTKEYSINSLOT", slot) == 0:
+                return f"k{i}"
+    raise AssertionError("no empty slot")
+
+
+def test_sync_a_moved_storm_is_a_backend_error(redis_cluster: RedisClusterServers) -> None:
+    client = _client(redis_cluster)
+    backend = RedisClusterBackend(client, "storm")
+    key = _empty_slot_key(redis_cluster, "storm")
+    try:
+        with (
+            _moved_storm(redis_cluster, _slot("storm", key)),
+            pytest.raises(BackendError) as caught,
+        ):
+            backend.acquire(key, "owner-secret-token", 5000)
+        assert isinstance(caught.value.__cause__, ClusterError)
+        assert str(caught.value) == f"acquire {key!r}: ClusterError: TTL exhausted."
+        assert (caught.value.sent, caught.value.wrote) == ("maybe", "maybe")
+        assert backend.acquire(key, "owner-secret-token", 5000).fencing_token == 1  # undone
+    finally:
+        client.delete(*lease_keys("storm", key))
+        backend.close()
+        client.close()
+
+
+def test_async_a_moved_storm_is_a_backend_error(redis_cluster: RedisClusterServers) -> None:
+    from fencedlease.aio import AsyncRedisClusterBackend
+
+    key = _empty_slot_key(redis_cluster, "astorm")
+
+    async def main() -> tuple[BaseException, int | None]:
+        client = redis.asyncio.RedisCluster(*redis_cluster.startup_nodes[0])
+        backend = AsyncRedisClusterBackend(client, "astorm", owns_client=True)
+        try:
+            await client.initialize()
+            with (
+                _moved_storm(redis_cluster, _slot("astorm", key)),
+                pytest.raises(BackendError) as caught,
+            ):
+                await backend.acquire(key, "owner-secret-token", 5000)
+            again = await backend.acquire(key, "owner-secret-token", 5000)
+            return caught.value, again.fencing_token
+        finally:
+            for name in lease_keys("astorm", key):
+                await client.delete(name)
+            await backend.close()
+
+    error, token = asyncio.run(main())
+    assert isinstance(error, BackendError)
+    assert isinstance(error.__cause__, ClusterError)
+    assert "owner-secret-token" not in str(error)
+    assert (error.sent, error.wrote) == ("maybe", "maybe")
+    assert token == 1
