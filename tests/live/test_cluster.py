@@ -529,3 +529,43 @@ def test_async_a_moved_storm_is_a_backend_error(redis_cluster: RedisClusterServe
     assert "owner-secret-token" not in str(error)
     assert (error.sent, error.wrote) == ("maybe", "maybe")
     assert token == 1
+
+
+@pytest.mark.parametrize("face", ["sync", "asyncio"])
+def test_cluster_url_options_reach_every_node_connection(
+    redis_cluster: RedisClusterServers, face: str
+) -> None:
+    """A query option (``client_name``) applies to the connections of every node, and a keyword
+    option (``socket_timeout``) is taken, as on ``redis://``."""
+    name = f"fl-cluster-{face}"
+    url = redis_cluster.url + f"/?client_name={name}"
+    keys = [
+        next(k for k in KEYS if redis_cluster.node_for_slot(_slot(face, k)) is s)
+        for s in redis_cluster.servers
+    ]
+
+    named: list[int] = []
+    if face == "sync":
+        with LeaseManager.from_url(url, prefix=face, socket_timeout=7) as leases:
+            tokens = [leases.acquire(k, ttl_ms=5000).lease.fencing_token for k in keys]  # type: ignore[union-attr]
+            named.extend(_named_connections(redis_cluster, name))
+    else:
+
+        async def main() -> list[int | None]:
+            async with AsyncLeaseManager.from_url(url, prefix=face, socket_timeout=7) as leases:
+                got = [(await leases.acquire(k, ttl_ms=5000)).lease for k in keys]
+                named.extend(_named_connections(redis_cluster, name))
+                return [lease.fencing_token if lease else None for lease in got]
+
+        tokens = asyncio.run(main())
+    assert tokens == [1, 1, 1]
+    assert named == [1, 1, 1]
+
+
+def _named_connections(cluster: RedisClusterServers, name: str) -> list[int]:
+    """How many connections named ``name`` each node has (at least one where a lease went)."""
+    counts = []
+    for server in cluster.servers:
+        with server.client() as node:
+            counts.append(min(1, sum(1 for c in node.client_list() if c.get("name") == name)))
+    return counts
