@@ -16,7 +16,7 @@ import pytest
 import redis
 import redis.asyncio
 from redis.crc import key_slot
-from redis.exceptions import ClusterDownError, ClusterError
+from redis.exceptions import ClusterDownError, ClusterError, MovedError
 
 from fencedlease import (
     BackendError,
@@ -569,3 +569,38 @@ def _named_connections(cluster: RedisClusterServers, name: str) -> list[int]:
         with server.client() as node:
             counts.append(min(1, sum(1 for c in node.client_list() if c.get("name") == name)))
     return counts
+
+
+def test_a_plain_client_on_a_cluster_node_is_told_to_use_the_cluster_url(
+    redis_cluster: RedisClusterServers,
+) -> None:
+    node = redis_cluster.servers[0]
+    key = next(k for k in KEYS if redis_cluster.node_for_slot(_slot("plain", k)) is not node)
+    with (
+        LeaseManager.from_url(node.url, prefix="plain") as leases,
+        pytest.raises(BackendError) as caught,
+    ):
+        leases.acquire(key, ttl_ms=5000)
+    assert isinstance(caught.value.__cause__, MovedError)
+    assert str(caught.value).endswith(
+        "(the server is a Redis Cluster node: use a redis+cluster:// URL or a RedisCluster client)"
+    )
+
+
+def test_async_a_plain_client_on_a_cluster_node_is_told_to_use_the_cluster_url(
+    redis_cluster: RedisClusterServers,
+) -> None:
+    node = redis_cluster.servers[0]
+    key = next(k for k in KEYS if redis_cluster.node_for_slot(_slot("aplain", k)) is not node)
+
+    async def main() -> BaseException:
+        async with AsyncLeaseManager.from_url(node.url, prefix="aplain") as leases:
+            with pytest.raises(BackendError) as caught:
+                await leases.acquire(key, ttl_ms=5000)
+        return caught.value
+
+    error = asyncio.run(main())
+    assert isinstance(error.__cause__, MovedError)
+    assert str(error).endswith(
+        "(the server is a Redis Cluster node: use a redis+cluster:// URL or a RedisCluster client)"
+    )

@@ -49,6 +49,7 @@ from redis.exceptions import (
     AskError,
     ClusterError,
     MaxConnectionsError,
+    MovedError,
     NoPermissionError,
     NoScriptError,
     RedisClusterException,
@@ -76,6 +77,10 @@ checked its keys and refused before its first write, so it wrote nothing."""
 
 # Where a redis-py cluster message starts echoing the command's arguments (owner tokens).
 _ECHOED_ARGS: Final = re.compile(r"(?i)\b(?:in )?command:|\bargs\b")
+
+_NOT_A_CLUSTER_CLIENT: Final = (
+    "the server is a Redis Cluster node: use a redis+cluster:// URL or a RedisCluster client"
+)
 
 _NOT_SENT: Final = frozenset({"No connection available.", "Too many connections"})
 """The messages of redis-py's ``ConnectionError`` when the pool had no connection to give: a
@@ -143,6 +148,8 @@ def backend_error(operation: str, cause: BaseException) -> BackendError:
         denied = acl_denial(cause) if isinstance(cause, RedisError) else None
         detail = f"{denied}: " if denied else ""
         message = f"{operation}: {detail}{type(cause).__name__}: {cause}"
+        if isinstance(cause, MovedError):  # a cluster client follows MOVED: this one is not one
+            message += f" ({_NOT_A_CLUSTER_CLIENT})"
     sent, wrote, timed_out = classify(cause)
     return BackendError(message, sent=sent, wrote=wrote, timed_out=timed_out)
 
