@@ -18,6 +18,7 @@ import redis.asyncio
 from redis.crc import key_slot
 from redis.exceptions import ClusterDownError, ClusterError, MovedError
 
+from conftest import unavailable
 from fencedlease import (
     BackendError,
     LeaseEvent,
@@ -29,7 +30,7 @@ from fencedlease._handoff_cluster import sharded_pubsub
 from fencedlease._redis.keys import lease_key, lease_keys
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.lab.servers.cluster import RedisClusterServers
-from fencedlease.lab.servers.redis import RedisServer
+from fencedlease.lab.servers.redis import RedisServer, RedisUnavailable
 
 pytestmark = [pytest.mark.live, pytest.mark.cluster]
 
@@ -604,3 +605,31 @@ def test_async_a_plain_client_on_a_cluster_node_is_told_to_use_the_cluster_url(
     assert str(error).endswith(
         "(the server is a Redis Cluster node: use a redis+cluster:// URL or a RedisCluster client)"
     )
+
+
+def test_the_lab_cluster_with_replicas_replicates_a_grant() -> None:
+    """The lab's replicas: each primary's grant reaches its replica (``WAIT``), which serves it
+    to a ``READONLY`` connection."""
+    cluster = RedisClusterServers(2, replicas=1)
+    try:
+        cluster.start()
+    except RedisUnavailable as exc:
+        unavailable(str(exc))
+    try:
+        client = _client(cluster)
+        backend = RedisClusterBackend(client, "repl")
+        try:
+            assert len(client.get_replicas()) == 2  # type: ignore[no-untyped-call]
+            grant = backend.acquire("k", "owner-r", 60_000)
+            primary = cluster.node_for_slot(_slot("repl", "k"))
+            (replica,) = cluster.replicas_of[primary.port]
+            with primary.client() as node:
+                assert node.execute_command("WAIT", 1, 5000) == 1
+            with replica.client() as node:
+                node.execute_command("READONLY")
+                assert node.get(lease_key("repl", "k")) == f"{grant.fencing_token}:owner-r".encode()
+        finally:
+            backend.close()
+            client.close()
+    finally:
+        cluster.close()

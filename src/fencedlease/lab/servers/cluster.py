@@ -19,6 +19,8 @@ from __future__ import annotations
 import socket
 import time
 
+import redis
+
 from .redis import RedisServer, RedisUnavailable, free_port
 
 __all__ = ["SLOTS", "RedisClusterServers"]
@@ -27,24 +29,27 @@ SLOTS = 16384
 """The hash slots of a Redis Cluster."""
 
 
-def _cluster_port() -> int:
-    """A free loopback port whose cluster bus port (``port + 10000``) is a port too, and free."""
+def _cluster_port(taken: set[int]) -> int:
+    """A free loopback port whose cluster bus port (``port + 10000``) is a port too, and free;
+    neither in ``taken`` (the ports of the nodes not started yet), to which both are added."""
     while True:
         port = free_port()
-        if port + 10000 > 65535:
+        if port + 10000 > 65535 or {port, port + 10000} & taken:
             continue
         with socket.socket() as sock:
             try:
                 sock.bind(("127.0.0.1", port + 10000))
             except OSError:
                 continue
+        taken.update((port, port + 10000))
         return port
 
 
 class RedisClusterServers:
-    """``nodes`` primaries (at least 1) forming one cluster; ``node_timeout_ms`` is their
-    ``cluster-node-timeout`` (long by default, so that a paused primary is not failed over
-    while a test looks at it). ``binary``: as for ``RedisServer``.
+    """``nodes`` primaries (at least 1) forming one cluster, each with ``replicas`` replicas
+    (`replicas_of`); ``node_timeout_ms`` is their ``cluster-node-timeout`` (long by default, so
+    that a paused primary is not failed over while a test looks at it). ``binary``: as for
+    ``RedisServer``.
 
     Raises:
         RedisUnavailable: no binary, a node that does not start, or a cluster that does not
@@ -52,20 +57,34 @@ class RedisClusterServers:
     """
 
     def __init__(
-        self, nodes: int = 3, *, binary: str | None = None, node_timeout_ms: int = 60_000
+        self,
+        nodes: int = 3,
+        *,
+        replicas: int = 0,
+        binary: str | None = None,
+        node_timeout_ms: int = 60_000,
     ) -> None:
-        if nodes < 1:
-            raise ValueError(f"nodes must be >= 1; got {nodes}")
+        if nodes < 1 or replicas < 0:
+            raise ValueError(f"nodes must be >= 1 and replicas >= 0; got {nodes}, {replicas}")
         args = [
             "--cluster-enabled", "yes",
             "--cluster-config-file", "nodes.conf",
             "--cluster-node-timeout", str(node_timeout_ms),
             "--cluster-require-full-coverage", "no",
+            "--repl-diskless-sync-delay", "0",  # a replica's first sync starts at once
         ]  # fmt: skip
+        taken: set[int] = set()
         self.servers = [
-            RedisServer(binary, port=_cluster_port(), extra_args=args) for _ in range(nodes)
+            RedisServer(binary, port=_cluster_port(taken), extra_args=args) for _ in range(nodes)
         ]
         self.ranges: list[tuple[int, int]] = []  # slots [first, last] of each node, in order
+        self.replicas_of: dict[int, list[RedisServer]] = {
+            server.port: [
+                RedisServer(binary, port=_cluster_port(taken), extra_args=args)
+                for _ in range(replicas)
+            ]
+            for server in self.servers
+        }
 
     @property
     def url(self) -> str:
@@ -99,7 +118,9 @@ class RedisClusterServers:
                     client.execute_command("CLUSTER ADDSLOTS", *range(low, high + 1))
                     if server is not first:
                         client.execute_command("CLUSTER MEET", "127.0.0.1", first.port)
-            self._wait_ok(time.monotonic() + timeout_s)
+            give_up = time.monotonic() + timeout_s
+            self._wait_ok(give_up)
+            self._add_replicas(give_up)
         except BaseException:
             self.close()
             raise
@@ -122,13 +143,56 @@ class RedisClusterServers:
                 raise RedisUnavailable(f"the cluster on {self.url} did not reach cluster_state:ok")
             time.sleep(0.05)
 
+    def _add_replicas(self, give_up: float) -> None:
+        """Start each primary's replicas, join them (``CLUSTER MEET``), make each replicate its
+        primary (``CLUSTER REPLICATE``) and wait until every replica's link to it is up and every
+        node's slot map lists every replica."""
+        pending = []
+        for primary in self.servers:
+            with primary.client(socket_timeout=10) as client:
+                primary_id = client.execute_command("CLUSTER MYID")
+            for replica in self.replicas_of[primary.port]:
+                replica.start()
+                with replica.client(socket_timeout=10) as client:
+                    client.execute_command("CLUSTER MEET", "127.0.0.1", primary.port)
+                pending.append((replica, primary_id, False))
+        while pending:
+            still = []
+            for replica, primary_id, asked in pending:
+                with replica.client(socket_timeout=5) as client:
+                    if not asked:  # once: asking again restarts the replication (Redis 6.2)
+                        try:  # refused until the replica has heard of its primary by gossip
+                            client.execute_command("CLUSTER REPLICATE", primary_id)
+                        except redis.ResponseError:
+                            still.append((replica, primary_id, False))
+                            continue
+                    if client.info("replication").get("master_link_status") != "up":
+                        still.append((replica, primary_id, True))
+            pending = still
+            if pending and time.monotonic() > give_up:
+                raise RedisUnavailable(f"the replicas of {self.url} did not come up")
+            if pending:
+                time.sleep(0.05)
+        # Every node's slot map must list each primary's replicas (they spread by gossip).
+        want = len(next(iter(self.replicas_of.values())))
+        while want:
+            seen: set[int] = set()
+            for server in self.servers:
+                with server.client(socket_timeout=5) as client:
+                    seen.update(len(entry) - 3 for entry in client.execute_command("CLUSTER SLOTS"))
+            if seen == {want}:
+                return
+            if time.monotonic() > give_up:
+                raise RedisUnavailable(f"the nodes of {self.url} do not list every replica")
+            time.sleep(0.05)
+
     def version(self) -> str:
         """The nodes' ``redis_version``."""
         return self.servers[0].version()
 
     def close(self) -> None:
         """Stop every node (a paused one too) and remove their directories."""
-        for server in self.servers:
+        for server in [*self.servers, *(r for rs in self.replicas_of.values() for r in rs)]:
             server.close()
 
     def __enter__(self) -> RedisClusterServers:
