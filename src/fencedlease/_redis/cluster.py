@@ -1,5 +1,5 @@
-"""What the Redis Cluster backends of both faces share, with no I/O: renewals grouped by hash slot
-and by node, the per-shard bound, and the ``redis+cluster://`` URL.
+"""What the Redis Cluster backends of both faces share: renewals grouped by hash slot and by node,
+the per-shard bound (no I/O), and the client a ``redis+cluster://`` URL names (`cluster_client`).
 
 Every key of a name lies in one hash slot (`fencedlease._redis.keys`: the escaped name is the
 hash tag, and a prefix may hold no brace), so each lease script runs unchanged on the slot's
