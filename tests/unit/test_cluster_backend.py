@@ -29,6 +29,7 @@ from fencedlease._redis.cluster import (
     cluster_url_options,
     finish_batch,
     group_failed,
+    merge_nodes,
     shard_bound_s,
     slot_groups,
 )
@@ -100,6 +101,17 @@ def test_slot_groups_keep_batch_order_within_and_first_appearance_across_slots()
     groups = slot_groups("p", items)
     slot = {k: _slot(lease_key("p", k)) for k in "abc"}
     assert groups == [(slot["a"], [0, 2]), (slot["b"], [1, 4]), (slot["c"], [3])]
+
+
+def test_a_silent_node_fails_only_its_own_leases_in_their_places() -> None:
+    nodes = {"a:1": [[0, 2]], "b:2": [[1], [3]]}
+    replies = merge_nodes(4, nodes, {"a:1": ([5, 6], []), "b:2": None}, 0.5)
+    assert replies[0::2] == [5, 6]
+    down = replies[1]
+    assert isinstance(down, BackendError) and replies[3] is down
+    assert str(down) == "renew 2 leases on b:2: no reply within 500 ms"
+    with pytest.raises(BackendError, match="on a:1"):
+        merge_nodes(2, {"a:1": [[0, 1]]}, {"a:1": None}, 0.5)
 
 
 def test_shard_bound_is_a_third_of_the_shortest_ttl_unless_given() -> None:
