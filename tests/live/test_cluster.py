@@ -170,19 +170,20 @@ def test_one_renewal_batch_sends_one_script_per_slot_and_no_getkeys(
         client.close()
 
 
-def _split(cluster: RedisClusterServers, prefix: str, keys: list[str]) -> tuple[list[str], ...]:
-    """(keys on the first node, keys on the others)."""
+def _split(cluster: RedisClusterServers, prefix: str) -> tuple[list[str], list[str]]:
+    """Thirty keys: (those on the first node, those on the others), neither empty."""
     first = cluster.servers[0]
-    on = [k for k in keys if cluster.node_for_slot(_slot(prefix, k)) is first]
-    return on, [k for k in keys if k not in on]
+    on = [k for k in KEYS[:30] if cluster.node_for_slot(_slot(prefix, k)) is first]
+    others = [k for k in KEYS[:30] if k not in on]
+    assert on and others
+    return on, others
 
 
 def test_sync_a_paused_primary_does_not_stall_other_shards(
     redis_cluster: RedisClusterServers,
 ) -> None:
-    keys = KEYS[:30]
-    paused_keys, others = _split(redis_cluster, "pause", keys)
-    assert paused_keys and others
+    paused_keys, others = _split(redis_cluster, "pause")
+    keys = paused_keys + others
     renewals = _Renewals()
     still: list[bool] = []
     # The paused shard's leases may lapse meanwhile: their holds then end with LeaseLostError.
@@ -203,9 +204,7 @@ def test_sync_a_paused_primary_does_not_stall_other_shards(
 def test_async_a_paused_primary_does_not_stall_other_shards(
     redis_cluster: RedisClusterServers,
 ) -> None:
-    keys = KEYS[:30]
-    paused_keys, others = _split(redis_cluster, "apause", keys)
-    assert paused_keys and others
+    paused_keys, others = _split(redis_cluster, "apause")
     renewals = _Renewals()
     still: list[bool] = []
 
