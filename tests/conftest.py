@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from fencedlease.lab.pytest_plugin import skip_unavailable
+from fencedlease.lab.servers.cluster import RedisClusterServers
 from fencedlease.lab.servers.redis import (
     RedisEndpoint,
     RedisServer,
@@ -77,3 +78,17 @@ def sentinel_deployment(request: pytest.FixtureRequest) -> Iterator[SentinelDepl
         yield deployment
     finally:
         deployment.close()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisClusterServers]:
+    """A Redis Cluster of three primaries of the session's own (the lab's
+    ``RedisClusterServers``); a test that pauses a node resumes it before it ends."""
+    try:
+        cluster = RedisClusterServers(3).start()
+    except RedisUnavailable as exc:
+        unavailable(str(exc))
+    try:
+        yield cluster
+    finally:
+        cluster.close()

@@ -26,6 +26,7 @@ from ._validate import check_prefix
 __all__ = [
     "ACL_COMMANDS",
     "CLIENT_COMMANDS",
+    "CLUSTER_COMMANDS",
     "SCRIPT_COMMANDS",
     "acl_rules",
     "acl_setuser_line",
@@ -74,6 +75,18 @@ SCRIPT_COMMANDS: Final[tuple[str, ...]] = (
     "INFO",  # the primary's replication id (a refusal leaves it unknown)
 )
 """Commands the Lua scripts call (``scripts/*.lua``); checked against the files by a unit test."""
+
+CLUSTER_COMMANDS: Final[tuple[str, ...]] = (
+    "SPUBLISH",  # release.lua's wake-up on a Redis Cluster (7+)
+    "SSUBSCRIBE",  # the cluster hand-off listener (7+)
+    "SUNSUBSCRIBE",
+    "INFO",  # once per cluster listener: whether the cluster has sharded pub/sub
+)
+"""Commands a manager on a Redis Cluster also sends, not in `ACL_COMMANDS` (Redis 6.2 does not
+know the sharded ones): add ``+spublish +ssubscribe +sunsubscribe +info`` to a cluster user's
+rules. Without them the hand-off degrades, never the leases: a refused ``SPUBLISH`` falls back to
+``PUBLISH`` inside the script, a refused ``INFO`` makes the listener the plain one, and waiters
+poll where no message reaches them."""
 
 ACL_COMMANDS: Final[tuple[str, ...]] = tuple(sorted(set(CLIENT_COMMANDS) | set(SCRIPT_COMMANDS)))
 """Every command a fencedlease user must be allowed, sorted."""

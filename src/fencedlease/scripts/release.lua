@@ -6,6 +6,8 @@
 -- KEYS[4]  waiter details  <prefix>:{<key>}:waiters:meta  hash: owner -> "<deadline_ms>:<ttl_ms>:<grace_ms>"
 -- ARGV[1]  owner token
 -- ARGV[2]  fencing mode of a hand-off grant: 'counter' (or missing) or 'clock' (next_token)
+-- ARGV[3]  optional: 'shard' to wake by SPUBLISH (a Redis Cluster's sharded pub/sub, Redis 7+),
+--          falling back to PUBLISH where SPUBLISH is unknown (Redis 6.2); else PUBLISH
 -- returns  1 when released: the key was deleted, or granted to the oldest live waiter;
 --          0 when the key is missing or owned by someone else (nothing touched but the caller's
 --            own queue entry);
@@ -113,7 +115,11 @@ if waiting > 0 then
       if ARGV[2] == 'clock' then
         redis.call('SET', KEYS[2], handed_token)  -- the counter reaches the token
       end
-      redis.pcall('PUBLISH', KEYS[1] .. ':handoff', redis.sha1hex(waiter))
+      local channel, name = KEYS[1] .. ':handoff', redis.sha1hex(waiter)
+      local sent = ARGV[3] == 'shard' and redis.pcall('SPUBLISH', channel, name)
+      if not sent or (type(sent) == 'table' and sent.err) then
+        redis.pcall('PUBLISH', channel, name)
+      end
       return 1
     end
   end
