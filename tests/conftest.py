@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from fencedlease.lab.servers.cluster import RedisClusterServers
 from fencedlease.lab.servers.redis import (
     RedisEndpoint,
     RedisServer,
@@ -64,3 +65,17 @@ def own_redis() -> Iterator[RedisServer]:
         unavailable(str(exc))
     with server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisClusterServers]:
+    """A Redis Cluster of three primaries of the session's own (the lab's
+    ``RedisClusterServers``); a test that pauses a node resumes it before it ends."""
+    try:
+        cluster = RedisClusterServers(3).start()
+    except RedisUnavailable as exc:
+        unavailable(str(exc))
+    try:
+        yield cluster
+    finally:
+        cluster.close()

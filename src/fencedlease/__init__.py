@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ._backend import AsyncLeaseBackend, LeaseBackend
 from ._clock import Clock, SystemClock
+from ._cluster_backend import RedisClusterBackend
 from ._errors import (
     BackendError,
     FencedLeaseError,
@@ -50,6 +51,7 @@ __all__ = [
     "ManagerClosedError",
     "MemoryBackend",
     "RedisBackend",
+    "RedisClusterBackend",
     "RedisFencedResource",
     "RedisKeys",
     "SqliteBackend",

@@ -16,6 +16,7 @@ import redis
 from . import _fork
 from ._backend import LeaseBackend
 from ._clock import SYSTEM_CLOCK, Clock
+from ._cluster_backend import RedisClusterBackend
 from ._decisions import (
     DEFAULT_CLOSE_TIMEOUT_MS,
     DEFAULT_RETRY_DELAY_MS,
@@ -56,7 +57,8 @@ class LeaseManager(_ManagerBase):
     """Leases with fencing tokens on one Redis (or another
     [`LeaseBackend`][fencedlease.LeaseBackend]).
 
-    ``client``: a ``redis.Redis`` (``decode_responses`` either way) or a backend object.
+    ``client``: a ``redis.Redis`` (``decode_responses`` either way), a ``redis.RedisCluster`` (a
+    [`RedisClusterBackend`][fencedlease.RedisClusterBackend]) or a backend object.
     ``prefix``: the key namespace; keys are ``<prefix>:{<key>}`` and ``<prefix>:{<key>}:fence``.
     ``clock``: where time is read and waited on (tests inject a fake one): the wait between
     acquire attempts on a store without release notifications is its ``sleep``.
@@ -81,7 +83,7 @@ class LeaseManager(_ManagerBase):
 
     def __init__(
         self,
-        client: redis.Redis | LeaseBackend,
+        client: redis.Redis | redis.RedisCluster | LeaseBackend,
         *,
         prefix: str = "fencedlease",
         clock: Clock = SYSTEM_CLOCK,
@@ -95,6 +97,8 @@ class LeaseManager(_ManagerBase):
         batch = check_ms("renew_batch_size", renew_batch_size, 1)
         if isinstance(client, redis.Redis):
             self._backend: LeaseBackend = RedisBackend(client, prefix, owns_client=_owns_client)
+        elif isinstance(client, redis.RedisCluster):
+            self._backend = RedisClusterBackend(client, prefix, owns_client=_owns_client)
         else:
             check_backend(client, asyncio=False)
             self._backend = client

@@ -76,6 +76,7 @@ def test_the_contracts_cover_the_layers_the_project_promises() -> None:
         "fencedlease._primitives",
         "fencedlease._renewer",
         "fencedlease._redis_backend",
+        "fencedlease._cluster_backend",
         "fencedlease._handoff",
         "fencedlease._handoff_sync",
         "fencedlease._urls",

@@ -17,7 +17,10 @@ __all__ = ["connected", "dedicated_client", "run_script", "waits_for_connection"
 
 
 async def run_script(
-    client: redis.asyncio.Redis, script: Script, keys: Sequence[str], args: Sequence[Any]
+    client: redis.asyncio.Redis | redis.asyncio.RedisCluster,
+    script: Script,
+    keys: Sequence[str],
+    args: Sequence[Any],
 ) -> Any:
     """`fencedlease._redis.scripts.run_script`, awaited: EVALSHA, one EVAL on NOSCRIPT; under
     `fencedlease._clock.marking_sends`, the connection made first and each send marked."""
@@ -29,7 +32,7 @@ async def run_script(
     except NoScriptError:
         mark_send()
         primes = primers(script, keys)
-        if not primes:
+        if not primes or not isinstance(client, redis.asyncio.Redis):
             return await client.eval(script.source, len(keys), *keys, *args)
         pipe = client.pipeline(transaction=False)
         pipe.eval(script.source, len(keys), *keys, *args)
@@ -38,10 +41,11 @@ async def run_script(
         return eval_reply(await pipe.execute(raise_on_error=False))
 
 
-async def connected(client: redis.asyncio.Redis) -> None:
+async def connected(client: redis.asyncio.Redis | redis.asyncio.RedisCluster) -> None:
     """`fencedlease._redis.scripts.connected` for ``redis.asyncio``: a connection of the
-    pool made (redis-py connects what its pool hands out) and given back before the command."""
-    if client.connection is not None:
+    pool made (redis-py connects what its pool hands out) and given back before the command;
+    a cluster client is left as it is."""
+    if not isinstance(client, redis.asyncio.Redis) or client.connection is not None:
         return
     pool = client.connection_pool
     idle = getattr(pool, "_available_connections", None)  # see the sync twin
@@ -55,8 +59,11 @@ async def connected(client: redis.asyncio.Redis) -> None:
 
 def dedicated_client(client: redis.asyncio.Redis) -> redis.asyncio.Redis:
     """`fencedlease._redis.clients.dedicated_client` for ``redis.asyncio``."""
-    pool = client.connection_pool
-    if type(pool) not in (redis.asyncio.ConnectionPool, redis.asyncio.BlockingConnectionPool):
+    pool = getattr(client, "connection_pool", None)
+    if pool is None or type(pool) not in (
+        redis.asyncio.ConnectionPool,
+        redis.asyncio.BlockingConnectionPool,
+    ):
         return client
     own = redis.asyncio.ConnectionPool(
         connection_class=pool.connection_class, **pool.connection_kwargs

@@ -23,6 +23,7 @@ from .._errors import (
     ValidationError,
 )
 from .._view import LeaseInfo
+from ._cluster_backend import AsyncRedisClusterBackend
 from ._lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
 from ._manager import AsyncLeaseManager
 from ._redis_backend import AsyncRedisBackend
@@ -37,6 +38,7 @@ __all__ = [
     "AsyncLeaseManager",
     "AsyncLeaseOutcome",
     "AsyncRedisBackend",
+    "AsyncRedisClusterBackend",
     "AsyncRenewer",
     "BackendError",
     "FencedLeaseError",

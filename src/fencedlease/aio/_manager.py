@@ -66,6 +66,7 @@ from .._validate import (
 )
 from ..backends.memory import MemoryBackend
 from ..backends.sqlite import SqliteBackend
+from ._cluster_backend import AsyncRedisClusterBackend
 from ._handoff import async_release_waiter_for
 from ._hold import _Hold
 from ._lease import AsyncLease, AsyncLeaseOutcome
@@ -93,7 +94,9 @@ class AsyncLeaseManager(_AsyncManagerBase):
     [`LeaseManager`][fencedlease.LeaseManager], with the same arguments, defaults, validation,
     errors, scripts and key layout.
 
-    ``client``: a ``redis.asyncio.Redis`` (``decode_responses`` either way) or a backend object.
+    ``client``: a ``redis.asyncio.Redis`` (``decode_responses`` either way), a
+    ``redis.asyncio.RedisCluster`` (an
+    [`AsyncRedisClusterBackend`][fencedlease.aio.AsyncRedisClusterBackend]) or a backend object.
     ``prefix``: the key namespace; keys are ``<prefix>:{<key>}`` and ``<prefix>:{<key>}:fence``.
     ``clock``: where time is read and waited on (tests inject a fake one): between acquire
     attempts the manager awaits its ``async_sleep`` (an [`AsyncClock`][fencedlease.aio.AsyncClock],
@@ -125,7 +128,7 @@ class AsyncLeaseManager(_AsyncManagerBase):
 
     def __init__(
         self,
-        client: redis.asyncio.Redis | AsyncLeaseBackend,
+        client: redis.asyncio.Redis | redis.asyncio.RedisCluster | AsyncLeaseBackend,
         *,
         prefix: str = "fencedlease",
         clock: Clock = SYSTEM_CLOCK,
@@ -141,7 +144,9 @@ class AsyncLeaseManager(_AsyncManagerBase):
             self._backend: AsyncLeaseBackend = AsyncRedisBackend(
                 client, prefix, owns_client=_owns_client
             )
-        elif isinstance(client, redis.Redis):
+        elif isinstance(client, redis.asyncio.RedisCluster):
+            self._backend = AsyncRedisClusterBackend(client, prefix, owns_client=_owns_client)
+        elif isinstance(client, (redis.Redis, redis.RedisCluster)):
             raise ArgumentTypeError(
                 "client",
                 "AsyncLeaseManager needs a redis.asyncio.Redis; a redis.Redis goes to LeaseManager",
