@@ -56,8 +56,8 @@ SUBS: list[tuple[str, str]] = [
     # Modules of fencedlease.aio whose sync twin has another name (before the general rule).
     (r"^from \._handoff import", "from ._handoff_sync import"),
     (
-        r"^from \.\._redis\.aio import (.*)\brun_script, ",
-        r"from ._redis.scripts import run_script\nfrom ._redis.clients import \1",
+        r"^from \.\._redis\.aio import (.*)\brun_acked, run_script, ",
+        r"from ._redis.scripts import run_acked, run_script\nfrom ._redis.clients import \1",
     ),
     # One package up: fencedlease.aio.X -> fencedlease.X.
     (r"^(\s*)from \.\.(\w)", r"\1from .\2"),
@@ -121,14 +121,6 @@ with the asyncio twin (`fencedlease.aio._redis_backend`), the hand-off and
         (
             '        """The manager\'s release waiter: the hand-off queue and its listener task\n',
             '        """The manager\'s release waiter: the hand-off queue and its listener\n',
-        ),
-        (
-            """            reply = run_script(
-                self.client, RELEASE, lease_keys(self.prefix, key), (owner_token,)
-            )
-""",
-            """            reply = run_script(self.client, RELEASE, lease_keys(self.prefix, key), (owner_token,))
-""",
         ),
     ],
     "_lease.py": [

@@ -17,6 +17,7 @@ from ._errors import (
     LeaseLostError,
     LeaseNotAcquiredError,
     ManagerClosedError,
+    ReplicationError,
     StaleTokenError,
     ValidationError,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "RedisClusterBackend",
     "RedisFencedResource",
     "RedisKeys",
+    "ReplicationError",
     "SqliteBackend",
     "StaleTokenError",
     "SystemClock",

@@ -41,6 +41,7 @@ CLIENT_COMMANDS: Final[tuple[str, ...]] = (
     "SUBSCRIBE",  # the hand-off listener
     "UNSUBSCRIBE",  # ... dropping a channel nobody waits on
     "PING",  # redis-py's health checks (health_check_interval), pub/sub keep-alive
+    "WAIT",  # replica_acks: the replicas' acknowledgement of a grant or a renewal
 )
 """Commands the library sends itself (redis-py sends ``AUTH``/``HELLO``, allowed to every user;
 ``CLIENT SETINFO`` is tried and a refusal ignored)."""
@@ -66,6 +67,7 @@ SCRIPT_COMMANDS: Final[tuple[str, ...]] = (
     "HMGET",
     "HGETALL",
     "PUBLISH",
+    "INFO",  # the primary's replication id (a refusal leaves it unknown)
 )
 """Commands the Lua scripts call (``scripts/*.lua``); checked against the files by a unit test."""
 

@@ -130,6 +130,8 @@ def acquire_steps(
             return AcquireEnd(attempt.granted(reply))
         delay = attempt.not_acquired()
         if delay is None:
+            if reply.refused is not None:  # a grant taken back (too few replica acks): say why
+                raise reply.refused
             return AcquireEnd(None, reply.ttl_ms, leave_queue=attempt.uncertain)
         queued_before = attempt.queued
         attempt.queued = queued_before or queues

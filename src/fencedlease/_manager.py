@@ -30,6 +30,7 @@ from ._events import EventHook, check_event_hook
 from ._handoff import ReleaseWaiter, release_waiter_for
 from ._lease import Lease, LeaseOutcome
 from ._manager_base import _ManagerBase
+from ._redis.replication import Fencing, GrantOptions, use_grant_options
 from ._redis_backend import RedisBackend
 from ._renewer import BoundedCalls, Renewer
 from ._state import release_bound_s, release_wait_more_s
@@ -74,9 +75,17 @@ class LeaseManager(_ManagerBase):
     leases), but every lease made before the fork is the parent's: lost in the child (reason
     "forked"), never renewed nor released from there. See `fencedlease._fork`.
 
+    ``replica_acks``, ``replica_ack_timeout_ms`` (milliseconds) and ``fencing`` (``"counter"``
+    or ``"clock"``): how a Redis store grants and renews across a failover
+    (`fencedlease._redis.replication`): ``WAIT`` for that many replicas after each acquire and
+    renewal (a grant they did not acknowledge is taken back and, failing fast, raises
+    [`ReplicationError`][fencedlease.ReplicationError]), and tokens that never repeat after a
+    counter rolled back. Only for a Redis client or URL.
+
     Raises:
         ValidationError: ``prefix`` is not a non-empty str, ``renew_batch_size`` < 1, ``clock``
-            lacks ``monotonic()``/``time()``, ``on_event`` is not a plain callable, or
+            lacks ``monotonic()``/``time()``, a replication option out of bounds (or given with
+            a backend object), ``on_event`` is not a plain callable, or
             ``client`` is neither a ``redis.Redis`` nor a lease backend (a ``TypeError`` too when
             it is one of the asyncio face's).
     """
@@ -89,12 +98,16 @@ class LeaseManager(_ManagerBase):
         clock: Clock = SYSTEM_CLOCK,
         renew_batch_size: int = 500,
         on_event: EventHook | None = None,
+        replica_acks: int = 0,
+        replica_ack_timeout_ms: int = 100,
+        fencing: Fencing = "counter",
         _owns_client: bool = False,
     ) -> None:
         check_prefix(prefix)
         self._on_event = check_event_hook(on_event)
         check_clock(clock)
         batch = check_ms("renew_batch_size", renew_batch_size, 1)
+        grants = GrantOptions.checked(replica_acks, replica_ack_timeout_ms, fencing)
         if isinstance(client, redis.Redis):
             self._backend: LeaseBackend = RedisBackend(client, prefix, owns_client=_owns_client)
         elif isinstance(client, redis.RedisCluster):
@@ -102,6 +115,9 @@ class LeaseManager(_ManagerBase):
         else:
             check_backend(client, asyncio=False)
             self._backend = client
+        use_grant_options(
+            self._backend, grants, made_here=isinstance(client, redis.Redis) or _owns_client
+        )
         self._clock = clock
         self._renewer = Renewer(self._backend, clock, batch_size=batch)
         # Waiting acquirers are woken by the release where the backend can (see _handoff);
@@ -123,6 +139,9 @@ class LeaseManager(_ManagerBase):
         prefix: str = "fencedlease",
         clock: Clock = SYSTEM_CLOCK,
         on_event: EventHook | None = None,
+        replica_acks: int = 0,
+        replica_ack_timeout_ms: int = 100,
+        fencing: Fencing = "counter",
         **kwargs: Any,
     ) -> LeaseManager:
         """A manager over the backend ``url`` names, closed with the manager: ``redis://``,
@@ -136,9 +155,21 @@ class LeaseManager(_ManagerBase):
             BackendError: a SQLite database that cannot be opened.
         """
         hook = check_event_hook(on_event)
-        return cls(
-            backend_from_url(url, prefix=prefix, clock=clock, **kwargs), clock=clock, on_event=hook
-        )
+        GrantOptions.checked(replica_acks, replica_ack_timeout_ms, fencing)
+        backend = backend_from_url(url, prefix=prefix, clock=clock, **kwargs)
+        try:
+            return cls(
+                backend,
+                clock=clock,
+                on_event=hook,
+                replica_acks=replica_acks,
+                replica_ack_timeout_ms=replica_ack_timeout_ms,
+                fencing=fencing,
+                _owns_client=True,
+            )
+        except BaseException:
+            backend.close()  # e.g. replica_acks for a SQLite file: nothing left open
+            raise
 
     @property
     def renewer(self) -> Renewer:

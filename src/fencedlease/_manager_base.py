@@ -29,6 +29,7 @@ from ._events import EventHook, acquire_ended, watch
 from ._handoff import ReleaseWaiter
 from ._lease import AcquireResult, Lease
 from ._protocol import AcquireReply
+from ._redis.replication import PrimaryWatch
 from ._renewer import Renewer
 from ._state import restored_state
 from ._validate import check_acquire, check_key
@@ -62,6 +63,23 @@ class _ManagerBase(ABC):
     def backend(self) -> LeaseBackend:
         """The store the leases live in."""
         return self._backend
+
+    @property
+    def primary_id(self) -> str | None:
+        """The replication id (``master_replid``) of the Redis primary that answered this
+        manager's last acquire; None before the first, or for a store without one."""
+        watch = getattr(self._backend, "primary", None)
+        return watch.primary_id if isinstance(watch, PrimaryWatch) else None
+
+    @property
+    def primary_changes(self) -> int:
+        """How many times this manager's acquires found a new Redis primary (a failover; each is
+        also logged as a warning). After one, with ``fencing="counter"`` and ``replica_acks=0``,
+        a grant the old primary had not replicated may have its token handed out again: check
+        [`inspect`][fencedlease.LeaseManager.inspect]'s ``promoted_from``, and use
+        ``replica_acks`` or ``fencing="clock"`` so it cannot happen. 0 for other stores."""
+        watch = getattr(self._backend, "primary", None)
+        return watch.changes if isinstance(watch, PrimaryWatch) else 0
 
     def _check_open(self) -> None:
         if self._forked:

@@ -11,9 +11,9 @@ import redis.asyncio
 from redis.exceptions import NoScriptError
 
 from .._clock import mark_send, send_mark
-from .scripts import Script, eval_reply, primers
+from .scripts import Script, acked_replies, eval_reply, primers
 
-__all__ = ["connected", "dedicated_client", "run_script", "waits_for_connection"]
+__all__ = ["connected", "dedicated_client", "run_acked", "run_script", "waits_for_connection"]
 
 
 async def run_script(
@@ -39,6 +39,42 @@ async def run_script(
         for other, other_keys, other_args in primes:
             pipe.eval(other.source, len(other_keys), *other_keys, *other_args)
         return eval_reply(await pipe.execute(raise_on_error=False))
+
+
+async def run_acked(
+    client: redis.asyncio.Redis,
+    script: Script,
+    keys: Sequence[str],
+    args: Sequence[Any],
+    replicas: int,
+    timeout_ms: int,
+) -> tuple[Any, int]:
+    """`fencedlease._redis.scripts.run_acked`, awaited: the script and ``WAIT`` in one pipeline
+    on one connection; the script's reply and the replicas' acknowledgements."""
+    if send_mark() is not None:
+        await connected(client)
+        mark_send()
+    replies = await _with_wait(client, "evalsha", script.sha, keys, args, replicas, timeout_ms)
+    if isinstance(replies[0], NoScriptError):
+        mark_send()
+        replies = await _with_wait(client, "eval", script.source, keys, args, replicas, timeout_ms)
+    return acked_replies(replies)
+
+
+async def _with_wait(
+    client: redis.asyncio.Redis,
+    command: str,
+    script: str,
+    keys: Sequence[str],
+    args: Sequence[Any],
+    replicas: int,
+    timeout_ms: int,
+) -> list[Any]:
+    pipe = client.pipeline(transaction=False)
+    getattr(pipe, command)(script, len(keys), *keys, *args)
+    pipe.wait(replicas, timeout_ms)
+    replies: list[Any] = await pipe.execute(raise_on_error=False)
+    return replies
 
 
 async def connected(client: redis.asyncio.Redis | redis.asyncio.RedisCluster) -> None:

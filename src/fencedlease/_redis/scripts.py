@@ -32,9 +32,11 @@ __all__ = [
     "RENEW_MANY",
     "SCRIPT_REFUSAL",
     "Script",
+    "acked_replies",
     "connected",
     "eval_reply",
     "primers",
+    "run_acked",
     "run_script",
 ]
 
@@ -126,6 +128,60 @@ def run_script(
         for other, other_keys, other_args in primes:
             pipe.eval(other.source, len(other_keys), *other_keys, *other_args)
         return eval_reply(pipe.execute(raise_on_error=False))
+
+
+def run_acked(
+    client: redis.Redis,
+    script: Script,
+    keys: Sequence[str],
+    args: Sequence[Any],
+    replicas: int,
+    timeout_ms: int,
+) -> tuple[Any, int]:
+    """`run_script`, followed by ``WAIT replicas timeout_ms`` on the same connection in one round
+    trip (a pipeline: ``WAIT`` counts the replicas that hold the writes of the connection it runs
+    on, and Redis refuses it inside a script): the script's reply and the number of replicas that
+    acknowledged. On ``NOSCRIPT`` the pair is sent again with EVAL (the refused EVALSHA ran
+    nothing). Under `fencedlease._clock.marking_sends` each send is marked, as in `run_script`.
+
+    Raises:
+        redis.RedisError: the script's error (or the WAIT's, or the connection's).
+    """
+    if send_mark() is not None:
+        connected(client)
+        mark_send()
+    replies = _with_wait(client, "evalsha", script.sha, keys, args, replicas, timeout_ms)
+    if isinstance(replies[0], NoScriptError):
+        mark_send()
+        replies = _with_wait(client, "eval", script.source, keys, args, replicas, timeout_ms)
+    return acked_replies(replies)
+
+
+def _with_wait(
+    client: redis.Redis,
+    command: str,
+    script: str,
+    keys: Sequence[str],
+    args: Sequence[Any],
+    replicas: int,
+    timeout_ms: int,
+) -> list[Any]:
+    pipe = client.pipeline(transaction=False)
+    getattr(pipe, command)(script, len(keys), *keys, *args)
+    pipe.wait(replicas, timeout_ms)
+    return pipe.execute(raise_on_error=False)
+
+
+def acked_replies(replies: list[Any]) -> tuple[Any, int]:
+    """The script's reply and the ``WAIT`` count from a `run_acked` pipeline's replies; the
+    first error raised."""
+    for reply in replies:
+        if isinstance(reply, BaseException):
+            raise reply
+    script_reply, acks = replies
+    if isinstance(acks, bool) or not isinstance(acks, int):
+        raise redis.ResponseError(f"WAIT answered {type(acks).__name__}, not an integer")
+    return script_reply, acks
 
 
 def connected(client: redis.Redis | redis.cluster.RedisCluster) -> None:

@@ -19,6 +19,7 @@ from .._errors import (
     LeaseLostError,
     LeaseNotAcquiredError,
     ManagerClosedError,
+    ReplicationError,
     StaleTokenError,
     ValidationError,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "LeaseLostError",
     "LeaseNotAcquiredError",
     "ManagerClosedError",
+    "ReplicationError",
     "StaleTokenError",
     "ValidationError",
     "async_backend_from_url",

@@ -52,6 +52,7 @@ from .._decisions import (
 from .._errors import BackendError, LeaseNotAcquiredError
 from .._events import EventHook, check_event_hook
 from .._handoff import AsyncReleaseWaiter
+from .._redis.replication import Fencing, GrantOptions, use_grant_options
 from .._redis_backend import RedisBackend
 from .._validate import (
     ArgumentTypeError,
@@ -118,9 +119,17 @@ class AsyncLeaseManager(_AsyncManagerBase):
     [`close`][fencedlease.aio.AsyncLeaseManager.close] does no I/O and leaves the inherited client
     alone. Make a new manager in the child's own event loop. See `fencedlease._fork`.
 
+    ``replica_acks``, ``replica_ack_timeout_ms`` (milliseconds) and ``fencing`` (``"counter"``
+    or ``"clock"``): how a Redis store grants and renews across a failover
+    (`fencedlease._redis.replication`): ``WAIT`` for that many replicas after each acquire and
+    renewal (a grant they did not acknowledge is taken back and, failing fast, raises
+    [`ReplicationError`][fencedlease.ReplicationError]), and tokens that never repeat after a
+    counter rolled back. Only for a Redis client or URL.
+
     Raises:
         ValidationError: ``prefix`` is not a non-empty str, ``renew_batch_size`` < 1, ``clock``
-            lacks ``monotonic()``/``time()``, ``on_event`` is not a plain callable, or ``client``
+            lacks ``monotonic()``/``time()``, a replication option out of bounds (or given with
+            a backend object), ``on_event`` is not a plain callable, or ``client``
             is neither a ``redis.asyncio.Redis`` nor an asyncio lease backend; a sync
             ``redis.Redis`` or sync backend (use [`LeaseManager`][fencedlease.LeaseManager]) raises
             it as a subclass that is also a ``TypeError``.
@@ -134,12 +143,16 @@ class AsyncLeaseManager(_AsyncManagerBase):
         clock: Clock = SYSTEM_CLOCK,
         renew_batch_size: int = 500,
         on_event: EventHook | None = None,
+        replica_acks: int = 0,
+        replica_ack_timeout_ms: int = 100,
+        fencing: Fencing = "counter",
         _owns_client: bool = False,
     ) -> None:
         check_prefix(prefix)
         self._on_event = check_event_hook(on_event)
         check_clock(clock)
         batch = check_ms("renew_batch_size", renew_batch_size, 1)
+        grants = GrantOptions.checked(replica_acks, replica_ack_timeout_ms, fencing)
         if isinstance(client, redis.asyncio.Redis):
             self._backend: AsyncLeaseBackend = AsyncRedisBackend(
                 client, prefix, owns_client=_owns_client
@@ -154,6 +167,9 @@ class AsyncLeaseManager(_AsyncManagerBase):
         else:
             check_backend(client, asyncio=True, sync_classes=_SYNC_BACKENDS)
             self._backend = client
+        use_grant_options(
+            self._backend, grants, made_here=isinstance(client, redis.asyncio.Redis) or _owns_client
+        )
         self._clock = clock
         self._renewer = AsyncRenewer(self._backend, clock, batch_size=batch)
         # Waiting acquirers are woken by the release where the backend can (see _handoff);
@@ -176,6 +192,9 @@ class AsyncLeaseManager(_AsyncManagerBase):
         prefix: str = "fencedlease",
         clock: Clock = SYSTEM_CLOCK,
         on_event: EventHook | None = None,
+        replica_acks: int = 0,
+        replica_ack_timeout_ms: int = 100,
+        fencing: Fencing = "counter",
         **kwargs: Any,
     ) -> AsyncLeaseManager:
         """A manager over the backend ``url`` names (see
@@ -191,6 +210,10 @@ class AsyncLeaseManager(_AsyncManagerBase):
             async_backend_from_url(url, prefix=prefix, clock=clock, **kwargs),
             clock=clock,
             on_event=hook,
+            replica_acks=replica_acks,
+            replica_ack_timeout_ms=replica_ack_timeout_ms,
+            fencing=fencing,
+            _owns_client=True,
         )
 
     @property
