@@ -1,0 +1,193 @@
+"""The three topologies a run can put its leases on (``fencedlease check --topology``), and the
+Redis client a worker makes for each from its URL.
+
+- ``standalone``: one redis-server (or ``--redis-url``); workers use ``redis://``;
+- ``sentinel``: a primary, one replica and three sentinels
+  ([`SentinelDeployment`][fencedlease.lab.servers.sentinel.SentinelDeployment]); workers use
+  ``redis+sentinel://<sentinel>,<sentinel>,.../<service>`` and follow the primary the sentinels
+  name (redis-py's ``Sentinel.master_for``);
+- ``cluster``: three masters, each with a replica
+  ([`ReplicatedCluster`][fencedlease.lab.servers.replicated_cluster.ReplicatedCluster]); workers
+  use ``redis+cluster://<node>,...`` (redis-py's ``RedisCluster``, which follows ``MOVED``).
+
+The failover faults on them are in [`faults_topology`][fencedlease.lab.harness.faults_topology].
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
+
+import redis
+import redis.asyncio
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+if TYPE_CHECKING:
+    from .model import CheckConfig
+
+__all__ = [
+    "Deployment",
+    "async_lease_client",
+    "check_topology",
+    "lease_client",
+    "split_url",
+    "start_deployment",
+]
+
+#: How long the sentinels wait before they call a silent primary down (milliseconds); the
+#: cluster's node timeout is the same.
+DOWN_AFTER_MS = 1000
+
+
+class Deployment:
+    """A topology the check started: ``kind`` (``sentinel`` or ``cluster``), the deployment
+    object (``servers``: a ``SentinelDeployment`` or a ``ReplicatedCluster``), the URL the
+    workers use and the ``redis://`` URL of the node an admin connection starts on."""
+
+    def __init__(self, kind: str, servers: Any, url: str, admin_url: str, version: str) -> None:
+        self.kind = kind
+        self.servers = servers
+        self.url = url
+        self.admin_url = admin_url
+        self.version = version
+
+    def describe(self) -> str:
+        """One line for the report's ``redis`` field."""
+        if self.kind == "sentinel":
+            return (
+                f"embedded Sentinel deployment, redis-server {self.version} (a primary, one"
+                " replica, three sentinels)"
+            )
+        return (
+            f"embedded Redis Cluster, redis-server {self.version} (three masters, a replica each)"
+        )
+
+
+def check_topology(config: CheckConfig) -> None:
+    """The topology settings of ``config`` that cannot work, refused before anything starts.
+
+    Raises:
+        ValueError: an unknown topology; ``redis_url`` with a topology the check starts;
+            ``replica_acks`` below 0, or above 0 off ``sentinel`` (the only topology whose
+            workers' store takes it), or above the deployment's one replica; ``fencing`` other
+            than ``counter`` or ``clock``, or ``clock`` on ``cluster`` (the cluster store takes
+            neither option).
+    """
+    topology = config.topology
+    if topology not in ("standalone", "sentinel", "cluster"):
+        raise ValueError(f"topology must be standalone, sentinel or cluster; got {topology!r}")
+    if topology != "standalone" and config.redis_url:
+        raise ValueError(f"--topology {topology} starts its own servers: leave out --redis-url")
+    if config.fencing not in ("counter", "clock"):
+        raise ValueError(f"fencing must be counter or clock; got {config.fencing!r}")
+    if not 0 <= config.replica_acks <= (1 if topology == "sentinel" else 0):
+        raise ValueError(
+            f"replica_acks must be 0 (or 1 with --topology sentinel: its one replica);"
+            f" got {config.replica_acks} on {topology}"
+        )
+    if topology == "cluster" and config.fencing != "counter":
+        raise ValueError("the cluster store makes counter tokens only: --fencing counter")
+
+
+def start_deployment(kind: str, stack: ExitStack) -> Deployment:
+    """Start a ``sentinel`` or ``cluster`` topology on loopback, entered on ``stack`` (stopped
+    when the run ends).
+
+    Raises:
+        RedisUnavailable: no redis-server binary, or the deployment did not come up.
+    """
+    if kind == "sentinel":
+        from ..servers.sentinel import SentinelDeployment
+
+        sentinel = stack.enter_context(SentinelDeployment(replicas=1, down_after_ms=DOWN_AFTER_MS))
+        primary = sentinel.primary
+        return Deployment(kind, sentinel, sentinel.url, primary.url, primary.version())
+    if kind == "cluster":
+        from ..servers.replicated_cluster import ReplicatedCluster
+
+        cluster = stack.enter_context(ReplicatedCluster(3, node_timeout_ms=DOWN_AFTER_MS))
+        first = cluster.masters.servers[0]
+        return Deployment(kind, cluster, cluster.url, first.url, first.version())
+    raise ValueError(f"topology must be standalone, sentinel or cluster; got {kind!r}")
+
+
+def split_url(url: str) -> tuple[str, list[tuple[str, int]], str, dict[str, Any]]:
+    """``(scheme, [(host, port), ...], path without its slash, auth)`` of a
+    ``redis+sentinel://`` or ``redis+cluster://`` URL; ``auth`` holds ``username`` and
+    ``password`` (None when absent).
+
+    Raises:
+        ValueError: a URL with no host or a port that is not a number.
+    """
+    parts = urlsplit(url)
+    hosts_text = parts.netloc.rpartition("@")[2]
+    hosts: list[tuple[str, int]] = []
+    for item in hosts_text.split(","):
+        host, _, port = item.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"a {parts.scheme} URL lists host:port pairs; got {item!r}")
+        hosts.append((host, int(port)))
+    auth: dict[str, Any] = {
+        "username": unquote(parts.username) if parts.username else None,
+        "password": unquote(parts.password) if parts.password else None,
+    }
+    return parts.scheme, hosts, parts.path.lstrip("/"), auth
+
+
+def lease_client(url: str, timeout_s: float, name: str) -> redis.Redis | redis.RedisCluster:
+    """A worker's client: ``redis.Redis`` for ``redis://`` (one transparent retry on a dropped
+    connection), the primary the sentinels name for ``redis+sentinel://``, a ``RedisCluster``
+    for ``redis+cluster://``; every connection named ``name`` (``CLIENT SETNAME``), every
+    command bounded by ``timeout_s`` seconds."""
+    common: dict[str, Any] = {
+        "socket_timeout": timeout_s,
+        "socket_connect_timeout": timeout_s,
+        "client_name": name,
+    }
+    scheme = urlsplit(url).scheme
+    if scheme == "redis+sentinel":
+        from redis.sentinel import Sentinel
+
+        _, hosts, service, auth = split_url(url)
+        sentinel = Sentinel(hosts, sentinel_kwargs={"socket_timeout": timeout_s}, **auth)  # type: ignore[no-untyped-call]
+        master: redis.Redis = sentinel.master_for(service, retry=Retry(NoBackoff(), 1), **common)  # type: ignore[no-untyped-call]
+        return master
+    if scheme == "redis+cluster":
+        from redis.cluster import ClusterNode
+
+        _, hosts, _, auth = split_url(url)
+        nodes = [ClusterNode(host, port) for host, port in hosts]  # type: ignore[no-untyped-call]
+        return redis.RedisCluster(startup_nodes=nodes, **auth, **common)
+    return redis.Redis.from_url(url, retry=Retry(NoBackoff(), 1), **common)
+
+
+def async_lease_client(
+    url: str, timeout_s: float, name: str
+) -> redis.asyncio.Redis | redis.asyncio.RedisCluster:
+    """[`lease_client`][fencedlease.lab.harness.topology.lease_client] for ``redis.asyncio``."""
+    common: dict[str, Any] = {
+        "socket_timeout": timeout_s,
+        "socket_connect_timeout": timeout_s,
+        "client_name": name,
+    }
+    from redis.asyncio.retry import Retry as AsyncRetry
+
+    scheme = urlsplit(url).scheme
+    if scheme == "redis+sentinel":
+        from redis.asyncio.sentinel import Sentinel
+
+        _, hosts, service, auth = split_url(url)
+        sentinel = Sentinel(hosts, sentinel_kwargs={"socket_timeout": timeout_s}, **auth)  # type: ignore[no-untyped-call]
+        master: redis.asyncio.Redis = sentinel.master_for(
+            service, retry=AsyncRetry(NoBackoff(), 1), **common
+        )
+        return master
+    if scheme == "redis+cluster":
+        from redis.asyncio.cluster import ClusterNode
+
+        _, hosts, _, auth = split_url(url)
+        nodes = [ClusterNode(host, port) for host, port in hosts]
+        return redis.asyncio.RedisCluster(startup_nodes=nodes, **auth, **common)
+    return redis.asyncio.Redis.from_url(url, retry=AsyncRetry(NoBackoff(), 1), **common)
