@@ -15,8 +15,9 @@ library's answers; the control pair in ``docs/harness.md`` shows both sides.
 - ``sentinel-failover``: ``SENTINEL FAILOVER``, then until the old primary is a replica in sync;
 - ``sentinel-kill-primary``: ``kill -9`` of the primary; the sentinels promote the replica after
   ``down-after-milliseconds``; the old primary is started again (empty) and made a replica;
-- ``lag-failover``: ``replica-lag``, and one ttl into it the primary killed: the promoted replica
-  missed what the primary granted during that ttl;
+- ``lag-failover``: ``replica-lag``, and one ttl into it the primary killed; the replica is
+  resumed as soon as its link is down (the stream it had not applied goes with the link), so
+  the promoted replica missed what the primary granted during that ttl;
 - ``deposed-primary``: the primary's default user loses ``REPLICAOF``/``SLAVEOF`` (``ACL
   SETUSER``), then ``SENTINEL FAILOVER``: the sentinels promote the replica but cannot demote
   the old primary, which stays writable for the workers still connected to it for the fault's
@@ -41,7 +42,7 @@ import redis
 from redis.crc import key_slot
 
 from ..servers.redis import RedisServer
-from .topology import Deployment
+from .topology import Deployment, quick_sync
 
 __all__ = ["SWITCH_TIMEOUT_S", "TopologyFaults"]
 
@@ -143,8 +144,16 @@ class TopologyFaults:
                 with self._lock:
                     old.kill()
                     self._killed[old.port] = old
+                # Resumed once their link is down: what they had not applied is dropped with
+                # it, and a paused replica would hold the promotion up.
+                self._wait_link_down(paused)
+                self._unpause(paused)
                 new = watch.wait(SWITCH_TIMEOUT_S)
             switched = time.monotonic() - began
+            # Started as the new primary's replica, as a restarted node whose configuration
+            # the sentinels rewrote would be (they themselves demote a returning primary only
+            # after it has reported its role for 8 s).
+            self._start_killed(replica_of=new)
         finally:
             self._unpause(paused)
             self._start_killed()
@@ -246,6 +255,16 @@ class TopologyFaults:
                 ):
                     client.execute_command("CLIENT", "UNPAUSE")
 
+    def _wait_link_down(self, ports: list[int]) -> None:
+        """Until each replica on ``ports`` says its link to the primary is down."""
+        give_up = time.monotonic() + SWITCH_TIMEOUT_S
+        for port in ports:
+            with self.deployment.servers.server_on(port).client(socket_timeout=2) as client:
+                while client.info("replication").get("master_link_status") != "down":
+                    if time.monotonic() > give_up:
+                        raise TimeoutError(f"the replica on {port} still links to the primary")
+                    time.sleep(0.01)
+
     def _restore_acl(self, server: RedisServer) -> None:
         with self._lock:
             if server.port not in self._acl:
@@ -254,11 +273,16 @@ class TopologyFaults:
             with contextlib.suppress(redis.RedisError), server.client(socket_timeout=2) as client:
                 client.execute_command("ACL", "SETUSER", "default", "+@all")
 
-    def _start_killed(self) -> None:
+    def _start_killed(self, replica_of: int | None = None) -> None:
+        """Start every killed node again (``REPLICAOF 127.0.0.1 <replica_of>`` when given)."""
         with self._lock:
             killed, self._killed = list(self._killed.values()), {}
         for server in killed:
             server.start()
+            quick_sync(server)
+            if replica_of is not None:
+                with server.client(socket_timeout=5) as client:
+                    client.replicaof("127.0.0.1", replica_of)
 
     def _wait_master(self, server: RedisServer) -> None:
         """Until ``server`` serves the first key's slot."""
