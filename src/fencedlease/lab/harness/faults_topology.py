@@ -20,8 +20,11 @@ library's answers; the control pair in ``docs/harness.md`` shows both sides.
   the promoted replica missed what the primary granted during that ttl;
 - ``deposed-primary``: the primary's default user loses ``REPLICAOF``/``SLAVEOF`` (``ACL
   SETUSER``), then ``SENTINEL FAILOVER``: the sentinels promote the replica but cannot demote
-  the old primary, which stays writable for the workers still connected to it for the fault's
-  duration; then the right is given back and the sentinels demote it;
+  the old primary, which stays writable for the workers still connected to it; once the
+  sentinels' demotion was refused (``ACL LOG``) it stays so for the fault's duration more; then
+  the right is given back and the sentinels demote it. (A plain ``sentinel-failover`` leaves the
+  old primary writable too, until the sentinels demote it: they wait until it has reported its
+  role for 8 s, so about ten seconds.)
 - ``cluster-failover``: ``CLUSTER FAILOVER`` on the replica of the first key's master;
 - ``cluster-kill-master``: ``kill -9`` of that master; its replica takes over after the node
   timeout; the old master is started again and rejoins as a replica.
@@ -179,6 +182,7 @@ class TopologyFaults:
                 sentinel.failover()
                 new = watch.wait(SWITCH_TIMEOUT_S)
             switched = time.monotonic() - began
+            refused = self._wait_demotion_refused(old, stop)
             with old.client(socket_timeout=2) as client:
                 role = str(client.info("replication")["role"])
             stop.wait(duration_s)
@@ -190,6 +194,7 @@ class TopologyFaults:
             "new_primary": new,
             "old_role_after_switch": role,
             "switch_ms": round(switched * 1000),
+            "demotion_refused_ms": refused,
         }
 
     def _cluster_failover(
@@ -264,6 +269,20 @@ class TopologyFaults:
                     if time.monotonic() > give_up:
                         raise TimeoutError(f"the replica on {port} still links to the primary")
                     time.sleep(0.01)
+
+    def _wait_demotion_refused(self, server: RedisServer, stop: threading.Event) -> int | None:
+        """Until ``server``'s ``ACL LOG`` shows a refused ``REPLICAOF``/``SLAVEOF`` (the
+        sentinels tried to demote it: they do so once it has reported its role for 8 s); the
+        milliseconds waited, None when none came."""
+        began = time.monotonic()
+        with server.client(socket_timeout=2, decode_responses=True) as client:
+            while time.monotonic() - began < SWITCH_TIMEOUT_S:
+                for entry in client.acl_log():
+                    if str(entry.get("object", "")).lower() in ("replicaof", "slaveof"):
+                        return round((time.monotonic() - began) * 1000)
+                if stop.wait(0.1):
+                    break
+        return None
 
     def _restore_acl(self, server: RedisServer) -> None:
         with self._lock:
