@@ -195,7 +195,12 @@ def _begin(config: CheckConfig) -> _Run:
             f"--resource {config.resource} runs in a process of the run's own:"
             " --resource-url does not apply to it"
         )
-    check_topology(config)
+    check_topology(
+        config.topology,
+        redis_url=config.redis_url,
+        replica_acks=config.replica_acks,
+        fencing=config.fencing,
+    )
     seed = config.seed if config.seed is not None else secrets.randbelow(2**31)
     if config.schedule is not None and config.schedule.workers != config.workers:
         raise ValueError(

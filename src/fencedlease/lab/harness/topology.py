@@ -26,7 +26,6 @@ from redis.retry import Retry
 
 if TYPE_CHECKING:
     from ..servers.redis import RedisServer
-    from .model import CheckConfig
 
 __all__ = [
     "Deployment",
@@ -67,8 +66,11 @@ class Deployment:
         )
 
 
-def check_topology(config: CheckConfig) -> None:
-    """The topology settings of ``config`` that cannot work, refused before anything starts.
+def check_topology(
+    topology: str, *, redis_url: str | None = None, replica_acks: int = 0, fencing: str = "counter"
+) -> None:
+    """A run's topology settings (a ``CheckConfig``'s fields of these names) that cannot work,
+    refused before anything starts.
 
     Raises:
         ValueError: an unknown topology; ``redis_url`` with a topology the check starts;
@@ -77,19 +79,18 @@ def check_topology(config: CheckConfig) -> None:
             than ``counter`` or ``clock``, or ``clock`` on ``cluster`` (the cluster store takes
             neither option).
     """
-    topology = config.topology
     if topology not in ("standalone", "sentinel", "cluster"):
         raise ValueError(f"topology must be standalone, sentinel or cluster; got {topology!r}")
-    if topology != "standalone" and config.redis_url:
+    if topology != "standalone" and redis_url:
         raise ValueError(f"--topology {topology} starts its own servers: leave out --redis-url")
-    if config.fencing not in ("counter", "clock"):
-        raise ValueError(f"fencing must be counter or clock; got {config.fencing!r}")
-    if not 0 <= config.replica_acks <= (1 if topology == "sentinel" else 0):
+    if fencing not in ("counter", "clock"):
+        raise ValueError(f"fencing must be counter or clock; got {fencing!r}")
+    if not 0 <= replica_acks <= (1 if topology == "sentinel" else 0):
         raise ValueError(
             f"replica_acks must be 0 (or 1 with --topology sentinel: its one replica);"
-            f" got {config.replica_acks} on {topology}"
+            f" got {replica_acks} on {topology}"
         )
-    if topology == "cluster" and config.fencing != "counter":
+    if topology == "cluster" and fencing != "counter":
         raise ValueError("the cluster store makes counter tokens only: --fencing counter")
 
 
