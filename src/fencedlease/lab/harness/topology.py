@@ -155,11 +155,10 @@ def split_url(url: str) -> tuple[str, list[tuple[str, int]], str, dict[str, Any]
     return parts.scheme, hosts, parts.path.lstrip("/"), auth
 
 
-def lease_client(url: str, timeout_s: float, name: str) -> redis.Redis | redis.RedisCluster:
-    """A worker's client: ``redis.Redis`` for ``redis://`` (one transparent retry on a dropped
-    connection), the primary the sentinels name for ``redis+sentinel://``, a ``RedisCluster``
-    for ``redis+cluster://``; every connection named ``name`` (``CLIENT SETNAME``), every
-    command bounded by ``timeout_s`` seconds."""
+def _client(url: str, timeout_s: float, name: str, face: tuple[Any, ...]) -> Any:
+    """The client for ``url`` made of ``face``'s classes: ``(Sentinel, ClusterNode, Redis,
+    RedisCluster, Retry)`` of redis-py's sync or asyncio face."""
+    sentinel_class, node_class, redis_class, cluster_class, retry_class = face
     common: dict[str, Any] = {
         "socket_timeout": timeout_s,
         "socket_connect_timeout": timeout_s,
@@ -167,46 +166,37 @@ def lease_client(url: str, timeout_s: float, name: str) -> redis.Redis | redis.R
     }
     scheme = urlsplit(url).scheme
     if scheme == "redis+sentinel":
-        from redis.sentinel import Sentinel
-
         _, hosts, service, auth = split_url(url)
-        sentinel = Sentinel(hosts, sentinel_kwargs={"socket_timeout": timeout_s}, **auth)  # type: ignore[no-untyped-call]
-        master: redis.Redis = sentinel.master_for(service, retry=Retry(NoBackoff(), 1), **common)  # type: ignore[no-untyped-call]
-        return master
+        sentinel = sentinel_class(hosts, sentinel_kwargs={"socket_timeout": timeout_s}, **auth)
+        return sentinel.master_for(service, retry=retry_class(NoBackoff(), 1), **common)
     if scheme == "redis+cluster":
-        from redis.cluster import ClusterNode
-
         _, hosts, _, auth = split_url(url)
-        nodes = [ClusterNode(host, port) for host, port in hosts]  # type: ignore[no-untyped-call]
-        return redis.RedisCluster(startup_nodes=nodes, **auth, **common)
-    return redis.Redis.from_url(url, retry=Retry(NoBackoff(), 1), **common)
+        nodes = [node_class(host, port) for host, port in hosts]
+        return cluster_class(startup_nodes=nodes, **auth, **common)
+    return redis_class.from_url(url, retry=retry_class(NoBackoff(), 1), **common)
+
+
+def lease_client(url: str, timeout_s: float, name: str) -> redis.Redis | redis.RedisCluster:
+    """A worker's client: ``redis.Redis`` for ``redis://`` (one transparent retry on a dropped
+    connection), the primary the sentinels name for ``redis+sentinel://`` (the same retry), a
+    ``RedisCluster`` for ``redis+cluster://``; every connection named ``name`` (``CLIENT
+    SETNAME``), every command bounded by ``timeout_s`` seconds."""
+    from redis.cluster import ClusterNode
+    from redis.sentinel import Sentinel
+
+    face = (Sentinel, ClusterNode, redis.Redis, redis.RedisCluster, Retry)
+    client: redis.Redis | redis.RedisCluster = _client(url, timeout_s, name, face)
+    return client
 
 
 def async_lease_client(
     url: str, timeout_s: float, name: str
 ) -> redis.asyncio.Redis | redis.asyncio.RedisCluster:
     """[`lease_client`][fencedlease.lab.harness.topology.lease_client] for ``redis.asyncio``."""
-    common: dict[str, Any] = {
-        "socket_timeout": timeout_s,
-        "socket_connect_timeout": timeout_s,
-        "client_name": name,
-    }
+    from redis.asyncio.cluster import ClusterNode
     from redis.asyncio.retry import Retry as AsyncRetry
+    from redis.asyncio.sentinel import Sentinel
 
-    scheme = urlsplit(url).scheme
-    if scheme == "redis+sentinel":
-        from redis.asyncio.sentinel import Sentinel
-
-        _, hosts, service, auth = split_url(url)
-        sentinel = Sentinel(hosts, sentinel_kwargs={"socket_timeout": timeout_s}, **auth)  # type: ignore[no-untyped-call]
-        master: redis.asyncio.Redis = sentinel.master_for(
-            service, retry=AsyncRetry(NoBackoff(), 1), **common
-        )
-        return master
-    if scheme == "redis+cluster":
-        from redis.asyncio.cluster import ClusterNode
-
-        _, hosts, _, auth = split_url(url)
-        nodes = [ClusterNode(host, port) for host, port in hosts]
-        return redis.asyncio.RedisCluster(startup_nodes=nodes, **auth, **common)
-    return redis.asyncio.Redis.from_url(url, retry=AsyncRetry(NoBackoff(), 1), **common)
+    face = (Sentinel, ClusterNode, redis.asyncio.Redis, redis.asyncio.RedisCluster, AsyncRetry)
+    client: redis.asyncio.Redis | redis.asyncio.RedisCluster = _client(url, timeout_s, name, face)
+    return client
