@@ -190,13 +190,13 @@ def test_a_bad_redis_url_fails_without_showing_the_password(tmp_path: Path, url:
 
 def test_the_faults_that_act_on_the_whole_server() -> None:
     """Exactly these kinds touch more than the run's own keys, connections, proxies and worker
-    processes; every other kind is scoped to the run."""
+    processes; every other kind is scoped to the run. The topology faults act on the whole
+    deployment (they run only on one the check started: --topology)."""
     assert sorted(SERVER_WIDE) == [
-        "redis-pause",
-        "redis-restart-aof",
-        "redis-restart-nopersist",
-        "script-flush",
-    ]
+        "cluster-failover", "cluster-kill-master", "deposed-primary", "lag-failover",
+        "redis-pause", "redis-restart-aof", "redis-restart-nopersist", "replica-lag",
+        "script-flush", "sentinel-failover", "sentinel-kill-primary",
+    ]  # fmt: skip
     assert sorted(k for k, info in FAULTS.items() if not info.server_wide) == [
         "client-kill", "clock", "drop-replies", "drop-requests", "evict", "kernel-drop",
         "kernel-reject", "kill-holder", "latency", "partition", "pause-holder", "reset-peer",

@@ -20,6 +20,7 @@ import attrs
 import click
 from click.core import ParameterSource
 
+from .harness.kinds import DEFAULT_FAULTS, FENCINGS, TOPOLOGIES, TOPOLOGY_DEFAULTS
 from .harness.nemesis import FAULTS, parse_faults
 from .harness.resources import RESOURCES
 from .harness.workload import MODES, WORKER_KINDS
@@ -121,6 +122,22 @@ def _faults(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
     " left out otherwise (the summary and report.json say so).",
 )
 @click.option(
+    "--topology", type=click.Choice(TOPOLOGIES), default="standalone", show_default=True,
+    help="Where the leases live: one redis-server (or --redis-url); a Sentinel deployment the"
+    " check starts (a primary, a replica, three sentinels; workers use redis+sentinel://); a"
+    " Redis Cluster it starts (three masters, a replica each; redis+cluster://). --faults"
+    " default is then that topology's failover faults.",
+)  # fmt: skip
+@click.option(
+    "--replica-acks", default=0, show_default=True, type=click.IntRange(0, 1),
+    help="Replicas that must acknowledge (WAIT) each grant and renewal (--topology sentinel).",
+)  # fmt: skip
+@click.option(
+    "--fencing", type=click.Choice(FENCINGS), default="counter", show_default=True,
+    help="The workers' tokens: the per-key counter, or clock (max(counter + 1, Redis TIME in"
+    " microseconds): they still increase after a failover lost the counter's last writes).",
+)  # fmt: skip
+@click.option(
     "--replay", type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="Run again what this report.json records: its seed, settings and fault schedule. Options"
     " given too (--out, --redis-url, ...) replace the recorded ones; --seed may not be given.",
@@ -149,6 +166,9 @@ def check(
     no_toxiproxy: bool,
     workers_kind: str | None,
     allow_server_faults: bool,
+    topology: str,
+    replica_acks: int,
+    fencing: str,
     replay: Path | None,
     runs: int,
 ) -> None:
@@ -210,7 +230,12 @@ def check(
         workers_kind=workers_kind,  # type: ignore[arg-type]
         keys=keys,
         body_ms=body_ms,
+        topology=topology,  # type: ignore[arg-type]
+        replica_acks=replica_acks,
+        fencing=fencing,  # type: ignore[arg-type]
     )
+    if topology != "standalone" and faults == DEFAULT_FAULTS:
+        config = attrs.evolve(config, faults=TOPOLOGY_DEFAULTS[topology])
     if replay is not None:
         if seed is not None or runs > 1:
             raise click.UsageError("--replay runs the recorded seed once: leave out --seed, --runs")
@@ -229,7 +254,7 @@ def check(
     console = Console()
     console.print(
         f"fencedlease check: {config.workers} workers, {config.keys} keys, {config.duration_s:g} s,"
-        f" mode {config.mode}, resource {config.resource}, faults:"
+        f" mode {config.mode}, topology {config.topology}, resource {config.resource}, faults:"
         f" {', '.join(config.faults) or 'none'}"
         + (f", replaying seed {config.seed} from {replay}" if replay is not None else "")
         + (f", {runs} runs from seed {config.seed}" if runs > 1 else "")
@@ -277,7 +302,8 @@ _REPLACES = {
     "redis_url": "redis_url", "workers": "workers", "duration": "duration_s", "faults": "faults",
     "mode": "mode", "resource": "resource", "resource_url": "resource_url", "ttl_ms": "ttl_ms",
     "no_toxiproxy": "toxiproxy", "allow_server_faults": "allow_server_faults", "keys": "keys",
-    "body_ms": "body_ms", "workers_kind": "workers_kind",
+    "body_ms": "body_ms", "workers_kind": "workers_kind", "topology": "topology",
+    "replica_acks": "replica_acks", "fencing": "fencing",
 }  # fmt: skip
 
 

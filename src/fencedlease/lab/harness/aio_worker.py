@@ -20,14 +20,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-import redis.asyncio
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-
 from fencedlease import Clock
 from fencedlease.aio import AsyncLeaseManager
 
 from .recorder import Recorder
+from .topology import async_lease_client
 from .workload import (
     BODY,
     RELEASING,
@@ -57,15 +54,17 @@ def run_asyncio_worker(
 async def _main(
     config: WorkerConfig, board: Board, go: Any, stop: Any, recorder: Recorder, clock: Clock
 ) -> None:
-    timeout_s = config.socket_timeout_ms / 1000
-    client = redis.asyncio.Redis.from_url(
-        config.redis_url,
-        socket_timeout=timeout_s,
-        socket_connect_timeout=timeout_s,
-        client_name=client_name(config.prefix, config.name),
-        retry=Retry(NoBackoff(), 1),
+    client = async_lease_client(
+        config.redis_url, config.socket_timeout_ms / 1000, client_name(config.prefix, config.name)
     )
-    manager = AsyncLeaseManager(client, prefix=config.prefix, on_event=recorder, clock=clock)
+    manager = AsyncLeaseManager(
+        client,
+        prefix=config.prefix,
+        on_event=recorder,
+        clock=clock,
+        replica_acks=config.replica_acks,
+        fencing=config.fencing,
+    )
     board.set(config.index, "pid", os.getpid())  # ready: the run waits for every pid
     try:
         if not await asyncio.to_thread(go.wait, 60.0):

@@ -22,6 +22,7 @@ from ..servers.redis import RedisServer, find_redis_binary, redis_endpoint
 from .model import CheckConfig
 from .resources import ResourceSpec, prepare_resource
 from .safety import mark_resource, remove_sqlite_resource
+from .topology import Deployment, start_deployment
 
 __all__ = [
     "LeaseRedis",
@@ -52,12 +53,20 @@ def _one_line(exc: BaseException, *urls: str | None) -> str:
 @attrs.frozen
 class LeaseRedis:
     """The Redis the leases live in: its URL, where it came from, its process if ours, and
-    ``own``: whether the check started it (only then may a fault act on the whole server)."""
+    ``own``: whether the check started it (only then may a fault act on the whole server);
+    ``deployment``: the Sentinel deployment or Redis Cluster the check started (``--topology``),
+    whose workers' ``url`` is ``redis+sentinel://`` or ``redis+cluster://``."""
 
     url: str
     kind: str
     server: RedisServer | None
     own: bool = True
+    deployment: Deployment | None = None
+
+    @property
+    def admin_url(self) -> str:
+        """A ``redis://`` URL of the lease Redis (of the first primary, on a deployment)."""
+        return self.url if self.deployment is None else self.deployment.admin_url
 
 
 @attrs.frozen
@@ -78,9 +87,16 @@ def start_redis(config: CheckConfig, stack: ExitStack, notes: list[str], prefix:
     A given Redis must answer ``PING`` first; when the run ends, every key under ``prefix`` (the
     run's own, with its random id) is deleted from it, and nothing else.
 
+    With ``config.topology`` ``sentinel`` or ``cluster``: that deployment, started here
+    ([`start_deployment`][fencedlease.lab.harness.topology.start_deployment]).
+
     Raises:
         ResourceUnavailable: the given Redis does not answer (refused, wrong password).
+        RedisUnavailable: a deployment that could not be started.
     """
+    if config.topology != "standalone":
+        deployment = start_deployment(config.topology, stack)
+        return LeaseRedis(deployment.url, deployment.describe(), None, deployment=deployment)
     if config.redis_url:
         _ping(config.redis_url)
         # Registered now, run when the run ends (after its workers stopped), even on an error.
@@ -263,6 +279,13 @@ def start_proxies(
     direct = Network([redis_url] * config.workers, {}, None)
     upstream = _upstream(redis_url)
     if not config.toxiproxy:
+        return direct
+    if config.topology != "standalone":
+        notes.append(
+            f"--topology {config.topology}: the workers find the nodes through the"
+            f" {'sentinels' if config.topology == 'sentinel' else 'cluster'}, so no Toxiproxy"
+            " and no network faults"
+        )
         return direct
     if upstream is None:
         notes.append("Redis URL is not redis://host:port: no Toxiproxy, no network faults")

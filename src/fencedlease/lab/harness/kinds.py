@@ -8,7 +8,7 @@ re-exports it); neither imports the other at run time.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, Literal
 
 import attrs
 
@@ -17,12 +17,31 @@ __all__ = [
     "CUT_OFF",
     "DEFAULT_FAULTS",
     "FAULTS",
+    "FENCINGS",
     "SERVER_WIDE",
+    "TOPOLOGIES",
+    "TOPOLOGY_DEFAULTS",
     "FaultInfo",
+    "Fencing",
+    "Topology",
     "fault_duration_s",
     "left_out_faults",
+    "off_topology",
     "parse_faults",
 ]
+
+#: Where the leases live: one redis-server, a Sentinel deployment (a primary, a replica, three
+#: sentinels) or a Redis Cluster (three masters, each with a replica).
+Topology = Literal["standalone", "sentinel", "cluster"]
+TOPOLOGIES: Final[tuple[Topology, ...]] = ("standalone", "sentinel", "cluster")
+#: How the workers' managers make tokens: the per-key counter, or ``max(counter + 1, TIME in
+#: microseconds)`` (tokens that still increase after a failover lost the counter's last writes).
+Fencing = Literal["counter", "clock"]
+FENCINGS: Final[tuple[Fencing, ...]] = ("counter", "clock")
+_ALL: Final = frozenset(TOPOLOGIES)
+_STANDALONE: Final = frozenset({"standalone"})
+_SENTINEL: Final = frozenset({"sentinel"})
+_CLUSTER: Final = frozenset({"cluster"})
 
 
 @attrs.frozen
@@ -34,18 +53,23 @@ class FaultInfo:
     hits one worker (the holder). ``server_wide``: it acts on the whole Redis server (its
     process, its script cache, its configuration), not only on the run's own keys,
     connections, proxies and worker processes; such a fault runs only on a Redis the check
-    started (see [`SERVER_WIDE`][fencedlease.lab.harness.kinds.SERVER_WIDE])."""
+    started (see [`SERVER_WIDE`][fencedlease.lab.harness.kinds.SERVER_WIDE]). ``topologies``:
+    where it can run (a kind off the run's topology is left out of the schedule); the topology
+    faults need ``"sentinel"`` or ``"cluster"`` (the deployment the check started)."""
 
     needs: str | None
     disrupts: bool
     targets: bool
     summary: str
     server_wide: bool = False
+    topologies: frozenset[str] = _STANDALONE
 
 
 FAULTS: Final[dict[str, FaultInfo]] = {
     "latency": FaultInfo("proxy", False, True, "latency toxic on the holder's proxy"),
-    "pause-holder": FaultInfo(None, True, True, "SIGSTOP the holder for 2 x ttl (a GC pause)"),
+    "pause-holder": FaultInfo(
+        None, True, True, "SIGSTOP the holder for 2 x ttl (a GC pause)", topologies=_ALL
+    ),
     "partition": FaultInfo("proxy", True, True, "the holder's proxy disabled for 2 x ttl"),
     "client-kill": FaultInfo(None, False, True, "CLIENT KILL of the holder's connections"),
     "script-flush": FaultInfo(None, False, False, "SCRIPT FLUSH on Redis", server_wide=True),
@@ -64,7 +88,10 @@ FAULTS: Final[dict[str, FaultInfo]] = {
         "CONFIG SET appendonly no, kill -9 and restart without persistence",
         server_wide=True,
     ),
-    "clock": FaultInfo(None, False, False, "wall clocks jump +-5 ttl and strobe (no lease moves)"),
+    "clock": FaultInfo(
+        None, False, False, "wall clocks jump +-5 ttl and strobe (no lease moves)", topologies=_ALL
+    ),
+    # Not on a deployment: closing the dead worker's history reads its key on the lease Redis.
     "kill-holder": FaultInfo("restart", True, True, "kill -9 of the holder, a fresh worker after"),
     "drop-replies": FaultInfo("proxy", True, True, "the holder's replies lost (downstream only)"),
     "drop-requests": FaultInfo("proxy", True, True, "the holder's requests lost (upstream only)"),
@@ -74,7 +101,46 @@ FAULTS: Final[dict[str, FaultInfo]] = {
     "slow-cut": FaultInfo(
         "proxy", True, True, "latency ttl/3 on the holder's replies, then its requests cut 2 x ttl"
     ),
-}
+    # The topology faults (see faults_topology): replication, failover, a deposed primary.
+    "replica-lag": FaultInfo(
+        "replicas", True, False, "CLIENT PAUSE WRITE on the replicas: they stop applying the"
+        " primary's stream for 3 x ttl", server_wide=True, topologies=_SENTINEL | _CLUSTER,
+    ),
+    "sentinel-failover": FaultInfo(
+        "sentinel", True, False, "SENTINEL FAILOVER: a planned failover to the replica",
+        server_wide=True, topologies=_SENTINEL,
+    ),
+    "sentinel-kill-primary": FaultInfo(
+        "sentinel", True, False, "kill -9 of the primary: an unplanned failover; the old primary"
+        " restarted as a replica after", server_wide=True, topologies=_SENTINEL,
+    ),
+    "lag-failover": FaultInfo(
+        "sentinel", True, False, "replica-lag, and one ttl into it the primary killed: the replica"
+        " that missed the last writes is promoted", server_wide=True, topologies=_SENTINEL,
+    ),
+    "deposed-primary": FaultInfo(
+        "sentinel", True, False, "the primary hidden from the sentinels (they get NOAUTH) while"
+        " the workers still use it: a failover it does not hear of for 2 x ttl",
+        server_wide=True, topologies=_SENTINEL,
+    ),
+    "cluster-failover": FaultInfo(
+        "cluster", True, False, "CLUSTER FAILOVER on the replica of the first key's master",
+        server_wide=True, topologies=_CLUSTER,
+    ),
+    "cluster-kill-master": FaultInfo(
+        "cluster", True, False, "kill -9 of the first key's master: its replica takes over; the"
+        " old master restarted as a replica after", server_wide=True, topologies=_CLUSTER,
+    ),
+}  # fmt: skip
+
+#: The faults ``--faults default`` means on each topology (each fits a short run).
+TOPOLOGY_DEFAULTS: Final[dict[str, tuple[str, ...]]] = {
+    "sentinel": (
+        "replica-lag", "sentinel-failover", "pause-holder", "sentinel-kill-primary",
+        "deposed-primary",
+    ),
+    "cluster": ("replica-lag", "cluster-failover", "pause-holder", "cluster-kill-master"),
+}  # fmt: skip
 
 #: The kinds that act on the whole Redis server rather than on the run's own keys and
 #: connections: ``script-flush`` (every application's cached scripts), the ``redis-*`` process
@@ -131,7 +197,22 @@ def fault_duration_s(kind: str, ttl_ms: int, heartbeat_ms: int) -> float:
         "kernel-reject": 2 * ttl,
         "evict": ttl + 2 * beat,  # the holder's next renewal is answered 0
         "slow-cut": 2 * beat + 2 * ttl,  # until a renewal ran (late reply), then the cut
+        # The failovers last until the new primary serves (and has a replica again): at least
+        # the time planned here, which only spaces the episodes.
+        "replica-lag": 3 * ttl,
+        "sentinel-failover": 2 * ttl,
+        "sentinel-kill-primary": 2 * ttl,
+        "lag-failover": 3 * ttl,
+        "deposed-primary": 2 * ttl,
+        "cluster-failover": 2 * ttl,
+        "cluster-kill-master": 2 * ttl,
     }[kind]
+
+
+def off_topology(faults: Sequence[str], topology: str) -> list[str]:
+    """The kinds of ``faults`` (in their order, each once) that cannot run on ``topology``
+    (see ``FaultInfo.topologies``)."""
+    return list(dict.fromkeys(k for k in faults if topology not in FAULTS[k].topologies))
 
 
 def left_out_faults(faults: Sequence[str], *, own_server: bool, allow: bool) -> list[str]:

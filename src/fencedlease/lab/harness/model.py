@@ -12,6 +12,7 @@ import attrs
 
 from .checker import CheckReport, Extracted, extract
 from .history import read_history
+from .kinds import Fencing, Topology
 from .nemesis import DEFAULT_FAULTS
 from .resources import ResourceKind
 from .schedule import Schedule
@@ -70,6 +71,9 @@ class CheckConfig:
     workers_kind: WorkerKind | None = None
     wait_share: float = 0.5
     keys: int = 1
+    topology: Topology = "standalone"
+    replica_acks: int = 0
+    fencing: Fencing = "counter"
 
     @property
     def lease_keys(self) -> tuple[str, ...]:

@@ -69,6 +69,7 @@ from .faults_kernel import KERNEL_ACTIONS, KernelFirewall, Link, kernel_unavaila
 from .faults_lease import compare_and_delete, next_owner, take_stretch, wait_for_renewal
 from .faults_network import one_way_toxic, watch_lease
 from .faults_process import KillTarget, kill_and_replace
+from .faults_topology import TopologyFaults
 from .history import HistoryWriter, Operation
 from .kinds import (
     ALL_FAULTS,
@@ -85,6 +86,7 @@ from .workload import BODY, HOLDING, PHASES, WRITING, Board, client_name
 
 if TYPE_CHECKING:
     from .schedule import PlannedFault, Schedule
+    from .topology import Deployment
 
 __all__ = [
     "ALL_FAULTS",
@@ -127,7 +129,8 @@ class NemesisEnv:
     worker process at ``index`` once the old one is dead (None: the run cannot); ``run_id``: the
     run's random id (hex), in the name of the nftables tables of the kernel faults;
     ``kernel_links``: each worker's namespace link (empty when the workers have none),
-    ``kernel_reason``: why they have none."""
+    ``kernel_reason``: why they have none. ``deployment``: the Sentinel deployment or Redis
+    Cluster the check started (``--topology``), for the topology faults; None on one server."""
 
     writer: HistoryWriter
     board: Board
@@ -150,6 +153,7 @@ class NemesisEnv:
     run_id: str = "0"
     kernel_links: list[Link] = attrs.field(factory=list)
     kernel_reason: str | None = None
+    deployment: Deployment | None = None
 
     @property
     def lease_keys(self) -> tuple[str, ...]:
@@ -172,6 +176,10 @@ def unavailable_reason(kind: str, env: NemesisEnv) -> str | None:
         return "needs a redis-server started by the harness (not available with --redis-url)"
     if needs == "restart" and (env.restart_worker is None or not env.history_paths):
         return "needs a run that can restart a worker process"
+    if needs in ("sentinel", "cluster", "replicas"):
+        kind_now = None if env.deployment is None else env.deployment.kind
+        if kind_now is None or (needs != "replicas" and kind_now != needs):
+            return f"needs --topology {'sentinel or cluster' if needs == 'replicas' else needs}"
     if needs == "kernel" and not env.kernel_links:
         return env.kernel_reason or kernel_unavailable_reason() or "the workers have no links"
     return None
@@ -210,6 +218,10 @@ class Nemesis:
         self._disabled: dict[int, int] = {}
         self._toxics: set[tuple[int, str]] = set()
         self._firewall = KernelFirewall(env.run_id)
+        self._topology: TopologyFaults | None = None
+        if env.deployment is not None:
+            first = redis_keys(env.prefix, env.lease_keys[0]).fence
+            self._topology = TopologyFaults(env.deployment, first)
 
     @property
     def current(self) -> str | None:
@@ -298,7 +310,7 @@ class Nemesis:
         kind, target = fault.kind, fault.target
         spec = FaultSpec(kind, fault.duration_ms / 1000, fault.index)
         action: Callable[[FaultSpec, threading.Event, Operation, int | None], None] = getattr(
-            self, "_do_" + kind.replace("-", "_")
+            self, "_do_" + kind.replace("-", "_"), self._do_topology
         )
         board = self.env.board
         detail: dict[str, Any] = {
@@ -397,6 +409,15 @@ class Nemesis:
     # Each _do_<kind>(spec, stop, op, target) acts, waits out the fault (stop-aware), heals, and
     # completes ``op``; _fault() completes it if an action did not. An action undoes only its
     # own doing (try/finally), so that the faults in force with it go on.
+
+    def _do_topology(
+        self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
+    ) -> None:
+        """A fault of [`faults_topology`][fencedlease.lab.harness.faults_topology]."""
+        assert self._topology is not None
+        self._finish(
+            op, **self._topology.run(spec.kind, spec.duration_s, self.env.ttl_ms / 1000, stop)
+        )
 
     def _proxy(self, target: int | None) -> Any:
         assert target is not None
@@ -812,6 +833,8 @@ class Nemesis:
             self._firewall.heal_all()
         with contextlib.suppress(Exception):
             self._reset_clocks()
+        if self._topology is not None:
+            self._topology.heal_all()
 
     def close(self) -> None:
         """Heal and close the admin connection."""

@@ -46,6 +46,7 @@ def report_dict(result: CheckResult) -> dict[str, Any]:
         "inconclusive": list(result.inconclusive),
         "left_out": list(result.left_out),
         "seed": result.seed,
+        "topology": result.config.topology,
         "config": config,
         "schedule": None if result.schedule is None else result.schedule.to_dict(),
         "redis": result.redis,

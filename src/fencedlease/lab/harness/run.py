@@ -57,6 +57,7 @@ from .environment import (
 )
 from .faults_kernel import Link, worker_links
 from .history import Event, HistoryWriter, merge_histories
+from .kinds import off_topology
 from .model import CheckConfig, CheckResult
 from .nemesis import Nemesis, NemesisEnv, left_out_faults
 from .resources import ResourceSpec, read_final_counter, read_final_counters
@@ -69,6 +70,7 @@ from .safety import (
     claim_out_dir,
 )
 from .schedule import Schedule, draw_schedule, worker_seed
+from .topology import check_topology
 from .workers import worker_main
 from .workload import WORKER_KINDS, Board, WorkerConfig, WorkerKind
 
@@ -193,6 +195,12 @@ def _begin(config: CheckConfig) -> _Run:
             f"--resource {config.resource} runs in a process of the run's own:"
             " --resource-url does not apply to it"
         )
+    check_topology(
+        config.topology,
+        redis_url=config.redis_url,
+        replica_acks=config.replica_acks,
+        fencing=config.fencing,
+    )
     seed = config.seed if config.seed is not None else secrets.randbelow(2**31)
     if config.schedule is not None and config.schedule.workers != config.workers:
         raise ValueError(
@@ -264,13 +272,18 @@ def _make_nemesis(
     run.left_out = left_out_faults(
         config.faults, own_server=lease_redis.own, allow=config.allow_server_faults
     )
+    off = off_topology(config.faults if config.schedule is None else config.schedule.kinds,
+                       config.topology)  # fmt: skip
+    if off:
+        run.notes.append(f"left out: {', '.join(off)} (not on the {config.topology} topology)")
     if run.left_out:
         run.notes.append(
             f"left out: {', '.join(run.left_out)} (the Redis at {redact_url(lease_redis.url)} is"
             " not the check's own; --allow-server-faults runs them anyway)"
         )
+    run.left_out += [kind for kind in off if kind not in run.left_out]
     schedule = config.schedule or draw_schedule(
-        config.faults,
+        [kind for kind in config.faults if kind not in off],
         seed=run.seed,
         workers=config.workers,
         ttl_ms=config.ttl_ms,
@@ -291,7 +304,7 @@ def _make_nemesis(
         writer=writer,
         board=board,
         worker_names=run.names,
-        admin_url=lease_redis.url,
+        admin_url=lease_redis.admin_url,
         prefix=run.prefix,
         key=config.key,
         keys=config.lease_keys,
@@ -307,6 +320,7 @@ def _make_nemesis(
         run_id=run.run_id,
         kernel_links=list(run.kernel_links),
         kernel_reason=run.kernel_reason,
+        deployment=lease_redis.deployment,
     )
     nemesis = Nemesis(env, schedule)
     stack.callback(nemesis.close)
@@ -350,6 +364,8 @@ def _start_workers(
             kind=run.worker_kinds[index],
             wait_share=config.wait_share,
             netns=network.netns[index] if network.netns else None,
+            replica_acks=config.replica_acks,
+            fencing=config.fencing,
         )
         proc = ctx.Process(
             target=worker_main,
@@ -400,6 +416,9 @@ def _record_start(
             "key": config.key,
             "keys": list(config.lease_keys),
             "prefix": run.prefix,
+            "topology": config.topology,
+            "replica_acks": config.replica_acks,
+            "fencing": config.fencing,
         },
     )
 

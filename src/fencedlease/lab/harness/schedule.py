@@ -29,6 +29,7 @@ Jepsen's generators schedule faults the same way: a seeded random mix, recorded 
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from collections.abc import Sequence
@@ -41,6 +42,7 @@ from .kinds import FAULTS, fault_duration_s
 __all__ = [
     "LAST",
     "OVERLAPPING",
+    "TOPOLOGY_FAULTS",
     "PlannedFault",
     "Schedule",
     "draw_schedule",
@@ -48,12 +50,19 @@ __all__ = [
     "worker_seed",
 ]
 
+#: The faults of the replicated topologies (see ``faults_topology``): each overlaps the worker
+#: faults of its topology (a paused or killed holder, the clock), never another of them.
+TOPOLOGY_FAULTS: Final = frozenset(
+    kind for kind, info in FAULTS.items() if info.needs in ("replicas", "sentinel", "cluster")
+)
+
 #: The kinds :func:`may_overlap` knows; any other kind is never in force with another fault.
 OVERLAPPING: Final = frozenset(
     {
         "latency", "pause-holder", "partition", "client-kill", "script-flush", "timeout",
         "reset-peer", "redis-pause", "redis-restart-aof", "clock", "kill-holder", "drop-replies",
         "drop-requests", "kernel-drop", "kernel-reject", "evict", "slow-cut",
+        *TOPOLOGY_FAULTS,
     }
 )  # fmt: skip
 
@@ -83,6 +92,9 @@ _NEVER: Final = frozenset(
         ("redis-pause", "slow-cut"),
         ("redis-restart-aof", "slow-cut"),
         ("slow-cut", "slow-cut"),
+        # Two topology faults would fight over who the primary is: a failover waits for a
+        # replica another one paused, or kills the node the other is promoting.
+        *itertools.combinations_with_replacement(sorted(TOPOLOGY_FAULTS), 2),
     )
 )
 # Never on the same worker: a stopped worker cut off from Redis cannot be told of the loss; a

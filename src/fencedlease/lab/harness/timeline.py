@@ -71,6 +71,13 @@ FAULT_COLORS: Final = {
     "kernel-reject": "#ff7043",
     "evict": "#ab47bc",
     "slow-cut": "#0288d1",
+    "replica-lag": "#fbc02d",
+    "sentinel-failover": "#00897b",
+    "sentinel-kill-primary": "#4e342e",
+    "lag-failover": "#c62828",
+    "deposed-primary": "#6a1b9a",
+    "cluster-failover": "#00695c",
+    "cluster-kill-master": "#3e2723",
 }
 
 

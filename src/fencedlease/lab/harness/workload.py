@@ -43,8 +43,6 @@ from typing import Any, Final, Literal
 
 import attrs
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from fencedlease import (
     BackendError,
@@ -57,8 +55,10 @@ from fencedlease import (
 
 from .faults_clock import make_offsets
 from .history import HistoryWriter, Operation
+from .kinds import Fencing
 from .recorder import Recorder
 from .resources import ResourceSpec, open_store
+from .topology import lease_client
 
 __all__ = [
     "MODES",
@@ -169,7 +169,9 @@ class WorkerConfig:
     ([`WORKER_KINDS`][fencedlease.lab.harness.workload.WORKER_KINDS], see
     [`worker_main`][fencedlease.lab.harness.workers.worker_main]). ``netns``: the network
     namespace the worker enters before anything else (its link for the kernel faults), None: the
-    host's.
+    host's. ``replica_acks``, ``fencing``: the manager's options of those names; ``redis_url``
+    may be ``redis+sentinel://`` or ``redis+cluster://`` (see
+    [`lease_client`][fencedlease.lab.harness.topology.lease_client]).
     """
 
     index: int
@@ -191,6 +193,8 @@ class WorkerConfig:
     kind: WorkerKind = "sync"
     wait_share: float = 0.5
     netns: str | None = None
+    replica_acks: int = 0
+    fencing: Fencing = "counter"
 
 
 def client_name(prefix: str, worker_name: str) -> str:
@@ -207,19 +211,22 @@ def run_sync_worker(
     [`worker_main`][fencedlease.lab.harness.workers.worker_main]) until ``stop``, ``duration_s`` or
     ``max_cycles`` (per thread); ``clock`` is the worker's (the ``clock`` fault's offset wall
     time)."""
-    timeout_s = config.socket_timeout_ms / 1000
-    client = redis.Redis.from_url(
-        config.redis_url,
-        socket_timeout=timeout_s,
-        socket_connect_timeout=timeout_s,
-        client_name=client_name(config.prefix, config.name),
-        # One transparent retry on a dropped connection: a CLIENT KILL is survived by
-        # reconnecting, and the renewal that follows still checks the owner token.
-        retry=Retry(NoBackoff(), 1),
+    # One transparent retry on a dropped connection (redis:// and Sentinel): a CLIENT KILL is
+    # survived by reconnecting, and the renewal that follows still checks the owner token.
+    client = lease_client(
+        config.redis_url, config.socket_timeout_ms / 1000, client_name(config.prefix, config.name)
     )
     threads = THREADS if config.kind == "threads" else 1
-    _warm_pool(client, 5 + threads)
-    manager = LeaseManager(client, prefix=config.prefix, on_event=recorder, clock=clock)
+    if isinstance(client, redis.Redis):
+        _warm_pool(client, 5 + threads)
+    manager = LeaseManager(
+        client,
+        prefix=config.prefix,
+        on_event=recorder,
+        clock=clock,
+        replica_acks=config.replica_acks,
+        fencing=config.fencing,
+    )
     board.set(config.index, "pid", os.getpid())  # ready: the run waits for every pid
     try:
         if not go.wait(60.0):
