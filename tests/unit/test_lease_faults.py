@@ -99,9 +99,9 @@ def test_a_stretch_no_one_takes_is_withdrawn() -> None:
 # -- the lock check: an overlap after an eviction ----------------------------------------------
 
 
-def evicted(*, renewed_after_delete: bool) -> list[Event]:
+def evicted(*, renewed_after_delete: bool, fault_at: float = 0.3) -> list[Event]:
     """w0 holds key k (token 1, granted at 0.1, deadline 1.1, renewed at 0.35 -> deadline 1.3);
-    evict (fault from 0.3) deletes it at 0.40; w1 is granted k at 0.45 (token 2). w0's next
+    evict (fault from ``fault_at``) deletes it at 0.40; w1 is granted k at 0.45 (token 2). w0's next
     renewal, sent at 0.60, is answered 0 and it is told at 0.61 -- or, with
     ``renewed_after_delete``, that renewal is confirmed (deadline 1.6) and w0 is never told."""
     events: list[Event] = []
@@ -112,7 +112,7 @@ def evicted(*, renewed_after_delete: bool) -> list[Event]:
     add("run", "start", "info", 0.0, detail={"ttl_ms": 1000, "heartbeat_ms": 250})
     add("w0", "acquire", "invoke", 0.09, id=0, key="k")
     add("w0", "acquire", "ok", 0.1, id=0, key="k", token=1, detail={"deadline": 1.1})
-    add("nemesis", "fault", "invoke", 0.3, id=0, detail={"fault": "evict", "target": "w0"})
+    add("nemesis", "fault", "invoke", fault_at, id=0, detail={"fault": "evict", "target": "w0"})
     add("w0", "renew", "ok", 0.36, grant=0, detail={"deadline": 1.3})
     add("w1", "acquire", "invoke", 0.44, id=0, key="k")
     add("w1", "acquire", "ok", 0.45, id=0, key="k", token=2, detail={"deadline": 1.44})
@@ -139,6 +139,17 @@ def test_an_overlap_the_holder_could_not_know_of_is_exempt() -> None:
     (words,) = verdict.exempt
     assert "evict deleted w0's key at 0.400 s" in words
     assert "w1's lease (token 2) was granted at 0.450 s" in words
+
+
+def test_an_eviction_that_began_before_the_grant_it_deleted_explains_the_overlap() -> None:
+    """An evict that is not its episode's lead begins whatever its victim does, and waits for
+    the victim's next lease: the fault begins before the grant, the DEL comes after it."""
+    verdict = check_mutex(
+        evicted(renewed_after_delete=False, fault_at=0.05), ttl_ms=1000, heartbeat_ms=250
+    )
+    assert verdict.issues == ()
+    (words,) = verdict.exempt
+    assert "evict deleted w0's key at 0.400 s" in words
 
 
 def test_a_renewal_confirmed_after_the_delete_is_an_overlap() -> None:

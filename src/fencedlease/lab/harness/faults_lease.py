@@ -1,5 +1,6 @@
-"""Faults on the lease itself: ``evict`` (the holder's key deleted under it) and ``slow-cut``
-(renewals confirmed late, then the holder cut off).
+"""Faults on the lease itself: ``evict`` (the holder's key deleted under it), ``slow-cut``
+(renewals confirmed late, then the holder cut off) and ``slow-grant`` (a grant confirmed late,
+then the holder cut off).
 
 ``evict`` is what a ``maxmemory-policy allkeys-*`` eviction or an operator's ``DEL`` does: the
 lease (owner) key the holder holds disappears before its TTL, the fencing counter stays. Redis
@@ -19,11 +20,18 @@ it ran the renewal, so the holder's deadline, counted from the renewal's send, e
 than the key; a deadline counted from the late reply outlives it by the delay, and the next
 owner's grant falls into the stale claim.
 
-Both steer one other worker (the board's ``steer``) to wait for the key in its next cycle, so that
-a waiter is there when Redis frees it: the next grant then falls right after the DEL, or right
-after the key expired. Both make the holder's body outlast the fault (the board's ``stretch``, see
-[`Board`][fencedlease.lab.harness.workload.Board]): a default body (a few tens of milliseconds)
-would end before any renewal.
+``slow-grant`` does the same to the acquire: it delays a worker's replies (ttl/3) until it is
+granted a lease (its grant's reply came late), then at once cuts its requests for 2 x ttl, before
+its first renewal (due a heartbeat after the acquire was sent: at once, for a library that dates
+the grant from the send; a heartbeat after the reply for one that dates it from the reply, which
+the cut then stops). Redis counts the key's TTL from when it ran the acquire, so a grant's
+deadline counted from the reply outlives the key by the delay.
+
+All three steer one other worker (the board's ``steer``) to wait for the key in its next cycle,
+so that a waiter is there when Redis frees it: the next grant then falls right after the DEL, or
+right after the key expired. All three make the holder's body outlast the fault (the board's
+``stretch``, see [`Board`][fencedlease.lab.harness.workload.Board]): a default body (a few tens
+of milliseconds) would end before any renewal.
 """
 
 from __future__ import annotations
@@ -35,10 +43,11 @@ from typing import Any, Final
 import redis
 
 from .faults_network import read_lease
-from .workload import BODY, Board
+from .workload import BODY, HOLDING, Board
 
 __all__ = [
-    "compare_and_delete", "next_owner", "owner_token", "take_stretch", "wait_for_renewal",
+    "compare_and_delete", "next_owner", "owner_token", "take_stretch", "wait_for_grant",
+    "wait_for_renewal",
 ]  # fmt: skip
 
 #: A PTTL that rose by more than this (milliseconds) between two readings was renewed.
@@ -124,4 +133,20 @@ def next_owner(
         if seen is not None and seen != token:
             return seen
         stop.wait(0.01)
+    return None
+
+
+def wait_for_grant(
+    board: Board, worker: int, after_ms: int, wait_s: float, stop: threading.Event
+) -> tuple[int, int] | None:
+    """Wait (at most ``wait_s`` seconds, polling every 2 ms) until ``worker``'s board shows a
+    lease granted after ``after_ms`` (``time.monotonic`` in milliseconds, as the board's
+    ``since``): its ``(token, key index)``, or None."""
+    give_up = time.monotonic() + wait_s
+    while not stop.is_set() and time.monotonic() < give_up:
+        token = board.get(worker, "token")
+        phase, since = board.get(worker, "phase"), board.get(worker, "since")
+        if token and phase in (HOLDING, BODY) and since >= after_ms:
+            return token, board.get(worker, "key")
+        stop.wait(0.002)
     return None

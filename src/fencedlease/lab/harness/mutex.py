@@ -308,8 +308,9 @@ def _unknowable_eviction(
 ) -> _Fault | None:
     """The ``evict`` that explains an overlap of ``earlier`` with a grant of its key at
     ``granted``: one that deleted ``earlier``'s key (``detail.deleted_mono``: when the ``DEL`` had
-    been answered; the fault began before it) on ``earlier``'s process between ``earlier``'s grant
-    and ``granted``, while
+    been answered; the fault began before it) on ``earlier``'s process after ``earlier``'s grant,
+    having begun before ``granted`` (it may begin before ``earlier``'s grant: it waits for its
+    victim's next lease when the victim holds none), while
     ``earlier``'s last confirmed deadline was set by a command sent before that (its deadline
     minus ttl). The holder of a deleted key learns of it only from its next renewal's 0 reply; a
     claim that a renewal sent after the delete went on confirming is not explained (the library
@@ -319,7 +320,7 @@ def _unknowable_eviction(
             continue
         if fault.deleted is None or (fault.key is not None and fault.key != earlier.key):
             continue
-        if not earlier.start <= fault.start <= granted:
+        if not (fault.start <= granted and earlier.start <= fault.deleted):
             continue
         if earlier.deadline - ttl_ms / 1000 < fault.deleted:
             return fault

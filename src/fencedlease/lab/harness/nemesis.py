@@ -29,8 +29,9 @@ Kinds ([`FAULTS`][fencedlease.lab.harness.kinds.FAULTS]):
 | ``kernel-reject`` | nftables ``reject with tcp reset`` of the holder's packets |
 | ``evict`` | ``DEL`` of the holder's lease key (not its counter), right after a renewal |
 | ``slow-cut`` | ``latency`` ttl/3 on the holder's replies until a renewal ran; its requests cut |
+| ``slow-grant`` | ``latency`` ttl/3 on a worker's replies until it is granted; its requests cut |
 
-The last eight are made in [`faults_clock`][fencedlease.lab.harness.faults_clock],
+The last nine are made in [`faults_clock`][fencedlease.lab.harness.faults_clock],
 [`faults_process`][fencedlease.lab.harness.faults_process],
 [`faults_network`][fencedlease.lab.harness.faults_network],
 [`faults_kernel`][fencedlease.lab.harness.faults_kernel] and
@@ -66,7 +67,13 @@ from fencedlease import redis_keys
 from ..servers.redis import RedisServer
 from .faults_clock import run_clock_fault
 from .faults_kernel import KERNEL_ACTIONS, KernelFirewall, Link, kernel_unavailable_reason
-from .faults_lease import compare_and_delete, next_owner, take_stretch, wait_for_renewal
+from .faults_lease import (
+    compare_and_delete,
+    next_owner,
+    take_stretch,
+    wait_for_grant,
+    wait_for_renewal,
+)
 from .faults_network import one_way_toxic, watch_lease
 from .faults_process import KillTarget, kill_and_replace
 from .history import HistoryWriter, Operation
@@ -729,6 +736,41 @@ class Nemesis:
         self._finish(
             op, key=key, token=token, delay_ms=delay_ms, renewed_late=renewed,
             cut_at_ms=cut_at_ms, steered=steered,
+        )  # fmt: skip
+
+    def _do_slow_grant(
+        self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
+    ) -> None:
+        env = self.env
+        assert target is not None
+        ttl = env.ttl_ms / 1000
+        delay_ms = env.ttl_ms // 3
+        toxic = {
+            "type": "latency", "name": "nemesis-slow-grant", "stream": "downstream",
+            "attributes": {"latency": delay_ms, "jitter": 0},
+        }  # fmt: skip
+        cut = one_way_toxic("drop-requests")
+        with self._toxics_in_force(spec, target, [toxic]):
+            slowed_ms = round(time.monotonic() * 1000)
+            wait_s = max(0.0, spec.duration_s - 2 * ttl)
+            granted = wait_for_grant(env.board, target, slowed_ms + delay_ms, wait_s, stop)
+            if granted is None:
+                raise RuntimeError("the victim was granted no lease while its replies were slow")
+            # The grant's reply came late; its first renewal is due at once (a heartbeat after
+            # the send). Cut the requests now: the key expires a ttl after Redis ran the acquire
+            # (or that first renewal, if it got through).
+            with self._toxics_in_force(spec, target, [cut]):
+                cut_mono = time.monotonic()
+                cut_ms = round(cut_mono * 1000) - slowed_ms
+                token, index = granted
+                keys = env.lease_keys
+                key = keys[index] if 0 <= index < len(keys) else keys[0]
+                steered = self._steer(target, key)  # a waiter on the key when it expires
+                stretched = take_stretch(env.board, target, round(2000 * ttl), ttl, stop)
+                stop.wait(max(0.0, cut_mono + 2 * ttl - time.monotonic()))
+        self._finish(
+            op, key=key, token=token, delay_ms=delay_ms, cut_at_ms=cut_ms, steered=steered,
+            stretched=stretched is not None,
         )  # fmt: skip
 
     # -- healing -------------------------------------------------------------------------------

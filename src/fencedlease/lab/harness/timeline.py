@@ -71,6 +71,7 @@ FAULT_COLORS: Final = {
     "kernel-reject": "#ff7043",
     "evict": "#ab47bc",
     "slow-cut": "#0288d1",
+    "slow-grant": "#00838f",
 }
 
 
