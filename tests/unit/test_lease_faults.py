@@ -260,3 +260,37 @@ def test_an_evicted_holder_told_late_or_never_is_reported(lost_at: float | None,
 def test_an_evicted_body_that_ended_in_time_is_not_judged() -> None:
     report = check_history(body_after_loss(["sync", "sync"], 0.7, lost_at=None))
     assert report.property("loss-reported").violations == ()
+
+
+def late_grant(deadline: float) -> list[Event]:
+    """w0's acquire is sent at 0.0 and granted at 1.5 (its hand-off wait took longer than the
+    ttl), confirmed until ``deadline``; it is declared lost at 1.51, with no fault anywhere."""
+    events: list[Event] = []
+
+    def add(process: str, op: str, kind: Any, at: float, **fields: Any) -> None:
+        events.append(Event(process, op, kind, at, 1e9 + at, **fields))
+
+    add("run", "start", "info", 0.0, detail={"ttl_ms": 1000, "heartbeat_ms": 250})
+    add("w0", "acquire", "invoke", 0.0, id=0, key="k")
+    add("w0", "acquire", "ok", 1.5, id=0, key="k", token=4, detail={"deadline": deadline})
+    reason = "ttl_ms passed since the last confirmed acquire or renewal"
+    add("w0", "lease-lost", "info", 1.51, grant=0, outcome="lease-lost", detail={"reason": reason})
+    add("w0", "release", "invoke", 1.6, grant=0)
+    add("w0", "release", "fail", 1.61, grant=0)
+    add("w0", "hold", "fail", 1.62, id=0, grant=0, outcome="lease-lost", detail={"body_end": 1.55})
+    return events
+
+
+def test_a_grant_that_came_after_its_deadline_is_not_a_healthy_lease_let_go() -> None:
+    verdict = check_mutex(late_grant(deadline=1.0), ttl_ms=1000, heartbeat_ms=250)
+    assert verdict.issues == ()
+    assert verdict.losses == 0
+    assert verdict.expired_on_arrival == (
+        "w0's lease of 'k' (token 4) granted at 1.500 s, confirmed only until 1.000 s",
+    )
+
+
+def test_a_live_grant_lost_with_no_fault_is_still_a_violation() -> None:
+    verdict = check_mutex(late_grant(deadline=2.5), ttl_ms=1000, heartbeat_ms=250)
+    assert [i.kind for i in verdict.issues] == ["loss-explained"]
+    assert verdict.expired_on_arrival == ()

@@ -128,7 +128,10 @@ class MutexCheck:
     (loss notices) judged; ``issues``; ``exempt``: overlaps explained by a fault that empties
     Redis, in words; ``not_judged``: each part that could not be, with what the history lacks;
     ``lower_bound_claims``: claims whose deadline is only bounded below (no recorded deadline);
-    ``unknown_end``: grants left out because their claim's end is unknown."""
+    ``unknown_end``: grants left out because their claim's end is unknown; ``expired_on_arrival``:
+    loss notices of grants whose confirmed deadline had passed when their reply came (the
+    acquire, or the hand-off wait it ended, took longer than the ttl), in words: the library
+    never had a live lease to let go, so they are not judged as losses."""
 
     claims: int
     refusals: int
@@ -138,6 +141,7 @@ class MutexCheck:
     not_judged: tuple[str, ...]
     lower_bound_claims: int = 0
     unknown_end: int = 0
+    expired_on_arrival: tuple[str, ...] = ()
 
     @property
     def checked(self) -> int:
@@ -428,8 +432,17 @@ def check_mutex(
     # loss-explained -----------------------------------------------------------------------
     window = (ttl_ms + heartbeat_ms) / 1000
     losses = 0
+    expired_on_arrival: list[str] = []
     for (process, grant), (at, reason, line) in sorted(facts.lost.items(), key=lambda i: i[1][0]):
         if any(word in reason for word in _SELF_INFLICTED):
+            continue
+        granted = facts.grants.get((process, grant))
+        deadline = None if granted is None else granted.deadline
+        if granted is not None and deadline is not None and deadline <= granted.granted:
+            expired_on_arrival.append(
+                f"{process}'s lease of {granted.key!r} (token {granted.token}) granted at "
+                f"{t(granted.granted)}, confirmed only until {t(deadline)}"
+            )
             continue
         losses += 1
         cause = next(
@@ -467,4 +480,5 @@ def check_mutex(
         tuple(not_judged),
         sum(1 for c in claims if not c.exact),
         unknown_end,
+        tuple(expired_on_arrival),
     )
