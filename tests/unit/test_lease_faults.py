@@ -294,3 +294,19 @@ def test_a_live_grant_lost_with_no_fault_is_still_a_violation() -> None:
     verdict = check_mutex(late_grant(deadline=2.5), ttl_ms=1000, heartbeat_ms=250)
     assert [i.kind for i in verdict.issues] == ["loss-explained"]
     assert verdict.expired_on_arrival == ()
+
+
+def test_the_evictions_of_a_run_take_turns() -> None:
+    from fencedlease.lab.harness.faults_lease import evict_number, slow_replies
+    from fencedlease.lab.harness.schedule import draw_schedule
+
+    schedule = draw_schedule(
+        ["evict", "latency", "evict", "evict"], seed=3, workers=4, ttl_ms=1000,
+        heartbeat_ms=250, body_ms=20, lead_ms=1000,
+    )  # fmt: skip
+    evicts = [f.index for f in schedule.faults if f.kind == "evict"]
+    assert [evict_number(schedule, index) for index in evicts] == [0, 1, 2]
+    assert slow_replies("nemesis-slow", 333) == {
+        "type": "latency", "name": "nemesis-slow", "stream": "downstream",
+        "attributes": {"latency": 333, "jitter": 0},
+    }  # fmt: skip
