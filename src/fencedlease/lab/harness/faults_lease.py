@@ -56,7 +56,8 @@ from .workload import BODY, HOLDING, Board
 
 __all__ = [
     "EVICT_BEFORE_RENEWAL_S", "compare_and_delete", "evict_number", "next_owner", "owner_token",
-    "slow_replies", "take_stretch", "wait_for_grant", "wait_for_renewal", "wait_until_free",
+    "slow_replies", "stretch_taken", "take_stretch", "wait_for_grant", "wait_for_renewal",
+    "wait_until_free",
 ]  # fmt: skip
 
 #: A PTTL that rose by more than this (milliseconds) between two readings was renewed.
@@ -108,6 +109,18 @@ def take_stretch(
         stop.wait(0.002)
     board.set(worker, "stretch", 0)
     return None
+
+
+def stretch_taken(board: Board, worker: int, wait_s: float, stop: threading.Event) -> bool:
+    """Wait (at most ``wait_s`` seconds) until a cycle of ``worker`` took the stretch set on its
+    board (``stretch`` back to 0); whether one did (if not, it is withdrawn)."""
+    give_up = time.monotonic() + wait_s
+    while not stop.is_set() and time.monotonic() < give_up:
+        if board.get(worker, "stretch") == 0:
+            return True
+        stop.wait(0.002)
+    board.set(worker, "stretch", 0)
+    return False
 
 
 def wait_for_renewal(

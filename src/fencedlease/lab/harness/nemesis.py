@@ -73,6 +73,7 @@ from .faults_lease import (
     evict_number,
     next_owner,
     slow_replies,
+    stretch_taken,
     take_stretch,
     wait_for_grant,
     wait_for_renewal,
@@ -766,8 +767,10 @@ class Nemesis:
                 self._finish(op, delay_ms=delay_ms, granted=False)
                 return
             # The grant's reply came late; its first renewal is due at once (a heartbeat after
-            # the send). Cut the requests now: the key expires a ttl after Redis ran the acquire
-            # (or that first renewal, if it got through).
+            # the send). Its body (a few milliseconds away) is to outlast the cut; cut the
+            # requests now: the key expires a ttl after Redis ran the acquire (or that first
+            # renewal, if it got through).
+            env.board.set(target, "stretch", round(3000 * ttl))
             with self._toxics_in_force(spec, target, [cut]):
                 cut_mono = time.monotonic()
                 cut_ms = round(cut_mono * 1000) - slowed_ms
@@ -775,11 +778,11 @@ class Nemesis:
                 keys = env.lease_keys
                 key = keys[index] if 0 <= index < len(keys) else keys[0]
                 steered = self._steer(target, key)  # a waiter on the key when it expires
-                stretched = take_stretch(env.board, target, round(2000 * ttl), ttl, stop)
+                stretched = stretch_taken(env.board, target, ttl, stop)
                 stop.wait(max(0.0, cut_mono + 2 * ttl - time.monotonic()))
         self._finish(
             op, key=key, token=token, delay_ms=delay_ms, cut_at_ms=cut_ms, steered=steered,
-            stretched=stretched is not None, granted=True,
+            stretched=stretched, granted=True,
         )  # fmt: skip
 
     # -- healing -------------------------------------------------------------------------------
