@@ -290,8 +290,16 @@ def test_a_grant_that_came_after_its_deadline_is_not_a_healthy_lease_let_go() ->
     )
 
 
+def test_a_grant_that_came_with_less_than_two_heartbeats_left_is_not_judged() -> None:
+    verdict = check_mutex(late_grant(deadline=1.99), ttl_ms=1000, heartbeat_ms=250)
+    assert verdict.issues == ()
+    assert verdict.expired_on_arrival == (
+        "w0's lease of 'k' (token 4) granted at 1.500 s, confirmed only until 1.990 s",
+    )
+
+
 def test_a_live_grant_lost_with_no_fault_is_still_a_violation() -> None:
-    verdict = check_mutex(late_grant(deadline=2.5), ttl_ms=1000, heartbeat_ms=250)
+    verdict = check_mutex(late_grant(deadline=2.0), ttl_ms=1000, heartbeat_ms=250)
     assert [i.kind for i in verdict.issues] == ["loss-explained"]
     assert verdict.expired_on_arrival == ()
 

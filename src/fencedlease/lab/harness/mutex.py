@@ -129,9 +129,10 @@ class MutexCheck:
     Redis, in words; ``not_judged``: each part that could not be, with what the history lacks;
     ``lower_bound_claims``: claims whose deadline is only bounded below (no recorded deadline);
     ``unknown_end``: grants left out because their claim's end is unknown; ``expired_on_arrival``:
-    loss notices of grants whose confirmed deadline had passed when their reply came (the
-    acquire, or the hand-off wait it ended, took longer than the ttl), in words: the library
-    never had a live lease to let go, so they are not judged as losses."""
+    loss notices of grants whose reply came with less than two heartbeats left of their
+    confirmed deadline (the acquire, or the hand-off wait it ended, took longer than the ttl
+    less two heartbeats: the machine or the queue stalled it), in words: the library never had a
+    lease it could renew in time, so they are not judged as losses."""
 
     claims: int
     refusals: int
@@ -438,7 +439,8 @@ def check_mutex(
             continue
         granted = facts.grants.get((process, grant))
         deadline = None if granted is None else granted.deadline
-        if granted is not None and deadline is not None and deadline <= granted.granted:
+        renewable = 2 * heartbeat_ms / 1000  # the first renewal is due at once when less is left
+        if granted is not None and deadline is not None and deadline - granted.granted < renewable:
             expired_on_arrival.append(
                 f"{process}'s lease of {granted.key!r} (token {granted.token}) granted at "
                 f"{t(granted.granted)}, confirmed only until {t(deadline)}"

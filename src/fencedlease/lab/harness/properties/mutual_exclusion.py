@@ -39,10 +39,10 @@ def check(ctx: Context) -> Outcome:
         )
     if result.expired_on_arrival:
         notes.append(
-            f"{len(result.expired_on_arrival)} grant(s) came after their confirmed deadline (the"
-            " acquire, or the hand-off wait it ended, took longer than the ttl) and were given up"
-            " at once: not judged as losses of a live lease: "
-            + " | ".join(result.expired_on_arrival[:3])
+            f"{len(result.expired_on_arrival)} grant(s) came with less than two heartbeats left"
+            " of their confirmed deadline (the acquire, or the hand-off wait it ended, took"
+            " longer than the ttl less two heartbeats) and were lost at it: not judged as losses"
+            " of a live lease: " + " | ".join(result.expired_on_arrival[:3])
         )
     judged = (
         f"judged: {result.claims} claim(s), {result.refusals} refused renewal(s), "
