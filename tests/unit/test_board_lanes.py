@@ -4,9 +4,11 @@ reads the key it holds there)."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import random
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from fencedlease.lab.harness import workload
@@ -124,14 +126,20 @@ def test_only_the_shown_cycle_takes_a_stretch(tmp_path: Path) -> None:
         other.finish()
 
 
+@contextlib.contextmanager
+def fresh_lanes(tmp_path: Path) -> Iterator[tuple[Board, Recorder]]:
+    """A board of two workers and a recorder of w1's history, no cycle of w1 shown."""
+    workload._shown.pop(1, None)  # a cycle another test left shown in this process
+    board = Board(multiprocessing.get_context("spawn"), 2)
+    with HistoryWriter(tmp_path / "h.jsonl", "w1") as writer:
+        yield board, Recorder(writer)
+
+
 def test_a_steered_cycle_holds_its_key_two_heartbeats_at_least(tmp_path: Path) -> None:
     """A steered cycle's body lasts two heartbeats (0.5 s here) whatever ``body_ms`` (10 ms):
     the holder the key was freed from renews meanwhile and meets the new owner; a drawn cycle's
     body ends at its own ``until``."""
-    workload._shown.pop(1, None)  # a cycle another test left shown in this process
-    board = Board(multiprocessing.get_context("spawn"), 2)
-    with HistoryWriter(tmp_path / "h.jsonl", "w1") as writer:
-        recorder = Recorder(writer)
+    with fresh_lanes(tmp_path) as (board, recorder):
         drawn = Cycle(config(), board, recorder, random.Random(5))
         drawn.granted(3)
         drawn.phase(BODY)
