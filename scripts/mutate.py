@@ -179,7 +179,8 @@ SURFACES: Final[dict[str, str]] = {
     "asyncio": "a lease given to the asyncio face's renewal task (asyncio workers)",
     "handoff": "a waiter queued for a hand-off",
     "sql-guard": "fencedlease.db.fence_guard on a SQL resource",
-    "strict": "a fenced store in strict mode",
+    "sql-guard-strict": "fencedlease.db.fence_guard in strict mode",
+    "redis-resource-strict": "RedisFencedResource in strict mode",
     "fenced-resource": "the in-memory FencedResource",
     "redis-resource": "RedisFencedResource",
     "clock-fault": "a clock fault (the wall clock jumps) in the schedule",
@@ -197,24 +198,25 @@ PROBES: Final[tuple[Probe, ...]] = (
     Probe("redis-resource", "redis_fencing.py", "        keys = (self._fence_key, self._data_key)"),
 )  # fmt: skip
 
-#: The probe of ``strict`` runs only when a store is strict.
-_STRICT_SEARCH: Final = (
-    '        raise ValidationError("strict", f"strict must be a bool, not {type(strict).__name__}")\n'
-    "    return strict\n"
-)
-STRICT_PROBE: Final = OneOf(
-    tuple(
-        Edit(
-            path,
-            _STRICT_SEARCH,
-            _STRICT_SEARCH.replace(
-                "    return strict\n",
-                "    if strict:\n" + probe_line("strict", "        ") + "    return strict\n",
-            ),
-        )
-        for path in ("_fencing.py", "_validate.py")
-    )
-)
+
+def _when_strict(surface: str, path: str, line: str, condition: str, indent: str) -> Edit:
+    """A probe of ``surface`` that notes only a strict store: ``if <condition>:`` and the probe,
+    inserted after ``line`` (a whole line, exactly once) of ``path``, at ``indent``."""
+    probe = f"{indent}if {condition}:\n" + probe_line(surface, indent + "    ")
+    return Edit(path, line, line + probe)
+
+
+#: The probes that run only in strict mode, one per store whose strict mode a mutant changes.
+STRICT_PROBES: Final[dict[str, Edit]] = {
+    "sql-guard-strict": _when_strict(
+        "sql-guard-strict", "db/_guard.py", "    strict = check_strict(strict)\n",
+        "strict", "    ",
+    ),
+    "redis-resource-strict": _when_strict(
+        "redis-resource-strict", "redis_fencing.py",
+        "        keys = (self._fence_key, self._data_key)\n", "self._strict", "        ",
+    ),
+}  # fmt: skip
 
 
 def _history_has_clock_fault(history: Path) -> bool:
@@ -393,14 +395,14 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
         "strict-accepts-equal",
         "an equal token accepted in strict mode",
         "fence_guard(strict=True) accepts a token equal to the last one",
-        ("sql-guard", "strict"),
+        ("sql-guard-strict",),
         (Edit("db/_guard.py", "    if not strict:\n        stmt.sql(", "    if True:\n        stmt.sql("),),
     ),
     Mutant(
         "strict-accepts-equal-redis",
         "an equal token accepted in strict mode",
         "RedisFencedResource(strict=True) accepts a token equal to the last one",
-        ("redis-resource", "strict"),
+        ("redis-resource-strict",),
         (Edit("scripts/fenced_check.lua", "  if ARGV[3] == '1' then", "  if false then"),),
     ),
     Mutant(
@@ -561,7 +563,8 @@ def _apply_all(
 
 def probed_files(read: Callable[[str], str]) -> dict[str, str]:
     """The texts of the files the probes change (each read by ``read(path)``), probes in."""
-    return _apply_all([*(probe_edit(probe) for probe in PROBES), STRICT_PROBE], read, "probe")
+    probes = [*(probe_edit(probe) for probe in PROBES), *STRICT_PROBES.values()]
+    return _apply_all(probes, read, "probe")
 
 
 def copy_texts(mutant: Mutant | None, package: Path | None = None) -> dict[str, str]:

@@ -1,7 +1,9 @@
 """Faults on the lease itself: ``evict`` deletes the holder's key right after a renewal of it,
 and the holder learns of it from its next renewal's 0 reply; ``slow-cut`` delays the holder's
 replies until a renewal came back late, then cuts it off, and the holder's deadline (counted from
-the send) ends no later than the key in Redis."""
+the send) ends no later than the key in Redis; ``slow-grant`` does the same to a grant: its
+reply comes late, its requests are cut before its first renewal, and the holder's deadline
+(counted from the acquire's send) ends no later than the key."""
 
 from __future__ import annotations
 
@@ -61,5 +63,41 @@ def test_slow_cut_deadline_ends_before_the_key(check_run: RunCheck) -> None:
     assert victim.lost is not None
     # Lost at its deadline, a ttl after the last renewal sent before the cut.
     assert victim.lost - cut <= result.config.ttl_ms / 1000 + 0.25
+    assert victim.end_type == "fail"
+    assert result.report.property("mutual-exclusion").violations == ()
+
+
+def test_slow_grant_deadline_counts_from_the_acquire_sent(check_run: RunCheck) -> None:
+    # Many keys and a short body: the victim is granted again soon after its replies slow.
+    result = check_run("slow-grant", keys=8, body_ms=20)
+    data, fault = the_fault(result, "slow-grant")
+    assert fault.detail["granted"] is True
+    delay_s = result.config.ttl_ms // 3 / 1000
+    assert fault.detail["delay_ms"] == result.config.ttl_ms // 3
+    assert fault.detail["stretched"] is True
+    victim = next(
+        g for g in data.grants
+        if g.process == fault.target and g.token == fault.detail["token"]
+        and g.key == fault.detail["key"]
+    )  # fmt: skip
+    assert victim.granted - victim.invoked >= delay_s  # its grant's reply came late
+    events = read_history(result.history_path)
+    (granted,) = [
+        e for e in events
+        if e.op == "acquire" and e.type == "ok" and e.process == victim.process
+        and e.id == victim.id
+    ]  # fmt: skip
+    deadline = granted.detail["deadline"]
+    # Counted from the send: at least the delay before the reply's time plus the ttl.
+    assert deadline <= victim.granted - delay_s + result.config.ttl_ms / 1000
+    confirmed = [
+        e for e in events
+        if e.op == "renew" and e.type == "ok" and e.process == victim.process
+        and e.grant == victim.id
+    ]  # fmt: skip
+    assert len(confirmed) <= 1  # the cut fell before any renewal but one sent at the reply
+    last = confirmed[-1].detail["deadline"] if confirmed else deadline
+    assert victim.lost is not None
+    assert victim.lost <= last + 0.25  # lost at the last confirmed deadline
     assert victim.end_type == "fail"
     assert result.report.property("mutual-exclusion").violations == ()

@@ -91,3 +91,34 @@ def test_write_fenced_resource_loses_an_update(kind: str, tmp_path: Path) -> Non
     assert code == 1, output
     found = violated(report)
     assert any("were lost" in message for message in found.get("no-lost-update", [])), output
+
+
+def test_the_mixed_resource_fences_every_key_on_its_kind(tmp_path: Path) -> None:
+    """The default resource: five keys dealt to sqlite, memory, redis, sqlite-rows and
+    memory-strict; each key's counter ends at the increments acknowledged on it, every key took
+    accepted writes, and nothing is violated under a pause of the holder."""
+    if find_redis_binary() is None:
+        pytest.skip("no redis-server binary for the harness")
+    out = tmp_path / "out"
+    command = [
+        sys.executable, "-m", "fencedlease", "check", "--mode", "fenced", "--faults",
+        "pause-holder", "--duration", "8", "--seed", "4", "--workers", "3", "--keys", "5",
+        "--body", "300", "--no-toxiproxy", "--out", str(out),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240, check=False)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    report = json.loads((out / "report.json").read_text("utf-8"))
+    assert violated(report) == {}
+    events = [json.loads(line) for line in (out / "history.jsonl").read_text().splitlines()]
+    start = next(e for e in events if e["op"] == "start")
+    assert start["detail"]["resource"] == "mixed"
+    acked: dict[str, int] = {}
+    for e in events:
+        if e["op"] == "write" and e["type"] == "ok":
+            acked[e["key"]] = acked.get(e["key"], 0) + 1
+    finals = {e["key"]: e["value"] for e in events if e["op"] == "final"}
+    keys = ["check:counter", *(f"check:counter:{i}" for i in range(1, 5))]
+    assert sorted(finals) == sorted(keys)
+    assert all(acked.get(key, 0) > 0 for key in keys), acked
+    assert finals == {key: acked[key] for key in keys}

@@ -4,8 +4,11 @@ reads the key it holds there)."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import random
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from fencedlease.lab.harness import workload
@@ -121,3 +124,35 @@ def test_only_the_shown_cycle_takes_a_stretch(tmp_path: Path) -> None:
         assert board.get(1, "stretch") == 0
         holder.finish()
         other.finish()
+
+
+@contextlib.contextmanager
+def fresh_lanes(tmp_path: Path) -> Iterator[tuple[Board, Recorder]]:
+    """A board of two workers and a recorder of w1's history, no cycle of w1 shown."""
+    workload._shown.pop(1, None)  # a cycle another test left shown in this process
+    board = Board(multiprocessing.get_context("spawn"), 2)
+    with HistoryWriter(tmp_path / "h.jsonl", "w1") as writer:
+        yield board, Recorder(writer)
+
+
+def test_a_steered_cycle_holds_its_key_two_heartbeats_at_least(tmp_path: Path) -> None:
+    """A steered cycle's body lasts two heartbeats (0.5 s here) whatever ``body_ms`` (10 ms):
+    the holder the key was freed from renews meanwhile and meets the new owner; a drawn cycle's
+    body ends at its own ``until``."""
+    with fresh_lanes(tmp_path) as (board, recorder):
+        drawn = Cycle(config(), board, recorder, random.Random(5))
+        drawn.granted(3)
+        drawn.phase(BODY)
+        assert not drawn.steered
+        assert drawn.body_left(0.0) <= 0  # ends at its own until (long past)
+        drawn.finish()
+        board.set(1, "steer", KEYS.index("k2") + 1)
+        steered = Cycle(config(), board, recorder, random.Random(5))
+        steered.granted(4)
+        assert steered.steered
+        entered = time.monotonic()
+        steered.phase(BODY)
+        left = steered.body_left(0.0)
+        assert 0 < left <= 0.5
+        assert steered.stretched_until >= entered + 0.5
+        steered.finish()

@@ -79,7 +79,7 @@ def test_an_existing_sqlite_resource_it_did_not_make_is_refused(tmp_path: Path) 
     _user_db(app)
     before = app.read_bytes()
     out = tmp_path / "out"
-    code, output = _run("--resource-url", str(app), "--out", str(out))
+    code, output = _run("--resource", "sqlite", "--resource-url", str(app), "--out", str(out))
     assert code == 2
     assert "did not create" in output
     assert app.read_bytes() == before
@@ -87,11 +87,23 @@ def test_an_existing_sqlite_resource_it_did_not_make_is_refused(tmp_path: Path) 
     assert not out.exists()
 
 
+def test_the_mixed_resource_takes_no_url(tmp_path: Path) -> None:
+    """The default resource puts each of its kinds where the check does: a --resource-url
+    without --resource is refused (exit 2), naming the way out, and no database is made."""
+    app = tmp_path / "app.db"
+    code, output = _run("--resource-url", str(app), "--out", str(tmp_path / "out"))
+    assert code == 2
+    assert "--resource mixed runs each kind where the check puts it" in output
+    assert not app.exists()
+
+
 def test_a_file_that_is_not_sqlite_is_refused(tmp_path: Path) -> None:
     """A --resource-url that is some other file is not SQLite the check made: refused."""
     notes = tmp_path / "notes.txt"
     notes.write_text("not a database, but mine", "utf-8")
-    code, _output = _run("--resource-url", str(notes), "--out", str(tmp_path / "out"))
+    code, _output = _run(
+        "--resource", "sqlite", "--resource-url", str(notes), "--out", str(tmp_path / "out")
+    )
     assert code == 2
     assert notes.read_text("utf-8") == "not a database, but mine"
 
@@ -106,7 +118,11 @@ def test_run_check_refuses_too_when_called_as_a_library(tmp_path: Path) -> None:
     app = tmp_path / "app.db"
     _user_db(app)
     with pytest.raises(UnsafeTargetError, match="did not create"):
-        run_check(CheckConfig(out_dir=tmp_path / "new", resource_url=str(app), duration_s=1))
+        run_check(
+            CheckConfig(
+                out_dir=tmp_path / "new", resource="sqlite", resource_url=str(app), duration_s=1
+            )
+        )
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
     assert _users(app) == [("ada",)]
     assert not (tmp_path / "new").exists()
@@ -200,7 +216,7 @@ def test_the_faults_that_act_on_the_whole_server() -> None:
     assert sorted(k for k, info in FAULTS.items() if not info.server_wide) == [
         "client-kill", "clock", "drop-replies", "drop-requests", "evict", "kernel-drop",
         "kernel-reject", "kill-holder", "latency", "partition", "pause-holder", "reset-peer",
-        "slow-cut", "timeout",
+        "slow-cut", "slow-grant", "timeout",
     ]  # fmt: skip
 
 

@@ -114,12 +114,20 @@ def test_one_way_toxics() -> None:
     assert one_way_toxic("drop-requests")["stream"] == "upstream"
 
 
-def test_all_runs_every_kind_default_the_first_ten() -> None:
+def test_all_runs_every_kind_default_the_first_ten_clock_and_the_lease_faults_per_kind() -> None:
     assert parse_faults("all") == list(ALL_FAULTS)
     assert sorted(ALL_FAULTS) == sorted(FAULTS)
     assert ALL_FAULTS[-1] == "redis-restart-nopersist"
     assert parse_faults("default") == list(DEFAULT_FAULTS)
-    assert len(DEFAULT_FAULTS) == 12
+    assert len(DEFAULT_FAULTS) == 18
+    counts = {kind: DEFAULT_FAULTS.count(kind) for kind in set(DEFAULT_FAULTS)}
+    assert counts == {
+        **{kind: 1 for kind in ("latency", "pause-holder", "partition", "client-kill",
+                                "script-flush", "timeout", "reset-peer", "redis-pause",
+                                "redis-restart-aof", "clock", "slow-grant",
+                                "redis-restart-nopersist")},
+        "evict": 3, "slow-cut": 3,
+    }  # fmt: skip
     assert DEFAULT_FAULTS[-1] == "redis-restart-nopersist"
     assert parse_faults("clock, kill-holder") == ["clock", "kill-holder"]
     assert [fault_duration_s(k, 1000, 250) for k in ("clock", "kill-holder", "kernel-drop")] == [

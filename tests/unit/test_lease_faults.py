@@ -99,9 +99,9 @@ def test_a_stretch_no_one_takes_is_withdrawn() -> None:
 # -- the lock check: an overlap after an eviction ----------------------------------------------
 
 
-def evicted(*, renewed_after_delete: bool) -> list[Event]:
+def evicted(*, renewed_after_delete: bool, fault_at: float = 0.3) -> list[Event]:
     """w0 holds key k (token 1, granted at 0.1, deadline 1.1, renewed at 0.35 -> deadline 1.3);
-    evict (fault from 0.3) deletes it at 0.40; w1 is granted k at 0.45 (token 2). w0's next
+    evict (fault from ``fault_at``) deletes it at 0.40; w1 is granted k at 0.45 (token 2). w0's next
     renewal, sent at 0.60, is answered 0 and it is told at 0.61 -- or, with
     ``renewed_after_delete``, that renewal is confirmed (deadline 1.6) and w0 is never told."""
     events: list[Event] = []
@@ -112,7 +112,7 @@ def evicted(*, renewed_after_delete: bool) -> list[Event]:
     add("run", "start", "info", 0.0, detail={"ttl_ms": 1000, "heartbeat_ms": 250})
     add("w0", "acquire", "invoke", 0.09, id=0, key="k")
     add("w0", "acquire", "ok", 0.1, id=0, key="k", token=1, detail={"deadline": 1.1})
-    add("nemesis", "fault", "invoke", 0.3, id=0, detail={"fault": "evict", "target": "w0"})
+    add("nemesis", "fault", "invoke", fault_at, id=0, detail={"fault": "evict", "target": "w0"})
     add("w0", "renew", "ok", 0.36, grant=0, detail={"deadline": 1.3})
     add("w1", "acquire", "invoke", 0.44, id=0, key="k")
     add("w1", "acquire", "ok", 0.45, id=0, key="k", token=2, detail={"deadline": 1.44})
@@ -139,6 +139,17 @@ def test_an_overlap_the_holder_could_not_know_of_is_exempt() -> None:
     (words,) = verdict.exempt
     assert "evict deleted w0's key at 0.400 s" in words
     assert "w1's lease (token 2) was granted at 0.450 s" in words
+
+
+def test_an_eviction_that_began_before_the_grant_it_deleted_explains_the_overlap() -> None:
+    """An evict that is not its episode's lead begins whatever its victim does, and waits for
+    the victim's next lease: the fault begins before the grant, the DEL comes after it."""
+    verdict = check_mutex(
+        evicted(renewed_after_delete=False, fault_at=0.05), ttl_ms=1000, heartbeat_ms=250
+    )
+    assert verdict.issues == ()
+    (words,) = verdict.exempt
+    assert "evict deleted w0's key at 0.400 s" in words
 
 
 def test_a_renewal_confirmed_after_the_delete_is_an_overlap() -> None:
@@ -249,3 +260,61 @@ def test_an_evicted_holder_told_late_or_never_is_reported(lost_at: float | None,
 def test_an_evicted_body_that_ended_in_time_is_not_judged() -> None:
     report = check_history(body_after_loss(["sync", "sync"], 0.7, lost_at=None))
     assert report.property("loss-reported").violations == ()
+
+
+def late_grant(deadline: float) -> list[Event]:
+    """w0's acquire is sent at 0.0 and granted at 1.5 (its hand-off wait took longer than the
+    ttl), confirmed until ``deadline``; it is declared lost at 1.51, with no fault anywhere."""
+    events: list[Event] = []
+
+    def add(process: str, op: str, kind: Any, at: float, **fields: Any) -> None:
+        events.append(Event(process, op, kind, at, 1e9 + at, **fields))
+
+    add("run", "start", "info", 0.0, detail={"ttl_ms": 1000, "heartbeat_ms": 250})
+    add("w0", "acquire", "invoke", 0.0, id=0, key="k")
+    add("w0", "acquire", "ok", 1.5, id=0, key="k", token=4, detail={"deadline": deadline})
+    reason = "ttl_ms passed since the last confirmed acquire or renewal"
+    add("w0", "lease-lost", "info", 1.51, grant=0, outcome="lease-lost", detail={"reason": reason})
+    add("w0", "release", "invoke", 1.6, grant=0)
+    add("w0", "release", "fail", 1.61, grant=0)
+    add("w0", "hold", "fail", 1.62, id=0, grant=0, outcome="lease-lost", detail={"body_end": 1.55})
+    return events
+
+
+def test_a_grant_that_came_after_its_deadline_is_not_a_healthy_lease_let_go() -> None:
+    verdict = check_mutex(late_grant(deadline=1.0), ttl_ms=1000, heartbeat_ms=250)
+    assert verdict.issues == ()
+    assert verdict.losses == 0
+    assert verdict.expired_on_arrival == (
+        "w0's lease of 'k' (token 4) granted at 1.500 s, confirmed only until 1.000 s",
+    )
+
+
+def test_a_grant_that_came_with_less_than_two_heartbeats_left_is_not_judged() -> None:
+    verdict = check_mutex(late_grant(deadline=1.99), ttl_ms=1000, heartbeat_ms=250)
+    assert verdict.issues == ()
+    assert verdict.expired_on_arrival == (
+        "w0's lease of 'k' (token 4) granted at 1.500 s, confirmed only until 1.990 s",
+    )
+
+
+def test_a_live_grant_lost_with_no_fault_is_still_a_violation() -> None:
+    verdict = check_mutex(late_grant(deadline=2.0), ttl_ms=1000, heartbeat_ms=250)
+    assert [i.kind for i in verdict.issues] == ["loss-explained"]
+    assert verdict.expired_on_arrival == ()
+
+
+def test_the_evictions_of_a_run_take_turns() -> None:
+    from fencedlease.lab.harness.faults_lease import evict_number, slow_replies
+    from fencedlease.lab.harness.schedule import draw_schedule
+
+    schedule = draw_schedule(
+        ["evict", "latency", "evict", "evict"], seed=3, workers=4, ttl_ms=1000,
+        heartbeat_ms=250, body_ms=20, lead_ms=1000,
+    )  # fmt: skip
+    evicts = [f.index for f in schedule.faults if f.kind == "evict"]
+    assert [evict_number(schedule, index) for index in evicts] == [0, 1, 2]
+    assert slow_replies("nemesis-slow", 333) == {
+        "type": "latency", "name": "nemesis-slow", "stream": "downstream",
+        "attributes": {"latency": 333, "jitter": 0},
+    }  # fmt: skip

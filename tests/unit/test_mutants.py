@@ -52,7 +52,7 @@ def test_the_set_covers_every_required_kind() -> None:
 
 
 def test_every_surface_has_a_probe_or_a_history_reading() -> None:
-    probed = {p.surface for p in mutate.PROBES} | {"strict"}
+    probed = {p.surface for p in mutate.PROBES} | set(mutate.STRICT_PROBES)
     assert probed | set(mutate.HISTORY_SURFACES) == set(mutate.SURFACES)
 
 

@@ -15,11 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from test_fencing_model import FakeLease
 
 from fencedlease import Lease, LeaseManager, MemoryBackend, StaleTokenError
 from fencedlease.lab.harness.history import HistoryWriter, read_history
+from fencedlease.lab.harness.resource_spec import MIXED_KINDS
 from fencedlease.lab.harness.resources import (
     RESOURCES,
     ResourceSpec,
@@ -40,7 +42,7 @@ LOCAL = ("sqlite", "sqlite-rows", "sqlite-append", "memory", "memory-strict")
 
 def test_every_kind_is_offered() -> None:
     assert RESOURCES == (
-        "sqlite", "redis", "postgres", "sqlite-rows", "postgres-rows", "sqlite-append",
+        "mixed", "sqlite", "redis", "postgres", "sqlite-rows", "postgres-rows", "sqlite-append",
         "postgres-append", "memory", "memory-strict",
     )  # fmt: skip
 
@@ -259,3 +261,52 @@ def test_a_memory_resource_takes_no_url(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"^--resource memory-strict runs in a process of the"):
         run_check(config)
     assert not out.exists()
+
+
+def test_mixed_deals_the_keys_to_its_kinds_in_turn() -> None:
+    keys = tuple(f"k{i}" for i in range(12))
+    assert MIXED_KINDS == ("sqlite", "memory", "redis", "sqlite-rows", "memory-strict")
+    assert ResourceSpec.dealt(keys, "sqlite") == ("k0", "k5", "k10")
+    assert ResourceSpec.dealt(keys, "memory") == ("k1", "k6", "k11")
+    assert ResourceSpec.dealt(keys, "redis") == ("k2", "k7")
+    assert ResourceSpec.dealt(keys, "sqlite-rows") == ("k3", "k8")
+    assert ResourceSpec.dealt(keys, "memory-strict") == ("k4", "k9")
+    parts = tuple(ResourceSpec(kind, f"t-{kind}") for kind in MIXED_KINDS)
+    spec = ResourceSpec("mixed", "", keys=keys, parts=parts)
+    assert spec.family == "mixed"
+    assert [spec.part(key).kind for key in keys[:6]] == [*MIXED_KINDS, "sqlite"]
+    assert spec.part("not-a-run-key").kind == "sqlite"
+    alone = ResourceSpec("sqlite", "t")
+    assert alone.part("k0") is alone
+
+
+def test_a_mixed_store_sends_each_key_to_its_kind(
+    spec_of: Any, leases: Leases, tmp_path: Path
+) -> None:
+    """Two keys, one on the SQL guard and one on the memory resource: each access goes to the
+    store of its key (the other store never sees it), each refuses the stale holder, and the
+    final counters are each part's own."""
+    memory = spec_of("memory")
+    sql = ResourceSpec("sqlite", str(tmp_path / "mixed.sqlite3"))
+    parts = (attrs.evolve(sql, keys=("k",)), attrs.evolve(memory, keys=("k2",)))
+    spec = ResourceSpec("mixed", "", keys=("k", "k2"), parts=parts)
+    prepare_resource(spec)
+    store = open_store(spec)
+    try:
+        assert store.read(leases.new, fenced=True) == 0
+        store.write(4, leases.new, fenced=True)
+        with pytest.raises(StaleTokenError) as refused:
+            store.write(9, leases.old, fenced=True)
+        assert refused.value.last_token == 2
+        assert store.read(leases.other, fenced=True) == 0
+        store.write(6, leases.other, fenced=True)
+    finally:
+        store.close()
+    assert read_final_counters(spec) == {"k": 4, "k2": 6}
+    sql_store, memory_store = open_store(parts[0]), open_store(parts[1])
+    try:
+        assert sql_store.finals() == {"k": 4}  # k2 never reached the SQL guard
+        assert memory_store.finals() == {"k2": 6}  # nor k the memory resource
+    finally:
+        sql_store.close()
+        memory_store.close()

@@ -219,3 +219,57 @@ def test_the_schedule_is_in_report_json_and_replays(tmp_path: Path) -> None:
     path.write_text("{}", "utf-8")
     with pytest.raises(ValueError, match=r"is not a report\.json of fencedlease check"):
         read_replay(path, {})
+
+
+KINDS8 = ("sync", "threads", "asyncio", "sync", "asyncio", "threads", "sync", "asyncio")
+
+
+@pytest.mark.parametrize("seed", range(1, 13))
+def test_the_lease_faults_hit_every_worker_kind(seed: int) -> None:
+    """With the workers' kinds, each default ``evict`` and ``slow-cut`` (three of each) hits
+    another worker kind, so every kind is evicted and slowly cut in every run."""
+    schedule = draw_schedule(
+        DEFAULT_FAULTS, seed=seed, workers=8, ttl_ms=TTL, heartbeat_ms=BEAT, body_ms=20,
+        lead_ms=TTL, worker_kinds=KINDS8,
+    )  # fmt: skip
+    assert sorted(schedule.kinds) == sorted(DEFAULT_FAULTS)
+    for kind in ("evict", "slow-cut"):
+        hit = sorted(KINDS8[f.target] for f in schedule.faults if f.kind == kind)  # type: ignore[index]
+        assert hit == ["asyncio", "sync", "threads"], kind
+    for kind in ("pause-holder", "slow-grant"):
+        (fault,) = (f for f in schedule.faults if f.kind == kind)
+        assert fault.target is not None
+
+
+def test_a_kind_aware_fault_listed_more_often_than_the_kinds_cycles_over_them() -> None:
+    kinds = ("sync", "asyncio", "asyncio")
+    schedule = draw_schedule(
+        ["evict"] * 4, seed=5, workers=3, ttl_ms=TTL, heartbeat_ms=BEAT, body_ms=20,
+        lead_ms=TTL, worker_kinds=kinds,
+    )  # fmt: skip
+    hit = [kinds[f.target] for f in schedule.faults]  # type: ignore[index]
+    assert sorted(hit) == ["asyncio", "asyncio", "sync", "sync"]
+
+
+def test_worker_kinds_must_name_every_worker() -> None:
+    with pytest.raises(ValueError, match="worker_kinds names 2 workers, not 3"):
+        draw_schedule(
+            ["evict"], seed=1, workers=3, ttl_ms=TTL, heartbeat_ms=BEAT, body_ms=20,
+            lead_ms=TTL, worker_kinds=("sync", "asyncio"),
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_the_drawn_worker_kinds_hold_every_kind(seed: int, tmp_path: Path) -> None:
+    """Without ``--workers-kind`` the kinds are dealt in turn (then shuffled by the seed): 8
+    workers are 3 sync, 3 threads and 2 asyncio, the same for the same seed."""
+    from fencedlease.lab.harness.run import CheckConfig, _Run
+
+    def kinds_of(config: CheckConfig) -> list[str]:
+        return list(_Run(config, seed, tmp_path, tmp_path, []).worker_kinds)
+
+    drawn = kinds_of(CheckConfig(workers=8))
+    assert sorted(drawn) == ["asyncio"] * 2 + ["sync"] * 3 + ["threads"] * 3
+    assert kinds_of(CheckConfig(workers=8)) == drawn
+    assert sorted(kinds_of(CheckConfig(workers=3))) == ["asyncio", "sync", "threads"]
+    assert kinds_of(CheckConfig(workers=3, workers_kind="asyncio")) == ["asyncio"] * 3

@@ -71,7 +71,7 @@ def _faults(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
     help="Milliseconds each critical section sleeps between its read and its write.",
 )
 @click.option(
-    "--duration", default=30.0, show_default=True, type=click.FloatRange(1, 3600),
+    "--duration", default=45.0, show_default=True, type=click.FloatRange(1, 3600),
     help="Seconds of workload.",
 )  # fmt: skip
 @click.option(
@@ -80,11 +80,16 @@ def _faults(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
     show_default=True,
     callback=_faults,
     help=f"Comma-separated fault kinds, scheduled at random from --seed (each once, some "
-    f"overlapping), 'default' (the first ten, evict and slow-cut), 'all' (every kind) or "
+    f"overlapping), 'default' (the first ten, clock, evict and slow-cut once per worker kind, "
+    f"slow-grant), 'all' (every kind) or "
     f"'none'. Kinds: {', '.join(FAULTS)}.",
 )
 @click.option("--mode", type=click.Choice(MODES), default="fenced", show_default=True)
-@click.option("--resource", type=click.Choice(RESOURCES), default="sqlite", show_default=True)
+@click.option(
+    "--resource", type=click.Choice(RESOURCES), default="mixed", show_default=True,
+    help="Where the counters live, every key on it; 'mixed': the keys dealt in turn to sqlite,"
+    " memory, redis, sqlite-rows and memory-strict (every fencing surface in one run).",
+)  # fmt: skip
 @click.option(
     "--resource-url",
     help="Where the resource lives (SQLite path, Redis URL, DSN). The check drops and recreates its"

@@ -20,6 +20,7 @@ from fencedlease import redact_text, redact_url
 
 from ..servers.redis import RedisServer, find_redis_binary, redis_endpoint
 from .model import CheckConfig
+from .resource_spec import MIXED_KINDS
 from .resources import ResourceSpec, prepare_resource
 from .safety import mark_resource, remove_sqlite_resource
 from .topology import Deployment, start_deployment
@@ -176,9 +177,10 @@ def start_resource(
     """
     spec = attrs.evolve(_resource(config, out_dir, redis_url, stack, notes), keys=config.lease_keys)
     try:
-        made = mark_resource(spec)
-        if made and spec.family == "redis":
-            stack.callback(_delete_redis_resource_noted, spec, notes)
+        for part in spec.parts or (spec,):
+            made = mark_resource(part)
+            if made and part.family == "redis":
+                stack.callback(_delete_redis_resource_noted, part, notes)
         prepare_resource(spec)
     except ValueError:
         raise
@@ -233,6 +235,15 @@ def _resource(
 ) -> ResourceSpec:
     kind = config.resource
     family = ResourceSpec(kind, "").family
+    if family == "mixed":  # one of each part's kind, each part with the keys dealt to it
+        parts = tuple(
+            attrs.evolve(
+                _resource(attrs.evolve(config, resource=part), out_dir, redis_url, stack, notes),
+                keys=ResourceSpec.dealt(config.lease_keys, part),
+            )
+            for part in MIXED_KINDS
+        )
+        return ResourceSpec(kind, "", parts=parts)
     if family == "sqlite":
         path = config.resource_url or str(out_dir / "resource.sqlite3")
         # Only a file of the check's own (marked) is removed; any other was refused above.

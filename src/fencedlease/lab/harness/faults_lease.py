@@ -1,5 +1,6 @@
-"""Faults on the lease itself: ``evict`` (the holder's key deleted under it) and ``slow-cut``
-(renewals confirmed late, then the holder cut off).
+"""Faults on the lease itself: ``evict`` (the holder's key deleted under it), ``slow-cut``
+(renewals confirmed late, then the holder cut off) and ``slow-grant`` (a grant confirmed late,
+then the holder cut off).
 
 ``evict`` is what a ``maxmemory-policy allkeys-*`` eviction or an operator's ``DEL`` does: the
 lease (owner) key the holder holds disappears before its TTL, the fencing counter stays. Redis
@@ -7,8 +8,14 @@ then grants the key to the next worker at once; the holder cannot know before it
 which is answered 0, and from then on it must stop claiming the key. A library that reads the 0 as
 a success, or renews a key another owner holds, goes on claiming it while the next owner holds it.
 The delete is a compare-and-delete (``WATCH``/``MULTI``): it only removes the key while the holder
-the nemesis aimed at still owns it, right after a renewal of it ran in Redis (so that the most time
-passes before the holder's next one).
+the nemesis aimed at still owns it. The evictions of a run take turns
+([`evict_number`][fencedlease.lab.harness.faults_lease.evict_number]): the first, third, ...
+delete the key just before the holder's next renewal (a heartbeat after one ran, less
+[`EVICT_BEFORE_RENEWAL_S`][fencedlease.lab.harness.faults_lease.EVICT_BEFORE_RENEWAL_S]), with no
+waiter steered, so that the renewal most likely meets the key missing (a library that sets it
+again goes on claiming a key it was evicted from); the second, fourth, ... delete it right after
+a renewal ran (so that the most time passes before the holder's next one) with a waiter steered
+to it, so that the next owner holds it when the renewal comes.
 
 ``slow-cut`` first delays the holder's replies (a Toxiproxy ``latency`` toxic downstream of about
 ttl/3) until a renewal ran in Redis, then at once cuts the holder's requests (a ``timeout`` 0
@@ -19,11 +26,20 @@ it ran the renewal, so the holder's deadline, counted from the renewal's send, e
 than the key; a deadline counted from the late reply outlives it by the delay, and the next
 owner's grant falls into the stale claim.
 
-Both steer one other worker (the board's ``steer``) to wait for the key in its next cycle, so that
-a waiter is there when Redis frees it: the next grant then falls right after the DEL, or right
-after the key expired. Both make the holder's body outlast the fault (the board's ``stretch``, see
-[`Board`][fencedlease.lab.harness.workload.Board]): a default body (a few tens of milliseconds)
-would end before any renewal.
+``slow-grant`` does the same to the acquire: once no lane of the victim holds a lease, it delays
+the victim's replies (ttl/3) until it is granted a lease (its grant's reply came late), then at
+once cuts its requests for 2 x ttl, before its first renewal (due a heartbeat after the acquire
+was sent: at once, for a library that dates the grant from the send; a heartbeat after the reply
+for one that dates it from the reply, which the cut then stops). Redis counts the key's TTL from
+when it ran the acquire, so a grant's deadline counted from the reply outlives the key by the
+delay.
+
+All three (``evict`` every second time) steer one other worker (the board's ``steer``) to wait
+for the key in its next cycle, so that a waiter is there when Redis frees it: the next grant
+then falls right after the DEL, or right after the key expired. All three make the holder's body
+outlast the fault (the board's ``stretch``, see
+[`Board`][fencedlease.lab.harness.workload.Board]): a default body (a few tens
+of milliseconds) would end before any renewal.
 """
 
 from __future__ import annotations
@@ -35,14 +51,37 @@ from typing import Any, Final
 import redis
 
 from .faults_network import read_lease
-from .workload import BODY, Board
+from .schedule import Schedule
+from .workload import BODY, HOLDING, Board
 
 __all__ = [
-    "compare_and_delete", "next_owner", "owner_token", "take_stretch", "wait_for_renewal",
+    "EVICT_BEFORE_RENEWAL_S", "compare_and_delete", "evict_number", "next_owner", "owner_token",
+    "slow_replies", "stretch_taken", "take_stretch", "wait_for_grant", "wait_for_renewal",
+    "wait_until_free",
 ]  # fmt: skip
 
 #: A PTTL that rose by more than this (milliseconds) between two readings was renewed.
 _RISE_MS: Final = 20
+
+#: How long before the holder's next renewal is due an eviction of the first kind deletes the
+#: key (seconds).
+EVICT_BEFORE_RENEWAL_S: Final = 0.015
+
+
+def evict_number(schedule: Schedule, index: int) -> int:
+    """Which ``evict`` of ``schedule`` the fault of ``index`` is (0 for the first), counted in
+    schedule order."""
+    evicts = [fault.index for fault in schedule.faults if fault.kind == "evict"]
+    return evicts.index(index) if index in evicts else 0
+
+
+def slow_replies(name: str, delay_ms: int) -> dict[str, Any]:
+    """The toxiproxy-python ``add_toxic`` arguments of a ``latency`` toxic ``name`` of
+    ``delay_ms`` milliseconds (no jitter) on the replies (downstream) alone."""
+    return {
+        "type": "latency", "name": name, "stream": "downstream",
+        "attributes": {"latency": delay_ms, "jitter": 0},
+    }  # fmt: skip
 
 
 def owner_token(value: str | bytes | None) -> int | None:
@@ -70,6 +109,18 @@ def take_stretch(
         stop.wait(0.002)
     board.set(worker, "stretch", 0)
     return None
+
+
+def stretch_taken(board: Board, worker: int, wait_s: float, stop: threading.Event) -> bool:
+    """Wait (at most ``wait_s`` seconds) until a cycle of ``worker`` took the stretch set on its
+    board (``stretch`` back to 0); whether one did (if not, it is withdrawn)."""
+    give_up = time.monotonic() + wait_s
+    while not stop.is_set() and time.monotonic() < give_up:
+        if board.get(worker, "stretch") == 0:
+            return True
+        stop.wait(0.002)
+    board.set(worker, "stretch", 0)
+    return False
 
 
 def wait_for_renewal(
@@ -125,3 +176,32 @@ def next_owner(
             return seen
         stop.wait(0.01)
     return None
+
+
+def wait_for_grant(
+    board: Board, worker: int, after_ms: int, wait_s: float, stop: threading.Event
+) -> tuple[int, int] | None:
+    """Wait (at most ``wait_s`` seconds, polling every 2 ms) until ``worker``'s board shows a
+    lease granted after ``after_ms`` (``time.monotonic`` in milliseconds, as the board's
+    ``since``): its ``(token, key index)``, or None."""
+    give_up = time.monotonic() + wait_s
+    while not stop.is_set() and time.monotonic() < give_up:
+        token = board.get(worker, "token")
+        phase, since = board.get(worker, "phase"), board.get(worker, "since")
+        if token and phase in (HOLDING, BODY) and since >= after_ms:
+            return token, board.get(worker, "key")
+        stop.wait(0.002)
+    return None
+
+
+def wait_until_free(board: Board, worker: int, wait_s: float, stop: threading.Event) -> bool:
+    """Wait (at most ``wait_s`` seconds, polling every 2 ms) until ``worker``'s board shows no
+    lease held (``token`` 0: no lane of it holds one). Whether it did."""
+    give_up = time.monotonic() + wait_s
+    while not stop.is_set():
+        if board.get(worker, "token") == 0:
+            return True
+        if time.monotonic() >= give_up:
+            return False
+        stop.wait(0.002)
+    return False

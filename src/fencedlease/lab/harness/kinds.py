@@ -18,6 +18,7 @@ __all__ = [
     "DEFAULT_FAULTS",
     "FAULTS",
     "FENCINGS",
+    "KIND_AWARE",
     "SERVER_WIDE",
     "TOPOLOGIES",
     "TOPOLOGY_DEFAULTS",
@@ -101,6 +102,9 @@ FAULTS: Final[dict[str, FaultInfo]] = {
     "slow-cut": FaultInfo(
         "proxy", True, True, "latency ttl/3 on the holder's replies, then its requests cut 2 x ttl"
     ),
+    "slow-grant": FaultInfo(
+        "proxy", True, True, "latency ttl/3 on a worker's replies until a grant, then a 2 x ttl cut"
+    ),
     # The topology faults (see faults_topology): replication, failover, a deposed primary.
     "replica-lag": FaultInfo(
         "replicas", True, False, "CLIENT PAUSE WRITE on the replicas: they stop applying the"
@@ -155,14 +159,21 @@ CUT_OFF: Final = frozenset(
     {"partition", "timeout", "drop-replies", "drop-requests", "kernel-drop", "kernel-reject"}
 )
 
-#: The default kinds: the first ten, ``evict`` and ``slow-cut``, once each (the schedule puts the
-#: restart without persistence last: after it the resource refuses the new, lower tokens for the
-#: rest of the run); they fit in the default 30 s run. ``clock``, ``kill-holder``, the one-way and
-#: the kernel faults are asked for by name or with ``all`` (:data:`ALL_FAULTS`).
+#: The kinds whose victims the schedule spreads over the worker kinds (sync, threads, asyncio):
+#: the n-th of them in a run hits a worker of the n-th kind of a seeded order, so a kind listed
+#: once per worker kind hits every worker kind (see
+#: [`draw_schedule`][fencedlease.lab.harness.schedule.draw_schedule]).
+KIND_AWARE: Final = frozenset({"pause-holder", "evict", "slow-cut", "slow-grant"})
+
+#: The default kinds: the first ten and ``clock`` once each, ``evict`` and ``slow-cut`` once per
+#: worker kind (three times), ``slow-grant`` once (the schedule puts the restart without
+#: persistence last: after it the resource refuses the new, lower tokens for the rest of the run);
+#: they fit in the default 45 s run. ``kill-holder``, the one-way and the kernel faults are asked
+#: for by name or with ``all`` (:data:`ALL_FAULTS`).
 DEFAULT_FAULTS: Final[tuple[str, ...]] = (
     "latency", "pause-holder", "partition", "client-kill", "script-flush", "timeout",
-    "reset-peer", "redis-pause", "redis-restart-aof", "evict", "slow-cut",
-    "redis-restart-nopersist",
+    "reset-peer", "redis-pause", "redis-restart-aof", "clock", "evict", "evict", "evict",
+    "slow-cut", "slow-cut", "slow-cut", "slow-grant", "redis-restart-nopersist",
 )  # fmt: skip
 
 #: Every kind once, the restart without persistence last.
@@ -206,6 +217,7 @@ def fault_duration_s(kind: str, ttl_ms: int, heartbeat_ms: int) -> float:
         "deposed-primary": 2 * ttl,
         "cluster-failover": 2 * ttl,
         "cluster-kill-master": 2 * ttl,
+        "slow-grant": 3 * ttl,  # until a grant came (late reply, at most a ttl), then the cut
     }[kind]
 
 

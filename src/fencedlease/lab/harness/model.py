@@ -30,9 +30,11 @@ class CheckConfig:
     ``mode``: ``fenced``, ``write-fenced`` or ``unfenced``. ``seed``: for every random choice
     (None: a random seed, printed in the report). ``out_dir``: where ``history.jsonl``,
     ``report.json`` and ``timeline.png`` go. ``resource``: a kind of
-    [`RESOURCES`][fencedlease.lab.harness.resources.RESOURCES]; ``resource_url`` overrides where it
+    [`RESOURCES`][fencedlease.lab.harness.resources.RESOURCES] (default ``mixed``: the keys dealt
+    to several kinds in turn, every key of a kind on it); ``resource_url`` overrides where it
     lives (else an SQLite file in ``out_dir``, a second redis-server of ours, a PostgreSQL of
-    ours; the memory kinds always run in a resource process of the run's own). ``ttl_ms``,
+    ours; the memory kinds always run in a resource process of the run's own; not for
+    ``mixed``). ``ttl_ms``,
     ``heartbeat_ms`` (default ttl/4), ``body_ms`` (sleep in the critical section; default
     1.8 x ttl, see ``docs/harness.md`` for why), ``margin_ms`` (recovery bound beyond ttl).
     ``toxiproxy``: False connects workers straight to Redis (no network faults).
@@ -52,12 +54,12 @@ class CheckConfig:
 
     redis_url: str | None = None
     workers: int = 3
-    duration_s: float = 30.0
+    duration_s: float = 45.0
     faults: tuple[str, ...] = DEFAULT_FAULTS
     mode: Mode = "fenced"
     seed: int | None = None
     out_dir: Path = Path("check-out")
-    resource: ResourceKind = "sqlite"
+    resource: ResourceKind = "mixed"
     resource_url: str | None = None
     ttl_ms: int = 1000
     heartbeat_ms: int | None = None

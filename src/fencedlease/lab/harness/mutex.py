@@ -128,7 +128,11 @@ class MutexCheck:
     (loss notices) judged; ``issues``; ``exempt``: overlaps explained by a fault that empties
     Redis, in words; ``not_judged``: each part that could not be, with what the history lacks;
     ``lower_bound_claims``: claims whose deadline is only bounded below (no recorded deadline);
-    ``unknown_end``: grants left out because their claim's end is unknown."""
+    ``unknown_end``: grants left out because their claim's end is unknown; ``expired_on_arrival``:
+    loss notices of grants whose reply came with less than two heartbeats left of their
+    confirmed deadline (the acquire, or the hand-off wait it ended, took longer than the ttl
+    less two heartbeats: the machine or the queue stalled it), in words: the library never had a
+    lease it could renew in time, so they are not judged as losses."""
 
     claims: int
     refusals: int
@@ -138,6 +142,7 @@ class MutexCheck:
     not_judged: tuple[str, ...]
     lower_bound_claims: int = 0
     unknown_end: int = 0
+    expired_on_arrival: tuple[str, ...] = ()
 
     @property
     def checked(self) -> int:
@@ -308,8 +313,9 @@ def _unknowable_eviction(
 ) -> _Fault | None:
     """The ``evict`` that explains an overlap of ``earlier`` with a grant of its key at
     ``granted``: one that deleted ``earlier``'s key (``detail.deleted_mono``: when the ``DEL`` had
-    been answered; the fault began before it) on ``earlier``'s process between ``earlier``'s grant
-    and ``granted``, while
+    been answered; the fault began before it) on ``earlier``'s process after ``earlier``'s grant,
+    having begun before ``granted`` (it may begin before ``earlier``'s grant: it waits for its
+    victim's next lease when the victim holds none), while
     ``earlier``'s last confirmed deadline was set by a command sent before that (its deadline
     minus ttl). The holder of a deleted key learns of it only from its next renewal's 0 reply; a
     claim that a renewal sent after the delete went on confirming is not explained (the library
@@ -319,7 +325,7 @@ def _unknowable_eviction(
             continue
         if fault.deleted is None or (fault.key is not None and fault.key != earlier.key):
             continue
-        if not earlier.start <= fault.start <= granted:
+        if not (fault.start <= granted and earlier.start <= fault.deleted):
             continue
         if earlier.deadline - ttl_ms / 1000 < fault.deleted:
             return fault
@@ -427,8 +433,18 @@ def check_mutex(
     # loss-explained -----------------------------------------------------------------------
     window = (ttl_ms + heartbeat_ms) / 1000
     losses = 0
+    expired_on_arrival: list[str] = []
     for (process, grant), (at, reason, line) in sorted(facts.lost.items(), key=lambda i: i[1][0]):
         if any(word in reason for word in _SELF_INFLICTED):
+            continue
+        granted = facts.grants.get((process, grant))
+        deadline = None if granted is None else granted.deadline
+        renewable = 2 * heartbeat_ms / 1000  # the first renewal is due at once when less is left
+        if granted is not None and deadline is not None and deadline - granted.granted < renewable:
+            expired_on_arrival.append(
+                f"{process}'s lease of {granted.key!r} (token {granted.token}) granted at "
+                f"{t(granted.granted)}, confirmed only until {t(deadline)}"
+            )
             continue
         losses += 1
         cause = next(
@@ -466,4 +482,5 @@ def check_mutex(
         tuple(not_judged),
         sum(1 for c in claims if not c.exact),
         unknown_end,
+        tuple(expired_on_arrival),
     )

@@ -29,8 +29,9 @@ Kinds ([`FAULTS`][fencedlease.lab.harness.kinds.FAULTS]):
 | ``kernel-reject`` | nftables ``reject with tcp reset`` of the holder's packets |
 | ``evict`` | ``DEL`` of the holder's lease key (not its counter), right after a renewal |
 | ``slow-cut`` | ``latency`` ttl/3 on the holder's replies until a renewal ran; its requests cut |
+| ``slow-grant`` | ``latency`` ttl/3 on a worker's replies until it is granted; its requests cut |
 
-The last eight are made in [`faults_clock`][fencedlease.lab.harness.faults_clock],
+The last nine are made in [`faults_clock`][fencedlease.lab.harness.faults_clock],
 [`faults_process`][fencedlease.lab.harness.faults_process],
 [`faults_network`][fencedlease.lab.harness.faults_network],
 [`faults_kernel`][fencedlease.lab.harness.faults_kernel] and
@@ -66,7 +67,18 @@ from fencedlease import redis_keys
 from ..servers.redis import RedisServer
 from .faults_clock import run_clock_fault
 from .faults_kernel import KERNEL_ACTIONS, KernelFirewall, Link, kernel_unavailable_reason
-from .faults_lease import compare_and_delete, next_owner, take_stretch, wait_for_renewal
+from .faults_lease import (
+    EVICT_BEFORE_RENEWAL_S,
+    compare_and_delete,
+    evict_number,
+    next_owner,
+    slow_replies,
+    stretch_taken,
+    take_stretch,
+    wait_for_grant,
+    wait_for_renewal,
+    wait_until_free,
+)
 from .faults_network import one_way_toxic, watch_lease
 from .faults_process import KillTarget, kill_and_replace
 from .faults_topology import TopologyFaults
@@ -709,9 +721,16 @@ class Nemesis:
             raise RuntimeError("the victim held no lease in its body to evict")
         token, key, lease_key = held
         assert target is not None
-        steered = self._steer(target, key)  # a waiter on the key when the DEL frees it
         beat = env.heartbeat_ms / 1000
+        # Odd evictions of the run: a waiter is steered to the key and the DEL falls right after
+        # a renewal (the waiter takes the key before the holder's next renewal). Even ones: no
+        # waiter, and the DEL falls just before the holder's next renewal, which meets the key
+        # missing (and must not set it again).
+        late = evict_number(self.schedule, spec.index) % 2 == 0
+        steered = None if late else self._steer(target, key)
         renewed = wait_for_renewal(self._admin, lease_key, token, beat + 0.3, stop)
+        if late and renewed:
+            stop.wait(max(0.0, beat - EVICT_BEFORE_RENEWAL_S))
         deleted = compare_and_delete(self._admin, lease_key, token)
         deleted_mono = time.monotonic()  # a renewal sent after this ran after the DEL
         rest = max(0.0, began + spec.duration_s - time.monotonic())
@@ -720,6 +739,7 @@ class Nemesis:
         self._finish(
             op, key=key, token=token, after_renewal=renewed, deleted=deleted,
             deleted_mono=deleted_mono if deleted else None, next_token=taken_by, steered=steered,
+            before_renewal=late,
         )  # fmt: skip
 
     def _do_slow_cut(
@@ -733,11 +753,7 @@ class Nemesis:
             raise RuntimeError("the victim held no lease in its body to slow down")
         token, key, lease_key = held
         delay_ms = env.ttl_ms // 3
-        toxic = {
-            "type": "latency", "name": "nemesis-slow", "stream": "downstream",
-            "attributes": {"latency": delay_ms, "jitter": 0},
-        }  # fmt: skip
-        cut = one_way_toxic("drop-requests")
+        toxic, cut = slow_replies("nemesis-slow", delay_ms), one_way_toxic("drop-requests")
         with self._toxics_in_force(spec, target, [toxic]):
             renewed = wait_for_renewal(self._admin, lease_key, token, 2 * beat + 0.3, stop)
             # Redis just ran a renewal whose reply is on its way, late. Cut the requests now:
@@ -750,6 +766,44 @@ class Nemesis:
         self._finish(
             op, key=key, token=token, delay_ms=delay_ms, renewed_late=renewed,
             cut_at_ms=cut_at_ms, steered=steered,
+        )  # fmt: skip
+
+    def _do_slow_grant(
+        self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
+    ) -> None:
+        env, began = self.env, time.monotonic()
+        assert target is not None
+        ttl = env.ttl_ms / 1000
+        delay_ms = env.ttl_ms // 3
+        toxic = slow_replies("nemesis-slow-grant", delay_ms)
+        cut = one_way_toxic("drop-requests")
+        # Slow the replies while no lane of the victim holds a lease, so that its next grant is
+        # shown on the board as it comes (a lane holding a lease keeps the board until it ends).
+        wait_until_free(env.board, target, ttl, stop)
+        with self._toxics_in_force(spec, target, [toxic]):
+            slowed_ms = round(time.monotonic() * 1000)
+            wait_s = max(0.0, began + spec.duration_s - 2 * ttl - time.monotonic())
+            granted = wait_for_grant(env.board, target, slowed_ms + delay_ms, wait_s, stop)
+            if granted is None:  # only the slow replies were in force: no cut
+                self._finish(op, delay_ms=delay_ms, granted=False)
+                return
+            # The grant's reply came late; its first renewal is due at once (a heartbeat after
+            # the send). Its body (a few milliseconds away) is to outlast the cut; cut the
+            # requests now: the key expires a ttl after Redis ran the acquire (or that first
+            # renewal, if it got through).
+            env.board.set(target, "stretch", round(3000 * ttl))
+            with self._toxics_in_force(spec, target, [cut]):
+                cut_mono = time.monotonic()
+                cut_ms = round(cut_mono * 1000) - slowed_ms
+                token, index = granted
+                keys = env.lease_keys
+                key = keys[index] if 0 <= index < len(keys) else keys[0]
+                steered = self._steer(target, key)  # a waiter on the key when it expires
+                stretched = stretch_taken(env.board, target, ttl, stop)
+                stop.wait(max(0.0, cut_mono + 2 * ttl - time.monotonic()))
+        self._finish(
+            op, key=key, token=token, delay_ms=delay_ms, cut_at_ms=cut_ms, steered=steered,
+            stretched=stretched, granted=True,
         )  # fmt: skip
 
     # -- healing -------------------------------------------------------------------------------

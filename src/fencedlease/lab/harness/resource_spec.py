@@ -14,6 +14,7 @@ from fencedlease import Lease
 __all__ = [
     "COUNTER_TABLE",
     "LIST_TABLE",
+    "MIXED_KINDS",
     "RESOURCES",
     "CounterStore",
     "ResourceKind",
@@ -22,6 +23,7 @@ __all__ = [
 ]
 
 ResourceKind = Literal[
+    "mixed",
     "sqlite",
     "redis",
     "postgres",
@@ -36,6 +38,13 @@ ResourceKind = Literal[
 #: Every kind, in the order ``--resource`` lists them.
 RESOURCES: Final[tuple[ResourceKind, ...]] = get_args(ResourceKind)
 
+#: The kinds ``mixed`` deals the keys to, in turn (key i: ``MIXED_KINDS[i % 5]``): the SQL guard,
+#: ``FencedResource`` (not strict), ``RedisFencedResource``, the fenced rows, ``FencedResource``
+#: strict; so every run meets every fencing surface these cover.
+MIXED_KINDS: Final[tuple[ResourceKind, ...]] = (
+    "sqlite", "memory", "redis", "sqlite-rows", "memory-strict",
+)  # fmt: skip
+
 #: The counters' table in the SQL resources (one row per key).
 COUNTER_TABLE: Final = "fencedlease_check_counter"
 #: The lists of the list-append resources (one row per list; see :mod:`.resources_txn`).
@@ -49,18 +58,39 @@ class ResourceSpec:
     fenced resources' names (guard rows and Redis resources are ``<name>/<key>``); ``secret`` is
     the memory resource process's authentication key (hex; never shown). ``keys``: the run's
     lease keys (each has a counter, read at the end even when never written); empty: the keys
-    written."""
+    written. ``parts``: for ``mixed`` (whose ``target`` is empty), the spec of each kind of
+    [`MIXED_KINDS`][fencedlease.lab.harness.resource_spec.MIXED_KINDS], in that order, each
+    with the keys dealt to it ([`part`][fencedlease.lab.harness.resource_spec.ResourceSpec.part]);
+    empty for the others."""
 
     kind: ResourceKind
     target: str
     name: str = "check-counter"
     secret: str = attrs.field(default="", repr=False)
     keys: tuple[str, ...] = ()
+    parts: tuple[ResourceSpec, ...] = ()
 
     @property
-    def family(self) -> Literal["sqlite", "postgres", "redis", "memory"]:
-        """Where the data lives: ``sqlite``, ``postgres``, ``redis`` or ``memory``."""
+    def family(self) -> Literal["sqlite", "postgres", "redis", "memory", "mixed"]:
+        """Where the data lives: ``sqlite``, ``postgres``, ``redis``, ``memory``, or ``mixed``
+        (in the ``parts``)."""
         return self.kind.split("-")[0]  # type: ignore[return-value]
+
+    def part(self, key: str) -> ResourceSpec:
+        """The spec that holds the counter of ``key``: for ``mixed``, the part of the kind the
+        key's index in ``keys`` is dealt (``MIXED_KINDS[index % 5]``; a key not in ``keys``:
+        the first part); else this spec."""
+        if not self.parts:
+            return self
+        index = self.keys.index(key) if key in self.keys else 0
+        return self.parts[index % len(self.parts)]
+
+    @staticmethod
+    def dealt(keys: tuple[str, ...], kind: str) -> tuple[str, ...]:
+        """The keys of ``keys`` that ``mixed`` deals to ``kind`` (one of
+        [`MIXED_KINDS`][fencedlease.lab.harness.resource_spec.MIXED_KINDS])."""
+        at = MIXED_KINDS.index(kind)
+        return tuple(key for i, key in enumerate(keys) if i % len(MIXED_KINDS) == at)
 
     def resource_name(self, key: str) -> str:
         """The fenced resource's name for the counter of ``key``: ``<name>/<key>``."""

@@ -17,6 +17,8 @@ selected by ``fencedlease check --resource``:
 - ``memory``, ``memory-strict``: an in-process [`fencedlease.FencedResource`][] (not strict,
   strict) per key, in a resource process the workers talk to, whose connection threads share
   them; [`.resources_memory`][].
+- ``mixed`` (the default): the keys dealt in turn to ``sqlite``, ``memory``, ``redis``,
+  ``sqlite-rows`` and ``memory-strict``; [`.resources_mixed`][].
 
 A plain access (``fenced=False``) checks nothing. Each process opens its own handle with
 [`open_store`][fencedlease.lab.harness.resources.open_store]. An access raises
@@ -159,6 +161,10 @@ def _redis_errors(what: str) -> Iterator[None]:
 def open_store(spec: ResourceSpec) -> Any:
     """A new handle on the counters described by ``spec`` (one per process): a
     [`CounterStore`][fencedlease.lab.harness.resource_spec.CounterStore]."""
+    if spec.family == "mixed":
+        from .resources_mixed import MixedStore
+
+        return MixedStore(spec, open_store)
     if spec.family == "redis":
         return _RedisStore(spec)
     if spec.family == "memory":

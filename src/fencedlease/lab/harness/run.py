@@ -161,15 +161,16 @@ class _Run:
 
     @property
     def worker_kinds(self) -> list[WorkerKind]:
-        """How each worker runs: the config's ``workers_kind``, else drawn from the seed and the
-        worker's index (the same seed gives the same kinds)."""
+        """How each worker runs: the config's ``workers_kind``, else dealt from the seed: the
+        kinds in turn (so that every kind runs when there are workers enough), in a seeded
+        order of the workers (the same seed gives the same kinds)."""
         forced = self.config.workers_kind
         if forced is not None:
             return [forced] * self.config.workers
-        return [
-            random.Random(f"{self.seed}:kind:{i}").choice(WORKER_KINDS)
-            for i in range(self.config.workers)
-        ]
+        count = self.config.workers
+        kinds = [WORKER_KINDS[i % len(WORKER_KINDS)] for i in range(count)]
+        random.Random(f"{self.seed}:kinds").shuffle(kinds)
+        return kinds
 
     def scrub(self, text: str) -> str:
         """``text`` without the secrets of the URLs the run was given (notes, history)."""
@@ -201,6 +202,11 @@ def _begin(config: CheckConfig) -> _Run:
         replica_acks=config.replica_acks,
         fencing=config.fencing,
     )
+    if config.resource == "mixed" and config.resource_url:
+        raise ValueError(
+            "--resource mixed runs each kind where the check puts it: --resource-url needs"
+            " one kind (--resource sqlite, redis, ...)"
+        )
     seed = config.seed if config.seed is not None else secrets.randbelow(2**31)
     if config.schedule is not None and config.schedule.workers != config.workers:
         raise ValueError(
@@ -292,6 +298,7 @@ def _make_nemesis(
         lead_ms=round(
             1000 * (config.lead_s if config.lead_s is not None else config.ttl_ms / 1000)
         ),
+        worker_kinds=run.worker_kinds,
     )
     run.schedule = schedule
     schedule = attrs.evolve(
@@ -299,7 +306,8 @@ def _make_nemesis(
     )
     # SCRIPT FLUSH reaches the resource's Redis only when the check started it (or is allowed).
     own_resource = not (config.resource_url or config.redis_url)
-    flush_resource = spec.kind == "redis" and (own_resource or config.allow_server_faults)
+    redis_parts = [part.target for part in spec.parts or (spec,) if part.kind == "redis"]
+    flush_resource = own_resource or config.allow_server_faults
     env = NemesisEnv(
         writer=writer,
         board=board,
@@ -313,7 +321,7 @@ def _make_nemesis(
         body_ms=config.body,
         redis_server=lease_redis.server,
         proxies=network.proxies,
-        extra_flush_urls=[spec.target] if flush_resource else [],
+        extra_flush_urls=redis_parts if flush_resource else [],
         client_prefix=run.prefix,
         rng=random.Random(f"nemesis:{run.seed}"),
         history_paths=[str(run.parts_dir / f"history-{name}.jsonl") for name in run.names],

@@ -37,7 +37,7 @@ from typing import Any, Final
 
 import attrs
 
-from .kinds import FAULTS, fault_duration_s
+from .kinds import FAULTS, KIND_AWARE, fault_duration_s
 
 __all__ = [
     "LAST",
@@ -62,6 +62,7 @@ OVERLAPPING: Final = frozenset(
         "latency", "pause-holder", "partition", "client-kill", "script-flush", "timeout",
         "reset-peer", "redis-pause", "redis-restart-aof", "clock", "kill-holder", "drop-replies",
         "drop-requests", "kernel-drop", "kernel-reject", "evict", "slow-cut",
+        "slow-grant",
         *TOPOLOGY_FAULTS,
     }
 )  # fmt: skip
@@ -92,6 +93,10 @@ _NEVER: Final = frozenset(
         ("redis-pause", "slow-cut"),
         ("redis-restart-aof", "slow-cut"),
         ("slow-cut", "slow-cut"),
+        ("redis-pause", "slow-grant"),
+        ("redis-restart-aof", "slow-grant"),
+        ("slow-grant", "slow-grant"),
+        ("slow-cut", "slow-grant"),
         # Two topology faults would fight over who the primary is: a failover waits for a
         # replica another one paused, or kills the node the other is promoting.
         *itertools.combinations_with_replacement(sorted(TOPOLOGY_FAULTS), 2),
@@ -115,9 +120,10 @@ _NOT_SAME_WORKER: Final = frozenset(
         ("pause-holder", "evict"),
         ("kill-holder", "evict"),
         *(
-            ("slow-cut", other)
+            (slow, other)
+            for slow in ("slow-cut", "slow-grant")
             for other, info in FAULTS.items()
-            if info.targets and other != "slow-cut"
+            if info.targets and other != slow
         ),
     )
 )
@@ -250,6 +256,28 @@ class Schedule:
         return schedule
 
 
+def _kind_aware_victims(
+    rng: random.Random, kinds: Sequence[str], worker_kinds: Sequence[str]
+) -> dict[str, list[int]]:
+    """For each [`KIND_AWARE`][fencedlease.lab.harness.kinds.KIND_AWARE] kind of ``kinds``, the
+    victims of its faults in the order they are drawn: the n-th is a worker (drawn) of the n-th
+    worker kind of a seeded order of the kinds ``worker_kinds`` holds. Empty without
+    ``worker_kinds``."""
+    if not worker_kinds:
+        return {}
+    groups: dict[str, list[int]] = {}
+    for index, worker_kind in enumerate(worker_kinds):
+        groups.setdefault(worker_kind, []).append(index)
+    order = sorted(groups)
+    victims: dict[str, list[int]] = {}
+    for kind in sorted(set(kinds) & KIND_AWARE):
+        rng.shuffle(order)
+        victims[kind] = [
+            rng.choice(groups[order[n % len(order)]]) for n in range(kinds.count(kind))
+        ]
+    return victims
+
+
 def _duration_ms(rng: random.Random, kind: str, ttl_ms: int, heartbeat_ms: int) -> int:
     nominal = round(fault_duration_s(kind, ttl_ms, heartbeat_ms) * 1000)
     return rng.randint(nominal, nominal * 11 // 8) if nominal > 0 else 0
@@ -264,33 +292,51 @@ def draw_schedule(
     heartbeat_ms: int,
     body_ms: int,
     lead_ms: int,
+    worker_kinds: Sequence[str] = (),
 ) -> Schedule:
     """Draw the schedule of ``kinds`` (each once per time it is listed) from ``seed`` for
     ``workers`` workers and leases of ``ttl_ms``/``heartbeat_ms`` with a body of ``body_ms``;
     the first episode ``lead_ms`` after the start. See the module docstring for the shape.
-    Raises ``ValueError`` for an unknown kind or fewer than one worker."""
+
+    ``worker_kinds``: how each worker runs (``sync``, ``threads``, ``asyncio``; one per worker,
+    or empty: unknown). With them, the victims of the
+    [`KIND_AWARE`][fencedlease.lab.harness.kinds.KIND_AWARE] kinds are spread over the worker
+    kinds: the n-th fault of such a kind hits a worker of the n-th worker kind of a seeded order
+    (cycling), so a kind listed once per worker kind hits each of them once.
+    Raises ``ValueError`` for an unknown kind, fewer than one worker, or ``worker_kinds`` not
+    one per worker."""
     unknown = [kind for kind in kinds if kind not in FAULTS]
     if unknown:
         raise ValueError(f"unknown fault(s) {unknown}; known: {', '.join(FAULTS)}")
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
+    if worker_kinds and len(worker_kinds) != workers:
+        raise ValueError(f"worker_kinds names {len(worker_kinds)} workers, not {workers}")
     rng = random.Random(f"schedule:{seed}")
     rest = [kind for kind in kinds if kind not in LAST]
     rng.shuffle(rest)
     episodes: list[list[tuple[str, int | None, int, int]]] = []  # (kind, target, offset, dur)
+    aimed = _kind_aware_victims(rng, kinds, worker_kinds)
 
     def victim(kind: str, near: int | None = None) -> int | None:
         if not FAULTS[kind].targets:
             return None
+        if aimed.get(kind):
+            return aimed[kind][0]  # taken off by placed() once the fault is placed
         if near is not None and rng.random() < 0.5:
             return near
         return rng.randrange(workers)
+
+    def placed(kind: str) -> None:
+        if aimed.get(kind):
+            aimed[kind].pop(0)
 
     while rest:
         durations = [_duration_ms(rng, kind, ttl_ms, heartbeat_ms) for kind in rest]
         first = next((i for i, d in enumerate(durations) if d > 0), 0)
         kind = rest.pop(first)
         lead = (kind, victim(kind), 0, durations[first])
+        placed(kind)
         members = [lead]
         wanted = rng.choice((0, 1, 1, 2, 2, 3)) if lead[3] > 0 else 0
         for other in list(rest):
@@ -299,6 +345,7 @@ def draw_schedule(
             target = victim(other, lead[1])
             if all(may_overlap(other, target, m[0], m[1]) for m in members):
                 rest.remove(other)
+                placed(other)
                 offset = rng.randrange(lead[3])
                 members.append((other, target, offset, _duration_ms(rng, other, ttl_ms,
                                                                     heartbeat_ms)))  # fmt: skip

@@ -78,6 +78,7 @@ FAULT_COLORS: Final = {
     "deposed-primary": "#6a1b9a",
     "cluster-failover": "#00695c",
     "cluster-kill-master": "#3e2723",
+    "slow-grant": "#00838f",
 }
 
 

@@ -353,6 +353,7 @@ class Cycle:
         self.writer = recorder.writer
         self.key, self.wait_ms = pick(config, rng)
         steered = self._steered()
+        self.steered = steered is not None
         if steered is not None:
             self.key, self.wait_ms = steered, config.wait_ms
         self.token: int | None = None
@@ -403,6 +404,12 @@ class Cycle:
             self.board.set_phase(me, phase)
 
     def phase(self, phase: int) -> None:
+        """Enter ``phase`` (on the board if shown). A steered cycle's body lasts two heartbeats
+        at least: it holds the key a fault freed when the holder it was taken from next renews
+        (so that a renewal of another owner's key shows)."""
+        if phase == BODY and self.steered:
+            floor = time.monotonic() + 2 * self.config.heartbeat_ms / 1000
+            self.stretched_until = max(self.stretched_until, floor)
         self._show(phase, take=False)
 
     def body_left(self, until: float) -> float:

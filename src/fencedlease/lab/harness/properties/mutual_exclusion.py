@@ -37,6 +37,13 @@ def check(ctx: Context) -> Outcome:
             f"{result.unknown_end} grant(s) not judged for overlap: their hold ended with no "
             "release invoke or body_end recorded"
         )
+    if result.expired_on_arrival:
+        notes.append(
+            f"{len(result.expired_on_arrival)} grant(s) came with less than two heartbeats left"
+            " of their confirmed deadline (the acquire, or the hand-off wait it ended, took"
+            " longer than the ttl less two heartbeats) and were lost at it: not judged as losses"
+            " of a live lease: " + " | ".join(result.expired_on_arrival[:3])
+        )
     judged = (
         f"judged: {result.claims} claim(s), {result.refusals} refused renewal(s), "
         f"{result.losses} loss notice(s)"
