@@ -438,7 +438,7 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
             OneOf(tuple(Edit(
                 path,
                 "        self._cancel_requested = True\n"
-                '        task.cancel(f"fencedlease: the lease on {self._key!r} was lost")\n',
+                '        task.cancel(f"fencedlease: the lease on {self._args.key!r} was lost")\n',
                 "        self._cancel_requested = False\n",
             ) for path in ("aio/_manager.py", "aio/_hold.py"))),
         ),

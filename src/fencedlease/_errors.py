@@ -30,6 +30,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
+# The errors both faces export (fencedlease.aio re-exports this list); the rest of the module
+# (RowNotFoundError, Sent, Wrote) is imported by name where it is used.
 __all__ = [
     "BackendError",
     "FencedLeaseError",
@@ -37,11 +39,8 @@ __all__ = [
     "LeaseLostError",
     "LeaseNotAcquiredError",
     "ManagerClosedError",
-    "RowNotFoundError",
-    "Sent",
     "StaleTokenError",
     "ValidationError",
-    "Wrote",
 ]
 
 Sent = Literal["no", "maybe", "yes"]

@@ -12,11 +12,17 @@ release of a hand-off queue's grant nobody waits for any more).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import datetime
+from typing import Any, Literal, TypeVar
 
+import redis
+
+from . import _fork
 from ._attempt import AcquireAttempt
 from ._backend import LeaseBackend, fencing_scope_of
-from ._clock import Clock, marking_sends
+from ._clock import SYSTEM_CLOCK, Clock, marking_sends
 from ._decisions import (
     DEFAULT_RETRY_DELAY_MS,
     DEFAULT_TTL_MS,
@@ -25,21 +31,35 @@ from ._decisions import (
     acquire_steps,
 )
 from ._errors import ManagerClosedError
-from ._events import EventHook, acquire_ended, watch
+from ._events import EventHook, acquire_ended, check_event_hook, watch
 from ._handoff import ReleaseWaiter
-from ._lease import AcquireResult, Lease
+from ._lease import AcquireResult, Lease, LeaseOutcome
 from ._protocol import AcquireReply
 from ._renewer import Renewer
 from ._state import restored_state
-from ._validate import check_acquire, check_key
+from ._urls import backend_from_url
+from ._validate import (
+    HoldArgs,
+    check_acquire,
+    check_clock,
+    check_hold,
+    check_key,
+    check_ms,
+    check_prefix,
+    check_sync_fn,
+)
 from ._view import LeaseInfo
 
 __all__ = ["_ManagerBase"]
 
+T = TypeVar("T")
+_M = TypeVar("_M", bound="_ManagerBase")
+
 
 class _ManagerBase(ABC):
-    """The manager's calls that are the same steps on both faces; the subclass sets the
-    attributes below in its ``__init__``."""
+    """The manager's calls that are the same steps on both faces, its construction and the
+    signatures (and docstrings) of its public calls; the subclass supplies the steps that differ
+    by face (the abstract methods below)."""
 
     _backend: LeaseBackend
     _clock: Clock
@@ -49,6 +69,76 @@ class _ManagerBase(ABC):
     _forked: bool
     _on_event: EventHook | None
 
+    def __init__(
+        self,
+        client: redis.Redis | LeaseBackend,
+        *,
+        prefix: str = "fencedlease",
+        clock: Clock = SYSTEM_CLOCK,
+        renew_batch_size: int = 500,
+        on_event: EventHook | None = None,
+        _owns_client: bool = False,
+    ) -> None:
+        check_prefix(prefix)
+        self._on_event = check_event_hook(on_event)
+        check_clock(clock)
+        batch = check_ms("renew_batch_size", renew_batch_size, 1)
+        self._backend = self._backend_for(client, prefix, _owns_client)
+        self._clock = clock
+        self._renewer = Renewer(self._backend, clock, batch_size=batch)
+        self._closed = False
+        self._forked = False
+        self._init_face()
+        _fork.register(self)
+
+    @classmethod
+    def from_url(
+        cls: type[_M],
+        url: str,
+        *,
+        prefix: str = "fencedlease",
+        clock: Clock = SYSTEM_CLOCK,
+        on_event: EventHook | None = None,
+        **kwargs: Any,
+    ) -> _M:
+        """A manager over the backend ``url`` names, closed with the manager: ``redis://``,
+        ``rediss://`` and ``unix://`` (a client made by ``redis.Redis.from_url(url, **kwargs)``),
+        ``memory://``, and ``sqlite:///relative/path`` / ``sqlite:////absolute/path`` /
+        ``sqlite:///:memory:`` (``busy_timeout_ms`` the only keyword). See
+        `fencedlease._urls.backend_from_url`.
+
+        Raises:
+            ValidationError: an unknown scheme, a malformed URL or an option it does not take.
+            BackendError: a SQLite database that cannot be opened.
+        """
+        hook = check_event_hook(on_event)
+        return cls(
+            backend_from_url(url, prefix=prefix, clock=clock, **kwargs),
+            clock=clock,
+            on_event=hook,
+        )
+
+    # -- what differs by face -------------------------------------------------------------
+
+    @abstractmethod
+    def _backend_for(
+        self, client: redis.Redis | LeaseBackend, prefix: str, owns_client: bool
+    ) -> LeaseBackend:
+        """The backend over ``client``: a redis-py client wrapped, a backend checked.
+
+        Raises:
+            ValidationError: ``client`` is neither (a ``TypeError`` too for the other face's).
+        """
+
+    @abstractmethod
+    def _init_face(self) -> None:
+        """The face's own state, once ``_backend``, ``_clock`` and ``_renewer`` are set: the
+        release waiter, the holds, what closing needs."""
+
+    @abstractmethod
+    def _after_fork_in_child(self) -> None:
+        """In a forked child (see `fencedlease._fork`)."""
+
     @abstractmethod
     def _abandon(self, key: str, owner_token: str, exc: BaseException) -> None:
         """Release what an acquire that raised ``exc`` may hold under ``owner_token``."""
@@ -57,6 +147,19 @@ class _ManagerBase(ABC):
     def _release_later(self, key: str, owner_token: str) -> None:
         """Release ``owner_token``'s hold on ``key`` in the background (the call keeps its time
         bound; ``close()`` waits for it)."""
+
+    @abstractmethod
+    def _hold(self, args: HoldArgs) -> AbstractContextManager[Lease]:
+        """One hold of ``args.key``; acquired when entered."""
+
+    @abstractmethod
+    def _with_lease(
+        self,
+        key: str,
+        fn: Callable[[Lease], T],
+        hold: AbstractContextManager[Lease],
+    ) -> LeaseOutcome[T]:
+        """``fn(lease)`` inside ``hold``; a skipped outcome when ``hold`` acquired nothing."""
 
     @property
     def backend(self) -> LeaseBackend:
@@ -145,6 +248,81 @@ class _ManagerBase(ABC):
         if end.state is None:
             return AcquireResult(key, None, end.holder_ttl_ms)
         return AcquireResult(key, Lease(end.state, backend, clock))
+
+    def hold(
+        self,
+        key: str,
+        *,
+        ttl_ms: int = DEFAULT_TTL_MS,
+        wait_ms: int = 0,
+        retry_delay_ms: int = DEFAULT_RETRY_DELAY_MS,
+        heartbeat_ms: int | Literal[False] | None = None,
+        on_renew_error: Callable[[BaseException], object] | None = None,
+    ) -> AbstractContextManager[Lease]:
+        """Hold the lease on ``key`` for the ``with`` block, renewed in the background.
+
+        Acquires as [`acquire`][fencedlease.LeaseManager.acquire] does, renews every
+        ``heartbeat_ms`` (default ``max(1, ttl_ms // 4)``; an explicit value must be at most
+        ``ttl_ms // 2``; ``False``: no renewal) while the block runs, then releases.
+        ``on_renew_error(exc)`` is called (on the renewer's thread) for each failed renewal round
+        trip: telemetry, not a loss. An ``Exception`` the hook raises is logged and renewal goes on;
+        anything else it raises (``KeyboardInterrupt``, ``SystemExit``) stops the renewer: its
+        leases are lost, so the block ends in [`LeaseLostError`][fencedlease.LeaseLostError] (see
+        `call_renew_error_hooks`; the same on both faces).
+
+        The lease is lost when a renewal finds the key gone or another owner's, or when ``ttl_ms``
+        passes with no confirmed renewal; this is checked by the renewer, again when the block ends,
+        and by the release (a refused release means the lease had moved on). The block can watch
+        ``lease.lost``, ``lease.check()`` or ``lease.wait_lost()``.
+
+        The final release waits until the lease's deadline at most (at least 100 ms; see
+        `release_bound_s`), so a hung store cannot hold the caller past
+        it: a release with no reply in time leaves the lease to lapse at its TTL and counts as a
+        failed release (below). After [`close`][fencedlease.LeaseManager.close] the block ends in
+        [`LeaseLostError`][fencedlease.LeaseLostError] (close released the lease).
+
+        Raises:
+            ValidationError: an argument out of bounds (when ``hold()`` is called).
+            LeaseNotAcquiredError: the key is held by another owner; the block never runs.
+            LeaseLostError: the lease was lost while the block ran, even if the block returned
+                normally. An exception raised by the block itself propagates unchanged.
+            BackendError: the store failed while acquiring or releasing, or the release got no
+                reply in time (the lease lapses at its TTL).
+            ManagerClosedError: the manager is closed.
+        """
+        return self._hold(
+            check_hold(key, ttl_ms, wait_ms, retry_delay_ms, heartbeat_ms, on_renew_error)
+        )
+
+    def with_lease(
+        self,
+        key: str,
+        fn: Callable[[Lease], T],
+        *,
+        ttl_ms: int = DEFAULT_TTL_MS,
+        wait_ms: int = 0,
+        retry_delay_ms: int = DEFAULT_RETRY_DELAY_MS,
+        heartbeat_ms: int | Literal[False] | None = None,
+        on_renew_error: Callable[[BaseException], object] | None = None,
+    ) -> LeaseOutcome[T]:
+        """Run ``fn(lease)`` under the lease on ``key``, as [`hold`][fencedlease.LeaseManager.hold]
+        does.
+
+        Returns:
+            [`LeaseOutcome`][fencedlease.LeaseOutcome]: ``value`` is what ``fn`` returned;
+            ``skipped`` is true (and ``fn`` never ran) when the lease was not acquired.
+
+        Raises:
+            ValidationError, LeaseLostError, BackendError: as
+                [`hold`][fencedlease.LeaseManager.hold]; an exception from ``fn`` propagates
+                unchanged. ``fn`` not callable, or an ``async def`` function (use
+                [`fencedlease.aio.AsyncLeaseManager.with_lease`][]): ``ValidationError`` (a
+                ``TypeError`` too for the latter) before anything is acquired; ``fn`` returned an
+                awaitable (it is closed unawaited): ``ValidationError`` once the lease is released.
+        """
+        check_sync_fn(fn)
+        args = check_hold(key, ttl_ms, wait_ms, retry_delay_ms, heartbeat_ms, on_renew_error)
+        return self._with_lease(args.key, fn, self._hold(args))
 
     # -- the rest ------------------------------------------------------------------------------
 

@@ -47,7 +47,7 @@ IO_METHODS = {
 
 # Return annotations that are rightly different in kind, not just by name.
 RETURN_TWINS = {
-    ("hold", "Iterator[Lease]"): "AbstractAsyncContextManager[AsyncLease]",
+    ("hold", "AbstractContextManager[Lease]"): "AbstractAsyncContextManager[AsyncLease]",
     ("renewer", "Renewer"): "AsyncRenewer",
 }
 

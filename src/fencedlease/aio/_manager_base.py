@@ -10,11 +10,17 @@ release of a hand-off queue's grant nobody waits for any more).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
+from typing import Any, Literal, TypeVar
 
+import redis.asyncio
+
+from .. import _fork
 from .._attempt import AcquireAttempt
 from .._backend import AsyncLeaseBackend, fencing_scope_of
-from .._clock import Clock, marking_sends
+from .._clock import SYSTEM_CLOCK, Clock, marking_sends
 from .._decisions import (
     DEFAULT_RETRY_DELAY_MS,
     DEFAULT_TTL_MS,
@@ -23,21 +29,35 @@ from .._decisions import (
     acquire_steps,
 )
 from .._errors import ManagerClosedError
-from .._events import EventHook, acquire_ended, watch
+from .._events import EventHook, acquire_ended, check_event_hook, watch
 from .._handoff import AsyncReleaseWaiter
 from .._protocol import AcquireReply
 from .._state import restored_state
-from .._validate import check_acquire, check_key
+from .._validate import (
+    HoldArgs,
+    check_acquire,
+    check_async_fn,
+    check_clock,
+    check_hold,
+    check_key,
+    check_ms,
+    check_prefix,
+)
 from .._view import LeaseInfo
-from ._lease import AsyncAcquireResult, AsyncLease
+from ._lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
 from ._renewer import AsyncRenewer
+from ._urls import async_backend_from_url
 
 __all__ = ["_AsyncManagerBase"]
 
+T = TypeVar("T")
+_M = TypeVar("_M", bound="_AsyncManagerBase")
+
 
 class _AsyncManagerBase(ABC):
-    """The manager's calls that are the same steps on both faces; the subclass sets the
-    attributes below in its ``__init__``."""
+    """The manager's calls that are the same steps on both faces, its construction and the
+    signatures (and docstrings) of its public calls; the subclass supplies the steps that differ
+    by face (the abstract methods below)."""
 
     _backend: AsyncLeaseBackend
     _clock: Clock
@@ -47,6 +67,74 @@ class _AsyncManagerBase(ABC):
     _forked: bool
     _on_event: EventHook | None
 
+    def __init__(
+        self,
+        client: redis.asyncio.Redis | AsyncLeaseBackend,
+        *,
+        prefix: str = "fencedlease",
+        clock: Clock = SYSTEM_CLOCK,
+        renew_batch_size: int = 500,
+        on_event: EventHook | None = None,
+        _owns_client: bool = False,
+    ) -> None:
+        check_prefix(prefix)
+        self._on_event = check_event_hook(on_event)
+        check_clock(clock)
+        batch = check_ms("renew_batch_size", renew_batch_size, 1)
+        self._backend = self._backend_for(client, prefix, _owns_client)
+        self._clock = clock
+        self._renewer = AsyncRenewer(self._backend, clock, batch_size=batch)
+        self._closed = False
+        self._forked = False
+        self._init_face()
+        _fork.register(self)
+
+    @classmethod
+    def from_url(
+        cls: type[_M],
+        url: str,
+        *,
+        prefix: str = "fencedlease",
+        clock: Clock = SYSTEM_CLOCK,
+        on_event: EventHook | None = None,
+        **kwargs: Any,
+    ) -> _M:
+        """A manager over the backend ``url`` names (see
+        [`async_backend_from_url`][fencedlease.aio.async_backend_from_url]), closed with the
+        manager: ``redis://``, ``rediss://`` and ``unix://``, a client made by
+        ``redis.asyncio.Redis.from_url(url, **kwargs)``. No I/O until the first command.
+
+        Raises:
+            ValidationError: an unknown scheme, a malformed URL or a bad ``prefix``.
+        """
+        hook = check_event_hook(on_event)
+        return cls(
+            async_backend_from_url(url, prefix=prefix, clock=clock, **kwargs),
+            clock=clock,
+            on_event=hook,
+        )
+
+    # -- what differs by face -------------------------------------------------------------
+
+    @abstractmethod
+    def _backend_for(
+        self, client: redis.asyncio.Redis | AsyncLeaseBackend, prefix: str, owns_client: bool
+    ) -> AsyncLeaseBackend:
+        """The backend over ``client``: a redis-py client wrapped, a backend checked.
+
+        Raises:
+            ValidationError: ``client`` is neither (a ``TypeError`` too for the other face's).
+        """
+
+    @abstractmethod
+    def _init_face(self) -> None:
+        """The face's own state, once ``_backend``, ``_clock`` and ``_renewer`` are set: the
+        release waiter, the holds, what closing needs."""
+
+    @abstractmethod
+    def _after_fork_in_child(self) -> None:
+        """In a forked child (see `fencedlease._fork`)."""
+
     @abstractmethod
     async def _abandon(self, key: str, owner_token: str, exc: BaseException) -> None:
         """Release what an acquire that raised ``exc`` may hold under ``owner_token``."""
@@ -55,6 +143,19 @@ class _AsyncManagerBase(ABC):
     def _release_later(self, key: str, owner_token: str) -> None:
         """Release ``owner_token``'s hold on ``key`` in the background (the call keeps its time
         bound; ``close()`` waits for it)."""
+
+    @abstractmethod
+    def _hold(self, args: HoldArgs) -> AbstractAsyncContextManager[AsyncLease]:
+        """One hold of ``args.key``; acquired when entered."""
+
+    @abstractmethod
+    async def _with_lease(
+        self,
+        key: str,
+        fn: Callable[[AsyncLease], Awaitable[T]],
+        hold: AbstractAsyncContextManager[AsyncLease],
+    ) -> AsyncLeaseOutcome[T]:
+        """``fn(lease)`` inside ``hold``; a skipped outcome when ``hold`` acquired nothing."""
 
     @property
     def backend(self) -> AsyncLeaseBackend:
@@ -146,6 +247,78 @@ class _AsyncManagerBase(ABC):
         if end.state is None:
             return AsyncAcquireResult(key, None, end.holder_ttl_ms)
         return AsyncAcquireResult(key, AsyncLease(end.state, backend, clock))
+
+    def hold(
+        self,
+        key: str,
+        *,
+        ttl_ms: int = DEFAULT_TTL_MS,
+        wait_ms: int = 0,
+        retry_delay_ms: int = DEFAULT_RETRY_DELAY_MS,
+        heartbeat_ms: int | Literal[False] | None = None,
+        on_renew_error: Callable[[BaseException], object] | None = None,
+    ) -> AbstractAsyncContextManager[AsyncLease]:
+        """Hold the lease on ``key`` for the ``async with`` block, renewed in the background.
+
+        Acquires as [`acquire`][fencedlease.aio.AsyncLeaseManager.acquire] does, renews every
+        ``heartbeat_ms`` (default ``max(1, ttl_ms // 4)``; an explicit value must be at most
+        ``ttl_ms // 2``; ``False``: no renewal) while the block runs, then releases.
+        ``on_renew_error(exc)`` is called (in the renewal task, so it must not block) for each
+        failed renewal round trip: telemetry, not a loss. An ``Exception`` the hook raises is logged
+        and renewal goes on; anything else it raises (``KeyboardInterrupt``, ``SystemExit``) stops
+        the renewal task: its leases are lost, so the block ends in
+        [`LeaseLostError`][fencedlease.LeaseLostError] (see `call_renew_error_hooks`; the same on
+        both faces).
+
+        The lease is lost when a renewal finds the key gone or another owner's, or when ``ttl_ms``
+        passes with no confirmed renewal; this is checked by the renewal task, again when the block
+        ends, and by the release. On loss the task running the block is cancelled, and the
+        ``CancelledError`` comes out of ``hold`` as [`LeaseLostError`][fencedlease.LeaseLostError].
+
+        Raises:
+            ValidationError: an argument out of bounds (when ``hold()`` is called).
+            LeaseNotAcquiredError: the key is held by another owner; the block never runs.
+            LeaseLostError: the lease was lost while the block ran, even if the block returned
+                normally or swallowed the cancellation. An exception raised by the block itself
+                propagates unchanged, and so does a cancellation that did not come from the loss.
+            BackendError: the store failed while acquiring or releasing.
+            ManagerClosedError: the manager is closed, or was closed while the call waited.
+        """
+        return self._hold(
+            check_hold(key, ttl_ms, wait_ms, retry_delay_ms, heartbeat_ms, on_renew_error)
+        )
+
+    async def with_lease(
+        self,
+        key: str,
+        fn: Callable[[AsyncLease], Awaitable[T]],
+        *,
+        ttl_ms: int = DEFAULT_TTL_MS,
+        wait_ms: int = 0,
+        retry_delay_ms: int = DEFAULT_RETRY_DELAY_MS,
+        heartbeat_ms: int | Literal[False] | None = None,
+        on_renew_error: Callable[[BaseException], object] | None = None,
+    ) -> AsyncLeaseOutcome[T]:
+        """Await ``fn(lease)`` under the lease on ``key``, as
+        [`hold`][fencedlease.aio.AsyncLeaseManager.hold] does (in the caller's task, which is the
+        one cancelled on loss).
+
+        Returns:
+            [`AsyncLeaseOutcome`][fencedlease.aio.AsyncLeaseOutcome]: ``value`` is what ``fn``
+            returned; ``skipped`` is true (and ``fn`` never ran) when the lease was not acquired.
+
+        Raises:
+            ValidationError, LeaseLostError, BackendError, ManagerClosedError: as
+                [`hold`][fencedlease.aio.AsyncLeaseManager.hold]; an exception from ``fn``
+                propagates unchanged (a ``LeaseNotAcquiredError`` from ``fn`` included: only this
+                call's own acquire turns into a skipped outcome). ``fn`` not callable:
+                ``ValidationError`` before anything is acquired; ``fn(lease)`` not an awaitable (a
+                sync function, which ran blocking the event loop): ``ValidationError`` (also a
+                ``TypeError``) once the lease is released.
+        """
+        check_async_fn(fn)
+        args = check_hold(key, ttl_ms, wait_ms, retry_delay_ms, heartbeat_ms, on_renew_error)
+        return await self._with_lease(args.key, fn, self._hold(args))
 
     # -- the rest ------------------------------------------------------------------------------
 
