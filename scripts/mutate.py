@@ -188,8 +188,8 @@ SURFACES: Final[dict[str, str]] = {
 PROBES: Final[tuple[Probe, ...]] = (
     Probe("redis-lock", "_redis_backend.py", '        with backend_errors(f"acquire {key!r}"):'),
     Probe("redis-lock", "aio/_redis_backend.py", '        with backend_errors(f"acquire {key!r}"):'),
-    Probe("sync-renewer", "_renewer.py", "        entry = RenewalEntry(state, heartbeat_ms, on_renew_error)"),
-    Probe("asyncio", "aio/_renewer.py", "        entry = RenewalEntry(state, heartbeat_ms, on_renew_error)"),
+    Probe("sync-renewer", "_renewer.py", "        if self._thread is not None and self._thread.is_alive():"),
+    Probe("asyncio", "aio/_renewer.py", "        if self._task is not None and not self._task.done():"),
     Probe("handoff", "_handoff_sync.py", "        keys, args = self._enqueue_args(key, owner_token, ttl_ms, wait_ms, final)"),
     Probe("handoff", "aio/_handoff.py", "        keys, args = self._enqueue_args(key, owner_token, ttl_ms, wait_ms, final)"),
     Probe("sql-guard", "db/_guard.py", "    access = coerce_access(token_or_lease)"),
