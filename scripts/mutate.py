@@ -186,8 +186,8 @@ SURFACES: Final[dict[str, str]] = {
 }
 
 PROBES: Final[tuple[Probe, ...]] = (
-    Probe("redis-lock", "_redis_backend.py", '        with backend_errors(f"acquire {key!r}"):'),
-    Probe("redis-lock", "aio/_redis_backend.py", '        with backend_errors(f"acquire {key!r}"):'),
+    Probe("redis-lock", "_redis_backend.py", "        return decode_acquire(reply, key)"),
+    Probe("redis-lock", "aio/_redis_backend.py", "        return decode_acquire(reply, key)"),
     Probe("sync-renewer", "_renewer.py", "        if self._thread is not None and self._thread.is_alive():"),
     Probe("asyncio", "aio/_renewer.py", "        if self._task is not None and not self._task.done():"),
     Probe("handoff", "_handoff_sync.py", "        keys, args = self._enqueue_args(key, owner_token, ttl_ms, wait_ms, final)"),
@@ -361,7 +361,7 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
         (
             Edit(
                 "_protocol.py",
-                "    return secrets.token_hex(16)\n",
+                "    return os.urandom(16).hex()\n",
                 '    return hashlib.sha256(b"%d" % __import__("os").getpid()).hexdigest()[:32]\n',
             ),
         ),

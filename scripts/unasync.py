@@ -126,14 +126,6 @@ with the asyncio twin (`fencedlease.aio._redis_backend`), the hand-off and
             '        """The manager\'s release waiter: the hand-off queue and its listener task\n',
             '        """The manager\'s release waiter: the hand-off queue and its listener\n',
         ),
-        (
-            """            reply = run_script(
-                self.client, RELEASE, lease_keys(self.prefix, key), (owner_token,)
-            )
-""",
-            """            reply = run_script(self.client, RELEASE, lease_keys(self.prefix, key), (owner_token,))
-""",
-        ),
     ],
     "_lease.py": [
         (

@@ -102,6 +102,8 @@ def check_key(value: object, argument: str = "key") -> str:
         raise ValidationError(argument, f"{argument} must be a str; got {type(value).__name__}")
     if not value:
         raise ValidationError(argument, f"{argument} must be a non-empty str")
+    if value.isascii():  # the common case, checked without encoding
+        return value
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:  # a lone surrogate, e.g. from os.fsdecode

@@ -17,7 +17,7 @@ import redis.asyncio
 
 from .._protocol import AcquireReply, InspectReply
 from .._redis.aio import dedicated_client, run_script, waits_for_connection
-from .._redis.errors import backend_errors
+from .._redis.errors import STORE_ERRORS, backend_errors, store_error
 from .._redis.keys import fence_key, lease_key, lease_keys, renew_many_args
 from .._redis.replies import (
     decode_acquire,
@@ -79,30 +79,38 @@ class AsyncRedisBackend:
         return fence_key(self.prefix, key)
 
     async def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
-        with backend_errors(f"acquire {key!r}"):
+        try:
             reply = await run_script(
                 self.client, ACQUIRE, lease_keys(self.prefix, key), (owner_token, ttl_ms)
             )
+        except STORE_ERRORS as exc:
+            raise store_error(f"acquire {key!r}", exc)  # noqa: B904  (store_error sets the cause)
         return decode_acquire(reply, key)
 
     async def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
-        with backend_errors(f"renew {key!r}"):
+        try:
             reply = await run_script(
                 self.client, RENEW, (lease_key(self.prefix, key),), (owner_token, ttl_ms)
             )
+        except STORE_ERRORS as exc:
+            raise store_error(f"renew {key!r}", exc)  # noqa: B904
         return decode_renew(reply, key)
 
     async def renew_many(self, items: Sequence[tuple[str, str, int]]) -> list[int | BaseException]:
         keys, args = renew_many_args(self.prefix, items)
-        with backend_errors(f"renew {len(items)} leases"):
+        try:
             reply = await run_script(self._renewals(), RENEW_MANY, keys, args)
+        except STORE_ERRORS as exc:
+            raise store_error(f"renew {len(items)} leases", exc)  # noqa: B904
         return decode_renew_many(items, reply)
 
     async def release(self, key: str, owner_token: str) -> bool:
-        with backend_errors(f"release {key!r}"):
+        try:
             reply = await run_script(
                 self.client, RELEASE, lease_keys(self.prefix, key), (owner_token,)
             )
+        except STORE_ERRORS as exc:
+            raise store_error(f"release {key!r}", exc)  # noqa: B904
         return decode_release(reply, key)
 
     async def inspect(self, key: str) -> InspectReply | None:
