@@ -7,26 +7,14 @@ In-process memory backends on a FakeClock; a wake-up is counted at the renewer's
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 
 import pytest
+from test_face_decisions import eventually
 
 from fencedlease import Lease, LeaseManager
 from fencedlease.aio import AsyncLease, AsyncLeaseManager
 from fencedlease.backends import AsyncMemoryBackend, MemoryBackend
 from fencedlease.testing import FakeClock
-
-PATIENCE_S = 30.0
-"""How long a test waits for the renewer thread to go to sleep or to renew (real seconds)."""
-
-
-def eventually(predicate: Callable[[], bool]) -> None:
-    """Poll ``predicate`` (a state no event signals: the thread's planned wake-up) until true."""
-    give_up = time.monotonic() + PATIENCE_S
-    while not predicate():
-        assert time.monotonic() < give_up, "the renewer thread did not get there in time"
-        time.sleep(0.002)
 
 
 def _held(result: object) -> Lease:
