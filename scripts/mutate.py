@@ -186,8 +186,8 @@ SURFACES: Final[dict[str, str]] = {
 }
 
 PROBES: Final[tuple[Probe, ...]] = (
-    Probe("redis-lock", "_redis_backend.py", "        return decode_acquire(reply, key)"),
-    Probe("redis-lock", "aio/_redis_backend.py", "        return decode_acquire(reply, key)"),
+    Probe("redis-lock", "_redis_backend.py", "        decoded = decode_acquire(reply, key)"),
+    Probe("redis-lock", "aio/_redis_backend.py", "        decoded = decode_acquire(reply, key)"),
     Probe("sync-renewer", "_renewer.py", "        if self._thread is not None and self._thread.is_alive():"),
     Probe("asyncio", "aio/_renewer.py", "        if self._task is not None and not self._task.done():"),
     Probe("handoff", "_handoff_sync.py", "        keys, args = self._enqueue_args(key, owner_token, ttl_ms, wait_ms, final)"),

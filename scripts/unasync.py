@@ -47,6 +47,7 @@ NAMES: dict[str, str] = {
     "AsyncRedisBackend": "RedisBackend",
     "AsyncReleaseWaiter": "ReleaseWaiter",
     "AsyncRenewer": "Renewer",
+    "AsyncSwitchWatcher": "SwitchWatcher",
     "_AsyncManagerBase": "_ManagerBase",
     "aclose": "close",
     "AbstractAsyncContextManager": "AbstractContextManager",
@@ -59,9 +60,10 @@ SUBS: list[tuple[str, str]] = [
     # Modules of fencedlease.aio whose sync twin has another name (before the general rule).
     (r"^from \._handoff import", "from ._handoff_sync import"),
     (
-        r"^from \.\._redis\.aio import (.*)\brun_script, ",
-        r"from ._redis.scripts import run_script\nfrom ._redis.clients import \1",
+        r"^from \.\._redis\.aio import (.*)\brun_acked, run_script, ",
+        r"from ._redis.scripts import run_acked, run_script\nfrom ._redis.clients import \1",
     ),
+    (r"^from \.\._redis\.sentinel_aio import", "from .._redis.sentinel import"),
     # One package up: fencedlease.aio.X -> fencedlease.X.
     (r"^(\s*)from \.\.(\w)", r"\1from .\2"),
     (r"^(\s*)from \.\. import", r"\1from . import"),

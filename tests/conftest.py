@@ -6,25 +6,22 @@ Where a server cannot be had a test skips with the reason; with ``FENCEDLEASE_RE
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
 import redis
 
+from fencedlease.lab.pytest_plugin import skip_unavailable
+from fencedlease.lab.servers.cluster import RedisClusterServers
 from fencedlease.lab.servers.redis import (
     RedisEndpoint,
     RedisServer,
     RedisUnavailable,
     redis_endpoint,
 )
+from fencedlease.lab.servers.sentinel import SentinelDeployment
 
-
-def unavailable(reason: str) -> None:
-    """Skip, or fail when CI requires every server."""
-    if os.environ.get("FENCEDLEASE_REQUIRE_SERVERS") == "1":
-        pytest.fail(f"required server unavailable: {reason}", pytrace=False)
-    pytest.skip(reason)
+unavailable = skip_unavailable  # skip, or fail when CI requires every server
 
 
 @pytest.fixture(scope="session")
@@ -64,3 +61,34 @@ def own_redis() -> Iterator[RedisServer]:
         unavailable(str(exc))
     with server:
         yield server
+
+
+@pytest.fixture
+def sentinel_deployment(request: pytest.FixtureRequest) -> Iterator[SentinelDeployment]:
+    """A primary, replicas and three sentinels of this test's own (``@pytest.mark.replicas(n)``:
+    n replicas, default 1); its failovers are the test's."""
+    marker = request.node.get_closest_marker("replicas")
+    replicas = int(marker.args[0]) if marker is not None else 1
+    try:
+        deployment = SentinelDeployment(replicas=replicas)
+        deployment.start()
+    except RedisUnavailable as exc:
+        unavailable(str(exc))
+    try:
+        yield deployment
+    finally:
+        deployment.close()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisClusterServers]:
+    """A Redis Cluster of three primaries of the session's own (the lab's
+    ``RedisClusterServers``); a test that pauses a node resumes it before it ends."""
+    try:
+        cluster = RedisClusterServers(3).start()
+    except RedisUnavailable as exc:
+        unavailable(str(exc))
+    try:
+        yield cluster
+    finally:
+        cluster.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ._backend import AsyncLeaseBackend, LeaseBackend
 from ._clock import Clock, SystemClock
+from ._cluster_backend import RedisClusterBackend
 from ._errors import (
     BackendError,
     FencedLeaseError,
@@ -16,17 +17,22 @@ from ._errors import (
     LeaseLostError,
     LeaseNotAcquiredError,
     ManagerClosedError,
+    ReplicationError,
+    SemaphoreLeaseLostError,
     StaleTokenError,
     ValidationError,
 )
 from ._events import LeaseEvent
 from ._fenced_resource import FencedResource
 from ._fencing_access import owner_fingerprint
+from ._health import HealthReport
 from ._lease import AcquireResult, Lease, LeaseOutcome
 from ._manager import LeaseManager
 from ._redact import redact_text, redact_url
 from ._redis.keys import RedisKeys, redis_keys
 from ._redis_backend import RedisBackend
+from ._semaphore import Semaphore, SemaphoreLease
+from ._shutdown import ShutdownReport
 from ._view import LeaseInfo
 from .backends import MemoryBackend, SqliteBackend
 from .redis_fencing import RedisFencedResource
@@ -38,6 +44,7 @@ __all__ = [
     "Clock",
     "FencedLeaseError",
     "FencedResource",
+    "HealthReport",
     "Lease",
     "LeaseBackend",
     "LeaseEvent",
@@ -50,8 +57,14 @@ __all__ = [
     "ManagerClosedError",
     "MemoryBackend",
     "RedisBackend",
+    "RedisClusterBackend",
     "RedisFencedResource",
     "RedisKeys",
+    "ReplicationError",
+    "Semaphore",
+    "SemaphoreLease",
+    "SemaphoreLeaseLostError",
+    "ShutdownReport",
     "SqliteBackend",
     "StaleTokenError",
     "SystemClock",

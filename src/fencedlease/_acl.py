@@ -26,6 +26,7 @@ from ._validate import check_prefix
 __all__ = [
     "ACL_COMMANDS",
     "CLIENT_COMMANDS",
+    "CLUSTER_COMMANDS",
     "SCRIPT_COMMANDS",
     "acl_rules",
     "acl_setuser_line",
@@ -41,6 +42,7 @@ CLIENT_COMMANDS: Final[tuple[str, ...]] = (
     "SUBSCRIBE",  # the hand-off listener
     "UNSUBSCRIBE",  # ... dropping a channel nobody waits on
     "PING",  # redis-py's health checks (health_check_interval), pub/sub keep-alive
+    "WAIT",  # replica_acks: the replicas' acknowledgement of a grant or a renewal
 )
 """Commands the library sends itself (redis-py sends ``AUTH``/``HELLO``, allowed to every user;
 ``CLIENT SETINFO`` is tried and a refusal ignored)."""
@@ -60,14 +62,31 @@ SCRIPT_COMMANDS: Final[tuple[str, ...]] = (
     "ZSCORE",
     "ZCARD",
     "ZPOPMIN",
+    "ZRANGE",  # the semaphore's scripts: the earliest and latest slot deadlines
+    "ZRANGEBYSCORE",  # ... the expired slots, purged by
+    "ZREMRANGEBYSCORE",
+    "ZCOUNT",  # ... the live slots
     "HSET",
     "HGET",
     "HDEL",
     "HMGET",
     "HGETALL",
     "PUBLISH",
+    "INFO",  # the primary's replication id (a refusal leaves it unknown)
 )
 """Commands the Lua scripts call (``scripts/*.lua``); checked against the files by a unit test."""
+
+CLUSTER_COMMANDS: Final[tuple[str, ...]] = (
+    "SPUBLISH",  # release.lua's wake-up on a Redis Cluster (7+)
+    "SSUBSCRIBE",  # the cluster hand-off listener (7+)
+    "SUNSUBSCRIBE",
+    "INFO",  # once per cluster listener: whether the cluster has sharded pub/sub
+)
+"""Commands a manager on a Redis Cluster also sends, not in `ACL_COMMANDS` (Redis 6.2 does not
+know the sharded ones): add ``+spublish +ssubscribe +sunsubscribe +info`` to a cluster user's
+rules. Without them the hand-off degrades, never the leases: a refused ``SPUBLISH`` falls back to
+``PUBLISH`` inside the script, a refused ``INFO`` makes the listener the plain one, and waiters
+poll where no message reaches them."""
 
 ACL_COMMANDS: Final[tuple[str, ...]] = tuple(sorted(set(CLIENT_COMMANDS) | set(SCRIPT_COMMANDS)))
 """Every command a fencedlease user must be allowed, sorted."""

@@ -37,7 +37,7 @@ import attrs
 
 from ._attempt import AcquireAttempt, never_sent
 from ._errors import BackendError, ManagerClosedError
-from ._events import deferred, renewal_event
+from ._events import deferred, log_renew_errors, renewal_event
 from ._protocol import AcquireReply
 from ._schedule import RenewalEntry, RenewalSchedule
 from ._state import LeaseState, LossReason
@@ -130,6 +130,8 @@ def acquire_steps(
             return AcquireEnd(attempt.granted(reply))
         delay = attempt.not_acquired()
         if delay is None:
+            if reply.refused is not None:  # a grant taken back (too few replica acks): say why
+                raise reply.refused
             return AcquireEnd(None, reply.ttl_ms, leave_queue=attempt.uncertain)
         queued_before = attempt.queued
         attempt.queued = queued_before or queues
@@ -236,6 +238,7 @@ def call_renew_error_hooks(hooks: list[tuple[RenewalEntry, BaseException]]) -> N
     [`LeaseLostError`][fencedlease.LeaseLostError]. A later ``hold`` gets a new renewer. The same on
     both faces.
     """
+    log_renew_errors([(entry.state.key, error) for entry, error in hooks])
     for entry, error in hooks:
         hook = entry.on_renew_error
         if hook is None:

@@ -4,11 +4,13 @@
 FencedLeaseError
 ├── LeaseNotAcquiredError   .key, .status_code = 409
 ├── LeaseLostError          .key
+│   └── SemaphoreLeaseLostError .key (the semaphore's name): a slot was lost
 ├── StaleTokenError         .resource, .token, .last_token
 │   └── LeaseKeyMismatchError   .lease_key, .presented_key (counters' scopes)
 ├── ValidationError         also a ValueError; says which argument and which bound
 ├── BackendError            the store could not be reached or refused; original in __cause__
-│                           .sent (Sent), .wrote (Wrote), .timed_out: what may have happened
+│   │                       .sent (Sent), .wrote (Wrote), .timed_out: what may have happened
+│   └── ReplicationError    fewer replicas acknowledged a grant or renewal than replica_acks
 ├── ManagerClosedError      also a RuntimeError; the lease manager is (or was just) closed
 └── RowNotFoundError        also a LookupError; .table, .where (``fencedlease.db``)
 ```
@@ -39,6 +41,8 @@ __all__ = [
     "LeaseLostError",
     "LeaseNotAcquiredError",
     "ManagerClosedError",
+    "ReplicationError",
+    "SemaphoreLeaseLostError",
     "StaleTokenError",
     "ValidationError",
 ]
@@ -84,6 +88,14 @@ class LeaseLostError(FencedLeaseError):
 
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (self.key, str(self)))
+
+
+class SemaphoreLeaseLostError(LeaseLostError):
+    """A slot of the semaphore ``key`` is gone: its deadline passed with no confirmed renewal, or a
+    renewal or the release found it gone (another caller may have taken it). A
+    [`LeaseLostError`][fencedlease.LeaseLostError], so code that handles lost leases handles lost
+    slots too.
+    """
 
 
 class StaleTokenError(FencedLeaseError):
@@ -200,6 +212,36 @@ class BackendError(FencedLeaseError):
         self.sent: Sent = sent
         self.wrote: Wrote = wrote
         self.timed_out = timed_out
+
+
+class ReplicationError(BackendError):
+    """Fewer replicas acknowledged a grant or a renewal than the manager's ``replica_acks`` asked
+    for within ``replica_ack_timeout_ms`` (Redis ``WAIT``, sent on the same connection right after
+    the script). ``acks`` is how many did, ``wanted`` how many were asked for.
+
+    A grant that was not acknowledged was released again (never returned to the caller); a
+    renewal that was not acknowledged did not move the lease's deadline. The idea is Redisson's
+    ``syncedEval``: a write a failover can lose must not be reported as done.
+    """
+
+    def __init__(
+        self, message: str, *, acks: int, wanted: int, sent: Sent = "yes", wrote: Wrote = "no"
+    ) -> None:
+        super().__init__(message, sent=sent, wrote=wrote)
+        self.acks = acks
+        self.wanted = wanted
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (
+            _rebuild_replication_error,
+            (str(self), self.acks, self.wanted, self.sent, self.wrote),
+        )
+
+
+def _rebuild_replication_error(
+    message: str, acks: int, wanted: int, sent: Sent, wrote: Wrote
+) -> ReplicationError:
+    return ReplicationError(message, acks=acks, wanted=wanted, sent=sent, wrote=wrote)
 
 
 class ManagerClosedError(FencedLeaseError, RuntimeError):

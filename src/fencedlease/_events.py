@@ -2,12 +2,19 @@
 
 Both faces ([`LeaseManager`][fencedlease.LeaseManager],
 [`AsyncLeaseManager`][fencedlease.aio.AsyncLeaseManager]) make the same
-[`LeaseEvent`][fencedlease.LeaseEvent] at the same points: the end of an acquire call, each lease's
-outcome in a background renewal batch, a release going out and its reply, and a loss. The hook is
+[`LeaseEvent`][fencedlease.LeaseEvent] at the same points: the end of an acquire call, each wait of
+an acquire for a release, a grant handed over by a release, each lease's outcome in a background
+renewal batch, a release going out and its reply, and a loss. The hook is
 called synchronously, on the thread (or in the task) that saw the event, never while the sync
 renewer holds its lock (`deferred`): keep it short, it delays what comes after it. An ``Exception``
 it raises is logged and ignored; anything else (``KeyboardInterrupt``, ``SystemExit``) propagates,
 as with ``on_renew_error``.
+
+Logging (logger ``"fencedlease"``): a loss is a warning (one caused by ``close()`` or a fork: debug)
+and so is a failed renewal round trip (`log_renew_errors`), whether or not there is a hook; with the
+logger enabled for ``DEBUG`` when the manager is made, every event is logged at ``DEBUG`` too
+(`with_logging`). Keys, fencing tokens and owner fingerprints are logged; owner tokens and passwords
+never are.
 
 The idea of recording every step a client was told, with its timing, for a checker to judge
 afterwards is Jepsen's history (Kingsbury); the claim a lease holder may make from it (from the
@@ -27,6 +34,7 @@ import attrs
 
 from ._errors import ValidationError
 from ._protocol import owner_fingerprint
+from ._state import LossReason
 from ._validate import check_callback, is_coroutine_callable
 
 if TYPE_CHECKING:
@@ -39,13 +47,17 @@ __all__ = [
     "check_event_hook",
     "deferred",
     "emit",
+    "log_event",
+    "log_renew_errors",
     "renewal_event",
+    "wait_ended",
     "watch",
+    "with_logging",
 ]
 
 log = logging.getLogger("fencedlease")
 
-EventKind = Literal["acquire", "renew", "release", "lost"]
+EventKind = Literal["acquire", "wait", "handoff", "renew", "release", "lost"]
 
 
 @attrs.frozen
@@ -57,6 +69,11 @@ class LeaseEvent:
     - ``"acquire"``: one per acquire call (``acquire``, ``hold``, ``with_lease``), when it ends:
       ``"granted"``, ``"not-granted"`` (held by another owner until the wait ran out) or
       ``"error"`` (the call raised: a store error, a cancellation, the manager closed);
+    - ``"wait"``: ``"waited"``, one per wait of an acquire call between two attempts (for a release
+      to wake it, or the retry delay); ``sent_monotonic`` is when it began, ``duration_ms`` how long
+      it lasted; ``owner_fingerprint`` names the waiting call's owner token;
+    - ``"handoff"``: ``"granted"``, when a waiting acquire finds the key handed to it by a release
+      (Redis hand-off queue), just before its ``"acquire"`` event;
     - ``"renew"``: one per lease of a background renewal batch whose reply was applied, and one
       per answered ``lease.renew()``:
       ``"confirmed"`` (the TTL was reset; ``deadline_monotonic`` is the new deadline),
@@ -175,9 +192,20 @@ def describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
+def _log_loss(state: LeaseState) -> None:
+    """A loss is a warning; one the program asked for (``close()``, a fork) is routine."""
+    routine = state.lost_reason in (LossReason.CLOSED, LossReason.FORKED)
+    log.log(
+        logging.DEBUG if routine else logging.WARNING,
+        "fencedlease: lease %r lost (fencing token %s, owner %s): %s",
+        state.key, state.fencing_token, owner_fingerprint(state.owner_token), state.lost_reason,
+    )  # fmt: skip
+
+
 def watch(state: LeaseState, hook: EventHook | None, clock: Clock) -> None:
     """Make ``state`` report to ``hook``: its releases (see `release_sent`), its renewals,
-    and its loss (a listener on the state)."""
+    and its loss (a listener on the state). Its loss is logged as a warning, hook or not."""
+    state.add_listener(_log_loss)
     if hook is None:
         return
     state.on_event = hook
@@ -195,14 +223,20 @@ def acquire_ended(
     sent_mono: float,
     clock: Clock,
     error: BaseException | None = None,
+    *,
+    handed: bool = False,
 ) -> None:
     """Report the end of an acquire call: granted (``state``, which then reports to ``hook``,
-    `watch`), not granted, or ``error``."""
+    `watch`; ``handed``: by a release's hand-off), not granted, or ``error``."""
     if hook is None:
+        if state is not None:
+            watch(state, None, clock)
         return
     now = clock.monotonic()
     if state is not None:
         watch(state, hook, clock)
+        if handed:
+            emit(hook, lease_event(state, "handoff", "granted", now, sent_mono))
         emit(hook, lease_event(state, "acquire", "granted", now, sent_mono))
         return
     emit(
@@ -254,3 +288,60 @@ def renewal_event(
             state, "renew", "confirmed" if confirmed else "late", now_mono, sent_mono
         )
     return lease_event(state, "renew", "refused", now_mono, sent_mono)
+
+
+def wait_ended(
+    hook: EventHook | None, key: str, owner_token: str, began_mono: float, clock: Clock
+) -> None:
+    """Report a wait of an acquire call that began at ``began_mono`` and has just ended."""
+    if hook is None:
+        return
+    now = clock.monotonic()
+    emit(
+        hook,
+        LeaseEvent(
+            "wait", "waited", key, None, owner_fingerprint(owner_token), now, began_mono,
+            (now - began_mono) * 1000,
+        ),
+    )  # fmt: skip
+
+
+def log_event(event: LeaseEvent) -> None:
+    """Log ``event`` at ``DEBUG`` on the ``"fencedlease"`` logger (no owner token: its
+    fingerprint)."""
+    log.debug(
+        "fencedlease event: %s %s key=%r fencing_token=%s owner=%s duration_ms=%s reason=%s",
+        event.kind, event.status, event.key, event.fencing_token, event.owner_fingerprint,
+        None if event.duration_ms is None else round(event.duration_ms, 3), event.reason,
+    )  # fmt: skip
+
+
+def with_logging(hook: EventHook | None) -> EventHook | None:
+    """``hook``, preceded by `log_event` when the ``"fencedlease"`` logger is enabled for
+    ``DEBUG`` now (a manager asks when it is made: building events costs, so they are built only
+    for a hook or a debug log)."""
+    if not log.isEnabledFor(logging.DEBUG):
+        return hook
+    if hook is None:
+        return log_event
+    user_hook = hook
+
+    def logged(event: LeaseEvent) -> None:
+        log_event(event)
+        user_hook(event)
+
+    return logged
+
+
+def log_renew_errors(errors: list[tuple[str, BaseException]]) -> None:
+    """Log a warning per failed renewal round trip in ``errors`` (``(key, error)`` pairs; the
+    leases of one round trip share its error): retried, not a loss by itself."""
+    failed: dict[int, tuple[BaseException, list[str]]] = {}
+    for key, error in errors:
+        failed.setdefault(id(error), (error, []))[1].append(key)
+    for error, keys in failed.values():
+        log.warning(
+            "fencedlease: renewing %d lease(s) failed (retried; not a loss by itself): %s;"
+            " keys %r",
+            len(keys), describe(error), keys[:10],
+        )  # fmt: skip

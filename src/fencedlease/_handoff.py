@@ -213,6 +213,9 @@ def release_waiter_for(backend: object, clock: Clock = SYSTEM_CLOCK) -> ReleaseW
     return waiter
 
 
+_SHARDED = frozenset({"smessage", "ssubscribe", "sunsubscribe"})
+
+
 class Channels:
     """Who waits on which channel, and what the listener must (un)subscribe; shared by both faces.
 
@@ -270,8 +273,10 @@ class Channels:
         self.subscribed.clear()
 
     def on_message(self, message: dict[str, Any]) -> list[Any]:
-        """The events to set for one pub/sub message."""
+        """The events to set for one pub/sub message (a sharded one's kinds, ``smessage``,
+        ``ssubscribe``, ``sunsubscribe``, read as the plain ones)."""
         kind = text(message.get("type"))
+        kind = kind[1:] if kind in _SHARDED else kind
         channel = text(message.get("channel"))
         waiters = self.waiters.get(channel, {})
         if kind == "message":

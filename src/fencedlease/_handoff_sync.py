@@ -55,6 +55,7 @@ class Handoff(HandoffBase[redis.Redis]):
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._io: DaemonThreadPool | None = None
+        self._control_on = False  # the listener's control channel is subscribed
 
     @property
     def listening(self) -> bool:
@@ -167,27 +168,36 @@ class Handoff(HandoffBase[redis.Redis]):
         self._control = control_channel(self._prefix)
         self._reset()
 
+    def _listen_round(
+        self, pubsub: Any, subscribe: list[str], unsubscribe: list[str], timeout_s: float
+    ) -> dict[str, Any] | None:
+        """One round of the listener: send the (un)subscriptions the channel model planned, then
+        read one message, waiting ``timeout_s`` seconds at most (None: none came). The control
+        channel goes first (redis-py re-subscribes it after a reconnect)."""
+        if not self._control_on:
+            pubsub.subscribe(self._control)
+            self._control_on = True
+        if subscribe:
+            pubsub.subscribe(*subscribe)
+        if unsubscribe:
+            pubsub.unsubscribe(*unsubscribe)
+        message: dict[str, Any] | None = pubsub.get_message(timeout=timeout_s)
+        return message
+
     def _run(self) -> None:
         listener = dedicated_client(self._client)
         pubsub = listener.pubsub()  # type: ignore[no-untyped-call]
         channels, lock = self._channels, self._lock
         backoff_s, warned = 0.0, False
         try:
-            control = False
+            self._control_on = False
             while True:
                 with lock:
                     if self._closed:
                         return
                     subscribe, unsubscribe, timeout_s = channels.plan(time.monotonic())
                 try:
-                    if not control:  # redis-py re-subscribes it after a reconnect
-                        pubsub.subscribe(self._control)
-                        control = True
-                    if subscribe:
-                        pubsub.subscribe(*subscribe)
-                    if unsubscribe:
-                        pubsub.unsubscribe(*unsubscribe)
-                    message = pubsub.get_message(timeout=timeout_s)
+                    message = self._listen_round(pubsub, subscribe, unsubscribe, timeout_s)
                     backoff_s = 0.0
                 except RedisError as exc:
                     # redis-py reconnects and re-subscribes on the next call; until then waiters
@@ -201,7 +211,7 @@ class Handoff(HandoffBase[redis.Redis]):
                 if message is not None:
                     with lock:
                         events = channels.on_message(message)
-                        if events and text(message.get("type")) == "message":
+                        if events and text(message.get("type")) in ("message", "smessage"):
                             self.notified += 1
                     for event in events:
                         event.set()

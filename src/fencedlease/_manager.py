@@ -9,13 +9,13 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import wait as wait_futures
 from contextlib import AbstractContextManager, contextmanager
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 import redis
 
 from ._backend import LeaseBackend
+from ._cluster_backend import RedisClusterBackend
 from ._decisions import (
-    DEFAULT_CLOSE_TIMEOUT_MS,
     close_releases,
     hold_outcome,
     hold_releases,
@@ -24,13 +24,18 @@ from ._errors import BackendError, LeaseNotAcquiredError, ManagerClosedError
 from ._handoff import release_waiter_for
 from ._lease import Lease, LeaseOutcome
 from ._manager_base import _ManagerBase
+from ._operations import Operations
 from ._redis_backend import RedisBackend
 from ._renewer import BoundedCalls, Renewer
+from ._semaphore import Semaphore, _SlotManager, slot_manager_for
+from ._semaphore_stores import check_limit
+from ._shutdown import ShutdownReport, log_incomplete
 from ._state import release_bound_s, release_wait_more_s
 from ._validate import (
     ArgumentTypeError,
     HoldArgs,
     check_backend,
+    check_key,
     check_ms,
 )
 
@@ -41,11 +46,12 @@ log = logging.getLogger("fencedlease")
 T = TypeVar("T")
 
 
-class LeaseManager(_ManagerBase):
+class LeaseManager(_ManagerBase, Operations):
     """Leases with fencing tokens on one Redis (or another
     [`LeaseBackend`][fencedlease.LeaseBackend]).
 
-    ``client``: a ``redis.Redis`` (``decode_responses`` either way) or a backend object.
+    ``client``: a ``redis.Redis`` (``decode_responses`` either way), a ``redis.RedisCluster`` (a
+    [`RedisClusterBackend`][fencedlease.RedisClusterBackend]) or a backend object.
     ``prefix``: the key namespace; keys are ``<prefix>:{<key>}`` and ``<prefix>:{<key>}:fence``.
     ``clock``: where time is read and waited on (tests inject a fake one): the wait between
     acquire attempts on a store without release notifications is its ``sleep``.
@@ -61,20 +67,37 @@ class LeaseManager(_ManagerBase):
     leases), but every lease made before the fork is the parent's: lost in the child (reason
     "forked"), never renewed nor released from there. See `fencedlease._fork`.
 
+    ``replica_acks``, ``replica_ack_timeout_ms`` (milliseconds) and ``fencing`` (``"counter"``
+    or ``"clock"``): how a Redis store grants and renews across a failover
+    (`fencedlease._redis.replication`): ``WAIT`` for that many replicas after each acquire and
+    renewal (a grant they did not acknowledge is taken back and, failing fast, raises
+    [`ReplicationError`][fencedlease.ReplicationError]), and tokens that never repeat after a
+    counter rolled back. Only for a Redis client or URL.
+
     Raises:
         ValidationError: ``prefix`` is not a non-empty str, ``renew_batch_size`` < 1, ``clock``
-            lacks ``monotonic()``/``time()``, ``on_event`` is not a plain callable, or
+            lacks ``monotonic()``/``time()``, a replication option out of bounds (or given with
+            a backend object), ``on_event`` is not a plain callable, or
             ``client`` is neither a ``redis.Redis`` nor a lease backend (a ``TypeError`` too when
             it is one of the asyncio face's).
     """
 
     def _backend_for(
-        self, client: redis.Redis | LeaseBackend, prefix: str, owns_client: bool
+        self,
+        client: redis.Redis | redis.RedisCluster | LeaseBackend,
+        prefix: str,
+        owns_client: bool,
     ) -> LeaseBackend:
         if isinstance(client, redis.Redis):
             return RedisBackend(client, prefix, owns_client=owns_client)
+        if isinstance(client, redis.RedisCluster):
+            return RedisClusterBackend(client, prefix, owns_client=owns_client)
         check_backend(client, asyncio=False)
         return client
+
+    @staticmethod
+    def _drop_unused(backend: LeaseBackend) -> None:
+        backend.close()
 
     def _init_face(self) -> None:
         # Waiting acquirers are woken by the release where the backend can (see _handoff);
@@ -84,6 +107,8 @@ class LeaseManager(_ManagerBase):
         self._releases = BoundedCalls("fencedlease-release")
         self._lock = threading.Lock()  # guards _closed and _holds
         self._holds: set[Lease] = set()  # leases inside hold() now
+        self._close_done = threading.Event()  # set once close() has its report
+        self._slots: _SlotManager | None = None  # its semaphores' slots (the first semaphore())
 
     @property
     def renewer(self) -> Renewer:
@@ -96,7 +121,7 @@ class LeaseManager(_ManagerBase):
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def close(self, timeout_ms: int = DEFAULT_CLOSE_TIMEOUT_MS) -> None:
+    def close(self, timeout_ms: int | None = None) -> ShutdownReport:
         """Stop renewing, release every lease still held in
         [`hold`][fencedlease.LeaseManager.hold]/[`with_lease`][fencedlease.LeaseManager.with_lease],
         and close the client if the manager made it. Idempotent.
@@ -105,46 +130,98 @@ class LeaseManager(_ManagerBase):
         ``lease.lost``, ``lease.wait_lost()`` returns, and the ``with`` block ends in
         [`LeaseLostError`][fencedlease.LeaseLostError]; then it is released with its owner token.
         The releases and the joining of the renewer's threads take ``timeout_ms`` milliseconds at
-        most (default 1,000): a lease whose release got no reply in time lapses at its TTL (logged
-        as a warning), and a thread blocked on a hung store ends at the client's socket timeout.
-        Leases taken with [`acquire`][fencedlease.LeaseManager.acquire] are the caller's and are
-        left alone. In a process forked from the one that made the manager, no lease of the parent's
-        is touched.
+        most (default: 1,000, or ``FENCEDLEASE_SHUTDOWN_TIMEOUT_MS`` for a manager made by
+        [`from_env`][fencedlease.LeaseManager.from_env]): a lease whose release got no reply in
+        time lapses at its TTL, and a thread blocked on a hung store ends at the client's socket
+        timeout. Leases taken with [`acquire`][fencedlease.LeaseManager.acquire] are the caller's
+        and are left alone. In a process forked from the one that made the manager, no lease of
+        the parent's is touched.
+
+        Returns:
+            [`ShutdownReport`][fencedlease.ShutdownReport]: the leases not released and the
+            threads not ended in time (``complete`` when none; each lease not released is
+            also logged as a warning). A later call returns the first call's report (waiting
+            ``timeout_ms`` at most for it; still under way then: one with ``unfinished=1``).
 
         Raises:
             ValidationError: ``timeout_ms`` is not an int in 0..2,147,483,647.
+            BackendError: closing the client failed.
         """
-        bound_ms = check_ms("timeout_ms", timeout_ms, 0)
+        bound_ms = (
+            self._shutdown_timeout_ms
+            if timeout_ms is None
+            else check_ms("timeout_ms", timeout_ms, 0)
+        )
         with self._lock:
-            if self._closed:
-                return
+            closing = self._closed
             self._closed = True
-            holds, self._holds = list(self._holds), set()
-        until = time.monotonic() + bound_ms / 1000
-        self._renewer.close(until)
+            if not closing:
+                holds, self._holds = list(self._holds), set()
+        if closing:  # another call closes (or closed) it: its report, once there
+            if self._shutdown is None:
+                self._close_done.wait(bound_ms / 1000)
+            return self._shutdown or ShutdownReport(unfinished=1, timeout_ms=bound_ms)
+        start = time.monotonic()
+        until = start + bound_ms / 1000
+        if self._slots is not None:
+            self._slots.close(round(max(0.0, until - time.monotonic()) * 1000))
+        unfinished = self._renewer.close(until)
         pending = []
         for lease in holds:
             if close_releases(lease._state):
                 pending.append((lease.key, self._releases.submit(lease.release)))
         if pending:
             wait_futures([f for _, f in pending], timeout=max(0.0, until - time.monotonic()))
+        unreleased = []
         for key, future in pending:
             error = future.exception(0) if future.done() else f"no reply within {bound_ms} ms"
             if error is not None:
+                unreleased.append(key)
                 log.warning("fencedlease: close() could not release %r (it lapses at its ttl): %s",
                             key, error)  # fmt: skip
-        self._releases.close(until)
+        unfinished += self._releases.close(until)
         self._release_waiter.close(until)
+        elapsed_ms = (time.monotonic() - start) * 1000
+        self._shutdown = report = ShutdownReport(
+            tuple(unreleased), unfinished, elapsed_ms, bound_ms
+        )
+        log_incomplete(report)
+        self._close_done.set()
         self._backend.close()
+        return report
 
     def _after_fork_in_child(self) -> None:
         """In a forked child (see `fencedlease._fork`): new locks, no threads, no holds
         (the parent's leases are the parent's). No I/O."""
         self._lock = threading.Lock()
+        self._close_done = threading.Event()  # a report made before the fork is kept
         self._holds = set()
         self._renewer._after_fork_in_child()
         self._releases._after_fork_in_child()
         self._release_waiter._after_fork_in_child()
+
+    def semaphore(self, name: str, *, limit: int) -> Semaphore:
+        """A [`Semaphore`][fencedlease.Semaphore]: at most ``limit`` holders of ``name`` at once,
+        each slot a fenced lease under [`hold`][fencedlease.LeaseManager.hold]'s policy. The slots
+        of every semaphore of the manager share one renewer; closed with the manager.
+
+        Raises:
+            ValidationError: ``name`` not a non-empty str, ``limit`` not an int in 1..10,000, or
+                a backend with no semaphore store. BackendError: SQLite could not make its tables.
+            ManagerClosedError: the manager is closed.
+        """
+        self._check_open()
+        key = (check_key(name, "name"), check_limit(limit))
+        if self._slots is None:
+            made = slot_manager_for(self)  # outside the lock: SQLite makes its tables here
+            with self._lock:
+                if self._slots is None and not self._closed:
+                    self._slots = made
+            if self._slots is not made:
+                made.close()  # another thread's came first, or close() ran: it started nothing
+        if self._slots is None or self._closed:
+            raise ManagerClosedError()
+        return Semaphore(self._slots, *key)
 
     # -- acquiring --------------------------------------------------------------------------
 
@@ -176,6 +253,18 @@ class LeaseManager(_ManagerBase):
         lease = self._acquire(args.key, args.ttl_ms, args.wait_ms, args.retry_delay_ms).lease
         if lease is None:
             raise LeaseNotAcquiredError(args.key)
+        with self._renewed(lease, args.heartbeat, args.on_renew_error):
+            yield lease
+
+    @contextmanager
+    def _renewed(
+        self,
+        lease: Lease,
+        heartbeat: int | Literal[False],
+        on_renew_error: Callable[[BaseException], object] | None,
+    ) -> Iterator[None]:
+        """``lease`` among the holds and under the renewer for the block, then released and its
+        outcome raised (`hold_outcome`)."""
         state = lease._state
         with self._lock:
             closed = self._closed
@@ -184,9 +273,9 @@ class LeaseManager(_ManagerBase):
         if closed:
             self._release_now(lease)  # closed meanwhile: never leave the lease held for nobody
             raise ManagerClosedError()
-        if args.heartbeat is not False:
+        if heartbeat is not False:
             try:
-                lease._entry = self._renewer.add(state, args.heartbeat, args.on_renew_error)
+                lease._entry = self._renewer.add(state, heartbeat, on_renew_error)
             except BaseException:
                 with self._lock:
                     self._holds.discard(lease)
@@ -194,7 +283,7 @@ class LeaseManager(_ManagerBase):
                 raise
             lease._renewer = self._renewer
         try:
-            yield lease
+            yield
         except BaseException:
             self._finish(lease, body_failed=True)
             raise

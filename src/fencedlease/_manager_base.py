@@ -24,6 +24,7 @@ from ._attempt import AcquireAttempt
 from ._backend import LeaseBackend, fencing_scope_of
 from ._clock import SYSTEM_CLOCK, Clock, marking_sends
 from ._decisions import (
+    DEFAULT_CLOSE_TIMEOUT_MS,
     DEFAULT_RETRY_DELAY_MS,
     DEFAULT_TTL_MS,
     AcquireEnd,
@@ -31,11 +32,21 @@ from ._decisions import (
     acquire_steps,
 )
 from ._errors import ManagerClosedError
-from ._events import EventHook, acquire_ended, check_event_hook, watch
+from ._events import (
+    EventHook,
+    acquire_ended,
+    check_event_hook,
+    wait_ended,
+    watch,
+    with_logging,
+)
 from ._handoff import ReleaseWaiter
 from ._lease import AcquireResult, Lease, LeaseOutcome
 from ._protocol import AcquireReply
+from ._redis.replication import Fencing, GrantOptions, PrimaryWatch, use_grant_options
+from ._redis_backend import RedisBackend
 from ._renewer import Renewer
+from ._shutdown import ShutdownReport
 from ._state import restored_state
 from ._urls import backend_from_url
 from ._validate import (
@@ -68,26 +79,39 @@ class _ManagerBase(ABC):
     _closed: bool
     _forked: bool
     _on_event: EventHook | None
+    # The handle a grant is given as (a semaphore's manager gives its slots their own).
+    _lease_class: type[Lease] = Lease
 
     def __init__(
         self,
-        client: redis.Redis | LeaseBackend,
+        client: redis.Redis | redis.RedisCluster | LeaseBackend,
         *,
         prefix: str = "fencedlease",
         clock: Clock = SYSTEM_CLOCK,
         renew_batch_size: int = 500,
         on_event: EventHook | None = None,
+        replica_acks: int = 0,
+        replica_ack_timeout_ms: int = 100,
+        fencing: Fencing = "counter",
         _owns_client: bool = False,
     ) -> None:
         check_prefix(prefix)
-        self._on_event = check_event_hook(on_event)
+        self._on_event = with_logging(check_event_hook(on_event))
         check_clock(clock)
         batch = check_ms("renew_batch_size", renew_batch_size, 1)
+        grants = GrantOptions.checked(replica_acks, replica_ack_timeout_ms, fencing)
         self._backend = self._backend_for(client, prefix, _owns_client)
+        made_here = isinstance(client, redis.Redis) or _owns_client
+        use_grant_options(self._backend, grants, made_here=made_here)
         self._clock = clock
         self._renewer = Renewer(self._backend, clock, batch_size=batch)
+        if isinstance(self._backend, RedisBackend):
+            # Sentinel: on a new primary, every lease is renewed there at once.
+            self._backend.on_primary_switch = self._renewer.renew_now
         self._closed = False
         self._forked = False
+        self._shutdown_timeout_ms = DEFAULT_CLOSE_TIMEOUT_MS  # close()'s default bound
+        self._shutdown: ShutdownReport | None = None
         self._init_face()
         _fork.register(self)
 
@@ -99,6 +123,9 @@ class _ManagerBase(ABC):
         prefix: str = "fencedlease",
         clock: Clock = SYSTEM_CLOCK,
         on_event: EventHook | None = None,
+        replica_acks: int = 0,
+        replica_ack_timeout_ms: int = 100,
+        fencing: Fencing = "counter",
         **kwargs: Any,
     ) -> _M:
         """A manager over the backend ``url`` names, closed with the manager: ``redis://``,
@@ -112,17 +139,43 @@ class _ManagerBase(ABC):
             BackendError: a SQLite database that cannot be opened.
         """
         hook = check_event_hook(on_event)
-        return cls(
-            backend_from_url(url, prefix=prefix, clock=clock, **kwargs),
-            clock=clock,
-            on_event=hook,
-        )
+        GrantOptions.checked(replica_acks, replica_ack_timeout_ms, fencing)
+        backend = backend_from_url(url, prefix=prefix, clock=clock, **kwargs)
+        try:
+            return cls(
+                backend,
+                clock=clock,
+                on_event=hook,
+                replica_acks=replica_acks,
+                replica_ack_timeout_ms=replica_ack_timeout_ms,
+                fencing=fencing,
+                _owns_client=True,
+            )
+        except BaseException:
+            cls._drop_unused(backend)  # e.g. replica_acks for a SQLite file: nothing left open
+            raise
+
+    @staticmethod
+    @abstractmethod
+    def _drop_unused(backend: LeaseBackend) -> None:
+        """Close the backend `from_url` made for a manager that could not be made (the sync face
+        closes a SQLite file; an asyncio backend from a URL has opened nothing yet)."""
+
+    @classmethod
+    def _over_url(
+        cls: type[_M], url: str, prefix: str, clock: Clock, on_event: EventHook | None,
+        options: dict[str, Any],
+    ) -> _M:  # fmt: skip
+        return cls.from_url(url, prefix=prefix, clock=clock, on_event=on_event, **options)
 
     # -- what differs by face -------------------------------------------------------------
 
     @abstractmethod
     def _backend_for(
-        self, client: redis.Redis | LeaseBackend, prefix: str, owns_client: bool
+        self,
+        client: redis.Redis | redis.RedisCluster | LeaseBackend,
+        prefix: str,
+        owns_client: bool,
     ) -> LeaseBackend:
         """The backend over ``client``: a redis-py client wrapped, a backend checked.
 
@@ -165,6 +218,23 @@ class _ManagerBase(ABC):
     def backend(self) -> LeaseBackend:
         """The store the leases live in."""
         return self._backend
+
+    @property
+    def primary_id(self) -> str | None:
+        """The replication id (``master_replid``) of the Redis primary that answered this
+        manager's last acquire; None before the first, or for a store without one."""
+        watch = getattr(self._backend, "primary", None)
+        return watch.primary_id if isinstance(watch, PrimaryWatch) else None
+
+    @property
+    def primary_changes(self) -> int:
+        """How many times this manager's acquires found a new Redis primary (a failover; each is
+        also logged as a warning). After one, with ``fencing="counter"`` and ``replica_acks=0``,
+        a grant the old primary had not replicated may have its token handed out again: check
+        [`inspect`][fencedlease.LeaseManager.inspect]'s ``promoted_from``, and use
+        ``replica_acks`` or ``fencing="clock"`` so it cannot happen. 0 for other stores."""
+        watch = getattr(self._backend, "primary", None)
+        return watch.changes if isinstance(watch, PrimaryWatch) else 0
 
     def _check_open(self) -> None:
         if self._forked:
@@ -219,15 +289,20 @@ class _ManagerBase(ABC):
         )  # fmt: skip
         owner_token = attempt.owner_token
         steps = acquire_steps(attempt, waiter.queues)  # the decisions; here only the I/O
+        waited = False  # a grant after a wait in the hand-off queue was handed over
+        answer: AcquireReply | bool = False
         try:
             step = next(steps)
             while True:
                 try:
                     if isinstance(step, WaitForRelease):
+                        began = clock.monotonic()
                         waiter.wait(key, owner_token, ttl_ms, step.delay_s, step.final)
+                        wait_ended(self._on_event, key, owner_token, began, clock)
+                        waited = attempt.queued
                         if self._forked:
                             self._check_open()
-                        answer: AcquireReply | bool = self._closed
+                        answer = self._closed
                     else:
                         with marking_sends(attempt.sending):  # the real send, after connecting
                             answer = backend.acquire(key, owner_token, ttl_ms)
@@ -242,12 +317,13 @@ class _ManagerBase(ABC):
             if attempt.uncertain:
                 self._abandon(key, owner_token, exc)
             raise
-        acquire_ended(self._on_event, key, end.state, attempt.sent_mono, clock)
+        handed = waited and isinstance(answer, AcquireReply) and answer.retried
+        acquire_ended(self._on_event, key, end.state, attempt.sent_mono, clock, handed=handed)
         if end.leave_queue:
             self._release_later(key, owner_token)
         if end.state is None:
             return AcquireResult(key, None, end.holder_ttl_ms)
-        return AcquireResult(key, Lease(end.state, backend, clock))
+        return AcquireResult(key, self._lease_class(end.state, backend, clock))
 
     def hold(
         self,

@@ -47,19 +47,31 @@ class AcquireReply:
     retried call); ``fencing_token`` is then its token, else 0. ``ttl_ms`` is the lease's TTL when
     acquired, else the current holder's remaining TTL (-1: no TTL, -2: gone meanwhile).
     ``retried`` tells a grant recognised as an earlier call's (no new token was issued).
+    ``refused``: a grant the store made and took back (e.g. too few replicas acknowledged it:
+    a [`ReplicationError`][fencedlease.ReplicationError]); ``acquired`` is then false, a waiting
+    acquire keeps waiting and one that fails fast raises it. ``primary_id``: the replication id
+    of the Redis primary that answered, when the store names one (a new one after a failover).
     """
 
     acquired: bool
     fencing_token: int
     ttl_ms: int
     retried: bool = False
+    # Not compared: what the store says about itself, not about the lease.
+    refused: BaseException | None = attrs.field(default=None, eq=False)
+    primary_id: str | None = attrs.field(default=None, eq=False)
 
 
 @attrs.frozen
 class InspectReply:
-    """A lease as stored: its token, remaining TTL in ms, owner fingerprint and the counter."""
+    """A lease as stored: its token, remaining TTL in ms, owner fingerprint and the counter; for
+    Redis, the replication id of the primary that answered and of the one it was promoted from
+    (None: never promoted, or a store without replication)."""
 
     fencing_token: int
     ttl_ms: int
     owner_fingerprint: str
     last_issued_token: int | None
+    # Not compared: what the store says about itself, not about the lease.
+    primary_id: str | None = attrs.field(default=None, eq=False)
+    promoted_from: str | None = attrs.field(default=None, eq=False)

@@ -42,16 +42,18 @@ _BatchResult = tuple[float, float, list[int | BaseException]]
 T = TypeVar("T")
 
 
-def shutdown_pool(pool: DaemonThreadPool | None, until: float | None) -> None:
+def shutdown_pool(pool: DaemonThreadPool | None, until: float | None) -> int:
     """Stop ``pool`` once the calls submitted so far have run, and join its threads until the
     monotonic instant ``until`` at most (None: no bound). A thread blocked on a hung store is left
     to end at the client's socket timeout; its late reply changes nothing that matters (a renewal
-    or a release is owner-checked)."""
+    or a release is owner-checked). Returns how many threads are still running."""
     if pool is None:
-        return
+        return 0
     pool.shutdown(wait=False)
-    for thread in list(pool._threads):
+    threads = list(pool._threads)
+    for thread in threads:
         thread.join(None if until is None else max(0.0, until - time.monotonic()))
+    return sum(thread.is_alive() for thread in threads)
 
 
 class BoundedCalls:
@@ -106,11 +108,12 @@ class BoundedCalls:
             f"{what}: no reply within {ms} ms; the lease lapses at its ttl"
         ) from TimeoutError(f"no reply within {ms} ms")
 
-    def close(self, until: float | None = None) -> None:
-        """Stop the workers, joining them until the monotonic instant ``until`` at most."""
+    def close(self, until: float | None = None) -> int:
+        """Stop the workers, joining them until the monotonic instant ``until`` at most; how
+        many are still running."""
         with self._lock:
             pool, self._pool = self._pool, None
-        shutdown_pool(pool, until)
+        return shutdown_pool(pool, until)
 
     def _after_fork_in_child(self) -> None:
         """Forget the parent's workers (they do not exist here); the next call starts new ones."""
@@ -167,6 +170,12 @@ class Renewer(RenewerCore):
             self._schedule.deadline_moved(entry)
             self._cond.notify()
 
+    def renew_now(self) -> None:
+        """Renew every lease not in flight now (a new Redis primary); thread-safe."""
+        with self._cond:
+            self._schedule.all_due(self._clock.monotonic())
+            self._cond.notify()
+
     def remove(self, entry: RenewalEntry) -> None:
         """Stop renewing ``entry``; a batch already in flight for it is ignored when it lands."""
         with self._cond:
@@ -189,26 +198,30 @@ class Renewer(RenewerCore):
         with self._cond:
             return len(self._schedule)
 
-    def close(self, until: float | None = None) -> None:
+    def close(self, until: float | None = None) -> int:
         """Stop both threads and wait for them, until the monotonic instant ``until`` at most
         (None: no bound). Leases still registered are marked lost (their renewal stops here),
         except those being released: the release's reply decides. A round trip in flight that
-        outlasts ``until`` is left to end at the client's socket timeout (its reply is ignored)."""
+        outlasts ``until`` is left to end at the client's socket timeout (its reply is ignored).
+        Returns how many of the renewer's threads are still running."""
         with self._cond:
             self._closed = True
             self._cond.notify()
             thread, io, cleanup = self._thread, self._io, self._cleanup
+        left = 0
         if thread is not None:
             # The scheduler never waits on the store, so it stops at once.
             thread.join(None if until is None else max(0.0, until - time.monotonic()))
+            left += thread.is_alive()
         for executor in (io, cleanup):
-            shutdown_pool(executor, until)
+            left += shutdown_pool(executor, until)
         with self._cond:
             entries = self._schedule.entries()
             for entry in entries:
                 self._schedule.remove(entry)
         for entry in entries:
             entry.state.renewal_stopped(LossReason.CLOSED)
+        return left
 
     def _after_fork_in_child(self) -> None:
         """In a forked child: forget the parent's threads, lock and leases (they are the

@@ -141,6 +141,13 @@ class RenewalSchedule:
         """Every active entry, in flight or not (for shutdown)."""
         return list(self._members)
 
+    def all_due(self, now: float) -> None:
+        """Make every entry that is not in flight due at ``now`` (the store moved to a new
+        primary: every lease is confirmed there at once)."""
+        for entry in self._members:
+            if entry.next_due != float("inf"):
+                self._push_due(entry, now)
+
     def _push_due(self, entry: RenewalEntry, due: float) -> None:
         entry.next_due = due
         heapq.heappush(self._due, (due, next(self._seq), entry))

@@ -7,6 +7,10 @@ Accepted URLs:
 redis://[[user]:password@]host[:port][/db]     a Redis over TCP (redis-py's own URL syntax)
 rediss://...                                   the same over TLS
 unix://[[user]:password@]/path/to/socket[?db=n] a Redis on a Unix socket
+redis+sentinel://[[user]:password@]host:port[,host:port...]/service[/db]
+                                               the primary of a Sentinel service
+redis+cluster://host:port[,host:port...][/]    a Redis Cluster, from these start nodes
+rediss+cluster://...                           the same over TLS
 memory://                                      a new in-process MemoryBackend
 sqlite:///relative/path.db                     a SQLite file, relative to the working directory
 sqlite:////absolute/path.db                    a SQLite file, absolute path (four slashes)
@@ -40,12 +44,16 @@ from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import redis
+from redis.cluster import ClusterNode
 
 from ._backend import LeaseBackend
 from ._clock import Clock
+from ._cluster_backend import RedisClusterBackend
 from ._errors import ValidationError
 from ._redact import redact_url
 from ._redis.clients import redis_client
+from ._redis.cluster import CLUSTER_SCHEMES, cluster_client, cluster_url_options
+from ._redis.sentinel import SENTINEL_SCHEME, sentinel_client
 from ._redis_backend import RedisBackend
 from ._validate import check_clock, check_key, check_prefix
 from .backends.memory import MemoryBackend
@@ -59,7 +67,10 @@ __all__ = [
 ]
 
 REDIS_SCHEMES = frozenset({"redis", "rediss", "unix"})
-_SCHEMES = "redis://, rediss://, unix://, memory:// or sqlite:///<path>"
+_SCHEMES = (
+    "redis://, rediss://, unix://, redis+sentinel://, redis+cluster://, memory:// or"
+    " sqlite:///<path>"
+)
 
 
 def _bad_url(url: str, message: str, argument: str = "url") -> ValidationError:
@@ -146,6 +157,11 @@ def backend_from_url(url: str, *, prefix: str, clock: Clock, **kwargs: Any) -> L
         return RedisBackend(
             redis_client(redis.Redis.from_url, url, options), prefix, owns_client=True
         )
+    if kind == "sentinel":
+        return RedisBackend(sentinel_client(url, options), prefix, owns_client=True)
+    if kind == "cluster":
+        client = cluster_client(redis.RedisCluster, ClusterNode, url, options)
+        return RedisClusterBackend(client, prefix, owns_client=True)
     if kind == "memory":
         return MemoryBackend(clock=clock)
     return SqliteBackend(path, prefix=prefix, clock=clock, **options)
@@ -153,7 +169,7 @@ def backend_from_url(url: str, *, prefix: str, clock: Clock, **kwargs: Any) -> L
 
 def parse_backend_url(
     url: str, prefix: str, clock: Clock, kwargs: dict[str, Any]
-) -> tuple[Literal["redis", "memory", "sqlite"], str, dict[str, Any]]:
+) -> tuple[Literal["redis", "sentinel", "cluster", "memory", "sqlite"], str, dict[str, Any]]:
     """What a URL names, for either face: ``(kind, path, options)``. ``path`` is the SQLite path
     (else the URL); ``options`` are the keyword arguments for the client or the backend. No I/O.
 
@@ -166,6 +182,11 @@ def parse_backend_url(
     check_clock(clock)
     if scheme in REDIS_SCHEMES:
         return "redis", url, kwargs
+    if scheme == SENTINEL_SCHEME:
+        return "sentinel", url, kwargs
+    if scheme in CLUSTER_SCHEMES:
+        cluster_url_options(url, kwargs)
+        return "cluster", url, kwargs
     if scheme == "memory":
         _check_memory(url, kwargs)
         return "memory", url, {}

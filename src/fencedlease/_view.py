@@ -173,13 +173,23 @@ class LeaseView:
 @attrs.frozen
 class LeaseInfo:
     """A lease as the store holds it: ``fencing_token``, ``ttl_ms`` remaining (milliseconds),
-    ``owner_fingerprint`` (not the secret owner token), ``last_issued_token`` (the counter)."""
+    ``owner_fingerprint`` (not the secret owner token), ``last_issued_token`` (the counter).
+
+    On Redis also ``primary_id``, the replication id of the primary that answered, and
+    ``promoted_from``, the id of the primary it was promoted from when it was a replica once
+    (None: never promoted since it started, or a store without replication). A ``promoted_from``
+    says a failover happened: grants the old primary made and had not replicated are gone, and
+    with ``fencing="counter"`` and ``replica_acks=0`` their tokens may be issued again.
+    """
 
     key: str
     fencing_token: int
     ttl_ms: int
     owner_fingerprint: str
     last_issued_token: int | None = None
+    # Not compared (nor hashed): facts about the store's primary, not about the lease.
+    primary_id: str | None = attrs.field(default=None, eq=False)
+    promoted_from: str | None = attrs.field(default=None, eq=False)
 
     @classmethod
     def from_reply(cls, key: str, reply: InspectReply | None) -> LeaseInfo | None:
@@ -192,4 +202,6 @@ class LeaseInfo:
             ttl_ms=reply.ttl_ms,
             owner_fingerprint=reply.owner_fingerprint,
             last_issued_token=reply.last_issued_token,
+            primary_id=reply.primary_id,
+            promoted_from=reply.promoted_from,
         )

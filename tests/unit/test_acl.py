@@ -12,6 +12,7 @@ from redis.exceptions import NoPermissionError, ResponseError, WatchError
 from fencedlease._acl import (
     ACL_COMMANDS,
     CLIENT_COMMANDS,
+    CLUSTER_COMMANDS,
     SCRIPT_COMMANDS,
     acl_rules,
     acl_setuser_line,
@@ -42,6 +43,11 @@ CLIENT_METHODS: dict[str, str | None] = {
     "pubsub": None,  # no command: a pub/sub object
     "pipeline": None,  # no command: its EVALs are sent as EVAL
     "get_message": None,  # reads
+    "get_sharded_message": None,  # reads
+    "get_default_node": None,  # no command: the cluster client's own map
+    "ssubscribe": "SSUBSCRIBE",
+    "sunsubscribe": "SUNSUBSCRIBE",
+    "info": "INFO",
     "close": None,
     "aclose": None,
 }
@@ -79,9 +85,10 @@ def test_every_script_command_is_in_the_rule_set() -> None:
     calls = _script_calls()
     assert len(calls) >= 10
     used = set().union(*calls.values())
-    missing = {name: sorted(c - set(SCRIPT_COMMANDS)) for name, c in calls.items()}
+    allowed = set(SCRIPT_COMMANDS) | set(CLUSTER_COMMANDS)
+    missing = {name: sorted(c - allowed) for name, c in calls.items()}
     assert {name: c for name, c in missing.items() if c} == {}
-    assert used <= set(ACL_COMMANDS)
+    assert used <= set(ACL_COMMANDS) | set(CLUSTER_COMMANDS)
     assert {"INCR", "SET", "PEXPIRE", "PUBLISH", "ZPOPMIN", "HMGET"} <= used  # the scan sees them
 
 
@@ -102,7 +109,7 @@ def test_every_client_command_is_in_the_rule_set() -> None:
     unknown = sorted(call for call in calls if call[1] not in CLIENT_METHODS)
     assert unknown == [], "map these redis-py methods to their command in CLIENT_METHODS"
     sent = {CLIENT_METHODS[method] for _, method in calls} - {None}
-    assert sent <= set(CLIENT_COMMANDS)
+    assert sent <= set(CLIENT_COMMANDS) | set(CLUSTER_COMMANDS)
     assert {"EVALSHA", "EVAL", "DEL", "HGET", "PUBLISH", "SUBSCRIBE"} <= sent
     # One NOSCRIPT policy (EVAL of the source) for every script: no SCRIPT LOAD is sent.
     assert "SCRIPT|LOAD" not in sent

@@ -41,13 +41,14 @@ TWIN_DUNDERS = {"__enter__": "__aenter__", "__exit__": "__aexit__"}
 
 # Methods that do I/O: a coroutine function on the async face, a plain one on the sync face.
 IO_METHODS = {
-    LeaseManager: {"acquire", "with_lease", "inspect", "force_release", "close"},
+    LeaseManager: {"acquire", "with_lease", "inspect", "force_release", "close", "check_health"},
     Lease: {"renew", "release", "wait_lost"},
 }
 
 # Return annotations that are rightly different in kind, not just by name.
 RETURN_TWINS = {
     ("hold", "AbstractContextManager[Lease]"): "AbstractAsyncContextManager[AsyncLease]",
+    ("keep_alive", "Iterator[Lease]"): "AbstractAsyncContextManager[AsyncLease]",
     ("renewer", "Renewer"): "AsyncRenewer",
 }
 
@@ -156,7 +157,10 @@ def test_defaults_are_one_definition() -> None:
             assert params["ttl_ms"].default is _decisions.DEFAULT_TTL_MS
             assert params["retry_delay_ms"].default is _decisions.DEFAULT_RETRY_DELAY_MS
         close = inspect.signature(face.close).parameters["timeout_ms"]
-        assert close.default is _decisions.DEFAULT_CLOSE_TIMEOUT_MS
+        assert close.default is None  # the manager's own bound (from_env sets another)
+    sync_manager = LeaseManager(MemoryBackend())
+    assert sync_manager._shutdown_timeout_ms is _decisions.DEFAULT_CLOSE_TIMEOUT_MS
+    sync_manager.close()
     assert (_decisions.DEFAULT_TTL_MS, _decisions.DEFAULT_RETRY_DELAY_MS) == (30_000, 100)
     assert _decisions.DEFAULT_CLOSE_TIMEOUT_MS == 1_000
 

@@ -62,6 +62,9 @@ def test_a_private_parameter_is_left_out_of_the_signature(package: griffe.Module
             "clock",
             "renew_batch_size",
             "on_event",
+            "replica_acks",
+            "replica_ack_timeout_ms",
+            "fencing",
         ], face
 
 

@@ -23,6 +23,7 @@ PUBLIC_MODULES = (
     "fencedlease.aio.testing",
     "fencedlease.backends",
     "fencedlease.db",
+    "fencedlease.otel",
     "fencedlease.redis_fencing",
     "fencedlease.testing",
 )
@@ -73,6 +74,7 @@ def test_the_reference_pages_use_directives() -> None:
         "index.md",
         "key-layout.md",
         "manager.md",
+        "otel.md",
         "testing.md",
     }
     assert all(directives.values()), "a reference page without a ::: directive"

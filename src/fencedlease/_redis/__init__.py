@@ -13,7 +13,9 @@ The lease backends ([`RedisBackend`][fencedlease.RedisBackend],
 - [`.options`][]: the options of a client made from a URL, checked before it connects;
 - [`.clients`][]: the caller's client from a URL (either face), options checked; a connection of
   one's own beside the caller's pool (sync);
-- [`.aio`][]: the asyncio twins of [`.scripts`][]' runner and [`.clients`][].
+- [`.aio`][]: the asyncio twins of [`.scripts`][]' runner and [`.clients`][];
+- [`.cluster`][]: what the Redis Cluster backends of both faces share (renewals by slot and node,
+  the ``redis+cluster://`` URL).
 
 A Redis Cluster or Sentinel backend is an addition on top of these, not a copy: the keys share one
 hash slot per name, and the runner and the error mapping take any redis-py client.

@@ -11,13 +11,16 @@ import redis.asyncio
 from redis.exceptions import NoScriptError
 
 from .._clock import mark_send, send_mark
-from .scripts import Script, eval_reply, primers
+from .scripts import Script, acked_replies, eval_reply, primers, waited
 
-__all__ = ["connected", "dedicated_client", "run_script", "waits_for_connection"]
+__all__ = ["connected", "dedicated_client", "run_acked", "run_script", "waits_for_connection"]
 
 
 async def run_script(
-    client: redis.asyncio.Redis, script: Script, keys: Sequence[str], args: Sequence[Any]
+    client: redis.asyncio.Redis | redis.asyncio.RedisCluster,
+    script: Script,
+    keys: Sequence[str],
+    args: Sequence[Any],
 ) -> Any:
     """`fencedlease._redis.scripts.run_script`, awaited: EVALSHA, one EVAL on NOSCRIPT; under
     `fencedlease._clock.marking_sends`, the connection made first and each send marked."""
@@ -29,7 +32,7 @@ async def run_script(
     except NoScriptError:
         mark_send()
         primes = primers(script, keys)
-        if not primes:
+        if not primes or not isinstance(client, redis.asyncio.Redis):
             return await client.eval(script.source, len(keys), *keys, *args)
         pipe = client.pipeline(transaction=False)
         pipe.eval(script.source, len(keys), *keys, *args)
@@ -38,10 +41,34 @@ async def run_script(
         return eval_reply(await pipe.execute(raise_on_error=False))
 
 
-async def connected(client: redis.asyncio.Redis) -> None:
+async def run_acked(
+    client: redis.asyncio.Redis,
+    script: Script,
+    keys: Sequence[str],
+    args: Sequence[Any],
+    replicas: int,
+    timeout_ms: int,
+) -> tuple[Any, int]:
+    """`fencedlease._redis.scripts.run_acked`, awaited: the script and ``WAIT`` in one pipeline
+    on one connection; the script's reply and the replicas' acknowledgements."""
+    if send_mark() is not None:
+        await connected(client)
+        mark_send()
+    replies: list[Any] = await waited(
+        client, False, script, keys, args, replicas, timeout_ms
+    ).execute(raise_on_error=False)
+    if isinstance(replies[0], NoScriptError):
+        mark_send()
+        pipe = waited(client, True, script, keys, args, replicas, timeout_ms)
+        replies = await pipe.execute(raise_on_error=False)
+    return acked_replies(replies)
+
+
+async def connected(client: redis.asyncio.Redis | redis.asyncio.RedisCluster) -> None:
     """`fencedlease._redis.scripts.connected` for ``redis.asyncio``: a connection of the
-    pool made (redis-py connects what its pool hands out) and given back before the command."""
-    if client.connection is not None:
+    pool made (redis-py connects what its pool hands out) and given back before the command;
+    a cluster client is left as it is."""
+    if not isinstance(client, redis.asyncio.Redis) or client.connection is not None:
         return
     pool = client.connection_pool
     idle = getattr(pool, "_available_connections", None)  # see the sync twin
@@ -55,8 +82,11 @@ async def connected(client: redis.asyncio.Redis) -> None:
 
 def dedicated_client(client: redis.asyncio.Redis) -> redis.asyncio.Redis:
     """`fencedlease._redis.clients.dedicated_client` for ``redis.asyncio``."""
-    pool = client.connection_pool
-    if type(pool) not in (redis.asyncio.ConnectionPool, redis.asyncio.BlockingConnectionPool):
+    pool = getattr(client, "connection_pool", None)
+    if pool is None or type(pool) not in (
+        redis.asyncio.ConnectionPool,
+        redis.asyncio.BlockingConnectionPool,
+    ):
         return client
     own = redis.asyncio.ConnectionPool(
         connection_class=pool.connection_class, **pool.connection_kwargs

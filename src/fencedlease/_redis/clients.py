@@ -63,10 +63,11 @@ def dedicated_client(client: redis.Redis) -> redis.Redis:
     The pool is made from the caller's ``connection_class`` and ``connection_kwargs`` (address,
     credentials, TLS, timeouts), so it reaches the same server the same way, and makes a
     connection only when first used. A pool of another kind (e.g. Sentinel's, whose connections
-    find their server through it) is used as it is: ``client`` itself is returned.
+    find their server through it), or a cluster client (whose connections are per node), is used
+    as it is: ``client`` itself is returned.
     """
-    pool = client.connection_pool
-    if type(pool) not in (redis.ConnectionPool, redis.BlockingConnectionPool):
+    pool = getattr(client, "connection_pool", None)
+    if pool is None or type(pool) not in (redis.ConnectionPool, redis.BlockingConnectionPool):
         return client
     own = redis.ConnectionPool(connection_class=pool.connection_class, **pool.connection_kwargs)
     return redis.Redis(connection_pool=own)

@@ -26,6 +26,12 @@ its first write), a refusal before the script ran (``NOSCRIPT``; ``NOPERM`` for 
 itself, whose message names no script), a command that never left, and an error that is not
 Redis's.
 
+A Redis Cluster client's own errors (``RedisClusterException``, which is no ``RedisError``: slot
+map unreadable, a slot no node serves; ``ClusterError``: redirections exhausted, ``CLUSTERDOWN``;
+a MOVED, ASK or TRYAGAIN it passed on) are ``sent="maybe"``, ``wrote="maybe"``: the client retries
+on other nodes and after dropped connections, so an earlier try may have run. Their messages are
+cut before any echo of the command's arguments (an owner token is a secret).
+
 One limit: a client whose own retry policy (redis-py's ``retry=``) resends a command on a new
 connection reports only its last try; if an earlier try landed and the last was refused, the grant
 it made lapses at its TTL instead of being released (an unused grant, never a second holder).
@@ -39,14 +45,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Final
 
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import (
+    AskError,
+    ClusterError,
     MaxConnectionsError,
+    MovedError,
     NoPermissionError,
     NoScriptError,
+    RedisClusterException,
     RedisError,
     ResponseError,
+    TryAgainError,
 )
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._errors import BackendError, FencedLeaseError, Sent, Wrote
@@ -65,6 +76,13 @@ __all__ = [
 SCRIPT_REFUSAL: Final = "fencedlease "
 """How every error a lease script returns itself begins (after Redis's ``ERR``): such a script
 checked its keys and refused before its first write, so it wrote nothing."""
+
+# Where a redis-py cluster message starts echoing the command's arguments (owner tokens).
+_ECHOED_ARGS: Final = re.compile(r"(?i)\b(?:in )?command:|\bargs\b")
+
+_NOT_A_CLUSTER_CLIENT: Final = (
+    "the server is a Redis Cluster node: use a redis+cluster:// URL or a RedisCluster client"
+)
 
 _NOT_SENT: Final = frozenset({"No connection available.", "Too many connections"})
 """The messages of redis-py's ``ConnectionError`` when the pool had no connection to give: a
@@ -103,6 +121,8 @@ def classify(cause: BaseException) -> tuple[Sent, Wrote, bool]:
     an error that is not redis-py's: ``("yes", "no", False)``."""
     if _never_sent(cause):
         return "no", "no", False
+    if isinstance(cause, (RedisClusterException, ClusterError, AskError, TryAgainError)):
+        return "maybe", "maybe", False
     if isinstance(cause, (RedisConnectionError, RedisTimeoutError)):
         return "maybe", "maybe", isinstance(cause, RedisTimeoutError)
     if not isinstance(cause, ResponseError) or isinstance(cause, NoScriptError):
@@ -122,15 +142,28 @@ def backend_error(operation: str, cause: BaseException) -> BackendError:
         message = (
             f"{operation}: a reply is not UTF-8 (the client decodes responses): {cause.reason}"
         )
+    elif isinstance(cause, RedisClusterException):
+        said = str(cause).split("\n", 1)[0]
+        said = _ECHOED_ARGS.split(said, 1)[0].rstrip(" :.")
+        message = f"{operation}: {type(cause).__name__}: {said}"
     else:
         denied = acl_denial(cause) if isinstance(cause, RedisError) else None
         detail = f"{denied}: " if denied else ""
         message = f"{operation}: {detail}{type(cause).__name__}: {cause}"
+        if isinstance(cause, MovedError):  # a cluster client follows MOVED: this one is not one
+            message += f" ({_NOT_A_CLUSTER_CLIENT})"
     sent, wrote, timed_out = classify(cause)
     return BackendError(message, sent=sent, wrote=wrote, timed_out=timed_out)
 
 
-STORE_ERRORS: Final = (RedisError, UnicodeDecodeError, ValueError, TypeError, OSError)
+STORE_ERRORS: Final = (
+    RedisError,
+    RedisClusterException,
+    UnicodeDecodeError,
+    ValueError,
+    TypeError,
+    OSError,
+)
 """What a call into redis-py may raise that `store_error` maps: catch these (a plain
 ``try``/``except``, which costs nothing until one is raised) and ``raise store_error(...)``."""
 
@@ -146,7 +179,7 @@ def store_error(operation: str, exc: BaseException) -> BaseException:
     has ``exc`` in ``__cause__`` (set here: ``raise store_error(op, exc)`` keeps it)."""
     if isinstance(exc, FencedLeaseError):
         return exc
-    if isinstance(exc, (RedisError, UnicodeDecodeError)):
+    if isinstance(exc, (RedisError, RedisClusterException, UnicodeDecodeError)):
         error = backend_error(operation, exc)
     else:
         error = BackendError(

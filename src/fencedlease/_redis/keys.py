@@ -12,6 +12,9 @@ Key layout. Every Redis key and channel of one name starts with the same *base*
 | ``<base>:handoff`` | the hand-off pub/sub channel |
 | ``<base>:resource`` | a ``RedisFencedResource``'s data |
 | ``<base>:resource:fence`` | a ``RedisFencedResource``'s fence state (hash) |
+| ``<base>:semaphore`` | a semaphore's slots (sorted set: owner token -> deadline ms), with a TTL |
+| ``<base>:semaphore:tokens`` | a semaphore's slot tokens (hash: owner token -> token), with a TTL |
+| ``<base>:semaphore:fence`` | a semaphore's fencing counter (no TTL, never deleted) |
 
 The name is escaped so that the base is injective: ``%``, ``{`` and ``}`` become ``%25``, ``%7B``
 and ``%7D``, and a prefix may not hold a brace (``ValidationError``). So the base holds exactly one
@@ -55,6 +58,7 @@ __all__ = [
     "redis_keys",
     "renew_many_args",
     "resource_keys",
+    "semaphore_keys",
     "waiters_key",
     "waiters_meta_key",
 ]
@@ -115,6 +119,14 @@ def resource_keys(prefix: str, name: str) -> tuple[str, str]:
     ``<base>:resource``; never a lease's key, whatever the two prefixes."""
     base = key_base(prefix, name)
     return base + ":resource:fence", base + ":resource"
+
+
+def semaphore_keys(prefix: str, name: str) -> tuple[str, str, str]:
+    """KEYS of ``semaphore_acquire.lua``: the slot set ``<base>:semaphore``, the slot tokens
+    ``<base>:semaphore:tokens`` and the counter ``<base>:semaphore:fence`` of semaphore ``name``
+    (the first two are those of the renew and release scripts)."""
+    base = key_base(prefix, name) + ":semaphore"
+    return base, base + ":tokens", base + ":fence"
 
 
 @functools.lru_cache(maxsize=KEYS_CACHED)

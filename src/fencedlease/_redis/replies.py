@@ -32,6 +32,7 @@ ALREADY_OURS: Final = 2
 HELD: Final = 0
 
 _DIGITS: Final = frozenset("0123456789")
+_HEX: Final = frozenset("0123456789abcdef")
 
 
 def text(value: object) -> str:
@@ -104,15 +105,31 @@ def parse_token(value: object, what: str, *, minimum: int = 1) -> int:
     return number
 
 
-def _shape(reply: object, length: int, what: str) -> Sequence[object]:
+def _shape(reply: object, length: int, what: str, longer: int = 0) -> Sequence[object]:
+    """``reply`` as an array of ``length`` elements, padded with None from one of ``longer``."""
+    if isinstance(reply, (list, tuple)) and len(reply) == longer:
+        return reply
     if not isinstance(reply, (list, tuple)) or len(reply) != length:
         raise BackendError(f"{what}: unexpected reply (a script of another version?)")
-    return reply
+    return [*reply, *([None] * (longer - length))] if longer else reply
+
+
+def _replid(value: object, what: str) -> str | None:
+    """A primary's replication id (40 hex characters), None when missing or empty."""
+    if value is None or value is False:
+        return None
+    string = reply_text(value, what)
+    if not string:
+        return None
+    if len(string) != 40 or not set(string) <= _HEX:
+        raise BackendError(f"{what}: not a replication id")
+    return string
 
 
 def decode_acquire(reply: object, key: str = "?") -> AcquireReply:
-    """Decode the acquire script's ``[status, token, ttl]`` reply; the token (a decimal string)
-    exactly, 1..2**63-1.
+    """Decode the acquire script's ``[status, token, ttl, primary]`` reply (a script without the
+    primary's replication id answers the first three); the token (a decimal string) exactly,
+    1..2**63-1.
 
     The reply as the script sends it (two integers and the token as ASCII digits) is read on a
     fast path that builds no message; anything else goes through the checks that name it.
@@ -147,14 +164,16 @@ def _plain_token(value: object) -> int:
 def _decode_acquire(reply: object, key: str) -> AcquireReply:
     """`decode_acquire` with every check, naming what is wrong."""
     what = f"acquire {key!r}"
-    status_value, token_value, ttl_value = _shape(reply, 3, what)
+    status_value, token_value, ttl_value, primary_value = _shape(reply, 3, what, longer=4)
     status, ttl = _int(status_value, what), _int(ttl_value, what)
+    primary = _replid(primary_value, what)
     if status == GRANTED:
-        return AcquireReply(True, parse_token(token_value, what), ttl)
+        return AcquireReply(True, parse_token(token_value, what), ttl, primary_id=primary)
     if status == ALREADY_OURS:
-        return AcquireReply(True, parse_token(token_value, what), ttl, retried=True)
+        token = parse_token(token_value, what)
+        return AcquireReply(True, token, ttl, retried=True, primary_id=primary)
     if status == HELD:
-        return AcquireReply(False, 0, ttl)
+        return AcquireReply(False, 0, ttl, primary_id=primary)
     raise BackendError(f"{what}: unexpected status {status}")
 
 
@@ -235,14 +254,15 @@ def split_value(value: object, what: str = "lease value") -> tuple[int, str]:
 
 
 def decode_inspect(reply: object, key: str = "?") -> InspectReply | None:
-    """Decode the inspect script's ``[value, pttl, counter]`` reply; None when no lease is held.
+    """Decode the inspect script's ``[value, pttl, counter, primary, previous]`` reply (or the
+    first three); None when no lease is held.
 
     Raises:
         BackendError: a malformed lease value or counter (the message names the key), or a reply
             of another shape.
     """
     what = f"inspect {key!r}"
-    value, pttl, counter = _shape(reply, 3, what)
+    value, pttl, counter, primary, previous = _shape(reply, 3, what, longer=5)
     if value is None or value is False:
         return None
     token, owner = split_value(value, f"{what}: the lease key")
@@ -253,4 +273,6 @@ def decode_inspect(reply: object, key: str = "?") -> InspectReply | None:
         last_issued_token=None
         if counter is None or counter is False
         else parse_token(counter, f"{what}: the fencing counter", minimum=0),
+        primary_id=_replid(primary, what),
+        promoted_from=_replid(previous, what),
     )

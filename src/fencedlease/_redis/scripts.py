@@ -31,11 +31,19 @@ __all__ = [
     "RENEW",
     "RENEW_MANY",
     "SCRIPT_REFUSAL",
+    "SEMAPHORE_ACQUIRE",
+    "SEMAPHORE_CLEAR",
+    "SEMAPHORE_COUNT",
+    "SEMAPHORE_RELEASE",
+    "SEMAPHORE_RENEW_MANY",
     "Script",
+    "acked_replies",
     "connected",
     "eval_reply",
     "primers",
+    "run_acked",
     "run_script",
+    "waited",
 ]
 
 
@@ -69,6 +77,15 @@ RENEW_MANY: Final = Script.load("renew_many", "lease_common", "renew_many")
 RELEASE: Final = Script.load("release", "lease_common", "release")
 INSPECT: Final = Script.load("inspect")
 ENQUEUE: Final = Script.load("enqueue", "lease_common", "enqueue")
+# The semaphore's scripts (fencedlease._semaphore_stores): semaphore_common.lua after lease_common.
+_SEMAPHORE: Final = ("lease_common", "semaphore_common")
+SEMAPHORE_ACQUIRE: Final = Script.load("semaphore_acquire", *_SEMAPHORE, "semaphore_acquire")
+SEMAPHORE_RENEW_MANY: Final = Script.load(
+    "semaphore_renew_many", *_SEMAPHORE, "semaphore_renew_many"
+)
+SEMAPHORE_RELEASE: Final = Script.load("semaphore_release", *_SEMAPHORE, "semaphore_release")
+SEMAPHORE_COUNT: Final = Script.load("semaphore_count", *_SEMAPHORE, "semaphore_count")
+SEMAPHORE_CLEAR: Final = Script.load("semaphore_clear", *_SEMAPHORE, "semaphore_clear")
 
 
 def primers(
@@ -126,6 +143,68 @@ def run_script(
         for other, other_keys, other_args in primes:
             pipe.eval(other.source, len(other_keys), *other_keys, *other_args)
         return eval_reply(pipe.execute(raise_on_error=False))
+
+
+def run_acked(
+    client: redis.Redis,
+    script: Script,
+    keys: Sequence[str],
+    args: Sequence[Any],
+    replicas: int,
+    timeout_ms: int,
+) -> tuple[Any, int]:
+    """`run_script`, followed by ``WAIT replicas timeout_ms`` on the same connection in one round
+    trip (a pipeline: ``WAIT`` counts the replicas that hold the writes of the connection it runs
+    on, and Redis refuses it inside a script): the script's reply and the number of replicas that
+    acknowledged. On ``NOSCRIPT`` the pair is sent again with EVAL (the refused EVALSHA ran
+    nothing). Under `fencedlease._clock.marking_sends` each send is marked, as in `run_script`.
+
+    Raises:
+        redis.RedisError: the script's error (or the WAIT's, or the connection's).
+    """
+    if send_mark() is not None:
+        connected(client)
+        mark_send()
+    replies = waited(client, False, script, keys, args, replicas, timeout_ms).execute(
+        raise_on_error=False
+    )
+    if isinstance(replies[0], NoScriptError):
+        mark_send()
+        pipe = waited(client, True, script, keys, args, replicas, timeout_ms)
+        replies = pipe.execute(raise_on_error=False)
+    return acked_replies(replies)
+
+
+def waited(
+    client: Any,
+    source: bool,
+    script: Script,
+    keys: Sequence[str],
+    args: Sequence[Any],
+    replicas: int,
+    timeout_ms: int,
+) -> Any:
+    """A pipeline of either face (not run yet: queueing is no I/O) of ``script`` (EVALSHA, or
+    EVAL of its source when ``source``) and ``WAIT replicas timeout_ms``."""
+    pipe = client.pipeline(transaction=False)
+    if source:
+        pipe.eval(script.source, len(keys), *keys, *args)
+    else:
+        pipe.evalsha(script.sha, len(keys), *keys, *args)
+    pipe.wait(replicas, timeout_ms)
+    return pipe
+
+
+def acked_replies(replies: list[Any]) -> tuple[Any, int]:
+    """The script's reply and the ``WAIT`` count from a `run_acked` pipeline's replies; the
+    first error raised."""
+    for reply in replies:
+        if isinstance(reply, BaseException):
+            raise reply
+    script_reply, acks = replies
+    if isinstance(acks, bool) or not isinstance(acks, int):
+        raise redis.ResponseError(f"WAIT answered {type(acks).__name__}, not an integer")
+    return script_reply, acks
 
 
 def connected(client: redis.Redis | redis.cluster.RedisCluster) -> None:

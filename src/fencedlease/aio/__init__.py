@@ -15,10 +15,12 @@ from .._backend import AsyncLeaseBackend
 from .._clock import AsyncClock
 from .._errors import *  # noqa: F403  (the error classes: _errors.__all__, added to ours below)
 from .._view import LeaseInfo
+from ._cluster_backend import AsyncRedisClusterBackend
 from ._lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
 from ._manager import AsyncLeaseManager
 from ._redis_backend import AsyncRedisBackend
 from ._renewer import AsyncRenewer
+from ._semaphore import AsyncSemaphore, AsyncSemaphoreLease
 from ._urls import async_backend_from_url
 
 __all__ = [
@@ -29,7 +31,10 @@ __all__ = [
     "AsyncLeaseManager",
     "AsyncLeaseOutcome",
     "AsyncRedisBackend",
+    "AsyncRedisClusterBackend",
     "AsyncRenewer",
+    "AsyncSemaphore",
+    "AsyncSemaphoreLease",
     "LeaseInfo",
     "async_backend_from_url",
 ]

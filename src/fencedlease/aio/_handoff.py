@@ -71,6 +71,7 @@ class AsyncHandoff(HandoffBase[redis.asyncio.Redis]):
     def _reset(self) -> None:
         self._task: asyncio.Task[None] | None = None
         self._chores: set[asyncio.Task[Any]] = set()
+        self._control_on = False  # the listener's control channel is subscribed
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(coro)
@@ -167,24 +168,33 @@ class AsyncHandoff(HandoffBase[redis.asyncio.Redis]):
                 if current is not None and getattr(current, "cancelling", lambda: 0)():
                     raise
 
+    async def _listen_round(
+        self, pubsub: Any, subscribe: list[str], unsubscribe: list[str], timeout_s: float
+    ) -> dict[str, Any] | None:
+        """One round of the listener: send the (un)subscriptions the channel model planned, then
+        read one message, waiting ``timeout_s`` seconds at most (None: none came). The control
+        channel goes first (redis-py re-subscribes it after a reconnect)."""
+        if not self._control_on:
+            await pubsub.subscribe(self._control)
+            self._control_on = True
+        if subscribe:
+            await pubsub.subscribe(*subscribe)
+        if unsubscribe:
+            await pubsub.unsubscribe(*unsubscribe)
+        message: dict[str, Any] | None = await pubsub.get_message(timeout=timeout_s)
+        return message
+
     async def _run(self) -> None:
         listener = dedicated_client(self._client)
         pubsub = listener.pubsub()
         channels = self._channels
         backoff_s, warned = 0.0, False
         try:
-            control = False
+            self._control_on = False
             while not self._closed:
                 subscribe, unsubscribe, timeout_s = channels.plan(time.monotonic())
                 try:
-                    if not control:
-                        await pubsub.subscribe(self._control)
-                        control = True
-                    if subscribe:
-                        await pubsub.subscribe(*subscribe)
-                    if unsubscribe:
-                        await pubsub.unsubscribe(*unsubscribe)
-                    message = await pubsub.get_message(timeout=timeout_s)
+                    message = await self._listen_round(pubsub, subscribe, unsubscribe, timeout_s)
                     backoff_s = 0.0
                 except RedisError as exc:
                     warned = listener_failed(exc, acl_denial(exc), warned)
@@ -194,7 +204,7 @@ class AsyncHandoff(HandoffBase[redis.asyncio.Redis]):
                     continue
                 if message is not None:
                     events = channels.on_message(message)
-                    if events and text(message.get("type")) == "message":
+                    if events and text(message.get("type")) in ("message", "smessage"):
                         self.notified += 1
                     for event in events:
                         event.set()

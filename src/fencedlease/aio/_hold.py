@@ -29,7 +29,7 @@ class _Manager(Protocol):
     _renewer: AsyncRenewer
     _closed: bool
     _holds: set[_Hold]
-    _close_task: asyncio.Task[None] | None
+    _close_task: asyncio.Task[Any] | None
     _close_caller: asyncio.Task[Any] | None
 
     def _check_open(self) -> None: ...
@@ -46,9 +46,10 @@ class _Hold(AbstractAsyncContextManager[AsyncLease]):
     turn the loss's cancellation of the body into [`LeaseLostError`][fencedlease.LeaseLostError].
     Entered once."""
 
-    def __init__(self, manager: _Manager, args: HoldArgs) -> None:
+    def __init__(self, manager: _Manager, args: HoldArgs, given: AsyncLease | None = None) -> None:
         self._manager = manager
         self._args = args
+        self._given = given  # keep_alive's lease: no acquire
         self.lease: AsyncLease | None = None
         self._entered = False
         self._task: asyncio.Task[Any] | None = None
@@ -63,10 +64,17 @@ class _Hold(AbstractAsyncContextManager[AsyncLease]):
         self._entered = True
         manager, args = self._manager, self._args
         manager._check_open()
-        result = await manager._acquire(args.key, args.ttl_ms, args.wait_ms, args.retry_delay_ms)
-        lease = result.lease
-        if lease is None:
-            raise LeaseNotAcquiredError(args.key)
+        lease = self._given
+        if lease is not None:
+            if lease._state.check_deadline(manager._clock.monotonic()):
+                raise lease._lost_error()
+        else:
+            result = await manager._acquire(
+                args.key, args.ttl_ms, args.wait_ms, args.retry_delay_ms
+            )
+            lease = result.lease
+            if lease is None:
+                raise LeaseNotAcquiredError(args.key)
         if manager._closed:  # closed while we acquired: give the key back
             await manager._release_shielded(lease)
             manager._check_open()

@@ -42,27 +42,32 @@ import redis.asyncio
 
 from .._backend import AsyncLeaseBackend
 from .._decisions import (
-    DEFAULT_CLOSE_TIMEOUT_MS,
     close_releases,
 )
 from .._errors import BackendError, LeaseNotAcquiredError
 from .._redis_backend import RedisBackend
+from .._semaphore_stores import check_limit
+from .._shutdown import ShutdownReport, log_incomplete
 from .._validate import (
     ArgumentTypeError,
     HoldArgs,
     check_backend,
+    check_key,
     check_ms,
 )
 from ..backends.memory import MemoryBackend
 from ..backends.sqlite import SqliteBackend
+from ._cluster_backend import AsyncRedisClusterBackend
 from ._handoff import async_release_waiter_for
 from ._hold import _Hold
 from ._lease import AsyncLease, AsyncLeaseOutcome
 from ._manager_base import _AsyncManagerBase
+from ._operations import Operations
 from ._primitives import retrieve
 from ._redis_backend import AsyncRedisBackend
 from ._releases import release_abandoned, release_within, report_unreleased
 from ._renewer import AsyncRenewer
+from ._semaphore import AsyncSemaphore, _AsyncSlotManager, async_slot_manager_for
 
 __all__ = ["AsyncLeaseManager"]
 
@@ -75,13 +80,15 @@ log = logging.getLogger("fencedlease.aio")
 T = TypeVar("T")
 
 
-class AsyncLeaseManager(_AsyncManagerBase):
+class AsyncLeaseManager(_AsyncManagerBase, Operations):
     """Leases with fencing tokens on one Redis (or another
     [`AsyncLeaseBackend`][fencedlease.AsyncLeaseBackend]), for asyncio: the twin of
     [`LeaseManager`][fencedlease.LeaseManager], with the same arguments, defaults, validation,
     errors, scripts and key layout.
 
-    ``client``: a ``redis.asyncio.Redis`` (``decode_responses`` either way) or a backend object.
+    ``client``: a ``redis.asyncio.Redis`` (``decode_responses`` either way), a
+    ``redis.asyncio.RedisCluster`` (an
+    [`AsyncRedisClusterBackend`][fencedlease.aio.AsyncRedisClusterBackend]) or a backend object.
     ``prefix``: the key namespace; keys are ``<prefix>:{<key>}`` and ``<prefix>:{<key>}:fence``.
     ``clock``: where time is read and waited on (tests inject a fake one): between acquire
     attempts the manager awaits its ``async_sleep`` (an [`AsyncClock`][fencedlease.aio.AsyncClock],
@@ -103,26 +110,43 @@ class AsyncLeaseManager(_AsyncManagerBase):
     [`close`][fencedlease.aio.AsyncLeaseManager.close] does no I/O and leaves the inherited client
     alone. Make a new manager in the child's own event loop. See `fencedlease._fork`.
 
+    ``replica_acks``, ``replica_ack_timeout_ms`` (milliseconds) and ``fencing`` (``"counter"``
+    or ``"clock"``): how a Redis store grants and renews across a failover
+    (`fencedlease._redis.replication`): ``WAIT`` for that many replicas after each acquire and
+    renewal (a grant they did not acknowledge is taken back and, failing fast, raises
+    [`ReplicationError`][fencedlease.ReplicationError]), and tokens that never repeat after a
+    counter rolled back. Only for a Redis client or URL.
+
     Raises:
         ValidationError: ``prefix`` is not a non-empty str, ``renew_batch_size`` < 1, ``clock``
-            lacks ``monotonic()``/``time()``, ``on_event`` is not a plain callable, or ``client``
+            lacks ``monotonic()``/``time()``, a replication option out of bounds (or given with
+            a backend object), ``on_event`` is not a plain callable, or ``client``
             is neither a ``redis.asyncio.Redis`` nor an asyncio lease backend; a sync
             ``redis.Redis`` or sync backend (use [`LeaseManager`][fencedlease.LeaseManager]) raises
             it as a subclass that is also a ``TypeError``.
     """
 
     def _backend_for(
-        self, client: redis.asyncio.Redis | AsyncLeaseBackend, prefix: str, owns_client: bool
+        self,
+        client: redis.asyncio.Redis | redis.asyncio.RedisCluster | AsyncLeaseBackend,
+        prefix: str,
+        owns_client: bool,
     ) -> AsyncLeaseBackend:
         if isinstance(client, redis.asyncio.Redis):
             return AsyncRedisBackend(client, prefix, owns_client=owns_client)
-        if isinstance(client, redis.Redis):
+        if isinstance(client, redis.asyncio.RedisCluster):
+            return AsyncRedisClusterBackend(client, prefix, owns_client=owns_client)
+        if isinstance(client, (redis.Redis, redis.RedisCluster)):
             raise ArgumentTypeError(
                 "client",
                 "AsyncLeaseManager needs a redis.asyncio.Redis; a redis.Redis goes to LeaseManager",
             )
         check_backend(client, asyncio=True, sync_classes=_SYNC_BACKENDS)
         return client
+
+    @staticmethod
+    def _drop_unused(backend: AsyncLeaseBackend) -> None:
+        pass  # a backend from a URL opens its connections on the first command
 
     def _init_face(self) -> None:
         # Waiting acquirers are woken by the release where the backend can (see _handoff);
@@ -131,8 +155,9 @@ class AsyncLeaseManager(_AsyncManagerBase):
         self._holds: set[_Hold] = set()
         self._chores: set[asyncio.Task[Any]] = set()
         self._close_done: asyncio.Event | None = None
-        self._close_task: asyncio.Task[None] | None = None
+        self._close_task: asyncio.Task[ShutdownReport] | None = None
         self._close_caller: asyncio.Task[Any] | None = None  # the task that called close()
+        self._slots: _AsyncSlotManager | None = None  # its semaphores' slots
 
     @property
     def renewer(self) -> AsyncRenewer:
@@ -145,7 +170,7 @@ class AsyncLeaseManager(_AsyncManagerBase):
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    async def close(self, timeout_ms: int = DEFAULT_CLOSE_TIMEOUT_MS) -> None:
+    async def close(self, timeout_ms: int | None = None) -> ShutdownReport:
         """Stop the renewal task, release every lease still held in
         [`hold`][fencedlease.aio.AsyncLeaseManager.hold]/
         [`with_lease`][fencedlease.aio.AsyncLeaseManager.with_lease], and close the client if the
@@ -155,23 +180,33 @@ class AsyncLeaseManager(_AsyncManagerBase):
         cancelled and the block ends in [`LeaseLostError`][fencedlease.LeaseLostError]
         (``lease.lost`` and ``wait_lost()`` say so too); then it is released with its owner token.
         The releases and the clean-ups the manager started get ``timeout_ms`` milliseconds at most
-        (default 1,000), as on the sync face: one still without a reply then is cancelled (logged as
-        a warning) and its lease lapses at its TTL. Leases taken with
+        (default 1,000, or ``FENCEDLEASE_SHUTDOWN_TIMEOUT_MS`` for a manager made by
+        [`from_env`][fencedlease.aio.AsyncLeaseManager.from_env]), as on the sync face: one still
+        without a reply then is cancelled and its lease lapses at its TTL. Leases taken with
         [`acquire`][fencedlease.aio.AsyncLeaseManager.acquire] are the caller's and are left alone.
 
         The teardown runs as a task of its own, shielded: ``await close()`` inside a
         [`hold`][fencedlease.aio.AsyncLeaseManager.hold] body is cancelled with that body (its lease
         is marked lost), yet the releases and the closing of the client still run to the end.
 
+        Returns:
+            [`ShutdownReport`][fencedlease.ShutdownReport]: the leases not released and the clean-up
+            tasks cancelled at the bound (``complete`` when none; each lease not released is also
+            logged as a warning). A later call returns the first call's report once it is there.
+
         Raises:
             ValidationError: ``timeout_ms`` is not an int in 0..2,147,483,647.
             BackendError: closing the client failed.
         """
-        bound_ms = check_ms("timeout_ms", timeout_ms, 0)
+        bound_ms = (
+            self._shutdown_timeout_ms
+            if timeout_ms is None
+            else check_ms("timeout_ms", timeout_ms, 0)
+        )
         if self._closed:
             if self._close_done is not None:
                 await self._close_done.wait()
-            return
+            return self._shutdown or ShutdownReport(timeout_ms=bound_ms)
         self._closed = True
         self._close_done = done = asyncio.Event()
         # The teardown is a task of its own, shielded: close() awaited inside a hold body is
@@ -183,14 +218,17 @@ class AsyncLeaseManager(_AsyncManagerBase):
         self._close_task = teardown
         self._close_caller = asyncio.current_task()
         teardown.add_done_callback(retrieve)  # a caller cancelled meanwhile never sees it
-        await asyncio.shield(teardown)
+        return await asyncio.shield(teardown)
 
-    async def _teardown(self, bound_ms: int, done: asyncio.Event) -> None:
+    async def _teardown(self, bound_ms: int, done: asyncio.Event) -> ShutdownReport:
         """close()'s work: stop the renewer, release the holds, close the hand-off and the
         backend; ``done`` is set at the end, whatever happened."""
         loop = asyncio.get_running_loop()
-        until = loop.time() + bound_ms / 1000
+        start = loop.time()
+        until = start + bound_ms / 1000
         try:
+            if self._slots is not None:
+                await self._slots.close(round(max(0.0, until - loop.time()) * 1000))
             await self._renewer.close()
             releases: dict[asyncio.Task[Any], str] = {}
             for hold in list(self._holds):
@@ -206,9 +244,14 @@ class AsyncLeaseManager(_AsyncManagerBase):
                 task.cancel()
             if late:
                 await asyncio.wait(late)
-            report_unreleased(releases, late, bound_ms)
+            unreleased = report_unreleased(releases, late, bound_ms)
             await self._release_waiter.aclose()
+            unfinished = len(late) - len(set(releases) & late)
+            elapsed_ms = (loop.time() - start) * 1000
+            self._shutdown = report = ShutdownReport(unreleased, unfinished, elapsed_ms, bound_ms)
+            log_incomplete(report)
             await self._backend.close()
+            return report
         finally:
             done.set()
 
@@ -238,6 +281,20 @@ class AsyncLeaseManager(_AsyncManagerBase):
         if not task.cancelled() and task.exception() is not None:
             # The caller that awaited it (if still there) got the error; this is for the rest.
             log.debug("%s failed: %r", task.get_name(), task.exception())
+
+    def semaphore(self, name: str, *, limit: int) -> AsyncSemaphore:
+        """An [`AsyncSemaphore`][fencedlease.aio.AsyncSemaphore], as
+        [`LeaseManager.semaphore`][fencedlease.LeaseManager.semaphore]; no I/O here.
+
+        Raises:
+            ValidationError: as [`LeaseManager.semaphore`][fencedlease.LeaseManager.semaphore].
+            ManagerClosedError: the manager is closed.
+        """
+        self._check_open()
+        key = (check_key(name, "name"), check_limit(limit))
+        if self._slots is None:
+            self._slots = async_slot_manager_for(self)
+        return AsyncSemaphore(self._slots, *key)
 
     # -- acquiring --------------------------------------------------------------------------
 

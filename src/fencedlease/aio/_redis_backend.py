@@ -11,14 +11,16 @@ class does not pretend otherwise.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import redis.asyncio
 
+from .._errors import BackendError
 from .._protocol import AcquireReply, InspectReply
-from .._redis.aio import dedicated_client, run_script, waits_for_connection
+from .._redis.aio import dedicated_client, run_acked, run_script, waits_for_connection
 from .._redis.errors import STORE_ERRORS, backend_errors, store_error
 from .._redis.keys import fence_key, lease_key, lease_keys, renew_many_args
+from .._redis.replication import Fencing, GrantOptions, PrimaryWatch
 from .._redis.replies import (
     decode_acquire,
     decode_inspect,
@@ -26,7 +28,8 @@ from .._redis.replies import (
     decode_renew,
     decode_renew_many,
 )
-from .._redis.scripts import ACQUIRE, INSPECT, RELEASE, RENEW, RENEW_MANY
+from .._redis.scripts import ACQUIRE, INSPECT, RELEASE, RENEW, RENEW_MANY, Script
+from .._redis.sentinel_aio import AsyncSwitchWatcher
 from .._validate import check_prefix
 from ._handoff import AsyncHandoff
 
@@ -45,17 +48,65 @@ class AsyncRedisBackend:
     when the client's pool is a ``BlockingConnectionPool``, so renewals never queue behind the
     caller's commands.
 
+    Replication (`fencedlease._redis.replication`): with ``replica_acks=n`` every acquire and
+    renewal is followed by ``WAIT n replica_ack_timeout_ms`` on the same connection, in the same
+    round trip; a grant fewer replicas acknowledged is released again and answered as not
+    acquired (``refused``: a [`ReplicationError`][fencedlease.ReplicationError]), a renewal
+    they did not acknowledge raises it (the lease's deadline does not move). ``fencing="clock"``:
+    tokens are ``max(counter + 1, Redis TIME in microseconds)``, so they stay above every earlier
+    grant's after a failover rolled the counter back. ``primary``: the primary's replication id
+    as the acquires saw it, and how many times it changed.
+
+    Sentinel: over a client of ``Sentinel.master_for`` (or a ``redis+sentinel://`` URL) the
+    backend subscribes to ``+switch-master`` on the sentinels from its first acquire or renewal;
+    on the event it drops the pool's connections and calls ``on_primary_switch()`` (the manager
+    renews every lease at once there). See `fencedlease._redis.sentinel`.
+
     Raises:
-        ValidationError: ``prefix`` is not a non-empty str, or holds ``{`` or ``}``.
+        ValidationError: ``prefix`` is not a non-empty str, or holds ``{`` or ``}``;
+            ``replica_acks`` not an int in 0..2,147,483,647, ``replica_ack_timeout_ms`` not an
+            int in 1..2,147,483,647, ``fencing`` neither ``"counter"`` nor ``"clock"``.
     """
 
     def __init__(
-        self, client: redis.asyncio.Redis, prefix: str = "fencedlease", *, owns_client: bool = False
+        self,
+        client: redis.asyncio.Redis,
+        prefix: str = "fencedlease",
+        *,
+        owns_client: bool = False,
+        replica_acks: int = 0,
+        replica_ack_timeout_ms: int = 100,
+        fencing: Fencing = "counter",
     ) -> None:
         self.client = client
         self.prefix = check_prefix(prefix)
+        self.grants = GrantOptions.checked(replica_acks, replica_ack_timeout_ms, fencing)
+        self.primary = PrimaryWatch()
+        self.on_primary_switch: Callable[[], object] | None = None
+        self._switches = AsyncSwitchWatcher(client, self._primary_switched)
         self._owns_client = owns_client
         self._renewal_client: redis.asyncio.Redis | None = None
+
+    def _primary_switched(self) -> None:
+        hook = self.on_primary_switch
+        if hook is not None:
+            hook()
+
+    async def _run(
+        self,
+        client: redis.asyncio.Redis,
+        script: Script,
+        keys: Sequence[str],
+        args: Sequence[object],
+    ) -> tuple[object, int | None]:
+        """The script's reply, and the replicas' acks when ``replica_acks`` asks for them."""
+        self._switches.start()  # Sentinel only: from the first command, in the caller's loop
+        grants = self.grants
+        if not grants.replica_acks:
+            return await run_script(client, script, keys, args), None
+        return await run_acked(
+            client, script, keys, args, grants.replica_acks, grants.replica_ack_timeout_ms
+        )
 
     def _renewals(self) -> redis.asyncio.Redis:
         """The client renewals go through (see the class docstring)."""
@@ -79,36 +130,56 @@ class AsyncRedisBackend:
         return fence_key(self.prefix, key)
 
     async def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
+        args = (owner_token, ttl_ms, *self.grants.mode_args)
         try:
-            reply = await run_script(
-                self.client, ACQUIRE, lease_keys(self.prefix, key), (owner_token, ttl_ms)
-            )
+            reply, acks = await self._run(self.client, ACQUIRE, lease_keys(self.prefix, key), args)
         except STORE_ERRORS as exc:
             raise store_error(f"acquire {key!r}", exc)  # noqa: B904  (store_error sets the cause)
-        return decode_acquire(reply, key)
+        decoded = decode_acquire(reply, key)
+        self.primary.seen(decoded, key)
+        if not decoded.acquired or acks is None or not self.grants.short(acks):
+            return decoded
+        # Too few replicas hold the grant: a failover could lose it. Take it back.
+        what = f"acquire {key!r}"
+        try:
+            await self.release(key, owner_token)
+        except BackendError as exc:
+            raise self.grants.refusal(what, acks, wrote="maybe") from exc
+        refused = self.grants.refusal(what, acks)
+        return AcquireReply(False, 0, -2, refused=refused, primary_id=decoded.primary_id)
 
     async def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
         try:
-            reply = await run_script(
+            reply, acks = await self._run(
                 self.client, RENEW, (lease_key(self.prefix, key),), (owner_token, ttl_ms)
             )
         except STORE_ERRORS as exc:
             raise store_error(f"renew {key!r}", exc)  # noqa: B904
-        return decode_renew(reply, key)
+        token = decode_renew(reply, key)
+        if token and self.grants.short(acks):
+            raise self.grants.refusal(f"renew {key!r}", acks or 0)
+        return token
 
     async def renew_many(self, items: Sequence[tuple[str, str, int]]) -> list[int | BaseException]:
         keys, args = renew_many_args(self.prefix, items)
         try:
-            reply = await run_script(self._renewals(), RENEW_MANY, keys, args)
+            reply, acks = await self._run(self._renewals(), RENEW_MANY, keys, args)
         except STORE_ERRORS as exc:
             raise store_error(f"renew {len(items)} leases", exc)  # noqa: B904
-        return decode_renew_many(items, reply)
+        results = decode_renew_many(items, reply)
+        if not self.grants.short(acks):
+            return results
+        return [
+            self.grants.refusal(f"renew {key!r}", acks or 0)
+            if isinstance(result, int) and result > 0
+            else result
+            for (key, _, _), result in zip(items, results, strict=True)
+        ]
 
     async def release(self, key: str, owner_token: str) -> bool:
+        args = (owner_token, *self.grants.mode_args)  # the mode of a hand-off grant
         try:
-            reply = await run_script(
-                self.client, RELEASE, lease_keys(self.prefix, key), (owner_token,)
-            )
+            reply = await run_script(self.client, RELEASE, lease_keys(self.prefix, key), args)
         except STORE_ERRORS as exc:
             raise store_error(f"release {key!r}", exc)  # noqa: B904
         return decode_release(reply, key)
@@ -124,6 +195,7 @@ class AsyncRedisBackend:
             return bool(await self.client.delete(lease_key(self.prefix, key)))
 
     async def close(self) -> None:
+        await self._switches.close(sentinels=self._owns_client)
         renewals, self._renewal_client = self._renewal_client, None
         if renewals is not None and renewals is not self.client:
             with backend_errors("close"):

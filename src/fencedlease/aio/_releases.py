@@ -65,16 +65,19 @@ async def release_abandoned(backend: AsyncLeaseBackend, key: str, owner_token: s
 
 def report_unreleased(
     releases: dict[asyncio.Task[Any], str], late: set[asyncio.Task[Any]], bound_ms: int
-) -> None:
+) -> tuple[str, ...]:
     """Log a warning for each of close()'s ``releases`` (task -> key) that failed or was ``late``
-    (cancelled after ``bound_ms`` milliseconds): that lease lapses at its TTL."""
+    (cancelled after ``bound_ms`` milliseconds): that lease lapses at its TTL. Their keys."""
+    unreleased = []
     for task, key in releases.items():
         late_error = f"no reply within {bound_ms} ms"
         error: BaseException | str | None = late_error if task in late else None
         if error is None and not task.cancelled():
             error = task.exception()
         if error is not None:
+            unreleased.append(key)
             log.warning(
                 "fencedlease: close() could not release %r (it lapses at its ttl): %s",
                 key, error,
             )  # fmt: skip
+    return tuple(unreleased)

@@ -84,6 +84,11 @@ class AsyncRenewer(RenewerCore):
         self._schedule.deadline_moved(entry)
         self.wake()
 
+    def renew_now(self) -> None:
+        """Renew every lease not in flight now (a new Redis primary); from the loop's thread."""
+        self._schedule.all_due(self._clock.monotonic())
+        self.wake()
+
     def wake(self) -> None:
         """Make the task look at the clock and the schedule now (after an add, at close, or in a
         test that moved an injected clock)."""

@@ -2,10 +2,13 @@
 
 - [`fencedlease.lab.harness`][]: ``fencedlease check``, the correctness harness (workers doing a
   fenced read-modify-write under real faults, a checker of the merged history, the report);
+- [`fencedlease.lab.pytest_plugin`][]: pytest fixtures for users' tests (a lease manager on memory,
+  SQLite or a throwaway Redis, a fake clock), loaded by the ``pytest11`` entry point;
 - [`fencedlease.lab.servers`][]: real servers for the harness, the tests and the benchmarks (an
   embedded redis-server, a throwaway PostgreSQL, Toxiproxy found or started);
 - [`fencedlease.lab.toxiproxy`][]: an embedded Toxiproxy-compatible fault-injecting TCP proxy;
-- [`fencedlease.lab.cli`][]: the ``fencedlease`` command line.
+- [`fencedlease.lab.cli`][]: the ``fencedlease`` command line: ``check``, and the operator's
+  ``doctor``, ``inspect``, ``list`` and ``release`` (``docs/operations.md``).
 
 It needs the ``lab`` extra (``pip install "fencedlease[lab]"``: click, rich, matplotlib,
 toxiproxy-python, psycopg). The layers are checked by ``lint-imports`` (contracts in

@@ -1,4 +1,6 @@
-"""The command line: ``fencedlease check`` runs the correctness harness (``docs/harness.md``).
+"""The command line: ``fencedlease check`` runs the correctness harness (``docs/harness.md``);
+``doctor``, ``inspect``, ``list`` and ``release`` are the operator's
+(`fencedlease.lab.operator_cli`, ``docs/operations.md``).
 
 ``main`` is the click group behind the ``fencedlease`` script and ``python -m fencedlease``.
 Exit status of ``check``: 0 when the run has no violation and proved something, 1 when it has
@@ -325,3 +327,14 @@ def _progress_table(progress: Progress) -> Table:
             *(str(fields[k]) for k in ("grants", "acked", "refused", "lost", "errors")),
         )
     return table
+
+
+def _add_operator_commands() -> None:
+    """``doctor``, ``inspect``, ``list``, ``release`` (`fencedlease.lab.operator_cli`)."""
+    from .operator_cli import doctor, inspect_lease, list_leases, release
+
+    for command in (doctor, inspect_lease, list_leases, release):
+        main.add_command(command)
+
+
+_add_operator_commands()

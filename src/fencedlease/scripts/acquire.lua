@@ -5,12 +5,16 @@
 -- KEYS[4]  waiter details       <prefix>:{<key>}:waiters:meta
 -- ARGV[1]  owner token (128 random bits, hex; any string without meaning to Redis)
 -- ARGV[2]  TTL in milliseconds, an integer 1..2147483647 (validated by the client)
--- returns  {1, "fencing_token", ttl_ms}  granted now: the counter was INCRed once
---          {2, "fencing_token", ttl_ms}  already ours: a retried acquire after a lost reply, or a
+-- ARGV[3]  fencing mode: 'counter' (or missing) or 'clock' (next_token in lease_common.lua)
+-- returns  {1, "fencing_token", ttl_ms, primary}  granted now: the counter was INCRed once (and,
+--                                        in 'clock' mode, then set to the token)
+--          {2, "fencing_token", ttl_ms, primary}  already ours: a retried acquire after a lost reply, or a
 --                                        waiter claiming the lease a release handed it (that
 --                                        release issued the token): the stored token, TTL reset,
 --                                        no INCR here
---          {0, 0, pttl_ms}               held by another owner; its remaining TTL in milliseconds
+--          {0, 0, pttl_ms, primary}      held by another owner; its remaining TTL in milliseconds
+--          primary is the replication id of the primary that answered (primary_id): the client
+--          tells a failover by its change.
 --          an error reply "ERR fencedlease acquire: ...", with nothing written, when ARGV[2] is
 --          not a decimal integer in 1..2^31-1, a key holds another type (or cannot be read), the lease key
 --          holds a malformed value, or the counter is not an integer in 0..2^63-2 (at 2^63-1 the
@@ -24,8 +28,11 @@
 -- the manager then releases with the same owner token).
 -- An owner that holds the lease is taken out of the waiter queue (first, before the lease is
 -- written), so no later release hands the key to a waiter that is no longer waiting.
--- Runs after lease_common.lua (prepended by the client): read, lease_at, next_token, foreign_type.
+-- Runs after lease_common.lua (prepended by the client): read, lease_at, next_token, foreign_type,
+-- primary_id.
+redis.replicate_commands()  -- TIME and INFO before writes; required by Redis 6.2, a no-op from 7.0
 local owner = ARGV[1]
+local primary = primary_id()
 -- ARGV[2] reaches SET PX / PEXPIRE as given: decimal digits only ('1e3' and '1.0' are numbers to
 -- Lua but not to SET, which would fail after the INCR), in 1..2^31-1.
 local ttl = string.find(ARGV[2], '^[1-9]%d*$') and #ARGV[2] <= 10 and tonumber(ARGV[2])
@@ -42,10 +49,10 @@ if why then
 end
 if current then
   if holder ~= owner then
-    return {0, 0, redis.call('PTTL', KEYS[1])}
+    return {0, 0, redis.call('PTTL', KEYS[1]), primary}
   end
 else
-  token, why = next_token(KEYS[2])
+  token, why = next_token(KEYS[2], ARGV[3])
   if not token then
     return refuse('fencing counter', KEYS[2], why)
   end
@@ -64,8 +71,11 @@ if queued then
 end
 if current then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {2, token, ttl}
+  return {2, token, ttl, primary}
 end
 redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], token .. ':' .. owner, 'PX', ARGV[2])
-return {1, token, ttl}
+if ARGV[3] == 'clock' then
+  redis.call('SET', KEYS[2], token)  -- the counter reaches the token (>= the INCR's value)
+end
+return {1, token, ttl, primary}

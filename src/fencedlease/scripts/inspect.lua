@@ -1,10 +1,13 @@
 -- Read a lease without changing it.
 -- KEYS[1]  lease key            <prefix>:{<key>}
 -- KEYS[2]  fencing counter key  <prefix>:{<key>}:fence
--- returns  {lease_value or false, pttl_ms, counter or false}
+-- returns  {lease_value or false, pttl_ms, counter or false, primary, previous}
 --          lease_value is "<fencing_token>:<owner_token>"; the client keeps only a fingerprint of
 --          the owner token. pttl_ms is -2 when the key is missing. counter is the last token issued.
 --          Both values are returned as stored (strings) and checked by the client.
+--          primary is this primary's replication id (master_replid), previous the id of the
+--          primary it was promoted from (master_replid2; '' when it was never promoted, or
+--          when INFO is refused).
 --          An error reply "ERR fencedlease inspect: ..." when a key holds another type.
 local replies = {}
 for i, role in ipairs({'lease key', 'fencing counter'}) do
@@ -15,4 +18,13 @@ for i, role in ipairs({'lease key', 'fencing counter'}) do
   end
   replies[i] = value
 end
-return {replies[1], redis.call('PTTL', KEYS[1]), replies[2]}
+local info = redis.pcall('INFO', 'replication')  -- refused by an ACL: '' (nothing known)
+if type(info) ~= 'string' then
+  info = ''
+end
+local previous = string.match(info, 'master_replid2:(%x+)') or ''
+if not string.find(previous, '[1-9a-f]') then
+  previous = ''  -- all zeros: never promoted
+end
+return {replies[1], redis.call('PTTL', KEYS[1]), replies[2],
+        string.match(info, 'master_replid:(%x+)') or '', previous}

@@ -45,10 +45,8 @@ local function foreign_type(key, want)
   end
   return nil
 end
--- The token the next grant of the fencing counter at `key` issues: the counter's decimal successor
--- computed on its digits ('1' when the counter is missing), or nil and why there is none (the
--- counter cannot be read, is negative, is not an integer in 0..2^63-2, or is at 2^63-1).
-local function next_token(key)
+-- The fencing counter's decimal successor, or nil and why there is none (see next_token below).
+local function counter_successor(key)
   local counter, err = read('GET', key)
   if err then
     return nil, 'cannot be read: ' .. err
@@ -71,4 +69,34 @@ local function next_token(key)
   end
   return string.sub(counter, 1, i - 1) .. string.char(string.byte(counter, i) + 1)
          .. string.rep('0', #counter - i)
+end
+-- The server's TIME in microseconds, as a decimal string (seconds and zero-padded micros joined:
+-- never a Lua number, which is exact only up to 2^53). Scripts that call it begin with
+-- redis.replicate_commands() (required by Redis 6.2 before a write follows TIME).
+local function clock_token()
+  local now = redis.call('TIME')
+  return now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
+end
+-- The token the next grant of the fencing counter at `key` issues: the counter's decimal successor
+-- computed on its digits ('1' when the counter is missing), or nil and why there is none (the
+-- counter cannot be read, is negative, is not an integer in 0..2^63-2, or is at 2^63-1).
+-- With `mode` 'clock': the larger of that successor and the server's TIME in microseconds (see
+-- clock_token), so a counter rolled back by a failover still yields a token above every earlier
+-- grant's. The caller stores the token as the counter (SET, not INCR).
+local function next_token(key, mode)
+  local token, why = counter_successor(key)
+  if token and mode == 'clock' then
+    local now = clock_token()
+    if #now > #token or (#now == #token and now > token) then
+      return now
+    end
+  end
+  return token, why
+end
+-- The replication id of the primary this script runs on (master_replid of INFO replication): a
+-- promoted replica starts a new one, so a client that sees it change knows the primary changed
+-- (and that a counter may have rolled back). '' when INFO is refused (an ACL without it).
+local function primary_id()
+  local info = redis.pcall('INFO', 'replication')
+  return type(info) == 'string' and string.match(info, 'master_replid:(%x+)') or ''
 end

@@ -5,6 +5,9 @@
 -- KEYS[3]  waiter queue    <prefix>:{<key>}:waiters       sorted set: owner token -> arrival us
 -- KEYS[4]  waiter details  <prefix>:{<key>}:waiters:meta  hash: owner -> "<deadline_ms>:<ttl_ms>:<grace_ms>"
 -- ARGV[1]  owner token
+-- ARGV[2]  fencing mode of a hand-off grant: 'counter' (or missing) or 'clock' (next_token)
+-- ARGV[3]  optional: 'shard' to wake by SPUBLISH (a Redis Cluster's sharded pub/sub, Redis 7+),
+--          falling back to PUBLISH where SPUBLISH is unknown (Redis 6.2); else PUBLISH
 -- returns  1 when released: the key was deleted, or granted to the oldest live waiter;
 --          0 when the key is missing or owned by someone else (nothing touched but the caller's
 --            own queue entry);
@@ -16,7 +19,7 @@
 -- Hand-off (when nobody waits the release is ZCARD, GET, DEL). Waiters are queued
 -- by enqueue.lua; all four keys share the hash tag, so they live in one Redis Cluster slot. The oldest
 -- waiter whose deadline (Redis TIME) has not passed, and who is not the releasing owner, is granted
--- the lease as a new grant: the fencing counter KEYS[2] is INCRed, the key is set
+-- the lease as a new grant: the fencing counter KEYS[2] is INCRed (in 'clock' mode then set to the token), the key is set
 -- to "<token>:<waiter's owner token>" with PX min(ttl_ms, deadline - now + grace_ms) until the
 -- waiter claims it (acquire.lua's "already ours" path resets the TTL), and the waiter is woken by
 -- PUBLISH on "<lease key>:handoff" with the SHA-1 of its owner token (never the token itself).
@@ -74,7 +77,7 @@ if waiting > 0 then
   end
   queued = redis.call('ZSCORE', KEYS[3], owner)
   if ours then  -- a hand-off may follow: its token must exist
-    handed_token, why = next_token(KEYS[2])
+    handed_token, why = next_token(KEYS[2], ARGV[2])
     if not handed_token then
       return refuse('fencing counter', KEYS[2], why)
     end
@@ -109,7 +112,14 @@ if waiting > 0 then
       local px = math.min(ttl_ms, deadline - now_ms + grace_ms)
       redis.call('INCR', KEYS[2])
       redis.call('SET', KEYS[1], handed_token .. ':' .. waiter, 'PX', string.format('%d', px))
-      redis.pcall('PUBLISH', KEYS[1] .. ':handoff', redis.sha1hex(waiter))
+      if ARGV[2] == 'clock' then
+        redis.call('SET', KEYS[2], handed_token)  -- the counter reaches the token
+      end
+      local channel, name = KEYS[1] .. ':handoff', redis.sha1hex(waiter)
+      local sent = ARGV[3] == 'shard' and redis.pcall('SPUBLISH', channel, name)
+      if not sent or (type(sent) == 'table' and sent.err) then
+        redis.pcall('PUBLISH', channel, name)
+      end
       return 1
     end
   end

@@ -1,0 +1,224 @@
+"""A manager's configuration from environment variables, for either face's ``from_env``. No I/O.
+
+The variables, their defaults and bounds are listed in
+[`LeaseManager.from_env`][fencedlease.LeaseManager.from_env]; the bounds are `_NUMBERS`.
+
+Numbers are non-negative integer strings of ASCII digits (``"250"``; not ``"+250"``, ``" 250"``,
+``"2_50"``, ``"2.5e2"``). A bad or missing value raises
+[`ValidationError`][fencedlease.ValidationError] whose ``argument`` is the variable's name; a
+password in the URL shows as ``***``. The four Redis variables (``DB``, ``*_TIMEOUT_MS`` but the
+shutdown one, ``MAX_RETRIES``) are refused with a ``memory://`` or ``sqlite://`` URL.
+
+The variable set follows the usual shape of a lock provider configured from its environment (a URL,
+a prefix, a database, connection and shutdown timeouts, retries and start-up attempts).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, TypeVar
+from urllib.parse import parse_qs, urlsplit
+
+import attrs
+from redis.backoff import ExponentialWithJitterBackoff
+
+from ._errors import ValidationError
+from ._redact import redact_url
+from ._validate import MAX_MS, check_prefix
+
+__all__ = [
+    "DEFAULT_CONNECT_MAX_ATTEMPTS",
+    "DEFAULT_SHUTDOWN_TIMEOUT_MS",
+    "ENV_PREFIX",
+    "EnvConfig",
+    "client_options",
+    "manager_from_env",
+    "naming_variables",
+    "read_env",
+]
+
+ENV_PREFIX = "FENCEDLEASE_"
+DEFAULT_SHUTDOWN_TIMEOUT_MS = 5_000
+DEFAULT_CONNECT_MAX_ATTEMPTS = 3
+MAX_RETRIES = 1_000
+MAX_DB = 2**31 - 1
+
+_DIGITS = re.compile(r"[0-9]+\Z", re.ASCII)
+_REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+# name (without the prefix) -> (least, most)
+_NUMBERS: dict[str, tuple[int, int]] = {
+    "DB": (0, MAX_DB),
+    "CONNECT_TIMEOUT_MS": (1, MAX_MS),
+    "SOCKET_TIMEOUT_MS": (1, MAX_MS),
+    "SHUTDOWN_TIMEOUT_MS": (0, MAX_MS),
+    "MAX_RETRIES": (0, MAX_RETRIES),
+    "CONNECT_MAX_ATTEMPTS": (1, MAX_RETRIES),
+}
+_REDIS_ONLY = ("DB", "CONNECT_TIMEOUT_MS", "SOCKET_TIMEOUT_MS", "MAX_RETRIES")
+
+
+@attrs.frozen
+class EnvConfig:
+    """What the ``FENCEDLEASE_*`` variables say (None: not set). Milliseconds as ints."""
+
+    url: str
+    prefix: str = "fencedlease"
+    db: int | None = None
+    connect_timeout_ms: int | None = None
+    socket_timeout_ms: int | None = None
+    max_retries: int | None = None
+    shutdown_timeout_ms: int = DEFAULT_SHUTDOWN_TIMEOUT_MS
+    connect_max_attempts: int = DEFAULT_CONNECT_MAX_ATTEMPTS
+
+    @property
+    def is_redis(self) -> bool:
+        """Whether the URL names a Redis server."""
+        return self.url.partition("://")[0].lower() in _REDIS_SCHEMES
+
+    def redis_options(self, retry_class: Callable[..., Any]) -> dict[str, Any]:
+        """The redis-py keyword arguments the variables set, as ``from_url`` passes them on:
+        ``db``, ``socket_connect_timeout`` and ``socket_timeout`` (seconds), ``retry`` (a
+        ``retry_class``, the face's redis-py ``Retry``, with exponential backoff and jitter).
+        Empty when none is set."""
+        options: dict[str, Any] = {}
+        if self.db is not None:
+            options["db"] = self.db
+        if self.connect_timeout_ms is not None:
+            options["socket_connect_timeout"] = self.connect_timeout_ms / 1000
+        if self.socket_timeout_ms is not None:
+            options["socket_timeout"] = self.socket_timeout_ms / 1000
+        if self.max_retries is not None:
+            options["retry"] = retry_class(ExponentialWithJitterBackoff(), self.max_retries)
+        return options
+
+
+def _number(environ: Mapping[str, str], name: str) -> int | None:
+    variable = ENV_PREFIX + name
+    raw = environ.get(variable)
+    if raw is None:
+        return None
+    least, most = _NUMBERS[name]
+    if not _DIGITS.match(raw) or not least <= int(raw) <= most:
+        shown = raw if len(raw) <= 40 else raw[:40] + "..."
+        raise ValidationError(
+            variable,
+            f"{variable} must be an integer string of digits, {least} <= {variable} <= {most};"
+            f" got {shown!r}",
+        )
+    return int(raw)
+
+
+def _url_db(url: str) -> bool:
+    """Whether a Redis URL names a database itself (``redis://h/3``, ``?db=3``)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return False  # from_url reports the URL itself
+    in_path = parts.scheme.lower() != "unix" and parts.path.strip("/") != ""
+    return in_path or "db" in parse_qs(parts.query)
+
+
+def read_env(environ: Mapping[str, str] | None = None) -> EnvConfig:
+    """The configuration in ``environ`` (default ``os.environ``); see the module docstring.
+
+    Raises:
+        ValidationError: ``argument`` is the variable: missing or empty ``FENCEDLEASE_URL``, a
+            number out of its bounds or not a digit string, a bad ``FENCEDLEASE_PREFIX``, a Redis
+            variable with another store's URL, ``FENCEDLEASE_DB`` with a URL that names a
+            database. A password in the URL shows as ``***``.
+    """
+    env = os.environ if environ is None else environ
+    url = env.get(ENV_PREFIX + "URL", "")
+    if not url:
+        raise ValidationError(
+            ENV_PREFIX + "URL", f"{ENV_PREFIX}URL must be set to the store's URL (redis://...)"
+        )
+    prefix = env.get(ENV_PREFIX + "PREFIX")
+    if prefix is not None:
+        check_prefix(prefix, ENV_PREFIX + "PREFIX")
+    numbers = {name: _number(env, name) for name in _NUMBERS}
+    config = EnvConfig(
+        url,
+        prefix if prefix is not None else "fencedlease",
+        numbers["DB"],
+        numbers["CONNECT_TIMEOUT_MS"],
+        numbers["SOCKET_TIMEOUT_MS"],
+        numbers["MAX_RETRIES"],
+        numbers["SHUTDOWN_TIMEOUT_MS"] if numbers["SHUTDOWN_TIMEOUT_MS"] is not None
+        else DEFAULT_SHUTDOWN_TIMEOUT_MS,
+        numbers["CONNECT_MAX_ATTEMPTS"] if numbers["CONNECT_MAX_ATTEMPTS"] is not None
+        else DEFAULT_CONNECT_MAX_ATTEMPTS,
+    )  # fmt: skip
+    if not config.is_redis:
+        for name in _REDIS_ONLY:
+            if numbers[name] is not None:
+                variable = ENV_PREFIX + name
+                raise ValidationError(
+                    variable,
+                    f"{variable} applies to Redis URLs only; {ENV_PREFIX}URL is"
+                    f" {redact_url(url)!r}",
+                )
+    elif config.db is not None and _url_db(url):
+        raise ValidationError(
+            ENV_PREFIX + "DB",
+            f"{ENV_PREFIX}DB is set and {ENV_PREFIX}URL names a database too"
+            f" ({redact_url(url)!r}): set one of them",
+        )
+    return config
+
+
+def client_options(
+    config: EnvConfig, kwargs: dict[str, Any], retry_class: Callable[..., Any]
+) -> dict[str, Any]:
+    """The keyword arguments ``from_url`` gets: the variables' redis-py options
+    (`EnvConfig.redis_options`) and the caller's ``kwargs``.
+
+    Raises:
+        ValidationError: a keyword argument sets an option a variable sets too (naming both).
+    """
+    options = config.redis_options(retry_class) if config.is_redis else {}
+    for name in kwargs:
+        if name in options:
+            raise ValidationError(
+                name, f"{name} is set both by a {ENV_PREFIX}* variable and as an argument"
+            )
+    return {**options, **kwargs}
+
+
+@contextmanager
+def naming_variables() -> Iterator[None]:
+    """Re-raise a [`ValidationError`][fencedlease.ValidationError] about the URL or the prefix
+    (from ``from_url``) as one naming the variable they came from; its message is kept."""
+    try:
+        yield
+    except ValidationError as exc:
+        variable = {"url": "URL", "prefix": "PREFIX"}.get(exc.argument)
+        if variable is None:
+            raise
+        raise ValidationError(ENV_PREFIX + variable, f"{ENV_PREFIX}{variable}: {exc}") from None
+
+
+_Made = TypeVar("_Made")
+
+
+def manager_from_env(
+    over_url: Callable[..., _Made],
+    environ: Mapping[str, str] | None,
+    kwargs: dict[str, Any],
+    retry_class: Callable[..., Any],
+) -> tuple[_Made, EnvConfig]:
+    """``over_url(url, prefix, options)`` as the variables of ``environ`` say (either face's
+    ``from_env`` up to its start-up check), and the configuration read.
+
+    Raises:
+        ValidationError: as `read_env` and `client_options`; a URL or prefix the manager refuses,
+            naming the variable.
+    """
+    config = read_env(environ)
+    options = client_options(config, kwargs, retry_class)
+    with naming_variables():
+        return over_url(config.url, config.prefix, options), config

@@ -1,0 +1,225 @@
+"""What the Redis Cluster backends of both faces share: renewals grouped by hash slot and by node,
+the per-shard bound (no I/O), and the client a ``redis+cluster://`` URL names (`cluster_client`).
+
+Every key of a name lies in one hash slot (`fencedlease._redis.keys`: the escaped name is the
+hash tag, and a prefix may hold no brace), so each lease script runs unchanged on the slot's
+primary. Only ``renew_many.lua`` takes keys of many names: the backends split a batch by slot
+(`slot_groups`, with redis-py's own CRC16 ``key_slot``, so no ``COMMAND GETKEYS`` is sent), send
+one call per slot, the slots of one node in turn and the nodes at once, and give each node
+`shard_bound_s` to answer. A node that fails, or does not answer in time, fails its own leases'
+renewals only (a `BackendError` in their places); the other nodes' replies are applied. This is
+Redisson's renewal model (its ``RedissonBaseLock`` renews each lock on the node of its slot), in
+batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Final, TypeVar
+from urllib.parse import quote, urlsplit
+
+from redis.connection import parse_url
+from redis.crc import key_slot
+
+from .._errors import BackendError, ValidationError
+from .._redact import redact_text, redact_url
+from .._validate import check_ms
+from .errors import backend_errors
+from .keys import lease_key
+from .options import check_connection_options, check_url_query
+
+T = TypeVar("T")
+
+__all__ = [
+    "CLUSTER_SCHEMES",
+    "NodeReplies",
+    "by_node",
+    "check_shard_timeout",
+    "cluster_client",
+    "cluster_url_options",
+    "finish_batch",
+    "group_failed",
+    "merge_nodes",
+    "node_name",
+    "shard_bound_s",
+    "slot_groups",
+]
+
+CLUSTER_SCHEMES: Final = frozenset({"redis+cluster", "rediss+cluster"})
+"""The URL schemes of a Redis Cluster (``rediss+cluster``: over TLS)."""
+
+SlotGroup = tuple[int, list[int]]
+"""``(slot, indices of the batch's items in that slot)``."""
+
+
+def slot_groups(prefix: str, items: Sequence[tuple[str, str, int]]) -> list[SlotGroup]:
+    """The batch's items by the hash slot of their lease key, in order of first appearance; each
+    group's indices in batch order. Pure (CRC16 of the hash tag, as Redis computes it)."""
+    groups: dict[int, list[int]] = {}
+    for index, (key, _, _) in enumerate(items):
+        groups.setdefault(key_slot(lease_key(prefix, key).encode()), []).append(index)
+    return list(groups.items())
+
+
+def by_node(
+    prefix: str, items: Sequence[tuple[str, str, int]], node_of: Callable[[int], str]
+) -> dict[str, list[list[int]]]:
+    """The batch's slot groups (`slot_groups`) by the node ``node_of(slot)`` names."""
+    nodes: dict[str, list[list[int]]] = {}
+    for slot, indices in slot_groups(prefix, items):
+        nodes.setdefault(node_of(slot), []).append(indices)
+    return nodes
+
+
+NodeReplies = tuple[list[int | BaseException], list[BaseException]]
+"""One node's share of a batch: a reply per item in its slot groups' order, and the errors of its
+failed calls (each standing in its leases' places)."""
+
+
+def merge_nodes(
+    count: int,
+    nodes: dict[str, list[list[int]]],
+    replies: dict[str, NodeReplies | None],
+    bound_s: float,
+) -> list[int | BaseException]:
+    """The batch's ``count`` replies in order from each node's share (None: the node did not
+    answer within ``bound_s``, `group_failed`), raised as `finish_batch` says."""
+    results: list[int | BaseException | None] = [None] * count
+    failures: list[BaseException] = []
+    for node, groups in nodes.items():
+        indices = [i for group in groups for i in group]
+        share = replies.get(node)
+        if share is None:
+            error = group_failed(len(indices), node, bound_s)
+            share = [error] * len(indices), [error]
+        for index, value in zip(indices, share[0], strict=True):
+            results[index] = value
+        failures.extend(share[1])
+    return finish_batch(results, failures)
+
+
+def node_name(cluster: Any, slot: int) -> str:
+    """The name (``host:port``) of the node serving ``slot`` as a cluster client of either face
+    knows it; ``slot:<n>`` before the client has read the slot map, or for a slot no node serves
+    (a group of its own). No I/O."""
+    try:
+        return str(cluster.nodes_manager.get_node_from_slot(slot).name)
+    except Exception:  # no slot map yet, or the slot is not covered
+        return f"slot:{slot}"
+
+
+def check_shard_timeout(value: int | None) -> int | None:
+    """``shard_timeout_ms`` as the backends take it: None, or an int >= 1 (milliseconds).
+
+    Raises:
+        ValidationError: anything else.
+    """
+    return None if value is None else check_ms("shard_timeout_ms", value, 1)
+
+
+def shard_bound_s(items: Sequence[tuple[str, str, int]], bound_ms: int | None) -> float:
+    """How long, in seconds, a renewal batch waits for one node: ``bound_ms`` when given, else a
+    third of the batch's shortest TTL (a reply later than that leaves the other leases too little
+    of their TTL to wait for it)."""
+    if bound_ms is not None:
+        return bound_ms / 1000
+    return min((ttl_ms for _, _, ttl_ms in items), default=3000) / 3000
+
+
+def group_failed(count: int, node: str, bound_s: float) -> BackendError:
+    """The error that stands in the place of each of a node's ``count`` renewals when the node
+    did not answer within ``bound_s`` seconds: a timeout, the renewals possibly run."""
+    return BackendError(
+        f"renew {count} leases on {node}: no reply within {round(bound_s * 1000)} ms",
+        sent="maybe",
+        wrote="maybe",
+        timed_out=True,
+    )
+
+
+def finish_batch(
+    results: Sequence[int | BaseException | None], failures: Sequence[BaseException]
+) -> list[int | BaseException]:
+    """A batch's replies, in order, each a token, 0 or an error; raised instead when every call
+    failed (``failures``: the errors of the failed calls, each standing in its leases' places):
+    then the whole round trip failed, as on a single Redis.
+
+    Raises:
+        BackendError: every item's place holds one of ``failures`` (the first of them).
+    """
+    failed = {id(error) for error in failures}
+    if failures and all(id(value) in failed for value in results):
+        raise failures[0]
+    return [value for value in results if value is not None]
+
+
+def cluster_url_options(url: str, kwargs: dict[str, Any]) -> tuple[list[tuple[str, int]], str]:
+    """The start nodes of ``redis+cluster://[[user]:password@]host:port[,host:port...][/][?opt=v]``
+    and the single-node URL whose credentials and query redis-py parses as for ``redis://``
+    (``rediss://`` for ``rediss+cluster``). No I/O.
+
+    Raises:
+        ValidationError: no host, a port that is not a number, a database other than 0 (a
+            cluster has only database 0); the URL shows with its password as ``***``.
+    """
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower().partition("+")[0]
+    userinfo, _, hosts = parts.netloc.rpartition("@")
+    nodes: list[tuple[str, int]] = []
+    for entry in hosts.split(","):
+        host, sep, port = entry.rpartition(":")
+        if not sep:
+            host, port = entry, "6379"
+        if not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
+            raise ValidationError(
+                "url",
+                "a Redis Cluster URL is redis+cluster://host:port[,host:port...]; "
+                f"got {redact_url(url)!r}",
+            )
+        nodes.append((host.strip("[]"), int(port)))
+    if parts.path not in ("", "/", "/0"):
+        raise ValidationError(
+            "url", f"a Redis Cluster has only database 0; got {redact_url(url)!r}"
+        )
+    for name in ("host", "port", "startup_nodes", "db"):
+        if name in kwargs:
+            raise ValidationError(name, f"{name} is given by a redis+cluster:// URL itself")
+    credentials = f"{userinfo}@" if userinfo else ""
+    first = f"{quote(nodes[0][0], safe='.:')}:{nodes[0][1]}"
+    single = f"{scheme}://{credentials}{first}/0" + (f"?{parts.query}" if parts.query else "")
+    return nodes, single
+
+
+def cluster_client(
+    factory: Callable[..., T], node: Callable[[str, int], Any], url: str, kwargs: dict[str, Any]
+) -> T:
+    """``factory(startup_nodes=[node(host, port), ...], **options)`` (``RedisCluster`` of either
+    face, ``node`` its ``ClusterNode``) for a ``redis+cluster://`` URL: credentials, TLS and the
+    query as redis-py reads them for ``redis://`` (checked as there:
+    `fencedlease._redis.options`), then ``kwargs``. The sync client reads the slot map here.
+
+    Raises:
+        ValidationError: the URL or an option (see `cluster_url_options`); the URL's password
+            shows as ``***``.
+        BackendError: no start node answered (the sync client connects at once).
+    """
+    nodes, single = cluster_url_options(url, kwargs)
+    check_url_query(single)
+    try:
+        options = dict(parse_url(single))  # type: ignore[no-untyped-call]
+    except ValueError as exc:
+        raise ValidationError("url", f"{redact_url(url)!r}: {redact_text(str(exc), url)}") from None
+    for name in ("host", "port", "db", "path", "connection_class"):
+        options.pop(name, None)
+    if single.startswith("rediss:"):
+        options["ssl"] = True
+    options.update(kwargs)
+    check_connection_options(options)
+    startup = [node(host, port) for host, port in nodes]
+    with backend_errors(f"connect to the Redis Cluster at {redact_url(url)}"):
+        try:
+            return factory(startup_nodes=startup, **options)
+        except TypeError as exc:
+            raise ValidationError(
+                "url", f"an option redis-py's cluster client does not take: {exc}"
+            ) from None

@@ -1,0 +1,158 @@
+"""What a grant asks of Redis replication, with no I/O: the grant options (``replica_acks``,
+``replica_ack_timeout_ms``, ``fencing``), the check of a ``WAIT`` reply, and the watch on the
+primary's replication id that tells a failover.
+
+Redis replicates asynchronously: a failover to a replica that had not received the last grant rolls
+the fencing counter back, and the next grant would repeat a token already handed out. Two answers,
+either or both:
+
+- ``replica_acks=n``: every acquire and renewal script is followed, on the same connection and in
+  the same round trip, by ``WAIT n replica_ack_timeout_ms`` (Redisson's ``syncedEval``). ``WAIT``
+  counts the replicas that hold every write the connection made, so it must run on the connection
+  that made them: a pipeline of the two. A grant with fewer acks is released again and not
+  returned; a renewal with fewer acks does not move the lease's deadline
+  ([`ReplicationError`][fencedlease.ReplicationError]). A hand-off grant is acknowledged
+  through its claim: the waiter's acquire writes the same key (its TTL), so its ``WAIT`` covers
+  the grant.
+- ``fencing="clock"``: the token is ``max(counter + 1, Redis TIME in microseconds)`` (see
+  ``lease_common.lua``), so tokens granted after a rollback still exceed every earlier one, as
+  long as the new primary's clock is not behind the old one's by more than the time the failover
+  took (Kleppmann's argument for counters plus a clock-derived epoch).
+
+Either way the acquire script reports the primary's replication id (``master_replid``): a promoted
+replica starts a new one, so a manager that sees it change records the change
+(`PrimaryWatch`) and never lets a possible rollback pass in silence.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Final, Literal
+
+import attrs
+
+from .._errors import ReplicationError, ValidationError
+from .._protocol import AcquireReply
+from .._validate import check_ms
+
+__all__ = ["FENCING_MODES", "Fencing", "GrantOptions", "PrimaryWatch", "use_grant_options"]
+
+log = logging.getLogger("fencedlease")
+
+Fencing = Literal["counter", "clock"]
+FENCING_MODES: Final = ("counter", "clock")
+MAX_REPLICA_ACKS: Final = 2_147_483_647
+
+
+@attrs.frozen
+class GrantOptions:
+    """How a Redis backend grants and renews (see the module docstring)."""
+
+    replica_acks: int = 0
+    replica_ack_timeout_ms: int = 100
+    fencing: Fencing = "counter"
+
+    @classmethod
+    def checked(
+        cls, replica_acks: object, replica_ack_timeout_ms: object, fencing: object
+    ) -> GrantOptions:
+        """The options, each checked.
+
+        Raises:
+            ValidationError: ``replica_acks`` not an int in 0..2,147,483,647,
+                ``replica_ack_timeout_ms`` not an int in 1..2,147,483,647 (``WAIT`` with 0 would
+                block for ever), ``fencing`` neither ``"counter"`` nor ``"clock"``.
+        """
+        if (
+            not isinstance(replica_acks, int)
+            or isinstance(replica_acks, bool)
+            or not 0 <= replica_acks <= MAX_REPLICA_ACKS
+        ):
+            raise ValidationError(
+                "replica_acks",
+                f"replica_acks must be an int (a number of replicas),"
+                f" 0 <= replica_acks <= {MAX_REPLICA_ACKS}; got {replica_acks!r}",
+            )
+        acks = replica_acks
+        timeout = check_ms("replica_ack_timeout_ms", replica_ack_timeout_ms, 1)
+        if fencing not in FENCING_MODES or not isinstance(fencing, str):
+            raise ValidationError(
+                "fencing", f"fencing must be 'counter' or 'clock'; got {fencing!r}"
+            )
+        mode: Fencing = "clock" if fencing == "clock" else "counter"
+        return cls(acks, timeout, mode)
+
+    @property
+    def mode_args(self) -> tuple[str, ...]:
+        """The fencing mode as the scripts' last argument: none for ``counter`` (the scripts'
+        default), ``("clock",)`` else."""
+        return ("clock",) if self.fencing == "clock" else ()
+
+    def short(self, acks: int | None) -> bool:
+        """Whether a ``WAIT`` reply of ``acks`` replicas is fewer than asked (None: no ``WAIT``
+        was sent, nothing was asked)."""
+        return acks is not None and acks < self.replica_acks
+
+    def refusal(
+        self, what: str, acks: int, *, wrote: Literal["no", "maybe"] = "no"
+    ) -> ReplicationError:
+        """The error for ``what`` (e.g. ``"acquire 'k'"``) acknowledged by ``acks`` replicas."""
+        return ReplicationError(
+            f"{what}: {acks} of {self.replica_acks} replicas acknowledged it within"
+            f" {self.replica_ack_timeout_ms} ms",
+            acks=acks,
+            wanted=self.replica_acks,
+            wrote=wrote,
+        )
+
+
+class PrimaryWatch:
+    """The replication id of the Redis primary that answered the last acquire, and how many
+    times it changed (a failover: the counter may have rolled back). Thread-safe; no I/O."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.primary_id: str | None = None
+        self.changes = 0
+
+    def seen(self, reply: AcquireReply, key: str) -> None:
+        """Note the primary that answered ``reply``; a change is counted and logged."""
+        primary = reply.primary_id
+        if primary is None:
+            return
+        with self._lock:
+            before, self.primary_id = self.primary_id, primary
+            if before is None or before == primary:
+                return
+            self.changes += 1
+        log.warning(
+            "fencedlease: the Redis primary changed (replication id %s -> %s, seen by acquire %r):"
+            " a failover; with fencing='counter' and replica_acks=0 a token may repeat",
+            before,
+            primary,
+            key,
+        )
+
+
+def use_grant_options(backend: object, options: GrantOptions, *, made_here: bool) -> None:
+    """Give a manager's ``options`` to its backend: a Redis backend the manager made (from a
+    client or a URL) takes them; another backend only takes the defaults (a Redis backend object
+    the caller made has its own options, given to its constructor).
+
+    Raises:
+        ValidationError: naming the first option that differs from its default, when the backend
+            cannot take it.
+    """
+    if isinstance(getattr(backend, "grants", None), GrantOptions) and made_here:
+        backend.grants = options  # type: ignore[attr-defined]
+        return
+    default = GrantOptions()
+    for name in ("replica_acks", "replica_ack_timeout_ms", "fencing"):
+        if getattr(options, name) != getattr(default, name):
+            raise ValidationError(
+                name,
+                f"{name} is an option of a Redis store given as a client or a URL; a backend"
+                f" object takes its own ({type(backend).__name__}); got {name}="
+                f"{getattr(options, name)!r}",
+            )

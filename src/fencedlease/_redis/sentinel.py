@@ -1,0 +1,228 @@
+"""Redis Sentinel (sync; the asyncio twins are in `fencedlease._redis.sentinel_aio`): the
+``redis+sentinel://`` URL, the client it names (redis-py's ``redis.sentinel``), and the watch on
+``+switch-master`` that moves a manager to a new primary at once.
+
+```
+redis+sentinel://[[user]:password@]host:port[,host:port...]/service_name[/db]
+```
+
+The hosts are the sentinels (port 26379 when left out); user and password are the primary's
+(``sentinel_kwargs={"password": ...}`` as a keyword argument for sentinels that ask for one); the
+other keyword arguments go to the primary's connections, as for ``redis://``. The client asks the
+sentinels for the primary when it connects (``Sentinel.master_for``).
+
+A connection made before a failover stays on the old primary until it fails. redis-py drops it
+when the old primary, turned replica, refuses a write (``READONLY``); but a deposed primary stays
+a writable master until the sentinels reach it (seconds), and renewals there confirm a lease the
+new primary may have handed to someone else. So the backend subscribes to ``+switch-master`` on the
+sentinels (`SwitchWatcher`): on the event it drops every connection of the client's pool (the
+next command asks the sentinels again) and its manager renews every lease at once, on the new
+primary. A holder that reaches only the deposed primary (cut off from the sentinels) hears no
+event: ``replica_acks`` covers it (the deposed primary's renewals get no acknowledgement, so the
+lease is lost at its deadline).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import unquote
+
+import attrs
+import redis
+import redis.sentinel
+
+from .._errors import ValidationError
+from .._redact import redact_url
+from .options import check_connection_options
+from .replies import text
+
+__all__ = [
+    "SENTINEL_SCHEME",
+    "SentinelURL",
+    "SwitchWatcher",
+    "parse_sentinel_url",
+    "sentinel_client",
+    "sentinel_clients",
+    "switched_service",
+]
+
+log = logging.getLogger("fencedlease")
+
+SENTINEL_SCHEME = "redis+sentinel"
+DEFAULT_SENTINEL_PORT = 26379
+SWITCH_CHANNEL = "+switch-master"
+
+
+@attrs.frozen
+class SentinelURL:
+    """A parsed ``redis+sentinel://`` URL."""
+
+    sentinels: tuple[tuple[str, int], ...]
+    service: str
+    db: int
+    username: str | None
+    password: str | None
+
+
+def _bad(url: str, message: str) -> ValidationError:
+    return ValidationError("url", f"{message}; got {redact_url(url)!r}")
+
+
+def parse_sentinel_url(url: str) -> SentinelURL:
+    """``redis+sentinel://[[user]:password@]host:port[,host:port...]/service_name[/db]``.
+
+    Raises:
+        ValidationError: no sentinel, a port that is not in 1..65535, no service name, a db that
+            is not an int in 0..2**31-1, a query or a fragment (options are keyword arguments).
+    """
+    rest = url.partition("://")[2]
+    netloc, _, path = rest.partition("/")
+    if "?" in rest or "#" in rest:
+        raise _bad(url, "a redis+sentinel URL takes no query or fragment: pass keyword arguments")
+    userinfo, at, hosts = netloc.rpartition("@")
+    username = password = None
+    if at:
+        user, colon, secret = userinfo.partition(":")
+        username = unquote(user) or None
+        password = unquote(secret) if colon else None
+    sentinels: list[tuple[str, int]] = []
+    for item in hosts.split(","):
+        host, port = item, str(DEFAULT_SENTINEL_PORT)
+        if item.startswith("["):  # [IPv6]:port
+            host, _, tail = item[1:].partition("]")
+            if tail:
+                port = tail.removeprefix(":")
+        elif ":" in item:
+            host, _, port = item.rpartition(":")
+        if not host or not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+            raise _bad(url, "each sentinel is host[:port], port in 1..65535, comma-separated")
+        sentinels.append((host, int(port)))
+    parts = path.split("/") if path else []
+    if not parts or not parts[0] or len(parts) > 2:
+        raise _bad(url, "a redis+sentinel URL names the service: .../service_name[/db]")
+    db = 0
+    if len(parts) == 2 and parts[1]:
+        if not (parts[1].isascii() and parts[1].isdigit() and int(parts[1]) <= 2**31 - 1):
+            raise _bad(url, "the db of a redis+sentinel URL is an int in 0..2147483647")
+        db = int(parts[1])
+    return SentinelURL(tuple(sentinels), unquote(parts[0]), db, username, password)
+
+
+def client_options(parsed: SentinelURL, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The primary's connection options: ``kwargs`` with the URL's user and password.
+
+    Raises:
+        ValidationError: an option given both in the URL and as an argument, or out of bounds.
+    """
+    options = dict(kwargs)
+    for name in ("username", "password"):
+        value = getattr(parsed, name)
+        if value is not None:
+            if name in options:
+                raise ValidationError(name, f"{name} is given both in the URL and as an argument")
+            options[name] = value
+    check_connection_options(options)
+    return options
+
+
+def sentinel_client(url: str, kwargs: dict[str, Any]) -> redis.Redis:
+    """The client of the primary a ``redis+sentinel://`` URL names:
+    ``Sentinel(sentinels, sentinel_kwargs=..., **kwargs).master_for(service, db=db)``. No I/O.
+
+    Raises:
+        ValidationError: a malformed URL, or an option redis-py does not take (named).
+    """
+    parsed = parse_sentinel_url(url)
+    options = client_options(parsed, kwargs)
+    sentinel_kwargs = options.pop("sentinel_kwargs", None)
+    try:
+        sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+            list(parsed.sentinels), sentinel_kwargs=sentinel_kwargs, **options
+        )
+        client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+            parsed.service, db=parsed.db
+        )
+        pool = client.connection_pool
+        pool.connection_class(**pool.connection_kwargs)  # a wrong option fails here, not later
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(
+            "kwargs", f"{redact_url(url)!r} with these options is no usable Sentinel client: {exc}"
+        ) from None
+    return client
+
+
+def sentinel_clients(client: object) -> list[Any]:
+    """The sentinels' clients behind a ``master_for`` client (empty for any other client)."""
+    manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
+    return list(getattr(manager, "sentinels", ()))
+
+
+def switched_service(message: object, service: str) -> bool:
+    """Whether a pub/sub ``message`` is a ``+switch-master`` of ``service`` (its data is
+    ``"<service> <old ip> <old port> <new ip> <new port>"``)."""
+    if not isinstance(message, dict) or message.get("type") != "message":
+        return False
+    fields = text(message.get("data")).split()
+    return len(fields) == 5 and fields[0] == service
+
+
+class SwitchWatcher:
+    """A daemon thread subscribed to ``+switch-master`` on the sentinels of a ``master_for``
+    client (one at a time: the next when one fails). On the event of the client's service it
+    drops every connection of the client's pool and calls ``on_switch()`` (an exception it raises
+    is logged). Started by `start`, stopped by `close`; nothing for another client."""
+
+    def __init__(self, client: redis.Redis, on_switch: Callable[[], object]) -> None:
+        self._client = client
+        self._on_switch = on_switch
+        self._sentinels = sentinel_clients(client)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.switches = 0
+
+    @property
+    def active(self) -> bool:
+        return bool(self._sentinels)
+
+    def start(self) -> None:
+        if not self._sentinels or (self._thread is not None and self._thread.is_alive()):
+            return  # (a thread made before os.fork is not alive in the child: a new one starts)
+        self._thread = threading.Thread(target=self._run, name="fencedlease-sentinel", daemon=True)
+        self._thread.start()
+
+    def switched(self) -> None:
+        """Apply a switch: drop the pool's connections, then ``on_switch()``."""
+        self.switches += 1
+        self._client.connection_pool.disconnect()
+        try:
+            self._on_switch()
+        except Exception:
+            log.exception("fencedlease: on_switch after +switch-master failed")
+
+    def _run(self) -> None:
+        service = self._client.connection_pool.service_name  # type: ignore[attr-defined]
+        index = 0
+        while not self._stop.is_set():
+            sentinel = self._sentinels[index % len(self._sentinels)]
+            index += 1
+            try:
+                with sentinel.pubsub(ignore_subscribe_messages=True) as pubsub:
+                    pubsub.subscribe(SWITCH_CHANNEL)
+                    while not self._stop.is_set():
+                        if switched_service(pubsub.get_message(timeout=0.2), service):
+                            log.warning("fencedlease: +switch-master for %r", service)
+                            self.switched()
+            except (redis.RedisError, OSError):
+                self._stop.wait(0.2)  # the next sentinel
+
+    def close(self, *, sentinels: bool = True) -> None:
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(2.0)
+        if sentinels:  # the sentinels' clients, when the client is ours
+            for sentinel in self._sentinels:
+                sentinel.close()

@@ -1,0 +1,78 @@
+"""Health checks for the asyncio face: the twin of `fencedlease._health` (what is checked and the
+report are there). Here the caller's client is used and the whole check runs under one
+``timeout_ms`` bound (a command cut off by it leaves no half-read reply: redis-py drops that
+connection)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import redis.asyncio
+
+from .._backend import AsyncLeaseBackend
+from .._clock import Clock
+from .._errors import BackendError
+from .._health import (
+    HEALTH_PROBE_KEY,
+    NOOP,
+    HealthReport,
+    connect_backoff_s,
+    connect_error,
+    too_slow,
+)
+from .._redis.aio import run_script
+from .._redis.errors import backend_errors
+from .._validate import check_ms
+
+__all__ = ["check_health", "connect"]
+
+
+async def _check(backend: AsyncLeaseBackend, start: float) -> tuple[float, float | None]:
+    client = getattr(backend, "client", None)
+    if isinstance(client, redis.asyncio.Redis):
+        with backend_errors("health check: PING"):
+            await client.ping()
+        pinged = time.perf_counter()
+        with backend_errors("health check: script"):
+            await run_script(client, NOOP, (), ())
+        return (pinged - start) * 1000, (time.perf_counter() - pinged) * 1000
+    await backend.inspect(HEALTH_PROBE_KEY)
+    return (time.perf_counter() - start) * 1000, None
+
+
+async def check_health(backend: AsyncLeaseBackend, timeout_ms: int) -> HealthReport:
+    """Check ``backend``, ``timeout_ms`` in all (see `fencedlease._health`).
+
+    Raises:
+        ValidationError: ``timeout_ms`` is not an int in 1..2,147,483,647.
+        BackendError: the store failed, or gave no answer within ``timeout_ms``.
+    """
+    bound = check_ms("timeout_ms", timeout_ms, 1)
+    start = time.perf_counter()
+    try:
+        ping_ms, script_ms = await asyncio.wait_for(_check(backend, start), bound / 1000)
+    except asyncio.TimeoutError as exc:  # builtin TimeoutError on 3.11+
+        raise too_slow((time.perf_counter() - start) * 1000, bound) from exc
+    total_ms = (time.perf_counter() - start) * 1000
+    return HealthReport(ping_ms, script_ms, total_ms)
+
+
+async def connect(
+    backend: AsyncLeaseBackend, attempts: int, timeout_ms: int, clock: Clock
+) -> HealthReport:
+    """`fencedlease._health.connect`, awaited: the waits are the clock's ``async_sleep`` (or
+    `asyncio.sleep`).
+
+    Raises:
+        BackendError: every attempt failed (the last failure in ``__cause__``).
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            return await check_health(backend, timeout_ms)
+        except BackendError as exc:
+            if attempt == attempts:
+                raise connect_error(attempts, exc) from exc
+        sleep = getattr(clock, "async_sleep", asyncio.sleep)
+        await sleep(connect_backoff_s(attempt))
+    raise AssertionError("unreachable")  # pragma: no cover

@@ -1,0 +1,137 @@
+"""[`AsyncLeaseManager.from_env`][fencedlease.aio.AsyncLeaseManager.from_env] and
+[`check_health`][fencedlease.aio.AsyncLeaseManager.check_health] and
+[`keep_alive`][fencedlease.aio.AsyncLeaseManager.keep_alive]: the twins of
+`fencedlease._operations`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Literal, TypeVar, cast
+
+from redis.asyncio.retry import Retry
+
+from .._backend import AsyncLeaseBackend
+from .._clock import SYSTEM_CLOCK, Clock
+from .._env import manager_from_env
+from .._events import EventHook
+from .._health import DEFAULT_HEALTH_TIMEOUT_MS, HealthReport
+from .._keep_alive import check_keep_alive
+from .._shutdown import ShutdownReport
+from .._validate import HoldArgs
+from ._health import check_health, connect
+from ._hold import _Hold
+from ._hold import _Manager as _HoldManager
+from ._lease import AsyncLease
+
+__all__ = ["Operations"]
+
+_M = TypeVar("_M", bound="Operations")
+
+
+class Operations:
+    """``from_env``, ``check_health`` and ``keep_alive``, mixed into the asyncio manager."""
+
+    _backend: AsyncLeaseBackend
+    _shutdown_timeout_ms: int
+    _holds: set[_Hold]
+
+    @classmethod
+    def _over_url(
+        cls: type[_M], url: str, prefix: str, clock: Clock, on_event: EventHook | None,
+        options: dict[str, Any],
+    ) -> _M:  # fmt: skip
+        raise NotImplementedError
+
+    def _check_open(self) -> None:
+        raise NotImplementedError
+
+    async def close(self, timeout_ms: int | None = None) -> ShutdownReport:
+        raise NotImplementedError
+
+    @classmethod
+    async def from_env(
+        cls: type[_M],
+        environ: Mapping[str, str] | None = None,
+        *,
+        connect: bool = False,
+        clock: Clock = SYSTEM_CLOCK,
+        on_event: EventHook | None = None,
+        **kwargs: Any,
+    ) -> _M:
+        """A manager configured by the ``FENCEDLEASE_*`` variables of ``environ``: the twin of
+        [`LeaseManager.from_env`][fencedlease.LeaseManager.from_env] (the table of variables is
+        there), awaited so that ``connect=True`` can check the store at once; the waits between
+        attempts are the clock's ``async_sleep`` (or `asyncio.sleep`). ``FENCEDLEASE_MAX_RETRIES``
+        becomes a ``redis.asyncio.retry.Retry``.
+
+        Raises:
+            ValidationError: as [`LeaseManager.from_env`][fencedlease.LeaseManager.from_env],
+                naming the variable.
+            BackendError: ``connect=True`` and no attempt reached the store (the last failure
+                in ``__cause__``; the manager was closed again).
+        """
+        manager, config = manager_from_env(
+            lambda url, prefix, options: cls._over_url(url, prefix, clock, on_event, options),
+            environ, kwargs, Retry,
+        )  # fmt: skip
+        manager._shutdown_timeout_ms = config.shutdown_timeout_ms
+        if connect:
+            timeout_ms = config.connect_timeout_ms or DEFAULT_HEALTH_TIMEOUT_MS
+            try:
+                await _connect(manager._backend, config.connect_max_attempts, timeout_ms, clock)
+            except BaseException:
+                await manager.close()
+                raise
+        return manager
+
+    async def check_health(self, timeout_ms: int = DEFAULT_HEALTH_TIMEOUT_MS) -> HealthReport:
+        """Check that the store answers: the twin of
+        [`LeaseManager.check_health`][fencedlease.LeaseManager.check_health], over the manager's
+        client, the whole check bounded by ``timeout_ms`` (see `fencedlease.aio._health`). Starts
+        no task and takes no lease.
+
+        Returns:
+            [`HealthReport`][fencedlease.HealthReport]: ``ping_ms``, ``script_ms``, ``total_ms``.
+
+        Raises:
+            ValidationError: ``timeout_ms`` is not an int in 1..2,147,483,647.
+            BackendError: the store failed, or gave no answer within ``timeout_ms``
+                (``timed_out``).
+            ManagerClosedError: the manager is closed.
+        """
+        self._check_open()
+        return await check_health(self._backend, timeout_ms)
+
+    def keep_alive(
+        self,
+        lease: AsyncLease,
+        *,
+        heartbeat_ms: int | Literal[False] | None = None,
+        on_renew_error: Callable[[BaseException], object] | None = None,
+    ) -> AbstractAsyncContextManager[AsyncLease]:
+        """Renew ``lease`` (from [`acquire`][fencedlease.aio.AsyncLeaseManager.acquire] or
+        [`restore`][fencedlease.aio.AsyncLeaseManager.restore] of this manager) in the background
+        for the ``async with`` block: the twin of
+        [`LeaseManager.keep_alive`][fencedlease.LeaseManager.keep_alive], with
+        [`hold`][fencedlease.aio.AsyncLeaseManager.hold]'s rules (on loss the block's task is
+        cancelled and the block ends in [`LeaseLostError`][fencedlease.LeaseLostError]; the lease
+        is released when the block ends).
+
+        Raises:
+            ValidationError: as [`LeaseManager.keep_alive`][fencedlease.LeaseManager.keep_alive]
+                (when ``keep_alive()`` is called).
+            LeaseLostError: the lease is lost already (the block never runs), or was lost while
+                the block ran.
+            BackendError, ManagerClosedError: as [`hold`][fencedlease.aio.AsyncLeaseManager.hold].
+        """
+        held = any(hold.lease is lease for hold in self._holds)
+        heartbeat = check_keep_alive(
+            lease, AsyncLease, self._backend, heartbeat_ms, on_renew_error, held
+        )
+        state = lease._state
+        args = HoldArgs(state.key, state.ttl_ms, 0, 1, heartbeat, on_renew_error)
+        return _Hold(cast("_HoldManager", self), args, lease)
+
+
+_connect = connect

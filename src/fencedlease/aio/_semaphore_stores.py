@@ -1,0 +1,224 @@
+"""The semaphore's slot stores for the asyncio face, and the adapter that runs slots as leases:
+the twins of `fencedlease._semaphore_stores` (the same steps, the same Lua scripts on Redis, the
+memory store inline, the SQLite store on a worker thread)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from .._backend import RenewItem
+from .._errors import ValidationError
+from .._protocol import AcquireReply, InspectReply
+from .._redis.aio import run_script
+from .._redis.errors import backend_errors
+from .._redis.keys import semaphore_keys
+from .._redis.replies import decode_acquire, decode_renew_many
+from .._redis.scripts import (
+    SEMAPHORE_ACQUIRE,
+    SEMAPHORE_CLEAR,
+    SEMAPHORE_COUNT,
+    SEMAPHORE_RELEASE,
+    SEMAPHORE_RENEW_MANY,
+)
+from .._redis.semaphore import decode_count, renew_args
+from .._semaphore import _LIMIT
+from .._semaphore_stores import MemorySlots, SlotStore, SqliteSlots, scope_of
+from ..backends.memory import AsyncMemoryBackend
+from ..backends.sqlite_async import AsyncSqliteBackend
+from ._redis_backend import AsyncRedisBackend
+
+__all__ = [
+    "AsyncRedisSlots",
+    "AsyncSlotBackend",
+    "AsyncSlotStore",
+    "AsyncSqliteSlots",
+    "async_slot_store_for",
+]
+
+
+class AsyncSlotStore(Protocol):
+    """`fencedlease._semaphore_stores.SlotStore`, awaited."""
+
+    def fencing_scope(self, name: str) -> str: ...
+
+    async def acquire(
+        self, name: str, owner_token: str, ttl_ms: int, limit: int
+    ) -> AcquireReply: ...
+
+    async def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]: ...
+
+    async def release(self, name: str, owner_token: str) -> bool: ...
+
+    async def count(self, name: str) -> int: ...
+
+    async def clear(self, name: str) -> bool: ...
+
+
+class AsyncRedisSlots:
+    """The Redis slot store over an [`AsyncRedisBackend`][fencedlease.aio.AsyncRedisBackend]'s
+    client and prefix: the sync store's scripts, awaited."""
+
+    def __init__(self, backend: AsyncRedisBackend) -> None:
+        self._client = backend.client
+        self._renewals = backend._renewals
+        self._prefix = backend.prefix
+
+    def fencing_scope(self, name: str) -> str:
+        return scope_of(self._prefix, name)
+
+    async def acquire(self, name: str, owner_token: str, ttl_ms: int, limit: int) -> AcquireReply:
+        keys = semaphore_keys(self._prefix, name)
+        with backend_errors(f"semaphore acquire {name!r}"):
+            reply = await run_script(
+                self._client, SEMAPHORE_ACQUIRE, keys, (owner_token, ttl_ms, limit)
+            )
+        return decode_acquire(reply, name)
+
+    async def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
+        keys, args = renew_args(self._prefix, items)
+        with backend_errors(f"semaphore renew {len(items)} slots"):
+            reply = await run_script(self._renewals(), SEMAPHORE_RENEW_MANY, keys, args)
+        return decode_renew_many(items, reply)
+
+    async def release(self, name: str, owner_token: str) -> bool:
+        keys = semaphore_keys(self._prefix, name)[:2]
+        with backend_errors(f"semaphore release {name!r}"):
+            reply = await run_script(self._client, SEMAPHORE_RELEASE, keys, (owner_token,))
+        return decode_count(reply, name) == 1
+
+    async def clear(self, name: str) -> bool:
+        keys = semaphore_keys(self._prefix, name)[:2]
+        with backend_errors(f"semaphore clear {name!r}"):
+            reply = await run_script(self._client, SEMAPHORE_CLEAR, keys, ())
+        return decode_count(reply, name) > 0
+
+    async def count(self, name: str) -> int:
+        keys = semaphore_keys(self._prefix, name)[:1]
+        with backend_errors(f"semaphore count {name!r}"):
+            return decode_count(await run_script(self._client, SEMAPHORE_COUNT, keys, ()), name)
+
+
+class _InlineSlots:
+    """A sync store that never blocks (memory: one short lock), run inline."""
+
+    def __init__(self, store: SlotStore) -> None:
+        self._store = store
+
+    def fencing_scope(self, name: str) -> str:
+        return self._store.fencing_scope(name)
+
+    async def acquire(self, name: str, owner_token: str, ttl_ms: int, limit: int) -> AcquireReply:
+        return self._store.acquire(name, owner_token, ttl_ms, limit)
+
+    async def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
+        return self._store.renew_many(items)
+
+    async def release(self, name: str, owner_token: str) -> bool:
+        return self._store.release(name, owner_token)
+
+    async def count(self, name: str) -> int:
+        return self._store.count(name)
+
+    async def clear(self, name: str) -> bool:
+        return self._store.clear(name)
+
+
+class AsyncSqliteSlots:
+    """The SQLite slot store of an
+    [`AsyncSqliteBackend`][fencedlease.backends.AsyncSqliteBackend], each step on a worker thread
+    (the tables are made at the first one)."""
+
+    def __init__(self, backend: AsyncSqliteBackend) -> None:
+        self._backend = backend
+        self._store: SqliteSlots | None = None
+
+    def fencing_scope(self, name: str) -> str:
+        backend = self._backend
+        return scope_of(backend._prefix if backend.sync is None else backend.sync.prefix, name)
+
+    async def _slots(self, operation: str) -> SqliteSlots:
+        if self._store is None:
+            sync = await self._backend._backend(operation)
+            self._store = await self._backend._run(SqliteSlots, sync)
+        return self._store
+
+    async def acquire(self, name: str, owner_token: str, ttl_ms: int, limit: int) -> AcquireReply:
+        store = await self._slots("semaphore acquire")
+        return await self._backend._run(store.acquire, name, owner_token, ttl_ms, limit)
+
+    async def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
+        store = await self._slots("semaphore renew")
+        return await self._backend._run(store.renew_many, list(items))
+
+    async def release(self, name: str, owner_token: str) -> bool:
+        store = await self._slots("semaphore release")
+        return await self._backend._run(store.release, name, owner_token)
+
+    async def count(self, name: str) -> int:
+        store = await self._slots("semaphore count")
+        return await self._backend._run(store.count, name)
+
+    async def clear(self, name: str) -> bool:
+        store = await self._slots("semaphore clear")
+        return await self._backend._run(store.clear, name)
+
+
+def async_slot_store_for(backend: object) -> AsyncSlotStore:
+    """The slot store beside an asyncio ``backend`` (the manager's).
+
+    Raises:
+        ValidationError: a backend with no semaphore store (only the library's Redis, memory and
+            SQLite backends have one).
+    """
+    if isinstance(backend, AsyncRedisBackend):
+        return AsyncRedisSlots(backend)
+    if isinstance(backend, AsyncMemoryBackend):
+        return _InlineSlots(MemorySlots(backend.sync))
+    if isinstance(backend, AsyncSqliteBackend):
+        return AsyncSqliteSlots(backend)
+    raise ValidationError(
+        "client",
+        "semaphores need an AsyncRedisBackend, AsyncMemoryBackend or AsyncSqliteBackend; the"
+        f" manager's backend is a {type(backend).__name__}",
+    )
+
+
+class AsyncSlotBackend:
+    """`fencedlease._semaphore_stores.SlotBackend`, awaited: every semaphore's slots of a manager
+    as one [`AsyncLeaseBackend`][fencedlease.AsyncLeaseBackend] for the lease machinery."""
+
+    def __init__(self, store: AsyncSlotStore) -> None:
+        self.store = store
+
+    @property
+    def limit(self) -> int:
+        """The limit of the acquire under way (`fencedlease._semaphore_stores.limit_of`)."""
+        return _LIMIT.get()
+
+    def fencing_scope(self, name: str) -> str:
+        return self.store.fencing_scope(name)
+
+    async def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
+        return await self.store.acquire(key, owner_token, ttl_ms, self.limit)
+
+    async def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
+        reply = (await self.store.renew_many([(key, owner_token, ttl_ms)]))[0]
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+    async def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
+        return await self.store.renew_many(items)
+
+    async def release(self, key: str, owner_token: str) -> bool:
+        return await self.store.release(key, owner_token)
+
+    async def inspect(self, key: str) -> InspectReply | None:
+        raise NotImplementedError("a semaphore slot has no single-lease view")
+
+    async def force_release(self, key: str) -> bool:
+        return await self.store.clear(key)
+
+    async def close(self) -> None:
+        """Nothing of its own to close: the store is the manager's backend's."""

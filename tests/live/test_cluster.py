@@ -1,0 +1,634 @@
+"""Leases on a real Redis Cluster (three primaries of the lab's), both faces: many slots renewed
+per slot, a paused primary holding up only its own leases, the hand-off across nodes, redirections
+and cluster errors never raw."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import AsyncExitStack, ExitStack, contextmanager
+
+import pytest
+import redis
+import redis.asyncio
+from redis.crc import key_slot
+from redis.exceptions import ClusterDownError, ClusterError, MovedError
+
+from conftest import unavailable
+from fencedlease import (
+    BackendError,
+    LeaseEvent,
+    LeaseLostError,
+    LeaseManager,
+    RedisClusterBackend,
+)
+from fencedlease._handoff_cluster import sharded_pubsub
+from fencedlease._redis.keys import lease_key, lease_keys
+from fencedlease.aio import AsyncLeaseManager
+from fencedlease.lab.servers.cluster import RedisClusterServers
+from fencedlease.lab.servers.redis import RedisServer, RedisUnavailable
+
+pytestmark = [pytest.mark.live, pytest.mark.cluster]
+
+KEYS = [f"job:{i}" for i in range(200)]
+
+
+def _slot(prefix: str, key: str) -> int:
+    return key_slot(lease_key(prefix, key).encode())
+
+
+def _client(cluster: RedisClusterServers) -> redis.RedisCluster:
+    host, port = cluster.startup_nodes[0]
+    return redis.RedisCluster(host=host, port=port, socket_timeout=10)
+
+
+class _Renewals:
+    """Counts confirmed background renewals per key; ``reached`` is set once every key of
+    ``keys`` has ``times`` more than it had at the last `expect`."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.counts: Counter[str] = Counter()
+        self.keys: set[str] = set()
+        self.base: dict[str, int] = {}
+        self.times = 0
+        self.lost: set[str] = set()
+        self.reached = threading.Event()
+        self.async_reached: asyncio.Event | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def expect(self, keys: list[str], times: int) -> None:
+        with self.lock:
+            self.keys, self.times = set(keys), times
+            self.base = {k: self.counts[k] for k in keys}
+            self.reached.clear()
+
+    def __call__(self, event: LeaseEvent) -> None:
+        if event.kind == "lost":
+            self.lost.add(event.key)
+        if event.kind != "renew" or event.status != "confirmed":
+            return
+        with self.lock:
+            self.counts[event.key] += 1
+            if self.keys and all(self.counts[k] - self.base[k] >= self.times for k in self.keys):
+                self.keys = set()
+                self.reached.set()
+
+
+@contextmanager
+def _paused(server: RedisServer) -> Iterator[None]:
+    server.pause()
+    try:
+        yield
+    finally:
+        server.resume()
+
+
+def _check_held(cluster: RedisClusterServers, prefix: str, tokens: dict[str, int]) -> None:
+    """Every key's lease is in Redis with its grant's token."""
+    client = _client(cluster)
+    try:
+        for key, token in tokens.items():
+            value = client.get(lease_key(prefix, key))
+            assert isinstance(value, bytes) and value.split(b":")[0] == str(token).encode(), key
+    finally:
+        client.close()
+
+
+def test_keys_of_the_batch_span_at_least_150_slots() -> None:
+    assert len({_slot("many", k) for k in KEYS}) >= 150
+
+
+def test_sync_200_leases_across_slots_held_through_three_heartbeats(
+    redis_cluster: RedisClusterServers,
+) -> None:
+    renewals = _Renewals()
+    renewals.expect(KEYS, 3)
+    with (
+        LeaseManager.from_url(redis_cluster.url, prefix="many", on_event=renewals) as leases,
+        ExitStack() as stack,
+    ):
+        held = [stack.enter_context(leases.hold(k, ttl_ms=4000, heartbeat_ms=500)) for k in KEYS]
+        assert renewals.reached.wait(60)
+        assert [lease.lost for lease in held] == [False] * len(KEYS)
+        _check_held(redis_cluster, "many", {lease.key: lease.fencing_token or 0 for lease in held})
+
+
+def test_async_200_leases_across_slots_held_through_three_heartbeats(
+    redis_cluster: RedisClusterServers,
+) -> None:
+    renewals = _Renewals()
+    renewals.expect(KEYS, 3)
+
+    async def main() -> dict[str, int]:
+        url = redis_cluster.url
+        async with (
+            AsyncLeaseManager.from_url(url, prefix="amany", on_event=renewals) as leases,
+            AsyncExitStack() as stack,
+        ):
+            held = [
+                await stack.enter_async_context(leases.hold(k, ttl_ms=4000, heartbeat_ms=500))
+                for k in KEYS
+            ]
+            assert await asyncio.to_thread(renewals.reached.wait, 60)
+            assert [lease.lost for lease in held] == [False] * len(KEYS)
+            tokens = {lease.key: lease.fencing_token or 0 for lease in held}
+            await asyncio.to_thread(_check_held, redis_cluster, "amany", tokens)
+            return tokens
+
+    assert len(asyncio.run(main())) == len(KEYS)
+
+
+def test_one_renewal_batch_sends_one_script_per_slot_and_no_getkeys(
+    redis_cluster: RedisClusterServers,
+) -> None:
+    client = _client(redis_cluster)
+    backend = RedisClusterBackend(client, "perslot")
+    try:
+        grants = [backend.acquire(k, f"owner-{k}", 5000) for k in KEYS]
+        assert [g.fencing_token for g in grants] == [1] * len(KEYS)
+        items = [(k, f"owner-{k}", 5000) for k in KEYS]
+        assert backend.renew_many(items) == [1] * len(KEYS)  # every node has the script cached
+        for server in redis_cluster.servers:
+            with server.client() as node:
+                node.config_resetstat()
+        replies = backend.renew_many(items)
+        calls = Counter[str]()
+        for server in redis_cluster.servers:
+            with server.client() as node:
+                stats = node.info("commandstats")
+                for name in ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_command|getkeys"):
+                    calls[name] += int(stats.get(name, {}).get("calls", 0))
+        assert replies == [1] * len(KEYS)
+        assert calls == Counter({"cmdstat_evalsha": len({_slot("perslot", k) for k in KEYS})})
+    finally:
+        backend.close()
+        client.close()
+
+
+def _split(cluster: RedisClusterServers, prefix: str) -> tuple[list[str], list[str]]:
+    """Thirty keys: (those on the first node, those on the others), neither empty."""
+    first = cluster.servers[0]
+    on = [k for k in KEYS[:30] if cluster.node_for_slot(_slot(prefix, k)) is first]
+    others = [k for k in KEYS[:30] if k not in on]
+    assert on and others
+    return on, others
+
+
+def test_sync_a_paused_primary_does_not_stall_other_shards(
+    redis_cluster: RedisClusterServers,
+) -> None:
+    paused_keys, others = _split(redis_cluster, "pause")
+    keys = paused_keys + others
+    renewals = _Renewals()
+    still: list[bool] = []
+    # The paused shard's leases may lapse meanwhile: their holds then end with LeaseLostError.
+    with (
+        contextlib.suppress(LeaseLostError),
+        LeaseManager.from_url(redis_cluster.url, prefix="pause", on_event=renewals) as leases,
+        ExitStack() as stack,
+    ):
+        held = {k: stack.enter_context(leases.hold(k, ttl_ms=3000, heartbeat_ms=500)) for k in keys}
+        with _paused(redis_cluster.servers[0]):
+            renewals.expect(others, 3)  # 1.5 s of heartbeats at least, the shard bound is 1 s
+            assert renewals.reached.wait(30)
+            still = [held[k].lost for k in others]
+    assert still == [False] * len(others)
+    assert renewals.lost <= set(paused_keys)
+
+
+def test_async_a_paused_primary_does_not_stall_other_shards(
+    redis_cluster: RedisClusterServers,
+) -> None:
+    paused_keys, others = _split(redis_cluster, "apause")
+    renewals = _Renewals()
+    still: list[bool] = []
+
+    async def hold_paused(leases: AsyncLeaseManager, entered: asyncio.Event) -> None:
+        # A lost lease cancels its hold's block: the paused shard's leases are held in a task of
+        # their own, beside the others (same manager, same renewal batches).
+        with contextlib.suppress(LeaseLostError):
+            async with AsyncExitStack() as stack:
+                for k in paused_keys:
+                    await stack.enter_async_context(leases.hold(k, ttl_ms=3000, heartbeat_ms=500))
+                entered.set()
+                await asyncio.Event().wait()
+
+    async def main() -> None:
+        url = redis_cluster.url
+        async with (
+            AsyncLeaseManager.from_url(url, prefix="apause", on_event=renewals) as leases,
+            AsyncExitStack() as stack,
+        ):
+            entered = asyncio.Event()
+            side = asyncio.ensure_future(hold_paused(leases, entered))
+            await entered.wait()
+            held = {
+                k: await stack.enter_async_context(leases.hold(k, ttl_ms=3000, heartbeat_ms=500))
+                for k in others
+            }
+            with _paused(redis_cluster.servers[0]):
+                renewals.expect(others, 3)  # 1.5 s of heartbeats at least, the shard bound is 1 s
+                assert await asyncio.to_thread(renewals.reached.wait, 30)
+                still.extend(held[k].lost for k in others)
+            side.cancel()
+            await asyncio.gather(side, return_exceptions=True)
+
+    asyncio.run(main())
+    assert still == [False] * len(others)
+    assert renewals.lost <= set(paused_keys)
+
+
+def _cross_node_key(cluster: RedisClusterServers, prefix: str, control: str) -> str:
+    """A key served by another node than the listener's (which subscribes where its control
+    channel's slot lives)."""
+    listener = cluster.node_for_slot(key_slot(control.encode()))
+    return next(k for k in KEYS if cluster.node_for_slot(_slot(prefix, k)) is not listener)
+
+
+def test_sync_waiter_is_woken_by_a_release_on_another_node(
+    redis_cluster: RedisClusterServers,
+) -> None:
+    with (
+        LeaseManager.from_url(redis_cluster.url, prefix="wake") as holder,
+        LeaseManager.from_url(redis_cluster.url, prefix="wake") as waiter,
+    ):
+        handoff = waiter._release_waiter
+        key = _cross_node_key(redis_cluster, "wake", handoff._control)  # type: ignore[attr-defined]
+        lease = holder.acquire(key, ttl_ms=30_000).lease
+        assert lease is not None
+        got: list[int | None] = []
+        thread = threading.Thread(
+            target=lambda: got.append(
+                waiter.acquire(
+                    key, ttl_ms=5000, wait_ms=20_000, retry_delay_ms=20_000
+                ).lease.fencing_token  # type: ignore[union-attr]
+            )
+        )
+        thread.start()
+        client = _client(redis_cluster)
+        try:
+            while not client.zcard(f"wake:{{{key}}}:waiters"):  # queued: now release
+                threading.Event().wait(0.005)
+        finally:
+            client.close()
+        assert lease.release()
+        thread.join(15)
+        assert got == [2]
+        assert handoff.notified == 1  # type: ignore[attr-defined]
+        # Redis 7: SSUBSCRIBE on the slot's node, woken by the release's SPUBLISH (a sharded
+        # listener hears no PUBLISH); 6.2: the plain listener, woken by PUBLISH.
+        assert handoff.sharded is sharded_pubsub(redis_cluster.version())  # type: ignore[attr-defined]
+
+
+def test_async_waiter_is_woken_by_a_release_on_another_node(
+    redis_cluster: RedisClusterServers,
+) -> None:
+    async def main() -> tuple[int | None, int, bool | None]:
+        url = redis_cluster.url
+        async with (
+            AsyncLeaseManager.from_url(url, prefix="awake") as holder,
+            AsyncLeaseManager.from_url(url, prefix="awake") as waiter,
+        ):
+            handoff = waiter._release_waiter
+            key = _cross_node_key(redis_cluster, "awake", handoff._control)  # type: ignore[attr-defined]
+            lease = (await holder.acquire(key, ttl_ms=30_000)).lease
+            assert lease is not None
+            task = asyncio.ensure_future(
+                waiter.acquire(key, ttl_ms=5000, wait_ms=20_000, retry_delay_ms=20_000)
+            )
+            client = redis.asyncio.RedisCluster(*redis_cluster.startup_nodes[0])
+            try:
+                while not await client.zcard(f"awake:{{{key}}}:waiters"):
+                    await asyncio.sleep(0.005)
+            finally:
+                await client.aclose()
+            assert await lease.release()
+            got = await asyncio.wait_for(task, 15)
+            assert got.lease is not None
+            sharded = handoff.sharded  # type: ignore[attr-defined]
+            return got.lease.fencing_token, handoff.notified, sharded  # type: ignore[attr-defined]
+
+    assert asyncio.run(main()) == (2, 1, sharded_pubsub(redis_cluster.version()))
+
+
+def _node_id(server: RedisServer) -> str:
+    with server.client() as node:
+        return str(node.execute_command("CLUSTER MYID").decode())
+
+
+def test_a_moved_slot_is_followed_not_raised(redis_cluster: RedisClusterServers) -> None:
+    key = "moving"
+    slot = _slot("moved", key)
+    source = redis_cluster.node_for_slot(slot)
+    target = next(s for s in redis_cluster.servers if s is not source)
+    client = _client(redis_cluster)  # reads the slot map before the move: it will get MOVED
+    backend = RedisClusterBackend(client, "moved")
+
+    def move(to: RedisServer) -> None:
+        node = _node_id(to)
+        for server in [to, *(s for s in redis_cluster.servers if s is not to)]:
+            with server.client() as c:
+                c.execute_command("CLUSTER SETSLOT", slot, "NODE", node)
+
+    move(target)
+    try:
+        grant = backend.acquire(key, "owner-moved", 5000)
+        assert grant.fencing_token == 1
+        with target.client() as direct:
+            assert direct.get(lease_key("moved", key)) == b"1:owner-moved"
+        assert backend.renew_many([(key, "owner-moved", 5000)]) == [1]
+        assert backend.release(key, "owner-moved") is True
+    finally:
+        with target.client() as direct:  # a slot moves back only empty
+            direct.delete(*lease_keys("moved", key))
+        move(source)
+        backend.close()
+        client.close()
+
+
+def test_sync_a_slot_nobody_serves_is_a_backend_error_naming_no_secret(
+    redis_cluster: RedisClusterServers,
+) -> None:
+    key = "orphan"
+    slot = _slot("down", key)
+    owner = redis_cluster.node_for_slot(slot)
+    client = redis.RedisCluster(*redis_cluster.startup_nodes[0], socket_timeout=10)
+    backend = RedisClusterBackend(client, "down")
+    with owner.client() as node:
+        node.execute_command("CLUSTER DELSLOTS", slot)
+    try:
+        with pytest.raises(BackendError) as caught:
+            backend.acquire(key, "owner-secret-token", 5000)
+    finally:
+        with owner.client() as node:
+            node.execute_command("CLUSTER ADDSLOTS", slot)
+        backend.close()
+        client.close()
+    assert isinstance(caught.value.__cause__, ClusterDownError)
+    assert "owner-secret-token" not in str(caught.value)
+    assert (caught.value.sent, caught.value.wrote) == ("maybe", "maybe")
+
+
+def test_async_a_slot_nobody_serves_is_a_backend_error_naming_no_secret(
+    redis_cluster: RedisClusterServers,
+) -> None:
+    from fencedlease.aio import AsyncRedisClusterBackend
+
+    key = "aorphan"
+    slot = _slot("adown", key)
+    owner = redis_cluster.node_for_slot(slot)
+
+    async def main() -> BaseException:
+        client = redis.asyncio.RedisCluster(*redis_cluster.startup_nodes[0])
+        backend = AsyncRedisClusterBackend(client, "adown", owns_client=True)
+        await client.initialize()
+        with owner.client() as node:
+            node.execute_command("CLUSTER DELSLOTS", slot)
+        try:
+            with pytest.raises(BackendError) as caught:
+                await backend.acquire(key, "owner-secret-token", 5000)
+        finally:
+            with owner.client() as node:
+                node.execute_command("CLUSTER ADDSLOTS", slot)
+            await backend.close()
+        return caught.value
+
+    error = asyncio.run(main())
+    assert isinstance(error, BackendError)
+    assert isinstance(error.__cause__, ClusterDownError)
+    assert "owner-secret-token" not in str(error)
+    assert (error.sent, error.wrote) == ("maybe", "maybe")
+
+
+@pytest.mark.parametrize("name", ["a}{b", "{x}", "%7B", "plain:name"])
+def test_names_with_braces_run_every_script_in_one_slot(
+    redis_cluster: RedisClusterServers, name: str
+) -> None:
+    client = _client(redis_cluster)
+    backend = RedisClusterBackend(client, "braces")
+    try:
+        grant = backend.acquire(name, "owner-b", 5000)
+        assert grant.fencing_token is not None and grant.fencing_token >= 1
+        assert backend.renew(name, "owner-b", 5000) == grant.fencing_token
+        assert backend.renew_many([(name, "owner-b", 5000)]) == [grant.fencing_token]
+        seen = backend.inspect(name)
+        assert seen is not None and seen.fencing_token == grant.fencing_token
+        assert backend.release(name, "owner-b") is True
+        assert backend.inspect(name) is None
+    finally:
+        backend.close()
+        client.close()
+
+
+def test_a_forked_child_renews_through_node_workers_of_its_own(
+    redis_cluster: RedisClusterServers,
+) -> None:
+    client = _client(redis_cluster)
+    backend = RedisClusterBackend(client, "fork")
+    try:
+        items = [(k, f"owner-{k}", 5000) for k in KEYS[:20]]
+        for key, owner, ttl_ms in items:
+            backend.acquire(key, owner, ttl_ms)
+        assert backend.renew_many(items) == [1] * len(items)  # the parent's workers exist now
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report its renewals' replies, then leave at once
+            code = 0
+            try:
+                code = 0 if backend.renew_many(items) == [1] * len(items) else 3
+            except BaseException:
+                code = 4
+            os.write(write, bytes([code]))
+            os._exit(0)
+        os.close(write)
+        reply = os.read(read, 1)
+        os.close(read)
+        os.waitpid(pid, 0)
+        assert reply == bytes([0])
+    finally:
+        backend.close()
+        client.close()
+
+
+@contextmanager
+def _moved_storm(cluster: RedisClusterServers, slot: int) -> Iterator[None]:
+    """The slot's owner redirects it to another node, which still redirects it back: MOVED
+    ping-pong (no node claims the slot anew, so gossip does not settle it) until undone."""
+    owner = cluster.node_for_slot(slot)
+    other = next(s for s in cluster.servers if s is not owner)
+    with owner.client() as node:
+        node.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", _node_id(other))
+        node.execute_command("CLUSTER SETSLOT", slot, "NODE", _node_id(other))
+    try:
+        yield
+    finally:
+        with owner.client() as node:
+            node.execute_command("CLUSTER SETSLOT", slot, "NODE", _node_id(owner))
+
+
+def _empty_slot_key(cluster: RedisClusterServers, prefix: str) -> str:
+    """A name whose slot holds no key yet (a slot moves only empty)."""
+    for i in range(1000):
+        slot = _slot(prefix, f"k{i}")
+        with cluster.node_for_slot(slot).client() as node:
+            if node.execute_command("CLUSTER COUNTKEYSINSLOT", slot) == 0:
+                return f"k{i}"
+    raise AssertionError("no empty slot")
+
+
+def test_sync_a_moved_storm_is_a_backend_error(redis_cluster: RedisClusterServers) -> None:
+    client = _client(redis_cluster)
+    backend = RedisClusterBackend(client, "storm")
+    key = _empty_slot_key(redis_cluster, "storm")
+    try:
+        with (
+            _moved_storm(redis_cluster, _slot("storm", key)),
+            pytest.raises(BackendError) as caught,
+        ):
+            backend.acquire(key, "owner-secret-token", 5000)
+        assert isinstance(caught.value.__cause__, ClusterError)
+        assert str(caught.value) == f"acquire {key!r}: ClusterError: TTL exhausted."
+        assert (caught.value.sent, caught.value.wrote) == ("maybe", "maybe")
+        assert backend.acquire(key, "owner-secret-token", 5000).fencing_token == 1  # undone
+    finally:
+        client.delete(*lease_keys("storm", key))
+        backend.close()
+        client.close()
+
+
+def test_async_a_moved_storm_is_a_backend_error(redis_cluster: RedisClusterServers) -> None:
+    from fencedlease.aio import AsyncRedisClusterBackend
+
+    key = _empty_slot_key(redis_cluster, "astorm")
+
+    async def main() -> tuple[BaseException, int | None]:
+        client = redis.asyncio.RedisCluster(*redis_cluster.startup_nodes[0])
+        backend = AsyncRedisClusterBackend(client, "astorm", owns_client=True)
+        try:
+            await client.initialize()
+            with (
+                _moved_storm(redis_cluster, _slot("astorm", key)),
+                pytest.raises(BackendError) as caught,
+            ):
+                await backend.acquire(key, "owner-secret-token", 5000)
+            again = await backend.acquire(key, "owner-secret-token", 5000)
+            return caught.value, again.fencing_token
+        finally:
+            for name in lease_keys("astorm", key):
+                await client.delete(name)
+            await backend.close()
+
+    error, token = asyncio.run(main())
+    assert isinstance(error, BackendError)
+    assert isinstance(error.__cause__, ClusterError)
+    assert "owner-secret-token" not in str(error)
+    assert (error.sent, error.wrote) == ("maybe", "maybe")
+    assert token == 1
+
+
+@pytest.mark.parametrize("face", ["sync", "asyncio"])
+def test_cluster_url_options_reach_every_node_connection(
+    redis_cluster: RedisClusterServers, face: str
+) -> None:
+    """A query option (``client_name``) applies to the connections of every node, and a keyword
+    option (``socket_timeout``) is taken, as on ``redis://``."""
+    name = f"fl-cluster-{face}"
+    url = redis_cluster.url + f"/?client_name={name}"
+    keys = [
+        next(k for k in KEYS if redis_cluster.node_for_slot(_slot(face, k)) is s)
+        for s in redis_cluster.servers
+    ]
+
+    named: list[int] = []
+    if face == "sync":
+        with LeaseManager.from_url(url, prefix=face, socket_timeout=7) as leases:
+            tokens = [leases.acquire(k, ttl_ms=5000).lease.fencing_token for k in keys]  # type: ignore[union-attr]
+            named.extend(_named_connections(redis_cluster, name))
+    else:
+
+        async def main() -> list[int | None]:
+            async with AsyncLeaseManager.from_url(url, prefix=face, socket_timeout=7) as leases:
+                got = [(await leases.acquire(k, ttl_ms=5000)).lease for k in keys]
+                named.extend(_named_connections(redis_cluster, name))
+                return [lease.fencing_token if lease else None for lease in got]
+
+        tokens = asyncio.run(main())
+    assert tokens == [1, 1, 1]
+    assert named == [1, 1, 1]
+
+
+def _named_connections(cluster: RedisClusterServers, name: str) -> list[int]:
+    """How many connections named ``name`` each node has (at least one where a lease went)."""
+    counts = []
+    for server in cluster.servers:
+        with server.client() as node:
+            counts.append(min(1, sum(1 for c in node.client_list() if c.get("name") == name)))
+    return counts
+
+
+def test_a_plain_client_on_a_cluster_node_is_told_to_use_the_cluster_url(
+    redis_cluster: RedisClusterServers,
+) -> None:
+    node = redis_cluster.servers[0]
+    key = next(k for k in KEYS if redis_cluster.node_for_slot(_slot("plain", k)) is not node)
+    with (
+        LeaseManager.from_url(node.url, prefix="plain") as leases,
+        pytest.raises(BackendError) as caught,
+    ):
+        leases.acquire(key, ttl_ms=5000)
+    assert isinstance(caught.value.__cause__, MovedError)
+    assert str(caught.value).endswith(
+        "(the server is a Redis Cluster node: use a redis+cluster:// URL or a RedisCluster client)"
+    )
+
+
+def test_async_a_plain_client_on_a_cluster_node_is_told_to_use_the_cluster_url(
+    redis_cluster: RedisClusterServers,
+) -> None:
+    node = redis_cluster.servers[0]
+    key = next(k for k in KEYS if redis_cluster.node_for_slot(_slot("aplain", k)) is not node)
+
+    async def main() -> BaseException:
+        async with AsyncLeaseManager.from_url(node.url, prefix="aplain") as leases:
+            with pytest.raises(BackendError) as caught:
+                await leases.acquire(key, ttl_ms=5000)
+        return caught.value
+
+    error = asyncio.run(main())
+    assert isinstance(error.__cause__, MovedError)
+    assert str(error).endswith(
+        "(the server is a Redis Cluster node: use a redis+cluster:// URL or a RedisCluster client)"
+    )
+
+
+def test_the_lab_cluster_with_replicas_replicates_a_grant() -> None:
+    """The lab's replicas: each primary's grant reaches its replica (``WAIT``), which serves it
+    to a ``READONLY`` connection."""
+    cluster = RedisClusterServers(2, replicas=1)
+    try:
+        cluster.start()
+    except RedisUnavailable as exc:
+        unavailable(str(exc))
+    try:
+        client = _client(cluster)
+        backend = RedisClusterBackend(client, "repl")
+        try:
+            assert len(client.get_replicas()) == 2  # type: ignore[no-untyped-call]
+            grant = backend.acquire("k", "owner-r", 60_000)
+            primary = cluster.node_for_slot(_slot("repl", "k"))
+            (replica,) = cluster.replicas_of[primary.port]
+            with primary.client() as node:
+                assert node.execute_command("WAIT", 1, 5000) == 1
+            with replica.client() as node:
+                node.execute_command("READONLY")
+                assert node.get(lease_key("repl", "k")) == f"{grant.fencing_token}:owner-r".encode()
+        finally:
+            backend.close()
+            client.close()
+    finally:
+        cluster.close()

