@@ -206,10 +206,22 @@ with the asyncio twin (`fencedlease.aio._redis_backend`), the hand-off and
             '    """What [`LeaseManager.with_lease`][fencedlease.LeaseManager.with_lease] did: ran ``fn`` under\n    the lease (``value`` is its return value), or skipped it because the lease was not acquired\n    (``value`` is None)."""\n',
         ),
     ],
+    "_manager_store.py": [
+        (
+            """        [`Lease.renew`][fencedlease.Lease.renew]; without ``fencing_token`` its token
+        is None until a renewal learns it from the store. The store still checks ``owner_token`` on
+        every renew and release. The restored lease is not renewed in the background.
+""",
+            """        [`Lease.renew`][fencedlease.Lease.renew]; without ``fencing_token`` its token is None until
+        a renewal learns it from the store. The store still checks ``owner_token`` on every renew
+        and release. The restored lease is not renewed in the background.
+""",
+        ),
+    ],
     "_manager_base.py": [
         (
-            '"""What [`LeaseManager`][fencedlease.LeaseManager] does by the same steps as the sync\nface: the acquire call and its loop, ``restore``, ``inspect`` and ``force_release``. The sync face\'s\n`fencedlease._manager_base` is generated from this module (``scripts/unasync.py``).\n',
-            '"""What [`LeaseManager`][fencedlease.LeaseManager] does by the same steps as the asyncio face: the\nacquire call and its loop, ``restore``, ``inspect`` and ``force_release``. Generated from\n`fencedlease.aio._manager_base` (``scripts/unasync.py``).\n',
+            '"""What [`LeaseManager`][fencedlease.LeaseManager] does by the same steps as the sync\nface: the acquire call and its loop (``restore``, ``inspect`` and ``force_release`` are in\n`fencedlease.aio._manager_store`). The sync face\'s\n`fencedlease._manager_base` is generated from this module (``scripts/unasync.py``).\n',
+            '"""What [`LeaseManager`][fencedlease.LeaseManager] does by the same steps as the asyncio face: the\nacquire call and its loop (``restore``, ``inspect`` and ``force_release`` are in\n`fencedlease._manager_store`). Generated from\n`fencedlease.aio._manager_base` (``scripts/unasync.py``).\n',
         ),
         (
             """The steps that differ by face are the manager's own: [`_ManagerBase._abandon`][] (what an
@@ -248,16 +260,6 @@ acquire that failed or was interrupted may hold) and `_ManagerBase._release_late
     ) -> AcquireResult:
 """,
             """    def _acquire(self, key: str, ttl_ms: int, wait_ms: int, retry_delay_ms: int) -> AcquireResult:
-""",
-        ),
-        (
-            """        [`Lease.renew`][fencedlease.Lease.renew]; without ``fencing_token`` its token
-        is None until a renewal learns it from the store. The store still checks ``owner_token`` on
-        every renew and release. The restored lease is not renewed in the background.
-""",
-            """        [`Lease.renew`][fencedlease.Lease.renew]; without ``fencing_token`` its token is None until
-        a renewal learns it from the store. The store still checks ``owner_token`` on every renew
-        and release. The restored lease is not renewed in the background.
 """,
         ),
         (
@@ -391,6 +393,7 @@ acquire that failed or was interrupted may hold) and `_ManagerBase._release_late
 FILES: dict[str, str] = {
     "aio/_lease.py": "_lease.py",
     "aio/_manager_base.py": "_manager_base.py",
+    "aio/_manager_store.py": "_manager_store.py",
     "aio/_redis_backend.py": "_redis_backend.py",
 }
 

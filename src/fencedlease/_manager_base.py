@@ -1,7 +1,8 @@
 # GENERATED from src/fencedlease/aio/_manager_base.py by `python scripts/unasync.py`: do not edit.
 # Edit that source, then run it again (CI runs it with --check, failing while stale).
 """What [`LeaseManager`][fencedlease.LeaseManager] does by the same steps as the asyncio face: the
-acquire call and its loop, ``restore``, ``inspect`` and ``force_release``. Generated from
+acquire call and its loop (``restore``, ``inspect`` and ``force_release`` are in
+`fencedlease._manager_store`). Generated from
 `fencedlease.aio._manager_base` (``scripts/unasync.py``).
 
 The steps that differ by face are the manager's own: `_ManagerBase._abandon` (what an
@@ -14,7 +15,6 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 import redis
@@ -37,29 +37,26 @@ from ._events import (
     acquire_ended,
     check_event_hook,
     wait_ended,
-    watch,
     with_logging,
 )
 from ._handoff import ReleaseWaiter
 from ._lease import AcquireResult, Lease, LeaseOutcome
+from ._manager_store import _AsyncStoreCalls
 from ._protocol import AcquireReply
-from ._redis.replication import Fencing, GrantOptions, PrimaryWatch, use_grant_options
+from ._redis.replication import Fencing, GrantOptions, use_grant_options
 from ._redis_backend import RedisBackend
 from ._renewer import Renewer
 from ._shutdown import ShutdownReport
-from ._state import restored_state
 from ._urls import backend_from_url
 from ._validate import (
     HoldArgs,
     check_acquire,
     check_clock,
     check_hold,
-    check_key,
     check_ms,
     check_prefix,
     check_sync_fn,
 )
-from ._view import LeaseInfo
 
 __all__ = ["_ManagerBase"]
 
@@ -67,7 +64,7 @@ T = TypeVar("T")
 _M = TypeVar("_M", bound="_ManagerBase")
 
 
-class _ManagerBase(ABC):
+class _ManagerBase(_AsyncStoreCalls, ABC):
     """The manager's calls that are the same steps on both faces, its construction and the
     signatures (and docstrings) of its public calls; the subclass supplies the steps that differ
     by face (the abstract methods below)."""
@@ -213,28 +210,6 @@ class _ManagerBase(ABC):
         hold: AbstractContextManager[Lease],
     ) -> LeaseOutcome[T]:
         """``fn(lease)`` inside ``hold``; a skipped outcome when ``hold`` acquired nothing."""
-
-    @property
-    def backend(self) -> LeaseBackend:
-        """The store the leases live in."""
-        return self._backend
-
-    @property
-    def primary_id(self) -> str | None:
-        """The replication id (``master_replid``) of the Redis primary that answered this
-        manager's last acquire; None before the first, or for a store without one."""
-        watch = getattr(self._backend, "primary", None)
-        return watch.primary_id if isinstance(watch, PrimaryWatch) else None
-
-    @property
-    def primary_changes(self) -> int:
-        """How many times this manager's acquires found a new Redis primary (a failover; each is
-        also logged as a warning). After one, with ``fencing="counter"`` and ``replica_acks=0``,
-        a grant the old primary had not replicated may have its token handed out again: check
-        [`inspect`][fencedlease.LeaseManager.inspect]'s ``promoted_from``, and use
-        ``replica_acks`` or ``fencing="clock"`` so it cannot happen. 0 for other stores."""
-        watch = getattr(self._backend, "primary", None)
-        return watch.changes if isinstance(watch, PrimaryWatch) else 0
 
     def _check_open(self) -> None:
         if self._forked:
@@ -399,52 +374,3 @@ class _ManagerBase(ABC):
         check_sync_fn(fn)
         args = check_hold(key, ttl_ms, wait_ms, retry_delay_ms, heartbeat_ms, on_renew_error)
         return self._with_lease(args.key, fn, self._hold(args))
-
-    # -- the rest ------------------------------------------------------------------------------
-
-    def restore(
-        self,
-        key: str,
-        owner_token: str,
-        *,
-        ttl_ms: int,
-        expires_at: datetime | None = None,
-        fencing_token: int | None = None,
-    ) -> Lease:
-        """Rebuild a lease from values persisted by an earlier process; no I/O.
-
-        Invents nothing: without ``expires_at`` the lease has no local deadline until its first
-        [`Lease.renew`][fencedlease.Lease.renew]; without ``fencing_token`` its token is None until
-        a renewal learns it from the store. The store still checks ``owner_token`` on every renew
-        and release. The restored lease is not renewed in the background.
-
-        Raises:
-            ValidationError: ``key``/``owner_token`` not non-empty strings, ``ttl_ms`` out of
-                bounds, ``expires_at`` naive, ``fencing_token`` not an int in 1..2**63-1.
-        """
-        state = restored_state(key, owner_token, ttl_ms, expires_at, fencing_token, self._clock)
-        state.fencing_scope = fencing_scope_of(self._backend, key)
-        watch(state, self._on_event, self._clock)
-        return Lease(state, self._backend, self._clock)
-
-    def inspect(self, key: str) -> LeaseInfo | None:
-        """The lease on ``key`` as the store holds it now, or None when nobody holds it.
-
-        Raises:
-            ValidationError: ``key`` is not a non-empty str.
-            BackendError: the store failed.
-        """
-        check_key(key)
-        return LeaseInfo.from_reply(key, self._backend.inspect(key))
-
-    def force_release(self, key: str) -> bool:
-        """Delete the lease on ``key`` whoever holds it; the operator's escape hatch. The fencing
-        counter is kept, so the next grant still gets a larger token. Returns whether a lease was
-        held.
-
-        Raises:
-            ValidationError: ``key`` is not a non-empty str.
-            BackendError: the store failed.
-        """
-        check_key(key)
-        return self._backend.force_release(key)
