@@ -187,10 +187,10 @@ SURFACES: Final[dict[str, str]] = {
 }
 
 PROBES: Final[tuple[Probe, ...]] = (
-    Probe("redis-lock", "_redis_backend.py", '        with backend_errors(f"acquire {key!r}"):'),
-    Probe("redis-lock", "aio/_redis_backend.py", '        with backend_errors(f"acquire {key!r}"):'),
-    Probe("sync-renewer", "_renewer.py", "        entry = RenewalEntry(state, heartbeat_ms, on_renew_error)"),
-    Probe("asyncio", "aio/_renewer.py", "        entry = RenewalEntry(state, heartbeat_ms, on_renew_error)"),
+    Probe("redis-lock", "_redis_backend.py", "        decoded = decode_acquire(reply, key)"),
+    Probe("redis-lock", "aio/_redis_backend.py", "        decoded = decode_acquire(reply, key)"),
+    Probe("sync-renewer", "_renewer.py", "        if self._thread is not None and self._thread.is_alive():"),
+    Probe("asyncio", "aio/_renewer.py", "        if self._task is not None and not self._task.done():"),
     Probe("handoff", "_handoff_sync.py", "        keys, args = self._enqueue_args(key, owner_token, ttl_ms, wait_ms, final)"),
     Probe("handoff", "aio/_handoff.py", "        keys, args = self._enqueue_args(key, owner_token, ttl_ms, wait_ms, final)"),
     Probe("sql-guard", "db/_guard.py", "    access = coerce_access(token_or_lease)"),
@@ -363,7 +363,7 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
         (
             Edit(
                 "_protocol.py",
-                "    return secrets.token_hex(16)\n",
+                "    return os.urandom(16).hex()\n",
                 '    return hashlib.sha256(b"%d" % __import__("os").getpid()).hexdigest()[:32]\n',
             ),
         ),
@@ -440,7 +440,7 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
             OneOf(tuple(Edit(
                 path,
                 "        self._cancel_requested = True\n"
-                '        task.cancel(f"fencedlease: the lease on {self._key!r} was lost")\n',
+                '        task.cancel(f"fencedlease: the lease on {self._args.key!r} was lost")\n',
                 "        self._cancel_requested = False\n",
             ) for path in ("aio/_manager.py", "aio/_hold.py"))),
         ),

@@ -50,6 +50,9 @@ NAMES: dict[str, str] = {
     "AsyncSwitchWatcher": "SwitchWatcher",
     "_AsyncManagerBase": "_ManagerBase",
     "aclose": "close",
+    "AbstractAsyncContextManager": "AbstractContextManager",
+    "async_backend_from_url": "backend_from_url",
+    "check_async_fn": "check_sync_fn",
 }
 
 # Text rules for the whole module, in order (regular expressions, multiline).
@@ -63,6 +66,7 @@ SUBS: list[tuple[str, str]] = [
     (r"^from \.\._redis\.sentinel_aio import", "from .._redis.sentinel import"),
     # One package up: fencedlease.aio.X -> fencedlease.X.
     (r"^(\s*)from \.\.(\w)", r"\1from .\2"),
+    (r"^(\s*)from \.\. import", r"\1from . import"),
     (r"\bredis\.asyncio\.", "redis."),
     (r"^import redis\.asyncio$", "import redis"),
     # A cross-reference to the asyncio face's class is to the sync face's (fencedlease.X).
@@ -202,10 +206,22 @@ with the asyncio twin (`fencedlease.aio._redis_backend`), the hand-off and
             '    """What [`LeaseManager.with_lease`][fencedlease.LeaseManager.with_lease] did: ran ``fn`` under\n    the lease (``value`` is its return value), or skipped it because the lease was not acquired\n    (``value`` is None)."""\n',
         ),
     ],
+    "_manager_store.py": [
+        (
+            """        [`Lease.renew`][fencedlease.Lease.renew]; without ``fencing_token`` its token
+        is None until a renewal learns it from the store. The store still checks ``owner_token`` on
+        every renew and release. The restored lease is not renewed in the background.
+""",
+            """        [`Lease.renew`][fencedlease.Lease.renew]; without ``fencing_token`` its token is None until
+        a renewal learns it from the store. The store still checks ``owner_token`` on every renew
+        and release. The restored lease is not renewed in the background.
+""",
+        ),
+    ],
     "_manager_base.py": [
         (
-            '"""What [`LeaseManager`][fencedlease.LeaseManager] does by the same steps as the sync\nface: the acquire call and its loop, ``restore``, ``inspect`` and ``force_release``. The sync face\'s\n`fencedlease._manager_base` is generated from this module (``scripts/unasync.py``).\n',
-            '"""What [`LeaseManager`][fencedlease.LeaseManager] does by the same steps as the asyncio face: the\nacquire call and its loop, ``restore``, ``inspect`` and ``force_release``. Generated from\n`fencedlease.aio._manager_base` (``scripts/unasync.py``).\n',
+            '"""What [`LeaseManager`][fencedlease.LeaseManager] does by the same steps as the sync\nface: the acquire call and its loop (``restore``, ``inspect`` and ``force_release`` are in\n`fencedlease.aio._manager_store`). The sync face\'s\n`fencedlease._manager_base` is generated from this module (``scripts/unasync.py``).\n',
+            '"""What [`LeaseManager`][fencedlease.LeaseManager] does by the same steps as the asyncio face: the\nacquire call and its loop (``restore``, ``inspect`` and ``force_release`` are in\n`fencedlease._manager_store`). Generated from\n`fencedlease.aio._manager_base` (``scripts/unasync.py``).\n',
         ),
         (
             """The steps that differ by face are the manager's own: [`_ManagerBase._abandon`][] (what an
@@ -247,15 +263,129 @@ acquire that failed or was interrupted may hold) and `_ManagerBase._release_late
 """,
         ),
         (
-            """        [`Lease.renew`][fencedlease.Lease.renew]; without ``fencing_token`` its token
-        is None until a renewal learns it from the store. The store still checks ``owner_token`` on
-        every renew and release. The restored lease is not renewed in the background.
-""",
-            """        [`Lease.renew`][fencedlease.Lease.renew]; without ``fencing_token`` its token is None until
-        a renewal learns it from the store. The store still checks ``owner_token`` on every renew
-        and release. The restored lease is not renewed in the background.
-""",
+            '''"""A manager over the backend ``url`` names (see
+        [`backend_from_url`][fencedlease.aio.backend_from_url]), closed with the
+        manager: ``redis://``, ``rediss://`` and ``unix://``, a client made by
+        ``redis.Redis.from_url(url, **kwargs)``. No I/O until the first command.
+
+        Raises:
+            ValidationError: an unknown scheme, a malformed URL or a bad ``prefix``.
+        """
+''',
+            '''"""A manager over the backend ``url`` names, closed with the manager: ``redis://``,
+        ``rediss://`` and ``unix://`` (a client made by ``redis.Redis.from_url(url, **kwargs)``),
+        ``memory://``, and ``sqlite:///relative/path`` / ``sqlite:////absolute/path`` /
+        ``sqlite:///:memory:`` (``busy_timeout_ms`` the only keyword). See
+        `fencedlease._urls.backend_from_url`.
+
+        Raises:
+            ValidationError: an unknown scheme, a malformed URL or an option it does not take.
+            BackendError: a SQLite database that cannot be opened.
+        """
+''',
         ),
+        (
+            '''"""Hold the lease on ``key`` for the ``async with`` block, renewed in the background.
+
+        Acquires as [`acquire`][fencedlease.LeaseManager.acquire] does, renews every
+        ``heartbeat_ms`` (default ``max(1, ttl_ms // 4)``; an explicit value must be at most
+        ``ttl_ms // 2``; ``False``: no renewal) while the block runs, then releases.
+        ``on_renew_error(exc)`` is called (in the renewal task, so it must not block) for each
+        failed renewal round trip: telemetry, not a loss. An ``Exception`` the hook raises is logged
+        and renewal goes on; anything else it raises (``KeyboardInterrupt``, ``SystemExit``) stops
+        the renewal task: its leases are lost, so the block ends in
+        [`LeaseLostError`][fencedlease.LeaseLostError] (see `call_renew_error_hooks`; the same on
+        both faces).
+
+        The lease is lost when a renewal finds the key gone or another owner's, or when ``ttl_ms``
+        passes with no confirmed renewal; this is checked by the renewal task, again when the block
+        ends, and by the release. On loss the task running the block is cancelled, and the
+        ``CancelledError`` comes out of ``hold`` as [`LeaseLostError`][fencedlease.LeaseLostError].
+
+        Raises:
+            ValidationError: an argument out of bounds (when ``hold()`` is called).
+            LeaseNotAcquiredError: the key is held by another owner; the block never runs.
+            LeaseLostError: the lease was lost while the block ran, even if the block returned
+                normally or swallowed the cancellation. An exception raised by the block itself
+                propagates unchanged, and so does a cancellation that did not come from the loss.
+            BackendError: the store failed while acquiring or releasing.
+            ManagerClosedError: the manager is closed, or was closed while the call waited.
+        """
+''',
+            '''"""Hold the lease on ``key`` for the ``with`` block, renewed in the background.
+
+        Acquires as [`acquire`][fencedlease.LeaseManager.acquire] does, renews every
+        ``heartbeat_ms`` (default ``max(1, ttl_ms // 4)``; an explicit value must be at most
+        ``ttl_ms // 2``; ``False``: no renewal) while the block runs, then releases.
+        ``on_renew_error(exc)`` is called (on the renewer's thread) for each failed renewal round
+        trip: telemetry, not a loss. An ``Exception`` the hook raises is logged and renewal goes on;
+        anything else it raises (``KeyboardInterrupt``, ``SystemExit``) stops the renewer: its
+        leases are lost, so the block ends in [`LeaseLostError`][fencedlease.LeaseLostError] (see
+        `call_renew_error_hooks`; the same on both faces).
+
+        The lease is lost when a renewal finds the key gone or another owner's, or when ``ttl_ms``
+        passes with no confirmed renewal; this is checked by the renewer, again when the block ends,
+        and by the release (a refused release means the lease had moved on). The block can watch
+        ``lease.lost``, ``lease.check()`` or ``lease.wait_lost()``.
+
+        The final release waits until the lease's deadline at most (at least 100 ms; see
+        `release_bound_s`), so a hung store cannot hold the caller past
+        it: a release with no reply in time leaves the lease to lapse at its TTL and counts as a
+        failed release (below). After [`close`][fencedlease.LeaseManager.close] the block ends in
+        [`LeaseLostError`][fencedlease.LeaseLostError] (close released the lease).
+
+        Raises:
+            ValidationError: an argument out of bounds (when ``hold()`` is called).
+            LeaseNotAcquiredError: the key is held by another owner; the block never runs.
+            LeaseLostError: the lease was lost while the block ran, even if the block returned
+                normally. An exception raised by the block itself propagates unchanged.
+            BackendError: the store failed while acquiring or releasing, or the release got no
+                reply in time (the lease lapses at its TTL).
+            ManagerClosedError: the manager is closed.
+        """
+''',
+        ),
+        (
+            '''"""Await ``fn(lease)`` under the lease on ``key``, as
+        [`hold`][fencedlease.LeaseManager.hold] does (in the caller's task, which is the
+        one cancelled on loss).
+
+        Returns:
+            [`LeaseOutcome`][fencedlease.LeaseOutcome]: ``value`` is what ``fn``
+            returned; ``skipped`` is true (and ``fn`` never ran) when the lease was not acquired.
+
+        Raises:
+            ValidationError, LeaseLostError, BackendError, ManagerClosedError: as
+                [`hold`][fencedlease.LeaseManager.hold]; an exception from ``fn``
+                propagates unchanged (a ``LeaseNotAcquiredError`` from ``fn`` included: only this
+                call's own acquire turns into a skipped outcome). ``fn`` not callable:
+                ``ValidationError`` before anything is acquired; ``fn(lease)`` not an awaitable (a
+                sync function, which ran blocking the event loop): ``ValidationError`` (also a
+                ``TypeError``) once the lease is released.
+        """
+''',
+            '''"""Run ``fn(lease)`` under the lease on ``key``, as [`hold`][fencedlease.LeaseManager.hold]
+        does.
+
+        Returns:
+            [`LeaseOutcome`][fencedlease.LeaseOutcome]: ``value`` is what ``fn`` returned;
+            ``skipped`` is true (and ``fn`` never ran) when the lease was not acquired.
+
+        Raises:
+            ValidationError, LeaseLostError, BackendError: as
+                [`hold`][fencedlease.LeaseManager.hold]; an exception from ``fn`` propagates
+                unchanged. ``fn`` not callable, or an ``async def`` function (use
+                [`fencedlease.aio.AsyncLeaseManager.with_lease`][]): ``ValidationError`` (a
+                ``TypeError`` too for the latter) before anything is acquired; ``fn`` returned an
+                awaitable (it is closed unawaited): ``ValidationError`` once the lease is released.
+        """
+''',
+        ),
+        (
+            "from collections.abc import Awaitable, Callable\n",
+            "from collections.abc import Callable\n",
+        ),
+        ("Callable[[Lease], Awaitable[T]]", "Callable[[Lease], T]"),
     ],
 }
 
@@ -263,6 +393,7 @@ acquire that failed or was interrupted may hold) and `_ManagerBase._release_late
 FILES: dict[str, str] = {
     "aio/_lease.py": "_lease.py",
     "aio/_manager_base.py": "_manager_base.py",
+    "aio/_manager_store.py": "_manager_store.py",
     "aio/_redis_backend.py": "_redis_backend.py",
 }
 

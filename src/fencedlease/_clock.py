@@ -8,8 +8,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Protocol
 
@@ -80,8 +79,7 @@ _SEND_MARK: ContextVar[Callable[[], None] | None] = ContextVar(
 )
 
 
-@contextmanager
-def marking_sends(mark: Callable[[], None]) -> Iterator[None]:
+class marking_sends:
     """Within the block (this thread, or this asyncio task), a backend about to send the command
     whose send time dates a deadline calls ``mark()`` (`mark_send`) right before it goes
     out, so the time the caller took before the call is moved later.
@@ -92,12 +90,20 @@ def marking_sends(mark: Callable[[], None]) -> Iterator[None]:
     round trip or more; an EVALSHA refused with ``NOSCRIPT``, which ran nothing) would otherwise
     eat into the lease's margin. A later mark is still before the command runs, so the deadline
     stays conservative. A backend that never calls `mark_send` keeps the caller's time.
+
+    A class rather than a generator-based context manager: it is entered on every acquire.
     """
-    token = _SEND_MARK.set(mark)
-    try:
-        yield
-    finally:
-        _SEND_MARK.reset(token)
+
+    __slots__ = ("_mark", "_token")
+
+    def __init__(self, mark: Callable[[], None]) -> None:
+        self._mark = mark
+
+    def __enter__(self) -> None:
+        self._token = _SEND_MARK.set(self._mark)
+
+    def __exit__(self, *exc_info: object) -> None:
+        _SEND_MARK.reset(self._token)
 
 
 def send_mark() -> Callable[[], None] | None:

@@ -32,6 +32,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
+# The errors both faces export (fencedlease.aio re-exports this list); the rest of the module
+# (RowNotFoundError, Sent, Wrote) is imported by name where it is used.
 __all__ = [
     "BackendError",
     "FencedLeaseError",
@@ -40,12 +42,9 @@ __all__ = [
     "LeaseNotAcquiredError",
     "ManagerClosedError",
     "ReplicationError",
-    "RowNotFoundError",
     "SemaphoreLeaseLostError",
-    "Sent",
     "StaleTokenError",
     "ValidationError",
-    "Wrote",
 ]
 
 Sent = Literal["no", "maybe", "yes"]

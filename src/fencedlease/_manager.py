@@ -8,48 +8,35 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import wait as wait_futures
-from contextlib import contextmanager
-from typing import Any, Literal, TypeVar
+from contextlib import AbstractContextManager, contextmanager
+from typing import Literal, TypeVar
 
 import redis
 
-from . import _fork
 from ._backend import LeaseBackend
-from ._clock import SYSTEM_CLOCK, Clock
 from ._cluster_backend import RedisClusterBackend
 from ._decisions import (
-    DEFAULT_CLOSE_TIMEOUT_MS,
-    DEFAULT_RETRY_DELAY_MS,
-    DEFAULT_TTL_MS,
     close_releases,
     hold_outcome,
     hold_releases,
 )
 from ._errors import BackendError, LeaseNotAcquiredError, ManagerClosedError
-from ._events import EventHook, check_event_hook, with_logging
-from ._handoff import ReleaseWaiter, release_waiter_for
+from ._handoff import release_waiter_for
 from ._lease import Lease, LeaseOutcome
 from ._manager_base import _ManagerBase
 from ._operations import Operations
-from ._redis.replication import Fencing, GrantOptions, use_grant_options
 from ._redis_backend import RedisBackend
 from ._renewer import BoundedCalls, Renewer
 from ._semaphore import Semaphore, _SlotManager, slot_manager_for
 from ._semaphore_stores import check_limit
 from ._shutdown import ShutdownReport, log_incomplete
 from ._state import release_bound_s, release_wait_more_s
-from ._urls import backend_from_url
 from ._validate import (
     ArgumentTypeError,
-    check_acquire,
+    HoldArgs,
     check_backend,
-    check_callback,
-    check_clock,
-    check_heartbeat_ms,
     check_key,
     check_ms,
-    check_prefix,
-    check_sync_fn,
 )
 
 __all__ = ["LeaseManager"]
@@ -95,101 +82,33 @@ class LeaseManager(_ManagerBase, Operations):
             it is one of the asyncio face's).
     """
 
-    def __init__(
+    def _backend_for(
         self,
         client: redis.Redis | redis.RedisCluster | LeaseBackend,
-        *,
-        prefix: str = "fencedlease",
-        clock: Clock = SYSTEM_CLOCK,
-        renew_batch_size: int = 500,
-        on_event: EventHook | None = None,
-        replica_acks: int = 0,
-        replica_ack_timeout_ms: int = 100,
-        fencing: Fencing = "counter",
-        _owns_client: bool = False,
-    ) -> None:
-        check_prefix(prefix)
-        self._on_event = with_logging(check_event_hook(on_event))
-        check_clock(clock)
-        batch = check_ms("renew_batch_size", renew_batch_size, 1)
-        grants = GrantOptions.checked(replica_acks, replica_ack_timeout_ms, fencing)
+        prefix: str,
+        owns_client: bool,
+    ) -> LeaseBackend:
         if isinstance(client, redis.Redis):
-            self._backend: LeaseBackend = RedisBackend(client, prefix, owns_client=_owns_client)
-        elif isinstance(client, redis.RedisCluster):
-            self._backend = RedisClusterBackend(client, prefix, owns_client=_owns_client)
-        else:
-            check_backend(client, asyncio=False)
-            self._backend = client
-        use_grant_options(
-            self._backend, grants, made_here=isinstance(client, redis.Redis) or _owns_client
-        )
-        self._clock = clock
-        self._renewer = Renewer(self._backend, clock, batch_size=batch)
-        if isinstance(
-            self._backend, RedisBackend
-        ):  # Sentinel: a new primary, every lease renewed there
-            self._backend.on_primary_switch = self._renewer.renew_now
+            return RedisBackend(client, prefix, owns_client=owns_client)
+        if isinstance(client, redis.RedisCluster):
+            return RedisClusterBackend(client, prefix, owns_client=owns_client)
+        check_backend(client, asyncio=False)
+        return client
+
+    @staticmethod
+    def _drop_unused(backend: LeaseBackend) -> None:
+        backend.close()
+
+    def _init_face(self) -> None:
         # Waiting acquirers are woken by the release where the backend can (see _handoff);
         # other stores are polled on the manager's clock.
-        self._release_waiter: ReleaseWaiter = release_waiter_for(self._backend, clock)
+        self._release_waiter = release_waiter_for(self._backend, self._clock)
         # Final releases (hold's end, close) run here, so a hung store cannot hold the caller.
         self._releases = BoundedCalls("fencedlease-release")
         self._lock = threading.Lock()  # guards _closed and _holds
         self._holds: set[Lease] = set()  # leases inside hold() now
-        self._closed = False
-        self._forked = False  # the sync face goes on after a fork (see _after_fork_in_child)
-        self._shutdown_timeout_ms = DEFAULT_CLOSE_TIMEOUT_MS  # close()'s default bound
-        self._shutdown: ShutdownReport | None = None
         self._close_done = threading.Event()  # set once close() has its report
         self._slots: _SlotManager | None = None  # its semaphores' slots (the first semaphore())
-        _fork.register(self)
-
-    @classmethod
-    def from_url(
-        cls,
-        url: str,
-        *,
-        prefix: str = "fencedlease",
-        clock: Clock = SYSTEM_CLOCK,
-        on_event: EventHook | None = None,
-        replica_acks: int = 0,
-        replica_ack_timeout_ms: int = 100,
-        fencing: Fencing = "counter",
-        **kwargs: Any,
-    ) -> LeaseManager:
-        """A manager over the backend ``url`` names, closed with the manager: ``redis://``,
-        ``rediss://`` and ``unix://`` (a client made by ``redis.Redis.from_url(url, **kwargs)``),
-        ``memory://``, and ``sqlite:///relative/path`` / ``sqlite:////absolute/path`` /
-        ``sqlite:///:memory:`` (``busy_timeout_ms`` the only keyword). See
-        `fencedlease._urls.backend_from_url`.
-
-        Raises:
-            ValidationError: an unknown scheme, a malformed URL or an option it does not take.
-            BackendError: a SQLite database that cannot be opened.
-        """
-        hook = check_event_hook(on_event)
-        GrantOptions.checked(replica_acks, replica_ack_timeout_ms, fencing)
-        backend = backend_from_url(url, prefix=prefix, clock=clock, **kwargs)
-        try:
-            return cls(
-                backend,
-                clock=clock,
-                on_event=hook,
-                replica_acks=replica_acks,
-                replica_ack_timeout_ms=replica_ack_timeout_ms,
-                fencing=fencing,
-                _owns_client=True,
-            )
-        except BaseException:
-            backend.close()  # e.g. replica_acks for a SQLite file: nothing left open
-            raise
-
-    @classmethod
-    def _over_url(
-        cls, url: str, prefix: str, clock: Clock, on_event: EventHook | None,
-        options: dict[str, Any],
-    ) -> LeaseManager:  # fmt: skip
-        return cls.from_url(url, prefix=prefix, clock=clock, on_event=on_event, **options)
 
     @property
     def renewer(self) -> Renewer:
@@ -328,56 +247,13 @@ class LeaseManager(_ManagerBase, Operations):
                 add_note(f"fencedlease: release after the interrupt failed: {cleanup}")
 
     @contextmanager
-    def hold(
-        self,
-        key: str,
-        *,
-        ttl_ms: int = DEFAULT_TTL_MS,
-        wait_ms: int = 0,
-        retry_delay_ms: int = DEFAULT_RETRY_DELAY_MS,
-        heartbeat_ms: int | Literal[False] | None = None,
-        on_renew_error: Callable[[BaseException], object] | None = None,
-    ) -> Iterator[Lease]:
-        """Hold the lease on ``key`` for the ``with`` block, renewed in the background.
-
-        Acquires as [`acquire`][fencedlease.LeaseManager.acquire] does, renews every
-        ``heartbeat_ms`` (default ``max(1, ttl_ms // 4)``; an explicit value must be at most
-        ``ttl_ms // 2``; ``False``: no renewal) while the block runs, then releases.
-        ``on_renew_error(exc)`` is called (on the renewer's thread) for each failed renewal round
-        trip: telemetry, not a loss. An ``Exception`` the hook raises is logged and renewal goes on;
-        anything else it raises (``KeyboardInterrupt``, ``SystemExit``) stops the renewer: its
-        leases are lost, so the block ends in [`LeaseLostError`][fencedlease.LeaseLostError] (see
-        `call_renew_error_hooks`; the same on both faces).
-
-        The lease is lost when a renewal finds the key gone or another owner's, or when ``ttl_ms``
-        passes with no confirmed renewal; this is checked by the renewer, again when the block ends,
-        and by the release (a refused release means the lease had moved on). The block can watch
-        ``lease.lost``, ``lease.check()`` or ``lease.wait_lost()``.
-
-        The final release waits until the lease's deadline at most (at least 100 ms; see
-        `release_bound_s`), so a hung store cannot hold the caller past
-        it: a release with no reply in time leaves the lease to lapse at its TTL and counts as a
-        failed release (below). After [`close`][fencedlease.LeaseManager.close] the block ends in
-        [`LeaseLostError`][fencedlease.LeaseLostError] (close released the lease).
-
-        Raises:
-            ValidationError: an argument out of bounds (before anything is acquired).
-            LeaseNotAcquiredError: the key is held by another owner; the block never runs.
-            LeaseLostError: the lease was lost while the block ran, even if the block returned
-                normally. An exception raised by the block itself propagates unchanged.
-            BackendError: the store failed while acquiring or releasing, or the release got no
-                reply in time (the lease lapses at its TTL).
-            ManagerClosedError: the manager is closed.
-        """
-        key, ttl_ms, wait_ms, retry_delay_ms = check_acquire(key, ttl_ms, wait_ms, retry_delay_ms)
-        heartbeat = check_heartbeat_ms(heartbeat_ms, ttl_ms)
-        check_callback(on_renew_error, "on_renew_error")
+    def _hold(self, args: HoldArgs) -> Iterator[Lease]:
         if self._closed:
             raise ManagerClosedError()
-        lease = self._acquire(key, ttl_ms, wait_ms, retry_delay_ms).lease
+        lease = self._acquire(args.key, args.ttl_ms, args.wait_ms, args.retry_delay_ms).lease
         if lease is None:
-            raise LeaseNotAcquiredError(key)
-        with self._renewed(lease, heartbeat, on_renew_error):
+            raise LeaseNotAcquiredError(args.key)
+        with self._renewed(lease, args.heartbeat, args.on_renew_error):
             yield lease
 
     @contextmanager
@@ -450,44 +326,13 @@ class LeaseManager(_ManagerBase, Operations):
         if error is not None:
             raise error from None
 
-    def with_lease(
-        self,
-        key: str,
-        fn: Callable[[Lease], T],
-        *,
-        ttl_ms: int = DEFAULT_TTL_MS,
-        wait_ms: int = 0,
-        retry_delay_ms: int = DEFAULT_RETRY_DELAY_MS,
-        heartbeat_ms: int | Literal[False] | None = None,
-        on_renew_error: Callable[[BaseException], object] | None = None,
+    def _with_lease(
+        self, key: str, fn: Callable[[Lease], T], hold: AbstractContextManager[Lease]
     ) -> LeaseOutcome[T]:
-        """Run ``fn(lease)`` under the lease on ``key``, as [`hold`][fencedlease.LeaseManager.hold]
-        does.
-
-        Returns:
-            [`LeaseOutcome`][fencedlease.LeaseOutcome]: ``value`` is what ``fn`` returned;
-            ``skipped`` is true (and ``fn`` never ran) when the lease was not acquired.
-
-        Raises:
-            ValidationError, LeaseLostError, BackendError: as
-                [`hold`][fencedlease.LeaseManager.hold]; an exception from ``fn`` propagates
-                unchanged. ``fn`` not callable, or an ``async def`` function (use
-                [`fencedlease.aio.AsyncLeaseManager.with_lease`][]): ``ValidationError`` (a
-                ``TypeError`` too for the latter) before anything is acquired; ``fn`` returned an
-                awaitable (it is closed unawaited): ``ValidationError`` once the lease is released.
-        """
-        check_sync_fn(fn)
-        held: list[Lease] = []  # set once the body is entered: later errors are fn's own
+        held = False  # set once the body is entered: later errors are fn's own
         try:
-            with self.hold(
-                key,
-                ttl_ms=ttl_ms,
-                wait_ms=wait_ms,
-                retry_delay_ms=retry_delay_ms,
-                heartbeat_ms=heartbeat_ms,
-                on_renew_error=on_renew_error,
-            ) as lease:
-                held.append(lease)
+            with hold as lease:
+                held = True
                 value = fn(lease)
         except LeaseNotAcquiredError:
             if held:

@@ -7,7 +7,7 @@ scripts, reply decoding, errors) is in `fencedlease._redis`.
 from __future__ import annotations
 
 import hashlib
-import secrets
+import os
 from typing import Final
 
 import attrs
@@ -25,8 +25,9 @@ MAX_FENCING_TOKEN: Final = 2**63 - 1
 
 
 def new_owner_token() -> str:
-    """128 random bits from `secrets`, as 32 hex characters."""
-    return secrets.token_hex(16)
+    """128 random bits from the OS's CSPRNG (`os.urandom`, what `secrets.token_hex` reads, without
+    its extra calls), as 32 hex characters."""
+    return os.urandom(16).hex()
 
 
 def owner_fingerprint(owner_token: str) -> str:

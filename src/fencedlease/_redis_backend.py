@@ -18,7 +18,7 @@ from ._errors import BackendError
 from ._handoff_sync import Handoff
 from ._protocol import AcquireReply, InspectReply
 from ._redis.clients import dedicated_client, waits_for_connection
-from ._redis.errors import backend_errors
+from ._redis.errors import STORE_ERRORS, backend_errors, store_error
 from ._redis.keys import fence_key, lease_key, lease_keys, renew_many_args
 from ._redis.replication import Fencing, GrantOptions, PrimaryWatch
 from ._redis.replies import (
@@ -141,14 +141,16 @@ class RedisBackend:
 
     def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
         args = (owner_token, ttl_ms, *self.grants.mode_args)
-        with backend_errors(f"acquire {key!r}"):
+        try:
             reply, acks = self._run(self.client, ACQUIRE, lease_keys(self.prefix, key), args)
-        what = f"acquire {key!r}"
+        except STORE_ERRORS as exc:
+            raise store_error(f"acquire {key!r}", exc)  # noqa: B904  (store_error sets the cause)
         decoded = decode_acquire(reply, key)
         self.primary.seen(decoded, key)
         if not decoded.acquired or acks is None or not self.grants.short(acks):
             return decoded
         # Too few replicas hold the grant: a failover could lose it. Take it back.
+        what = f"acquire {key!r}"
         try:
             self.release(key, owner_token)
         except BackendError as exc:
@@ -157,10 +159,12 @@ class RedisBackend:
         return AcquireReply(False, 0, -2, refused=refused, primary_id=decoded.primary_id)
 
     def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
-        with backend_errors(f"renew {key!r}"):
+        try:
             reply, acks = self._run(
                 self.client, RENEW, (lease_key(self.prefix, key),), (owner_token, ttl_ms)
             )
+        except STORE_ERRORS as exc:
+            raise store_error(f"renew {key!r}", exc)  # noqa: B904
         token = decode_renew(reply, key)
         if token and self.grants.short(acks):
             raise self.grants.refusal(f"renew {key!r}", acks or 0)
@@ -168,8 +172,10 @@ class RedisBackend:
 
     def renew_many(self, items: Sequence[tuple[str, str, int]]) -> list[int | BaseException]:
         keys, args = renew_many_args(self.prefix, items)
-        with backend_errors(f"renew {len(items)} leases"):
+        try:
             reply, acks = self._run(self._renewals(), RENEW_MANY, keys, args)
+        except STORE_ERRORS as exc:
+            raise store_error(f"renew {len(items)} leases", exc)  # noqa: B904
         results = decode_renew_many(items, reply)
         if not self.grants.short(acks):
             return results
@@ -182,8 +188,10 @@ class RedisBackend:
 
     def release(self, key: str, owner_token: str) -> bool:
         args = (owner_token, *self.grants.mode_args)  # the mode of a hand-off grant
-        with backend_errors(f"release {key!r}"):
+        try:
             reply = run_script(self.client, RELEASE, lease_keys(self.prefix, key), args)
+        except STORE_ERRORS as exc:
+            raise store_error(f"release {key!r}", exc)  # noqa: B904
         return decode_release(reply, key)
 
     def inspect(self, key: str) -> InspectReply | None:

@@ -16,6 +16,7 @@ that one waiting for a connection of the caller's pool never holds the renewals 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -26,10 +27,10 @@ from typing import TypeVar
 from ._backend import LeaseBackend
 from ._clock import Clock, SendTime, marking_sends
 from ._decisions import apply_batch, call_renew_error_hooks
-from ._errors import BackendError, ManagerClosedError
+from ._errors import BackendError
 from ._events import deferred
-from ._schedule import MAX_IN_FLIGHT, RenewalEntry, RenewalSchedule, renewal_items
-from ._state import LeaseState, LossReason
+from ._schedule import MAX_IN_FLIGHT, RenewalEntry, RenewalSchedule, RenewerCore, renewal_items
+from ._state import LossReason
 from ._threads import DaemonThreadPool
 
 __all__ = ["BoundedCalls", "Renewer", "shutdown_pool"]
@@ -120,7 +121,7 @@ class BoundedCalls:
         self._pool = None
 
 
-class Renewer:
+class Renewer(RenewerCore):
     """Renews every lease registered with `add` until it is removed or lost.
 
     ``batch_size`` caps the renewals sent in one batch (one round trip).
@@ -131,6 +132,7 @@ class Renewer:
         self._clock = clock
         self._batch_size = batch_size
         self._cond = threading.Condition()
+        self._guard = self._cond
         self._schedule = RenewalSchedule()
         self._thread: threading.Thread | None = None
         self._io: DaemonThreadPool | None = None
@@ -143,30 +145,20 @@ class Renewer:
         self._closed = False
         self.round_trips = 0
 
-    def add(
-        self,
-        state: LeaseState,
-        heartbeat_ms: int,
-        on_renew_error: Callable[[BaseException], object] | None,
-    ) -> RenewalEntry:
-        """Start renewing ``state`` every ``heartbeat_ms``."""
-        entry = RenewalEntry(state, heartbeat_ms, on_renew_error)
-        with self._cond:
-            if self._closed:
-                raise ManagerClosedError()
-            if self._thread is None or not self._thread.is_alive():
-                # First lease, or the thread died of an unexpected error (its leases were failed
-                # loudly then): a new lease gets a live renewer, never a dead one.
-                self._start_io()
-                self._flights, self._done = {}, []
-                self._thread = threading.Thread(
-                    target=self._run, name="fencedlease-renewer", daemon=True
-                )
-                self._thread.start()
-            self._schedule.add(entry, self._clock.monotonic())
-            state.deadline_moved = lambda: self._deadline_moved(entry)
-            self._cond.notify()
-        return entry
+    def _ensure_running(self) -> bool:
+        if self._thread is not None and self._thread.is_alive():
+            return False
+        # First lease, or the thread died of an unexpected error (its leases were failed loudly
+        # then): a new lease gets a live renewer, never a dead one.
+        self._start_io()
+        self._flights, self._done = {}, []
+        self._asleep_until = -math.inf
+        self._thread = threading.Thread(target=self._run, name="fencedlease-renewer", daemon=True)
+        self._thread.start()
+        return True
+
+    def _wake(self) -> None:
+        self._cond.notify()
 
     def _start_io(self) -> DaemonThreadPool:
         if self._io is None:
@@ -235,7 +227,7 @@ class Renewer:
         """In a forked child: forget the parent's threads, lock and leases (they are the
         parent's; each lease finds that out itself, see ``LeaseState.inherited``). The next
         `add` starts fresh threads. No I/O."""
-        self._cond = threading.Condition()
+        self._cond = self._guard = threading.Condition()
         self._schedule = RenewalSchedule()
         self._thread, self._io, self._cleanup = None, None, None
         self._flights, self._done = {}, []
@@ -293,6 +285,7 @@ class Renewer:
                     if self._done:
                         continue  # a batch finished before its callback could wake a waiter
                     wake = schedule.next_wakeup(len(self._flights))
+                    self._asleep_until = math.inf if wake is None else wake
                     cond.wait(None if wake is None else max(0.0, wake - clock.monotonic()))
             call_renew_error_hooks(hooks)  # outside the lock: a hook may add or release leases
 

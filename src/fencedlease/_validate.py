@@ -10,19 +10,21 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from ._errors import ValidationError
 
 __all__ = [
     "MAX_MS",
     "ArgumentTypeError",
+    "HoldArgs",
     "check_acquire",
     "check_async_fn",
     "check_backend",
     "check_callback",
     "check_clock",
     "check_heartbeat_ms",
+    "check_hold",
     "check_key",
     "check_lease_args",
     "check_ms",
@@ -100,6 +102,8 @@ def check_key(value: object, argument: str = "key") -> str:
         raise ValidationError(argument, f"{argument} must be a str; got {type(value).__name__}")
     if not value:
         raise ValidationError(argument, f"{argument} must be a non-empty str")
+    if value.isascii():  # the common case, checked without encoding
+        return value
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:  # a lone surrogate, e.g. from os.fsdecode
@@ -161,6 +165,38 @@ def check_acquire(
         check_ms("wait_ms", wait_ms, 0),
         check_ms("retry_delay_ms", retry_delay_ms, 1),
     )
+
+
+class HoldArgs(NamedTuple):
+    """The arguments of one ``hold``/``with_lease``, checked (see `check_hold`); ``heartbeat`` is
+    the resolved renewal interval in milliseconds, or False for none."""
+
+    key: str
+    ttl_ms: int
+    wait_ms: int
+    retry_delay_ms: int
+    heartbeat: int | Literal[False]
+    on_renew_error: Callable[[BaseException], object] | None
+
+
+def check_hold(
+    key: object,
+    ttl_ms: object,
+    wait_ms: object,
+    retry_delay_ms: object,
+    heartbeat_ms: object,
+    on_renew_error: object,
+) -> HoldArgs:
+    """Validate the arguments of ``hold``/``with_lease`` (both faces): those of `check_acquire`,
+    then ``heartbeat_ms`` (`check_heartbeat_ms`), then ``on_renew_error`` (callable or None).
+
+    Raises:
+        ValidationError: naming the first argument out of bounds.
+    """
+    key, ttl, wait, retry = check_acquire(key, ttl_ms, wait_ms, retry_delay_ms)
+    heartbeat = check_heartbeat_ms(heartbeat_ms, ttl)
+    hook = check_callback(on_renew_error, "on_renew_error")
+    return HoldArgs(key, ttl, wait, retry, heartbeat, hook)
 
 
 def check_callback(value: object, argument: str) -> Callable[..., object] | None:

@@ -24,7 +24,7 @@ import pytest
 import redis
 import redis.asyncio
 
-from fencedlease import AcquireResult, Lease, LeaseInfo, LeaseManager, LeaseOutcome
+from fencedlease import AcquireResult, Lease, LeaseInfo, LeaseManager, LeaseOutcome, ValidationError
 from fencedlease.aio import AsyncAcquireResult, AsyncLease, AsyncLeaseManager, AsyncLeaseOutcome
 from fencedlease.backends import (
     AsyncMemoryBackend,
@@ -47,7 +47,7 @@ IO_METHODS = {
 
 # Return annotations that are rightly different in kind, not just by name.
 RETURN_TWINS = {
-    ("hold", "Iterator[Lease]"): "AbstractAsyncContextManager[AsyncLease]",
+    ("hold", "AbstractContextManager[Lease]"): "AbstractAsyncContextManager[AsyncLease]",
     ("keep_alive", "Iterator[Lease]"): "AbstractAsyncContextManager[AsyncLease]",
     ("renewer", "Renewer"): "AsyncRenewer",
 }
@@ -569,3 +569,35 @@ def test_both_faces_behave_the_same(
     assert commands.get("sync") == commands.get("async")
     if backend == "redis":
         assert len(commands["sync"]) > len(STEPS)  # the monitor saw the scenario's commands
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "argument"),
+    [
+        ({"ttl_ms": 0}, "ttl_ms"),
+        ({"ttl_ms": 40_000, "heartbeat_ms": 20_001}, "heartbeat_ms"),
+        ({"on_renew_error": 1}, "on_renew_error"),
+    ],
+)
+def test_hold_checks_its_arguments_when_called_on_both_faces(
+    kwargs: dict[str, object], argument: str
+) -> None:
+    """``hold(...)`` raises before any ``with`` is entered, naming the argument, the same on both
+    faces (one shared definition); nothing is acquired."""
+    clock = FakeClock()
+    store = MemoryBackend(clock=clock)
+    leases = LeaseManager(store, clock=clock)
+    with pytest.raises(ValidationError) as sync_error:
+        leases.hold("k", **kwargs)  # type: ignore[arg-type]
+
+    async def main() -> ValidationError:
+        async with AsyncLeaseManager(AsyncMemoryBackend(sync=store), clock=clock) as aio:
+            with pytest.raises(ValidationError) as error:
+                aio.hold("k", **kwargs)  # type: ignore[arg-type]
+            return error.value
+
+    async_error = asyncio.run(main())
+    assert sync_error.value.argument == async_error.argument == argument
+    assert str(sync_error.value) == str(async_error)
+    assert leases.inspect("k") is None
+    leases.close()

@@ -38,34 +38,42 @@ def package() -> griffe.Module:
     return loaded
 
 
+FACES = ("_manager.LeaseManager", "aio._manager.AsyncLeaseManager")
+
+
+def _method(package: griffe.Module, face: str, name: str) -> griffe.Function:
+    """``face``'s method ``name``, its own or inherited from the face's manager base (which is
+    generated for the sync face)."""
+    manager = package[face]
+    assert isinstance(manager, griffe.Class)
+    member = manager.all_members[name]
+    method = member.final_target if isinstance(member, griffe.Alias) else member
+    assert isinstance(method, griffe.Function)
+    return method
+
+
 def test_a_private_parameter_is_left_out_of_the_signature(package: griffe.Module) -> None:
-    init = package["_manager.LeaseManager.__init__"]
-    assert isinstance(init, griffe.Function)
-    assert [p.name for p in init.parameters] == [
-        "self",
-        "client",
-        "prefix",
-        "clock",
-        "renew_batch_size",
-        "on_event",
-        "replica_acks",
-        "replica_ack_timeout_ms",
-        "fencing",
-    ]
+    for face in FACES:
+        init = _method(package, face, "__init__")
+        assert [p.name for p in init.parameters] == [
+            "self",
+            "client",
+            "prefix",
+            "clock",
+            "renew_batch_size",
+            "on_event",
+            "replica_acks",
+            "replica_ack_timeout_ms",
+            "fencing",
+        ], face
 
 
 def test_defaults_named_by_a_constant_show_its_value(package: griffe.Module) -> None:
-    for face in ("_manager.LeaseManager", "aio._manager.AsyncLeaseManager"):
-        manager = package[face]
-        assert isinstance(manager, griffe.Class)
-        # acquire is inherited from the face's manager base: its own defaults are rendered.
-        member = manager.all_members["acquire"]
-        acquire = member.final_target if isinstance(member, griffe.Alias) else member
-        assert isinstance(acquire, griffe.Function)
+    for face in FACES:
+        acquire = _method(package, face, "acquire")
         defaults = {p.name: str(p.default) for p in acquire.parameters if p.default is not None}
         assert defaults == {"ttl_ms": "30000", "wait_ms": "0", "retry_delay_ms": "100"}
-        hold = manager.members["hold"]
-        assert isinstance(hold, griffe.Function)
+        hold = _method(package, face, "hold")
         defaults = {p.name: str(p.default) for p in hold.parameters if p.default is not None}
         assert defaults["retry_delay_ms"] == "100"
 

@@ -72,6 +72,7 @@ def test_the_contracts_cover_the_layers_the_project_promises() -> None:
     assert set(sync["source_modules"]) == {
         "fencedlease._manager",
         "fencedlease._manager_base",
+        "fencedlease._manager_store",
         "fencedlease._lease",
         "fencedlease._primitives",
         "fencedlease._renewer",

@@ -13,6 +13,7 @@ SCRIPT = ROOT / "scripts" / "unasync.py"
 GENERATED = {  # the sync module -> its asyncio source
     "_lease.py": "aio/_lease.py",
     "_manager_base.py": "aio/_manager_base.py",
+    "_manager_store.py": "aio/_manager_store.py",
     "_redis_backend.py": "aio/_redis_backend.py",
 }
 

@@ -64,11 +64,13 @@ from .._errors import BackendError, FencedLeaseError, Sent, Wrote
 
 __all__ = [
     "SCRIPT_REFUSAL",
+    "STORE_ERRORS",
     "acl_denial",
     "backend_error",
     "backend_errors",
     "classify",
     "register_script",
+    "store_error",
 ]
 
 SCRIPT_REFUSAL: Final = "fencedlease "
@@ -154,26 +156,48 @@ def backend_error(operation: str, cause: BaseException) -> BackendError:
     return BackendError(message, sent=sent, wrote=wrote, timed_out=timed_out)
 
 
+STORE_ERRORS: Final = (
+    RedisError,
+    RedisClusterException,
+    UnicodeDecodeError,
+    ValueError,
+    TypeError,
+    OSError,
+)
+"""What a call into redis-py may raise that `store_error` maps: catch these (a plain
+``try``/``except``, which costs nothing until one is raised) and ``raise store_error(...)``."""
+
+
+def store_error(operation: str, exc: BaseException) -> BaseException:
+    """What to raise for ``exc`` (one of `STORE_ERRORS`) from a redis-py call named by
+    ``operation``, the message built only now: the library's own errors (a ``ValidationError`` is
+    a ``ValueError``) unchanged; a redis-py error, or a reply a ``decode_responses=True`` client
+    cannot decode (a key holding bytes that are not UTF-8: redis-py drops that connection), as
+    `backend_error`; a ``ValueError``/``TypeError``/``OSError`` redis-py raised from a setting it
+    did not check (a client made with ``socket_read_size=-1`` fails in recv, after the command was
+    sent) as a [`BackendError`][fencedlease.BackendError] that may have run. The error to raise
+    has ``exc`` in ``__cause__`` (set here: ``raise store_error(op, exc)`` keeps it)."""
+    if isinstance(exc, FencedLeaseError):
+        return exc
+    if isinstance(exc, (RedisError, RedisClusterException, UnicodeDecodeError)):
+        error = backend_error(operation, exc)
+    else:
+        error = BackendError(
+            f"{operation}: {type(exc).__name__}: {exc}", sent="maybe", wrote="maybe"
+        )
+    error.__cause__ = exc  # as ``raise error from exc`` sets it
+    error.__suppress_context__ = True
+    return error
+
+
 @contextmanager
 def backend_errors(operation: str) -> Iterator[None]:
-    """Raise any redis-py error inside as `backend_error` naming ``operation``, cause kept;
-    so too a reply a ``decode_responses=True`` client cannot decode (a key holding bytes that are
-    not UTF-8: redis-py drops that connection), and a ``ValueError``/``TypeError``/``OSError``
-    redis-py raises from a setting it did not check (classified as possibly run). The library's
-    own errors pass through unchanged."""
+    """Raise any of `STORE_ERRORS` inside as `store_error` maps it. For calls off the hot path;
+    a lease operation uses ``try``/``except STORE_ERRORS`` and builds its message only on error."""
     try:
         yield
-    except FencedLeaseError:
-        raise
-    except (RedisError, RedisClusterException, UnicodeDecodeError) as exc:
-        raise backend_error(operation, exc) from exc
-    except (ValueError, TypeError, OSError) as exc:
-        # Raised inside redis-py by a setting it took as given (a client made with
-        # socket_read_size=-1 fails in recv, after the command was sent): still the store's
-        # failure, and the command may have run.
-        raise BackendError(
-            f"{operation}: {type(exc).__name__}: {exc}", sent="maybe", wrote="maybe"
-        ) from exc
+    except STORE_ERRORS as exc:
+        raise store_error(operation, exc)  # noqa: B904  (the cause is set by store_error)
 
 
 # -- naming a refused command ----------------------------------------------------------------------

@@ -36,6 +36,7 @@ redis.Redis().get(keys.fence)   # the last fencing token granted for the key
 
 from __future__ import annotations
 
+import functools
 import secrets
 from collections.abc import Sequence
 from typing import Final
@@ -62,6 +63,9 @@ __all__ = [
     "waiters_meta_key",
 ]
 
+KEYS_CACHED: Final = 1024
+"""How many keys' names `lease_keys` and `fence_key` keep built (least recently used out)."""
+
 _ESCAPES: Final = str.maketrans({"%": "%25", "{": "%7B", "}": "%7D"})
 
 
@@ -82,8 +86,10 @@ def lease_key(prefix: str, key: str) -> str:
     return key_base(prefix, key)
 
 
+@functools.lru_cache(maxsize=KEYS_CACHED)
 def fence_key(prefix: str, key: str) -> str:
-    """The Redis key holding ``key``'s fencing counter: ``<base>:fence``."""
+    """The Redis key holding ``key``'s fencing counter: ``<base>:fence`` (kept for the last
+    `KEYS_CACHED` keys: every acquire names its counter)."""
     return key_base(prefix, key) + ":fence"
 
 
@@ -123,10 +129,12 @@ def semaphore_keys(prefix: str, name: str) -> tuple[str, str, str]:
     return base, base + ":tokens", base + ":fence"
 
 
+@functools.lru_cache(maxsize=KEYS_CACHED)
 def lease_keys(prefix: str, key: str) -> tuple[str, str, str, str]:
     """KEYS of ``acquire.lua`` and ``release.lua``: the lease key, the counter, and the two
     waiter-queue keys (an acquire takes its owner out of the queue, a release may hand the lease
-    to the oldest waiter; every key a script touches is declared)."""
+    to the oldest waiter; every key a script touches is declared). Kept for the last
+    `KEYS_CACHED` keys, so a cycle of acquire and release builds them once."""
     base = key_base(prefix, key)
     return (base, base + ":fence", base + ":waiters", base + ":waiters:meta")
 

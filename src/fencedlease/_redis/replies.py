@@ -131,9 +131,38 @@ def decode_acquire(reply: object, key: str = "?") -> AcquireReply:
     primary's replication id answers the first three); the token (a decimal string) exactly,
     1..2**63-1.
 
+    The reply as the script sends it (two integers and the token as ASCII digits) is read on a
+    fast path that builds no message; anything else goes through the checks that name it.
+
     Raises:
         BackendError: for a reply of any other shape or value (a script of another version).
     """
+    if type(reply) is list and len(reply) == 3:
+        status, token, ttl = reply
+        if type(status) is int and type(ttl) is int:
+            if status == HELD:
+                return AcquireReply(False, 0, ttl)
+            if status in (GRANTED, ALREADY_OURS):
+                number = _plain_token(token)
+                if number:
+                    return AcquireReply(True, number, ttl, retried=status == ALREADY_OURS)
+    return _decode_acquire(reply, key)
+
+
+def _plain_token(value: object) -> int:
+    """``value`` as a fencing token when it is one written plainly (ASCII digits, no leading zero,
+    1..2**63-1), else 0: the caller then takes the checked path."""
+    if type(value) is bytes:
+        value = value.decode("ascii", "replace")
+    if type(value) is str and value.isascii() and value.isdigit() and value[0] != "0":
+        number = int(value)  # isdigit: not empty
+        if number <= MAX_FENCING_TOKEN:
+            return number
+    return 0
+
+
+def _decode_acquire(reply: object, key: str) -> AcquireReply:
+    """`decode_acquire` with every check, naming what is wrong."""
     what = f"acquire {key!r}"
     status_value, token_value, ttl_value, primary_value = _shape(reply, 3, what, longer=4)
     status, ttl = _int(status_value, what), _int(ttl_value, what)

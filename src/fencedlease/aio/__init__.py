@@ -10,20 +10,10 @@ The error classes are [`fencedlease`][]'s own, re-exported here for convenience.
 
 from __future__ import annotations
 
+from .. import _errors
 from .._backend import AsyncLeaseBackend
 from .._clock import AsyncClock
-from .._errors import (
-    BackendError,
-    FencedLeaseError,
-    LeaseKeyMismatchError,
-    LeaseLostError,
-    LeaseNotAcquiredError,
-    ManagerClosedError,
-    ReplicationError,
-    SemaphoreLeaseLostError,
-    StaleTokenError,
-    ValidationError,
-)
+from .._errors import *  # noqa: F403  (the error classes: _errors.__all__, added to ours below)
 from .._view import LeaseInfo
 from ._cluster_backend import AsyncRedisClusterBackend
 from ._lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
@@ -45,16 +35,7 @@ __all__ = [
     "AsyncRenewer",
     "AsyncSemaphore",
     "AsyncSemaphoreLease",
-    "BackendError",
-    "FencedLeaseError",
     "LeaseInfo",
-    "LeaseKeyMismatchError",
-    "LeaseLostError",
-    "LeaseNotAcquiredError",
-    "ManagerClosedError",
-    "ReplicationError",
-    "SemaphoreLeaseLostError",
-    "StaleTokenError",
-    "ValidationError",
     "async_backend_from_url",
 ]
+__all__ += _errors.__all__

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from .._clock import Clock
 from .._decisions import hold_outcome, hold_releases
 from .._errors import BackendError, LeaseNotAcquiredError
 from .._state import LeaseState
+from .._validate import HoldArgs
 from ._lease import AsyncAcquireResult, AsyncLease
 from ._renewer import AsyncRenewer
 
@@ -46,25 +46,10 @@ class _Hold(AbstractAsyncContextManager[AsyncLease]):
     turn the loss's cancellation of the body into [`LeaseLostError`][fencedlease.LeaseLostError].
     Entered once."""
 
-    def __init__(
-        self,
-        manager: _Manager,
-        key: str,
-        ttl_ms: int,
-        wait_ms: int,
-        retry_delay_ms: int,
-        heartbeat: int | Literal[False],
-        on_renew_error: Callable[[BaseException], object] | None,
-        given: AsyncLease | None = None,
-    ) -> None:
+    def __init__(self, manager: _Manager, args: HoldArgs, given: AsyncLease | None = None) -> None:
         self._manager = manager
+        self._args = args
         self._given = given  # keep_alive's lease: no acquire
-        self._key = key
-        self._ttl_ms = ttl_ms
-        self._wait_ms = wait_ms
-        self._retry_delay_ms = retry_delay_ms
-        self._heartbeat = heartbeat
-        self._on_renew_error = on_renew_error
         self.lease: AsyncLease | None = None
         self._entered = False
         self._task: asyncio.Task[Any] | None = None
@@ -77,7 +62,7 @@ class _Hold(AbstractAsyncContextManager[AsyncLease]):
         if self._entered:
             raise RuntimeError("a hold() can be entered only once")
         self._entered = True
-        manager = self._manager
+        manager, args = self._manager, self._args
         manager._check_open()
         lease = self._given
         if lease is not None:
@@ -85,11 +70,11 @@ class _Hold(AbstractAsyncContextManager[AsyncLease]):
                 raise lease._lost_error()
         else:
             result = await manager._acquire(
-                self._key, self._ttl_ms, self._wait_ms, self._retry_delay_ms
+                args.key, args.ttl_ms, args.wait_ms, args.retry_delay_ms
             )
             lease = result.lease
             if lease is None:
-                raise LeaseNotAcquiredError(self._key)
+                raise LeaseNotAcquiredError(args.key)
         if manager._closed:  # closed while we acquired: give the key back
             await manager._release_shielded(lease)
             manager._check_open()
@@ -99,9 +84,9 @@ class _Hold(AbstractAsyncContextManager[AsyncLease]):
         if sys.version_info >= (3, 11):
             self._cancelling = task.cancelling()
         self.lease = lease
-        if self._heartbeat is not False:
+        if args.heartbeat is not False:
             lease._renewer = manager._renewer
-            lease._entry = manager._renewer.add(lease._state, self._heartbeat, self._on_renew_error)
+            lease._entry = manager._renewer.add(lease._state, args.heartbeat, args.on_renew_error)
         manager._holds.add(self)
         lease._state.add_listener(self._on_lost)
         return lease
@@ -127,7 +112,7 @@ class _Hold(AbstractAsyncContextManager[AsyncLease]):
         if self._exiting or self._cancel_requested or task is None or task.done():
             return
         self._cancel_requested = True
-        task.cancel(f"fencedlease: the lease on {self._key!r} was lost")
+        task.cancel(f"fencedlease: the lease on {self._args.key!r} was lost")
 
     async def __aexit__(
         self,

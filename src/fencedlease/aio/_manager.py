@@ -35,38 +35,25 @@ import logging
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import redis
 import redis.asyncio
 
-from .. import _fork
 from .._backend import AsyncLeaseBackend
-from .._clock import SYSTEM_CLOCK, Clock
 from .._decisions import (
-    DEFAULT_CLOSE_TIMEOUT_MS,
-    DEFAULT_RETRY_DELAY_MS,
-    DEFAULT_TTL_MS,
     close_releases,
 )
 from .._errors import BackendError, LeaseNotAcquiredError
-from .._events import EventHook, check_event_hook, with_logging
-from .._handoff import AsyncReleaseWaiter
-from .._redis.replication import Fencing, GrantOptions, use_grant_options
 from .._redis_backend import RedisBackend
 from .._semaphore_stores import check_limit
 from .._shutdown import ShutdownReport, log_incomplete
 from .._validate import (
     ArgumentTypeError,
-    check_acquire,
-    check_async_fn,
+    HoldArgs,
     check_backend,
-    check_callback,
-    check_clock,
-    check_heartbeat_ms,
     check_key,
     check_ms,
-    check_prefix,
 )
 from ..backends.memory import MemoryBackend
 from ..backends.sqlite import SqliteBackend
@@ -81,7 +68,6 @@ from ._redis_backend import AsyncRedisBackend
 from ._releases import release_abandoned, release_within, report_unreleased
 from ._renewer import AsyncRenewer
 from ._semaphore import AsyncSemaphore, _AsyncSlotManager, async_slot_manager_for
-from ._urls import async_backend_from_url
 
 __all__ = ["AsyncLeaseManager"]
 
@@ -140,100 +126,38 @@ class AsyncLeaseManager(_AsyncManagerBase, Operations):
             it as a subclass that is also a ``TypeError``.
     """
 
-    def __init__(
+    def _backend_for(
         self,
         client: redis.asyncio.Redis | redis.asyncio.RedisCluster | AsyncLeaseBackend,
-        *,
-        prefix: str = "fencedlease",
-        clock: Clock = SYSTEM_CLOCK,
-        renew_batch_size: int = 500,
-        on_event: EventHook | None = None,
-        replica_acks: int = 0,
-        replica_ack_timeout_ms: int = 100,
-        fencing: Fencing = "counter",
-        _owns_client: bool = False,
-    ) -> None:
-        check_prefix(prefix)
-        self._on_event = with_logging(check_event_hook(on_event))
-        check_clock(clock)
-        batch = check_ms("renew_batch_size", renew_batch_size, 1)
-        grants = GrantOptions.checked(replica_acks, replica_ack_timeout_ms, fencing)
+        prefix: str,
+        owns_client: bool,
+    ) -> AsyncLeaseBackend:
         if isinstance(client, redis.asyncio.Redis):
-            self._backend: AsyncLeaseBackend = AsyncRedisBackend(
-                client, prefix, owns_client=_owns_client
-            )
-        elif isinstance(client, redis.asyncio.RedisCluster):
-            self._backend = AsyncRedisClusterBackend(client, prefix, owns_client=_owns_client)
-        elif isinstance(client, (redis.Redis, redis.RedisCluster)):
+            return AsyncRedisBackend(client, prefix, owns_client=owns_client)
+        if isinstance(client, redis.asyncio.RedisCluster):
+            return AsyncRedisClusterBackend(client, prefix, owns_client=owns_client)
+        if isinstance(client, (redis.Redis, redis.RedisCluster)):
             raise ArgumentTypeError(
                 "client",
                 "AsyncLeaseManager needs a redis.asyncio.Redis; a redis.Redis goes to LeaseManager",
             )
-        else:
-            check_backend(client, asyncio=True, sync_classes=_SYNC_BACKENDS)
-            self._backend = client
-        use_grant_options(
-            self._backend, grants, made_here=isinstance(client, redis.asyncio.Redis) or _owns_client
-        )
-        self._clock = clock
-        self._renewer = AsyncRenewer(self._backend, clock, batch_size=batch)
-        if isinstance(
-            self._backend, AsyncRedisBackend
-        ):  # Sentinel: a new primary, every lease renewed there
-            self._backend.on_primary_switch = self._renewer.renew_now
+        check_backend(client, asyncio=True, sync_classes=_SYNC_BACKENDS)
+        return client
+
+    @staticmethod
+    def _drop_unused(backend: AsyncLeaseBackend) -> None:
+        pass  # a backend from a URL opens its connections on the first command
+
+    def _init_face(self) -> None:
         # Waiting acquirers are woken by the release where the backend can (see _handoff);
         # other stores are polled on the manager's clock.
-        self._release_waiter: AsyncReleaseWaiter = async_release_waiter_for(self._backend, clock)
+        self._release_waiter = async_release_waiter_for(self._backend, self._clock)
         self._holds: set[_Hold] = set()
         self._chores: set[asyncio.Task[Any]] = set()
-        self._closed = False
-        self._forked = False
         self._close_done: asyncio.Event | None = None
         self._close_task: asyncio.Task[ShutdownReport] | None = None
         self._close_caller: asyncio.Task[Any] | None = None  # the task that called close()
-        self._shutdown_timeout_ms = DEFAULT_CLOSE_TIMEOUT_MS  # close()'s default bound
-        self._shutdown: ShutdownReport | None = None
         self._slots: _AsyncSlotManager | None = None  # its semaphores' slots
-        _fork.register(self)
-
-    @classmethod
-    def from_url(
-        cls,
-        url: str,
-        *,
-        prefix: str = "fencedlease",
-        clock: Clock = SYSTEM_CLOCK,
-        on_event: EventHook | None = None,
-        replica_acks: int = 0,
-        replica_ack_timeout_ms: int = 100,
-        fencing: Fencing = "counter",
-        **kwargs: Any,
-    ) -> AsyncLeaseManager:
-        """A manager over the backend ``url`` names (see
-        [`async_backend_from_url`][fencedlease.aio.async_backend_from_url]), closed with the
-        manager: ``redis://``, ``rediss://`` and ``unix://``, a client made by
-        ``redis.asyncio.Redis.from_url(url, **kwargs)``. No I/O until the first command.
-
-        Raises:
-            ValidationError: an unknown scheme, a malformed URL or a bad ``prefix``.
-        """
-        hook = check_event_hook(on_event)
-        return cls(
-            async_backend_from_url(url, prefix=prefix, clock=clock, **kwargs),
-            clock=clock,
-            on_event=hook,
-            replica_acks=replica_acks,
-            replica_ack_timeout_ms=replica_ack_timeout_ms,
-            fencing=fencing,
-            _owns_client=True,
-        )
-
-    @classmethod
-    def _over_url(
-        cls, url: str, prefix: str, clock: Clock, on_event: EventHook | None,
-        options: dict[str, Any],
-    ) -> AsyncLeaseManager:  # fmt: skip
-        return cls.from_url(url, prefix=prefix, clock=clock, on_event=on_event, **options)
 
     @property
     def renewer(self) -> AsyncRenewer:
@@ -411,90 +335,19 @@ class AsyncLeaseManager(_AsyncManagerBase, Operations):
                 f"release {lease.key!r}: stopped by close(); the lease lapses at its ttl"
             ) from None
 
-    def hold(
-        self,
-        key: str,
-        *,
-        ttl_ms: int = DEFAULT_TTL_MS,
-        wait_ms: int = 0,
-        retry_delay_ms: int = DEFAULT_RETRY_DELAY_MS,
-        heartbeat_ms: int | Literal[False] | None = None,
-        on_renew_error: Callable[[BaseException], object] | None = None,
-    ) -> AbstractAsyncContextManager[AsyncLease]:
-        """Hold the lease on ``key`` for the ``async with`` block, renewed in the background.
+    def _hold(self, args: HoldArgs) -> _Hold:
+        return _Hold(self, args)
 
-        Acquires as [`acquire`][fencedlease.aio.AsyncLeaseManager.acquire] does, renews every
-        ``heartbeat_ms`` (default ``max(1, ttl_ms // 4)``; an explicit value must be at most
-        ``ttl_ms // 2``; ``False``: no renewal) while the block runs, then releases.
-        ``on_renew_error(exc)`` is called (in the renewal task, so it must not block) for each
-        failed renewal round trip: telemetry, not a loss. An ``Exception`` the hook raises is logged
-        and renewal goes on; anything else it raises (``KeyboardInterrupt``, ``SystemExit``) stops
-        the renewal task: its leases are lost, so the block ends in
-        [`LeaseLostError`][fencedlease.LeaseLostError] (see `call_renew_error_hooks`; the same on
-        both faces).
-
-        The lease is lost when a renewal finds the key gone or another owner's, or when ``ttl_ms``
-        passes with no confirmed renewal; this is checked by the renewal task, again when the block
-        ends, and by the release. On loss the task running the block is cancelled, and the
-        ``CancelledError`` comes out of ``hold`` as [`LeaseLostError`][fencedlease.LeaseLostError].
-
-        Raises:
-            ValidationError: an argument out of bounds (when ``hold()`` is called).
-            LeaseNotAcquiredError: the key is held by another owner; the block never runs.
-            LeaseLostError: the lease was lost while the block ran, even if the block returned
-                normally or swallowed the cancellation. An exception raised by the block itself
-                propagates unchanged, and so does a cancellation that did not come from the loss.
-            BackendError: the store failed while acquiring or releasing.
-            ManagerClosedError: the manager is closed, or was closed while the call waited.
-        """
-        return self._hold(key, ttl_ms, wait_ms, retry_delay_ms, heartbeat_ms, on_renew_error)
-
-    def _hold(
-        self,
-        key: str,
-        ttl_ms: int,
-        wait_ms: int,
-        retry_delay_ms: int,
-        heartbeat_ms: int | Literal[False] | None,
-        on_renew_error: Callable[[BaseException], object] | None,
-    ) -> _Hold:
-        key, ttl_ms, wait_ms, retry_delay_ms = check_acquire(key, ttl_ms, wait_ms, retry_delay_ms)
-        heartbeat = check_heartbeat_ms(heartbeat_ms, ttl_ms)
-        check_callback(on_renew_error, "on_renew_error")
-        return _Hold(self, key, ttl_ms, wait_ms, retry_delay_ms, heartbeat, on_renew_error)
-
-    async def with_lease(
+    async def _with_lease(
         self,
         key: str,
         fn: Callable[[AsyncLease], Awaitable[T]],
-        *,
-        ttl_ms: int = DEFAULT_TTL_MS,
-        wait_ms: int = 0,
-        retry_delay_ms: int = DEFAULT_RETRY_DELAY_MS,
-        heartbeat_ms: int | Literal[False] | None = None,
-        on_renew_error: Callable[[BaseException], object] | None = None,
+        hold: AbstractAsyncContextManager[AsyncLease],
     ) -> AsyncLeaseOutcome[T]:
-        """Await ``fn(lease)`` under the lease on ``key``, as
-        [`hold`][fencedlease.aio.AsyncLeaseManager.hold] does (in the caller's task, which is the
-        one cancelled on loss).
-
-        Returns:
-            [`AsyncLeaseOutcome`][fencedlease.aio.AsyncLeaseOutcome]: ``value`` is what ``fn``
-            returned; ``skipped`` is true (and ``fn`` never ran) when the lease was not acquired.
-
-        Raises:
-            ValidationError, LeaseLostError, BackendError, ManagerClosedError: as
-                [`hold`][fencedlease.aio.AsyncLeaseManager.hold]; an exception from ``fn``
-                propagates unchanged (a ``LeaseNotAcquiredError`` from ``fn`` included: only this
-                call's own acquire turns into a skipped outcome). ``fn`` not callable:
-                ``ValidationError`` before anything is acquired; ``fn(lease)`` not an awaitable (a
-                sync function, which ran blocking the event loop): ``ValidationError`` (also a
-                ``TypeError``) once the lease is released.
-        """
-        check_async_fn(fn)
-        hold = self._hold(key, ttl_ms, wait_ms, retry_delay_ms, heartbeat_ms, on_renew_error)
+        held = False  # set once the body is entered: later errors are fn's own
         try:
             async with hold as lease:
+                held = True
                 pending = fn(lease)
                 if not inspect.isawaitable(pending):
                     raise ArgumentTypeError(
@@ -505,7 +358,7 @@ class AsyncLeaseManager(_AsyncManagerBase, Operations):
                     )
                 value = await pending
         except LeaseNotAcquiredError:
-            if hold.lease is not None:
+            if held:
                 raise
             return AsyncLeaseOutcome(key, False)
         return AsyncLeaseOutcome(key, True, value, lease)

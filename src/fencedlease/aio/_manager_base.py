@@ -1,5 +1,6 @@
 """What [`AsyncLeaseManager`][fencedlease.aio.AsyncLeaseManager] does by the same steps as the sync
-face: the acquire call and its loop, ``restore``, ``inspect`` and ``force_release``. The sync face's
+face: the acquire call and its loop (``restore``, ``inspect`` and ``force_release`` are in
+`fencedlease.aio._manager_store`). The sync face's
 `fencedlease._manager_base` is generated from this module (``scripts/unasync.py``).
 
 The steps that differ by face are the manager's own: [`_ManagerBase._abandon`][] (what an
@@ -10,12 +11,18 @@ release of a hand-off queue's grant nobody waits for any more).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from datetime import datetime
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Literal, TypeVar
 
+import redis.asyncio
+
+from .. import _fork
 from .._attempt import AcquireAttempt
 from .._backend import AsyncLeaseBackend, fencing_scope_of
-from .._clock import Clock, marking_sends
+from .._clock import SYSTEM_CLOCK, Clock, marking_sends
 from .._decisions import (
+    DEFAULT_CLOSE_TIMEOUT_MS,
     DEFAULT_RETRY_DELAY_MS,
     DEFAULT_TTL_MS,
     AcquireEnd,
@@ -23,22 +30,42 @@ from .._decisions import (
     acquire_steps,
 )
 from .._errors import ManagerClosedError
-from .._events import EventHook, acquire_ended, wait_ended, watch
+from .._events import (
+    EventHook,
+    acquire_ended,
+    check_event_hook,
+    wait_ended,
+    with_logging,
+)
 from .._handoff import AsyncReleaseWaiter
 from .._protocol import AcquireReply
-from .._redis.replication import PrimaryWatch
-from .._state import restored_state
-from .._validate import check_acquire, check_key
-from .._view import LeaseInfo
-from ._lease import AsyncAcquireResult, AsyncLease
+from .._redis.replication import Fencing, GrantOptions, use_grant_options
+from .._shutdown import ShutdownReport
+from .._validate import (
+    HoldArgs,
+    check_acquire,
+    check_async_fn,
+    check_clock,
+    check_hold,
+    check_ms,
+    check_prefix,
+)
+from ._lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
+from ._manager_store import _AsyncStoreCalls
+from ._redis_backend import AsyncRedisBackend
 from ._renewer import AsyncRenewer
+from ._urls import async_backend_from_url
 
 __all__ = ["_AsyncManagerBase"]
 
+T = TypeVar("T")
+_M = TypeVar("_M", bound="_AsyncManagerBase")
 
-class _AsyncManagerBase(ABC):
-    """The manager's calls that are the same steps on both faces; the subclass sets the
-    attributes below in its ``__init__``."""
+
+class _AsyncManagerBase(_AsyncStoreCalls, ABC):
+    """The manager's calls that are the same steps on both faces, its construction and the
+    signatures (and docstrings) of its public calls; the subclass supplies the steps that differ
+    by face (the abstract methods below)."""
 
     _backend: AsyncLeaseBackend
     _clock: Clock
@@ -50,6 +77,114 @@ class _AsyncManagerBase(ABC):
     # The handle a grant is given as (a semaphore's manager gives its slots their own).
     _lease_class: type[AsyncLease] = AsyncLease
 
+    def __init__(
+        self,
+        client: redis.asyncio.Redis | redis.asyncio.RedisCluster | AsyncLeaseBackend,
+        *,
+        prefix: str = "fencedlease",
+        clock: Clock = SYSTEM_CLOCK,
+        renew_batch_size: int = 500,
+        on_event: EventHook | None = None,
+        replica_acks: int = 0,
+        replica_ack_timeout_ms: int = 100,
+        fencing: Fencing = "counter",
+        _owns_client: bool = False,
+    ) -> None:
+        check_prefix(prefix)
+        self._on_event = with_logging(check_event_hook(on_event))
+        check_clock(clock)
+        batch = check_ms("renew_batch_size", renew_batch_size, 1)
+        grants = GrantOptions.checked(replica_acks, replica_ack_timeout_ms, fencing)
+        self._backend = self._backend_for(client, prefix, _owns_client)
+        made_here = isinstance(client, redis.asyncio.Redis) or _owns_client
+        use_grant_options(self._backend, grants, made_here=made_here)
+        self._clock = clock
+        self._renewer = AsyncRenewer(self._backend, clock, batch_size=batch)
+        if isinstance(self._backend, AsyncRedisBackend):
+            # Sentinel: on a new primary, every lease is renewed there at once.
+            self._backend.on_primary_switch = self._renewer.renew_now
+        self._closed = False
+        self._forked = False
+        self._shutdown_timeout_ms = DEFAULT_CLOSE_TIMEOUT_MS  # close()'s default bound
+        self._shutdown: ShutdownReport | None = None
+        self._init_face()
+        _fork.register(self)
+
+    @classmethod
+    def from_url(
+        cls: type[_M],
+        url: str,
+        *,
+        prefix: str = "fencedlease",
+        clock: Clock = SYSTEM_CLOCK,
+        on_event: EventHook | None = None,
+        replica_acks: int = 0,
+        replica_ack_timeout_ms: int = 100,
+        fencing: Fencing = "counter",
+        **kwargs: Any,
+    ) -> _M:
+        """A manager over the backend ``url`` names (see
+        [`async_backend_from_url`][fencedlease.aio.async_backend_from_url]), closed with the
+        manager: ``redis://``, ``rediss://`` and ``unix://``, a client made by
+        ``redis.asyncio.Redis.from_url(url, **kwargs)``. No I/O until the first command.
+
+        Raises:
+            ValidationError: an unknown scheme, a malformed URL or a bad ``prefix``.
+        """
+        hook = check_event_hook(on_event)
+        GrantOptions.checked(replica_acks, replica_ack_timeout_ms, fencing)
+        backend = async_backend_from_url(url, prefix=prefix, clock=clock, **kwargs)
+        try:
+            return cls(
+                backend,
+                clock=clock,
+                on_event=hook,
+                replica_acks=replica_acks,
+                replica_ack_timeout_ms=replica_ack_timeout_ms,
+                fencing=fencing,
+                _owns_client=True,
+            )
+        except BaseException:
+            cls._drop_unused(backend)  # e.g. replica_acks for a SQLite file: nothing left open
+            raise
+
+    @staticmethod
+    @abstractmethod
+    def _drop_unused(backend: AsyncLeaseBackend) -> None:
+        """Close the backend `from_url` made for a manager that could not be made (the sync face
+        closes a SQLite file; an asyncio backend from a URL has opened nothing yet)."""
+
+    @classmethod
+    def _over_url(
+        cls: type[_M], url: str, prefix: str, clock: Clock, on_event: EventHook | None,
+        options: dict[str, Any],
+    ) -> _M:  # fmt: skip
+        return cls.from_url(url, prefix=prefix, clock=clock, on_event=on_event, **options)
+
+    # -- what differs by face -------------------------------------------------------------
+
+    @abstractmethod
+    def _backend_for(
+        self,
+        client: redis.asyncio.Redis | redis.asyncio.RedisCluster | AsyncLeaseBackend,
+        prefix: str,
+        owns_client: bool,
+    ) -> AsyncLeaseBackend:
+        """The backend over ``client``: a redis-py client wrapped, a backend checked.
+
+        Raises:
+            ValidationError: ``client`` is neither (a ``TypeError`` too for the other face's).
+        """
+
+    @abstractmethod
+    def _init_face(self) -> None:
+        """The face's own state, once ``_backend``, ``_clock`` and ``_renewer`` are set: the
+        release waiter, the holds, what closing needs."""
+
+    @abstractmethod
+    def _after_fork_in_child(self) -> None:
+        """In a forked child (see `fencedlease._fork`)."""
+
     @abstractmethod
     async def _abandon(self, key: str, owner_token: str, exc: BaseException) -> None:
         """Release what an acquire that raised ``exc`` may hold under ``owner_token``."""
@@ -59,27 +194,18 @@ class _AsyncManagerBase(ABC):
         """Release ``owner_token``'s hold on ``key`` in the background (the call keeps its time
         bound; ``close()`` waits for it)."""
 
-    @property
-    def backend(self) -> AsyncLeaseBackend:
-        """The store the leases live in."""
-        return self._backend
+    @abstractmethod
+    def _hold(self, args: HoldArgs) -> AbstractAsyncContextManager[AsyncLease]:
+        """One hold of ``args.key``; acquired when entered."""
 
-    @property
-    def primary_id(self) -> str | None:
-        """The replication id (``master_replid``) of the Redis primary that answered this
-        manager's last acquire; None before the first, or for a store without one."""
-        watch = getattr(self._backend, "primary", None)
-        return watch.primary_id if isinstance(watch, PrimaryWatch) else None
-
-    @property
-    def primary_changes(self) -> int:
-        """How many times this manager's acquires found a new Redis primary (a failover; each is
-        also logged as a warning). After one, with ``fencing="counter"`` and ``replica_acks=0``,
-        a grant the old primary had not replicated may have its token handed out again: check
-        [`inspect`][fencedlease.aio.AsyncLeaseManager.inspect]'s ``promoted_from``, and use
-        ``replica_acks`` or ``fencing="clock"`` so it cannot happen. 0 for other stores."""
-        watch = getattr(self._backend, "primary", None)
-        return watch.changes if isinstance(watch, PrimaryWatch) else 0
+    @abstractmethod
+    async def _with_lease(
+        self,
+        key: str,
+        fn: Callable[[AsyncLease], Awaitable[T]],
+        hold: AbstractAsyncContextManager[AsyncLease],
+    ) -> AsyncLeaseOutcome[T]:
+        """``fn(lease)`` inside ``hold``; a skipped outcome when ``hold`` acquired nothing."""
 
     def _check_open(self) -> None:
         if self._forked:
@@ -173,51 +299,74 @@ class _AsyncManagerBase(ABC):
             return AsyncAcquireResult(key, None, end.holder_ttl_ms)
         return AsyncAcquireResult(key, self._lease_class(end.state, backend, clock))
 
-    # -- the rest ------------------------------------------------------------------------------
-
-    def restore(
+    def hold(
         self,
         key: str,
-        owner_token: str,
         *,
-        ttl_ms: int,
-        expires_at: datetime | None = None,
-        fencing_token: int | None = None,
-    ) -> AsyncLease:
-        """Rebuild a lease from values persisted by an earlier process; no I/O.
+        ttl_ms: int = DEFAULT_TTL_MS,
+        wait_ms: int = 0,
+        retry_delay_ms: int = DEFAULT_RETRY_DELAY_MS,
+        heartbeat_ms: int | Literal[False] | None = None,
+        on_renew_error: Callable[[BaseException], object] | None = None,
+    ) -> AbstractAsyncContextManager[AsyncLease]:
+        """Hold the lease on ``key`` for the ``async with`` block, renewed in the background.
 
-        Invents nothing: without ``expires_at`` the lease has no local deadline until its first
-        [`AsyncLease.renew`][fencedlease.aio.AsyncLease.renew]; without ``fencing_token`` its token
-        is None until a renewal learns it from the store. The store still checks ``owner_token`` on
-        every renew and release. The restored lease is not renewed in the background.
+        Acquires as [`acquire`][fencedlease.aio.AsyncLeaseManager.acquire] does, renews every
+        ``heartbeat_ms`` (default ``max(1, ttl_ms // 4)``; an explicit value must be at most
+        ``ttl_ms // 2``; ``False``: no renewal) while the block runs, then releases.
+        ``on_renew_error(exc)`` is called (in the renewal task, so it must not block) for each
+        failed renewal round trip: telemetry, not a loss. An ``Exception`` the hook raises is logged
+        and renewal goes on; anything else it raises (``KeyboardInterrupt``, ``SystemExit``) stops
+        the renewal task: its leases are lost, so the block ends in
+        [`LeaseLostError`][fencedlease.LeaseLostError] (see `call_renew_error_hooks`; the same on
+        both faces).
 
-        Raises:
-            ValidationError: ``key``/``owner_token`` not non-empty strings, ``ttl_ms`` out of
-                bounds, ``expires_at`` naive, ``fencing_token`` not an int in 1..2**63-1.
-        """
-        state = restored_state(key, owner_token, ttl_ms, expires_at, fencing_token, self._clock)
-        state.fencing_scope = fencing_scope_of(self._backend, key)
-        watch(state, self._on_event, self._clock)
-        return AsyncLease(state, self._backend, self._clock)
-
-    async def inspect(self, key: str) -> LeaseInfo | None:
-        """The lease on ``key`` as the store holds it now, or None when nobody holds it.
-
-        Raises:
-            ValidationError: ``key`` is not a non-empty str.
-            BackendError: the store failed.
-        """
-        check_key(key)
-        return LeaseInfo.from_reply(key, await self._backend.inspect(key))
-
-    async def force_release(self, key: str) -> bool:
-        """Delete the lease on ``key`` whoever holds it; the operator's escape hatch. The fencing
-        counter is kept, so the next grant still gets a larger token. Returns whether a lease was
-        held.
+        The lease is lost when a renewal finds the key gone or another owner's, or when ``ttl_ms``
+        passes with no confirmed renewal; this is checked by the renewal task, again when the block
+        ends, and by the release. On loss the task running the block is cancelled, and the
+        ``CancelledError`` comes out of ``hold`` as [`LeaseLostError`][fencedlease.LeaseLostError].
 
         Raises:
-            ValidationError: ``key`` is not a non-empty str.
-            BackendError: the store failed.
+            ValidationError: an argument out of bounds (when ``hold()`` is called).
+            LeaseNotAcquiredError: the key is held by another owner; the block never runs.
+            LeaseLostError: the lease was lost while the block ran, even if the block returned
+                normally or swallowed the cancellation. An exception raised by the block itself
+                propagates unchanged, and so does a cancellation that did not come from the loss.
+            BackendError: the store failed while acquiring or releasing.
+            ManagerClosedError: the manager is closed, or was closed while the call waited.
         """
-        check_key(key)
-        return await self._backend.force_release(key)
+        return self._hold(
+            check_hold(key, ttl_ms, wait_ms, retry_delay_ms, heartbeat_ms, on_renew_error)
+        )
+
+    async def with_lease(
+        self,
+        key: str,
+        fn: Callable[[AsyncLease], Awaitable[T]],
+        *,
+        ttl_ms: int = DEFAULT_TTL_MS,
+        wait_ms: int = 0,
+        retry_delay_ms: int = DEFAULT_RETRY_DELAY_MS,
+        heartbeat_ms: int | Literal[False] | None = None,
+        on_renew_error: Callable[[BaseException], object] | None = None,
+    ) -> AsyncLeaseOutcome[T]:
+        """Await ``fn(lease)`` under the lease on ``key``, as
+        [`hold`][fencedlease.aio.AsyncLeaseManager.hold] does (in the caller's task, which is the
+        one cancelled on loss).
+
+        Returns:
+            [`AsyncLeaseOutcome`][fencedlease.aio.AsyncLeaseOutcome]: ``value`` is what ``fn``
+            returned; ``skipped`` is true (and ``fn`` never ran) when the lease was not acquired.
+
+        Raises:
+            ValidationError, LeaseLostError, BackendError, ManagerClosedError: as
+                [`hold`][fencedlease.aio.AsyncLeaseManager.hold]; an exception from ``fn``
+                propagates unchanged (a ``LeaseNotAcquiredError`` from ``fn`` included: only this
+                call's own acquire turns into a skipped outcome). ``fn`` not callable:
+                ``ValidationError`` before anything is acquired; ``fn(lease)`` not an awaitable (a
+                sync function, which ran blocking the event loop): ``ValidationError`` (also a
+                ``TypeError``) once the lease is released.
+        """
+        check_async_fn(fn)
+        args = check_hold(key, ttl_ms, wait_ms, retry_delay_ms, heartbeat_ms, on_renew_error)
+        return await self._with_lease(args.key, fn, self._hold(args))

@@ -18,6 +18,7 @@ from .._events import EventHook
 from .._health import DEFAULT_HEALTH_TIMEOUT_MS, HealthReport
 from .._keep_alive import check_keep_alive
 from .._shutdown import ShutdownReport
+from .._validate import HoldArgs
 from ._health import check_health, connect
 from ._hold import _Hold
 from ._hold import _Manager as _HoldManager
@@ -129,16 +130,8 @@ class Operations:
             lease, AsyncLease, self._backend, heartbeat_ms, on_renew_error, held
         )
         state = lease._state
-        return _Hold(
-            cast("_HoldManager", self),
-            state.key,
-            state.ttl_ms,
-            0,
-            1,
-            heartbeat,
-            on_renew_error,
-            lease,
-        )
+        args = HoldArgs(state.key, state.ttl_ms, 0, 1, heartbeat, on_renew_error)
+        return _Hold(cast("_HoldManager", self), args, lease)
 
 
 _connect = connect

@@ -19,16 +19,17 @@ reported to ``on_renew_error``, not a loss.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
+import math
 from typing import Any
 
 from .._backend import AsyncLeaseBackend
 from .._clock import Clock, SendTime, marking_sends
 from .._decisions import BatchOutcome, apply_batch, call_renew_error_hooks
-from .._errors import BackendError, ManagerClosedError
-from .._schedule import MAX_IN_FLIGHT, RenewalEntry, RenewalSchedule, renewal_items
-from .._state import LeaseState, LossReason
+from .._errors import BackendError
+from .._schedule import MAX_IN_FLIGHT, RenewalEntry, RenewalSchedule, RenewerCore, renewal_items
+from .._state import LossReason
 from ._primitives import retrieve
 
 __all__ = ["AsyncRenewer"]
@@ -38,7 +39,7 @@ log = logging.getLogger("fencedlease.renewer")
 _BatchResult = tuple[float, float, list[int | BaseException]]
 
 
-class AsyncRenewer:
+class AsyncRenewer(RenewerCore):
     """Renews every lease registered with [`add`][fencedlease.aio.AsyncRenewer.add] until it is
     removed or lost.
 
@@ -51,6 +52,7 @@ class AsyncRenewer:
         self._backend = backend
         self._clock = clock
         self._batch_size = batch_size
+        self._guard = contextlib.nullcontext()  # one thread: nothing to lock
         self._schedule = RenewalSchedule()
         self._task: asyncio.Task[None] | None = None
         self._waker: asyncio.Future[None] | None = None
@@ -64,28 +66,14 @@ class AsyncRenewer:
     def __len__(self) -> int:
         return len(self._schedule)
 
-    def add(
-        self,
-        state: LeaseState,
-        heartbeat_ms: int,
-        on_renew_error: Callable[[BaseException], object] | None,
-    ) -> RenewalEntry:
-        """Start renewing ``state`` every ``heartbeat_ms`` (call it inside the running loop).
+    def _ensure_running(self) -> bool:
+        if self._task is not None and not self._task.done():
+            return False
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="fencedlease-renewer")
+        return True
 
-        Raises:
-            ManagerClosedError: the renewer is closed.
-        """
-        if self._closed:
-            raise ManagerClosedError()
-        entry = RenewalEntry(state, heartbeat_ms, on_renew_error)
-        self._schedule.add(entry, self._clock.monotonic())
-        state.deadline_moved = lambda: self._deadline_moved(entry)
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(
-                self._run(), name="fencedlease-renewer"
-            )
+    def _wake(self) -> None:
         self.wake()
-        return entry
 
     def remove(self, entry: RenewalEntry) -> None:
         """Stop renewing ``entry``; a batch already in flight for it is ignored when it lands."""
@@ -183,6 +171,7 @@ class AsyncRenewer:
             wake = schedule.next_wakeup(len(self._flights))
             for _, deadline in self._flights.values():
                 wake = deadline if wake is None else min(wake, deadline)
+            self._asleep_until = math.inf if wake is None else wake
             await self._sleep(loop, None if wake is None else max(0.0, wake - clock.monotonic()))
 
     async def _sleep(self, loop: asyncio.AbstractEventLoop, timeout: float | None) -> None:
