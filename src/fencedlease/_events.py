@@ -57,7 +57,7 @@ __all__ = [
 
 log = logging.getLogger("fencedlease")
 
-EventKind = Literal["acquire", "wait", "handoff", "renew", "release", "lost"]
+EventKind = Literal["acquire", "wait", "handoff", "renew", "release", "lost", "failover"]
 
 
 @attrs.frozen
@@ -83,7 +83,10 @@ class LeaseEvent:
     - ``"release"``: ``"sent"`` when a release goes out (the holder gives the lease up from
       here), then its reply: ``"released"``, ``"refused"`` (the lease had moved on) or
       ``"error"`` (no reply: the lease lapses at its TTL);
-    - ``"lost"``: ``"lost"``, once, when the lease is declared lost; ``reason`` says why.
+    - ``"lost"``: ``"lost"``, once, when the lease is declared lost; ``reason`` says why;
+    - ``"failover"``: ``"primary-changed"``, when an acquire's reply came from a Redis primary
+      other than the one before (its replication id changed: a failover, after which a counter
+      may have rolled back); ``key`` is that acquire's, ``reason`` names both replication ids.
 
     ``key``: the caller's key. ``fencing_token``: the grant's token (None when not granted).
     ``owner_fingerprint``: a non-secret name of the grant's owner token (16 hex characters; the
@@ -304,6 +307,17 @@ def wait_ended(
             (now - began_mono) * 1000,
         ),
     )  # fmt: skip
+
+
+def primary_changed(
+    hook: EventHook | None, key: str, before: str, after: str, clock: Clock
+) -> None:
+    """Report that the acquire of ``key`` found a new Redis primary (replication id ``before``
+    then ``after``)."""
+    if hook is not None:
+        reason = f"replication id {before} -> {after}"
+        event = LeaseEvent("failover", "primary-changed", key, None, None, clock.monotonic())
+        emit(hook, attrs.evolve(event, reason=reason))
 
 
 def log_event(event: LeaseEvent) -> None:

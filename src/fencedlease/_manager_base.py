@@ -36,6 +36,7 @@ from ._events import (
     EventHook,
     acquire_ended,
     check_event_hook,
+    primary_changed,
     wait_ended,
     with_logging,
 )
@@ -43,7 +44,7 @@ from ._handoff import ReleaseWaiter
 from ._lease import AcquireResult, Lease, LeaseOutcome
 from ._manager_store import _AsyncStoreCalls
 from ._protocol import AcquireReply
-from ._redis.replication import Fencing, GrantOptions, use_grant_options
+from ._redis.replication import Fencing, GrantOptions, PrimaryWatch, use_grant_options
 from ._redis_backend import RedisBackend
 from ._renewer import Renewer
 from ._shutdown import ShutdownReport
@@ -105,6 +106,11 @@ class _ManagerBase(_AsyncStoreCalls, ABC):
         if isinstance(self._backend, RedisBackend):
             # Sentinel: on a new primary, every lease is renewed there at once.
             self._backend.on_primary_switch = self._renewer.renew_now
+        watch = getattr(self._backend, "primary", None)
+        if isinstance(watch, PrimaryWatch):  # a failover seen by an acquire: an event
+            watch.on_change = lambda key, before, after: primary_changed(
+                self._on_event, key, before, after, clock
+            )
         self._closed = False
         self._forked = False
         self._shutdown_timeout_ms = DEFAULT_CLOSE_TIMEOUT_MS  # close()'s default bound

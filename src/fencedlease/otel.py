@@ -12,8 +12,9 @@ leases = LeaseManager.from_url(url, on_event=instrument())
 ```
 
 Each event becomes one span, ``fencedlease.<kind>`` (``acquire``, ``wait``, ``handoff``,
-``renew``, ``release``, ``lost``), ending when the event was seen and starting ``duration_ms``
-earlier when the event has one, with the attributes ``fencedlease.key``, ``fencedlease.status``,
+``renew``, ``release``, ``lost``, ``failover``), ending when the event was seen and starting
+``duration_ms`` earlier when the event has one, with the attributes ``fencedlease.key``,
+``fencedlease.status``,
 ``fencedlease.fencing_token``, ``fencedlease.owner_fingerprint`` and ``fencedlease.reason`` (those
 that are set) and an error status for ``"error"`` and ``"lost"``. Metrics: the counter
 ``fencedlease.events`` and the histogram ``fencedlease.duration`` (milliseconds), both with the

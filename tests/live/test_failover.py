@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from fencedlease import LeaseManager, ReplicationError
+from fencedlease import LeaseEvent, LeaseManager, ReplicationError
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.lab.servers.sentinel import SentinelDeployment
 
@@ -96,7 +96,8 @@ def test_both_off_a_repeated_token_is_reported(
 ) -> None:
     deployment = sentinel_deployment
     old_primary = None
-    with LeaseManager.from_url(deployment.url) as manager:
+    events: list[LeaseEvent] = []
+    with LeaseManager.from_url(deployment.url, on_event=events.append) as manager:
         assert _acquire_token(manager, "k") == 1
         old_primary = manager.primary_id
         _pause_replicas(deployment)
@@ -112,6 +113,11 @@ def test_both_off_a_repeated_token_is_reported(
         assert info is not None and info.promoted_from == old_primary
         assert info.primary_id == manager.primary_id
         assert any("the Redis primary changed" in r.getMessage() for r in caplog.records)
+        # ... and the on_event hook is told, once
+        failovers = [e for e in events if e.kind == "failover"]
+        assert [(e.status, e.key, e.reason) for e in failovers] == [
+            ("primary-changed", "k", f"replication id {old_primary} -> {manager.primary_id}")
+        ]
 
 
 def test_clock_fencing_on_the_asyncio_face(sentinel_deployment: SentinelDeployment) -> None:

@@ -13,8 +13,11 @@ import subprocess
 import sys
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
+import redis
+import redis.asyncio
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -23,6 +26,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from fencedlease import BackendError, LeaseEvent, LeaseLostError, LeaseManager
+from fencedlease._protocol import AcquireReply
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.backends import AsyncMemoryBackend, MemoryBackend
 from fencedlease.otel import instrument
@@ -222,3 +226,23 @@ def test_import_fencedlease_does_not_load_opentelemetry() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.strip() == "[] False"
+
+
+@pytest.mark.parametrize("face", ["sync", "asyncio"])
+def test_a_new_primary_seen_by_an_acquire_is_a_failover_event(face: str) -> None:
+    """The replication id of the primary that answers acquires changes (a failover): the hook is
+    told once per change, naming the key and both ids; the same primary again is no event."""
+    events: list[LeaseEvent] = []
+    manager: Any
+    if face == "sync":
+        manager = LeaseManager(redis.Redis(port=1), on_event=events.append)
+    else:
+        manager = AsyncLeaseManager(redis.asyncio.Redis(port=1), on_event=events.append)
+    watch = manager._backend.primary
+    for key, primary in [("a", "r1"), ("b", "r1"), ("c", "r2"), ("d", "r2"), ("e", "r1")]:
+        watch.seen(AcquireReply(True, 1, 1_000, primary_id=primary), key)
+    assert [(e.kind, e.status, e.key, e.reason, e.fencing_token) for e in events] == [
+        ("failover", "primary-changed", "c", "replication id r1 -> r2", None),
+        ("failover", "primary-changed", "e", "replication id r2 -> r1", None),
+    ]
+    assert manager.primary_changes == 2

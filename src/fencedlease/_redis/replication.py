@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Final, Literal
 
 import attrs
@@ -115,6 +116,8 @@ class PrimaryWatch:
         self._lock = threading.Lock()
         self.primary_id: str | None = None
         self.changes = 0
+        #: Called with ``(key, before, after)`` after a change is logged (the manager's event).
+        self.on_change: Callable[[str, str, str], object] | None = None
 
     def seen(self, reply: AcquireReply, key: str) -> None:
         """Note the primary that answered ``reply``; a change is counted and logged."""
@@ -133,6 +136,8 @@ class PrimaryWatch:
             primary,
             key,
         )
+        if self.on_change is not None:
+            self.on_change(key, before, primary)
 
 
 def use_grant_options(backend: object, options: GrantOptions, *, made_here: bool) -> None:
