@@ -52,6 +52,12 @@ def check_run(tmp_path: Path) -> Callable[..., CheckResult]:
                     faults=faults,
                     mode=mode,  # type: ignore[arg-type]
                     seed=config.pop("seed", 4),
+                    # One kind of resource and of worker, as each test's scenario assumes: the
+                    # check's defaults deal the keys to every resource kind (mixed) and the
+                    # workers to every kind (sync, threads, asyncio), which the tests of those
+                    # ask for by name.
+                    resource=config.pop("resource", "sqlite"),
+                    workers_kind=config.pop("workers_kind", "sync"),
                     out_dir=tmp_path / "out",
                     ttl_ms=TTL_MS,
                     **config,
