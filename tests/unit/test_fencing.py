@@ -399,9 +399,8 @@ def test_an_accept_decides_and_records_in_one_step(monkeypatch: pytest.MonkeyPat
     turn and the fence ends at 2. A FencedResource that decided outside its lock would let the
     newer accept through meanwhile, and the stale one would then record 1 over it (the fence
     going back). The bound only ends a wait for what must not happen."""
-    import fencedlease._fenced_resource as module
+    from fencedlease._fencing import decide as real_decide
 
-    real_decide = module.decide
     stale_deciding, newer_done = threading.Event(), threading.Event()
 
     def held_decide(state: Any, access: Any, *, strict: bool) -> Any:
@@ -411,7 +410,7 @@ def test_an_accept_decides_and_records_in_one_step(monkeypatch: pytest.MonkeyPat
             newer_done.wait(timeout=1.0)
         return outcome
 
-    monkeypatch.setattr(module, "decide", held_decide)
+    monkeypatch.setattr("fencedlease._fenced_resource.decide", held_decide)
     orders = FencedResource("orders")
     results: dict[int, object] = {}
 
