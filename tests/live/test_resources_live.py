@@ -29,6 +29,7 @@ from fencedlease.lab.harness.resources import (
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from test_fencing_model import FakeLease
+from test_resources import shows_strict_rechecks
 
 pytestmark = pytest.mark.live
 
@@ -102,13 +103,7 @@ def test_the_strict_redis_resource_refuses_a_recheck(redis_url: str, leases: Lea
     try:
         assert store.strict_key("k") is True
         assert store.read(leases.new, fenced=True) == 0
-        assert store.recheck(leases.new) is False
-        store.write(4, leases.new, fenced=True)
-        assert store.recheck(leases.new, key="k") is False
-        with pytest.raises(StaleTokenError) as refused:
-            store.read(FakeLease("k", "owner-two", 2), fenced=True)
-        assert (refused.value.token, refused.value.last_token) == (2, 2)
-        assert store.finals() == {"k": 4}
+        shows_strict_rechecks(store, leases.new)
     finally:
         store.close()
 

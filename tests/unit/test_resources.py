@@ -298,16 +298,24 @@ def test_the_strict_guard_refuses_a_recheck(kind: str, spec_of: Any, leases: Lea
         assert store.read(leases.new, fenced=True) == 0
         if kind == "sqlite":
             return
-        assert store.recheck(leases.new) is False
-        assert store.recheck(leases.new, key="k") is False
-        store.write(3, leases.new, fenced=True)
-        assert store.recheck(leases.new) is False
-        with pytest.raises(StaleTokenError) as refused:
-            store.read(FakeLease("k", "owner-two", 2), fenced=True)
-        assert (refused.value.token, refused.value.last_token) == (2, 2)
-        assert store.finals() == {"k": 3}
+        shows_strict_rechecks(store, leases.new)
     finally:
         store.close()
+
+
+def shows_strict_rechecks(store: Any, holder: Lease) -> None:
+    """On a strict store whose fenced read ``holder`` (token 2, key ``k``) has made: a recheck
+    is refused before and after its own write (which lands), and a second lease with token 2 is
+    refused as strict."""
+    assert holder.fencing_token == 2
+    assert store.recheck(holder) is False
+    assert store.recheck(holder, key="k") is False
+    store.write(3, holder, fenced=True)
+    assert store.recheck(holder) is False
+    with pytest.raises(StaleTokenError) as refused:
+        store.read(FakeLease("k", "owner-two", 2), fenced=True)
+    assert (refused.value.token, refused.value.last_token) == (2, 2)
+    assert store.finals() == {"k": 3}
 
 
 def test_a_mixed_store_sends_each_key_to_its_kind(
