@@ -82,13 +82,16 @@ class OneOf:
 @attrs.frozen
 class Mutant:
     """One planted bug: ``name``, the ``kind`` of fault, what it does (``summary``), the
-    ``surfaces`` a run must use to meet it, and its ``edits``."""
+    ``surfaces`` a run must use to meet it, and its ``edits``. ``unit_test``: for a bug the check
+    cannot show end to end, the pytest node (relative to the repository) that runs against the
+    copy in place of ``fencedlease check`` (killed when it fails)."""
 
     name: str
     kind: str
     summary: str
     surfaces: tuple[str, ...]
     edits: tuple[Edit | OneOf, ...]
+    unit_test: str = ""
 
 
 @attrs.frozen
@@ -345,14 +348,18 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
     Mutant(
         "wall-clock-deadlines",
         "wall-clock deadlines",
-        "the real clock's monotonic reading is time.time(): deadlines follow the wall clock",
+        "the manager dates its deadlines by the wall time of the clock it is given (clock.time() for clock.monotonic(), both faces)",
         ("redis-lock", "clock-fault"),
-        (
+        tuple(
             Edit(
-                "_clock.py",
-                "    monotonic = staticmethod(time.monotonic)\n",
-                "    monotonic = staticmethod(time.time)\n",
-            ),
+                path,
+                "        check_clock(clock)\n        batch = check_ms(",
+                "        check_clock(clock)\n"
+                "        clock = type('WallClock', (), {'monotonic': staticmethod(clock.time), 'time': staticmethod(clock.time),"
+                " 'sleep': staticmethod(clock.sleep), **({'async_sleep': staticmethod(clock.async_sleep)} if hasattr(clock, 'async_sleep') else {})})()\n"
+                "        batch = check_ms(",
+            )
+            for path in ("_manager_base.py", "aio/_manager_base.py")
         ),
     ),
     Mutant(
@@ -390,6 +397,9 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
                 "            return access.token\n",
             ) for path in ("_fencing.py", "_fenced_resource.py"))),
         ),
+        # one holder's accept decides while another's waits: the resource process serializes
+        # each key's accesses (check and data in one step), so no run can show it end to end
+        unit_test="tests/unit/test_fencing.py::test_an_accept_decides_and_records_in_one_step",
     ),
     Mutant(
         "strict-accepts-equal",
@@ -692,6 +702,19 @@ def run_mutant(mutant: Mutant, seed: int, work: Path, check_args: Sequence[str] 
             str(out_dir),
         )  # fmt: skip
     cmd = [sys.executable, "-m", "fencedlease", "check", "--seed", str(seed), "--out", str(out_dir)]
+    if mutant.unit_test:  # pytest's exit 1: a test failed
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(ROOT),
+        ]
+        cmd += ["-c", str(ROOT / "pyproject.toml"), str(ROOT / mutant.unit_test)]
+        check_args = ()
     started = time.monotonic()
     code, output = _run_check([*cmd, *check_args], env, base)
     seconds = time.monotonic() - started
@@ -710,6 +733,10 @@ def run_mutant(mutant: Mutant, seed: int, work: Path, check_args: Sequence[str] 
     else:
         status = "error"
     first = _first_report(out_dir, output)
+    if mutant.unit_test:
+        first = (
+            f"{mutant.unit_test.rpartition('::')[2]}: {'failed' if code == 1 else f'exit {code}'}"
+        )
     if status == "not exercised":
         first = f"not exercised: {', '.join(missing)}"
     elif status == "error":
@@ -799,17 +826,20 @@ def markdown_table(scores: Sequence[Score]) -> str:
         first = score.first.replace("|", "\\|")
         if len(first) > 140:
             first = first[:137] + "..."
+        where = " (unit test, not `fencedlease check`)" if m.unit_test else ""
         lines.append(
-            f"| `{m.name}` | {m.kind} | {', '.join(m.surfaces)} | {score.killed}/{len(runs)} "
+            f"| `{m.name}` | {m.kind} | {', '.join(m.surfaces)}{where} | {score.killed}/{len(runs)} "
             f"| {score.verdict} | {first} |"
         )
     mutants = [s for s in scores if s.mutant is not BASELINE]
-    exercised = [s for s in mutants if s.exercised]
+    exercised = [s for s in mutants if s.exercised and not s.mutant.unit_test]
     all_killed = sum(s.verdict == "killed" for s in exercised)
+    by_unit = [s for s in mutants if s.mutant.unit_test]
     lines.append("")
     lines.append(
-        f"{len(mutants)} mutants; {len(exercised)} exercised by the default run; "
-        f"{all_killed} killed on every seed."
+        f"{len(mutants) - len(by_unit)} mutants; {len(exercised)} exercised by the default run; "
+        f"{all_killed} killed on every seed"
+        + (f"; and {len(by_unit)} shown by a unit test only." if by_unit else ".")
     )
     return "\n".join(lines)
 

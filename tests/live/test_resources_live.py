@@ -29,6 +29,7 @@ from fencedlease.lab.harness.resources import (
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from test_fencing_model import FakeLease
+from test_resources import shows_strict_rechecks
 
 pytestmark = pytest.mark.live
 
@@ -56,11 +57,11 @@ def leases(redis_url: str) -> Iterator[Leases]:
     held.close()
 
 
-@pytest.fixture(params=["redis", "postgres", "postgres-rows", "postgres-append"])
+@pytest.fixture(params=["redis", "redis-strict", "postgres", "postgres-rows", "postgres-append"])
 def spec(request: pytest.FixtureRequest, redis_url: str) -> ResourceSpec:
     kind = request.param
-    if kind == "redis":
-        return ResourceSpec("redis", redis_url, name=f"res-{uuid.uuid4().hex[:8]}")
+    if kind.startswith("redis"):
+        return ResourceSpec(kind, redis_url, name=f"res-{uuid.uuid4().hex[:8]}")
     dsn = request.getfixturevalue("postgres_dsn")
     return ResourceSpec(kind, dsn)
 
@@ -86,6 +87,25 @@ def test_a_stale_holder_is_refused_and_each_key_has_its_counter(
     finally:
         store.close()
     assert read_final_counters(spec) == {"k": 3, "k2": 5}
+
+
+def test_the_strict_redis_resource_refuses_a_recheck(redis_url: str, leases: Leases) -> None:
+    """``redis-strict``: the lease's first access is strict, its own write after its read
+    lands, a recheck (its token once more, strict) is refused and moves nothing, a second lease
+    with the same token is refused as strict; ``redis`` is not strict."""
+    name = f"res-{uuid.uuid4().hex[:8]}"
+    plain = open_store(ResourceSpec("redis", redis_url, name=name))
+    assert plain.strict_key("k") is False
+    plain.close()
+    spec = ResourceSpec("redis-strict", redis_url, name=name)
+    prepare_resource(spec)
+    store = open_store(spec)
+    try:
+        assert store.strict_key("k") is True
+        assert store.read(leases.new, fenced=True) == 0
+        shows_strict_rechecks(store, leases.new)
+    finally:
+        store.close()
 
 
 def test_a_redis_resource_names_every_key_it_made(redis_url: str, leases: Leases) -> None:

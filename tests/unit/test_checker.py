@@ -161,6 +161,29 @@ def test_a_refused_stale_write_is_not_a_violation() -> None:
     assert report.stats["refused_accesses"] == 1
 
 
+@pytest.mark.parametrize("outcome", ["refused", "accepted"])
+def test_a_a_strict_store_accepting_a_token_twice_is_a_violation(outcome: str) -> None:
+    """A recheck (the holder's token once more, strict, after its read) is the checker's rule
+    for strict stores: refused passes, accepted is a violation naming the token and the line."""
+    h = clean()
+    h.add("w0", "recheck", "invoke", 1.80, id=9, grant=0, key="k", token=1)
+    h.add("w0", "recheck", "ok", 1.81, id=9, grant=0, key="k", token=1, outcome=outcome)
+    events = h.finish(4.0, 2)
+    report = check_history(events)
+    found = report.property("accepted-tokens-monotonic").violations
+    if outcome == "refused":
+        assert report.valid, report.explain()
+        return
+    assert [v.message for v in found] == [
+        "key 'k': w0's token 1 was accepted a second time by a strict store (strict mode "
+        "accepts each token once)."
+    ]
+    line = [i for i, e in enumerate(events, 1) if e.op == "recheck" and e.type == "ok"]
+    assert found[0].lines == tuple(line)
+    assert found[0].at == pytest.approx(1.81)
+    assert not report.valid
+
+
 def test_a_concurrent_accesses_are_not_ordered() -> None:
     """An access invoked before a newer one completed may carry a smaller token."""
     h = History()

@@ -392,6 +392,47 @@ def test_concurrent_accepts_keep_the_largest_and_refuse_only_stale() -> None:
             assert last in everything
 
 
+def test_an_accept_decides_and_records_in_one_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stale holder (token 1) is held inside its decision until the newer holder's accept
+    (token 2) has returned, or for at most one second: while one accept decides, another waits
+    for it, so the newer accept cannot return first and the wait runs out; both are accepted in
+    turn and the fence ends at 2. A FencedResource that decided outside its lock would let the
+    newer accept through meanwhile, and the stale one would then record 1 over it (the fence
+    going back). The bound only ends a wait for what must not happen."""
+    from fencedlease._fencing import decide as real_decide
+
+    stale_deciding, newer_done = threading.Event(), threading.Event()
+
+    def held_decide(state: Any, access: Any, *, strict: bool) -> Any:
+        outcome = real_decide(state, access, strict=strict)
+        if access.token == 1:
+            stale_deciding.set()
+            newer_done.wait(timeout=1.0)
+        return outcome
+
+    monkeypatch.setattr("fencedlease._fenced_resource.decide", held_decide)
+    orders = FencedResource("orders")
+    results: dict[int, object] = {}
+
+    def present(token: int) -> None:
+        try:
+            results[token] = orders.accept(token)
+        except StaleTokenError as exc:
+            results[token] = exc.last_token
+        if token == 2:
+            newer_done.set()
+
+    stale = threading.Thread(target=present, args=(1,))
+    stale.start()
+    assert stale_deciding.wait(timeout=30.0)
+    newer = threading.Thread(target=present, args=(2,))
+    newer.start()
+    stale.join()
+    newer.join()
+    assert results == {1: 1, 2: 2}
+    assert orders.last_token == 2
+
+
 # --- against the sequential model (test_fencing_model.py) ---------------------------------------
 
 

@@ -178,6 +178,31 @@ def test_verdicts_and_the_docs_table() -> None:
     assert table[-1] == "3 mutants; 2 exercised by the default run; 1 killed on every seed."
 
 
+def test_a_mutant_shown_by_a_unit_test_names_an_existing_test_and_is_counted_apart() -> None:
+    """``fenced-resource-not-atomic`` is the one mutant a unit test shows in place of the
+    check: its test exists, and the table counts it apart from the check's mutants."""
+    unit = [m for m in mutate.MUTANTS if m.unit_test]
+    assert [m.name for m in unit] == ["fenced-resource-not-atomic"]
+    path, _, test = unit[0].unit_test.partition("::")
+    assert f"def {test}(" in (SCRIPTS.parent / path).read_text("utf-8")
+    scores = [
+        mutate.Score(unit[0], [_run(unit[0].name, 1, "killed", f"{test}: failed")]),
+        mutate.Score(
+            next(m for m in mutate.MUTANTS if m.name == "acquire-no-incr"),
+            [_run("acquire-no-incr", 1, "killed", "(d) token 1")],
+        ),
+    ]
+    table = mutate.markdown_table(scores).splitlines()
+    assert table[2] == (
+        "| `fenced-resource-not-atomic` | a non-atomic FencedResource | fenced-resource (unit "
+        f"test, not `fencedlease check`) | 1/1 | killed | {test}: failed |"
+    )
+    assert table[-1] == (
+        "1 mutants; 1 exercised by the default run; 1 killed on every seed; and 1 shown by a "
+        "unit test only."
+    )
+
+
 def test_run_check_gives_the_exit_status_and_the_output(tmp_path: Path) -> None:
     code, output = mutate._run_check(
         [sys.executable, "-c", "print('checked'); raise SystemExit(3)"], dict(os.environ), tmp_path

@@ -37,13 +37,13 @@ from fencedlease.lab.harness.resources_memory import (
 )
 from fencedlease.testing import FakeClock
 
-LOCAL = ("sqlite", "sqlite-rows", "sqlite-append", "memory", "memory-strict")
+LOCAL = ("sqlite", "sqlite-rows", "sqlite-strict", "sqlite-append", "memory", "memory-strict")
 
 
 def test_every_kind_is_offered() -> None:
     assert RESOURCES == (
-        "mixed", "sqlite", "redis", "postgres", "sqlite-rows", "postgres-rows", "sqlite-append",
-        "postgres-append", "memory", "memory-strict",
+        "mixed", "sqlite", "redis", "postgres", "sqlite-rows", "postgres-rows", "sqlite-strict",
+        "redis-strict", "sqlite-append", "postgres-append", "memory", "memory-strict",
     )  # fmt: skip
 
 
@@ -264,20 +264,58 @@ def test_a_memory_resource_takes_no_url(tmp_path: Path) -> None:
 
 
 def test_mixed_deals_the_keys_to_its_kinds_in_turn() -> None:
-    keys = tuple(f"k{i}" for i in range(12))
-    assert MIXED_KINDS == ("sqlite", "memory", "redis", "sqlite-rows", "memory-strict")
-    assert ResourceSpec.dealt(keys, "sqlite") == ("k0", "k5", "k10")
-    assert ResourceSpec.dealt(keys, "memory") == ("k1", "k6", "k11")
-    assert ResourceSpec.dealt(keys, "redis") == ("k2", "k7")
-    assert ResourceSpec.dealt(keys, "sqlite-rows") == ("k3", "k8")
-    assert ResourceSpec.dealt(keys, "memory-strict") == ("k4", "k9")
+    keys = tuple(f"k{i}" for i in range(16))
+    assert MIXED_KINDS == (
+        "sqlite", "memory", "redis", "sqlite-rows", "memory-strict", "sqlite-strict",
+        "redis-strict",
+    )  # fmt: skip
+    assert ResourceSpec.dealt(keys, "sqlite") == ("k0", "k7", "k14")
+    assert ResourceSpec.dealt(keys, "memory") == ("k1", "k8", "k15")
+    assert ResourceSpec.dealt(keys, "redis") == ("k2", "k9")
+    assert ResourceSpec.dealt(keys, "sqlite-rows") == ("k3", "k10")
+    assert ResourceSpec.dealt(keys, "memory-strict") == ("k4", "k11")
+    assert ResourceSpec.dealt(keys, "sqlite-strict") == ("k5", "k12")
+    assert ResourceSpec.dealt(keys, "redis-strict") == ("k6", "k13")
     parts = tuple(ResourceSpec(kind, f"t-{kind}") for kind in MIXED_KINDS)
     spec = ResourceSpec("mixed", "", keys=keys, parts=parts)
     assert spec.family == "mixed"
-    assert [spec.part(key).kind for key in keys[:6]] == [*MIXED_KINDS, "sqlite"]
+    assert [spec.part(key).kind for key in keys[:8]] == [*MIXED_KINDS, "sqlite"]
     assert spec.part("not-a-run-key").kind == "sqlite"
     alone = ResourceSpec("sqlite", "t")
     assert alone.part("k0") is alone
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "sqlite-strict"])
+def test_the_strict_guard_refuses_a_recheck(kind: str, spec_of: Any, leases: Leases) -> None:
+    """``sqlite-strict``: the lease's first access is strict, its own write after its read
+    lands, and a recheck (its token once more, strict) is refused and changes nothing; a second
+    lease with the same token is refused. ``sqlite`` is not strict and answers no recheck."""
+    spec = spec_of(kind)
+    prepare_resource(spec)
+    store = open_store(spec)
+    try:
+        assert store.strict_key("k") is (kind == "sqlite-strict")
+        assert store.read(leases.new, fenced=True) == 0
+        if kind == "sqlite":
+            return
+        shows_strict_rechecks(store, leases.new)
+    finally:
+        store.close()
+
+
+def shows_strict_rechecks(store: Any, holder: Lease) -> None:
+    """On a strict store whose fenced read ``holder`` (token 2, key ``k``) has made: a recheck
+    is refused before and after its own write (which lands), and a second lease with token 2 is
+    refused as strict."""
+    assert holder.fencing_token == 2
+    assert store.recheck(holder) is False
+    assert store.recheck(holder, key="k") is False
+    store.write(3, holder, fenced=True)
+    assert store.recheck(holder) is False
+    with pytest.raises(StaleTokenError) as refused:
+        store.read(FakeLease("k", "owner-two", 2), fenced=True)
+    assert (refused.value.token, refused.value.last_token) == (2, 2)
+    assert store.finals() == {"k": 3}
 
 
 def test_a_mixed_store_sends_each_key_to_its_kind(

@@ -88,7 +88,8 @@ def _faults(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
 @click.option(
     "--resource", type=click.Choice(RESOURCES), default="mixed", show_default=True,
     help="Where the counters live, every key on it; 'mixed': the keys dealt in turn to sqlite,"
-    " memory, redis, sqlite-rows and memory-strict (every fencing surface in one run).",
+    " memory, redis, sqlite-rows, memory-strict, sqlite-strict and redis-strict (every fencing"
+    " surface in one run).",
 )  # fmt: skip
 @click.option(
     "--resource-url",

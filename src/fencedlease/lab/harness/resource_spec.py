@@ -29,6 +29,8 @@ ResourceKind = Literal[
     "postgres",
     "sqlite-rows",
     "postgres-rows",
+    "sqlite-strict",
+    "redis-strict",
     "sqlite-append",
     "postgres-append",
     "memory",
@@ -38,11 +40,12 @@ ResourceKind = Literal[
 #: Every kind, in the order ``--resource`` lists them.
 RESOURCES: Final[tuple[ResourceKind, ...]] = get_args(ResourceKind)
 
-#: The kinds ``mixed`` deals the keys to, in turn (key i: ``MIXED_KINDS[i % 5]``): the SQL guard,
+#: The kinds ``mixed`` deals the keys to, in turn (key i: ``MIXED_KINDS[i % 7]``): the SQL guard,
 #: ``FencedResource`` (not strict), ``RedisFencedResource``, the fenced rows, ``FencedResource``
-#: strict; so every run meets every fencing surface these cover.
+#: strict, the SQL guard strict, ``RedisFencedResource`` strict; so every run meets every fencing
+#: surface these cover.
 MIXED_KINDS: Final[tuple[ResourceKind, ...]] = (
-    "sqlite", "memory", "redis", "sqlite-rows", "memory-strict",
+    "sqlite", "memory", "redis", "sqlite-rows", "memory-strict", "sqlite-strict", "redis-strict",
 )  # fmt: skip
 
 #: The counters' table in the SQL resources (one row per key).
@@ -78,7 +81,7 @@ class ResourceSpec:
 
     def part(self, key: str) -> ResourceSpec:
         """The spec that holds the counter of ``key``: for ``mixed``, the part of the kind the
-        key's index in ``keys`` is dealt (``MIXED_KINDS[index % 5]``; a key not in ``keys``:
+        key's index in ``keys`` is dealt (``MIXED_KINDS[index % 7]``; a key not in ``keys``:
         the first part); else this spec."""
         if not self.parts:
             return self

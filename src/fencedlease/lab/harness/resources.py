@@ -13,12 +13,17 @@ selected by ``fencedlease check --resource``:
   [`.resources_sql`][].
 - ``sqlite-append``, ``postgres-append``: the guard, and each critical section is also a
   list-append transaction over the key's lists, checked by [`.elle`][]; [`.resources_txn`][].
-- ``redis``: a [`fencedlease.RedisFencedResource`][] per key; this module.
+- ``sqlite-strict``: the guard in strict mode (a token accepted once); [`.resources_sql`][].
+- ``redis``, ``redis-strict``: a [`fencedlease.RedisFencedResource`][] per key (not strict,
+  strict: a lease's first fenced access strict, its later ones not, and a
+  ``recheck`` before its write, which the
+  strict resource must refuse); this module.
 - ``memory``, ``memory-strict``: an in-process [`fencedlease.FencedResource`][] (not strict,
   strict) per key, in a resource process the workers talk to, whose connection threads share
   them; [`.resources_memory`][].
 - ``mixed`` (the default): the keys dealt in turn to ``sqlite``, ``memory``, ``redis``,
-  ``sqlite-rows`` and ``memory-strict``; [`.resources_mixed`][].
+  ``sqlite-rows``, ``memory-strict``, ``sqlite-strict`` and ``redis-strict``;
+  [`.resources_mixed`][].
 
 A plain access (``fenced=False``) checks nothing. Each process opens its own handle with
 [`open_store`][fencedlease.lab.harness.resources.open_store]. An access raises
@@ -30,12 +35,12 @@ unknown).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import redis
 
-from fencedlease import BackendError, Lease, RedisFencedResource, redis_keys
+from fencedlease import BackendError, Lease, RedisFencedResource, StaleTokenError, redis_keys
 from fencedlease.redis_fencing import DEFAULT_PREFIX
 
 from .resource_spec import (
@@ -47,6 +52,8 @@ from .resource_spec import (
     ResourceSpec,
     access_key,
 )
+
+T = TypeVar("T")
 
 __all__ = [
     "COUNTER_TABLE",
@@ -80,15 +87,45 @@ class _RedisStore:
         )
         self._resources: dict[str, RedisFencedResource] = {}
         self._registry = registry_key(spec)
+        self._strict = spec.kind.endswith("-strict")
+        # key -> (token, owner token) of the lease whose fenced access was last accepted here
+        # (strict kind: that lease's next access is not its first).
+        self._admitted: dict[str, tuple[int | None, str]] = {}
 
-    def _resource(self, key: str) -> RedisFencedResource:
+    def _resource(self, key: str, strict: bool = False) -> RedisFencedResource:
         resource = self._resources.get(key)
         if resource is None:
             resource = RedisFencedResource(self._client, self._spec.resource_name(key))
             with _redis_errors("SADD"):
                 self._client.sadd(self._registry, key)
             self._resources[key] = resource
+        if strict:
+            return RedisFencedResource(self._client, self._spec.resource_name(key), strict=True)
         return resource
+
+    def _fenced(self, lease: Lease, key: str, access: Callable[[RedisFencedResource], T]) -> T:
+        """``access`` on the resource of ``key`` for a fenced access of ``lease`` (strict kind:
+        strict for the lease's first accepted access of ``key``)."""
+        ident = (lease.fencing_token, lease.owner_token)
+        strict = self._strict and self._admitted.get(key) != ident
+        result = access(self._resource(key, strict))
+        if self._strict:
+            self._admitted[key] = ident
+        return result
+
+    def strict_key(self, key: str) -> bool:
+        """Whether ``key``'s resource accepts each token once (the strict kind)."""
+        return self._strict
+
+    def recheck(self, lease: Lease, key: str | None = None) -> bool:
+        """A strict fenced read of ``key`` (the lease's) once more with ``lease``, whose token
+        the resource has accepted already: True when accepted again (a strict resource must
+        not), False when refused."""
+        try:
+            self._resource(access_key(lease, key), strict=True).get(lease)
+        except StaleTokenError:
+            return False
+        return True
 
     def prepare(self) -> None:
         """Delete the counters and fences of an earlier run's keys (those of the registry)."""
@@ -112,7 +149,7 @@ class _RedisStore:
     def read(self, lease: Lease, *, fenced: bool, key: str | None = None) -> int:
         resource = self._resource(access_key(lease, key))
         if fenced:
-            raw = resource.get(lease)
+            raw = self._fenced(lease, access_key(lease, key), lambda r: r.get(lease))
         else:
             with _redis_errors("GET"):
                 raw = self._client.get(resource.data_key)
@@ -121,7 +158,7 @@ class _RedisStore:
     def write(self, value: int, lease: Lease, *, fenced: bool, key: str | None = None) -> None:
         resource = self._resource(access_key(lease, key))
         if fenced:
-            resource.set(value, lease)
+            self._fenced(lease, access_key(lease, key), lambda r: r.set(value, lease))
             return
         with _redis_errors("SET"):
             self._client.set(resource.data_key, value)

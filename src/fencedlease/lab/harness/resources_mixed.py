@@ -1,7 +1,8 @@
 """The ``mixed`` resource: the run's keys dealt in turn to the kinds of
 [`MIXED_KINDS`][fencedlease.lab.harness.resource_spec.MIXED_KINDS] (the SQL guard, an in-memory
 ``FencedResource`` shared by the resource process's threads, ``RedisFencedResource``, fenced
-rows, a strict ``FencedResource``), so that one run meets every one of those fencing surfaces.
+rows, a strict ``FencedResource``, the strict SQL guard, a strict ``RedisFencedResource``), so
+that one run meets every one of those fencing surfaces.
 
 Each key keeps one counter in the store of its kind; the checker judges each key on its own, so
 the kinds do not meet. A [`MixedStore`][fencedlease.lab.harness.resources_mixed.MixedStore] opens
@@ -42,6 +43,14 @@ class MixedStore:
 
     def write(self, value: int, lease: Lease, *, fenced: bool, key: str | None = None) -> None:
         self._store(lease, key).write(value, lease, fenced=fenced, key=key)
+
+    def strict_key(self, key: str) -> bool:
+        """Whether the store of ``key`` accepts each token once and answers ``recheck``."""
+        store = self._stores[self._spec.part(key)]
+        return bool(getattr(store, "strict_key", lambda _: False)(key))
+
+    def recheck(self, lease: Lease, key: str | None = None) -> bool:
+        return bool(self._store(lease, key).recheck(lease, key=key))
 
     def finals(self) -> dict[str, int]:
         """Each part's counters of the keys dealt to it (two SQL parts share one file)."""

@@ -13,6 +13,12 @@
   read) are not, which lets the lease's own write land: strict fencing for one access per
   token, as [`fencedlease.db.fenced_read`][] advises.
 
+- ``sqlite-strict``: the guard in strict mode (each token accepted once): a lease's first fenced
+  access of a key is ``fence_guard(strict=True)``, its later ones (the write after its read) the
+  guard not strict, which lets its own write land. Before that write the worker asks for a
+  ``recheck``: the strict guard once more with the same token, which a strict store must
+  refuse (the checker's rule for strict stores, property ``a``).
+
 Each access is one transaction (SQLite: ``BEGIN IMMEDIATE``); a refusal rolls it back.
 """
 
@@ -23,7 +29,7 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
-from fencedlease import BackendError, Lease, db, owner_fingerprint
+from fencedlease import BackendError, Lease, StaleTokenError, db, owner_fingerprint
 
 from .resource_spec import COUNTER_TABLE, ResourceSpec, access_key
 
@@ -134,9 +140,10 @@ class SqlCounterStore:
     def __init__(self, spec: ResourceSpec) -> None:
         self.spec = spec
         self.rows = spec.kind.endswith("-rows")
+        self.strict = spec.kind.endswith("-strict")
         self.sql = SqlConnection(spec)
         # key -> (token, owner fingerprint) of the lease whose fenced access of it was last
-        # accepted here: that lease's next access is not its first (rows only).
+        # accepted here: that lease's next access is not its first (rows and strict only).
         self._admitted: dict[str, tuple[int | None, str]] = {}
 
     def _first_access(self, lease: Lease, key: str) -> bool:
@@ -163,8 +170,30 @@ class SqlCounterStore:
         _create_counters(self.sql)
 
     def guard(self, lease: Lease, key: str) -> None:
-        """Fence the open transaction on the guard row of ``key``."""
-        db.fence_guard(self.sql.conn, self.spec.resource_name(key), lease)
+        """Fence the open transaction on the guard row of ``key`` (strict kind: strict for the
+        lease's first access of ``key``)."""
+        strict = self.strict and self._first_access(lease, key)
+        db.fence_guard(self.sql.conn, self.spec.resource_name(key), lease, strict=strict)
+        if self.strict:
+            self._admitted[key] = (lease.fencing_token, _fingerprint(lease))
+
+    def strict_key(self, key: str) -> bool:
+        """Whether ``key``'s store accepts each token once (the strict kind)."""
+        return self.strict
+
+    def recheck(self, lease: Lease, key: str | None = None) -> bool:
+        """The strict guard of ``key`` (the lease's) once more with ``lease``, whose token it
+        has accepted already: True when it accepted it again (a strict store must not), False
+        when refused; nothing else is done (the transaction is rolled back)."""
+        name = access_key(lease, key)
+        try:
+            with self.sql.transaction():
+                db.fence_guard(self.sql.conn, self.spec.resource_name(name), lease, strict=True)
+                raise _Undo
+        except _Undo:
+            return True
+        except StaleTokenError:
+            return False
 
     def read(self, lease: Lease, *, fenced: bool, key: str | None = None) -> int:
         name = access_key(lease, key)
@@ -206,6 +235,10 @@ class SqlCounterStore:
         self.sql.close()
 
 
+class _Undo(Exception):
+    """Rolls a recheck's transaction back once the guard accepted."""
+
+
 def open_sql_store(spec: ResourceSpec) -> SqlCounterStore:
-    """The store of an SQL ``spec`` (``sqlite``, ``postgres``, ``*-rows``)."""
+    """The store of an SQL ``spec`` (``sqlite``, ``postgres``, ``*-rows``, ``sqlite-strict``)."""
     return SqlCounterStore(spec)

@@ -453,8 +453,20 @@ class Cycle:
         return int(self.access("read", None, lambda: store.read(lease, fenced=fenced)))
 
     def write(self, store: Any, lease: Any, value: int) -> None:
-        """Write ``value`` to the key's counter (fenced unless ``unfenced``)."""
+        """Write ``value`` to the key's counter (fenced unless ``unfenced``). On a strict store
+        in ``fenced`` mode, first a ``recheck``: the token its read had accepted, presented once
+        more in strict mode; the store must refuse it (``ok`` with outcome ``refused``; an
+        ``accepted`` recheck is a violation of property ``a``)."""
         fenced = self.config.mode != "unfenced"
+        strict_key = getattr(store, "strict_key", None)
+        if self.config.mode == "fenced" and strict_key is not None and strict_key(self.key):
+            check = self.writer.invoke("recheck", grant=self.grant, key=self.key, token=self.token)
+            try:
+                again = bool(store.recheck(lease))
+            except BackendError as exc:
+                check.info(outcome="backend-error", detail={"error": _describe(exc)})
+                raise
+            check.ok(outcome="accepted" if again else "refused")
         self.access("write", value, lambda: store.write(value, lease, fenced=fenced))
 
     def completed(self) -> None:

@@ -5,6 +5,10 @@ access of that key invoked afterwards is accepted with a smaller token. Reads co
 served to a newer holder and then a write accepted from an older one is exactly a stale holder
 getting through (Kleppmann, "How to do distributed locking", 2016). Tokens are per key, so keys
 are never compared with each other.
+
+A strict store accepts each token once: a worker that holds a lease on a strict store
+re-presents, after its fenced read was accepted, the same token in strict mode (a ``recheck``);
+a recheck the store accepted is a violation too (its token was accepted twice).
 """
 
 from __future__ import annotations
@@ -51,8 +55,27 @@ def check(ctx: Context) -> Outcome:
                         key,
                     )
                 )
+    violations += _rechecks(ctx)
     violations.sort(key=lambda v: v.at if v.at is not None else 0.0)
     return Outcome(checked, violations)
+
+
+def _rechecks(ctx: Context) -> list[Violation]:
+    """A violation per ``recheck`` a strict store accepted."""
+    out: list[Violation] = []
+    for line, event in enumerate(ctx.events, start=1):
+        if event.op == "recheck" and event.type == "ok" and event.outcome == "accepted":
+            out.append(
+                ctx.violation(
+                    KEY,
+                    f"{ctx.on(event.key)}{event.process}'s token {event.token} was accepted "
+                    "a second time by a strict store (strict mode accepts each token once).",
+                    event.mono,
+                    (line,),
+                    event.key,
+                )
+            )
+    return out
 
 
 PROPERTY = Property(KEY, "a", "accepted tokens never go backwards", check)
