@@ -37,7 +37,7 @@ import tracemalloc
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from typing import Any, ClassVar
 
@@ -600,6 +600,26 @@ WHY = {
 WHY["throughput vs python-redis-lock"] = WHY["throughput vs redis-py Lock"]
 
 
+def renewer_only(s: Settings, counts: list[int]) -> int:
+    """Print the renewer's CPU per renewal (thread CPU, not wall time) for each number of leases
+    in ``counts`` at ttl_ms=4,000 (a 1 s heartbeat), with the load average before and after."""
+    load_before = os.getloadavg()[0]
+    with server() as srv:
+        for leases in counts:
+            for ttl_ms in (4_000,):
+                r = bench_renewal(srv.url, replace(s, leases=leases), ttl_ms, False)
+                renewals_per_s = leases / (ttl_ms // 4 / 1000)
+                per_renewal_us = r.renewer_cpu_pct / 100 / renewals_per_s * 1e6
+                print(
+                    f"leases={leases:,} ttl_ms={ttl_ms:,}: {r.per_tick:.1f} round trips per tick,"
+                    f" renewer CPU {r.renewer_cpu_pct:.2f} % of a core,"
+                    f" {per_renewal_us:.1f} us per renewal",
+                    flush=True,
+                )
+    print(f"load average (1 min): {load_before:.2f} before, {os.getloadavg()[0]:.2f} after")
+    return 0
+
+
 @contextmanager
 def server() -> Iterator[RedisServer]:
     with RedisServer() as srv:
@@ -610,8 +630,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="the ~10 s CI smoke")
     parser.add_argument("--out", help="write the Markdown report here (e.g. docs/performance.md)")
+    parser.add_argument(
+        "--renewer-only",
+        metavar="LEASES",
+        type=lambda text: [int(n) for n in text.split(",")],
+        help="only the renewer: CPU per renewal at these numbers of leases (e.g. 1000,10000,50000)",
+    )
     args = parser.parse_args(argv)
     s = Settings.make(args.quick)
+    if args.renewer_only:
+        return renewer_only(s, args.renewer_only)
     command = " ".join(["python scripts/bench.py", *(sys.argv[1:] if argv is None else argv)])
     started = time.monotonic()
     load_before = f"{os.getloadavg()[0]:.2f}"
