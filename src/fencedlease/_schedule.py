@@ -103,18 +103,34 @@ RenewReply = int | BaseException
 """Per lease, what a renewal round trip said: the token (renewed), 0 (lost) or an error."""
 
 
+_Cohort = tuple[float, int, list[RenewalEntry], int]
+"""A heap item: a time, a tie-breaker, and the entries from an index on that share the time."""
+
+
+def _live_due(entry: RenewalEntry, when: float) -> bool:
+    return entry.active and entry.next_due == when
+
+
+def _live_deadline(entry: RenewalEntry, when: float) -> bool:
+    return entry.active and entry.state.deadline == when
+
+
 class RenewalSchedule:
     """Which leases are due for renewal, and whose deadline is next; pure bookkeeping.
 
-    Two heaps with lazy deletion: one ordered by next renewal time, one by loss deadline. The owner
+    Two heaps with lazy deletion: one ordered by next renewal time, one by loss deadline. Their
+    items are cohorts: the leases of one batch that share a heartbeat are due again at the same
+    moment (one heartbeat after the batch was sent), and those that share a TTL have the same
+    deadline, so each such group is one heap item, not one per lease: a renewal costs O(1) of
+    bookkeeping, not two heap operations. The owner
     (a thread or a task) asks `pop_due` for a batch, sends it as one pipeline, hands the
     replies to `apply`, marks `pop_expired` leases lost, and sleeps until
     `next_wakeup`. All times are seconds on the monotonic clock.
     """
 
     def __init__(self) -> None:
-        self._due: list[tuple[float, int, RenewalEntry]] = []
-        self._deadlines: list[tuple[float, int, RenewalEntry]] = []
+        self._due: list[_Cohort] = []
+        self._deadlines: list[_Cohort] = []
         self._seq = itertools.count()
         self._members: set[RenewalEntry] = set()
         self.round_trip_s = 0.0
@@ -150,7 +166,7 @@ class RenewalSchedule:
 
     def _push_due(self, entry: RenewalEntry, due: float) -> None:
         entry.next_due = due
-        heapq.heappush(self._due, (due, next(self._seq), entry))
+        heapq.heappush(self._due, (due, next(self._seq), [entry], 0))
 
     def deadline_moved(self, entry: RenewalEntry) -> None:
         """Watch ``entry``'s new deadline after a renewal the schedule did not apply itself."""
@@ -159,7 +175,7 @@ class RenewalSchedule:
 
     def _push_deadline(self, entry: RenewalEntry) -> None:
         if entry.state.deadline is not None:
-            heapq.heappush(self._deadlines, (entry.state.deadline, next(self._seq), entry))
+            heapq.heappush(self._deadlines, (entry.state.deadline, next(self._seq), [entry], 0))
 
     def pop_due(self, now: float, limit: int) -> list[RenewalEntry]:
         """Remove and return up to ``limit`` active entries due at ``now``, earliest first."""
@@ -174,21 +190,28 @@ class RenewalSchedule:
         due again until `apply` says when)."""
         due = self._due
         rtt = self.round_trip_s
+        inf = math.inf
         while due and len(batch) < limit:
-            when, _, entry = due[0]
-            if not entry.active or when != entry.next_due:
-                heapq.heappop(due)
-                continue
+            when, _, cohort, start = due[0]
             if fill:
-                heartbeat = entry.heartbeat_s
+                # A cohort's entries share a heartbeat (see `apply`).
+                heartbeat = cohort[start].heartbeat_s
                 early = heartbeat if rtt > heartbeat else max(0.5 * heartbeat, rtt)
                 if when > now + early:
                     break
             elif when > now:
                 break
             heapq.heappop(due)
-            entry.next_due = float("inf")
-            batch.append(entry)
+            end = len(cohort)
+            for index in range(start, end):
+                entry = cohort[index]
+                if not entry.active or entry.next_due != when:
+                    continue  # removed, or due at another time since
+                if len(batch) >= limit:  # the rest keep their place
+                    heapq.heappush(due, (when, next(self._seq), cohort, index))
+                    break
+                entry.next_due = inf
+                batch.append(entry)
 
     def pop_batch(self, now: float, limit: int) -> list[RenewalEntry]:
         """`pop_due`, then, if anything was due, fill the batch up to ``limit`` with the
@@ -214,16 +237,16 @@ class RenewalSchedule:
         expired: list[RenewalEntry] = []
         heap = self._deadlines
         while heap:
-            when, _, entry = heap[0]
-            if not entry.active or when != entry.state.deadline:
-                heapq.heappop(heap)
-                continue
+            when, _, cohort, start = heap[0]
             if when > now:
                 break
             heapq.heappop(heap)
-            entry.state.check_deadline(now)
-            self.remove(entry)
-            expired.append(entry)
+            for index in range(start, len(cohort)):
+                entry = cohort[index]
+                if entry.active and entry.state.deadline == when:
+                    entry.state.check_deadline(now)
+                    self.remove(entry)
+                    expired.append(entry)
         return expired
 
     def next_wakeup(self, batches_in_flight: int) -> float | None:
@@ -232,8 +255,15 @@ class RenewalSchedule:
         when nothing is scheduled."""
         candidates: list[float] = []
         can_send = batches_in_flight < MAX_IN_FLIGHT
-        for heap, wanted in ((self._deadlines, True), (self._due, can_send)):
-            while heap and not heap[0][2].active:
+        for heap, wanted, live in (
+            (self._deadlines, True, _live_deadline),
+            (self._due, can_send, _live_due),
+        ):
+            # Drop the cohorts at the top none of whose entries is still there at that time.
+            while heap:
+                when, _, cohort, start = heap[0]
+                if any(live(cohort[i], when) for i in range(start, len(cohort))):
+                    break
                 heapq.heappop(heap)
             if wanted and heap:
                 candidates.append(heap[0][0])
@@ -254,6 +284,9 @@ class RenewalSchedule:
         A batch that was answered (``now - sent_mono`` is its round trip) updates
         `round_trip_s`."""
         errors: list[tuple[RenewalEntry, BaseException]] = []
+        # The confirmed entries by heartbeat and deadline: each group is due again at one moment
+        # and lost at one moment, a cohort.
+        confirmed: dict[tuple[float, float | None], list[RenewalEntry]] = {}
         if not isinstance(replies, BaseException):
             sample = max(0.0, now - sent_mono)
             rtt = self.round_trip_s
@@ -268,14 +301,25 @@ class RenewalSchedule:
                 self._push_due(entry, on_ns_grid(now + entry.retry_s))
             elif reply > 0:
                 if state.confirm(sent_mono, sent_wall, entry.sent_ttl_ms, reply):
-                    self._push_due(entry, confirmed_due(entry, now))
-                    self._push_deadline(entry)
+                    group = (entry.heartbeat_s, state.deadline)
+                    cohort = confirmed.get(group)
+                    if cohort is None:
+                        confirmed[group] = [entry]
+                    else:
+                        cohort.append(entry)
                 else:
                     self.remove(entry)
             else:
                 if not state.releasing:
                     state.mark_lost(LossReason.RENEW_REFUSED)
                 self.remove(entry)
+        for (_, deadline), cohort in confirmed.items():
+            when = confirmed_due(cohort[0], now)  # the same for the whole cohort
+            for entry in cohort:
+                entry.next_due = when
+            heapq.heappush(self._due, (when, next(self._seq), cohort, 0))
+            if deadline is not None:
+                heapq.heappush(self._deadlines, (deadline, next(self._seq), cohort, 0))
         return errors
 
 

@@ -27,6 +27,7 @@ from fencedlease import BackendError, LeaseManager, ValidationError
 from fencedlease._attempt import AcquireAttempt, is_ambiguous, may_have_written
 from fencedlease._protocol import MAX_FENCING_TOKEN, AcquireReply
 from fencedlease._redis.replies import (
+    _renew_entry,
     decode_acquire,
     decode_inspect,
     decode_release,
@@ -154,6 +155,21 @@ def test_decoders_raise_only_the_librarys_error(
             assert 1 <= result.fencing_token <= MAX_FENCING_TOKEN
         if isinstance(result, tuple) and isinstance(result[0], int):
             assert 1 <= result[0] <= MAX_FENCING_TOKEN
+
+
+@given(values=st.lists(st.one_of(_junk, st.sampled_from([b"1", b"0", 0, b"9223372036854775808"]))))
+def test_renew_many_inline_decoding_agrees_with_the_full_checks(values: list[object]) -> None:
+    """The one-pass decoding of a batch reply gives, entry by entry, what the full checks of a
+    single entry give (tokens as bytes and 0 take the inline path, the rest the full one)."""
+    items = [(f"k{i}", "o", 1) for i in range(len(values))]
+    results = decode_renew_many(items, values)
+    expected = [_renew_entry(item, value) for item, value in zip(items, values, strict=True)]
+    assert [r if isinstance(r, int) else repr(r) for r in results] == [
+        e if isinstance(e, int) else repr(e) for e in expected
+    ]
+    for value, result in zip(values, results, strict=True):
+        if isinstance(value, bytes) and value.isdigit() and int(value) > MAX_FENCING_TOKEN:
+            assert isinstance(result, BackendError)
 
 
 # -- which errors may have written --------------------------------------------------------------

@@ -9,6 +9,7 @@ that may hold an owner token. Tokens and counters are decoded exactly (never thr
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Final
 
@@ -190,6 +191,10 @@ def decode_renew(reply: object, key: str = "?") -> int:
     return parse_token(reply, what)
 
 
+_TOKEN_BYTES: Final = re.compile(rb"[1-9][0-9]{0,18}")
+"""A fencing token as ``renew_many.lua`` returns it (bulk string, no sign, no leading zero)."""
+
+
 def decode_renew_many(
     items: Sequence[tuple[str, str, int]], reply: object
 ) -> list[int | BaseException]:
@@ -198,32 +203,48 @@ def decode_renew_many(
     not renew (its TTL was refused, its key holds another type or a malformed value, or the reply
     entry is not a token); the other items are unaffected.
 
+    One pass over the reply: a token as bytes and an integer 0 (the usual entries) are decoded
+    inline; any other entry goes through the full checks (`parse_token`).
+
     Raises:
         BackendError: a reply of another shape.
     """
     if not isinstance(reply, (list, tuple)) or len(reply) != len(items):
         raise BackendError(f"renew {len(items)} leases: unexpected reply for {len(items)} leases")
     results: list[int | BaseException] = []
-    for (key, _, ttl_ms), value in zip(items, reply, strict=True):
-        what = f"renew {key!r}"
-        if _is(value, -1):
-            results.append(BackendError(f"{what}: ttl_ms {ttl_ms!r} refused by Redis"))
-        elif _is(value, -2):
-            results.append(
-                BackendError(
-                    f"{what}: WRONGTYPE, the lease key holds another type (or cannot be read)"
-                )
-            )
-        elif _is(value, -3):
-            results.append(BackendError(f"{what}: the lease key holds a malformed value"))
-        elif _is(value, 0):
-            results.append(0)
-        else:
-            try:
-                results.append(parse_token(value, what))
-            except BackendError as exc:
-                results.append(exc)
+    append = results.append
+    token = _TOKEN_BYTES.fullmatch
+    for index, value in enumerate(reply):
+        if value.__class__ is bytes and token(value):
+            number = int(value)
+            if number <= MAX_FENCING_TOKEN:
+                append(number)
+                continue
+        elif value.__class__ is int and value == 0:
+            append(0)
+            continue
+        append(_renew_entry(items[index], value))
     return results
+
+
+def _renew_entry(item: tuple[str, str, int], value: object) -> int | BaseException:
+    """One entry of ``renew_many.lua``'s array, any shape (see `decode_renew_many`)."""
+    key, _, ttl_ms = item
+    what = f"renew {key!r}"
+    if _is(value, -1):
+        return BackendError(f"{what}: ttl_ms {ttl_ms!r} refused by Redis")
+    if _is(value, -2):
+        return BackendError(
+            f"{what}: WRONGTYPE, the lease key holds another type (or cannot be read)"
+        )
+    if _is(value, -3):
+        return BackendError(f"{what}: the lease key holds a malformed value")
+    if _is(value, 0):
+        return 0
+    try:
+        return parse_token(value, what)
+    except BackendError as exc:
+        return exc
 
 
 def decode_release(reply: object, key: str = "?") -> bool:
