@@ -12,12 +12,9 @@ fails its own leases' renewals only.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 
 from redis.asyncio.cluster import RedisCluster
 
-from .._errors import BackendError
-from .._redis.aio import run_script
 from .._redis.cluster import (
     NodeReplies,
     by_node,
@@ -26,16 +23,11 @@ from .._redis.cluster import (
     node_name,
     shard_bound_s,
 )
-from .._redis.errors import backend_errors
-from .._redis.keys import lease_keys, renew_many_args
-from .._redis.replies import decode_release, decode_renew_many
-from .._redis.scripts import RELEASE, RENEW_MANY
+from ._cluster_calls import Items, release_on_slot, renew_node
 from ._handoff_cluster import AsyncClusterHandoff
 from ._redis_backend import AsyncRedisBackend
 
 __all__ = ["AsyncRedisClusterBackend"]
-
-_Items = Sequence[tuple[str, str, int]]
 
 
 class AsyncRedisClusterBackend(AsyncRedisBackend):
@@ -78,12 +70,11 @@ class AsyncRedisClusterBackend(AsyncRedisBackend):
         return AsyncClusterHandoff(self.client, self.prefix)
 
     async def release(self, key: str, owner_token: str) -> bool:
-        args = (owner_token, self.grants.fencing, "shard")  # a hand-off grant's mode; SPUBLISH
-        with backend_errors(f"release {key!r}"):
-            reply = await run_script(self.cluster, RELEASE, lease_keys(self.prefix, key), args)
-        return decode_release(reply, key)
+        return await release_on_slot(
+            self.cluster, self.prefix, self.grants.fencing, key, owner_token
+        )
 
-    async def renew_many(self, items: _Items) -> list[int | BaseException]:
+    async def renew_many(self, items: Items) -> list[int | BaseException]:
         """[`renew`][fencedlease.AsyncLeaseBackend.renew] for each item: one ``renew_many.lua``
         per hash slot, each node's slots in turn, the nodes at once (see the class).
 
@@ -108,19 +99,6 @@ class AsyncRedisClusterBackend(AsyncRedisBackend):
     def _node_of(self, slot: int) -> str:
         return node_name(self.cluster, slot)
 
-    async def _renew_node(self, items: _Items, groups: list[list[int]]) -> NodeReplies:
-        """One node's share: its slots' calls in turn (see `fencedlease._redis.cluster`)."""
-        replies: list[int | BaseException] = []
-        failed: list[BaseException] = []
-        for indices in groups:
-            batch = [items[i] for i in indices]
-            keys, args = renew_many_args(self.prefix, batch)
-            try:
-                with backend_errors(f"renew {len(batch)} leases"):
-                    reply = await run_script(self.cluster, RENEW_MANY, keys, args)
-            except BackendError as exc:
-                replies.extend([exc] * len(batch))
-                failed.append(exc)
-                continue
-            replies.extend(decode_renew_many(batch, reply))
-        return replies, failed
+    async def _renew_node(self, items: Items, groups: list[list[int]]) -> NodeReplies:
+        """One node's share (`renew_node`)."""
+        return await renew_node(self.cluster, self.prefix, items, groups)
