@@ -16,16 +16,9 @@ from concurrent.futures import wait as wait_futures
 from redis.cluster import RedisCluster
 
 from . import _fork
-from ._cluster_calls import Items, release_on_slot, renew_node
+from ._cluster_calls import Items, release_on_slot, renew_node, split_by_node
 from ._handoff_cluster import ClusterHandoff
-from ._redis.cluster import (
-    NodeReplies,
-    by_node,
-    check_shard_timeout,
-    merge_nodes,
-    node_name,
-    shard_bound_s,
-)
+from ._redis.cluster import NodeReplies, check_shard_timeout, merge_nodes
 from ._redis_backend import RedisBackend
 from ._renewer import shutdown_pool
 from ._threads import DaemonThreadPool
@@ -95,8 +88,7 @@ class RedisClusterBackend(RedisBackend):
         """
         if not items:
             return []
-        bound_s = shard_bound_s(items, self._bound_ms)
-        nodes = by_node(self.prefix, items, self._node_of)
+        bound_s, nodes = split_by_node(self.cluster, self.prefix, items, self._bound_ms)
         futures: dict[str, Future[NodeReplies]] = {
             node: self._worker(node).submit(self._renew_node, items, groups)
             for node, groups in nodes.items()
@@ -104,9 +96,6 @@ class RedisClusterBackend(RedisBackend):
         done, _ = wait_futures(futures.values(), timeout=bound_s)
         replies = {node: f.result() if f in done else None for node, f in futures.items()}
         return merge_nodes(len(items), nodes, replies, bound_s)
-
-    def _node_of(self, slot: int) -> str:
-        return node_name(self.cluster, slot)
 
     def _worker(self, node: str) -> DaemonThreadPool:
         with self._lock:

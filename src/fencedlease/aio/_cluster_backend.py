@@ -15,15 +15,8 @@ import asyncio
 
 from redis.asyncio.cluster import RedisCluster
 
-from .._redis.cluster import (
-    NodeReplies,
-    by_node,
-    check_shard_timeout,
-    merge_nodes,
-    node_name,
-    shard_bound_s,
-)
-from ._cluster_calls import Items, release_on_slot, renew_node
+from .._redis.cluster import NodeReplies, check_shard_timeout, merge_nodes
+from ._cluster_calls import Items, release_on_slot, renew_node, split_by_node
 from ._handoff_cluster import AsyncClusterHandoff
 from ._redis_backend import AsyncRedisBackend
 
@@ -31,25 +24,19 @@ __all__ = ["AsyncRedisClusterBackend"]
 
 
 class AsyncRedisClusterBackend(AsyncRedisBackend):
-    """Leases in a Redis Cluster under ``prefix``, over a ``redis.asyncio.RedisCluster`` (the key
-    layout of `fencedlease._redis.keys`: every key of a name in one hash slot); an
-    [`AsyncLeaseBackend`][fencedlease.AsyncLeaseBackend], the asyncio twin of
-    [`RedisClusterBackend`][fencedlease.RedisClusterBackend]. An
-    [`AsyncRedisBackend`][fencedlease.aio.AsyncRedisBackend] whose batch renewal and hand-off
-    know the cluster's shards.
+    """The asyncio twin of [`RedisClusterBackend`][fencedlease.RedisClusterBackend]: an
+    [`AsyncLeaseBackend`][fencedlease.AsyncLeaseBackend] over a ``redis.asyncio.RedisCluster``,
+    an [`AsyncRedisBackend`][fencedlease.aio.AsyncRedisBackend] whose batch renewal and hand-off
+    know the cluster's shards (every key of a name in one hash slot, `fencedlease._redis.keys`).
 
-    ``shard_timeout_ms``: how long a renewal batch waits for one node (None: a third of the
-    batch's shortest TTL); a node that has not answered by then fails only its own leases'
-    renewals, with a [`BackendError`][fencedlease.BackendError] (``timed_out``). ``owns_client``:
-    close the client in [`close`][fencedlease.aio.AsyncRedisBackend.close]. Every redis-py
-    error, ``RedisClusterException`` and MOVED/ASK redirections redis-py gave up on included, is
-    raised as a ``BackendError`` with the original in ``__cause__``. A release wakes its waiter by
-    ``SPUBLISH`` on Redis 7+ (sharded pub/sub, heard on the slot's node), by ``PUBLISH`` on 6.2
-    (heard on every node): `fencedlease.aio._handoff_cluster`.
+    ``shard_timeout_ms``, ``owns_client`` (close the client in
+    [`close`][fencedlease.aio.AsyncRedisBackend.close]), the errors (a
+    [`BackendError`][fencedlease.BackendError] with the redis-py error in ``__cause__``; a node
+    that has not answered in time fails only its own leases' renewals) and the release's wake-up
+    (`fencedlease.aio._handoff_cluster`): as for the sync twin.
 
     Raises:
-        ValidationError: ``prefix`` is not a non-empty str, or holds ``{`` or ``}`` (a brace would
-            split a lease from its counter across slots); ``shard_timeout_ms`` is not an int >= 1.
+        ValidationError: as [`RedisClusterBackend`][fencedlease.RedisClusterBackend].
     """
 
     def __init__(
@@ -84,8 +71,7 @@ class AsyncRedisClusterBackend(AsyncRedisBackend):
         """
         if not items:
             return []
-        bound_s = shard_bound_s(items, self._bound_ms)
-        nodes = by_node(self.prefix, items, self._node_of)
+        bound_s, nodes = split_by_node(self.cluster, self.prefix, items, self._bound_ms)
         tasks = {
             node: asyncio.ensure_future(self._renew_node(items, groups))
             for node, groups in nodes.items()
@@ -95,9 +81,6 @@ class AsyncRedisClusterBackend(AsyncRedisBackend):
             task.cancel()
         replies = {node: task.result() if task in done else None for node, task in tasks.items()}
         return merge_nodes(len(items), nodes, replies, bound_s)
-
-    def _node_of(self, slot: int) -> str:
-        return node_name(self.cluster, slot)
 
     async def _renew_node(self, items: Items, groups: list[list[int]]) -> NodeReplies:
         """One node's share (`renew_node`)."""

@@ -14,16 +14,26 @@ from redis.asyncio.cluster import RedisCluster
 
 from .._errors import BackendError
 from .._redis.aio import run_script
-from .._redis.cluster import NodeReplies
+from .._redis.cluster import NodeReplies, by_node, node_name, shard_bound_s
 from .._redis.errors import backend_errors
 from .._redis.keys import lease_keys, renew_many_args
 from .._redis.replies import decode_release, decode_renew_many
 from .._redis.scripts import RELEASE, RENEW_MANY
 
-__all__ = ["Items", "release_on_slot", "renew_node"]
+__all__ = ["Items", "release_on_slot", "renew_node", "split_by_node"]
 
 Items = Sequence[tuple[str, str, int]]
 """A renewal batch: ``(key, owner_token, ttl_ms)`` a lease."""
+
+
+def split_by_node(
+    cluster: RedisCluster, prefix: str, items: Items, bound_ms: int | None
+) -> tuple[float, dict[str, list[list[int]]]]:
+    """How long the batch ``items`` waits for one node, in seconds (`shard_bound_s`), and its
+    slot groups by the node that serves them (`by_node`, ``host:port`` as `node_name` says). No
+    I/O."""
+    nodes = by_node(prefix, items, lambda slot: node_name(cluster, slot))
+    return shard_bound_s(items, bound_ms), nodes
 
 
 async def release_on_slot(
