@@ -80,6 +80,7 @@ def test_the_contracts_cover_the_layers_the_project_promises() -> None:
         "fencedlease._redis.semaphore",
         "fencedlease._semaphore",
         "fencedlease._semaphore_stores",
+        "fencedlease._slot_backend",
         "fencedlease._cluster_backend",
         "fencedlease._cluster_calls",
         "fencedlease._handoff_cluster",
