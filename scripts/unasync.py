@@ -47,6 +47,8 @@ NAMES: dict[str, str] = {
     "AsyncRedisBackend": "RedisBackend",
     "AsyncReleaseWaiter": "ReleaseWaiter",
     "AsyncRenewer": "Renewer",
+    "AsyncSlotBackend": "SlotBackend",
+    "AsyncSlotStore": "SlotStore",
     "AsyncSwitchWatcher": "SwitchWatcher",
     "_AsyncManagerBase": "_ManagerBase",
     "aclose": "close",
@@ -79,6 +81,33 @@ SUBS: list[tuple[str, str]] = [
 # Per generated module: (text in the source after SUBS, text in the sync module). Each must be
 # found: a rule that no longer matches is an error, not a silent difference.
 PHRASES: dict[str, list[tuple[str, str]]] = {
+    "_slot_backend.py": [
+        (
+            """`SlotBackend` over the asyncio face's slot store (`fencedlease.aio._semaphore_stores`). The
+sync face's `fencedlease._slot_backend` is generated from `fencedlease.aio._slot_backend`
+(``scripts/unasync.py``).
+""",
+            """`SlotBackend` over the sync face's slot store (`fencedlease._semaphore_stores`). Generated
+from `fencedlease.aio._slot_backend` (``scripts/unasync.py``).
+""",
+        ),
+    ],
+    "_cluster_calls.py": [
+        (
+            """slot, and one node's share of a renewal batch (how a batch is split and merged:
+`fencedlease._redis.cluster`). How the nodes are waited for differs (tasks here, a worker thread
+per node on the sync face), so the backends themselves are written by hand. The sync face's
+`fencedlease._cluster_calls` is generated from `fencedlease.aio._cluster_calls`
+(``scripts/unasync.py``).
+""",
+            """slot, and one node's share of a renewal batch (how a batch is split and merged:
+`fencedlease._redis.cluster`). How the nodes are waited for differs (a worker thread per node
+here, tasks on the asyncio face), so the backends themselves are written by hand. Generated from
+`fencedlease.aio._cluster_calls` (``scripts/unasync.py``).
+""",
+        ),
+        ("from ._redis.aio import run_script\n", "from ._redis.scripts import run_script\n"),
+    ],
     "_redis_backend.py": [
         (
             '"""The Redis backend (asyncio): the lease scripts over a ``redis.asyncio`` client.\n',
@@ -391,6 +420,8 @@ acquire that failed or was interrupted may hold) and `_ManagerBase._release_late
 
 # The generated modules: the asyncio source -> the sync module, both under src/fencedlease.
 FILES: dict[str, str] = {
+    "aio/_cluster_calls.py": "_cluster_calls.py",
+    "aio/_slot_backend.py": "_slot_backend.py",
     "aio/_lease.py": "_lease.py",
     "aio/_manager_base.py": "_manager_base.py",
     "aio/_manager_store.py": "_manager_store.py",

@@ -10,34 +10,20 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
 
 from redis.cluster import RedisCluster
 
 from . import _fork
-from ._errors import BackendError
+from ._cluster_calls import Items, release_on_slot, renew_node, split_by_node
 from ._handoff_cluster import ClusterHandoff
-from ._redis.cluster import (
-    NodeReplies,
-    by_node,
-    check_shard_timeout,
-    merge_nodes,
-    node_name,
-    shard_bound_s,
-)
-from ._redis.errors import backend_errors
-from ._redis.keys import lease_keys, renew_many_args
-from ._redis.replies import decode_release, decode_renew_many
-from ._redis.scripts import RELEASE, RENEW_MANY, run_script
+from ._redis.cluster import NodeReplies, check_shard_timeout, merge_nodes
 from ._redis_backend import RedisBackend
 from ._renewer import shutdown_pool
 from ._threads import DaemonThreadPool
 
 __all__ = ["RedisClusterBackend"]
-
-_Items = Sequence[tuple[str, str, int]]
 
 
 class RedisClusterBackend(RedisBackend):
@@ -90,12 +76,9 @@ class RedisClusterBackend(RedisBackend):
         return ClusterHandoff(self.client, self.prefix)
 
     def release(self, key: str, owner_token: str) -> bool:
-        args = (owner_token, self.grants.fencing, "shard")  # a hand-off grant's mode; SPUBLISH
-        with backend_errors(f"release {key!r}"):
-            reply = run_script(self.cluster, RELEASE, lease_keys(self.prefix, key), args)
-        return decode_release(reply, key)
+        return release_on_slot(self.cluster, self.prefix, self.grants.fencing, key, owner_token)
 
-    def renew_many(self, items: _Items) -> list[int | BaseException]:
+    def renew_many(self, items: Items) -> list[int | BaseException]:
         """[`renew`][fencedlease.LeaseBackend.renew] for each item: one ``renew_many.lua`` per
         hash slot, each node's slots in turn on that node's worker, the nodes at once.
 
@@ -105,8 +88,7 @@ class RedisClusterBackend(RedisBackend):
         """
         if not items:
             return []
-        bound_s = shard_bound_s(items, self._bound_ms)
-        nodes = by_node(self.prefix, items, self._node_of)
+        bound_s, nodes = split_by_node(self.cluster, self.prefix, items, self._bound_ms)
         futures: dict[str, Future[NodeReplies]] = {
             node: self._worker(node).submit(self._renew_node, items, groups)
             for node, groups in nodes.items()
@@ -114,9 +96,6 @@ class RedisClusterBackend(RedisBackend):
         done, _ = wait_futures(futures.values(), timeout=bound_s)
         replies = {node: f.result() if f in done else None for node, f in futures.items()}
         return merge_nodes(len(items), nodes, replies, bound_s)
-
-    def _node_of(self, slot: int) -> str:
-        return node_name(self.cluster, slot)
 
     def _worker(self, node: str) -> DaemonThreadPool:
         with self._lock:
@@ -126,22 +105,9 @@ class RedisClusterBackend(RedisBackend):
                 self._workers[node] = pool
             return pool
 
-    def _renew_node(self, items: _Items, groups: list[list[int]]) -> NodeReplies:
-        """One node's share: its slots' calls in turn (see `fencedlease._redis.cluster`)."""
-        replies: list[int | BaseException] = []
-        failed: list[BaseException] = []
-        for indices in groups:
-            batch = [items[i] for i in indices]
-            keys, args = renew_many_args(self.prefix, batch)
-            try:
-                with backend_errors(f"renew {len(batch)} leases"):
-                    reply = run_script(self.cluster, RENEW_MANY, keys, args)
-            except BackendError as exc:
-                replies.extend([exc] * len(batch))
-                failed.append(exc)
-                continue
-            replies.extend(decode_renew_many(batch, reply))
-        return replies, failed
+    def _renew_node(self, items: Items, groups: list[list[int]]) -> NodeReplies:
+        """One node's share (`renew_node`)."""
+        return renew_node(self.cluster, self.prefix, items, groups)
 
     def close(self) -> None:
         """Stop the node workers (a thread still blocked on a hung node ends at the client's

@@ -29,14 +29,13 @@ from ._redis_backend import RedisBackend
 from ._renewer import BoundedCalls, Renewer
 from ._semaphore import Semaphore, _SlotManager, slot_manager_for
 from ._semaphore_stores import check_limit
-from ._shutdown import ShutdownReport, log_incomplete
+from ._shutdown import ShutdownReport, close_bound_ms, log_incomplete
 from ._state import release_bound_s, release_wait_more_s
 from ._validate import (
     ArgumentTypeError,
     HoldArgs,
     check_backend,
     check_key,
-    check_ms,
 )
 
 __all__ = ["LeaseManager"]
@@ -147,11 +146,7 @@ class LeaseManager(_ManagerBase, Operations):
             ValidationError: ``timeout_ms`` is not an int in 0..2,147,483,647.
             BackendError: closing the client failed.
         """
-        bound_ms = (
-            self._shutdown_timeout_ms
-            if timeout_ms is None
-            else check_ms("timeout_ms", timeout_ms, 0)
-        )
+        bound_ms = close_bound_ms(timeout_ms, self._shutdown_timeout_ms)
         with self._lock:
             closing = self._closed
             self._closed = True

@@ -15,11 +15,11 @@ from redis.retry import Retry
 
 from ._backend import LeaseBackend
 from ._clock import SYSTEM_CLOCK, Clock
-from ._env import manager_from_env
 from ._events import EventHook
 from ._health import DEFAULT_HEALTH_TIMEOUT_MS, HealthReport, check_health, connect
 from ._keep_alive import check_keep_alive
 from ._lease import Lease
+from ._operations_shared import OperationsBase
 from ._shutdown import ShutdownReport
 
 __all__ = ["Operations"]
@@ -27,24 +27,13 @@ __all__ = ["Operations"]
 _M = TypeVar("_M", bound="Operations")
 
 
-class Operations:
+class Operations(OperationsBase):
     """``from_env``, ``check_health`` and ``keep_alive``, mixed into the sync manager."""
 
     _backend: LeaseBackend
-    _shutdown_timeout_ms: int
     _clock: Clock
     _lock: threading.Lock
     _holds: set[Lease]
-
-    @classmethod
-    def _over_url(
-        cls: type[_M], url: str, prefix: str, clock: Clock, on_event: EventHook | None,
-        options: dict[str, Any],
-    ) -> _M:  # fmt: skip
-        raise NotImplementedError
-
-    def _check_open(self) -> None:
-        raise NotImplementedError
 
     def close(self, timeout_ms: int | None = None) -> ShutdownReport:
         raise NotImplementedError
@@ -100,15 +89,10 @@ class Operations:
             BackendError: ``connect=True`` and no attempt reached the store (the last failure
                 in ``__cause__``).
         """
-        manager, config = manager_from_env(
-            lambda url, prefix, options: cls._over_url(url, prefix, clock, on_event, options),
-            environ, kwargs, Retry,
-        )  # fmt: skip
-        manager._shutdown_timeout_ms = config.shutdown_timeout_ms
-        if connect:
-            timeout_ms = config.connect_timeout_ms or DEFAULT_HEALTH_TIMEOUT_MS
+        manager, check = cls._from_env_config(environ, connect, clock, on_event, kwargs, Retry)
+        if check is not None:
             try:
-                _connect(manager._backend, config.connect_max_attempts, timeout_ms, clock)
+                _connect(manager._backend, *check, clock)
             except BaseException:
                 manager.close()
                 raise

@@ -216,9 +216,7 @@ class Renewer(RenewerCore):
         for executor in (io, cleanup):
             left += shutdown_pool(executor, until)
         with self._cond:
-            entries = self._schedule.entries()
-            for entry in entries:
-                self._schedule.remove(entry)
+            entries = self._schedule.drain()
         for entry in entries:
             entry.state.renewal_stopped(LossReason.CLOSED)
         return left

@@ -157,6 +157,13 @@ class RenewalSchedule:
         """Every active entry, in flight or not (for shutdown)."""
         return list(self._members)
 
+    def drain(self) -> list[RenewalEntry]:
+        """Stop renewing every entry (`remove` each) and return them, for shutdown."""
+        entries = self.entries()
+        for entry in entries:
+            self.remove(entry)
+        return entries
+
     def all_due(self, now: float) -> None:
         """Make every entry that is not in flight due at ``now`` (the store moved to a new
         primary: every lease is confirmed there at once)."""

@@ -19,19 +19,17 @@ with leases in place of permanent permits, as in Redisson's ``RPermitExpirableSe
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from contextvars import ContextVar
 from typing import Any, Generic, Literal, Protocol, TypeVar, cast
 
-from ._backend import RenewItem
 from ._decisions import DEFAULT_RETRY_DELAY_MS, DEFAULT_TTL_MS
 from ._errors import LeaseNotAcquiredError, SemaphoreLeaseLostError
 from ._lease import AcquireResult, Lease, LeaseOutcome
 from ._manager_base import _ManagerBase
-from ._protocol import AcquireReply, InspectReply
 from ._renewer import Renewer
 from ._semaphore_stores import SlotStore, check_limit, slot_store_for
+from ._slot_backend import SlotBackend, limit_of
 from ._validate import check_key
 from ._view import LeaseView
 
@@ -39,8 +37,6 @@ __all__ = [
     "Semaphore",
     "SemaphoreFacts",
     "SemaphoreLease",
-    "SlotBackend",
-    "limit_of",
     "not_acquired",
     "slot_lost_error",
     "slot_manager",
@@ -63,65 +59,6 @@ def slot_lost_error(lease: LeaseView) -> SemaphoreLeaseLostError:
 def not_acquired(name: str, limit: int) -> LeaseNotAcquiredError:
     """The error of a ``hold`` that found every slot taken (both faces)."""
     return LeaseNotAcquiredError(name, f"semaphore {name!r}: all {limit} slots are held")
-
-
-_LIMIT: ContextVar[int] = ContextVar("fencedlease_semaphore_limit")
-
-
-@contextmanager
-def limit_of(limit: int) -> Iterator[None]:
-    """The ``limit`` the slot acquires made inside the block (in this thread or task) hold to:
-    the semaphore handle sets it around its call of the slot manager (see `SlotBackend`)."""
-    token = _LIMIT.set(limit)
-    try:
-        yield
-    finally:
-        _LIMIT.reset(token)
-
-
-class SlotBackend:
-    """The [`LeaseBackend`][fencedlease.LeaseBackend] of every semaphore of a manager, for the
-    lease machinery (one slot manager, so one renewer, batches the renewals of all their slots):
-    ``acquire(name, ...)`` takes a slot under the limit of the handle that asked (`limit_of`, set
-    in the caller's thread or task, where the acquire runs); renewals and releases need no limit;
-    ``force_release`` deletes every slot of the name; ``close`` leaves the manager's backend open.
-    ``inspect`` has no meaning for one slot among several and raises ``NotImplementedError`` (the
-    semaphore handle never calls it)."""
-
-    def __init__(self, store: SlotStore) -> None:
-        self.store = store
-
-    @property
-    def limit(self) -> int:
-        """The limit of the acquire under way (`limit_of`)."""
-        return _LIMIT.get()
-
-    def fencing_scope(self, name: str) -> str:
-        return self.store.fencing_scope(name)
-
-    def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
-        return self.store.acquire(key, owner_token, ttl_ms, self.limit)
-
-    def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
-        reply = self.store.renew_many([(key, owner_token, ttl_ms)])[0]
-        if isinstance(reply, BaseException):
-            raise reply
-        return reply
-
-    def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
-        return self.store.renew_many(items)
-
-    def release(self, key: str, owner_token: str) -> bool:
-        return self.store.release(key, owner_token)
-
-    def inspect(self, key: str) -> InspectReply | None:
-        raise NotImplementedError("a semaphore slot has no single-lease view")
-
-    def force_release(self, key: str) -> bool:
-        return self.store.clear(key)
-
-    def close(self) -> None:
-        """Nothing of its own to close: the store is the manager's backend's."""
 
 
 class SemaphoreLease(Lease):

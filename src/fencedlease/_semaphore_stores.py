@@ -1,6 +1,6 @@
 """Where a semaphore's slots live, one store per backend kind (sync face); the adapter that lets
 the lease machinery (acquire loop, renewer, loss rules) run slots as leases is
-`fencedlease._semaphore.SlotBackend`.
+`fencedlease._slot_backend.SlotBackend`.
 
 A semaphore ``name`` with ``limit`` N has at most N live *slots*; each slot is a lease of its own
 (owner token, fencing token, deadline), so every rule of single leases applies to it unchanged:

@@ -13,7 +13,9 @@ import logging
 
 import attrs
 
-__all__ = ["ShutdownReport", "log_incomplete"]
+from ._validate import check_ms
+
+__all__ = ["ShutdownReport", "close_bound_ms", "log_incomplete"]
 
 log = logging.getLogger("fencedlease")
 
@@ -51,3 +53,13 @@ def log_incomplete(report: ShutdownReport) -> None:
             report.timeout_ms, len(report.unreleased), list(report.unreleased),
             report.unfinished,
         )  # fmt: skip
+
+
+def close_bound_ms(timeout_ms: int | None, default_ms: int) -> int:
+    """The bound of a manager's ``close(timeout_ms)``, in milliseconds: ``default_ms`` (the
+    manager's shutdown timeout) when ``timeout_ms`` is None.
+
+    Raises:
+        ValidationError: ``timeout_ms`` is not an int in 0..2,147,483,647.
+    """
+    return default_ms if timeout_ms is None else check_ms("timeout_ms", timeout_ms, 0)

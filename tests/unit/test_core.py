@@ -306,3 +306,19 @@ def test_a_renewal_that_stops_for_good_is_a_loss_unless_a_release_is_under_way()
     assert state.lost is False
     assert view._released(True) is True
     assert (state.lost, state.released) == (False, True)
+
+
+def test_drain_stops_every_entry_and_returns_them() -> None:
+    """drain() (both renewers' close) hands back every entry, in flight or not, inactive and
+    gone from the schedule: nothing is due after it, whatever the time."""
+    schedule = RenewalSchedule()
+    waiting = RenewalEntry(_state(), 250, None)
+    in_flight = RenewalEntry(_state(), 250, None)
+    schedule.add(in_flight, 100.0)
+    assert schedule.pop_due(100.25, 10) == [in_flight]
+    schedule.add(waiting, 100.0)
+    drained = schedule.drain()
+    assert sorted(map(id, drained)) == sorted(map(id, [waiting, in_flight]))
+    assert (waiting.active, in_flight.active, len(schedule)) == (False, False, 0)
+    assert schedule.pop_due(1e9, 10) == []
+    assert schedule.drain() == []

@@ -14,6 +14,7 @@ from redis.backoff import ExponentialWithJitterBackoff
 
 from fencedlease import BackendError, LeaseManager, ShutdownReport, ValidationError
 from fencedlease._env import read_env
+from fencedlease._shutdown import close_bound_ms
 from fencedlease.aio import AsyncLeaseManager
 
 URL = "redis://user:s3cr3t-pw@127.0.0.1:6390"
@@ -211,3 +212,15 @@ def test_connect_failure_closes_the_manager_and_raises_backend_error(
     assert "3 attempt(s)" in str(info.value)
     assert str(info.value.__cause__) == "store down (3)"
     assert made[0]._closed
+
+
+def test_close_bound_is_the_shutdown_timeout_unless_given() -> None:
+    """Both faces' ``close(timeout_ms)`` bound: the manager's shutdown timeout for None, the
+    argument when it is an int in 0..2,147,483,647, else a ValidationError naming it."""
+    assert close_bound_ms(None, 5_000) == 5_000
+    assert close_bound_ms(0, 5_000) == 0
+    assert close_bound_ms(2_147_483_647, 5_000) == 2_147_483_647
+    for bad in (-1, 2_147_483_648, 1.5, True):
+        with pytest.raises(ValidationError, match="timeout_ms") as raised:
+            close_bound_ms(bad, 5_000)  # type: ignore[arg-type]
+        assert raised.value.argument == "timeout_ms"

@@ -12,52 +12,31 @@ fails its own leases' renewals only.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 
 from redis.asyncio.cluster import RedisCluster
 
-from .._errors import BackendError
-from .._redis.aio import run_script
-from .._redis.cluster import (
-    NodeReplies,
-    by_node,
-    check_shard_timeout,
-    merge_nodes,
-    node_name,
-    shard_bound_s,
-)
-from .._redis.errors import backend_errors
-from .._redis.keys import lease_keys, renew_many_args
-from .._redis.replies import decode_release, decode_renew_many
-from .._redis.scripts import RELEASE, RENEW_MANY
+from .._redis.cluster import NodeReplies, check_shard_timeout, merge_nodes
+from ._cluster_calls import Items, release_on_slot, renew_node, split_by_node
 from ._handoff_cluster import AsyncClusterHandoff
 from ._redis_backend import AsyncRedisBackend
 
 __all__ = ["AsyncRedisClusterBackend"]
 
-_Items = Sequence[tuple[str, str, int]]
-
 
 class AsyncRedisClusterBackend(AsyncRedisBackend):
-    """Leases in a Redis Cluster under ``prefix``, over a ``redis.asyncio.RedisCluster`` (the key
-    layout of `fencedlease._redis.keys`: every key of a name in one hash slot); an
-    [`AsyncLeaseBackend`][fencedlease.AsyncLeaseBackend], the asyncio twin of
-    [`RedisClusterBackend`][fencedlease.RedisClusterBackend]. An
-    [`AsyncRedisBackend`][fencedlease.aio.AsyncRedisBackend] whose batch renewal and hand-off
-    know the cluster's shards.
+    """The asyncio twin of [`RedisClusterBackend`][fencedlease.RedisClusterBackend]: an
+    [`AsyncLeaseBackend`][fencedlease.AsyncLeaseBackend] over a ``redis.asyncio.RedisCluster``,
+    an [`AsyncRedisBackend`][fencedlease.aio.AsyncRedisBackend] whose batch renewal and hand-off
+    know the cluster's shards (every key of a name in one hash slot, `fencedlease._redis.keys`).
 
-    ``shard_timeout_ms``: how long a renewal batch waits for one node (None: a third of the
-    batch's shortest TTL); a node that has not answered by then fails only its own leases'
-    renewals, with a [`BackendError`][fencedlease.BackendError] (``timed_out``). ``owns_client``:
-    close the client in [`close`][fencedlease.aio.AsyncRedisBackend.close]. Every redis-py
-    error, ``RedisClusterException`` and MOVED/ASK redirections redis-py gave up on included, is
-    raised as a ``BackendError`` with the original in ``__cause__``. A release wakes its waiter by
-    ``SPUBLISH`` on Redis 7+ (sharded pub/sub, heard on the slot's node), by ``PUBLISH`` on 6.2
-    (heard on every node): `fencedlease.aio._handoff_cluster`.
+    ``shard_timeout_ms``, ``owns_client`` (close the client in
+    [`close`][fencedlease.aio.AsyncRedisBackend.close]), the errors (a
+    [`BackendError`][fencedlease.BackendError] with the redis-py error in ``__cause__``; a node
+    that has not answered in time fails only its own leases' renewals) and the release's wake-up
+    (`fencedlease.aio._handoff_cluster`): as for the sync twin.
 
     Raises:
-        ValidationError: ``prefix`` is not a non-empty str, or holds ``{`` or ``}`` (a brace would
-            split a lease from its counter across slots); ``shard_timeout_ms`` is not an int >= 1.
+        ValidationError: as [`RedisClusterBackend`][fencedlease.RedisClusterBackend].
     """
 
     def __init__(
@@ -78,12 +57,11 @@ class AsyncRedisClusterBackend(AsyncRedisBackend):
         return AsyncClusterHandoff(self.client, self.prefix)
 
     async def release(self, key: str, owner_token: str) -> bool:
-        args = (owner_token, self.grants.fencing, "shard")  # a hand-off grant's mode; SPUBLISH
-        with backend_errors(f"release {key!r}"):
-            reply = await run_script(self.cluster, RELEASE, lease_keys(self.prefix, key), args)
-        return decode_release(reply, key)
+        return await release_on_slot(
+            self.cluster, self.prefix, self.grants.fencing, key, owner_token
+        )
 
-    async def renew_many(self, items: _Items) -> list[int | BaseException]:
+    async def renew_many(self, items: Items) -> list[int | BaseException]:
         """[`renew`][fencedlease.AsyncLeaseBackend.renew] for each item: one ``renew_many.lua``
         per hash slot, each node's slots in turn, the nodes at once (see the class).
 
@@ -93,8 +71,7 @@ class AsyncRedisClusterBackend(AsyncRedisBackend):
         """
         if not items:
             return []
-        bound_s = shard_bound_s(items, self._bound_ms)
-        nodes = by_node(self.prefix, items, self._node_of)
+        bound_s, nodes = split_by_node(self.cluster, self.prefix, items, self._bound_ms)
         tasks = {
             node: asyncio.ensure_future(self._renew_node(items, groups))
             for node, groups in nodes.items()
@@ -105,22 +82,6 @@ class AsyncRedisClusterBackend(AsyncRedisBackend):
         replies = {node: task.result() if task in done else None for node, task in tasks.items()}
         return merge_nodes(len(items), nodes, replies, bound_s)
 
-    def _node_of(self, slot: int) -> str:
-        return node_name(self.cluster, slot)
-
-    async def _renew_node(self, items: _Items, groups: list[list[int]]) -> NodeReplies:
-        """One node's share: its slots' calls in turn (see `fencedlease._redis.cluster`)."""
-        replies: list[int | BaseException] = []
-        failed: list[BaseException] = []
-        for indices in groups:
-            batch = [items[i] for i in indices]
-            keys, args = renew_many_args(self.prefix, batch)
-            try:
-                with backend_errors(f"renew {len(batch)} leases"):
-                    reply = await run_script(self.cluster, RENEW_MANY, keys, args)
-            except BackendError as exc:
-                replies.extend([exc] * len(batch))
-                failed.append(exc)
-                continue
-            replies.extend(decode_renew_many(batch, reply))
-        return replies, failed
+    async def _renew_node(self, items: Items, groups: list[list[int]]) -> NodeReplies:
+        """One node's share (`renew_node`)."""
+        return await renew_node(self.cluster, self.prefix, items, groups)

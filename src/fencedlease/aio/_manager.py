@@ -47,13 +47,12 @@ from .._decisions import (
 from .._errors import BackendError, LeaseNotAcquiredError
 from .._redis_backend import RedisBackend
 from .._semaphore_stores import check_limit
-from .._shutdown import ShutdownReport, log_incomplete
+from .._shutdown import ShutdownReport, close_bound_ms, log_incomplete
 from .._validate import (
     ArgumentTypeError,
     HoldArgs,
     check_backend,
     check_key,
-    check_ms,
 )
 from ..backends.memory import MemoryBackend
 from ..backends.sqlite import SqliteBackend
@@ -110,12 +109,10 @@ class AsyncLeaseManager(_AsyncManagerBase, Operations):
     [`close`][fencedlease.aio.AsyncLeaseManager.close] does no I/O and leaves the inherited client
     alone. Make a new manager in the child's own event loop. See `fencedlease._fork`.
 
-    ``replica_acks``, ``replica_ack_timeout_ms`` (milliseconds) and ``fencing`` (``"counter"``
-    or ``"clock"``): how a Redis store grants and renews across a failover
-    (`fencedlease._redis.replication`): ``WAIT`` for that many replicas after each acquire and
-    renewal (a grant they did not acknowledge is taken back and, failing fast, raises
-    [`ReplicationError`][fencedlease.ReplicationError]), and tokens that never repeat after a
-    counter rolled back. Only for a Redis client or URL.
+    ``replica_acks``, ``replica_ack_timeout_ms`` (milliseconds) and ``fencing``: how a Redis
+    store grants and renews across a failover, as for
+    [`LeaseManager`][fencedlease.LeaseManager] (replicas acknowledge each acquire and renewal;
+    tokens never repeat after a rollback). Only for a Redis client or URL.
 
     Raises:
         ValidationError: ``prefix`` is not a non-empty str, ``renew_batch_size`` < 1, ``clock``
@@ -198,11 +195,7 @@ class AsyncLeaseManager(_AsyncManagerBase, Operations):
             ValidationError: ``timeout_ms`` is not an int in 0..2,147,483,647.
             BackendError: closing the client failed.
         """
-        bound_ms = (
-            self._shutdown_timeout_ms
-            if timeout_ms is None
-            else check_ms("timeout_ms", timeout_ms, 0)
-        )
+        bound_ms = close_bound_ms(timeout_ms, self._shutdown_timeout_ms)
         if self._closed:
             if self._close_done is not None:
                 await self._close_done.wait()

@@ -113,9 +113,7 @@ class AsyncRenewer(RenewerCore):
             await asyncio.wait(waits)
         for done in waits:
             retrieve(done)
-        entries = self._schedule.entries()
-        for entry in entries:
-            self._schedule.remove(entry)
+        entries = self._schedule.drain()
         for entry in entries:
             entry.state.renewal_stopped(LossReason.CLOSED)
         return entries

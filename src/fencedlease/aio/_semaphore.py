@@ -14,11 +14,12 @@ from typing import Literal, Protocol, TypeVar, cast
 
 from .._decisions import DEFAULT_RETRY_DELAY_MS, DEFAULT_TTL_MS
 from .._errors import LeaseNotAcquiredError, SemaphoreLeaseLostError
-from .._semaphore import SemaphoreFacts, limit_of, not_acquired, slot_lost_error, slot_manager
+from .._semaphore import SemaphoreFacts, not_acquired, slot_lost_error, slot_manager
 from ._lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
 from ._manager_base import _AsyncManagerBase
 from ._renewer import AsyncRenewer
-from ._semaphore_stores import AsyncSlotBackend, AsyncSlotStore, async_slot_store_for
+from ._semaphore_stores import AsyncSlotStore, async_slot_store_for
+from ._slot_backend import AsyncSlotBackend, limit_of
 
 __all__ = ["AsyncSemaphore", "AsyncSemaphoreLease", "async_slot_manager_for"]
 

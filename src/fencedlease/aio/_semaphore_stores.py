@@ -9,7 +9,7 @@ from typing import Protocol
 
 from .._backend import RenewItem
 from .._errors import ValidationError
-from .._protocol import AcquireReply, InspectReply
+from .._protocol import AcquireReply
 from .._redis.aio import run_script
 from .._redis.errors import backend_errors
 from .._redis.keys import semaphore_keys
@@ -22,7 +22,6 @@ from .._redis.scripts import (
     SEMAPHORE_RENEW_MANY,
 )
 from .._redis.semaphore import decode_count, renew_args
-from .._semaphore import _LIMIT
 from .._semaphore_stores import MemorySlots, SlotStore, SqliteSlots, scope_of
 from ..backends.memory import AsyncMemoryBackend
 from ..backends.sqlite_async import AsyncSqliteBackend
@@ -30,7 +29,6 @@ from ._redis_backend import AsyncRedisBackend
 
 __all__ = [
     "AsyncRedisSlots",
-    "AsyncSlotBackend",
     "AsyncSlotStore",
     "AsyncSqliteSlots",
     "async_slot_store_for",
@@ -182,43 +180,3 @@ def async_slot_store_for(backend: object) -> AsyncSlotStore:
         "semaphores need an AsyncRedisBackend, AsyncMemoryBackend or AsyncSqliteBackend; the"
         f" manager's backend is a {type(backend).__name__}",
     )
-
-
-class AsyncSlotBackend:
-    """`fencedlease._semaphore_stores.SlotBackend`, awaited: every semaphore's slots of a manager
-    as one [`AsyncLeaseBackend`][fencedlease.AsyncLeaseBackend] for the lease machinery."""
-
-    def __init__(self, store: AsyncSlotStore) -> None:
-        self.store = store
-
-    @property
-    def limit(self) -> int:
-        """The limit of the acquire under way (`fencedlease._semaphore_stores.limit_of`)."""
-        return _LIMIT.get()
-
-    def fencing_scope(self, name: str) -> str:
-        return self.store.fencing_scope(name)
-
-    async def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
-        return await self.store.acquire(key, owner_token, ttl_ms, self.limit)
-
-    async def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
-        reply = (await self.store.renew_many([(key, owner_token, ttl_ms)]))[0]
-        if isinstance(reply, BaseException):
-            raise reply
-        return reply
-
-    async def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
-        return await self.store.renew_many(items)
-
-    async def release(self, key: str, owner_token: str) -> bool:
-        return await self.store.release(key, owner_token)
-
-    async def inspect(self, key: str) -> InspectReply | None:
-        raise NotImplementedError("a semaphore slot has no single-lease view")
-
-    async def force_release(self, key: str) -> bool:
-        return await self.store.clear(key)
-
-    async def close(self) -> None:
-        """Nothing of its own to close: the store is the manager's backend's."""
