@@ -26,11 +26,13 @@ from ._redis.cluster import (
     merge_nodes,
     node_name,
     shard_bound_s,
+    short_renewals,
 )
 from ._redis.errors import backend_errors
 from ._redis.keys import lease_keys, renew_many_args
+from ._redis.replication import Fencing
 from ._redis.replies import decode_release, decode_renew_many
-from ._redis.scripts import RELEASE, RENEW_MANY, run_script
+from ._redis.scripts import RELEASE, RENEW_MANY, Script, run_script
 from ._redis_backend import RedisBackend
 from ._renewer import shutdown_pool
 from ._threads import DaemonThreadPool
@@ -58,9 +60,15 @@ class RedisClusterBackend(RedisBackend):
     ``SPUBLISH`` on Redis 7+ (sharded pub/sub, heard on the slot's node), by ``PUBLISH`` on 6.2
     (heard on every node): `fencedlease._handoff_cluster`.
 
+    ``replica_acks``, ``replica_ack_timeout_ms`` (milliseconds) and ``fencing``: as for the
+    standalone backend; the ``WAIT`` goes with each script on the connection of the node that
+    runs it (one per slot of a renewal batch), counting that node's replicas.
+
     Raises:
         ValidationError: ``prefix`` is not a non-empty str, or holds ``{`` or ``}`` (a brace would
-            split a lease from its counter across slots); ``shard_timeout_ms`` is not an int >= 1.
+            split a lease from its counter across slots); ``shard_timeout_ms`` is not an int >= 1;
+            ``replica_acks``, ``replica_ack_timeout_ms`` or ``fencing`` as for the standalone
+            backend.
     """
 
     def __init__(
@@ -70,8 +78,18 @@ class RedisClusterBackend(RedisBackend):
         *,
         shard_timeout_ms: int | None = None,
         owns_client: bool = False,
+        replica_acks: int = 0,
+        replica_ack_timeout_ms: int = 100,
+        fencing: Fencing = "counter",
     ) -> None:
-        super().__init__(client, prefix, owns_client=owns_client)  # type: ignore[arg-type]
+        super().__init__(
+            client,
+            prefix,
+            owns_client=owns_client,
+            replica_acks=replica_acks,
+            replica_ack_timeout_ms=replica_ack_timeout_ms,
+            fencing=fencing,
+        )  # type: ignore[arg-type]
         self.cluster = client
         self._bound_ms = check_shard_timeout(shard_timeout_ms)
         self._lock = threading.Lock()
@@ -83,6 +101,17 @@ class RedisClusterBackend(RedisBackend):
         threads do not exist here); the next batch starts the child's own. No I/O."""
         self._lock = threading.Lock()
         self._workers = {}
+
+    def _run(
+        self, client: object, script: Script, keys: Sequence[str], args: Sequence[object]
+    ) -> tuple[object, int | None]:
+        """The script's reply, and with ``replica_acks`` the replicas' acks: the script and
+        ``WAIT`` pipelined on one connection of the node serving ``keys[0]``'s slot (every key
+        of a call shares it), so ``WAIT`` counts the replicas of the node that ran the script."""
+        if not self.grants.replica_acks:
+            return super()._run(self.cluster, script, keys, args)  # type: ignore[arg-type]
+        node = self.cluster.get_node_from_key(keys[0])  # type: ignore[no-untyped-call]
+        return super()._run(node.redis_connection, script, keys, args)
 
     def release_waiter(self) -> ClusterHandoff:
         """The manager's release waiter: the hand-off queue and its listener thread, on sharded
@@ -135,12 +164,14 @@ class RedisClusterBackend(RedisBackend):
             keys, args = renew_many_args(self.prefix, batch)
             try:
                 with backend_errors(f"renew {len(batch)} leases"):
-                    reply = run_script(self.cluster, RENEW_MANY, keys, args)
+                    reply, acks = self._run(self.cluster, RENEW_MANY, keys, args)
             except BackendError as exc:
                 replies.extend([exc] * len(batch))
                 failed.append(exc)
                 continue
-            replies.extend(decode_renew_many(batch, reply))
+            replies.extend(
+                short_renewals(self.grants, batch, decode_renew_many(batch, reply), acks)
+            )
         return replies, failed
 
     def close(self) -> None:

@@ -14,8 +14,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
+from redis.exceptions import NoScriptError
 
+from .._clock import mark_send, send_mark
 from .._errors import BackendError
 from .._redis.aio import run_script
 from .._redis.cluster import (
@@ -25,11 +27,13 @@ from .._redis.cluster import (
     merge_nodes,
     node_name,
     shard_bound_s,
+    short_renewals,
 )
 from .._redis.errors import backend_errors
 from .._redis.keys import lease_keys, renew_many_args
+from .._redis.replication import Fencing
 from .._redis.replies import decode_release, decode_renew_many
-from .._redis.scripts import RELEASE, RENEW_MANY
+from .._redis.scripts import RELEASE, RENEW_MANY, Script, acked_replies
 from ._handoff_cluster import AsyncClusterHandoff
 from ._redis_backend import AsyncRedisBackend
 
@@ -55,9 +59,15 @@ class AsyncRedisClusterBackend(AsyncRedisBackend):
     ``SPUBLISH`` on Redis 7+ (sharded pub/sub, heard on the slot's node), by ``PUBLISH`` on 6.2
     (heard on every node): `fencedlease.aio._handoff_cluster`.
 
+    ``replica_acks``, ``replica_ack_timeout_ms`` (milliseconds) and ``fencing``: as for the
+    standalone backend; the ``WAIT`` goes with each script on the connection of the node that
+    runs it (one per slot of a renewal batch), counting that node's replicas.
+
     Raises:
         ValidationError: ``prefix`` is not a non-empty str, or holds ``{`` or ``}`` (a brace would
-            split a lease from its counter across slots); ``shard_timeout_ms`` is not an int >= 1.
+            split a lease from its counter across slots); ``shard_timeout_ms`` is not an int >= 1;
+            ``replica_acks``, ``replica_ack_timeout_ms`` or ``fencing`` as for the standalone
+            backend.
     """
 
     def __init__(
@@ -67,10 +77,40 @@ class AsyncRedisClusterBackend(AsyncRedisBackend):
         *,
         shard_timeout_ms: int | None = None,
         owns_client: bool = False,
+        replica_acks: int = 0,
+        replica_ack_timeout_ms: int = 100,
+        fencing: Fencing = "counter",
     ) -> None:
-        super().__init__(client, prefix, owns_client=owns_client)  # type: ignore[arg-type]
+        super().__init__(
+            client,
+            prefix,
+            owns_client=owns_client,
+            replica_acks=replica_acks,
+            replica_ack_timeout_ms=replica_ack_timeout_ms,
+            fencing=fencing,
+        )  # type: ignore[arg-type]
         self.cluster = client
         self._bound_ms = check_shard_timeout(shard_timeout_ms)
+
+    async def _run(
+        self, client: object, script: Script, keys: Sequence[str], args: Sequence[object]
+    ) -> tuple[object, int | None]:
+        """The script's reply, and with ``replica_acks`` the replicas' acks: the script and
+        ``WAIT`` pipelined on one connection of the node serving ``keys[0]``'s slot (every key
+        of a call shares it), so ``WAIT`` counts the replicas of the node that ran the script."""
+        grants = self.grants
+        if not grants.replica_acks:
+            return await run_script(self.cluster, script, keys, args), None
+        await self.cluster.initialize()  # the slot map, read once
+        node = self.cluster.get_node_from_key(keys[0])
+        if node is None:  # a slot no node serves
+            raise BackendError(f"no node serves the slot of {keys[0]!r}", sent="no", wrote="no")
+        replies = await _acked_on(node, False, script, keys, args, grants.replica_acks,
+                                  grants.replica_ack_timeout_ms)  # fmt: skip
+        if isinstance(replies[0], NoScriptError):
+            replies = await _acked_on(node, True, script, keys, args, grants.replica_acks,
+                                      grants.replica_ack_timeout_ms)  # fmt: skip
+        return acked_replies(replies)
 
     def release_waiter(self) -> AsyncClusterHandoff:
         """The manager's release waiter: the hand-off queue and its listener task, on sharded
@@ -117,10 +157,35 @@ class AsyncRedisClusterBackend(AsyncRedisBackend):
             keys, args = renew_many_args(self.prefix, batch)
             try:
                 with backend_errors(f"renew {len(batch)} leases"):
-                    reply = await run_script(self.cluster, RENEW_MANY, keys, args)
+                    reply, acks = await self._run(self.cluster, RENEW_MANY, keys, args)
             except BackendError as exc:
                 replies.extend([exc] * len(batch))
                 failed.append(exc)
                 continue
-            replies.extend(decode_renew_many(batch, reply))
+            replies.extend(
+                short_renewals(self.grants, batch, decode_renew_many(batch, reply), acks)
+            )
         return replies, failed
+
+
+async def _acked_on(
+    node: ClusterNode,
+    source: bool,
+    script: Script,
+    keys: Sequence[str],
+    args: Sequence[object],
+    replicas: int,
+    timeout_ms: int,
+) -> list[object]:
+    """``script`` (EVALSHA, or EVAL of its source when ``source``) and ``WAIT replicas
+    timeout_ms`` sent together on one of ``node``'s connections; each reply or the error in its
+    place (a connection error raises)."""
+    if send_mark() is not None:
+        mark_send()
+    head = ("EVAL", script.source) if source else ("EVALSHA", script.sha)
+    commands = [
+        PipelineCommand(0, *head, len(keys), *keys, *args),
+        PipelineCommand(1, "WAIT", replicas, timeout_ms),
+    ]
+    await node.execute_pipeline(commands)
+    return [command.result for command in commands]
