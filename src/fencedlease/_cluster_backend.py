@@ -83,13 +83,13 @@ class RedisClusterBackend(RedisBackend):
         fencing: Fencing = "counter",
     ) -> None:
         super().__init__(
-            client,
+            client,  # type: ignore[arg-type]
             prefix,
             owns_client=owns_client,
             replica_acks=replica_acks,
             replica_ack_timeout_ms=replica_ack_timeout_ms,
             fencing=fencing,
-        )  # type: ignore[arg-type]
+        )
         self.cluster = client
         self._bound_ms = check_shard_timeout(shard_timeout_ms)
         self._lock = threading.Lock()
