@@ -15,6 +15,7 @@ from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
 
 from redis.cluster import RedisCluster
+from redis.crc import key_slot
 
 from . import _fork
 from ._errors import BackendError
@@ -29,8 +30,8 @@ from ._redis.cluster import (
     short_renewals,
 )
 from ._redis.errors import backend_errors
-from ._redis.keys import lease_keys, renew_many_args
-from ._redis.replication import Fencing
+from ._redis.keys import lease_key, lease_keys, renew_many_args
+from ._redis.replication import Fencing, PrimaryWatch
 from ._redis.replies import decode_release, decode_renew_many
 from ._redis.scripts import RELEASE, RENEW_MANY, Script, run_script
 from ._redis_backend import RedisBackend
@@ -91,6 +92,7 @@ class RedisClusterBackend(RedisBackend):
             fencing=fencing,
         )
         self.cluster = client
+        self.primary = PrimaryWatch(lambda key: key_slot(lease_key(self.prefix, key).encode()))
         self._bound_ms = check_shard_timeout(shard_timeout_ms)
         self._lock = threading.Lock()
         self._workers: dict[str, DaemonThreadPool] = {}

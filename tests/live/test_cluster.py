@@ -862,3 +862,41 @@ def test_a_semaphore_holds_its_limit_on_a_cluster(
 
         tokens = asyncio.run(main())
     assert tokens == [1, 2, 3]
+
+
+@pytest.mark.parametrize("face", ["sync", "asyncio"])
+def test_acquires_on_every_node_are_no_primary_change(
+    redis_cluster: RedisClusterServers, face: str
+) -> None:
+    """Each node of a cluster has its own replication id: acquires of names on all three nodes,
+    twice over, count no failover and send no event (each slot's primary is watched apart)."""
+    prefix = f"watch-{face}"
+    names: dict[int, str] = {}
+    for key in KEYS:
+        names.setdefault(redis_cluster.node_for_slot(_slot(prefix, key)).port, key)
+    assert len(names) == 3
+    events: list[LeaseEvent] = []
+    if face == "sync":
+        with LeaseManager.from_url(redis_cluster.url, prefix=prefix, on_event=events.append) as m:
+            for _ in range(2):
+                for key in names.values():
+                    result = m.acquire(key, ttl_ms=60_000)
+                    assert result.lease is not None
+                    result.lease.release()
+            changes = m.primary_changes
+    else:
+
+        async def main() -> int:
+            async with AsyncLeaseManager.from_url(
+                redis_cluster.url, prefix=prefix, on_event=events.append
+            ) as manager:
+                for _ in range(2):
+                    for key in names.values():
+                        got = await manager.acquire(key, ttl_ms=60_000)
+                        assert got.lease is not None
+                        await got.lease.release()
+                return manager.primary_changes
+
+        changes = asyncio.run(main())
+    assert changes == 0
+    assert [e for e in events if e.kind == "failover"] == []

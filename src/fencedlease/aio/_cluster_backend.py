@@ -15,6 +15,7 @@ import asyncio
 from collections.abc import Sequence
 
 from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
+from redis.crc import key_slot
 from redis.exceptions import NoScriptError
 
 from .._clock import mark_send, send_mark
@@ -30,8 +31,8 @@ from .._redis.cluster import (
     short_renewals,
 )
 from .._redis.errors import backend_errors
-from .._redis.keys import lease_keys, renew_many_args
-from .._redis.replication import Fencing
+from .._redis.keys import lease_key, lease_keys, renew_many_args
+from .._redis.replication import Fencing, PrimaryWatch
 from .._redis.replies import decode_release, decode_renew_many
 from .._redis.scripts import RELEASE, RENEW_MANY, Script, acked_replies
 from ._handoff_cluster import AsyncClusterHandoff
@@ -90,6 +91,7 @@ class AsyncRedisClusterBackend(AsyncRedisBackend):
             fencing=fencing,
         )
         self.cluster = client
+        self.primary = PrimaryWatch(lambda key: key_slot(lease_key(self.prefix, key).encode()))
         self._bound_ms = check_shard_timeout(shard_timeout_ms)
 
     async def _run(
