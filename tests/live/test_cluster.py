@@ -900,3 +900,42 @@ def test_acquires_on_every_node_are_no_primary_change(
         changes = asyncio.run(main())
     assert changes == 0
     assert [e for e in events if e.kind == "failover"] == []
+
+
+def test_replica_acks_a_hand_off_claim_is_acknowledged_by_the_keys_replica(
+    replicated_cluster: RedisClusterServers,
+) -> None:
+    """A waiter queued behind a holder claims the lease the release hands it through acquire's
+    script and its WAIT on the key's node: the claimed grant (token 2) is on the replica when the
+    waiter's acquire returns."""
+    url, prefix, key = replicated_cluster.url, "claim", KEYS[3]
+    options = {"prefix": prefix, "replica_acks": 1, "replica_ack_timeout_ms": 10_000}
+    with (
+        LeaseManager.from_url(url, **options) as holder,  # type: ignore[arg-type]
+        LeaseManager.from_url(url, **options) as waiter,  # type: ignore[arg-type]
+    ):
+        lease = holder.acquire(key, ttl_ms=30_000).lease
+        assert lease is not None
+        got: list[tuple[bytes, bytes | None]] = []
+
+        def wait() -> None:
+            claimed = waiter.acquire(key, ttl_ms=30_000, wait_ms=20_000, retry_delay_ms=100)
+            assert claimed.lease is not None
+            expected = f"{claimed.lease.fencing_token}:{claimed.lease.owner_token}".encode()
+            got.append((expected, _replica_value(replicated_cluster, prefix, key)))
+            claimed.lease.release()
+
+        thread = threading.Thread(target=wait)
+        thread.start()
+        client = _client(replicated_cluster)
+        try:
+            while not client.zcard(f"{prefix}:{{{key}}}:waiters"):  # queued: now release
+                threading.Event().wait(0.005)
+        finally:
+            client.close()
+        assert lease.release()
+        thread.join(15)
+        assert len(got) == 1
+        expected, held = got[0]
+        assert expected.startswith(b"2:")
+        assert held == expected
