@@ -39,6 +39,16 @@ pytestmark = [pytest.mark.live, pytest.mark.cluster]
 KEYS = [f"job:{i}" for i in range(200)]
 
 
+def _wait_queued(cluster: RedisClusterServers, prefix: str, key: str) -> None:
+    """Until a waiter is in ``key``'s queue."""
+    client = _client(cluster)
+    try:
+        while not client.zcard(f"{prefix}:{{{key}}}:waiters"):
+            threading.Event().wait(0.005)
+    finally:
+        client.close()
+
+
 def _slot(prefix: str, key: str) -> int:
     return key_slot(lease_key(prefix, key).encode())
 
@@ -272,12 +282,7 @@ def test_sync_waiter_is_woken_by_a_release_on_another_node(
             )
         )
         thread.start()
-        client = _client(redis_cluster)
-        try:
-            while not client.zcard(f"wake:{{{key}}}:waiters"):  # queued: now release
-                threading.Event().wait(0.005)
-        finally:
-            client.close()
+        _wait_queued(redis_cluster, "wake", key)  # queued: now release
         assert lease.release()
         thread.join(15)
         assert got == [2]
@@ -608,34 +613,6 @@ def test_async_a_plain_client_on_a_cluster_node_is_told_to_use_the_cluster_url(
     )
 
 
-def test_the_lab_cluster_with_replicas_replicates_a_grant() -> None:
-    """The lab's replicas: each primary's grant reaches its replica (``WAIT``), which serves it
-    to a ``READONLY`` connection."""
-    cluster = RedisClusterServers(2, replicas=1)
-    try:
-        cluster.start()
-    except RedisUnavailable as exc:
-        unavailable(str(exc))
-    try:
-        client = _client(cluster)
-        backend = RedisClusterBackend(client, "repl")
-        try:
-            assert len(client.get_replicas()) == 2  # type: ignore[no-untyped-call]
-            grant = backend.acquire("k", "owner-r", 60_000)
-            primary = cluster.node_for_slot(_slot("repl", "k"))
-            (replica,) = cluster.replicas_of[primary.port]
-            with primary.client() as node:
-                assert node.execute_command("WAIT", 1, 5000) == 1
-            with replica.client() as node:
-                node.execute_command("READONLY")
-                assert node.get(lease_key("repl", "k")) == f"{grant.fencing_token}:owner-r".encode()
-        finally:
-            backend.close()
-            client.close()
-    finally:
-        cluster.close()
-
-
 @pytest.fixture(scope="module")
 def replicated_cluster() -> Iterator[RedisClusterServers]:
     """Three primaries with one replica each, for this module's acknowledged grants."""
@@ -648,6 +625,29 @@ def replicated_cluster() -> Iterator[RedisClusterServers]:
         yield cluster
     finally:
         cluster.close()
+
+
+def test_the_lab_cluster_with_replicas_replicates_a_grant(
+    replicated_cluster: RedisClusterServers,
+) -> None:
+    """The lab's replicas: each primary's grant reaches its replica (``WAIT``), which serves it
+    to a ``READONLY`` connection."""
+    cluster = replicated_cluster
+    client = _client(cluster)
+    backend = RedisClusterBackend(client, "repl")
+    try:
+        assert len(client.get_replicas()) == 3  # type: ignore[no-untyped-call]
+        grant = backend.acquire("k", "owner-r", 60_000)
+        primary = cluster.node_for_slot(_slot("repl", "k"))
+        (replica,) = cluster.replicas_of[primary.port]
+        with primary.client() as node:
+            assert node.execute_command("WAIT", 1, 5000) == 1
+        with replica.client() as node:
+            node.execute_command("READONLY")
+            assert node.get(lease_key("repl", "k")) == f"{grant.fencing_token}:owner-r".encode()
+    finally:
+        backend.close()
+        client.close()
 
 
 def _replica_of(cluster: RedisClusterServers, prefix: str, key: str) -> RedisServer:
@@ -927,12 +927,7 @@ def test_replica_acks_a_hand_off_claim_is_acknowledged_by_the_keys_replica(
 
         thread = threading.Thread(target=wait)
         thread.start()
-        client = _client(replicated_cluster)
-        try:
-            while not client.zcard(f"{prefix}:{{{key}}}:waiters"):  # queued: now release
-                threading.Event().wait(0.005)
-        finally:
-            client.close()
+        _wait_queued(replicated_cluster, prefix, key)  # queued: now release
         assert lease.release()
         thread.join(15)
         assert len(got) == 1
