@@ -16,6 +16,7 @@ from concurrent.futures import wait as wait_futures
 
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
+from redis.exceptions import MovedError
 
 from . import _fork
 from ._errors import BackendError
@@ -113,7 +114,12 @@ class RedisClusterBackend(RedisBackend):
         if not self.grants.replica_acks:
             return super()._run(self.cluster, script, keys, args)  # type: ignore[arg-type]
         node = self.cluster.get_node_from_key(keys[0])  # type: ignore[no-untyped-call]
-        return super()._run(node.redis_connection, script, keys, args)
+        try:
+            return super()._run(node.redis_connection, script, keys, args)
+        except MovedError:  # the slot moved: the script did not run; read the map, once more
+            self.cluster.nodes_manager.initialize()
+            node = self.cluster.get_node_from_key(keys[0])  # type: ignore[no-untyped-call]
+            return super()._run(node.redis_connection, script, keys, args)
 
     def release_waiter(self) -> ClusterHandoff:
         """The manager's release waiter: the hand-off queue and its listener thread, on sharded

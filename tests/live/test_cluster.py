@@ -934,3 +934,57 @@ def test_replica_acks_a_hand_off_claim_is_acknowledged_by_the_keys_replica(
         expected, held = got[0]
         assert expected.startswith(b"2:")
         assert held == expected
+
+
+@pytest.mark.parametrize("face", ["sync", "asyncio"])
+def test_replica_acks_a_moved_slot_is_followed_not_raised(
+    redis_cluster: RedisClusterServers, face: str
+) -> None:
+    """The script and its WAIT go to a node the client chose from its slot map: when the slot
+    has moved since, the MOVED reply makes the backend read the map again and run the call on
+    the slot's new node. This cluster has no replicas, so WAIT counts 0 of 1: the grant is made
+    on the new node, then taken back (a ReplicationError, not a MovedError)."""
+    prefix, key = f"amoved-{face}", "moving"
+    slot = _slot(prefix, key)
+    source = redis_cluster.node_for_slot(slot)
+    target = next(s for s in redis_cluster.servers if s is not source)
+    host, port = redis_cluster.startup_nodes[0]
+
+    def move(to: RedisServer) -> None:
+        node = _node_id(to)
+        for server in [to, *(s for s in redis_cluster.servers if s is not to)]:
+            with server.client() as c:
+                c.execute_command("CLUSTER SETSLOT", slot, "NODE", node)
+
+    client = _client(redis_cluster)  # reads the slot map before the move
+    backend = RedisClusterBackend(client, prefix, replica_acks=1, replica_ack_timeout_ms=1)
+
+    async def moved_async() -> AcquireReply:
+        aclient = redis.asyncio.RedisCluster(host=host, port=port)
+        abackend = AsyncRedisClusterBackend(
+            aclient, prefix, replica_acks=1, replica_ack_timeout_ms=1, owns_client=True
+        )
+        try:
+            await aclient.initialize()  # the slot map, before the move
+            move(target)
+            return await abackend.acquire(key, "owner-moved", 5000)
+        finally:
+            await abackend.close()
+
+    try:
+        if face == "sync":
+            move(target)
+            reply = backend.acquire(key, "owner-moved", 5000)
+        else:
+            reply = asyncio.run(moved_async())
+        assert isinstance(reply.refused, ReplicationError)
+        assert (reply.acquired, reply.refused.acks) == (False, 0)
+        with target.client() as direct:  # granted there (the counter moved to 1), taken back
+            assert direct.get(fence_key(prefix, key)) == b"1"
+            assert direct.exists(lease_key(prefix, key)) == 0
+    finally:
+        with target.client() as direct:  # a slot moves back only empty
+            direct.delete(*lease_keys(prefix, key))
+        move(source)
+        backend.close()
+        client.close()

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
 from redis.crc import key_slot
-from redis.exceptions import NoScriptError
+from redis.exceptions import MovedError, NoScriptError
 
 from .._clock import mark_send, send_mark
 from .._errors import BackendError
@@ -104,15 +104,24 @@ class AsyncRedisClusterBackend(AsyncRedisBackend):
         if not grants.replica_acks:
             return await run_script(self.cluster, script, keys, args), None
         await self.cluster.initialize()  # the slot map, read once
-        node = self.cluster.get_node_from_key(keys[0])
-        if node is None:  # a slot no node serves
-            raise BackendError(f"no node serves the slot of {keys[0]!r}", sent="no", wrote="no")
+        node = self._node_of_key(keys[0])
         replies = await _acked_on(node, False, script, keys, args, grants.replica_acks,
                                   grants.replica_ack_timeout_ms)  # fmt: skip
+        if isinstance(replies[0], MovedError):  # the slot moved, the script did not run
+            await self.cluster.nodes_manager.initialize()  # read the map; once more
+            node = self._node_of_key(keys[0])
+            replies = await _acked_on(node, False, script, keys, args, grants.replica_acks,
+                                      grants.replica_ack_timeout_ms)  # fmt: skip
         if isinstance(replies[0], NoScriptError):
             replies = await _acked_on(node, True, script, keys, args, grants.replica_acks,
                                       grants.replica_ack_timeout_ms)  # fmt: skip
         return acked_replies(replies)
+
+    def _node_of_key(self, key: str) -> ClusterNode:
+        node = self.cluster.get_node_from_key(key)
+        if node is None:  # a slot no node serves
+            raise BackendError(f"no node serves the slot of {key!r}", sent="no", wrote="no")
+        return node
 
     def release_waiter(self) -> AsyncClusterHandoff:
         """The manager's release waiter: the hand-off queue and its listener task, on sharded
