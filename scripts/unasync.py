@@ -92,22 +92,6 @@ from `fencedlease.aio._slot_backend` (``scripts/unasync.py``).
 """,
         ),
     ],
-    "_cluster_calls.py": [
-        (
-            """slot, and one node's share of a renewal batch (how a batch is split and merged:
-`fencedlease._redis.cluster`). How the nodes are waited for differs (tasks here, a worker thread
-per node on the sync face), so the backends themselves are written by hand. The sync face's
-`fencedlease._cluster_calls` is generated from `fencedlease.aio._cluster_calls`
-(``scripts/unasync.py``).
-""",
-            """slot, and one node's share of a renewal batch (how a batch is split and merged:
-`fencedlease._redis.cluster`). How the nodes are waited for differs (a worker thread per node
-here, tasks on the asyncio face), so the backends themselves are written by hand. Generated from
-`fencedlease.aio._cluster_calls` (``scripts/unasync.py``).
-""",
-        ),
-        ("from ._redis.aio import run_script\n", "from ._redis.scripts import run_script\n"),
-    ],
     "_redis_backend.py": [
         (
             '"""The Redis backend (asyncio): the lease scripts over a ``redis.asyncio`` client.\n',
@@ -420,7 +404,6 @@ acquire that failed or was interrupted may hold) and `_ManagerBase._release_late
 
 # The generated modules: the asyncio source -> the sync module, both under src/fencedlease.
 FILES: dict[str, str] = {
-    "aio/_cluster_calls.py": "_cluster_calls.py",
     "aio/_slot_backend.py": "_slot_backend.py",
     "aio/_lease.py": "_lease.py",
     "aio/_manager_base.py": "_manager_base.py",

@@ -10,20 +10,38 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
 
 from redis.cluster import RedisCluster
+from redis.crc import key_slot
+from redis.exceptions import MovedError
 
 from . import _fork
-from ._cluster_calls import Items, release_on_slot, renew_node, split_by_node
+from ._errors import BackendError
 from ._handoff_cluster import ClusterHandoff
-from ._redis.cluster import NodeReplies, check_shard_timeout, merge_nodes
+from ._redis.cluster import (
+    NodeReplies,
+    by_node,
+    check_shard_timeout,
+    merge_nodes,
+    node_name,
+    shard_bound_s,
+    short_renewals,
+)
+from ._redis.errors import backend_errors
+from ._redis.keys import lease_key, lease_keys, renew_many_args
+from ._redis.replication import Fencing, PrimaryWatch
+from ._redis.replies import decode_release, decode_renew_many
+from ._redis.scripts import RELEASE, RENEW_MANY, Script, run_script
 from ._redis_backend import RedisBackend
 from ._renewer import shutdown_pool
 from ._threads import DaemonThreadPool
 
 __all__ = ["RedisClusterBackend"]
+
+_Items = Sequence[tuple[str, str, int]]
 
 
 class RedisClusterBackend(RedisBackend):
@@ -44,9 +62,15 @@ class RedisClusterBackend(RedisBackend):
     ``SPUBLISH`` on Redis 7+ (sharded pub/sub, heard on the slot's node), by ``PUBLISH`` on 6.2
     (heard on every node): `fencedlease._handoff_cluster`.
 
+    ``replica_acks``, ``replica_ack_timeout_ms`` (milliseconds) and ``fencing``: as for the
+    standalone backend; the ``WAIT`` goes with each script on the connection of the node that
+    runs it (one per slot of a renewal batch), counting that node's replicas.
+
     Raises:
         ValidationError: ``prefix`` is not a non-empty str, or holds ``{`` or ``}`` (a brace would
-            split a lease from its counter across slots); ``shard_timeout_ms`` is not an int >= 1.
+            split a lease from its counter across slots); ``shard_timeout_ms`` is not an int >= 1;
+            ``replica_acks``, ``replica_ack_timeout_ms`` or ``fencing`` as for the standalone
+            backend.
     """
 
     def __init__(
@@ -56,9 +80,20 @@ class RedisClusterBackend(RedisBackend):
         *,
         shard_timeout_ms: int | None = None,
         owns_client: bool = False,
+        replica_acks: int = 0,
+        replica_ack_timeout_ms: int = 100,
+        fencing: Fencing = "counter",
     ) -> None:
-        super().__init__(client, prefix, owns_client=owns_client)  # type: ignore[arg-type]
+        super().__init__(
+            client,  # type: ignore[arg-type]
+            prefix,
+            owns_client=owns_client,
+            replica_acks=replica_acks,
+            replica_ack_timeout_ms=replica_ack_timeout_ms,
+            fencing=fencing,
+        )
         self.cluster = client
+        self.primary = PrimaryWatch(lambda key: key_slot(lease_key(self.prefix, key).encode()))
         self._bound_ms = check_shard_timeout(shard_timeout_ms)
         self._lock = threading.Lock()
         self._workers: dict[str, DaemonThreadPool] = {}
@@ -70,15 +105,34 @@ class RedisClusterBackend(RedisBackend):
         self._lock = threading.Lock()
         self._workers = {}
 
+    def _run(
+        self, client: object, script: Script, keys: Sequence[str], args: Sequence[object]
+    ) -> tuple[object, int | None]:
+        """The script's reply, and with ``replica_acks`` the replicas' acks: the script and
+        ``WAIT`` pipelined on one connection of the node serving ``keys[0]``'s slot (every key
+        of a call shares it), so ``WAIT`` counts the replicas of the node that ran the script."""
+        if not self.grants.replica_acks:
+            return super()._run(self.cluster, script, keys, args)  # type: ignore[arg-type]
+        node = self.cluster.get_node_from_key(keys[0])  # type: ignore[no-untyped-call]
+        try:
+            return super()._run(node.redis_connection, script, keys, args)
+        except MovedError:  # the slot moved: the script did not run; read the map, once more
+            self.cluster.nodes_manager.initialize()
+            node = self.cluster.get_node_from_key(keys[0])  # type: ignore[no-untyped-call]
+            return super()._run(node.redis_connection, script, keys, args)
+
     def release_waiter(self) -> ClusterHandoff:
         """The manager's release waiter: the hand-off queue and its listener thread, on sharded
         pub/sub where the cluster has it (`fencedlease._handoff_cluster`)."""
         return ClusterHandoff(self.client, self.prefix)
 
     def release(self, key: str, owner_token: str) -> bool:
-        return release_on_slot(self.cluster, self.prefix, self.grants.fencing, key, owner_token)
+        args = (owner_token, self.grants.fencing, "shard")  # a hand-off grant's mode; SPUBLISH
+        with backend_errors(f"release {key!r}"):
+            reply = run_script(self.cluster, RELEASE, lease_keys(self.prefix, key), args)
+        return decode_release(reply, key)
 
-    def renew_many(self, items: Items) -> list[int | BaseException]:
+    def renew_many(self, items: _Items) -> list[int | BaseException]:
         """[`renew`][fencedlease.LeaseBackend.renew] for each item: one ``renew_many.lua`` per
         hash slot, each node's slots in turn on that node's worker, the nodes at once.
 
@@ -88,7 +142,8 @@ class RedisClusterBackend(RedisBackend):
         """
         if not items:
             return []
-        bound_s, nodes = split_by_node(self.cluster, self.prefix, items, self._bound_ms)
+        bound_s = shard_bound_s(items, self._bound_ms)
+        nodes = by_node(self.prefix, items, self._node_of)
         futures: dict[str, Future[NodeReplies]] = {
             node: self._worker(node).submit(self._renew_node, items, groups)
             for node, groups in nodes.items()
@@ -96,6 +151,9 @@ class RedisClusterBackend(RedisBackend):
         done, _ = wait_futures(futures.values(), timeout=bound_s)
         replies = {node: f.result() if f in done else None for node, f in futures.items()}
         return merge_nodes(len(items), nodes, replies, bound_s)
+
+    def _node_of(self, slot: int) -> str:
+        return node_name(self.cluster, slot)
 
     def _worker(self, node: str) -> DaemonThreadPool:
         with self._lock:
@@ -105,9 +163,24 @@ class RedisClusterBackend(RedisBackend):
                 self._workers[node] = pool
             return pool
 
-    def _renew_node(self, items: Items, groups: list[list[int]]) -> NodeReplies:
-        """One node's share (`renew_node`)."""
-        return renew_node(self.cluster, self.prefix, items, groups)
+    def _renew_node(self, items: _Items, groups: list[list[int]]) -> NodeReplies:
+        """One node's share: its slots' calls in turn (see `fencedlease._redis.cluster`)."""
+        replies: list[int | BaseException] = []
+        failed: list[BaseException] = []
+        for indices in groups:
+            batch = [items[i] for i in indices]
+            keys, args = renew_many_args(self.prefix, batch)
+            try:
+                with backend_errors(f"renew {len(batch)} leases"):
+                    reply, acks = self._run(self.cluster, RENEW_MANY, keys, args)
+            except BackendError as exc:
+                replies.extend([exc] * len(batch))
+                failed.append(exc)
+                continue
+            replies.extend(
+                short_renewals(self.grants, batch, decode_renew_many(batch, reply), acks)
+            )
+        return replies, failed
 
     def close(self) -> None:
         """Stop the node workers (a thread still blocked on a hung node ends at the client's

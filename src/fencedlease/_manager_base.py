@@ -99,7 +99,7 @@ class _ManagerBase(_AsyncStoreCalls, ABC):
         batch = check_ms("renew_batch_size", renew_batch_size, 1)
         grants = GrantOptions.checked(replica_acks, replica_ack_timeout_ms, fencing)
         self._backend = self._backend_for(client, prefix, _owns_client)
-        made_here = isinstance(client, redis.Redis) or _owns_client
+        made_here = isinstance(client, (redis.Redis, redis.RedisCluster)) or _owns_client
         use_grant_options(self._backend, grants, made_here=made_here)
         self._clock = clock
         self._renewer = Renewer(self._backend, clock, batch_size=batch)

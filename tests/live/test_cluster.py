@@ -25,16 +25,28 @@ from fencedlease import (
     LeaseLostError,
     LeaseManager,
     RedisClusterBackend,
+    ReplicationError,
 )
 from fencedlease._handoff_cluster import sharded_pubsub
-from fencedlease._redis.keys import lease_key, lease_keys
-from fencedlease.aio import AsyncLeaseManager
+from fencedlease._protocol import AcquireReply
+from fencedlease._redis.keys import fence_key, lease_key, lease_keys
+from fencedlease.aio import AsyncLeaseManager, AsyncRedisClusterBackend
 from fencedlease.lab.servers.cluster import RedisClusterServers
 from fencedlease.lab.servers.redis import RedisServer, RedisUnavailable
 
 pytestmark = [pytest.mark.live, pytest.mark.cluster]
 
 KEYS = [f"job:{i}" for i in range(200)]
+
+
+def _wait_queued(cluster: RedisClusterServers, prefix: str, key: str) -> None:
+    """Until a waiter is in ``key``'s queue."""
+    client = _client(cluster)
+    try:
+        while not client.zcard(f"{prefix}:{{{key}}}:waiters"):
+            threading.Event().wait(0.005)
+    finally:
+        client.close()
 
 
 def _slot(prefix: str, key: str) -> int:
@@ -270,12 +282,7 @@ def test_sync_waiter_is_woken_by_a_release_on_another_node(
             )
         )
         thread.start()
-        client = _client(redis_cluster)
-        try:
-            while not client.zcard(f"wake:{{{key}}}:waiters"):  # queued: now release
-                threading.Event().wait(0.005)
-        finally:
-            client.close()
+        _wait_queued(redis_cluster, "wake", key)  # queued: now release
         assert lease.release()
         thread.join(15)
         assert got == [2]
@@ -606,29 +613,378 @@ def test_async_a_plain_client_on_a_cluster_node_is_told_to_use_the_cluster_url(
     )
 
 
-def test_the_lab_cluster_with_replicas_replicates_a_grant() -> None:
-    """The lab's replicas: each primary's grant reaches its replica (``WAIT``), which serves it
-    to a ``READONLY`` connection."""
-    cluster = RedisClusterServers(2, replicas=1)
+@pytest.fixture(scope="module")
+def replicated_cluster() -> Iterator[RedisClusterServers]:
+    """Three primaries with one replica each, for this module's acknowledged grants."""
+    cluster = RedisClusterServers(3, replicas=1)
     try:
         cluster.start()
     except RedisUnavailable as exc:
         unavailable(str(exc))
     try:
-        client = _client(cluster)
-        backend = RedisClusterBackend(client, "repl")
-        try:
-            assert len(client.get_replicas()) == 2  # type: ignore[no-untyped-call]
-            grant = backend.acquire("k", "owner-r", 60_000)
-            primary = cluster.node_for_slot(_slot("repl", "k"))
-            (replica,) = cluster.replicas_of[primary.port]
-            with primary.client() as node:
-                assert node.execute_command("WAIT", 1, 5000) == 1
-            with replica.client() as node:
-                node.execute_command("READONLY")
-                assert node.get(lease_key("repl", "k")) == f"{grant.fencing_token}:owner-r".encode()
-        finally:
-            backend.close()
-            client.close()
+        yield cluster
     finally:
         cluster.close()
+
+
+def test_the_lab_cluster_with_replicas_replicates_a_grant(
+    replicated_cluster: RedisClusterServers,
+) -> None:
+    """The lab's replicas: each primary's grant reaches its replica (``WAIT``), which serves it
+    to a ``READONLY`` connection."""
+    cluster = replicated_cluster
+    client = _client(cluster)
+    backend = RedisClusterBackend(client, "repl")
+    try:
+        assert len(client.get_replicas()) == 3  # type: ignore[no-untyped-call]
+        grant = backend.acquire("k", "owner-r", 60_000)
+        primary = cluster.node_for_slot(_slot("repl", "k"))
+        (replica,) = cluster.replicas_of[primary.port]
+        with primary.client() as node:
+            assert node.execute_command("WAIT", 1, 5000) == 1
+        with replica.client() as node:
+            node.execute_command("READONLY")
+            assert node.get(lease_key("repl", "k")) == f"{grant.fencing_token}:owner-r".encode()
+    finally:
+        backend.close()
+        client.close()
+
+
+def _replica_of(cluster: RedisClusterServers, prefix: str, key: str) -> RedisServer:
+    (replica,) = cluster.replicas_of[cluster.node_for_slot(_slot(prefix, key)).port]
+    return replica
+
+
+def _replica_value(cluster: RedisClusterServers, prefix: str, key: str) -> bytes | None:
+    with _replica_of(cluster, prefix, key).client() as node:
+        node.execute_command("READONLY")
+        value: bytes | None = node.get(lease_key(prefix, key))
+        return value
+
+
+@contextmanager
+def _writes_paused(server: RedisServer) -> Iterator[None]:
+    with server.client() as node:
+        node.execute_command("CLIENT", "PAUSE", 60_000, "WRITE")
+    try:
+        yield
+    finally:
+        with server.client() as node:
+            node.execute_command("CLIENT", "UNPAUSE")
+
+
+def _two_nodes_keys(cluster: RedisClusterServers, prefix: str) -> tuple[str, str]:
+    first = KEYS[0]
+    node = cluster.node_for_slot(_slot(prefix, first)).port
+    other = next(k for k in KEYS if cluster.node_for_slot(_slot(prefix, k)).port != node)
+    return first, other
+
+
+def test_sync_replica_acks_a_grant_is_held_by_the_keys_replica(
+    replicated_cluster: RedisClusterServers,
+) -> None:
+    """The script's WAIT goes to the key's own node: once acquire returns, the replica of that
+    node holds the grant; a renewal batch across two nodes is acknowledged per slot."""
+    one, two = _two_nodes_keys(replicated_cluster, "acks")
+    client = _client(replicated_cluster)
+    backend = RedisClusterBackend(client, "acks", replica_acks=1, replica_ack_timeout_ms=10_000)
+    try:
+        first = backend.acquire(one, "owner-1", 60_000)
+        second = backend.acquire(two, "owner-2", 60_000)
+        assert (first.acquired, first.fencing_token, first.refused) == (True, 1, None)
+        assert (second.acquired, second.fencing_token, second.refused) == (True, 1, None)
+        assert _replica_value(replicated_cluster, "acks", one) == b"1:owner-1"
+        assert _replica_value(replicated_cluster, "acks", two) == b"1:owner-2"
+        items = [(one, "owner-1", 60_000), (two, "owner-2", 60_000)]
+        assert backend.renew_many(items) == [1, 1]
+    finally:
+        backend.close()
+        client.close()
+
+
+def test_async_replica_acks_a_grant_is_held_by_the_keys_replica(
+    replicated_cluster: RedisClusterServers,
+) -> None:
+    """The asyncio face of the test above, through a manager made from the cluster URL."""
+    one, two = _two_nodes_keys(replicated_cluster, "aacks")
+
+    async def main() -> list[int | BaseException]:
+        manager = AsyncLeaseManager.from_url(
+            replicated_cluster.url,
+            prefix="aacks",
+            replica_acks=1,
+            replica_ack_timeout_ms=10_000,
+        )
+        async with manager:
+            first = await manager.acquire(one, ttl_ms=60_000)
+            second = await manager.acquire(two, ttl_ms=60_000)
+            assert first.lease is not None and second.lease is not None
+            assert (first.lease.fencing_token, second.lease.fencing_token) == (1, 1)
+            assert _replica_value(replicated_cluster, "aacks", one) == (
+                f"1:{first.lease.owner_token}".encode()
+            )
+            assert _replica_value(replicated_cluster, "aacks", two) == (
+                f"1:{second.lease.owner_token}".encode()
+            )
+            backend = manager._backend
+            assert isinstance(backend, AsyncRedisClusterBackend)
+            items = [
+                (one, first.lease.owner_token, 60_000),
+                (two, second.lease.owner_token, 60_000),
+            ]
+            return await backend.renew_many(items)
+
+    assert asyncio.run(main()) == [1, 1]
+
+
+@pytest.mark.parametrize("face", ["sync", "asyncio"])
+def test_replica_acks_a_grant_its_replica_did_not_take_is_taken_back(
+    replicated_cluster: RedisClusterServers, face: str
+) -> None:
+    """With the key's replica paused (CLIENT PAUSE WRITE), WAIT counts 0 of 1: the grant is
+    refused with a ReplicationError and released, so the key is free on its primary; in a renewal
+    batch the lease on that node is refused the same way while the one on another node renews."""
+    prefix = f"back-{face}"
+    one, two = _two_nodes_keys(replicated_cluster, prefix)
+    node = replicated_cluster.node_for_slot(_slot(prefix, one)).port
+    near = next(
+        k for k in KEYS[1:] if replicated_cluster.node_for_slot(_slot(prefix, k)).port == node
+    )
+    host, port = replicated_cluster.startup_nodes[0]
+    client = _client(replicated_cluster)
+    plain = RedisClusterBackend(client, prefix)
+    items = [(near, "owner-n", 60_000), (two, "owner-2", 60_000)]
+    try:
+        assert plain.acquire(near, "owner-n", 60_000).acquired
+        assert plain.acquire(two, "owner-2", 60_000).acquired
+        with _writes_paused(_replica_of(replicated_cluster, prefix, one)):
+            if face == "sync":
+                backend = RedisClusterBackend(
+                    client, prefix, replica_acks=1, replica_ack_timeout_ms=200
+                )
+                reply = backend.acquire(one, "owner-1", 60_000)
+                renewed = backend.renew_many(items)
+            else:
+
+                async def main() -> tuple[AcquireReply, list[int | BaseException]]:
+                    aclient = redis.asyncio.RedisCluster(host=host, port=port)
+                    abackend = AsyncRedisClusterBackend(
+                        aclient, prefix, replica_acks=1, replica_ack_timeout_ms=200,
+                        owns_client=True,
+                    )  # fmt: skip
+                    try:
+                        got = await abackend.acquire(one, "owner-1", 60_000)
+                        return got, await abackend.renew_many(items)
+                    finally:
+                        await abackend.close()
+
+                reply, renewed = asyncio.run(main())
+            assert isinstance(reply.refused, ReplicationError)
+            assert (reply.acquired, reply.refused.acks, reply.refused.wanted) == (False, 0, 1)
+            assert client.exists(lease_key(prefix, one)) == 0
+            refused, token = renewed
+            assert isinstance(refused, ReplicationError)
+            assert (refused.acks, refused.wanted, token) == (0, 1, 1)
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("face", ["sync", "asyncio"])
+def test_clock_fencing_on_a_cluster_gives_tokens_above_the_counter(
+    redis_cluster: RedisClusterServers, face: str
+) -> None:
+    """fencing="clock" reaches the cluster's scripts: a grant's token is above the name's
+    counter (raised to 10**6 first) and at least the primary's clock in microseconds."""
+    prefix = f"clock-{face}"
+    client = _client(redis_cluster)
+    try:
+        client.set(fence_key(prefix, "job:1"), 10**6)
+        seconds, micros = client.time()
+        floor = int(seconds) * 1_000_000 + int(micros)
+        if face == "sync":
+            with LeaseManager.from_url(redis_cluster.url, prefix=prefix, fencing="clock") as m:
+                result = m.acquire("job:1", ttl_ms=60_000)
+                assert result.lease is not None
+                token = result.lease.fencing_token
+        else:
+
+            async def main() -> int | None:
+                async with AsyncLeaseManager.from_url(
+                    redis_cluster.url, prefix=prefix, fencing="clock"
+                ) as manager:
+                    got = await manager.acquire("job:1", ttl_ms=60_000)
+                    assert got.lease is not None
+                    return got.lease.fencing_token
+
+            token = asyncio.run(main())
+        assert token is not None
+        assert token > 10**6
+        assert token >= floor
+        assert int(client.get(fence_key(prefix, "job:1")) or 0) == token
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("face", ["sync", "asyncio"])
+def test_a_semaphore_holds_its_limit_on_a_cluster(
+    redis_cluster: RedisClusterServers, face: str
+) -> None:
+    """A semaphore of limit 2 on a cluster: two slots granted, the third refused, and a slot
+    freed by a release is granted again."""
+    prefix = f"sem-{face}"
+    if face == "sync":
+        with LeaseManager.from_url(redis_cluster.url, prefix=prefix) as manager:
+            semaphore = manager.semaphore("pool", limit=2)
+            first = semaphore.acquire(ttl_ms=60_000)
+            second = semaphore.acquire(ttl_ms=60_000)
+            third = semaphore.acquire(ttl_ms=60_000)
+            assert first.lease is not None and second.lease is not None
+            assert third.lease is None
+            first.lease.release()
+            fourth = semaphore.acquire(ttl_ms=60_000)
+            assert fourth.lease is not None
+            tokens = [first.lease.fencing_token, second.lease.fencing_token]
+            tokens.append(fourth.lease.fencing_token)
+    else:
+
+        async def main() -> list[int | None]:
+            async with AsyncLeaseManager.from_url(redis_cluster.url, prefix=prefix) as manager:
+                semaphore = manager.semaphore("pool", limit=2)
+                first = await semaphore.acquire(ttl_ms=60_000)
+                second = await semaphore.acquire(ttl_ms=60_000)
+                third = await semaphore.acquire(ttl_ms=60_000)
+                assert first.lease is not None and second.lease is not None
+                assert third.lease is None
+                await first.lease.release()
+                fourth = await semaphore.acquire(ttl_ms=60_000)
+                assert fourth.lease is not None
+                return [x.fencing_token for x in (first.lease, second.lease, fourth.lease)]
+
+        tokens = asyncio.run(main())
+    assert tokens == [1, 2, 3]
+
+
+@pytest.mark.parametrize("face", ["sync", "asyncio"])
+def test_acquires_on_every_node_are_no_primary_change(
+    redis_cluster: RedisClusterServers, face: str
+) -> None:
+    """Each node of a cluster has its own replication id: acquires of names on all three nodes,
+    twice over, count no failover and send no event (each slot's primary is watched apart)."""
+    prefix = f"watch-{face}"
+    names: dict[int, str] = {}
+    for key in KEYS:
+        names.setdefault(redis_cluster.node_for_slot(_slot(prefix, key)).port, key)
+    assert len(names) == 3
+    events: list[LeaseEvent] = []
+    if face == "sync":
+        with LeaseManager.from_url(redis_cluster.url, prefix=prefix, on_event=events.append) as m:
+            for _ in range(2):
+                for key in names.values():
+                    result = m.acquire(key, ttl_ms=60_000)
+                    assert result.lease is not None
+                    result.lease.release()
+            changes = m.primary_changes
+    else:
+
+        async def main() -> int:
+            async with AsyncLeaseManager.from_url(
+                redis_cluster.url, prefix=prefix, on_event=events.append
+            ) as manager:
+                for _ in range(2):
+                    for key in names.values():
+                        got = await manager.acquire(key, ttl_ms=60_000)
+                        assert got.lease is not None
+                        await got.lease.release()
+                return manager.primary_changes
+
+        changes = asyncio.run(main())
+    assert changes == 0
+    assert [e for e in events if e.kind == "failover"] == []
+
+
+def test_replica_acks_a_hand_off_claim_is_acknowledged_by_the_keys_replica(
+    replicated_cluster: RedisClusterServers,
+) -> None:
+    """A waiter queued behind a holder claims the lease the release hands it through acquire's
+    script and its WAIT on the key's node: the claimed grant (token 2) is on the replica when the
+    waiter's acquire returns."""
+    url, prefix, key = replicated_cluster.url, "claim", KEYS[3]
+    options = {"prefix": prefix, "replica_acks": 1, "replica_ack_timeout_ms": 10_000}
+    with (
+        LeaseManager.from_url(url, **options) as holder,  # type: ignore[arg-type]
+        LeaseManager.from_url(url, **options) as waiter,  # type: ignore[arg-type]
+    ):
+        lease = holder.acquire(key, ttl_ms=30_000).lease
+        assert lease is not None
+        got: list[tuple[bytes, bytes | None]] = []
+
+        def wait() -> None:
+            claimed = waiter.acquire(key, ttl_ms=30_000, wait_ms=20_000, retry_delay_ms=100)
+            assert claimed.lease is not None
+            expected = f"{claimed.lease.fencing_token}:{claimed.lease.owner_token}".encode()
+            got.append((expected, _replica_value(replicated_cluster, prefix, key)))
+            claimed.lease.release()
+
+        thread = threading.Thread(target=wait)
+        thread.start()
+        _wait_queued(replicated_cluster, prefix, key)  # queued: now release
+        assert lease.release()
+        thread.join(15)
+        assert len(got) == 1
+        expected, held = got[0]
+        assert expected.startswith(b"2:")
+        assert held == expected
+
+
+@pytest.mark.parametrize("face", ["sync", "asyncio"])
+def test_replica_acks_a_moved_slot_is_followed_not_raised(
+    redis_cluster: RedisClusterServers, face: str
+) -> None:
+    """The script and its WAIT go to a node the client chose from its slot map: when the slot
+    has moved since, the MOVED reply makes the backend read the map again and run the call on
+    the slot's new node. This cluster has no replicas, so WAIT counts 0 of 1: the grant is made
+    on the new node, then taken back (a ReplicationError, not a MovedError)."""
+    prefix, key = f"amoved-{face}", "moving"
+    slot = _slot(prefix, key)
+    source = redis_cluster.node_for_slot(slot)
+    target = next(s for s in redis_cluster.servers if s is not source)
+    host, port = redis_cluster.startup_nodes[0]
+
+    def move(to: RedisServer) -> None:
+        node = _node_id(to)
+        for server in [to, *(s for s in redis_cluster.servers if s is not to)]:
+            with server.client() as c:
+                c.execute_command("CLUSTER SETSLOT", slot, "NODE", node)
+
+    client = _client(redis_cluster)  # reads the slot map before the move
+    backend = RedisClusterBackend(client, prefix, replica_acks=1, replica_ack_timeout_ms=1)
+
+    async def moved_async() -> AcquireReply:
+        aclient = redis.asyncio.RedisCluster(host=host, port=port)
+        abackend = AsyncRedisClusterBackend(
+            aclient, prefix, replica_acks=1, replica_ack_timeout_ms=1, owns_client=True
+        )
+        try:
+            await aclient.initialize()  # the slot map, before the move
+            move(target)
+            return await abackend.acquire(key, "owner-moved", 5000)
+        finally:
+            await abackend.close()
+
+    try:
+        if face == "sync":
+            move(target)
+            reply = backend.acquire(key, "owner-moved", 5000)
+        else:
+            reply = asyncio.run(moved_async())
+        assert isinstance(reply.refused, ReplicationError)
+        assert (reply.acquired, reply.refused.acks) == (False, 0)
+        with target.client() as direct:  # granted there (the counter moved to 1), taken back
+            assert direct.get(fence_key(prefix, key)) == b"1"
+            assert direct.exists(lease_key(prefix, key)) == 0
+    finally:
+        with target.client() as direct:  # a slot moves back only empty
+            direct.delete(*lease_keys(prefix, key))
+        move(source)
+        backend.close()
+        client.close()

@@ -26,7 +26,9 @@ from fencedlease._acl import acl_rules
 from fencedlease.lab.cli import main
 from fencedlease.lab.doctor import run_checks
 from fencedlease.lab.doctor_acl import ACL_PROBES
+from fencedlease.lab.servers.cluster import RedisClusterServers
 from fencedlease.lab.servers.redis import RedisServer, RedisUnavailable, free_port
+from fencedlease.lab.servers.sentinel import SentinelDeployment
 
 pytestmark = pytest.mark.live
 
@@ -376,3 +378,47 @@ def test_a_sentinel_and_the_master_it_watches_are_named(
     finally:
         sentinel.terminate()
         sentinel.wait(10)
+
+
+def test_a_cluster_url_checks_every_primary(redis_cluster: RedisClusterServers) -> None:
+    """redis+cluster://: each primary of the cluster is checked as a server, its checks named
+    ``<check>@host:port``; each node's topology check sees a cluster node in state ok."""
+    code, checks = doctor(redis_cluster.url)
+    nodes = sorted(f"127.0.0.1:{server.port}" for server in redis_cluster.servers)
+    assert sorted({name.partition("@")[2] for name in checks}) == nodes
+    assert sorted(checks) == sorted(f"{name}@{node}" for name in NAMES for node in nodes)
+    for node in nodes:
+        topology = checks[f"topology@{node}"]
+        assert topology["status"] == "pass"
+        assert topology["detail"].startswith("a Redis Cluster node, cluster_state ok, 3 nodes")
+        # the lab's nodes keep no AOF nor RDB: each node's own persistence check fails
+        assert checks[f"persistence@{node}"]["status"] == "fail"
+        assert checks[f"maxmemory-policy@{node}"]["status"] == "pass"
+    assert code == 1
+
+
+def test_a_sentinel_url_checks_the_primary_it_resolves(
+    sentinel_deployment: SentinelDeployment,
+) -> None:
+    """redis+sentinel://: a ``sentinel`` check names the primary the sentinels give and every
+    sentinel asked, then the primary itself is checked (a master watched by Sentinel)."""
+    code, checks = doctor(sentinel_deployment.url)
+    port = sentinel_deployment.primary_port()
+    sentinels = ", ".join(f"127.0.0.1:{p}" for p in sentinel_deployment.sentinel_ports)
+    assert checks["sentinel"] == {
+        "name": "sentinel",
+        "status": "pass",
+        "detail": f"primary of {sentinel_deployment.service!r} at 127.0.0.1:{port}, named by"
+        f" the sentinels {sentinels}",
+        "remedy": "",
+    }
+    assert sorted(checks) == sorted(["sentinel", *NAMES])
+    assert checks["topology"]["detail"] == (
+        "a master watched by Sentinel: connect through Sentinel (redis+sentinel://) to"
+        " follow a failover"
+    )
+    # the primary has its replica but no min-replicas-to-write; no persistence in the lab
+    assert checks["replication"]["status"] == "warn"
+    assert checks["replication"]["detail"].startswith("master with 1 replica(s)")
+    assert checks["persistence"]["status"] == "fail"
+    assert code == 1

@@ -11,7 +11,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "unasync.py"
 GENERATED = {  # the sync module -> its asyncio source
-    "_cluster_calls.py": "aio/_cluster_calls.py",
     "_slot_backend.py": "aio/_slot_backend.py",
     "_lease.py": "aio/_lease.py",
     "_manager_base.py": "aio/_manager_base.py",

@@ -27,6 +27,7 @@ from .._validate import check_ms
 from .errors import backend_errors
 from .keys import lease_key
 from .options import check_connection_options, check_url_query
+from .replication import GrantOptions
 
 T = TypeVar("T")
 
@@ -42,6 +43,7 @@ __all__ = [
     "merge_nodes",
     "node_name",
     "shard_bound_s",
+    "short_renewals",
     "slot_groups",
 ]
 
@@ -106,6 +108,25 @@ def node_name(cluster: Any, slot: int) -> str:
         return str(cluster.nodes_manager.get_node_from_slot(slot).name)
     except Exception:  # no slot map yet, or the slot is not covered
         return f"slot:{slot}"
+
+
+def short_renewals(
+    grants: GrantOptions,
+    batch: Sequence[tuple[str, str, int]],
+    results: list[int | BaseException],
+    acks: int | None,
+) -> list[int | BaseException]:
+    """One slot's renewal ``results`` with each renewed lease's token replaced by a
+    `ReplicationError` when its call's ``WAIT`` saw fewer than ``grants.replica_acks`` replicas
+    (``acks``; None: no ``WAIT`` was sent). No I/O."""
+    if not grants.short(acks):
+        return results
+    return [
+        grants.refusal(f"renew {key!r}", acks or 0)
+        if isinstance(result, int) and result > 0
+        else result
+        for (key, _, _), result in zip(batch, results, strict=True)
+    ]
 
 
 def check_shard_timeout(value: int | None) -> int | None:

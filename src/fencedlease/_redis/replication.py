@@ -110,10 +110,15 @@ class GrantOptions:
 
 class PrimaryWatch:
     """The replication id of the Redis primary that answered the last acquire, and how many
-    times it changed (a failover: the counter may have rolled back). Thread-safe; no I/O."""
+    times it changed (a failover: the counter may have rolled back). Thread-safe; no I/O.
 
-    def __init__(self) -> None:
+    ``place``: where a name's primary is (a Redis Cluster: the name's hash slot), each place's
+    primary watched on its own; None: one primary for every name."""
+
+    def __init__(self, place: Callable[[str], object] | None = None) -> None:
         self._lock = threading.Lock()
+        self._place = place
+        self._ids: dict[object, str] = {}
         self.primary_id: str | None = None
         self.changes = 0
         #: Called with ``(key, before, after)`` after a change is logged (the manager's event).
@@ -124,8 +129,10 @@ class PrimaryWatch:
         primary = reply.primary_id
         if primary is None:
             return
+        place = None if self._place is None else self._place(key)
         with self._lock:
-            before, self.primary_id = self.primary_id, primary
+            before, self._ids[place] = self._ids.get(place), primary
+            self.primary_id = primary
             if before is None or before == primary:
                 return
             self.changes += 1

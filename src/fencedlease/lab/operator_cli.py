@@ -36,6 +36,7 @@ from fencedlease import redis_keys as layout
 
 from .doctor import Check, exit_code, run_checks
 from .doctor_acl import glob_escape
+from .doctor_targets import is_topology_url, topology_checks
 
 __all__ = [
     "doctor",
@@ -162,23 +163,32 @@ def doctor(
 
     Eviction policy, persistence, version, replication, topology, the ACL user's commands,
     clock skew and latency, each pass / warn / fail with the remedy. Reads only.
+    A redis+cluster:// URL: every primary of the cluster (checks named check@host:port);
+    redis+sentinel://: the primary the sentinels name now, after a check naming them.
 
     \b
     Exit status: 0 every check passed (warnings allowed unless --strict),
     1 a check failed (--strict: or warned), 2 a usage error.
     """
-    client = _client(url)
-    assert url is not None
+    if not url:
+        raise click.UsageError("no Redis: give --url or set FENCEDLEASE_URL")
+
+    def run(client: redis.Redis) -> list[Check]:
+        return run_checks(
+            client,
+            prefix=prefix,
+            acl_user=acl_user,
+            pings=pings,
+            max_skew_ms=max_skew_ms,
+            max_latency_ms=max_latency_ms,
+        )
+
     try:
-        with client:
-            checks = run_checks(
-                client,
-                prefix=prefix,
-                acl_user=acl_user,
-                pings=pings,
-                max_skew_ms=max_skew_ms,
-                max_latency_ms=max_latency_ms,
-            )
+        if is_topology_url(url):
+            checks = topology_checks(url, run)
+        else:
+            with _client(url) as client:
+                checks = run(client)
     except (redis.RedisError, FencedLeaseError) as exc:
         _fail(url, exc)
     checks = [
