@@ -33,6 +33,7 @@ def check(kind: str, mode: str, out: Path) -> tuple[int, dict[str, Any], str]:
         sys.executable, "-m", "fencedlease", "check", "--resource", kind, "--mode", mode,
         "--faults", "pause-holder", "--duration", "8", "--seed", "4", "--workers", "3",
         "--keys", "1", "--body", "1800", "--no-toxiproxy", "--out", str(out),
+        "--workers-kind", "sync",  # the paused holder's stale write is the scenario's
     ]  # fmt: skip
     done = subprocess.run(
         command, capture_output=True, text=True, timeout=240, env={**os.environ}, check=False
