@@ -130,6 +130,8 @@ class PrimaryWatch:
         if primary is None:
             return
         place = None if self._place is None else self._place(key)
+        if self.primary_id == primary and self._ids.get(place) == primary:
+            return  # the usual case, on every acquire: nothing changed, no lock taken
         with self._lock:
             before, self._ids[place] = self._ids.get(place), primary
             self.primary_id = primary
