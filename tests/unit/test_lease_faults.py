@@ -136,9 +136,25 @@ def evicted(*, renewed_after_delete: bool, fault_at: float = 0.3) -> list[Event]
 def test_an_overlap_the_holder_could_not_know_of_is_exempt() -> None:
     verdict = check_mutex(evicted(renewed_after_delete=False), ttl_ms=1000, heartbeat_ms=250)
     assert verdict.issues == ()
-    (words,) = verdict.exempt
+    assert verdict.exempt == ()
+    (words,) = verdict.evicted
     assert "evict deleted w0's key at 0.400 s" in words
     assert "w1's lease (token 2) was granted at 0.450 s" in words
+
+
+def test_an_overlap_after_an_eviction_is_its_own_finding() -> None:
+    report = check_history(evicted(renewed_after_delete=False))
+    assert report.property("mutual-exclusion").violations == ()
+    assert [f.kind for f in report.findings if f.kind.startswith("lease-overlap")] == [
+        "lease-overlap-after-evict"
+    ]
+    (finding,) = [f for f in report.findings if f.kind == "lease-overlap-after-evict"]
+    assert finding.message.startswith(
+        "1 pair(s) of leases overlapped after an evict deleted the first one's key under its "
+        "holder, before a renewal could tell it (exempted from property f: its holder could not "
+        "know before a renewal answered 0): key 'k': w1's lease (token 2) was granted at 0.450 s"
+    )
+    assert finding.remedy is not None and "noeviction" in finding.remedy
 
 
 def test_an_eviction_that_began_before_the_grant_it_deleted_explains_the_overlap() -> None:
@@ -148,13 +164,14 @@ def test_an_eviction_that_began_before_the_grant_it_deleted_explains_the_overlap
         evicted(renewed_after_delete=False, fault_at=0.05), ttl_ms=1000, heartbeat_ms=250
     )
     assert verdict.issues == ()
-    (words,) = verdict.exempt
+    assert verdict.exempt == ()
+    (words,) = verdict.evicted
     assert "evict deleted w0's key at 0.400 s" in words
 
 
 def test_a_renewal_confirmed_after_the_delete_is_an_overlap() -> None:
     verdict = check_mutex(evicted(renewed_after_delete=True), ttl_ms=1000, heartbeat_ms=250)
-    assert verdict.exempt == ()
+    assert verdict.evicted == ()
     (issue,) = [i for i in verdict.issues if i.kind == "overlap"]
     assert issue.at == pytest.approx(0.45)
     assert "w0's lease (token 1) granted at 0.100 s, confirmed until 1.600 s" in issue.message
@@ -170,17 +187,22 @@ def test_an_eviction_of_another_key_explains_nothing() -> None:
         for e in evicted(renewed_after_delete=False)
     ]
     verdict = check_mutex(events, ttl_ms=1000, heartbeat_ms=250)
-    assert verdict.exempt == ()
+    assert verdict.evicted == ()
     assert [i.kind for i in verdict.issues] == ["overlap"]
 
 
 # -- property c: an asyncio body is cancelled at its loss notice --------------------------------
 
 
-def body_after_loss(kinds: list[str], write_at: float, lost_at: float | None = 0.5) -> list[Event]:
+def body_after_loss(
+    kinds: list[str],
+    write_at: float,
+    lost_at: float | None = 0.5,
+    others: tuple[tuple[str, str | None, float, float], ...] = (),
+) -> list[Event]:
     """w1 (of ``kinds``) holds key a (token 3) from 0.1; evict deletes its key at 0.3; it is told
     of its loss at ``lost_at`` (None: never), and invokes its write at ``write_at`` (refused as
-    stale)."""
+    stale). ``others``: more faults, each ``(kind, target, start, end)``."""
     events: list[Event] = []
 
     def add(process: str, op: str, kind: Any, at: float, **fields: Any) -> None:
@@ -207,6 +229,9 @@ def body_after_loss(kinds: list[str], write_at: float, lost_at: float | None = 0
     add("nemesis", "fault", "ok", 2.0, id=0,
         detail={"fault": "evict", "target": "w1", "key": "a", "token": 3, "deleted": True,
                 "deleted_mono": 0.3})  # fmt: skip
+    for i, (kind, target, start, end) in enumerate(others, 1):
+        add("nemesis", "fault", "invoke", start, id=i, detail={"fault": kind, "target": target})
+        add("nemesis", "fault", "ok", end, id=i, detail={"fault": kind, "target": target})
     add("run", "stop", "info", 3.0)
     add("run", "final", "ok", 3.0, key="a", value=0)
     return sorted(events, key=lambda e: e.mono)
@@ -252,9 +277,57 @@ def test_an_evicted_holder_told_late_or_never_is_reported(lost_at: float | None,
     (violation,) = report.property("loss-reported").violations
     assert violation.message == (
         "key 'a': w1's key (token 3) was deleted by evict at 0.30 s and its body ran on until "
-        f"1.01 s, but it {late}; its next renewal is answered 0: the bound is two heartbeats = "
-        "0.50 s."
+        f"1.01 s, but it {late}; its next renewal is answered 0: the bound is two heartbeats "
+        "(0.50 s), at 0.80 s."
     )
+
+
+# The latency toxic of a 1000 ms ttl delays a reply by up to 250 + 100 ms.
+SLOWED = [
+    ("latency", "w1", 0.8 + 0.35),  # the renewal answered 0 may come late by the toxic
+    ("partition", "w1", 0.9 + 0.5),  # two heartbeats from the cut's end
+    ("pause-holder", "w1", 0.9 + 0.5),
+    ("redis-pause", None, 0.9 + 0.5),  # a fault on all of Redis slows every holder
+]
+
+
+@pytest.mark.parametrize(("kind", "target", "due"), SLOWED)
+def test_an_evicted_holder_slowed_by_another_fault_has_until_it_ends(
+    kind: str, target: str | None, due: float
+) -> None:
+    on_time = body_after_loss(
+        ["sync", "sync"], 2.0, lost_at=due, others=((kind, target, 0.2, 0.9),)
+    )
+    assert check_history(on_time).property("loss-reported").violations == ()
+    late = body_after_loss(
+        ["sync", "sync"], 2.0, lost_at=due + 0.02, others=((kind, target, 0.2, 0.9),)
+    )
+    (violation,) = check_history(late).property("loss-reported").violations
+    assert violation.message.endswith(
+        f"was told only {due + 0.02 - 0.3:.2f} s after it; its next renewal is answered 0: the "
+        "bound is two heartbeats (0.50 s) counted from the faults that slowed its renewal, at "
+        f"{due:.2f} s."
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "target", "start"),
+    [
+        ("partition", "w0", 0.2),  # on another worker
+        ("clock", None, 0.2),  # a wall-clock jump moves no renewal
+        ("partition", "w1", 0.85),  # begins after the notice was due
+        ("partition", "w1", -0.5),  # ended two heartbeats before the delete (below)
+    ],
+)
+def test_a_fault_that_cannot_slow_the_renewal_leaves_the_bound_at_two_heartbeats(
+    kind: str, target: str | None, start: float
+) -> None:
+    end = -0.21 if start < 0 else start + 0.7
+    events = body_after_loss(
+        ["sync", "sync"], 2.0, lost_at=0.82, others=((kind, target, start, end),)
+    )
+    (violation,) = check_history(events).property("loss-reported").violations
+    assert violation.message.endswith("the bound is two heartbeats (0.50 s), at 0.80 s.")
 
 
 def test_an_evicted_body_that_ended_in_time_is_not_judged() -> None:

@@ -26,6 +26,7 @@ __all__ = [
     "Fencing",
     "Topology",
     "fault_duration_s",
+    "latency_toxic_ms",
     "left_out_faults",
     "off_topology",
     "parse_faults",
@@ -181,6 +182,13 @@ ALL_FAULTS: Final[tuple[str, ...]] = (
     *(kind for kind in FAULTS if kind != "redis-restart-nopersist"),
     "redis-restart-nopersist",
 )
+
+
+def latency_toxic_ms(ttl_ms: int) -> tuple[int, int]:
+    """The ``latency`` fault's toxic for leases of ``ttl_ms``: ``(latency, jitter)`` in
+    milliseconds, added to every reply on the holder's proxy (a reply is late by at most their
+    sum)."""
+    return ttl_ms // 4, ttl_ms // 10
 
 
 def fault_duration_s(kind: str, ttl_ms: int, heartbeat_ms: int) -> float:

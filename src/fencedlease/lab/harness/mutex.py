@@ -126,7 +126,8 @@ class MutexIssue:
 class MutexCheck:
     """The verdict. ``claims`` judged for overlaps, ``refusals`` (0 replies) and ``losses``
     (loss notices) judged; ``issues``; ``exempt``: overlaps explained by a fault that empties
-    Redis, in words; ``not_judged``: each part that could not be, with what the history lacks;
+    Redis, in words; ``evicted``: overlaps explained by an ``evict`` its holder could not yet
+    know of, in words; ``not_judged``: each part that could not be, with what the history lacks;
     ``lower_bound_claims``: claims whose deadline is only bounded below (no recorded deadline);
     ``unknown_end``: grants left out because their claim's end is unknown; ``expired_on_arrival``:
     loss notices of grants whose reply came with less than two heartbeats left of their
@@ -143,6 +144,7 @@ class MutexCheck:
     lower_bound_claims: int = 0
     unknown_end: int = 0
     expired_on_arrival: tuple[str, ...] = ()
+    evicted: tuple[str, ...] = ()
 
     @property
     def checked(self) -> int:
@@ -348,6 +350,7 @@ def check_mutex(
     facts = _Facts(events)
     issues: list[MutexIssue] = []
     exempt: list[str] = []
+    evicted: list[str] = []
     not_judged: list[str] = []
 
     def t(mono: float | None) -> str:
@@ -377,7 +380,7 @@ def check_mutex(
                     ),
                     None,
                 )
-                evicted = _unknowable_eviction(facts.faults, widest, claim.start, ttl_ms)
+                eviction = _unknowable_eviction(facts.faults, widest, claim.start, ttl_ms)
                 words = (
                     f"key {key!r}: {claim.process}'s lease (token {claim.token}) was granted at "
                     f"{t(claim.start)}, while the library still told {widest.process} it held "
@@ -388,9 +391,9 @@ def check_mutex(
                     exempt.append(
                         f"{words} {emptied.kind} at {t(emptied.start)} emptied Redis in between."
                     )
-                elif evicted is not None:
-                    exempt.append(
-                        f"{words} evict deleted {widest.process}'s key at {t(evicted.deleted)}, "
+                elif eviction is not None:
+                    evicted.append(
+                        f"{words} evict deleted {widest.process}'s key at {t(eviction.deleted)}, "
                         "and no renewal sent after it was confirmed: its holder could not know "
                         "before a renewal was answered."
                     )
@@ -483,4 +486,5 @@ def check_mutex(
         sum(1 for c in claims if not c.exact),
         unknown_end,
         tuple(expired_on_arrival),
+        tuple(evicted),
     )

@@ -91,6 +91,7 @@ from .kinds import (
     SERVER_WIDE,
     FaultInfo,
     fault_duration_s,
+    latency_toxic_ms,
     left_out_faults,
     parse_faults,
 )
@@ -467,8 +468,8 @@ class Nemesis:
     def _do_latency(
         self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
     ) -> None:
-        ttl = self.env.ttl_ms
-        latency = {"latency": ttl // 4, "jitter": ttl // 10}
+        delay_ms, jitter_ms = latency_toxic_ms(self.env.ttl_ms)
+        latency = {"latency": delay_ms, "jitter": jitter_ms}
         toxic = {"type": "latency", "name": "nemesis-latency", "attributes": latency}
         self._with_toxics(spec, stop, op, target, [toxic])
 

@@ -9,7 +9,10 @@ least ttl), it is told of the loss within ttl + one heartbeat of the cut
 After an ``evict`` (the holder's key deleted under it) whose holder's body ran on, the holder is
 told within two heartbeats of the ``DEL`` (its next renewal is due within one, and is answered 0):
 a library that takes the 0 for a success, or drops the notice, goes on claiming a key Redis
-has given away.
+has given away. Another fault on the holder (or on all of Redis) that overlaps those two
+heartbeats slows that renewal down: the two heartbeats then count from that fault's end, and a
+``latency`` fault adds its toxic's largest delay
+([`evict_notice_due`][fencedlease.lab.harness.properties.loss_reported.evict_notice_due]).
 In an ``asyncio`` worker (the run's ``start`` event lists each worker's kind) a body is cancelled at
 its lease's loss notice, so no access of a grant is invoked after that grant's ``lease-lost``
 record (an access handed to the store's thread at most
@@ -24,12 +27,20 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from typing import Final
 
-from ..extract import Access, Grant
+from ..extract import Access, Fault, Grant
 from ..history import Event
-from ..mutex import EMPTYING_FAULTS
+from ..kinds import latency_toxic_ms
+from ..mutex import EMPTYING_FAULTS, HARMLESS_FAULTS
 from ._base import Context, Outcome, Property, Violation
 
-__all__ = ["CUT_OFF_FAULTS", "HANDED_OFF_S", "PROPERTY", "asyncio_workers", "runs_after_loss"]
+__all__ = [
+    "CUT_OFF_FAULTS",
+    "HANDED_OFF_S",
+    "PROPERTY",
+    "asyncio_workers",
+    "evict_notice_due",
+    "runs_after_loss",
+]
 
 KEY = "loss-reported"
 
@@ -152,8 +163,41 @@ def _cancelled_bodies(ctx: Context) -> tuple[int, list[Violation]]:
     return checked, violations
 
 
+def evict_notice_due(
+    evict: Fault,
+    victim: str,
+    deleted: float,
+    faults: Sequence[Fault],
+    ttl_ms: int,
+    heartbeat_ms: int,
+) -> float:
+    """When the holder ``victim`` of the key ``evict`` deleted (at ``deleted``, monotonic
+    seconds) must have been told at the latest: two heartbeats after the ``DEL`` (the next
+    renewal is sent within one and answered 0), or after the end of any other fault on
+    ``victim`` or on all of Redis that overlaps that window (a cut, a pause, a reset or a
+    killed connection holds the renewal back until it ends), plus the ``latency`` toxic's
+    largest delay while one is in force. A wall-clock jump (``clock``) moves no renewal."""
+    beats = 2 * heartbeat_ms / 1000
+    due = deleted + beats
+    delay_ms, jitter_ms = latency_toxic_ms(ttl_ms)
+    added = 0.0
+    for fault in sorted(faults, key=lambda f: f.start):
+        if fault is evict or fault.type != "ok" or fault.kind in HARMLESS_FAULTS:
+            continue
+        if fault.target is not None and fault.target != victim:
+            continue
+        end = fault.end if fault.end is not None else fault.start
+        if fault.start > due + added or end < deleted - beats:
+            continue  # the renewal that answers 0 is not slowed by it
+        if fault.kind == "latency":
+            added = max(added, (delay_ms + jitter_ms) / 1000)
+        else:
+            due = max(due, end + beats)
+    return due + added
+
+
 def _evictions(ctx: Context) -> tuple[int, list[Violation]]:
-    bound = 2 * ctx.params.heartbeat_ms / 1000
+    beats = 2 * ctx.params.heartbeat_ms / 1000
     checked, violations = 0, []
     for fault in ctx.data.faults:
         deleted = fault.detail.get("deleted_mono")
@@ -168,24 +212,33 @@ def _evictions(ctx: Context) -> tuple[int, list[Violation]]:
             None,
         )  # fmt: skip
         needed = None if victim is None else victim.needed_until
-        if victim is None or needed is None or needed <= deleted + bound:
+        if victim is None or needed is None:
+            continue
+        due = evict_notice_due(
+            fault, victim.process, deleted, ctx.data.faults, ctx.params.ttl_ms,
+            ctx.params.heartbeat_ms,
+        )  # fmt: skip
+        if needed <= due:
             continue  # the body ended before it had to be told
         checked += 1
-        if victim.lost is not None and victim.lost <= deleted + bound:
+        if victim.lost is not None and victim.lost <= due:
             continue
         late = (
             "was never told"
             if victim.lost is None
             else f"was told only {victim.lost - deleted:.2f} s after it"
         )
+        slowed = (
+            "" if due == deleted + beats else " counted from the faults that slowed its renewal"
+        )
         violations.append(
             ctx.violation(
                 KEY,
                 f"{ctx.on(victim.key)}{victim.process}'s key (token {victim.token}) was deleted "
                 f"by evict at {ctx.t(deleted)} and its body ran on until {ctx.t(needed)}, but it "
-                f"{late}; its next renewal is answered 0: the bound is two heartbeats = "
-                f"{bound:.2f} s.",
-                deleted + bound,
+                f"{late}; its next renewal is answered 0: the bound is two heartbeats "
+                f"({beats:.2f} s){slowed}, at {ctx.t(due)}.",
+                due,
                 (fault.line, victim.line) + ((victim.lost_line,) if victim.lost_line else ()),
                 victim.key,
             )

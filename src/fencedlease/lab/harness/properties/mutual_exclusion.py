@@ -17,6 +17,13 @@ __all__ = ["PROPERTY"]
 
 KEY = "mutual-exclusion"
 
+#: What to do when a lease key may be deleted under its holder.
+EVICT_REMEDY = (
+    "Run Redis with maxmemory-policy noeviction (fencedlease doctor checks it), so that no lease "
+    "key is deleted before its TTL; a deleted key is told to its holder only at its next renewal, "
+    "so guard every write with the fencing token."
+)
+
 
 def check(ctx: Context) -> Outcome:
     params = ctx.params
@@ -56,6 +63,17 @@ def check(ctx: Context) -> Outcome:
                 f"{len(result.exempt)} pair(s) of leases overlapped across a restart of Redis "
                 "without persistence (exempted from property f): " + " | ".join(result.exempt[:3]),
                 ROLLBACK_REMEDY,
+            )
+        )
+    if result.evicted:
+        findings.append(
+            Finding(
+                "lease-overlap-after-evict",
+                f"{len(result.evicted)} pair(s) of leases overlapped after an evict deleted the "
+                "first one's key under its holder, before a renewal could tell it (exempted from "
+                "property f: its holder could not know before a renewal answered 0): "
+                + " | ".join(result.evicted[:3]),
+                EVICT_REMEDY,
             )
         )
     return Outcome(result.checked, violations, "; ".join([judged, *notes]), findings)
