@@ -22,11 +22,10 @@ import redis
 from click.testing import CliRunner
 
 from conftest import unavailable
-from fencedlease import LeaseManager
-from fencedlease._acl import acl_rules
+from fencedlease import LeaseManager, _acl
+from fencedlease._acl import ACL_COMMANDS, acl_rules
 from fencedlease.lab.cli import main
 from fencedlease.lab.doctor import run_checks
-from fencedlease.lab.doctor_acl import ACL_PROBES
 from fencedlease.lab.servers.cluster import RedisClusterServers
 from fencedlease.lab.servers.redis import RedisServer, RedisUnavailable, free_port
 from fencedlease.lab.servers.sentinel import SentinelDeployment
@@ -107,7 +106,8 @@ def test_a_server_set_up_right_passes_every_check(
     assert checks["maxmemory-policy"]["detail"].startswith("noeviction")
     assert checks["persistence"]["detail"].startswith("AOF, appendfsync everysec")
     assert checks["acl"]["detail"] == (
-        f"user 'default' may run all {len(ACL_PROBES)} commands on fencedlease:* keys and channels"
+        f"user 'default' may run all {len(ACL_COMMANDS)} commands on fencedlease:* keys and"
+        " channels"
     )
     assert all(check["remedy"] == "" for check in checks.values())
     assert doctor(server.url, "--strict")[0] == 0
@@ -200,6 +200,43 @@ def _setuser(admin: redis.Redis, user: str, password: str, *rules: str) -> None:
 
 
 @pytest.mark.parametrize("version", ["7", "6.2"])
+def test_a_command_added_to_the_library_list_is_checked(
+    start: Callable[..., RedisServer], version: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Doctor checks the library's own list of commands: with XADD added to it, a user made by
+    the rules of before is refused XADD, one made by the rules of the list now passes with one
+    command more, and a command the server does not know is refused as such."""
+    server = start(binary=_redis62() if version == "6.2" else None)
+    admin = server.client()
+    password = secrets.token_hex(8)
+    _setuser(admin, "app", password, *acl_rules("fencedlease"))
+    code, checks = doctor(server.url, "--acl-user", "app")
+    assert (checks["acl"]["status"], checks["acl"]["detail"]) == (
+        "pass",
+        f"user 'app' may run all {len(ACL_COMMANDS)} commands on fencedlease:* keys and channels",
+    )
+    monkeypatch.setattr(_acl, "ACL_COMMANDS", (*ACL_COMMANDS, "XADD"))
+    code, checks = doctor(server.url, "--acl-user", "app")
+    assert (code, checks["acl"]["status"]) == (1, "fail")
+    assert checks["acl"]["detail"].startswith("user 'app' may not run: XADD")
+    assert checks["acl"]["remedy"] == "ACL SETUSER app +xadd"
+    _setuser(admin, "app", password, *acl_rules("fencedlease"))  # the rules now allow XADD
+    code, checks = doctor(server.url, "--acl-user", "app")
+    assert (checks["acl"]["status"], checks["acl"]["detail"]) == (
+        "pass",
+        f"user 'app' may run all {len(ACL_COMMANDS) + 1} commands on fencedlease:* keys and"
+        " channels",
+    )
+    monkeypatch.setattr(_acl, "ACL_COMMANDS", (*ACL_COMMANDS, "XADD", "NOSUCHCOMMAND"))
+    code, checks = doctor(server.url, "--acl-user", "app")
+    assert (code, checks["acl"]["status"]) == (1, "fail")
+    assert checks["acl"]["detail"] == (
+        "user 'app' may not run: NOSUCHCOMMAND (unknown to this server)"
+    )
+    assert checks["acl"]["remedy"] == "ACL SETUSER app +nosuchcommand"
+
+
+@pytest.mark.parametrize("version", ["7", "6.2"])
 def test_an_acl_user_missing_a_command_fails(
     start: Callable[..., RedisServer], version: str
 ) -> None:
@@ -228,7 +265,8 @@ def test_an_acl_user_missing_a_command_fails(
     _setuser(admin, "full", password, *acl_rules("fencedlease"), "+select")
     code, checks = doctor(url3, "--acl-user", "full")
     assert checks["acl"]["detail"] == (
-        f"user 'full' may run all {len(ACL_PROBES) + 1} commands on fencedlease:* keys and channels"
+        f"user 'full' may run all {len(ACL_COMMANDS) + 1} commands on fencedlease:* keys and"
+        " channels"
     )
     code, checks = doctor(server.url, "--acl-user", "elsewhere")  # its keys are other:*
     assert (code, checks["acl"]["status"]) == (1, "fail")

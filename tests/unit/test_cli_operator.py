@@ -9,10 +9,11 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from fencedlease import _acl
 from fencedlease._acl import ACL_COMMANDS
 from fencedlease.lab.cli import main
 from fencedlease.lab.doctor import Check, exit_code
-from fencedlease.lab.doctor_acl import ACL_PROBES
+from fencedlease.lab.doctor_acl import _probe, acl_commands
 from fencedlease.lab.servers.redis import free_port
 
 SECRET = "s3cr3t-Pa55"
@@ -25,8 +26,43 @@ def _no_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("FENCEDLEASE_PREFIX", raising=False)
 
 
-def test_doctor_probes_every_command_the_library_needs() -> None:
-    assert sorted(ACL_PROBES) == list(ACL_COMMANDS)
+def test_doctor_checks_the_library_list_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Doctor's commands are the library's ``ACL_COMMANDS`` read at each check (and SELECT on a
+    database other than 0): a command added to the list is checked, with no list of doctor's."""
+    assert acl_commands(0) == ACL_COMMANDS
+    assert acl_commands(3) == (*ACL_COMMANDS, "SELECT")
+    monkeypatch.setattr(_acl, "ACL_COMMANDS", (*ACL_COMMANDS, "XADD"))
+    assert acl_commands(0) == (*ACL_COMMANDS, "XADD")
+
+
+def test_doctor_builds_each_probe_from_command_info() -> None:
+    """Arguments from ``COMMAND INFO`` entries as Redis 7 gives them: the fewest the arity
+    allows, the key (K) at the first key position, a channel (C) for pub/sub, ``<script> 1 K``
+    for the script commands, the library's own argument of INFO."""
+    entries = {
+        "HSET": [b"hset", -4, [b"write", b"denyoom", b"fast"], 1, 1, 1],
+        "GET": [b"get", 2, [b"readonly", b"fast"], 1, 1, 1],
+        "EVALSHA": [b"evalsha", -3, [b"noscript", b"movablekeys"], 0, 0, 0],
+        "PUBLISH": [b"publish", 3, [b"pubsub", b"fast"], 0, 0, 0],
+        "UNSUBSCRIBE": [b"unsubscribe", -1, [b"pubsub", b"noscript"], 0, 0, 0],
+        "SPUBLISH": [b"spublish", 3, [b"pubsub", b"fast"], 1, 1, 1],
+        "WAIT": [b"wait", 3, [b"noscript"], 0, 0, 0],
+        "TIME": [b"time", 1, [b"fast"], 0, 0, 0],
+        "INFO": [b"info", -1, [b"loading", b"stale"], 0, 0, 0],
+        "XADD": [b"xadd", -5, [b"write", b"denyoom", b"fast"], 1, 1, 1],
+    }
+    assert {command: _probe(command, entry) for command, entry in entries.items()} == {
+        "HSET": ("K", "0", "0"),
+        "GET": ("K",),
+        "EVALSHA": ("0", "1", "K"),
+        "PUBLISH": ("C", "0"),
+        "UNSUBSCRIBE": ("C",),
+        "SPUBLISH": ("C", "0"),
+        "WAIT": ("0", "0"),
+        "TIME": (),
+        "INFO": ("replication",),
+        "XADD": ("K", "0", "0", "0"),
+    }
 
 
 def test_exit_codes() -> None:

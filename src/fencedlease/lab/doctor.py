@@ -17,7 +17,7 @@ from typing import Any, Literal
 import attrs
 import redis
 
-from .doctor_acl import acl_probes, acl_refusals
+from .doctor_acl import acl_commands, acl_refusals
 from .doctor_acl import as_text as _text
 
 __all__ = ["Check", "Status", "exit_code", "run_checks"]
@@ -303,7 +303,8 @@ def check_acl(client: redis.Redis, prefix: str, user: str | None) -> Check:
     return Check(
         name,
         "pass",
-        f"user {user!r} may run all {len(acl_probes(db))} commands on {prefix}:* keys and channels",
+        f"user {user!r} may run all {len(acl_commands(db))} commands on {prefix}:* keys and"
+        " channels",
     )
 
 

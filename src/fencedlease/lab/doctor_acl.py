@@ -1,6 +1,10 @@
 """The ACL part of ``fencedlease doctor``: may a user run every command fencedlease sends, on keys
 and channels under its prefix? ``ACL DRYRUN`` answers on Redis 7; Redis 6.2 has none, so the rules
 of ``ACL GETUSER`` are replayed here.
+
+The commands are the library's own list (``ACL_COMMANDS`` of ``fencedlease._acl``, read at each
+check), never a copy: each is probed with arguments built from the server's ``COMMAND INFO`` (its
+arity and key positions), a key or channel under the prefix where the command takes one.
 """
 
 from __future__ import annotations
@@ -11,15 +15,17 @@ from typing import Any
 
 import redis
 
-from fencedlease import redis_keys
+from fencedlease import _acl, redis_keys
+from fencedlease._acl import glob_escape
 
-__all__ = ["ACL_PROBES", "Refusal", "acl_probes", "acl_refusals", "as_text", "glob_escape"]
-
-_SHA = "0" * 40
-_GLOB_SPECIAL = re.compile(r"([\\*?\[\]])")
+__all__ = ["Refusal", "acl_commands", "acl_probes", "acl_refusals", "as_text", "glob_escape"]
 
 Refusal = tuple[str | None, str]
 """An ACL refusal: the ``ACL SETUSER`` rule that allows it (None: no such user), and what."""
+
+_SENT_ARGUMENTS: dict[str, tuple[str, ...]] = {"INFO": ("replication",)}
+"""The first arguments the library sends where a Redis 7 rule may name them
+(``+info|replication``)."""
 
 
 def as_text(value: Any) -> str:
@@ -27,26 +33,45 @@ def as_text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-#: The commands a fencedlease user runs (``docs/semantics.md``, least-privilege ACL user), each
-#: with arguments naming a key (``K``) or channel (``C``) under the prefix, so ``ACL DRYRUN`` checks
-#: the key and channel patterns too. A unit test holds it equal to the library's own list.
-ACL_PROBES: dict[str, tuple[str, ...]] = {
-    "DEL": ("K",), "EVAL": ("return 0", "1", "K"), "EVALSHA": (_SHA, "1", "K"), "EXISTS": ("K",),
-    "GET": ("K",), "HDEL": ("K", "f"), "HGET": ("K", "f"), "HGETALL": ("K",),
-    "HMGET": ("K", "f"), "HSET": ("K", "f", "1"), "INCR": ("K",), "INFO": ("replication",),
-    "PEXPIRE": ("K", "1"),
-    "PING": (), "PTTL": ("K",), "PUBLISH": ("C", "1"), "SET": ("K", "1"), "SUBSCRIBE": ("C",),
-    "TIME": (), "TYPE": ("K",), "UNSUBSCRIBE": ("C",), "WAIT": ("0", "0"),
-    "ZADD": ("K", "1", "m"), "ZCARD": ("K",), "ZCOUNT": ("K", "0", "1"), "ZPOPMIN": ("K",),
-    "ZRANGE": ("K", "0", "1"), "ZRANGEBYSCORE": ("K", "0", "1"), "ZREM": ("K", "m"),
-    "ZREMRANGEBYSCORE": ("K", "0", "1"), "ZSCORE": ("K", "m"),
-}  # fmt: skip
+def acl_commands(db: int) -> tuple[str, ...]:
+    """The commands doctor checks: the library's ``ACL_COMMANDS``, and ``SELECT`` for a
+    connection to a database other than 0 (redis-py sends it on connect)."""
+    return (*_acl.ACL_COMMANDS, "SELECT") if db else tuple(_acl.ACL_COMMANDS)
 
 
-def glob_escape(text: str) -> str:
-    """``text`` as a literal in a Redis glob pattern (``*``, ``?``, ``[``, ``]``, ``\\``
-    escaped)."""
-    return _GLOB_SPECIAL.sub(r"\\\1", text)
+def _command_info(client: redis.Redis, commands: tuple[str, ...]) -> dict[str, list[Any] | None]:
+    """``COMMAND INFO`` of ``commands``, unparsed (redis-py's parser fails on a command the server
+    does not know): each entry ``[name, arity, flags, first key, last key, step, categories,
+    ...]``, None for an unknown command."""
+    reply = client.execute_command("COMMAND INFO", *commands)  # type: ignore[no-untyped-call]
+    return dict(zip(commands, reply, strict=True))
+
+
+def _probe(command: str, entry: list[Any]) -> tuple[str, ...]:
+    """Arguments for ``command`` (``K``: a key under the prefix, ``C``: a channel under it): the
+    fewest its arity allows, a key at its first key position, a channel first for a pub/sub
+    command, ``<script> 1 K`` for a script command (its keys are movable)."""
+    arity, flags, first_key = int(entry[1]), {as_text(f) for f in entry[2]}, int(entry[3])
+    args = list(_SENT_ARGUMENTS.get(command, ("0",) * (abs(arity) - 1)))
+    if "pubsub" in flags:
+        args[:1] = ["C"]
+    elif "movablekeys" in flags:
+        args = ["0", "1", "K", *args[3:]]
+    elif first_key > 0:
+        args[first_key - 1] = "K"
+    return tuple(args)
+
+
+def acl_probes(client: redis.Redis, db: int = 0) -> tuple[dict[str, tuple[str, ...]], list[str]]:
+    """The probe of each command of `acl_commands` ``(db)`` (its arguments, see `_probe`), and
+    the commands this server does not know.
+
+    Raises:
+        redis.exceptions.ResponseError: the connection may not run ``COMMAND``.
+    """
+    info = _command_info(client, acl_commands(db))
+    probes = {c: _probe(c, entry) for c, entry in info.items() if entry is not None}
+    return probes, [c for c, entry in info.items() if entry is None]
 
 
 def _dryrun(
@@ -85,10 +110,11 @@ def _getuser_refusals(
         return [(None, f"no such user {user!r}")]
     pairs = reply.items() if isinstance(reply, dict) else zip(reply[::2], reply[1::2], strict=True)
     rules = {as_text(k): v for k, v in pairs}
-    info = client.execute_command("COMMAND", "INFO", *probes)  # type: ignore[no-untyped-call]
+    info = _command_info(client, tuple(probes))
     categories = {
-        as_text(name).upper(): {as_text(c).lower() for c in entry.get("acl_categories", [])}
+        name: {as_text(c).lower() for c in entry[6]}
         for name, entry in info.items()
+        if entry is not None
     }
     allowed: set[str] = set()
     for rule in as_text(rules.get("commands", "")).split():
@@ -115,25 +141,22 @@ def _getuser_refusals(
     return refused
 
 
-def acl_probes(db: int) -> dict[str, tuple[str, ...]]:
-    """`ACL_PROBES`, and ``SELECT`` for a connection to a database other than 0 (redis-py sends
-    it on connect)."""
-    return {**ACL_PROBES, "SELECT": (str(db),)} if db else ACL_PROBES
-
-
 def acl_refusals(client: redis.Redis, user: str, prefix: str, db: int = 0) -> list[Refusal]:
-    """What ``user`` may not do of `acl_probes` ``(db)``, empty when it may do it all: for each
+    """What ``user`` may not do of `acl_commands` ``(db)``, empty when it may do it all: for each
     refusal the ``ACL SETUSER`` rule that allows it (``+incr``, ``~<prefix>:*``, ``&<prefix>:*``;
-    None for a user that does not exist) and what was refused (``"INCR (why)"``).
+    None for a user that does not exist) and what was refused (``"INCR (why)"``). A command the
+    server does not know is refused too (``"XADD (unknown to this server)"``).
 
     Raises:
         redis.exceptions.ResponseError: the connection may not run ``ACL`` (or ``COMMAND``).
     """
+    probes, unknown = acl_probes(client, db)
+    refused: list[Refusal] = [(f"+{c.lower()}", f"{c} (unknown to this server)") for c in unknown]
     try:
-        return _dryrun(client, user, prefix, acl_probes(db))
+        return _dryrun(client, user, prefix, probes) + refused
     except redis.exceptions.ResponseError as exc:
         if "not found" in str(exc):
             return [(None, f"no such user {user!r}")]
         if "unknown subcommand" in str(exc).lower():
-            return _getuser_refusals(client, user, prefix, acl_probes(db))
+            return _getuser_refusals(client, user, prefix, probes) + refused
         raise
