@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 REDIS_PLACEHOLDER = "redis://localhost:6379/0"
 POSTGRES_PLACEHOLDER = "postgresql://app@db/shop"
+PSYCOPG_PLACEHOLDER = "postgresql+psycopg://app@db/shop"  # SQLAlchemy's URL of the same
 
 _FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w-]*)\s*$")
 _MARKER = re.compile(r"^\s*<!--\s*(?P<kind>not-run|raises):\s*(?P<value>.*?)\s*-->\s*$")
@@ -139,6 +140,9 @@ def substitutions(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
         client.flushdb()
     if "postgres" in needs:
         found[POSTGRES_PLACEHOLDER] = request.getfixturevalue("postgres_dsn")
+        found[PSYCOPG_PLACEHOLDER] = found[POSTGRES_PLACEHOLDER].replace(
+            "postgresql://", "postgresql+psycopg://", 1
+        )
     yield found
     if client is not None:
         client.flushdb()
@@ -256,7 +260,7 @@ def test_the_quickstart_needs_no_server() -> None:
         assert "localhost:6379" not in "".join(b.source for b in found)
 
 
-NOT_RUN = {"backends.md": 1, "deployment.md": 1, "fencing.md": 4, "testing.md": 1}
+NOT_RUN = {"backends.md": 1, "deployment.md": 1, "testing.md": 1}
 """The deliberately partial blocks per page: a new one is counted here on purpose."""
 
 
