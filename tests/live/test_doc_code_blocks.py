@@ -10,7 +10,10 @@ Just before a block's opening fence, an HTML comment (invisible on the rendered 
 
 - ``<!-- not-run: reason -->``: the block is deliberately partial and is not run (counted below);
 - ``<!-- raises: Name -->``: the block must end in an exception of that class name (a page that
-  shows a refusal).
+  shows a refusal);
+- ``<!-- pytest: 8 passed -->``: the block is a test module; it is written to a file and run by
+  pytest in a process of its own with the library's pytest plugin (and the page's Redis as
+  ``FENCEDLEASE_REDIS_URL``), and its summary must be exactly that.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import asyncio
 import inspect
 import os
 import re
+import subprocess
+import sys
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,7 +45,8 @@ POSTGRES_PLACEHOLDER = "postgresql://app@db/shop"
 PSYCOPG_PLACEHOLDER = "postgresql+psycopg://app@db/shop"  # SQLAlchemy's URL of the same
 
 _FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w-]*)\s*$")
-_MARKER = re.compile(r"^\s*<!--\s*(?P<kind>not-run|raises):\s*(?P<value>.*?)\s*-->\s*$")
+_MARKER = re.compile(r"^\s*<!--\s*(?P<kind>not-run|raises|pytest):\s*(?P<value>.*?)\s*-->\s*$")
+PLUGIN = "fencedlease.lab.pytest_plugin"
 
 
 @attrs.frozen
@@ -50,6 +56,7 @@ class Block:
     source: str
     not_run: str | None = None
     raises: str | None = None
+    pytest_outcome: str | None = None  # a test module: pytest's summary, e.g. "8 passed"
 
     @property
     def where(self) -> str:
@@ -82,6 +89,7 @@ def blocks(page: Path) -> list[Block]:
                     body,
                     not_run=value if kind == "not-run" else None,
                     raises=value if kind == "raises" else None,
+                    pytest_outcome=value if kind == "pytest" else None,
                 )
             )
         i = end + 1
@@ -94,12 +102,15 @@ def markers(page: Path) -> int:
 
 
 def _needs(page: Path) -> set[str]:
-    text = "".join(b.source for b in blocks(page) if b.not_run is None)
-    return {
+    """The servers a page's blocks name; a test module needs Redis (the plugin's "redis" store)."""
+    found = blocks(page)
+    text = "".join(b.source for b in found if b.not_run is None)
+    needs = {
         name
         for name, placeholder in (("redis", REDIS_PLACEHOLDER), ("postgres", POSTGRES_PLACEHOLDER))
         if placeholder in text
     }
+    return needs | ({"redis"} if any(b.pytest_outcome for b in found) else set())
 
 
 def _params() -> list[Any]:
@@ -118,6 +129,42 @@ def _run(block: Block, namespace: dict[str, Any], loop: asyncio.AbstractEventLoo
     result = eval(code, namespace)
     if inspect.iscoroutine(result):
         loop.run_until_complete(result)
+
+
+def _run_module(block: Block, substitutions: dict[str, str]) -> None:
+    """Run a test-module block with pytest in a process of its own, in the working directory
+    (no conftest, no ini file of the project), with the plugin loaded by hand and nothing else;
+    fail unless pytest's summary is ``block.pytest_outcome`` exactly."""
+    module = Path.cwd() / f"test_{block.page.stem}_{block.line}.py"
+    module.write_text(block.source, "utf-8")
+    env = {
+        **os.environ,
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])
+        ),
+    }
+    if REDIS_PLACEHOLDER in substitutions:
+        env["FENCEDLEASE_REDIS_URL"] = substitutions[REDIS_PLACEHOLDER]
+    ran = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", PLUGIN, "-p", "no:cacheprovider", module.name],
+        cwd=module.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    summary = ran.stdout.strip().splitlines()[-1] if ran.stdout.strip() else ""
+    if re.fullmatch(
+        rf"=* *{re.escape(str(block.pytest_outcome))} in [\d.]+s( \([^)]*\))? *=*", summary
+    ):
+        return
+    pytest.fail(
+        f"{block.where}: pytest's summary is {summary!r}, not {block.pytest_outcome!r}\n"
+        + ran.stdout[-3000:]
+        + ran.stderr[-2000:],
+        pytrace=False,
+    )
 
 
 def _close_managers(namespace: dict[str, Any], loop: asyncio.AbstractEventLoop) -> None:
@@ -161,6 +208,9 @@ def run_page(page: Path, substitutions: dict[str, str]) -> None:
             for placeholder, value in substitutions.items():
                 source = source.replace(placeholder, value)
             block = attrs.evolve(block, source=source)
+            if block.pytest_outcome is not None:
+                _run_module(block, substitutions)
+                continue
             try:
                 _run(block, namespace, loop)
             except Exception as exc:
@@ -238,6 +288,29 @@ def test_the_markers_skip_and_expect(tmp_path: Path) -> None:
         run_page(page, {})
 
 
+def test_a_test_module_block_runs_under_pytest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``pytest:`` block runs as a test module with the plugin's fixtures: the page passes on
+    the summary it names and fails on another, naming the page, the line and both summaries."""
+    monkeypatch.chdir(tmp_path)
+    module = (
+        "from fencedlease.testing import FakeClock\n\n"
+        "def test_one(fake_clock: FakeClock) -> None:\n"
+        "    fake_clock.advance(1_000)\n    assert fake_clock.monotonic() == 1.0\n\n"
+        "def test_two() -> None:\n    assert False\n"
+    )
+    page = tmp_path / "page.md"
+    page.write_text(f"<!-- pytest: 1 failed, 1 passed -->\n```python\n{module}```\n", "utf-8")
+    run_page(page, {})
+    page.write_text(f"<!-- pytest: 2 passed -->\n```python\n{module}```\n", "utf-8")
+    with pytest.raises(pytest.fail.Exception) as info:
+        run_page(page, {})
+    first = str(info.value).splitlines()[0]
+    assert first.startswith(f"{page}:3: pytest's summary is '1 failed, 1 passed in ")
+    assert first.endswith("', not '2 passed'")
+
+
 def test_the_blocks_are_found_where_they_are() -> None:
     """The extractor finds the Quickstart's first block on the line after its fence, dedents a
     block in a list item, and reads the markers."""
@@ -260,7 +333,7 @@ def test_the_quickstart_needs_no_server() -> None:
         assert "localhost:6379" not in "".join(b.source for b in found)
 
 
-NOT_RUN = {"backends.md": 1, "deployment.md": 1, "testing.md": 1}
+NOT_RUN = {"backends.md": 1, "deployment.md": 1}
 """The deliberately partial blocks per page: a new one is counted here on purpose."""
 
 
@@ -270,7 +343,7 @@ def test_every_marker_stands_before_a_python_block_and_gives_its_reason() -> Non
     not_run: dict[str, int] = {}
     for page in PAGES:
         found = blocks(page)
-        marked = [b for b in found if b.not_run is not None or b.raises is not None]
+        marked = [b for b in found if (b.not_run, b.raises, b.pytest_outcome) != (None,) * 3]
         assert len(marked) == markers(page), f"{page.name}: a marker not before a python block"
         assert all(b.not_run != "" for b in found), f"{page.name}: not-run without a reason"
         if any(b.not_run is not None for b in found):
