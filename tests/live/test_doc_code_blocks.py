@@ -4,7 +4,10 @@ The blocks of one page run in order in one namespace (a page reads top to bottom
 uses the names of an earlier one), in a temporary working directory, with top-level ``await`` run
 on one event loop per page. ``redis://localhost:6379/0`` in a block is replaced by a throwaway
 Redis's URL (flushed before and after the page) and ``postgresql://app@db/shop`` by a throwaway
-PostgreSQL's; a page that names either is a live test. A failure names the page and the line.
+PostgreSQL's; the cluster nodes ``10.0.0.1:7000`` and ``10.0.0.2:7000`` by two nodes of the lab's
+Redis Cluster, and the Sentinel URL ``redis+sentinel://s1:26379,s2:26379,s3:26379/mymaster`` by a
+Sentinel deployment's (a primary, a replica, three sentinels); a page that names any of them is a
+live test. A failure names the page and the line.
 
 Just before a block's opening fence, an HTML comment (invisible on the rendered page) may say:
 
@@ -37,12 +40,23 @@ from pg_fixtures import postgres_dsn  # noqa: F401 (the fixture)
 
 from fencedlease import LeaseManager
 from fencedlease.aio import AsyncLeaseManager
+from fencedlease.lab.servers.cluster import RedisClusterServers
+from fencedlease.lab.servers.sentinel import SentinelDeployment
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 REDIS_PLACEHOLDER = "redis://localhost:6379/0"
 POSTGRES_PLACEHOLDER = "postgresql://app@db/shop"
 PSYCOPG_PLACEHOLDER = "postgresql+psycopg://app@db/shop"  # SQLAlchemy's URL of the same
+CLUSTER_NODES = ("10.0.0.1:7000", "10.0.0.2:7000")  # also as host="10.0.0.1", port=7000
+SENTINEL_PLACEHOLDER = "redis+sentinel://s1:26379,s2:26379,s3:26379/mymaster"
+SERVERS = {
+    "redis": REDIS_PLACEHOLDER,
+    "postgres": POSTGRES_PLACEHOLDER,
+    "cluster": CLUSTER_NODES[0],
+    "sentinel": SENTINEL_PLACEHOLDER,
+}
+"""Each server a page may need, by the placeholder that names it."""
 
 _FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w-]*)\s*$")
 _MARKER = re.compile(r"^\s*<!--\s*(?P<kind>not-run|raises|pytest):\s*(?P<value>.*?)\s*-->\s*$")
@@ -105,20 +119,19 @@ def _needs(page: Path) -> set[str]:
     """The servers a page's blocks name; a test module needs Redis (the plugin's "redis" store)."""
     found = blocks(page)
     text = "".join(b.source for b in found if b.not_run is None)
-    needs = {
-        name
-        for name, placeholder in (("redis", REDIS_PLACEHOLDER), ("postgres", POSTGRES_PLACEHOLDER))
-        if placeholder in text
-    }
+    needs = {name for name, placeholder in SERVERS.items() if placeholder in text}
     return needs | ({"redis"} if any(b.pytest_outcome for b in found) else set())
+
+
+def _marks(page: Path) -> list[pytest.MarkDecorator]:
+    needs = _needs(page)
+    marks = [pytest.mark.live] * bool(needs)
+    return marks + [getattr(pytest.mark, name) for name in ("cluster", "sentinel") if name in needs]
 
 
 def _params() -> list[Any]:
     return [
-        pytest.param(
-            page, id=str(page.relative_to(ROOT)), marks=[pytest.mark.live] * bool(_needs(page))
-        )
-        for page in PAGES
+        pytest.param(page, id=str(page.relative_to(ROOT)), marks=_marks(page)) for page in PAGES
     ]
 
 
@@ -190,6 +203,15 @@ def substitutions(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
         found[PSYCOPG_PLACEHOLDER] = found[POSTGRES_PLACEHOLDER].replace(
             "postgresql://", "postgresql+psycopg://", 1
         )
+    if "cluster" in needs:
+        cluster: RedisClusterServers = request.getfixturevalue("redis_cluster")
+        (host, port), (host2, port2) = cluster.startup_nodes[:2]
+        found['host="10.0.0.1", port=7000'] = f'host="{host}", port={port}'
+        found[CLUSTER_NODES[0]] = f"{host}:{port}"
+        found[CLUSTER_NODES[1]] = f"{host2}:{port2}"
+    if "sentinel" in needs:
+        deployment: SentinelDeployment = request.getfixturevalue("sentinel_deployment")
+        found[SENTINEL_PLACEHOLDER] = deployment.url
     yield found
     if client is not None:
         client.flushdb()
@@ -333,7 +355,7 @@ def test_the_quickstart_needs_no_server() -> None:
         assert "localhost:6379" not in "".join(b.source for b in found)
 
 
-NOT_RUN = {"backends.md": 1, "deployment.md": 1}
+NOT_RUN: dict[str, int] = {}
 """The deliberately partial blocks per page: a new one is counted here on purpose."""
 
 
