@@ -223,11 +223,13 @@ with the asyncio twin (`fencedlease.aio._redis_backend`), the hand-off and
         (
             """        [`Lease.renew`][fencedlease.Lease.renew]; without ``fencing_token`` its token
         is None until a renewal learns it from the store. The store still checks ``owner_token`` on
-        every renew and release. The restored lease is not renewed in the background.
+        every renew and release. The restored lease is not renewed in the background until
+        [`keep_alive`][fencedlease.LeaseManager.keep_alive] puts it under the renewer.
 """,
             """        [`Lease.renew`][fencedlease.Lease.renew]; without ``fencing_token`` its token is None until
         a renewal learns it from the store. The store still checks ``owner_token`` on every renew
-        and release. The restored lease is not renewed in the background.
+        and release. The restored lease is not renewed in the background until
+        [`keep_alive`][fencedlease.LeaseManager.keep_alive] puts it under the renewer.
 """,
         ),
     ],

@@ -7,6 +7,7 @@ locking", 2016). See ``docs/semantics.md`` for what it guarantees and what it ne
 
 from __future__ import annotations
 
+from ._acl import ACL_COMMANDS, acl_rules, acl_setuser_line
 from ._backend import AsyncLeaseBackend, LeaseBackend
 from ._clock import Clock, SystemClock
 from ._cluster_backend import RedisClusterBackend
@@ -38,6 +39,7 @@ from .backends import MemoryBackend, SqliteBackend
 from .redis_fencing import RedisFencedResource
 
 __all__ = [
+    "ACL_COMMANDS",
     "AcquireResult",
     "AsyncLeaseBackend",
     "BackendError",
@@ -69,6 +71,8 @@ __all__ = [
     "StaleTokenError",
     "SystemClock",
     "ValidationError",
+    "acl_rules",
+    "acl_setuser_line",
     "owner_fingerprint",
     "redact_text",
     "redact_url",

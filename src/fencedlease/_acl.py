@@ -89,6 +89,9 @@ rules. Without them the hand-off degrades, never the leases: a refused ``SPUBLIS
 poll where no message reaches them."""
 
 ACL_COMMANDS: Final[tuple[str, ...]] = tuple(sorted(set(CLIENT_COMMANDS) | set(SCRIPT_COMMANDS)))
+"""Every Redis command a fencedlease user runs, sorted: the client's calls and the scripts'
+``redis.call`` s (on a Cluster add ``CLUSTER_COMMANDS``; ``fencedlease doctor`` checks a user
+against this list)."""
 """Every command a fencedlease user must be allowed, sorted."""
 
 _GLOB_SPECIAL: Final = re.compile(r"([\\*?\[\]])")

@@ -63,7 +63,8 @@ class _AsyncStoreCalls:
         Invents nothing: without ``expires_at`` the lease has no local deadline until its first
         [`AsyncLease.renew`][fencedlease.aio.AsyncLease.renew]; without ``fencing_token`` its token
         is None until a renewal learns it from the store. The store still checks ``owner_token`` on
-        every renew and release. The restored lease is not renewed in the background.
+        every renew and release. The restored lease is not renewed in the background until
+        [`keep_alive`][fencedlease.aio.AsyncLeaseManager.keep_alive] puts it under the renewer.
 
         Raises:
             ValidationError: ``key``/``owner_token`` not non-empty strings, ``ttl_ms`` out of
