@@ -47,6 +47,11 @@ NAMES: dict[str, str] = {
     "AsyncRedisBackend": "RedisBackend",
     "AsyncReleaseWaiter": "ReleaseWaiter",
     "AsyncRenewer": "Renewer",
+    "AsyncSemaphore": "Semaphore",
+    "AsyncSemaphoreLease": "SemaphoreLease",
+    "_AsyncSlotManager": "_SlotManager",
+    "async_slot_manager_for": "slot_manager_for",
+    "async_slot_store_for": "slot_store_for",
     "AsyncSlotBackend": "SlotBackend",
     "AsyncSlotStore": "SlotStore",
     "AsyncSwitchWatcher": "SwitchWatcher",
@@ -81,6 +86,29 @@ SUBS: list[tuple[str, str]] = [
 # Per generated module: (text in the source after SUBS, text in the sync module). Each must be
 # found: a rule that no longer matches is an error, not a silent difference.
 PHRASES: dict[str, list[tuple[str, str]]] = {
+    "_semaphore.py": [
+        (
+            """The asyncio face's semaphore: [`Semaphore`][fencedlease.Semaphore], made by
+[`LeaseManager.semaphore`][fencedlease.LeaseManager.semaphore], over the asyncio
+stores' steps (`fencedlease.aio._semaphore_stores`: the same Lua scripts on Redis, the memory
+store inline, the SQLite store on a worker thread). What a semaphore is, and what both faces
+decide without I/O: `fencedlease._semaphore_base`. The sync face's `fencedlease._semaphore` is
+generated from this module (``scripts/unasync.py``).
+""",
+            """The sync face's semaphore: [`Semaphore`][fencedlease.Semaphore], made by
+[`LeaseManager.semaphore`][fencedlease.LeaseManager.semaphore], over the sync stores' steps
+(`fencedlease._semaphore_stores`). What a semaphore is, and what both faces decide without I/O:
+`fencedlease._semaphore_base`. Generated from `fencedlease.aio._semaphore`
+(``scripts/unasync.py``).
+""",
+        ),
+        (
+            "from collections.abc import Awaitable, Callable\n",
+            "from collections.abc import Callable\n",
+        ),
+        ("Callable[[SemaphoreLease], Awaitable[T]]", "Callable[[SemaphoreLease], T]"),
+        ("Callable[[Lease], Awaitable[T]]", "Callable[[Lease], T]"),
+    ],
     "_slot_backend.py": [
         (
             """`SlotBackend` over the asyncio face's slot store (`fencedlease.aio._semaphore_stores`). The
@@ -404,6 +432,7 @@ acquire that failed or was interrupted may hold) and `_ManagerBase._release_late
 
 # The generated modules: the asyncio source -> the sync module, both under src/fencedlease.
 FILES: dict[str, str] = {
+    "aio/_semaphore.py": "_semaphore.py",
     "aio/_slot_backend.py": "_slot_backend.py",
     "aio/_lease.py": "_lease.py",
     "aio/_manager_base.py": "_manager_base.py",

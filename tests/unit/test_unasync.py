@@ -16,6 +16,7 @@ GENERATED = {  # the sync module -> its asyncio source
     "_manager_base.py": "aio/_manager_base.py",
     "_manager_store.py": "aio/_manager_store.py",
     "_redis_backend.py": "aio/_redis_backend.py",
+    "_semaphore.py": "aio/_semaphore.py",
 }
 
 
