@@ -39,12 +39,14 @@ COMMAND = "python scripts/unasync.py"
 # Every ``Async`` name of the sources is listed: unasync would make an unlisted one ``Sync...``.
 NAMES: dict[str, str] = {
     "AsyncAcquireResult": "AcquireResult",
+    "AsyncClusterHandoff": "ClusterHandoff",
     "AsyncHandoff": "Handoff",
     "AsyncLease": "Lease",
     "AsyncLeaseBackend": "LeaseBackend",
     "AsyncLeaseManager": "LeaseManager",
     "AsyncLeaseOutcome": "LeaseOutcome",
     "AsyncRedisBackend": "RedisBackend",
+    "AsyncRedisClusterBackend": "RedisClusterBackend",
     "AsyncReleaseWaiter": "ReleaseWaiter",
     "AsyncRenewer": "Renewer",
     "AsyncSemaphore": "Semaphore",
@@ -71,6 +73,7 @@ SUBS: list[tuple[str, str]] = [
         r"from ._redis.scripts import run_acked, run_script\nfrom ._redis.clients import \1",
     ),
     (r"^from \.\._redis\.sentinel_aio import", "from .._redis.sentinel import"),
+    (r"^from \.\._redis\.aio import run_script$", "from .._redis.scripts import run_script"),
     # One package up: fencedlease.aio.X -> fencedlease.X.
     (r"^(\s*)from \.\.(\w)", r"\1from .\2"),
     (r"^(\s*)from \.\. import", r"\1from . import"),
@@ -86,6 +89,24 @@ SUBS: list[tuple[str, str]] = [
 # Per generated module: (text in the source after SUBS, text in the sync module). Each must be
 # found: a rule that no longer matches is an error, not a silent difference.
 PHRASES: dict[str, list[tuple[str, str]]] = {
+    "_cluster_backend.py": [
+        (
+            '''"""The Redis Cluster backend (asyncio): the lease scripts over a ``redis.RedisCluster``.
+''',
+            '''"""The Redis Cluster backend (sync): the lease scripts over a ``redis.cluster.RedisCluster``.
+''',
+        ),
+        (
+            """The sync face's `fencedlease._cluster_backend` is generated from this module
+(``scripts/unasync.py``); what the faces do differently per node (a task or a worker thread, a
+node's pipeline) is the I/O of `fencedlease.aio._cluster_nodes` and its sync twin.
+""",
+            """Generated from `fencedlease.aio._cluster_backend` (``scripts/unasync.py``); what the faces
+do differently per node (a worker thread or a task, a node's pipeline) is the I/O of
+`fencedlease._cluster_nodes` and its asyncio twin.
+""",
+        ),
+    ],
     "_semaphore.py": [
         (
             """The asyncio face's semaphore: [`Semaphore`][fencedlease.Semaphore], made by
@@ -432,6 +453,7 @@ acquire that failed or was interrupted may hold) and `_ManagerBase._release_late
 
 # The generated modules: the asyncio source -> the sync module, both under src/fencedlease.
 FILES: dict[str, str] = {
+    "aio/_cluster_backend.py": "_cluster_backend.py",
     "aio/_semaphore.py": "_semaphore.py",
     "aio/_slot_backend.py": "_slot_backend.py",
     "aio/_lease.py": "_lease.py",
@@ -441,8 +463,9 @@ FILES: dict[str, str] = {
 }
 
 HEADER = (
-    "# GENERATED from src/fencedlease/{source} by `{command}`: do not edit.\n"
-    "# Edit that source, then run it again (CI runs it with --check, failing while stale).\n"
+    "# GENERATED from src/fencedlease/{source} by `{command}`:\n"
+    "# do not edit. Edit that source, then run it again (CI runs it with --check, failing while\n"
+    "# stale).\n"
 )
 
 _RULE = unasync.Rule(fromdir="/aio/", todir="/", additional_replacements=NAMES)

@@ -1,5 +1,6 @@
-# GENERATED from src/fencedlease/aio/_semaphore.py by `python scripts/unasync.py`: do not edit.
-# Edit that source, then run it again (CI runs it with --check, failing while stale).
+# GENERATED from src/fencedlease/aio/_semaphore.py by `python scripts/unasync.py`:
+# do not edit. Edit that source, then run it again (CI runs it with --check, failing while
+# stale).
 """The sync face's semaphore: [`Semaphore`][fencedlease.Semaphore], made by
 [`LeaseManager.semaphore`][fencedlease.LeaseManager.semaphore], over the sync stores' steps
 (`fencedlease._semaphore_stores`). What a semaphore is, and what both faces decide without I/O:

@@ -988,3 +988,49 @@ def test_replica_acks_a_moved_slot_is_followed_not_raised(
         move(source)
         backend.close()
         client.close()
+
+
+@pytest.mark.parametrize("face", ["sync", "asyncio"])
+def test_replica_acks_a_flushed_script_cache_is_loaded_once_on_the_keys_node(
+    redis_cluster: RedisClusterServers, face: str
+) -> None:
+    """With ``replica_acks`` the script and its WAIT go to the key's node as a pipeline: after
+    SCRIPT FLUSH that node answers NOSCRIPT (the script did not run), and the backend sends the
+    pair once more with EVAL. The grant runs exactly once (the counter is 1; this cluster has no
+    replicas, so it is taken back as a ReplicationError) and the node has the script again."""
+    from fencedlease._redis.scripts import ACQUIRE
+
+    prefix, key = f"noscript-{face}", "flushed"
+    node = redis_cluster.node_for_slot(_slot(prefix, key))
+    host, port = redis_cluster.startup_nodes[0]
+    client = _client(redis_cluster)
+    backend = RedisClusterBackend(client, prefix, replica_acks=1, replica_ack_timeout_ms=1)
+
+    async def acquire_async() -> AcquireReply:
+        aclient = redis.asyncio.RedisCluster(host=host, port=port)
+        abackend = AsyncRedisClusterBackend(
+            aclient, prefix, replica_acks=1, replica_ack_timeout_ms=1, owns_client=True
+        )
+        try:
+            return await abackend.acquire(key, "owner-flushed", 5000)
+        finally:
+            await abackend.close()
+
+    try:
+        with node.client() as direct:
+            direct.script_flush()
+            assert direct.script_exists(ACQUIRE.sha) == [False]
+        if face == "sync":
+            reply = backend.acquire(key, "owner-flushed", 5000)
+        else:
+            reply = asyncio.run(acquire_async())
+        assert isinstance(reply.refused, ReplicationError)
+        assert (reply.acquired, reply.refused.acks) == (False, 0)
+        with node.client() as direct:
+            assert direct.get(fence_key(prefix, key)) == b"1"
+            assert direct.exists(lease_key(prefix, key)) == 0
+            assert direct.script_exists(ACQUIRE.sha) == [True]
+    finally:
+        client.delete(*lease_keys(prefix, key))
+        backend.close()
+        client.close()
