@@ -39,14 +39,21 @@ COMMAND = "python scripts/unasync.py"
 # Every ``Async`` name of the sources is listed: unasync would make an unlisted one ``Sync...``.
 NAMES: dict[str, str] = {
     "AsyncAcquireResult": "AcquireResult",
+    "AsyncClusterHandoff": "ClusterHandoff",
     "AsyncHandoff": "Handoff",
     "AsyncLease": "Lease",
     "AsyncLeaseBackend": "LeaseBackend",
     "AsyncLeaseManager": "LeaseManager",
     "AsyncLeaseOutcome": "LeaseOutcome",
     "AsyncRedisBackend": "RedisBackend",
+    "AsyncRedisClusterBackend": "RedisClusterBackend",
     "AsyncReleaseWaiter": "ReleaseWaiter",
     "AsyncRenewer": "Renewer",
+    "AsyncSemaphore": "Semaphore",
+    "AsyncSemaphoreLease": "SemaphoreLease",
+    "_AsyncSlotManager": "_SlotManager",
+    "async_slot_manager_for": "slot_manager_for",
+    "async_slot_store_for": "slot_store_for",
     "AsyncSlotBackend": "SlotBackend",
     "AsyncSlotStore": "SlotStore",
     "AsyncSwitchWatcher": "SwitchWatcher",
@@ -66,6 +73,7 @@ SUBS: list[tuple[str, str]] = [
         r"from ._redis.scripts import run_acked, run_script\nfrom ._redis.clients import \1",
     ),
     (r"^from \.\._redis\.sentinel_aio import", "from .._redis.sentinel import"),
+    (r"^from \.\._redis\.aio import run_script$", "from .._redis.scripts import run_script"),
     # One package up: fencedlease.aio.X -> fencedlease.X.
     (r"^(\s*)from \.\.(\w)", r"\1from .\2"),
     (r"^(\s*)from \.\. import", r"\1from . import"),
@@ -81,6 +89,47 @@ SUBS: list[tuple[str, str]] = [
 # Per generated module: (text in the source after SUBS, text in the sync module). Each must be
 # found: a rule that no longer matches is an error, not a silent difference.
 PHRASES: dict[str, list[tuple[str, str]]] = {
+    "_cluster_backend.py": [
+        (
+            '''"""The Redis Cluster backend (asyncio): the lease scripts over a ``redis.RedisCluster``.
+''',
+            '''"""The Redis Cluster backend (sync): the lease scripts over a ``redis.cluster.RedisCluster``.
+''',
+        ),
+        (
+            """The sync face's `fencedlease._cluster_backend` is generated from this module
+(``scripts/unasync.py``); what the faces do differently per node (a task or a worker thread, a
+node's pipeline) is the I/O of `fencedlease.aio._cluster_nodes` and its sync twin.
+""",
+            """Generated from `fencedlease.aio._cluster_backend` (``scripts/unasync.py``); what the faces
+do differently per node (a worker thread or a task, a node's pipeline) is the I/O of
+`fencedlease._cluster_nodes` and its asyncio twin.
+""",
+        ),
+    ],
+    "_semaphore.py": [
+        (
+            """The asyncio face's semaphore: [`Semaphore`][fencedlease.Semaphore], made by
+[`LeaseManager.semaphore`][fencedlease.LeaseManager.semaphore], over the asyncio
+stores' steps (`fencedlease.aio._semaphore_stores`: the same Lua scripts on Redis, the memory
+store inline, the SQLite store on a worker thread). What a semaphore is, and what both faces
+decide without I/O: `fencedlease._semaphore_base`. The sync face's `fencedlease._semaphore` is
+generated from this module (``scripts/unasync.py``).
+""",
+            """The sync face's semaphore: [`Semaphore`][fencedlease.Semaphore], made by
+[`LeaseManager.semaphore`][fencedlease.LeaseManager.semaphore], over the sync stores' steps
+(`fencedlease._semaphore_stores`). What a semaphore is, and what both faces decide without I/O:
+`fencedlease._semaphore_base`. Generated from `fencedlease.aio._semaphore`
+(``scripts/unasync.py``).
+""",
+        ),
+        (
+            "from collections.abc import Awaitable, Callable\n",
+            "from collections.abc import Callable\n",
+        ),
+        ("Callable[[SemaphoreLease], Awaitable[T]]", "Callable[[SemaphoreLease], T]"),
+        ("Callable[[Lease], Awaitable[T]]", "Callable[[Lease], T]"),
+    ],
     "_slot_backend.py": [
         (
             """`SlotBackend` over the asyncio face's slot store (`fencedlease.aio._semaphore_stores`). The
@@ -406,6 +455,8 @@ acquire that failed or was interrupted may hold) and `_ManagerBase._release_late
 
 # The generated modules: the asyncio source -> the sync module, both under src/fencedlease.
 FILES: dict[str, str] = {
+    "aio/_cluster_backend.py": "_cluster_backend.py",
+    "aio/_semaphore.py": "_semaphore.py",
     "aio/_slot_backend.py": "_slot_backend.py",
     "aio/_lease.py": "_lease.py",
     "aio/_manager_base.py": "_manager_base.py",
@@ -414,8 +465,9 @@ FILES: dict[str, str] = {
 }
 
 HEADER = (
-    "# GENERATED from src/fencedlease/{source} by `{command}`: do not edit.\n"
-    "# Edit that source, then run it again (CI runs it with --check, failing while stale).\n"
+    "# GENERATED from src/fencedlease/{source} by `{command}`:\n"
+    "# do not edit. Edit that source, then run it again (CI runs it with --check, failing while\n"
+    "# stale).\n"
 )
 
 _RULE = unasync.Rule(fromdir="/aio/", todir="/", additional_replacements=NAMES)

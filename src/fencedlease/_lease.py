@@ -1,5 +1,6 @@
-# GENERATED from src/fencedlease/aio/_lease.py by `python scripts/unasync.py`: do not edit.
-# Edit that source, then run it again (CI runs it with --check, failing while stale).
+# GENERATED from src/fencedlease/aio/_lease.py by `python scripts/unasync.py`:
+# do not edit. Edit that source, then run it again (CI runs it with --check, failing while
+# stale).
 """The sync lease handle and the small result types of the manager."""
 
 from __future__ import annotations

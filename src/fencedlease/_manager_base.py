@@ -1,5 +1,6 @@
-# GENERATED from src/fencedlease/aio/_manager_base.py by `python scripts/unasync.py`: do not edit.
-# Edit that source, then run it again (CI runs it with --check, failing while stale).
+# GENERATED from src/fencedlease/aio/_manager_base.py by `python scripts/unasync.py`:
+# do not edit. Edit that source, then run it again (CI runs it with --check, failing while
+# stale).
 """What [`LeaseManager`][fencedlease.LeaseManager] does by the same steps as the asyncio face: the
 acquire call and its loop (``restore``, ``inspect`` and ``force_release`` are in
 `fencedlease._manager_store`). Generated from

@@ -1,5 +1,6 @@
-# GENERATED from src/fencedlease/aio/_manager_store.py by `python scripts/unasync.py`: do not edit.
-# Edit that source, then run it again (CI runs it with --check, failing while stale).
+# GENERATED from src/fencedlease/aio/_manager_store.py by `python scripts/unasync.py`:
+# do not edit. Edit that source, then run it again (CI runs it with --check, failing while
+# stale).
 """The calls of [`LeaseManager`][fencedlease.LeaseManager] on the store that take no
 lease of the manager's: ``restore``, ``inspect``, ``force_release``, and what the manager's acquires
 saw of a Redis primary. The sync face's `fencedlease._manager_store` is generated from

@@ -1,5 +1,6 @@
-# GENERATED from src/fencedlease/aio/_redis_backend.py by `python scripts/unasync.py`: do not edit.
-# Edit that source, then run it again (CI runs it with --check, failing while stale).
+# GENERATED from src/fencedlease/aio/_redis_backend.py by `python scripts/unasync.py`:
+# do not edit. Edit that source, then run it again (CI runs it with --check, failing while
+# stale).
 """The Redis backend (sync): the lease scripts over a redis-py client.
 
 Everything Redis-specific that is not this class's own I/O lives in `fencedlease._redis`: key

@@ -1,5 +1,6 @@
-# GENERATED from src/fencedlease/aio/_slot_backend.py by `python scripts/unasync.py`: do not edit.
-# Edit that source, then run it again (CI runs it with --check, failing while stale).
+# GENERATED from src/fencedlease/aio/_slot_backend.py by `python scripts/unasync.py`:
+# do not edit. Edit that source, then run it again (CI runs it with --check, failing while
+# stale).
 """The slots of every semaphore of a manager as one lease backend, for the lease machinery:
 `SlotBackend` over the sync face's slot store (`fencedlease._semaphore_stores`). Generated
 from `fencedlease.aio._slot_backend` (``scripts/unasync.py``).

@@ -9,7 +9,7 @@ import contextlib
 import os
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AsyncExitStack, ExitStack, contextmanager
 
 import pytest
@@ -936,6 +936,38 @@ def test_replica_acks_a_hand_off_claim_is_acknowledged_by_the_keys_replica(
         assert held == expected
 
 
+def _acquire_acked(
+    cluster: RedisClusterServers, face: str, prefix: str, key: str, before: Callable[[], object]
+) -> AcquireReply:
+    """``acquire(key)`` on ``face``'s cluster backend with ``replica_acks=1`` (a 1 ms ``WAIT``),
+    ``before()`` run once the client has read the slot map; the backend closed again."""
+    host, port = cluster.startup_nodes[0]
+    if face == "sync":
+        client = redis.RedisCluster(host=host, port=port, socket_timeout=10)
+        backend = RedisClusterBackend(
+            client, prefix, replica_acks=1, replica_ack_timeout_ms=1, owns_client=True
+        )
+        try:
+            before()
+            return backend.acquire(key, "owner-acked", 5000)
+        finally:
+            backend.close()
+
+    async def main() -> AcquireReply:
+        aclient = redis.asyncio.RedisCluster(host=host, port=port)
+        abackend = AsyncRedisClusterBackend(
+            aclient, prefix, replica_acks=1, replica_ack_timeout_ms=1, owns_client=True
+        )
+        try:
+            await aclient.initialize()  # the slot map
+            before()
+            return await abackend.acquire(key, "owner-acked", 5000)
+        finally:
+            await abackend.close()
+
+    return asyncio.run(main())
+
+
 @pytest.mark.parametrize("face", ["sync", "asyncio"])
 def test_replica_acks_a_moved_slot_is_followed_not_raised(
     redis_cluster: RedisClusterServers, face: str
@@ -948,7 +980,6 @@ def test_replica_acks_a_moved_slot_is_followed_not_raised(
     slot = _slot(prefix, key)
     source = redis_cluster.node_for_slot(slot)
     target = next(s for s in redis_cluster.servers if s is not source)
-    host, port = redis_cluster.startup_nodes[0]
 
     def move(to: RedisServer) -> None:
         node = _node_id(to)
@@ -956,27 +987,8 @@ def test_replica_acks_a_moved_slot_is_followed_not_raised(
             with server.client() as c:
                 c.execute_command("CLUSTER SETSLOT", slot, "NODE", node)
 
-    client = _client(redis_cluster)  # reads the slot map before the move
-    backend = RedisClusterBackend(client, prefix, replica_acks=1, replica_ack_timeout_ms=1)
-
-    async def moved_async() -> AcquireReply:
-        aclient = redis.asyncio.RedisCluster(host=host, port=port)
-        abackend = AsyncRedisClusterBackend(
-            aclient, prefix, replica_acks=1, replica_ack_timeout_ms=1, owns_client=True
-        )
-        try:
-            await aclient.initialize()  # the slot map, before the move
-            move(target)
-            return await abackend.acquire(key, "owner-moved", 5000)
-        finally:
-            await abackend.close()
-
     try:
-        if face == "sync":
-            move(target)
-            reply = backend.acquire(key, "owner-moved", 5000)
-        else:
-            reply = asyncio.run(moved_async())
+        reply = _acquire_acked(redis_cluster, face, prefix, key, lambda: move(target))
         assert isinstance(reply.refused, ReplicationError)
         assert (reply.acquired, reply.refused.acks) == (False, 0)
         with target.client() as direct:  # granted there (the counter moved to 1), taken back
@@ -986,5 +998,34 @@ def test_replica_acks_a_moved_slot_is_followed_not_raised(
         with target.client() as direct:  # a slot moves back only empty
             direct.delete(*lease_keys(prefix, key))
         move(source)
-        backend.close()
-        client.close()
+
+
+@pytest.mark.parametrize("face", ["sync", "asyncio"])
+def test_replica_acks_a_flushed_script_cache_is_loaded_once_on_the_keys_node(
+    redis_cluster: RedisClusterServers, face: str
+) -> None:
+    """With ``replica_acks`` the script and its WAIT go to the key's node as a pipeline: after
+    SCRIPT FLUSH that node answers NOSCRIPT (the script did not run), and the backend sends the
+    pair once more with EVAL. The grant runs exactly once (the counter is 1; this cluster has no
+    replicas, so it is taken back as a ReplicationError) and the node has the script again."""
+    from fencedlease._redis.scripts import ACQUIRE
+
+    prefix, key = f"noscript-{face}", "flushed"
+    node = redis_cluster.node_for_slot(_slot(prefix, key))
+
+    def flush() -> None:
+        with node.client() as direct:
+            direct.script_flush()
+            assert direct.script_exists(ACQUIRE.sha) == [False]
+
+    try:
+        reply = _acquire_acked(redis_cluster, face, prefix, key, flush)
+        assert isinstance(reply.refused, ReplicationError)
+        assert (reply.acquired, reply.refused.acks) == (False, 0)
+        with node.client() as direct:
+            assert direct.get(fence_key(prefix, key)) == b"1"
+            assert direct.exists(lease_key(prefix, key)) == 0
+            assert direct.script_exists(ACQUIRE.sha) == [True]
+    finally:
+        with node.client() as direct:
+            direct.delete(*lease_keys(prefix, key))

@@ -103,6 +103,7 @@ def test_the_contracts_cover_the_layers_the_project_promises() -> None:
         "fencedlease._semaphore_stores",
         "fencedlease._slot_backend",
         "fencedlease._cluster_backend",
+        "fencedlease._cluster_nodes",
         "fencedlease._handoff_cluster",
         "fencedlease._handoff",
         "fencedlease._handoff_sync",

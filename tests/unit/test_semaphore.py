@@ -384,6 +384,29 @@ def test_a_backend_without_a_slot_store_is_refused() -> None:
         AsyncLeaseManager(Wrapped(AsyncMemoryBackend())).semaphore("pool", limit=2)
 
 
+def test_hold_checks_its_arguments_when_called_on_both_faces() -> None:
+    """``hold()`` with a bad ``ttl_ms`` raises ValidationError naming it at the call, before any
+    ``with``, on both faces (the sync handle is generated from the asyncio one), and takes no
+    slot."""
+    manager = LeaseManager(MemoryBackend())
+    pool = manager.semaphore("pool", limit=1)
+    with pytest.raises(ValidationError) as caught:
+        pool.hold(ttl_ms=0)
+    assert caught.value.argument == "ttl_ms"
+    assert pool.holders() == 0
+
+    async def main() -> None:
+        async with AsyncLeaseManager(AsyncMemoryBackend()) as aio_manager:
+            aio_pool = aio_manager.semaphore("pool", limit=1)
+            with pytest.raises(ValidationError) as aio_caught:
+                aio_pool.hold(ttl_ms=0)
+            assert aio_caught.value.argument == "ttl_ms"
+            assert await aio_pool.holders() == 0
+
+    asyncio.run(main())
+    manager.close()
+
+
 # -- the asyncio face -------------------------------------------------------------------------
 
 

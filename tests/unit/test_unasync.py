@@ -16,6 +16,8 @@ GENERATED = {  # the sync module -> its asyncio source
     "_manager_base.py": "aio/_manager_base.py",
     "_manager_store.py": "aio/_manager_store.py",
     "_redis_backend.py": "aio/_redis_backend.py",
+    "_semaphore.py": "aio/_semaphore.py",
+    "_cluster_backend.py": "aio/_cluster_backend.py",
 }
 
 
@@ -49,11 +51,12 @@ def test_the_generated_modules_are_current() -> None:
 
 def test_each_generated_module_names_its_source_and_the_command() -> None:
     for target, source in GENERATED.items():
-        head = (ROOT / "src" / "fencedlease" / target).read_text("utf-8").splitlines()[:2]
+        head = (ROOT / "src" / "fencedlease" / target).read_text("utf-8").splitlines()[:3]
         assert head == [
-            f"# GENERATED from src/fencedlease/{source} by `python scripts/unasync.py`:"
-            " do not edit.",
-            "# Edit that source, then run it again (CI runs it with --check, failing while stale).",
+            f"# GENERATED from src/fencedlease/{source} by `python scripts/unasync.py`:",
+            "# do not edit. Edit that source, then run it again (CI runs it with --check, failing"
+            " while",
+            "# stale).",
         ]
 
 

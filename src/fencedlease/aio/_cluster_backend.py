@@ -7,21 +7,25 @@ it to that slot's primary (it computes the slot itself for EVALSHA, no ``COMMAND
 renewal batch is split by slot (`fencedlease._redis.cluster`), one call per slot, each node's
 slots in turn and the nodes at once, each node given its bound; one node's failure or silence
 fails its own leases' renewals only.
+
+The sync face's `fencedlease._cluster_backend` is generated from this module
+(``scripts/unasync.py``); what the faces do differently per node (a task or a worker thread, a
+node's pipeline) is the I/O of `fencedlease.aio._cluster_nodes` and its sync twin.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
+from functools import partial
 
-from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import MovedError, NoScriptError
 
-from .._clock import mark_send, send_mark
 from .._errors import BackendError
 from .._redis.aio import run_script
 from .._redis.cluster import (
+    AckedCall,
     NodeReplies,
     by_node,
     check_shard_timeout,
@@ -35,6 +39,7 @@ from .._redis.keys import lease_key, lease_keys, renew_many_args
 from .._redis.replication import Fencing, PrimaryWatch
 from .._redis.replies import decode_release, decode_renew_many
 from .._redis.scripts import RELEASE, RENEW_MANY, Script, acked_replies
+from ._cluster_nodes import NodeWorkers, node_for, read_slot_map, send_acked
 from ._handoff_cluster import AsyncClusterHandoff
 from ._redis_backend import AsyncRedisBackend
 
@@ -45,24 +50,29 @@ _Items = Sequence[tuple[str, str, int]]
 
 class AsyncRedisClusterBackend(AsyncRedisBackend):
     """Leases in a Redis Cluster under ``prefix``, over a ``redis.asyncio.RedisCluster`` (the key
-    layout of `fencedlease._redis.keys`: every key of a name in one hash slot); an
-    [`AsyncLeaseBackend`][fencedlease.AsyncLeaseBackend], the asyncio twin of
-    [`RedisClusterBackend`][fencedlease.RedisClusterBackend]. An
-    [`AsyncRedisBackend`][fencedlease.aio.AsyncRedisBackend] whose batch renewal and hand-off
-    know the cluster's shards.
+    layout of `fencedlease._redis.keys`: every key of a name in one hash slot); a lease backend
+    ([`AsyncLeaseBackend`][fencedlease.AsyncLeaseBackend]): the Redis backend
+    ([`AsyncRedisBackend`][fencedlease.aio.AsyncRedisBackend]) with a batch renewal and a
+    hand-off that know the cluster's shards.
 
-    ``shard_timeout_ms``: how long a renewal batch waits for one node (None: a third of the
-    batch's shortest TTL); a node that has not answered by then fails only its own leases'
-    renewals, with a [`BackendError`][fencedlease.BackendError] (``timed_out``). ``owns_client``:
-    close the client in [`close`][fencedlease.aio.AsyncRedisBackend.close]. Every redis-py
-    error, ``RedisClusterException`` and MOVED/ASK redirections redis-py gave up on included, is
-    raised as a ``BackendError`` with the original in ``__cause__``. A release wakes its waiter by
+    Each script runs on the primary of its name's slot; a renewal batch is split by slot, one
+    ``renew_many.lua`` per slot, each node's slots in turn, the nodes at once (on the sync face
+    each node on a worker thread of its own, ``fencedlease-cluster-<host:port>``; on the asyncio
+    face a task per node). ``shard_timeout_ms``: how long a batch waits for one node (None: a
+    third of the batch's shortest TTL); a node that has not answered by then, or failed, fails
+    only its own leases' renewals, with a [`BackendError`][fencedlease.BackendError]
+    (``timed_out`` for the silent node) in their places. ``owns_client``: close the client in
+    [`close`][fencedlease.aio.AsyncRedisClusterBackend.close]. Every redis-py error,
+    ``RedisClusterException`` and MOVED/ASK redirections redis-py gave up on included, is raised
+    as a ``BackendError`` with the original in ``__cause__``. A release wakes its waiter by
     ``SPUBLISH`` on Redis 7+ (sharded pub/sub, heard on the slot's node), by ``PUBLISH`` on 6.2
-    (heard on every node): `fencedlease.aio._handoff_cluster`.
+    (heard on every node): `AsyncClusterHandoff`.
 
     ``replica_acks``, ``replica_ack_timeout_ms`` (milliseconds) and ``fencing``: as for the
     standalone backend; the ``WAIT`` goes with each script on the connection of the node that
-    runs it (one per slot of a renewal batch), counting that node's replicas.
+    runs it (one per slot of a renewal batch), counting that node's replicas. A node that answers
+    MOVED (the slot has moved since the client read its map) ran nothing: the map is read again
+    and the call sent once more, to the slot's new node.
 
     Raises:
         ValidationError: ``prefix`` is not a non-empty str, or holds ``{`` or ``}`` (a brace would
@@ -93,39 +103,40 @@ class AsyncRedisClusterBackend(AsyncRedisBackend):
         self.cluster = client
         self.primary = PrimaryWatch(lambda key: key_slot(lease_key(self.prefix, key).encode()))
         self._bound_ms = check_shard_timeout(shard_timeout_ms)
+        self._workers = NodeWorkers()
 
     async def _run(
         self, client: object, script: Script, keys: Sequence[str], args: Sequence[object]
     ) -> tuple[object, int | None]:
         """The script's reply, and with ``replica_acks`` the replicas' acks: the script and
         ``WAIT`` pipelined on one connection of the node serving ``keys[0]``'s slot (every key
-        of a call shares it), so ``WAIT`` counts the replicas of the node that ran the script."""
+        of a call shares it), so ``WAIT`` counts the replicas of the node that ran the script.
+        MOVED: read the slot map, then once more on the slot's new node; NOSCRIPT: once more
+        with EVAL (neither reply ran the script)."""
         grants = self.grants
         if not grants.replica_acks:
             return await run_script(self.cluster, script, keys, args), None
-        await self.cluster.initialize()  # the slot map, read once
+        call = AckedCall(script, keys, args, grants.replica_acks, grants.replica_ack_timeout_ms)
+        await read_slot_map(self.cluster)
         node = self._node_of_key(keys[0])
-        replies = await _acked_on(node, False, script, keys, args, grants.replica_acks,
-                                  grants.replica_ack_timeout_ms)  # fmt: skip
-        if isinstance(replies[0], MovedError):  # the slot moved, the script did not run
-            await self.cluster.nodes_manager.initialize()  # read the map; once more
+        replies = await send_acked(node, False, call)
+        if isinstance(replies[0], MovedError):
+            await self.cluster.nodes_manager.initialize()
             node = self._node_of_key(keys[0])
-            replies = await _acked_on(node, False, script, keys, args, grants.replica_acks,
-                                      grants.replica_ack_timeout_ms)  # fmt: skip
+            replies = await send_acked(node, False, call)
         if isinstance(replies[0], NoScriptError):
-            replies = await _acked_on(node, True, script, keys, args, grants.replica_acks,
-                                      grants.replica_ack_timeout_ms)  # fmt: skip
+            replies = await send_acked(node, True, call)
         return acked_replies(replies)
 
     def _node_of_key(self, key: str) -> ClusterNode:
-        node = self.cluster.get_node_from_key(key)
+        node = node_for(self.cluster, key)
         if node is None:  # a slot no node serves
             raise BackendError(f"no node serves the slot of {key!r}", sent="no", wrote="no")
         return node
 
     def release_waiter(self) -> AsyncClusterHandoff:
-        """The manager's release waiter: the hand-off queue and its listener task, on sharded
-        pub/sub where the cluster has it (`fencedlease.aio._handoff_cluster`)."""
+        """The manager's release waiter: the hand-off queue and its listener, on sharded pub/sub
+        where the cluster has it (`AsyncClusterHandoff`)."""
         return AsyncClusterHandoff(self.client, self.prefix)
 
     async def release(self, key: str, owner_token: str) -> bool:
@@ -146,14 +157,8 @@ class AsyncRedisClusterBackend(AsyncRedisBackend):
             return []
         bound_s = shard_bound_s(items, self._bound_ms)
         nodes = by_node(self.prefix, items, self._node_of)
-        tasks = {
-            node: asyncio.ensure_future(self._renew_node(items, groups))
-            for node, groups in nodes.items()
-        }
-        done, pending = await asyncio.wait(tasks.values(), timeout=bound_s)
-        for task in pending:
-            task.cancel()
-        replies = {node: task.result() if task in done else None for node, task in tasks.items()}
+        calls = {node: partial(self._renew_node, items, groups) for node, groups in nodes.items()}
+        replies = await self._workers.run(calls, bound_s)
         return merge_nodes(len(items), nodes, replies, bound_s)
 
     def _node_of(self, slot: int) -> str:
@@ -178,25 +183,8 @@ class AsyncRedisClusterBackend(AsyncRedisBackend):
             )
         return replies, failed
 
-
-async def _acked_on(
-    node: ClusterNode,
-    source: bool,
-    script: Script,
-    keys: Sequence[str],
-    args: Sequence[object],
-    replicas: int,
-    timeout_ms: int,
-) -> list[object]:
-    """``script`` (EVALSHA, or EVAL of its source when ``source``) and ``WAIT replicas
-    timeout_ms`` sent together on one of ``node``'s connections; each reply or the error in its
-    place (a connection error raises)."""
-    if send_mark() is not None:
-        mark_send()
-    head = ("EVAL", script.source) if source else ("EVALSHA", script.sha)
-    commands = [
-        PipelineCommand(0, *head, len(keys), *keys, *args),
-        PipelineCommand(1, "WAIT", replicas, timeout_ms),
-    ]
-    await node.execute_pipeline(commands)
-    return [command.result for command in commands]
+    async def close(self) -> None:
+        """Stop the node workers (a sync worker still blocked on a hung node ends at the client's
+        socket timeout) and close the client if the backend made it."""
+        self._workers.close()
+        await super().close()

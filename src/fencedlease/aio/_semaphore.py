@@ -1,8 +1,9 @@
 """The asyncio face's semaphore: [`AsyncSemaphore`][fencedlease.aio.AsyncSemaphore], made by
-[`AsyncLeaseManager.semaphore`][fencedlease.aio.AsyncLeaseManager.semaphore]; the twin of
-[`Semaphore`][fencedlease.Semaphore] (`fencedlease._semaphore`), with the same stores' steps
-(`fencedlease._semaphore_stores`) awaited: the same Lua scripts on Redis, the memory store inline,
-the SQLite store on a worker thread.
+[`AsyncLeaseManager.semaphore`][fencedlease.aio.AsyncLeaseManager.semaphore], over the asyncio
+stores' steps (`fencedlease.aio._semaphore_stores`: the same Lua scripts on Redis, the memory
+store inline, the SQLite store on a worker thread). What a semaphore is, and what both faces
+decide without I/O: `fencedlease._semaphore_base`. The sync face's `fencedlease._semaphore` is
+generated from this module (``scripts/unasync.py``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Literal, Protocol, TypeVar, cast
 
 from .._decisions import DEFAULT_RETRY_DELAY_MS, DEFAULT_TTL_MS
 from .._errors import LeaseNotAcquiredError, SemaphoreLeaseLostError
-from .._semaphore import SemaphoreFacts, not_acquired, slot_lost_error, slot_manager
+from .._semaphore_base import SemaphoreFacts, not_acquired, slot_lost_error, slot_manager
 from ._lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
 from ._manager_base import _AsyncManagerBase
 from ._renewer import AsyncRenewer
@@ -27,8 +28,10 @@ T = TypeVar("T")
 
 
 class AsyncSemaphoreLease(AsyncLease):
-    """One slot of an [`AsyncSemaphore`][fencedlease.aio.AsyncSemaphore]: the twin of
-    [`SemaphoreLease`][fencedlease.SemaphoreLease]; its loss raises
+    """One slot of a semaphore ([`AsyncSemaphore`][fencedlease.aio.AsyncSemaphore]): a lease
+    ([`AsyncLease`][fencedlease.aio.AsyncLease]) whose ``key`` is the semaphore's name, whose
+    ``fencing_token`` comes from the semaphore's counter, and whose loss
+    ([`check`][fencedlease.aio.AsyncLease.check], the end of a ``hold``) raises
     [`SemaphoreLeaseLostError`][fencedlease.SemaphoreLeaseLostError]."""
 
     __slots__ = ()
@@ -38,9 +41,9 @@ class AsyncSemaphoreLease(AsyncLease):
 
 
 class _AsyncSlotManager(Protocol):
-    """What the semaphore uses of the manager it runs its slots with: an
-    [`AsyncLeaseManager`][fencedlease.aio.AsyncLeaseManager] of the caller's manager's class over
-    the slots' `AsyncSlotBackend` (named structurally: the manager module makes semaphores)."""
+    """What the semaphore uses of the manager it runs its slots with: a manager
+    ([`AsyncLeaseManager`][fencedlease.aio.AsyncLeaseManager]) of the caller's manager's class
+    over the slots' `AsyncSlotBackend` (named structurally: the manager module makes semaphores)."""
 
     _closed: bool
     _lease_class: type[AsyncLease]
@@ -82,11 +85,12 @@ class _AsyncSlotManager(Protocol):
 
 
 def async_slot_manager_for(manager: _AsyncManagerBase) -> _AsyncSlotManager:
-    """The slot manager of ``manager``'s semaphores, as
-    `fencedlease._semaphore.slot_manager_for`; no I/O.
+    """The slot manager of ``manager``'s semaphores: one for all of them, so one renewer batches
+    every slot's renewals (``manager.semaphore()`` makes it once).
 
     Raises:
         ValidationError: ``manager``'s backend has no semaphore store.
+        BackendError: the SQLite backend could not make its semaphore tables.
     """
     backend = AsyncSlotBackend(async_slot_store_for(manager._backend))
     return cast(_AsyncSlotManager, slot_manager(manager, backend, AsyncSemaphoreLease))
@@ -118,15 +122,24 @@ class _SlotHold(AbstractAsyncContextManager[AsyncSemaphoreLease]):
 
 
 class AsyncSemaphore(SemaphoreFacts[AsyncSlotStore]):
-    """The asyncio twin of [`Semaphore`][fencedlease.Semaphore]: at most ``limit`` holders of
-    ``name`` at once, each with a fenced, renewed slot; made by
-    [`AsyncLeaseManager.semaphore`][fencedlease.aio.AsyncLeaseManager.semaphore]. The methods take
-    the arguments of the manager's methods of the same names (without the key), are awaited, and
-    behave as they do, slot for lease; on loss the body's task is cancelled and the ``hold`` ends
-    in [`SemaphoreLeaseLostError`][fencedlease.SemaphoreLeaseLostError].
+    """At most ``limit`` holders of ``name`` at once, each with a fenced, renewed slot; made by
+    [`AsyncLeaseManager.semaphore`][fencedlease.aio.AsyncLeaseManager.semaphore].
+
+    [`acquire`][fencedlease.aio.AsyncSemaphore.acquire],
+    [`hold`][fencedlease.aio.AsyncSemaphore.hold] and
+    [`with_lease`][fencedlease.aio.AsyncSemaphore.with_lease] take the arguments of the
+    manager's methods of the same names (without the key) and behave as they do, slot for lease.
+    The limit is this handle's: every acquire compares the live slots with it, so two handles of
+    one name with different limits each admit up to their own (the semaphore never holds more
+    slots than the largest limit in use). The slots of every semaphore of a manager are renewed
+    by one renewer of theirs (started on the first ``hold``, every due slot in one script call
+    per batch), and closed with the manager (a slot in a ``hold`` then ends lost and is released).
 
     Raises:
-        ValidationError: as [`Semaphore`][fencedlease.Semaphore].
+        ValidationError: ``name`` not a non-empty str; ``limit`` not an int in 1..10,000; a
+            manager whose backend has no semaphore store (the library's Redis, memory and
+            SQLite backends have one).
+        BackendError: the SQLite backend could not make its semaphore tables.
     """
 
     def __init__(self, slots: _AsyncSlotManager, name: str, limit: int) -> None:
@@ -140,8 +153,20 @@ class AsyncSemaphore(SemaphoreFacts[AsyncSlotStore]):
         wait_ms: int = 0,
         retry_delay_ms: int = DEFAULT_RETRY_DELAY_MS,
     ) -> AsyncAcquireResult:
-        """As [`Semaphore.acquire`][fencedlease.Semaphore.acquire], awaited; ``lease`` is an
-        [`AsyncSemaphoreLease`][fencedlease.aio.AsyncSemaphoreLease]."""
+        """Take a slot for ``ttl_ms`` milliseconds, as
+        [`AsyncLeaseManager.acquire`][fencedlease.aio.AsyncLeaseManager.acquire] takes a lease:
+        fail fast, or retry every ``retry_delay_ms`` up to ``wait_ms``; not renewed in the
+        background.
+
+        Returns:
+            [`AsyncAcquireResult`][fencedlease.aio.AsyncAcquireResult]: ``lease`` is an
+            [`AsyncSemaphoreLease`][fencedlease.aio.AsyncSemaphoreLease], or None with
+            ``holder_ttl_ms`` (the milliseconds until the first slot expires) when every slot
+            was held.
+
+        Raises:
+            ValidationError, BackendError, ManagerClosedError: as the manager's ``acquire``.
+        """
         with limit_of(self._limit):
             return await self._slots.acquire(
                 self._name, ttl_ms=ttl_ms, wait_ms=wait_ms, retry_delay_ms=retry_delay_ms
@@ -156,11 +181,12 @@ class AsyncSemaphore(SemaphoreFacts[AsyncSlotStore]):
         heartbeat_ms: int | Literal[False] | None = None,
         on_renew_error: Callable[[BaseException], object] | None = None,
     ) -> AbstractAsyncContextManager[AsyncSemaphoreLease]:
-        """As [`Semaphore.hold`][fencedlease.Semaphore.hold], with ``async with``; arguments are
-        checked when ``hold()`` is called.
+        """Hold a slot for the block, renewed in the background, as
+        [`AsyncLeaseManager.hold`][fencedlease.aio.AsyncLeaseManager.hold] holds a lease;
+        arguments are checked when ``hold()`` is called.
 
         Raises:
-            LeaseNotAcquiredError: every slot was held (after ``wait_ms``).
+            LeaseNotAcquiredError: every slot was held (after ``wait_ms``); the block never runs.
             SemaphoreLeaseLostError: the slot was lost while the block ran.
             ValidationError, BackendError, ManagerClosedError: as the manager's ``hold``.
         """
@@ -184,7 +210,13 @@ class AsyncSemaphore(SemaphoreFacts[AsyncSlotStore]):
         heartbeat_ms: int | Literal[False] | None = None,
         on_renew_error: Callable[[BaseException], object] | None = None,
     ) -> AsyncLeaseOutcome[T]:
-        """As [`Semaphore.with_lease`][fencedlease.Semaphore.with_lease], awaiting ``fn(slot)``.
+        """Run ``fn(slot)`` holding a slot, as
+        [`AsyncLeaseManager.with_lease`][fencedlease.aio.AsyncLeaseManager.with_lease] does
+        under a lease.
+
+        Returns:
+            [`AsyncLeaseOutcome`][fencedlease.aio.AsyncLeaseOutcome]: ``skipped`` (and ``fn`` never
+            ran) when every slot was held.
 
         Raises:
             SemaphoreLeaseLostError: the slot was lost while ``fn`` ran.
@@ -215,7 +247,11 @@ class AsyncSemaphore(SemaphoreFacts[AsyncSlotStore]):
         return await self._store.count(self._name)
 
     async def force_release(self) -> bool:
-        """As [`Semaphore.force_release`][fencedlease.Semaphore.force_release], awaited.
+        """Delete every slot of the semaphore, whoever holds it: the operator's escape hatch, as
+        [`AsyncLeaseManager.force_release`][fencedlease.aio.AsyncLeaseManager.force_release] is
+        for a lease. The counter is kept, so later grants still get larger tokens; each holder
+        finds out at its next renewal (refused: the slot is lost). Returns whether a slot was
+        live.
 
         Raises:
             BackendError: the store failed.
