@@ -24,9 +24,12 @@ from fencedlease.lab.servers.toxiproxy import toxiproxy_endpoint
 
 pytestmark = pytest.mark.live
 
-LATENCY_MS = 400
-TTL_MS = 1_200
-HEARTBEAT_MS = 600
+# The timing scaled so that a renewal's slack (ttl - heartbeat - round trip) is 300 ms: room for a
+# renewer thread a busy machine wakes late, while each argument below (a deadline counted from a
+# reply, a connection's handshake) still loses the lease.
+LATENCY_MS = 600
+TTL_MS = 1_800
+HEARTBEAT_MS = 900
 
 
 def _free_port() -> int:
@@ -68,7 +71,7 @@ def _proxied(redis_ep: RedisEndpoint) -> Iterator[tuple[str, Any]]:
 
 
 def _add_latency(proxy: Any) -> None:
-    """Every reply is held ``LATENCY_MS``: a round trip of 400 ms."""
+    """Every reply is held ``LATENCY_MS``: a round trip of 600 ms."""
     proxy.add_toxic(type="latency", name="slow", attributes={"latency": LATENCY_MS, "jitter": 0})
 
 
@@ -81,7 +84,7 @@ def _holder(client: redis.Redis, key: str) -> bytes | None:
 def test_slow_round_trip_is_no_loss_sync(
     slow_url: tuple[str, Any], redis_client: redis.Redis
 ) -> None:
-    """A 400 ms round trip, ttl 1200, heartbeat 600: the lease survives four TTLs and releases
+    """A 600 ms round trip, ttl 1800, heartbeat 900: the lease survives four TTLs and releases
     cleanly. The first renewal goes out one heartbeat after the acquire was sent; counted from
     its reply, its own reply would land after the deadline."""
     url, proxy = slow_url
@@ -144,8 +147,8 @@ def test_slow_round_trip_is_no_loss_asyncio(
 def test_cold_client_slow_round_trip_is_no_loss_sync(
     cold_url: tuple[str, Any], redis_client: redis.Redis
 ) -> None:
-    """A new client (no connection yet) on a server without the scripts cached, 400 ms round trip,
-    ttl 1200, heartbeat 600: the first hold survives four TTLs. Its acquire makes a connection
+    """A new client (no connection yet) on a server without the scripts cached, 600 ms round trip,
+    ttl 1800, heartbeat 900: the first hold survives four TTLs. Its acquire makes a connection
     (a TCP and a handshake round trip) and is answered NOSCRIPT before the EVAL that grants it;
     the deadline counts from that EVAL, so neither is taken from the lease's margin."""
     url, proxy = cold_url
@@ -199,15 +202,15 @@ def test_cold_client_slow_round_trip_is_no_loss_asyncio(
     assert _holder(redis_client, "k") is None
 
 
-STAGGERED = [(3, 300), (4, 150)]  # leases, ms between their acquires
+STAGGERED = [(3, 450), (4, 225)]  # leases, ms between their acquires
 
 
 @pytest.mark.parametrize(("count", "gap_ms"), STAGGERED)
 def test_staggered_leases_at_a_slow_round_trip_are_no_loss_sync(
     slow_url: tuple[str, Any], redis_client: redis.Redis, count: int, gap_ms: int
 ) -> None:
-    """Leases acquired ``gap_ms`` apart on warm connections, 400 ms round trip, ttl 1200,
-    heartbeat 600: each comes due while another's batch is in flight, and none is lost. (With one
+    """Leases acquired ``gap_ms`` apart on warm connections, 600 ms round trip, ttl 1800,
+    heartbeat 900: each comes due while another's batch is in flight, and none is lost. (With one
     batch in flight, a lease due just after a batch was sent waited a round trip for its reply,
     then another for its own, and its deadline passed although Redis had renewed it.)"""
     url, proxy = slow_url
