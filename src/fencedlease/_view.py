@@ -46,7 +46,8 @@ class LeaseView:
         status = "lost" if state.lost else "released" if state.released else "held"
         return (
             f"<{type(self).__name__} key={state.key!r} fencing_token={state.fencing_token}"
-            f" owner={owner_fingerprint(state.owner_token)} ttl_ms={state.ttl_ms} {status}>"
+            f" owner_fingerprint={owner_fingerprint(state.owner_token)}"
+            f" ttl_ms={state.ttl_ms} {status}>"
         )
 
     @property

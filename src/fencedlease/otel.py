@@ -1,8 +1,8 @@
 """OpenTelemetry spans and metrics from a manager's [`LeaseEvent`][fencedlease.LeaseEvent]s.
 
-Needs ``opentelemetry-api`` (``pip install "fencedlease[otel]"``); nothing of the library imports
-this module or OpenTelemetry by itself, so ``import fencedlease`` stays light. Turn it on per
-manager with the ``on_event`` hook this module makes:
+Needs ``opentelemetry-api`` (``pip install -e ".[otel]"`` in a clone); nothing of the library
+imports this module or OpenTelemetry by itself, so ``import fencedlease`` stays light. Turn it
+on per manager with the ``on_event`` hook this module makes:
 
 ```python
 from fencedlease import LeaseManager

@@ -193,7 +193,7 @@ def test_view_repr_hides_the_owner_token_and_check_raises() -> None:
     clock = FakeClock()
     view = LeaseView(LeaseState.granted("k", "s3cret-owner", 3, 100, 0.0, clock.time()), clock)
     assert "s3cret-owner" not in repr(view)
-    assert repr(view).startswith("<LeaseView key='k' fencing_token=3 owner=")
+    assert repr(view).startswith("<LeaseView key='k' fencing_token=3 owner_fingerprint=")
     view.check()
     clock.advance(100)
     with pytest.raises(LeaseLostError) as info:

@@ -126,3 +126,19 @@ def test_a_prefix_the_library_refuses_is_a_usage_error(command: list[str], prefi
     assert result.exit_code == 2
     assert "Invalid value for '--prefix'" in result.output
     assert "prefix" in result.output.split("Invalid value for '--prefix':", 1)[1]
+
+
+def test_a_long_key_is_shown_whole_in_a_narrow_terminal(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The key is what an operator copies into ``release``: folded, never cut with an ellipsis."""
+    from fencedlease.lab.operator_cli import _COLUMNS, _rich_table
+
+    monkeypatch.setenv("COLUMNS", "60")
+    key = "reports:daily:2026-12-01:eu-west"
+    _rich_table("leases under app (1)", _COLUMNS, [[key, "7", "0123456789abcdef", "900", "7"]])
+    out = capsys.readouterr().out
+    assert "…" not in out
+    rows = [line for line in out.splitlines() if line.startswith("│")]
+    assert all(line.count("│") == 6 for line in rows)  # every column there, none cropped
+    assert "".join(line.split("│")[1].strip() for line in rows) == key

@@ -250,4 +250,4 @@ def test_the_harness_extra_is_the_lab_extra() -> None:
     extras = _pyproject()["project"]["optional-dependencies"]
     assert extras["harness"] == extras["lab"]
     assert "click>=8.1" in extras["lab"]
-    assert _pyproject()["project"]["scripts"]["fencedlease"] == "fencedlease.lab.cli:main"
+    assert _pyproject()["project"]["scripts"]["fencedlease"] == "fencedlease.lab.entry:main"

@@ -40,7 +40,11 @@ class FakeProxy:
 
 
 def run(
-    tmp_path: Path, faults: list[PlannedFault], alive: bool = True, **more: Any
+    tmp_path: Path,
+    faults: list[PlannedFault],
+    alive: bool = True,
+    stopped: bool = False,
+    **more: Any,
 ) -> tuple[list[Any], ...]:
     board = Board(multiprocessing.get_context("spawn"), 2)
     for worker in range(2):
@@ -60,11 +64,13 @@ def run(
         schedule = Schedule(0, 2, 1000, 250, 100_000, 0, 0, 1000, tuple(faults))
         nemesis = Nemesis(env, schedule)
         stop = threading.Event()
+        if stopped:
+            stop.set()  # the run ended before the schedule began
         nemesis.start(time.monotonic(), time.monotonic() + 60, stop)
         nemesis.join(timeout_s=30)
         nemesis.close()
     events = [json.loads(line) for line in path.read_text("utf-8").splitlines()]
-    return calls, events, nemesis.done, [nemesis.error]
+    return calls, events, nemesis.done, [nemesis.error], nemesis.skipped
 
 
 def test_overlapping_faults_on_one_proxy_compose(tmp_path: Path) -> None:
@@ -74,7 +80,7 @@ def test_overlapping_faults_on_one_proxy_compose(tmp_path: Path) -> None:
         PlannedFault(2, "partition", 0, 0, 300, 900, 300, False),
         PlannedFault(3, "timeout", 1, 0, 400, 100, 400, False),
     ]
-    calls, events, done, (error,) = run(tmp_path, faults)
+    calls, events, done, (error,), _ = run(tmp_path, faults)
     assert error is None
     p0 = [what for proxy, what in calls if proxy == "p0"]
     assert p0 == ["disable", "add nemesis-latency-1", "destroy nemesis-latency-1", "enable"]
@@ -103,7 +109,7 @@ def test_a_dead_victim_is_a_recorded_failure(tmp_path: Path) -> None:
         PlannedFault(0, "partition", 0, 0, 0, 300, 0, True),
         PlannedFault(1, "pause-holder", 1, 0, 100, 300, 100, False),
     ]
-    calls, events, done, (error,) = run(tmp_path, faults, alive=False)
+    calls, events, done, (error,), _ = run(tmp_path, faults, alive=False)
     assert error is None
     assert [what for _, what in calls] == ["disable", "enable"]
     pause = next(e for e in events if e["detail"].get("index") == 1 and e["type"] != "invoke")
@@ -124,7 +130,7 @@ def test_one_way_cuts_compose_with_the_other_toxics_of_their_proxy(tmp_path: Pat
         PlannedFault(1, "timeout", 0, 0, 100, 100, 100, False),
         PlannedFault(2, "drop-requests", 1, 0, 150, 100, 150, False),
     ]
-    calls, events, done, (error,) = run(tmp_path, faults)
+    calls, events, done, (error,), _ = run(tmp_path, faults)
     assert error is None
     p0 = [what for proxy, what in calls if proxy == "p0"]
     assert p0[0] == "add nemesis-drop-replies-0"
@@ -153,7 +159,7 @@ def test_a_kill_of_a_dead_victim_is_a_recorded_failure(tmp_path: Path) -> None:
         PlannedFault(0, "partition", 0, 0, 0, 300, 0, True),
         PlannedFault(1, "kill-holder", 1, 0, 100, 100, 100, False),
     ]
-    calls, events, done, (error,) = run(
+    calls, events, done, (error,), _ = run(
         tmp_path, faults, alive=False, restart_worker=restarted.append,
         history_paths=[str(tmp_path / "h0"), str(tmp_path / "h1")],
     )  # fmt: skip
@@ -164,3 +170,22 @@ def test_a_kill_of_a_dead_victim_is_a_recorded_failure(tmp_path: Path) -> None:
     assert restarted == []
     assert calls == [("p0", "disable"), ("p0", "enable")]
     assert sorted(done) == ["kill-holder", "partition"]
+
+
+def test_every_fault_the_run_ended_before_is_named_skipped(tmp_path: Path) -> None:
+    """Not only the first episode that did not fit: each fault of every later episode too."""
+    faults = [
+        PlannedFault(0, "partition", 0, 0, 0, 800, 0, True),
+        PlannedFault(1, "latency", 1, 0, 100, 200, 100, False),
+        PlannedFault(2, "timeout", 1, 1, 0, 800, 5_000, True),
+        PlannedFault(3, "clock", None, 2, 0, 800, 9_000, True),
+    ]
+    calls, _events, done, (error,), skipped = run(tmp_path, faults, stopped=True)
+    assert error is None
+    assert (calls, done) == ([], [])
+    assert skipped == [
+        ("partition", "the run ended first"),
+        ("latency", "the run ended first"),
+        ("timeout", "the run ended first"),
+        ("clock", "the run ended first"),
+    ]

@@ -10,7 +10,7 @@
 - [`fencedlease.lab.cli`][]: the ``fencedlease`` command line: ``check``, and the operator's
   ``doctor``, ``inspect``, ``list`` and ``release`` (``docs/operations.md``).
 
-It needs the ``lab`` extra (``pip install "fencedlease[lab]"``: click, rich, matplotlib,
+It needs the ``lab`` extra (``pip install -e ".[lab]"`` in a clone: click, rich, matplotlib,
 toxiproxy-python, psycopg). The layers are checked by ``lint-imports`` (contracts in
 ``pyproject.toml``): nothing outside [`fencedlease.lab`][] imports it, and it uses the library
 only through its public modules, as any user would. See ``docs/harness.md``.

@@ -107,12 +107,16 @@ def _rich_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    console = Console()
     table = Table(title=title, title_justify="left")
     for column in columns:
-        table.add_column(column, no_wrap=column == "holder")  # 16 hex: shown whole
+        if column == "key":  # copied from here into `release`: whole, folded if it must be
+            table.add_column(column, overflow="fold")
+        else:
+            table.add_column(column, no_wrap=column == "holder")  # 16 hex: shown whole
     for row in rows:
         table.add_row(*(escape(cell) for cell in row))
-    Console().print(table)
+    console.print(table)
 
 
 # doctor ------------------------------------------------------------------------------------------

@@ -260,9 +260,16 @@ class Nemesis:
     def _run(self, start_mono: float, end_mono: float, stop: threading.Event) -> None:
         try:
             ready = start_mono
-            for episode in self.schedule.episodes():
+            episodes = list(self.schedule.episodes())
+            for number, episode in enumerate(episodes):
                 at = max(start_mono + episode[0].start_ms / 1000, ready)
                 if stop.wait(max(0.0, at - time.monotonic())):
+                    # Every fault not begun is named, not only the first that did not fit.
+                    self.skipped.extend(
+                        (fault.kind, "the run ended first")
+                        for later in episodes[number:]
+                        for fault in later
+                    )
                     return
                 self._episode(episode, end_mono, stop)
                 ready = time.monotonic() + self.schedule.gap_ms / 1000
