@@ -66,6 +66,7 @@ SUBS: list[tuple[str, str]] = [
         r"from ._redis.scripts import run_acked, run_script\nfrom ._redis.clients import \1",
     ),
     (r"^from \.\._redis\.sentinel_aio import", "from .._redis.sentinel import"),
+    (r"^from \.\._redis\.wire_aio import", "from .._redis.wire import"),
     # One package up: fencedlease.aio.X -> fencedlease.X.
     (r"^(\s*)from \.\.(\w)", r"\1from .\2"),
     (r"^(\s*)from \.\. import", r"\1from . import"),

@@ -32,6 +32,7 @@ __all__ = [
     "MAX_IN_FLIGHT",
     "RenewReply",
     "RenewalEntry",
+    "RenewalItem",
     "RenewalSchedule",
     "RenewerCore",
     "confirmed_due",
@@ -45,12 +46,22 @@ _RTT_GAIN = 0.125
 """Weight of a new round trip in the smoothed estimate (TCP's SRTT gain, RFC 6298)."""
 
 
+class RenewalItem(tuple[str, str, int]):
+    """What a renewal sends for one lease, ``(key, owner_token, ttl_ms)``: a plain tuple to every
+    backend, kept by its `RenewalEntry` from one renewal to the next (a new one only when the
+    TTL changed), so a backend may keep its wire form of the lease on it (``wire``, None until
+    then) instead of building it again on every renewal."""
+
+    wire: object = None
+
+
 class RenewalEntry:
     """One lease under background renewal: its state, interval, and the caller's error hook."""
 
     __slots__ = (
         "active",
         "heartbeat_s",
+        "item",
         "next_due",
         "on_renew_error",
         "retry_s",
@@ -73,6 +84,7 @@ class RenewalEntry:
         self.next_due = 0.0
         self.active = False
         self.sent_ttl_ms = state.ttl_ms
+        self.item: RenewalItem | None = None
 
 
 def confirmed_due(entry: RenewalEntry, now: float) -> float:
@@ -87,15 +99,20 @@ def confirmed_due(entry: RenewalEntry, now: float) -> float:
     return on_ns_grid(deadline - state.ttl_ms / 1000 + entry.heartbeat_s)
 
 
-def renewal_items(batch: list[RenewalEntry]) -> list[tuple[str, str, int]]:
-    """The ``(key, owner_token, ttl_ms)`` items to send for ``batch``; each entry remembers the
+def renewal_items(batch: list[RenewalEntry]) -> list[RenewalItem]:
+    """The ``(key, owner_token, ttl_ms)`` items to send for ``batch``, each entry's own
+    `RenewalItem` (made again only when the lease's TTL changed); each entry remembers the
     TTL it was sent with, because that, not whatever the lease's TTL is when the reply lands, is
     what Redis set (a manual ``renew(ttl_ms=...)`` may have changed it meanwhile)."""
-    items = []
+    items: list[RenewalItem] = []
+    append = items.append
     for entry in batch:
         state = entry.state
-        entry.sent_ttl_ms = state.ttl_ms
-        items.append((state.key, state.owner_token, state.ttl_ms))
+        ttl_ms = entry.sent_ttl_ms = state.ttl_ms
+        item = entry.item
+        if item is None or item[2] != ttl_ms:
+            item = entry.item = RenewalItem((state.key, state.owner_token, ttl_ms))
+        append(item)
     return items
 
 
