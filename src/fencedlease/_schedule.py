@@ -308,24 +308,30 @@ class RenewalSchedule:
         A batch that was answered (``now - sent_mono`` is its round trip) updates
         `round_trip_s`."""
         errors: list[tuple[RenewalEntry, BaseException]] = []
-        # The confirmed entries by heartbeat and deadline: each group is due again at one moment
-        # and lost at one moment, a cohort.
-        confirmed: dict[tuple[float, float | None], list[RenewalEntry]] = {}
-        if not isinstance(replies, BaseException):
+        # The confirmed entries by heartbeat and the TTL they were sent with (which, with the
+        # batch's send time, gives their deadline): each group is due again at one moment and
+        # lost at one moment, a cohort.
+        confirmed: dict[tuple[float, int], list[RenewalEntry]] = {}
+        deadlines: dict[int, float] = {}  # by TTL: rounding to the nanosecond costs, once each
+        if isinstance(replies, BaseException):
+            replies = [replies] * len(batch)
+        else:
             sample = max(0.0, now - sent_mono)
             rtt = self.round_trip_s
             self.round_trip_s = sample if rtt == 0.0 else rtt + _RTT_GAIN * (sample - rtt)
-        for index, entry in enumerate(batch):
+        for entry, reply in zip(batch, replies, strict=True):
             if not entry.active:
                 continue  # released (or expired) while the batch was in flight
-            reply = replies if isinstance(replies, BaseException) else replies[index]
-            state = entry.state
             if isinstance(reply, BaseException):
                 errors.append((entry, reply))
                 self._push_due(entry, on_ns_grid(now + entry.retry_s))
             elif reply > 0:
-                if state.confirm(sent_mono, sent_wall, entry.sent_ttl_ms, reply):
-                    group = (entry.heartbeat_s, state.deadline)
+                ttl_ms = entry.sent_ttl_ms
+                deadline = deadlines.get(ttl_ms)
+                if deadline is None:
+                    deadline = deadlines[ttl_ms] = on_ns_grid(sent_mono + ttl_ms / 1000)
+                if entry.state.confirm(sent_mono, sent_wall, ttl_ms, reply, deadline):
+                    group = (entry.heartbeat_s, ttl_ms)
                     cohort = confirmed.get(group)
                     if cohort is None:
                         confirmed[group] = [entry]
@@ -334,16 +340,15 @@ class RenewalSchedule:
                 else:
                     self.remove(entry)
             else:
-                if not state.releasing:
-                    state.mark_lost(LossReason.RENEW_REFUSED)
+                if not entry.state.releasing:
+                    entry.state.mark_lost(LossReason.RENEW_REFUSED)
                 self.remove(entry)
-        for (_, deadline), cohort in confirmed.items():
+        for (_, ttl_ms), cohort in confirmed.items():
             when = confirmed_due(cohort[0], now)  # the same for the whole cohort
             for entry in cohort:
                 entry.next_due = when
             heapq.heappush(self._due, (when, next(self._seq), cohort, 0))
-            if deadline is not None:
-                heapq.heappush(self._deadlines, (deadline, next(self._seq), cohort, 0))
+            heapq.heappush(self._deadlines, (deadlines[ttl_ms], next(self._seq), cohort, 0))
         return errors
 
 

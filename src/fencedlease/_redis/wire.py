@@ -6,7 +6,8 @@ redis-py packs a command one argument at a time (an encode call and a join per a
 per lease: for a batch of 500 leases most of the renewer's CPU. A lease's key, owner token and TTL
 do not change from one renewal to the next, so their RESP framing is made once: a batch is a
 header and the leases' parts joined, and goes out on one of the client's connections as it is
-(``send_packed_command``). The reply is redis-py's own reading of the array.
+(``send_packed_command``). The script answers ``'joined'``: its replies as one string, which
+redis-py reads at once, where an array costs it a few calls per lease.
 """
 
 from __future__ import annotations
@@ -50,14 +51,15 @@ class PackedRenewals:
         )
 
     def command(self, items: Sequence[tuple[str, str, int]]) -> bytes:
-        """``EVALSHA <sha> <n> <key>... <owner_token> <ttl_ms> ...`` for ``items`` as one RESP
-        frame (bytes), the same command redis-py would send for them. An item's part is kept on
+        """``EVALSHA <sha> <n> <key>... <owner_token> <ttl_ms> ... joined`` for ``items`` as one
+        RESP frame (bytes), the command redis-py would send for these arguments: the replies
+        come back ``'joined'``, one string (see ``renew_many.lua``). An item's part is kept on
         it when it is a `RenewalItem` and used again while it comes back to this packer."""
         count = len(items)
         digits = b"%d" % count
         keys = [
             b"*%d\r\n$7\r\nEVALSHA\r\n$40\r\n%b\r\n$%d\r\n%b\r\n"
-            % (3 + 3 * count, self._sha, len(digits), digits)
+            % (4 + 3 * count, self._sha, len(digits), digits)
         ]
         args = []
         for item in items:
@@ -69,6 +71,7 @@ class PackedRenewals:
             keys.append(wire[1])
             args.append(wire[2])
         keys += args
+        keys.append(b"$6\r\njoined\r\n")
         return b"".join(keys)
 
 
