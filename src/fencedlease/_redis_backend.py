@@ -41,7 +41,7 @@ from ._redis.scripts import (
     run_script,
 )
 from ._redis.sentinel import SwitchWatcher
-from ._redis.wire import PackedRenewals, packs_itself, run_packed
+from ._redis.wire import PackedRenewals, PrimaryReads, packs_itself, run_packed
 from ._validate import check_prefix
 
 __all__ = ["RedisBackend"]
@@ -159,10 +159,23 @@ class RedisBackend:
         its Redis key, ``<prefix>:{<escaped key>}:fence``. No I/O."""
         return fence_key(self.prefix, key)
 
+    def _acquire_reply(self, key: str, owner_token: str, ttl_ms: int) -> tuple[object, int | None]:
+        """``acquire.lua``'s reply, with the primary's replication id, and the replicas' acks:
+        the id read once per connection (`PrimaryReads`), unless a ``WAIT`` goes with it or the
+        client holds a connection of its own (then every acquire reads it)."""
+        keys = lease_keys(self.prefix, key)
+        args = (owner_token, ttl_ms, self.grants.fencing)
+        if not self.grants.replica_acks and packs_itself(self.client):
+            self._switches.start()
+            try:
+                return run_packed(self.client, PrimaryReads(ACQUIRE, keys, args)), None
+            except NoScriptError:
+                pass  # the script cache was flushed: EVALSHA, NOSCRIPT, EVAL, as for any script
+        return self._run(self.client, ACQUIRE, keys, (*args, "primary"))
+
     def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
-        args = (owner_token, ttl_ms, *self.grants.mode_args)
         try:
-            reply, acks = self._run(self.client, ACQUIRE, lease_keys(self.prefix, key), args)
+            reply, acks = self._acquire_reply(key, owner_token, ttl_ms)
         except STORE_ERRORS as exc:
             raise store_error(f"acquire {key!r}", exc)  # noqa: B904  (store_error sets the cause)
         decoded = decode_acquire(reply, key)

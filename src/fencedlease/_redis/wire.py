@@ -22,7 +22,7 @@ from .._schedule import RenewalItem
 from .keys import lease_key
 from .scripts import Script
 
-__all__ = ["PackedRenewals", "packs_itself", "run_packed"]
+__all__ = ["PackedRenewals", "PrimaryReads", "forget_primary", "packs_itself", "run_packed"]
 
 _Wire = tuple[object, bytes, bytes]
 """A lease's packed part: whose it is (the `PackedRenewals` that made it), the key's frame, and
@@ -81,11 +81,64 @@ def packs_itself(client: object) -> bool:
     return isinstance(client, redis.Redis) and client.connection is None
 
 
-def run_packed(client: redis.Redis, command: bytes) -> Any:
-    """Send ``command`` (a `PackedRenewals.command`) on one of ``client``'s pooled connections
-    and read its reply, marking the send (`fencedlease._clock.mark_send`) once the connection
-    is made. A connection that breaks is dropped and the command sent once more on a new one (a
-    pooled connection the server closed meanwhile; a renewal is safe to repeat).
+class PrimaryReads:
+    """``acquire.lua`` on a pooled connection, the primary's replication id read once per
+    connection: the script runs ``INFO replication`` (the dearest part of an acquire, some 2 us
+    of Redis's time) only when asked (``'primary'``), and it is asked on a connection's first
+    acquire, again after the connection was made anew (redis-py's connect callback: a restart,
+    a failover to another server) or answered an error (say ``READONLY``: the server it is on was
+    demoted). Its other acquires are answered with the id that connection read. A failover
+    drops the connections to the old primary (Sentinel also kills those to the promoted
+    replica), so the first acquire on the new primary reads its id: the change is still seen by
+    the acquire that may get a repeated token. The id is kept on the connection
+    (``fencedlease_primary``)."""
+
+    def __init__(self, script: Script, keys: Sequence[str], args: Sequence[object]) -> None:
+        self._head = ("EVALSHA", script.sha, len(keys), *keys, *args)
+        self._asked = False
+
+    def command(self, conn: Any) -> bytes:
+        """The command for ``conn``: asking for the primary's id unless ``conn`` knows it."""
+        self._asked = getattr(conn, _PRIMARY, None) is None
+        if self._asked:
+            conn.register_connect_callback(forget_primary)  # kept once per callback by redis-py
+        return b"".join(conn.pack_command(*self._head, *(("primary",) if self._asked else ())))
+
+    def reply(self, conn: Any, reply: Any) -> Any:
+        """``reply`` with the primary's id in its place (learnt from it, or the one ``conn``
+        knows); another shape is left to the decoding."""
+        if not isinstance(reply, list) or len(reply) != 4:
+            return reply
+        if self._asked:
+            if reply[3]:  # '' when INFO is refused (an ACL): asked again next time
+                setattr(conn, _PRIMARY, reply[3])
+            return reply
+        return [*reply[:3], getattr(conn, _PRIMARY, "")]
+
+
+_PRIMARY = "fencedlease_primary"
+
+
+class _Forget:
+    """redis-py holds connect callbacks by weak reference to a bound method: this one's lives
+    as long as the module."""
+
+    def primary(self, conn: Any) -> None:
+        """``conn`` (re)connected or answered an error: the primary it talks to is not known any
+        more (its next acquire asks)."""
+        conn.__dict__.pop(_PRIMARY, None)
+
+
+forget_primary = _Forget().primary
+
+
+def run_packed(client: redis.Redis, command: bytes | PrimaryReads) -> Any:
+    """Send ``command`` (a `PackedRenewals.command`, or an acquire of `PrimaryReads`) on one of
+    ``client``'s pooled connections and read its reply, marking the send
+    (`fencedlease._clock.mark_send`) once the connection is made. A connection that breaks is
+    dropped and the command sent once more on a new one (a pooled connection the server closed
+    meanwhile; a renewal is safe to repeat, and so is an acquire: the owner token's second try
+    finds the lease its own).
 
     Raises:
         redis.RedisError: the reply's error (``NoScriptError`` included: the caller falls back to
@@ -95,10 +148,13 @@ def run_packed(client: redis.Redis, command: bytes) -> Any:
     for attempt in (1, 2):
         conn = pool.get_connection()
         try:
+            packed = command if isinstance(command, bytes) else command.command(conn)
             mark_send()
-            conn.send_packed_command([command])
-            return conn.read_response()
+            conn.send_packed_command([packed])
+            reply = conn.read_response()
+            return reply if isinstance(command, bytes) else command.reply(conn, reply)
         except redis.ResponseError:
+            forget_primary(conn)
             raise  # a reply: the connection is in step
         except redis.ConnectionError:
             conn.disconnect()

@@ -8,6 +8,7 @@ from typing import Any
 import redis.asyncio
 
 from .._clock import mark_send
+from .wire import PrimaryReads, forget_primary
 
 __all__ = ["packs_itself", "run_packed"]
 
@@ -19,11 +20,12 @@ def packs_itself(client: object) -> bool:
     return isinstance(client, redis.asyncio.Redis) and client.connection is None
 
 
-async def run_packed(client: redis.asyncio.Redis, command: bytes) -> Any:
-    """`fencedlease._redis.wire.run_packed`, awaited: send ``command`` on one of ``client``'s
-    pooled connections and read its reply, the send marked once the connection is made; a
-    connection that breaks is dropped and the command sent once more on a new one. A cancelled
-    call drops its connection (a reply may still be on its way).
+async def run_packed(client: redis.asyncio.Redis, command: bytes | PrimaryReads) -> Any:
+    """`fencedlease._redis.wire.run_packed`, awaited: send ``command`` (a packed renewal batch,
+    or an acquire of `PrimaryReads`) on one of ``client``'s pooled connections and read its
+    reply, the send marked once the connection is made; a connection that breaks is dropped and
+    the command sent once more on a new one. A cancelled call drops its connection (a reply may
+    still be on its way).
 
     Raises:
         redis.RedisError: the reply's error (``NoScriptError`` included), or the connection's.
@@ -32,10 +34,13 @@ async def run_packed(client: redis.asyncio.Redis, command: bytes) -> Any:
     for attempt in (1, 2):
         conn = await pool.get_connection()
         try:
+            packed = command if isinstance(command, bytes) else command.command(conn)
             mark_send()
-            await conn.send_packed_command([command])
-            return await conn.read_response()
+            await conn.send_packed_command([packed])
+            reply = await conn.read_response()
+            return reply if isinstance(command, bytes) else command.reply(conn, reply)
         except redis.ResponseError:
+            forget_primary(conn)
             raise  # a reply: the connection is in step
         except redis.ConnectionError:
             await conn.disconnect(nowait=True)

@@ -32,7 +32,7 @@ from .._redis.replies import (
 )
 from .._redis.scripts import ACQUIRE, INSPECT, RELEASE, RENEW, RENEW_MANY, Script
 from .._redis.sentinel_aio import AsyncSwitchWatcher
-from .._redis.wire import PackedRenewals
+from .._redis.wire import PackedRenewals, PrimaryReads
 from .._redis.wire_aio import packs_itself, run_packed
 from .._validate import check_prefix
 from ._handoff import AsyncHandoff
@@ -152,10 +152,25 @@ class AsyncRedisBackend:
         its Redis key, ``<prefix>:{<escaped key>}:fence``. No I/O."""
         return fence_key(self.prefix, key)
 
+    async def _acquire_reply(
+        self, key: str, owner_token: str, ttl_ms: int
+    ) -> tuple[object, int | None]:
+        """``acquire.lua``'s reply, with the primary's replication id, and the replicas' acks:
+        the id read once per connection (`PrimaryReads`), unless a ``WAIT`` goes with it or the
+        client holds a connection of its own (then every acquire reads it)."""
+        keys = lease_keys(self.prefix, key)
+        args = (owner_token, ttl_ms, self.grants.fencing)
+        if not self.grants.replica_acks and packs_itself(self.client):
+            self._switches.start()
+            try:
+                return await run_packed(self.client, PrimaryReads(ACQUIRE, keys, args)), None
+            except NoScriptError:
+                pass  # the script cache was flushed: EVALSHA, NOSCRIPT, EVAL, as for any script
+        return await self._run(self.client, ACQUIRE, keys, (*args, "primary"))
+
     async def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
-        args = (owner_token, ttl_ms, *self.grants.mode_args)
         try:
-            reply, acks = await self._run(self.client, ACQUIRE, lease_keys(self.prefix, key), args)
+            reply, acks = await self._acquire_reply(key, owner_token, ttl_ms)
         except STORE_ERRORS as exc:
             raise store_error(f"acquire {key!r}", exc)  # noqa: B904  (store_error sets the cause)
         decoded = decode_acquire(reply, key)
