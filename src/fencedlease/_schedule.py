@@ -322,6 +322,7 @@ class RenewalSchedule:
         for entry, reply in zip(batch, replies, strict=True):
             if not entry.active:
                 continue  # released (or expired) while the batch was in flight
+            state = entry.state
             if isinstance(reply, BaseException):
                 errors.append((entry, reply))
                 self._push_due(entry, on_ns_grid(now + entry.retry_s))
@@ -330,7 +331,7 @@ class RenewalSchedule:
                 deadline = deadlines.get(ttl_ms)
                 if deadline is None:
                     deadline = deadlines[ttl_ms] = on_ns_grid(sent_mono + ttl_ms / 1000)
-                if entry.state.confirm(sent_mono, sent_wall, ttl_ms, reply, deadline):
+                if state.confirm(sent_mono, sent_wall, ttl_ms, reply, deadline):
                     group = (entry.heartbeat_s, ttl_ms)
                     cohort = confirmed.get(group)
                     if cohort is None:
@@ -340,8 +341,8 @@ class RenewalSchedule:
                 else:
                     self.remove(entry)
             else:
-                if not entry.state.releasing:
-                    entry.state.mark_lost(LossReason.RENEW_REFUSED)
+                if not state.releasing:
+                    state.mark_lost(LossReason.RENEW_REFUSED)
                 self.remove(entry)
         for (_, ttl_ms), cohort in confirmed.items():
             when = confirmed_due(cohort[0], now)  # the same for the whole cohort
