@@ -95,6 +95,10 @@ class CountingConnection(redis.Connection):
         _count(args[0])
         super().send_command(*args, **kwargs)  # type: ignore[no-untyped-call]
 
+    def pack_command(self, *args: Any) -> Any:
+        _count(args[0])  # a command the caller packs itself (fencedlease's acquire)
+        return super().pack_command(*args)  # type: ignore[no-untyped-call]
+
     def pack_commands(self, commands: Any) -> Any:
         for command in commands:
             _count(command[0])
