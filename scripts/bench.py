@@ -18,6 +18,10 @@ Starts its own ``redis-server`` on 127.0.0.1 (see :mod:`fencedlease.lab.servers.
    heartbeat tick (``manager.renewer.round_trips``), the renewer threads' CPU (from
    ``/proc/self/task/<tid>/stat``), Redis's CPU, and memory per held lease (tracemalloc).
 
+``--renewer-only 1000,10000,50000`` measures only the renewer's CPU per renewal (thread CPU
+clocks) at each number of leases; ``--server-time`` only Redis's own time per acquire and
+release (``usec_per_call`` of ``INFO commandstats``).
+
 ``--quick`` is the CI smoke (about 10 s, fewer and shorter runs): it must run, not meet numbers.
 ``--out`` writes the Markdown report (the machine, the command, each target met or missed).
 """
@@ -90,6 +94,10 @@ class CountingConnection(redis.Connection):
     def send_command(self, *args: Any, **kwargs: Any) -> None:
         _count(args[0])
         super().send_command(*args, **kwargs)  # type: ignore[no-untyped-call]
+
+    def pack_command(self, *args: Any) -> Any:
+        _count(args[0])  # a command the caller packs itself (fencedlease's acquire)
+        return super().pack_command(*args)  # type: ignore[no-untyped-call]
 
     def pack_commands(self, commands: Any) -> Any:
         for command in commands:
@@ -617,6 +625,27 @@ def renewer_only(s: Settings, counts: list[int]) -> int:
     return 0
 
 
+def server_time(cycles: int = 5_000) -> int:
+    """Print Redis's own time per call (``usec_per_call``, INFO commandstats) of the EVALSHAs and
+    of any INFO they ran, over ``cycles`` acquire + release cycles on one key, with the load."""
+    load_before = os.getloadavg()[0]
+    with server() as srv:
+        client = redis.Redis.from_url(srv.url)
+        leases = LeaseManager(client, prefix=PREFIX)
+        leases.acquire("warm", ttl_ms=10_000).lease.release()  # type: ignore[union-attr]
+        client.config_resetstat()
+        for _ in range(cycles):
+            leases.acquire("timed", ttl_ms=10_000).lease.release()  # type: ignore[union-attr]
+        stats = client.info("commandstats")
+        leases.close()
+        client.close()
+    for name in ("evalsha", "info"):
+        stat = stats.get(f"cmdstat_{name}", {"calls": 0, "usec_per_call": 0.0})
+        print(f"{name}: {stat['calls']} calls, {stat['usec_per_call']} usec_per_call")
+    print(f"load average (1 min): {load_before:.2f} before, {os.getloadavg()[0]:.2f} after")
+    return 0
+
+
 @contextmanager
 def server() -> Iterator[RedisServer]:
     with RedisServer() as srv:
@@ -631,12 +660,19 @@ def main(argv: list[str] | None = None) -> int:
         "--renewer-only",
         metavar="LEASES",
         type=lambda text: [int(n) for n in text.split(",")],
-        help="only the renewer: CPU per renewal at these numbers of leases (e.g. 1000,10000,50000)",
+        help="only the renewer: CPU per renewal at these numbers of leases (1000,10000,50000)",
+    )
+    parser.add_argument(
+        "--server-time",
+        action="store_true",
+        help="only Redis's usec_per_call of acquire + release (INFO commandstats)",
     )
     args = parser.parse_args(argv)
     s = Settings.make(args.quick)
     if args.renewer_only:
         return renewer_only(s, args.renewer_only)
+    if args.server_time:
+        return server_time()
     command = " ".join(["python scripts/bench.py", *(sys.argv[1:] if argv is None else argv)])
     started = time.monotonic()
     load_before = f"{os.getloadavg()[0]:.2f}"

@@ -74,6 +74,7 @@ SUBS: list[tuple[str, str]] = [
     ),
     (r"^from \.\._redis\.sentinel_aio import", "from .._redis.sentinel import"),
     (r"^from \.\._redis\.aio import run_script$", "from .._redis.scripts import run_script"),
+    (r"^from \.\._redis\.wire_aio import", "from .._redis.wire import"),
     # One package up: fencedlease.aio.X -> fencedlease.X.
     (r"^(\s*)from \.\.(\w)", r"\1from .\2"),
     (r"^(\s*)from \.\. import", r"\1from . import"),

@@ -12,8 +12,10 @@ with the asyncio twin (`fencedlease.aio._redis_backend`), the hand-off and
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import redis
+from redis.exceptions import NoScriptError
 
 from ._errors import BackendError
 from ._handoff_sync import Handoff
@@ -40,6 +42,7 @@ from ._redis.scripts import (
     run_script,
 )
 from ._redis.sentinel import SwitchWatcher
+from ._redis.wire import PackedRenewals, PrimaryReads, packs_itself, run_packed
 from ._validate import check_prefix
 
 __all__ = ["RedisBackend"]
@@ -97,6 +100,7 @@ class RedisBackend:
         self._switches = SwitchWatcher(client, self._primary_switched)
         self._owns_client = owns_client
         self._renewal_client: redis.Redis | None = None
+        self._packer: PackedRenewals | None = None
 
     def _primary_switched(self) -> None:
         hook = self.on_primary_switch
@@ -127,7 +131,23 @@ class RedisBackend:
             if waits_for_connection(client):
                 client = dedicated_client(client)
             self._renewal_client = client
+            encoder = cast(Any, client).get_encoder()  # untyped on the asyncio face
+            self._packer = PackedRenewals(RENEW_MANY, self.prefix, encoder.encode)
         return client
+
+    def _renew_many_reply(self, items: Sequence[tuple[str, str, int]]) -> tuple[object, int | None]:
+        """``renew_many.lua``'s reply for ``items`` and the replicas' acks: the batch packed by
+        `PackedRenewals` and sent as it is, unless a ``WAIT`` goes with it or the client holds a
+        connection of its own (then as `_run` sends any script, as after a ``NOSCRIPT``)."""
+        client = self._renewals()
+        if self._packer is not None and not self.grants.replica_acks and packs_itself(client):
+            self._switches.start()
+            try:
+                return run_packed(client, self._packer.command(items)), None
+            except NoScriptError:
+                pass  # the script cache was flushed: EVALSHA, NOSCRIPT, EVAL, as for any script
+        keys, args = renew_many_args(self.prefix, items)
+        return self._run(client, RENEW_MANY, keys, args)
 
     def release_waiter(self) -> Handoff:
         """The manager's release waiter: the hand-off queue and its listener
@@ -140,10 +160,23 @@ class RedisBackend:
         its Redis key, ``<prefix>:{<escaped key>}:fence``. No I/O."""
         return fence_key(self.prefix, key)
 
+    def _acquire_reply(self, key: str, owner_token: str, ttl_ms: int) -> tuple[object, int | None]:
+        """``acquire.lua``'s reply, with the primary's replication id, and the replicas' acks:
+        the id read once per connection (`PrimaryReads`), unless a ``WAIT`` goes with it or the
+        client holds a connection of its own (then every acquire reads it)."""
+        keys = lease_keys(self.prefix, key)
+        args = (owner_token, ttl_ms, self.grants.fencing)
+        if not self.grants.replica_acks and packs_itself(self.client):
+            self._switches.start()
+            try:
+                return run_packed(self.client, PrimaryReads(ACQUIRE, keys, args)), None
+            except NoScriptError:
+                pass  # the script cache was flushed: EVALSHA, NOSCRIPT, EVAL, as for any script
+        return self._run(self.client, ACQUIRE, keys, (*args, "primary"))
+
     def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
-        args = (owner_token, ttl_ms, *self.grants.mode_args)
         try:
-            reply, acks = self._run(self.client, ACQUIRE, lease_keys(self.prefix, key), args)
+            reply, acks = self._acquire_reply(key, owner_token, ttl_ms)
         except STORE_ERRORS as exc:
             raise store_error(f"acquire {key!r}", exc)  # noqa: B904  (store_error sets the cause)
         decoded = decode_acquire(reply, key)
@@ -172,9 +205,8 @@ class RedisBackend:
         return token
 
     def renew_many(self, items: Sequence[tuple[str, str, int]]) -> list[int | BaseException]:
-        keys, args = renew_many_args(self.prefix, items)
         try:
-            reply, acks = self._run(self._renewals(), RENEW_MANY, keys, args)
+            reply, acks = self._renew_many_reply(items)
         except STORE_ERRORS as exc:
             raise store_error(f"renew {len(items)} leases", exc)  # noqa: B904
         results = decode_renew_many(items, reply)

@@ -32,6 +32,7 @@ __all__ = [
     "MAX_IN_FLIGHT",
     "RenewReply",
     "RenewalEntry",
+    "RenewalItem",
     "RenewalSchedule",
     "RenewerCore",
     "confirmed_due",
@@ -45,12 +46,22 @@ _RTT_GAIN = 0.125
 """Weight of a new round trip in the smoothed estimate (TCP's SRTT gain, RFC 6298)."""
 
 
+class RenewalItem(tuple[str, str, int]):
+    """What a renewal sends for one lease, ``(key, owner_token, ttl_ms)``: a plain tuple to every
+    backend, kept by its `RenewalEntry` from one renewal to the next (a new one only when the
+    TTL changed), so a backend may keep its wire form of the lease on it (``wire``, None until
+    then) instead of building it again on every renewal."""
+
+    wire: object = None
+
+
 class RenewalEntry:
     """One lease under background renewal: its state, interval, and the caller's error hook."""
 
     __slots__ = (
         "active",
         "heartbeat_s",
+        "item",
         "next_due",
         "on_renew_error",
         "retry_s",
@@ -73,6 +84,7 @@ class RenewalEntry:
         self.next_due = 0.0
         self.active = False
         self.sent_ttl_ms = state.ttl_ms
+        self.item: RenewalItem | None = None
 
 
 def confirmed_due(entry: RenewalEntry, now: float) -> float:
@@ -87,15 +99,20 @@ def confirmed_due(entry: RenewalEntry, now: float) -> float:
     return on_ns_grid(deadline - state.ttl_ms / 1000 + entry.heartbeat_s)
 
 
-def renewal_items(batch: list[RenewalEntry]) -> list[tuple[str, str, int]]:
-    """The ``(key, owner_token, ttl_ms)`` items to send for ``batch``; each entry remembers the
+def renewal_items(batch: list[RenewalEntry]) -> list[RenewalItem]:
+    """The ``(key, owner_token, ttl_ms)`` items to send for ``batch``, each entry's own
+    `RenewalItem` (made again only when the lease's TTL changed); each entry remembers the
     TTL it was sent with, because that, not whatever the lease's TTL is when the reply lands, is
     what Redis set (a manual ``renew(ttl_ms=...)`` may have changed it meanwhile)."""
-    items = []
+    items: list[RenewalItem] = []
+    append = items.append
     for entry in batch:
         state = entry.state
-        entry.sent_ttl_ms = state.ttl_ms
-        items.append((state.key, state.owner_token, state.ttl_ms))
+        ttl_ms = entry.sent_ttl_ms = state.ttl_ms
+        item = entry.item
+        if item is None or item[2] != ttl_ms:
+            item = entry.item = RenewalItem((state.key, state.owner_token, ttl_ms))
+        append(item)
     return items
 
 
@@ -291,24 +308,31 @@ class RenewalSchedule:
         A batch that was answered (``now - sent_mono`` is its round trip) updates
         `round_trip_s`."""
         errors: list[tuple[RenewalEntry, BaseException]] = []
-        # The confirmed entries by heartbeat and deadline: each group is due again at one moment
-        # and lost at one moment, a cohort.
-        confirmed: dict[tuple[float, float | None], list[RenewalEntry]] = {}
-        if not isinstance(replies, BaseException):
+        # The confirmed entries by heartbeat and the TTL they were sent with (which, with the
+        # batch's send time, gives their deadline): each group is due again at one moment and
+        # lost at one moment, a cohort.
+        confirmed: dict[tuple[float, int], list[RenewalEntry]] = {}
+        deadlines: dict[int, float] = {}  # by TTL: rounding to the nanosecond costs, once each
+        if isinstance(replies, BaseException):
+            replies = [replies] * len(batch)
+        else:
             sample = max(0.0, now - sent_mono)
             rtt = self.round_trip_s
             self.round_trip_s = sample if rtt == 0.0 else rtt + _RTT_GAIN * (sample - rtt)
-        for index, entry in enumerate(batch):
+        for entry, reply in zip(batch, replies, strict=True):
             if not entry.active:
                 continue  # released (or expired) while the batch was in flight
-            reply = replies if isinstance(replies, BaseException) else replies[index]
             state = entry.state
             if isinstance(reply, BaseException):
                 errors.append((entry, reply))
                 self._push_due(entry, on_ns_grid(now + entry.retry_s))
             elif reply > 0:
-                if state.confirm(sent_mono, sent_wall, entry.sent_ttl_ms, reply):
-                    group = (entry.heartbeat_s, state.deadline)
+                ttl_ms = entry.sent_ttl_ms
+                deadline = deadlines.get(ttl_ms)
+                if deadline is None:
+                    deadline = deadlines[ttl_ms] = on_ns_grid(sent_mono + ttl_ms / 1000)
+                if state.confirm(sent_mono, sent_wall, ttl_ms, reply, deadline):
+                    group = (entry.heartbeat_s, ttl_ms)
                     cohort = confirmed.get(group)
                     if cohort is None:
                         confirmed[group] = [entry]
@@ -320,13 +344,12 @@ class RenewalSchedule:
                 if not state.releasing:
                     state.mark_lost(LossReason.RENEW_REFUSED)
                 self.remove(entry)
-        for (_, deadline), cohort in confirmed.items():
+        for (_, ttl_ms), cohort in confirmed.items():
             when = confirmed_due(cohort[0], now)  # the same for the whole cohort
             for entry in cohort:
                 entry.next_due = when
             heapq.heappush(self._due, (when, next(self._seq), cohort, 0))
-            if deadline is not None:
-                heapq.heappush(self._deadlines, (deadline, next(self._seq), cohort, 0))
+            heapq.heappush(self._deadlines, (deadlines[ttl_ms], next(self._seq), cohort, 0))
         return errors
 
 

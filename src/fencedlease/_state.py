@@ -146,14 +146,23 @@ class LeaseState:
         else:
             self._listeners.append(listener)
 
-    def confirm(self, sent_mono: float, sent_wall: float, ttl_ms: int, fencing_token: int) -> bool:
+    def confirm(
+        self,
+        sent_mono: float,
+        sent_wall: float,
+        ttl_ms: int,
+        fencing_token: int,
+        deadline: float | None = None,
+    ) -> bool:
         """Record a renewal Redis confirmed for a command sent at ``sent_mono``. A lost lease stays
-        lost (rule 5): returns False and changes nothing then."""
+        lost (rule 5): returns False and changes nothing then. ``deadline``: the new deadline,
+        ``on_ns_grid(sent_mono + ttl_ms / 1000)``, when the caller has it already (a batch
+        computes it once for all its leases of one TTL)."""
         if self.lost:
             return False
         seconds = ttl_ms / 1000
         self.ttl_ms = ttl_ms
-        self.deadline = on_ns_grid(sent_mono + seconds)
+        self.deadline = on_ns_grid(sent_mono + seconds) if deadline is None else deadline
         self.expires_wall = sent_wall + seconds
         if self.fencing_token is None:
             # A lease restored without its token learns it from Redis, which knows it.

@@ -250,9 +250,15 @@ class _LossyConnection(AsyncConnection):
 
     dropped = 0
 
-    async def send_command(self, *args: Any, **kwargs: Any) -> None:
-        self._is_acquire = len(args) > 1 and args[1] in (ACQUIRE.sha, ACQUIRE.source)
-        await super().send_command(*args, **kwargs)
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        # every command goes out here, packed by redis-py or by the library
+        parts: list[bytes] = [command] if isinstance(command, bytes) else list(command)
+        self._is_acquire = any(
+            isinstance(part, bytes)
+            and any(s.encode() in part for s in (ACQUIRE.sha, ACQUIRE.source))
+            for part in parts
+        )
+        await super().send_packed_command(parts, check_health)
 
     async def read_response(self, *args: Any, **kwargs: Any) -> Any:
         response = await super().read_response(*args, **kwargs)

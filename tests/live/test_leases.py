@@ -297,9 +297,15 @@ class _LossyConnection(redis.Connection):
 
     dropped = 0
 
-    def send_command(self, *args: Any, **kwargs: Any) -> None:
-        self._is_acquire = len(args) > 1 and args[1] in (ACQUIRE.sha, ACQUIRE.source)
-        super().send_command(*args, **kwargs)  # type: ignore[no-untyped-call]
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        # every command goes out here, packed by redis-py or by the library
+        parts = [command] if isinstance(command, (bytes, str)) else list(command)
+        self._is_acquire = any(
+            isinstance(part, bytes)
+            and any(s.encode() in part for s in (ACQUIRE.sha, ACQUIRE.source))
+            for part in parts
+        )
+        super().send_packed_command(parts, check_health)  # type: ignore[no-untyped-call]
 
     def read_response(self, *args: Any, **kwargs: Any) -> Any:
         response = super().read_response(*args, **kwargs)

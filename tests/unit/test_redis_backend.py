@@ -55,10 +55,13 @@ def _backend(recorder: _Recorder) -> RedisBackend:
 
 def test_acquire_sends_one_evalsha_with_its_four_keys() -> None:
     """acquire is EVALSHA <sha> 4 <lease key> <counter> <waiter queue> <waiter details> <owner>
-    <ttl>: one command, every key it may touch declared."""
+    <ttl> <fencing mode> primary: one command, every key it may touch declared; a client that is
+    not a pooled ``redis.Redis`` (here a recorder) asks for the primary's id on every acquire."""
     recorder = _Recorder([1, 5, 1000])
     assert _backend(recorder).acquire("k", "o" * 32, 1000) == AcquireReply(True, 5, 1000)
-    assert recorder.calls == [("evalsha", ACQUIRE.sha, 4, *_RELEASE_KEYS, "o" * 32, 1000)]
+    assert recorder.calls == [
+        ("evalsha", ACQUIRE.sha, 4, *_RELEASE_KEYS, "o" * 32, 1000, "counter", "primary")
+    ]
 
 
 def test_noscript_falls_back_to_one_eval() -> None:

@@ -193,6 +193,8 @@ def decode_renew(reply: object, key: str = "?") -> int:
 
 _TOKEN_BYTES: Final = re.compile(rb"[1-9][0-9]{0,18}")
 """A fencing token as ``renew_many.lua`` returns it (bulk string, no sign, no leading zero)."""
+_ALL_TOKENS: Final = re.compile(rb"[1-9][0-9]{0,18}(?: [1-9][0-9]{0,18})*")
+"""A ``'joined'`` reply of ``renew_many.lua`` that holds only tokens."""
 
 
 def decode_renew_many(
@@ -203,12 +205,21 @@ def decode_renew_many(
     not renew (its TTL was refused, its key holds another type or a malformed value, or the reply
     entry is not a token); the other items are unaffected.
 
-    One pass over the reply: a token as bytes and an integer 0 (the usual entries) are decoded
-    inline; any other entry goes through the full checks (`parse_token`).
+    ``reply`` may also be the ``'joined'`` form, the entries as one string separated by spaces.
+    One pass over the reply: a token as bytes and 0 (the usual entries) are decoded inline; any
+    other entry goes through the full checks (`parse_token`).
 
     Raises:
         BackendError: a reply of another shape.
     """
+    if isinstance(reply, str):
+        reply = reply.encode()
+    if isinstance(reply, bytes):
+        if _ALL_TOKENS.fullmatch(reply):  # the usual batch: every lease renewed
+            tokens = list(map(int, reply.split(b" ")))
+            if len(tokens) == len(items) and max(tokens) <= MAX_FENCING_TOKEN:
+                return list(tokens)
+        reply = reply.split(b" ") if reply else []
     if not isinstance(reply, (list, tuple)) or len(reply) != len(items):
         raise BackendError(f"renew {len(items)} leases: unexpected reply for {len(items)} leases")
     results: list[int | BaseException] = []
@@ -220,7 +231,7 @@ def decode_renew_many(
             if number <= MAX_FENCING_TOKEN:
                 append(number)
                 continue
-        elif value.__class__ is int and value == 0:
+        elif (value.__class__ is int and value == 0) or value == b"0":
             append(0)
             continue
         append(_renew_entry(items[index], value))

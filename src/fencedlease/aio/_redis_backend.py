@@ -12,8 +12,10 @@ class does not pretend otherwise.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import redis.asyncio
+from redis.exceptions import NoScriptError
 
 from .._errors import BackendError
 from .._protocol import AcquireReply, InspectReply
@@ -30,6 +32,8 @@ from .._redis.replies import (
 )
 from .._redis.scripts import ACQUIRE, INSPECT, RELEASE, RENEW, RENEW_MANY, Script
 from .._redis.sentinel_aio import AsyncSwitchWatcher
+from .._redis.wire import PackedRenewals, PrimaryReads
+from .._redis.wire_aio import packs_itself, run_packed
 from .._validate import check_prefix
 from ._handoff import AsyncHandoff
 
@@ -86,6 +90,7 @@ class AsyncRedisBackend:
         self._switches = AsyncSwitchWatcher(client, self._primary_switched)
         self._owns_client = owns_client
         self._renewal_client: redis.asyncio.Redis | None = None
+        self._packer: PackedRenewals | None = None
 
     def _primary_switched(self) -> None:
         hook = self.on_primary_switch
@@ -116,7 +121,25 @@ class AsyncRedisBackend:
             if waits_for_connection(client):
                 client = dedicated_client(client)
             self._renewal_client = client
+            encoder = cast(Any, client).get_encoder()  # untyped on the asyncio face
+            self._packer = PackedRenewals(RENEW_MANY, self.prefix, encoder.encode)
         return client
+
+    async def _renew_many_reply(
+        self, items: Sequence[tuple[str, str, int]]
+    ) -> tuple[object, int | None]:
+        """``renew_many.lua``'s reply for ``items`` and the replicas' acks: the batch packed by
+        `PackedRenewals` and sent as it is, unless a ``WAIT`` goes with it or the client holds a
+        connection of its own (then as `_run` sends any script, as after a ``NOSCRIPT``)."""
+        client = self._renewals()
+        if self._packer is not None and not self.grants.replica_acks and packs_itself(client):
+            self._switches.start()
+            try:
+                return await run_packed(client, self._packer.command(items)), None
+            except NoScriptError:
+                pass  # the script cache was flushed: EVALSHA, NOSCRIPT, EVAL, as for any script
+        keys, args = renew_many_args(self.prefix, items)
+        return await self._run(client, RENEW_MANY, keys, args)
 
     def release_waiter(self) -> AsyncHandoff:
         """The manager's release waiter: the hand-off queue and its listener task
@@ -129,10 +152,25 @@ class AsyncRedisBackend:
         its Redis key, ``<prefix>:{<escaped key>}:fence``. No I/O."""
         return fence_key(self.prefix, key)
 
+    async def _acquire_reply(
+        self, key: str, owner_token: str, ttl_ms: int
+    ) -> tuple[object, int | None]:
+        """``acquire.lua``'s reply, with the primary's replication id, and the replicas' acks:
+        the id read once per connection (`PrimaryReads`), unless a ``WAIT`` goes with it or the
+        client holds a connection of its own (then every acquire reads it)."""
+        keys = lease_keys(self.prefix, key)
+        args = (owner_token, ttl_ms, self.grants.fencing)
+        if not self.grants.replica_acks and packs_itself(self.client):
+            self._switches.start()
+            try:
+                return await run_packed(self.client, PrimaryReads(ACQUIRE, keys, args)), None
+            except NoScriptError:
+                pass  # the script cache was flushed: EVALSHA, NOSCRIPT, EVAL, as for any script
+        return await self._run(self.client, ACQUIRE, keys, (*args, "primary"))
+
     async def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
-        args = (owner_token, ttl_ms, *self.grants.mode_args)
         try:
-            reply, acks = await self._run(self.client, ACQUIRE, lease_keys(self.prefix, key), args)
+            reply, acks = await self._acquire_reply(key, owner_token, ttl_ms)
         except STORE_ERRORS as exc:
             raise store_error(f"acquire {key!r}", exc)  # noqa: B904  (store_error sets the cause)
         decoded = decode_acquire(reply, key)
@@ -161,9 +199,8 @@ class AsyncRedisBackend:
         return token
 
     async def renew_many(self, items: Sequence[tuple[str, str, int]]) -> list[int | BaseException]:
-        keys, args = renew_many_args(self.prefix, items)
         try:
-            reply, acks = await self._run(self._renewals(), RENEW_MANY, keys, args)
+            reply, acks = await self._renew_many_reply(items)
         except STORE_ERRORS as exc:
             raise store_error(f"renew {len(items)} leases", exc)  # noqa: B904
         results = decode_renew_many(items, reply)

@@ -6,6 +6,9 @@
 -- ARGV[1]  owner token (128 random bits, hex; any string without meaning to Redis)
 -- ARGV[2]  TTL in milliseconds, an integer 1..2147483647 (validated by the client)
 -- ARGV[3]  fencing mode: 'counter' (or missing) or 'clock' (next_token in lease_common.lua)
+-- ARGV[4]  optional, 'primary': report the primary's replication id (INFO replication, dearer
+--          than the rest of the script: a client asks once per connection, see
+--          fencedlease._redis.wire), else '' in its place
 -- returns  {1, "fencing_token", ttl_ms, primary}  granted now: the counter was INCRed once (and,
 --                                        in 'clock' mode, then set to the token)
 --          {2, "fencing_token", ttl_ms, primary}  already ours: a retried acquire after a lost reply, or a
@@ -13,8 +16,8 @@
 --                                        release issued the token): the stored token, TTL reset,
 --                                        no INCR here
 --          {0, 0, pttl_ms, primary}      held by another owner; its remaining TTL in milliseconds
---          primary is the replication id of the primary that answered (primary_id): the client
---          tells a failover by its change.
+--          primary is the replication id of the primary that answered (primary_id), when ARGV[4]
+--          asks for it ('' else): the client tells a failover by its change.
 --          an error reply "ERR fencedlease acquire: ...", with nothing written, when ARGV[2] is
 --          not a decimal integer in 1..2^31-1, a key holds another type (or cannot be read), the lease key
 --          holds a malformed value, or the counter is not an integer in 0..2^63-2 (at 2^63-1 the
@@ -32,7 +35,7 @@
 -- primary_id.
 redis.replicate_commands()  -- TIME and INFO before writes; required by Redis 6.2, a no-op from 7.0
 local owner = ARGV[1]
-local primary = primary_id()
+local primary = ARGV[4] == 'primary' and primary_id() or ''
 -- ARGV[2] reaches SET PX / PEXPIRE as given: decimal digits only ('1e3' and '1.0' are numbers to
 -- Lua but not to SET, which would fail after the INCR), in 1..2^31-1.
 local ttl = string.find(ARGV[2], '^[1-9]%d*$') and #ARGV[2] <= 10 and tonumber(ARGV[2])

@@ -4,10 +4,13 @@
 -- KEYS[i]      lease key of lease i  <prefix>:{<key>}   value "<fencing_token>:<owner_token>"
 -- ARGV[2i-1]   owner token of lease i
 -- ARGV[2i]     new TTL of lease i in milliseconds, an integer >= 1
+-- ARGV[2n+1]   optional, 'joined': the replies as one string instead of an array (below)
 -- returns      an array, one entry per lease: its fencing token (a decimal string, 1..2^63-1)
 --              when renewed; 0 when the key is missing or another owner's (the lease is lost);
 --              -1 when its TTL is not a positive integer; -2 when the key holds another type or
 --              cannot be read; -3 when it holds a malformed value (-1..-3: that key untouched).
+--              With 'joined': the same entries as one bulk string, separated by single spaces
+--              ('' for no lease): one reply the client reads at once instead of one per lease.
 -- Never recreates a missing key. One key's error does not fail the others' renewals: every read
 -- is a pcall, and the only write, PEXPIRE on a string key just read, cannot fail on the key's
 -- contents. The token is returned as stored, never through a Lua number (exact only to 2^53).
@@ -39,5 +42,8 @@ for i = 1, #KEYS do
       end
     end
   end
+end
+if ARGV[2 * #KEYS + 1] == 'joined' then
+  return table.concat(replies, ' ')
 end
 return replies

@@ -1,0 +1,168 @@
+"""A renewal batch packed by the library: the ``EVALSHA renew_many.lua`` command of a batch as one
+RESP frame, each lease's part built once and kept on its `RenewalItem` (no I/O here but
+`run_packed`, the sync face's send; the asyncio twin is `fencedlease._redis.aio.run_packed`).
+
+redis-py packs a command one argument at a time (an encode call and a join per argument), three
+per lease: for a batch of 500 leases most of the renewer's CPU. A lease's key, owner token and TTL
+do not change from one renewal to the next, so their RESP framing is made once: a batch is a
+header and the leases' parts joined, and goes out on one of the client's connections as it is
+(``send_packed_command``). The script answers ``'joined'``: its replies as one string, which
+redis-py reads at once, where an array costs it a few calls per lease.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import redis
+
+from .._clock import mark_send
+from .._schedule import RenewalItem
+from .keys import lease_key
+from .scripts import Script
+
+__all__ = ["PackedRenewals", "PrimaryReads", "forget_primary", "packs_itself", "run_packed"]
+
+_Wire = tuple[object, bytes, bytes]
+"""A lease's packed part: whose it is (the `PackedRenewals` that made it), the key's frame, and
+the owner token's and TTL's frames."""
+
+
+class PackedRenewals:
+    """Packs ``renew_many.lua`` batches for one backend: keys under ``prefix``, strings encoded as
+    the client encodes them (``encode``: its encoder's ``encode``)."""
+
+    def __init__(self, script: Script, prefix: str, encode: Callable[[str], bytes]) -> None:
+        self._sha = script.sha.encode()
+        self._prefix = prefix
+        self._encode = encode
+
+    def _wire(self, item: tuple[str, str, int]) -> _Wire:
+        key, owner_token, ttl_ms = item
+        encode = self._encode
+        name = encode(lease_key(self._prefix, key))
+        owner = encode(owner_token)
+        ttl = str(ttl_ms).encode()
+        return (
+            self,
+            b"$%d\r\n%b\r\n" % (len(name), name),
+            b"$%d\r\n%b\r\n$%d\r\n%b\r\n" % (len(owner), owner, len(ttl), ttl),
+        )
+
+    def command(self, items: Sequence[tuple[str, str, int]]) -> bytes:
+        """``EVALSHA <sha> <n> <key>... <owner_token> <ttl_ms> ... joined`` for ``items`` as one
+        RESP frame (bytes), the command redis-py would send for these arguments: the replies
+        come back ``'joined'``, one string (see ``renew_many.lua``). An item's part is kept on
+        it when it is a `RenewalItem` and used again while it comes back to this packer."""
+        count = len(items)
+        digits = b"%d" % count
+        keys = [
+            b"*%d\r\n$7\r\nEVALSHA\r\n$40\r\n%b\r\n$%d\r\n%b\r\n"
+            % (4 + 3 * count, self._sha, len(digits), digits)
+        ]
+        args = []
+        for item in items:
+            wire: Any = getattr(item, "wire", None)
+            if wire is None or wire[0] is not self:
+                wire = self._wire(item)
+                if isinstance(item, RenewalItem):
+                    item.wire = wire
+            keys.append(wire[1])
+            args.append(wire[2])
+        keys += args
+        keys.append(b"$6\r\njoined\r\n")
+        return b"".join(keys)
+
+
+def packs_itself(client: object) -> bool:
+    """Whether a batch for ``client`` may go out packed (`run_packed`): a plain ``redis.Redis``
+    on a pool (not one holding a connection of its own: its lock is redis-py's)."""
+    return isinstance(client, redis.Redis) and client.connection is None
+
+
+class PrimaryReads:
+    """``acquire.lua`` on a pooled connection, the primary's replication id read once per
+    connection: the script runs ``INFO replication`` (the dearest part of an acquire, some 2 us
+    of Redis's time) only when asked (``'primary'``), and it is asked on a connection's first
+    acquire, again after the connection was made anew (redis-py's connect callback: a restart,
+    a failover to another server) or answered an error (say ``READONLY``: the server it is on was
+    demoted). Its other acquires are answered with the id that connection read. A failover
+    drops the connections to the old primary (Sentinel also kills those to the promoted
+    replica), so the first acquire on the new primary reads its id: the change is still seen by
+    the acquire that may get a repeated token. The id is kept on the connection
+    (``fencedlease_primary``)."""
+
+    def __init__(self, script: Script, keys: Sequence[str], args: Sequence[object]) -> None:
+        self._head = ("EVALSHA", script.sha, len(keys), *keys, *args)
+        self._asked = False
+
+    def command(self, conn: Any) -> bytes:
+        """The command for ``conn``: asking for the primary's id unless ``conn`` knows it."""
+        self._asked = getattr(conn, _PRIMARY, None) is None
+        if self._asked:
+            conn.register_connect_callback(forget_primary)  # kept once per callback by redis-py
+        return b"".join(conn.pack_command(*self._head, *(("primary",) if self._asked else ())))
+
+    def reply(self, conn: Any, reply: Any) -> Any:
+        """``reply`` with the primary's id in its place (learnt from it, or the one ``conn``
+        knows); another shape is left to the decoding."""
+        if not isinstance(reply, list) or len(reply) != 4:
+            return reply
+        if self._asked:
+            if reply[3]:  # '' when INFO is refused (an ACL): asked again next time
+                setattr(conn, _PRIMARY, reply[3])
+            return reply
+        return [*reply[:3], getattr(conn, _PRIMARY, "")]
+
+
+_PRIMARY = "fencedlease_primary"
+
+
+class _Forget:
+    """redis-py holds connect callbacks by weak reference to a bound method: this one's lives
+    as long as the module."""
+
+    def primary(self, conn: Any) -> None:
+        """``conn`` (re)connected or answered an error: the primary it talks to is not known any
+        more (its next acquire asks)."""
+        conn.__dict__.pop(_PRIMARY, None)
+
+
+forget_primary = _Forget().primary
+
+
+def run_packed(client: redis.Redis, command: bytes | PrimaryReads) -> Any:
+    """Send ``command`` (a `PackedRenewals.command`, or an acquire of `PrimaryReads`) on one of
+    ``client``'s pooled connections and read its reply, marking the send
+    (`fencedlease._clock.mark_send`) once the connection is made. A connection that breaks is
+    dropped and the command sent once more on a new one (a pooled connection the server closed
+    meanwhile; a renewal is safe to repeat, and so is an acquire: the owner token's second try
+    finds the lease its own).
+
+    Raises:
+        redis.RedisError: the reply's error (``NoScriptError`` included: the caller falls back to
+            `fencedlease._redis.scripts.run_script`), or the connection's.
+    """
+    pool: Any = client.connection_pool  # redis-py's pool methods carry no annotations
+    for attempt in (1, 2):
+        conn = pool.get_connection()
+        try:
+            packed = command if isinstance(command, bytes) else command.command(conn)
+            mark_send()
+            conn.send_packed_command([packed])
+            reply = conn.read_response()
+            return reply if isinstance(command, bytes) else command.reply(conn, reply)
+        except redis.ResponseError:
+            forget_primary(conn)
+            raise  # a reply: the connection is in step
+        except redis.ConnectionError:
+            conn.disconnect()
+            if attempt == 2:
+                raise
+        except BaseException:
+            conn.disconnect()  # a reply may still be on its way: never reuse the connection
+            raise
+        finally:
+            pool.release(conn)
+    raise AssertionError("unreachable")  # pragma: no cover
