@@ -566,8 +566,10 @@ NOTES = """\
 - **How waiters are woken.** A waiting acquire queues itself in Redis (a sorted set next to the
   lease key, one EVALSHA per wait) and sleeps on the manager's one pub/sub listener. The release
   script grants the lease to the oldest waiter still alive (a new grant: the fencing counter is
-  INCRed) and publishes the SHA-1 of that waiter's owner token on `<lease key>:handoff`; the
-  listener wakes exactly that waiter, whose acquire finds the key already its own. Polling stays:
+  INCRed) and publishes the SHA-1 of that waiter's owner token on
+  `<lease key>:handoff:<listener id>`, the channel of that waiter's own manager (no other process
+  wakes); the listener wakes exactly that waiter, whose acquire finds the key already its own.
+  Polling stays:
   a lost message costs at most the retry delay the waiter was sleeping anyway. See
   `src/fencedlease/_handoff.py`.
 - **Fairness has a price in raw throughput.** The releasing worker cannot barge: every grant
@@ -603,6 +605,35 @@ WHY = {
     "": "see the figures above; re-run when the machine is idle to rule out noise.",
 }
 WHY["throughput vs python-redis-lock"] = WHY["throughput vs redis-py Lock"]
+
+
+def contention_only(s: Settings) -> int:
+    """Only the contention and hand-off latency runs, against redis-py Lock in the same run:
+    the contention section's figures and its targets (>= 0.5x Lock's acquisitions per second,
+    min / mean >= 0.95, hand-off p50 <= 1 ms)."""
+    load_before = os.getloadavg()[0]
+    with server() as srv:
+        fenced = bench_contended(srv.url, s, "fencedlease")
+        lock = bench_contended(srv.url, s, "redis-py")
+        gaps = bench_handoff(srv.url, s, "hand-off")
+    print("| library | acquisitions/s | per worker min / max / mean | min / mean |")
+    print("|---|---:|---:|---:|")
+    for c in (fenced, lock):
+        mean = statistics.mean(c.counts)
+        print(
+            f"| {c.kind} | {c.per_s:,.0f} | {min(c.counts)} / {max(c.counts)} / {mean:.1f}"
+            f" | {min(c.counts) / mean if mean else 0:.2f} |"
+        )
+    ratio = fenced.per_s / lock.per_s if lock.per_s else 0.0
+    share = min(fenced.counts) / statistics.mean(fenced.counts)
+    p50 = pct(gaps, 0.5)
+    print(f"\nhand-off gap ({len(gaps)} samples): p50 {p50:.2f} ms, p95 {pct(gaps, 0.95):.2f} ms")
+    verdict = "met" if ratio >= 0.5 else "missed"
+    print(f"fencedlease / Lock: {ratio:.2f}x (target >= 0.5: {verdict})")
+    print(f"min / mean: {share:.2f} (target >= 0.95: {'met' if share >= 0.95 else 'missed'})")
+    print(f"hand-off p50: {p50:.2f} ms (target <= 1 ms: {'met' if p50 <= 1 else 'missed'})")
+    print(f"load average (1 min): {load_before:.2f} before, {os.getloadavg()[0]:.2f} after")
+    return 0
 
 
 def renewer_only(s: Settings, counts: list[int]) -> int:
@@ -667,8 +698,16 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="only Redis's usec_per_call of acquire + release (INFO commandstats)",
     )
+    parser.add_argument(
+        "--contention-only",
+        action="store_true",
+        help="only the contended run (8 processes on one key, against redis-py Lock) and the"
+        " hand-off latency",
+    )
     args = parser.parse_args(argv)
     s = Settings.make(args.quick)
+    if args.contention_only:
+        return contention_only(s)
     if args.renewer_only:
         return renewer_only(s, args.renewer_only)
     if args.server_time:

@@ -7,16 +7,21 @@ for Redis that is `Handoff` (a thread) and
 (`Channels`) and the scripts and keys of `fencedlease._redis`:
 
 1. It makes sure the manager's one listener connection (on a pool of its own, never one of the
-   caller's pool's connections) is subscribed to the key's channel
-   ``<prefix>:{<key>}:handoff`` (started lazily on the first wait; a channel nobody waits on is
-   unsubscribed after ``linger_s`` seconds, so a steady stream of waiters costs no SUBSCRIBE).
-2. It queues the waiter in Redis (``enqueue.lua``: one EVALSHA), oldest first. If the key turned out
-   to be free meanwhile, or already handed to this waiter, it returns at once: acquire now.
+   caller's pool's connections) is subscribed to the key's channel of this listener,
+   ``<prefix>:{<key>}:handoff:<listener id>`` (started lazily on the first wait; a channel nobody
+   waits on is unsubscribed after ``linger_s`` seconds, so a steady stream of waiters costs no
+   SUBSCRIBE).
+2. It queues the waiter in Redis (``enqueue.lua``: one EVALSHA), oldest first, with the listener's
+   id. If the key turned out to be free meanwhile, or already handed to this waiter, it returns at
+   once: acquire now.
 3. It sleeps until woken or until the retry delay the manager chose has passed.
 
 ``release.lua`` hands the lease to the oldest live waiter as a new grant (new fencing token) and
-publishes the SHA-1 of that waiter's owner token; the listener wakes exactly that waiter, whose next
-acquire finds the key already its own ("already ours": one round trip, no new token). Because the
+publishes the SHA-1 of that waiter's owner token on the channel of that waiter's listener: only the
+process that waits for this grant hears it (with one shared channel per key, every process with a
+waiter would wake for each grant and all but one would discard it), and its listener wakes exactly
+that waiter, whose next acquire finds the key already its own ("already ours": one round trip, no
+new token). Because the
 lease goes to the queue's head rather than back to the free pool, the holder that released cannot
 take it again before the waiters: every contender is served in arrival order (Go's ``sync.Mutex``
 hands off directly to the oldest waiter in its starvation mode for the same reason; Redisson's
@@ -45,7 +50,7 @@ import logging
 from typing import Any, Generic, Protocol, TypeVar
 
 from ._clock import SYSTEM_CLOCK, Clock
-from ._redis.keys import control_channel, enqueue_args
+from ._redis.keys import control_channel, enqueue_args, handoff_channel, listener_id
 from ._redis.replies import text
 
 __all__ = [
@@ -187,6 +192,7 @@ class HandoffBase(Generic[ClientT]):
         self._grace_ms = grace_ms
         self._channels = Channels(linger_s)
         self._control = control_channel(prefix)
+        self._listener = listener_id()  # names this manager's channels: only it wakes
         self._closed = False
         self.notified = 0  # waiters woken by a hand-off message (for the benchmark and tests)
         self._reset()
@@ -197,11 +203,15 @@ class HandoffBase(Generic[ClientT]):
 
     def _enqueue_args(
         self, key: str, owner_token: str, ttl_ms: int, wait_ms: int, final: bool
-    ) -> tuple[tuple[str, str, str], tuple[str, int, int, int]]:
+    ) -> tuple[tuple[str, str, str], tuple[str, int, int, int, str]]:
         """KEYS and ARGV of the queueing script for one wait (see
-        `enqueue_args`)."""
-        prefix, grace_ms = self._prefix, self._grace_ms
-        return enqueue_args(prefix, key, owner_token, ttl_ms, wait_ms, final, grace_ms)
+        `enqueue_args`), naming this listener's channel."""
+        prefix, grace_ms, listener = self._prefix, self._grace_ms, self._listener
+        return enqueue_args(prefix, key, owner_token, ttl_ms, wait_ms, final, grace_ms, listener)
+
+    def _channel(self, key: str) -> str:
+        """The channel this listener hears ``key``'s grants to its own waiters on."""
+        return handoff_channel(self._prefix, key, self._listener)
 
 
 def release_waiter_for(backend: object, clock: Clock = SYSTEM_CLOCK) -> ReleaseWaiter:

@@ -27,7 +27,7 @@ from ._handoff import (
 )
 from ._redis.clients import dedicated_client
 from ._redis.errors import acl_denial, backend_errors
-from ._redis.keys import control_channel, handoff_channel
+from ._redis.keys import control_channel, listener_id
 from ._redis.replies import text
 from ._redis.scripts import ENQUEUE, run_script
 from ._renewer import shutdown_pool
@@ -73,7 +73,7 @@ class Handoff(HandoffBase[redis.Redis]):
             BackendError: the queueing command failed (as the acquire itself would).
         """
         until = time.monotonic() + timeout_s
-        channel = handoff_channel(self._prefix, key)
+        channel = self._channel(key)
         name = waiter_name(owner_token)
         event = threading.Event()
         channels = self._channels
@@ -166,6 +166,7 @@ class Handoff(HandoffBase[redis.Redis]):
         child's own, on a control channel of its own. No I/O."""
         self._channels = Channels(self._channels.linger_s)
         self._control = control_channel(self._prefix)
+        self._listener = listener_id()
         self._reset()
 
     def _listen_round(

@@ -278,7 +278,11 @@ _BAD_DETAILS = [
     "{d}:5000:",
     ":5000:0",
     "",
-    "{d}:5000:0:7",
+    "{d}:5000:0:7:8",
+    "{d}:5000:0:",
+    "{d}:5000:0:AB",
+    "{d}:5000:0:" + "a" * 33,
+    "{d}:5000:0:a b",
 ]
 
 
@@ -288,7 +292,8 @@ def test_a_malformed_waiter_entry_is_dropped_like_a_dead_one(
     redis_url: str, admin: redis.Redis, face: str, details: str
 ) -> None:
     """Waiter details that do not parse, or whose numbers are out of bounds (a ttl of 0, a
-    negative, huge or fractional field, an empty one), cannot fail the release half-way: that
+    negative, huge or fractional field, an empty one, a listener id that is not 1..32 lowercase
+    hex digits, a fifth field), cannot fail the release half-way: that
     waiter is skipped, the next live one gets the lease with the exact next token."""
     seconds, micros = admin.time()
     deadline = seconds * 1000 + micros // 1000 + 60_000

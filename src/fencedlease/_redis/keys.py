@@ -55,6 +55,7 @@ __all__ = [
     "key_base",
     "lease_key",
     "lease_keys",
+    "listener_id",
     "redis_keys",
     "renew_many_args",
     "resource_keys",
@@ -103,9 +104,18 @@ def waiters_meta_key(prefix: str, key: str) -> str:
     return key_base(prefix, key) + ":waiters:meta"
 
 
-def handoff_channel(prefix: str, key: str) -> str:
-    """The pub/sub channel a release wakes ``key``'s waiters on: ``<base>:handoff``."""
-    return key_base(prefix, key) + ":handoff"
+def handoff_channel(prefix: str, key: str, listener: str = "") -> str:
+    """The pub/sub channel a release wakes ``key``'s waiters on: ``<base>:handoff:<listener>``,
+    the channel of the one hand-off listener (`listener_id`) whose waiter is granted the key, so
+    no other process wakes; ``<base>:handoff`` without a listener id."""
+    channel = key_base(prefix, key) + ":handoff"
+    return f"{channel}:{listener}" if listener else channel
+
+
+def listener_id() -> str:
+    """A new hand-off listener's id, 16 random lowercase hex digits (``enqueue.lua`` takes 1..32):
+    its waiters' grants are published on ``handoff_channel(prefix, key, id)``."""
+    return secrets.token_hex(8)
 
 
 def control_channel(prefix: str) -> str:
@@ -152,12 +162,20 @@ def renew_many_args(
 
 
 def enqueue_args(
-    prefix: str, key: str, owner_token: str, ttl_ms: int, wait_ms: int, final: bool, grace_ms: int
-) -> tuple[tuple[str, str, str], tuple[str, int, int, int]]:
+    prefix: str,
+    key: str,
+    owner_token: str,
+    ttl_ms: int,
+    wait_ms: int,
+    final: bool,
+    grace_ms: int,
+    listener: str = "",
+) -> tuple[tuple[str, str, str], tuple[str, int, int, int, str]]:
     """KEYS and ARGV of ``enqueue.lua`` (both faces). The last wait gets no grace: a hand-off
-    after it would find nobody to claim it."""
+    after it would find nobody to claim it. ``listener``: the waiter's listener id (see
+    `handoff_channel`; "" for the shared channel)."""
     keys = (lease_key(prefix, key), waiters_key(prefix, key), waiters_meta_key(prefix, key))
-    return keys, (owner_token, wait_ms, ttl_ms, 0 if final else grace_ms)
+    return keys, (owner_token, wait_ms, ttl_ms, 0 if final else grace_ms, listener)
 
 
 @attrs.frozen

@@ -27,7 +27,6 @@ from .._handoff import (
 )
 from .._redis.aio import dedicated_client, run_script
 from .._redis.errors import acl_denial, backend_errors
-from .._redis.keys import handoff_channel
 from .._redis.replies import text
 from .._redis.scripts import ENQUEUE
 from ._primitives import retrieve
@@ -92,7 +91,7 @@ class AsyncHandoff(HandoffBase[redis.asyncio.Redis]):
         """
         loop = asyncio.get_running_loop()
         until = loop.time() + timeout_s
-        channel = handoff_channel(self._prefix, key)
+        channel = self._channel(key)
         name = waiter_name(owner_token)
         event = asyncio.Event()
         channels = self._channels

@@ -1,18 +1,23 @@
 -- Queue a waiter for the lease's next release (fencedlease._handoff; the hand-off is release.lua).
 -- KEYS[1]  lease key       <prefix>:{<key>}                 value "<fencing_token>:<owner_token>"
 -- KEYS[2]  waiter queue    <prefix>:{<key>}:waiters         sorted set: owner token -> arrival us
--- KEYS[3]  waiter details  <prefix>:{<key>}:waiters:meta    hash: owner -> "<deadline_ms>:<ttl_ms>:<grace_ms>"
+-- KEYS[3]  waiter details  <prefix>:{<key>}:waiters:meta    hash: owner ->
+--                            "<deadline_ms>:<ttl_ms>:<grace_ms>:<listener>"
 -- ARGV[1]  the waiter's owner token (the one its acquire retries with)
 -- ARGV[2]  how long this wait lasts, milliseconds (the waiter polls again then)
 -- ARGV[3]  the ttl_ms the waiter asked for
 -- ARGV[4]  grace_ms: how long past the wait the waiter is still taken as alive
+-- ARGV[5]  optional: the waiter's listener id (1..32 lowercase hex digits): release.lua wakes it
+--          on "<lease key>:handoff:<listener>", the channel only its own process subscribes to;
+--          missing or empty: on "<lease key>:handoff"
 -- returns  1 queued (the arrival time of a waiter already queued is kept: first come, first
 --            served across its polls); its deadline is now + ARGV[2] + ARGV[4] on Redis's clock;
 --          0 the lease key is free, or already this owner's (handed to it): acquire now; the
 --            waiter is taken out of the queue;
 --          an error reply "ERR fencedlease enqueue: ...", with nothing written, when a key holds
 --            another type (or cannot be read), the lease key a malformed value, or ARGV[2..4]
---            are not decimal integers in 0..2^31-1 (ttl_ms 1..2^31-1).
+--            are not decimal integers in 0..2^31-1 (ttl_ms 1..2^31-1), or ARGV[5] is not a
+--            listener id.
 -- Every read and type check comes before the first write, and the writes cannot fail on the
 -- keys' contents (only a command an ACL denies can: the manager then releases with the same
 -- owner token, which takes the waiter out of the queue).
@@ -38,6 +43,10 @@ for i, low in pairs({[2] = 0, [3] = 1, [4] = 0}) do
     return redis.error_reply('ERR fencedlease enqueue: ARGV[' .. i .. '] must be an integer in '
                              .. low .. '..2147483647, got ' .. ARGV[i])
   end
+end
+local listener = ARGV[5] or ''
+if listener ~= '' and not (#listener <= 32 and string.find(listener, '^[0-9a-f]+$')) then
+  return redis.error_reply('ERR fencedlease enqueue: ARGV[5] must be 1..32 lowercase hex digits')
 end
 local current, _, holder, why = lease_at(KEYS[1])
 if why then
@@ -68,7 +77,7 @@ local now_ms = seconds * 1000 + math.floor(micros / 1000)
 local wait_ms, grace_ms = tonumber(ARGV[2]), tonumber(ARGV[4])
 redis.call('ZADD', KEYS[2], 'NX', string.format('%d', seconds * 1000000 + micros), owner)
 redis.call('HSET', KEYS[3], owner,
-           string.format('%d:%s:%d', now_ms + wait_ms + grace_ms, ARGV[3], grace_ms))
+           string.format('%d:%s:%d:%s', now_ms + wait_ms + grace_ms, ARGV[3], grace_ms, listener))
 local keep_ms = wait_ms + 2 * grace_ms
 for i = 2, 3 do
   if redis.call('PTTL', KEYS[i]) < keep_ms then

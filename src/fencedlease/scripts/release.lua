@@ -3,7 +3,8 @@
 -- KEYS[1]  lease key       <prefix>:{<key>}               value "<fencing_token>:<owner_token>"
 -- KEYS[2]  fencing counter <prefix>:{<key>}:fence         INCRed only when handing the lease over
 -- KEYS[3]  waiter queue    <prefix>:{<key>}:waiters       sorted set: owner token -> arrival us
--- KEYS[4]  waiter details  <prefix>:{<key>}:waiters:meta  hash: owner -> "<deadline_ms>:<ttl_ms>:<grace_ms>"
+-- KEYS[4]  waiter details  <prefix>:{<key>}:waiters:meta  hash: owner ->
+--                          "<deadline_ms>:<ttl_ms>:<grace_ms>:<listener>" (enqueue.lua)
 -- ARGV[1]  owner token
 -- ARGV[2]  fencing mode of a hand-off grant: 'counter' (or missing) or 'clock' (next_token)
 -- ARGV[3]  optional: 'shard' to wake by SPUBLISH (a Redis Cluster's sharded pub/sub, Redis 7+),
@@ -22,7 +23,9 @@
 -- the lease as a new grant: the fencing counter KEYS[2] is INCRed (in 'clock' mode then set to the token), the key is set
 -- to "<token>:<waiter's owner token>" with PX min(ttl_ms, deadline - now + grace_ms) until the
 -- waiter claims it (acquire.lua's "already ours" path resets the TTL), and the waiter is woken by
--- PUBLISH on "<lease key>:handoff" with the SHA-1 of its owner token (never the token itself).
+-- PUBLISH on "<lease key>:handoff:<listener>" (the channel only the waiter's own process listens
+-- on, so no other process wakes; "<lease key>:handoff" for an entry without a listener id) with
+-- the SHA-1 of its owner token (never the token itself).
 -- The new token is the counter's decimal successor computed on its digits (never a Lua number,
 -- exact only up to 2^53).
 -- So a releasing holder cannot barge ahead of the queue: waiters are served first come, first
@@ -48,15 +51,17 @@ local function bounded(s, low, high)  -- a decimal integer in low..high (at most
   end
   return n
 end
--- A waiter's details "<deadline_ms>:<ttl_ms>:<grace_ms>", every field checked before it reaches a
--- write (a deadline in 1..10^15-1, ttl_ms in 1..2^31-1, grace_ms in 0..2^31-1): the numbers, or
--- nil for an entry that does not parse (dropped like a dead waiter).
+-- A waiter's details "<deadline_ms>:<ttl_ms>:<grace_ms>[:<listener>]", every field checked
+-- before it reaches a write (a deadline in 1..10^15-1, ttl_ms in 1..2^31-1, grace_ms in
+-- 0..2^31-1, the listener id 0..32 lowercase hex digits): the numbers and the listener id ('' for
+-- none), or nil for an entry that does not parse (dropped like a dead waiter).
 local function parse_details(info)
-  local d, t, g = string.match(info, '^(%d+):(%d+):(%d+)$')
+  local d, t, g, rest = string.match(info, '^(%d+):(%d+):(%d+)(.*)$')
+  local l = rest == '' and '' or string.match(rest or '', '^:([0-9a-f]+)$')
   local deadline, ttl_ms, grace_ms = bounded(d, 1, 999999999999999), bounded(t, 1, MAX_MS),
                                      bounded(g, 0, MAX_MS)
-  if deadline and ttl_ms and grace_ms then
-    return deadline, ttl_ms, grace_ms
+  if deadline and ttl_ms and grace_ms and l and #l <= 32 then
+    return deadline, ttl_ms, grace_ms, l
   end
   return nil
 end
@@ -103,9 +108,9 @@ if waiting > 0 then
     local waiter = head[1]
     local info = redis.call('HGET', KEYS[4], waiter)
     redis.call('HDEL', KEYS[4], waiter)
-    local deadline, ttl_ms, grace_ms = nil, nil, nil
+    local deadline, ttl_ms, grace_ms, listener = nil, nil, nil, nil
     if info and waiter ~= owner then
-      deadline, ttl_ms, grace_ms = parse_details(info)
+      deadline, ttl_ms, grace_ms, listener = parse_details(info)
     end
     if deadline and deadline > now_ms then  -- a malformed entry is dropped like a dead one
       -- 1 <= px <= ttl_ms <= 2^31-1: a PX that SET takes, whatever the entry held
@@ -116,6 +121,9 @@ if waiting > 0 then
         redis.call('SET', KEYS[2], handed_token)  -- the counter reaches the token
       end
       local channel, name = KEYS[1] .. ':handoff', redis.sha1hex(waiter)
+      if listener ~= '' then
+        channel = channel .. ':' .. listener
+      end
       local sent = ARGV[3] == 'shard' and redis.pcall('SPUBLISH', channel, name)
       if not sent or (type(sent) == 'table' and sent.err) then
         redis.pcall('PUBLISH', channel, name)
