@@ -37,6 +37,7 @@ from ._redis.scripts import (
     RELEASE,
     RENEW,
     RENEW_MANY,
+    AckedCall,
     Script,
     run_acked,
     run_script,
@@ -119,9 +120,8 @@ class RedisBackend:
         grants = self.grants
         if not grants.replica_acks:
             return run_script(client, script, keys, args), None
-        return run_acked(
-            client, script, keys, args, grants.replica_acks, grants.replica_ack_timeout_ms
-        )
+        call = AckedCall(script, keys, args, grants.replica_acks, grants.replica_ack_timeout_ms)
+        return run_acked(client, call)
 
     def _renewals(self) -> redis.Redis:
         """The client renewals go through (see the class docstring)."""

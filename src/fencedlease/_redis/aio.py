@@ -11,7 +11,7 @@ import redis.asyncio
 from redis.exceptions import NoScriptError
 
 from .._clock import mark_send, send_mark
-from .scripts import Script, acked_replies, eval_reply, primers, waited
+from .scripts import AckedCall, Script, acked_replies, eval_reply, primers, waited
 
 __all__ = ["connected", "dedicated_client", "run_acked", "run_script", "waits_for_connection"]
 
@@ -41,26 +41,16 @@ async def run_script(
         return eval_reply(await pipe.execute(raise_on_error=False))
 
 
-async def run_acked(
-    client: redis.asyncio.Redis,
-    script: Script,
-    keys: Sequence[str],
-    args: Sequence[Any],
-    replicas: int,
-    timeout_ms: int,
-) -> tuple[Any, int]:
+async def run_acked(client: redis.asyncio.Redis, call: AckedCall) -> tuple[Any, int]:
     """`fencedlease._redis.scripts.run_acked`, awaited: the script and ``WAIT`` in one pipeline
     on one connection; the script's reply and the replicas' acknowledgements."""
     if send_mark() is not None:
         await connected(client)
         mark_send()
-    replies: list[Any] = await waited(
-        client, False, script, keys, args, replicas, timeout_ms
-    ).execute(raise_on_error=False)
+    replies: list[Any] = await waited(client, False, *call).execute(raise_on_error=False)
     if isinstance(replies[0], NoScriptError):
         mark_send()
-        pipe = waited(client, True, script, keys, args, replicas, timeout_ms)
-        replies = await pipe.execute(raise_on_error=False)
+        replies = await waited(client, True, *call).execute(raise_on_error=False)
     return acked_replies(replies)
 
 

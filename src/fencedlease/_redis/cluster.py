@@ -15,7 +15,7 @@ batches.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Final, NamedTuple, TypeVar
+from typing import Any, Final, TypeVar
 from urllib.parse import quote, urlsplit
 
 from redis.connection import parse_url
@@ -28,7 +28,7 @@ from .errors import backend_errors
 from .keys import lease_key
 from .options import check_connection_options, check_url_query
 from .replication import GrantOptions
-from .scripts import Script
+from .scripts import AckedCall
 
 T = TypeVar("T")
 
@@ -54,23 +54,6 @@ CLUSTER_SCHEMES: Final = frozenset({"redis+cluster", "rediss+cluster"})
 
 SlotGroup = tuple[int, list[int]]
 """``(slot, indices of the batch's items in that slot)``."""
-
-
-class AckedCall(NamedTuple):
-    """A script call and the ``WAIT replicas timeout_ms`` sent with it on the connection of the
-    node that runs it (``replica_acks``); the fields in the order of
-    `fencedlease._redis.scripts.waited` after its ``client`` and ``source``."""
-
-    script: Script
-    keys: Sequence[str]
-    args: Sequence[object]
-    replicas: int
-    timeout_ms: int
-
-    def command(self, source: bool) -> tuple[object, ...]:
-        """The script's command: EVALSHA, or EVAL of its source when ``source``."""
-        head = ("EVAL", self.script.source) if source else ("EVALSHA", self.script.sha)
-        return (*head, len(self.keys), *self.keys, *self.args)
 
 
 def slot_groups(prefix: str, items: Sequence[tuple[str, str, int]]) -> list[SlotGroup]:

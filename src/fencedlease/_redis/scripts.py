@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from importlib import resources
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import attrs
 import redis
@@ -36,6 +36,7 @@ __all__ = [
     "SEMAPHORE_COUNT",
     "SEMAPHORE_RELEASE",
     "SEMAPHORE_RENEW_MANY",
+    "AckedCall",
     "Script",
     "acked_replies",
     "connected",
@@ -145,18 +146,28 @@ def run_script(
         return eval_reply(pipe.execute(raise_on_error=False))
 
 
-def run_acked(
-    client: redis.Redis,
-    script: Script,
-    keys: Sequence[str],
-    args: Sequence[Any],
-    replicas: int,
-    timeout_ms: int,
-) -> tuple[Any, int]:
-    """`run_script`, followed by ``WAIT replicas timeout_ms`` on the same connection in one round
-    trip (a pipeline: ``WAIT`` counts the replicas that hold the writes of the connection it runs
-    on, and Redis refuses it inside a script): the script's reply and the number of replicas that
-    acknowledged. On ``NOSCRIPT`` the pair is sent again with EVAL (the refused EVALSHA ran
+class AckedCall(NamedTuple):
+    """A script call and the ``WAIT replicas timeout_ms`` sent with it on the connection of the
+    node that runs it (``replica_acks``); the fields in the order of
+    `waited` after its ``client`` and ``source``."""
+
+    script: Script
+    keys: Sequence[str]
+    args: Sequence[object]
+    replicas: int
+    timeout_ms: int
+
+    def command(self, source: bool) -> tuple[object, ...]:
+        """The script's command: EVALSHA, or EVAL of its source when ``source``."""
+        head = ("EVAL", self.script.source) if source else ("EVALSHA", self.script.sha)
+        return (*head, len(self.keys), *self.keys, *self.args)
+
+
+def run_acked(client: redis.Redis, call: AckedCall) -> tuple[Any, int]:
+    """`run_script` of ``call``, followed by its ``WAIT replicas timeout_ms`` on the same
+    connection in one round trip (a pipeline: ``WAIT`` counts the replicas that hold the writes
+    of the connection it runs on, and Redis refuses it inside a script): the script's reply and
+    the number of replicas that acknowledged. On ``NOSCRIPT`` the pair is sent again with EVAL (the refused EVALSHA ran
     nothing). Under `fencedlease._clock.marking_sends` each send is marked, as in `run_script`.
 
     Raises:
@@ -165,13 +176,10 @@ def run_acked(
     if send_mark() is not None:
         connected(client)
         mark_send()
-    replies = waited(client, False, script, keys, args, replicas, timeout_ms).execute(
-        raise_on_error=False
-    )
+    replies = waited(client, False, *call).execute(raise_on_error=False)
     if isinstance(replies[0], NoScriptError):
         mark_send()
-        pipe = waited(client, True, script, keys, args, replicas, timeout_ms)
-        replies = pipe.execute(raise_on_error=False)
+        replies = waited(client, True, *call).execute(raise_on_error=False)
     return acked_replies(replies)
 
 

@@ -30,7 +30,7 @@ from .._redis.replies import (
     decode_renew,
     decode_renew_many,
 )
-from .._redis.scripts import ACQUIRE, INSPECT, RELEASE, RENEW, RENEW_MANY, Script
+from .._redis.scripts import ACQUIRE, INSPECT, RELEASE, RENEW, RENEW_MANY, AckedCall, Script
 from .._redis.sentinel_aio import AsyncSwitchWatcher
 from .._redis.wire import PackedRenewals, PrimaryReads
 from .._redis.wire_aio import packs_itself, run_packed
@@ -109,9 +109,8 @@ class AsyncRedisBackend:
         grants = self.grants
         if not grants.replica_acks:
             return await run_script(client, script, keys, args), None
-        return await run_acked(
-            client, script, keys, args, grants.replica_acks, grants.replica_ack_timeout_ms
-        )
+        call = AckedCall(script, keys, args, grants.replica_acks, grants.replica_ack_timeout_ms)
+        return await run_acked(client, call)
 
     def _renewals(self) -> redis.asyncio.Redis:
         """The client renewals go through (see the class docstring)."""

@@ -2,7 +2,7 @@
 -- KEYS[1]  lease key       <prefix>:{<key>}                 value "<fencing_token>:<owner_token>"
 -- KEYS[2]  waiter queue    <prefix>:{<key>}:waiters         sorted set: owner token -> arrival us
 -- KEYS[3]  waiter details  <prefix>:{<key>}:waiters:meta    hash: owner ->
---                            "<deadline_ms>:<ttl_ms>:<grace_ms>:<listener>"
+--                            "<deadline_ms>:<ttl_ms>:<grace_ms>[:<listener>]"
 -- ARGV[1]  the waiter's owner token (the one its acquire retries with)
 -- ARGV[2]  how long this wait lasts, milliseconds (the waiter polls again then)
 -- ARGV[3]  the ttl_ms the waiter asked for
@@ -76,8 +76,11 @@ local seconds, micros = tonumber(clock[1]), tonumber(clock[2])
 local now_ms = seconds * 1000 + math.floor(micros / 1000)
 local wait_ms, grace_ms = tonumber(ARGV[2]), tonumber(ARGV[4])
 redis.call('ZADD', KEYS[2], 'NX', string.format('%d', seconds * 1000000 + micros), owner)
-redis.call('HSET', KEYS[3], owner,
-           string.format('%d:%s:%d:%s', now_ms + wait_ms + grace_ms, ARGV[3], grace_ms, listener))
+local details = string.format('%d:%s:%d', now_ms + wait_ms + grace_ms, ARGV[3], grace_ms)
+if listener ~= '' then  -- no listener id: the three fields alone, as release.lua parses them
+  details = details .. ':' .. listener
+end
+redis.call('HSET', KEYS[3], owner, details)
 local keep_ms = wait_ms + 2 * grace_ms
 for i = 2, 3 do
   if redis.call('PTTL', KEYS[i]) < keep_ms then
