@@ -168,7 +168,8 @@ def run_acked(client: redis.Redis, call: AckedCall) -> tuple[Any, int]:
     connection in one round trip (a pipeline: ``WAIT`` counts the replicas that hold the writes
     of the connection it runs on, and Redis refuses it inside a script): the script's reply and
     the number of replicas that acknowledged. On ``NOSCRIPT`` the pair is sent again with EVAL
-    (the refused EVALSHA ran nothing). Under `fencedlease._clock.marking_sends` each send is marked, as in `run_script`.
+    (the refused EVALSHA ran nothing). Under `fencedlease._clock.marking_sends` each send is
+    marked, as in `run_script`.
 
     Raises:
         redis.RedisError: the script's error (or the WAIT's, or the connection's).
