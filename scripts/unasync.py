@@ -44,6 +44,7 @@ NAMES: dict[str, str] = {
     "AsyncLeaseBackend": "LeaseBackend",
     "AsyncLeaseManager": "LeaseManager",
     "AsyncLeaseOutcome": "LeaseOutcome",
+    "AsyncPrimaryCheck": "PrimaryCheck",
     "AsyncRedisBackend": "RedisBackend",
     "AsyncReleaseWaiter": "ReleaseWaiter",
     "AsyncRenewer": "Renewer",

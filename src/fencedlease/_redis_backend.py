@@ -38,7 +38,7 @@ from ._redis.scripts import (
     run_acked,
     run_script,
 )
-from ._redis.sentinel import SwitchWatcher
+from ._redis.sentinel import PrimaryCheck, SwitchWatcher
 from ._validate import check_prefix
 
 __all__ = ["RedisBackend"]
@@ -70,7 +70,10 @@ class RedisBackend:
     Sentinel: over a client of ``Sentinel.master_for`` (or a ``redis+sentinel://`` URL) the
     backend subscribes to ``+switch-master`` on the sentinels from its first acquire or renewal;
     on the event it drops the pool's connections and calls ``on_primary_switch()`` (the manager
-    renews every lease at once there). See `fencedlease._redis.sentinel`.
+    renews every lease at once there). A renewal (a batch, or one lease's) moves deadlines only
+    if a sentinel, asked after it ran, names the address it ran on as the primary
+    (`PrimaryCheck`); otherwise each lease it renewed is answered with a
+    [`BackendError`][fencedlease.BackendError] saying so. See `fencedlease._redis.sentinel`.
 
     Raises:
         ValidationError: ``prefix`` is not a non-empty str, or holds ``{`` or ``}``;
@@ -94,6 +97,7 @@ class RedisBackend:
         self.primary = PrimaryWatch()
         self.on_primary_switch: Callable[[], object] | None = None
         self._switches = SwitchWatcher(client, self._primary_switched)
+        self._check = PrimaryCheck(client)
         self._owns_client = owns_client
         self._renewal_client: redis.Redis | None = None
 
@@ -117,6 +121,28 @@ class RedisBackend:
         return run_acked(
             client, script, keys, args, grants.replica_acks, grants.replica_ack_timeout_ms
         )
+
+    def _renewal(
+        self,
+        client: redis.Redis,
+        script: Script,
+        keys: Sequence[str],
+        args: Sequence[object],
+    ) -> tuple[object, int | None, str | None]:
+        """`_run` of a renewal script, and why its renewals do not count (the sentinels name
+        another primary, or none answered), or None."""
+        if not self._check.active:
+            return (*self._run(client, script, keys, args), None)
+        (reply, acks), doubt = self._check.run(
+            lambda one: self._run(one, script, keys, args), self._switches.switched
+        )
+        return reply, acks, doubt
+
+    def _unconfirmed(self, key: str, acks: int | None, doubt: str | None) -> BackendError:
+        """The error of ``key``'s renewal that answered but does not count."""
+        if doubt is not None:
+            return BackendError(f"renew {key!r}: {doubt}")
+        return self.grants.refusal(f"renew {key!r}", acks or 0)
 
     def _renewals(self) -> redis.Redis:
         """The client renewals go through (see the class docstring)."""
@@ -160,27 +186,27 @@ class RedisBackend:
 
     def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
         try:
-            reply, acks = self._run(
+            reply, acks, doubt = self._renewal(
                 self.client, RENEW, (lease_key(self.prefix, key),), (owner_token, ttl_ms)
             )
         except STORE_ERRORS as exc:
             raise store_error(f"renew {key!r}", exc)  # noqa: B904
         token = decode_renew(reply, key)
-        if token and self.grants.short(acks):
-            raise self.grants.refusal(f"renew {key!r}", acks or 0)
+        if token and (doubt is not None or self.grants.short(acks)):
+            raise self._unconfirmed(key, acks, doubt)
         return token
 
     def renew_many(self, items: Sequence[tuple[str, str, int]]) -> list[int | BaseException]:
         keys, args = renew_many_args(self.prefix, items)
         try:
-            reply, acks = self._run(self._renewals(), RENEW_MANY, keys, args)
+            reply, acks, doubt = self._renewal(self._renewals(), RENEW_MANY, keys, args)
         except STORE_ERRORS as exc:
             raise store_error(f"renew {len(items)} leases", exc)  # noqa: B904
         results = decode_renew_many(items, reply)
-        if not self.grants.short(acks):
+        if doubt is None and not self.grants.short(acks):
             return results
         return [
-            self.grants.refusal(f"renew {key!r}", acks or 0)
+            self._unconfirmed(key, acks, doubt)
             if isinstance(result, int) and result > 0
             else result
             for (key, _, _), result in zip(items, results, strict=True)
@@ -206,6 +232,7 @@ class RedisBackend:
 
     def close(self) -> None:
         self._switches.close(sentinels=self._owns_client)
+        self._check.close()
         renewals, self._renewal_client = self._renewal_client, None
         if renewals is not None and renewals is not self.client:
             with backend_errors("close"):
