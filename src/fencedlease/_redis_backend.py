@@ -106,6 +106,13 @@ class RedisBackend:
         if hook is not None:
             hook()
 
+    def _primary_moved(self) -> None:
+        """The sentinels name another primary than a renewal ran on: the pool's idle
+        connections are dropped (the next one asks the sentinels; one in use is dropped when
+        given back, its address no longer the pool's) and every lease is renewed at once."""
+        self.client.connection_pool.disconnect(inuse_connections=False)
+        self._primary_switched()
+
     def _run(
         self,
         client: redis.Redis,
@@ -134,7 +141,7 @@ class RedisBackend:
         if not self._check.active:
             return (*self._run(client, script, keys, args), None)
         (reply, acks), doubt = self._check.run(
-            lambda one: self._run(one, script, keys, args), self._switches.switched
+            lambda one: self._run(one, script, keys, args), self._primary_moved
         )
         return reply, acks, doubt
 

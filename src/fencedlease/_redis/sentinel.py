@@ -262,8 +262,9 @@ class PrimaryCheck:
     ) -> tuple[T, str | None]:
         """``fn(one)``'s result, ``one`` a client on a single connection of the pool, and None
         when the sentinels confirm the primary it ran on; else why not (see `doubt`). When a
-        sentinel names another address, ``switched()`` is called (it drops the pool's
-        connections: the next one asks the sentinels) and ``fn`` runs once more, checked again.
+        sentinel names another address, ``switched()`` is called (it drops the pool's idle
+        connections, so the next one asks the sentinels; the backend's also renews every
+        lease at once) and ``fn`` runs once more, on a new connection, checked again.
 
         Raises:
             redis.RedisError: what ``fn`` raised, or the connection's error.

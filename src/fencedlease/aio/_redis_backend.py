@@ -96,6 +96,13 @@ class AsyncRedisBackend:
         if hook is not None:
             hook()
 
+    async def _primary_moved(self) -> None:
+        """The sentinels name another primary than a renewal ran on: the pool's idle
+        connections are dropped (the next one asks the sentinels; one in use is dropped when
+        given back, its address no longer the pool's) and every lease is renewed at once."""
+        await self.client.connection_pool.disconnect(inuse_connections=False)
+        self._primary_switched()
+
     async def _run(
         self,
         client: redis.asyncio.Redis,
@@ -124,7 +131,7 @@ class AsyncRedisBackend:
         if not self._check.active:
             return (*await self._run(client, script, keys, args), None)
         (reply, acks), doubt = await self._check.run(
-            lambda one: self._run(one, script, keys, args), self._switches.switched
+            lambda one: self._run(one, script, keys, args), self._primary_moved
         )
         return reply, acks, doubt
 
