@@ -218,7 +218,12 @@ class PrimaryCheck:
     ran, or the sentinels would name the new one). A deposed primary stays a writable master
     for seconds after a planned failover, and a holder that missed ``+switch-master`` would go
     on renewing there while the new primary hands its key to another. Each sentinel is asked
-    once per check, on a client of the check's own (`unretried`), closed by `close`."""
+    once per check, on a client of the check's own (`unretried`), closed by `close`.
+
+    With ``replica_acks`` the script and its ``WAIT`` go out as a pipeline, which redis-py
+    gives a connection of the pool's own choosing, maybe not ``one``'s: the address checked is
+    then ``one``'s. The ``WAIT`` covers that case: a renewal a deposed primary answered gets no
+    replica's acknowledgement there and does not count either."""
 
     def __init__(self, client: redis.Redis) -> None:
         self._client = client

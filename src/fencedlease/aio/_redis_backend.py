@@ -126,8 +126,9 @@ class AsyncRedisBackend:
         keys: Sequence[str],
         args: Sequence[object],
     ) -> tuple[object, int | None, str | None]:
-        """`_run` of a renewal script, and why its renewals do not count (the sentinels name
-        another primary, or none answered), or None."""
+        """`_run` of a renewal script on ``client``, and None; on Sentinel, on one connection
+        of the pool (`AsyncPrimaryCheck.run`), and why its renewals do not count (the sentinels
+        name another primary, or none answered), or None when they do."""
         if not self._check.active:
             return (*await self._run(client, script, keys, args), None)
         (reply, acks), doubt = await self._check.run(
