@@ -228,7 +228,8 @@ class PrimaryCheck:
     def __init__(self, client: redis.Redis) -> None:
         self._client = client
         self._sentinels = sentinel_clients(client)
-        self._asked: list[redis.Redis] | None = None
+        # made now (no I/O), not on first use: two renewal threads may check at once
+        self._asked = [unretried(sentinel) for sentinel in self._sentinels]
         self.checks = 0  #: how many times the sentinels were asked
 
     @property
@@ -240,8 +241,6 @@ class PrimaryCheck:
         does (each one's error is dropped: the next is asked)."""
         self.checks += 1
         service = self._client.connection_pool.service_name  # type: ignore[attr-defined]
-        if self._asked is None:
-            self._asked = [unretried(sentinel) for sentinel in self._sentinels]
         for sentinel in self._asked:
             try:
                 reply = sentinel.sentinel_get_master_addr_by_name(service)
@@ -288,8 +287,7 @@ class PrimaryCheck:
 
     def close(self) -> None:
         """Close the check's own sentinel clients."""
-        asked, self._asked = self._asked, None
-        for sentinel in asked or ():
+        for sentinel in self._asked:
             sentinel.close()
             sentinel.connection_pool.disconnect()
 

@@ -132,7 +132,8 @@ class AsyncPrimaryCheck:
     def __init__(self, client: redis.asyncio.Redis) -> None:
         self._client = client
         self._sentinels = sentinel_clients(client)
-        self._asked: list[redis.asyncio.Redis] | None = None
+        # made now (no I/O), not on first use: two renewal threads may check at once
+        self._asked = [unretried(sentinel) for sentinel in self._sentinels]
         self.checks = 0  #: how many times the sentinels were asked
 
     @property
@@ -144,8 +145,6 @@ class AsyncPrimaryCheck:
         does."""
         self.checks += 1
         service = self._client.connection_pool.service_name  # type: ignore[attr-defined]
-        if self._asked is None:
-            self._asked = [unretried(sentinel) for sentinel in self._sentinels]
         for sentinel in self._asked:
             try:
                 reply = await sentinel.sentinel_get_master_addr_by_name(service)
@@ -192,7 +191,6 @@ class AsyncPrimaryCheck:
 
     async def close(self) -> None:
         """Close the check's own sentinel clients."""
-        asked, self._asked = self._asked, None
-        for sentinel in asked or ():
+        for sentinel in self._asked:
             await sentinel.aclose()
             await sentinel.connection_pool.disconnect()
