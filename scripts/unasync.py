@@ -45,6 +45,7 @@ NAMES: dict[str, str] = {
     "AsyncLeaseBackend": "LeaseBackend",
     "AsyncLeaseManager": "LeaseManager",
     "AsyncLeaseOutcome": "LeaseOutcome",
+    "AsyncPrimaryCheck": "PrimaryCheck",
     "AsyncRedisBackend": "RedisBackend",
     "AsyncRedisClusterBackend": "RedisClusterBackend",
     "AsyncReleaseWaiter": "ReleaseWaiter",

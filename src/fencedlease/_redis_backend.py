@@ -42,7 +42,7 @@ from ._redis.scripts import (
     run_acked,
     run_script,
 )
-from ._redis.sentinel import SwitchWatcher
+from ._redis.sentinel import PrimaryCheck, SwitchWatcher
 from ._redis.wire import PackedRenewals, PrimaryReads, packs_itself, run_packed
 from ._validate import check_prefix
 
@@ -75,7 +75,10 @@ class RedisBackend:
     Sentinel: over a client of ``Sentinel.master_for`` (or a ``redis+sentinel://`` URL) the
     backend subscribes to ``+switch-master`` on the sentinels from its first acquire or renewal;
     on the event it drops the pool's connections and calls ``on_primary_switch()`` (the manager
-    renews every lease at once there). See `fencedlease._redis.sentinel`.
+    renews every lease at once there). A renewal (a batch, or one lease's) moves deadlines only
+    if a sentinel, asked after it ran, names the address it ran on as the primary
+    (`PrimaryCheck`); otherwise each lease it renewed is answered with a
+    [`BackendError`][fencedlease.BackendError] saying so. See `fencedlease._redis.sentinel`.
 
     Raises:
         ValidationError: ``prefix`` is not a non-empty str, or holds ``{`` or ``}``;
@@ -99,6 +102,7 @@ class RedisBackend:
         self.primary = PrimaryWatch()
         self.on_primary_switch: Callable[[], object] | None = None
         self._switches = SwitchWatcher(client, self._primary_switched)
+        self._check = PrimaryCheck(client)
         self._owns_client = owns_client
         self._renewal_client: redis.Redis | None = None
         self._packer: PackedRenewals | None = None
@@ -107,6 +111,13 @@ class RedisBackend:
         hook = self.on_primary_switch
         if hook is not None:
             hook()
+
+    def _primary_moved(self) -> None:
+        """The sentinels name another primary than a renewal ran on: the pool's idle
+        connections are dropped (the next one asks the sentinels; one in use is dropped when
+        given back, its address no longer the pool's) and every lease is renewed at once."""
+        self.client.connection_pool.disconnect(inuse_connections=False)
+        self._primary_switched()
 
     def _run(
         self,
@@ -123,6 +134,29 @@ class RedisBackend:
         call = AckedCall(script, keys, args, grants.replica_acks, grants.replica_ack_timeout_ms)
         return run_acked(client, call)
 
+    def _renewal(
+        self,
+        client: redis.Redis,
+        script: Script,
+        keys: Sequence[str],
+        args: Sequence[object],
+    ) -> tuple[object, int | None, str | None]:
+        """`_run` of a renewal script on ``client``, and None; on Sentinel, on one connection
+        of the pool (`PrimaryCheck.run`), and why its renewals do not count (the sentinels
+        name another primary, or none answered), or None when they do."""
+        if not self._check.active:
+            return (*self._run(client, script, keys, args), None)
+        (reply, acks), doubt = self._check.run(
+            lambda one: self._run(one, script, keys, args), self._primary_moved
+        )
+        return reply, acks, doubt
+
+    def _unconfirmed(self, key: str, acks: int | None, doubt: str | None) -> BackendError:
+        """The error of ``key``'s renewal that answered but does not count."""
+        if doubt is not None:
+            return BackendError(f"renew {key!r}: {doubt}")
+        return self.grants.refusal(f"renew {key!r}", acks or 0)
+
     def _renewals(self) -> redis.Redis:
         """The client renewals go through (see the class docstring)."""
         client = self._renewal_client
@@ -135,19 +169,26 @@ class RedisBackend:
             self._packer = PackedRenewals(RENEW_MANY, self.prefix, encoder.encode)
         return client
 
-    def _renew_many_reply(self, items: Sequence[tuple[str, str, int]]) -> tuple[object, int | None]:
-        """``renew_many.lua``'s reply for ``items`` and the replicas' acks: the batch packed by
-        `PackedRenewals` and sent as it is, unless a ``WAIT`` goes with it or the client holds a
-        connection of its own (then as `_run` sends any script, as after a ``NOSCRIPT``)."""
+    def _renew_many_reply(
+        self, items: Sequence[tuple[str, str, int]]
+    ) -> tuple[object, int | None, str | None]:
+        """``renew_many.lua``'s reply for ``items``, the replicas' acks, and why its renewals do
+        not count (`_renewal`; None when they do): the batch packed by `PackedRenewals` and sent
+        as it is, unless a ``WAIT`` goes with it, the client holds a connection of its own or
+        the sentinels are asked about the connection it ran on (then as `_run` sends any
+        script, as after a ``NOSCRIPT``)."""
         client = self._renewals()
+        if self._check.active:
+            keys, args = renew_many_args(self.prefix, items)
+            return self._renewal(client, RENEW_MANY, keys, args)
         if self._packer is not None and not self.grants.replica_acks and packs_itself(client):
             self._switches.start()
             try:
-                return run_packed(client, self._packer.command(items)), None
+                return run_packed(client, self._packer.command(items)), None, None
             except NoScriptError:
                 pass  # the script cache was flushed: EVALSHA, NOSCRIPT, EVAL, as for any script
         keys, args = renew_many_args(self.prefix, items)
-        return self._run(client, RENEW_MANY, keys, args)
+        return (*self._run(client, RENEW_MANY, keys, args), None)
 
     def release_waiter(self) -> Handoff:
         """The manager's release waiter: the hand-off queue and its listener
@@ -194,26 +235,26 @@ class RedisBackend:
 
     def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
         try:
-            reply, acks = self._run(
+            reply, acks, doubt = self._renewal(
                 self.client, RENEW, (lease_key(self.prefix, key),), (owner_token, ttl_ms)
             )
         except STORE_ERRORS as exc:
             raise store_error(f"renew {key!r}", exc)  # noqa: B904
         token = decode_renew(reply, key)
-        if token and self.grants.short(acks):
-            raise self.grants.refusal(f"renew {key!r}", acks or 0)
+        if token and (doubt is not None or self.grants.short(acks)):
+            raise self._unconfirmed(key, acks, doubt)
         return token
 
     def renew_many(self, items: Sequence[tuple[str, str, int]]) -> list[int | BaseException]:
         try:
-            reply, acks = self._renew_many_reply(items)
+            reply, acks, doubt = self._renew_many_reply(items)
         except STORE_ERRORS as exc:
             raise store_error(f"renew {len(items)} leases", exc)  # noqa: B904
         results = decode_renew_many(items, reply)
-        if not self.grants.short(acks):
+        if doubt is None and not self.grants.short(acks):
             return results
         return [
-            self.grants.refusal(f"renew {key!r}", acks or 0)
+            self._unconfirmed(key, acks, doubt)
             if isinstance(result, int) and result > 0
             else result
             for (key, _, _), result in zip(items, results, strict=True)
@@ -239,6 +280,7 @@ class RedisBackend:
 
     def close(self) -> None:
         self._switches.close(sentinels=self._owns_client)
+        self._check.close()
         renewals, self._renewal_client = self._renewal_client, None
         if renewals is not None and renewals is not self.client:
             with backend_errors("close"):

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from fencedlease.lab.cli import main
 from fencedlease.lab.harness.run import CheckResult
+from fencedlease.lab.servers.redis import find_redis_binary
 
 pytestmark = pytest.mark.chaos
 
@@ -63,6 +67,23 @@ def test_sentinel_short_check(check_run: RunCheck) -> None:
     assert report["topology"] == "sentinel"
     assert report["config"]["replica_acks"] == 1
     assert "Sentinel deployment" in result.redis
+
+
+def test_sentinel_check_passes_with_its_defaults(tmp_path: Path) -> None:
+    """``fencedlease check --topology sentinel`` and nothing else (the seed pinned to make a
+    failure replayable): every grant and renewal acknowledged by the replica (the topology's
+    default), so its failovers hand out no token twice: exit 0."""
+    if find_redis_binary() is None:
+        pytest.skip("no redis-server binary for the harness")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        main, ["check", "--topology", "sentinel", "--seed", "11", "--out", str(out)]
+    )
+    report = json.loads((out / "report.json").read_text("utf-8"))
+    assert result.exit_code == 0, result.output
+    assert report["config"]["replica_acks"] == 1
+    assert (report["verdict"], report["violation_count"]) == ("pass", 0)
+    assert report["stats"]["faults_injected"] >= 3, report["stats"]
 
 
 @pytest.mark.cluster

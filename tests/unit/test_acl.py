@@ -41,6 +41,7 @@ CLIENT_METHODS: dict[str, str | None] = {
     "unsubscribe": "UNSUBSCRIBE",
     "ping": "PING",
     "pubsub": None,  # no command: a pub/sub object
+    "client": None,  # no command: a client on one connection of the same pool
     "pipeline": None,  # no command: its EVALs are sent as EVAL
     "get_message": None,  # reads
     "get_sharded_message": None,  # reads

@@ -175,3 +175,33 @@ def test_a_replay_keeps_the_topology_and_the_grant_options(tmp_path: Path) -> No
     assert replay.schedule == schedule
     given = read_replay(path, {"out_dir": tmp_path / "again", "replica_acks": 0})
     assert given.replica_acks == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "acks"),
+    [
+        (["--topology", "sentinel"], 1),
+        (["--topology", "sentinel", "--replica-acks", "0"], 0),
+        (["--topology", "sentinel", "--replica-acks", "1"], 1),
+        ([], 0),
+        (["--topology", "cluster"], 0),
+    ],
+)
+def test_replica_acks_default_to_one_on_sentinel_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], acks: int
+) -> None:
+    """Not given, ``--replica-acks`` is 1 on Sentinel (a failover then hands no counter token
+    out twice) and 0 elsewhere; given, it is what was given (0 on Sentinel: the control)."""
+    import fencedlease.lab.harness.run as harness_run
+
+    seen: list[int] = []
+
+    def record(config: Any, on_progress: object = None) -> Any:
+        seen.append(config.replica_acks)
+        raise RuntimeError("recorded")  # the run itself is not this test's
+
+    monkeypatch.setattr(harness_run, "run_check", record)
+    result = CliRunner().invoke(main, ["check", *args, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    assert "RuntimeError: recorded" in result.output
+    assert seen == [acks]

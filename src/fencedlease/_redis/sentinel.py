@@ -17,9 +17,11 @@ a writable master until the sentinels reach it (seconds), and renewals there con
 new primary may have handed to someone else. So the backend subscribes to ``+switch-master`` on the
 sentinels (`SwitchWatcher`): on the event it drops every connection of the client's pool (the
 next command asks the sentinels again) and its manager renews every lease at once, on the new
-primary. A holder that reaches only the deposed primary (cut off from the sentinels) hears no
-event: ``replica_acks`` covers it (the deposed primary's renewals get no acknowledgement, so the
-lease is lost at its deadline).
+primary. The event can be missed (a holder cut off from the sentinels, a subscription dropped and
+made again after it), so a renewal batch is also checked (`PrimaryCheck`): it moves deadlines
+only if, once it ran, a sentinel names the address it ran on as the primary. A sentinel naming
+another address drops the pool's connections and the batch runs again there; no sentinel
+answering leaves the leases to end at their deadlines, within ``ttl_ms``.
 """
 
 from __future__ import annotations
@@ -27,12 +29,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote
 
 import attrs
 import redis
 import redis.sentinel
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from .._errors import ValidationError
 from .._redact import redact_url
@@ -41,6 +45,7 @@ from .replies import text
 
 __all__ = [
     "SENTINEL_SCHEME",
+    "PrimaryCheck",
     "SentinelURL",
     "SwitchWatcher",
     "parse_sentinel_url",
@@ -54,6 +59,9 @@ log = logging.getLogger("fencedlease")
 SENTINEL_SCHEME = "redis+sentinel"
 DEFAULT_SENTINEL_PORT = 26379
 SWITCH_CHANNEL = "+switch-master"
+
+T = TypeVar("T")
+Address = tuple[str, int]
 
 
 @attrs.frozen
@@ -158,6 +166,130 @@ def sentinel_clients(client: object) -> list[Any]:
     """The sentinels' clients behind a ``master_for`` client (empty for any other client)."""
     manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
     return list(getattr(manager, "sentinels", ()))
+
+
+def named_address(client: object, reply: object) -> Address | None:
+    """The primary's address in a ``SENTINEL GET-MASTER-ADDR-BY-NAME`` ``reply`` (redis-py's
+    ``(ip, port)``), as ``client``'s connections reach it: the ``force_master_ip`` of its
+    ``Sentinel``, if set, stands for the ip. None for no address (a sentinel that does not
+    know the service)."""
+    if not isinstance(reply, (tuple, list)) or len(reply) != 2:
+        return None
+    manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
+    forced = getattr(manager, "_force_master_ip", None)  # redis-py keeps it private
+    return (text(reply[0]) if forced is None else str(forced), int(reply[1]))
+
+
+def connection_address(connection: object) -> Address:
+    """Where a connection is (or last was) connected: ``(host, port)``."""
+    return (text(getattr(connection, "host", "")), int(getattr(connection, "port", 0)))
+
+
+def doubt(ran_on: Address, named: Address | None, service: str) -> str | None:
+    """Why a batch that ran on ``ran_on`` is not confirmed when the sentinels name ``named``
+    (None: no sentinel named one); None when it is."""
+    if named is None:
+        return f"not confirmed: no sentinel named the primary of {service!r}"
+    if named != ran_on:
+        return (
+            f"not confirmed: it ran on {ran_on[0]}:{ran_on[1]}, the sentinels name"
+            f" {named[0]}:{named[1]} the primary of {service!r}"
+        )
+    return None
+
+
+def unretried(sentinel: Any) -> redis.Redis:
+    """A client of the sentinel ``sentinel`` (a ``redis.Redis``) on a pool of its own, made
+    from its options, that tries each command once: asked after a renewal, a sentinel that does
+    not answer is skipped for the next one, not retried with backoff for seconds. No I/O."""
+    pool = sentinel.connection_pool
+    kwargs = {**pool.connection_kwargs, "retry": Retry(NoBackoff(), 0)}
+    own = redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
+    return redis.Redis(connection_pool=own)
+
+
+class PrimaryCheck:
+    """Whether a renewal batch ran on the primary the sentinels name, for a ``master_for``
+    client (`active`; nothing to check for another client).
+
+    `run` runs the batch on one connection of the client's pool, then asks the sentinels, one
+    at a time until one answers, ``SENTINEL GET-MASTER-ADDR-BY-NAME`` (one round trip per
+    batch, after it: a primary named after the batch ran there was still the primary when it
+    ran, or the sentinels would name the new one). A deposed primary stays a writable master
+    for seconds after a planned failover, and a holder that missed ``+switch-master`` would go
+    on renewing there while the new primary hands its key to another. Each sentinel is asked
+    once per check, on a client of the check's own (`unretried`), closed by `close`.
+
+    With ``replica_acks`` the script and its ``WAIT`` go out as a pipeline, which redis-py
+    gives a connection of the pool's own choosing, maybe not ``one``'s: the address checked is
+    then ``one``'s. The ``WAIT`` covers that case: a renewal a deposed primary answered gets no
+    replica's acknowledgement there and does not count either."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._client = client
+        self._sentinels = sentinel_clients(client)
+        # made now (no I/O), not on first use: two renewal threads may check at once
+        self._asked = [unretried(sentinel) for sentinel in self._sentinels]
+        self.checks = 0  #: how many times the sentinels were asked
+
+    @property
+    def active(self) -> bool:
+        return bool(self._sentinels)
+
+    def named(self) -> Address | None:
+        """The primary's address as the first sentinel that answers names it; None when none
+        does (each one's error is dropped: the next is asked)."""
+        self.checks += 1
+        service = self._client.connection_pool.service_name  # type: ignore[attr-defined]
+        for sentinel in self._asked:
+            try:
+                reply = sentinel.sentinel_get_master_addr_by_name(service)
+            except (redis.RedisError, OSError):
+                continue
+            address = named_address(self._client, reply)
+            if address is not None:
+                return address
+        return None
+
+    def _once(self, fn: Callable[[redis.Redis], T]) -> tuple[T, Address, Address | None]:
+        # one connection of the pool, whose address is known
+        one = self._client.client()  # type: ignore[no-untyped-call]
+        try:
+            result = fn(one)
+            ran_on = connection_address(one.connection)
+        finally:
+            one.close()
+        return result, ran_on, self.named()
+
+    def run(
+        self, fn: Callable[[redis.Redis], T], switched: Callable[[], object]
+    ) -> tuple[T, str | None]:
+        """``fn(one)``'s result, ``one`` a client on a single connection of the pool, and None
+        when the sentinels confirm the primary it ran on; else why not (see `doubt`). When a
+        sentinel names another address, ``switched()`` is called (it drops the pool's idle
+        connections, so the next one asks the sentinels; the backend's also renews every
+        lease at once) and ``fn`` runs once more, on a new connection, checked again.
+
+        Raises:
+            redis.RedisError: what ``fn`` raised, or the connection's error.
+        """
+        service = self._client.connection_pool.service_name  # type: ignore[attr-defined]
+        result, ran_on, named = self._once(fn)
+        if named is None or named == ran_on:
+            return result, doubt(ran_on, named, service)
+        log.warning(
+            "fencedlease: a renewal ran on %s:%s, the sentinels name %s:%s the primary of %r",
+            *ran_on, *named, service,
+        )  # fmt: skip
+        switched()
+        result, ran_on, named = self._once(fn)
+        return result, doubt(ran_on, named, service)
+
+    def close(self) -> None:
+        """Close the check's own sentinel clients."""
+        for sentinel in self._asked:
+            sentinel.close()
+            sentinel.connection_pool.disconnect()
 
 
 def switched_service(message: object, service: str) -> bool:

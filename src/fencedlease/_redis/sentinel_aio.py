@@ -1,30 +1,39 @@
 """The asyncio twins of `fencedlease._redis.sentinel`: the client a ``redis+sentinel://`` URL
-names (``redis.asyncio.sentinel``) and the ``+switch-master`` watch, as a task."""
+names (``redis.asyncio.sentinel``), the ``+switch-master`` watch, as a task, and the check of
+the primary a renewal batch ran on."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import redis.asyncio
 import redis.asyncio.sentinel
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from .._errors import ValidationError
 from .._redact import redact_url
 from .sentinel import (
     SWITCH_CHANNEL,
+    Address,
     client_options,
+    connection_address,
+    doubt,
+    named_address,
     parse_sentinel_url,
     sentinel_clients,
     switched_service,
 )
 
-__all__ = ["AsyncSwitchWatcher", "async_sentinel_client"]
+__all__ = ["AsyncPrimaryCheck", "AsyncSwitchWatcher", "async_sentinel_client"]
 
 log = logging.getLogger("fencedlease.aio")
+
+T = TypeVar("T")
 
 
 def async_sentinel_client(url: str, kwargs: dict[str, Any]) -> redis.asyncio.Redis:
@@ -107,3 +116,81 @@ class AsyncSwitchWatcher:
         if sentinels:  # the sentinels' clients, when the client is ours
             for sentinel in self._sentinels:
                 await sentinel.aclose()
+
+
+def unretried(sentinel: Any) -> redis.asyncio.Redis:
+    """`fencedlease._redis.sentinel.unretried` for ``redis.asyncio``. No I/O."""
+    pool = sentinel.connection_pool
+    kwargs = {**pool.connection_kwargs, "retry": Retry(NoBackoff(), 0)}
+    own = redis.asyncio.ConnectionPool(connection_class=pool.connection_class, **kwargs)
+    return redis.asyncio.Redis(connection_pool=own)
+
+
+class AsyncPrimaryCheck:
+    """`fencedlease._redis.sentinel.PrimaryCheck` for ``redis.asyncio``."""
+
+    def __init__(self, client: redis.asyncio.Redis) -> None:
+        self._client = client
+        self._sentinels = sentinel_clients(client)
+        # made now (no I/O), not on first use: two renewal threads may check at once
+        self._asked = [unretried(sentinel) for sentinel in self._sentinels]
+        self.checks = 0  #: how many times the sentinels were asked
+
+    @property
+    def active(self) -> bool:
+        return bool(self._sentinels)
+
+    async def named(self) -> Address | None:
+        """The primary's address as the first sentinel that answers names it; None when none
+        does."""
+        self.checks += 1
+        service = self._client.connection_pool.service_name  # type: ignore[attr-defined]
+        for sentinel in self._asked:
+            try:
+                reply = await sentinel.sentinel_get_master_addr_by_name(service)
+            except (redis.RedisError, OSError):
+                continue
+            address = named_address(self._client, reply)
+            if address is not None:
+                return address
+        return None
+
+    async def _once(
+        self, fn: Callable[[redis.asyncio.Redis], Awaitable[T]]
+    ) -> tuple[T, Address, Address | None]:
+        one = self._client.client()  # one connection of the pool, whose address is known
+        try:
+            await one.initialize()
+            result = await fn(one)
+            ran_on = connection_address(one.connection)
+        finally:
+            await asyncio.shield(one.aclose())  # the connection goes back even if cancelled
+        return result, ran_on, await self.named()
+
+    async def run(
+        self,
+        fn: Callable[[redis.asyncio.Redis], Awaitable[T]],
+        switched: Callable[[], Awaitable[object]],
+    ) -> tuple[T, str | None]:
+        """`fencedlease._redis.sentinel.PrimaryCheck.run`, awaited.
+
+        Raises:
+            redis.RedisError: what ``fn`` raised, or the connection's error.
+        """
+        service = self._client.connection_pool.service_name  # type: ignore[attr-defined]
+        result, ran_on, named = await self._once(fn)
+        if named is None or named == ran_on:
+            return result, doubt(ran_on, named, service)
+        log.warning(
+            "fencedlease: a renewal ran on %s:%s, the sentinels name %s:%s the primary of %r",
+            *ran_on, *named, service,
+        )  # fmt: skip
+        await switched()
+        result, ran_on, named = await self._once(fn)
+        return result, doubt(ran_on, named, service)
+
+    async def close(self) -> None:
+        """Close the check's own sentinel clients."""
+        for sentinel in self._asked:
+            await sentinel.aclose()
+            await sentinel.connection_pool.disconnect()

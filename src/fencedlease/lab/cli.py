@@ -20,7 +20,13 @@ import attrs
 import click
 from click.core import ParameterSource
 
-from .harness.kinds import DEFAULT_FAULTS, FENCINGS, TOPOLOGIES, TOPOLOGY_DEFAULTS
+from .harness.kinds import (
+    DEFAULT_FAULTS,
+    FENCINGS,
+    TOPOLOGIES,
+    TOPOLOGY_DEFAULTS,
+    default_replica_acks,
+)
 from .harness.nemesis import FAULTS, parse_faults
 from .harness.resources import RESOURCES
 from .harness.workload import MODES, WORKER_KINDS
@@ -135,8 +141,10 @@ def _faults(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
     " default is then that topology's failover faults.",
 )  # fmt: skip
 @click.option(
-    "--replica-acks", default=0, show_default=True, type=click.IntRange(0, 1),
-    help="Replicas that must acknowledge (WAIT) each grant and renewal (--topology sentinel).",
+    "--replica-acks", default=None, type=click.IntRange(0, 1),
+    help="Replicas that must acknowledge (WAIT) each grant and renewal (--topology sentinel)."
+    "  [default: 1 with --topology sentinel, else 0; --replica-acks 0 there is the control:"
+    " a failover hands counter tokens out twice]",
 )  # fmt: skip
 @click.option(
     "--fencing", type=click.Choice(FENCINGS), default="counter", show_default=True,
@@ -173,7 +181,7 @@ def check(
     workers_kind: str | None,
     allow_server_faults: bool,
     topology: str,
-    replica_acks: int,
+    replica_acks: int | None,
     fencing: str,
     replay: Path | None,
     runs: int,
@@ -237,7 +245,7 @@ def check(
         keys=keys,
         body_ms=body_ms,
         topology=topology,  # type: ignore[arg-type]
-        replica_acks=replica_acks,
+        replica_acks=default_replica_acks(topology) if replica_acks is None else replica_acks,
         fencing=fencing,  # type: ignore[arg-type]
     )
     if topology != "standalone" and faults == DEFAULT_FAULTS:

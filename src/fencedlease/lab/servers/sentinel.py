@@ -11,6 +11,7 @@ the replication stream), and the ``+switch-master`` event to wait for (`SwitchWa
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -19,11 +20,20 @@ from typing import Any
 
 import redis
 
-from .redis import RedisServer, RedisUnavailable, free_port
+from .redis import (
+    NO_RETRY,
+    PORT_ATTEMPTS,
+    RedisServer,
+    RedisUnavailable,
+    answers_as,
+    free_ports,
+    port_clash,
+)
 
 __all__ = ["SentinelDeployment", "SwitchWatch"]
 
 _SETTLE_S = 30.0  # how long the deployment may take to come up (replication, sentinel discovery)
+_SENTINEL_UP_S = 10.0  # how long one sentinel may take to answer PING
 
 
 class SwitchWatch:
@@ -72,6 +82,10 @@ class SentinelDeployment:
     down. Use it as a context manager: started on entry, every process stopped and every
     directory removed on exit.
 
+    Every process gets a port of its own, drawn distinct from the others'; one that another
+    process took before ours bound it is given up for a new one (the replicas are told the
+    primary's port once it is up), and a server counts as up only when it answers as itself.
+
     Raises:
         RedisUnavailable: no binary, or a process that did not come up.
     """
@@ -89,11 +103,8 @@ class SentinelDeployment:
         found = self.binary = self.primary.binary
         self.service = service
         self.down_after_ms = down_after_ms
-        self.replicas = [
-            RedisServer(found, extra_args=["--replicaof", "127.0.0.1", str(self.primary.port)])
-            for _ in range(replicas)
-        ]
-        self.sentinel_ports = [free_port() for _ in range(sentinels)]
+        self.replicas = [RedisServer(found) for _ in range(replicas)]  # replicaof: in start()
+        self.sentinel_ports = free_ports(sentinels, exclude={s.port for s in self.servers})
         self._dir = tempfile.mkdtemp(prefix="fencedlease-sentinel-")
         self._sentinels: list[subprocess.Popen[bytes]] = []
 
@@ -149,29 +160,77 @@ class SentinelDeployment:
         try:
             self.primary.start()
             for replica in self.replicas:
+                replica.extra_args = ["--replicaof", "127.0.0.1", str(self.primary.port)]
                 replica.start()
-            for index, port in enumerate(self.sentinel_ports):
-                conf = Path(self._dir) / f"sentinel-{index}.conf"
-                conf.write_text(
-                    f"port {port}\nbind 127.0.0.1\ndir {self._dir}\n"
-                    f"logfile {self._dir}/sentinel-{index}.log\n"
-                    f"sentinel monitor {self.service} 127.0.0.1 {self.primary.port} 2\n"
-                    f"sentinel down-after-milliseconds {self.service} {self.down_after_ms}\n"
-                    f"sentinel failover-timeout {self.service} 10000\n"
-                    f"sentinel parallel-syncs {self.service} 1\n"
-                )
-                self._sentinels.append(
-                    subprocess.Popen(
-                        [self.binary, str(conf), "--sentinel"],
-                        stdout=subprocess.DEVNULL,
-                        stderr=subprocess.DEVNULL,
-                    )
-                )
+            for index in range(len(self.sentinel_ports)):
+                self._sentinels.append(self._start_sentinel(index))
             self._settle()
         except BaseException:
             self.close()
             raise
         return self
+
+    def _start_sentinel(self, index: int) -> subprocess.Popen[bytes]:
+        """Start sentinel ``index`` and wait until it answers as itself; on a port another
+        process took, again on a new port (`PORT_ATTEMPTS` in all).
+
+        Raises:
+            RedisUnavailable: it exited for another reason, or did not answer in time.
+        """
+        log = Path(self._dir) / f"sentinel-{index}.log"
+        for _ in range(PORT_ATTEMPTS):
+            port = self.sentinel_ports[index]
+            log.unlink(missing_ok=True)  # a clash is read from this start's log only
+            conf = Path(self._dir) / f"sentinel-{index}.conf"
+            conf.write_text(
+                f"port {port}\nbind 127.0.0.1\ndir {self._dir}\nlogfile {log}\n"
+                f"sentinel monitor {self.service} 127.0.0.1 {self.primary.port} 2\n"
+                f"sentinel down-after-milliseconds {self.service} {self.down_after_ms}\n"
+                f"sentinel failover-timeout {self.service} 10000\n"
+                f"sentinel parallel-syncs {self.service} 1\n"
+            )
+            process = subprocess.Popen(
+                [self.binary, str(conf), "--sentinel"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            if self._answers(process, port):
+                return process
+            if process.returncode != -signal.SIGKILL and not port_clash(log):
+                raise RedisUnavailable(f"a sentinel exited with {process.returncode}")
+            taken = {s.port for s in self.servers} | set(self.sentinel_ports)
+            self.sentinel_ports[index] = free_ports(1, exclude=taken)[0]
+        raise RedisUnavailable(f"no free port for sentinel {index} in {PORT_ATTEMPTS} tries")
+
+    @staticmethod
+    def _answers(process: subprocess.Popen[bytes], port: int) -> bool:
+        """Wait until the sentinel ``process`` answers on ``port`` (True), or exits, or another
+        process answers there (False: it is killed, and reaped either way).
+
+        Raises:
+            RedisUnavailable: neither within `_SENTINEL_UP_S` (it is stopped).
+        """
+        give_up = time.monotonic() + _SENTINEL_UP_S
+        with redis.Redis(
+            host="127.0.0.1", port=port, socket_timeout=1, socket_connect_timeout=1, retry=NO_RETRY
+        ) as client:
+            while process.poll() is None:
+                try:
+                    if client.ping():
+                        if answers_as(client, process.pid):
+                            return True
+                        break  # another server holds the port: ours is stopped
+                except redis.RedisError:
+                    pass
+                if time.monotonic() > give_up and process.poll() is None:
+                    process.kill()
+                    process.wait()
+                    raise RedisUnavailable(f"a sentinel did not answer on port {port}")
+                time.sleep(0.02)
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+        return False
 
     def _settle(self) -> None:
         give_up = time.monotonic() + _SETTLE_S
