@@ -82,16 +82,16 @@ def packs_itself(client: object) -> bool:
 
 
 class PrimaryReads:
-    """``acquire.lua`` on a pooled connection, the primary's replication id read once per
-    connection: the script runs ``INFO replication`` (the dearest part of an acquire, some 2 us
-    of Redis's time) only when asked (``'primary'``), and it is asked on a connection's first
-    acquire, again after the connection was made anew (redis-py's connect callback: a restart,
-    a failover to another server) or answered an error (say ``READONLY``: the server it is on was
-    demoted). Its other acquires are answered with the id that connection read. A failover
-    drops the connections to the old primary (Sentinel also kills those to the promoted
-    replica), so the first acquire on the new primary reads its id: the change is still seen by
-    the acquire that may get a repeated token. The id is kept on the connection
-    (``fencedlease_primary``)."""
+    """``acquire.lua`` on a pooled connection, the primary's replication id read on every grant
+    and once per connection for refusals: the script runs ``INFO replication`` (the dearest part
+    of an acquire, some 2 us of Redis's time) whenever it grants (a grant is where a counter
+    rolled back by a failover repeats a token, and a server demoted and promoted again keeps its
+    clients' connections, so no id a connection read before is trusted there), and for a
+    refusal only when asked (``'primary'``): on a connection's first acquire, again after the
+    connection was made anew (redis-py's connect callback) or answered an error (say
+    ``READONLY``). A refusal on a connection that knows the id is answered with it, so a
+    contended key's polls cost no INFO. The id is kept on the connection
+    (``fencedlease_primary``), updated by every grant."""
 
     def __init__(self, script: Script, keys: Sequence[str], args: Sequence[object]) -> None:
         self._head = ("EVALSHA", script.sha, len(keys), *keys, *args)
@@ -109,9 +109,10 @@ class PrimaryReads:
         knows); another shape is left to the decoding."""
         if not isinstance(reply, list) or len(reply) != 4:
             return reply
+        if reply[3]:  # every grant reads it; '' when INFO is refused (an ACL): asked again
+            setattr(conn, _PRIMARY, reply[3])
+            return reply
         if self._asked:
-            if reply[3]:  # '' when INFO is refused (an ACL): asked again next time
-                setattr(conn, _PRIMARY, reply[3])
             return reply
         return [*reply[:3], getattr(conn, _PRIMARY, "")]
 

@@ -194,8 +194,9 @@ class AsyncRedisBackend:
         self, key: str, owner_token: str, ttl_ms: int
     ) -> tuple[object, int | None]:
         """``acquire.lua``'s reply, with the primary's replication id, and the replicas' acks:
-        the id read once per connection (`PrimaryReads`), unless a ``WAIT`` goes with it or the
-        client holds a connection of its own (then every acquire reads it)."""
+        the id read by every grant and once per connection for refusals (`PrimaryReads`),
+        unless a ``WAIT`` goes with it or the client holds a connection of its own (then every
+        acquire reads it)."""
         keys = lease_keys(self.prefix, key)
         args = (owner_token, ttl_ms, self.grants.fencing)
         if not self.grants.replica_acks and packs_itself(self.client):

@@ -6,9 +6,10 @@
 -- ARGV[1]  owner token (128 random bits, hex; any string without meaning to Redis)
 -- ARGV[2]  TTL in milliseconds, an integer 1..2147483647 (validated by the client)
 -- ARGV[3]  fencing mode: 'counter' (or missing) or 'clock' (next_token in lease_common.lua)
--- ARGV[4]  optional, 'primary': report the primary's replication id (INFO replication, dearer
---          than the rest of the script: a client asks once per connection, see
---          fencedlease._redis.wire), else '' in its place
+-- ARGV[4]  optional, 'primary': report the primary's replication id on a refusal too (INFO
+--          replication, dearer than the rest of the script: a client asks once per connection,
+--          see fencedlease._redis.wire), else '' in its place; a grant (1 or 2) always reports
+--          it, since a grant is where a rolled-back counter repeats a token
 -- returns  {1, "fencing_token", ttl_ms, primary}  granted now: the counter was INCRed once (and,
 --                                        in 'clock' mode, then set to the token)
 --          {2, "fencing_token", ttl_ms, primary}  already ours: a retried acquire after a lost reply, or a
@@ -16,8 +17,10 @@
 --                                        release issued the token): the stored token, TTL reset,
 --                                        no INCR here
 --          {0, 0, pttl_ms, primary}      held by another owner; its remaining TTL in milliseconds
---          primary is the replication id of the primary that answered (primary_id), when ARGV[4]
---          asks for it ('' else): the client tells a failover by its change.
+--          primary is the replication id of the primary that answered (primary_id), on every
+--          grant and on a refusal when ARGV[4] asks for it ('' else): the client tells a
+--          failover by its change. A server demoted and promoted again keeps its clients'
+--          connections, so a grant never trusts an id a connection read before.
 --          an error reply "ERR fencedlease acquire: ...", with nothing written, when ARGV[2] is
 --          not a decimal integer in 1..2^31-1, a key holds another type (or cannot be read), the lease key
 --          holds a malformed value, or the counter is not an integer in 0..2^63-2 (at 2^63-1 the
@@ -71,6 +74,9 @@ if queued then
   end
   redis.call('ZREM', KEYS[3], owner)
   redis.call('HDEL', KEYS[4], owner)
+end
+if primary == '' then
+  primary = primary_id()
 end
 if current then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
