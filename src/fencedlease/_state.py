@@ -21,6 +21,7 @@ Loss rules (loss is detected two ways, by the store's answer and by the local de
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
@@ -64,6 +65,8 @@ class LeaseState:
 
     __slots__ = (
         "_listeners",
+        "confirmed_sent",
+        "confirmed_ttl_ms",
         "deadline",
         "deadline_moved",
         "expires_wall",
@@ -95,6 +98,9 @@ class LeaseState:
         self.ttl_ms = ttl_ms
         self.deadline = deadline
         self.expires_wall = expires_wall
+        # The send of the newest command Redis confirmed, and its TTL (see confirm).
+        self.confirmed_sent = -math.inf
+        self.confirmed_ttl_ms = ttl_ms
         self.lost = False
         self.lost_reason: str | None = None
         self.releasing = False
@@ -123,7 +129,7 @@ class LeaseState:
     ) -> LeaseState:
         """A lease Redis just granted by a command sent at ``sent_mono`` / ``sent_wall``."""
         seconds = ttl_ms / 1000
-        return cls(
+        state = cls(
             key,
             owner_token,
             fencing_token,
@@ -131,6 +137,8 @@ class LeaseState:
             on_ns_grid(sent_mono + seconds),
             sent_wall + seconds,
         )
+        state.confirmed_sent = sent_mono
+        return state
 
     @property
     def expires_at(self) -> datetime | None:
@@ -157,13 +165,37 @@ class LeaseState:
         """Record a renewal Redis confirmed for a command sent at ``sent_mono``. A lost lease stays
         lost (rule 5): returns False and changes nothing then. ``deadline``: the new deadline,
         ``on_ns_grid(sent_mono + ttl_ms / 1000)``, when the caller has it already (a batch
-        computes it once for all its leases of one TTL)."""
+        computes it once for all its leases of one TTL).
+
+        Two commands in flight at once (a manual ``renew(ttl_ms=...)`` beside a background
+        batch, on two connections) may run in either order, and the one that runs last sets
+        Redis's expiry. So the deadline moves to the send + TTL only for the newest send with
+        the TTL last confirmed (the usual case); a reply for a command sent before the newest
+        confirmed one can only shorten the deadline (it may have run last), and the first
+        newer one with another TTL counts the shorter of the two TTLs (the one confirmed
+        before it may have run after it). The deadline is never later than Redis's expiry. A
+        lease restored in this process has no command confirmed before: its first renewal
+        counts its own TTL."""
         if self.lost:
             return False
         seconds = ttl_ms / 1000
-        self.ttl_ms = ttl_ms
-        self.deadline = on_ns_grid(sent_mono + seconds) if deadline is None else deadline
-        self.expires_wall = sent_wall + seconds
+        newest = sent_mono >= self.confirmed_sent
+        if newest and (ttl_ms == self.confirmed_ttl_ms or self.confirmed_sent == -math.inf):
+            self.deadline = on_ns_grid(sent_mono + seconds) if deadline is None else deadline
+            self.expires_wall = sent_wall + seconds
+            self.confirmed_sent, self.confirmed_ttl_ms = sent_mono, ttl_ms
+            self.ttl_ms = ttl_ms
+        elif newest:
+            shorter = min(ttl_ms, self.confirmed_ttl_ms) / 1000
+            self.deadline = on_ns_grid(sent_mono + shorter)
+            self.expires_wall = sent_wall + shorter
+            self.confirmed_sent, self.confirmed_ttl_ms = sent_mono, ttl_ms
+            self.ttl_ms = ttl_ms
+        else:  # sent before the newest confirmed command: it may have run after it
+            late = on_ns_grid(sent_mono + seconds)
+            self.deadline = late if self.deadline is None else min(self.deadline, late)
+            wall = sent_wall + seconds
+            self.expires_wall = wall if self.expires_wall is None else min(self.expires_wall, wall)
         if self.fencing_token is None:
             # A lease restored without its token learns it from Redis, which knows it.
             self.fencing_token = fencing_token

@@ -322,3 +322,31 @@ def test_drain_stops_every_entry_and_returns_them() -> None:
     assert (waiting.active, in_flight.active, len(schedule)) == (False, False, 0)
     assert schedule.pop_due(1e9, 10) == []
     assert schedule.drain() == []
+
+
+# Two renewals in flight at once may run in either order; the deadline is never later than the
+# expiry the one that ran last set.
+
+
+def test_a_late_reply_to_an_older_renewal_only_shortens_the_deadline() -> None:
+    """A batch sent at 100.0 with ttl 10 s, a manual renewal at 100.5 with ttl 1 s; the manual
+    reply is applied first, the batch's last: Redis holds 100.5 + 1 (or later), never 110."""
+    state = LeaseState.granted("k", "o", 1, 10_000, 99.0, 1_000.0)
+    assert state.confirm(100.5, 1_001.5, 1_000, 1)
+    assert state.deadline == on_ns_grid(100.5 + 1.0)
+    assert state.confirm(100.0, 1_001.0, 10_000, 1)  # the batch, answered last
+    assert state.deadline == on_ns_grid(100.5 + 1.0)
+    assert state.expires_wall == 1_001.5 + 1.0
+    assert state.ttl_ms == 1_000  # the next renewal asks for what the newest one did
+
+
+def test_the_first_newer_reply_with_another_ttl_counts_the_shorter_one() -> None:
+    """A manual renewal with ttl 1 s sent at 100.0, then a batch with ttl 10 s at 100.5, run in
+    the other order: the expiry may be 100.0's command run last, + 1 s; so 100.5 + 1 s, and
+    the next renewal with ttl 10 s counts it whole."""
+    state = LeaseState.granted("k", "o", 1, 1_000, 99.5, 1_000.0)
+    assert state.confirm(100.0, 1_001.0, 1_000, 1)
+    assert state.confirm(100.5, 1_001.5, 10_000, 1)
+    assert state.deadline == on_ns_grid(100.5 + 1.0)
+    assert state.confirm(101.0, 1_002.0, 10_000, 1)
+    assert state.deadline == on_ns_grid(101.0 + 10.0)
