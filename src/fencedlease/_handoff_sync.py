@@ -200,9 +200,17 @@ class Handoff(HandoffBase[redis.Redis]):
                 try:
                     message = self._listen_round(pubsub, subscribe, unsubscribe, timeout_s)
                     backoff_s = 0.0
-                except RedisError as exc:
+                except (RedisError, OSError, ValueError) as exc:
                     # redis-py reconnects and re-subscribes on the next call; until then waiters
-                    # poll. Back off so a dead server is not hammered.
+                    # poll. Back off so a dead server is not hammered. A socket closed under
+                    # the pub/sub by another thread (a primary switch drops the pool's
+                    # connections) is OSError or "I/O operation on closed file", which redis-py
+                    # does not reconnect from: a fresh pub/sub then.
+                    if not isinstance(exc, RedisError):
+                        with contextlib.suppress(RedisError, OSError, ValueError):
+                            pubsub.close()
+                        pubsub = listener.pubsub()  # type: ignore[no-untyped-call]
+                        self._control_on = False
                     warned = listener_failed(exc, acl_denial(exc), warned)
                     with lock:
                         channels.lost_connection()

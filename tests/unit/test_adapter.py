@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import pickle
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -176,3 +178,56 @@ def test_both_listeners_log_their_death_the_same_way(caplog: pytest.LogCaptureFi
     died = [r for r in caplog.records if r.getMessage() == _DIED]
     assert len(died) == 2
     assert [type(r.exc_info[1]) for r in died if r.exc_info] == [RuntimeError, RuntimeError]
+
+
+class _ClosedUnderIt:
+    """A pub/sub whose socket another thread closed: every call fails as redis-py's does then."""
+
+    closed = 0
+
+    def subscribe(self, *channels: str) -> None:
+        raise ValueError("I/O operation on closed file.")
+
+    def close(self) -> None:
+        type(self).closed += 1
+
+
+class _Healthy:
+    """A pub/sub that subscribes and then hears nothing."""
+
+    def __init__(self, subscribed: threading.Event) -> None:
+        self.subscribed = subscribed
+        self.channels: list[str] = []
+
+    def subscribe(self, *channels: str) -> None:
+        self.channels += channels
+        self.subscribed.set()
+
+    def unsubscribe(self, *channels: str) -> None:
+        pass
+
+    def get_message(self, timeout: float) -> None:
+        time.sleep(min(timeout, 0.01))
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_sync_listener_takes_a_fresh_pubsub_when_its_socket_was_closed_under_it() -> None:
+    """The listener neither dies nor spins on the dead pub/sub: it closes it, makes a new one and
+    subscribes its control channel again there."""
+    subscribed = threading.Event()
+    healthy = _Healthy(subscribed)
+    made = iter([_ClosedUnderIt(), healthy])
+
+    class _Client(_FakeClient):
+        def pubsub(self) -> object:
+            return next(made)
+
+    handoff = Handoff(_Client(None), "p")  # type: ignore[arg-type]
+    handoff.wait("k", "o" * 32, 1, 0.0)
+    assert subscribed.wait(10.0)
+    assert handoff._thread is not None and handoff._thread.is_alive()
+    handoff.close()
+    assert _ClosedUnderIt.closed == 1
+    assert healthy.channels[0] == handoff._control  # the control channel, subscribed anew
