@@ -91,6 +91,16 @@ SUBS: list[tuple[str, str]] = [
 # Per generated module: (text in the source after SUBS, text in the sync module). Each must be
 # found: a rule that no longer matches is an error, not a silent difference.
 PHRASES: dict[str, list[tuple[str, str]]] = {
+    "_from_env.py": [
+        (
+            """configured by the environment. The sync face's `fencedlease._from_env` is generated from this
+module (``scripts/unasync.py``).\"\"\"
+""",
+            """configured by the environment. Generated from `fencedlease.aio._from_env`
+(``scripts/unasync.py``).\"\"\"
+""",
+        ),
+    ],
     "_cluster_backend.py": [
         (
             '''"""The Redis Cluster backend (asyncio): the lease scripts over a ``redis.RedisCluster``.
@@ -457,6 +467,7 @@ acquire that failed or was interrupted may hold) and `_ManagerBase._release_late
 
 # The generated modules: the asyncio source -> the sync module, both under src/fencedlease.
 FILES: dict[str, str] = {
+    "aio/_from_env.py": "_from_env.py",
     "aio/_cluster_backend.py": "_cluster_backend.py",
     "aio/_semaphore.py": "_semaphore.py",
     "aio/_slot_backend.py": "_slot_backend.py",

@@ -18,6 +18,7 @@ GENERATED = {  # the sync module -> its asyncio source
     "_redis_backend.py": "aio/_redis_backend.py",
     "_semaphore.py": "aio/_semaphore.py",
     "_cluster_backend.py": "aio/_cluster_backend.py",
+    "_from_env.py": "aio/_from_env.py",
 }
 
 

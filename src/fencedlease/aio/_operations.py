@@ -5,31 +5,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Literal, TypeVar, cast
-
-from redis.asyncio.retry import Retry
+from typing import Literal, cast
 
 from .._backend import AsyncLeaseBackend
-from .._clock import SYSTEM_CLOCK, Clock
-from .._events import EventHook
 from .._health import DEFAULT_HEALTH_TIMEOUT_MS, HealthReport
 from .._keep_alive import check_keep_alive
-from .._operations_shared import OperationsBase
 from .._shutdown import ShutdownReport
 from .._validate import HoldArgs
-from ._health import check_health, connect
+from ._from_env import FromEnv
+from ._health import check_health
 from ._hold import _Hold
 from ._hold import _Manager as _HoldManager
 from ._lease import AsyncLease
 
 __all__ = ["Operations"]
 
-_M = TypeVar("_M", bound="Operations")
 
-
-class Operations(OperationsBase):
+class Operations(FromEnv):
     """``from_env``, ``check_health`` and ``keep_alive``, mixed into the asyncio manager."""
 
     _backend: AsyncLeaseBackend
@@ -37,37 +31,6 @@ class Operations(OperationsBase):
 
     async def close(self, timeout_ms: int | None = None) -> ShutdownReport:
         raise NotImplementedError
-
-    @classmethod
-    async def from_env(
-        cls: type[_M],
-        environ: Mapping[str, str] | None = None,
-        *,
-        connect: bool = False,
-        clock: Clock = SYSTEM_CLOCK,
-        on_event: EventHook | None = None,
-        **kwargs: Any,
-    ) -> _M:
-        """A manager configured by the ``FENCEDLEASE_*`` variables of ``environ``: the twin of
-        [`LeaseManager.from_env`][fencedlease.LeaseManager.from_env] (the table of variables is
-        there), awaited so that ``connect=True`` can check the store at once; the waits between
-        attempts are the clock's ``async_sleep`` (or `asyncio.sleep`). ``FENCEDLEASE_MAX_RETRIES``
-        becomes a ``redis.asyncio.retry.Retry``.
-
-        Raises:
-            ValidationError: as [`LeaseManager.from_env`][fencedlease.LeaseManager.from_env],
-                naming the variable.
-            BackendError: ``connect=True`` and no attempt reached the store (the last failure
-                in ``__cause__``; the manager was closed again).
-        """
-        manager, check = cls._from_env_config(environ, connect, clock, on_event, kwargs, Retry)
-        if check is not None:
-            try:
-                await _connect(manager._backend, *check, clock)
-            except BaseException:
-                await manager.close()
-                raise
-        return manager
 
     async def check_health(self, timeout_ms: int = DEFAULT_HEALTH_TIMEOUT_MS) -> HealthReport:
         """Check that the store answers: the twin of
@@ -116,6 +79,3 @@ class Operations(OperationsBase):
         state = lease._state
         args = HoldArgs(state.key, state.ttl_ms, 0, 1, heartbeat, on_renew_error)
         return _Hold(cast("_HoldManager", self), args, lease)
-
-
-_connect = connect
