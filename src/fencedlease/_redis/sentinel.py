@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 from urllib.parse import unquote
 
 import attrs
@@ -46,6 +46,7 @@ from .replies import text
 __all__ = [
     "SENTINEL_SCHEME",
     "PrimaryCheck",
+    "PrimaryCheckBase",
     "SentinelURL",
     "SwitchWatcher",
     "parse_sentinel_url",
@@ -208,7 +209,27 @@ def unretried(sentinel: Any) -> redis.Redis:
     return redis.Redis(connection_pool=own)
 
 
-class PrimaryCheck:
+_C = TypeVar("_C")
+
+
+class PrimaryCheckBase(Generic[_C]):
+    """What both faces' checks hold: the ``master_for`` client, its sentinels, and a client of
+    the check's own per sentinel (``own``, of type ``_C``: the face's `unretried`), made now
+    (no I/O), not on first use: two renewal threads may check at once."""
+
+    def __init__(self, client: Any, own: Callable[[Any], _C]) -> None:
+        self._client = client
+        self._sentinels = sentinel_clients(client)
+        self._asked = [own(sentinel) for sentinel in self._sentinels]
+        self.checks = 0  #: how many times the sentinels were asked
+
+    @property
+    def active(self) -> bool:
+        """Whether there is anything to check (a ``master_for`` client)."""
+        return bool(self._sentinels)
+
+
+class PrimaryCheck(PrimaryCheckBase[redis.Redis]):
     """Whether a renewal batch ran on the primary the sentinels name, for a ``master_for``
     client (`active`; nothing to check for another client).
 
@@ -225,16 +246,10 @@ class PrimaryCheck:
     then ``one``'s. The ``WAIT`` covers that case: a renewal a deposed primary answered gets no
     replica's acknowledgement there and does not count either."""
 
-    def __init__(self, client: redis.Redis) -> None:
-        self._client = client
-        self._sentinels = sentinel_clients(client)
-        # made now (no I/O), not on first use: two renewal threads may check at once
-        self._asked = [unretried(sentinel) for sentinel in self._sentinels]
-        self.checks = 0  #: how many times the sentinels were asked
+    _client: redis.Redis
 
-    @property
-    def active(self) -> bool:
-        return bool(self._sentinels)
+    def __init__(self, client: redis.Redis) -> None:
+        super().__init__(client, unretried)
 
     def named(self) -> Address | None:
         """The primary's address as the first sentinel that answers names it; None when none

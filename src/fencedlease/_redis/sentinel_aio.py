@@ -20,6 +20,7 @@ from .._redact import redact_url
 from .sentinel import (
     SWITCH_CHANNEL,
     Address,
+    PrimaryCheckBase,
     client_options,
     connection_address,
     doubt,
@@ -126,19 +127,13 @@ def unretried(sentinel: Any) -> redis.asyncio.Redis:
     return redis.asyncio.Redis(connection_pool=own)
 
 
-class AsyncPrimaryCheck:
+class AsyncPrimaryCheck(PrimaryCheckBase[redis.asyncio.Redis]):
     """`fencedlease._redis.sentinel.PrimaryCheck` for ``redis.asyncio``."""
 
-    def __init__(self, client: redis.asyncio.Redis) -> None:
-        self._client = client
-        self._sentinels = sentinel_clients(client)
-        # made now (no I/O), not on first use: two renewal threads may check at once
-        self._asked = [unretried(sentinel) for sentinel in self._sentinels]
-        self.checks = 0  #: how many times the sentinels were asked
+    _client: redis.asyncio.Redis
 
-    @property
-    def active(self) -> bool:
-        return bool(self._sentinels)
+    def __init__(self, client: redis.asyncio.Redis) -> None:
+        super().__init__(client, unretried)
 
     async def named(self) -> Address | None:
         """The primary's address as the first sentinel that answers names it; None when none
