@@ -156,3 +156,58 @@ def test_a_steered_cycle_holds_its_key_two_heartbeats_at_least(tmp_path: Path) -
         assert 0 < left <= 0.5
         assert steered.stretched_until >= entered + 0.5
         steered.finish()
+
+
+def test_a_shunned_key_is_not_picked_by_a_new_cycle(tmp_path: Path) -> None:
+    with fresh_lanes(tmp_path) as (board, recorder):
+        drawn = Cycle(config(), board, recorder, random.Random(5))
+        drawn.finish()
+        board.set(1, "shun", KEYS.index(drawn.key) + 1)
+        shunned = Cycle(config(), board, recorder, random.Random(5))
+        assert shunned.key == KEYS[(KEYS.index(drawn.key) + 1) % len(KEYS)]
+        assert shunned.wait_ms == drawn.wait_ms  # the same draw, only the key gives way
+        shunned.finish()
+        board.set(1, "shun", 0)
+        again = Cycle(config(), board, recorder, random.Random(5))
+        assert again.key == drawn.key
+        again.finish()
+
+
+def lanes_on_one_key(board: Board, recorder: Recorder) -> tuple[Cycle, Cycle]:
+    """Two cycles of w1 on the same key (the second steered to the first's): the first holds it
+    and is shown, the second waits for it."""
+    holder = Cycle(config(), board, recorder, random.Random(1))
+    holder.granted(7)
+    holder.phase(BODY)
+    board.set(1, "steer", KEYS.index(holder.key) + 1)
+    waiter = Cycle(config(), board, recorder, random.Random(2))
+    assert waiter.key == holder.key
+    return holder, waiter
+
+
+def test_a_stretch_asked_alone_skips_a_holder_another_lane_waits_behind(tmp_path: Path) -> None:
+    """With ``alone`` set, the shown holder does not take the stretch while another lane of its
+    worker acquires the same key (that lane would take the key the nemesis deletes); it does
+    once that lane is done."""
+    with fresh_lanes(tmp_path) as (board, recorder):
+        holder, waiter = lanes_on_one_key(board, recorder)
+        board.set(1, "alone", 1)
+        board.set(1, "stretch", 60_000)
+        assert holder.body_left(0.0) <= 0
+        assert board.get(1, "stretch") == 60_000
+        waiter.finish()
+        assert holder.body_left(0.0) > 59.0
+        assert board.get(1, "stretch") == 0
+        holder.finish()
+
+
+def test_a_stretch_not_asked_alone_is_taken_by_the_shown_holder(tmp_path: Path) -> None:
+    with fresh_lanes(tmp_path) as (board, recorder):
+        before = dict(workload._in_use)  # cycles other tests left unfinished in this process
+        holder, waiter = lanes_on_one_key(board, recorder)
+        assert workload._in_use[holder.key] == before.get(holder.key, 0) + 2
+        board.set(1, "stretch", 60_000)
+        assert holder.body_left(0.0) > 59.0
+        waiter.finish()
+        holder.finish()
+    assert dict(workload._in_use) == before  # every cycle that ended gave its key back

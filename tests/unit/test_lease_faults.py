@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 
 from fencedlease.lab.harness.checker import check_history
-from fencedlease.lab.harness.faults_lease import owner_token, take_stretch
+from fencedlease.lab.harness.faults_lease import owner_token, same_owner, take_stretch
 from fencedlease.lab.harness.history import Event
 from fencedlease.lab.harness.kinds import DEFAULT_FAULTS, FAULTS, fault_duration_s
 from fencedlease.lab.harness.mutex import check_mutex
 from fencedlease.lab.harness.properties.loss_reported import HANDED_OFF_S, asyncio_workers
 from fencedlease.lab.harness.schedule import may_overlap
-from fencedlease.lab.harness.workload import BODY, Board
+from fencedlease.lab.harness.workload import BODY, Board, unshunned
 
 
 def test_owner_token_reads_the_fencing_token_of_a_lease_value() -> None:
@@ -199,10 +199,12 @@ def body_after_loss(
     write_at: float,
     lost_at: float | None = 0.5,
     others: tuple[tuple[str, str | None, float, float], ...] = (),
+    comeback: dict[str, Any] | None = None,
 ) -> list[Event]:
     """w1 (of ``kinds``) holds key a (token 3) from 0.1; evict deletes its key at 0.3; it is told
     of its loss at ``lost_at`` (None: never), and invokes its write at ``write_at`` (refused as
-    stale). ``others``: more faults, each ``(kind, target, start, end)``."""
+    stale). ``others``: more faults, each ``(kind, target, start, end)``; ``comeback``: what the
+    nemesis saw of the key after the delete (more of the evict's detail)."""
     events: list[Event] = []
 
     def add(process: str, op: str, kind: Any, at: float, **fields: Any) -> None:
@@ -228,7 +230,7 @@ def body_after_loss(
         detail={"body_end": write_at + 0.01})  # fmt: skip
     add("nemesis", "fault", "ok", 2.0, id=0,
         detail={"fault": "evict", "target": "w1", "key": "a", "token": 3, "deleted": True,
-                "deleted_mono": 0.3})  # fmt: skip
+                "deleted_mono": 0.3, **(comeback or {})})  # fmt: skip
     for i, (kind, target, start, end) in enumerate(others, 1):
         add("nemesis", "fault", "invoke", start, id=i, detail={"fault": kind, "target": target})
         add("nemesis", "fault", "ok", end, id=i, detail={"fault": kind, "target": target})
@@ -333,6 +335,53 @@ def test_a_fault_that_cannot_slow_the_renewal_leaves_the_bound_at_two_heartbeats
 def test_an_evicted_body_that_ended_in_time_is_not_judged() -> None:
     report = check_history(body_after_loss(["sync", "sync"], 0.7, lost_at=None))
     assert report.property("loss-reported").violations == ()
+
+
+def test_an_evicted_key_set_again_for_its_holder_is_reported() -> None:
+    """The holder was told in time and its body ended before the bound, but the nemesis saw the
+    key come back under the holder's owner token: its renewal recreated the deleted key."""
+    recreated = {"recreated": True, "next_token": 1, "back_mono": 0.56}
+    report = check_history(body_after_loss(["sync", "sync"], 0.7, lost_at=None, comeback=recreated))
+    (violation,) = report.property("loss-reported").violations
+    assert violation.message == (
+        "key 'a': w1's key (token 3) was deleted by evict at 0.30 s and was set again for the "
+        "same owner (token 1) by 0.56 s: a renewal of a missing key recreated it instead of "
+        "answering 0."
+    )
+    assert violation.at == pytest.approx(0.56)
+
+
+@pytest.mark.parametrize(
+    "comeback",
+    [
+        {"recreated": False, "next_token": 4, "back_mono": 0.45},  # the next owner took the key
+        {},  # the key did not come back while the nemesis watched
+    ],
+)
+def test_an_evicted_key_taken_by_another_owner_or_left_missing_is_no_recreation(
+    comeback: dict[str, Any],
+) -> None:
+    report = check_history(body_after_loss(["sync", "sync"], 1.0, lost_at=0.8, comeback=comeback))
+    assert report.property("loss-reported").violations == ()
+    unjudged = check_history(body_after_loss(["sync", "sync"], 1.0, lost_at=0.8))
+    extra = report.property("loss-reported").checked - unjudged.property("loss-reported").checked
+    assert extra == (1 if comeback else 0)
+
+
+def test_same_owner_compares_the_owner_tokens_of_two_lease_values() -> None:
+    assert same_owner("173:ab12", b"1:ab12")  # another fencing token, the same owner
+    assert not same_owner("173:ab12", "174:cd34")
+    assert not same_owner("173:ab12", None)
+    assert not same_owner(None, "1:ab12")
+    assert not same_owner("173:ab12", "garbage")
+
+
+def test_a_shunned_key_gives_way_to_the_next() -> None:
+    keys = ("k0", "k1", "k2")
+    assert unshunned(keys, "k1", 2) == "k2"
+    assert unshunned(keys, "k2", 3) == "k0"  # wraps around
+    assert unshunned(keys, "k1", 3) == "k1"  # another key is shunned
+    assert unshunned(keys, "k1", 0) == "k1"  # none is
 
 
 def late_grant(deadline: float) -> list[Event]:

@@ -9,13 +9,19 @@ which is answered 0, and from then on it must stop claiming the key. A library t
 a success, or renews a key another owner holds, goes on claiming it while the next owner holds it.
 The delete is a compare-and-delete (``WATCH``/``MULTI``): it only removes the key while the holder
 the nemesis aimed at still owns it. The evictions of a run take turns
-([`evict_number`][fencedlease.lab.harness.faults_lease.evict_number]): the first, third, ...
-delete the key just before the holder's next renewal (a heartbeat after one ran, less
-[`EVICT_BEFORE_RENEWAL_S`][fencedlease.lab.harness.faults_lease.EVICT_BEFORE_RENEWAL_S]), with no
-waiter steered, so that the renewal most likely meets the key missing (a library that sets it
-again goes on claiming a key it was evicted from); the second, fourth, ... delete it right after
-a renewal ran (so that the most time passes before the holder's next one) with a waiter steered
-to it, so that the next owner holds it when the renewal comes.
+([`evict_number`][fencedlease.lab.harness.faults_lease.evict_number]), each deleting the key right
+after a renewal ran (so that the most time passes before the holder's next one): the second,
+fourth, ... with a waiter steered to the key, so that the next owner holds it when the renewal
+comes; the first, third, ... with no waiter, no worker's new cycle picking the key (the board's
+``shun``) and the other workers' requests held back (a ``latency`` toxic on their proxies, the
+workers named in ``detail.held_off``) from the ``DEL`` until a heartbeat plus
+[`HOLD_SLACK_S`][fencedlease.lab.harness.faults_lease.HOLD_SLACK_S] after it, so that the
+holder's next renewal meets the key missing whoever was already waiting for it. After the
+``DEL`` the nemesis watches the key
+([`watch_comeback`][fencedlease.lab.harness.faults_lease.watch_comeback]) and records whether it
+came back holding the deleted value's owner token (``detail.recreated``): no acquire of that
+owner is left, so only a renewal that sets a missing key again writes it, and property c flags
+it.
 
 ``slow-cut`` first delays the holder's replies (a Toxiproxy ``latency`` toxic downstream of about
 ttl/3) until a renewal ran in Redis, then at once cuts the holder's requests (a ``timeout`` 0
@@ -48,6 +54,7 @@ import threading
 import time
 from typing import Any, Final
 
+import attrs
 import redis
 
 from .faults_network import read_lease
@@ -55,17 +62,17 @@ from .schedule import Schedule
 from .workload import BODY, HOLDING, Board
 
 __all__ = [
-    "EVICT_BEFORE_RENEWAL_S", "compare_and_delete", "evict_number", "next_owner", "owner_token",
-    "slow_replies", "stretch_taken", "take_stretch", "wait_for_grant", "wait_for_renewal",
-    "wait_until_free",
+    "HOLD_SLACK_S", "Comeback", "compare_and_delete", "evict_number", "owner_token", "same_owner",
+    "slow_replies", "stretch_taken", "take_stretch", "wait_for_grant",
+    "wait_for_renewal", "wait_until_free", "watch_comeback",
 ]  # fmt: skip
 
 #: A PTTL that rose by more than this (milliseconds) between two readings was renewed.
 _RISE_MS: Final = 20
 
-#: How long before the holder's next renewal is due an eviction of the first kind deletes the
-#: key (seconds).
-EVICT_BEFORE_RENEWAL_S: Final = 0.015
+#: How long past a heartbeat after the ``DEL`` an eviction of the first kind holds the other
+#: workers' requests back (seconds): the holder's renewal, due within a heartbeat, has run by then.
+HOLD_SLACK_S: Final = 0.1
 
 
 def evict_number(schedule: Schedule, index: int) -> int:
@@ -92,6 +99,49 @@ def owner_token(value: str | bytes | None) -> int | None:
     text = value.decode() if isinstance(value, bytes) else value
     head = text.split(":", 1)[0]
     return int(head) if head.isdigit() else None
+
+
+def same_owner(before: str | bytes | None, after: str | bytes | None) -> bool:
+    """Whether two lease key values ``"<token>:<owner>"`` name the same owner token (the part
+    after the first ``:``); False when either is missing or of another shape."""
+    parts = []
+    for value in (before, after):
+        text = value.decode() if isinstance(value, bytes) else value
+        if text is None or ":" not in text:
+            return False
+        parts.append(text.split(":", 1)[1])
+    return parts[0] == parts[1]
+
+
+@attrs.frozen
+class Comeback:
+    """The first value a deleted lease key was seen holding again: its fencing ``token``,
+    ``when`` it was seen (``time.monotonic`` seconds) and whether it holds the deleted value's
+    owner token (``recreated``: the library set the key again for the owner it was taken from,
+    where its renewal must answer 0)."""
+
+    token: int | None
+    when: float
+    recreated: bool
+
+
+def watch_comeback(
+    admin: redis.Redis, lease_key: str, deleted: str | bytes, wait_s: float, stop: threading.Event
+) -> Comeback | None:
+    """Poll ``lease_key`` (every 5 ms, at most ``wait_s`` seconds) after the nemesis deleted its
+    value ``deleted`` until a value is there again: the
+    [`Comeback`][fencedlease.lab.harness.faults_lease.Comeback], or None (none came, or a Redis
+    error ended the watch)."""
+    give_up = time.monotonic() + wait_s
+    while not stop.is_set() and time.monotonic() < give_up:
+        try:
+            seen = admin.get(lease_key)
+        except redis.RedisError:
+            return None
+        if seen is not None:
+            return Comeback(owner_token(seen), time.monotonic(), same_owner(deleted, seen))
+        stop.wait(0.005)
+    return None
 
 
 def take_stretch(
@@ -159,23 +209,6 @@ def compare_and_delete(admin: redis.Redis, lease_key: str, token: int) -> bool:
         except redis.WatchError:
             return False
     return bool(deleted[0])
-
-
-def next_owner(
-    admin: redis.Redis, lease_key: str, token: int, wait_s: float, stop: threading.Event
-) -> int | None:
-    """The fencing token of the first owner of ``lease_key`` other than ``token`` seen within
-    ``wait_s`` seconds (polled every 10 ms), or None."""
-    give_up = time.monotonic() + wait_s
-    while not stop.is_set() and time.monotonic() < give_up:
-        try:
-            seen = owner_token(admin.get(lease_key))
-        except redis.RedisError:
-            return None
-        if seen is not None and seen != token:
-            return seen
-        stop.wait(0.01)
-    return None
 
 
 def wait_for_grant(

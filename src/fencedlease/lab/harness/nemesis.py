@@ -68,16 +68,17 @@ from ..servers.redis import RedisServer
 from .faults_clock import run_clock_fault
 from .faults_kernel import KERNEL_ACTIONS, KernelFirewall, Link, kernel_unavailable_reason
 from .faults_lease import (
-    EVICT_BEFORE_RENEWAL_S,
+    HOLD_SLACK_S,
+    Comeback,
     compare_and_delete,
     evict_number,
-    next_owner,
     slow_replies,
     stretch_taken,
     take_stretch,
     wait_for_grant,
     wait_for_renewal,
     wait_until_free,
+    watch_comeback,
 )
 from .faults_network import one_way_toxic, watch_lease
 from .faults_process import KillTarget, kill_and_replace
@@ -724,31 +725,92 @@ class Nemesis:
         self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
     ) -> None:
         env, began = self.env, time.monotonic()
-        held = self._stretched(target, spec.duration_s, stop)
+        assert target is not None
+        late = evict_number(self.schedule, spec.index) % 2 == 0
+        env.board.set(target, "alone", int(late))  # no lane of the victim's waits for the key
+        try:
+            held = self._stretched(target, spec.duration_s, stop)
+        finally:
+            env.board.set(target, "alone", 0)
         if held is None:
             raise RuntimeError("the victim held no lease in its body to evict")
         token, key, lease_key = held
-        assert target is not None
         beat = env.heartbeat_ms / 1000
-        # Odd evictions of the run: a waiter is steered to the key and the DEL falls right after
-        # a renewal (the waiter takes the key before the holder's next renewal). Even ones: no
-        # waiter, and the DEL falls just before the holder's next renewal, which meets the key
-        # missing (and must not set it again).
-        late = evict_number(self.schedule, spec.index) % 2 == 0
+        # Odd evictions of the run: a waiter is steered to the key and takes it before the
+        # holder's next renewal. Even ones: no new cycle picks the key (the board's shun) and the
+        # other workers' requests are held back (a latency toxic on their proxies) from the DEL
+        # until the holder's next renewal ran: that renewal meets the key missing (and must not
+        # set it again). Both delete right after a renewal ran.
         steered = None if late else self._steer(target, key)
-        renewed = wait_for_renewal(self._admin, lease_key, token, beat + 0.3, stop)
-        if late and renewed:
-            stop.wait(max(0.0, beat - EVICT_BEFORE_RENEWAL_S))
-        deleted = compare_and_delete(self._admin, lease_key, token)
-        deleted_mono = time.monotonic()  # a renewal sent after this ran after the DEL
-        rest = max(0.0, began + spec.duration_s - time.monotonic())
-        taken_by = next_owner(self._admin, lease_key, token, rest, stop) if deleted else None
+        shunned = range(env.board.workers) if late else range(0)
+        for worker in shunned:
+            env.board.set(worker, "shun", env.lease_keys.index(key) + 1)
+        held_off: list[str] = []
+        try:
+            renewed = wait_for_renewal(self._admin, lease_key, token, beat + 0.3, stop)
+            with self._held_off(spec, target, held_off) if late else contextlib.nullcontext():
+                value = self._admin.get(lease_key)
+                deleted = value is not None and compare_and_delete(self._admin, lease_key, token)
+                deleted_mono = time.monotonic()  # a renewal sent after this ran after the DEL
+                # The holder's next renewal is due within a heartbeat of the one just seen.
+                until = began + spec.duration_s
+                if late:
+                    until = min(until, deleted_mono + beat + HOLD_SLACK_S)
+                back = self._comeback(lease_key, value if deleted else None, until, stop)
+            if late and back is None:  # no renewal set it again: watch on, for the next owner
+                back = self._comeback(
+                    lease_key, value if deleted else None, began + spec.duration_s, stop
+                )
+        finally:
+            for worker in shunned:
+                env.board.set(worker, "shun", 0)
         stop.wait(max(0.0, began + spec.duration_s - time.monotonic()))
+        comeback = {} if back is None else {"recreated": back.recreated, "back_mono": back.when}
         self._finish(
             op, key=key, token=token, after_renewal=renewed, deleted=deleted,
-            deleted_mono=deleted_mono if deleted else None, next_token=taken_by, steered=steered,
-            before_renewal=late,
+            deleted_mono=deleted_mono if deleted else None,
+            next_token=None if back is None else back.token, steered=steered,
+            held_off=held_off, **comeback,
         )  # fmt: skip
+
+    def _comeback(
+        self, lease_key: str, deleted: Any, until: float, stop: threading.Event
+    ) -> Comeback | None:
+        """What came back to ``lease_key`` after the nemesis deleted its value ``deleted`` (None:
+        nothing was deleted), watched until ``until`` (monotonic seconds)."""
+        if deleted is None:
+            return None
+        rest = max(0.0, until - time.monotonic())
+        return watch_comeback(self._admin, lease_key, deleted, rest, stop)
+
+    @contextlib.contextmanager
+    def _held_off(self, spec: FaultSpec, victim: int, names: list[str]) -> Iterator[None]:
+        """Hold back the requests of every running worker but ``victim`` while the block runs:
+        a ``latency`` toxic of a heartbeat plus
+        [`HOLD_SLACK_S`][fencedlease.lab.harness.faults_lease.HOLD_SLACK_S] on the requests of
+        its proxy (no more than the ``latency`` fault's delay), so that a request sent after the
+        holder's last renewal reaches Redis after its next one; removing the toxic lets what it
+        held through at once. Appends the names of the workers held back to ``names``."""
+        env = self.env
+        name = f"nemesis-evict-hold-{spec.index}"
+        toxic: dict[str, Any] = {
+            "type": "latency", "name": name, "stream": "upstream",
+            "attributes": {"latency": env.heartbeat_ms + round(1000 * HOLD_SLACK_S), "jitter": 0},
+        }  # fmt: skip
+        mine: list[tuple[int, str]] = []
+        try:
+            for worker in range(env.board.workers):
+                proxy = env.proxies.get(worker)
+                if worker == victim or proxy is None or not env.alive(worker):
+                    continue
+                with self._lock:
+                    self._toxics.add((worker, name))
+                    mine.append((worker, name))
+                    proxy.add_toxic(**toxic)
+                names.append(env.worker_names[worker])
+            yield
+        finally:
+            self._remove_toxics(mine)
 
     def _do_slow_cut(
         self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None

@@ -39,6 +39,8 @@ import os
 import random
 import threading
 import time
+from collections import Counter
+from collections.abc import Sequence
 from typing import Any, Final, Literal
 
 import attrs
@@ -76,6 +78,7 @@ __all__ = [
     "open_lane_store",
     "pick",
     "run_sync_worker",
+    "unshunned",
 ]
 
 Mode = Literal["fenced", "write-fenced", "unfenced"]
@@ -97,7 +100,7 @@ PHASES: Final = ("idle", "acquiring", "holding", "body", "writing", "releasing")
 
 _FIELDS: Final = (
     "pid", "phase", "since", "token", "key", "grants", "acked", "refused", "lost", "errors",
-    "stretch", "steer",
+    "stretch", "steer", "shun", "alone",
 )  # fmt: skip
 
 
@@ -114,6 +117,11 @@ class Board:
     renews during a fault); the cycle sets it back to 0 when it takes it. ``steer``, also the
     nemesis': 1 + the index of a key the worker's next cycle is to wait for (the key a fault is
     about to take from its holder, so that a waiter is there when Redis frees it), 0: none.
+    ``shun``, the nemesis' too: 1 + the index of a key the worker's new cycles are not to pick
+    (they take the next key instead) while it is set, so that a key the nemesis deleted is still
+    missing when its holder's renewal comes; 0: none. ``alone``, the nemesis' too: 1 while the
+    stretch is only to be taken by a cycle no other lane of the worker is acquiring or holding
+    the key of (so that no lane of the holder's own waits for a key the nemesis deletes).
 
     Made in the parent with a multiprocessing context and handed to the workers; reads are
     unlocked snapshots (good enough to pick a victim or draw progress). ``wall_offsets``: each
@@ -308,6 +316,14 @@ def pick(config: WorkerConfig, rng: random.Random) -> tuple[str, int]:
     return key, wait_ms
 
 
+def unshunned(keys: Sequence[str], key: str, shun: int) -> str:
+    """``key``, or the key after it in ``keys`` when it is the one the board's ``shun`` (1 + its
+    index; 0: none) names."""
+    if 0 < shun <= len(keys) and key == keys[shun - 1]:
+        return keys[shun % len(keys)]
+    return key
+
+
 def _warm_pool(client: redis.Redis, size: int) -> None:
     """Open ``size`` pooled connections now, as a long-running service has them.
 
@@ -334,6 +350,8 @@ def _warm_pool(client: redis.Redis, size: int) -> None:
 #: The cycle each worker index of this process shows on the board (lanes share the slot).
 _shown: dict[int, Cycle] = {}
 _shown_lock = threading.Lock()
+#: How many cycles of this process are acquiring or holding each key (under ``_shown_lock``).
+_in_use: Counter[str] = Counter()
 
 
 class Cycle:
@@ -352,10 +370,13 @@ class Cycle:
         self.config, self.board, self.rng = config, board, rng
         self.writer = recorder.writer
         self.key, self.wait_ms = pick(config, rng)
+        self.key = unshunned(config.keys, self.key, board.get(config.index, "shun"))
         steered = self._steered()
         self.steered = steered is not None
         if steered is not None:
             self.key, self.wait_ms = steered, config.wait_ms
+        with _shown_lock:
+            _in_use[self.key] += 1
         self.token: int | None = None
         self._show(ACQUIRING, take=False)
         detail: dict[str, Any] = {"wait_ms": self.wait_ms}
@@ -421,7 +442,8 @@ class Cycle:
         does not promise that: on Python 3.10 it slept on the time left at the stop)."""
         me, now = self.config.index, time.monotonic()
         with _shown_lock:
-            stretch = self.board.get(me, "stretch") if _shown.get(me) is self else 0
+            alone = _in_use[self.key] == 1 or not self.board.get(me, "alone")
+            stretch = self.board.get(me, "stretch") if _shown.get(me) is self and alone else 0
             if stretch > 0:
                 self.board.set(me, "stretch", 0)
                 self.stretched_until = max(self.stretched_until, now + stretch / 1000)
@@ -499,6 +521,9 @@ class Cycle:
     def finish(self) -> None:
         me = self.config.index
         with _shown_lock:
+            _in_use[self.key] -= 1
+            if _in_use[self.key] <= 0:
+                del _in_use[self.key]
             if _shown.get(me) is not self:
                 return
             del _shown[me]

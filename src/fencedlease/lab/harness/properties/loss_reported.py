@@ -13,9 +13,12 @@ has given away. Another fault on the holder (or on all of Redis) that overlaps t
 heartbeats slows that renewal down: the two heartbeats then count from that fault's end, and a
 ``latency`` fault adds its toxic's largest delay
 ([`evict_notice_due`][fencedlease.lab.harness.properties.loss_reported.evict_notice_due]).
-In an ``asyncio`` worker (the run's ``start`` event lists each worker's kind) a body is cancelled at
-its lease's loss notice, so no access of a grant is invoked after that grant's ``lease-lost``
-record (an access handed to the store's thread at most
+An evicted key never comes back holding its holder's owner token (the nemesis records whether it
+did, ``recreated``): that owner has no acquire left to write it, so a renewal set the missing
+key again, and the holder goes on claiming a key Redis had freed. In an ``asyncio`` worker (the
+run's ``start`` event lists each worker's kind) a body is cancelled at its lease's loss notice,
+so no access of a grant is invoked after that grant's ``lease-lost`` record (an access handed to
+the store's thread at most
 [`HANDED_OFF_S`][fencedlease.lab.harness.properties.loss_reported.HANDED_OFF_S] before it may
 start just after it). The ``sync`` and ``threads`` workers are not judged so: a thread cannot be
 cancelled, their bodies learn of the loss from the resource's fence and the end of the block.
@@ -246,9 +249,39 @@ def _evictions(ctx: Context) -> tuple[int, list[Violation]]:
     return checked, violations
 
 
+def _recreations(ctx: Context) -> tuple[int, list[Violation]]:
+    checked, violations = 0, []
+    for fault in ctx.data.faults:
+        detail = fault.detail
+        if fault.kind != "evict" or fault.type != "ok" or "recreated" not in detail:
+            continue
+        checked += 1
+        if detail["recreated"] is not True:
+            continue
+        key, back = detail.get("key"), detail.get("back_mono")
+        at = back if isinstance(back, int | float) else fault.end or fault.start
+        again = detail.get("next_token")
+        violations.append(
+            ctx.violation(
+                KEY,
+                f"{ctx.on(key)}{fault.target}'s key (token {detail.get('token')}) was deleted by "
+                f"evict at {ctx.t(detail.get('deleted_mono') or fault.start)} and was set again "
+                f"for the same owner (token {again}) by {ctx.t(at)}: a renewal of a missing key "
+                f"recreated it instead of answering 0.",
+                at,
+                (fault.line,),
+                key if isinstance(key, str) else None,
+            )
+        )
+    return checked, violations
+
+
 def check(ctx: Context) -> Outcome:
     params = ctx.params
     checked, violations = _silent_successes(ctx)
+    recreated_checked, recreated = _recreations(ctx)
+    checked += recreated_checked
+    violations += recreated
     cancelled_checked, cancelled = _cancelled_bodies(ctx)
     checked += cancelled_checked
     violations += cancelled
