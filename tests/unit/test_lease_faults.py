@@ -440,3 +440,24 @@ def test_the_evictions_of_a_run_take_turns() -> None:
         "type": "latency", "name": "nemesis-slow", "stream": "downstream",
         "attributes": {"latency": 333, "jitter": 0},
     }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("pause", "reported"),
+    [
+        (("pause-holder", "w1", 0.4, 0.9), False),  # frozen after the notice: recorded late
+        (("pause-holder", "w0", 0.4, 0.9), True),  # another worker's pause explains nothing
+        (("pause-holder", "w1", 0.05, 0.3), True),  # over before the notice
+    ],
+)
+def test_an_asyncio_access_recorded_after_its_worker_was_frozen_is_not_judged(
+    pause: tuple[str, str, float, float], reported: bool
+) -> None:
+    """A pause-holder of the worker between the loss notice and the access's invocation: the
+    access was handed to the store's thread before the notice and recorded when the process ran
+    again."""
+    report = check_history(body_after_loss(["sync", "asyncio"], 1.0, others=(pause,)))
+    violations = [
+        v for v in report.property("loss-reported").violations if "asyncio body" in v.message
+    ]
+    assert len(violations) == int(reported)

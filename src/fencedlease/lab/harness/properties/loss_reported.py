@@ -20,7 +20,8 @@ run's ``start`` event lists each worker's kind) a body is cancelled at its lease
 so no access of a grant is invoked after that grant's ``lease-lost`` record (an access handed to
 the store's thread at most
 [`HANDED_OFF_S`][fencedlease.lab.harness.properties.loss_reported.HANDED_OFF_S] before it may
-start just after it). The ``sync`` and ``threads`` workers are not judged so: a thread cannot be
+start just after it; not at all when a ``pause-holder`` froze the worker in between). The
+``sync`` and ``threads`` workers are not judged so: a thread cannot be
 cancelled, their bodies learn of the loss from the resource's fence and the end of the block.
 """
 
@@ -38,6 +39,7 @@ from ._base import Context, Outcome, Property, Violation
 
 __all__ = [
     "CUT_OFF_FAULTS",
+    "FREEZING_FAULTS",
     "HANDED_OFF_S",
     "PROPERTY",
     "asyncio_workers",
@@ -70,22 +72,38 @@ def asyncio_workers(events: Sequence[Event]) -> frozenset[str]:
     return frozenset()
 
 
+#: Faults that freeze a worker's process: an access handed to its store's thread before the
+#: loss notice is recorded when the process runs again.
+FREEZING_FAULTS: Final = frozenset({"pause-holder"})
+
+
 def runs_after_loss(
-    grants: Sequence[Grant], accesses: Sequence[Access], workers: frozenset[str]
+    grants: Sequence[Grant],
+    accesses: Sequence[Access],
+    workers: frozenset[str],
+    faults: Sequence[Fault] = (),
 ) -> list[tuple[Grant, Access]]:
     """The accesses of a grant held by one of ``workers`` invoked more than
     [`HANDED_OFF_S`][fencedlease.lab.harness.properties.loss_reported.HANDED_OFF_S] after that
-    grant's loss notice, each with its grant, in history order."""
+    grant's loss notice, each with its grant, in history order; not one whose worker a
+    [`FREEZING_FAULTS`][fencedlease.lab.harness.properties.loss_reported.FREEZING_FAULTS] fault
+    (of ``faults``) froze between the notice and the invocation (its store's thread recorded the
+    handed-off access when the process ran again)."""
     lost = {(g.process, g.id): g for g in grants if g.lost is not None and g.process in workers}
+    frozen = [f for f in faults if f.kind in FREEZING_FAULTS and f.type == "ok"]
     found = []
     for access in accesses:
         grant = lost.get((access.process, access.grant)) if access.grant is not None else None
-        if (
-            grant is not None
-            and grant.lost is not None
-            and access.invoked > grant.lost + HANDED_OFF_S
+        if grant is None or grant.lost is None or access.invoked <= grant.lost + HANDED_OFF_S:
+            continue
+        if any(
+            f.target == access.process
+            and f.start <= access.invoked
+            and (f.end if f.end is not None else access.invoked) >= grant.lost
+            for f in frozen
         ):
-            found.append((grant, access))
+            continue
+        found.append((grant, access))
     return found
 
 
@@ -161,7 +179,9 @@ def _cancelled_bodies(ctx: Context) -> tuple[int, list[Violation]]:
             (grant.line, *((grant.lost_line,) if grant.lost_line else ()), access.line),
             grant.key,
         )
-        for grant, access in runs_after_loss(ctx.data.grants, ctx.data.accesses, workers)
+        for grant, access in runs_after_loss(
+            ctx.data.grants, ctx.data.accesses, workers, ctx.data.faults
+        )
     ]
     return checked, violations
 
