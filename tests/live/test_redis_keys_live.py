@@ -47,10 +47,11 @@ def test_the_named_keys_are_the_ones_the_manager_uses(
         assert 0 < redis_client.pttl(keys.lease) <= 10_000
         assert redis_client.get(keys.fence) == b"1"
 
-        listener.subscribe(keys.handoff)
+        # A manager's waiters are woken on the hand-off channel + ":" + its listener id.
+        listener.psubscribe(keys.handoff + ":*")
         subscribed = listener.get_message(timeout=5.0)
         assert subscribed is not None
-        assert subscribed["type"] == "subscribe"
+        assert subscribed["type"] == "psubscribe"
         result: list[AcquireResult] = []
         waiter = threading.Thread(
             target=lambda: result.append(
@@ -67,7 +68,9 @@ def test_the_named_keys_are_the_ones_the_manager_uses(
         assert holder.release() is True
         message = listener.get_message(timeout=5.0)
         assert message is not None
-        assert message["channel"] == keys.handoff.encode()
+        assert message["type"] == "pmessage"
+        listener_id = waiter_manager._release_waiter._listener  # type: ignore[attr-defined]
+        assert message["channel"] == f"{keys.handoff}:{listener_id}".encode()
         waiter.join(10.0)
         assert result
         assert result[0].lease is not None

@@ -9,7 +9,7 @@ Key layout. Every Redis key and channel of one name starts with the same *base*
 | ``<base>:fence`` | the lease's fencing counter (no TTL, never deleted) |
 | ``<base>:waiters`` | the hand-off queue (sorted set) |
 | ``<base>:waiters:meta`` | the queued waiters' details (hash) |
-| ``<base>:handoff`` | the hand-off pub/sub channel |
+| ``<base>:handoff:<listener id>`` | the hand-off pub/sub channel of one manager's waiters (``<base>:handoff`` for a waiter queued without a listener id) |
 | ``<base>:resource`` | a ``RedisFencedResource``'s data |
 | ``<base>:resource:fence`` | a ``RedisFencedResource``'s fence state (hash) |
 | ``<base>:semaphore`` | a semaphore's slots (sorted set: owner token -> deadline ms), with a TTL |
@@ -185,7 +185,9 @@ class RedisKeys:
     ``lease``: the lease, a string ``"<fencing_token>:<owner_token>"`` with a TTL (the owner
     token is a secret: never log the value). ``fence``: the fencing counter, an integer (no TTL,
     never deleted). ``waiters``: the hand-off queue (sorted set). ``waiters_meta``: the queued
-    waiters' details (hash). ``handoff``: the pub/sub channel a release wakes waiters on.
+    waiters' details (hash). ``handoff``: the hand-off pub/sub channel; a release wakes a
+    manager's waiter on ``<handoff>:<listener id>`` (16 hex digits, one per manager: only that
+    manager's listener hears it), and a waiter queued without one on ``handoff`` itself.
 
     All five share one Redis Cluster hash slot (the text between the braces of ``base``). A
     [`RedisFencedResource`][fencedlease.RedisFencedResource]'s keys are its own ``data_key`` and
