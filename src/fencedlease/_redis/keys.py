@@ -9,7 +9,7 @@ Key layout. Every Redis key and channel of one name starts with the same *base*
 | ``<base>:fence`` | the lease's fencing counter (no TTL, never deleted) |
 | ``<base>:waiters`` | the hand-off queue (sorted set) |
 | ``<base>:waiters:meta`` | the queued waiters' details (hash) |
-| ``<base>:handoff:<listener id>`` | the hand-off pub/sub channel of one manager's waiters (``<base>:handoff`` for a waiter queued without a listener id) |
+| ``<base>:handoff:<listener id>`` | the hand-off pub/sub channel of one manager's waiters |
 | ``<base>:resource`` | a ``RedisFencedResource``'s data |
 | ``<base>:resource:fence`` | a ``RedisFencedResource``'s fence state (hash) |
 | ``<base>:semaphore`` | a semaphore's slots (sorted set: owner token -> deadline ms), with a TTL |
