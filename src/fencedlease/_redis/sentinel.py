@@ -257,14 +257,18 @@ class PrimaryCheck(PrimaryCheckBase[redis.Redis]):
         self.checks += 1
         service = self._client.connection_pool.service_name  # type: ignore[attr-defined]
         for sentinel in self._asked:
-            try:
-                reply = sentinel.sentinel_get_master_addr_by_name(service)
-            except (redis.RedisError, OSError):
-                continue
-            address = named_address(self._client, reply)
+            address = named_address(self._client, self._ask(sentinel, service))
             if address is not None:
                 return address
         return None
+
+    @staticmethod
+    def _ask(sentinel: redis.Redis, service: str) -> object:
+        """``sentinel``'s ``SENTINEL GET-MASTER-ADDR-BY-NAME`` reply; None when it failed."""
+        try:
+            return sentinel.sentinel_get_master_addr_by_name(service)
+        except (redis.RedisError, OSError):
+            return None
 
     def _once(self, fn: Callable[[redis.Redis], T]) -> tuple[T, Address, Address | None]:
         # one connection of the pool, whose address is known

@@ -141,14 +141,18 @@ class AsyncPrimaryCheck(PrimaryCheckBase[redis.asyncio.Redis]):
         self.checks += 1
         service = self._client.connection_pool.service_name  # type: ignore[attr-defined]
         for sentinel in self._asked:
-            try:
-                reply = await sentinel.sentinel_get_master_addr_by_name(service)
-            except (redis.RedisError, OSError):
-                continue
-            address = named_address(self._client, reply)
+            address = named_address(self._client, await self._ask(sentinel, service))
             if address is not None:
                 return address
         return None
+
+    @staticmethod
+    async def _ask(sentinel: redis.asyncio.Redis, service: str) -> object:
+        """``sentinel``'s ``SENTINEL GET-MASTER-ADDR-BY-NAME`` reply; None when it failed."""
+        try:
+            return await sentinel.sentinel_get_master_addr_by_name(service)
+        except (redis.RedisError, OSError):
+            return None
 
     async def _once(
         self, fn: Callable[[redis.asyncio.Redis], Awaitable[T]]
