@@ -121,7 +121,10 @@ def test_the_key_layout_and_error_tree_are_rendered_from_the_code() -> None:
     assert "fencedlease._redis.keys" in directives["key-layout.md"]
     assert "fencedlease._errors" in directives["errors.md"]
     protocol = importlib.import_module("fencedlease._redis.keys").__doc__ or ""
-    suffixes = (":fence", ":waiters", ":waiters:meta", ":handoff", ":resource", ":resource:fence")
+    suffixes = (
+        ":fence", ":waiters", ":waiters:meta", ":handoff:<listener id>", ":resource",
+        ":resource:fence",
+    )  # fmt: skip
     for suffix in suffixes:
         assert f"``<base>{suffix}``" in protocol
     errors = importlib.import_module("fencedlease._errors").__doc__ or ""
