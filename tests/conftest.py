@@ -23,17 +23,6 @@ from fencedlease.lab.servers.sentinel import SentinelDeployment
 
 unavailable = skip_unavailable  # skip, or fail when CI requires every server
 
-#: Markers of the tests that take tens of seconds each (a harness run, a failover).
-SLOW_MARKERS = ("chaos", "sentinel", "failover", "cluster")
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The slow tests first, in their order, then the rest: run in several processes
-    (``-n 3``), the long ones start at once on every process and the quick ones fill in around
-    them, instead of a few long ones running last while the other processes idle. The same
-    order in every process (pytest-xdist requires it)."""
-    items.sort(key=lambda item: not any(item.get_closest_marker(m) for m in SLOW_MARKERS))
-
 
 @pytest.fixture(scope="session")
 def redis_ep() -> Iterator[RedisEndpoint]:
