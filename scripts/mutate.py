@@ -530,13 +530,14 @@ BASELINE: Final = Mutant(
 
 #: ``--quick`` (CI): these mutants (and the baseline), one seed, default check arguments: fewer
 #: mutants, not shorter runs. Each was killed on every seed of the full score, and each lives in
-#: another part of the library (the acquire and release scripts, the SQL guard, the renewal
-#: schedule) and is caught by another property (d, f, g).
+#: another part of the library (the acquire and release scripts, the SQL guard, the renewer) and
+#: is caught by another property (c, d, f, g). ``renew-after-ttl`` was one of them until it
+#: survived seed 1 in a clean-clone run: its losses come with faults that explain them.
 QUICK: Final[tuple[str, ...]] = (
     "release-no-owner-check",
     "acquire-no-incr",
     "sql-guard-wrong-operator",
-    "renew-after-ttl",
+    "renew-zero-is-success",
 )
 
 
