@@ -11,10 +11,8 @@ from __future__ import annotations
 import json
 import secrets
 import shutil
-import subprocess
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -386,23 +384,16 @@ def test_clock_skew_warns() -> None:
         assert latency.detail.startswith("PING x3: p50 ")
 
 
-def test_a_sentinel_and_the_master_it_watches_are_named(
-    start: Callable[..., RedisServer], tmp_path: Path
-) -> None:
-    master = start(appendonly=True)
-    port = free_port()
-    conf = tmp_path / "sentinel.conf"
-    conf.write_text(
-        f"port {port}\nbind 127.0.0.1\ndir {tmp_path}\n"
-        f"sentinel monitor main 127.0.0.1 {master.port} 1\n"
-    )
-    sentinel = subprocess.Popen(
-        [master.binary, str(conf), "--sentinel"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
+def test_a_sentinel_and_the_master_it_watches_are_named() -> None:
+    try:  # a sentinel on a port of its own (taken again on a clash), watching the primary
+        deployment = SentinelDeployment(replicas=0, sentinels=1).start()
+    except RedisUnavailable as exc:
+        unavailable(str(exc))
+        raise
+    with deployment:
+        master, port = deployment.primary, deployment.sentinel_ports[0]
         with master.client() as client:  # a Sentinel says hello on the master every 2 s
+            client.config_set("appendonly", "yes")  # the persistence check passes
             _wait_until(lambda: client.pubsub_channels("__sentinel__:hello"))
         code, checks = doctor(master.url)
         assert (code, checks["topology"]["status"]) == (0, "pass")
@@ -415,15 +406,12 @@ def test_a_sentinel_and_the_master_it_watches_are_named(
         assert checks == {  # the other checks would describe the Sentinel's process: left out
             "topology": {
                 "name": "topology", "status": "fail",
-                "detail": "this is a Sentinel, not a data server; it watches: main at"
-                f" 127.0.0.1:{master.port}",
+                "detail": "this is a Sentinel, not a data server; it watches:"
+                f" {deployment.service} at 127.0.0.1:{master.port}",
                 "remedy": "run doctor on the master's redis:// URL; the library connects through"
                 " Sentinel (redis+sentinel://<sentinels>/<master name>)",
             }
         }  # fmt: skip
-    finally:
-        sentinel.terminate()
-        sentinel.wait(10)
 
 
 def test_a_cluster_url_checks_every_primary(redis_cluster: RedisClusterServers) -> None:

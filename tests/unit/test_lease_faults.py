@@ -44,7 +44,8 @@ def test_the_kinds_are_default_and_scoped_to_the_run() -> None:
 
 
 def test_where_evict_and_slow_cut_may_overlap() -> None:
-    assert may_overlap("evict", 0, "latency", 0)
+    assert not may_overlap("evict", 0, "latency", 0)  # the latency fault's lease must survive
+    assert may_overlap("evict", 0, "latency", 1)
     assert may_overlap("evict", 0, "partition", 0)
     assert may_overlap("evict", 0, "clock", None)
     assert not may_overlap("evict", 0, "redis-pause", None)

@@ -11,7 +11,12 @@ from hypothesis import strategies as st
 
 from fencedlease.lab.harness.checker import check_history
 from fencedlease.lab.harness.history import Event
-from fencedlease.lab.harness.mutex import check_mutex, claims_from_history
+from fencedlease.lab.harness.mutex import (
+    LEASE_KEEPING_FAULTS,
+    check_mutex,
+    claims_from_history,
+    could_cost_lease,
+)
 
 
 class Leases:
@@ -202,9 +207,38 @@ def test_a_loss_without_a_fault_is_caught() -> None:
     ((kind, message),) = loss_with(None).issues()
     assert kind == "loss-explained"
     assert message == (
-        "w0's lease (token 1) was declared lost at 3.000 s (ttl passed) with no fault on Redis "
-        "or on w0 in the 1.25 s (ttl + one heartbeat) before: the library let a healthy lease go."
+        "w0's lease (token 1) was declared lost at 3.000 s (ttl passed) with no fault that can "
+        "cost a lease on Redis or on w0 in the 1.25 s (ttl + one heartbeat) before: the library "
+        "let a healthy lease go."
     )
+
+
+def test_a_loss_with_only_lease_keeping_faults_in_force_is_caught_and_names_them() -> None:
+    h = loss_with(("latency", 1.0, 4.0, "w0"))
+    h.fault("client-kill", 2.0, 2.6, "w0")
+    h.fault("script-flush", 2.5, 2.5, None)
+    ((kind, message),) = h.issues()
+    assert kind == "loss-explained"
+    assert message == (
+        "w0's lease (token 1) was declared lost at 3.000 s (ttl passed) with no fault that can "
+        "cost a lease on Redis or on w0 in the 1.25 s (ttl + one heartbeat) before (only "
+        "client-kill, latency, script-flush, which cost no lease): the library let a healthy "
+        "lease go."
+    )
+
+
+def test_which_faults_could_cost_a_healthy_lease() -> None:
+    # The latency toxic delays replies by at most 0.35 ttl: under ttl - heartbeat at ttl/4...
+    assert not could_cost_lease("latency", 1000, 250)
+    assert not could_cost_lease("latency", 1000, 640)
+    # ...but not with a heartbeat of 0.65 ttl or more (the next renewal's reply comes too late).
+    assert could_cost_lease("latency", 1000, 650)
+    kept = ("client-kill", "script-flush", "clock")
+    assert [k for k in kept if could_cost_lease(k, 1000, 250)] == []
+    assert could_cost_lease("partition", 1000, 250)
+    assert could_cost_lease("evict", 1000, 250)
+    assert could_cost_lease("no-such-kind", 1000, 250)  # unknown: may
+    assert {"latency", "client-kill", "script-flush", "clock"} == LEASE_KEEPING_FAULTS
 
 
 @pytest.mark.parametrize(
@@ -228,6 +262,8 @@ def test_a_loss_during_a_fault_window_is_explained(
         ("partition", 1.0, 2.9, "w1"),  # another worker's
         ("redis-pause", 3.1, 4.0, None),  # after the notice
         ("clock", 1.0, 4.0, None),  # a wall-clock jump must cost no lease, so it excuses none
+        ("latency", 1.0, 4.0, "w0"),  # replies late by < ttl - heartbeat cost no lease
+        ("client-kill", 2.0, 2.6, "w0"),  # the next renewal reconnects
     ],
 )
 def test_a_fault_outside_the_window_or_elsewhere_explains_nothing(

@@ -76,21 +76,21 @@ def run(
 def test_overlapping_faults_on_one_proxy_compose(tmp_path: Path) -> None:
     faults = [
         PlannedFault(0, "partition", 0, 0, 0, 800, 0, True),
-        PlannedFault(1, "latency", 0, 0, 100, 200, 100, False),
+        PlannedFault(1, "reset-peer", 0, 0, 100, 200, 100, False),
         PlannedFault(2, "partition", 0, 0, 300, 900, 300, False),
         PlannedFault(3, "timeout", 1, 0, 400, 100, 400, False),
     ]
     calls, events, done, (error,), _ = run(tmp_path, faults)
     assert error is None
     p0 = [what for proxy, what in calls if proxy == "p0"]
-    assert p0 == ["disable", "add nemesis-latency-1", "destroy nemesis-latency-1", "enable"]
+    assert p0 == ["disable", "add nemesis-reset-peer-1", "destroy nemesis-reset-peer-1", "enable"]
     p1 = sorted(what for proxy, what in calls if proxy == "p1")
     assert p1 == sorted(
         f"{verb} nemesis-timeout-{stream}-3"
         for verb in ("add", "destroy")
         for stream in ("upstream", "downstream")
     )
-    assert sorted(done) == ["latency", "partition", "partition", "timeout"]
+    assert sorted(done) == ["partition", "partition", "reset-peer", "timeout"]
     invokes = {e["detail"]["index"]: e for e in events if e["type"] == "invoke"}
     oks = {e["detail"]["index"]: e for e in events if e["type"] == "ok"}
     assert sorted(invokes) == sorted(oks) == [0, 1, 2, 3]

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from fencedlease.lab.harness.nemesis import DEFAULT_FAULTS, FAULTS, fault_duration_s
 from fencedlease.lab.harness.schedule import (
     LAST,
+    LEADS_ONLY,
     PlannedFault,
     Schedule,
     draw_schedule,
@@ -74,7 +75,9 @@ def test_every_kind_is_in_a_default_schedule_once_and_the_rollback_is_last() -> 
 def test_faults_overlap_and_only_where_they_compose() -> None:
     """Most default schedules hold overlapping faults; each overlapping pair may overlap; the
     cases the schedule exists for occur: a Redis restart during a Redis pause, a latency toxic
-    during a partition of the same worker, a worker paused during a restart."""
+    during a partition (of another worker: on its own victim a latency fault is alone, see
+    test_a_latency_fault_is_alone_on_its_victim_and_on_redis), a worker paused during a
+    restart."""
     seen: set[tuple[str, str, bool]] = set()
     with_overlaps = 0
     for seed in range(50):
@@ -88,7 +91,8 @@ def test_faults_overlap_and_only_where_they_compose() -> None:
             seen.add((fb.kind, fa.kind, fa.target == fb.target))
     assert with_overlaps >= 45
     assert ("redis-pause", "redis-restart-aof", True) in seen
-    assert ("partition", "latency", True) in seen
+    assert ("partition", "latency", False) in seen
+    assert ("partition", "latency", True) not in seen
     assert ("pause-holder", "redis-restart-aof", False) in seen
 
 
@@ -164,8 +168,37 @@ def test_a_schedule_read_back_is_checked() -> None:
         Schedule.from_dict({"seed": 1})
 
 
+def test_a_latency_fault_is_alone_on_its_victim_and_on_redis() -> None:
+    """Its victim holds one lease through it, which a healthy library keeps: nothing that may
+    take a lease away is in force with it there."""
+    for kind, info in FAULTS.items():
+        if not info.disrupts:
+            continue
+        if info.targets:
+            assert not may_overlap("latency", 0, kind, 0), kind
+            assert may_overlap("latency", 0, kind, 1), kind
+        else:
+            assert not may_overlap("latency", 0, kind, None), kind
+    assert may_overlap("latency", 0, "client-kill", 0)
+    assert may_overlap("latency", 0, "script-flush", None)
+    assert may_overlap("latency", 0, "clock", None)
+
+
+def test_a_latency_fault_always_leads_its_episode() -> None:
+    """Aimed at a holder, a gap of one ttl after the previous episode: its lease is its own."""
+    leads = 0
+    for seed in range(50):
+        schedule = draw(seed)
+        for fault in schedule.faults:
+            if fault.kind in LEADS_ONLY:
+                assert fault.aim and fault.offset_ms == 0, (seed, fault)
+                leads += 1
+    assert {"latency"} == LEADS_ONLY
+    assert leads == 50  # once per default schedule
+
+
 def test_the_overlap_rule() -> None:
-    assert may_overlap("latency", 0, "partition", 0)  # two faults on one proxy compose
+    assert may_overlap("partition", 0, "timeout", 0)  # two faults on one proxy compose
     assert may_overlap("redis-restart-aof", None, "redis-pause", None)
     assert may_overlap("pause-holder", 1, "redis-restart-aof", None)
     assert may_overlap("pause-holder", 1, "partition", 2)

@@ -25,9 +25,16 @@ promise, from what each worker was told:
 ``loss-explained``
     No lease is lost without a fault to explain it: every loss notice (at ``L``) has a fault that
     could cause it active within ``[L - ttl - heartbeat, L]`` (a fault of Redis, or one aimed at
-    the holder; never a [`HARMLESS_FAULTS`][fencedlease.lab.harness.mutex.HARMLESS_FAULTS] one, such
-    as a wall-clock jump). A loss with none means the library let a healthy lease expire. Losses
-    because the manager was closed (the run stopping) are not losses of this kind.
+    the holder). A fault that cannot take a lease away explains none
+    ([`LEASE_KEEPING_FAULTS`][fencedlease.lab.harness.mutex.LEASE_KEEPING_FAULTS]: a wall-clock
+    jump, a killed connection, flushed scripts, and replies late by less than ttl - heartbeat,
+    which the ``latency`` fault's are: the renewal sent a heartbeat after the last confirmed one
+    is answered before that one's deadline). The ``latency`` fault holds its victim in one
+    lease for its whole length, and is the only fault on that worker and on Redis while it is in
+    force: a renewer that renews too late, or lets a slow reply cost the lease, is caught there
+    whatever else the run did. A loss with no cause means the library let a healthy lease
+    expire. Losses because the manager was closed (the run stopping) are not losses of this
+    kind.
 
 The events read (the history's [`Event`][fencedlease.lab.harness.Event]):
 
@@ -56,15 +63,18 @@ from typing import Final, Literal
 import attrs
 
 from .history import Event
+from .kinds import FAULTS, latency_toxic_ms
 
 __all__ = [
     "EMPTYING_FAULTS",
     "HARMLESS_FAULTS",
+    "LEASE_KEEPING_FAULTS",
     "Claim",
     "MutexCheck",
     "MutexIssue",
     "check_mutex",
     "claims_from_history",
+    "could_cost_lease",
 ]
 
 #: Faults after which Redis may have forgotten a key before its expiry.
@@ -72,6 +82,11 @@ EMPTYING_FAULTS: Final = frozenset({"redis-restart-nopersist"})
 #: Faults that must cost no lease: a loss while one is in force is still unexplained (a wall
 #: clock jump must neither shorten nor lengthen a lease).
 HARMLESS_FAULTS: Final = frozenset({"clock"})
+#: Faults that cannot take a healthy lease away (``disrupts`` false in
+#: [`FAULTS`][fencedlease.lab.harness.kinds.FAULTS]): a loss with only these in force is
+#: unexplained. ``latency`` explains a loss only when its toxic's largest delay reaches
+#: ttl - heartbeat (see [`could_cost_lease`][fencedlease.lab.harness.mutex.could_cost_lease]).
+LEASE_KEEPING_FAULTS: Final = frozenset(kind for kind, info in FAULTS.items() if not info.disrupts)
 #: Loss reasons that are no fault's doing (the manager closed, the process forked).
 _SELF_INFLICTED: Final = ("manager was closed", "forked")
 
@@ -334,6 +349,20 @@ def _unknowable_eviction(
     return None
 
 
+def could_cost_lease(kind: str, ttl_ms: int, heartbeat_ms: int) -> bool:
+    """Whether a fault of ``kind`` may cost a healthy holder its lease of ``ttl_ms`` renewed
+    every ``heartbeat_ms``: any kind not in
+    [`LEASE_KEEPING_FAULTS`][fencedlease.lab.harness.mutex.LEASE_KEEPING_FAULTS] (a kind the
+    table does not know counts as one that may), and ``latency`` when its toxic's largest delay
+    ([`latency_toxic_ms`][fencedlease.lab.harness.kinds.latency_toxic_ms]) is at least
+    ``ttl_ms - heartbeat_ms``: a renewal sent a heartbeat after the last confirmed send is
+    answered before that send's deadline unless its reply is later than that."""
+    if kind == "latency":
+        delay_ms, jitter_ms = latency_toxic_ms(ttl_ms)
+        return delay_ms + jitter_ms >= ttl_ms - heartbeat_ms
+    return kind not in LEASE_KEEPING_FAULTS
+
+
 def check_mutex(
     events: Sequence[Event],
     *,
@@ -450,19 +479,21 @@ def check_mutex(
             )
             continue
         losses += 1
-        cause = next(
-            (
-                f
-                for f in facts.faults
-                if not f.failed
-                and f.kind not in HARMLESS_FAULTS
-                and (f.target is None or f.target == process)
-                and f.start <= at
-                and (f.end is None or f.end >= at - window)
-            ),
-            None,
-        )
-        if cause is None:
+        near = [
+            f
+            for f in facts.faults
+            if not f.failed
+            and (f.target is None or f.target == process)
+            and f.start <= at
+            and (f.end is None or f.end >= at - window)
+        ]
+        if not any(could_cost_lease(f.kind, ttl_ms, heartbeat_ms) for f in near):
+            kept = sorted({f.kind for f in near})
+            only = (
+                f" (only {', '.join(kept)}, which cost{'s' if len(kept) == 1 else ''} no lease)"
+                if kept
+                else ""
+            )
             token = (
                 facts.grants[(process, grant)].token if (process, grant) in facts.grants else None
             )
@@ -470,8 +501,9 @@ def check_mutex(
                 MutexIssue(
                     "loss-explained",
                     f"{process}'s lease (token {token}) was declared lost at {t(at)} ({reason}) "
-                    f"with no fault on Redis or on {process} in the {window:.2f} s (ttl + one "
-                    "heartbeat) before: the library let a healthy lease go.",
+                    f"with no fault that can cost a lease on Redis or on {process} in the "
+                    f"{window:.2f} s (ttl + one heartbeat) before{only}: the library let a "
+                    "healthy lease go.",
                     at,
                     (line,),
                 )

@@ -476,10 +476,20 @@ class Nemesis:
     def _do_latency(
         self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
     ) -> None:
+        # The victim's next lease is held through the slow replies (its body stretched over
+        # the fault): a healthy renewer keeps it, since every reply is late by less than
+        # ttl - heartbeat; the checker counts its loss as unexplained (mutex.could_cost_lease).
+        began = time.monotonic()
         delay_ms, jitter_ms = latency_toxic_ms(self.env.ttl_ms)
         latency = {"latency": delay_ms, "jitter": jitter_ms}
         toxic = {"type": "latency", "name": "nemesis-latency", "attributes": latency}
-        self._with_toxics(spec, stop, op, target, [toxic])
+        held = None
+        with self._toxics_in_force(spec, target, [toxic]):
+            if target is not None:
+                held = self._stretched(target, spec.duration_s, stop)
+            stop.wait(max(0.0, began + spec.duration_s - time.monotonic()))
+        token, key = (None, None) if held is None else held[:2]
+        self._finish(op, toxics=["latency"], key=key, token=token)
 
     def _do_timeout(
         self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None

@@ -12,8 +12,10 @@ other:
   worker index drawn here, to enter its critical section (for a fault with no victim: for any worker
   to be there), so that it hits a holder;
 - the others start ``offset_ms`` after the lead began, inside the lead's window, whatever their
-  victims are doing then: they *overlap* the lead (a latency toxic during a partition, a pause
-  of a worker during a Redis restart, a Redis restart during a Redis pause).
+  victims are doing then: they *overlap* the lead (a partition of one worker during a latency
+  toxic on another, a pause of a worker during a Redis restart, a Redis restart during a Redis
+  pause). A [`LEADS_ONLY`][fencedlease.lab.harness.schedule.LEADS_ONLY] kind (``latency``) is
+  always a lead: its victim holds one lease through it that must survive.
 
 Which kinds may be in force at once is
 [`may_overlap`][fencedlease.lab.harness.schedule.may_overlap]'s rule; a kind it does not know
@@ -41,6 +43,7 @@ from .kinds import FAULTS, KIND_AWARE, fault_duration_s
 
 __all__ = [
     "LAST",
+    "LEADS_ONLY",
     "OVERLAPPING",
     "TOPOLOGY_FAULTS",
     "PlannedFault",
@@ -69,6 +72,11 @@ OVERLAPPING: Final = frozenset(
 
 #: Kinds scheduled after all others, each alone.
 LAST: Final = frozenset({"redis-restart-nopersist"})
+
+#: Kinds that only lead an episode, never join one: a ``latency`` fault holds its victim in one
+#: lease that must outlive it, so it is aimed (it starts when its victim holds a lease) and
+#: follows a gap of one ttl with nothing that can take a lease in force on its victim or Redis.
+LEADS_ONLY: Final = frozenset({"latency"})
 
 # Never in force together, whoever the victims: a command to a paused or restarting Redis
 # (CLIENT KILL, SCRIPT FLUSH; kill-holder's reads of the dead worker's key, on which closing its
@@ -100,6 +108,13 @@ _NEVER: Final = frozenset(
         # Two topology faults would fight over who the primary is: a failover waits for a
         # replica another one paused, or kills the node the other is promoting.
         *itertools.combinations_with_replacement(sorted(TOPOLOGY_FAULTS), 2),
+        # A latency fault holds its victim in one lease that must survive it: nothing that may
+        # take a lease away is in force with it (see mutex.LEASE_KEEPING_FAULTS).
+        *(
+            ("latency", other)
+            for other, info in FAULTS.items()
+            if info.disrupts and not info.targets
+        ),
     )
 )
 # Never on the same worker: a stopped worker cut off from Redis cannot be told of the loss; a
@@ -125,6 +140,8 @@ _NOT_SAME_WORKER: Final = frozenset(
             for other, info in FAULTS.items()
             if info.targets and other != slow
         ),
+        # A latency fault's lease must be lost only if the library is wrong.
+        *(("latency", other) for other, info in FAULTS.items() if info.targets and info.disrupts),
     )
 )
 
@@ -142,7 +159,10 @@ def may_overlap(kind: str, target: int | None, other: str, other_target: int | N
     (a ``DEL`` of the holder's key) composes with the network faults and with a Redis that
     answers, never with a paused or restarting one, nor with a stop or kill of its own victim.
     ``slow-cut`` composes with faults on other workers and with the ones of no victim but a
-    Redis pause or restart (its renewals must run in Redis, late only by its own delay)."""
+    Redis pause or restart (its renewals must run in Redis, late only by its own delay).
+    ``latency`` holds its victim in one lease that must outlive it, so it composes only with
+    what cannot take that lease away: faults on other workers, ``client-kill``,
+    ``script-flush`` and ``clock``; never a Redis pause, restart or failover."""
     if kind not in OVERLAPPING or other not in OVERLAPPING:
         return False
     pair = frozenset((kind, other))
@@ -342,6 +362,8 @@ def draw_schedule(
         for other in list(rest):
             if len(members) > wanted:
                 break
+            if other in LEADS_ONLY:
+                continue
             target = victim(other, lead[1])
             if all(may_overlap(other, target, m[0], m[1]) for m in members):
                 rest.remove(other)
