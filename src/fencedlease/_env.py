@@ -15,8 +15,10 @@ a prefix, a database, connection and shutdown timeouts, retries and start-up att
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -112,6 +114,23 @@ def _number(environ: Mapping[str, str], name: str) -> int | None:
     return int(raw)
 
 
+def _near_misses(environ: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The ``FENCEDLEASE_*`` variables of ``environ`` that are no setting but look like one
+    misspelt (``FENCEDLEASE_SOCKET_TIMEOUT`` for ``FENCEDLEASE_SOCKET_TIMEOUT_MS``), each with
+    the setting it is closest to: a similarity ratio of at least 0.8 (``difflib``), so that
+    variables of other tools sharing the prefix are not named."""
+    known = ("URL", "PREFIX", *_NUMBERS)
+    found = []
+    for variable in sorted(environ):
+        name = variable[len(ENV_PREFIX) :] if variable.startswith(ENV_PREFIX) else None
+        if name is None or name in known:
+            continue
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+        if close:
+            found.append((variable, ENV_PREFIX + close[0]))
+    return found
+
+
 def _url_db(url: str) -> bool:
     """Whether a Redis URL names a database itself (``redis://h/3``, ``?db=3``)."""
     try:
@@ -125,6 +144,10 @@ def _url_db(url: str) -> bool:
 def read_env(environ: Mapping[str, str] | None = None) -> EnvConfig:
     """The configuration in ``environ`` (default ``os.environ``); see the module docstring.
 
+    A ``FENCEDLEASE_*`` variable that is no setting but close to one (a typo: ``..._TIMEOUT``
+    for ``..._TIMEOUT_MS``) is named in a ``UserWarning`` with the setting it resembles: it is
+    ignored, and a timeout the caller meant to set would silently keep its default.
+
     Raises:
         ValidationError: ``argument`` is the variable: missing or empty ``FENCEDLEASE_URL``, a
             number out of its bounds or not a digit string, a bad ``FENCEDLEASE_PREFIX``, a Redis
@@ -132,6 +155,12 @@ def read_env(environ: Mapping[str, str] | None = None) -> EnvConfig:
             database. A password in the URL shows as ``***``.
     """
     env = os.environ if environ is None else environ
+    for variable, setting in _near_misses(env):
+        warnings.warn(
+            f"{variable} is not a fencedlease setting and is ignored; did you mean {setting}?",
+            UserWarning,
+            stacklevel=4,
+        )
     url = env.get(ENV_PREFIX + "URL", "")
     if not url:
         raise ValidationError(

@@ -5,6 +5,7 @@ Redis clients are built, never connected."""
 from __future__ import annotations
 
 import asyncio
+import warnings
 from typing import Any
 
 import pytest
@@ -224,3 +225,37 @@ def test_close_bound_is_the_shutdown_timeout_unless_given() -> None:
         with pytest.raises(ValidationError, match="timeout_ms") as raised:
             close_bound_ms(bad, 5_000)  # type: ignore[arg-type]
         assert raised.value.argument == "timeout_ms"
+
+
+@pytest.mark.parametrize("face", FACES, ids=["sync", "aio"])
+def test_a_misspelt_variable_is_named_with_the_setting_it_resembles(face: Any) -> None:
+    env = {
+        "FENCEDLEASE_URL": "memory://",
+        "FENCEDLEASE_SHUTDOWN_TIMEOUT": "100",  # no _MS: would be ignored silently
+        "FENCEDLEASE_PREFX": "svc",
+        # the project's test and CI variables share the prefix: not settings, not near one
+        "FENCEDLEASE_REDIS_URL": "redis://127.0.0.1:6379",
+        "FENCEDLEASE_REQUIRE_SERVERS": "1",
+        "FENCEDLEASE_REDIS_SERVER": "/usr/bin/redis-server",
+        "FENCEDLEASE_MUTATION": "1",
+    }
+    with pytest.warns(UserWarning, match="is not a fencedlease setting") as caught:
+        manager = face(env)
+    if isinstance(manager, LeaseManager):
+        manager.close()
+    else:
+        asyncio.run(manager.close())
+    assert [str(w.message) for w in caught] == [
+        "FENCEDLEASE_PREFX is not a fencedlease setting and is ignored; did you mean"
+        " FENCEDLEASE_PREFIX?",
+        "FENCEDLEASE_SHUTDOWN_TIMEOUT is not a fencedlease setting and is ignored; did you"
+        " mean FENCEDLEASE_SHUTDOWN_TIMEOUT_MS?",
+    ]
+    with pytest.warns(UserWarning, match="FENCEDLEASE_PREFX"):
+        assert read_env(env).prefix == "fencedlease"  # the misspelt prefix was not taken
+
+
+def test_the_settings_themselves_warn_of_nothing() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert read_env(FULL).prefix == "svc"
