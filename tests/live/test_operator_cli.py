@@ -19,7 +19,7 @@ from click.testing import CliRunner, Result
 from conftest import unavailable
 from fencedlease import Lease, LeaseManager, redis_keys
 from fencedlease.lab.cli import main
-from fencedlease.lab.operator_cli import release_holder, scan_lease_names
+from fencedlease.lab.operator_cli import release_holder, scan_lease_names, scan_semaphore_names
 from fencedlease.lab.servers.redis import RedisServer, RedisUnavailable
 
 pytestmark = pytest.mark.live
@@ -128,16 +128,58 @@ def test_inspect_a_held_and_a_free_key(url: str, leases: LeaseManager) -> None:
     assert row == {
         "key": "job", "fencing_token": 2, "holder": lease.owner_fingerprint,
         "last_issued_token": 2, "held": True, "redis_key": f"{PREFIX}:{{job}}",
+        "semaphore": None,
     }  # fmt: skip
     assert lease.release()
     row = json.loads(run(url, "inspect", "job", "--json").output)
     assert row == {
         "key": "job", "fencing_token": None, "holder": None, "ttl_ms": None,
         "last_issued_token": 2, "held": False, "redis_key": f"{PREFIX}:{{job}}",
+        "semaphore": None,
     }  # fmt: skip
     text = run(url, "inspect", "never")
     assert text.exit_code == 0
     assert "'never' is not held" in text.output
+
+
+def test_list_and_inspect_show_semaphore_slots(
+    url: str, client: redis.Redis, leases: LeaseManager
+) -> None:
+    pool = leases.semaphore("pool{1}", limit=3)
+    first = pool.acquire(ttl_ms=60_000).lease
+    second = pool.acquire(ttl_ms=30_000).lease
+    assert first is not None and second is not None
+    other = leases.semaphore("other", limit=1)
+    gone = other.acquire(ttl_ms=60_000).lease
+    assert gone is not None and gone.release()  # its counter stays; no live slot
+    grant(leases, "pool{1}")  # a lease of the same name: its own keys
+    assert sorted(scan_semaphore_names(client, PREFIX)) == ["pool{1}"]
+    document = json.loads(run(url, "list", "--json").output)
+    assert [row["key"] for row in document["leases"]] == ["pool{1}"]
+    assert document["semaphores"] == [{"name": "pool{1}", "slots": 2, "last_issued_token": 2}]
+    result = run(url, "inspect", "pool{1}", "--json")
+    assert result.exit_code == 0, result.output
+    row = json.loads(result.output)
+    assert row["held"] is True
+    slots = row["semaphore"]["slots"]
+    assert row["semaphore"]["last_issued_token"] == 2
+    # by deadline: the 30 s slot first
+    assert [(s["holder"], s["fencing_token"]) for s in slots] == [
+        (second.owner_fingerprint, 2), (first.owner_fingerprint, 1),
+    ]  # fmt: skip
+    assert 0 < slots[0]["ttl_ms"] <= 30_000 < slots[1]["ttl_ms"] <= 60_000
+    assert json.loads(run(url, "inspect", "other", "--json").output)["semaphore"] == {
+        "slots": [], "last_issued_token": 1,
+    }  # fmt: skip
+    text = run(url, "inspect", "pool{1}")
+    words = " ".join(text.output.split())  # the title wraps to the table's width
+    assert "semaphore 'pool{1}': 2 live slot(s), last issued token 2" in words
+    assert first.owner_fingerprint in text.output
+    listed = run(url, "list")
+    assert "semaphores under" in listed.output and "pool{1}" in listed.output
+    for lease in (first, second):
+        assert lease.owner_token not in result.output + text.output + listed.output
+    assert first.release() and second.release()
 
 
 def test_release_needs_force_and_a_confirmation(url: str, leases: LeaseManager) -> None:

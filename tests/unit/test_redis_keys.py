@@ -18,6 +18,9 @@ def test_the_keys_of_a_plain_name() -> None:
         waiters="my-app:locks:{order:42}:waiters",
         waiters_meta="my-app:locks:{order:42}:waiters:meta",
         handoff="my-app:locks:{order:42}:handoff",
+        semaphore="my-app:locks:{order:42}:semaphore",
+        semaphore_tokens="my-app:locks:{order:42}:semaphore:tokens",
+        semaphore_fence="my-app:locks:{order:42}:semaphore:fence",
     )
 
 

@@ -188,8 +188,12 @@ class RedisKeys:
     waiters' details (hash). ``handoff``: the hand-off pub/sub channel; a release wakes a
     manager's waiter on ``<handoff>:<listener id>`` (16 hex digits, one per manager: only that
     manager's listener hears it), and a waiter queued without one on ``handoff`` itself.
+    ``semaphore``, ``semaphore_tokens``, ``semaphore_fence``: a
+    [`Semaphore`][fencedlease.Semaphore] of that name: its slots (sorted set: owner token ->
+    deadline, Redis TIME in milliseconds), their fencing tokens (hash: owner token -> token),
+    both with a TTL up to the latest deadline, and its fencing counter (no TTL, never deleted).
 
-    All five share one Redis Cluster hash slot (the text between the braces of ``base``). A
+    All of them share one Redis Cluster hash slot (the text between the braces of ``base``). A
     [`RedisFencedResource`][fencedlease.RedisFencedResource]'s keys are its own ``data_key`` and
     ``fence_key``.
     """
@@ -200,14 +204,18 @@ class RedisKeys:
     waiters: str
     waiters_meta: str
     handoff: str
+    semaphore: str
+    semaphore_tokens: str
+    semaphore_fence: str
 
 
 def redis_keys(prefix: str, key: str) -> RedisKeys:
     """The Redis keys a [`RedisBackend`][fencedlease.RedisBackend] (or a manager built on one) with
     ``prefix`` uses for the lease name ``key``: ``base`` is ``<prefix>:{<escaped key>}``, where
     ``%``, ``{`` and ``}`` in ``key`` are written ``%25``, ``%7B`` and ``%7D``; the others are
-    ``<base>``, ``<base>:fence``, ``<base>:waiters``, ``<base>:waiters:meta`` and
-    ``<base>:handoff``. Pure: sends nothing to Redis.
+    ``<base>``, ``<base>:fence``, ``<base>:waiters``, ``<base>:waiters:meta``,
+    ``<base>:handoff``, and a semaphore's ``<base>:semaphore``, ``<base>:semaphore:tokens`` and
+    ``<base>:semaphore:fence``. Pure: sends nothing to Redis.
 
     Raises:
         ValidationError: ``prefix`` is not a non-empty str or holds ``{`` or ``}``; ``key`` is not
@@ -215,6 +223,7 @@ def redis_keys(prefix: str, key: str) -> RedisKeys:
     """
     check_prefix(prefix)
     check_key(key)
+    slots, tokens, counter = semaphore_keys(prefix, key)
     return RedisKeys(
         base=key_base(prefix, key),
         lease=lease_key(prefix, key),
@@ -222,4 +231,7 @@ def redis_keys(prefix: str, key: str) -> RedisKeys:
         waiters=waiters_key(prefix, key),
         waiters_meta=waiters_meta_key(prefix, key),
         handoff=handoff_channel(prefix, key),
+        semaphore=slots,
+        semaphore_tokens=tokens,
+        semaphore_fence=counter,
     )

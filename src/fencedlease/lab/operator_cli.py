@@ -250,14 +250,61 @@ def scan_lease_names(client: redis.Redis, prefix: str, match: str = "*") -> Iter
     Raises:
         ValidationError: ``prefix`` holds a brace or is empty; ``match`` is empty.
     """
+    return _scan_names(client, prefix, match, "", "lease")
+
+
+def scan_semaphore_names(client: redis.Redis, prefix: str, match: str = "*") -> Iterator[str]:
+    """The [`Semaphore`][fencedlease.Semaphore] names under ``prefix`` that have a slot set now
+    (``<prefix>:{<escaped name>}:semaphore``), found by ``SCAN`` as
+    [`scan_lease_names`][fencedlease.lab.operator_cli.scan_lease_names] finds leases.
+
+    Raises:
+        ValidationError: ``prefix`` holds a brace or is empty; ``match`` is empty.
+    """
+    return _scan_names(client, prefix, match, ":semaphore", "semaphore")
+
+
+def _scan_names(
+    client: redis.Redis, prefix: str, match: str, suffix: str, role: str
+) -> Iterator[str]:
     base = layout(prefix, match).base
-    pattern = glob_escape(prefix) + base[len(prefix) :]
-    start = len(prefix) + 2
+    pattern = glob_escape(prefix) + base[len(prefix) :] + suffix
+    start, end = len(prefix) + 2, len(suffix) + 1
     for raw in client.scan_iter(match=pattern, count=1000):
         key = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-        name = re.sub("%(25|7B|7D)", lambda m: _UNESCAPES[m.group(0)], key[start:-1])
-        if name and layout(prefix, name).lease == key:
+        name = re.sub("%(25|7B|7D)", lambda m: _UNESCAPES[m.group(0)], key[start:-end])
+        if name and getattr(layout(prefix, name), role) == key:
             yield name
+
+
+def semaphore_slots(client: redis.Redis, prefix: str, name: str) -> dict[str, Any] | None:
+    """The live slots of semaphore ``name`` as one snapshot (``MULTI``: Redis's ``TIME``, the
+    slot set, the slot tokens and the counter read at one instant): ``{"slots": [{"holder":
+    owner fingerprint, "fencing_token", "ttl_ms": milliseconds left}, ...] (by deadline),
+    "last_issued_token"}``, or None when the semaphore has neither a slot set nor a counter.
+    Owner tokens are never shown."""
+    keys = layout(prefix, name)
+    with client.pipeline(transaction=True) as pipe:
+        pipe.time()
+        pipe.zrange(keys.semaphore, 0, -1, withscores=True)
+        pipe.hgetall(keys.semaphore_tokens)
+        pipe.get(keys.semaphore_fence)
+        (seconds, micros), entries, tokens, counter = pipe.execute()
+    if not entries and counter is None:
+        return None
+    now_ms = seconds * 1000 + micros // 1000
+    slots = []
+    for owner, deadline in entries:
+        if deadline <= now_ms:
+            continue  # expired: the next script run on the semaphore removes it
+        token = tokens.get(owner)
+        text = owner.decode("utf-8", "replace") if isinstance(owner, bytes) else str(owner)
+        slots.append({
+            "holder": owner_fingerprint(text),
+            "fencing_token": None if token is None else int(token),
+            "ttl_ms": int(deadline - now_ms),
+        })  # fmt: skip
+    return {"slots": slots, "last_issued_token": None if counter is None else int(counter)}
 
 
 def _lease_row(info: LeaseInfo) -> dict[str, Any]:
@@ -289,26 +336,42 @@ def _counter(client: redis.Redis, prefix: str, key: str) -> int | None:
 @_common
 @click.option("--match", default="*", show_default=True, help="Redis glob over lease names.")
 def list_leases(url: str | None, prefix: str, as_json: bool, match: str) -> None:
-    """List the leases held now under --prefix: holder fingerprint, fencing token, TTL left.
+    """List the leases held now under --prefix: holder fingerprint, fencing token, TTL left;
+    and the semaphores with live slots (how many, and the last token issued).
 
     Walks the keys with SCAN (never KEYS), so a large Redis is not blocked; a lease granted or
     expiring during the walk may be missed or shown.
     """
     client = _client(url)
     assert url is not None
-    rows = []
+    rows, semaphores = [], []
     try:
         with client, LeaseManager(client, prefix=prefix) as leases:
             for name in sorted(set(scan_lease_names(client, prefix, match))):
                 info = leases.inspect(name)
                 if info is not None:  # it expired since the scan
                     rows.append(_lease_row(info))
+            for name in sorted(set(scan_semaphore_names(client, prefix, match))):
+                seen = semaphore_slots(client, prefix, name)
+                if seen is not None and seen["slots"]:
+                    semaphores.append({
+                        "name": name, "slots": len(seen["slots"]),
+                        "last_issued_token": seen["last_issued_token"],
+                    })  # fmt: skip
     except (redis.RedisError, FencedLeaseError) as exc:
         _fail(url, exc)
     if as_json:
-        _emit_json({"url": redact_url(url), "prefix": prefix, "leases": rows})
-    else:
-        _rich_table(f"leases under {prefix} ({len(rows)})", _COLUMNS, [_cells(r) for r in rows])
+        _emit_json(
+            {"url": redact_url(url), "prefix": prefix, "leases": rows, "semaphores": semaphores}
+        )
+        return
+    _rich_table(f"leases under {prefix} ({len(rows)})", _COLUMNS, [_cells(r) for r in rows])
+    if semaphores:
+        _rich_table(
+            f"semaphores under {prefix} ({len(semaphores)})",
+            ["semaphore", "live slots", "last issued token"],
+            [[r["name"], str(r["slots"]), str(r["last_issued_token"])] for r in semaphores],
+        )
 
 
 @click.command("inspect")
@@ -316,13 +379,16 @@ def list_leases(url: str | None, prefix: str, as_json: bool, match: str) -> None
 @click.argument("key")
 def inspect_lease(url: str | None, prefix: str, as_json: bool, key: str) -> None:
     """Show the lease on KEY (a lease name, as given to acquire): holder fingerprint, fencing
-    token, TTL left, and the last token the key's counter issued (also when nobody holds it)."""
+    token, TTL left, and the last token the key's counter issued (also when nobody holds it);
+    and, when KEY names a semaphore too, each live slot (holder fingerprint, fencing token,
+    TTL left) and the semaphore's last issued token."""
     client = _client(url)
     assert url is not None
     try:
         with client, LeaseManager(client, prefix=prefix) as leases:
             info = leases.inspect(key)
             counter = _counter(client, prefix, key) if info is None else info.last_issued_token
+            semaphore = semaphore_slots(client, prefix, key)
     except (redis.RedisError, FencedLeaseError) as exc:
         _fail(url, exc)
     row = (
@@ -338,10 +404,18 @@ def inspect_lease(url: str | None, prefix: str, as_json: bool, key: str) -> None
     )
     row = {**row, "held": info is not None, "redis_key": layout(prefix, key).lease}
     if as_json:
-        _emit_json(row)
-    else:
-        title = f"{key!r} is {'held' if info is not None else 'not held'} ({row['redis_key']})"
-        _rich_table(title, _COLUMNS, [_cells(row)])
+        _emit_json({**row, "semaphore": semaphore})
+        return
+    title = f"{key!r} is {'held' if info is not None else 'not held'} ({row['redis_key']})"
+    _rich_table(title, _COLUMNS, [_cells(row)])
+    if semaphore is not None:
+        slots = semaphore["slots"]
+        _rich_table(
+            f"semaphore {key!r}: {len(slots)} live slot(s), last issued token"
+            f" {semaphore['last_issued_token']}",
+            ["holder", "fencing token", "TTL left (ms)"],
+            [[s["holder"], str(s["fencing_token"]), str(s["ttl_ms"])] for s in slots],
+        )
 
 
 _RELEASE_REFUSED = (
