@@ -31,7 +31,7 @@ SLOTS = 16384
 """The hash slots of a Redis Cluster."""
 
 
-def _cluster_port(taken: set[int]) -> int:
+def cluster_port(taken: set[int]) -> int:
     """A free loopback port whose cluster bus port (``port + 10000``) is a port too, and free;
     neither in ``taken`` (the ports of the nodes not started yet), to which both are added."""
     while True:
@@ -77,12 +77,12 @@ class RedisClusterServers:
         ]  # fmt: skip
         taken: set[int] = set()
         self.servers = [
-            RedisServer(binary, port=_cluster_port(taken), extra_args=args) for _ in range(nodes)
+            RedisServer(binary, port=cluster_port(taken), extra_args=args) for _ in range(nodes)
         ]
         self.ranges: list[tuple[int, int]] = []  # slots [first, last] of each node, in order
         self.replicas_of: dict[int, list[RedisServer]] = {
             server.port: [
-                RedisServer(binary, port=_cluster_port(taken), extra_args=args)
+                RedisServer(binary, port=cluster_port(taken), extra_args=args)
                 for _ in range(replicas)
             ]
             for server in self.servers

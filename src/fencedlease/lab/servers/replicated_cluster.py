@@ -15,31 +15,14 @@ over to its replica (the unplanned failover of ``cluster-kill-master``).
 
 from __future__ import annotations
 
-import socket
 import time
 
 import redis
 
-from .cluster import RedisClusterServers
-from .redis import RedisServer, RedisUnavailable, free_port
+from .cluster import RedisClusterServers, cluster_port
+from .redis import RedisServer, RedisUnavailable
 
 __all__ = ["ReplicatedCluster"]
-
-
-def _replica_port(taken: set[int]) -> int:
-    """A free loopback port whose bus port (``port + 10000``) is free too, neither in ``taken``
-    (the nodes' ports, bus ports included), to which both are added."""
-    while True:
-        port = free_port()
-        if port + 10000 > 65535 or {port, port + 10000} & taken:
-            continue
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port + 10000))
-            except OSError:
-                continue
-        taken.update((port, port + 10000))
-        return port
 
 
 class ReplicatedCluster:
@@ -58,7 +41,7 @@ class ReplicatedCluster:
         args = self.masters.servers[0].extra_args
         taken = {p for s in self.masters.servers for p in (s.port, s.port + 10000)}
         self.replicas = [
-            RedisServer(binary, port=_replica_port(taken), extra_args=args) for _ in range(masters)
+            RedisServer(binary, port=cluster_port(taken), extra_args=args) for _ in range(masters)
         ]
 
     @property
