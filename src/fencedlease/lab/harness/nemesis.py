@@ -751,12 +751,20 @@ class Nemesis:
         # other workers' requests are held back (a latency toxic on their proxies) from the DEL
         # until the holder's next renewal ran: that renewal meets the key missing (and must not
         # set it again). Both delete right after a renewal ran.
+        # The steered waiter alone may pick the key while the fault runs (the others' new
+        # cycles are shunned from it, so that none takes it and releases it before the holder's
+        # next renewal), and the DEL waits (at most ttl/2) until its cycle is waiting for it.
         steered = None if late else self._steer(target, key)
-        shunned = range(env.board.workers) if late else range(0)
+        waiter = None if steered is None else env.worker_names.index(steered)
+        shunned = [w for w in range(env.board.workers) if w != waiter or late]
         for worker in shunned:
             env.board.set(worker, "shun", env.lease_keys.index(key) + 1)
         held_off: list[str] = []
         try:
+            if waiter is not None:
+                give_up = time.monotonic() + env.ttl_ms / 2000
+                while env.board.get(waiter, "steer") and time.monotonic() < give_up:
+                    stop.wait(0.01)
             renewed = wait_for_renewal(self._admin, lease_key, token, beat + 0.3, stop)
             with self._held_off(spec, target, held_off) if late else contextlib.nullcontext():
                 value = self._admin.get(lease_key)
