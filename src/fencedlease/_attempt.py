@@ -79,9 +79,12 @@ class AcquireAttempt:
         "fencing_scope",
         "final_wait",
         "give_up",
+        "heartbeat_ms",
         "key",
         "owner_token",
         "queued",
+        "queued_mono",
+        "queued_wall",
         "retry_delay_ms",
         "sent_mono",
         "sent_wall",
@@ -97,8 +100,12 @@ class AcquireAttempt:
         clock: Clock,
         uniform: Callable[[float, float], float] | None = None,
         fencing_scope: str | None = None,
+        heartbeat_ms: int | None = None,
     ) -> None:
         self.key = key
+        # How often the lease will be renewed (None: the default, ttl_ms // 4): a grant taken
+        # from a hand-off message must leave two heartbeats before its deadline (see handed).
+        self.heartbeat_ms = max(1, ttl_ms // 4) if heartbeat_ms is None else heartbeat_ms
         self.fencing_scope = fencing_scope  # the backend's name of key's counter, for the lease
         self.ttl_ms = ttl_ms
         self.retry_delay_ms = retry_delay_ms
@@ -113,6 +120,10 @@ class AcquireAttempt:
         # Set before a wait that queues the caller for a hand-off: from then on a release may grant
         # the key to owner_token at any moment, until the caller holds it or cleans up.
         self.queued = False
+        # The clock's monotonic and wall times no later than the send of the first command that
+        # may have queued the caller (see queueing); None until then.
+        self.queued_mono: float | None = None
+        self.queued_wall = 0.0
 
     @property
     def uncertain(self) -> bool:
@@ -141,6 +152,35 @@ class AcquireAttempt:
             return False
         self._in_flight = False  # Redis refused it: nothing was written
         return False
+
+    def queueing(self) -> None:
+        """Record that a command that may queue the caller for a hand-off is sent from now on:
+        the first such time of the call is kept, never a later one (a later poll may be sent
+        after the release that granted the caller its queue entry)."""
+        if self.queued_mono is None:
+            self.queued_mono, self.queued_wall = self._clock.monotonic(), self._clock.time()
+
+    def handed(self, reply: AcquireReply) -> LeaseState | None:
+        """The lease a hand-off message granted (``reply``: `parse_grant`'s, its ``ttl_ms`` the
+        key's PX), taken with no claim round trip; or None when the caller must claim it instead.
+
+        The key expires at ``R + px``, ``R`` being when Redis ran the release. The release found
+        the caller's queue entry, so the command that created it ran before ``R`` and was sent
+        no earlier than `queued_mono`: the deadline ``queued_mono + px`` is never later than
+        Redis's expiry. The grant is taken only if that deadline leaves at least two heartbeats
+        (``2 * heartbeat_ms``) from now, so the renewer's usual cadence renews it in time."""
+        if self.queued_mono is None:
+            return None
+        deadline = on_ns_grid(self.queued_mono + reply.ttl_ms / 1000)
+        if deadline - self._clock.monotonic() < 2 * self.heartbeat_ms / 1000:
+            return None
+        state = LeaseState.granted(
+            self.key, self.owner_token, reply.fencing_token, reply.ttl_ms, self.queued_mono,
+            self.queued_wall,
+        )  # fmt: skip
+        state.ttl_ms = self.ttl_ms  # what renewals ask for
+        state.fencing_scope = self.fencing_scope
+        return state
 
     def granted(self, reply: AcquireReply) -> LeaseState:
         """The state of the lease ``reply`` granted (``reply.acquired`` must be true)."""

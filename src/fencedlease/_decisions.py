@@ -82,7 +82,8 @@ class SendAcquire:
 @attrs.frozen
 class WaitForRelease:
     """Wait ``delay_s`` seconds (or until a release wakes the caller) with the manager's release
-    waiter; ``final``: the last attempt follows. Answer with whether the manager is closed now."""
+    waiter; ``final``: the last attempt follows. Answer with whether the manager is closed now,
+    or, when it is not, with the grant the waiter returned (a hand-off taken from its message)."""
 
     delay_s: float
     final: bool
@@ -114,7 +115,9 @@ def acquire_steps(
 
     An error thrown in propagates, after the attempt noted what it means (`
     uncertain`: the face then releases ``owner_token``). A wait the manager's ``close()`` ended
-    raises [`ManagerClosedError`][fencedlease.ManagerClosedError].
+    raises [`ManagerClosedError`][fencedlease.ManagerClosedError]. A wait answered with a grant
+    returns it when `AcquireAttempt.handed` takes it (no claim round trip); else the next
+    acquire claims it ("already ours").
     """
     while True:
         attempt.sending()
@@ -135,14 +138,20 @@ def acquire_steps(
             return AcquireEnd(None, reply.ttl_ms, leave_queue=attempt.uncertain)
         queued_before = attempt.queued
         attempt.queued = queued_before or queues
+        if queues:  # the wait's queueing command is sent after this instant
+            attempt.queueing()
         try:
-            closed = yield WaitForRelease(delay, attempt.final_wait)
+            answer = yield WaitForRelease(delay, attempt.final_wait)
         except BackendError as exc:
             if never_sent(exc):  # the queueing command never left: not queued by it
                 attempt.queued = queued_before
             raise
-        if closed:
+        if answer is True:
             raise ManagerClosedError(ManagerClosedError.WHILE_WAITING)
+        if isinstance(answer, AcquireReply):
+            state = attempt.handed(answer)
+            if state is not None:
+                return AcquireEnd(state)
 
 
 # -- the end of a hold ------------------------------------------------------------------------

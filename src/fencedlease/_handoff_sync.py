@@ -25,6 +25,7 @@ from ._handoff import (
     log,
     waiter_name,
 )
+from ._protocol import AcquireReply
 from ._redis.clients import dedicated_client
 from ._redis.errors import acl_denial, backend_errors
 from ._redis.keys import control_channel, listener_id
@@ -65,9 +66,11 @@ class Handoff(HandoffBase[redis.Redis]):
 
     def wait(
         self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
-    ) -> None:
+    ) -> AcquireReply | None:
         """Queue for ``key`` and sleep until handed the lease, woken, or ``timeout_s`` (seconds)
-        passes. ``ttl_ms``: the lease asked for (a hand-off grants at most that).
+        passes. ``ttl_ms``: the lease asked for (a hand-off grants at most that). Returns the
+        grant the hand-off message carried when the waiter takes it from there (see
+        `fencedlease._handoff`), else None.
 
         Raises:
             BackendError: the queueing command failed (as the acquire itself would).
@@ -93,30 +96,46 @@ class Handoff(HandoffBase[redis.Redis]):
             # After close(): poll, as without the listener. Sleep outside the lock, or the
             # waiters would take turns and each wait outlast its budget.
             time.sleep(timeout_s)
-            return
+            return None
         try:
             if ask and not start:
                 self._submit(self._poke)
-            while channel not in channels.confirmed:
-                left = until - time.monotonic()
-                if left <= 0 or not event.wait(left):
-                    return  # not subscribed in time: this round is a plain poll
-                event.clear()
-            left = until - time.monotonic()
-            if left < 0.001:
-                return
-            queued = self._submit(self._enqueue, key, owner_token, ttl_ms, int(left * 1000), final)
-            try:
-                if not queued.result(timeout=left):
-                    return  # free, or already ours: acquire now
-            except concurrent.futures.TimeoutError:
-                return  # Redis is slow: this round was a plain poll (the entry may land later)
-            left = until - time.monotonic()
-            if left > 0:
-                event.wait(left)
+            self._queue_and_sleep(key, owner_token, ttl_ms, final, until, channel, event)
         finally:
             with self._lock:
-                channels.leave(channel, name, time.monotonic())
+                grant = channels.leave(channel, name, time.monotonic())
+        return self._grant(key, grant)
+
+    def _queue_and_sleep(
+        self,
+        key: str,
+        owner_token: str,
+        ttl_ms: int,
+        final: bool,
+        until: float,
+        channel: str,
+        event: threading.Event,
+    ) -> None:
+        """`wait`'s rounds once the waiter is registered: wait for the channel's subscription,
+        queue, sleep until woken or the monotonic instant ``until``."""
+        channels = self._channels
+        while channel not in channels.confirmed:
+            left = until - time.monotonic()
+            if left <= 0 or not event.wait(left):
+                return  # not subscribed in time: this round is a plain poll
+            event.clear()
+        left = until - time.monotonic()
+        if left < 0.001:
+            return
+        queued = self._submit(self._enqueue, key, owner_token, ttl_ms, int(left * 1000), final)
+        try:
+            if not queued.result(timeout=left):
+                return  # free, or already ours: acquire now
+        except concurrent.futures.TimeoutError:
+            return  # Redis is slow: this round was a plain poll (the entry may land later)
+        left = until - time.monotonic()
+        if left > 0:
+            event.wait(left)
 
     def _enqueue(self, key: str, owner_token: str, ttl_ms: int, wait_ms: int, final: bool) -> bool:
         keys, args = self._enqueue_args(key, owner_token, ttl_ms, wait_ms, final)

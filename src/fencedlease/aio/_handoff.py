@@ -25,6 +25,7 @@ from .._handoff import (
     log,
     waiter_name,
 )
+from .._protocol import AcquireReply
 from .._redis.aio import dedicated_client, run_script
 from .._redis.errors import acl_denial, backend_errors
 from .._redis.replies import text
@@ -48,8 +49,9 @@ class AsyncSleepWaiter:
 
     async def wait(
         self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
-    ) -> None:
+    ) -> AcquireReply | None:
         await self._sleep(timeout_s)
+        return None
 
     async def aclose(self) -> None:
         pass
@@ -83,8 +85,9 @@ class AsyncHandoff(HandoffBase[redis.asyncio.Redis]):
 
     async def wait(
         self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
-    ) -> None:
-        """As `wait`, awaited.
+    ) -> AcquireReply | None:
+        """As `wait`, awaited: the grant a hand-off message carried when the waiter takes it
+        from there, else None.
 
         Raises:
             BackendError: the queueing command failed.
@@ -97,7 +100,7 @@ class AsyncHandoff(HandoffBase[redis.asyncio.Redis]):
         channels = self._channels
         if self._closed:  # after aclose(): poll, as without the listener
             await asyncio.sleep(timeout_s)
-            return
+            return None
         ask = channels.join(channel, name, event)
         start = self._task is None or self._task.done()
         if start:
@@ -107,24 +110,40 @@ class AsyncHandoff(HandoffBase[redis.asyncio.Redis]):
         try:
             if ask and not start:
                 self._spawn(self._poke())
-            while channel not in channels.confirmed:
-                left = until - loop.time()
-                if left <= 0 or not await _wait_event(event, left):
-                    return
-                event.clear()
-            left = until - loop.time()
-            if left < 0.001:
-                return
-            # In a task of its own, so a stalled Redis cannot stretch the wait past timeout_s.
-            queued = self._spawn(self._enqueue(key, owner_token, ttl_ms, int(left * 1000), final))
-            done, _ = await asyncio.wait({queued}, timeout=left)
-            if not done or queued.cancelled() or not queued.result():
-                return
-            left = until - loop.time()
-            if left > 0:
-                await _wait_event(event, left)
+            await self._queue_and_sleep(key, owner_token, ttl_ms, final, until, channel, event)
         finally:
-            channels.leave(channel, name, time.monotonic())
+            grant = channels.leave(channel, name, time.monotonic())
+        return self._grant(key, grant)
+
+    async def _queue_and_sleep(
+        self,
+        key: str,
+        owner_token: str,
+        ttl_ms: int,
+        final: bool,
+        until: float,
+        channel: str,
+        event: asyncio.Event,
+    ) -> None:
+        """`wait`'s rounds once the waiter is registered: wait for the channel's subscription,
+        queue, sleep until woken or the loop's instant ``until``."""
+        loop, channels = asyncio.get_running_loop(), self._channels
+        while channel not in channels.confirmed:
+            left = until - loop.time()
+            if left <= 0 or not await _wait_event(event, left):
+                return
+            event.clear()
+        left = until - loop.time()
+        if left < 0.001:
+            return
+        # In a task of its own, so a stalled Redis cannot stretch the wait past timeout_s.
+        queued = self._spawn(self._enqueue(key, owner_token, ttl_ms, int(left * 1000), final))
+        done, _ = await asyncio.wait({queued}, timeout=left)
+        if not done or queued.cancelled() or not queued.result():
+            return
+        left = until - loop.time()
+        if left > 0:
+            await _wait_event(event, left)
 
     async def _enqueue(
         self, key: str, owner_token: str, ttl_ms: int, wait_ms: int, final: bool

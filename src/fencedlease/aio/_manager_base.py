@@ -262,12 +262,19 @@ class _AsyncManagerBase(_AsyncStoreCalls, ABC):
         return await self._acquire(key, ttl_ms, wait_ms, retry_delay_ms)
 
     async def _acquire(
-        self, key: str, ttl_ms: int, wait_ms: int, retry_delay_ms: int
+        self,
+        key: str,
+        ttl_ms: int,
+        wait_ms: int,
+        retry_delay_ms: int,
+        heartbeat_ms: int | Literal[False] | None = None,
     ) -> AsyncAcquireResult:
+        """The acquire loop; ``heartbeat_ms``: how often the caller will renew the lease (None or
+        False: ``ttl_ms // 4``), which a grant taken from a hand-off message must leave twice."""
         clock, backend, waiter = self._clock, self._backend, self._release_waiter
         attempt = AcquireAttempt(
             key, ttl_ms, wait_ms, retry_delay_ms, clock,
-            fencing_scope=fencing_scope_of(backend, key),
+            fencing_scope=fencing_scope_of(backend, key), heartbeat_ms=heartbeat_ms or None,
         )  # fmt: skip
         owner_token = attempt.owner_token
         steps = acquire_steps(attempt, waiter.queues)  # the decisions; here only the I/O
@@ -279,12 +286,14 @@ class _AsyncManagerBase(_AsyncStoreCalls, ABC):
                 try:
                     if isinstance(step, WaitForRelease):
                         began = clock.monotonic()
-                        await waiter.wait(key, owner_token, ttl_ms, step.delay_s, step.final)
+                        grant = await waiter.wait(
+                            key, owner_token, ttl_ms, step.delay_s, step.final
+                        )
                         wait_ended(self._on_event, key, owner_token, began, clock)
                         waited = attempt.queued
                         if self._forked:
                             self._check_open()
-                        answer = self._closed
+                        answer = self._closed or grant or False
                     else:
                         with marking_sends(attempt.sending):  # the real send, after connecting
                             answer = await backend.acquire(key, owner_token, ttl_ms)

@@ -181,8 +181,18 @@ class AsyncRedisBackend:
 
     def release_waiter(self) -> AsyncHandoff:
         """The manager's release waiter: the hand-off queue and its listener task
-        (`AsyncHandoff`), so a release wakes the oldest waiter."""
-        return AsyncHandoff(self.client, self.prefix)
+        (`AsyncHandoff`), so a release wakes the oldest waiter, which takes the lease from the
+        message when `_takes_grants` says so (the primary it names noted in ``primary``)."""
+        return AsyncHandoff(
+            self.client, self.prefix, direct=self._takes_grants, primary=self.primary
+        )
+
+    def _takes_grants(self) -> bool:
+        """Whether a woken waiter takes a hand-off from its message, with no claim round trip
+        (see `fencedlease._handoff`): not with ``replica_acks`` (the claim's ``WAIT`` is what
+        acknowledges the grant) nor over Sentinel (where the primary is checked, the claim is
+        kept). No I/O."""
+        return not self.grants.replica_acks and not self._check.active
 
     def fencing_scope(self, key: str) -> str:
         """The name of ``key``'s fencing counter, given to its leases
