@@ -75,6 +75,7 @@ class AcquireAttempt:
         "_ambiguous",
         "_clock",
         "_in_flight",
+        "_planned",
         "_uniform",
         "fencing_scope",
         "final_wait",
@@ -116,6 +117,7 @@ class AcquireAttempt:
         self.sent_mono = self.sent_wall = 0.0
         self._in_flight = False
         self._ambiguous = False
+        self._planned: float | None = None  # the next wait's delay, drawn by plan_wait
         self.final_wait = False
         # Set before a wait that queues the caller for a hand-off: from then on a release may grant
         # the key to owner_token at any moment, until the caller holds it or cleans up.
@@ -182,6 +184,23 @@ class AcquireAttempt:
         state.fencing_scope = self.fencing_scope
         return state
 
+    def _draw(self) -> float:
+        """A retry delay in seconds: ``retry_delay_ms`` randomised ±50%."""
+        return self.retry_delay_ms / 1000 * self._uniform(0.5, 1.5)
+
+    def plan_wait(self) -> tuple[int, bool] | None:
+        """Before an acquire that may queue the caller (a release waiter that queues): draw the
+        delay of the wait a refusal is followed by (`not_acquired` keeps it) and return
+        ``(wait_ms, final)`` for the queue entry the acquire writes when refused (`final`: the
+        wait that spends the budget, no grace after it); None when the budget is spent (no wait
+        follows: nothing to queue)."""
+        remaining = on_ns_grid(self.give_up - self._clock.monotonic())
+        if remaining <= 0:
+            self._planned = None
+            return None
+        self._planned = delay = self._draw()
+        return max(1, int(min(delay, remaining) * 1000)), remaining <= delay
+
     def granted(self, reply: AcquireReply) -> LeaseState:
         """The state of the lease ``reply`` granted (``reply.acquired`` must be true)."""
         self._in_flight = False
@@ -197,9 +216,10 @@ class AcquireAttempt:
         past the wait budget), or None when the budget is spent."""
         self._in_flight = False
         remaining = on_ns_grid(self.give_up - self._clock.monotonic())
+        planned, self._planned = self._planned, None
         if remaining <= 0:
             return None
-        delay = self.retry_delay_ms / 1000 * self._uniform(0.5, 1.5)
+        delay = self._draw() if planned is None else planned
         # The wait that uses up the budget is followed by one last attempt, then the caller
         # gives up: a release waiter must not hand the lease over after it.
         self.final_wait = remaining <= delay

@@ -76,7 +76,13 @@ log = logging.getLogger("fencedlease.renewer")
 
 @attrs.frozen
 class SendAcquire:
-    """Send ``backend.acquire(key, attempt.owner_token, ttl_ms)``; answer with its reply."""
+    """Send ``backend.acquire(key, attempt.owner_token, ttl_ms)``; answer with its reply.
+    ``wait_ms`` > 0: a refusal is followed by a wait of that long at most (``final``: the last),
+    so the acquire may queue the caller for a hand-off in the same command (the release waiter's
+    ``queue_args``)."""
+
+    wait_ms: int = 0
+    final: bool = False
 
 
 @attrs.frozen
@@ -121,9 +127,15 @@ def acquire_steps(
     """
     while True:
         attempt.sending()
+        plan = attempt.plan_wait() if queues else None
+        queued_before = attempt.queued  # the face sets it when the acquire carries the queueing
+        if plan is not None:  # the acquire may queue the caller, sent from now on
+            attempt.queueing()
         try:
-            reply = yield SendAcquire()
+            reply = yield SendAcquire() if plan is None else SendAcquire(*plan)
         except BackendError as exc:
+            if never_sent(exc):  # the acquire never left: it queued nobody
+                attempt.queued = queued_before
             if not attempt.may_resend(exc):
                 raise
             attempt.sending()

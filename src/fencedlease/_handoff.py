@@ -13,7 +13,10 @@ for Redis that is `Handoff` (a thread) and
    SUBSCRIBE).
 2. It queues the waiter in Redis (``enqueue.lua``: one EVALSHA), oldest first, with the listener's
    id. If the key turned out to be free meanwhile, or already handed to this waiter, it returns at
-   once: acquire now.
+   once: acquire now. Where waiters take grants from their messages (below) and the channel is
+   subscribed, the refused acquire before the wait has queued the waiter already, in the same
+   script (``queue_args``: the waiter is registered before that acquire is sent), and no
+   queueing command is sent.
 3. It sleeps until woken or until the retry delay the manager chose has passed.
 
 ``release.lua`` hands the lease to the oldest live waiter as a new grant (new fencing token) and
@@ -175,12 +178,19 @@ class ReleaseWaiter(Protocol):
     queues: bool
 
     def wait(
-        self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
+        self,
+        key: str,
+        owner_token: str,
+        ttl_ms: int,
+        timeout_s: float,
+        final: bool = False,
+        queued: bool = False,
     ) -> AcquireReply | None:
         """Return when ``key`` may be free (or handed to ``owner_token``), or after ``timeout_s``
         seconds at the latest (plus one round trip). ``ttl_ms``: the lease the caller asks for.
         ``final``: the caller makes one last attempt after this wait and then gives up, so it must
-        not be handed the lease after ``timeout_s`` (no grace). Returns the grant a hand-off
+        not be handed the lease after ``timeout_s`` (no grace). ``queued``: the refused acquire
+        before this wait queued the caller already (``queue_args``). Returns the grant a hand-off
         message carried to a waiter that takes it without a claim (see the module; its
         ``ttl_ms`` is the key's PX, counted from the release), else None."""
         ...
@@ -207,7 +217,13 @@ class SleepWaiter:
         self._clock = clock
 
     def wait(
-        self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
+        self,
+        key: str,
+        owner_token: str,
+        ttl_ms: int,
+        timeout_s: float,
+        final: bool = False,
+        queued: bool = False,
     ) -> AcquireReply | None:
         self._clock.sleep(timeout_s)
         return None
@@ -225,7 +241,13 @@ class AsyncReleaseWaiter(Protocol):
     queues: bool
 
     async def wait(
-        self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
+        self,
+        key: str,
+        owner_token: str,
+        ttl_ms: int,
+        timeout_s: float,
+        final: bool = False,
+        queued: bool = False,
     ) -> AcquireReply | None: ...
 
     async def aclose(self) -> None: ...
@@ -283,6 +305,23 @@ class HandoffBase(Generic[ClientT]):
         return enqueue_args(
             prefix, key, owner_token, ttl_ms, wait_ms, final, grace_ms, listener, self.direct()
         )
+
+    def _register(
+        self, key: str, owner_token: str, wait_ms: int, final: bool, event: Any
+    ) -> tuple[str, str, str, str] | None:
+        """`queue_args` with the owner's lock held: the waiter registered with ``event`` (so a
+        grant that comes before its wait begins is kept) and the ARGV tail of ``acquire.lua`` that
+        queues it (wait_ms, grace_ms, listener id, ``'direct'``), when waiters take grants from
+        their messages and the key's channel is subscribed; else None (nothing registered: the
+        wait queues as before)."""
+        if self._closed or not self.direct():
+            return None
+        channel = self._channel(key)
+        if channel not in self._channels.confirmed:
+            return None
+        self._channels.join(channel, waiter_name(owner_token), event)
+        grace = 0 if final else self._grace_ms
+        return str(wait_ms), str(grace), self._listener, "direct"
 
     def direct(self) -> bool:
         """Whether a waiter queues now to take a hand-off from its message (no claim)."""

@@ -64,8 +64,31 @@ class Handoff(HandoffBase[redis.Redis]):
         thread = self._thread
         return thread is not None and thread.is_alive()
 
+    def queue_args(
+        self, key: str, owner_token: str, wait_ms: int, final: bool
+    ) -> tuple[str, str, str, str] | None:
+        """The ARGV tail with which ``acquire.lua`` queues ``owner_token`` when refused (wait_ms,
+        grace_ms, listener id, ``'direct'``; no grace when ``final``), so the wait that follows
+        sends no queueing command; the waiter is registered from now on, so a grant that comes
+        before its wait begins is kept. None when waiters do not take grants from their messages
+        or ``key``'s channel is not subscribed yet (the wait then queues as before). No I/O."""
+        with self._lock:
+            return self._register(key, owner_token, wait_ms, final, threading.Event())
+
+    def forget(self, key: str, owner_token: str) -> None:
+        """Unregister what `queue_args` registered for ``owner_token`` (an acquire that ended
+        without waiting; idempotent). No I/O."""
+        with self._lock:
+            self._channels.leave(self._channel(key), waiter_name(owner_token), time.monotonic())
+
     def wait(
-        self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
+        self,
+        key: str,
+        owner_token: str,
+        ttl_ms: int,
+        timeout_s: float,
+        final: bool = False,
+        queued: bool = False,
     ) -> AcquireReply | None:
         """Queue for ``key`` and sleep until handed the lease, woken, or ``timeout_s`` (seconds)
         passes. ``ttl_ms``: the lease asked for (a hand-off grants at most that). Returns the
@@ -78,9 +101,10 @@ class Handoff(HandoffBase[redis.Redis]):
         until = time.monotonic() + timeout_s
         channel = self._channel(key)
         name = waiter_name(owner_token)
-        event = threading.Event()
         channels = self._channels
         with self._lock:
+            known = channels.waiters.get(channel, {}).get(name) if queued else None
+            event = threading.Event() if known is None else known
             closed = self._closed
             if not closed:
                 ask = channels.join(channel, name, event)
@@ -100,7 +124,12 @@ class Handoff(HandoffBase[redis.Redis]):
         try:
             if ask and not start:
                 self._submit(self._poke)
-            self._queue_and_sleep(key, owner_token, ttl_ms, final, until, channel, event)
+            with self._lock:
+                queued = known is not None and channel in channels.confirmed
+            if queued:  # the acquire queued it: only the sleep is left
+                event.wait(max(0.0, until - time.monotonic()))
+            else:
+                self._queue_and_sleep(key, owner_token, ttl_ms, final, until, channel, event)
         finally:
             with self._lock:
                 grant = channels.leave(channel, name, time.monotonic())

@@ -16,7 +16,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 import redis
 
@@ -282,21 +282,35 @@ class _ManagerBase(_AsyncStoreCalls, ABC):
         steps = acquire_steps(attempt, waiter.queues)  # the decisions; here only the I/O
         waited = False  # a grant after a wait in the hand-off queue was handed over
         answer: AcquireReply | bool = False
+        queue_args = getattr(waiter, "queue_args", None)  # the Redis hand-off's
+        queued = registered = False  # the last acquire queued the caller; one ever did
         try:
             step = next(steps)
             while True:
                 try:
                     if isinstance(step, WaitForRelease):
                         began = clock.monotonic()
-                        grant = waiter.wait(key, owner_token, ttl_ms, step.delay_s, step.final)
+                        grant = waiter.wait(
+                            key, owner_token, ttl_ms, step.delay_s, step.final, queued
+                        )
                         wait_ended(self._on_event, key, owner_token, began, clock)
                         waited = attempt.queued
                         if self._forked:
                             self._check_open()
                         answer = self._closed or grant or False
                     else:
+                        queue = None
+                        if step.wait_ms and queue_args is not None:
+                            queue = queue_args(key, owner_token, step.wait_ms, step.final)
+                        queued = queue is not None
+                        registered = registered or queued
+                        attempt.queued = attempt.queued or queued  # a release may grant it now
                         with marking_sends(attempt.sending):  # the real send, after connecting
-                            answer = backend.acquire(key, owner_token, ttl_ms)
+                            if queue is None:
+                                answer = backend.acquire(key, owner_token, ttl_ms)
+                            else:  # queued in the same script when refused
+                                redis_backend = cast(RedisBackend, backend)
+                                answer = redis_backend.acquire(key, owner_token, ttl_ms, queue)
                 except BaseException as exc:
                     step = steps.throw(exc)
                 else:
@@ -308,6 +322,9 @@ class _ManagerBase(_AsyncStoreCalls, ABC):
             if attempt.uncertain:
                 self._abandon(key, owner_token, exc)
             raise
+        finally:
+            if registered:
+                waiter.forget(key, owner_token)  # type: ignore[attr-defined]
         handed = waited and isinstance(answer, AcquireReply) and answer.retried
         acquire_ended(self._on_event, key, end.state, attempt.sent_mono, clock, handed=handed)
         if end.leave_queue:

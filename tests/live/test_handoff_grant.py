@@ -21,8 +21,8 @@ import redis
 
 from fencedlease import AcquireResult, LeaseManager
 from fencedlease._protocol import AcquireReply
-from fencedlease._redis.keys import lease_keys, waiters_key
-from fencedlease._redis.scripts import RELEASE
+from fencedlease._redis.keys import lease_keys, waiters_key, waiters_meta_key
+from fencedlease._redis.scripts import ACQUIRE, RELEASE, run_script
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.testing import FakeClock
 
@@ -42,6 +42,10 @@ def _wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
 
 def _queued(client: redis.Redis, key: str) -> bool:
     return int(client.zcard(waiters_key(PREFIX, key))) == 1
+
+
+def _empty(client: redis.Redis, key: str) -> bool:
+    return int(client.zcard(waiters_key(PREFIX, key))) == 0
 
 
 def _scripts_run(client: redis.Redis) -> int:
@@ -69,20 +73,25 @@ class _CountingAcquires:
 
     def __init__(self, backend: Any) -> None:
         self.calls = 0
+        self.queueing: list[tuple[str, ...]] = []  # the queueing arguments each acquire carried
         inner = backend.acquire
         if asyncio.iscoroutinefunction(inner):
 
-            async def counted_async(key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
+            async def counted_async(
+                key: str, owner_token: str, ttl_ms: int, *queue: Any
+            ) -> AcquireReply:
                 self.calls += 1
-                reply: AcquireReply = await inner(key, owner_token, ttl_ms)
+                self.queueing.append(tuple(*queue))
+                reply: AcquireReply = await inner(key, owner_token, ttl_ms, *queue)
                 return reply
 
             backend.acquire = counted_async
         else:
 
-            def counted(key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
+            def counted(key: str, owner_token: str, ttl_ms: int, *queue: Any) -> AcquireReply:
                 self.calls += 1
-                reply: AcquireReply = inner(key, owner_token, ttl_ms)
+                self.queueing.append(tuple(*queue))
+                reply: AcquireReply = inner(key, owner_token, ttl_ms, *queue)
                 return reply
 
             backend.acquire = counted
@@ -312,3 +321,131 @@ def test_replica_acks_keeps_the_claim(
         assert len(errors) == 1
     finally:
         leases.close()
+
+
+def _details(client: redis.Redis, key: str, owner_token: Any) -> list[str]:
+    value = client.hget(waiters_meta_key(PREFIX, key), owner_token)
+    assert isinstance(value, bytes)
+    return value.decode().split(":")
+
+
+class _CountingEnqueues:
+    """Wraps a hand-off's queueing command (``enqueue.lua``) to count the calls."""
+
+    def __init__(self, handoff: Any) -> None:
+        self.calls = 0
+        inner = handoff._enqueue
+        if asyncio.iscoroutinefunction(inner):
+
+            async def counted_async(*args: Any) -> bool:
+                self.calls += 1
+                queued: bool = await inner(*args)
+                return queued
+
+            handoff._enqueue = counted_async
+        else:
+
+            def counted(*args: Any) -> bool:
+                self.calls += 1
+                queued: bool = inner(*args)
+                return queued
+
+            handoff._enqueue = counted
+
+
+def test_sync_refused_acquire_queues_the_waiter_itself(
+    redis_url: str, admin: redis.Redis, holder_side: LeaseManager
+) -> None:
+    """Once its listener is subscribed to the key's channel (a first short wait), a waiting
+    acquire that is refused queues itself in the same script: it carried the queueing
+    arguments, its queue entry is the direct one, and no queueing command (enqueue.lua) was sent
+    for the wait; the release's grant then reaches it by the message (one acquire in all)."""
+    owner = _hold(holder_side, "queued")
+    with LeaseManager.from_url(redis_url, prefix=PREFIX) as leases:
+        assert leases.acquire("queued", wait_ms=50, retry_delay_ms=10).lease is None
+        _wait_until(lambda: _empty(admin, "queued"))  # that acquire left the queue
+        handoff = leases._release_waiter
+        enqueues = _CountingEnqueues(handoff)
+        acquires = _CountingAcquires(leases.backend)
+        waiter = _Waiter(leases, "queued", ttl_ms=10_000, wait_ms=60_000, retry_delay_ms=20_000)
+        waiter.start()
+        _wait_until(lambda: _queued(admin, "queued"))
+        [(wait_ms, grace_ms, listener, flag)] = acquires.queueing
+        assert 10_000 <= int(wait_ms) <= 30_000 and (grace_ms, flag) == ("200", "direct")
+        assert listener == handoff._listener  # type: ignore[attr-defined]
+        [entry] = admin.zrange(waiters_key(PREFIX, "queued"), 0, -1)
+        details = _details(admin, "queued", entry)
+        assert details[1:] == ["10000", "200", listener, "direct"]
+        sent, pttl = _release_with_pttl(admin, "queued", owner)
+        waiter.join()
+        assert (acquires.calls, enqueues.calls) == (1, 0)
+        assert waiter.result is not None and waiter.result.lease is not None
+        lease = waiter.result.lease
+        assert (lease.fencing_token, pttl) == (2, 10_000)
+        assert lease._state.deadline is not None and lease._state.deadline <= sent + pttl / 1000
+        assert lease.release() is True
+
+
+def test_asyncio_refused_acquire_queues_the_waiter_itself(
+    redis_url: str, admin: redis.Redis, holder_side: LeaseManager
+) -> None:
+    """The asyncio twin: the refused acquire queued the waiter (direct entry), no enqueue.lua
+    was sent, and the grant came by the message (one acquire)."""
+    owner = _hold(holder_side, "queued-aio")
+
+    async def scenario() -> tuple[list[tuple[str, ...]], int, int, list[str], int | None]:
+        async with AsyncLeaseManager.from_url(redis_url, prefix=PREFIX) as leases:
+            assert (await leases.acquire("queued-aio", wait_ms=50, retry_delay_ms=10)).lease is None
+            await asyncio.to_thread(_wait_until, lambda: _empty(admin, "queued-aio"))
+            enqueues = _CountingEnqueues(leases._release_waiter)
+            acquires = _CountingAcquires(leases.backend)
+            task = asyncio.create_task(
+                leases.acquire("queued-aio", ttl_ms=10_000, wait_ms=60_000, retry_delay_ms=20_000)
+            )
+            await asyncio.to_thread(_wait_until, lambda: _queued(admin, "queued-aio"))
+            [entry] = admin.zrange(waiters_key(PREFIX, "queued-aio"), 0, -1)
+            details = _details(admin, "queued-aio", entry)
+            await asyncio.to_thread(_release_with_pttl, admin, "queued-aio", owner)
+            result = await task
+            assert result.lease is not None
+            token = result.lease.fencing_token
+            assert await result.lease.release() is True
+            return acquires.queueing, acquires.calls, enqueues.calls, details, token
+
+    queueing, calls, enqueued, details, token = asyncio.run(scenario())
+    assert [q[1:2] + q[3:] for q in queueing] == [("200", "direct")]
+    assert (calls, enqueued, token) == (1, 0, 2)
+    assert details[1:3] == ["10000", "200"] and details[4] == "direct"
+
+
+def test_acquire_queueing_arguments_are_checked_before_any_write(admin: redis.Redis) -> None:
+    """acquire.lua's queueing arguments: a bad one is an error reply naming it, with nothing
+    written; on a free key the caller is granted and not queued; on a held key with a waiter
+    queue of another type the refusal is an error, with nothing written."""
+    keys = lease_keys(PREFIX, "args")
+    queue = waiters_key(PREFIX, "args")
+    admin.set(keys[0], "1:holder", px=60_000)
+    for bad, words in (
+        (("x", "200", "ab", "direct"), r"ARGV\[5\] must be an integer"),
+        (("100", "-1", "ab", "direct"), r"ARGV\[6\] must be an integer"),
+        (("100", "200", "AB", ""), r"ARGV\[7\] must be 1\.\.32 lowercase hex"),
+        (("100", "200", "", "direct"), r"ARGV\[8\] must be 'direct' \(with a listener id\)"),
+        (("100", "200", "ab", "claim"), r"ARGV\[8\] must be 'direct'"),
+    ):
+        with pytest.raises(redis.ResponseError, match=words):
+            run_script(admin, ACQUIRE, keys, ("w", 5_000, "counter", "", *bad))
+    assert admin.exists(queue, waiters_meta_key(PREFIX, "args")) == 0
+    reply = run_script(admin, ACQUIRE, keys, ("w", 5_000, "counter", "", "100", "200", "ab", ""))
+    assert reply[:3] == [0, 0, reply[2]] and 0 < reply[2] <= 60_000
+    assert _details(admin, "args", "w")[1:] == ["5000", "200", "ab"]
+    assert 0 < admin.pttl(queue) <= 100 + 2 * 200
+    admin.delete(keys[0], queue, waiters_meta_key(PREFIX, "args"))
+    reply = run_script(admin, ACQUIRE, keys, ("w", 5_000, "counter", "", "100", "200", "ab", ""))
+    assert reply[:3] == [1, b"1", 5_000]
+    assert admin.exists(queue, waiters_meta_key(PREFIX, "args")) == 0
+    admin.set(keys[0], "1:holder", px=60_000)
+    admin.set(queue, "not a queue")
+    with pytest.raises(redis.ResponseError, match=r"waiter queue .* hold a string, not a zset"):
+        run_script(admin, ACQUIRE, keys, ("w", 5_000, "counter", "", "100", "200", "ab", ""))
+    assert admin.exists(waiters_meta_key(PREFIX, "args")) == 0
+    assert admin.get(queue) == b"not a queue"

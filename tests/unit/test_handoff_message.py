@@ -104,12 +104,15 @@ def test_an_explicit_heartbeat_sets_the_bound() -> None:
 
 
 def test_the_acquire_loop_ends_on_a_grant_it_takes_and_claims_one_it_does_not() -> None:
-    """acquire_steps: a wait answered with a grant ends the call with it (no SendAcquire); a
-    grant too short to take is followed by the claim (SendAcquire); True still means closed."""
+    """acquire_steps: each acquire of a caller that waits asks to queue it for the wait that
+    follows a refusal (100 ms, the retry delay drawn before the send) and counts the queueing
+    from its send; a wait answered with a grant ends the call with it (no SendAcquire); a grant
+    too short to take is followed by the claim (SendAcquire)."""
     clock = FakeClock()
     attempt = _attempt(clock)
     steps = acquire_steps(attempt, True)
-    assert next(steps) == SendAcquire()
+    assert next(steps) == SendAcquire(100, False)
+    assert attempt.queued_mono == clock.monotonic()
     assert isinstance(steps.send(AcquireReply(False, 0, 5_000)), WaitForRelease)
     with pytest.raises(StopIteration) as stop:
         steps.send(AcquireReply(True, 4, 10_000, retried=True))
@@ -121,4 +124,20 @@ def test_the_acquire_loop_ends_on_a_grant_it_takes_and_claims_one_it_does_not() 
     next(steps)
     steps.send(AcquireReply(False, 0, 5_000))
     clock.advance(5_001)
-    assert steps.send(AcquireReply(True, 4, 10_000, retried=True)) == SendAcquire()
+    assert steps.send(AcquireReply(True, 4, 10_000, retried=True)) == SendAcquire(100, False)
+
+
+def test_the_wait_that_spends_the_budget_queues_without_grace_and_none_after() -> None:
+    """With 60 ms of budget left and a 100 ms delay drawn, the acquire queues for the final wait
+    (60 ms); once the budget is spent the last attempt queues nothing; a caller that does not
+    wait never queues."""
+    clock = FakeClock()
+    attempt = AcquireAttempt("k", 10_000, 60, 100, clock, uniform=lambda low, high: 1.0)
+    steps = acquire_steps(attempt, True)
+    assert next(steps) == SendAcquire(60, True)
+    assert steps.send(AcquireReply(False, 0, 5_000)) == WaitForRelease(0.06, True)
+    clock.advance(60)
+    assert steps.send(False) == SendAcquire()
+    fail_fast = AcquireAttempt("k", 10_000, 0, 100, clock)
+    assert next(acquire_steps(fail_fast, True)) == SendAcquire()
+    assert (fail_fast.queued, fail_fast.queued_mono) == (False, None)

@@ -48,7 +48,13 @@ class AsyncSleepWaiter:
         )
 
     async def wait(
-        self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
+        self,
+        key: str,
+        owner_token: str,
+        ttl_ms: int,
+        timeout_s: float,
+        final: bool = False,
+        queued: bool = False,
     ) -> AcquireReply | None:
         await self._sleep(timeout_s)
         return None
@@ -83,8 +89,24 @@ class AsyncHandoff(HandoffBase[redis.asyncio.Redis]):
         task.add_done_callback(retrieve)
         return task
 
+    def queue_args(
+        self, key: str, owner_token: str, wait_ms: int, final: bool
+    ) -> tuple[str, str, str, str] | None:
+        """As `queue_args`."""
+        return self._register(key, owner_token, wait_ms, final, asyncio.Event())
+
+    def forget(self, key: str, owner_token: str) -> None:
+        """As `forget`."""
+        self._channels.leave(self._channel(key), waiter_name(owner_token), time.monotonic())
+
     async def wait(
-        self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
+        self,
+        key: str,
+        owner_token: str,
+        ttl_ms: int,
+        timeout_s: float,
+        final: bool = False,
+        queued: bool = False,
     ) -> AcquireReply | None:
         """As `wait`, awaited: the grant a hand-off message carried when the waiter takes it
         from there, else None.
@@ -96,8 +118,9 @@ class AsyncHandoff(HandoffBase[redis.asyncio.Redis]):
         until = loop.time() + timeout_s
         channel = self._channel(key)
         name = waiter_name(owner_token)
-        event = asyncio.Event()
         channels = self._channels
+        known = channels.waiters.get(channel, {}).get(name) if queued else None
+        event = asyncio.Event() if known is None else known
         if self._closed:  # after aclose(): poll, as without the listener
             await asyncio.sleep(timeout_s)
             return None
@@ -110,7 +133,11 @@ class AsyncHandoff(HandoffBase[redis.asyncio.Redis]):
         try:
             if ask and not start:
                 self._spawn(self._poke())
-            await self._queue_and_sleep(key, owner_token, ttl_ms, final, until, channel, event)
+            queued = known is not None and channel in channels.confirmed
+            if queued:  # the acquire queued it: only the sleep is left
+                await _wait_event(event, max(0.0, until - loop.time()))
+            else:
+                await self._queue_and_sleep(key, owner_token, ttl_ms, final, until, channel, event)
         finally:
             grant = channels.leave(channel, name, time.monotonic())
         return self._grant(key, grant)

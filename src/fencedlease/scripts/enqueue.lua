@@ -25,34 +25,17 @@
 -- owner token, which takes the waiter out of the queue).
 -- A waiter that stops polling (gave up, crashed) drops out at its deadline: release.lua skips it.
 -- Both queue keys expire by themselves once nobody has polled for a while.
--- Runs after lease_common.lua (prepended by the client): lease_at, foreign_type.
+-- Runs after lease_common.lua (prepended by the client): lease_at, foreign_type, queue_error,
+-- queue_waiter.
 redis.replicate_commands()  -- TIME below; required by Redis 6.2, a no-op from 7.0
 local owner = ARGV[1]
 local function refuse(role, key, why)
   return redis.error_reply('ERR fencedlease enqueue: the ' .. role .. ' ' .. key .. ' ' .. why)
 end
-local function bounded(s, low, high)  -- a decimal integer in low..high, or nil
-  if not string.find(s, '^%d+$') or #s > 10 then
-    return nil
-  end
-  local n = tonumber(s)
-  return (n >= low and n <= high) and n or nil
-end
--- The numbers reach the writes (the details entry release.lua parses, PEXPIRE): checked first.
-local MAX_MS = 2147483647
-for i, low in pairs({[2] = 0, [3] = 1, [4] = 0}) do
-  if not bounded(ARGV[i], low, MAX_MS) then
-    return redis.error_reply('ERR fencedlease enqueue: ARGV[' .. i .. '] must be an integer in '
-                             .. low .. '..2147483647, got ' .. ARGV[i])
-  end
-end
-local listener = ARGV[5] or ''
-if listener ~= '' and not (#listener <= 32 and string.find(listener, '^[0-9a-f]+$')) then
-  return redis.error_reply('ERR fencedlease enqueue: ARGV[5] must be 1..32 lowercase hex digits')
-end
-local direct = ARGV[6] or ''
-if direct ~= '' and (direct ~= 'direct' or listener == '') then
-  return redis.error_reply("ERR fencedlease enqueue: ARGV[6] must be 'direct' (with a listener id) or ''")
+local problem = queue_error({ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]},
+                            {'ARGV[2]', 'ARGV[3]', 'ARGV[4]', 'ARGV[5]', 'ARGV[6]'})
+if problem then
+  return redis.error_reply('ERR fencedlease enqueue: ' .. problem)
 end
 local current, _, holder, why = lease_at(KEYS[1])
 if why then
@@ -77,23 +60,5 @@ if not wait then
   end
   return 0
 end
-local clock = redis.call('TIME')
-local seconds, micros = tonumber(clock[1]), tonumber(clock[2])
-local now_ms = seconds * 1000 + math.floor(micros / 1000)
-local wait_ms, grace_ms = tonumber(ARGV[2]), tonumber(ARGV[4])
-redis.call('ZADD', KEYS[2], 'NX', string.format('%d', seconds * 1000000 + micros), owner)
-local details = string.format('%d:%s:%d', now_ms + wait_ms + grace_ms, ARGV[3], grace_ms)
-if listener ~= '' then  -- no listener id: the three fields alone, as release.lua parses them
-  details = details .. ':' .. listener
-end
-if direct ~= '' then
-  details = details .. ':direct'
-end
-redis.call('HSET', KEYS[3], owner, details)
-local keep_ms = wait_ms + 2 * grace_ms
-for i = 2, 3 do
-  if redis.call('PTTL', KEYS[i]) < keep_ms then
-    redis.call('PEXPIRE', KEYS[i], keep_ms)
-  end
-end
+queue_waiter(KEYS[2], KEYS[3], owner, {ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]})
 return 1
