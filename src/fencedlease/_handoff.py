@@ -76,7 +76,7 @@ from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
 from ._clock import SYSTEM_CLOCK, Clock
-from ._protocol import MAX_FENCING_TOKEN, AcquireReply
+from ._protocol import AcquireReply
 from ._redis.keys import (
     control_channel,
     enqueue_args,
@@ -84,7 +84,7 @@ from ._redis.keys import (
     listener_id,
 )
 from ._redis.replication import PrimaryWatch
-from ._redis.replies import text
+from ._redis.replies import parse_grant, text
 
 __all__ = [
     "DEFAULT_GRACE_MS",
@@ -97,7 +97,6 @@ __all__ = [
     "SleepWaiter",
     "listener_died",
     "listener_failed",
-    "parse_grant",
     "release_waiter_for",
     "waiter_name",
 ]
@@ -118,36 +117,6 @@ def waiter_name(owner_token: str) -> str:
     """The name a hand-off message gives a waiter: the SHA-1 (hex) of its owner token, which Lua
     computes too (``redis.sha1hex``). The owner token itself is a secret and is never published."""
     return hashlib.sha1(owner_token.encode()).hexdigest()  # noqa: S324 (a name, not a MAC)
-
-
-_HEX = frozenset("0123456789abcdef")
-_MAX_PX = 2**31 - 1
-
-
-def _number(field: str, high: int) -> int:
-    """``field`` as a decimal integer in 1..``high`` (ASCII digits, no leading zero), else 0."""
-    if field.isascii() and field.isdigit() and field[0] != "0" and len(field) <= 19:
-        number = int(field)
-        return number if number <= high else 0
-    return 0
-
-
-def parse_grant(data: str) -> tuple[str, AcquireReply | None]:
-    """A hand-off message ``"<sha1>[:<fencing token>:<px>[:<primary>]]"`` (``release.lua``):
-    the waiter's name, and the grant it carries as an `AcquireReply`
-    (``acquired``, ``retried``: issued by the release; ``fencing_token`` 1..2**63-1; ``ttl_ms``:
-    the PX, 1..2**31-1 milliseconds; ``primary_id``: the primary's replication id, None when the
-    message has none or an empty one), or None when it carries none or a malformed one (the
-    waiter is woken all the same, and claims). No I/O."""
-    name, _, rest = data.partition(":")
-    fields = rest.split(":") if rest else []
-    if len(fields) not in (2, 3):
-        return name, None
-    token, px = _number(fields[0], MAX_FENCING_TOKEN), _number(fields[1], _MAX_PX)
-    primary = fields[2] if len(fields) == 3 else ""
-    if not token or not px or (primary and (len(primary) != 40 or not set(primary) <= _HEX)):
-        return name, None
-    return name, AcquireReply(True, token, px, retried=True, primary_id=primary or None)
 
 
 def listener_failed(exc: BaseException, denied: str | None, warned: bool) -> bool:
@@ -418,7 +387,8 @@ class Channels:
     def on_message(self, message: dict[str, Any]) -> list[Any]:
         """The events to set for one pub/sub message (a sharded one's kinds, ``smessage``,
         ``ssubscribe``, ``sunsubscribe``, read as the plain ones). A hand-off message's grant
-        (`parse_grant`) is kept for its waiter, if it waits on that channel."""
+        (`fencedlease._redis.replies.parse_grant`) is kept for its waiter, if it waits on that
+        channel."""
         kind = text(message.get("type"))
         kind = kind[1:] if kind in _SHARDED else kind
         channel = text(message.get("channel"))

@@ -17,7 +17,7 @@ import redis
 import redis.asyncio
 
 from fencedlease import AcquireResult, LeaseManager
-from fencedlease._handoff import parse_grant, waiter_name
+from fencedlease._handoff import waiter_name
 from fencedlease._handoff_sync import Handoff
 from fencedlease._protocol import new_owner_token
 from fencedlease._redis.keys import (
@@ -27,6 +27,7 @@ from fencedlease._redis.keys import (
     waiters_key,
     waiters_meta_key,
 )
+from fencedlease._redis.replies import parse_grant
 from fencedlease._redis.scripts import ENQUEUE, RELEASE, run_script
 from fencedlease.aio._handoff import AsyncHandoff
 from fencedlease.lab.servers.redis import RedisServer

@@ -8,8 +8,9 @@ import pytest
 
 from fencedlease._attempt import AcquireAttempt
 from fencedlease._decisions import AcquireEnd, SendAcquire, WaitForRelease, acquire_steps
-from fencedlease._handoff import Channels, parse_grant
+from fencedlease._handoff import Channels
 from fencedlease._protocol import AcquireReply
+from fencedlease._redis.replies import parse_grant
 from fencedlease.testing import FakeClock
 
 SHA = "ab" * 20
