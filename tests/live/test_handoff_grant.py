@@ -449,3 +449,30 @@ def test_acquire_queueing_arguments_are_checked_before_any_write(admin: redis.Re
         run_script(admin, ACQUIRE, keys, ("w", 5_000, "counter", "", "100", "200", "ab", ""))
     assert admin.exists(waiters_meta_key(PREFIX, "args")) == 0
     assert admin.get(queue) == b"not a queue"
+
+
+def test_clock_fencing_grant_from_the_message_carries_the_stored_token(
+    redis_url: str, admin: redis.Redis
+) -> None:
+    """fencing="clock": the release's grant token is max(counter + 1, Redis TIME in us); the
+    waiter taking it from the message holds exactly the token the key stores (above the
+    holder's, and a microsecond clock reading), with one acquire sent."""
+    with (
+        LeaseManager.from_url(redis_url, prefix=PREFIX, fencing="clock") as holder_side,
+        LeaseManager.from_url(redis_url, prefix=PREFIX, fencing="clock") as leases,
+    ):
+        held = holder_side.acquire("clock", ttl_ms=10_000).lease
+        assert held is not None and held.fencing_token is not None
+        acquires = _CountingAcquires(leases.backend)
+        waiter = _Waiter(leases, "clock", ttl_ms=10_000, wait_ms=60_000, retry_delay_ms=20_000)
+        waiter.start()
+        _wait_until(lambda: _queued(admin, "clock"))
+        assert held.release() is True
+        waiter.join()
+        assert waiter.result is not None and waiter.result.lease is not None
+        lease = waiter.result.lease
+        stored = admin.get(lease_keys(PREFIX, "clock")[0])
+        assert stored == f"{lease.fencing_token}:{lease.owner_token}".encode()
+        assert lease.fencing_token is not None and lease.fencing_token > held.fencing_token
+        assert lease.fencing_token > 10**15 and acquires.calls == 1
+        assert lease.release() is True
