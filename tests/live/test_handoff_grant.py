@@ -476,3 +476,37 @@ def test_clock_fencing_grant_from_the_message_carries_the_stored_token(
         assert lease.fencing_token is not None and lease.fencing_token > held.fencing_token
         assert lease.fencing_token > 10**15 and acquires.calls == 1
         assert lease.release() is True
+
+
+def test_asyncio_lost_message_ends_in_a_grant_by_polling(
+    redis_url: str, admin: redis.Redis, holder_side: LeaseManager
+) -> None:
+    """The asyncio twin: the listener's connection is killed in the release's transaction, no
+    message arrives, and the waiter's next poll (retry delay 0.5 s) claims the grant (token 2,
+    a second acquire), well before its 60 s budget ends."""
+    owner = _hold(holder_side, "lost-aio")
+
+    async def scenario() -> tuple[int | None, int, int]:
+        async with AsyncLeaseManager.from_url(redis_url, prefix=PREFIX) as leases:
+            acquires = _CountingAcquires(leases.backend)
+            task = asyncio.create_task(
+                leases.acquire("lost-aio", ttl_ms=10_000, wait_ms=60_000, retry_delay_ms=500)
+            )
+            await asyncio.to_thread(_wait_until, lambda: _queued(admin, "lost-aio"))
+
+            def release_unheard() -> None:
+                pipe = admin.pipeline(transaction=True)
+                pipe.client_kill_filter(_type="pubsub")
+                pipe.eval(RELEASE.source, 4, *lease_keys(PREFIX, "lost-aio"), owner)
+                assert pipe.execute()[1] == 1
+
+            await asyncio.to_thread(release_unheard)
+            result = await task
+            assert result.lease is not None
+            token = result.lease.fencing_token
+            assert await result.lease.release() is True
+            notified: int = leases._release_waiter.notified  # type: ignore[attr-defined]
+            return token, acquires.calls, notified
+
+    token, calls, notified = asyncio.run(scenario())
+    assert (token, notified) == (2, 0) and calls >= 2
