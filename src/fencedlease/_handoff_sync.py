@@ -91,9 +91,11 @@ class Handoff(HandoffBase[redis.Redis]):
         queued: bool = False,
     ) -> AcquireReply | None:
         """Queue for ``key`` and sleep until handed the lease, woken, or ``timeout_s`` (seconds)
-        passes. ``ttl_ms``: the lease asked for (a hand-off grants at most that). Returns the
-        grant the hand-off message carried when the waiter takes it from there (see
-        `fencedlease._handoff`), else None.
+        passes. ``ttl_ms``: the lease asked for (a hand-off grants at most that). ``queued``:
+        the refused acquire before this wait queued the caller (`queue_args`), so no queueing
+        command is sent while the channel stays subscribed. Returns the grant the hand-off
+        message carried when the waiter takes it from there (see `fencedlease._handoff`), else
+        None.
 
         Raises:
             BackendError: the queueing command failed (as the acquire itself would).
