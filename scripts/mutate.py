@@ -196,6 +196,8 @@ PROBES: Final[tuple[Probe, ...]] = (
     Probe("asyncio", "aio/_renewer.py", "        if self._task is not None and not self._task.done():"),
     Probe("handoff", "_handoff_sync.py", "        keys, args = self._enqueue_args(key, owner_token, ttl_ms, wait_ms, final)"),
     Probe("handoff", "aio/_handoff.py", "        keys, args = self._enqueue_args(key, owner_token, ttl_ms, wait_ms, final)"),
+    # A waiter queued by its refused acquire (both faces): no queueing command follows.
+    Probe("handoff", "_handoff.py", "        self._channels.join(channel, waiter_name(owner_token), event)"),
     Probe("sql-guard", "db/_guard.py", "    access = coerce_access(token_or_lease)"),
     Probe("fenced-resource", "_fencing.py", "        with self._lock:\n            state = self._state", ("_fenced_resource.py",)),
     Probe("redis-resource", "redis_fencing.py", "        keys = (self._fence_key, self._data_key)"),

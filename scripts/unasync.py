@@ -331,14 +331,6 @@ acquire that failed or was interrupted may hold) and `_ManagerBase._release_late
 """,
         ),
         (
-            """    def _acquire(
-        self, key: str, ttl_ms: int, wait_ms: int, retry_delay_ms: int
-    ) -> AcquireResult:
-""",
-            """    def _acquire(self, key: str, ttl_ms: int, wait_ms: int, retry_delay_ms: int) -> AcquireResult:
-""",
-        ),
-        (
             '''"""A manager over the backend ``url`` names (see
         [`backend_from_url`][fencedlease.aio.backend_from_url]), closed with the
         manager: ``redis://``, ``rediss://`` and ``unix://``, a client made by

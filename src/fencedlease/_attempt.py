@@ -75,13 +75,17 @@ class AcquireAttempt:
         "_ambiguous",
         "_clock",
         "_in_flight",
+        "_planned",
         "_uniform",
         "fencing_scope",
         "final_wait",
         "give_up",
+        "heartbeat_ms",
         "key",
         "owner_token",
         "queued",
+        "queued_mono",
+        "queued_wall",
         "retry_delay_ms",
         "sent_mono",
         "sent_wall",
@@ -97,8 +101,12 @@ class AcquireAttempt:
         clock: Clock,
         uniform: Callable[[float, float], float] | None = None,
         fencing_scope: str | None = None,
+        heartbeat_ms: int | None = None,
     ) -> None:
         self.key = key
+        # How often the lease will be renewed (None: the default, ttl_ms // 4): a grant taken
+        # from a hand-off message must leave two heartbeats before its deadline (see handed).
+        self.heartbeat_ms = max(1, ttl_ms // 4) if heartbeat_ms is None else heartbeat_ms
         self.fencing_scope = fencing_scope  # the backend's name of key's counter, for the lease
         self.ttl_ms = ttl_ms
         self.retry_delay_ms = retry_delay_ms
@@ -109,10 +117,15 @@ class AcquireAttempt:
         self.sent_mono = self.sent_wall = 0.0
         self._in_flight = False
         self._ambiguous = False
+        self._planned: float | None = None  # the next wait's delay, drawn by plan_wait
         self.final_wait = False
         # Set before a wait that queues the caller for a hand-off: from then on a release may grant
         # the key to owner_token at any moment, until the caller holds it or cleans up.
         self.queued = False
+        # The clock's monotonic and wall times no later than the send of the first command that
+        # may have queued the caller (see queueing); None until then.
+        self.queued_mono: float | None = None
+        self.queued_wall = 0.0
 
     @property
     def uncertain(self) -> bool:
@@ -142,6 +155,52 @@ class AcquireAttempt:
         self._in_flight = False  # Redis refused it: nothing was written
         return False
 
+    def queueing(self) -> None:
+        """Record that a command that may queue the caller for a hand-off is sent from now on:
+        the first such time of the call is kept, never a later one (a later poll may be sent
+        after the release that granted the caller its queue entry)."""
+        if self.queued_mono is None:
+            self.queued_mono, self.queued_wall = self._clock.monotonic(), self._clock.time()
+
+    def handed(self, reply: AcquireReply) -> LeaseState | None:
+        """The lease a hand-off message granted (``reply``: `parse_grant`'s, its ``ttl_ms`` the
+        key's PX), taken with no claim round trip; or None when the caller must claim it instead.
+
+        The key expires at ``R + px``, ``R`` being when Redis ran the release. The release found
+        the caller's queue entry, so the command that created it ran before ``R`` and was sent
+        no earlier than `queued_mono`: the deadline ``queued_mono + px`` is never later than
+        Redis's expiry. The grant is taken only if that deadline leaves at least two heartbeats
+        (``2 * heartbeat_ms``) from now, so the renewer's usual cadence renews it in time."""
+        if self.queued_mono is None:
+            return None
+        deadline = on_ns_grid(self.queued_mono + reply.ttl_ms / 1000)
+        if deadline - self._clock.monotonic() < 2 * self.heartbeat_ms / 1000:
+            return None
+        state = LeaseState.granted(
+            self.key, self.owner_token, reply.fencing_token, reply.ttl_ms, self.queued_mono,
+            self.queued_wall,
+        )  # fmt: skip
+        state.ttl_ms = self.ttl_ms  # what renewals ask for
+        state.fencing_scope = self.fencing_scope
+        return state
+
+    def _draw(self) -> float:
+        """A retry delay in seconds: ``retry_delay_ms`` randomised ±50%."""
+        return self.retry_delay_ms / 1000 * self._uniform(0.5, 1.5)
+
+    def plan_wait(self) -> tuple[int, bool] | None:
+        """Before an acquire that may queue the caller (a release waiter that queues): draw the
+        delay of the wait a refusal is followed by (`not_acquired` keeps it) and return
+        ``(wait_ms, final)`` for the queue entry the acquire writes when refused (`final`: the
+        wait that spends the budget, no grace after it); None when the budget is spent (no wait
+        follows: nothing to queue)."""
+        remaining = on_ns_grid(self.give_up - self._clock.monotonic())
+        if remaining <= 0:
+            self._planned = None
+            return None
+        self._planned = delay = self._draw()
+        return max(1, int(min(delay, remaining) * 1000)), remaining <= delay
+
     def granted(self, reply: AcquireReply) -> LeaseState:
         """The state of the lease ``reply`` granted (``reply.acquired`` must be true)."""
         self._in_flight = False
@@ -157,9 +216,10 @@ class AcquireAttempt:
         past the wait budget), or None when the budget is spent."""
         self._in_flight = False
         remaining = on_ns_grid(self.give_up - self._clock.monotonic())
+        planned, self._planned = self._planned, None
         if remaining <= 0:
             return None
-        delay = self.retry_delay_ms / 1000 * self._uniform(0.5, 1.5)
+        delay = self._draw() if planned is None else planned
         # The wait that uses up the budget is followed by one last attempt, then the caller
         # gives up: a release waiter must not hand the lease over after it.
         self.final_wait = remaining <= delay

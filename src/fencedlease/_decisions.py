@@ -76,13 +76,20 @@ log = logging.getLogger("fencedlease.renewer")
 
 @attrs.frozen
 class SendAcquire:
-    """Send ``backend.acquire(key, attempt.owner_token, ttl_ms)``; answer with its reply."""
+    """Send ``backend.acquire(key, attempt.owner_token, ttl_ms)``; answer with its reply.
+    ``wait_ms`` > 0: a refusal is followed by a wait of that long at most (``final``: the last),
+    so the acquire may queue the caller for a hand-off in the same command (the release waiter's
+    ``queue_args``)."""
+
+    wait_ms: int = 0
+    final: bool = False
 
 
 @attrs.frozen
 class WaitForRelease:
     """Wait ``delay_s`` seconds (or until a release wakes the caller) with the manager's release
-    waiter; ``final``: the last attempt follows. Answer with whether the manager is closed now."""
+    waiter; ``final``: the last attempt follows. Answer with whether the manager is closed now,
+    or, when it is not, with the grant the waiter returned (a hand-off taken from its message)."""
 
     delay_s: float
     final: bool
@@ -114,13 +121,21 @@ def acquire_steps(
 
     An error thrown in propagates, after the attempt noted what it means (`
     uncertain`: the face then releases ``owner_token``). A wait the manager's ``close()`` ended
-    raises [`ManagerClosedError`][fencedlease.ManagerClosedError].
+    raises [`ManagerClosedError`][fencedlease.ManagerClosedError]. A wait answered with a grant
+    returns it when `AcquireAttempt.handed` takes it (no claim round trip); else the next
+    acquire claims it ("already ours").
     """
     while True:
         attempt.sending()
+        plan = attempt.plan_wait() if queues else None
+        queued_before = attempt.queued  # the face sets it when the acquire carries the queueing
+        if plan is not None:  # the acquire may queue the caller, sent from now on
+            attempt.queueing()
         try:
-            reply = yield SendAcquire()
+            reply = yield SendAcquire() if plan is None else SendAcquire(*plan)
         except BackendError as exc:
+            if never_sent(exc):  # the acquire never left: it queued nobody
+                attempt.queued = queued_before
             if not attempt.may_resend(exc):
                 raise
             attempt.sending()
@@ -135,14 +150,20 @@ def acquire_steps(
             return AcquireEnd(None, reply.ttl_ms, leave_queue=attempt.uncertain)
         queued_before = attempt.queued
         attempt.queued = queued_before or queues
+        if queues:  # the wait's queueing command is sent after this instant
+            attempt.queueing()
         try:
-            closed = yield WaitForRelease(delay, attempt.final_wait)
+            answer = yield WaitForRelease(delay, attempt.final_wait)
         except BackendError as exc:
             if never_sent(exc):  # the queueing command never left: not queued by it
                 attempt.queued = queued_before
             raise
-        if closed:
+        if answer is True:
             raise ManagerClosedError(ManagerClosedError.WHILE_WAITING)
+        if isinstance(answer, AcquireReply):
+            state = attempt.handed(answer)
+            if state is not None:
+                return AcquireEnd(state)
 
 
 # -- the end of a hold ------------------------------------------------------------------------

@@ -13,23 +13,48 @@ for Redis that is `Handoff` (a thread) and
    SUBSCRIBE).
 2. It queues the waiter in Redis (``enqueue.lua``: one EVALSHA), oldest first, with the listener's
    id. If the key turned out to be free meanwhile, or already handed to this waiter, it returns at
-   once: acquire now.
+   once: acquire now. Where waiters take grants from their messages (below) and the channel is
+   subscribed, the refused acquire before the wait has queued the waiter already, in the same
+   script (``queue_args``: the waiter is registered before that acquire is sent), and no
+   queueing command is sent.
 3. It sleeps until woken or until the retry delay the manager chose has passed.
 
 ``release.lua`` hands the lease to the oldest live waiter as a new grant (new fencing token) and
-publishes the SHA-1 of that waiter's owner token on the channel of that waiter's listener: only the
-process that waits for this grant hears it (with one shared channel per key, every process with a
-waiter would wake for each grant and all but one would discard it), and its listener wakes exactly
-that waiter, whose next acquire finds the key already its own ("already ours": one round trip, no
-new token). Because the
-lease goes to the queue's head rather than back to the free pool, the holder that released cannot
-take it again before the waiters: every contender is served in arrival order (Go's ``sync.Mutex``
-hands off directly to the oldest waiter in its starvation mode for the same reason; Redisson's
+publishes the grant, ``"<sha1>:<fencing token>:<px>"`` (the SHA-1 of that waiter's owner token,
+the token it was granted and the PX the key was set with; the owner token never travels), on the
+channel of that waiter's listener: only the process that waits for this grant hears it (with one
+shared channel per key, every process with a waiter would wake for each grant and all but one
+would discard it), and its listener wakes exactly that waiter. Because the lease goes to the
+queue's head rather than back to the free pool, the holder that released cannot take it again
+before the waiters: every contender is served in arrival order (Go's ``sync.Mutex`` hands off
+directly to the oldest waiter in its starvation mode for the same reason; Redisson's
 ``RedissonFairLock`` keeps a queue of waiters in Redis).
+
+The woken waiter takes the lease in one of two ways:
+
+- *From the message* (a waiter queued ``direct``: the plain Redis backend with ``replica_acks=0``
+  and no Sentinel check): no round trip. ``release.lua`` set the key with PX ``ttl_ms`` (the
+  waiter's whole TTL) and appended the primary's replication id, which the backend's
+  `PrimaryWatch` notes as it notes an acquire's. The
+  deadline argument: the key expires at ``R + px``, ``R`` being when Redis ran the release (on
+  Redis's clock). The release found the waiter's queue entry, so the command that created that
+  entry ran before ``R``, and was sent earlier still; the waiter keeps the monotonic time of the
+  first send that may have queued it in this acquire call (``AcquireAttempt.queued_mono``; a later
+  poll's send may come after ``R`` and is never used), so ``deadline = queued_mono + px`` is never
+  later than Redis's expiry (clock rates assumed equal, as for every lease deadline). The grant is
+  taken only if that deadline leaves at least two heartbeats; the renewer then renews it at its
+  usual cadence.
+- *By a claim* (any other waiter, and a direct one whose deadline is too short, say after a long
+  wait): its next acquire finds the key already its own ("already ours": one round trip, no new
+  token, the TTL reset; with ``replica_acks`` its ``WAIT`` covers the grant). The key's PX is then
+  cut to the waiter's deadline plus ``grace_ms``, so a grant to a waiter that died meanwhile
+  blocks the key briefly; a direct waiter that died holds it for its ``ttl_ms``, as a holder that
+  dies does.
 
 Polling stays the fallback, so nothing depends on a notification arriving: a lost message (the
 listener's connection was killed, a lease expired instead of being released) costs a waiter at most
-the retry delay it was sleeping anyway, after which its acquire finds the key free or handed to it.
+the retry delay it was sleeping anyway, after which its acquire finds the key free or handed to it
+(and claims it). A message that reaches a waiter no longer waiting is dropped.
 A waiter that stops waiting (gave up, cancelled, interrupted, failed, closed) releases with its
 owner token on the way out (the manager does it): ``release.lua`` takes it out of the queue and
 passes on a lease handed to it meanwhile. A waiter that crashed drops out at its deadline (its wait
@@ -47,11 +72,19 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
 from ._clock import SYSTEM_CLOCK, Clock
-from ._redis.keys import control_channel, enqueue_args, handoff_channel, listener_id
-from ._redis.replies import text
+from ._protocol import AcquireReply
+from ._redis.keys import (
+    control_channel,
+    enqueue_args,
+    handoff_channel,
+    listener_id,
+)
+from ._redis.replication import PrimaryWatch
+from ._redis.replies import parse_grant, text
 
 __all__ = [
     "DEFAULT_GRACE_MS",
@@ -114,12 +147,21 @@ class ReleaseWaiter(Protocol):
     queues: bool
 
     def wait(
-        self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
-    ) -> None:
+        self,
+        key: str,
+        owner_token: str,
+        ttl_ms: int,
+        timeout_s: float,
+        final: bool = False,
+        queued: bool = False,
+    ) -> AcquireReply | None:
         """Return when ``key`` may be free (or handed to ``owner_token``), or after ``timeout_s``
         seconds at the latest (plus one round trip). ``ttl_ms``: the lease the caller asks for.
         ``final``: the caller makes one last attempt after this wait and then gives up, so it must
-        not be handed the lease after ``timeout_s`` (no grace)."""
+        not be handed the lease after ``timeout_s`` (no grace). ``queued``: the refused acquire
+        before this wait queued the caller already (``queue_args``). Returns the grant a hand-off
+        message carried to a waiter that takes it without a claim (see the module; its
+        ``ttl_ms`` is the key's PX, counted from the release), else None."""
         ...
 
     def close(self, until: float | None = None) -> None:
@@ -144,9 +186,16 @@ class SleepWaiter:
         self._clock = clock
 
     def wait(
-        self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
-    ) -> None:
+        self,
+        key: str,
+        owner_token: str,
+        ttl_ms: int,
+        timeout_s: float,
+        final: bool = False,
+        queued: bool = False,
+    ) -> AcquireReply | None:
         self._clock.sleep(timeout_s)
+        return None
 
     def close(self, until: float | None = None) -> None:
         pass
@@ -161,8 +210,14 @@ class AsyncReleaseWaiter(Protocol):
     queues: bool
 
     async def wait(
-        self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
-    ) -> None: ...
+        self,
+        key: str,
+        owner_token: str,
+        ttl_ms: int,
+        timeout_s: float,
+        final: bool = False,
+        queued: bool = False,
+    ) -> AcquireReply | None: ...
 
     async def aclose(self) -> None: ...
 
@@ -175,7 +230,11 @@ class HandoffBase(Generic[ClientT]):
     `AsyncHandoff`, a task) hold alike: the manager's client
     (``redis.Redis`` or ``redis.asyncio.Redis``) and key ``prefix``, ``grace_ms`` (how long past
     its wait a queued waiter still counts as alive), the `Channels` (``linger_s``: how long
-    an unused channel stays subscribed) and the listener's own wake-up channel. No I/O."""
+    an unused channel stays subscribed) and the listener's own wake-up channel. No I/O.
+
+    ``direct``: called at each wait, whether the waiter queues to take a hand-off from its
+    message with no claim (None: never; the backend says, see the module); ``primary``: the
+    backend's `PrimaryWatch`, told the primary such a grant names."""
 
     queues = True
 
@@ -186,10 +245,14 @@ class HandoffBase(Generic[ClientT]):
         *,
         grace_ms: int = DEFAULT_GRACE_MS,
         linger_s: float = DEFAULT_LINGER_S,
+        direct: Callable[[], bool] | None = None,
+        primary: PrimaryWatch | None = None,
     ) -> None:
         self._client = client
         self._prefix = prefix
         self._grace_ms = grace_ms
+        self._direct = direct
+        self._primary = primary
         self._channels = Channels(linger_s)
         self._control = control_channel(prefix)
         self._listener = listener_id()  # names this manager's channels: only it wakes
@@ -203,15 +266,49 @@ class HandoffBase(Generic[ClientT]):
 
     def _enqueue_args(
         self, key: str, owner_token: str, ttl_ms: int, wait_ms: int, final: bool
-    ) -> tuple[tuple[str, str, str], tuple[str, int, int, int, str]]:
+    ) -> tuple[tuple[str, str, str], tuple[str, int, int, int, str, str]]:
         """KEYS and ARGV of the queueing script for one wait (see
-        `enqueue_args`), naming this listener's channel."""
+        `enqueue_args`), naming this listener's channel, and ``direct`` when the backend
+        lets a waiter take a grant from its message."""
         prefix, grace_ms, listener = self._prefix, self._grace_ms, self._listener
-        return enqueue_args(prefix, key, owner_token, ttl_ms, wait_ms, final, grace_ms, listener)
+        return enqueue_args(
+            prefix, key, owner_token, ttl_ms, wait_ms, final, grace_ms, listener, self.direct()
+        )
+
+    def _register(
+        self, key: str, owner_token: str, wait_ms: int, final: bool, event: Any
+    ) -> tuple[str, str, str, str] | None:
+        """`queue_args` with the owner's lock held: the waiter registered with ``event`` (so a
+        grant that comes before its wait begins is kept) and the ARGV tail of ``acquire.lua`` that
+        queues it (wait_ms, grace_ms, listener id, ``'direct'``), when waiters take grants from
+        their messages and the key's channel is subscribed; else None (nothing registered: the
+        wait queues as before)."""
+        if self._closed or not self.direct():
+            return None
+        channel = self._channel(key)
+        if channel not in self._channels.confirmed:
+            return None
+        self._channels.join(channel, waiter_name(owner_token), event)
+        grace = 0 if final else self._grace_ms
+        return str(wait_ms), str(grace), self._listener, "direct"
+
+    def direct(self) -> bool:
+        """Whether a waiter queues now to take a hand-off from its message (no claim)."""
+        return self._direct is not None and self._direct()
 
     def _channel(self, key: str) -> str:
         """The channel this listener hears ``key``'s grants to its own waiters on."""
         return handoff_channel(self._prefix, key, self._listener)
+
+    def _grant(self, key: str, grant: AcquireReply | None) -> AcquireReply | None:
+        """What a wait returns for the ``grant`` its message carried (None: none came): the grant
+        when waiters take grants from their messages, its primary noted by the backend's
+        `PrimaryWatch`; else None (the waiter claims)."""
+        if grant is None or not self.direct():
+            return None
+        if self._primary is not None:
+            self._primary.seen(grant, key)
+        return grant
 
 
 def release_waiter_for(backend: object, clock: Clock = SYSTEM_CLOCK) -> ReleaseWaiter:
@@ -236,6 +333,7 @@ class Channels:
     def __init__(self, linger_s: float) -> None:
         self.linger_s = linger_s
         self.waiters: dict[str, dict[str, Any]] = {}  # channel -> waiter name -> event
+        self.grants: dict[str, AcquireReply] = {}  # waiter name -> the grant its message carried
         self.requested: set[str] = set()  # asked for, SUBSCRIBE not sent yet
         self.subscribed: set[str] = set()  # SUBSCRIBE sent (and not UNSUBSCRIBE)
         self.confirmed: set[str] = set()  # the server acknowledged the subscription
@@ -250,14 +348,18 @@ class Channels:
         self.requested.add(channel)
         return True
 
-    def leave(self, channel: str, name: str, now: float) -> None:
+    def leave(self, channel: str, name: str, now: float) -> AcquireReply | None:
+        """Unregister a waiter; the grant a message carried to it while it waited, if one did
+        (kept only while it waits: a message for a waiter gone is dropped)."""
+        grant = self.grants.pop(name, None)
         waiters = self.waiters.get(channel)
         if waiters is None:
-            return
+            return grant
         waiters.pop(name, None)
         if not waiters:
             del self.waiters[channel]
             self.idle_since[channel] = now
+        return grant
 
     def plan(self, now: float) -> tuple[list[str], list[str], float]:
         """What the listener sends now: (subscribe, unsubscribe, seconds until the next plan)."""
@@ -284,14 +386,21 @@ class Channels:
 
     def on_message(self, message: dict[str, Any]) -> list[Any]:
         """The events to set for one pub/sub message (a sharded one's kinds, ``smessage``,
-        ``ssubscribe``, ``sunsubscribe``, read as the plain ones)."""
+        ``ssubscribe``, ``sunsubscribe``, read as the plain ones). A hand-off message's grant
+        (`fencedlease._redis.replies.parse_grant`) is kept for its waiter, if it waits on that
+        channel."""
         kind = text(message.get("type"))
         kind = kind[1:] if kind in _SHARDED else kind
         channel = text(message.get("channel"))
         waiters = self.waiters.get(channel, {})
         if kind == "message":
-            event = waiters.get(text(message.get("data")))
-            return [] if event is None else [event]
+            name, grant = parse_grant(text(message.get("data")))
+            event = waiters.get(name)
+            if event is None:
+                return []
+            if grant is not None:
+                self.grants[name] = grant
+            return [event]
         if kind == "subscribe":
             if channel in self.subscribed:
                 self.confirmed.add(channel)

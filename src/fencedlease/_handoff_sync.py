@@ -25,6 +25,7 @@ from ._handoff import (
     log,
     waiter_name,
 )
+from ._protocol import AcquireReply
 from ._redis.clients import dedicated_client
 from ._redis.errors import acl_denial, backend_errors
 from ._redis.keys import control_channel, listener_id
@@ -63,11 +64,38 @@ class Handoff(HandoffBase[redis.Redis]):
         thread = self._thread
         return thread is not None and thread.is_alive()
 
+    def queue_args(
+        self, key: str, owner_token: str, wait_ms: int, final: bool
+    ) -> tuple[str, str, str, str] | None:
+        """The ARGV tail with which ``acquire.lua`` queues ``owner_token`` when refused (wait_ms,
+        grace_ms, listener id, ``'direct'``; no grace when ``final``), so the wait that follows
+        sends no queueing command; the waiter is registered from now on, so a grant that comes
+        before its wait begins is kept. None when waiters do not take grants from their messages
+        or ``key``'s channel is not subscribed yet (the wait then queues as before). No I/O."""
+        with self._lock:
+            return self._register(key, owner_token, wait_ms, final, threading.Event())
+
+    def forget(self, key: str, owner_token: str) -> None:
+        """Unregister what `queue_args` registered for ``owner_token`` (an acquire that ended
+        without waiting; idempotent). No I/O."""
+        with self._lock:
+            self._channels.leave(self._channel(key), waiter_name(owner_token), time.monotonic())
+
     def wait(
-        self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
-    ) -> None:
+        self,
+        key: str,
+        owner_token: str,
+        ttl_ms: int,
+        timeout_s: float,
+        final: bool = False,
+        queued: bool = False,
+    ) -> AcquireReply | None:
         """Queue for ``key`` and sleep until handed the lease, woken, or ``timeout_s`` (seconds)
-        passes. ``ttl_ms``: the lease asked for (a hand-off grants at most that).
+        passes. ``ttl_ms``: the lease asked for (a hand-off grants at most that). ``queued``:
+        the refused acquire before this wait queued the caller (`queue_args`), so no queueing
+        command is sent while the channel stays subscribed. Returns the grant the hand-off
+        message carried when the waiter takes it from there (see `fencedlease._handoff`), else
+        None.
 
         Raises:
             BackendError: the queueing command failed (as the acquire itself would).
@@ -75,9 +103,10 @@ class Handoff(HandoffBase[redis.Redis]):
         until = time.monotonic() + timeout_s
         channel = self._channel(key)
         name = waiter_name(owner_token)
-        event = threading.Event()
         channels = self._channels
         with self._lock:
+            known = channels.waiters.get(channel, {}).get(name) if queued else None
+            event = threading.Event() if known is None else known
             closed = self._closed
             if not closed:
                 ask = channels.join(channel, name, event)
@@ -93,30 +122,51 @@ class Handoff(HandoffBase[redis.Redis]):
             # After close(): poll, as without the listener. Sleep outside the lock, or the
             # waiters would take turns and each wait outlast its budget.
             time.sleep(timeout_s)
-            return
+            return None
         try:
             if ask and not start:
                 self._submit(self._poke)
-            while channel not in channels.confirmed:
-                left = until - time.monotonic()
-                if left <= 0 or not event.wait(left):
-                    return  # not subscribed in time: this round is a plain poll
-                event.clear()
-            left = until - time.monotonic()
-            if left < 0.001:
-                return
-            queued = self._submit(self._enqueue, key, owner_token, ttl_ms, int(left * 1000), final)
-            try:
-                if not queued.result(timeout=left):
-                    return  # free, or already ours: acquire now
-            except concurrent.futures.TimeoutError:
-                return  # Redis is slow: this round was a plain poll (the entry may land later)
-            left = until - time.monotonic()
-            if left > 0:
-                event.wait(left)
+            with self._lock:
+                queued = known is not None and channel in channels.confirmed
+            if queued:  # the acquire queued it: only the sleep is left
+                event.wait(max(0.0, until - time.monotonic()))
+            else:
+                self._queue_and_sleep(key, owner_token, ttl_ms, final, until, channel, event)
         finally:
             with self._lock:
-                channels.leave(channel, name, time.monotonic())
+                grant = channels.leave(channel, name, time.monotonic())
+        return self._grant(key, grant)
+
+    def _queue_and_sleep(
+        self,
+        key: str,
+        owner_token: str,
+        ttl_ms: int,
+        final: bool,
+        until: float,
+        channel: str,
+        event: threading.Event,
+    ) -> None:
+        """`wait`'s rounds once the waiter is registered: wait for the channel's subscription,
+        queue, sleep until woken or the monotonic instant ``until``."""
+        channels = self._channels
+        while channel not in channels.confirmed:
+            left = until - time.monotonic()
+            if left <= 0 or not event.wait(left):
+                return  # not subscribed in time: this round is a plain poll
+            event.clear()
+        left = until - time.monotonic()
+        if left < 0.001:
+            return
+        queued = self._submit(self._enqueue, key, owner_token, ttl_ms, int(left * 1000), final)
+        try:
+            if not queued.result(timeout=left):
+                return  # free, or already ours: acquire now
+        except concurrent.futures.TimeoutError:
+            return  # Redis is slow: this round was a plain poll (the entry may land later)
+        left = until - time.monotonic()
+        if left > 0:
+            event.wait(left)
 
     def _enqueue(self, key: str, owner_token: str, ttl_ms: int, wait_ms: int, final: bool) -> bool:
         keys, args = self._enqueue_args(key, owner_token, ttl_ms, wait_ms, final)

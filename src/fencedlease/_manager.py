@@ -245,7 +245,9 @@ class LeaseManager(_ManagerBase, Operations):
     def _hold(self, args: HoldArgs) -> Iterator[Lease]:
         if self._closed:
             raise ManagerClosedError()
-        lease = self._acquire(args.key, args.ttl_ms, args.wait_ms, args.retry_delay_ms).lease
+        lease = self._acquire(
+            args.key, args.ttl_ms, args.wait_ms, args.retry_delay_ms, args.heartbeat
+        ).lease
         if lease is None:
             raise LeaseNotAcquiredError(args.key)
         with self._renewed(lease, args.heartbeat, args.on_renew_error):

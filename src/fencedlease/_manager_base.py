@@ -16,7 +16,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 import redis
 
@@ -263,31 +263,54 @@ class _ManagerBase(_AsyncStoreCalls, ABC):
         self._check_open()
         return self._acquire(key, ttl_ms, wait_ms, retry_delay_ms)
 
-    def _acquire(self, key: str, ttl_ms: int, wait_ms: int, retry_delay_ms: int) -> AcquireResult:
+    def _acquire(
+        self,
+        key: str,
+        ttl_ms: int,
+        wait_ms: int,
+        retry_delay_ms: int,
+        heartbeat_ms: int | Literal[False] | None = None,
+    ) -> AcquireResult:
+        """The acquire loop; ``heartbeat_ms``: how often the caller will renew the lease (None or
+        False: ``ttl_ms // 4``), which a grant taken from a hand-off message must leave twice."""
         clock, backend, waiter = self._clock, self._backend, self._release_waiter
         attempt = AcquireAttempt(
             key, ttl_ms, wait_ms, retry_delay_ms, clock,
-            fencing_scope=fencing_scope_of(backend, key),
+            fencing_scope=fencing_scope_of(backend, key), heartbeat_ms=heartbeat_ms or None,
         )  # fmt: skip
         owner_token = attempt.owner_token
         steps = acquire_steps(attempt, waiter.queues)  # the decisions; here only the I/O
         waited = False  # a grant after a wait in the hand-off queue was handed over
         answer: AcquireReply | bool = False
+        queue_args = getattr(waiter, "queue_args", None)  # the Redis hand-off's
+        queued = registered = False  # the last acquire queued the caller; one ever did
         try:
             step = next(steps)
             while True:
                 try:
                     if isinstance(step, WaitForRelease):
                         began = clock.monotonic()
-                        waiter.wait(key, owner_token, ttl_ms, step.delay_s, step.final)
+                        grant = waiter.wait(
+                            key, owner_token, ttl_ms, step.delay_s, step.final, queued
+                        )
                         wait_ended(self._on_event, key, owner_token, began, clock)
                         waited = attempt.queued
                         if self._forked:
                             self._check_open()
-                        answer = self._closed
+                        answer = self._closed or grant or False
                     else:
+                        queue = None
+                        if step.wait_ms and queue_args is not None:
+                            queue = queue_args(key, owner_token, step.wait_ms, step.final)
+                        queued = queue is not None
+                        registered = registered or queued
+                        attempt.queued = attempt.queued or queued  # a release may grant it now
                         with marking_sends(attempt.sending):  # the real send, after connecting
-                            answer = backend.acquire(key, owner_token, ttl_ms)
+                            if queue is None:
+                                answer = backend.acquire(key, owner_token, ttl_ms)
+                            else:  # queued in the same script when refused
+                                redis_backend = cast(RedisBackend, backend)
+                                answer = redis_backend.acquire(key, owner_token, ttl_ms, queue)
                 except BaseException as exc:
                     step = steps.throw(exc)
                 else:
@@ -299,6 +322,9 @@ class _ManagerBase(_AsyncStoreCalls, ABC):
             if attempt.uncertain:
                 self._abandon(key, owner_token, exc)
             raise
+        finally:
+            if registered:
+                waiter.forget(key, owner_token)  # type: ignore[attr-defined]
         handed = waited and isinstance(answer, AcquireReply) and answer.retried
         acquire_ended(self._on_event, key, end.state, attempt.sent_mono, clock, handed=handed)
         if end.leave_queue:

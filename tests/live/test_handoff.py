@@ -27,6 +27,7 @@ from fencedlease._redis.keys import (
     waiters_key,
     waiters_meta_key,
 )
+from fencedlease._redis.replies import parse_grant
 from fencedlease._redis.scripts import ENQUEUE, RELEASE, run_script
 from fencedlease.aio._handoff import AsyncHandoff
 from fencedlease.lab.servers.redis import RedisServer
@@ -339,6 +340,15 @@ def _next_grant(monitor: Any) -> tuple[str, str]:
     return message["channel"].decode(), message["data"].decode()
 
 
+def _heard(monitor: Any) -> tuple[str, str, int, int, str | None]:
+    """The next hand-off message as (channel, waiter name, fencing token, px, primary id): the
+    grant it carries, every field checked by the listener's parser."""
+    channel, data = _next_grant(monitor)
+    name, grant = parse_grant(data)
+    assert grant is not None, data
+    return channel, name, grant.fencing_token, grant.ttl_ms, grant.primary_id
+
+
 def _handoff_channels(client: redis.Redis, key: str) -> set[str]:
     found = client.pubsub_channels(handoff_channel("h", key) + "*")
     return {c.decode() if isinstance(c, bytes) else c for c in found}
@@ -370,7 +380,9 @@ def test_sync_grant_is_published_to_the_granted_waiters_listener_only(
         assert dict(redis_client.pubsub_numsub(*mine)) == {c.encode(): 1 for c in mine}
 
         assert holder.release() is True
-        assert _next_grant(monitor) == (mine[0], waiter_name(owners[0]))
+        channel, name, token, px, primary = _heard(monitor)
+        assert (channel, name, token, primary) == (mine[0], waiter_name(owners[0]), 2, None)
+        assert 0 < px <= 30_000 + 200 * 2  # a claimed grant: PX cut to its deadline plus grace
         threads[0].join(10.0)
         assert not threads[0].is_alive() and threads[1].is_alive()
         assert (handoffs[0].notified, handoffs[1].notified) == (1, 0)
@@ -378,7 +390,9 @@ def test_sync_grant_is_published_to_the_granted_waiters_listener_only(
 
         backend = holder_leases.backend
         assert backend.release("k", owners[0]) is True
-        assert _next_grant(monitor) == (mine[1], waiter_name(owners[1]))
+        channel, name, token, px, primary = _heard(monitor)
+        assert (channel, name, token, primary) == (mine[1], waiter_name(owners[1]), 3, None)
+        assert 0 < px <= 10_000
         threads[1].join(10.0)
         assert not threads[1].is_alive()
         assert (handoffs[0].notified, handoffs[1].notified) == (1, 1)
@@ -429,7 +443,9 @@ def test_asyncio_grant_is_published_to_the_granted_waiters_listener_only(
     finally:
         holder_leases.close()
     assert mine[0] != mine[1]
-    assert grant == (mine[0], waiter_name(owners[0]))
+    name, carried = parse_grant(grant[1])
+    assert (grant[0], name) == (mine[0], waiter_name(owners[0]))
+    assert carried is not None and carried.fencing_token == 2 and carried.primary_id is None
     assert notified == [1, 0] and still_waiting
     assert redis_client.get(lease_keys("h", "k")[0]) == f"2:{owners[0]}".encode()
 
@@ -446,7 +462,7 @@ def test_an_entry_without_a_listener_id_is_woken_on_the_shared_channel(
     meta = redis_client.hget(waiters_meta_key("h", "k"), "waiter")
     assert isinstance(meta, bytes) and meta.count(b":") == 2  # the three fields alone
     assert run_script(redis_client, RELEASE, keys, ("holder",)) == 1
-    assert _next_grant(monitor) == (handoff_channel("h", "k"), waiter_name("waiter"))
+    assert _heard(monitor) == (handoff_channel("h", "k"), waiter_name("waiter"), 1, 5_000, None)
     assert redis_client.get(keys[0]) == b"1:waiter"
 
 
@@ -476,5 +492,6 @@ def test_enqueue_stores_the_listener_id_the_release_publishes_to(
     meta = redis_client.hget(waiters_meta_key("h", "k"), "waiter")
     assert isinstance(meta, bytes) and meta.decode().split(":")[1:] == ["5000", "200", listener]
     assert run_script(redis_client, RELEASE, keys, ("holder",)) == 1
-    assert _next_grant(monitor) == (handoff_channel("h", "k", listener), waiter_name("waiter"))
+    channel = handoff_channel("h", "k", listener)
+    assert _heard(monitor) == (channel, waiter_name("waiter"), 1, 5_000, None)
     assert redis_client.get(keys[0]) == b"1:waiter"

@@ -560,8 +560,8 @@ def test_interrupt_during_acquire_leaves_nothing_held(redis_client: redis.Redis)
     from fencedlease._redis_backend import RedisBackend
 
     class InterruptedAfterGrant(RedisBackend):
-        def acquire(self, key: str, owner_token: str, ttl_ms: int) -> Any:
-            super().acquire(key, owner_token, ttl_ms)
+        def acquire(self, key: str, owner_token: str, ttl_ms: int, queue: Any = ()) -> Any:
+            super().acquire(key, owner_token, ttl_ms, queue)
             raise KeyboardInterrupt
 
     leases = LeaseManager(InterruptedAfterGrant(redis_client, "t"))

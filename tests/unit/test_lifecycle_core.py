@@ -242,7 +242,13 @@ class _FailingWaiter:
         self.error = error
 
     def wait(
-        self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
+        self,
+        key: str,
+        owner_token: str,
+        ttl_ms: int,
+        timeout_s: float,
+        final: bool = False,
+        queued: bool = False,
     ) -> None:
         raise self.error
 
@@ -262,7 +268,13 @@ class _AsyncFailingWaiter:
         self.error = error
 
     async def wait(
-        self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
+        self,
+        key: str,
+        owner_token: str,
+        ttl_ms: int,
+        timeout_s: float,
+        final: bool = False,
+        queued: bool = False,
     ) -> None:
         raise self.error
 

@@ -170,12 +170,15 @@ def enqueue_args(
     final: bool,
     grace_ms: int,
     listener: str = "",
-) -> tuple[tuple[str, str, str], tuple[str, int, int, int, str]]:
+    direct: bool = False,
+) -> tuple[tuple[str, str, str], tuple[str, int, int, int, str, str]]:
     """KEYS and ARGV of ``enqueue.lua`` (both faces). The last wait gets no grace: a hand-off
     after it would find nobody to claim it. ``listener``: the waiter's listener id (see
-    `handoff_channel`; "" for the shared channel)."""
+    `handoff_channel`; "" for the shared channel). ``direct``: the waiter takes a hand-off from
+    its message, with no claim (needs ``listener``; see `fencedlease._handoff`)."""
     keys = (lease_key(prefix, key), waiters_key(prefix, key), waiters_meta_key(prefix, key))
-    return keys, (owner_token, wait_ms, ttl_ms, 0 if final else grace_ms, listener)
+    grace = 0 if final else grace_ms
+    return keys, (owner_token, wait_ms, ttl_ms, grace, listener, "direct" if direct else "")
 
 
 @attrs.frozen

@@ -22,6 +22,7 @@ __all__ = [
     "decode_release",
     "decode_renew",
     "decode_renew_many",
+    "parse_grant",
     "parse_token",
     "reply_text",
     "split_value",
@@ -34,6 +35,7 @@ HELD: Final = 0
 
 _DIGITS: Final = frozenset("0123456789")
 _HEX: Final = frozenset("0123456789abcdef")
+_MAX_PX: Final = 2**31 - 1
 
 
 def text(value: object) -> str:
@@ -160,6 +162,26 @@ def _plain_token(value: object) -> int:
         if number <= MAX_FENCING_TOKEN:
             return number
     return 0
+
+
+def parse_grant(data: str) -> tuple[str, AcquireReply | None]:
+    """A hand-off message ``"<sha1>[:<fencing token>:<px>[:<primary>]]"`` (``release.lua``):
+    the waiter's name, and the grant it carries as an `AcquireReply`
+    (``acquired``, ``retried``: issued by the release; ``fencing_token`` 1..2**63-1, written
+    plainly; ``ttl_ms``: the PX, 1..2**31-1 milliseconds; ``primary_id``: the primary's
+    replication id, None when the message has none or an empty one), or None when it carries
+    none or a malformed one (the waiter is woken all the same, and claims). No I/O."""
+    name, _, rest = data.partition(":")
+    fields = rest.split(":") if rest else []
+    if len(fields) not in (2, 3):
+        return name, None
+    token, px = _plain_token(fields[0]), _plain_token(fields[1])
+    primary = fields[2] if len(fields) == 3 else ""
+    if not token or not 0 < px <= _MAX_PX:
+        return name, None
+    if primary and (len(primary) != 40 or not set(primary) <= _HEX):
+        return name, None
+    return name, AcquireReply(True, token, px, retried=True, primary_id=primary or None)
 
 
 def _decode_acquire(reply: object, key: str) -> AcquireReply:

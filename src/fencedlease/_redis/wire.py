@@ -91,10 +91,18 @@ class PrimaryReads:
     connection was made anew (redis-py's connect callback) or answered an error (say
     ``READONLY``). A refusal on a connection that knows the id is answered with it, so a
     contended key's polls cost no INFO. The id is kept on the connection
-    (``fencedlease_primary``), updated by every grant."""
+    (``fencedlease_primary``), updated by every grant. ``queue``: the script's arguments after
+    that one (a refused caller's queueing), which then follow ``''`` where it is not asked."""
 
-    def __init__(self, script: Script, keys: Sequence[str], args: Sequence[object]) -> None:
+    def __init__(
+        self,
+        script: Script,
+        keys: Sequence[str],
+        args: Sequence[object],
+        queue: Sequence[object] = (),
+    ) -> None:
         self._head = ("EVALSHA", script.sha, len(keys), *keys, *args)
+        self._queue = tuple(queue)
         self._asked = False
 
     def command(self, conn: Any) -> bytes:
@@ -102,7 +110,8 @@ class PrimaryReads:
         self._asked = getattr(conn, _PRIMARY, None) is None
         if self._asked:
             conn.register_connect_callback(forget_primary)  # kept once per callback by redis-py
-        return b"".join(conn.pack_command(*self._head, *(("primary",) if self._asked else ())))
+        ask: tuple[object, ...] = ("primary",) if self._asked else ("",) if self._queue else ()
+        return b"".join(conn.pack_command(*self._head, *ask, *self._queue))
 
     def reply(self, conn: Any, reply: Any) -> Any:
         """``reply`` with the primary's id in its place (learnt from it, or the one ``conn``

@@ -25,6 +25,7 @@ from .._handoff import (
     log,
     waiter_name,
 )
+from .._protocol import AcquireReply
 from .._redis.aio import dedicated_client, run_script
 from .._redis.errors import acl_denial, backend_errors
 from .._redis.replies import text
@@ -47,9 +48,16 @@ class AsyncSleepWaiter:
         )
 
     async def wait(
-        self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
-    ) -> None:
+        self,
+        key: str,
+        owner_token: str,
+        ttl_ms: int,
+        timeout_s: float,
+        final: bool = False,
+        queued: bool = False,
+    ) -> AcquireReply | None:
         await self._sleep(timeout_s)
+        return None
 
     async def aclose(self) -> None:
         pass
@@ -81,10 +89,27 @@ class AsyncHandoff(HandoffBase[redis.asyncio.Redis]):
         task.add_done_callback(retrieve)
         return task
 
+    def queue_args(
+        self, key: str, owner_token: str, wait_ms: int, final: bool
+    ) -> tuple[str, str, str, str] | None:
+        """As `queue_args`."""
+        return self._register(key, owner_token, wait_ms, final, asyncio.Event())
+
+    def forget(self, key: str, owner_token: str) -> None:
+        """As `forget`."""
+        self._channels.leave(self._channel(key), waiter_name(owner_token), time.monotonic())
+
     async def wait(
-        self, key: str, owner_token: str, ttl_ms: int, timeout_s: float, final: bool = False
-    ) -> None:
-        """As `wait`, awaited.
+        self,
+        key: str,
+        owner_token: str,
+        ttl_ms: int,
+        timeout_s: float,
+        final: bool = False,
+        queued: bool = False,
+    ) -> AcquireReply | None:
+        """As `wait`, awaited: the grant a hand-off message carried when the waiter takes it
+        from there, else None.
 
         Raises:
             BackendError: the queueing command failed.
@@ -93,11 +118,12 @@ class AsyncHandoff(HandoffBase[redis.asyncio.Redis]):
         until = loop.time() + timeout_s
         channel = self._channel(key)
         name = waiter_name(owner_token)
-        event = asyncio.Event()
         channels = self._channels
+        known = channels.waiters.get(channel, {}).get(name) if queued else None
+        event = asyncio.Event() if known is None else known
         if self._closed:  # after aclose(): poll, as without the listener
             await asyncio.sleep(timeout_s)
-            return
+            return None
         ask = channels.join(channel, name, event)
         start = self._task is None or self._task.done()
         if start:
@@ -107,24 +133,44 @@ class AsyncHandoff(HandoffBase[redis.asyncio.Redis]):
         try:
             if ask and not start:
                 self._spawn(self._poke())
-            while channel not in channels.confirmed:
-                left = until - loop.time()
-                if left <= 0 or not await _wait_event(event, left):
-                    return
-                event.clear()
-            left = until - loop.time()
-            if left < 0.001:
-                return
-            # In a task of its own, so a stalled Redis cannot stretch the wait past timeout_s.
-            queued = self._spawn(self._enqueue(key, owner_token, ttl_ms, int(left * 1000), final))
-            done, _ = await asyncio.wait({queued}, timeout=left)
-            if not done or queued.cancelled() or not queued.result():
-                return
-            left = until - loop.time()
-            if left > 0:
-                await _wait_event(event, left)
+            queued = known is not None and channel in channels.confirmed
+            if queued:  # the acquire queued it: only the sleep is left
+                await _wait_event(event, max(0.0, until - loop.time()))
+            else:
+                await self._queue_and_sleep(key, owner_token, ttl_ms, final, until, channel, event)
         finally:
-            channels.leave(channel, name, time.monotonic())
+            grant = channels.leave(channel, name, time.monotonic())
+        return self._grant(key, grant)
+
+    async def _queue_and_sleep(
+        self,
+        key: str,
+        owner_token: str,
+        ttl_ms: int,
+        final: bool,
+        until: float,
+        channel: str,
+        event: asyncio.Event,
+    ) -> None:
+        """`wait`'s rounds once the waiter is registered: wait for the channel's subscription,
+        queue, sleep until woken or the loop's instant ``until``."""
+        loop, channels = asyncio.get_running_loop(), self._channels
+        while channel not in channels.confirmed:
+            left = until - loop.time()
+            if left <= 0 or not await _wait_event(event, left):
+                return
+            event.clear()
+        left = until - loop.time()
+        if left < 0.001:
+            return
+        # In a task of its own, so a stalled Redis cannot stretch the wait past timeout_s.
+        queued = self._spawn(self._enqueue(key, owner_token, ttl_ms, int(left * 1000), final))
+        done, _ = await asyncio.wait({queued}, timeout=left)
+        if not done or queued.cancelled() or not queued.result():
+            return
+        left = until - loop.time()
+        if left > 0:
+            await _wait_event(event, left)
 
     async def _enqueue(
         self, key: str, owner_token: str, ttl_ms: int, wait_ms: int, final: bool

@@ -8,7 +8,7 @@ import asyncio
 import sys
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from .._clock import Clock
 from .._decisions import hold_outcome, hold_releases
@@ -35,7 +35,12 @@ class _Manager(Protocol):
     def _check_open(self) -> None: ...
 
     async def _acquire(
-        self, key: str, ttl_ms: int, wait_ms: int, retry_delay_ms: int
+        self,
+        key: str,
+        ttl_ms: int,
+        wait_ms: int,
+        retry_delay_ms: int,
+        heartbeat_ms: int | Literal[False] | None = None,
     ) -> AsyncAcquireResult: ...
 
     async def _release_shielded(self, lease: AsyncLease) -> bool: ...
@@ -70,7 +75,7 @@ class _Hold(AbstractAsyncContextManager[AsyncLease]):
                 raise lease._lost_error()
         else:
             result = await manager._acquire(
-                args.key, args.ttl_ms, args.wait_ms, args.retry_delay_ms
+                args.key, args.ttl_ms, args.wait_ms, args.retry_delay_ms, args.heartbeat
             )
             lease = result.lease
             if lease is None:

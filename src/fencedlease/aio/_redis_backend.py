@@ -181,8 +181,18 @@ class AsyncRedisBackend:
 
     def release_waiter(self) -> AsyncHandoff:
         """The manager's release waiter: the hand-off queue and its listener task
-        (`AsyncHandoff`), so a release wakes the oldest waiter."""
-        return AsyncHandoff(self.client, self.prefix)
+        (`AsyncHandoff`), so a release wakes the oldest waiter, which takes the lease from the
+        message when `_takes_grants` says so (the primary it names noted in ``primary``)."""
+        return AsyncHandoff(
+            self.client, self.prefix, direct=self._takes_grants, primary=self.primary
+        )
+
+    def _takes_grants(self) -> bool:
+        """Whether a woken waiter takes a hand-off from its message, with no claim round trip
+        (see `fencedlease._handoff`): not with ``replica_acks`` (the claim's ``WAIT`` is what
+        acknowledges the grant) nor over Sentinel (where the primary is checked, the claim is
+        kept). No I/O."""
+        return not self.grants.replica_acks and not self._check.active
 
     def fencing_scope(self, key: str) -> str:
         """The name of ``key``'s fencing counter, given to its leases
@@ -191,7 +201,7 @@ class AsyncRedisBackend:
         return fence_key(self.prefix, key)
 
     async def _acquire_reply(
-        self, key: str, owner_token: str, ttl_ms: int
+        self, key: str, owner_token: str, ttl_ms: int, queue: Sequence[str]
     ) -> tuple[object, int | None]:
         """``acquire.lua``'s reply, with the primary's replication id, and the replicas' acks:
         the id read by every grant and once per connection for refusals (`PrimaryReads`),
@@ -202,14 +212,20 @@ class AsyncRedisBackend:
         if not self.grants.replica_acks and packs_itself(self.client):
             self._switches.start()
             try:
-                return await run_packed(self.client, PrimaryReads(ACQUIRE, keys, args)), None
+                reads = PrimaryReads(ACQUIRE, keys, args, queue)
+                return await run_packed(self.client, reads), None
             except NoScriptError:
                 pass  # the script cache was flushed: EVALSHA, NOSCRIPT, EVAL, as for any script
-        return await self._run(self.client, ACQUIRE, keys, (*args, "primary"))
+        return await self._run(self.client, ACQUIRE, keys, (*args, "primary", *queue))
 
-    async def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
+    async def acquire(
+        self, key: str, owner_token: str, ttl_ms: int, queue: Sequence[str] = ()
+    ) -> AcquireReply:
+        # queue: the hand-off's queueing arguments of a caller that waits when refused
+        # (AsyncHandoff.queue_args: wait_ms, grace_ms, listener id, flag), which the same script
+        # then queues: no queueing round trip follows.
         try:
-            reply, acks = await self._acquire_reply(key, owner_token, ttl_ms)
+            reply, acks = await self._acquire_reply(key, owner_token, ttl_ms, queue)
         except STORE_ERRORS as exc:
             raise store_error(f"acquire {key!r}", exc)  # noqa: B904  (store_error sets the cause)
         decoded = decode_acquire(reply, key)

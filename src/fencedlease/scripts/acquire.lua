@@ -10,6 +10,10 @@
 --          replication, dearer than the rest of the script: a client asks once per connection,
 --          see fencedlease._redis.wire), else '' in its place; a grant (1 or 2) always reports
 --          it, since a grant is where a rolled-back counter repeats a token
+-- ARGV[5..8] optional: wait_ms, grace_ms, listener id, flag ('' or 'direct'): a caller that will
+--          wait queues itself in the same script when refused (as enqueue.lua's ARGV[2], [4], [5],
+--          [6], with ARGV[2] its ttl_ms), so no queueing round trip follows; ARGV[4] is then ''
+--          or 'primary', never missing
 -- returns  {1, "fencing_token", ttl_ms, primary}  granted now: the counter was INCRed once (and,
 --                                        in 'clock' mode, then set to the token)
 --          {2, "fencing_token", ttl_ms, primary}  already ours: a retried acquire after a lost reply, or a
@@ -17,12 +21,14 @@
 --                                        release issued the token): the stored token, TTL reset,
 --                                        no INCR here
 --          {0, 0, pttl_ms, primary}      held by another owner; its remaining TTL in milliseconds
+--                                        (with ARGV[5..8]: the caller is queued, see queue_waiter)
 --          primary is the replication id of the primary that answered (primary_id), on every
 --          grant and on a refusal when ARGV[4] asks for it ('' else): the client tells a
 --          failover by its change. A server demoted and promoted again keeps its clients'
 --          connections, so a grant never trusts an id a connection read before.
 --          an error reply "ERR fencedlease acquire: ...", with nothing written, when ARGV[2] is
---          not a decimal integer in 1..2^31-1, a key holds another type (or cannot be read), the lease key
+--          not a decimal integer in 1..2^31-1, ARGV[5..8] are given and not as queue_error wants,
+--          a key holds another type (or cannot be read), the lease key
 --          holds a malformed value, or the counter is not an integer in 0..2^63-2 (at 2^63-1 the
 --          next token would not exist).
 -- Tokens travel as decimal strings, never as Lua numbers (doubles, exact only up to 2^53): the
@@ -35,7 +41,7 @@
 -- An owner that holds the lease is taken out of the waiter queue (first, before the lease is
 -- written), so no later release hands the key to a waiter that is no longer waiting.
 -- Runs after lease_common.lua (prepended by the client): read, lease_at, next_token, foreign_type,
--- primary_id.
+-- primary_id, queue_error, queue_waiter.
 redis.replicate_commands()  -- TIME and INFO before writes; required by Redis 6.2, a no-op from 7.0
 local owner = ARGV[1]
 local primary = ARGV[4] == 'primary' and primary_id() or ''
@@ -49,12 +55,29 @@ end
 local function refuse(role, key, why)
   return redis.error_reply('ERR fencedlease acquire: the ' .. role .. ' ' .. key .. ' ' .. why)
 end
+local queue = ARGV[5] and {ARGV[5], ARGV[2], ARGV[6] or '', ARGV[7], ARGV[8]}
+if queue then
+  local problem = queue_error(queue, {'ARGV[5]', 'ARGV[2]', 'ARGV[6]', 'ARGV[7]', 'ARGV[8]'})
+  if problem then
+    return redis.error_reply('ERR fencedlease acquire: ' .. problem)
+  end
+end
 local current, token, holder, why = lease_at(KEYS[1])
 if why then
   return refuse('lease key', KEYS[1], why)
 end
 if current then
   if holder ~= owner then
+    if queue then  -- refused: queue the caller, which waits next
+      for i, want in ipairs({'zset', 'hash'}) do
+        local kind = foreign_type(KEYS[i + 2], want)
+        if kind then
+          return refuse(i == 1 and 'waiter queue' or 'waiter details', KEYS[i + 2],
+                        'hold a ' .. kind .. ', not a ' .. want)
+        end
+      end
+      queue_waiter(KEYS[3], KEYS[4], owner, queue)
+    end
     return {0, 0, redis.call('PTTL', KEYS[1]), primary}
   end
 else

@@ -2,7 +2,7 @@
 -- KEYS[1]  lease key       <prefix>:{<key>}                 value "<fencing_token>:<owner_token>"
 -- KEYS[2]  waiter queue    <prefix>:{<key>}:waiters         sorted set: owner token -> arrival us
 -- KEYS[3]  waiter details  <prefix>:{<key>}:waiters:meta    hash: owner ->
---                            "<deadline_ms>:<ttl_ms>:<grace_ms>[:<listener>]"
+--                            "<deadline_ms>:<ttl_ms>:<grace_ms>[:<listener>[:direct]]"
 -- ARGV[1]  the waiter's owner token (the one its acquire retries with)
 -- ARGV[2]  how long this wait lasts, milliseconds (the waiter polls again then)
 -- ARGV[3]  the ttl_ms the waiter asked for
@@ -10,6 +10,8 @@
 -- ARGV[5]  optional: the waiter's listener id (1..32 lowercase hex digits): release.lua wakes it
 --          on "<lease key>:handoff:<listener>", the channel only its own process subscribes to;
 --          missing or empty: on "<lease key>:handoff"
+-- ARGV[6]  optional: 'direct' when the waiter takes a hand-off from the message itself, with no
+--          claim (release.lua then grants it its whole ttl_ms); needs a listener id
 -- returns  1 queued (the arrival time of a waiter already queued is kept: first come, first
 --            served across its polls); its deadline is now + ARGV[2] + ARGV[4] on Redis's clock;
 --          0 the lease key is free, or already this owner's (handed to it): acquire now; the
@@ -17,36 +19,23 @@
 --          an error reply "ERR fencedlease enqueue: ...", with nothing written, when a key holds
 --            another type (or cannot be read), the lease key a malformed value, or ARGV[2..4]
 --            are not decimal integers in 0..2^31-1 (ttl_ms 1..2^31-1), or ARGV[5] is not a
---            listener id.
+--            listener id, or ARGV[6] is neither missing, '' nor 'direct' (with a listener id).
 -- Every read and type check comes before the first write, and the writes cannot fail on the
 -- keys' contents (only a command an ACL denies can: the manager then releases with the same
 -- owner token, which takes the waiter out of the queue).
 -- A waiter that stops polling (gave up, crashed) drops out at its deadline: release.lua skips it.
 -- Both queue keys expire by themselves once nobody has polled for a while.
--- Runs after lease_common.lua (prepended by the client): lease_at, foreign_type.
+-- Runs after lease_common.lua (prepended by the client): lease_at, foreign_type, queue_error,
+-- queue_waiter.
 redis.replicate_commands()  -- TIME below; required by Redis 6.2, a no-op from 7.0
 local owner = ARGV[1]
 local function refuse(role, key, why)
   return redis.error_reply('ERR fencedlease enqueue: the ' .. role .. ' ' .. key .. ' ' .. why)
 end
-local function bounded(s, low, high)  -- a decimal integer in low..high, or nil
-  if not string.find(s, '^%d+$') or #s > 10 then
-    return nil
-  end
-  local n = tonumber(s)
-  return (n >= low and n <= high) and n or nil
-end
--- The numbers reach the writes (the details entry release.lua parses, PEXPIRE): checked first.
-local MAX_MS = 2147483647
-for i, low in pairs({[2] = 0, [3] = 1, [4] = 0}) do
-  if not bounded(ARGV[i], low, MAX_MS) then
-    return redis.error_reply('ERR fencedlease enqueue: ARGV[' .. i .. '] must be an integer in '
-                             .. low .. '..2147483647, got ' .. ARGV[i])
-  end
-end
-local listener = ARGV[5] or ''
-if listener ~= '' and not (#listener <= 32 and string.find(listener, '^[0-9a-f]+$')) then
-  return redis.error_reply('ERR fencedlease enqueue: ARGV[5] must be 1..32 lowercase hex digits')
+local problem = queue_error({ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]},
+                            {'ARGV[2]', 'ARGV[3]', 'ARGV[4]', 'ARGV[5]', 'ARGV[6]'})
+if problem then
+  return redis.error_reply('ERR fencedlease enqueue: ' .. problem)
 end
 local current, _, holder, why = lease_at(KEYS[1])
 if why then
@@ -71,20 +60,5 @@ if not wait then
   end
   return 0
 end
-local clock = redis.call('TIME')
-local seconds, micros = tonumber(clock[1]), tonumber(clock[2])
-local now_ms = seconds * 1000 + math.floor(micros / 1000)
-local wait_ms, grace_ms = tonumber(ARGV[2]), tonumber(ARGV[4])
-redis.call('ZADD', KEYS[2], 'NX', string.format('%d', seconds * 1000000 + micros), owner)
-local details = string.format('%d:%s:%d', now_ms + wait_ms + grace_ms, ARGV[3], grace_ms)
-if listener ~= '' then  -- no listener id: the three fields alone, as release.lua parses them
-  details = details .. ':' .. listener
-end
-redis.call('HSET', KEYS[3], owner, details)
-local keep_ms = wait_ms + 2 * grace_ms
-for i = 2, 3 do
-  if redis.call('PTTL', KEYS[i]) < keep_ms then
-    redis.call('PEXPIRE', KEYS[i], keep_ms)
-  end
-end
+queue_waiter(KEYS[2], KEYS[3], owner, {ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]})
 return 1

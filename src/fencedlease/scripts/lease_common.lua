@@ -1,5 +1,7 @@
 -- What the lease scripts share: the client prepends this file to acquire.lua, release.lua,
 -- renew.lua, renew_many.lua and enqueue.lua (it defines functions only; it sends no command).
+-- The hand-off queue's writing (queue_error, queue_waiter) is shared by enqueue.lua and acquire.lua,
+-- which queues a refused caller that will wait.
 -- Tokens travel as decimal strings, never as Lua numbers (doubles, exact only up to 2^53).
 local MAX_TOKEN = '9223372036854775807'
 local function read(...)  -- a read that cannot abort the script: its reply, or nil and the error
@@ -99,4 +101,53 @@ end
 local function primary_id()
   local info = redis.pcall('INFO', 'replication')
   return type(info) == 'string' and string.match(info, 'master_replid:(%x+)') or ''
+end
+-- Why the queueing arguments of a waiter (enqueue.lua, acquire.lua) cannot be used, or nil when
+-- they can: `args` holds wait_ms, ttl_ms, grace_ms, listener id and flag, `names` what the error
+-- calls each. wait_ms and grace_ms are decimal integers in 0..2^31-1, ttl_ms in 1..2^31-1, the
+-- listener id '' or 1..32 lowercase hex digits, the flag '' or 'direct' (with a listener id).
+local function queue_error(args, names)
+  for i, low in ipairs({0, 1, 0}) do
+    local s = args[i]
+    local n = string.find(s, '^%d+$') and #s <= 10 and tonumber(s)
+    if not n or n < low or n > 2147483647 then
+      return names[i] .. ' must be an integer in ' .. low .. '..2147483647, got ' .. s
+    end
+  end
+  local listener, flag = args[4] or '', args[5] or ''
+  if listener ~= '' and not (#listener <= 32 and string.find(listener, '^[0-9a-f]+$')) then
+    return names[4] .. ' must be 1..32 lowercase hex digits'
+  end
+  if flag ~= '' and (flag ~= 'direct' or listener == '') then
+    return names[5] .. " must be 'direct' (with a listener id) or ''"
+  end
+  return nil
+end
+-- Queue `owner` (arguments checked by queue_error; the keys' types checked by the caller): its
+-- arrival in the queue `zset` (microseconds of Redis TIME, kept when it is already queued: first
+-- come, first served across its polls), its details in `hash`, "<deadline_ms>:<ttl_ms>:<grace_ms>
+-- [:<listener>[:direct]]" with deadline now + wait_ms + grace_ms on Redis's clock, and both keys
+-- kept for wait_ms + 2 * grace_ms at least (they expire by themselves once nobody polls).
+-- The caller begins with redis.replicate_commands() (TIME before writes on Redis 6.2).
+local function queue_waiter(zset, hash, owner, args)
+  local clock = redis.call('TIME')
+  local seconds, micros = tonumber(clock[1]), tonumber(clock[2])
+  local now_ms = seconds * 1000 + math.floor(micros / 1000)
+  local wait_ms, grace_ms = tonumber(args[1]), tonumber(args[3])
+  local listener, flag = args[4] or '', args[5] or ''
+  redis.call('ZADD', zset, 'NX', string.format('%d', seconds * 1000000 + micros), owner)
+  local details = string.format('%d:%s:%d', now_ms + wait_ms + grace_ms, args[2], grace_ms)
+  if listener ~= '' then  -- no listener id: the three fields alone, as release.lua parses them
+    details = details .. ':' .. listener
+  end
+  if flag ~= '' then
+    details = details .. ':' .. flag
+  end
+  redis.call('HSET', hash, owner, details)
+  local keep_ms = wait_ms + 2 * grace_ms
+  for _, key in ipairs({zset, hash}) do
+    if redis.call('PTTL', key) < keep_ms then
+      redis.call('PEXPIRE', key, keep_ms)
+    end
+  end
 end

@@ -4,7 +4,7 @@
 -- KEYS[2]  fencing counter <prefix>:{<key>}:fence         INCRed only when handing the lease over
 -- KEYS[3]  waiter queue    <prefix>:{<key>}:waiters       sorted set: owner token -> arrival us
 -- KEYS[4]  waiter details  <prefix>:{<key>}:waiters:meta  hash: owner ->
---                          "<deadline_ms>:<ttl_ms>:<grace_ms>:<listener>" (enqueue.lua)
+--                          "<deadline_ms>:<ttl_ms>:<grace_ms>[:<listener>[:direct]]" (enqueue.lua)
 -- ARGV[1]  owner token
 -- ARGV[2]  fencing mode of a hand-off grant: 'counter' (or missing) or 'clock' (next_token)
 -- ARGV[3]  optional: 'shard' to wake by SPUBLISH (a Redis Cluster's sharded pub/sub, Redis 7+),
@@ -21,11 +21,15 @@
 -- by enqueue.lua; all four keys share the hash tag, so they live in one Redis Cluster slot. The oldest
 -- waiter whose deadline (Redis TIME) has not passed, and who is not the releasing owner, is granted
 -- the lease as a new grant: the fencing counter KEYS[2] is INCRed (in 'clock' mode then set to the token), the key is set
--- to "<token>:<waiter's owner token>" with PX min(ttl_ms, deadline - now + grace_ms) until the
--- waiter claims it (acquire.lua's "already ours" path resets the TTL), and the waiter is woken by
--- PUBLISH on "<lease key>:handoff:<listener>" (the channel only the waiter's own process listens
--- on, so no other process wakes; "<lease key>:handoff" for an entry without a listener id) with
--- the SHA-1 of its owner token (never the token itself).
+-- to "<token>:<waiter's owner token>" with PX px, and the waiter is woken by PUBLISH on
+-- "<lease key>:handoff:<listener>" (the channel only the waiter's own process listens on, so no
+-- other process wakes; "<lease key>:handoff" for an entry without a listener id) with the grant:
+-- "<sha1>:<token>:<px>", sha1 the SHA-1 of the waiter's owner token (never the token itself).
+-- A waiter that claims (acquire.lua's "already ours" path resets the TTL) gets PX
+-- min(ttl_ms, deadline - now + grace_ms): a waiter that died meanwhile blocks the key briefly.
+-- A waiter queued 'direct' takes the lease from the message with no claim (fencedlease._handoff):
+-- it gets PX ttl_ms, and the message ends in ":<primary>", the primary's replication id
+-- (primary_id; '' when INFO is refused), which a grant reports as acquire.lua's do.
 -- The new token is the counter's decimal successor computed on its digits (never a Lua number,
 -- exact only up to 2^53).
 -- So a releasing holder cannot barge ahead of the queue: waiters are served first come, first
@@ -34,8 +38,9 @@
 -- The releasing owner leaves the waiter queue first, whatever else happens: a waiter that gives up
 -- (or is cancelled) releases with its owner token, which both drops its queue entry and passes on
 -- a lease that was handed to it meanwhile.
--- Runs after lease_common.lua (prepended by the client): read, lease_at, next_token, foreign_type.
-redis.replicate_commands()  -- TIME below after a write; required by Redis 6.2, a no-op from 7.0
+-- Runs after lease_common.lua (prepended by the client): read, lease_at, next_token, foreign_type,
+-- primary_id.
+redis.replicate_commands()  -- TIME and INFO below; required by Redis 6.2, a no-op from 7.0
 local owner = ARGV[1]
 local function refuse(role, key, why)
   return redis.error_reply('ERR fencedlease release: the ' .. role .. ' ' .. key .. ' ' .. why)
@@ -51,17 +56,21 @@ local function bounded(s, low, high)  -- a decimal integer in low..high (at most
   end
   return n
 end
--- A waiter's details "<deadline_ms>:<ttl_ms>:<grace_ms>[:<listener>]", every field checked
--- before it reaches a write (a deadline in 1..10^15-1, ttl_ms in 1..2^31-1, grace_ms in
--- 0..2^31-1, the listener id 0..32 lowercase hex digits): the numbers and the listener id ('' for
--- none), or nil for an entry that does not parse (dropped like a dead waiter).
+-- A waiter's details "<deadline_ms>:<ttl_ms>:<grace_ms>[:<listener>[:direct]]", every field
+-- checked before it reaches a write (a deadline in 1..10^15-1, ttl_ms in 1..2^31-1, grace_ms in
+-- 0..2^31-1, the listener id 0..32 lowercase hex digits): the numbers, the listener id ('' for
+-- none) and whether the waiter takes the grant from the message, or nil for an entry that does
+-- not parse (dropped like a dead waiter).
 local function parse_details(info)
   local d, t, g, rest = string.match(info, '^(%d+):(%d+):(%d+)(.*)$')
-  local l = rest == '' and '' or string.match(rest or '', '^:([0-9a-f]+)$')
+  local l, flag = '', ''
+  if rest ~= '' then
+    l, flag = string.match(rest or '', '^:([0-9a-f]+)(.*)$')
+  end
   local deadline, ttl_ms, grace_ms = bounded(d, 1, 999999999999999), bounded(t, 1, MAX_MS),
                                      bounded(g, 0, MAX_MS)
-  if deadline and ttl_ms and grace_ms and l and #l <= 32 then
-    return deadline, ttl_ms, grace_ms, l
+  if deadline and ttl_ms and grace_ms and l and #l <= 32 and (flag == '' or flag == ':direct') then
+    return deadline, ttl_ms, grace_ms, l, flag == ':direct'
   end
   return nil
 end
@@ -108,25 +117,29 @@ if waiting > 0 then
     local waiter = head[1]
     local info = redis.call('HGET', KEYS[4], waiter)
     redis.call('HDEL', KEYS[4], waiter)
-    local deadline, ttl_ms, grace_ms, listener = nil, nil, nil, nil
+    local deadline, ttl_ms, grace_ms, listener, direct = nil, nil, nil, nil, false
     if info and waiter ~= owner then
-      deadline, ttl_ms, grace_ms, listener = parse_details(info)
+      deadline, ttl_ms, grace_ms, listener, direct = parse_details(info)
     end
     if deadline and deadline > now_ms then  -- a malformed entry is dropped like a dead one
       -- 1 <= px <= ttl_ms <= 2^31-1: a PX that SET takes, whatever the entry held
-      local px = math.min(ttl_ms, deadline - now_ms + grace_ms)
+      local px = direct and ttl_ms or math.min(ttl_ms, deadline - now_ms + grace_ms)
       redis.call('INCR', KEYS[2])
       redis.call('SET', KEYS[1], handed_token .. ':' .. waiter, 'PX', string.format('%d', px))
       if ARGV[2] == 'clock' then
         redis.call('SET', KEYS[2], handed_token)  -- the counter reaches the token
       end
-      local channel, name = KEYS[1] .. ':handoff', redis.sha1hex(waiter)
+      local channel = KEYS[1] .. ':handoff'
+      local grant = string.format('%s:%s:%d', redis.sha1hex(waiter), handed_token, px)
       if listener ~= '' then
         channel = channel .. ':' .. listener
       end
-      local sent = ARGV[3] == 'shard' and redis.pcall('SPUBLISH', channel, name)
+      if direct then
+        grant = grant .. ':' .. primary_id()
+      end
+      local sent = ARGV[3] == 'shard' and redis.pcall('SPUBLISH', channel, grant)
       if not sent or (type(sent) == 'table' and sent.err) then
-        redis.pcall('PUBLISH', channel, name)
+        redis.pcall('PUBLISH', channel, grant)
       end
       return 1
     end
