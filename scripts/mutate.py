@@ -855,7 +855,8 @@ def markdown_table(scores: Sequence[Score]) -> str:
         first = score.first.replace("|", "\\|")
         if len(first) > 140:
             first = first[:137] + "..."
-        where = " (unit test, not `fencedlease check`)" if m.unit_test else ""
+        test = "live test" if m.unit_test.startswith("tests/live/") else "unit test"
+        where = f" ({test}, not `fencedlease check`)" if m.unit_test else ""
         lines.append(
             f"| `{m.name}` | {m.kind} | {', '.join(m.surfaces)}{where} | {score.killed}/{len(runs)} "
             f"| {score.verdict} | {first} |"
@@ -868,7 +869,7 @@ def markdown_table(scores: Sequence[Score]) -> str:
     lines.append(
         f"{len(mutants) - len(by_unit)} mutants; {len(exercised)} exercised by the default run; "
         f"{all_killed} killed on every seed"
-        + (f"; and {len(by_unit)} shown by a unit test only." if by_unit else ".")
+        + (f"; and {len(by_unit)} shown by a test only." if by_unit else ".")
     )
     return "\n".join(lines)
 

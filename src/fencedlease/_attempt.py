@@ -170,9 +170,11 @@ class AcquireAttempt:
         the caller's queue entry, so the command that created it ran before ``R`` and was sent
         no earlier than `queued_mono`: the deadline ``queued_mono + px`` is never later than
         Redis's expiry. The grant is taken only if that deadline leaves at least two heartbeats
-        (``2 * heartbeat_ms``) from now, so the renewer's usual cadence renews it in time."""
-        if self.queued_mono is None:
-            return None
+        (``2 * heartbeat_ms``) from now, so the renewer's usual cadence renews it in time, and
+        only if its PX is no more than the ``ttl_ms`` asked for (a release never grants more;
+        a message that says so is not the release's, and the acquire asks Redis instead)."""
+        if self.queued_mono is None or reply.ttl_ms > self.ttl_ms:
+            return None  # a release never grants more than was asked: claim, and let Redis say
         deadline = on_ns_grid(self.queued_mono + reply.ttl_ms / 1000)
         if deadline - self._clock.monotonic() < 2 * self.heartbeat_ms / 1000:
             return None

@@ -179,12 +179,15 @@ def test_verdicts_and_the_docs_table() -> None:
 
 
 def test_a_mutant_shown_by_a_unit_test_names_an_existing_test_and_is_counted_apart() -> None:
-    """``fenced-resource-not-atomic`` is the one mutant a unit test shows in place of the
-    check: its test exists, and the table counts it apart from the check's mutants."""
+    """``fenced-resource-not-atomic`` and ``handoff-deadline-from-message`` are the mutants a
+    test shows in place of the check: each test exists, and the table counts them apart from
+    the check's mutants."""
     unit = [m for m in mutate.MUTANTS if m.unit_test]
-    assert [m.name for m in unit] == ["fenced-resource-not-atomic"]
+    assert [m.name for m in unit] == ["fenced-resource-not-atomic", "handoff-deadline-from-message"]
+    for mutant in unit:
+        path, _, test = mutant.unit_test.partition("::")
+        assert f"def {test}(" in (SCRIPTS.parent / path).read_text("utf-8")
     path, _, test = unit[0].unit_test.partition("::")
-    assert f"def {test}(" in (SCRIPTS.parent / path).read_text("utf-8")
     scores = [
         mutate.Score(unit[0], [_run(unit[0].name, 1, "killed", f"{test}: failed")]),
         mutate.Score(
@@ -199,7 +202,7 @@ def test_a_mutant_shown_by_a_unit_test_names_an_existing_test_and_is_counted_apa
     )
     assert table[-1] == (
         "1 mutants; 1 exercised by the default run; 1 killed on every seed; and 1 shown by a "
-        "unit test only."
+        "test only."
     )
 
 

@@ -28,8 +28,10 @@
 -- A waiter that claims (acquire.lua's "already ours" path resets the TTL) gets PX
 -- min(ttl_ms, deadline - now + grace_ms): a waiter that died meanwhile blocks the key briefly.
 -- A waiter queued 'direct' takes the lease from the message with no claim (fencedlease._handoff):
--- it gets PX ttl_ms, and the message ends in ":<primary>", the primary's replication id
--- (primary_id; '' when INFO is refused), which a grant reports as acquire.lua's do.
+-- the message says PX ttl_ms and ends in ":<primary>", the primary's replication id
+-- (primary_id; '' when INFO is refused), which a grant reports as acquire.lua's do; the key is
+-- set with the short PX above and given ttl_ms (PEXPIRE, in the same script) only when PUBLISH
+-- says a listener received the message (a closed manager or a dead process has none).
 -- The new token is the counter's decimal successor computed on its digits (never a Lua number,
 -- exact only up to 2^53).
 -- So a releasing holder cannot barge ahead of the queue: waiters are served first come, first
@@ -122,24 +124,31 @@ if waiting > 0 then
       deadline, ttl_ms, grace_ms, listener, direct = parse_details(info)
     end
     if deadline and deadline > now_ms then  -- a malformed entry is dropped like a dead one
-      -- 1 <= px <= ttl_ms <= 2^31-1: a PX that SET takes, whatever the entry held
-      local px = direct and ttl_ms or math.min(ttl_ms, deadline - now_ms + grace_ms)
-      redis.call('INCR', KEYS[2])
-      redis.call('SET', KEYS[1], handed_token .. ':' .. waiter, 'PX', string.format('%d', px))
-      if ARGV[2] == 'clock' then
-        redis.call('SET', KEYS[2], handed_token)  -- the counter reaches the token
-      end
       local channel = KEYS[1] .. ':handoff'
-      local grant = string.format('%s:%s:%d', redis.sha1hex(waiter), handed_token, px)
       if listener ~= '' then
         channel = channel .. ':' .. listener
       end
+      -- 1 <= px <= ttl_ms <= 2^31-1: a PX that SET takes, whatever the entry held
+      local short = math.min(ttl_ms, deadline - now_ms + grace_ms)
+      local px = direct and ttl_ms or short
+      -- A waiter taking the grant from the message gets the whole ttl_ms only once the message
+      -- reached a listener (PUBLISH's count): a closed manager or a dead process has none, and
+      -- its grant keeps the claiming waiter's short PX.
+      redis.call('INCR', KEYS[2])
+      redis.call('SET', KEYS[1], handed_token .. ':' .. waiter, 'PX', string.format('%d', short))
+      if ARGV[2] == 'clock' then
+        redis.call('SET', KEYS[2], handed_token)  -- the counter reaches the token
+      end
+      local grant = string.format('%s:%s:%d', redis.sha1hex(waiter), handed_token, px)
       if direct then
         grant = grant .. ':' .. primary_id()
       end
       local sent = ARGV[3] == 'shard' and redis.pcall('SPUBLISH', channel, grant)
       if not sent or (type(sent) == 'table' and sent.err) then
-        redis.pcall('PUBLISH', channel, grant)
+        sent = redis.pcall('PUBLISH', channel, grant)
+      end
+      if direct and px > short and type(sent) == 'number' and sent > 0 then
+        redis.call('PEXPIRE', KEYS[1], string.format('%d', px))
       end
       return 1
     end
