@@ -26,13 +26,15 @@ KINDS = (
 )  # fmt: skip
 
 
-def check(kind: str, mode: str, out: Path) -> tuple[int, dict[str, Any], str]:
+def check(
+    kind: str, mode: str, out: Path, body_ms: int = 1_800, duration_s: int = 8
+) -> tuple[int, dict[str, Any], str]:
     if find_redis_binary() is None:
         pytest.skip("no redis-server binary for the harness")
     command = [
         sys.executable, "-m", "fencedlease", "check", "--resource", kind, "--mode", mode,
-        "--faults", "pause-holder", "--duration", "8", "--seed", "4", "--workers", "3",
-        "--keys", "1", "--body", "1800", "--no-toxiproxy", "--out", str(out),
+        "--faults", "pause-holder", "--duration", str(duration_s), "--seed", "4", "--workers",
+        "3", "--keys", "1", "--body", str(body_ms), "--no-toxiproxy", "--out", str(out),
         "--workers-kind", "sync",  # the paused holder's stale write is the scenario's
     ]  # fmt: skip
     done = subprocess.run(
@@ -87,8 +89,11 @@ def test_unfenced_resource_shows_the_anomaly(kind: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("kind", ["sqlite-rows", "memory-strict"])
 def test_write_fenced_resource_loses_an_update(kind: str, tmp_path: Path) -> None:
     """Only the write fenced (a plain read): the stale write lands between the new holder's
-    read and its write, and is accepted since no newer token was presented yet."""
-    code, report, output = check(kind, "write-fenced", tmp_path / "out")
+    read and its write, and is accepted since no newer token was presented yet. Bodies of
+    2.5 x ttl over 15 s, as the controls take them (tests/chaos/test_check_controls.py): with
+    1.8 x ttl a pause drawn long, after a renewal just before it, lets the stale write come
+    after the new holder's, which a write fence refuses: no lost update to show."""
+    code, report, output = check(kind, "write-fenced", tmp_path / "out", 2_500, 15)
     assert code == 1, output
     found = violated(report)
     assert any("were lost" in message for message in found.get("no-lost-update", [])), output
