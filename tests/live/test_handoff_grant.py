@@ -114,6 +114,12 @@ def _hold(leases: LeaseManager, key: str) -> str:
     return lease.owner_token
 
 
+def _subscribed(handoff: Any, key: str) -> bool:
+    """Whether the manager's listener has its SUBSCRIBE to ``key``'s channel confirmed (a
+    refused acquire queues itself only then)."""
+    return handoff._channel(key) in handoff._channels.confirmed
+
+
 class _Waiter(threading.Thread):
     def __init__(self, leases: LeaseManager, key: str, **kwargs: int) -> None:
         super().__init__()
@@ -365,6 +371,8 @@ def test_sync_refused_acquire_queues_the_waiter_itself(
         assert leases.acquire("queued", wait_ms=50, retry_delay_ms=10).lease is None
         _wait_until(lambda: _empty(admin, "queued"))  # that acquire left the queue
         handoff = leases._release_waiter
+        # its SUBSCRIBE may still be unconfirmed when that short acquire gave up: wait for it
+        _wait_until(lambda: _subscribed(handoff, "queued"))
         enqueues = _CountingEnqueues(handoff)
         acquires = _CountingAcquires(leases.backend)
         waiter = _Waiter(leases, "queued", ttl_ms=10_000, wait_ms=60_000, retry_delay_ms=20_000)
@@ -397,6 +405,8 @@ def test_asyncio_refused_acquire_queues_the_waiter_itself(
         async with AsyncLeaseManager.from_url(redis_url, prefix=PREFIX) as leases:
             assert (await leases.acquire("queued-aio", wait_ms=50, retry_delay_ms=10)).lease is None
             await asyncio.to_thread(_wait_until, lambda: _empty(admin, "queued-aio"))
+            while not _subscribed(leases._release_waiter, "queued-aio"):  # see the sync test
+                await asyncio.sleep(0.002)
             enqueues = _CountingEnqueues(leases._release_waiter)
             acquires = _CountingAcquires(leases.backend)
             task = asyncio.create_task(
