@@ -93,6 +93,7 @@ __all__ = [
     "AsyncReleaseWaiter",
     "Channels",
     "HandoffBase",
+    "NoQueueing",
     "ReleaseWaiter",
     "SleepWaiter",
     "listener_died",
@@ -164,6 +165,18 @@ class ReleaseWaiter(Protocol):
         ``ttl_ms`` is the key's PX, counted from the release), else None."""
         ...
 
+    def queue_args(
+        self, key: str, owner_token: str, wait_ms: int, final: bool
+    ) -> tuple[str, str, str, str] | None:
+        """The ARGV tail with which the refused acquire before a wait of ``wait_ms`` queues
+        ``owner_token`` itself (the waiter registered from then on), or None: the wait queues
+        the caller, if anything does. No I/O."""
+        ...
+
+    def forget(self, key: str, owner_token: str) -> None:
+        """Unregister what `queue_args` registered (idempotent). No I/O."""
+        ...
+
     def close(self, until: float | None = None) -> None:
         """Stop whatever the waiter started (threads, connections). Idempotent. Waits until the
         monotonic instant ``until`` at most (None: no bound of its own)."""
@@ -175,7 +188,20 @@ class ReleaseWaiter(Protocol):
         ...
 
 
-class SleepWaiter:
+class NoQueueing:
+    """The queueing part of a release waiter that queues nobody (`SleepWaiter`,
+    `AsyncSleepWaiter`): no acquire carries queueing arguments."""
+
+    def queue_args(
+        self, key: str, owner_token: str, wait_ms: int, final: bool
+    ) -> tuple[str, str, str, str] | None:
+        return None
+
+    def forget(self, key: str, owner_token: str) -> None:
+        pass
+
+
+class SleepWaiter(NoQueueing):
     """Polling only: sleeps the whole ``timeout_s`` on ``clock``
     ([`Clock.sleep`][fencedlease.Clock.sleep], so a fake clock drives the waits), for backends
     without release notifications."""
@@ -218,6 +244,12 @@ class AsyncReleaseWaiter(Protocol):
         final: bool = False,
         queued: bool = False,
     ) -> AcquireReply | None: ...
+
+    def queue_args(
+        self, key: str, owner_token: str, wait_ms: int, final: bool
+    ) -> tuple[str, str, str, str] | None: ...
+
+    def forget(self, key: str, owner_token: str) -> None: ...
 
     async def aclose(self) -> None: ...
 

@@ -282,7 +282,6 @@ class _ManagerBase(_AsyncStoreCalls, ABC):
         steps = acquire_steps(attempt, waiter.queues)  # the decisions; here only the I/O
         waited = False  # a grant after a wait in the hand-off queue was handed over
         answer: AcquireReply | bool = False
-        queue_args = getattr(waiter, "queue_args", None)  # the Redis hand-off's
         queued = registered = False  # the last acquire queued the caller; one ever did
         try:
             step = next(steps)
@@ -300,8 +299,8 @@ class _ManagerBase(_AsyncStoreCalls, ABC):
                         answer = self._closed or grant or False
                     else:
                         queue = None
-                        if step.wait_ms and queue_args is not None:
-                            queue = queue_args(key, owner_token, step.wait_ms, step.final)
+                        if step.wait_ms:  # the Redis hand-off's arguments, or None
+                            queue = waiter.queue_args(key, owner_token, step.wait_ms, step.final)
                         queued = queue is not None
                         registered = registered or queued
                         attempt.queued = attempt.queued or queued  # a release may grant it now
@@ -324,7 +323,7 @@ class _ManagerBase(_AsyncStoreCalls, ABC):
             raise
         finally:
             if registered:
-                waiter.forget(key, owner_token)  # type: ignore[attr-defined]
+                waiter.forget(key, owner_token)
         handed = waited and isinstance(answer, AcquireReply) and answer.retried
         acquire_ended(self._on_event, key, end.state, attempt.sent_mono, clock, handed=handed)
         if end.leave_queue:

@@ -19,6 +19,7 @@ from redis.retry import Retry
 
 from fencedlease import BackendError, LeaseManager, _fork
 from fencedlease._attempt import AcquireAttempt, is_ambiguous, never_sent
+from fencedlease._handoff import NoQueueing
 from fencedlease._redis.errors import backend_error, backend_errors
 from fencedlease._state import RELEASE_FLOOR_MS, LeaseState, LossReason, release_bound_s
 from fencedlease.aio import AsyncLeaseManager
@@ -233,7 +234,7 @@ def test_the_fork_hooks_reset_every_live_object_once(monkeypatch: pytest.MonkeyP
 # -- a waiting acquire whose queueing command never left ------------------------------------------
 
 
-class _FailingWaiter:
+class _FailingWaiter(NoQueueing):
     """A release waiter that queues (as the Redis hand-off does) and fails with ``error``."""
 
     queues = True
@@ -259,7 +260,7 @@ class _FailingWaiter:
         pass
 
 
-class _AsyncFailingWaiter:
+class _AsyncFailingWaiter(NoQueueing):
     """The asyncio twin of :class:`_FailingWaiter`."""
 
     queues = True

@@ -20,6 +20,7 @@ from .._clock import SYSTEM_CLOCK, Clock
 from .._handoff import (
     AsyncReleaseWaiter,
     HandoffBase,
+    NoQueueing,
     listener_died,
     listener_failed,
     log,
@@ -35,7 +36,7 @@ from ._primitives import retrieve
 __all__ = ["AsyncHandoff", "AsyncSleepWaiter", "async_release_waiter_for"]
 
 
-class AsyncSleepWaiter:
+class AsyncSleepWaiter(NoQueueing):
     """Polling only: sleeps the whole ``timeout_s`` on ``clock``'s ``async_sleep`` (so a fake
     clock drives the waits; a clock without one, such as [`SystemClock`][fencedlease.SystemClock],
     is waited on with `asyncio.sleep`), for backends without release notifications."""
