@@ -3,7 +3,9 @@ and the holder learns of it from its next renewal's 0 reply; ``slow-cut`` delays
 replies until a renewal came back late, then cuts it off, and the holder's deadline (counted from
 the send) ends no later than the key in Redis; ``slow-grant`` does the same to a grant: its
 reply comes late, its requests are cut before its first renewal, and the holder's deadline
-(counted from the acquire's send) ends no later than the key."""
+(counted from the acquire's send) ends no later than the key; ``slow-handoff`` hands a queued worker
+the key by a release whose message comes late, then cuts the worker off, and its deadline
+(counted from its queueing send) ends before the key, whose TTL runs from the release."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ from collections.abc import Callable
 
 import pytest
 
-from fencedlease.lab.harness.history import read_history
+from fencedlease.lab.harness.extract import Grant
+from fencedlease.lab.harness.history import Event, read_history
 from fencedlease.lab.harness.run import CheckResult
 
 from .conftest import the_fault, victim_of
@@ -19,6 +22,15 @@ from .conftest import the_fault, victim_of
 pytestmark = pytest.mark.chaos
 
 RunCheck = Callable[..., CheckResult]
+
+
+def grant_event(events: list[Event], grant: Grant) -> Event:
+    """The ``acquire`` ``ok`` event of ``grant`` (exactly one)."""
+    (event,) = [
+        e for e in events
+        if e.op == "acquire" and e.type == "ok" and e.process == grant.process and e.id == grant.id
+    ]  # fmt: skip
+    return event
 
 
 def test_evict_is_heard_at_the_next_renewal(check_run: RunCheck) -> None:
@@ -82,11 +94,7 @@ def test_slow_grant_deadline_counts_from_the_acquire_sent(check_run: RunCheck) -
     )  # fmt: skip
     assert victim.granted - victim.invoked >= delay_s  # its grant's reply came late
     events = read_history(result.history_path)
-    (granted,) = [
-        e for e in events
-        if e.op == "acquire" and e.type == "ok" and e.process == victim.process
-        and e.id == victim.id
-    ]  # fmt: skip
+    granted = grant_event(events, victim)
     deadline = granted.detail["deadline"]
     # Counted from the send: at least the delay before the reply's time plus the ttl.
     assert deadline <= victim.granted - delay_s + result.config.ttl_ms / 1000
@@ -100,4 +108,40 @@ def test_slow_grant_deadline_counts_from_the_acquire_sent(check_run: RunCheck) -
     assert victim.lost is not None
     assert victim.lost <= last + 0.25  # lost at the last confirmed deadline
     assert victim.end_type == "fail"
+    assert result.report.property("mutual-exclusion").violations == ()
+
+
+def test_slow_handoff_deadline_counts_from_the_queueing_send(check_run: RunCheck) -> None:
+    # Many keys: the nemesis finds one that is free with nobody queued for it.
+    result = check_run("slow-handoff", keys=8, body_ms=20)
+    data, fault = the_fault(result, "slow-handoff")
+    detail = fault.detail
+    assert (detail["queued"], detail["direct"], detail["handed"]) == (True, True, True)
+    assert detail["delay_ms"] == result.config.ttl_ms // 3
+    ttl_s, delay_s = result.config.ttl_ms / 1000, detail["delay_ms"] / 1000
+    released = fault.start + detail["released_ms"] / 1000
+    (victim,) = [
+        g for g in data.grants
+        if g.process == fault.target and g.token == detail["token"] and g.key == detail["key"]
+    ]  # fmt: skip
+    assert victim.invoked < released  # it queued before the release...
+    assert victim.granted >= released + delay_s  # ...and took the grant from the late message
+    events = read_history(result.history_path)
+    granted = grant_event(events, victim)
+    deadline = granted.detail["deadline"]
+    # Counted from the queueing send (after the invoke, before the release): the key, whose TTL
+    # Redis counts from the release, outlives it; counted from the message it would not.
+    assert victim.invoked + ttl_s <= deadline <= released + ttl_s
+    renewed = [
+        e for e in events
+        if e.op == "renew" and e.type == "ok" and e.process == victim.process
+        and e.grant == victim.id
+    ]  # fmt: skip
+    assert renewed == []  # its requests were cut before its first renewal
+    assert victim.lost is not None
+    assert deadline <= victim.lost <= deadline + 0.25  # lost at that deadline
+    assert victim.end_type == "fail"
+    # The key went on to a new owner, with a larger token, after it expired in Redis.
+    after = [g for g in data.grants if g.key == detail["key"] and g.token > detail["token"]]
+    assert after and min(g.granted for g in after) >= released + ttl_s
     assert result.report.property("mutual-exclusion").violations == ()

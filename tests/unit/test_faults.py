@@ -21,7 +21,13 @@ from fencedlease.lab.harness.nemesis import (
     fault_duration_s,
     parse_faults,
 )
-from fencedlease.lab.harness.schedule import LAST, OVERLAPPING, draw_schedule, may_overlap
+from fencedlease.lab.harness.schedule import (
+    ALONE,
+    LAST,
+    OVERLAPPING,
+    draw_schedule,
+    may_overlap,
+)
 from fencedlease.testing import FakeClock
 
 
@@ -119,12 +125,12 @@ def test_all_runs_every_kind_default_the_first_ten_clock_and_the_lease_faults_pe
     assert sorted(ALL_FAULTS) == sorted(FAULTS)
     assert ALL_FAULTS[-1] == "redis-restart-nopersist"
     assert parse_faults("default") == list(DEFAULT_FAULTS)
-    assert len(DEFAULT_FAULTS) == 18
+    assert len(DEFAULT_FAULTS) == 19
     counts = {kind: DEFAULT_FAULTS.count(kind) for kind in set(DEFAULT_FAULTS)}
     assert counts == {
         **{kind: 1 for kind in ("latency", "pause-holder", "partition", "client-kill",
                                 "script-flush", "timeout", "reset-peer", "redis-pause",
-                                "redis-restart-aof", "clock", "slow-grant",
+                                "redis-restart-aof", "clock", "slow-grant", "slow-handoff",
                                 "redis-restart-nopersist")},
         "evict": 3, "slow-cut": 3,
     }  # fmt: skip
@@ -196,8 +202,13 @@ NEW_KINDS = (
 
 
 def test_the_schedule_knows_every_kind() -> None:
-    """No kind but the last one is left to run alone for want of a rule."""
-    assert set(FAULTS) == OVERLAPPING | LAST
+    """No kind but the last one and the ones meant to run alone is left alone for want of a
+    rule."""
+    assert set(FAULTS) == OVERLAPPING | LAST | ALONE
+    assert {"slow-handoff"} == ALONE
+    for kind in FAULTS:
+        assert not may_overlap("slow-handoff", 0, kind, 1)
+        assert not may_overlap(kind, None, "slow-handoff", 0)
 
 
 def test_where_the_new_kinds_may_overlap() -> None:

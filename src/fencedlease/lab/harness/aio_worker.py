@@ -20,6 +20,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+import redis
+
 from fencedlease import Clock
 from fencedlease.aio import AsyncLeaseManager
 
@@ -57,6 +59,7 @@ async def _main(
     client = async_lease_client(
         config.redis_url, config.socket_timeout_ms / 1000, client_name(config.prefix, config.name)
     )
+    await _warm_pool(client, 5 + THREADS)
     manager = AsyncLeaseManager(
         client,
         prefix=config.prefix,
@@ -81,6 +84,23 @@ async def _main(
             await manager.close()
         with contextlib.suppress(Exception):
             await client.aclose()
+
+
+async def _warm_pool(client: Any, size: int) -> None:
+    """Open ``size`` pooled connections of ``client`` now, as a long-running service has them
+    (the sync worker's ``_warm_pool``, for the same reason: a connection opened during a
+    ``latency`` fault pays redis-py's handshake, several round trips, each late by the fault's
+    delay, which can outlast a ttl; the lanes' commands, the renewer's batch and the hand-off's
+    queueing may each hold one at once). A client without a pool (a cluster's) is left alone."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is None:
+        return
+    connections = []
+    with contextlib.suppress(redis.RedisError):
+        for _ in range(size):
+            connections.append(await pool.get_connection())
+    for connection in connections:
+        await pool.release(connection)
 
 
 async def _loop(

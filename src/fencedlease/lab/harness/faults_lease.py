@@ -1,6 +1,7 @@
 """Faults on the lease itself: ``evict`` (the holder's key deleted under it), ``slow-cut``
-(renewals confirmed late, then the holder cut off) and ``slow-grant`` (a grant confirmed late,
-then the holder cut off).
+(renewals confirmed late, then the holder cut off), ``slow-grant`` (a grant confirmed late,
+then the holder cut off) and ``slow-handoff`` (a hand-off grant whose message comes late, then
+the new holder cut off).
 
 ``evict`` is what a ``maxmemory-policy allkeys-*`` eviction or an operator's ``DEL`` does: the
 lease (owner) key the holder holds disappears before its TTL, the fencing counter stays. Redis
@@ -40,7 +41,20 @@ for one that dates it from the reply, which the cut then stops). Redis counts th
 when it ran the acquire, so a grant's deadline counted from the reply outlives the key by the
 delay.
 
-All three (``evict`` every second time) steer one other worker (the board's ``steer``) to wait
+``slow-handoff`` does it to a grant carried in a release's message: the nemesis takes, with the
+library, a lease on a key that is free with nobody queued (every other worker shunning it) and
+steers the victim to the key, its body to last two ttls and its retry delay a ttl (it waits for
+the message rather than polling), until the victim's refused acquire queued it alone
+([`wait_for_one_waiter`][fencedlease.lab.harness.faults_lease.wait_for_one_waiter]). Then it
+delays the victim's replies (ttl/3), cuts its requests, and releases. The release hands the key
+to the victim with a new token and the key's TTL counted from the release, and publishes the
+grant, which reaches the victim ttl/3 late; the victim takes it from the message
+(``detail.direct``: it was queued to) and can renew nothing, so the key expires a ttl after the
+release, and a worker steered to it takes it. A deadline counted from the victim's queueing
+send ends before the key does; one counted from the message's arrival outlives it by the delay,
+and that grant falls into the stale claim.
+
+All four (``evict`` every second time) steer one other worker (the board's ``steer``) to wait
 for the key in its next cycle, so that a waiter is there when Redis frees it: the next grant
 then falls right after the DEL, or right after the key expired. All three make the holder's body
 outlast the fault (the board's ``stretch``, see
@@ -57,13 +71,15 @@ from typing import Any, Final
 import attrs
 import redis
 
+from fencedlease import RedisKeys
+
 from .faults_network import read_lease
 from .schedule import Schedule
 from .workload import BODY, HOLDING, Board
 
 __all__ = [
     "HOLD_SLACK_S", "Comeback", "compare_and_delete", "evict_number", "owner_token", "same_owner",
-    "slow_replies", "stretch_taken", "take_stretch", "wait_for_grant",
+    "slow_replies", "stretch_taken", "take_stretch", "wait_for_grant", "wait_for_one_waiter",
     "wait_for_renewal", "wait_until_free", "watch_comeback",
 ]  # fmt: skip
 
@@ -223,6 +239,28 @@ def wait_for_grant(
         phase, since = board.get(worker, "phase"), board.get(worker, "since")
         if token and phase in (HOLDING, BODY) and since >= after_ms:
             return token, board.get(worker, "key")
+        stop.wait(0.002)
+    return None
+
+
+def wait_for_one_waiter(
+    admin: redis.Redis, keys: RedisKeys, wait_s: float, stop: threading.Event
+) -> tuple[str, bool] | None:
+    """Poll the hand-off queue of ``keys`` (every 2 ms, at most ``wait_s`` seconds) until it
+    holds exactly one waiter: that waiter's owner token (a secret: compare it, never record it)
+    and whether it is queued ``direct`` (it takes the grant from the release's message, its
+    details ending in ``:direct``); None when none came alone in time (or Redis failed)."""
+    give_up = time.monotonic() + wait_s
+    while not stop.is_set() and time.monotonic() < give_up:
+        try:
+            with admin.pipeline(transaction=True) as pipe:
+                pipe.zrange(keys.waiters, 0, -1)
+                pipe.hgetall(keys.waiters_meta)
+                members, details = pipe.execute()
+        except redis.RedisError:
+            return None
+        if len(members) == 1:
+            return members[0], str(details.get(members[0], "")).endswith(":direct")
         stop.wait(0.002)
     return None
 

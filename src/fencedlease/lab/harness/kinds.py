@@ -20,6 +20,7 @@ __all__ = [
     "FENCINGS",
     "KIND_AWARE",
     "SERVER_WIDE",
+    "SLOWED_BY_LATENCY",
     "TOPOLOGIES",
     "TOPOLOGY_DEFAULTS",
     "FaultInfo",
@@ -107,6 +108,11 @@ FAULTS: Final[dict[str, FaultInfo]] = {
     "slow-grant": FaultInfo(
         "proxy", True, True, "latency ttl/3 on a worker's replies until a grant, then a 2 x ttl cut"
     ),
+    # The grant carried in the message is the plain Redis hand-off's (a deployment claims).
+    "slow-handoff": FaultInfo(
+        "proxy", True, True, "a hand-off grant's message ttl/3 late, then the waiter's requests"
+        " cut 2 x ttl",
+    ),
     # The topology faults (see faults_topology): replication, failover, a deposed primary.
     "replica-lag": FaultInfo(
         "replicas", True, False, "CLIENT PAUSE WRITE on the replicas: they stop applying the"
@@ -171,6 +177,12 @@ CUT_OFF: Final = frozenset(
     {"partition", "timeout", "drop-replies", "drop-requests", "kernel-drop", "kernel-reject"}
 )
 
+#: Faults that cost no lease alone but make the next renewal take more than one round trip: a
+#: killed connection is opened again (connect, then the client's handshake), a flushed script
+#: cache answers NOSCRIPT and the script is sent again. Through a ``latency`` toxic each round
+#: trip pays the delay, so together with one on the same worker they may cost a lease.
+SLOWED_BY_LATENCY: Final = frozenset({"client-kill", "script-flush"})
+
 #: The kinds whose victims the schedule spreads over the worker kinds (sync, threads, asyncio):
 #: the n-th of them in a run hits a worker of the n-th kind of a seeded order, so a kind listed
 #: once per worker kind hits every worker kind (see
@@ -178,14 +190,15 @@ CUT_OFF: Final = frozenset(
 KIND_AWARE: Final = frozenset({"pause-holder", "evict", "slow-cut", "slow-grant"})
 
 #: The default kinds: the first ten and ``clock`` once each, ``evict`` and ``slow-cut`` once per
-#: worker kind (three times), ``slow-grant`` once (the schedule puts the restart without
-#: persistence last: after it the resource refuses the new, lower tokens for the rest of the run);
+#: worker kind (three times), ``slow-grant`` and ``slow-handoff`` once (the schedule puts the
+#: restart without persistence last: after it the resource refuses the new, lower tokens for the
+#: rest of the run);
 #: they fit in the default 45 s run. ``kill-holder``, the one-way and the kernel faults are asked
 #: for by name or with ``all`` (:data:`ALL_FAULTS`).
 DEFAULT_FAULTS: Final[tuple[str, ...]] = (
     "latency", "pause-holder", "partition", "client-kill", "script-flush", "timeout",
     "reset-peer", "redis-pause", "redis-restart-aof", "clock", "evict", "evict", "evict",
-    "slow-cut", "slow-cut", "slow-cut", "slow-grant", "redis-restart-nopersist",
+    "slow-cut", "slow-cut", "slow-cut", "slow-grant", "slow-handoff", "redis-restart-nopersist",
 )  # fmt: skip
 
 #: Every kind once, the restart without persistence last.
@@ -237,6 +250,9 @@ def fault_duration_s(kind: str, ttl_ms: int, heartbeat_ms: int) -> float:
         "cluster-failover": 2 * ttl,
         "cluster-kill-master": 2 * ttl,
         "slow-grant": 3 * ttl,  # until a grant came (late reply, at most a ttl), then the cut
+        # Until the victim queued (its first wait may subscribe first: a few late round trips, at
+        # most two ttls), then the cut.
+        "slow-handoff": 4 * ttl,
     }[kind]
 
 

@@ -63,7 +63,7 @@ from typing import Final, Literal
 import attrs
 
 from .history import Event
-from .kinds import FAULTS, latency_toxic_ms
+from .kinds import FAULTS, SLOWED_BY_LATENCY, latency_toxic_ms
 
 __all__ = [
     "EMPTYING_FAULTS",
@@ -75,6 +75,7 @@ __all__ = [
     "check_mutex",
     "claims_from_history",
     "could_cost_lease",
+    "could_cost_lease_together",
 ]
 
 #: Faults after which Redis may have forgotten a key before its expiry.
@@ -363,6 +364,18 @@ def could_cost_lease(kind: str, ttl_ms: int, heartbeat_ms: int) -> bool:
     return kind not in LEASE_KEEPING_FAULTS
 
 
+def could_cost_lease_together(kinds: Sequence[str], ttl_ms: int, heartbeat_ms: int) -> bool:
+    """Whether faults of ``kinds``, in force together on one holder (or on Redis), may cost it a
+    healthy lease of ``ttl_ms`` renewed every ``heartbeat_ms``: one of them may
+    ([`could_cost_lease`][fencedlease.lab.harness.mutex.could_cost_lease]), or a ``latency``
+    fault is joined by one of
+    [`SLOWED_BY_LATENCY`][fencedlease.lab.harness.kinds.SLOWED_BY_LATENCY] (a reconnect or a
+    script sent again after NOSCRIPT pays the toxic's delay once more per round trip)."""
+    if any(could_cost_lease(kind, ttl_ms, heartbeat_ms) for kind in kinds):
+        return True
+    return "latency" in kinds and any(kind in SLOWED_BY_LATENCY for kind in kinds)
+
+
 def check_mutex(
     events: Sequence[Event],
     *,
@@ -487,7 +500,7 @@ def check_mutex(
             and f.start <= at
             and (f.end is None or f.end >= at - window)
         ]
-        if not any(could_cost_lease(f.kind, ttl_ms, heartbeat_ms) for f in near):
+        if not could_cost_lease_together([f.kind for f in near], ttl_ms, heartbeat_ms):
             kept = sorted({f.kind for f in near})
             only = (
                 f" (only {', '.join(kept)}, which cost{'s' if len(kept) == 1 else ''} no lease)"

@@ -30,8 +30,9 @@ Kinds ([`FAULTS`][fencedlease.lab.harness.kinds.FAULTS]):
 | ``evict`` | ``DEL`` of the holder's lease key (not its counter), right after a renewal |
 | ``slow-cut`` | ``latency`` ttl/3 on the holder's replies until a renewal ran; its requests cut |
 | ``slow-grant`` | ``latency`` ttl/3 on a worker's replies until it is granted; its requests cut |
+| ``slow-handoff`` | a key handed to a queued worker, the message ttl/3 late; its requests cut |
 
-The last nine are made in [`faults_clock`][fencedlease.lab.harness.faults_clock],
+The last ten are made in [`faults_clock`][fencedlease.lab.harness.faults_clock],
 [`faults_process`][fencedlease.lab.harness.faults_process],
 [`faults_network`][fencedlease.lab.harness.faults_network],
 [`faults_kernel`][fencedlease.lab.harness.faults_kernel] and
@@ -62,7 +63,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import redis
 
-from fencedlease import redis_keys
+from fencedlease import Lease, LeaseManager, redis_keys
 
 from ..servers.redis import RedisServer
 from .faults_clock import run_clock_fault
@@ -72,10 +73,12 @@ from .faults_lease import (
     Comeback,
     compare_and_delete,
     evict_number,
+    owner_token,
     slow_replies,
     stretch_taken,
     take_stretch,
     wait_for_grant,
+    wait_for_one_waiter,
     wait_for_renewal,
     wait_until_free,
     watch_comeback,
@@ -91,6 +94,7 @@ from .kinds import (
     FAULTS,
     SERVER_WIDE,
     FaultInfo,
+    Fencing,
     fault_duration_s,
     latency_toxic_ms,
     left_out_faults,
@@ -144,7 +148,9 @@ class NemesisEnv:
     run's random id (hex), in the name of the nftables tables of the kernel faults;
     ``kernel_links``: each worker's namespace link (empty when the workers have none),
     ``kernel_reason``: why they have none. ``deployment``: the Sentinel deployment or Redis
-    Cluster the check started (``--topology``), for the topology faults; None on one server."""
+    Cluster the check started (``--topology``), for the topology faults; None on one server.
+    ``fencing``: the workers' fencing mode, which a lease the nemesis holds itself
+    (``slow-handoff``) uses too, so that the token it hands on is one the workers' would be."""
 
     writer: HistoryWriter
     board: Board
@@ -168,6 +174,7 @@ class NemesisEnv:
     kernel_links: list[Link] = attrs.field(factory=list)
     kernel_reason: str | None = None
     deployment: Deployment | None = None
+    fencing: Fencing = "counter"
 
     @property
     def lease_keys(self) -> tuple[str, ...]:
@@ -892,6 +899,88 @@ class Nemesis:
         self._finish(
             op, key=key, token=token, delay_ms=delay_ms, cut_at_ms=cut_ms, steered=steered,
             stretched=stretched, granted=True,
+        )  # fmt: skip
+
+    def _hold_free_key(self, victim: int, ttl_ms: int) -> tuple[LeaseManager, Lease] | None:
+        """Take, with the library, a lease on a run key that is free with nobody queued for it
+        (tried in a seeded order), every worker but ``victim`` shunning it from just before:
+        the manager and the lease, or None when every key was busy (nothing is left shunned)."""
+        env = self.env
+        manager = LeaseManager(self._admin, prefix=env.prefix, fencing=env.fencing)
+        for key in env.rng.sample(env.lease_keys, len(env.lease_keys)):
+            keys = redis_keys(env.prefix, key)
+            if self._admin.exists(keys.lease) or self._admin.zcard(keys.waiters):
+                continue
+            self._shun(key, except_=victim)
+            lease = manager.acquire(key, ttl_ms=ttl_ms).lease
+            if lease is not None and not self._admin.zcard(keys.waiters):
+                return manager, lease
+            if lease is not None:
+                lease.release()
+            self._shun(None)
+        manager.close()
+        return None
+
+    def _shun(self, key: str | None, except_: int | None = None) -> None:
+        """Have every worker but ``except_`` shun ``key`` in its new cycles (None: none)."""
+        env = self.env
+        index = 0 if key is None else env.lease_keys.index(key) + 1
+        for worker in range(env.board.workers):
+            env.board.set(worker, "shun", 0 if worker == except_ else index)
+
+    def _do_slow_handoff(
+        self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
+    ) -> None:
+        env, began = self.env, time.monotonic()
+        assert target is not None
+        ttl = env.ttl_ms / 1000
+        delay_ms = env.ttl_ms // 3
+        held = self._hold_free_key(target, 4 * env.ttl_ms)
+        if held is None:
+            raise RuntimeError("no free key with nobody queued for the nemesis to hold")
+        manager, lease = held
+        key, keys = lease.key, redis_keys(env.prefix, lease.key)
+        slow, cut = slow_replies("nemesis-slow-handoff", delay_ms), one_way_toxic("drop-requests")
+        handed: int | None = None
+        steered = None
+        released_mono: float | None = None
+        try:
+            # The victim's next cycle waits for the key: its refused acquire queues it. Its body
+            # is to outlast the key's expiry, and it polls rarely (every ttl or so): it is
+            # waiting for the release's message, not in a poll, when the message comes.
+            env.board.set(target, "linger", 2 * env.ttl_ms)
+            env.board.set(target, "retry", env.ttl_ms)
+            env.board.set(target, "steer", env.lease_keys.index(key) + 1)
+            waiter = wait_for_one_waiter(self._admin, keys, ttl + env.body_ms / 1000, stop)
+            if waiter is None:
+                for field in ("steer", "linger", "retry"):
+                    env.board.set(target, field, 0)
+                self._finish(op, key=key, delay_ms=delay_ms, queued=False)
+                return
+            owner, direct = waiter
+            with self._toxics_in_force(spec, target, [slow, cut]):
+                # The release hands the key to the victim (a new token, the key's TTL
+                # counted from now) and publishes the grant, which reaches the victim ttl/3
+                # late; no request of the victim reaches Redis from now on, so the key
+                # expires a ttl after the release. A deadline counted from the message's
+                # arrival outlives it by the delay; the one counted from the victim's
+                # queueing send does not.
+                released_mono = time.monotonic()
+                lease.release()
+                value = self._admin.get(keys.lease)
+                if value is not None and str(value).endswith(":" + owner):
+                    handed = owner_token(value)
+                self._shun(None)
+                steered = self._steer(target, key)  # polls for the key when it expires
+                stop.wait(max(0.0, released_mono + 2 * ttl - time.monotonic()))
+        finally:
+            self._shun(None)
+            if released_mono is None:
+                lease.release()
+            manager.close()
+        self._finish(
+            op, key=key, delay_ms=delay_ms, queued=True, direct=direct, handed=handed is not None,
+            token=handed, released_ms=round((released_mono - began) * 1000), steered=steered,
         )  # fmt: skip
 
     # -- healing -------------------------------------------------------------------------------

@@ -329,6 +329,7 @@ def _make_nemesis(
         kernel_links=list(run.kernel_links),
         kernel_reason=run.kernel_reason,
         deployment=lease_redis.deployment,
+        fencing=config.fencing,
     )
     nemesis = Nemesis(env, schedule)
     stack.callback(nemesis.close)

@@ -39,9 +39,10 @@ from typing import Any, Final
 
 import attrs
 
-from .kinds import FAULTS, KIND_AWARE, fault_duration_s
+from .kinds import FAULTS, KIND_AWARE, SLOWED_BY_LATENCY, fault_duration_s
 
 __all__ = [
+    "ALONE",
     "LAST",
     "LEADS_ONLY",
     "OVERLAPPING",
@@ -58,6 +59,11 @@ __all__ = [
 TOPOLOGY_FAULTS: Final = frozenset(
     kind for kind, info in FAULTS.items() if info.needs in ("replicas", "sentinel", "cluster")
 )
+
+#: The kinds never in force with another fault: ``slow-handoff`` (its victim, the waiter steered
+#: after it and Redis must all answer for the stale grant to show, and it holds a key itself,
+#: shunned by every other worker).
+ALONE: Final = frozenset({"slow-handoff"})
 
 #: The kinds :func:`may_overlap` knows; any other kind is never in force with another fault.
 OVERLAPPING: Final = frozenset(
@@ -109,11 +115,13 @@ _NEVER: Final = frozenset(
         # replica another one paused, or kills the node the other is promoting.
         *itertools.combinations_with_replacement(sorted(TOPOLOGY_FAULTS), 2),
         # A latency fault holds its victim in one lease that must survive it: nothing that may
-        # take a lease away is in force with it (see mutex.LEASE_KEEPING_FAULTS).
+        # take a lease away is in force with it (see mutex.LEASE_KEEPING_FAULTS), nor a SCRIPT
+        # FLUSH, after which a renewal pays a second slow round trip (NOSCRIPT, then the script
+        # again; mutex.SLOWED_BY_LATENCY).
         *(
             ("latency", other)
             for other, info in FAULTS.items()
-            if info.disrupts and not info.targets
+            if (info.disrupts or other in SLOWED_BY_LATENCY) and not info.targets
         ),
     )
 )
@@ -140,8 +148,9 @@ _NOT_SAME_WORKER: Final = frozenset(
             for other, info in FAULTS.items()
             if info.targets and other != slow
         ),
-        # A latency fault's lease must be lost only if the library is wrong.
-        *(("latency", other) for other, info in FAULTS.items() if info.targets and info.disrupts),
+        # A latency fault's lease must be lost only if the library is wrong: no other fault on
+        # its victim (a killed connection's reconnect pays several slow round trips).
+        *(("latency", other) for other, info in FAULTS.items() if info.targets),
     )
 )
 
@@ -161,8 +170,10 @@ def may_overlap(kind: str, target: int | None, other: str, other_target: int | N
     ``slow-cut`` composes with faults on other workers and with the ones of no victim but a
     Redis pause or restart (its renewals must run in Redis, late only by its own delay).
     ``latency`` holds its victim in one lease that must outlive it, so it composes only with
-    what cannot take that lease away: faults on other workers, ``client-kill``,
-    ``script-flush`` and ``clock``; never a Redis pause, restart or failover."""
+    what cannot take that lease away or make a renewal pay the delay twice: faults on other
+    workers and ``clock``; never another fault on its victim (a ``client-kill`` there makes the
+    renewer reconnect through the slow link), a ``script-flush``, or a Redis pause, restart or
+    failover."""
     if kind not in OVERLAPPING or other not in OVERLAPPING:
         return False
     pair = frozenset((kind, other))

@@ -79,6 +79,7 @@ FAULT_COLORS: Final = {
     "cluster-failover": "#00695c",
     "cluster-kill-master": "#3e2723",
     "slow-grant": "#00838f",
+    "slow-handoff": "#5e35b1",
 }
 
 

@@ -100,7 +100,7 @@ PHASES: Final = ("idle", "acquiring", "holding", "body", "writing", "releasing")
 
 _FIELDS: Final = (
     "pid", "phase", "since", "token", "key", "grants", "acked", "refused", "lost", "errors",
-    "stretch", "steer", "shun", "alone",
+    "stretch", "steer", "shun", "alone", "linger", "retry",
 )  # fmt: skip
 
 
@@ -122,6 +122,11 @@ class Board:
     missing when its holder's renewal comes; 0: none. ``alone``, the nemesis' too: 1 while the
     stretch is only to be taken by a cycle no other lane of the worker is acquiring or holding
     the key of (so that no lane of the holder's own waits for a key the nemesis deletes).
+    ``linger`` and ``retry``, the nemesis' too, set before ``steer`` and taken with it:
+    milliseconds the body of the steered cycle lasts at least (0: two heartbeats), and its
+    ``retry_delay_ms`` (0: the default 50), so that a waiter the nemesis hands a key to waits
+    for the release's message between rare polls, and claims the key past its expiry whatever
+    lane it runs in.
 
     Made in the parent with a multiprocessing context and handed to the workers; reads are
     unlocked snapshots (good enough to pick a victim or draw progress). ``wall_offsets``: each
@@ -371,7 +376,7 @@ class Cycle:
         self.writer = recorder.writer
         self.key, self.wait_ms = pick(config, rng)
         self.key = unshunned(config.keys, self.key, board.get(config.index, "shun"))
-        steered = self._steered()
+        steered, self.linger_ms, self.retry_ms = self._steered()
         self.steered = steered is not None
         if steered is not None:
             self.key, self.wait_ms = steered, config.wait_ms
@@ -389,22 +394,27 @@ class Cycle:
         self.stretched_until = 0.0
         recorder.expect(self.acquire)
 
-    def _steered(self) -> str | None:
-        """The key the nemesis steered this worker to (taken: the board's ``steer`` is reset),
-        or None. The seeded choice is drawn all the same, so the other cycles stay as drawn."""
+    def _steered(self) -> tuple[str | None, int, int]:
+        """The key the nemesis steered this worker to (taken: the board's ``steer``,
+        ``linger`` and ``retry`` are reset), or None; the milliseconds its body is to last at
+        least, and its retry delay (0: the defaults). The seeded choice is drawn all the same,
+        so the other cycles stay as drawn."""
         me, keys = self.config.index, self.config.keys
         with _shown_lock:
             steer = self.board.get(me, "steer")
             if steer <= 0:
-                return None
-            self.board.set(me, "steer", 0)
-        return keys[steer - 1] if steer <= len(keys) else None
+                return None, 0, 0
+            linger, retry = self.board.get(me, "linger"), self.board.get(me, "retry")
+            for field in ("steer", "linger", "retry"):
+                self.board.set(me, field, 0)
+        return (keys[steer - 1] if steer <= len(keys) else None), linger, retry
 
     def hold_args(self) -> dict[str, Any]:
         """The keyword arguments of the cycle's ``hold``."""
         config = self.config
         return {
-            "ttl_ms": config.ttl_ms, "wait_ms": self.wait_ms, "retry_delay_ms": 50,
+            "ttl_ms": config.ttl_ms, "wait_ms": self.wait_ms,
+            "retry_delay_ms": self.retry_ms or 50,
             "heartbeat_ms": config.heartbeat_ms,
         }  # fmt: skip
 
@@ -427,10 +437,11 @@ class Cycle:
     def phase(self, phase: int) -> None:
         """Enter ``phase`` (on the board if shown). A steered cycle's body lasts two heartbeats
         at least: it holds the key a fault freed when the holder it was taken from next renews
-        (so that a renewal of another owner's key shows)."""
+        (so that a renewal of another owner's key shows); or the board's ``linger`` taken with
+        the steer, when longer."""
         if phase == BODY and self.steered:
-            floor = time.monotonic() + 2 * self.config.heartbeat_ms / 1000
-            self.stretched_until = max(self.stretched_until, floor)
+            least_s = max(2 * self.config.heartbeat_ms, self.linger_ms) / 1000
+            self.stretched_until = max(self.stretched_until, time.monotonic() + least_s)
         self._show(phase, take=False)
 
     def body_left(self, until: float) -> float:
