@@ -17,6 +17,8 @@ __all__ = ["ToxiproxyServer"]
 
 # The real server answers 503 when a request takes longer than this (http.TimeoutHandler).
 _REQUEST_TIMEOUT_S: Final = 25.0
+#: How many times stopping cancels the tasks still running (each round may start new ones).
+_CANCEL_ROUNDS: Final = 10
 
 
 class _HttpServer(ThreadingHTTPServer):
@@ -152,10 +154,14 @@ class ToxiproxyServer:
     def _stop_loop(self) -> None:
         async def cancel_rest() -> None:
             current = asyncio.current_task()
-            rest = [t for t in asyncio.all_tasks() if t is not current]
-            for task in rest:
-                task.cancel()
-            if rest:
+            # A cancelled link may start a stub's task as it unwinds: cancel again until none is
+            # left (a bounded number of rounds), so that no task is destroyed pending.
+            for _ in range(_CANCEL_ROUNDS):
+                rest = [t for t in asyncio.all_tasks() if t is not current]
+                if not rest:
+                    break
+                for task in rest:
+                    task.cancel()
                 await asyncio.wait(rest)
             # getaddrinfo ran in the default executor; its worker thread must end with us.
             await asyncio.get_running_loop().shutdown_default_executor()
