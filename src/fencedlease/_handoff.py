@@ -3,7 +3,7 @@
 An acquire with ``wait_ms > 0`` that finds the key held calls a *release waiter* between attempts
 instead of sleeping blindly. A backend that can wake waiters provides one (``release_waiter()``);
 for Redis that is `Handoff` (a thread) and
-`AsyncHandoff` (a task), both built on this module's channel model
+`AsyncHandoff` (a task), both built on the channel model of `fencedlease._handoff_channels`
 (`Channels`) and the scripts and keys of `fencedlease._redis`:
 
 1. It makes sure the manager's one listener connection (on a pool of its own, never one of the
@@ -64,8 +64,10 @@ the key unclaimed for at most ``2 * grace_ms`` before it expires.
 Other backends get `SleepWaiter` (`AsyncSleepWaiter`),
 which just sleeps: `release_waiter_for`.
 
-This module holds what both faces share, with no I/O: the waiter protocols, the channel model, the
-waiter's name, and how a listener logs its failures and its death.
+This module holds what both faces share, with no I/O: the waiter protocols, the Redis hand-offs'
+common state (`HandoffBase`), the waiter's name, and how a listener logs its failures and its
+death; the channel model is `fencedlease._handoff_channels` (`Channels` and `LISTEN_SLICE_S` are
+importable from here too).
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
 from ._clock import SYSTEM_CLOCK, Clock
+from ._handoff_channels import LISTEN_SLICE_S, Channels
 from ._protocol import AcquireReply
 from ._redis.keys import (
     control_channel,
@@ -84,7 +87,6 @@ from ._redis.keys import (
     listener_id,
 )
 from ._redis.replication import PrimaryWatch
-from ._redis.replies import parse_grant, text
 
 __all__ = [
     "DEFAULT_GRACE_MS",
@@ -109,9 +111,6 @@ DEFAULT_GRACE_MS = 200
 
 DEFAULT_LINGER_S = 5.0
 """How long a channel with no waiter stays subscribed, in seconds (saves SUBSCRIBE churn)."""
-
-LISTEN_SLICE_S = 1.0
-"""A listener's longest sleep, in seconds: housekeeping, and a fallback for close()."""
 
 
 def waiter_name(owner_token: str) -> str:
@@ -350,95 +349,3 @@ def release_waiter_for(backend: object, clock: Clock = SYSTEM_CLOCK) -> ReleaseW
     make = getattr(backend, "release_waiter", None)
     waiter: ReleaseWaiter = SleepWaiter(clock) if make is None else make()
     return waiter
-
-
-_SHARDED = frozenset({"smessage", "ssubscribe", "sunsubscribe"})
-
-
-class Channels:
-    """Who waits on which channel, and what the listener must (un)subscribe; shared by both faces.
-
-    Every method is called with the owner's lock held (a ``threading.Lock``, or the event loop's
-    single thread for the asyncio twin). ``wake(event)`` is how an event is set.
-    """
-
-    def __init__(self, linger_s: float) -> None:
-        self.linger_s = linger_s
-        self.waiters: dict[str, dict[str, Any]] = {}  # channel -> waiter name -> event
-        self.grants: dict[str, AcquireReply] = {}  # waiter name -> the grant its message carried
-        self.requested: set[str] = set()  # asked for, SUBSCRIBE not sent yet
-        self.subscribed: set[str] = set()  # SUBSCRIBE sent (and not UNSUBSCRIBE)
-        self.confirmed: set[str] = set()  # the server acknowledged the subscription
-        self.idle_since: dict[str, float] = {}  # subscribed channels nobody waits on
-
-    def join(self, channel: str, name: str, event: Any) -> bool:
-        """Register a waiter; True when the listener must be asked to subscribe."""
-        self.waiters.setdefault(channel, {})[name] = event
-        self.idle_since.pop(channel, None)
-        if channel in self.subscribed or channel in self.requested:
-            return False
-        self.requested.add(channel)
-        return True
-
-    def leave(self, channel: str, name: str, now: float) -> AcquireReply | None:
-        """Unregister a waiter; the grant a message carried to it while it waited, if one did
-        (kept only while it waits: a message for a waiter gone is dropped)."""
-        grant = self.grants.pop(name, None)
-        waiters = self.waiters.get(channel)
-        if waiters is None:
-            return grant
-        waiters.pop(name, None)
-        if not waiters:
-            del self.waiters[channel]
-            self.idle_since[channel] = now
-        return grant
-
-    def plan(self, now: float) -> tuple[list[str], list[str], float]:
-        """What the listener sends now: (subscribe, unsubscribe, seconds until the next plan)."""
-        subscribe = sorted(self.requested)
-        self.requested.clear()
-        self.subscribed.update(subscribe)
-        unsubscribe: list[str] = []
-        next_s = LISTEN_SLICE_S
-        for channel, since in list(self.idle_since.items()):
-            if now - since >= self.linger_s:
-                del self.idle_since[channel]
-                self.subscribed.discard(channel)
-                self.confirmed.discard(channel)
-                unsubscribe.append(channel)
-            else:
-                next_s = min(next_s, since + self.linger_s - now)
-        return subscribe, unsubscribe, max(0.0, next_s)
-
-    def lost_connection(self) -> None:
-        """The listener's connection failed: nothing is confirmed, everything is asked again."""
-        self.confirmed.clear()
-        self.requested.update(self.subscribed)
-        self.subscribed.clear()
-
-    def on_message(self, message: dict[str, Any]) -> list[Any]:
-        """The events to set for one pub/sub message (a sharded one's kinds, ``smessage``,
-        ``ssubscribe``, ``sunsubscribe``, read as the plain ones). A hand-off message's grant
-        (`fencedlease._redis.replies.parse_grant`) is kept for its waiter, if it waits on that
-        channel."""
-        kind = text(message.get("type"))
-        kind = kind[1:] if kind in _SHARDED else kind
-        channel = text(message.get("channel"))
-        waiters = self.waiters.get(channel, {})
-        if kind == "message":
-            name, grant = parse_grant(text(message.get("data")))
-            event = waiters.get(name)
-            if event is None:
-                return []
-            if grant is not None:
-                self.grants[name] = grant
-            return [event]
-        if kind == "subscribe":
-            if channel in self.subscribed:
-                self.confirmed.add(channel)
-            # Everyone on the channel re-checks: the first subscription lets waiters queue, and a
-            # re-subscription after a lost connection may follow a hand-off nobody heard.
-            return list(waiters.values())
-        if kind == "unsubscribe" and channel not in self.subscribed:
-            self.confirmed.discard(channel)
-        return []

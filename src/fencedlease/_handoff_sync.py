@@ -1,7 +1,7 @@
 """The Redis hand-off for the sync face: `Handoff`, its listener a thread.
 
-How the hand-off works (the queue, the channel, who is woken) is in `fencedlease._handoff`,
-with the channel model this class drives; the asyncio twin is
+How the hand-off works (the queue, the channel, who is woken) is in `fencedlease._handoff`; the
+channel model this class drives is `fencedlease._handoff_channels`; the asyncio twin is
 `fencedlease.aio._handoff.AsyncHandoff`.
 """
 
@@ -18,13 +18,13 @@ import redis
 from redis.exceptions import RedisError
 
 from ._handoff import (
-    Channels,
     HandoffBase,
     listener_died,
     listener_failed,
     log,
     waiter_name,
 )
+from ._handoff_channels import Channels
 from ._protocol import AcquireReply
 from ._redis.clients import dedicated_client
 from ._redis.errors import acl_denial, backend_errors

@@ -1,8 +1,8 @@
 """The asyncio side of the release waiters: `AsyncHandoff` (the Redis hand-off, its
 listener a task) and `AsyncSleepWaiter` (polling).
 
-How the hand-off works is in `fencedlease._handoff`, with the channel model both faces drive;
-the sync twin is `fencedlease._handoff_sync.Handoff`.
+How the hand-off works is in `fencedlease._handoff`; the channel model both faces drive is
+`fencedlease._handoff_channels`; the sync twin is `fencedlease._handoff_sync.Handoff`.
 """
 
 from __future__ import annotations
