@@ -77,6 +77,8 @@ import logging
 from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
+import attrs
+
 from ._clock import SYSTEM_CLOCK, Clock
 from ._handoff_channels import LISTEN_SLICE_S, Channels
 from ._protocol import AcquireReply
@@ -98,6 +100,7 @@ __all__ = [
     "NoQueueing",
     "ReleaseWaiter",
     "SleepWaiter",
+    "WaitRequest",
     "listener_died",
     "listener_failed",
     "release_waiter_for",
@@ -137,6 +140,26 @@ def listener_died() -> None:
     log.exception("fencedlease hand-off listener stopped; waiters fall back to polling")
 
 
+@attrs.frozen
+class WaitRequest:
+    """One wait of an acquire between two attempts, as the manager asks its release waiter for it.
+
+    ``key``: the key the caller waits for; ``owner_token``: the caller's (the key may be handed to
+    it); ``ttl_ms``: the lease the caller asks for, in milliseconds (a hand-off grants at most
+    that); ``timeout_s``: the longest wait, in seconds (plus one round trip). ``final``: the caller
+    makes one last attempt after this wait and then gives up, so it must not be handed the lease
+    after ``timeout_s`` (no grace). ``queued``: the refused acquire before this wait queued the
+    caller already (``queue_args``).
+    """
+
+    key: str
+    owner_token: str
+    ttl_ms: int
+    timeout_s: float
+    final: bool = False
+    queued: bool = False
+
+
 class ReleaseWaiter(Protocol):
     """What the sync manager calls between two acquire attempts of a waiting caller.
 
@@ -146,22 +169,12 @@ class ReleaseWaiter(Protocol):
 
     queues: bool
 
-    def wait(
-        self,
-        key: str,
-        owner_token: str,
-        ttl_ms: int,
-        timeout_s: float,
-        final: bool = False,
-        queued: bool = False,
-    ) -> AcquireReply | None:
-        """Return when ``key`` may be free (or handed to ``owner_token``), or after ``timeout_s``
-        seconds at the latest (plus one round trip). ``ttl_ms``: the lease the caller asks for.
-        ``final``: the caller makes one last attempt after this wait and then gives up, so it must
-        not be handed the lease after ``timeout_s`` (no grace). ``queued``: the refused acquire
-        before this wait queued the caller already (``queue_args``). Returns the grant a hand-off
-        message carried to a waiter that takes it without a claim (see the module; its
-        ``ttl_ms`` is the key's PX, counted from the release), else None."""
+    def wait(self, request: WaitRequest) -> AcquireReply | None:
+        """Return when ``request.key`` may be free (or handed to ``request.owner_token``), or
+        after ``request.timeout_s`` seconds at the latest (plus one round trip; see
+        `WaitRequest`). Returns the grant a hand-off message carried to a waiter that takes it
+        without a claim (see the module; its ``ttl_ms`` is the key's PX, counted from the
+        release), else None."""
         ...
 
     def queue_args(
@@ -201,7 +214,7 @@ class NoQueueing:
 
 
 class SleepWaiter(NoQueueing):
-    """Polling only: sleeps the whole ``timeout_s`` on ``clock``
+    """Polling only: sleeps the whole ``request.timeout_s`` on ``clock``
     ([`Clock.sleep`][fencedlease.Clock.sleep], so a fake clock drives the waits), for backends
     without release notifications."""
 
@@ -210,16 +223,8 @@ class SleepWaiter(NoQueueing):
     def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
         self._clock = clock
 
-    def wait(
-        self,
-        key: str,
-        owner_token: str,
-        ttl_ms: int,
-        timeout_s: float,
-        final: bool = False,
-        queued: bool = False,
-    ) -> AcquireReply | None:
-        self._clock.sleep(timeout_s)
+    def wait(self, request: WaitRequest) -> AcquireReply | None:
+        self._clock.sleep(request.timeout_s)
         return None
 
     def close(self, until: float | None = None) -> None:
@@ -234,15 +239,7 @@ class AsyncReleaseWaiter(Protocol):
 
     queues: bool
 
-    async def wait(
-        self,
-        key: str,
-        owner_token: str,
-        ttl_ms: int,
-        timeout_s: float,
-        final: bool = False,
-        queued: bool = False,
-    ) -> AcquireReply | None: ...
+    async def wait(self, request: WaitRequest) -> AcquireReply | None: ...
 
     def queue_args(
         self, key: str, owner_token: str, wait_ms: int, final: bool

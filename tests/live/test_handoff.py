@@ -18,7 +18,7 @@ import redis.asyncio
 
 from conftest import wait_until
 from fencedlease import AcquireResult, LeaseManager
-from fencedlease._handoff import waiter_name
+from fencedlease._handoff import WaitRequest, waiter_name
 from fencedlease._handoff_sync import Handoff
 from fencedlease._protocol import new_owner_token
 from fencedlease._redis.keys import (
@@ -241,7 +241,7 @@ def test_asyncio_twin_is_woken_by_the_release(
         handoff = AsyncHandoff(client, "h")
         thread = threading.Thread(target=release_when_queued)
         thread.start()
-        await handoff.wait("aio", owner, 10_000, 20.0)
+        await handoff.wait(WaitRequest("aio", owner, 10_000, 20.0))
         woken_at = time.monotonic()
         await asyncio.to_thread(thread.join)
         await handoff.aclose()
@@ -307,7 +307,7 @@ def test_asyncio_queueing_that_fails_after_the_wait_gave_up_is_not_left_unretrie
             raise BackendError("wait for 'gone': Timeout reading from socket")
 
         handoff._enqueue = stalled_enqueue  # type: ignore[method-assign,assignment]
-        await handoff.wait("gone", new_owner_token(), 10_000, 1.0)
+        await handoff.wait(WaitRequest("gone", new_owner_token(), 10_000, 1.0))
         assert started.is_set()  # the queueing was sent, and the wait gave up on it
         fail.set()
         while handoff._chores:
@@ -365,7 +365,7 @@ def test_sync_grant_is_published_to_the_granted_waiters_listener_only(
         holder = holder_leases.acquire("k", ttl_ms=10_000).lease
         assert holder is not None
         threads = [
-            threading.Thread(target=h.wait, args=("k", owner, 10_000, 30.0))
+            threading.Thread(target=h.wait, args=(WaitRequest("k", owner, 10_000, 30.0),))
             for h, owner in zip(handoffs, owners, strict=True)
         ]
         threads[0].start()
@@ -416,11 +416,13 @@ def test_asyncio_grant_is_published_to_the_granted_waiters_listener_only(
         clients = [redis.asyncio.Redis.from_url(redis_url) for _ in range(2)]
         handoffs = [AsyncHandoff(client, "h") for client in clients]
         try:
-            first = asyncio.create_task(handoffs[0].wait("k", owners[0], 10_000, 30.0))
+            first = asyncio.create_task(handoffs[0].wait(WaitRequest("k", owners[0], 10_000, 30.0)))
             await asyncio.to_thread(
                 wait_until, lambda: _queued(redis_client, "k") == 1, "one waiter queued for 'k'"
             )
-            second = asyncio.create_task(handoffs[1].wait("k", owners[1], 10_000, 30.0))
+            second = asyncio.create_task(
+                handoffs[1].wait(WaitRequest("k", owners[1], 10_000, 30.0))
+            )
             await asyncio.to_thread(
                 wait_until, lambda: _queued(redis_client, "k") == 2, "two waiters queued for 'k'"
             )
