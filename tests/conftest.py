@@ -1,4 +1,5 @@
-"""Shared fixtures: a real Redis found as ``fencedlease.lab.servers.redis`` documents.
+"""Shared fixtures: a real Redis found as ``fencedlease.lab.servers.redis`` documents; and
+`wait_until` (`async_wait_until`), the one way a test polls for a state no event tells it about.
 
 Where a server cannot be had a test skips with the reason; with ``FENCEDLEASE_REQUIRE_SERVERS=1``
 (CI) that skip is a failure instead.
@@ -6,7 +7,9 @@ Where a server cannot be had a test skips with the reason; with ``FENCEDLEASE_RE
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+import time
+from collections.abc import Callable, Iterator
 
 import pytest
 import redis
@@ -22,6 +25,40 @@ from fencedlease.lab.servers.redis import (
 from fencedlease.lab.servers.sentinel import SentinelDeployment
 
 unavailable = skip_unavailable  # skip, or fail when CI requires every server
+
+
+def wait_until(
+    condition: Callable[[], object], what: str, *, timeout_s: float = 10.0, poll_s: float = 0.005
+) -> None:
+    """Poll ``condition`` every ``poll_s`` seconds until it is true, for a state no event tells the
+    test about (a waiter queued in Redis, Redis's own expiry, replication).
+
+    Raises:
+        AssertionError: ``condition`` was still false after ``timeout_s`` seconds; the message
+            says what was awaited (``what``, e.g. ``"a waiter queued for 'k'"``).
+    """
+    give_up = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > give_up:
+            raise AssertionError(f"gave up after {timeout_s} s waiting for {what}")
+        time.sleep(poll_s)
+
+
+async def async_wait_until(
+    condition: Callable[[], object], what: str, *, timeout_s: float = 10.0, poll_s: float = 0.005
+) -> None:
+    """`wait_until` in a coroutine: the event loop runs between the polls (``condition`` itself is
+    called on the loop, so it must be quick).
+
+    Raises:
+        AssertionError: ``condition`` was still false after ``timeout_s`` seconds; the message
+            says what was awaited (``what``, e.g. ``"a waiter queued for 'k'"``).
+    """
+    give_up = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > give_up:
+            raise AssertionError(f"gave up after {timeout_s} s waiting for {what}")
+        await asyncio.sleep(poll_s)
 
 
 @pytest.fixture(scope="session")

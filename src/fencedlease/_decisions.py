@@ -15,7 +15,8 @@ step = next(steps)
 while True:                               # until StopIteration carries the AcquireEnd
     try:
         if isinstance(step, WaitForRelease):
-            waiter.wait(key, attempt.owner_token, ttl_ms, step.delay_s, step.final)  # (await)
+            request = WaitRequest(key, attempt.owner_token, ttl_ms, step.delay_s, step.final)
+            waiter.wait(request)                                                    # (await)
             answer = manager_is_closed
         else:
             answer = backend.acquire(key, attempt.owner_token, ttl_ms)              # (await)

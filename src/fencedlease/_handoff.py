@@ -3,7 +3,7 @@
 An acquire with ``wait_ms > 0`` that finds the key held calls a *release waiter* between attempts
 instead of sleeping blindly. A backend that can wake waiters provides one (``release_waiter()``);
 for Redis that is `Handoff` (a thread) and
-`AsyncHandoff` (a task), both built on this module's channel model
+`AsyncHandoff` (a task), both built on the channel model of `fencedlease._handoff_channels`
 (`Channels`) and the scripts and keys of `fencedlease._redis`:
 
 1. It makes sure the manager's one listener connection (on a pool of its own, never one of the
@@ -64,8 +64,10 @@ the key unclaimed for at most ``2 * grace_ms`` before it expires.
 Other backends get `SleepWaiter` (`AsyncSleepWaiter`),
 which just sleeps: `release_waiter_for`.
 
-This module holds what both faces share, with no I/O: the waiter protocols, the channel model, the
-waiter's name, and how a listener logs its failures and its death.
+This module holds what both faces share, with no I/O: the waiter protocols, the Redis hand-offs'
+common state (`HandoffBase`), the waiter's name, and how a listener logs its failures and its
+death; the channel model is `fencedlease._handoff_channels` (`Channels` and `LISTEN_SLICE_S` are
+importable from here too).
 """
 
 from __future__ import annotations
@@ -75,7 +77,10 @@ import logging
 from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
+import attrs
+
 from ._clock import SYSTEM_CLOCK, Clock
+from ._handoff_channels import LISTEN_SLICE_S, Channels
 from ._protocol import AcquireReply
 from ._redis.keys import (
     control_channel,
@@ -84,7 +89,6 @@ from ._redis.keys import (
     listener_id,
 )
 from ._redis.replication import PrimaryWatch
-from ._redis.replies import parse_grant, text
 
 __all__ = [
     "DEFAULT_GRACE_MS",
@@ -96,6 +100,7 @@ __all__ = [
     "NoQueueing",
     "ReleaseWaiter",
     "SleepWaiter",
+    "WaitRequest",
     "listener_died",
     "listener_failed",
     "release_waiter_for",
@@ -109,9 +114,6 @@ DEFAULT_GRACE_MS = 200
 
 DEFAULT_LINGER_S = 5.0
 """How long a channel with no waiter stays subscribed, in seconds (saves SUBSCRIBE churn)."""
-
-LISTEN_SLICE_S = 1.0
-"""A listener's longest sleep, in seconds: housekeeping, and a fallback for close()."""
 
 
 def waiter_name(owner_token: str) -> str:
@@ -138,6 +140,26 @@ def listener_died() -> None:
     log.exception("fencedlease hand-off listener stopped; waiters fall back to polling")
 
 
+@attrs.frozen
+class WaitRequest:
+    """One wait of an acquire between two attempts, as the manager asks its release waiter for it.
+
+    ``key``: the key the caller waits for; ``owner_token``: the caller's (the key may be handed to
+    it); ``ttl_ms``: the lease the caller asks for, in milliseconds (a hand-off grants at most
+    that); ``timeout_s``: the longest wait, in seconds (plus one round trip). ``final``: the caller
+    makes one last attempt after this wait and then gives up, so it must not be handed the lease
+    after ``timeout_s`` (no grace). ``queued``: the refused acquire before this wait queued the
+    caller already (``queue_args``).
+    """
+
+    key: str
+    owner_token: str
+    ttl_ms: int
+    timeout_s: float
+    final: bool = False
+    queued: bool = False
+
+
 class ReleaseWaiter(Protocol):
     """What the sync manager calls between two acquire attempts of a waiting caller.
 
@@ -147,22 +169,12 @@ class ReleaseWaiter(Protocol):
 
     queues: bool
 
-    def wait(
-        self,
-        key: str,
-        owner_token: str,
-        ttl_ms: int,
-        timeout_s: float,
-        final: bool = False,
-        queued: bool = False,
-    ) -> AcquireReply | None:
-        """Return when ``key`` may be free (or handed to ``owner_token``), or after ``timeout_s``
-        seconds at the latest (plus one round trip). ``ttl_ms``: the lease the caller asks for.
-        ``final``: the caller makes one last attempt after this wait and then gives up, so it must
-        not be handed the lease after ``timeout_s`` (no grace). ``queued``: the refused acquire
-        before this wait queued the caller already (``queue_args``). Returns the grant a hand-off
-        message carried to a waiter that takes it without a claim (see the module; its
-        ``ttl_ms`` is the key's PX, counted from the release), else None."""
+    def wait(self, request: WaitRequest) -> AcquireReply | None:
+        """Return when ``request.key`` may be free (or handed to ``request.owner_token``), or
+        after ``request.timeout_s`` seconds at the latest (plus one round trip; see
+        `WaitRequest`). Returns the grant a hand-off message carried to a waiter that takes it
+        without a claim (see the module; its ``ttl_ms`` is the key's PX, counted from the
+        release), else None."""
         ...
 
     def queue_args(
@@ -202,7 +214,7 @@ class NoQueueing:
 
 
 class SleepWaiter(NoQueueing):
-    """Polling only: sleeps the whole ``timeout_s`` on ``clock``
+    """Polling only: sleeps the whole ``request.timeout_s`` on ``clock``
     ([`Clock.sleep`][fencedlease.Clock.sleep], so a fake clock drives the waits), for backends
     without release notifications."""
 
@@ -211,16 +223,8 @@ class SleepWaiter(NoQueueing):
     def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
         self._clock = clock
 
-    def wait(
-        self,
-        key: str,
-        owner_token: str,
-        ttl_ms: int,
-        timeout_s: float,
-        final: bool = False,
-        queued: bool = False,
-    ) -> AcquireReply | None:
-        self._clock.sleep(timeout_s)
+    def wait(self, request: WaitRequest) -> AcquireReply | None:
+        self._clock.sleep(request.timeout_s)
         return None
 
     def close(self, until: float | None = None) -> None:
@@ -235,15 +239,7 @@ class AsyncReleaseWaiter(Protocol):
 
     queues: bool
 
-    async def wait(
-        self,
-        key: str,
-        owner_token: str,
-        ttl_ms: int,
-        timeout_s: float,
-        final: bool = False,
-        queued: bool = False,
-    ) -> AcquireReply | None: ...
+    async def wait(self, request: WaitRequest) -> AcquireReply | None: ...
 
     def queue_args(
         self, key: str, owner_token: str, wait_ms: int, final: bool
@@ -350,95 +346,3 @@ def release_waiter_for(backend: object, clock: Clock = SYSTEM_CLOCK) -> ReleaseW
     make = getattr(backend, "release_waiter", None)
     waiter: ReleaseWaiter = SleepWaiter(clock) if make is None else make()
     return waiter
-
-
-_SHARDED = frozenset({"smessage", "ssubscribe", "sunsubscribe"})
-
-
-class Channels:
-    """Who waits on which channel, and what the listener must (un)subscribe; shared by both faces.
-
-    Every method is called with the owner's lock held (a ``threading.Lock``, or the event loop's
-    single thread for the asyncio twin). ``wake(event)`` is how an event is set.
-    """
-
-    def __init__(self, linger_s: float) -> None:
-        self.linger_s = linger_s
-        self.waiters: dict[str, dict[str, Any]] = {}  # channel -> waiter name -> event
-        self.grants: dict[str, AcquireReply] = {}  # waiter name -> the grant its message carried
-        self.requested: set[str] = set()  # asked for, SUBSCRIBE not sent yet
-        self.subscribed: set[str] = set()  # SUBSCRIBE sent (and not UNSUBSCRIBE)
-        self.confirmed: set[str] = set()  # the server acknowledged the subscription
-        self.idle_since: dict[str, float] = {}  # subscribed channels nobody waits on
-
-    def join(self, channel: str, name: str, event: Any) -> bool:
-        """Register a waiter; True when the listener must be asked to subscribe."""
-        self.waiters.setdefault(channel, {})[name] = event
-        self.idle_since.pop(channel, None)
-        if channel in self.subscribed or channel in self.requested:
-            return False
-        self.requested.add(channel)
-        return True
-
-    def leave(self, channel: str, name: str, now: float) -> AcquireReply | None:
-        """Unregister a waiter; the grant a message carried to it while it waited, if one did
-        (kept only while it waits: a message for a waiter gone is dropped)."""
-        grant = self.grants.pop(name, None)
-        waiters = self.waiters.get(channel)
-        if waiters is None:
-            return grant
-        waiters.pop(name, None)
-        if not waiters:
-            del self.waiters[channel]
-            self.idle_since[channel] = now
-        return grant
-
-    def plan(self, now: float) -> tuple[list[str], list[str], float]:
-        """What the listener sends now: (subscribe, unsubscribe, seconds until the next plan)."""
-        subscribe = sorted(self.requested)
-        self.requested.clear()
-        self.subscribed.update(subscribe)
-        unsubscribe: list[str] = []
-        next_s = LISTEN_SLICE_S
-        for channel, since in list(self.idle_since.items()):
-            if now - since >= self.linger_s:
-                del self.idle_since[channel]
-                self.subscribed.discard(channel)
-                self.confirmed.discard(channel)
-                unsubscribe.append(channel)
-            else:
-                next_s = min(next_s, since + self.linger_s - now)
-        return subscribe, unsubscribe, max(0.0, next_s)
-
-    def lost_connection(self) -> None:
-        """The listener's connection failed: nothing is confirmed, everything is asked again."""
-        self.confirmed.clear()
-        self.requested.update(self.subscribed)
-        self.subscribed.clear()
-
-    def on_message(self, message: dict[str, Any]) -> list[Any]:
-        """The events to set for one pub/sub message (a sharded one's kinds, ``smessage``,
-        ``ssubscribe``, ``sunsubscribe``, read as the plain ones). A hand-off message's grant
-        (`fencedlease._redis.replies.parse_grant`) is kept for its waiter, if it waits on that
-        channel."""
-        kind = text(message.get("type"))
-        kind = kind[1:] if kind in _SHARDED else kind
-        channel = text(message.get("channel"))
-        waiters = self.waiters.get(channel, {})
-        if kind == "message":
-            name, grant = parse_grant(text(message.get("data")))
-            event = waiters.get(name)
-            if event is None:
-                return []
-            if grant is not None:
-                self.grants[name] = grant
-            return [event]
-        if kind == "subscribe":
-            if channel in self.subscribed:
-                self.confirmed.add(channel)
-            # Everyone on the channel re-checks: the first subscription lets waiters queue, and a
-            # re-subscription after a lost connection may follow a hand-off nobody heard.
-            return list(waiters.values())
-        if kind == "unsubscribe" and channel not in self.subscribed:
-            self.confirmed.discard(channel)
-        return []

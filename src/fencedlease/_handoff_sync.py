@@ -1,7 +1,7 @@
 """The Redis hand-off for the sync face: `Handoff`, its listener a thread.
 
-How the hand-off works (the queue, the channel, who is woken) is in `fencedlease._handoff`,
-with the channel model this class drives; the asyncio twin is
+How the hand-off works (the queue, the channel, who is woken) is in `fencedlease._handoff`; the
+channel model this class drives is `fencedlease._handoff_channels`; the asyncio twin is
 `fencedlease.aio._handoff.AsyncHandoff`.
 """
 
@@ -18,13 +18,14 @@ import redis
 from redis.exceptions import RedisError
 
 from ._handoff import (
-    Channels,
     HandoffBase,
+    WaitRequest,
     listener_died,
     listener_failed,
     log,
     waiter_name,
 )
+from ._handoff_channels import Channels
 from ._protocol import AcquireReply
 from ._redis.clients import dedicated_client
 from ._redis.errors import acl_denial, backend_errors
@@ -81,31 +82,24 @@ class Handoff(HandoffBase[redis.Redis]):
         with self._lock:
             self._channels.leave(self._channel(key), waiter_name(owner_token), time.monotonic())
 
-    def wait(
-        self,
-        key: str,
-        owner_token: str,
-        ttl_ms: int,
-        timeout_s: float,
-        final: bool = False,
-        queued: bool = False,
-    ) -> AcquireReply | None:
-        """Queue for ``key`` and sleep until handed the lease, woken, or ``timeout_s`` (seconds)
-        passes. ``ttl_ms``: the lease asked for (a hand-off grants at most that). ``queued``:
-        the refused acquire before this wait queued the caller (`queue_args`), so no queueing
-        command is sent while the channel stays subscribed. Returns the grant the hand-off
-        message carried when the waiter takes it from there (see `fencedlease._handoff`), else
-        None.
+    def wait(self, request: WaitRequest) -> AcquireReply | None:
+        """Queue for ``request.key`` and sleep until handed the lease, woken, or
+        ``request.timeout_s`` (seconds) passes. ``request.ttl_ms``: the lease asked for (a hand-off
+        grants at most that). ``request.queued``: the refused acquire before this wait queued the
+        caller (`queue_args`), so no queueing command is sent while the channel stays subscribed.
+        Returns the grant the hand-off message carried when the waiter takes it from there (see
+        `fencedlease._handoff`), else None.
 
         Raises:
             BackendError: the queueing command failed (as the acquire itself would).
         """
-        until = time.monotonic() + timeout_s
+        until = time.monotonic() + request.timeout_s
+        key = request.key
         channel = self._channel(key)
-        name = waiter_name(owner_token)
+        name = waiter_name(request.owner_token)
         channels = self._channels
         with self._lock:
-            known = channels.waiters.get(channel, {}).get(name) if queued else None
+            known = channels.waiters.get(channel, {}).get(name) if request.queued else None
             event = threading.Event() if known is None else known
             closed = self._closed
             if not closed:
@@ -121,7 +115,7 @@ class Handoff(HandoffBase[redis.Redis]):
         if closed:
             # After close(): poll, as without the listener. Sleep outside the lock, or the
             # waiters would take turns and each wait outlast its budget.
-            time.sleep(timeout_s)
+            time.sleep(request.timeout_s)
             return None
         try:
             if ask and not start:
@@ -131,21 +125,14 @@ class Handoff(HandoffBase[redis.Redis]):
             if queued:  # the acquire queued it: only the sleep is left
                 event.wait(max(0.0, until - time.monotonic()))
             else:
-                self._queue_and_sleep(key, owner_token, ttl_ms, final, until, channel, event)
+                self._queue_and_sleep(request, until, channel, event)
         finally:
             with self._lock:
                 grant = channels.leave(channel, name, time.monotonic())
         return self._grant(key, grant)
 
     def _queue_and_sleep(
-        self,
-        key: str,
-        owner_token: str,
-        ttl_ms: int,
-        final: bool,
-        until: float,
-        channel: str,
-        event: threading.Event,
+        self, request: WaitRequest, until: float, channel: str, event: threading.Event
     ) -> None:
         """`wait`'s rounds once the waiter is registered: wait for the channel's subscription,
         queue, sleep until woken or the monotonic instant ``until``."""
@@ -158,7 +145,10 @@ class Handoff(HandoffBase[redis.Redis]):
         left = until - time.monotonic()
         if left < 0.001:
             return
-        queued = self._submit(self._enqueue, key, owner_token, ttl_ms, int(left * 1000), final)
+        wait_ms = int(left * 1000)
+        queued = self._submit(
+            self._enqueue, request.key, request.owner_token, request.ttl_ms, wait_ms, request.final
+        )
         try:
             if not queued.result(timeout=left):
                 return  # free, or already ours: acquire now

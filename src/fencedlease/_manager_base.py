@@ -41,7 +41,7 @@ from ._events import (
     wait_ended,
     with_logging,
 )
-from ._handoff import ReleaseWaiter
+from ._handoff import ReleaseWaiter, WaitRequest
 from ._lease import AcquireResult, Lease, LeaseOutcome
 from ._manager_store import _AsyncStoreCalls
 from ._protocol import AcquireReply
@@ -288,10 +288,11 @@ class _ManagerBase(_AsyncStoreCalls, ABC):
             while True:
                 try:
                     if isinstance(step, WaitForRelease):
-                        began = clock.monotonic()
-                        grant = waiter.wait(
+                        request = WaitRequest(
                             key, owner_token, ttl_ms, step.delay_s, step.final, queued
                         )
+                        began = clock.monotonic()
+                        grant = waiter.wait(request)
                         wait_ended(self._on_event, key, owner_token, began, clock)
                         waited = attempt.queued
                         if self._forked:

@@ -15,8 +15,7 @@ import asyncio
 import logging
 import secrets
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ import redis.asyncio
 from redis.exceptions import NoPermissionError
 from tls_fixtures import Pki, make_pki
 
-from conftest import unavailable
+from conftest import unavailable, wait_until
 from fencedlease import BackendError, LeaseManager, StaleTokenError
 from fencedlease._acl import ACL_COMMANDS, acl_rules
 from fencedlease._redis.keys import enqueue_args
@@ -39,15 +38,6 @@ pytestmark = pytest.mark.live
 
 PREFIX = "acl"
 FENCED_PREFIX = "acl:fenced"  # under PREFIX: one key pattern covers both
-
-
-def _wait_until(predicate: Callable[[], object], timeout_s: float = 10.0) -> None:
-    """Poll a condition the test cannot be told about by an event (a waiter queued in Redis)."""
-    give_up = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > give_up:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.005)
 
 
 def _setuser(admin: redis.Redis, user: str, password: str, without: str | None = None) -> None:
@@ -142,7 +132,9 @@ def _handoff(acl: Acl, leases: LeaseManager, other: LeaseManager) -> None:
         )
     )
     waiter.start()
-    _wait_until(lambda: acl.admin.zcard("acl:{h}:waiters") == 1)
+    wait_until(
+        lambda: acl.admin.zcard("acl:{h}:waiters") == 1, "a waiter queued in acl:{h}:waiters"
+    )
     assert holder.release() is True
     waiter.join()
     assert got[0].lease is not None and got[0].lease.fencing_token == 2
@@ -202,7 +194,7 @@ def test_sync_face_as_least_privilege_user(acl: Acl) -> None:
         errors: list[BaseException] = []
         with leases.hold("k", ttl_ms=2_000, heartbeat_ms=20, on_renew_error=errors.append) as held:
             assert held.fencing_token == 2
-            _wait_until(lambda: leases.renewer.round_trips >= 3)
+            wait_until(lambda: leases.renewer.round_trips >= 3, "three renewal round trips")
             held.check()
         assert errors == []
         assert leases.inspect("k") is None
@@ -413,7 +405,7 @@ def test_missing_subscribe_warns_once_and_waiters_poll(
                 )
             )
             waiter.start()
-            _wait_until(warned)
+            wait_until(warned, "the hand-off listener's warning")
             assert holder.release() is True
             waiter.join()
             token = got[0].lease.fencing_token
@@ -501,7 +493,7 @@ def test_sync_face_over_tls(tls: Acl) -> None:
         errors: list[BaseException] = []
         with leases.hold("k", ttl_ms=2_000, heartbeat_ms=20, on_renew_error=errors.append) as held:
             assert held.fencing_token == 2
-            _wait_until(lambda: leases.renewer.round_trips >= 3)
+            wait_until(lambda: leases.renewer.round_trips >= 3, "three renewal round trips")
             info = leases.inspect("k")
             assert info is not None and info.fencing_token == 2
         assert errors == []
@@ -612,7 +604,7 @@ def test_refused_renewal_is_named_to_on_renew_error(acl: Acl, face: str) -> None
             LeaseManager.from_url(url, prefix=PREFIX) as leases,
             leases.hold("k", ttl_ms=5_000, heartbeat_ms=20, on_renew_error=errors.append),
         ):
-            _wait_until(lambda: errors)
+            wait_until(lambda: errors, "a renewal error")
     else:
 
         async def main() -> None:

@@ -22,6 +22,7 @@ from redis.asyncio.connection import Connection as AsyncConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from conftest import async_wait_until, wait_until
 from fencedlease import BackendError, LeaseLostError, LeaseManager, LeaseNotAcquiredError
 from fencedlease._redis.scripts import ACQUIRE
 from fencedlease._state import LossReason
@@ -60,21 +61,9 @@ async def outcome(awaitable: Any) -> Any:
     return task.exception() or task.result()
 
 
-async def wait_until(predicate: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    """Poll a condition nobody can signal (Redis's own expiry, a server-side count)."""
-    give_up = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > give_up:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.005)
-
-
 def _expire_now(client: redis.Redis, key: str) -> None:
     client.pexpire(key, 1)
-    give_up = time.monotonic() + 5
-    while client.pttl(key) != -2:
-        assert time.monotonic() < give_up
-        time.sleep(0.002)
+    wait_until(lambda: client.pttl(key) == -2, f"Redis to expire {key}")
 
 
 def _connections(client: redis.Redis, name: str) -> int:
@@ -179,7 +168,9 @@ def test_two_tasks_share_a_manager(redis_url: str, redis_client: redis.Redis) ->
                 lease = (await leases.acquire("shared", ttl_ms=200)).lease
                 assert lease is not None
                 held["1"] = lease
-                await wait_until(lambda: redis_client.pttl("t:{shared}") == -2)
+                await async_wait_until(
+                    lambda: redis_client.pttl("t:{shared}") == -2, "Redis to expire t:{shared}"
+                )
                 expired.set()
                 await acquired.wait()
                 released.append(await lease.release())
@@ -304,7 +295,10 @@ def test_script_flush_everywhere(redis_url: str, redis_client: redis.Redis) -> N
             ) as lease:
                 trips = leases.renewer.round_trips
                 redis_client.script_flush()
-                await wait_until(lambda: leases.renewer.round_trips >= trips + 3)
+                await async_wait_until(
+                    lambda: leases.renewer.round_trips >= trips + 3,
+                    "three more renewal round trips",
+                )
                 redis_client.script_flush()
             assert lease.lost is False
             assert redis_client.pttl("t:{flush}") == -2
@@ -347,10 +341,14 @@ def test_connection_reset_during_hold_is_survived(
         async with AsyncLeaseManager.from_url(redis_url, prefix="t") as leases:
             started = time.monotonic()
             async with leases.hold("reset", ttl_ms=1_000) as lease:
-                await wait_until(lambda: leases.renewer.round_trips >= 1)
+                await async_wait_until(
+                    lambda: leases.renewer.round_trips >= 1, "a first renewal round trip"
+                )
                 killed = redis_client.client_kill_filter(_type="normal", skipme=True)
                 assert killed >= 1
-                await wait_until(lambda: leases.renewer.round_trips >= 6, timeout_s=5)
+                await async_wait_until(
+                    lambda: leases.renewer.round_trips >= 6, "six renewal round trips", timeout_s=5
+                )
                 await asyncio.sleep(max(0.0, 3.0 - (time.monotonic() - started)))
                 assert lease.lost is False
             assert lease.lost is False
@@ -369,7 +367,9 @@ def test_client_pause_longer_than_ttl_is_a_loss(redis_url: str, redis_client: re
             noticed: list[float] = []
             with pytest.raises(LeaseLostError) as info:
                 async with leases.hold("pause", ttl_ms=1_000):
-                    await wait_until(lambda: leases.renewer.round_trips >= 1)
+                    await async_wait_until(
+                        lambda: leases.renewer.round_trips >= 1, "a first renewal round trip"
+                    )
                     paused_at = time.monotonic()
                     redis_client.execute_command("CLIENT", "PAUSE", 6_000, "ALL")  # type: ignore[no-untyped-call]
                     try:
@@ -464,10 +464,16 @@ def test_release_deletes_and_renewal_stops(own_redis: RedisServer) -> None:
 
             leases.backend.renew_many = spy  # type: ignore[method-assign]
             async with leases.hold("stop", ttl_ms=5_000, heartbeat_ms=20) as lease:
-                await wait_until(lambda: leases.renewer.round_trips >= 3)
+                await async_wait_until(
+                    lambda: leases.renewer.round_trips >= 3, "three renewal round trips"
+                )
                 assert lease.lost is False
             assert client.pttl("t:{stop}") == -2
-            await wait_until(lambda: landed == leases.renewer.round_trips, timeout_s=30)
+            await async_wait_until(
+                lambda: landed == leases.renewer.round_trips,
+                "every renewal round trip to land",
+                timeout_s=30,
+            )
             calls = client.info("commandstats")["cmdstat_evalsha"]["calls"]
             trips = leases.renewer.round_trips
             await asyncio.sleep(0.2)  # ten heartbeats: an absence is only seen over a window
@@ -551,7 +557,11 @@ def test_renewals_are_batched_in_one_pipeline(own_redis: RedisServer) -> None:
             for beat in (1, 2, 3):
                 clock.advance(500)
                 leases.renewer.wake()
-                await wait_until(lambda: landed == 4 * beat, timeout_s=60)  # noqa: B023
+                await async_wait_until(
+                    lambda: landed == 4 * beat,  # noqa: B023
+                    f"the renewals of heartbeat {beat} to land",
+                    timeout_s=60,
+                )
                 for _ in range(20):  # the heartbeat's renewals are all out: the task rests
                     await asyncio.sleep(0)
                 assert len(batches) == 4 * beat
@@ -635,7 +645,11 @@ def test_acquire_cancelled_at_every_await_point(redis_url: str, redis_client: re
             await leases.close()
             # The server drops a closed connection from CLIENT LIST when it reads the FIN: wait
             # for that, not for a time (a leaked connection never leaves, and fails this).
-            await wait_until(lambda: _connections(redis_client, name) == 0, timeout_s=10)  # noqa: B023
+            await async_wait_until(
+                lambda: _connections(redis_client, name) == 0,  # noqa: B023
+                f"no connection named {name} in CLIENT LIST",
+                timeout_s=10,
+            )
             if not call.fired:
                 break
         assert n > 3  # connecting, sending and reading were each interrupted
@@ -755,7 +769,7 @@ def test_close_leaves_no_task_and_no_connection(redis_url: str, redis_client: re
 
         holders = [asyncio.create_task(holder(f"h{i}")) for i in range(5)]
         await entered.wait()
-        await wait_until(lambda: leases.renewer.round_trips >= 2)
+        await async_wait_until(lambda: leases.renewer.round_trips >= 2, "two renewal round trips")
         assert await leases.acquire("h0", ttl_ms=1_000, wait_ms=10) is not None
         assert _connections(redis_client, name) >= 1
         assert any(t.get_name() == "fencedlease-renewer" for t in asyncio.all_tasks())
@@ -764,7 +778,11 @@ def test_close_leaves_no_task_and_no_connection(redis_url: str, redis_client: re
         assert all(isinstance(r, LeaseLostError) for r in results), results
         mine = [t for t in asyncio.all_tasks() if t.get_name().startswith("fencedlease")]
         assert mine == []
-        await wait_until(lambda: _connections(redis_client, name) == 0, timeout_s=2)
+        await async_wait_until(
+            lambda: _connections(redis_client, name) == 0,
+            f"no connection named {name} in CLIENT LIST",
+            timeout_s=2,
+        )
         assert [redis_client.get(f"t:{{h{i}}}") for i in range(5)] == [None] * 5
 
     run(main)

@@ -19,7 +19,7 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from conftest import unavailable
+from conftest import unavailable, wait_until
 from fencedlease import LeaseManager, _acl
 from fencedlease._acl import ACL_COMMANDS, acl_rules
 from fencedlease.lab.cli import main
@@ -40,15 +40,6 @@ NAMES = [
     "clock",
     "latency",
 ]
-
-
-def _wait_until(predicate: Callable[[], object], timeout_s: float = 20.0) -> None:
-    """Poll a condition the test cannot be told about by an event (replication, gossip)."""
-    give_up = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > give_up:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -326,7 +317,12 @@ def test_replicas_without_min_replicas_to_write_warn(start: Callable[..., RedisS
     assert (code, checks["replication"]["status"]) == (1, "fail")
     assert checks["replication"]["detail"] == "this server is a slave: grants are writes"
     client = master.client()
-    _wait_until(lambda: int(client.info("replication")["connected_slaves"]) == 1)
+    wait_until(
+        lambda: int(client.info("replication")["connected_slaves"]) == 1,
+        "the replica to connect",
+        timeout_s=20.0,
+        poll_s=0.02,
+    )
     code, checks = doctor(master.url)
     assert (code, checks["replication"]["status"]) == (0, "warn")
     assert checks["replication"]["detail"] == ("master with 1 replica(s), min-replicas-to-write 0")
@@ -352,7 +348,12 @@ def test_a_cluster_node_is_named_and_its_state_checked(start: Callable[..., Redi
     assert checks["topology"]["detail"].startswith("a Redis Cluster node, cluster_state fail")
     client = server.client()
     client.execute_command("CLUSTER", "ADDSLOTS", *range(16384))  # type: ignore[no-untyped-call]
-    _wait_until(lambda: b"cluster_state:ok" in client.execute_command("CLUSTER", "INFO"))  # type: ignore[no-untyped-call]
+    wait_until(
+        lambda: b"cluster_state:ok" in client.execute_command("CLUSTER", "INFO"),  # type: ignore[no-untyped-call]
+        "cluster_state:ok in CLUSTER INFO",
+        timeout_s=20.0,
+        poll_s=0.02,
+    )
     code, checks = doctor(server.url)
     assert (code, checks["topology"]["status"]) == (0, "pass")
     assert checks["topology"]["detail"].startswith(
@@ -394,7 +395,12 @@ def test_a_sentinel_and_the_master_it_watches_are_named() -> None:
         master, port = deployment.primary, deployment.sentinel_ports[0]
         with master.client() as client:  # a Sentinel says hello on the master every 2 s
             client.config_set("appendonly", "yes")  # the persistence check passes
-            _wait_until(lambda: client.pubsub_channels("__sentinel__:hello"))
+            wait_until(
+                lambda: client.pubsub_channels("__sentinel__:hello"),
+                "a Sentinel's hello on the master",
+                timeout_s=20.0,
+                poll_s=0.02,
+            )
         code, checks = doctor(master.url)
         assert (code, checks["topology"]["status"]) == (0, "pass")
         assert checks["topology"]["detail"] == (

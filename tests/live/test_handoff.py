@@ -16,8 +16,9 @@ import pytest
 import redis
 import redis.asyncio
 
+from conftest import wait_until
 from fencedlease import AcquireResult, LeaseManager
-from fencedlease._handoff import waiter_name
+from fencedlease._handoff import WaitRequest, waiter_name
 from fencedlease._handoff_sync import Handoff
 from fencedlease._protocol import new_owner_token
 from fencedlease._redis.keys import (
@@ -33,15 +34,6 @@ from fencedlease.aio._handoff import AsyncHandoff
 from fencedlease.lab.servers.redis import RedisServer
 
 pytestmark = pytest.mark.live
-
-
-def _wait_until(predicate: Any, timeout_s: float = 5.0) -> None:
-    """Poll a condition the test cannot be told about by an event (a waiter queued in Redis)."""
-    give_up = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > give_up:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.002)
 
 
 class _Waiter(threading.Thread):
@@ -81,7 +73,7 @@ def test_waiter_is_woken_by_the_release(
     assert holder is not None
     waiter = _Waiter(managers[1], "wake", ttl_ms=10_000, wait_ms=60_000, retry_delay_ms=20_000)
     waiter.start()
-    _wait_until(lambda: _queued(redis_client, "wake") == 1)
+    wait_until(lambda: _queued(redis_client, "wake") == 1, "one waiter queued for 'wake'")
     released_at = time.monotonic()
     assert holder.release() is True
     waiter.join()
@@ -103,10 +95,10 @@ def test_releasing_holder_cannot_barge(
     assert holder is not None
     first = _Waiter(managers[1], "fifo", ttl_ms=10_000, wait_ms=10_000, retry_delay_ms=2_000)
     first.start()
-    _wait_until(lambda: _queued(redis_client, "fifo") == 1)
+    wait_until(lambda: _queued(redis_client, "fifo") == 1, "one waiter queued for 'fifo'")
     second = _Waiter(managers[2], "fifo", ttl_ms=10_000, wait_ms=10_000, retry_delay_ms=2_000)
     second.start()
-    _wait_until(lambda: _queued(redis_client, "fifo") == 2)
+    wait_until(lambda: _queued(redis_client, "fifo") == 2, "two waiters queued for 'fifo'")
     assert holder.release() is True
     again = managers[0].acquire("fifo", ttl_ms=10_000)
     assert again.lease is None
@@ -135,7 +127,7 @@ def test_lost_notification_costs_at_most_one_retry_delay(
     assert holder is not None
     waiter = _Waiter(managers[1], "lost", ttl_ms=10_000, wait_ms=60_000, retry_delay_ms=1_000)
     waiter.start()
-    _wait_until(lambda: _queued(redis_client, "lost") == 1)
+    wait_until(lambda: _queued(redis_client, "lost") == 1, "one waiter queued for 'lost'")
     released_at = time.monotonic()
     pipe = redis_client.pipeline(transaction=True)  # nothing runs between the kill and the release
     pipe.client_kill_filter(_type="pubsub")
@@ -195,11 +187,15 @@ def test_queue_keys_expire_by_themselves(
         target=managers[1].acquire, args=("queue-ttl",), kwargs={"wait_ms": 400}
     )
     waiter.start()
-    _wait_until(lambda: redis_client.exists(*names) == 2)
+    wait_until(
+        lambda: redis_client.exists(*names) == 2, "the waiter queue and its metadata to exist"
+    )
     for name in names:
         assert 0 < redis_client.pttl(name) <= 400 + 2 * 200
     waiter.join()
-    _wait_until(lambda: redis_client.exists(*names) == 0)
+    wait_until(
+        lambda: redis_client.exists(*names) == 0, "the waiter queue and its metadata to be gone"
+    )
 
 
 def test_no_listener_thread_after_close(redis_url: str, redis_client: redis.Redis) -> None:
@@ -214,8 +210,9 @@ def test_no_listener_thread_after_close(redis_url: str, redis_client: redis.Redi
         leases.close()
         left = [t.name for t in threading.enumerate() if t.name.startswith("fencedlease-handoff")]
         assert left == []
-        _wait_until(
-            lambda: int(redis_client.pubsub_numpat()) == 0 and not _pubsub_clients(redis_client)
+        wait_until(
+            lambda: int(redis_client.pubsub_numpat()) == 0 and not _pubsub_clients(redis_client),
+            "the listener's pub/sub connection to close",
         )
 
 
@@ -235,7 +232,7 @@ def test_asyncio_twin_is_woken_by_the_release(
     released_at: list[float] = []
 
     def release_when_queued() -> None:
-        _wait_until(lambda: _queued(redis_client, "aio") == 1)
+        wait_until(lambda: _queued(redis_client, "aio") == 1, "one waiter queued for 'aio'")
         released_at.append(time.monotonic())
         assert holder.release() is True
 
@@ -244,7 +241,7 @@ def test_asyncio_twin_is_woken_by_the_release(
         handoff = AsyncHandoff(client, "h")
         thread = threading.Thread(target=release_when_queued)
         thread.start()
-        await handoff.wait("aio", owner, 10_000, 20.0)
+        await handoff.wait(WaitRequest("aio", owner, 10_000, 20.0))
         woken_at = time.monotonic()
         await asyncio.to_thread(thread.join)
         await handoff.aclose()
@@ -277,7 +274,7 @@ def test_listener_survives_a_redis_restart(own_redis: RedisServer) -> None:
             waiter_side, "restart", ttl_ms=10_000, wait_ms=60_000, retry_delay_ms=20_000
         )
         waiter.start()
-        _wait_until(lambda: _queued(admin, "restart") == 1)
+        wait_until(lambda: _queued(admin, "restart") == 1, "one waiter queued for 'restart'")
         released_at = time.monotonic()
         assert holder.release() is True
         waiter.join()
@@ -310,7 +307,7 @@ def test_asyncio_queueing_that_fails_after_the_wait_gave_up_is_not_left_unretrie
             raise BackendError("wait for 'gone': Timeout reading from socket")
 
         handoff._enqueue = stalled_enqueue  # type: ignore[method-assign,assignment]
-        await handoff.wait("gone", new_owner_token(), 10_000, 1.0)
+        await handoff.wait(WaitRequest("gone", new_owner_token(), 10_000, 1.0))
         assert started.is_set()  # the queueing was sent, and the wait gave up on it
         fail.set()
         while handoff._chores:
@@ -368,13 +365,13 @@ def test_sync_grant_is_published_to_the_granted_waiters_listener_only(
         holder = holder_leases.acquire("k", ttl_ms=10_000).lease
         assert holder is not None
         threads = [
-            threading.Thread(target=h.wait, args=("k", owner, 10_000, 30.0))
+            threading.Thread(target=h.wait, args=(WaitRequest("k", owner, 10_000, 30.0),))
             for h, owner in zip(handoffs, owners, strict=True)
         ]
         threads[0].start()
-        _wait_until(lambda: _queued(redis_client, "k") == 1)
+        wait_until(lambda: _queued(redis_client, "k") == 1, "one waiter queued for 'k'")
         threads[1].start()
-        _wait_until(lambda: _queued(redis_client, "k") == 2)
+        wait_until(lambda: _queued(redis_client, "k") == 2, "two waiters queued for 'k'")
         mine = [h._channel("k") for h in handoffs]
         assert mine[0] != mine[1] and _handoff_channels(redis_client, "k") == set(mine)
         assert dict(redis_client.pubsub_numsub(*mine)) == {c.encode(): 1 for c in mine}
@@ -419,10 +416,16 @@ def test_asyncio_grant_is_published_to_the_granted_waiters_listener_only(
         clients = [redis.asyncio.Redis.from_url(redis_url) for _ in range(2)]
         handoffs = [AsyncHandoff(client, "h") for client in clients]
         try:
-            first = asyncio.create_task(handoffs[0].wait("k", owners[0], 10_000, 30.0))
-            await asyncio.to_thread(_wait_until, lambda: _queued(redis_client, "k") == 1)
-            second = asyncio.create_task(handoffs[1].wait("k", owners[1], 10_000, 30.0))
-            await asyncio.to_thread(_wait_until, lambda: _queued(redis_client, "k") == 2)
+            first = asyncio.create_task(handoffs[0].wait(WaitRequest("k", owners[0], 10_000, 30.0)))
+            await asyncio.to_thread(
+                wait_until, lambda: _queued(redis_client, "k") == 1, "one waiter queued for 'k'"
+            )
+            second = asyncio.create_task(
+                handoffs[1].wait(WaitRequest("k", owners[1], 10_000, 30.0))
+            )
+            await asyncio.to_thread(
+                wait_until, lambda: _queued(redis_client, "k") == 2, "two waiters queued for 'k'"
+            )
             mine = [h._channel("k") for h in handoffs]
             assert _handoff_channels(redis_client, "k") == set(mine)
             assert await asyncio.to_thread(holder.release) is True

@@ -13,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
 
+from conftest import wait_until
 from fencedlease import AcquireResult, LeaseManager
 from fencedlease._protocol import AcquireReply
 from fencedlease._redis.keys import lease_keys, waiters_key, waiters_meta_key
@@ -29,15 +30,6 @@ from fencedlease.testing import FakeClock
 pytestmark = pytest.mark.live
 
 PREFIX = "hg"
-
-
-def _wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    """Poll a condition the test cannot be told about by an event (a waiter queued in Redis)."""
-    give_up = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > give_up:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.002)
 
 
 def _queued(client: redis.Redis, key: str) -> bool:
@@ -142,7 +134,7 @@ def test_sync_waiter_takes_the_grant_from_the_message(
         acquires = _CountingAcquires(leases.backend)
         waiter = _Waiter(leases, "direct", ttl_ms=10_000, wait_ms=60_000, retry_delay_ms=20_000)
         waiter.start()
-        _wait_until(lambda: _queued(admin, "direct"))
+        wait_until(lambda: _queued(admin, "direct"), "a waiter queued for 'direct'")
         scripts = _scripts_run(admin)
         sent, pttl = _release_with_pttl(admin, "direct", owner)
         waiter.join()
@@ -174,7 +166,9 @@ def test_asyncio_waiter_takes_the_grant_from_the_message(
             task = asyncio.create_task(
                 leases.acquire("direct-aio", ttl_ms=10_000, wait_ms=60_000, retry_delay_ms=20_000)
             )
-            await asyncio.to_thread(_wait_until, lambda: _queued(admin, "direct-aio"))
+            await asyncio.to_thread(
+                wait_until, lambda: _queued(admin, "direct-aio"), "a waiter queued for 'direct-aio'"
+            )
             scripts = _scripts_run(admin)
             sent, pttl = await asyncio.to_thread(_release_with_pttl, admin, "direct-aio", owner)
             result = await task
@@ -207,7 +201,7 @@ def test_sync_waiter_after_a_long_wait_claims(
         acquires = _CountingAcquires(leases.backend)
         waiter = _Waiter(leases, "long", ttl_ms=10_000, wait_ms=60_000, retry_delay_ms=20_000)
         waiter.start()
-        _wait_until(lambda: _queued(admin, "long"))
+        wait_until(lambda: _queued(admin, "long"), "a waiter queued for 'long'")
         clock.advance(6_000)
         _release_with_pttl(admin, "long", owner)
         waiter.join()
@@ -233,7 +227,9 @@ def test_asyncio_waiter_after_a_long_wait_claims(
             task = asyncio.create_task(
                 leases.acquire("long-aio", ttl_ms=10_000, wait_ms=60_000, retry_delay_ms=20_000)
             )
-            await asyncio.to_thread(_wait_until, lambda: _queued(admin, "long-aio"))
+            await asyncio.to_thread(
+                wait_until, lambda: _queued(admin, "long-aio"), "a waiter queued for 'long-aio'"
+            )
             clock.advance(6_000)
             await asyncio.to_thread(_release_with_pttl, admin, "long-aio", owner)
             result = await task
@@ -265,7 +261,7 @@ def test_a_hold_with_a_long_heartbeat_claims(
 
         thread = threading.Thread(target=hold)
         thread.start()
-        _wait_until(lambda: _queued(admin, "beat"))
+        wait_until(lambda: _queued(admin, "beat"), "a waiter queued for 'beat'")
         _release_with_pttl(admin, "beat", owner)
         thread.join()
         assert (held, acquires.calls) == ([2], 2)
@@ -281,7 +277,7 @@ def test_lost_message_ends_in_a_grant_by_polling(
         acquires = _CountingAcquires(leases.backend)
         waiter = _Waiter(leases, "lost", ttl_ms=10_000, wait_ms=60_000, retry_delay_ms=500)
         waiter.start()
-        _wait_until(lambda: _queued(admin, "lost"))
+        wait_until(lambda: _queued(admin, "lost"), "a waiter queued for 'lost'")
         pipe = admin.pipeline(transaction=True)
         pipe.client_kill_filter(_type="pubsub")
         pipe.eval(RELEASE.source, 4, *lease_keys(PREFIX, "lost"), owner)
@@ -319,7 +315,7 @@ def test_replica_acks_keeps_the_claim(
 
         thread = threading.Thread(target=acquire)
         thread.start()
-        _wait_until(lambda: _queued(admin, "acks"))
+        wait_until(lambda: _queued(admin, "acks"), "a waiter queued for 'acks'")
         _, pttl = _release_with_pttl(admin, "acks", owner)
         thread.join()
         assert 0 < pttl <= 1_000 + 2 * 200
@@ -369,15 +365,20 @@ def test_sync_refused_acquire_queues_the_waiter_itself(
     owner = _hold(holder_side, "queued")
     with LeaseManager.from_url(redis_url, prefix=PREFIX) as leases:
         assert leases.acquire("queued", wait_ms=50, retry_delay_ms=10).lease is None
-        _wait_until(lambda: _empty(admin, "queued"))  # that acquire left the queue
+        wait_until(
+            lambda: _empty(admin, "queued"), "the queue for 'queued' to be empty"
+        )  # that acquire left the queue
         handoff = leases._release_waiter
         # its SUBSCRIBE may still be unconfirmed when that short acquire gave up: wait for it
-        _wait_until(lambda: _subscribed(handoff, "queued"))
+        wait_until(
+            lambda: _subscribed(handoff, "queued"),
+            "the listener's SUBSCRIBE to the channel of 'queued' to be confirmed",
+        )
         enqueues = _CountingEnqueues(handoff)
         acquires = _CountingAcquires(leases.backend)
         waiter = _Waiter(leases, "queued", ttl_ms=10_000, wait_ms=60_000, retry_delay_ms=20_000)
         waiter.start()
-        _wait_until(lambda: _queued(admin, "queued"))
+        wait_until(lambda: _queued(admin, "queued"), "a waiter queued for 'queued'")
         [(wait_ms, grace_ms, listener, flag)] = acquires.queueing
         assert 10_000 <= int(wait_ms) <= 30_000 and (grace_ms, flag) == ("200", "direct")
         assert listener == handoff._listener  # type: ignore[attr-defined]
@@ -404,7 +405,11 @@ def test_asyncio_refused_acquire_queues_the_waiter_itself(
     async def scenario() -> tuple[list[tuple[str, ...]], int, int, list[str], int | None]:
         async with AsyncLeaseManager.from_url(redis_url, prefix=PREFIX) as leases:
             assert (await leases.acquire("queued-aio", wait_ms=50, retry_delay_ms=10)).lease is None
-            await asyncio.to_thread(_wait_until, lambda: _empty(admin, "queued-aio"))
+            await asyncio.to_thread(
+                wait_until,
+                lambda: _empty(admin, "queued-aio"),
+                "the queue for 'queued-aio' to be empty",
+            )
             while not _subscribed(leases._release_waiter, "queued-aio"):  # see the sync test
                 await asyncio.sleep(0.002)
             enqueues = _CountingEnqueues(leases._release_waiter)
@@ -412,7 +417,9 @@ def test_asyncio_refused_acquire_queues_the_waiter_itself(
             task = asyncio.create_task(
                 leases.acquire("queued-aio", ttl_ms=10_000, wait_ms=60_000, retry_delay_ms=20_000)
             )
-            await asyncio.to_thread(_wait_until, lambda: _queued(admin, "queued-aio"))
+            await asyncio.to_thread(
+                wait_until, lambda: _queued(admin, "queued-aio"), "a waiter queued for 'queued-aio'"
+            )
             [entry] = admin.zrange(waiters_key(PREFIX, "queued-aio"), 0, -1)
             details = _details(admin, "queued-aio", entry)
             await asyncio.to_thread(_release_with_pttl, admin, "queued-aio", owner)
@@ -476,7 +483,7 @@ def test_clock_fencing_grant_from_the_message_carries_the_stored_token(
         acquires = _CountingAcquires(leases.backend)
         waiter = _Waiter(leases, "clock", ttl_ms=10_000, wait_ms=60_000, retry_delay_ms=20_000)
         waiter.start()
-        _wait_until(lambda: _queued(admin, "clock"))
+        wait_until(lambda: _queued(admin, "clock"), "a waiter queued for 'clock'")
         assert held.release() is True
         waiter.join()
         assert waiter.result is not None and waiter.result.lease is not None
@@ -502,7 +509,9 @@ def test_asyncio_lost_message_ends_in_a_grant_by_polling(
             task = asyncio.create_task(
                 leases.acquire("lost-aio", ttl_ms=10_000, wait_ms=60_000, retry_delay_ms=500)
             )
-            await asyncio.to_thread(_wait_until, lambda: _queued(admin, "lost-aio"))
+            await asyncio.to_thread(
+                wait_until, lambda: _queued(admin, "lost-aio"), "a waiter queued for 'lost-aio'"
+            )
 
             def release_unheard() -> None:
                 pipe = admin.pipeline(transaction=True)
@@ -546,7 +555,7 @@ def test_a_closed_managers_waiter_gets_no_whole_ttl_grant(
 
         thread = threading.Thread(target=wait)
         thread.start()
-        _wait_until(lambda: _queued(admin, key))
+        wait_until(lambda: _queued(admin, key), f"a waiter queued for {key!r}")
         leases.close()
         thread.join()
     else:
@@ -582,7 +591,7 @@ def test_a_message_granting_more_than_asked_is_not_taken(
     with LeaseManager.from_url(redis_url, prefix=PREFIX) as leases:
         waiter = _Waiter(leases, "forged", ttl_ms=2_000, wait_ms=1_500, retry_delay_ms=10_000)
         waiter.start()
-        _wait_until(lambda: _queued(admin, "forged"))
+        wait_until(lambda: _queued(admin, "forged"), "a waiter queued for 'forged'")
         (member,) = admin.zrange(waiters_key(PREFIX, "forged"), 0, -1)
         assert isinstance(member, bytes)
         name = hashlib.sha1(member).hexdigest()

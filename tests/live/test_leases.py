@@ -16,6 +16,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from conftest import wait_until
 from fencedlease import (
     BackendError,
     LeaseLostError,
@@ -28,19 +29,10 @@ from fencedlease.lab.servers.redis import RedisServer
 pytestmark = pytest.mark.live
 
 
-def _wait_until(predicate: Any, timeout_s: float = 5.0) -> None:
-    """Poll a condition the test cannot be told about by an event (Redis's own expiry)."""
-    give_up = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > give_up:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.005)
-
-
 def _expire_now(client: redis.Redis, key: str) -> None:
     """Make Redis expire a lease key now, and wait until it is gone."""
     client.pexpire(key, 1)
-    _wait_until(lambda: client.pttl(key) == -2)
+    wait_until(lambda: client.pttl(key) == -2, f"Redis to expire {key}")
 
 
 @pytest.fixture
@@ -241,10 +233,14 @@ def test_release_deletes_and_renewal_stops(own_redis: RedisServer) -> None:
 
         leases.backend.renew_many = spy  # type: ignore[method-assign]
         with leases.hold("stop", ttl_ms=5_000, heartbeat_ms=20) as lease:
-            _wait_until(lambda: leases.renewer.round_trips >= 3)
+            wait_until(lambda: leases.renewer.round_trips >= 3, "three renewal round trips")
             assert not lease.lost
         assert client.pttl("t:{stop}") == -2
-        _wait_until(lambda: landed == leases.renewer.round_trips, timeout_s=30)
+        wait_until(
+            lambda: landed == leases.renewer.round_trips,
+            "every renewal round trip to land",
+            timeout_s=30,
+        )
         calls = client.info("commandstats")["cmdstat_evalsha"]["calls"]
         trips = leases.renewer.round_trips
         time.sleep(0.2)  # ten heartbeats: an absence can only be observed over a window
@@ -348,7 +344,9 @@ def test_script_flush_everywhere(redis_url: str, redis_client: redis.Redis) -> N
         with leases.hold("flush", ttl_ms=300, heartbeat_ms=50, on_renew_error=errors.append):
             trips = leases.renewer.round_trips
             redis_client.script_flush()
-            _wait_until(lambda: leases.renewer.round_trips >= trips + 3)
+            wait_until(
+                lambda: leases.renewer.round_trips >= trips + 3, "three more renewal round trips"
+            )
             redis_client.script_flush()
         assert redis_client.pttl("t:{flush}") == -2
         redis_client.script_flush()
@@ -377,10 +375,12 @@ def test_connection_reset_during_hold_is_survived(
     reconnects and the hold completes without loss."""
     with LeaseManager.from_url(redis_url, prefix="t") as leases:
         with leases.hold("reset", ttl_ms=1_000) as lease:
-            _wait_until(lambda: leases.renewer.round_trips >= 1)
+            wait_until(lambda: leases.renewer.round_trips >= 1, "a first renewal round trip")
             killed = redis_client.client_kill_filter(_type="normal", skipme=True)
             assert killed >= 1
-            _wait_until(lambda: leases.renewer.round_trips >= 6, timeout_s=5)
+            wait_until(
+                lambda: leases.renewer.round_trips >= 6, "six renewal round trips", timeout_s=5
+            )
             time.sleep(max(0.0, 3.0 - 1.6))  # the 3 s body of the case
             assert not lease.lost
         assert lease.lost is False
@@ -392,7 +392,7 @@ def test_client_pause_longer_than_ttl_is_a_loss(redis_url: str, redis_client: re
     comes back with the pause's end, and hold raises LeaseLostError."""
     with LeaseManager.from_url(redis_url, prefix="t") as leases:
         with pytest.raises(LeaseLostError) as info, leases.hold("pause", ttl_ms=1_000) as lease:
-            _wait_until(lambda: leases.renewer.round_trips >= 1)
+            wait_until(lambda: leases.renewer.round_trips >= 1, "a first renewal round trip")
             paused_at = time.monotonic()
             redis_client.execute_command("CLIENT", "PAUSE", 6_000, "ALL")  # type: ignore[no-untyped-call]
             try:
@@ -515,7 +515,9 @@ def test_blocked_holder_is_not_silently_reacquired(
         child.send_signal(signal.SIGSTOP)
         stopped = time.monotonic()
         with LeaseManager.from_url(redis_url, prefix="t") as leases:
-            _wait_until(lambda: redis_client.pttl("t:{blocked}") == -2)
+            wait_until(
+                lambda: redis_client.pttl("t:{blocked}") == -2, "Redis to expire t:{blocked}"
+            )
             b = leases.acquire("blocked", ttl_ms=10_000).lease
             assert b is not None
             assert b.fencing_token == 2
@@ -542,10 +544,13 @@ def test_renewer_survives_a_restart_with_aof() -> None:
             with leases.hold(
                 "restart", ttl_ms=2_000, heartbeat_ms=200, on_renew_error=errors.append
             ) as lease:
-                _wait_until(lambda: leases.renewer.round_trips >= 1)
+                wait_until(lambda: leases.renewer.round_trips >= 1, "a first renewal round trip")
                 server.restart(kill=True)
                 trips = leases.renewer.round_trips
-                _wait_until(lambda: leases.renewer.round_trips >= trips + 3)
+                wait_until(
+                    lambda: leases.renewer.round_trips >= trips + 3,
+                    "three more renewal round trips",
+                )
                 assert not lease.lost
             assert lease.lost is False
         client = redis.Redis.from_url(server.url)

@@ -22,6 +22,7 @@ import pytest
 import redis
 import redis.asyncio
 
+from conftest import wait_until
 from fencedlease import BackendError, Lease, LeaseLostError, LeaseManager, ValidationError
 from fencedlease._state import RELEASE_FLOOR_MS, LossReason
 from fencedlease.aio import AsyncLease, AsyncLeaseManager
@@ -652,7 +653,8 @@ def test_hold_exit_is_bounded_by_the_deadline_when_redis_hangs(
         own_redis.resume()
     assert isinstance(failed.value.__cause__, TimeoutError)
     assert exited < deadline + SLACK_S
-    _wait_until(lambda: client.exists("b:{k}") == 0)  # released late, or lapsed at its TTL
+    # released late, or lapsed at its TTL
+    wait_until(lambda: client.exists("b:{k}") == 0, "b:{k} to be released or to lapse")
     leases.close(timeout_ms=0)
 
 
@@ -725,17 +727,8 @@ def test_aio_hold_exit_is_bounded_by_the_deadline_when_redis_hangs(
     assert isinstance(error.__cause__, TimeoutError)
     assert exited < deadline + SLACK_S
     client = redis.Redis.from_url(own_redis.url)
-    _wait_until(lambda: client.exists("b:{k}") == 0)  # lapsed at its TTL
+    wait_until(lambda: client.exists("b:{k}") == 0, "b:{k} to lapse at its TTL")
     client.close()
-
-
-def _wait_until(predicate: Any, timeout_s: float = 5.0) -> None:
-    """Poll a condition no event tells about (Redis's own expiry)."""
-    give_up = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > give_up:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.005)
 
 
 _FORK_LOCKED = textwrap.dedent(

@@ -4,26 +4,16 @@
 from __future__ import annotations
 
 import threading
-import time
-from typing import Any
 
 import pytest
 import redis
 
+from conftest import wait_until
 from fencedlease import AcquireResult, LeaseManager, owner_fingerprint, redis_keys
 
 pytestmark = pytest.mark.live
 
 NAME = "orders:{42}%"  # braces and a percent sign: the escaped layout
-
-
-def _wait_until(predicate: Any, timeout_s: float = 5.0) -> None:
-    """Poll a state another thread reaches through Redis (no event to wait on)."""
-    give_up = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > give_up:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.005)
 
 
 def test_the_named_keys_are_the_ones_the_manager_uses(
@@ -59,7 +49,7 @@ def test_the_named_keys_are_the_ones_the_manager_uses(
             )
         )
         waiter.start()
-        _wait_until(lambda: redis_client.zcard(keys.waiters) == 1)
+        wait_until(lambda: redis_client.zcard(keys.waiters) == 1, "a waiter queued")
         assert redis_client.hlen(keys.waiters_meta) == 1
         assert sorted(redis_client.keys("rk:*")) == sorted(
             k.encode() for k in (keys.lease, keys.fence, keys.waiters, keys.waiters_meta)

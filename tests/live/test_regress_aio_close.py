@@ -5,12 +5,11 @@ manager's client is left open."""
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 
 import pytest
 import redis
 
+from conftest import async_wait_until, wait_until
 from fencedlease import LeaseManager
 from fencedlease._redis.keys import waiters_key
 from fencedlease.aio import AsyncLeaseManager
@@ -28,20 +27,17 @@ def test_close_during_a_waiting_acquire_leaves_no_connection(
     def probe_connections() -> int:
         return sum(1 for c in redis_client.client_list() if c.get("name") == "bk-probe")
 
-    async def until(predicate: Callable[[], bool]) -> None:
-        """Poll what only Redis can tell (the queue, its client list), with a generous deadline."""
-        give_up = time.monotonic() + 30
-        while not predicate():
-            assert time.monotonic() < give_up, "condition not reached in time"
-            await asyncio.sleep(0.005)
-
     async def main() -> tuple[int, object]:
         leases = AsyncLeaseManager.from_url(redis_url, prefix="bac", client_name="bk-probe")
         waiter = asyncio.create_task(
             leases.acquire("k", ttl_ms=5_000, wait_ms=60_000, retry_delay_ms=50)
         )
         # the acquire is waiting (queued, listener up)
-        await until(lambda: redis_client.zcard(waiters_key("bac", "k")) == 1)
+        await async_wait_until(
+            lambda: redis_client.zcard(waiters_key("bac", "k")) == 1,
+            "the acquire queued for 'k'",
+            timeout_s=30,
+        )
         await leases.close()
         outcome: object
         try:
@@ -49,7 +45,9 @@ def test_close_during_a_waiting_acquire_leaves_no_connection(
         except BaseException as exc:
             outcome = exc
         # the server drops a closed connection from its list a moment later
-        await until(lambda: probe_connections() == 0)
+        await async_wait_until(
+            lambda: probe_connections() == 0, "no bk-probe connection left", timeout_s=30
+        )
         return probe_connections(), outcome
 
     left_open, outcome = asyncio.run(main())
@@ -85,10 +83,10 @@ def test_close_awaited_inside_a_hold_body_completes(
             await leases.close()  # waits for the teardown if it still runs
         else:
             await asyncio.shield(leases._close_task)  # type: ignore[arg-type]
-        give_up = time.monotonic() + 30  # the server drops a closed connection a moment later
-        while probe_connections():
-            assert time.monotonic() < give_up, "the manager's connection stayed open"
-            await asyncio.sleep(0.005)
+        # the server drops a closed connection a moment later
+        await async_wait_until(
+            lambda: probe_connections() == 0, "no bk-inside connection left", timeout_s=30
+        )
         return outcome, probe_connections()
 
     outcome, left_open = asyncio.run(main())
@@ -117,8 +115,6 @@ def test_close_inside_a_hold_body_is_done_when_the_block_ends(
         return "no error"
 
     assert asyncio.run(main()) == "LeaseLostError"
-    give_up = time.monotonic() + 30  # the server drops a closed connection a moment later
-    while probe_connections():
-        assert time.monotonic() < give_up, "the manager's connection stayed open"
-        time.sleep(0.005)
+    # the server drops a closed connection a moment later
+    wait_until(lambda: probe_connections() == 0, "no bk-return connection left", timeout_s=30)
     assert redis_client.exists("bre:{k}") == 0

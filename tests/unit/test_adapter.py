@@ -19,7 +19,7 @@ from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from fencedlease import BackendError, LeaseManager, MemoryBackend, RedisBackend, SqliteBackend
-from fencedlease._handoff import SleepWaiter, release_waiter_for
+from fencedlease._handoff import SleepWaiter, WaitRequest, release_waiter_for
 from fencedlease._handoff_sync import Handoff
 from fencedlease._redis.errors import backend_error
 from fencedlease._redis.scripts import ACQUIRE, run_script
@@ -160,14 +160,14 @@ _DIED = "fencedlease hand-off listener stopped; waiters fall back to polling"
 def test_both_listeners_log_their_death_the_same_way(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.ERROR, logger="fencedlease.handoff")
     handoff = Handoff(_FakeClient(_DeadPubSub()), "p")  # type: ignore[arg-type]
-    handoff.wait("k", "o" * 32, 1_000, 0.0)
+    handoff.wait(WaitRequest("k", "o" * 32, 1_000, 0.0))
     assert handoff._thread is not None
     handoff._thread.join()
     handoff.close()
 
     async def main() -> None:
         ahandoff = AsyncHandoff(_FakeClient(_AsyncDeadPubSub()), "p")  # type: ignore[arg-type]
-        await ahandoff.wait("k", "o" * 32, 1_000, 0.0)
+        await ahandoff.wait(WaitRequest("k", "o" * 32, 1_000, 0.0))
         task = ahandoff._task
         assert task is not None
         await asyncio.wait({task})
@@ -225,7 +225,7 @@ def test_the_sync_listener_takes_a_fresh_pubsub_when_its_socket_was_closed_under
             return next(made)
 
     handoff = Handoff(_Client(None), "p")  # type: ignore[arg-type]
-    handoff.wait("k", "o" * 32, 1, 0.0)
+    handoff.wait(WaitRequest("k", "o" * 32, 1, 0.0))
     assert subscribed.wait(10.0)
     assert handoff._thread is not None and handoff._thread.is_alive()
     handoff.close()

@@ -19,7 +19,7 @@ from redis.retry import Retry
 
 from fencedlease import BackendError, LeaseManager, _fork
 from fencedlease._attempt import AcquireAttempt, is_ambiguous, never_sent
-from fencedlease._handoff import NoQueueing
+from fencedlease._handoff import NoQueueing, WaitRequest
 from fencedlease._redis.errors import backend_error, backend_errors
 from fencedlease._state import RELEASE_FLOOR_MS, LeaseState, LossReason, release_bound_s
 from fencedlease.aio import AsyncLeaseManager
@@ -242,15 +242,7 @@ class _FailingWaiter(NoQueueing):
     def __init__(self, error: BackendError) -> None:
         self.error = error
 
-    def wait(
-        self,
-        key: str,
-        owner_token: str,
-        ttl_ms: int,
-        timeout_s: float,
-        final: bool = False,
-        queued: bool = False,
-    ) -> None:
+    def wait(self, request: WaitRequest) -> None:
         raise self.error
 
     def close(self, until: float | None = None) -> None:
@@ -268,15 +260,7 @@ class _AsyncFailingWaiter(NoQueueing):
     def __init__(self, error: BackendError) -> None:
         self.error = error
 
-    async def wait(
-        self,
-        key: str,
-        owner_token: str,
-        ttl_ms: int,
-        timeout_s: float,
-        final: bool = False,
-        queued: bool = False,
-    ) -> None:
+    async def wait(self, request: WaitRequest) -> None:
         raise self.error
 
     async def aclose(self) -> None:

@@ -1,8 +1,8 @@
 """The asyncio side of the release waiters: `AsyncHandoff` (the Redis hand-off, its
 listener a task) and `AsyncSleepWaiter` (polling).
 
-How the hand-off works is in `fencedlease._handoff`, with the channel model both faces drive;
-the sync twin is `fencedlease._handoff_sync.Handoff`.
+How the hand-off works is in `fencedlease._handoff`; the channel model both faces drive is
+`fencedlease._handoff_channels`; the sync twin is `fencedlease._handoff_sync.Handoff`.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from .._handoff import (
     AsyncReleaseWaiter,
     HandoffBase,
     NoQueueing,
+    WaitRequest,
     listener_died,
     listener_failed,
     log,
@@ -37,9 +38,10 @@ __all__ = ["AsyncHandoff", "AsyncSleepWaiter", "async_release_waiter_for"]
 
 
 class AsyncSleepWaiter(NoQueueing):
-    """Polling only: sleeps the whole ``timeout_s`` on ``clock``'s ``async_sleep`` (so a fake
-    clock drives the waits; a clock without one, such as [`SystemClock`][fencedlease.SystemClock],
-    is waited on with `asyncio.sleep`), for backends without release notifications."""
+    """Polling only: sleeps the whole ``request.timeout_s`` on ``clock``'s ``async_sleep`` (so a
+    fake clock drives the waits; a clock without one, such as
+    [`SystemClock`][fencedlease.SystemClock], is waited on with `asyncio.sleep`), for backends
+    without release notifications."""
 
     queues = False
 
@@ -48,16 +50,8 @@ class AsyncSleepWaiter(NoQueueing):
             clock, "async_sleep", asyncio.sleep
         )
 
-    async def wait(
-        self,
-        key: str,
-        owner_token: str,
-        ttl_ms: int,
-        timeout_s: float,
-        final: bool = False,
-        queued: bool = False,
-    ) -> AcquireReply | None:
-        await self._sleep(timeout_s)
+    async def wait(self, request: WaitRequest) -> AcquireReply | None:
+        await self._sleep(request.timeout_s)
         return None
 
     async def aclose(self) -> None:
@@ -100,15 +94,7 @@ class AsyncHandoff(HandoffBase[redis.asyncio.Redis]):
         """As `forget`."""
         self._channels.leave(self._channel(key), waiter_name(owner_token), time.monotonic())
 
-    async def wait(
-        self,
-        key: str,
-        owner_token: str,
-        ttl_ms: int,
-        timeout_s: float,
-        final: bool = False,
-        queued: bool = False,
-    ) -> AcquireReply | None:
+    async def wait(self, request: WaitRequest) -> AcquireReply | None:
         """As `wait`, awaited: the grant a hand-off message carried when the waiter takes it
         from there, else None.
 
@@ -116,14 +102,15 @@ class AsyncHandoff(HandoffBase[redis.asyncio.Redis]):
             BackendError: the queueing command failed.
         """
         loop = asyncio.get_running_loop()
-        until = loop.time() + timeout_s
+        until = loop.time() + request.timeout_s
+        key = request.key
         channel = self._channel(key)
-        name = waiter_name(owner_token)
+        name = waiter_name(request.owner_token)
         channels = self._channels
-        known = channels.waiters.get(channel, {}).get(name) if queued else None
+        known = channels.waiters.get(channel, {}).get(name) if request.queued else None
         event = asyncio.Event() if known is None else known
         if self._closed:  # after aclose(): poll, as without the listener
-            await asyncio.sleep(timeout_s)
+            await asyncio.sleep(request.timeout_s)
             return None
         ask = channels.join(channel, name, event)
         start = self._task is None or self._task.done()
@@ -138,20 +125,13 @@ class AsyncHandoff(HandoffBase[redis.asyncio.Redis]):
             if queued:  # the acquire queued it: only the sleep is left
                 await _wait_event(event, max(0.0, until - loop.time()))
             else:
-                await self._queue_and_sleep(key, owner_token, ttl_ms, final, until, channel, event)
+                await self._queue_and_sleep(request, until, channel, event)
         finally:
             grant = channels.leave(channel, name, time.monotonic())
         return self._grant(key, grant)
 
     async def _queue_and_sleep(
-        self,
-        key: str,
-        owner_token: str,
-        ttl_ms: int,
-        final: bool,
-        until: float,
-        channel: str,
-        event: asyncio.Event,
+        self, request: WaitRequest, until: float, channel: str, event: asyncio.Event
     ) -> None:
         """`wait`'s rounds once the waiter is registered: wait for the channel's subscription,
         queue, sleep until woken or the loop's instant ``until``."""
@@ -165,7 +145,10 @@ class AsyncHandoff(HandoffBase[redis.asyncio.Redis]):
         if left < 0.001:
             return
         # In a task of its own, so a stalled Redis cannot stretch the wait past timeout_s.
-        queued = self._spawn(self._enqueue(key, owner_token, ttl_ms, int(left * 1000), final))
+        wait_ms = int(left * 1000)
+        queued = self._spawn(
+            self._enqueue(request.key, request.owner_token, request.ttl_ms, wait_ms, request.final)
+        )
         done, _ = await asyncio.wait({queued}, timeout=left)
         if not done or queued.cancelled() or not queued.result():
             return

@@ -38,7 +38,7 @@ from .._events import (
     wait_ended,
     with_logging,
 )
-from .._handoff import AsyncReleaseWaiter
+from .._handoff import AsyncReleaseWaiter, WaitRequest
 from .._protocol import AcquireReply
 from .._redis.replication import Fencing, GrantOptions, PrimaryWatch, use_grant_options
 from .._shutdown import ShutdownReport
@@ -286,10 +286,11 @@ class _AsyncManagerBase(_AsyncStoreCalls, ABC):
             while True:
                 try:
                     if isinstance(step, WaitForRelease):
-                        began = clock.monotonic()
-                        grant = await waiter.wait(
+                        request = WaitRequest(
                             key, owner_token, ttl_ms, step.delay_s, step.final, queued
                         )
+                        began = clock.monotonic()
+                        grant = await waiter.wait(request)
                         wait_ended(self._on_event, key, owner_token, began, clock)
                         waited = attempt.queued
                         if self._forked:
