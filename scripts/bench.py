@@ -9,18 +9,23 @@ Starts its own ``redis-server`` on 127.0.0.1 (see :mod:`fencedlease.lab.servers.
    python-redis-lock and pottery ``Redlock`` (one master), interleaved A B C D, A B C D, ... (the
    order rotates each round), ops/s medians and the median of the per-round ratios; Redis commands
    per operation from ``INFO commandstats``, split into the ones the client sent (counted on the
-   client's connection) and the ones scripts ran inside Redis;
+   client's connection) and the ones scripts ran inside Redis; in the same rounds, one
+   ``with leases.hold(...)`` block per cycle, judged against ``Lock``'s acquire + release;
 2. contended throughput and fairness: 8 processes loop acquire-with-wait + release on one key;
    acquisitions per worker (min, max, mean);
 3. hand-off latency: a holder releases while another process waits (``wait_ms > 0``); from the
    release to the waiter holding, p50/p95, with the hand-off and with polling only;
 4. renewal cost: 10,000 leases held at once through ``LeaseManager.hold``: round trips per
    heartbeat tick (``manager.renewer.round_trips``), the renewer threads' CPU (from
-   ``/proc/self/task/<tid>/stat``), Redis's CPU, and memory per held lease (tracemalloc).
+   ``/proc/self/task/<tid>/stat``), Redis's CPU, and memory per held lease (tracemalloc);
+5. asyncio: ``fencedlease.aio`` against ``redis.asyncio``'s ``Lock`` with 1, 10 and 100 tasks in
+   one event loop, each cycling acquire + release on its own key, interleaved rounds;
+6. Redis's own time per call (``usec_per_call`` of ``INFO commandstats``) of acquire.lua and
+   release.lua apart, beside the smallest fencing script (SET NX PX then INCR) and redis-py
+   ``Lock``'s SET NX PX and release script: one kind of call per phase, CONFIG RESETSTAT between.
 
 ``--renewer-only 1000,10000,50000`` measures only the renewer's CPU per renewal (thread CPU
-clocks) at each number of leases; ``--server-time`` only Redis's own time per acquire and
-release (``usec_per_call`` of ``INFO commandstats``).
+clocks) at each number of leases; ``--server-time`` only Redis's own time per call (6. above).
 
 ``--quick`` is the CI smoke (about 10 s, fewer and shorter runs): it must run, not meet numbers.
 ``--out`` writes the Markdown report (the machine, the command, each target met or missed).
@@ -29,6 +34,7 @@ release (``usec_per_call`` of ``INFO commandstats``).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import multiprocessing as mp
 import os
 import platform
@@ -46,12 +52,14 @@ from multiprocessing.connection import Connection
 from typing import Any, ClassVar
 
 import redis
+import redis.asyncio
 import redis_lock
 from pottery import Redlock
 
 from fencedlease import LeaseManager
 from fencedlease._handoff import SleepWaiter
 from fencedlease._redis.keys import waiters_key
+from fencedlease.aio import AsyncLeaseManager
 from fencedlease.lab.servers.redis import RedisServer
 
 PREFIX = "bench"
@@ -113,18 +121,24 @@ def counting_client(url: str) -> redis.Redis:
 # -- 1. uncontended -------------------------------------------------------------------------------
 
 LoopFn = Callable[[int], None]
+HOLD = "fencedlease hold()"  # judged against redis-py Lock's acquire + release
 
 
 def contenders(client: redis.Redis) -> dict[str, LoopFn]:
     """``name -> run(n)``: n uncontended acquire + release cycles on ``client`` (one connection)."""
     leases = LeaseManager(client, prefix=PREFIX)
-    acquire = leases.acquire
+    acquire, hold = leases.acquire, leases.hold
 
     def fenced(n: int) -> None:
         for _ in range(n):
             lease = acquire("uncontended", ttl_ms=10_000).lease
             assert lease is not None
             lease.release()
+
+    def fenced_hold(n: int) -> None:
+        for _ in range(n):
+            with hold("uncontended-hold", ttl_ms=10_000):
+                pass
 
     def redis_py(n: int) -> None:
         for _ in range(n):
@@ -146,6 +160,7 @@ def contenders(client: redis.Redis) -> dict[str, LoopFn]:
 
     return {
         "fencedlease": fenced,
+        HOLD: fenced_hold,
         "redis-py Lock": redis_py,
         "python-redis-lock": python_redis_lock,
         "pottery Redlock": pottery,
@@ -155,7 +170,8 @@ def contenders(client: redis.Redis) -> dict[str, LoopFn]:
 @dataclass
 class Uncontended:
     ops_per_s: dict[str, list[float]] = field(default_factory=dict)
-    ratios: dict[str, list[float]] = field(default_factory=dict)
+    ratios: dict[str, list[float]] = field(default_factory=dict)  # fencedlease / it, per round
+    hold_ratios: list[float] = field(default_factory=list)  # hold() / redis-py Lock, per round
     client_cmds: dict[str, dict[str, float]] = field(default_factory=dict)
     inner_cmds: dict[str, dict[str, float]] = field(default_factory=dict)
 
@@ -194,10 +210,78 @@ def bench_uncontended(url: str, s: Settings) -> Uncontended:
             this_round[name] = ops / (time.perf_counter() - started)
             out.ops_per_s[name].append(this_round[name])
         for name in names[1:]:
-            out.ratios.setdefault(name, []).append(this_round["fencedlease"] / this_round[name])
+            if name != HOLD:
+                out.ratios.setdefault(name, []).append(this_round["fencedlease"] / this_round[name])
+        out.hold_ratios.append(this_round[HOLD] / this_round["redis-py Lock"])
     client.close()
     admin.close()
     return out
+
+
+# -- 5. asyncio: many tasks, each on its own key ---------------------------------------------------
+
+AIO_TASKS = (1, 10, 100)
+AIO_NAMES = ("fencedlease.aio", "redis.asyncio Lock")
+
+
+@dataclass
+class AioUncontended:
+    """Per number of concurrent tasks: each library's ops/s per round, and fencedlease.aio's ops/s
+    over redis.asyncio Lock's in the same round."""
+
+    ops_per_s: dict[int, dict[str, list[float]]] = field(default_factory=dict)
+    ratios: dict[int, list[float]] = field(default_factory=dict)
+
+
+async def _aio_rounds(url: str, s: Settings) -> AioUncontended:
+    out = AioUncontended()
+    client = redis.asyncio.Redis.from_url(url)  # its own pool: one connection per busy task
+    leases = AsyncLeaseManager(client, prefix=PREFIX)
+
+    async def fenced(task: int, n: int) -> None:
+        key = f"aio:{task}"
+        for _ in range(n):
+            lease = (await leases.acquire(key, ttl_ms=10_000)).lease
+            assert lease is not None
+            await lease.release()
+
+    async def lock(task: int, n: int) -> None:
+        name = f"bench:aio-lock:{task}"
+        for _ in range(n):
+            held = client.lock(name, timeout=10)
+            assert await held.acquire(blocking=False)
+            await held.release()
+
+    runs = dict(zip(AIO_NAMES, (fenced, lock), strict=True))
+
+    async def run(name: str, tasks: int, ops: int) -> float:
+        """ops/s of ``tasks`` tasks doing ``ops`` acquire + release cycles between them."""
+        per_task = max(1, ops // tasks)
+        started = time.perf_counter()
+        await asyncio.gather(*(runs[name](i, per_task) for i in range(tasks)))
+        return per_task * tasks / (time.perf_counter() - started)
+
+    for tasks in AIO_TASKS:  # warm up: scripts loaded, every task's connection made
+        for name in AIO_NAMES:
+            await run(name, tasks, max(tasks, s.ops // 10))
+        out.ops_per_s[tasks] = {name: [] for name in AIO_NAMES}
+        out.ratios[tasks] = []
+    for r in range(s.rounds):
+        for tasks in AIO_TASKS:
+            order = AIO_NAMES[r % 2 :] + AIO_NAMES[: r % 2]
+            this_round = {name: await run(name, tasks, s.ops) for name in order}
+            for name, value in this_round.items():
+                out.ops_per_s[tasks][name].append(value)
+            out.ratios[tasks].append(this_round[AIO_NAMES[0]] / this_round[AIO_NAMES[1]])
+    await leases.close()
+    await client.aclose()
+    return out
+
+
+def bench_aio(url: str, s: Settings) -> AioUncontended:
+    """fencedlease.aio against redis.asyncio's Lock: 1, 10 and 100 tasks in one event loop, each
+    cycling acquire + release on its own key; rounds interleaved, the order alternating."""
+    return asyncio.run(_aio_rounds(url, s))
 
 
 # -- 2. contention and fairness -------------------------------------------------------------------
@@ -381,6 +465,131 @@ def bench_renewal(url: str, s: Settings, ttl_ms: int, measure_memory: bool) -> R
     )
 
 
+# -- 6. Redis's own time per script --------------------------------------------------------------
+
+# The smallest fencing acquire: the lease key set if free, then the fencing counter INCRed.
+SMALLEST_FENCING = """\
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return redis.call('INCR', KEYS[2])
+end
+return false
+"""
+
+# Each phase runs one kind of call only, so INFO commandstats times that call alone.
+SERVER_PHASES = (
+    "fencedlease acquire.lua",
+    "fencedlease release.lua",
+    "smallest fencing script",
+    "redis-py Lock acquire (SET NX PX)",
+    "redis-py Lock release script",
+)
+
+
+@dataclass
+class ServerTime:
+    """Redis's own time per call (``usec_per_call``), per phase and round; the per-round ratios
+    of the two judged pairs; the INFO that acquire.lua runs on each grant (usec, calls per
+    acquire)."""
+
+    calls: int
+    usec: dict[str, list[float]] = field(default_factory=dict)
+    acquire_ratios: list[float] = field(default_factory=list)  # acquire.lua / smallest
+    release_ratios: list[float] = field(default_factory=list)  # release.lua / Lock's release
+    info_usec: list[float] = field(default_factory=list)
+    info_per_acquire: list[float] = field(default_factory=list)
+
+
+def bench_server_time(url: str, s: Settings) -> ServerTime:
+    """``s.count_ops`` calls per phase, each on its own key (the fencing counters made by a
+    warm-up cycle, so every acquire is a grant on a free key, as in a steady acquire + release
+    loop); CONFIG RESETSTAT before a phase, INFO commandstats after it. The three libraries'
+    phase pairs (acquire, then release) rotate their order each round."""
+    n = s.count_ops
+    out = ServerTime(n, {name: [] for name in SERVER_PHASES})
+    client = redis.Redis.from_url(url)
+    leases = LeaseManager(client, prefix=PREFIX)
+    smallest = client.script_load(SMALLEST_FENCING)
+    keys = [f"server:{i}" for i in range(n)]
+    small_keys = [(f"bench:small:{{{i}}}", f"bench:small:{{{i}}}:fence") for i in range(n)]
+    lock_keys = [f"bench:server-lock:{i}" for i in range(n)]
+
+    def timed(phase: str, command: str, run: Callable[[], object]) -> dict[str, Any]:
+        """Run one phase; its figure appended; the INFO commandstats read after it."""
+        client.config_resetstat()
+        run()
+        stats: dict[str, Any] = client.info("commandstats")
+        figure = stats.get(f"cmdstat_{command}", {"calls": 0})
+        assert int(figure["calls"]) == n, f"{phase}: {figure['calls']} {command} calls, not {n}"
+        out.usec[phase].append(float(figure["usec_per_call"]))
+        return stats
+
+    def fenced() -> tuple[float, float]:
+        held: list[Any] = []
+        stats = timed(
+            SERVER_PHASES[0],
+            "evalsha",
+            lambda: held.extend(leases.acquire(k, ttl_ms=10_000).lease for k in keys),
+        )
+        info = stats.get("cmdstat_info", {"calls": 0, "usec_per_call": 0.0})
+        out.info_usec.append(float(info["usec_per_call"]))
+        out.info_per_acquire.append(int(info["calls"]) / n)
+        assert all(lease is not None for lease in held)
+        timed(SERVER_PHASES[1], "evalsha", lambda: [lease.release() for lease in held])
+        return out.usec[SERVER_PHASES[0]][-1], out.usec[SERVER_PHASES[1]][-1]
+
+    def small() -> tuple[float, float]:
+        def run() -> None:
+            for key, fence in small_keys:
+                assert client.evalsha(smallest, 2, key, fence, "owner", 10_000) is not None
+
+        timed(SERVER_PHASES[2], "evalsha", run)
+        client.delete(*(key for key, _ in small_keys))
+        return out.usec[SERVER_PHASES[2]][-1], 0.0
+
+    def lock() -> tuple[float, float]:
+        locks = [client.lock(name, timeout=10) for name in lock_keys]
+        timed(SERVER_PHASES[3], "set", lambda: [lock.acquire(blocking=False) for lock in locks])
+        timed(SERVER_PHASES[4], "evalsha", lambda: [lock.release() for lock in locks])
+        return out.usec[SERVER_PHASES[3]][-1], out.usec[SERVER_PHASES[4]][-1]
+
+    pairs: dict[str, Callable[[], tuple[float, float]]] = {
+        "fencedlease": fenced,
+        "smallest": small,
+        "Lock": lock,
+    }
+    leases.acquire("server:warm", ttl_ms=10_000).lease.release()  # type: ignore[union-attr]
+    warm = client.lock("bench:server-lock:warm", timeout=10)  # scripts loaded: no NOSCRIPT
+    warm.acquire(blocking=False)
+    warm.release()
+    for pair in pairs.values():  # warm up: fencing counters made, keys freed again
+        pair()
+    out = ServerTime(n, {name: [] for name in SERVER_PHASES})  # the warm-up's figures dropped
+    names = list(pairs)
+    for r in range(s.rounds):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        got = {name: pairs[name]() for name in order}
+        out.acquire_ratios.append(got["fencedlease"][0] / got["smallest"][0])
+        out.release_ratios.append(got["fencedlease"][1] / got["Lock"][1])
+    leases.close()
+    client.close()
+    return out
+
+
+def server_table(st: ServerTime) -> list[str]:
+    """The Markdown rows of Redis's time per call: each phase's median and range over rounds."""
+    rows = ["| call | usec per call (median) | min..max |", "|---|---:|---:|"]
+    for phase, values in st.usec.items():
+        rows.append(
+            f"| {phase} | {statistics.median(values):.2f} | {min(values):.2f}..{max(values):.2f} |"
+        )
+    rows.append(
+        f"| INFO inside acquire.lua ({statistics.median(st.info_per_acquire):g} per acquire)"
+        f" | {statistics.median(st.info_usec):.2f}"
+        f" | {min(st.info_usec):.2f}..{max(st.info_usec):.2f} |"
+    )
+    return rows
+
+
 # -- the report -----------------------------------------------------------------------------------
 
 
@@ -431,6 +640,8 @@ def report(
     contended: list[Contended],
     handoff: dict[str, list[float]],
     renewals: list[Renewal],
+    aio: AioUncontended,
+    st: ServerTime,
 ) -> tuple[str, list[Target]]:
     lines: list[str] = []
     add = lines.append
@@ -459,6 +670,35 @@ def report(
     add("|---|---|---|")
     for name in unc.client_cmds:
         add(f"| {name} | {fmt_cmds(unc.client_cmds[name])} | {fmt_cmds(unc.inner_cmds[name])} |")
+    add(
+        f"\n`{HOLD}` is one `with leases.hold(...)` block per cycle (acquire, background renewal"
+        " registered, release at the end of the block); against redis-py `Lock`'s acquire +"
+        f" release: {statistics.median(unc.hold_ratios):.2f}x (median of per-round ratios)."
+    )
+
+    add(f"\n## Uncontended, asyncio: tasks each on its own key ({s.rounds} interleaved rounds)\n")
+    add("One event loop; N tasks each cycle acquire + release on a key of their own, on one")
+    add(f"`redis.asyncio` client (its pool: a connection per busy task); {s.ops} cycles per run")
+    add("shared by the tasks; the two libraries alternate which goes first each round.\n")
+    add(
+        f"| tasks | {AIO_NAMES[0]} ops/s | {AIO_NAMES[1]} ops/s"
+        " | fencedlease.aio / Lock (median of per-round ratios) |"
+    )
+    add("|---:|---:|---:|---:|")
+    for tasks, by_name in aio.ops_per_s.items():
+        ours, theirs = (statistics.median(by_name[name]) for name in AIO_NAMES)
+        ratio = statistics.median(aio.ratios[tasks])
+        add(f"| {tasks} | {ours:,.0f} | {theirs:,.0f} | {ratio:.2f}x |")
+
+    add(f"\n## Redis's own time per call ({s.rounds} interleaved rounds of {st.calls} calls)\n")
+    add("`usec_per_call` of `INFO commandstats`: CONFIG RESETSTAT, then one kind of call only,")
+    add(
+        f"{st.calls} times, each on a key of its own (free, its fencing counter made by a warm-up),"
+    )
+    add("then INFO. An EVALSHA's time includes the commands its script runs. The smallest fencing")
+    add("script is `if SET key owner NX PX then return INCR fence end`, loaded and EVALSHA'd as")
+    add("fencedlease's scripts are; redis-py `Lock` acquires with a plain SET NX PX.\n")
+    lines.extend(server_table(st))
 
     add(f"\n## Contention: {s.workers} processes on one key for {s.contend_s:g} s\n")
     add("Each worker loops: acquire (waiting) then release at once, the worst case for fairness:")
@@ -519,6 +759,33 @@ def report(
             Target(
                 f"throughput vs {other}", f">= {minimum}x", f"{ratio:.2f}x",
                 ratio >= minimum if judged else None, f"{ratio - minimum:+.2f}x",
+            )
+        )  # fmt: skip
+    ratio = statistics.median(unc.hold_ratios)
+    targets.append(
+        Target(
+            "hold() vs redis-py Lock", ">= 1.0x Lock's acquire + release", f"{ratio:.2f}x",
+            ratio >= 1.0 if judged else None, f"{ratio - 1.0:+.2f}x",
+        )
+    )  # fmt: skip
+    for tasks in AIO_TASKS:
+        ratio = statistics.median(aio.ratios[tasks])
+        targets.append(
+            Target(
+                f"asyncio vs redis.asyncio Lock ({tasks} task{'s' if tasks > 1 else ''})",
+                ">= 1.0x", f"{ratio:.2f}x",
+                ratio >= 1.0 if judged else None, f"{ratio - 1.0:+.2f}x",
+            )
+        )  # fmt: skip
+    for name, goal_of, values in (
+        ("Redis time: acquire.lua", "the smallest fencing script's", st.acquire_ratios),
+        ("Redis time: release.lua", "redis-py Lock's release script's", st.release_ratios),
+    ):
+        ratio = statistics.median(values)
+        targets.append(
+            Target(
+                name, f"<= 1.3x {goal_of}", f"{ratio:.2f}x", ratio <= 1.3 if judged else None,
+                f"{ratio - 1.3:+.2f}x",
             )
         )  # fmt: skip
     p50 = pct(handoff["hand-off"], 0.5)
@@ -598,8 +865,6 @@ NOTES = """\
   queue entry (a ZSCORE that finds nothing when nobody waits) before INCR and SET, and runs
   `INFO replication` on every grant (the primary's replication id: how a failover that rolled
   the counter back is seen); release asks whether anyone is queued (ZCARD) before GET and DEL.
-- **Not measured by this script:** `hold()` against `Lock`'s acquire + release, and the asyncio
-  face against `redis.asyncio`'s Lock at 1, 10 and 100 tasks.
 - **Noise.** Two cores shared with other test runs: the ratios are medians of per-round ratios
   of interleaved runs, but single rounds vary by +-30 %; the load average is in the table above.
 """
@@ -682,23 +947,26 @@ def renewer_only(s: Settings, counts: list[int]) -> int:
     return 0
 
 
-def server_time(cycles: int = 5_000) -> int:
-    """Print Redis's own time per call (``usec_per_call``, INFO commandstats) of the EVALSHAs and
-    of any INFO they ran, over ``cycles`` acquire + release cycles on one key, with the load."""
+def server_time(s: Settings) -> int:
+    """Print Redis's own time per call (``usec_per_call``, INFO commandstats) of each script
+    apart (`bench_server_time`), beside the smallest fencing script and redis-py Lock's acquire
+    and release, the two server-cost targets judged, with the load average before and after."""
     load_before = os.getloadavg()[0]
     with server() as srv:
-        client = redis.Redis.from_url(srv.url)
-        leases = LeaseManager(client, prefix=PREFIX)
-        leases.acquire("warm", ttl_ms=10_000).lease.release()  # type: ignore[union-attr]
-        client.config_resetstat()
-        for _ in range(cycles):
-            leases.acquire("timed", ttl_ms=10_000).lease.release()  # type: ignore[union-attr]
-        stats = client.info("commandstats")
-        leases.close()
-        client.close()
-    for name in ("evalsha", "info"):
-        stat = stats.get(f"cmdstat_{name}", {"calls": 0, "usec_per_call": 0.0})
-        print(f"{name}: {stat['calls']} calls, {stat['usec_per_call']} usec_per_call")
+        st = bench_server_time(srv.url, s)
+    print(f"{s.rounds} interleaved rounds of {st.calls} calls per phase\n")
+    print("\n".join(server_table(st)))
+    print()
+    for name, other, values in (
+        ("acquire.lua", "the smallest fencing script", st.acquire_ratios),
+        ("release.lua", "redis-py Lock's release script", st.release_ratios),
+    ):
+        ratio = statistics.median(values)
+        verdict = "met" if ratio <= 1.3 else "missed"
+        print(
+            f"{name} / {other}: {ratio:.2f}x (median of per-round ratios;"
+            f" target <= 1.3x: {verdict})"
+        )
     print(f"load average (1 min): {load_before:.2f} before, {os.getloadavg()[0]:.2f} after")
     return 0
 
@@ -722,7 +990,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--server-time",
         action="store_true",
-        help="only Redis's usec_per_call of acquire + release (INFO commandstats)",
+        help="only Redis's usec_per_call of each script apart (INFO commandstats), beside the"
+        " smallest fencing script and redis-py Lock's (with --quick: fewer rounds and calls)",
     )
     parser.add_argument(
         "--contention-only",
@@ -737,7 +1006,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.renewer_only:
         return renewer_only(s, args.renewer_only)
     if args.server_time:
-        return server_time()
+        return server_time(s)
     command = " ".join(["python scripts/bench.py", *(sys.argv[1:] if argv is None else argv)])
     started = time.monotonic()
     load_before = f"{os.getloadavg()[0]:.2f}"
@@ -759,9 +1028,13 @@ def main(argv: list[str] | None = None) -> int:
             bench_renewal(url, s, ttl, measure_memory=i == 0)
             for i, ttl in enumerate(s.renew_ttls_ms)
         ]
+        step("asyncio, 1/10/100 tasks")
+        aio = bench_aio(url, s)
+        step("Redis's time per call")
+        st = bench_server_time(url, s)
         step("done")
     load = (load_before, f"{os.getloadavg()[0]:.2f}")
-    text, _ = report(s, command, box, load, unc, contended, handoff, renewals)
+    text, _ = report(s, command, box, load, unc, contended, handoff, renewals, aio, st)
     print(text)
     if args.out:
         with open(args.out, "w") as f:
