@@ -269,13 +269,20 @@ async def _aio_rounds(url: str, s: Settings) -> AioUncontended:
     for r in range(s.rounds):
         for tasks in AIO_TASKS:
             order = AIO_NAMES[r % 2 :] + AIO_NAMES[: r % 2]
-            this_round = {name: await run(name, tasks, s.ops) for name in order}
+            ops = aio_ops(s, tasks)
+            this_round = {name: await run(name, tasks, ops) for name in order}
             for name, value in this_round.items():
                 out.ops_per_s[tasks][name].append(value)
             out.ratios[tasks].append(this_round[AIO_NAMES[0]] / this_round[AIO_NAMES[1]])
     await leases.close()
     await client.aclose()
     return out
+
+
+def aio_ops(s: Settings, tasks: int) -> int:
+    """Cycles per asyncio run with ``tasks`` tasks: ``s.ops``, and 20 per task at least (but in
+    a quick run)."""
+    return s.ops if s.quick else max(s.ops, 20 * tasks)
 
 
 def bench_aio(url: str, s: Settings) -> AioUncontended:
@@ -678,8 +685,9 @@ def report(
 
     add(f"\n## Uncontended, asyncio: tasks each on its own key ({s.rounds} interleaved rounds)\n")
     add("One event loop; N tasks each cycle acquire + release on a key of their own, on one")
-    add(f"`redis.asyncio` client (its pool: a connection per busy task); {s.ops} cycles per run")
-    add("shared by the tasks; the two libraries alternate which goes first each round.\n")
+    add("`redis.asyncio` client (its pool: a connection per busy task); a run's cycles are shared")
+    add(f"by its tasks ({', '.join(f'{aio_ops(s, n)} for {n}' for n in AIO_TASKS)}); the two")
+    add("libraries alternate which goes first each round.\n")
     add(
         f"| tasks | {AIO_NAMES[0]} ops/s | {AIO_NAMES[1]} ops/s"
         " | fencedlease.aio / Lock (median of per-round ratios) |"
@@ -889,6 +897,33 @@ WHY = {
     "": "see the figures above; re-run when the machine is idle to rule out noise.",
 }
 WHY["throughput vs python-redis-lock"] = WHY["throughput vs redis-py Lock"]
+WHY["hold() vs redis-py Lock"] = (
+    "a hold is fencedlease's acquire + release (the gap to Lock above) plus registering the lease"
+    " with the renewer and taking it off again. Its release is sent from the caller's thread on"
+    " the manager's own connection (no thread hop: see `fencedlease._redis.inline`), so a hold"
+    " costs little more than a plain acquire + release; before, the release ran on a worker"
+    " thread the caller waited for, two thread wake-ups per hold."
+)
+WHY["asyncio vs redis.asyncio Lock"] = (
+    "the same two scripts as on the sync face against Lock's SET NX PX and small release script"
+    " (see Redis's time per call above), and, per acquire, the manager's bookkeeping (the"
+    " attempt, the lease's state, its events) on the event loop, which is the one thread doing"
+    " the work of every task: with 10 and 100 tasks the loop's CPU, not the round trip, sets the"
+    " rate, and fencedlease's per-operation Python is the larger."
+)
+WHY["Redis time: acquire.lua"] = (
+    "acquire.lua reads the lease key, the fencing counter (checked before the INCR, so a bad one"
+    " writes nothing) and its own queue entry (ZSCORE), then INCR and SET, and runs INFO"
+    " replication on every grant (its own row above): the smallest fencing script is a SET NX PX"
+    " and an INCR and nothing else. Each of those checks is a safety property (a failover that"
+    " rolled the counter back, a corrupt counter, the hand-off queue)."
+)
+WHY["Redis time: release.lua"] = (
+    "release.lua asks whether anyone is queued (ZCARD, for the hand-off) and checks the keys'"
+    " types before the owner-checked GET and DEL, parses the stored value (`<token>:<owner>`)"
+    " where Lock's release compares the whole string, and, as every fencedlease script, first"
+    " runs the definitions of lease_common.lua, prepended to it."
+)
 WHY["contention vs redis-py Lock"] = (
     "each grant waits for the release's round trip, the message to the waiter's listener and a"
     " wake-up of another process (no claim round trip on a plain Redis, and no queueing one:"
