@@ -899,10 +899,11 @@ WHY = {
 WHY["throughput vs python-redis-lock"] = WHY["throughput vs redis-py Lock"]
 WHY["hold() vs redis-py Lock"] = (
     "a hold is fencedlease's acquire + release (the gap to Lock above) plus registering the lease"
-    " with the renewer and taking it off again. Its release is sent from the caller's thread on"
-    " the manager's own connection (no thread hop: see `fencedlease._redis.inline`), so a hold"
-    " costs little more than a plain acquire + release; before, the release ran on a worker"
-    " thread the caller waited for, two thread wake-ups per hold."
+    " with the renewer and taking it off again, and a thread hop: its release runs on a worker"
+    " thread the caller waits for (so that it is bounded in time while renewals go on), two"
+    " thread wake-ups per hold. A release sent from the caller's thread on a connection of the"
+    " manager's own was tried: 0.63x -> 0.77x at load 10-14, still short of 1.0x, and it needs"
+    " a connection outside redis-py's pool, so it was left out."
 )
 WHY["asyncio vs redis.asyncio Lock"] = (
     "the same two scripts as on the sync face against Lock's SET NX PX and small release script"
