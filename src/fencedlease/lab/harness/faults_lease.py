@@ -33,13 +33,15 @@ it ran the renewal, so the holder's deadline, counted from the renewal's send, e
 than the key; a deadline counted from the late reply outlives it by the delay, and the next
 owner's grant falls into the stale claim.
 
-``slow-grant`` does the same to the acquire: once no lane of the victim holds a lease, it delays
-the victim's replies (ttl/3) until it is granted a lease (its grant's reply came late), then at
-once cuts its requests for 2 x ttl, before its first renewal (due a heartbeat after the acquire
-was sent: at once, for a library that dates the grant from the send; a heartbeat after the reply
-for one that dates it from the reply, which the cut then stops). Redis counts the key's TTL from
-when it ran the acquire, so a grant's deadline counted from the reply outlives the key by the
-delay.
+``slow-grant`` does the same to the acquire: it picks a key that is free with nobody queued,
+which every other worker then shuns, delays the victim's replies (ttl/3) and steers the victim to
+the key (its body to last two ttls). The victim's acquire is granted at once and its reply comes
+late; as soon as the key holds a value (Redis ran the acquire,
+[`wait_for_value`][fencedlease.lab.harness.faults_lease.wait_for_value]) its requests are cut
+for 2 x ttl, before its first renewal (due a heartbeat after the acquire was sent: at once, for
+a library that dates the grant from the send; a heartbeat after the reply for one that dates it
+from the reply). Redis counts the key's TTL from when it ran the acquire, so a grant's deadline
+counted from the reply outlives the key by the delay.
 
 ``slow-handoff`` does it to a grant carried in a release's message: the nemesis takes, with the
 library, a lease on a key that is free with nobody queued (every other worker shunning it) and
@@ -75,12 +77,12 @@ from fencedlease import RedisKeys
 
 from .faults_network import read_lease
 from .schedule import Schedule
-from .workload import BODY, HOLDING, Board
+from .workload import BODY, Board
 
 __all__ = [
     "HOLD_SLACK_S", "Comeback", "compare_and_delete", "evict_number", "owner_token", "same_owner",
-    "slow_replies", "stretch_taken", "take_stretch", "wait_for_grant", "wait_for_one_waiter",
-    "wait_for_renewal", "wait_until_free", "watch_comeback",
+    "slow_replies", "take_stretch", "wait_for_one_waiter", "wait_for_renewal", "wait_for_value",
+    "watch_comeback",
 ]  # fmt: skip
 
 #: A PTTL that rose by more than this (milliseconds) between two readings was renewed.
@@ -177,18 +179,6 @@ def take_stretch(
     return None
 
 
-def stretch_taken(board: Board, worker: int, wait_s: float, stop: threading.Event) -> bool:
-    """Wait (at most ``wait_s`` seconds) until a cycle of ``worker`` took the stretch set on its
-    board (``stretch`` back to 0); whether one did (if not, it is withdrawn)."""
-    give_up = time.monotonic() + wait_s
-    while not stop.is_set() and time.monotonic() < give_up:
-        if board.get(worker, "stretch") == 0:
-            return True
-        stop.wait(0.002)
-    board.set(worker, "stretch", 0)
-    return False
-
-
 def wait_for_renewal(
     admin: redis.Redis, lease_key: str, token: int, wait_s: float, stop: threading.Event
 ) -> bool:
@@ -227,18 +217,20 @@ def compare_and_delete(admin: redis.Redis, lease_key: str, token: int) -> bool:
     return bool(deleted[0])
 
 
-def wait_for_grant(
-    board: Board, worker: int, after_ms: int, wait_s: float, stop: threading.Event
-) -> tuple[int, int] | None:
-    """Wait (at most ``wait_s`` seconds, polling every 2 ms) until ``worker``'s board shows a
-    lease granted after ``after_ms`` (``time.monotonic`` in milliseconds, as the board's
-    ``since``): its ``(token, key index)``, or None."""
+def wait_for_value(
+    admin: redis.Redis, lease_key: str, wait_s: float, stop: threading.Event
+) -> str | None:
+    """Poll ``lease_key`` (every 2 ms, at most ``wait_s`` seconds) until it holds a value: that
+    value (``"<token>:<owner>"``; the owner token is a secret, never record it), or None (none
+    came in time, or a Redis error ended the watch)."""
     give_up = time.monotonic() + wait_s
     while not stop.is_set() and time.monotonic() < give_up:
-        token = board.get(worker, "token")
-        phase, since = board.get(worker, "phase"), board.get(worker, "since")
-        if token and phase in (HOLDING, BODY) and since >= after_ms:
-            return token, board.get(worker, "key")
+        try:
+            value = admin.get(lease_key)
+        except redis.RedisError:
+            return None
+        if value is not None:
+            return str(value)
         stop.wait(0.002)
     return None
 
@@ -263,16 +255,3 @@ def wait_for_one_waiter(
             return members[0], str(details.get(members[0], "")).endswith(":direct")
         stop.wait(0.002)
     return None
-
-
-def wait_until_free(board: Board, worker: int, wait_s: float, stop: threading.Event) -> bool:
-    """Wait (at most ``wait_s`` seconds, polling every 2 ms) until ``worker``'s board shows no
-    lease held (``token`` 0: no lane of it holds one). Whether it did."""
-    give_up = time.monotonic() + wait_s
-    while not stop.is_set():
-        if board.get(worker, "token") == 0:
-            return True
-        if time.monotonic() >= give_up:
-            return False
-        stop.wait(0.002)
-    return False

@@ -75,12 +75,10 @@ from .faults_lease import (
     evict_number,
     owner_token,
     slow_replies,
-    stretch_taken,
     take_stretch,
-    wait_for_grant,
     wait_for_one_waiter,
     wait_for_renewal,
-    wait_until_free,
+    wait_for_value,
     watch_comeback,
 )
 from .faults_network import one_way_toxic, watch_lease
@@ -870,54 +868,77 @@ class Nemesis:
         assert target is not None
         ttl = env.ttl_ms / 1000
         delay_ms = env.ttl_ms // 3
+        key = self._free_key(target, stop)
+        if key is None:
+            raise RuntimeError("no free key with nobody queued for the victim to be granted")
+        lease_key = redis_keys(env.prefix, key).lease
         toxic = slow_replies("nemesis-slow-grant", delay_ms)
         cut = one_way_toxic("drop-requests")
-        # Slow the replies while no lane of the victim holds a lease, so that its next grant is
-        # shown on the board as it comes (a lane holding a lease keeps the board until it ends).
-        wait_until_free(env.board, target, ttl, stop)
-        with self._toxics_in_force(spec, target, [toxic]):
-            slowed_ms = round(time.monotonic() * 1000)
-            wait_s = max(0.0, began + spec.duration_s - 2 * ttl - time.monotonic())
-            granted = wait_for_grant(env.board, target, slowed_ms + delay_ms, wait_s, stop)
-            if granted is None:  # only the slow replies were in force: no cut
-                self._finish(op, delay_ms=delay_ms, granted=False)
-                return
-            # The grant's reply came late; its first renewal is due at once (a heartbeat after
-            # the send). Its body (a few milliseconds away) is to outlast the cut; cut the
-            # requests now: the key expires a ttl after Redis ran the acquire (or that first
-            # renewal, if it got through).
-            env.board.set(target, "stretch", round(3000 * ttl))
-            with self._toxics_in_force(spec, target, [cut]):
-                cut_mono = time.monotonic()
-                cut_ms = round(cut_mono * 1000) - slowed_ms
-                token, index = granted
-                keys = env.lease_keys
-                key = keys[index] if 0 <= index < len(keys) else keys[0]
-                steered = self._steer(target, key)  # a waiter on the key when it expires
-                stretched = stretch_taken(env.board, target, ttl, stop)
-                stop.wait(max(0.0, cut_mono + 2 * ttl - time.monotonic()))
+        try:
+            with self._toxics_in_force(spec, target, [toxic]):
+                # The victim's next cycle takes the free key at once (its reply late), and its
+                # body is to outlast the cut.
+                env.board.set(target, "linger", 2 * env.ttl_ms)
+                env.board.set(target, "steer", env.lease_keys.index(key) + 1)
+                value = wait_for_value(
+                    self._admin, lease_key, ttl + delay_ms / 1000 + env.body_ms / 1000, stop
+                )
+                if value is None:  # only the slow replies were in force: no cut
+                    for field in ("steer", "linger"):
+                        env.board.set(target, field, 0)
+                    self._finish(op, key=key, delay_ms=delay_ms, granted=False)
+                    return
+                # Redis just ran the acquire; its reply is on its way, late. Cut the requests
+                # now, before the first renewal (due at once for a grant dated from the send):
+                # the key expires a ttl after the acquire ran, and a worker steered to it
+                # takes it then.
+                with self._toxics_in_force(spec, target, [cut]):
+                    cut_mono = time.monotonic()
+                    self._shun(None)
+                    steered = self._steer(target, key)
+                    stop.wait(max(0.0, cut_mono + 2 * ttl - time.monotonic()))
+        finally:
+            self._shun(None)
         self._finish(
-            op, key=key, token=token, delay_ms=delay_ms, cut_at_ms=cut_ms, steered=steered,
-            stretched=stretched, granted=True,
+            op, key=key, token=owner_token(value), delay_ms=delay_ms,
+            cut_at_ms=round((cut_mono - began) * 1000), steered=steered, granted=True,
         )  # fmt: skip
 
-    def _hold_free_key(self, victim: int, ttl_ms: int) -> tuple[LeaseManager, Lease] | None:
-        """Take, with the library, a lease on a run key that is free with nobody queued for it
-        (tried in a seeded order), every worker but ``victim`` shunning it from just before:
-        the manager and the lease, or None when every key was busy (nothing is left shunned)."""
+    def _free_key(self, victim: int, stop: threading.Event) -> str | None:
+        """A run key that is free with nobody queued for it (tried in a seeded order), shunned
+        from now on by every worker but ``victim``: still free a body's length after the shun
+        (a cycle that had picked it before is done), or the next is tried. None when every key
+        was busy (nothing is left shunned)."""
         env = self.env
-        manager = LeaseManager(self._admin, prefix=env.prefix, fencing=env.fencing)
+        settle = min(0.1, 2 * env.body_ms / 1000 + 0.01)
         for key in env.rng.sample(env.lease_keys, len(env.lease_keys)):
             keys = redis_keys(env.prefix, key)
             if self._admin.exists(keys.lease) or self._admin.zcard(keys.waiters):
                 continue
             self._shun(key, except_=victim)
-            lease = manager.acquire(key, ttl_ms=ttl_ms).lease
-            if lease is not None and not self._admin.zcard(keys.waiters):
-                return manager, lease
-            if lease is not None:
-                lease.release()
+            stop.wait(settle)
+            if not (self._admin.exists(keys.lease) or self._admin.zcard(keys.waiters)):
+                return key
             self._shun(None)
+        return None
+
+    def _hold_free_key(
+        self, victim: int, ttl_ms: int, stop: threading.Event
+    ) -> tuple[LeaseManager, Lease] | None:
+        """Take, with the library, a lease on a [`_free_key`][] (shunned by every worker but
+        ``victim``): the manager and the lease, or None when no key was free or it was taken
+        first (nothing is left shunned)."""
+        env = self.env
+        key = self._free_key(victim, stop)
+        if key is None:
+            return None
+        manager = LeaseManager(self._admin, prefix=env.prefix, fencing=env.fencing)
+        lease = manager.acquire(key, ttl_ms=ttl_ms).lease
+        if lease is not None and not self._admin.zcard(redis_keys(env.prefix, key).waiters):
+            return manager, lease
+        if lease is not None:
+            lease.release()
+        self._shun(None)
         manager.close()
         return None
 
@@ -935,7 +956,7 @@ class Nemesis:
         assert target is not None
         ttl = env.ttl_ms / 1000
         delay_ms = env.ttl_ms // 3
-        held = self._hold_free_key(target, 4 * env.ttl_ms)
+        held = self._hold_free_key(target, 4 * env.ttl_ms, stop)
         if held is None:
             raise RuntimeError("no free key with nobody queued for the nemesis to hold")
         manager, lease = held

@@ -111,6 +111,8 @@ _NEVER: Final = frozenset(
         ("redis-restart-aof", "slow-grant"),
         ("slow-grant", "slow-grant"),
         ("slow-cut", "slow-grant"),
+        # Both make every other worker shun a key (the board's shun is one key per worker).
+        ("evict", "slow-grant"),
         # Two topology faults would fight over who the primary is: a failover waits for a
         # replica another one paused, or kills the node the other is promoting.
         *itertools.combinations_with_replacement(sorted(TOPOLOGY_FAULTS), 2),
@@ -140,8 +142,13 @@ _NOT_SAME_WORKER: Final = frozenset(
         ("pause-holder", "kernel-reject"),
         ("pause-holder", "kill-holder"),
         ("kill-holder", "kill-holder"),
-        ("pause-holder", "evict"),
-        ("kill-holder", "evict"),
+        # An evicted holder must hold a lease when the fault comes and renew it after the DEL:
+        # nothing that cuts it off or takes its lease is on it.
+        *(
+            ("evict", other)
+            for other, info in FAULTS.items()
+            if info.targets and info.disrupts and other != "evict"
+        ),
         *(
             (slow, other)
             for slow in ("slow-cut", "slow-grant")
@@ -165,8 +172,9 @@ def may_overlap(kind: str, target: int | None, other: str, other_target: int | N
     end of the link the rules cut); a ``clock`` fault touches only the wall clocks, so it
     composes with any other kind but itself; ``kill-holder`` composes with the network faults
     (the fresh worker starts behind whatever is in force on its proxy or link); ``evict``
-    (a ``DEL`` of the holder's key) composes with the network faults and with a Redis that
-    answers, never with a paused or restarting one, nor with a stop or kill of its own victim.
+    (a ``DEL`` of the holder's key) composes with the network faults of other workers and with
+    a Redis that answers, never with a paused or restarting one, nor with a fault that cuts
+    off, stops or kills its own victim (it must hold a lease, and renew it after the ``DEL``).
     ``slow-cut`` composes with faults on other workers and with the ones of no victim but a
     Redis pause or restart (its renewals must run in Redis, late only by its own delay).
     ``latency`` holds its victim in one lease that must outlive it, so it composes only with
