@@ -87,7 +87,7 @@ def _faults(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
     callback=_faults,
     help=f"Comma-separated fault kinds, scheduled at random from --seed (each once, some "
     f"overlapping), 'default' (the first ten, clock, evict and slow-cut once per worker kind, "
-    f"slow-grant), 'all' (every kind) or "
+    f"slow-grant, slow-handoff), 'all' (every kind) or "
     f"'none'. Kinds: {', '.join(FAULTS)}.",
 )
 @click.option("--mode", type=click.Choice(MODES), default="fenced", show_default=True)
