@@ -925,7 +925,7 @@ class Nemesis:
     def _hold_free_key(
         self, victim: int, ttl_ms: int, stop: threading.Event
     ) -> tuple[LeaseManager, Lease] | None:
-        """Take, with the library, a lease on a [`_free_key`][] (shunned by every worker but
+        """Take, with the library, a lease on a ``_free_key`` (shunned by every worker but
         ``victim``): the manager and the lease, or None when no key was free or it was taken
         first (nothing is left shunned)."""
         env = self.env
