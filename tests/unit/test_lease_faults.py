@@ -46,7 +46,12 @@ def test_the_kinds_are_default_and_scoped_to_the_run() -> None:
 def test_where_evict_and_slow_cut_may_overlap() -> None:
     assert not may_overlap("evict", 0, "latency", 0)  # the latency fault's lease must survive
     assert may_overlap("evict", 0, "latency", 1)
-    assert may_overlap("evict", 0, "partition", 0)
+    # Its victim must hold a lease and renew it after the DEL: nothing cuts it off.
+    assert not may_overlap("evict", 0, "partition", 0)
+    assert not may_overlap("evict", 0, "kernel-drop", 0)
+    assert may_overlap("evict", 0, "partition", 1)
+    assert may_overlap("evict", 0, "client-kill", 0)
+    assert not may_overlap("evict", 0, "slow-grant", 1)  # both shun a key for the others
     assert may_overlap("evict", 0, "clock", None)
     assert not may_overlap("evict", 0, "redis-pause", None)
     assert not may_overlap("evict", 0, "redis-restart-aof", None)
