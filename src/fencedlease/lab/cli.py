@@ -77,7 +77,7 @@ def _faults(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
     help="Milliseconds each critical section sleeps between its read and its write.",
 )
 @click.option(
-    "--duration", default=45.0, show_default=True, type=click.FloatRange(1, 3600),
+    "--duration", default=55.0, show_default=True, type=click.FloatRange(1, 3600),
     help="Seconds of workload.",
 )  # fmt: skip
 @click.option(

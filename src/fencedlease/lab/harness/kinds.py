@@ -193,7 +193,7 @@ KIND_AWARE: Final = frozenset({"pause-holder", "evict", "slow-cut", "slow-grant"
 #: worker kind (three times), ``slow-grant`` and ``slow-handoff`` once (the schedule puts the
 #: restart without persistence last: after it the resource refuses the new, lower tokens for the
 #: rest of the run);
-#: they fit in the default 45 s run. ``kill-holder``, the one-way and the kernel faults are asked
+#: they fit in the default 55 s run. ``kill-holder``, the one-way and the kernel faults are asked
 #: for by name or with ``all`` (:data:`ALL_FAULTS`).
 DEFAULT_FAULTS: Final[tuple[str, ...]] = (
     "latency", "pause-holder", "partition", "client-kill", "script-flush", "timeout",

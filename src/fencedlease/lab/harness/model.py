@@ -54,7 +54,7 @@ class CheckConfig:
 
     redis_url: str | None = None
     workers: int = 3
-    duration_s: float = 45.0
+    duration_s: float = 55.0
     faults: tuple[str, ...] = DEFAULT_FAULTS
     mode: Mode = "fenced"
     seed: int | None = None
