@@ -36,6 +36,7 @@ from .workload import (
     Cycle,
     WorkerConfig,
     client_name,
+    connect_notes,
     lane_rng,
     open_lane_store,
 )
@@ -56,10 +57,15 @@ def run_asyncio_worker(
 async def _main(
     config: WorkerConfig, board: Board, go: Any, stop: Any, recorder: Recorder, clock: Clock
 ) -> None:
+    note, arm = connect_notes(recorder)
     client = async_lease_client(
-        config.redis_url, config.socket_timeout_ms / 1000, client_name(config.prefix, config.name)
+        config.redis_url,
+        config.socket_timeout_ms / 1000,
+        client_name(config.prefix, config.name),
+        note,
     )
     await _warm_pool(client, 5 + THREADS)
+    arm()
     manager = AsyncLeaseManager(
         client,
         prefix=config.prefix,

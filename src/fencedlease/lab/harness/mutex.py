@@ -49,7 +49,11 @@ The events read (the history's [`Event`][fencedlease.lab.harness.Event]):
   bounds it below;
 - ``lease-lost`` (``grant``, ``detail.reason``), or a ``hold`` ending in ``lease-lost``: the loss
   notice;
-- ``fault`` invoke/completion of the nemesis (``detail.fault``, ``detail.target``).
+- ``fault`` invoke/completion of the nemesis (``detail.fault``, ``detail.target``);
+- ``connect`` (``info``): a connection of the worker started connecting during the run (a new
+  one, or a dropped one made again); under a ``latency`` fault its handshake's round trips are
+  each late by the fault's delay, so the checker counts it as able to cost a lease there, as it
+  does a killed connection.
 
 Pure: no I/O, no clock. Times in messages are seconds after ``origin``.
 """
@@ -210,6 +214,7 @@ class _Facts:
         self.hold_done: set[tuple[str, int]] = set()
         self.lost: dict[tuple[str, int], tuple[float, str, int]] = {}
         self.faults: list[_Fault] = []
+        self.connects: dict[str, list[float]] = defaultdict(list)
         acquires: dict[tuple[str, int], tuple[Event, int]] = {}
         fault_starts: dict[int, tuple[Event, int]] = {}
         for line, event in enumerate(events, 1):
@@ -227,6 +232,9 @@ class _Facts:
                             _number(detail.get("deleted_mono")),
                         )
                     )  # fmt: skip
+                continue
+            if op == "connect":
+                self.connects[event.process].append(event.mono)
                 continue
             if op == "acquire" and event.id is not None:
                 ident = (event.process, event.id)
@@ -364,16 +372,19 @@ def could_cost_lease(kind: str, ttl_ms: int, heartbeat_ms: int) -> bool:
     return kind not in LEASE_KEEPING_FAULTS
 
 
-def could_cost_lease_together(kinds: Sequence[str], ttl_ms: int, heartbeat_ms: int) -> bool:
+def could_cost_lease_together(
+    kinds: Sequence[str], ttl_ms: int, heartbeat_ms: int, *, connected: bool = False
+) -> bool:
     """Whether faults of ``kinds``, in force together on one holder (or on Redis), may cost it a
     healthy lease of ``ttl_ms`` renewed every ``heartbeat_ms``: one of them may
     ([`could_cost_lease`][fencedlease.lab.harness.mutex.could_cost_lease]), or a ``latency``
     fault is joined by one of
-    [`SLOWED_BY_LATENCY`][fencedlease.lab.harness.kinds.SLOWED_BY_LATENCY] (a reconnect or a
-    script sent again after NOSCRIPT pays the toxic's delay once more per round trip)."""
+    [`SLOWED_BY_LATENCY`][fencedlease.lab.harness.kinds.SLOWED_BY_LATENCY], or by a connection
+    the holder made meanwhile (``connected``): a reconnect, or a script sent again after
+    NOSCRIPT, pays the toxic's delay once more per round trip."""
     if any(could_cost_lease(kind, ttl_ms, heartbeat_ms) for kind in kinds):
         return True
-    return "latency" in kinds and any(kind in SLOWED_BY_LATENCY for kind in kinds)
+    return "latency" in kinds and (connected or any(k in SLOWED_BY_LATENCY for k in kinds))
 
 
 def check_mutex(
@@ -500,8 +511,10 @@ def check_mutex(
             and f.start <= at
             and (f.end is None or f.end >= at - window)
         ]
-        if not could_cost_lease_together([f.kind for f in near], ttl_ms, heartbeat_ms):
-            kept = sorted({f.kind for f in near})
+        connected = any(at - window <= c <= at for c in facts.connects.get(process, ()))
+        kinds = [f.kind for f in near]
+        if not could_cost_lease_together(kinds, ttl_ms, heartbeat_ms, connected=connected):
+            kept = sorted(set(kinds))
             only = (
                 f" (only {', '.join(kept)}, which cost{'s' if len(kept) == 1 else ''} no lease)"
                 if kept

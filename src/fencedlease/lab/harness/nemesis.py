@@ -11,7 +11,7 @@ Kinds ([`FAULTS`][fencedlease.lab.harness.kinds.FAULTS]):
 
 | kind | what it does |
 | --- | --- |
-| ``latency`` | Toxiproxy ``latency`` toxic on the holder's proxy (ttl/5 ± ttl/20) |
+| ``latency`` | Toxiproxy ``latency`` toxic on the holder's proxy (ttl/4 ± ttl/10) |
 | ``partition`` | the holder's proxy disabled (listener and connections closed) |
 | ``timeout`` | Toxiproxy ``timeout`` 0 on the holder's proxy: a black hole |
 | ``reset-peer`` | Toxiproxy ``reset_peer``: the holder's connections get TCP RST |

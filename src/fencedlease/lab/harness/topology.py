@@ -15,6 +15,8 @@ The failover faults on them are in [`faults_topology`][fencedlease.lab.harness.f
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
@@ -32,6 +34,7 @@ __all__ = [
     "async_lease_client",
     "check_topology",
     "lease_client",
+    "noting_connects",
     "quick_sync",
     "split_url",
     "start_deployment",
@@ -155,10 +158,43 @@ def split_url(url: str) -> tuple[str, list[tuple[str, int]], str, dict[str, Any]
     return parts.scheme, hosts, parts.path.lstrip("/"), auth
 
 
-def _client(url: str, timeout_s: float, name: str, face: tuple[Any, ...]) -> Any:
+Note = Callable[[], object]
+"""Called as a connection of a worker's client starts connecting (see `noting_connects`)."""
+
+
+def noting_connects(base: type[Any], note: Note) -> type[Any]:
+    """A subclass of redis-py's connection class ``base`` (sync or asyncio) whose connections
+    call ``note()`` each time one starts connecting: a new connection, or a dropped one made
+    again. A worker records it in the history (``connect``): a connection made while a
+    ``latency`` fault is in force pays redis-py's handshake (``CLIENT SETNAME``, ``CLIENT
+    SETINFO``...: one round trip each) late by the fault's delay every time, which the checker
+    counts as able to cost a lease, as it does a killed connection."""
+    # Every path to a new socket (the pool's connect, a command sent on a connection dropped by
+    # redis-py's retry) goes through ``_connect``: redis-py's socket step, in every version.
+    if inspect.iscoroutinefunction(base._connect):
+
+        class NotedAsync(base):  # type: ignore[misc]
+            async def _connect(self) -> None:
+                note()
+                await super()._connect()
+
+        return NotedAsync
+
+    class Noted(base):  # type: ignore[misc]
+        def _connect(self) -> Any:
+            note()
+            return super()._connect()
+
+    return Noted
+
+
+def _client(
+    url: str, timeout_s: float, name: str, face: tuple[Any, ...], note: Note | None = None
+) -> Any:
     """The client for ``url`` made of ``face``'s classes: ``(Sentinel, ClusterNode, Redis,
-    RedisCluster, Retry)`` of redis-py's sync or asyncio face."""
-    sentinel_class, node_class, redis_class, cluster_class, retry_class = face
+    RedisCluster, Retry, Connection)`` of redis-py's sync or asyncio face; a ``redis://``
+    client's connections call ``note`` as they connect (`noting_connects`)."""
+    sentinel_class, node_class, redis_class, cluster_class, retry_class, connection_class = face
     common: dict[str, Any] = {
         "socket_timeout": timeout_s,
         "socket_connect_timeout": timeout_s,
@@ -173,30 +209,41 @@ def _client(url: str, timeout_s: float, name: str, face: tuple[Any, ...]) -> Any
         _, hosts, _, auth = split_url(url)
         nodes = [node_class(host, port) for host, port in hosts]
         return cluster_class(startup_nodes=nodes, **auth, **common)
+    if note is not None and scheme == "redis":
+        common["connection_class"] = noting_connects(connection_class, note)
     return redis_class.from_url(url, retry=retry_class(NoBackoff(), 1), **common)
 
 
-def lease_client(url: str, timeout_s: float, name: str) -> redis.Redis | redis.RedisCluster:
+def lease_client(
+    url: str, timeout_s: float, name: str, note: Note | None = None
+) -> redis.Redis | redis.RedisCluster:
     """A worker's client: ``redis.Redis`` for ``redis://`` (one transparent retry on a dropped
-    connection), the primary the sentinels name for ``redis+sentinel://`` (the same retry), a
-    ``RedisCluster`` for ``redis+cluster://``; every connection named ``name`` (``CLIENT
-    SETNAME``), every command bounded by ``timeout_s`` seconds."""
+    connection; ``note()`` called as each of its connections starts connecting, see
+    [`noting_connects`][fencedlease.lab.harness.topology.noting_connects]), the primary the
+    sentinels name for ``redis+sentinel://`` (the same retry), a ``RedisCluster`` for
+    ``redis+cluster://``; every connection named ``name`` (``CLIENT SETNAME``), every command
+    bounded by ``timeout_s`` seconds."""
     from redis.cluster import ClusterNode
     from redis.sentinel import Sentinel
 
-    face = (Sentinel, ClusterNode, redis.Redis, redis.RedisCluster, Retry)
-    client: redis.Redis | redis.RedisCluster = _client(url, timeout_s, name, face)
+    face = (Sentinel, ClusterNode, redis.Redis, redis.RedisCluster, Retry, redis.Connection)
+    client: redis.Redis | redis.RedisCluster = _client(url, timeout_s, name, face, note)
     return client
 
 
 def async_lease_client(
-    url: str, timeout_s: float, name: str
+    url: str, timeout_s: float, name: str, note: Note | None = None
 ) -> redis.asyncio.Redis | redis.asyncio.RedisCluster:
     """[`lease_client`][fencedlease.lab.harness.topology.lease_client] for ``redis.asyncio``."""
     from redis.asyncio.cluster import ClusterNode
     from redis.asyncio.retry import Retry as AsyncRetry
     from redis.asyncio.sentinel import Sentinel
 
-    face = (Sentinel, ClusterNode, redis.asyncio.Redis, redis.asyncio.RedisCluster, AsyncRetry)
-    client: redis.asyncio.Redis | redis.asyncio.RedisCluster = _client(url, timeout_s, name, face)
+    face = (
+        Sentinel, ClusterNode, redis.asyncio.Redis, redis.asyncio.RedisCluster, AsyncRetry,
+        redis.asyncio.Connection,
+    )  # fmt: skip
+    client: redis.asyncio.Redis | redis.asyncio.RedisCluster = _client(
+        url, timeout_s, name, face, note
+    )
     return client

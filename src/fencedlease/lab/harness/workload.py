@@ -40,7 +40,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final, Literal
 
 import attrs
@@ -73,6 +73,7 @@ __all__ = [
     "WorkerConfig",
     "WorkerKind",
     "access",
+    "connect_notes",
     "end_cycle",
     "lane_rng",
     "open_lane_store",
@@ -226,12 +227,17 @@ def run_sync_worker(
     time)."""
     # One transparent retry on a dropped connection (redis:// and Sentinel): a CLIENT KILL is
     # survived by reconnecting, and the renewal that follows still checks the owner token.
+    note, arm = connect_notes(recorder)
     client = lease_client(
-        config.redis_url, config.socket_timeout_ms / 1000, client_name(config.prefix, config.name)
+        config.redis_url,
+        config.socket_timeout_ms / 1000,
+        client_name(config.prefix, config.name),
+        note,
     )
     threads = THREADS if config.kind == "threads" else 1
     if isinstance(client, redis.Redis):
         _warm_pool(client, 5 + threads)
+    arm()
     manager = LeaseManager(
         client,
         prefix=config.prefix,
@@ -327,6 +333,19 @@ def unshunned(keys: Sequence[str], key: str, shun: int) -> str:
     if 0 < shun <= len(keys) and key == keys[shun - 1]:
         return keys[shun % len(keys)]
     return key
+
+
+def connect_notes(recorder: Recorder) -> tuple[Callable[[], None], Callable[[], None]]:
+    """``(note, arm)``: ``note()`` records a ``connect`` info event of the worker once ``arm()``
+    has been called (after the pool is warmed): a connection of the worker started connecting
+    during the run (see [`noting_connects`][fencedlease.lab.harness.topology.noting_connects])."""
+    armed = threading.Event()
+
+    def note() -> None:
+        if armed.is_set():
+            recorder.writer.record("connect", "info")
+
+    return note, armed.set
 
 
 def _warm_pool(client: redis.Redis, size: int) -> None:
