@@ -8,8 +8,12 @@ renewal batch is held open (a round trip that has not come back) while a FakeClo
 from __future__ import annotations
 
 import asyncio
+import heapq
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fencedlease import LeaseManager
 from fencedlease._schedule import MAX_IN_FLIGHT, RenewalEntry, RenewalSchedule
@@ -169,3 +173,62 @@ def test_a_lease_due_during_a_round_trip_is_sent_on_time_asyncio() -> None:
             return batches, b_lost, a.lost
 
     assert asyncio.run(main()) == ([["a"], ["b"]], False, False)
+
+
+def _simulate(
+    starts: Sequence[float], replies: Sequence[float], delay_at: Callable[[int], float]
+) -> list[str]:
+    """Run a `RenewalSchedule` as the renewers drive it, in simulated time: leases of ttl 1000 ms
+    and heartbeat 250 ms acquired at ``starts`` (seconds; each acquire's reply ``replies`` later),
+    held for 4 s; up to `MAX_IN_FLIGHT` batches in flight, the n-th answered ``delay_at(n)``
+    seconds after it was sent. Returns the keys of the leases the schedule let expire."""
+    schedule = RenewalSchedule()
+    flights: list[tuple[float, int, list[RenewalEntry], float]] = []
+    pairs = enumerate(zip(starts, replies, strict=True))
+    adds = sorted((start + reply, start, n) for n, (start, reply) in pairs)
+    lost: list[str] = []
+    now, sent = 0.0, 0
+    while now < 4.0:
+        moments = [m for m in (adds[0][0] if adds else None,
+                               flights[0][0] if flights else None,
+                               schedule.next_wakeup(len(flights))) if m is not None]  # fmt: skip
+        if not moments:
+            break
+        now = max(now, min(moments))
+        while adds and adds[0][0] <= now:
+            _, start, n = adds.pop(0)
+            state = LeaseState.granted(f"k{n}", "o", 1, 1_000, start, 0.0)
+            schedule.add(RenewalEntry(state, 250, None), now)
+        while flights and flights[0][0] <= now:
+            _, _, batch, at = heapq.heappop(flights)
+            schedule.apply(batch, at, at, [1] * len(batch), now)
+        lost += [entry.state.key for entry in schedule.pop_expired(now)]
+        while len(flights) < MAX_IN_FLIGHT:
+            batch = schedule.pop_batch(now, 500)
+            if not batch:
+                break
+            heapq.heappush(flights, (now + delay_at(sent), sent, batch, now))
+            sent += 1
+    return lost
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    starts=st.lists(st.floats(0.0, 1.2), min_size=1, max_size=8),
+    delays=st.lists(st.floats(0.15, 0.35), min_size=1, max_size=40),
+)
+def test_replies_late_by_up_to_035_ttl_cost_no_lease(
+    starts: list[float], delays: list[float]
+) -> None:
+    """What the harness's ``latency`` fault relies on (replies late by ttl/4 +- ttl/10 cost a
+    healthy lease nothing): up to 8 leases acquired at scattered moments, every round trip from
+    150 to 350 ms at ttl 1000 and heartbeat 250, and the schedule keeps them all."""
+    replies = [delays[n % len(delays)] for n in range(len(starts))]
+    assert _simulate(starts, replies, lambda n: delays[n % len(delays)]) == []
+
+
+def test_replies_late_by_045_ttl_can_cost_a_lease() -> None:
+    """The bound is real: at 450 ms a lease due while two batches fly waits for one's reply, then
+    for its own, and two such round trips back to back pass its deadline (so the test above
+    could fail)."""
+    assert _simulate([0.0, 0.1, 0.2, 0.3], [0.45] * 4, lambda n: 0.45) != []
