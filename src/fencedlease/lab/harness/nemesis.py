@@ -868,7 +868,7 @@ class Nemesis:
         assert target is not None
         ttl = env.ttl_ms / 1000
         delay_ms = env.ttl_ms // 3
-        key = self._free_key(target, stop)
+        key = self._free_key(stop)
         if key is None:
             raise RuntimeError("no free key with nobody queued for the victim to be granted")
         lease_key = redis_keys(env.prefix, key).lease
@@ -904,18 +904,19 @@ class Nemesis:
             cut_at_ms=round((cut_mono - began) * 1000), steered=steered, granted=True,
         )  # fmt: skip
 
-    def _free_key(self, victim: int, stop: threading.Event) -> str | None:
+    def _free_key(self, stop: threading.Event) -> str | None:
         """A run key that is free with nobody queued for it (tried in a seeded order), shunned
-        from now on by every worker but ``victim``: still free a body's length after the shun
-        (a cycle that had picked it before is done), or the next is tried. None when every key
-        was busy (nothing is left shunned)."""
+        from now on by every worker, the victim too (only a cycle the nemesis steers there takes
+        it: a cycle of the victim's own choosing would take it before the fault is set up):
+        still free a body's length after the shun (a cycle that had picked it before is done),
+        or the next is tried. None when every key was busy (nothing is left shunned)."""
         env = self.env
         settle = min(0.1, 2 * env.body_ms / 1000 + 0.01)
         for key in env.rng.sample(env.lease_keys, len(env.lease_keys)):
             keys = redis_keys(env.prefix, key)
             if self._admin.exists(keys.lease) or self._admin.zcard(keys.waiters):
                 continue
-            self._shun(key, except_=victim)
+            self._shun(key)
             stop.wait(settle)
             if not (self._admin.exists(keys.lease) or self._admin.zcard(keys.waiters)):
                 return key
@@ -923,13 +924,13 @@ class Nemesis:
         return None
 
     def _hold_free_key(
-        self, victim: int, ttl_ms: int, stop: threading.Event
+        self, ttl_ms: int, stop: threading.Event
     ) -> tuple[LeaseManager, Lease] | None:
-        """Take, with the library, a lease on a ``_free_key`` (shunned by every worker but
-        ``victim``): the manager and the lease, or None when no key was free or it was taken
-        first (nothing is left shunned)."""
+        """Take, with the library, a lease on a ``_free_key`` (shunned by every worker): the
+        manager and the lease, or None when no key was free or it was taken first (nothing is
+        left shunned)."""
         env = self.env
-        key = self._free_key(victim, stop)
+        key = self._free_key(stop)
         if key is None:
             return None
         manager = LeaseManager(self._admin, prefix=env.prefix, fencing=env.fencing)
@@ -942,12 +943,13 @@ class Nemesis:
         manager.close()
         return None
 
-    def _shun(self, key: str | None, except_: int | None = None) -> None:
-        """Have every worker but ``except_`` shun ``key`` in its new cycles (None: none)."""
+    def _shun(self, key: str | None) -> None:
+        """Have every worker shun ``key`` in its new cycles (None: none); a steered cycle goes
+        to its key all the same."""
         env = self.env
         index = 0 if key is None else env.lease_keys.index(key) + 1
         for worker in range(env.board.workers):
-            env.board.set(worker, "shun", 0 if worker == except_ else index)
+            env.board.set(worker, "shun", index)
 
     def _do_slow_handoff(
         self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
@@ -956,7 +958,7 @@ class Nemesis:
         assert target is not None
         ttl = env.ttl_ms / 1000
         delay_ms = env.ttl_ms // 3
-        held = self._hold_free_key(target, 4 * env.ttl_ms, stop)
+        held = self._hold_free_key(4 * env.ttl_ms, stop)
         if held is None:
             raise RuntimeError("no free key with nobody queued for the nemesis to hold")
         manager, lease = held
