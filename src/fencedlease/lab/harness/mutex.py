@@ -27,9 +27,10 @@ promise, from what each worker was told:
     could cause it active within ``[L - ttl - heartbeat, L]`` (a fault of Redis, or one aimed at
     the holder). A fault that cannot take a lease away explains none
     ([`LEASE_KEEPING_FAULTS`][fencedlease.lab.harness.mutex.LEASE_KEEPING_FAULTS]: a wall-clock
-    jump, a killed connection, flushed scripts, and replies late by less than ttl - heartbeat,
-    which the ``latency`` fault's are: the renewal sent a heartbeat after the last confirmed one
-    is answered before that one's deadline). The ``latency`` fault holds its victim in one
+    jump, a killed connection, flushed scripts, and replies late by so little that a heartbeat
+    and two of them fit in the ttl, which the ``latency`` fault's are: the renewal sent a
+    heartbeat after the last confirmed one, even one that first waits for a batch in flight, is
+    answered before that one's deadline). The ``latency`` fault holds its victim in one
     lease for its whole length, and is the only fault on that worker and on Redis while it is in
     force: a renewer that renews too late, or lets a slow reply cost the lease, is caught there
     whatever else the run did. A loss with no cause means the library let a healthy lease
@@ -89,8 +90,8 @@ EMPTYING_FAULTS: Final = frozenset({"redis-restart-nopersist"})
 HARMLESS_FAULTS: Final = frozenset({"clock"})
 #: Faults that cannot take a healthy lease away (``disrupts`` false in
 #: [`FAULTS`][fencedlease.lab.harness.kinds.FAULTS]): a loss with only these in force is
-#: unexplained. ``latency`` explains a loss only when its toxic's largest delay reaches
-#: ttl - heartbeat (see [`could_cost_lease`][fencedlease.lab.harness.mutex.could_cost_lease]).
+#: unexplained. ``latency`` explains a loss only when a heartbeat and twice its toxic's largest
+#: delay reach the ttl (see [`could_cost_lease`][fencedlease.lab.harness.mutex.could_cost_lease]).
 LEASE_KEEPING_FAULTS: Final = frozenset(kind for kind, info in FAULTS.items() if not info.disrupts)
 #: Loss reasons that are no fault's doing (the manager closed, the process forked).
 _SELF_INFLICTED: Final = ("manager was closed", "forked")
@@ -362,13 +363,17 @@ def could_cost_lease(kind: str, ttl_ms: int, heartbeat_ms: int) -> bool:
     """Whether a fault of ``kind`` may cost a healthy holder its lease of ``ttl_ms`` renewed
     every ``heartbeat_ms``: any kind not in
     [`LEASE_KEEPING_FAULTS`][fencedlease.lab.harness.mutex.LEASE_KEEPING_FAULTS] (a kind the
-    table does not know counts as one that may), and ``latency`` when its toxic's largest delay
-    ([`latency_toxic_ms`][fencedlease.lab.harness.kinds.latency_toxic_ms]) is at least
-    ``ttl_ms - heartbeat_ms``: a renewal sent a heartbeat after the last confirmed send is
-    answered before that send's deadline unless its reply is later than that."""
+    table does not know counts as one that may), and ``latency`` when ``heartbeat_ms`` plus
+    twice its toxic's largest delay
+    ([`latency_toxic_ms`][fencedlease.lab.harness.kinds.latency_toxic_ms]) reaches ``ttl_ms``:
+    a lease due a heartbeat after its last confirmed send may wait for one of the renewer's
+    batches in flight to come back (`fencedlease._schedule.MAX_IN_FLIGHT`), then for its own,
+    each late by the delay. (The renewal schedule keeps every lease within that bound,
+    ``tests/unit/test_renewal_in_flight.py``; at ttl 1000 and heartbeat 250 a 450 ms delay
+    already loses one.)"""
     if kind == "latency":
         delay_ms, jitter_ms = latency_toxic_ms(ttl_ms)
-        return delay_ms + jitter_ms >= ttl_ms - heartbeat_ms
+        return heartbeat_ms + 2 * (delay_ms + jitter_ms) >= ttl_ms
     return kind not in LEASE_KEEPING_FAULTS
 
 

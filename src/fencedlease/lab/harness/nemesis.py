@@ -482,8 +482,9 @@ class Nemesis:
         self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
     ) -> None:
         # The victim's next lease is held through the slow replies (its body stretched over
-        # the fault): a healthy renewer keeps it, since every reply is late by less than
-        # ttl - heartbeat; the checker counts its loss as unexplained (mutex.could_cost_lease).
+        # the fault): a healthy renewer keeps it, since a heartbeat and two replies late by the
+        # toxic fit in the ttl; the checker counts its loss as unexplained
+        # (mutex.could_cost_lease).
         began = time.monotonic()
         delay_ms, jitter_ms = latency_toxic_ms(self.env.ttl_ms)
         latency = {"latency": delay_ms, "jitter": jitter_ms}
