@@ -507,8 +507,8 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
             # ... and on the common grant's path, where the INCR's reply is the token
             Edit(
                 "scripts/acquire.lua",
-                "    local n = redis.pcall('INCR', KEYS[2])\n",
-                "    local n = tonumber(redis.pcall('GET', KEYS[2]) or '0') + 1\n",
+                "  local n = redis.pcall('INCR', KEYS[2])\n",
+                "  local n = tonumber(redis.pcall('GET', KEYS[2]) or '0') + 1\n",
             ),
         ),
     ),
