@@ -868,9 +868,9 @@ NOTES = """\
   waits for the release's round trip and a wake-up of another process, so 8 contending workers
   make fewer acquisitions per second than with redis-py's `Lock`, whose releasing worker usually
   takes the lock straight back (and whose other workers poll every 0.1 s: see its min / mean).
-- **Uncontended commands.** Both fencedlease commands are EVALSHA; inside them, acquire reads
-  the lease key, the counter (checked before the INCR, so a bad one writes nothing) and its own
-  queue entry (a ZSCORE that finds nothing when nobody waits) before INCR and SET, and runs
+- **Uncontended commands.** Both fencedlease commands are EVALSHA; inside them, acquire asks
+  whether the lease key or the waiter queue exists (one EXISTS) before INCR (which fails on a
+  bad counter, writing nothing) and SET, and runs
   `INFO replication` on every grant (the primary's replication id: how a failover that rolled
   the counter back is seen); release asks whether anyone is queued (ZCARD) before GET and DEL.
 - **Noise.** Two cores shared with other test runs: the ratios are medians of per-round ratios
@@ -913,17 +913,17 @@ WHY["asyncio vs redis.asyncio Lock"] = (
     " rate, and fencedlease's per-operation Python is the larger."
 )
 WHY["Redis time: acquire.lua"] = (
-    "acquire.lua reads the lease key, the fencing counter (checked before the INCR, so a bad one"
-    " writes nothing) and its own queue entry (ZSCORE), then INCR and SET, and runs INFO"
-    " replication on every grant (its own row above): the smallest fencing script is a SET NX PX"
-    " and an INCR and nothing else. Each of those checks is a safety property (a failover that"
-    " rolled the counter back, a corrupt counter, the hand-off queue)."
+    "acquire.lua asks whether the lease key or the waiter queue exists (EXISTS), then INCR (a"
+    " corrupt counter fails it, writing nothing) and SET, and runs INFO replication on every"
+    " grant (its own row above, the larger part of the gap): the smallest fencing script is a"
+    " SET NX PX and an INCR and nothing else. Each of those checks is a safety property (a"
+    " failover that rolled the counter back, a corrupt counter, the hand-off queue)."
 )
 WHY["Redis time: release.lua"] = (
-    "release.lua asks whether anyone is queued (ZCARD, for the hand-off) and checks the keys'"
-    " types before the owner-checked GET and DEL, parses the stored value (`<token>:<owner>`)"
-    " where Lock's release compares the whole string, and, as every fencedlease script, first"
-    " runs the definitions of lease_common.lua, prepended to it."
+    "release.lua asks whether anyone is queued (ZCARD, for the hand-off) before the"
+    " owner-checked GET and DEL, and parses the stored value (`<token>:<owner>`) where Lock's"
+    " release compares the whole string (the definitions of lease_common.lua that a hand-off"
+    " uses are made only when one may follow)."
 )
 WHY["contention vs redis-py Lock"] = (
     "each grant waits for the release's round trip, the message to the waiter's listener and a"

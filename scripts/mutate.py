@@ -263,6 +263,8 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
                 Edit("scripts/release.lua", "  ours = holder == owner\n", "  ours = true\n"),
                 Edit("scripts/release.lua", "local ours = current and holder == owner\n", "local ours = current and true\n"),
             )),
+            # ... and on the common release's path, when nobody waits
+            Edit("scripts/release.lua", "    if holder ~= owner then\n      return 0\n", "    if false then\n      return 0\n"),
         ),
     ),
     Mutant(
@@ -500,7 +502,15 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
         "acquire without INCR (token not increasing)",
         "acquire.lua grants counter + 1 but never INCRs the counter",
         ("redis-lock",),
-        (Edit("scripts/acquire.lua", "redis.call('INCR', KEYS[2])\nredis.call('SET'", "redis.call('SET'"),),
+        (
+            Edit("scripts/acquire.lua", "redis.call('INCR', KEYS[2])\nredis.call('SET'", "redis.call('SET'"),
+            # ... and on the common grant's path, where the INCR's reply is the token
+            Edit(
+                "scripts/acquire.lua",
+                "  local n = redis.pcall('INCR', KEYS[2])\n",
+                "  local n = tonumber(redis.pcall('GET', KEYS[2]) or '0') + 1\n",
+            ),
+        ),
     ),
     Mutant(
         "renew-after-ttl",

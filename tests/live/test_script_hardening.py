@@ -197,7 +197,7 @@ def test_renew_many_refuses_a_foreign_key_alone(
 
 
 @pytest.mark.parametrize("face", FACES)
-@pytest.mark.parametrize("start", [2**53 - 1, 2**53, 2**63 - 3])
+@pytest.mark.parametrize("start", [2**53 - 2, 2**53 - 1, 2**53, 2**63 - 3])
 def test_tokens_are_exact_consecutive_integers(
     redis_url: str, admin: redis.Redis, face: str, start: int
 ) -> None:
@@ -230,6 +230,24 @@ def test_a_counter_at_2_63_minus_1_is_refused_with_nothing_written(
         call(face, redis_url, "acquire", KEY, OTHER, 5_000)
     assert snapshot(admin) == before
     assert admin.get(COUNTER) == str(MAX_FENCING_TOKEN).encode() and admin.exists(LEASE) == 0
+
+
+@pytest.mark.parametrize("face", FACES)
+@pytest.mark.parametrize(
+    "counter",
+    [-1, -3, -(2**53) + 1, -(2**53), -(2**53) - 1, -(10**16), -(2**63)],
+)
+def test_a_negative_counter_is_refused_and_left_exactly_as_it_was(
+    redis_url: str, admin: redis.Redis, face: str, counter: int
+) -> None:
+    """A free key's grant INCRs the counter first (its reply is the token): a negative counter is
+    put back exactly, beyond 2**53 too (-(10**16) + 1 ends in nines), TTL kept, and refused."""
+    admin.set(COUNTER, counter, px=60_000)
+    before = snapshot(admin)
+    with pytest.raises(BackendError, match=re.escape(f"fencing counter {COUNTER} is negative")):
+        call(face, redis_url, "acquire", KEY, OWNER, 5_000)
+    assert snapshot(admin) == before
+    assert admin.get(COUNTER) == str(counter).encode() and admin.exists(LEASE) == 0
 
 
 @pytest.mark.parametrize("face", FACES)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 from pathlib import Path
 
 import pytest
 
 from fencedlease._redis.keys import resource_keys
-from fencedlease._redis.scripts import Script
+from fencedlease._redis.scripts import Script, definitions
 
 OPS = ["accept", "set", "hset", "get", "hgetall"]
 
@@ -33,10 +34,15 @@ def test_each_script_opens_with_keys_argv_and_returns(name: str) -> None:
 
 @pytest.mark.parametrize("op", OPS)
 def test_each_loaded_script_is_the_check_then_the_op(op: str) -> None:
-    """The script sent to Redis is fenced_check.lua followed by fenced_<op>.lua, so the rule exists
-    once in Lua, and only the check calls HMGET on the fence."""
+    """The script sent to Redis is fenced_check.lua's header and the definitions the op uses
+    (the check always), then fenced_<op>.lua, so the rule exists once in Lua, and only the check
+    calls HMGET on the fence."""
     loaded = Script.load(f"fenced_{op}", "fenced_check", f"fenced_{op}")
-    assert loaded.source == script_text("fenced_check") + "\n" + script_text(f"fenced_{op}")
+    own = script_text(f"fenced_{op}")
+    header, chunks = definitions(script_text("fenced_check"))
+    used = [body for name, body in chunks if name != "fenced_read" or op in ("get", "hgetall")]
+    assert loaded.source == "\n".join([header, *used, own])
+    assert re.search(r"\bfence(_check|d_read)\(", own)
     assert "HMGET" not in script_text(f"fenced_{op}")
     # the check runs once: called by the op, or by fenced_check.lua's fenced_read for a read
     own = script_text(f"fenced_{op}")

@@ -11,6 +11,7 @@ operation is one command. Errors are left to the caller's
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence
 from importlib import resources
 from typing import Any, Final, NamedTuple
@@ -61,17 +62,101 @@ class Script:
 
     @classmethod
     def load(cls, name: str, *parts: str) -> Script:
-        """``scripts/<name>.lua``; or, given ``parts``, the files ``scripts/<part>.lua`` joined by
-        newlines, in order, under ``name``."""
+        """``scripts/<name>.lua``; or, given ``parts``, the last one, ``scripts/<part>.lua``, sent
+        with the definitions it uses from the files before it (see `assemble`), under ``name``.
+
+        Raises:
+            ValueError: a shared file holds a statement that is not a definition (see
+                `definitions`).
+        """
         folder = resources.files("fencedlease").joinpath("scripts")
-        source = "\n".join(
-            folder.joinpath(f"{part}.lua").read_text("utf-8") for part in (parts or (name,))
-        )
+        texts = [folder.joinpath(f"{part}.lua").read_text("utf-8") for part in (parts or (name,))]
+        source = assemble(texts[:-1], texts[-1])
         return cls(name, source, hashlib.sha1(source.encode()).hexdigest())  # noqa: S324 (Redis's id)
 
 
+#: A line of a script's own file after which go the shared definitions used only below it (see
+#: `assemble`).
+SHARED_HERE: Final = "-- [shared definitions used below]"
+
+# A Lua token that can hold a name: a quoted string or a comment (skipped), or a word.
+_LUA_WORDS: Final = re.compile(r"""'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*"|--[^\n]*|(\w+)""")
+# A top-level definition: ``local function name(`` or ``local name =``.
+_DEFINES: Final = re.compile(r"local (?:function )?(\w+)\s*[(=]")
+
+
+def words(code: str) -> set[str]:
+    """The names ``code`` mentions, strings and comments left out."""
+    return {m.group(1) for m in _LUA_WORDS.finditer(code) if m.group(1)}
+
+
+def definitions(text: str) -> tuple[str, list[tuple[str, str]]]:
+    """A shared file's header (its opening lines before the first blank line, when a definition
+    follows it) and its top-level definitions, ``(name, text)`` in order: each from the comment
+    lines right above its ``local`` line (at column 0) to the next one's.
+
+    Raises:
+        ValueError: a line at column 0 that is neither a comment, a ``local`` definition of one
+            name nor the ``end`` of one (top-level code, which no definition could carry).
+    """
+    lines = text.rstrip("\n").split("\n")
+    starts = []
+    for i, line in enumerate(lines):
+        if line.startswith("local "):
+            if not _DEFINES.match(line):
+                raise ValueError(f"not a definition of one name: {line!r}")
+            start = i
+            while start > 0 and lines[start - 1].startswith("--"):
+                start -= 1
+            starts.append(start)
+        elif line and not line.startswith(("--", " ", "end")):
+            raise ValueError(f"a statement outside any definition: {line!r}")
+    head_end = lines.index("") if "" in lines[: starts[0] if starts else 0] else 0
+    header = "\n".join(lines[:head_end])
+    chunks = []
+    for start, end in zip(starts, [*starts[1:], len(lines)], strict=True):
+        body = "\n".join(lines[start:end]).rstrip("\n")
+        match = _DEFINES.search(body, body.index("\nlocal ") + 1 if body.startswith("--") else 0)
+        assert match is not None  # every start is a comment run then a definition
+        chunks.append((match.group(1), body))
+    return header, chunks
+
+
+def assemble(shared: Sequence[str], own: str) -> str:
+    """A script's source: each shared file's header and the definitions the script uses (those its
+    own code names, and theirs, in the files' order), then its own file.
+
+    Each definition made costs Redis's time on every run, so a definition used only on a rarer
+    path may wait for it: the own file's line `SHARED_HERE` is followed by the definitions that
+    only the code below it uses, and the others come first.
+    """
+    if not shared:
+        return own
+    head, marker, tail = own.partition(f"\n{SHARED_HERE}\n")
+    parsed = [definitions(text) for text in shared]
+    pool = {name: body for _, chunks in parsed for name, body in chunks}
+
+    def needed(code: str, known: set[str]) -> set[str]:
+        found: set[str] = set()
+        todo = (words(code) & pool.keys()) - known
+        while todo:
+            name = todo.pop()
+            found.add(name)
+            todo |= (words(pool[name]) & pool.keys()) - found - known
+        return found
+
+    first = needed(head, set())
+    later = needed(tail, first) if marker else set()
+    parts = [header for header, _ in parsed if header]
+    parts += [body for _, chunks in parsed for name, body in chunks if name in first]
+    if not marker:
+        return "\n".join([*parts, own])
+    rest = [body for _, chunks in parsed for name, body in chunks if name in later]
+    return "\n".join([*parts, head + marker.rstrip("\n"), *rest, tail])
+
+
 # lease_common.lua holds the functions the lease scripts share (reading, token checks, the next
-# token); each script that uses them gets it prepended.
+# token); each script is sent with those it uses (`assemble`).
 ACQUIRE: Final = Script.load("acquire", "lease_common", "acquire")
 RENEW: Final = Script.load("renew", "lease_common", "renew")
 RENEW_MANY: Final = Script.load("renew_many", "lease_common", "renew_many")

@@ -32,16 +32,25 @@
 --          holds a malformed value, or the counter is not an integer in 0..2^63-2 (at 2^63-1 the
 --          next token would not exist).
 -- Tokens travel as decimal strings, never as Lua numbers (doubles, exact only up to 2^53): the
--- next token is the counter's successor computed on its digits, and the INCR's own reply is not
--- used.
--- Every read and type check comes before the first write, so a key of a foreign type, a
+-- next token is the counter's successor computed on its digits, or (the common grant below) the
+-- INCR's own reply only while it is below 2^53, else the counter read back after the INCR.
+-- Every read and type check comes before the first write (the common grant's INCR is its
+-- counter's check: it fails writing nothing), so a key of a foreign type, a
 -- malformed value or a spent counter aborts the script with nothing written; the writes that
 -- follow cannot fail on the keys' contents (only a command an ACL denies can still fail there:
 -- the manager then releases with the same owner token).
 -- An owner that holds the lease is taken out of the waiter queue (first, before the lease is
 -- written), so no later release hands the key to a waiter that is no longer waiting.
--- Runs after lease_common.lua (prepended by the client): read, lease_at, next_token, foreign_type,
--- primary_id, queue_error, queue_waiter.
+-- The common grant (no queueing arguments, 'counter' mode, neither the lease key nor the waiter
+-- queue exists: one EXISTS) is served first, before the definitions only the other cases use are
+-- made (each costs Redis's time on every run): its INCR is the counter's read and its write, and
+-- fails, writing nothing, on a counter that is not an integer or is at 2^63-1 (those cases and an
+-- ACL's refusal go on below, where next_token says why). Its reply is the token when it is exact
+-- as a Lua number (below 2^53; the counter is read back as a string above it). A reply below 1
+-- means a negative counter: a SET (KEEPTTL) puts back its value (nothing changed) and the general
+-- path below refuses it.
+-- Uses lease_common.lua's primary_id (the common grant's only definition), read, lease_at,
+-- next_token, foreign_type, queue_error, queue_waiter (see Script.load).
 redis.replicate_commands()  -- TIME and INFO before writes; required by Redis 6.2, a no-op from 7.0
 local owner = ARGV[1]
 local primary = ARGV[4] == 'primary' and primary_id() or ''
@@ -52,6 +61,31 @@ if not ttl or ttl > 2147483647 then
   return redis.error_reply('ERR fencedlease acquire: ttl_ms must be a positive integer (at most 2147483647), got '
                            .. ARGV[2])
 end
+if not ARGV[5] and ARGV[3] ~= 'clock' and redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
+  local n = redis.pcall('INCR', KEYS[2])
+  if type(n) == 'number' and n > 0 then
+    local token = n < 9007199254740992 and string.format('%d', n) or redis.call('GET', KEYS[2])
+    if primary == '' then
+      primary = primary_id()
+    end
+    redis.call('SET', KEYS[1], token .. ':' .. owner, 'PX', ARGV[2])
+    return {1, token, ttl, primary}
+  elseif type(n) == 'number' then  -- a negative counter: put back as it was, refused below
+    local back = n > -9007199254740992 and string.format('%d', n - 1)
+    if not back then  -- "-<digits>" after the INCR: the digits' successor, on the digits
+      local digits = string.sub(redis.call('GET', KEYS[2]), 2)
+      local i = #digits
+      while i > 0 and string.byte(digits, i) == 57 do  -- trailing 9s become 0s
+        i = i - 1
+      end
+      back = i == 0 and '-1' .. string.rep('0', #digits)
+             or '-' .. string.sub(digits, 1, i - 1) .. string.char(string.byte(digits, i) + 1)
+                .. string.rep('0', #digits - i)
+    end
+    redis.call('SET', KEYS[2], back, 'KEEPTTL')
+  end
+end
+-- [shared definitions used below]
 local function refuse(role, key, why)
   return redis.error_reply('ERR fencedlease acquire: the ' .. role .. ' ' .. key .. ' ' .. why)
 end

@@ -1,4 +1,5 @@
--- The fencing rule, once in Lua: the client prepends this file to each fenced_<op>.lua script.
+-- The fencing rule, once in Lua: each fenced_<op>.lua script is sent after the definitions of this
+-- file it uses.
 -- A transcription of fencedlease._fencing.decide (see its docstring); the tests hold both to one model.
 -- KEYS[1]  fence state key  <prefix>:{<name>}:resource:fence  a hash {token, fp, key}; no TTL, never
 --          deleted by the library
@@ -17,6 +18,7 @@
 -- decimal is an error reply, not a guess.
 -- The check writes nothing: the op writes its data first and then fence_commit, so an op that fails
 -- (WRONGTYPE) aborts the script before the fence moved.
+
 local function canonical_token(text)
   return type(text) == 'string' and #text <= 19
     and (text == '0' or string.match(text, '^[1-9]%d*$') ~= nil)

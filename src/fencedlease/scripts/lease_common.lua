@@ -1,8 +1,10 @@
--- What the lease scripts share: the client prepends this file to acquire.lua, release.lua,
--- renew.lua, renew_many.lua and enqueue.lua (it defines functions only; it sends no command).
+-- What the lease scripts share: acquire.lua, release.lua, renew.lua, renew_many.lua and enqueue.lua
+-- are each sent with the definitions of this file that they use (it defines functions only; it
+-- sends no command; see Script.load in fencedlease._redis.scripts).
 -- The hand-off queue's writing (queue_error, queue_waiter) is shared by enqueue.lua and acquire.lua,
 -- which queues a refused caller that will wait.
 -- Tokens travel as decimal strings, never as Lua numbers (doubles, exact only up to 2^53).
+
 local MAX_TOKEN = '9223372036854775807'
 local function read(...)  -- a read that cannot abort the script: its reply, or nil and the error
   local reply = redis.pcall(...)
@@ -23,10 +25,10 @@ local function lease_value(value)
   end
   return nil
 end
--- The lease at `key`: its value, token and owner (false, nil, nil when the key is missing); or
--- nil, nil, nil and why it cannot be used (it cannot be read, or holds a malformed value).
-local function lease_at(key)
-  local value, err = read('GET', key)
+-- The lease a GET of its key answered (`read`'s reply and error): its value, token and owner
+-- (false, nil, nil when the key is missing); or nil, nil, nil and why it cannot be used (it
+-- cannot be read, or holds a malformed value).
+local function lease_of(value, err)
   if err then
     return nil, nil, nil, 'cannot be read: ' .. err
   end
@@ -38,6 +40,10 @@ local function lease_at(key)
     return nil, nil, nil, 'holds a malformed value (not "<fencing_token>:<owner>")'
   end
   return value, token, holder
+end
+-- The lease at `key`, as lease_of tells it.
+local function lease_at(key)
+  return lease_of(read('GET', key))
 end
 -- The type of `key` when it is neither `want` nor missing (a key a write would fail on), else nil.
 local function foreign_type(key, want)
@@ -98,9 +104,17 @@ end
 -- The replication id of the primary this script runs on (master_replid of INFO replication): a
 -- promoted replica starts a new one, so a client that sees it change knows the primary changed
 -- (and that a counter may have rolled back). '' when INFO is refused (an ACL without it).
+-- The field is found by a plain search, then its hex digits matched from there (an unanchored
+-- pattern would try every position of the reply); the pattern over the whole reply answers only
+-- when that first occurrence is not followed by hex digits.
 local function primary_id()
   local info = redis.pcall('INFO', 'replication')
-  return type(info) == 'string' and string.match(info, 'master_replid:(%x+)') or ''
+  if type(info) ~= 'string' then
+    return ''
+  end
+  local at = string.find(info, 'master_replid:', 1, true)
+  return at and (string.match(info, '^%x+', at + 14) or string.match(info, 'master_replid:(%x+)'))
+         or ''
 end
 -- Why the queueing arguments of a waiter (enqueue.lua, acquire.lua) cannot be used, or nil when
 -- they can: `args` holds wait_ms, ttl_ms, grace_ms, listener id and flag, `names` what the error

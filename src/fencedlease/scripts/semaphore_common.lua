@@ -1,8 +1,9 @@
--- What the semaphore scripts share: the client prepends this file (after lease_common.lua) to
+-- What the semaphore scripts share: sent (after lease_common.lua), as the definitions each uses, with
 -- semaphore_acquire.lua, semaphore_renew_many.lua, semaphore_release.lua and semaphore_count.lua.
 -- A semaphore name's slots are a sorted set (owner token -> expiry deadline, Redis TIME in ms)
 -- and a hash (owner token -> fencing token) sharing the name's hash tag; both carry a TTL up to
 -- the latest deadline, so nothing outlives its slots.
+
 -- The server's clock in whole milliseconds (TIME; a script that writes after it needs
 -- redis.replicate_commands() first on Redis 6.2).
 local function now_ms()
