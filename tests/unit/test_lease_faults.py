@@ -310,9 +310,9 @@ def test_an_evicted_holder_told_late_or_never_is_reported(lost_at: float | None,
     )
 
 
-# The latency toxic of a 1000 ms ttl delays a reply by up to 250 + 100 ms.
+# The latency toxic of a 1000 ms ttl delays a reply by up to 200 + 50 ms.
 SLOWED = [
-    ("latency", "w1", 0.8 + 0.35),  # the renewal answered 0 may come late by the toxic
+    ("latency", "w1", 0.8 + 0.25),  # the renewal answered 0 may come late by the toxic
     ("partition", "w1", 0.9 + 0.5),  # two heartbeats from the cut's end
     ("pause-holder", "w1", 0.9 + 0.5),
     ("redis-pause", None, 0.9 + 0.5),  # a fault on all of Redis slows every holder

@@ -264,12 +264,12 @@ def test_latency_with_a_connection_made_meanwhile_explains_a_loss(
 
 
 def test_which_faults_could_cost_a_healthy_lease() -> None:
-    # The latency toxic delays replies by at most 0.35 ttl: a heartbeat of ttl/4 and two such
-    # replies (a wait for a batch in flight, then its own) fit in the ttl...
+    # The latency toxic delays replies by at most 0.25 ttl: a heartbeat of ttl/4 (or one delay,
+    # the larger) and two more (a wait for a batch in flight, then its own reply) fit in the ttl...
     assert not could_cost_lease("latency", 1000, 250)
-    assert not could_cost_lease("latency", 1000, 299)
-    # ...but not with a heartbeat of 0.3 ttl or more.
-    assert could_cost_lease("latency", 1000, 300)
+    assert not could_cost_lease("latency", 1000, 499)
+    # ...but not with a heartbeat of ttl/2 (the largest the library allows).
+    assert could_cost_lease("latency", 1000, 500)
     kept = ("client-kill", "script-flush", "clock")
     assert [k for k in kept if could_cost_lease(k, 1000, 250)] == []
     assert could_cost_lease("partition", 1000, 250)

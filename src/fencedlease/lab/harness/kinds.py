@@ -212,7 +212,7 @@ def latency_toxic_ms(ttl_ms: int) -> tuple[int, int]:
     """The ``latency`` fault's toxic for leases of ``ttl_ms``: ``(latency, jitter)`` in
     milliseconds, added to every reply on the holder's proxy (a reply is late by at most their
     sum)."""
-    return ttl_ms // 4, ttl_ms // 10
+    return ttl_ms // 5, ttl_ms // 20
 
 
 def fault_duration_s(kind: str, ttl_ms: int, heartbeat_ms: int) -> float:

@@ -27,15 +27,14 @@ promise, from what each worker was told:
     could cause it active within ``[L - ttl - heartbeat, L]`` (a fault of Redis, or one aimed at
     the holder). A fault that cannot take a lease away explains none
     ([`LEASE_KEEPING_FAULTS`][fencedlease.lab.harness.mutex.LEASE_KEEPING_FAULTS]: a wall-clock
-    jump, a killed connection, flushed scripts, and replies late by so little that a heartbeat
-    and two of them fit in the ttl, which the ``latency`` fault's are: the renewal sent a
-    heartbeat after the last confirmed one, even one that first waits for a batch in flight, is
-    answered before that one's deadline). The ``latency`` fault holds its victim in one
-    lease for its whole length, and is the only fault on that worker and on Redis while it is in
-    force: a renewer that renews too late, or lets a slow reply cost the lease, is caught there
-    whatever else the run did. A loss with no cause means the library let a healthy lease
-    expire. Losses because the manager was closed (the run stopping) are not losses of this
-    kind.
+    jump, a killed connection, flushed scripts, and replies late by so little that the larger of
+    a heartbeat and one of them, plus two more, fit in the ttl, which the ``latency`` fault's
+    are: see [`could_cost_lease`][fencedlease.lab.harness.mutex.could_cost_lease]). The
+    ``latency`` fault holds its victim in one lease for its whole length, and is the only fault
+    on that worker and on Redis while it is in force: a renewer that renews too late, or lets a
+    slow reply cost the lease, is caught there whatever else the run did. A loss with no cause
+    means the library let a healthy lease expire. Losses because the manager was closed (the
+    run stopping) are not losses of this kind.
 
 The events read (the history's [`Event`][fencedlease.lab.harness.Event]):
 
@@ -90,8 +89,8 @@ EMPTYING_FAULTS: Final = frozenset({"redis-restart-nopersist"})
 HARMLESS_FAULTS: Final = frozenset({"clock"})
 #: Faults that cannot take a healthy lease away (``disrupts`` false in
 #: [`FAULTS`][fencedlease.lab.harness.kinds.FAULTS]): a loss with only these in force is
-#: unexplained. ``latency`` explains a loss only when a heartbeat and twice its toxic's largest
-#: delay reach the ttl (see [`could_cost_lease`][fencedlease.lab.harness.mutex.could_cost_lease]).
+#: unexplained. ``latency`` explains a loss only when its toxic's delay is large enough (see
+#: [`could_cost_lease`][fencedlease.lab.harness.mutex.could_cost_lease]).
 LEASE_KEEPING_FAULTS: Final = frozenset(kind for kind, info in FAULTS.items() if not info.disrupts)
 #: Loss reasons that are no fault's doing (the manager closed, the process forked).
 _SELF_INFLICTED: Final = ("manager was closed", "forked")
@@ -363,17 +362,20 @@ def could_cost_lease(kind: str, ttl_ms: int, heartbeat_ms: int) -> bool:
     """Whether a fault of ``kind`` may cost a healthy holder its lease of ``ttl_ms`` renewed
     every ``heartbeat_ms``: any kind not in
     [`LEASE_KEEPING_FAULTS`][fencedlease.lab.harness.mutex.LEASE_KEEPING_FAULTS] (a kind the
-    table does not know counts as one that may), and ``latency`` when ``heartbeat_ms`` plus
-    twice its toxic's largest delay
-    ([`latency_toxic_ms`][fencedlease.lab.harness.kinds.latency_toxic_ms]) reaches ``ttl_ms``:
-    a lease due a heartbeat after its last confirmed send may wait for one of the renewer's
-    batches in flight to come back (`fencedlease._schedule.MAX_IN_FLIGHT`), then for its own,
-    each late by the delay. (The renewal schedule keeps every lease within that bound,
-    ``tests/unit/test_renewal_in_flight.py``; at ttl 1000 and heartbeat 250 a 450 ms delay
-    already loses one.)"""
+    table does not know counts as one that may), and ``latency`` when the larger of
+    ``heartbeat_ms`` and its toxic's largest delay ``d``
+    ([`latency_toxic_ms`][fencedlease.lab.harness.kinds.latency_toxic_ms]), plus ``2 d``,
+    reaches ``ttl_ms``: a lease is due a heartbeat after its last confirmed send, or when the
+    reply of an acquire sent through the slow link comes (``d`` after the send, its deadline's
+    origin); it may then wait for one of the renewer's batches in flight to come back
+    (`fencedlease._schedule.MAX_IN_FLIGHT`), then for its own reply, each late by ``d``. (The
+    renewal schedule keeps every lease within that bound,
+    ``tests/unit/test_renewal_in_flight.py``; at ttl 1000 and heartbeat 250 three leases
+    acquired together through a 344 ms delay already lose one.)"""
     if kind == "latency":
         delay_ms, jitter_ms = latency_toxic_ms(ttl_ms)
-        return heartbeat_ms + 2 * (delay_ms + jitter_ms) >= ttl_ms
+        largest = delay_ms + jitter_ms
+        return max(heartbeat_ms, largest) + 2 * largest >= ttl_ms
     return kind not in LEASE_KEEPING_FAULTS
 
 

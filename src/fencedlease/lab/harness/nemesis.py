@@ -11,7 +11,7 @@ Kinds ([`FAULTS`][fencedlease.lab.harness.kinds.FAULTS]):
 
 | kind | what it does |
 | --- | --- |
-| ``latency`` | Toxiproxy ``latency`` toxic on the holder's proxy (ttl/4 ± ttl/10) |
+| ``latency`` | Toxiproxy ``latency`` toxic on the holder's proxy (ttl/5 ± ttl/20) |
 | ``partition`` | the holder's proxy disabled (listener and connections closed) |
 | ``timeout`` | Toxiproxy ``timeout`` 0 on the holder's proxy: a black hole |
 | ``reset-peer`` | Toxiproxy ``reset_peer``: the holder's connections get TCP RST |
@@ -482,9 +482,9 @@ class Nemesis:
         self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
     ) -> None:
         # The victim's next lease is held through the slow replies (its body stretched over
-        # the fault): a healthy renewer keeps it, since a heartbeat and two replies late by the
-        # toxic fit in the ttl; the checker counts its loss as unexplained
-        # (mutex.could_cost_lease).
+        # the fault): a healthy renewer keeps it, since the larger of a heartbeat and a reply's
+        # delay, plus two more delays, fit in the ttl; the checker counts its loss as
+        # unexplained (mutex.could_cost_lease).
         began = time.monotonic()
         delay_ms, jitter_ms = latency_toxic_ms(self.env.ttl_ms)
         latency = {"latency": delay_ms, "jitter": jitter_ms}
