@@ -105,16 +105,14 @@ end
 -- promoted replica starts a new one, so a client that sees it change knows the primary changed
 -- (and that a counter may have rolled back). '' when INFO is refused (an ACL without it).
 -- The field is found by a plain search, then its hex digits matched from there (an unanchored
--- pattern would try every position of the reply); the pattern over the whole reply answers only
--- when that first occurrence is not followed by hex digits.
+-- pattern would try every position of the reply).
 local function primary_id()
   local info = redis.pcall('INFO', 'replication')
   if type(info) ~= 'string' then
     return ''
   end
   local at = string.find(info, 'master_replid:', 1, true)
-  return at and (string.match(info, '^%x+', at + 14) or string.match(info, 'master_replid:(%x+)'))
-         or ''
+  return at and string.match(info, '^%x+', at + 14) or ''
 end
 -- Why the queueing arguments of a waiter (enqueue.lua, acquire.lua) cannot be used, or nil when
 -- they can: `args` holds wait_ms, ttl_ms, grace_ms, listener id and flag, `names` what the error
