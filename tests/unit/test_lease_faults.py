@@ -271,26 +271,6 @@ def test_an_access_handed_off_before_the_notice_is_not_reported() -> None:
     assert report.property("loss-reported").violations == ()
 
 
-@pytest.mark.parametrize(("recheck_at", "reported"), [(0.45, False), (0.7, False), (0.8, True)])
-def test_a_write_after_its_recheck_was_handed_off_in_time_is_not_reported(
-    recheck_at: float, reported: bool
-) -> None:
-    """The store's thread runs a fenced write's recheck and the write as one job: a recheck
-    handed off before the notice (or within the hand-off allowance) that a cut-off store held
-    past it delays the write it leads to, which is not the body going on."""
-    events = body_after_loss(["sync", "asyncio"], 1.0)
-    fields: dict[str, Any] = {"id": 3, "grant": 0, "key": "a", "token": 3}
-    events.append(Event("w1", "recheck", "invoke", recheck_at, 1e9 + recheck_at, **fields))
-    events.append(Event("w1", "recheck", "ok", 0.99, 1e9 + 0.99, **fields))
-    report = check_history(sorted(events, key=lambda e: e.mono))
-    violations = report.property("loss-reported").violations
-    assert [v.message.split(": its ")[1] for v in violations] == (
-        ["write was invoked at 1.00 s; the body is cancelled at the loss notice."]
-        if reported
-        else []
-    )
-
-
 def test_an_evicted_holder_is_told_within_two_heartbeats() -> None:
     report = check_history(body_after_loss(["sync", "sync"], 1.0, lost_at=0.8))
     assert report.property("loss-reported").violations == ()

@@ -156,7 +156,9 @@ async def _cycle(
                 while (left := cycle.body_left(until)) > 0:
                     await asyncio.sleep(min(left, 0.02))
                 cycle.phase(WRITING)
-                await run(cycle.write, store, lease, value + 1)
+                # Two store calls: a loss notice while the recheck runs cancels the write.
+                await run(cycle.recheck, store, lease)
+                await run(cycle.write_only, store, lease, value + 1)
             finally:
                 cycle.body_end = time.monotonic()
             cycle.phase(RELEASING)

@@ -504,12 +504,11 @@ class Cycle:
         fenced = self.config.mode == "fenced"
         return int(self.access("read", None, lambda: store.read(lease, fenced=fenced)))
 
-    def write(self, store: Any, lease: Any, value: int) -> None:
-        """Write ``value`` to the key's counter (fenced unless ``unfenced``). On a strict store
-        in ``fenced`` mode, first a ``recheck``: the token its read had accepted, presented once
-        more in strict mode; the store must refuse it (``ok`` with outcome ``refused``; an
-        ``accepted`` recheck is a violation of property ``a``)."""
-        fenced = self.config.mode != "unfenced"
+    def recheck(self, store: Any, lease: Any) -> None:
+        """On a strict store in ``fenced`` mode, a ``recheck`` before the write: the token its
+        read had accepted, presented once more in strict mode; the store must refuse it (``ok``
+        with outcome ``refused``; an ``accepted`` recheck is a violation of property ``a``).
+        Nothing on any other store."""
         strict_key = getattr(store, "strict_key", None)
         if self.config.mode == "fenced" and strict_key is not None and strict_key(self.key):
             check = self.writer.invoke("recheck", grant=self.grant, key=self.key, token=self.token)
@@ -519,6 +518,17 @@ class Cycle:
                 check.info(outcome="backend-error", detail={"error": _describe(exc)})
                 raise
             check.ok(outcome="accepted" if again else "refused")
+
+    def write(self, store: Any, lease: Any, value: int) -> None:
+        """Write ``value`` to the key's counter (fenced unless ``unfenced``), after its
+        `recheck` (the asyncio worker runs the two as separate store calls instead, so that a
+        loss notice between them cancels the write: `write_only`)."""
+        self.recheck(store, lease)
+        self.write_only(store, lease, value)
+
+    def write_only(self, store: Any, lease: Any, value: int) -> None:
+        """The write of `write`, without the recheck."""
+        fenced = self.config.mode != "unfenced"
         self.access("write", value, lambda: store.write(value, lease, fenced=fenced))
 
     def completed(self) -> None:

@@ -28,7 +28,7 @@ cancelled, their bodies learn of the loss from the resource's fence and the end 
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Final
 
 from ..extract import Access, Fault, Grant
@@ -82,28 +82,21 @@ def runs_after_loss(
     accesses: Sequence[Access],
     workers: frozenset[str],
     faults: Sequence[Fault] = (),
-    rechecks: Mapping[tuple[str, int], float] | None = None,
 ) -> list[tuple[Grant, Access]]:
     """The accesses of a grant held by one of ``workers`` invoked more than
     [`HANDED_OFF_S`][fencedlease.lab.harness.properties.loss_reported.HANDED_OFF_S] after that
     grant's loss notice, each with its grant, in history order; not one whose worker a
     [`FREEZING_FAULTS`][fencedlease.lab.harness.properties.loss_reported.FREEZING_FAULTS] fault
     (of ``faults``) froze between the notice and the invocation (its store's thread recorded the
-    handed-off access when the process ran again), nor a ``write`` whose grant's ``recheck`` was
-    invoked by then (``rechecks``: its invocation time by ``(process, grant)``): the store's
-    thread runs a fenced write's recheck and the write as one job, so a write after a recheck
-    that was handed off in time was handed off with it (a recheck a cut-off store held past
-    the notice delays it)."""
+    handed-off access when the process ran again). (The asyncio worker hands a fenced write's
+    ``recheck`` and the write to the store's thread as two calls, so a notice while a cut-off
+    store holds the recheck cancels the write.)"""
     lost = {(g.process, g.id): g for g in grants if g.lost is not None and g.process in workers}
     frozen = [f for f in faults if f.kind in FREEZING_FAULTS and f.type == "ok"]
-    rechecks = rechecks or {}
     found = []
     for access in accesses:
         grant = lost.get((access.process, access.grant)) if access.grant is not None else None
         if grant is None or grant.lost is None or access.invoked <= grant.lost + HANDED_OFF_S:
-            continue
-        recheck = rechecks.get((grant.process, grant.id))
-        if access.op == "write" and recheck is not None and recheck <= grant.lost + HANDED_OFF_S:
             continue
         if any(
             f.target == access.process
@@ -189,19 +182,10 @@ def _cancelled_bodies(ctx: Context) -> tuple[int, list[Violation]]:
             grant.key,
         )
         for grant, access in runs_after_loss(
-            ctx.data.grants, ctx.data.accesses, workers, ctx.data.faults, _rechecks(ctx.events)
+            ctx.data.grants, ctx.data.accesses, workers, ctx.data.faults
         )
     ]
     return checked, violations
-
-
-def _rechecks(events: Sequence[Event]) -> dict[tuple[str, int], float]:
-    """When each grant's ``recheck`` was invoked, by ``(process, grant)``."""
-    return {
-        (e.process, e.grant): e.mono
-        for e in events
-        if e.op == "recheck" and e.type == "invoke" and e.grant is not None
-    }
 
 
 def evict_notice_due(
