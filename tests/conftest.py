@@ -44,6 +44,29 @@ def wait_until(
         time.sleep(poll_s)
 
 
+_EXPIRY_SNAPSHOT = """
+local before = redis.call('TIME')
+local left = {}
+for i, key in ipairs(KEYS) do
+  left[i] = redis.call('PTTL', key)
+end
+local after = redis.call('TIME')
+return {before[1], before[2], after[1], after[2], unpack(left)}
+"""
+
+
+def expiry_ms(client: redis.Redis, *keys: str) -> list[int]:
+    """Each key's expiry as an absolute Redis ``TIME`` in ms (PEXPIRETIME, which Redis 6.2 lacks),
+    read in one script whose two clock readings fall in one millisecond, so two keys that expire
+    at one moment read equal; -1 (no TTL) and -2 (no key) are given as they are."""
+    while True:
+        reply = client.eval(_EXPIRY_SNAPSHOT, len(keys), *keys)
+        before = int(reply[0]) * 1000 + int(reply[1]) // 1000
+        after = int(reply[2]) * 1000 + int(reply[3]) // 1000
+        if before == after:
+            return [before + int(left) if int(left) >= 0 else int(left) for left in reply[4:]]
+
+
 async def async_wait_until(
     condition: Callable[[], object], what: str, *, timeout_s: float = 10.0, poll_s: float = 0.005
 ) -> None:

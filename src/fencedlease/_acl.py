@@ -55,6 +55,7 @@ SCRIPT_COMMANDS: Final[tuple[str, ...]] = (
     "EXISTS",
     "TYPE",
     "PEXPIRE",
+    "PEXPIREAT",  # the semaphore's two keys, and the hand-off queue's, expire at one moment
     "PTTL",
     "TIME",
     "ZADD",

@@ -16,7 +16,7 @@ import pytest
 import redis
 import redis.asyncio
 
-from conftest import wait_until
+from conftest import expiry_ms, wait_until
 from fencedlease import AcquireResult, LeaseManager
 from fencedlease._handoff import WaitRequest, waiter_name
 from fencedlease._handoff_sync import Handoff
@@ -192,10 +192,34 @@ def test_queue_keys_expire_by_themselves(
     )
     for name in names:
         assert 0 < redis_client.pttl(name) <= 400 + 2 * 200
+    first, second = expiry_ms(redis_client, *names)
+    assert first == second
     waiter.join()
     wait_until(
         lambda: redis_client.exists(*names) == 0, "the waiter queue and its metadata to be gone"
     )
+
+
+def test_the_queue_and_its_details_expire_at_one_moment(
+    managers: list[LeaseManager], redis_client: redis.Redis
+) -> None:
+    """Details kept longer than the queue (a waiter of 5 s left them; a 400 ms waiter queues now):
+    both keys take the later expiry, so the queue never goes before its details."""
+    holder = managers[0].acquire("queue-apart", ttl_ms=10_000).lease
+    assert holder is not None
+    names = (waiters_key("h", "queue-apart"), waiters_meta_key("h", "queue-apart"))
+    redis_client.hset(names[1], "departed", "1:1:1")
+    redis_client.pexpire(names[1], 5_000)
+    left_before = expiry_ms(redis_client, names[1])[0]
+    waiter = threading.Thread(
+        target=managers[1].acquire, args=("queue-apart",), kwargs={"wait_ms": 400}
+    )
+    waiter.start()
+    wait_until(lambda: redis_client.exists(names[0]) == 1, "the waiter queue to exist")
+    queue_at, details_at = expiry_ms(redis_client, *names)
+    waiter.join()
+    assert queue_at == details_at
+    assert abs(queue_at - left_before) <= 1  # PTTL and TIME may read clocks a millisecond apart
 
 
 def test_no_listener_thread_after_close(redis_url: str, redis_client: redis.Redis) -> None:

@@ -20,6 +20,7 @@ import pytest
 import redis
 import redis.asyncio
 
+from conftest import expiry_ms
 from contract.semaphore_model import SlotModel
 from fencedlease import (
     BackendError,
@@ -435,3 +436,35 @@ def test_thousands_of_expired_slots_are_purged_in_one_grant(redis_client: redis.
     assert (reply.acquired, reply.fencing_token) == (True, 2_501)
     assert redis_client.zcard("t:{big}:semaphore") == 1
     assert redis_client.hkeys("t:{big}:semaphore:tokens") == [b"last"]
+
+
+def test_both_slot_keys_expire_at_the_latest_deadline(redis_client: redis.Redis) -> None:
+    """After a grant, a renewal and a release, the slot set and its token hash expire at one
+    absolute moment, the latest slot deadline: two relative expiries could fall a millisecond
+    apart, and a slot set gone first left the hash's fields to the next grant."""
+    store = _store(redis_client)
+    keys = ("t:{apart}:semaphore", "t:{apart}:semaphore:tokens")
+
+    def latest_deadline() -> int:
+        return int(redis_client.zrange(keys[0], -1, -1, withscores=True)[0][1])
+
+    assert store.acquire("apart", "a", LONG, 3).acquired
+    assert store.acquire("apart", "b", 2 * LONG, 3).acquired
+    assert expiry_ms(redis_client, *keys) == [latest_deadline()] * 2
+    assert store.renew_many([("apart", "a", 3 * LONG)]) == [1]
+    assert expiry_ms(redis_client, *keys) == [latest_deadline()] * 2
+    assert store.release("apart", "a") is True
+    assert expiry_ms(redis_client, *keys) == [latest_deadline()] * 2
+
+
+def test_a_token_hash_without_its_slot_set_is_dropped_by_the_next_grant(
+    redis_client: redis.Redis,
+) -> None:
+    """Token fields whose slot set is gone (keys an earlier version let expire apart) are orphans:
+    the next grant deletes them and the hash holds only the new slot's token."""
+    store = _store(redis_client)
+    redis_client.hset("t:{orphans}:semaphore:tokens", mapping={"gone1": "4", "gone2": "5"})
+    redis_client.pexpire("t:{orphans}:semaphore:tokens", LONG)
+    reply = store.acquire("orphans", "new", LONG, 2)
+    assert (reply.acquired, reply.fencing_token) == (True, 1)
+    assert redis_client.hgetall("t:{orphans}:semaphore:tokens") == {b"new": b"1"}

@@ -156,10 +156,16 @@ local function queue_waiter(zset, hash, owner, args)
     details = details .. ':' .. flag
   end
   redis.call('HSET', hash, owner, details)
-  local keep_ms = wait_ms + 2 * grace_ms
+  -- Both keys expire at one moment (PEXPIREAT), the later of now + keep and what either has left:
+  -- set apart, the queue could go a millisecond before the details and orphan them.
+  local at = now_ms + wait_ms + 2 * grace_ms
   for _, key in ipairs({zset, hash}) do
-    if redis.call('PTTL', key) < keep_ms then
-      redis.call('PEXPIRE', key, keep_ms)
+    local left = redis.call('PTTL', key)
+    if left > 0 and now_ms + left > at then
+      at = now_ms + left
     end
   end
+  at = string.format('%d', at)
+  redis.call('PEXPIREAT', zset, at)
+  redis.call('PEXPIREAT', hash, at)
 end

@@ -35,7 +35,12 @@ if not token then
   return refuse('the fencing counter ' .. KEYS[3] .. ' ' .. why)
 end
 local now = now_ms()
--- Writes from here on. Purge the slots whose deadline has come (held while now < deadline).
+-- Writes from here on. A token hash without its slot set holds only orphans (an earlier version
+-- expired the two keys apart): it goes. Then purge the slots whose deadline has come (held while
+-- now < deadline).
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('DEL', KEYS[2])
+end
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
 if #expired > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)

@@ -18,16 +18,19 @@ local function ttl_arg(s)
   end
   return ttl
 end
--- Both keys of a name expire with the latest deadline of its slots (none left: deleted).
+-- Both keys of a name expire with the latest deadline of its slots (none left: deleted), at one
+-- absolute moment (PEXPIREAT): two relative PEXPIREs can land on different milliseconds (Redis 6.2
+-- dates each from its own clock reading), and a slot set gone a millisecond before its token hash
+-- leaves the hash's fields orphaned under the next grant.
 local function expire_with_slots(slots, tokens, now)
   local last = redis.call('ZRANGE', slots, -1, -1, 'WITHSCORES')
   if #last == 0 then
     redis.call('DEL', slots, tokens)
     return
   end
-  local left = math.max(1, tonumber(last[2]) - now)
-  redis.call('PEXPIRE', slots, string.format('%d', left))
-  redis.call('PEXPIRE', tokens, string.format('%d', left))
+  local at = string.format('%d', math.max(now + 1, tonumber(last[2])))
+  redis.call('PEXPIREAT', slots, at)
+  redis.call('PEXPIREAT', tokens, at)
 end
 -- Why the slot keys cannot be used (a key of another type), or nil.
 local function foreign_slots(slots, tokens)
