@@ -89,28 +89,31 @@ class Settings:
 # -- counting what the client sends ---------------------------------------------------------------
 
 
-def _count(name: object) -> None:
-    text = name.decode() if isinstance(name, bytes) else str(name)
-    CountingConnection.sent[text.split()[0].lower()] += 1
+def _count_packed(payload: bytes) -> None:
+    """Count each command of ``payload`` (RESP arrays of bulk strings) by its name."""
+    at = 0
+    while at < len(payload):
+        end = payload.index(b"\r\n", at)
+        parts = int(payload[at + 1 : end])  # b"*<parts>"
+        at = end + 2
+        for part in range(parts):
+            end = payload.index(b"\r\n", at)
+            length = int(payload[at + 1 : end])  # b"$<length>"
+            if part == 0:
+                CountingConnection.sent[payload[end + 2 : end + 2 + length].decode().lower()] += 1
+            at = end + 2 + length + 2
 
 
 class CountingConnection(redis.Connection):
-    """A redis-py connection that counts the commands it sends, by name (pipelines included)."""
+    """A redis-py connection that counts the commands it sends, by name, at the one step every
+    command takes, whoever packed it (redis-py, a pipeline, fencedlease's packed calls)."""
 
     sent: ClassVar[Counter[str]] = Counter()
 
-    def send_command(self, *args: Any, **kwargs: Any) -> None:
-        _count(args[0])
-        super().send_command(*args, **kwargs)  # type: ignore[no-untyped-call]
-
-    def pack_command(self, *args: Any) -> Any:
-        _count(args[0])  # a command the caller packs itself (fencedlease's acquire)
-        return super().pack_command(*args)  # type: ignore[no-untyped-call]
-
-    def pack_commands(self, commands: Any) -> Any:
-        for command in commands:
-            _count(command[0])
-        return super().pack_commands(commands)  # type: ignore[no-untyped-call]
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        chunks = [command] if isinstance(command, (bytes, str)) else command
+        _count_packed(b"".join(c.encode() if isinstance(c, str) else bytes(c) for c in chunks))
+        super().send_packed_command(command, check_health)  # type: ignore[no-untyped-call]
 
 
 def counting_client(url: str) -> redis.Redis:

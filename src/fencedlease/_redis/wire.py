@@ -1,6 +1,7 @@
-"""A renewal batch packed by the library: the ``EVALSHA renew_many.lua`` command of a batch as one
-RESP frame, each lease's part built once and kept on its `RenewalItem` (no I/O here but
-`run_packed`, the sync face's send; the asyncio twin is `fencedlease._redis.aio.run_packed`).
+"""Commands packed by the library: a renewal batch's ``EVALSHA renew_many.lua`` as one RESP frame,
+each lease's part built once and kept on its `RenewalItem`, and an acquire's and a release's, each
+key's names framed once (`PackedCalls`). No I/O here but `run_packed`, the sync face's send; the
+asyncio twin is `fencedlease._redis.wire_aio.run_packed`. Replies are read by redis-py.
 
 redis-py packs a command one argument at a time (an encode call and a join per argument), three
 per lease: for a batch of 500 leases most of the renewer's CPU. A lease's key, owner token and TTL
@@ -19,10 +20,18 @@ import redis
 
 from .._clock import mark_send
 from .._schedule import RenewalItem
-from .keys import lease_key
+from .keys import KEYS_CACHED, lease_key, lease_keys
 from .scripts import Script
 
-__all__ = ["PackedRenewals", "PrimaryReads", "forget_primary", "packs_itself", "run_packed"]
+__all__ = [
+    "PackedCalls",
+    "PackedRenewals",
+    "PrimaryReads",
+    "forget_primary",
+    "frame",
+    "packs_itself",
+    "run_packed",
+]
 
 _Wire = tuple[object, bytes, bytes]
 """A lease's packed part: whose it is (the `PackedRenewals` that made it), the key's frame, and
@@ -81,6 +90,71 @@ def packs_itself(client: object) -> bool:
     return isinstance(client, redis.Redis) and client.connection is None
 
 
+def frame(value: bytes) -> bytes:
+    """``value`` as one RESP bulk string: ``$<length>\\r\\n<value>\\r\\n``."""
+    return b"$%d\r\n%b\r\n" % (len(value), value)
+
+
+_ASK_PRIMARY = frame(b"primary")
+_NOT_ASKED = frame(b"")
+
+
+class PackedCalls:
+    """``acquire.lua``'s and ``release.lua``'s commands for one backend, packed by the library
+    (keys under ``prefix``, arguments encoded by ``encode``: the client's encoder's ``encode``).
+
+    redis-py packs a command one argument at a time (about 17 us for an acquire's eleven); a
+    key's four names (`fencedlease._redis.keys.lease_keys`) are framed once here and kept for
+    the last `KEYS_CACHED` keys, so an acquire or a release frames only its owner token and
+    its few other arguments. The bytes are the command redis-py would send for the same
+    arguments (a unit test compares them)."""
+
+    def __init__(
+        self, acquire: Script, release: Script, prefix: str, encode: Callable[[Any], bytes]
+    ) -> None:
+        self._prefix, self._encode = prefix, encode
+        self._acquire = frame(b"EVALSHA") + frame(acquire.sha.encode()) + frame(b"4")
+        self._release = frame(b"EVALSHA") + frame(release.sha.encode()) + frame(b"4")
+        self._keys: dict[str, bytes] = {}
+
+    def _key_frames(self, key: str) -> bytes:
+        frames = self._keys.get(key)
+        if frames is None:
+            if len(self._keys) >= KEYS_CACHED:
+                self._keys.clear()  # an arbitrary set of keys: built again as they come back
+            encode = self._encode
+            frames = b"".join(frame(encode(name)) for name in lease_keys(self._prefix, key))
+            self._keys[key] = frames
+        return frames
+
+    def acquire(
+        self, key: str, owner_token: str, ttl_ms: int, fencing: str, queue: Sequence[object]
+    ) -> PrimaryReads:
+        """``EVALSHA acquire.lua 4 <keys> <owner_token> <ttl_ms> <fencing> [<ask> <queue>...]``,
+        the ask for the primary's id left to the connection it goes out on (`PrimaryReads`)."""
+        encode = self._encode
+        head = b"%b%b%b%b%b" % (
+            self._acquire,
+            self._key_frames(key),
+            frame(encode(owner_token)),
+            frame(b"%d" % ttl_ms),
+            frame(encode(fencing)),
+        )
+        return PrimaryReads(head, 10, [frame(encode(arg)) for arg in queue])
+
+    def release(self, key: str, owner_token: str, mode_args: Sequence[str]) -> bytes:
+        """``EVALSHA release.lua 4 <keys> <owner_token> [<mode>]`` as one RESP frame."""
+        encode = self._encode
+        tail = b"".join(frame(encode(arg)) for arg in mode_args)
+        return b"*%d\r\n%b%b%b%b" % (
+            8 + len(mode_args),
+            self._release,
+            self._key_frames(key),
+            frame(encode(owner_token)),
+            tail,
+        )
+
+
 class PrimaryReads:
     """``acquire.lua`` on a pooled connection, the primary's replication id read on every grant
     and once per connection for refusals: the script runs ``INFO replication`` (the dearest part
@@ -91,18 +165,15 @@ class PrimaryReads:
     connection was made anew (redis-py's connect callback) or answered an error (say
     ``READONLY``). A refusal on a connection that knows the id is answered with it, so a
     contended key's polls cost no INFO. The id is kept on the connection
-    (``fencedlease_primary``), updated by every grant. ``queue``: the script's arguments after
-    that one (a refused caller's queueing), which then follow ``''`` where it is not asked."""
+    (``fencedlease_primary``), updated by every grant. ``head``: the RESP frames of the
+    command's first ``count`` parts (`PackedCalls.acquire`); ``queue``: the frames of the
+    script's arguments after the ask (a refused caller's queueing), which then follow ``''``
+    where it is not asked."""
 
-    def __init__(
-        self,
-        script: Script,
-        keys: Sequence[str],
-        args: Sequence[object],
-        queue: Sequence[object] = (),
-    ) -> None:
-        self._head = ("EVALSHA", script.sha, len(keys), *keys, *args)
-        self._queue = tuple(queue)
+    def __init__(self, head: bytes, count: int, queue: Sequence[bytes] = ()) -> None:
+        self._head, self._count = head, count
+        self._queue = b"".join(queue)
+        self._queued = len(queue)
         self._asked = False
 
     def command(self, conn: Any) -> bytes:
@@ -110,8 +181,12 @@ class PrimaryReads:
         self._asked = getattr(conn, _PRIMARY, None) is None
         if self._asked:
             conn.register_connect_callback(forget_primary)  # kept once per callback by redis-py
-        ask: tuple[object, ...] = ("primary",) if self._asked else ("",) if self._queue else ()
-        return b"".join(conn.pack_command(*self._head, *ask, *self._queue))
+            ask = _ASK_PRIMARY
+        elif self._queued:
+            ask = _NOT_ASKED
+        else:
+            return b"*%d\r\n%b" % (self._count, self._head)
+        return b"*%d\r\n%b%b%b" % (self._count + 1 + self._queued, self._head, ask, self._queue)
 
     def reply(self, conn: Any, reply: Any) -> Any:
         """``reply`` with the primary's id in its place (learnt from it, or the one ``conn``
@@ -143,12 +218,13 @@ forget_primary = _Forget().primary
 
 
 def run_packed(client: redis.Redis, command: bytes | PrimaryReads) -> Any:
-    """Send ``command`` (a `PackedRenewals.command`, or an acquire of `PrimaryReads`) on one of
-    ``client``'s pooled connections and read its reply, marking the send
-    (`fencedlease._clock.mark_send`) once the connection is made. A connection that breaks is
-    dropped and the command sent once more on a new one (a pooled connection the server closed
-    meanwhile; a renewal is safe to repeat, and so is an acquire: the owner token's second try
-    finds the lease its own).
+    """Send ``command`` (a `PackedRenewals.command`, a `PackedCalls.release`, or an acquire of
+    `PrimaryReads`) on one of ``client``'s pooled connections and read its reply, marking the
+    send (`fencedlease._clock.mark_send`) once the connection is made. A connection that breaks
+    is dropped and the command sent once more on a new one (a pooled connection the server
+    closed meanwhile; a renewal is safe to repeat, and so is an acquire: the owner token's second
+    try finds the lease its own; a release that ran before its connection broke answers 0 the
+    second time, and the lease is reported lost, as redis-py's own retry of a command would).
 
     Raises:
         redis.RedisError: the reply's error (``NoScriptError`` included: the caller falls back to

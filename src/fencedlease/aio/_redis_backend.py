@@ -32,7 +32,7 @@ from .._redis.replies import (
 )
 from .._redis.scripts import ACQUIRE, INSPECT, RELEASE, RENEW, RENEW_MANY, AckedCall, Script
 from .._redis.sentinel_aio import AsyncPrimaryCheck, AsyncSwitchWatcher
-from .._redis.wire import PackedRenewals, PrimaryReads
+from .._redis.wire import PackedCalls, PackedRenewals
 from .._redis.wire_aio import packs_itself, run_packed
 from .._validate import check_prefix
 from ._handoff import AsyncHandoff
@@ -95,6 +95,7 @@ class AsyncRedisBackend:
         self._owns_client = owns_client
         self._renewal_client: redis.asyncio.Redis | None = None
         self._packer: PackedRenewals | None = None
+        self._calls: PackedCalls | None = None
 
     def _primary_switched(self) -> None:
         hook = self.on_primary_switch
@@ -207,16 +208,23 @@ class AsyncRedisBackend:
         the id read by every grant and once per connection for refusals (`PrimaryReads`),
         unless a ``WAIT`` goes with it or the client holds a connection of its own (then every
         acquire reads it)."""
-        keys = lease_keys(self.prefix, key)
-        args = (owner_token, ttl_ms, self.grants.fencing)
         if not self.grants.replica_acks and packs_itself(self.client):
             self._switches.start()
+            reads = self._packed().acquire(key, owner_token, ttl_ms, self.grants.fencing, queue)
             try:
-                reads = PrimaryReads(ACQUIRE, keys, args, queue)
                 return await run_packed(self.client, reads), None
             except NoScriptError:
                 pass  # the script cache was flushed: EVALSHA, NOSCRIPT, EVAL, as for any script
+        keys, args = lease_keys(self.prefix, key), (owner_token, ttl_ms, self.grants.fencing)
         return await self._run(self.client, ACQUIRE, keys, (*args, "primary", *queue))
+
+    def _packed(self) -> PackedCalls:
+        """The packer of this backend's acquires and releases (made on first use). No I/O."""
+        calls = self._calls
+        if calls is None:
+            encoder = cast(Any, self.client).get_encoder()  # untyped on the asyncio face
+            calls = self._calls = PackedCalls(ACQUIRE, RELEASE, self.prefix, encoder.encode)
+        return calls
 
     async def acquire(
         self, key: str, owner_token: str, ttl_ms: int, queue: Sequence[str] = ()
@@ -268,10 +276,23 @@ class AsyncRedisBackend:
             for (key, _, _), result in zip(items, results, strict=True)
         ]
 
+    async def _release_reply(self, key: str, owner_token: str) -> object:
+        """``release.lua``'s reply: packed by `PackedCalls` on a pooled connection, else (a
+        client holding a connection of its own, a ``NOSCRIPT``) as `run_script` sends it."""
+        modes = self.grants.mode_args  # the mode of a hand-off grant
+        if packs_itself(self.client):
+            try:
+                return await run_packed(
+                    self.client, self._packed().release(key, owner_token, modes)
+                )
+            except NoScriptError:
+                pass  # the script cache was flushed: EVALSHA, NOSCRIPT, EVAL, as for any script
+        keys = lease_keys(self.prefix, key)
+        return await run_script(self.client, RELEASE, keys, (owner_token, *modes))
+
     async def release(self, key: str, owner_token: str) -> bool:
-        args = (owner_token, *self.grants.mode_args)  # the mode of a hand-off grant
         try:
-            reply = await run_script(self.client, RELEASE, lease_keys(self.prefix, key), args)
+            reply = await self._release_reply(key, owner_token)
         except STORE_ERRORS as exc:
             raise store_error(f"release {key!r}", exc)  # noqa: B904
         return decode_release(reply, key)
