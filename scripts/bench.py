@@ -894,19 +894,26 @@ WHY = {
         " checks before INCR and SET, and INFO replication on every grant (2-5 us of Redis's time,"
         " the price of seeing a failover that rolled the counter back), about 10-14 us of Redis's"
         " time per acquire against 1-2. Fencing needs the acquire to be a script (INCR and SET"
-        " together, the token kept with the owner). Single runs vary by +-30 % on shared cores:"
-        " re-run when `uptime` shows a low load."
+        " together, the token kept with the owner). On the client both commands are packed by"
+        " the library, each key's names framed once (redis-py's own packing took about 17 us a"
+        " command); what is left is redis-py's pool and reply parsing and the library's"
+        " bookkeeping (the attempt, the lease's state, its events). Single runs vary by +-30 %"
+        " on shared cores: re-run when `uptime` shows a low load."
     ),
     "": "see the figures above; re-run when the machine is idle to rule out noise.",
 }
 WHY["throughput vs python-redis-lock"] = WHY["throughput vs redis-py Lock"]
 WHY["hold() vs redis-py Lock"] = (
-    "a hold is fencedlease's acquire + release (the gap to Lock above) plus registering the lease"
-    " with the renewer and taking it off again, and a thread hop: its release runs on a worker"
-    " thread the caller waits for (so that it is bounded in time while renewals go on), two"
-    " thread wake-ups per hold. A release sent from the caller's thread on a connection of the"
-    " manager's own was tried: 0.63x -> 0.77x at load 10-14, still short of 1.0x, and it needs"
-    " a connection outside redis-py's pool, so it was left out."
+    "a hold is fencedlease's acquire + release plus registering the lease with the renewer and"
+    " taking it off again (about 20 us), and a thread hop: its release runs on a worker thread"
+    " the caller waits for, so that a hung store cannot hold the caller past the lease's"
+    " deadline whatever the client's timeouts. The hop, not the work, is the gap: measured on"
+    " 2026-12-02 (load ~1), a hold ran 1,400 a second with the hop and 2,650-2,850 with the"
+    " release run on the caller's thread (Lock 3,080-3,150), and the acquire that follows a hop"
+    " runs slower too (the threads and Redis trade the two cores). Releasing on the caller's"
+    " thread keeps the bound only on a connection that is already made (a read timeout bounds"
+    " the reply; a connect or its handshake has no bound of the library's), so it needs"
+    " connected connections of the manager's own: not done yet."
 )
 WHY["asyncio vs redis.asyncio Lock"] = (
     "the same two scripts as on the sync face against Lock's SET NX PX and small release script"

@@ -49,6 +49,7 @@ NAMES: dict[str, str] = {
     "AsyncRedisBackend": "RedisBackend",
     "AsyncRedisClusterBackend": "RedisClusterBackend",
     "AsyncReleaseWaiter": "ReleaseWaiter",
+    "AsyncReleases": "Releases",
     "AsyncRenewer": "Renewer",
     "AsyncSemaphore": "Semaphore",
     "AsyncSemaphoreLease": "SemaphoreLease",

@@ -28,7 +28,14 @@ from typing import Protocol
 from ._errors import BackendError
 from ._protocol import AcquireReply, InspectReply
 
-__all__ = ["AsyncLeaseBackend", "LeaseBackend", "RenewItem", "fencing_scope_of"]
+__all__ = [
+    "AsyncLeaseBackend",
+    "AsyncReleases",
+    "LeaseBackend",
+    "Releases",
+    "RenewItem",
+    "fencing_scope_of",
+]
 
 RenewItem = tuple[str, str, int]
 """``(key, owner_token, ttl_ms)``: one renewal in a batch."""
@@ -52,6 +59,23 @@ def fencing_scope_of(backend: object, key: str) -> str | None:
             "not a non-empty str"
         )
     return scope
+
+
+class Releases(Protocol):
+    """What runs a lease's release: its `LeaseBackend`, or the manager's release of a hold on the
+    caller's own thread (`fencedlease._redis.caller`). Same meaning as `LeaseBackend.release`."""
+
+    def release(self, key: str, owner_token: str) -> bool:
+        """Delete ``key`` if ``owner_token`` holds it; whether it did."""
+        ...
+
+
+class AsyncReleases(Protocol):
+    """`Releases`, awaited (the asyncio face's `AsyncLeaseBackend`)."""
+
+    async def release(self, key: str, owner_token: str) -> bool:
+        """Delete ``key`` if ``owner_token`` holds it; whether it did."""
+        ...
 
 
 class LeaseBackend(Protocol):

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 import attrs
 
-from ._backend import LeaseBackend
+from ._backend import LeaseBackend, Releases
 from ._clock import Clock
 from ._decisions import lost_wait_s
 from ._events import release_ended, release_sent
@@ -107,13 +107,18 @@ class Lease(LeaseView):
         Raises:
             BackendError: the store could not be reached.
         """
+        return self._release_on(self._backend)
+
+    def _release_on(self, store: Releases) -> bool:
+        """`release` with the call to the store made by ``store`` (the backend, or the manager's
+        bounded release on the caller's thread)."""
         state = self._state
         if state.inherited():
             return False  # a forked child: the lease is the parent's, so no I/O (see _fork)
         state.release_begins()
         sent = release_sent(state, self._clock)
         try:
-            released = self._backend.release(state.key, state.owner_token)
+            released = store.release(state.key, state.owner_token)
         except BaseException as exc:
             release_ended(state, self._clock, sent, exc)
             state.release_failed()

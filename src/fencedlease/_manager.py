@@ -25,6 +25,7 @@ from ._handoff import release_waiter_for
 from ._lease import Lease, LeaseOutcome
 from ._manager_base import _ManagerBase
 from ._operations import Operations
+from ._redis.caller import CallerReleases
 from ._redis_backend import RedisBackend
 from ._renewer import BoundedCalls, Renewer
 from ._semaphore import Semaphore, _SlotManager, slot_manager_for
@@ -104,6 +105,11 @@ class LeaseManager(_ManagerBase, Operations):
         self._release_waiter = release_waiter_for(self._backend, self._clock)
         # Final releases (hold's end, close) run here, so a hung store cannot hold the caller.
         self._releases = BoundedCalls("fencedlease-release")
+        # ... or on the caller's thread, on a connection of the manager's own (a plain Redis).
+        backend = self._backend
+        self._caller = (
+            CallerReleases.for_backend(backend) if isinstance(backend, RedisBackend) else None
+        )
         self._lock = threading.Lock()  # guards _closed and _holds
         self._holds: set[Lease] = set()  # leases inside hold() now
         self._close_done = threading.Event()  # set once close() has its report
@@ -175,6 +181,8 @@ class LeaseManager(_ManagerBase, Operations):
                 log.warning("fencedlease: close() could not release %r (it lapses at its ttl): %s",
                             key, error)  # fmt: skip
         unfinished += self._releases.close(until)
+        if self._caller is not None:
+            self._caller.close()
         self._release_waiter.close(until)
         elapsed_ms = (time.monotonic() - start) * 1000
         self._shutdown = report = ShutdownReport(
@@ -193,6 +201,8 @@ class LeaseManager(_ManagerBase, Operations):
         self._holds = set()
         self._renewer._after_fork_in_child()
         self._releases._after_fork_in_child()
+        if self._caller is not None:
+            self._caller._after_fork_in_child()
         self._release_waiter._after_fork_in_child()
 
     def semaphore(self, name: str, *, limit: int) -> Semaphore:
@@ -298,13 +308,26 @@ class LeaseManager(_ManagerBase, Operations):
         if state.inherited():
             return False  # no I/O on the parent's lease (see _fork)
         clock = self._clock
+        what = f"release {state.key!r}"
+
+        def more_s() -> float | None:
+            return release_wait_more_s(state, clock.monotonic())
+
+        caller = self._caller
+        conn = caller.take() if caller is not None else None
+        if caller is None or conn is None:
+            return self._releases.run(
+                lease.release, release_bound_s(state, clock.monotonic()), what, more_s
+            )
+
+        def on_worker(key: str, owner_token: str) -> bool:
+            bound, backend = release_bound_s(state, clock.monotonic()), self._backend
+            return self._releases.run(
+                lambda: backend.release(key, owner_token), bound, what, more_s
+            )
+
         bound = release_bound_s(state, clock.monotonic())
-        return self._releases.run(
-            lease.release,
-            bound,
-            f"release {state.key!r}",
-            lambda: release_wait_more_s(state, clock.monotonic()),
-        )
+        return lease._release_on(caller.release(conn, bound, more_s, on_worker))
 
     def _finish(self, lease: Lease, *, body_failed: bool) -> None:
         state = lease._state

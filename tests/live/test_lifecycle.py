@@ -626,14 +626,23 @@ def test_hold_exit_is_bounded_when_redis_hangs_after_the_loss(own_redis: RedisSe
 
 
 @pytest.mark.parametrize("via", ["hold", "with_lease"])
+@pytest.mark.parametrize("thread", ["worker", "caller"])
 def test_hold_exit_is_bounded_by_the_deadline_when_redis_hangs(
-    own_redis: RedisServer, via: str
+    own_redis: RedisServer, via: str, thread: str
 ) -> None:
     """Redis stops answering and the body returns at once: the release waits until the lease's
     deadline at most, then hold (or with_lease) raises BackendError (no reply; a TimeoutError as
-    the cause) and the lease lapses at its TTL."""
+    the cause) and the lease lapses at its TTL. Whether the release runs on the worker thread
+    (the manager's first) or on the caller's (a connection of the manager's own ready: the
+    connection is dropped, not kept)."""
     client = redis.Redis.from_url(own_redis.url, socket_timeout=SOCKET_TIMEOUT_S)
     leases = LeaseManager(client, prefix="b")
+    caller = leases._caller
+    assert caller is not None
+    if thread == "caller":
+        with leases.hold("warm-up", ttl_ms=10_000):
+            pass
+        wait_until(lambda: caller.ready() == 1, "a connection for releases to be made")
     deadline = 0.0
 
     def body(lease: Lease) -> None:
@@ -653,6 +662,13 @@ def test_hold_exit_is_bounded_by_the_deadline_when_redis_hangs(
         own_redis.resume()
     assert isinstance(failed.value.__cause__, TimeoutError)
     assert exited < deadline + SLACK_S
+    if thread == "caller":  # the command was sent (it may have run); its connection dropped
+        assert (failed.value.sent, failed.value.wrote, failed.value.timed_out) == (
+            "maybe",
+            "maybe",
+            True,
+        )
+        assert caller.ready() == 0
     # released late, or lapsed at its TTL
     wait_until(lambda: client.exists("b:{k}") == 0, "b:{k} to be released or to lapse")
     leases.close(timeout_ms=0)

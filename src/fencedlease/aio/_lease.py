@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 import attrs
 
-from .._backend import AsyncLeaseBackend
+from .._backend import AsyncLeaseBackend, AsyncReleases
 from .._clock import Clock
 from .._decisions import lost_wait_s
 from .._events import release_ended, release_sent
@@ -105,13 +105,18 @@ class AsyncLease(LeaseView):
         Raises:
             BackendError: the store could not be reached.
         """
+        return await self._release_on(self._backend)
+
+    async def _release_on(self, store: AsyncReleases) -> bool:
+        """`release` with the call to the store made by ``store`` (the backend, or the manager's
+        bounded release on the caller's thread)."""
         state = self._state
         if state.inherited():
             return False  # a forked child: the lease is the parent's, so no I/O (see _fork)
         state.release_begins()
         sent = release_sent(state, self._clock)
         try:
-            released = await self._backend.release(state.key, state.owner_token)
+            released = await store.release(state.key, state.owner_token)
         except BaseException as exc:
             release_ended(state, self._clock, sent, exc)
             state.release_failed()

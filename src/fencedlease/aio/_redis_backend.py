@@ -279,16 +279,22 @@ class AsyncRedisBackend:
     async def _release_reply(self, key: str, owner_token: str) -> object:
         """``release.lua``'s reply: packed by `PackedCalls` on a pooled connection, else (a
         client holding a connection of its own, a ``NOSCRIPT``) as `run_script` sends it."""
-        modes = self.grants.mode_args  # the mode of a hand-off grant
-        if packs_itself(self.client):
+        packed = self.packed_release(key, owner_token)
+        if packed is not None:
             try:
-                return await run_packed(
-                    self.client, self._packed().release(key, owner_token, modes)
-                )
+                return await run_packed(self.client, packed)
             except NoScriptError:
                 pass  # the script cache was flushed: EVALSHA, NOSCRIPT, EVAL, as for any script
-        keys = lease_keys(self.prefix, key)
+        keys, modes = lease_keys(self.prefix, key), self.grants.mode_args
         return await run_script(self.client, RELEASE, keys, (owner_token, *modes))
+
+    def packed_release(self, key: str, owner_token: str) -> bytes | None:
+        """``release.lua``'s ``EVALSHA`` for ``key`` and ``owner_token`` as one RESP frame
+        (`PackedCalls`), the fencing mode of a hand-off grant with it, or None where a release
+        does not go out packed (a client holding a connection of its own). No I/O."""
+        if not packs_itself(self.client):
+            return None
+        return self._packed().release(key, owner_token, self.grants.mode_args)
 
     async def release(self, key: str, owner_token: str) -> bool:
         try:
