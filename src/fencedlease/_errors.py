@@ -214,6 +214,22 @@ class BackendError(FencedLeaseError):
         self.timed_out = timed_out
 
 
+def no_reply(what: str, waited_s: float) -> BackendError:
+    """The error of a call that got no reply within ``waited_s`` seconds, ``what`` naming it
+    (``"release 'k'"``): it may have run (``sent`` and ``wrote`` are ``"maybe"``, ``timed_out``),
+    and the lease it was for lapses at its ttl; a builtin ``TimeoutError`` as its cause."""
+    ms = round(waited_s * 1000)
+    error = BackendError(
+        f"{what}: no reply within {ms} ms; the lease lapses at its ttl",
+        sent="maybe",
+        wrote="maybe",
+        timed_out=True,
+    )
+    error.__cause__ = TimeoutError(f"no reply within {ms} ms")
+    error.__suppress_context__ = True  # as `raise ... from` would: the cause is the story
+    return error
+
+
 class ReplicationError(BackendError):
     """Fewer replicas acknowledged a grant or a renewal than the manager's ``replica_acks`` asked
     for within ``replica_ack_timeout_ms`` (Redis ``WAIT``, sent on the same connection right after

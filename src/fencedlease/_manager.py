@@ -319,15 +319,15 @@ class LeaseManager(_ManagerBase, Operations):
             return self._releases.run(
                 lease.release, release_bound_s(state, clock.monotonic()), what, more_s
             )
+        # One give-up instant for the whole release: the caller's read, then the worker's.
+        started = clock.monotonic()
+        give_up = started + release_bound_s(state, started)
 
         def on_worker(key: str, owner_token: str) -> bool:
-            bound, backend = release_bound_s(state, clock.monotonic()), self._backend
-            return self._releases.run(
-                lambda: backend.release(key, owner_token), bound, what, more_s
-            )
+            left, backend = max(0.0, give_up - clock.monotonic()), self._backend
+            return self._releases.run(lambda: backend.release(key, owner_token), left, what, more_s)
 
-        bound = release_bound_s(state, clock.monotonic())
-        return lease._release_on(caller.release(conn, bound, more_s, on_worker))
+        return lease._release_on(caller.release(conn, give_up, clock.monotonic, more_s, on_worker))
 
     def _finish(self, lease: Lease, *, body_failed: bool) -> None:
         state = lease._state

@@ -27,7 +27,7 @@ from typing import TypeVar
 from ._backend import LeaseBackend
 from ._clock import Clock, SendTime, marking_sends
 from ._decisions import apply_batch, call_renew_error_hooks
-from ._errors import BackendError
+from ._errors import no_reply
 from ._events import deferred
 from ._schedule import MAX_IN_FLIGHT, RenewalEntry, RenewalSchedule, RenewerCore, renewal_items
 from ._state import LossReason
@@ -88,9 +88,9 @@ class BoundedCalls:
         (asked each time a slice ran out; None: no longer).
 
         Raises:
-            BackendError: no result within the bound (``what`` names the call; a builtin
-                ``TimeoutError`` is the cause; the call goes on in the background), or the one
-                ``fn`` raised.
+            BackendError: no result within the bound (``what`` names the call; ``timed_out``, it
+                may have run; a builtin ``TimeoutError`` is the cause; the call goes on in the
+                background), or the one ``fn`` raised.
         """
         future = self.submit(fn)
         waited, wait = 0.0, bound_s
@@ -103,10 +103,7 @@ class BoundedCalls:
             if more is None:
                 break
             wait = more
-        ms = round(waited * 1000)
-        raise BackendError(
-            f"{what}: no reply within {ms} ms; the lease lapses at its ttl"
-        ) from TimeoutError(f"no reply within {ms} ms")
+        raise no_reply(what, waited)
 
     def close(self, until: float | None = None) -> int:
         """Stop the workers, joining them until the monotonic instant ``until`` at most; how

@@ -11,9 +11,14 @@ connected, and every wait is bounded by the library:
 
 - the command is sent on an idle connection that is in step (nothing unread), and a few hundred
   bytes into an empty socket buffer do not block;
-- its reply is read with a timeout (redis-py's ``read_response(timeout=...)``): the bound first,
-  then as long as renewals still move the lease's deadline (`fencedlease._state`, rule 4), and
-  the connection is dropped when none comes;
+- its reply is read with a timeout (redis-py's ``read_response(timeout=...)``) until one
+  give-up instant, fixed when the release begins (the lease's deadline, at least the floor
+  after the start), each read at most the client's ``socket_timeout``; with no reply by then the
+  connection is dropped, and while renewals still move the lease's deadline (Redis answers
+  others: this connection may be a flow dropped silently) the release is handed to the worker
+  thread, which sends it anew on a pooled connection (`fencedlease._state`, rule 4);
+- a connection idle longer than the client's ``health_check_interval`` is not used (redis-py
+  would PING it first);
 - a connection is made (connect and handshake, which have no bound of the library's) on a
   background thread, never on the caller's: with none ready the release takes the worker thread.
 
@@ -26,18 +31,19 @@ from __future__ import annotations
 import inspect
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 import redis
 from redis.exceptions import NoScriptError
 
-from .._errors import BackendError
+from .._errors import no_reply
 from .._threads import DaemonThreadPool
 from .errors import STORE_ERRORS, store_error
 from .replies import decode_release
 
-__all__ = ["CallerReleases", "no_reply"]
+__all__ = ["CallerReleases"]
 
 log = logging.getLogger("fencedlease.release")
 
@@ -56,20 +62,6 @@ MAX_IDLE: Final = 8
 """Connections kept ready at most (one per thread releasing at once); more are closed."""
 
 
-def no_reply(what: str, waited_s: float) -> BackendError:
-    """The error of a release that got no reply within ``waited_s`` seconds (the command may have
-    run: ``sent`` and ``wrote`` are ``"maybe"``); a builtin ``TimeoutError`` as its cause."""
-    ms = round(waited_s * 1000)
-    error = BackendError(
-        f"{what}: no reply within {ms} ms; the lease lapses at its ttl",
-        sent="maybe",
-        wrote="maybe",
-        timed_out=True,
-    )
-    error.__cause__ = TimeoutError(f"no reply within {ms} ms")
-    return error
-
-
 def _bounds_reads(connection_class: Any) -> bool:
     """Whether redis-py's ``connection_class`` reads a reply with a timeout of the caller's,
     keeping the connection on a timeout, and says whether it is connected (redis-py 5.0.1, the
@@ -77,6 +69,15 @@ def _bounds_reads(connection_class: Any) -> bool:
     params = inspect.signature(connection_class.read_response).parameters
     connected = isinstance(getattr(connection_class, "is_connected", None), property)
     return connected and "timeout" in params and "disconnect_on_error" in params
+
+
+def _stale(conn: Any) -> bool:
+    """Whether ``conn`` sat idle longer than its client's ``health_check_interval`` (seconds; 0:
+    none), after which redis-py would PING it first: a flow a firewall or a NAT dropped
+    silently is not trusted with a release (another is made)."""
+    interval = getattr(conn, "health_check_interval", 0) or 0
+    idle_since = getattr(conn, "fencedlease_idle_since", None)
+    return bool(interval) and idle_since is not None and time.monotonic() - idle_since > interval
 
 
 class CallerReleases:
@@ -121,8 +122,9 @@ class CallerReleases:
                 return None
             while self._idle:
                 conn = self._idle.pop()
-                if conn.is_connected:
+                if conn.is_connected and not _stale(conn):
                     return conn
+                conn.disconnect()  # closed, or idle past the client's health check interval
             self._make_one()
         return None
 
@@ -155,6 +157,7 @@ class CallerReleases:
 
     def give_back(self, conn: Any) -> None:
         """Keep ``conn`` (in step: its last reply read) for the next release."""
+        conn.fencedlease_idle_since = time.monotonic()
         with self._lock:
             if not self._closed and len(self._idle) < MAX_IDLE:
                 self._idle.append(conn)
@@ -164,14 +167,16 @@ class CallerReleases:
     def release(
         self,
         conn: Any,
-        bound_s: float,
+        give_up: float,
+        now: Callable[[], float],
         more_s: Callable[[], float | None],
         on_worker: Callable[[str, str], bool],
     ) -> _OnCaller:
-        """One release on ``conn`` (from `take`), its reply awaited ``bound_s`` seconds, then as
-        long as ``more_s()`` allows; ``on_worker(key, owner_token)`` runs it on the worker thread
-        instead (after ``NOSCRIPT`` or a broken connection)."""
-        return _OnCaller(self, conn, bound_s, more_s, on_worker)
+        """One release on ``conn`` (from `take`), its reply awaited until the instant
+        ``give_up`` of the clock ``now`` (monotonic seconds); ``on_worker(key, owner_token)``
+        runs it on the worker thread instead (after ``NOSCRIPT``, a broken connection, or no
+        reply by then while renewals still move the lease's deadline: ``more_s()`` not None)."""
+        return _OnCaller(self, conn, give_up, now, more_s, on_worker)
 
     def close(self) -> None:
         """Disconnect the idle connections and stop making new ones."""
@@ -198,29 +203,43 @@ class _OnCaller:
         self,
         owner: CallerReleases,
         conn: Any,
-        bound_s: float,
+        give_up: float,
+        now: Callable[[], float],
         more_s: Callable[[], float | None],
         on_worker: Callable[[str, str], bool],
     ) -> None:
         self._owner, self._conn = owner, conn
-        self._bound_s, self._more_s = bound_s, more_s
+        self._give_up, self._now, self._more_s = give_up, now, more_s
         self._on_worker = on_worker
 
     def release(self, key: str, owner_token: str) -> bool:
-        """``release.lua`` for ``key`` and ``owner_token`` on the connection, bounded.
+        """``release.lua`` for ``key`` and ``owner_token`` on the connection, its reply awaited
+        until the give-up instant and each read at most the client's ``socket_timeout``.
 
         Raises:
             BackendError: no reply in time (``timed_out``; the connection dropped), an error
-                reply, or the worker thread's own error.
+                reply, the client's socket timeout, or the worker thread's own error.
         """
         owner, conn = self._owner, self._conn
-        packed = owner.backend.packed_release(key, owner_token)
+        what = f"release {key!r}"
+        try:
+            packed = owner.backend.packed_release(key, owner_token)
+        except BaseException:
+            owner.give_back(conn)  # nothing sent
+            raise
         if packed is None:  # pragma: no cover - for_backend admits only packing clients
             owner.give_back(conn)
             return self._on_worker(key, owner_token)
         try:
             conn.send_packed_command([packed], check_health=False)
-            reply = self._read(conn, f"release {key!r}")
+            reply = self._read(conn)
+        except _Silent as silent:
+            conn.disconnect()  # a reply may still be on its way: never reuse the connection
+            if self._more_s() is None:
+                raise no_reply(what, silent.waited_s)  # noqa: B904 - its cause is set
+            # renewals still move the deadline, so Redis answers others: the worker's path
+            # sends anew on a pooled connection (this one may be a flow dropped silently)
+            return self._on_worker(key, owner_token)
         except NoScriptError:  # a reply: in step; the worker's path sends EVAL of the source
             owner.give_back(conn)
             return self._on_worker(key, owner_token)
@@ -229,25 +248,37 @@ class _OnCaller:
             return self._on_worker(key, owner_token)
         except redis.ResponseError as exc:
             owner.give_back(conn)
-            raise store_error(f"release {key!r}", exc)  # noqa: B904
+            raise store_error(what, exc)  # noqa: B904
         except STORE_ERRORS as exc:
             conn.disconnect()
-            raise store_error(f"release {key!r}", exc)  # noqa: B904
+            raise store_error(what, exc)  # noqa: B904
         except BaseException:
             conn.disconnect()  # a reply may still be on its way: never reuse the connection
             raise
         owner.give_back(conn)
         return decode_release(reply, key)
 
-    def _read(self, conn: Any, what: str) -> Any:
-        wait, waited = self._bound_s, 0.0
-        while True:
-            try:
-                return conn.read_response(timeout=wait, disconnect_on_error=False)
-            except redis.TimeoutError:
-                waited += wait
-            more = self._more_s()
-            if more is None:
-                conn.disconnect()
-                raise no_reply(what, waited)
-            wait = more
+    def _read(self, conn: Any) -> Any:
+        """The reply, each read waiting until the give-up instant and at most the client's
+        ``socket_timeout`` (whose expiry raises redis-py's ``TimeoutError``, as on the pool).
+
+        Raises:
+            _Silent: no reply by the give-up instant.
+        """
+        socket_timeout = conn.socket_timeout
+        started = self._now()
+        left = self._give_up - started
+        if socket_timeout is not None and socket_timeout < left:
+            return conn.read_response(timeout=socket_timeout, disconnect_on_error=True)
+        try:
+            return conn.read_response(timeout=max(left, 0.0), disconnect_on_error=False)
+        except redis.TimeoutError:
+            raise _Silent(self._now() - started) from None
+
+
+class _Silent(Exception):
+    """No reply by the give-up instant; ``waited_s`` seconds were waited."""
+
+    def __init__(self, waited_s: float) -> None:
+        super().__init__(waited_s)
+        self.waited_s = waited_s
