@@ -905,15 +905,11 @@ WHY = {
 WHY["throughput vs python-redis-lock"] = WHY["throughput vs redis-py Lock"]
 WHY["hold() vs redis-py Lock"] = (
     "a hold is fencedlease's acquire + release plus registering the lease with the renewer and"
-    " taking it off again (about 20 us), and a thread hop: its release runs on a worker thread"
-    " the caller waits for, so that a hung store cannot hold the caller past the lease's"
-    " deadline whatever the client's timeouts. The hop, not the work, is the gap: measured on"
-    " 2026-12-02 (load ~1), a hold ran 1,400 a second with the hop and 2,650-2,850 with the"
-    " release run on the caller's thread (Lock 3,080-3,150), and the acquire that follows a hop"
-    " runs slower too (the threads and Redis trade the two cores). Releasing on the caller's"
-    " thread keeps the bound only on a connection that is already made (a read timeout bounds"
-    " the reply; a connect or its handshake has no bound of the library's), so it needs"
-    " connected connections of the manager's own: not done yet."
+    " taking it off again. Its release runs on the caller's thread on a connection of the"
+    " manager's own, made in the background after the first hold, its reply read with a"
+    " timeout of the lease's bound (a worker thread the caller waited for took most of a hold"
+    " before: 0.60x); the first hold of a manager, a blocking pool, Sentinel and a cluster"
+    " still take the worker thread."
 )
 WHY["asyncio vs redis.asyncio Lock"] = (
     "the same two scripts as on the sync face against Lock's SET NX PX and small release script"
