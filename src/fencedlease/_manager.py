@@ -182,7 +182,7 @@ class LeaseManager(_ManagerBase, Operations):
                             key, error)  # fmt: skip
         unfinished += self._releases.close(until)
         if self._caller is not None:
-            self._caller.close()
+            unfinished += self._caller.close(until)
         self._release_waiter.close(until)
         elapsed_ms = (time.monotonic() - start) * 1000
         self._shutdown = report = ShutdownReport(

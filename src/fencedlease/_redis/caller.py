@@ -39,6 +39,7 @@ import redis
 from redis.exceptions import NoScriptError
 
 from .._errors import no_reply
+from .._renewer import shutdown_pool
 from .._threads import DaemonThreadPool
 from .errors import STORE_ERRORS, store_error
 from .replies import decode_release
@@ -178,16 +179,18 @@ class CallerReleases:
         reply by then while renewals still move the lease's deadline: ``more_s()`` not None)."""
         return _OnCaller(self, conn, give_up, now, more_s, on_worker)
 
-    def close(self) -> None:
-        """Disconnect the idle connections and stop making new ones."""
+    def close(self, until: float | None = None) -> int:
+        """Disconnect the idle connections, stop making new ones and join the thread that makes
+        them until the monotonic instant ``until`` at most (None: no bound); whether it is still
+        running (1: a connect hung on a store that does not answer; it ends at the client's
+        timeouts, and its connection is closed then)."""
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
             maker, self._maker = self._maker, None
         for conn in idle:
             conn.disconnect()
-        if maker is not None:
-            maker.shutdown(wait=False)
+        return shutdown_pool(maker, until)
 
     def _after_fork_in_child(self) -> None:
         """Forget the parent's connections without closing them (their sockets are the
