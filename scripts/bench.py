@@ -23,6 +23,11 @@ Starts its own ``redis-server`` on 127.0.0.1 (see :mod:`fencedlease.lab.servers.
 6. Redis's own time per call (``usec_per_call`` of ``INFO commandstats``) of acquire.lua and
    release.lua apart, beside the smallest fencing script (SET NX PX then INCR) and redis-py
    ``Lock``'s SET NX PX and release script: one kind of call per phase, CONFIG RESETSTAT between.
+7. where an uncontended cycle goes: per library, the wall time, this process's CPU and Redis's CPU
+   per acquire + release, beside the floor (two round trips of a raw-socket PING);
+8. scale curves: uncontended acquire + release with 1, 2, 4 and 8 threads (one manager) and
+   processes (one manager each), every worker on its own key, fencedlease beside redis-py ``Lock``;
+   and the renewer at 1,000, 10,000 and 50,000 held leases (ttl_ms=4,000).
 
 ``--renewer-only 1000,10000,50000`` measures only the renewer's CPU per renewal (thread CPU
 clocks) at each number of leases; ``--server-time`` only Redis's own time per call (6. above).
@@ -39,11 +44,13 @@ import multiprocessing as mp
 import os
 import platform
 import random
+import socket
 import statistics
 import sys
 import threading
 import time
 import tracemalloc
+import urllib.parse
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -78,12 +85,17 @@ class Settings:
     handoff_samples: int
     leases: int
     renew_ttls_ms: tuple[int, ...]  # one renewal run per TTL; the first one is judged
+    renew_scale: tuple[int, ...] = ()  # more numbers of leases at ttl_ms=4,000 (the scale curve)
+    cost_rounds: int = 7  # rounds of the client / Redis CPU per cycle
+    scale: tuple[int, ...] = (1, 2, 4, 8)  # threads and processes of the scale curves
+    scale_s: float = 1.0  # each point of a scale curve runs this long
+    scale_rounds: int = 3
 
     @classmethod
     def make(cls, quick: bool) -> Settings:
         if quick:
-            return cls(True, 2, 200, 100, 8, 0.8, 10, 500, (1_200,))
-        return cls(False, 21, 1_000, 1_000, 8, 10.0, 200, 10_000, (30_000, 4_000))
+            return cls(True, 2, 200, 100, 8, 0.8, 10, 500, (1_200,), (), 1, (1, 2), 0.2, 1)
+        return cls(False, 21, 1_000, 1_000, 8, 10.0, 200, 10_000, (30_000, 4_000), (1_000, 50_000))
 
 
 # -- counting what the client sends ---------------------------------------------------------------
@@ -475,6 +487,176 @@ def bench_renewal(url: str, s: Settings, ttl_ms: int, measure_memory: bool) -> R
     )
 
 
+# -- 7. where an uncontended cycle goes, and how it scales ----------------------------------------
+
+COST_NAMES = ("fencedlease", HOLD, "redis-py Lock", "python-redis-lock")
+
+
+def round_trip_floor_us(url: str, samples: int) -> float:
+    """The median round trip of an inline ``PING`` on a raw socket (no client library, Nagle
+    off), in microseconds: the physical floor of one command on this machine."""
+    parsed = urllib.parse.urlparse(url)
+    times: list[float] = []
+    with socket.create_connection((parsed.hostname or "127.0.0.1", parsed.port or 6379)) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for _ in range(samples + 50):  # the first 50 warm the path up
+            started = time.perf_counter()
+            sock.sendall(b"PING\r\n")
+            reply = b""
+            while not reply.endswith(b"\r\n"):
+                reply += sock.recv(64)
+            times.append(time.perf_counter() - started)
+            assert reply == b"+PONG\r\n", reply
+    return statistics.median(times[50:]) * 1e6
+
+
+@dataclass
+class CycleCost:
+    """One library's uncontended acquire + release, per cycle, in microseconds (medians of
+    rounds): wall time, this process's CPU (every thread: the renewer's too) and Redis's."""
+
+    name: str
+    wall_us: float
+    client_cpu_us: float
+    server_cpu_us: float
+
+
+def bench_cycle_cost(url: str, s: Settings) -> tuple[float, list[CycleCost]]:
+    """The two-round-trip floor (`round_trip_floor_us`, doubled) and, per library, where a
+    cycle's time goes: ``s.cost_rounds`` interleaved rounds of ``s.ops`` cycles, each timed on
+    the wall clock, this process's CPU clock (``time.process_time``) and Redis's CPU (``INFO
+    cpu``: ``used_cpu_user + used_cpu_sys``)."""
+    floor_us = 2 * round_trip_floor_us(url, s.ops)
+    client = redis.Redis.from_url(url)
+    admin = redis.Redis.from_url(url)
+    runs = contenders(client)
+    for name in COST_NAMES:
+        runs[name](max(50, s.ops // 10))  # warm up
+    samples: dict[str, list[tuple[float, float, float]]] = {name: [] for name in COST_NAMES}
+    for r in range(s.cost_rounds):
+        order = COST_NAMES[r % len(COST_NAMES) :] + COST_NAMES[: r % len(COST_NAMES)]
+        for name in order:
+            server_before = _redis_cpu_s(admin)
+            cpu_before, started = time.process_time(), time.perf_counter()
+            runs[name](s.ops)
+            wall = time.perf_counter() - started
+            cpu = time.process_time() - cpu_before
+            server_cpu = _redis_cpu_s(admin) - server_before
+            samples[name].append((wall / s.ops, cpu / s.ops, server_cpu / s.ops))
+    client.close()
+    admin.close()
+    costs = [
+        CycleCost(
+            name,
+            *(statistics.median(sample[i] for sample in samples[name]) * 1e6 for i in range(3)),
+        )
+        for name in COST_NAMES
+    ]
+    return floor_us, costs
+
+
+SCALE_NAMES = ("fencedlease", "redis-py Lock")
+
+
+def _cycles_until(client: redis.Redis, leases: LeaseManager, name: str, key: str,
+                  stop_at: float) -> int:  # fmt: skip
+    """Uncontended acquire + release cycles of library ``name`` on ``key`` until ``stop_at``."""
+    count = 0
+    while time.monotonic() < stop_at:
+        if name == "fencedlease":
+            lease = leases.acquire(key, ttl_ms=10_000).lease
+            assert lease is not None
+            lease.release()
+        else:
+            lock = client.lock(f"bench:{key}", timeout=10)
+            assert lock.acquire(blocking=False)
+            lock.release()
+        count += 1
+    return count
+
+
+def _scale_process(
+    url: str, name: str, key: str, start_at: float, stop_at: float, out: mp.Queue[int]
+) -> None:
+    client = redis.Redis.from_url(url)
+    leases = LeaseManager(client, prefix=PREFIX)
+    try:
+        _cycles_until(client, leases, name, key, start_at)  # warm up until the common start
+        out.put(_cycles_until(client, leases, name, key, stop_at))
+    finally:
+        leases.close()
+        client.close()
+
+
+def _scale_threads(url: str, name: str, n: int, seconds: float) -> float:
+    """Acquire + release cycles a second of ``n`` threads sharing one client (its pool) and one
+    manager, each on its own key."""
+    client = redis.Redis.from_url(url)
+    leases = LeaseManager(client, prefix=PREFIX)
+    counts = [0] * n
+    start_at = time.monotonic() + 0.2
+    stop_at = start_at + seconds
+
+    def run(i: int) -> None:
+        _cycles_until(client, leases, name, f"scale-t{i}", start_at)  # warm up
+        counts[i] = _cycles_until(client, leases, name, f"scale-t{i}", stop_at)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    leases.close()
+    client.close()
+    return sum(counts) / seconds
+
+
+def _scale_processes(url: str, name: str, n: int, seconds: float) -> float:
+    """Acquire + release cycles a second of ``n`` processes, each with its own client and
+    manager and key."""
+    ctx = mp.get_context("fork")
+    out: mp.Queue[int] = ctx.Queue()
+    start_at = time.monotonic() + 0.5
+    stop_at = start_at + seconds
+    procs = [
+        ctx.Process(target=_scale_process, args=(url, name, f"scale-p{i}", start_at, stop_at, out))
+        for i in range(n)
+    ]
+    for proc in procs:
+        proc.start()
+    total = sum(out.get(timeout=seconds + 30) for _ in procs)
+    for proc in procs:
+        proc.join()
+    return total / seconds
+
+
+@dataclass
+class Scale:
+    """Per way (threads, processes), per count, per library: cycles a second, one per round."""
+
+    rates: dict[str, dict[int, dict[str, list[float]]]] = field(default_factory=dict)
+
+
+def bench_scale(url: str, s: Settings) -> Scale:
+    """Uncontended acquire + release with 1 to 8 threads (one manager) and 1 to 8 processes
+    (one manager each), every worker on its own key, fencedlease beside redis-py Lock, the
+    order alternating each round."""
+    out = Scale()
+    ways: dict[str, Callable[[str, str, int, float], float]] = {
+        "threads": _scale_threads,
+        "processes": _scale_processes,
+    }
+    for way in ways:
+        out.rates[way] = {n: {name: [] for name in SCALE_NAMES} for n in s.scale}
+    for r in range(s.scale_rounds):
+        for way, measure in ways.items():
+            for n in s.scale:
+                order = SCALE_NAMES[r % 2 :] + SCALE_NAMES[: r % 2]
+                for name in order:
+                    out.rates[way][n][name].append(measure(url, name, n, s.scale_s))
+    return out
+
+
 # -- 6. Redis's own time per script --------------------------------------------------------------
 
 # The smallest fencing acquire: the lease key set if free, then the fencing counter INCRed.
@@ -652,6 +834,8 @@ def report(
     renewals: list[Renewal],
     aio: AioUncontended,
     st: ServerTime,
+    cost: tuple[float, list[CycleCost]],
+    scale: Scale,
 ) -> tuple[str, list[Target]]:
     lines: list[str] = []
     add = lines.append
@@ -686,6 +870,25 @@ def report(
         f" release: {statistics.median(unc.hold_ratios):.2f}x (median of per-round ratios)."
     )
 
+    floor_us, costs = cost
+    rounds = f"{s.cost_rounds} interleaved rounds of {s.ops} cycles"
+    add(f"\n## Where an uncontended cycle goes ({rounds})\n")
+    add("Per acquire + release, in microseconds (medians of the rounds): the wall time; the floor,")
+    add("two round trips of an inline PING on a raw socket (no client library), the least any")
+    add("two-command cycle can take here; this process's CPU (`time.process_time`: every thread,")
+    add("the renewer's too), which includes the kernel's side of the client's sends and reads; and")
+    add("Redis's CPU (`INFO cpu`, user + system), which includes its side of the network.\n")
+    add(
+        "| library | wall per cycle | two round trips (floor) | above the floor"
+        " | client CPU | Redis CPU |"
+    )
+    add("|---|---:|---:|---:|---:|---:|")
+    for row in costs:
+        add(
+            f"| {row.name} | {row.wall_us:.0f} us | {floor_us:.0f} us"
+            f" | {row.wall_us - floor_us:.0f} us | {row.client_cpu_us:.0f} us"
+            f" | {row.server_cpu_us:.1f} us |"
+        )
     add(f"\n## Uncontended, asyncio: tasks each on its own key ({s.rounds} interleaved rounds)\n")
     add("One event loop; N tasks each cycle acquire + release on a key of their own, on one")
     add("`redis.asyncio` client (its pool: a connection per busy task); a run's cycles are shared")
@@ -701,6 +904,22 @@ def report(
         ratio = statistics.median(aio.ratios[tasks])
         add(f"| {tasks} | {ours:,.0f} | {theirs:,.0f} | {ratio:.2f}x |")
 
+    rounds = f"{s.scale_rounds} interleaved rounds"
+    add(f"\n## Scale: 1 to {max(s.scale)} threads and processes ({rounds})\n")
+    add("Uncontended acquire + release, every worker on its own key, for")
+    add(f"{s.scale_s:g} s a point: threads share one client (its pool) and one manager; each")
+    add(
+        "process has its own. Acquisitions a second, all workers together (median of the rounds).\n"
+    )
+    add("| workers | fencedlease | redis-py Lock | fencedlease / Lock |")
+    add("|---|---:|---:|---:|")
+    for way, by_count in scale.rates.items():
+        for n, by_name in by_count.items():
+            ours, theirs = (statistics.median(by_name[name]) for name in SCALE_NAMES)
+            label = (
+                f"{n} {way}" if n > 1 else {"threads": "1 thread", "processes": "1 process"}[way]
+            )
+            add(f"| {label} | {ours:,.0f} | {theirs:,.0f} | {ours / theirs:.2f}x |")
     add(f"\n## Redis's own time per call ({s.rounds} interleaved rounds of {st.calls} calls)\n")
     add("`usec_per_call` of `INFO commandstats`: CONFIG RESETSTAT, then one kind of call only,")
     add(
@@ -733,7 +952,7 @@ def report(
     add("| waiting | p50 ms | p95 ms | max ms |\n|---|---:|---:|---:|")
     for mode, values in handoff.items():
         add(f"| {mode} | {pct(values, 0.5):.2f} | {pct(values, 0.95):.2f} | {max(values):.2f} |")
-    add(f"\n## Renewal: {s.leases:,} leases held at once through `LeaseManager.hold`\n")
+    add("\n## Renewal: leases held at once through `LeaseManager.hold`\n")
     add(
         "Default heartbeat (`ttl_ms // 4`, one tick); measured over two ticks after every lease was"
     )
@@ -742,15 +961,16 @@ def report(
     add("CPU from the `fencedlease-renew*` threads' own CPU clocks (`time.pthread_getcpuclockid`);")
     add("memory by tracemalloc while the leases were taken (all a held lease keeps).\n")
     add(
-        "| ttl_ms (heartbeat) | round trips per tick | renewer CPU (% of a core) | Redis CPU"
-        " | memory per lease | renewer CPU per renewal |"
+        "| leases | ttl_ms (heartbeat) | round trips per tick | renewer CPU (% of a core)"
+        " | Redis CPU | memory per lease | renewer CPU per renewal |"
     )
-    add("|---|---:|---:|---:|---:|---:|")
+    add("|---:|---|---:|---:|---:|---:|---:|")
     for r in renewals:
         mem = f"{r.bytes_per_lease:,.0f} B" if r.bytes_per_lease is not None else "-"
         renewals_per_s = r.leases / (r.ttl_ms // 4 / 1000)
         add(
-            f"| {r.ttl_ms:,} ({r.ttl_ms // 4:,} ms) | {r.per_tick:.1f} | {r.renewer_cpu_pct:.2f} %"
+            f"| {r.leases:,} | {r.ttl_ms:,} ({r.ttl_ms // 4:,} ms) | {r.per_tick:.1f}"
+            f" | {r.renewer_cpu_pct:.2f} %"
             f" | {r.redis_cpu_pct:.2f} % | {mem}"
             f" | {r.renewer_cpu_pct / 100 / renewals_per_s * 1e6:.1f} us |"
         )
@@ -817,6 +1037,8 @@ def report(
         Target("fair contention", f"min >= 0.95 x mean ({s.workers} workers)",
                f"{share:.2f} x mean", share >= 0.95 if judged else None, f"{share - 0.95:+.2f}")
     )  # fmt: skip
+    scaled = [r for r in renewals if r.leases != s.leases]  # the scale curve's other counts
+    renewals = [r for r in renewals if r.leases == s.leases]
     shipped = renewals[0]
     per_tick_goal = 20 * s.leases / 10_000
     targets.append(
@@ -833,14 +1055,16 @@ def report(
                    f"{r.renewer_cpu_pct:.2f} %", r.renewer_cpu_pct < 5 if judged else None,
                    f"{r.renewer_cpu_pct - 5:+.2f} points")
         )  # fmt: skip
-    stress = renewals[-1]
-    per_renewal_us = stress.renewer_cpu_pct / 100 / (stress.leases / (stress.ttl_ms // 4 / 1000))
-    per_renewal_us *= 1e6
-    targets.append(
-        Target("renewer CPU per renewal", f"<= 4 us ({stress.leases:,} leases)",
-               f"{per_renewal_us:.1f} us", per_renewal_us <= 4 if judged else None,
-               f"{per_renewal_us - 4:+.1f} us")
-    )  # fmt: skip
+    for stress in [renewals[-1], *(r for r in scaled if r.leases > s.leases)]:
+        per_renewal_us = (
+            stress.renewer_cpu_pct / 100 / (stress.leases / (stress.ttl_ms // 4 / 1000))
+        )
+        per_renewal_us *= 1e6
+        targets.append(
+            Target("renewer CPU per renewal", f"<= 4 us ({stress.leases:,} leases)",
+                   f"{per_renewal_us:.1f} us", per_renewal_us <= 4 if judged else None,
+                   f"{per_renewal_us - 4:+.1f} us")
+        )  # fmt: skip
     add("\n## Targets\n")
     add("| target | goal | measured | verdict | gap |\n|---|---|---|---|---|")
     for t in targets:
@@ -1070,13 +1294,18 @@ def main(argv: list[str] | None = None) -> int:
             bench_renewal(url, s, ttl, measure_memory=i == 0)
             for i, ttl in enumerate(s.renew_ttls_ms)
         ]
+        renewals += [bench_renewal(url, replace(s, leases=n), 4_000, False) for n in s.renew_scale]
         step("asyncio, 1/10/100 tasks")
         aio = bench_aio(url, s)
         step("Redis's time per call")
         st = bench_server_time(url, s)
+        step("client and Redis CPU per cycle")
+        cost = bench_cycle_cost(url, s)
+        step(f"scale: 1 to {max(s.scale)} threads and processes")
+        scale = bench_scale(url, s)
         step("done")
     load = (load_before, f"{os.getloadavg()[0]:.2f}")
-    text, _ = report(s, command, box, load, unc, contended, handoff, renewals, aio, st)
+    text, _ = report(s, command, box, load, unc, contended, handoff, renewals, aio, st, cost, scale)
     print(text)
     if args.out:
         with open(args.out, "w") as f:
