@@ -28,6 +28,11 @@ PAUSE_MS = 60_000  # ended by CLIENT UNPAUSE once the primary is gone (see _kill
 
 
 def _pause_replicas(deployment: SentinelDeployment) -> None:
+    """Stop the replicas applying writes, once every write so far has reached them (WAIT): the
+    grants before the pause are theirs too, whatever the load (the tests count on it)."""
+    with deployment.primary.client() as client:
+        replicas = len(deployment.replicas)
+        assert client.execute_command("WAIT", replicas, 60_000) == replicas
     for replica in deployment.replicas:
         with replica.client() as client:
             client.execute_command("CLIENT", "PAUSE", PAUSE_MS, "WRITE")

@@ -625,6 +625,27 @@ def test_e_each_key_asked_for_after_the_heal_is_judged() -> None:
     )  # fmt: skip
 
 
+def test_d_rollback_recovery_counts_only_grants_made_after_the_restart() -> None:
+    """A lease granted before the restart whose write is accepted just after it began (its token
+    is the old counter's) does not show the resource accepting again; w1's refused token 1 after
+    the restart leaves it stuck."""
+    h = History()
+    h.lease("w0", 7, 0.1, read=(0.12, 0), write=(1.0, 1, "ok"), end=(1.01, "ok", None))
+    h.lease("w2", 8, 1.9, read=(1.95, 1), write=(2.1, 2, "ok"), end=(2.12, "ok", None))
+    h.fault("redis-restart-nopersist", 2.0, 2.2, counter_before=8, counter_after=None)
+    grant = h.lease("w1", 1, 2.5, end=(2.6, "fail", "stale"))
+    op = h.next_id("w1")
+    h.add("w1", "read", "invoke", 2.51, id=op, grant=grant, token=1)
+    h.add("w1", "read", "fail", 2.52, id=op, grant=grant, token=1, outcome="stale")
+    report = check_history(h.finish(6.0, 2))
+    assert report.valid, report.explain()
+    (finding,) = [f for f in report.findings if f.kind == "counter-rollback"]
+    assert (
+        "(1 refusal(s)): safe, but stuck until new tokens passed 8; it accepted nothing more "
+        "before the run ended." in finding.message
+    )
+
+
 def test_d_rollback_compares_tokens_key_by_key() -> None:
     """After the restart k2, never accessed before, accepts token 1 (its first), while k1
     refuses token 1 (it had accepted 7): safe, and the finding says so; nothing got through."""

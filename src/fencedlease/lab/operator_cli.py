@@ -75,7 +75,8 @@ def _common(command: F) -> F:
         click.option(
             "--url",
             envvar="FENCEDLEASE_URL",
-            help="The Redis (redis://, rediss://, unix://); default: FENCEDLEASE_URL.",
+            help="The Redis (redis://, rediss://, unix://; doctor also takes redis+cluster:// and"
+            " redis+sentinel://); default: FENCEDLEASE_URL.",
         ),
     )
     for option in options:

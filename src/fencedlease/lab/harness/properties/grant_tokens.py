@@ -132,7 +132,14 @@ def _rollback_findings(ctx: Context, exempt: list[Exempt]) -> list[Finding]:
         top = max(high.values(), default=0)
         if top:
             lower_in = [a for a in accepted_after if (a.token or 0) < high.get(a.key, 0)]
-            first_ok = min(accepted_after, key=lambda a: a.completed or 0.0, default=None)
+            # Accepting again means a token of a grant made after the restart: a lease granted
+            # before it may still write, with the old counter's token, just after it began.
+            since = {(g.process, g.id) for g in ctx.data.grants if g.granted > fault.start}
+            first_ok = min(
+                (a for a in accepted_after if (a.process, a.grant) in since),
+                key=lambda a: a.completed or 0.0,
+                default=None,
+            )
             unstuck = (
                 f"it accepted again at {ctx.t(first_ok.completed)} (token {first_ok.token}), "
                 f"{(first_ok.completed or 0.0) - fault.start:.2f} s after the restart"
