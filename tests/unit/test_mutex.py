@@ -309,6 +309,43 @@ def test_a_fault_outside_the_window_or_elsewhere_explains_nothing(
     assert [kind for kind, _ in loss_with(fault).issues()] == ["loss-explained"]
 
 
+def refused_release(fault: tuple[str, float, float, str | None] | None) -> Leases:
+    """w0 granted at 0.10, renewed until 3.35; its release sent at 2.80 is refused at 2.90."""
+    h = Leases()
+    g = h.grant("w0", 1, 0.10, deadline=1.10)
+    h.renew("w0", g, 2.35, 3.35)
+    h.add("w0", "release", "invoke", 2.80, grant=g)
+    h.add("w0", "release", "fail", 2.90, grant=g, outcome="refused")
+    if fault is not None:
+        h.fault(*fault)
+    return h
+
+
+@pytest.mark.parametrize(
+    ("fault", "explained"),
+    [
+        (None, False),
+        (("client-kill", 2.84, 2.86, "w0"), True),  # the release's connection killed after it ran
+        (("client-kill", 2.70, 2.80, "w0"), True),  # ends as the release goes out
+        (("client-kill", 2.60, 2.79, "w0"), False),  # over before the release was sent
+        (("client-kill", 2.91, 2.95, "w0"), False),  # after the refusal
+        (("client-kill", 2.84, 2.86, "w1"), False),  # another worker's connections
+        (("script-flush", 2.84, 2.86, None), False),  # breaks no connection
+    ],
+)
+def test_a_refused_release_is_explained_by_a_killed_connection_while_in_flight(
+    fault: tuple[str, float, float, str | None] | None, explained: bool
+) -> None:
+    """The release is sent once more on a new connection; if the first had run, the second
+    answers 0 and the library reports the lease lost: the safe side of a doubt it cannot settle."""
+    issues = refused_release(fault).issues()
+    if explained:
+        assert issues == []
+    else:
+        assert [kind for kind, _ in issues] == ["loss-explained"]
+        assert "(the release was refused)" in issues[0][1]
+
+
 def test_a_loss_because_the_manager_closed_needs_no_fault() -> None:
     h = Leases()
     g = h.grant("w0", 1, 0.10, deadline=1.10)

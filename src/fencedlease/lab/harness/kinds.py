@@ -16,6 +16,7 @@ __all__ = [
     "ALL_FAULTS",
     "CUT_OFF",
     "DEFAULT_FAULTS",
+    "DOUBTS_RELEASE",
     "FAULTS",
     "FENCINGS",
     "KIND_AWARE",
@@ -182,6 +183,12 @@ CUT_OFF: Final = frozenset(
 #: cache answers NOSCRIPT and the script is sent again. Through a ``latency`` toxic each round
 #: trip pays the delay, so together with one on the same worker they may cost a lease.
 SLOWED_BY_LATENCY: Final = frozenset({"client-kill", "script-flush"})
+
+#: Faults that cost no lease but break the holder's connections, and so may leave a release in
+#: doubt: a release whose connection breaks before its reply is sent once more on a new one, and
+#: if the first had run, the second finds the key gone and answers 0; the library cannot tell
+#: that from a lease lost before the release, and reports the lease lost (the safe side).
+DOUBTS_RELEASE: Final = frozenset({"client-kill"})
 
 #: The kinds whose victims the schedule spreads over the worker kinds (sync, threads, asyncio):
 #: the n-th of them in a run hits a worker of the n-th kind of a seeded order, so a kind listed

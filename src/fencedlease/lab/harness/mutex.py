@@ -34,7 +34,11 @@ promise, from what each worker was told:
     on that worker and on Redis while it is in force: a renewer that renews too late, or lets a
     slow reply cost the lease, is caught there whatever else the run did. A loss with no cause
     means the library let a healthy lease expire. Losses because the manager was closed (the
-    run stopping) are not losses of this kind.
+    run stopping) are not losses of this kind. A refused release is explained, besides, by a
+    fault that broke the holder's connections while the release was in flight
+    ([`DOUBTS_RELEASE`][fencedlease.lab.harness.kinds.DOUBTS_RELEASE]: a ``client-kill`` in force
+    between its send and its refusal): the release was sent again on a new connection, and if
+    the first had run, the second answered 0.
 
 The events read (the history's [`Event`][fencedlease.lab.harness.Event]):
 
@@ -67,7 +71,7 @@ from typing import Final, Literal
 import attrs
 
 from .history import Event
-from .kinds import FAULTS, SLOWED_BY_LATENCY, latency_toxic_ms
+from .kinds import DOUBTS_RELEASE, FAULTS, SLOWED_BY_LATENCY, latency_toxic_ms
 
 __all__ = [
     "EMPTYING_FAULTS",
@@ -94,6 +98,9 @@ HARMLESS_FAULTS: Final = frozenset({"clock"})
 LEASE_KEEPING_FAULTS: Final = frozenset(kind for kind, info in FAULTS.items() if not info.disrupts)
 #: Loss reasons that are no fault's doing (the manager closed, the process forked).
 _SELF_INFLICTED: Final = ("manager was closed", "forked")
+
+#: The loss reason of a release answered 0.
+RELEASE_REFUSED: Final = "the release was refused"
 
 IssueKind = Literal["overlap", "refusal-noticed", "loss-explained"]
 
@@ -269,7 +276,7 @@ class _Facts:
             elif op == "release" and kind == "invoke":
                 self.release_sent.setdefault(ident, (event.mono, line))
             elif op == "release" and kind == "fail":
-                reason = "the release was refused"
+                reason = RELEASE_REFUSED
                 self.lost.setdefault(ident, (event.mono, reason, line))
             elif op == "lease-lost":
                 reason = str(event.detail.get("reason") or event.outcome or "")
@@ -392,6 +399,24 @@ def could_cost_lease_together(
     if any(could_cost_lease(kind, ttl_ms, heartbeat_ms) for kind in kinds):
         return True
     return "latency" in kinds and (connected or any(k in SLOWED_BY_LATENCY for k in kinds))
+
+
+def _release_in_doubt(facts: _Facts, process: str, grant: int, refused: float) -> bool:
+    """Whether a fault of
+    [`DOUBTS_RELEASE`][fencedlease.lab.harness.kinds.DOUBTS_RELEASE] aimed at ``process`` (or at
+    every worker) was in force between the send of ``grant``'s release and its refusal at
+    ``refused``: the connection the release went out on may have broken after it ran."""
+    sent = facts.release_sent.get((process, grant))
+    if sent is None:
+        return False
+    return any(
+        f.kind in DOUBTS_RELEASE
+        and not f.failed
+        and (f.target is None or f.target == process)
+        and f.start <= refused
+        and (f.end is None or f.end >= sent[0])
+        for f in facts.faults
+    )
 
 
 def check_mutex(
@@ -520,6 +545,8 @@ def check_mutex(
         ]
         connected = any(at - window <= c <= at for c in facts.connects.get(process, ()))
         kinds = [f.kind for f in near]
+        if reason == RELEASE_REFUSED and _release_in_doubt(facts, process, grant, at):
+            continue
         if not could_cost_lease_together(kinds, ttl_ms, heartbeat_ms, connected=connected):
             kept = sorted(set(kinds))
             only = (
