@@ -412,3 +412,30 @@ def test_a_slow_release_sent_hook_does_not_extend_the_bound(
         own_redis.resume()
         leases.close(timeout_ms=0)
     assert late < 0.5  # the floor and scheduling; the hook's 0.8 s not added to the wait
+
+
+def test_a_release_whose_reply_is_lost_with_its_connection_reports_the_lease_lost(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """The release ran on Redis, then its connection broke before the reply came (a CLIENT KILL,
+    a reset): it is sent once more on a new connection, finds the key gone and answers 0. The
+    library cannot tell that from a lease lost before the release, and says lost: the safe side.
+    (The harness's checker explains such a refusal by the fault that broke the connection.)"""
+    proxy = Proxy(*_host_port(redis_url))
+    client = redis.Redis(host="127.0.0.1", port=proxy.port, socket_timeout=5)
+    leases = LeaseManager(client, prefix="rl")
+    lease = leases.acquire("k", ttl_ms=10_000).lease
+    assert lease is not None
+    (pair,) = proxy.pairs.values()  # the pool's one connection, which the release takes again
+    pair.hold_replies = True
+    outcome: list[object] = []
+    t = threading.Thread(target=lambda: outcome.append(lease.release()), daemon=True)
+    t.start()
+    wait_until(lambda: redis_client.exists("rl:{k}") == 0, "the release to run on Redis")
+    pair.cut()
+    t.join(5.0)
+    leases.close(timeout_ms=0)
+    proxy.close()
+    assert outcome == [False]
+    assert lease.lost
+    assert len(proxy.pairs) == 2  # the second send went out on a new connection

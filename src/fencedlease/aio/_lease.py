@@ -93,7 +93,11 @@ class AsyncLease(LeaseView):
     async def release(self) -> bool:
         """Delete the key if this owner still holds it; return whether it did.
 
-        A False reply means the lease had already moved on: the lease is then marked lost. The
+        A False reply means the lease had already moved on: the lease is then marked lost. A
+        release whose connection breaks before its reply comes (a ``CLIENT KILL``, a reset) is
+        sent once more on a new connection; if the first had run, the second finds the key gone,
+        and False is returned: the library cannot tell that from a lease lost before the release,
+        and in doubt says lost. The
         background renewal (if any) goes on while the release waits for a connection of a busy
         pool and runs, and stops with its reply; it never touches the key again. If the
         store cannot be reached ([`BackendError`][fencedlease.BackendError]) or the call is
