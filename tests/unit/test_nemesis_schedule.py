@@ -11,8 +11,11 @@ import json
 import multiprocessing
 import threading
 import time
+import types
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from fencedlease.lab.harness.history import HistoryWriter
 from fencedlease.lab.harness.nemesis import Nemesis, NemesisEnv
@@ -192,3 +195,101 @@ def test_every_fault_the_run_ended_before_is_named_skipped(tmp_path: Path) -> No
         ("timeout", "the run ended first"),
         ("clock", "the run ended first"),
     ]
+
+
+class FakeRedisServer:
+    """A redis-server the nemesis can kill, start, pause and resume; it records the calls. Its
+    ``start`` waits until another fault is blocked on the nemesis' Redis lock (the race where a
+    pause begins while a restart is under way)."""
+
+    def __init__(self, calls: list[str], contended: threading.Event) -> None:
+        self.calls, self.contended = calls, contended
+        self.process = types.SimpleNamespace(pid=4242)  # never signalled: the fake is called
+        self.appendonly = True
+        self.paused = False
+
+    def kill(self) -> None:
+        self.calls.append("kill")
+
+    def start(self) -> None:
+        assert self.contended.wait(10), "the redis-pause never waited for the restart's lock"
+        self.calls.append("start")
+
+    def pause(self) -> None:
+        self.paused = True
+        self.calls.append("pause")
+
+    def resume(self) -> None:
+        self.paused = False
+        self.calls.append("resume")
+
+
+class NotingLock:
+    """A lock that sets ``contended`` when a thread finds it held and waits."""
+
+    def __init__(self, contended: threading.Event) -> None:
+        self.lock, self.contended = threading.Lock(), contended
+
+    def __enter__(self) -> None:
+        if not self.lock.acquire(blocking=False):
+            self.contended.set()
+            self.lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
+def test_a_restart_is_recorded_done_when_a_pause_stops_redis_right_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A redis-pause that begins while a restart holds the Redis lock stops the new process as
+    soon as the restart lets go: the restart reads the fencing counter before that (a read
+    after would time out on the stopped server and record a restart that happened as failed),
+    and an unanswered read is a missing figure, never a failed fault."""
+    calls: list[str] = []
+    contended = threading.Event()
+    server = FakeRedisServer(calls, contended)
+    reads: list[tuple[bool, bool]] = []
+
+    def counter(self: Nemesis) -> int | None:
+        reads.append((self._redis_lock.lock.locked(), server.paused))  # type: ignore[attr-defined]
+        return 7
+
+    monkeypatch.setattr(Nemesis, "_counter", counter)
+    original = Nemesis.__init__
+
+    def init(self: Nemesis, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        self._redis_lock = NotingLock(contended)  # type: ignore[assignment]
+
+    monkeypatch.setattr(Nemesis, "__init__", init)
+    faults = [
+        PlannedFault(0, "redis-restart-aof", None, 0, 0, 0, 0, False),
+        PlannedFault(1, "redis-pause", None, 0, 20, 300, 20, False),
+    ]
+    _, events, done, (error,), _ = run(tmp_path, faults, redis_server=server)
+    assert error is None
+    assert calls == ["kill", "start", "pause", "resume"]
+    # Before the kill and after the start, under the lock, so the pause waits: never paused.
+    assert reads == [(True, False), (True, False)]
+    restart = next(e for e in events if e["detail"].get("index") == 0 and e["type"] != "invoke")
+    assert restart["type"] == "ok"
+    assert (restart["detail"]["counter_before"], restart["detail"]["counter_after"]) == (7, 7)
+    assert sorted(done) == ["redis-pause", "redis-restart-aof"]
+
+
+def test_an_unanswered_counter_read_is_a_missing_figure(tmp_path: Path) -> None:
+    """The admin connection answers nothing (port 1): the restart still happened and is
+    recorded done, with no counter figures."""
+    calls: list[str] = []
+    contended = threading.Event()
+    contended.set()
+    server = FakeRedisServer(calls, contended)
+    faults = [PlannedFault(0, "redis-restart-aof", None, 0, 0, 0, 0, False)]
+    _, events, done, (error,), _ = run(tmp_path, faults, redis_server=server)
+    assert error is None
+    assert calls == ["kill", "start"]
+    restart = next(e for e in events if e["type"] != "invoke" and e["op"] == "fault")
+    assert restart["type"] == "ok"
+    assert (restart["detail"]["counter_before"], restart["detail"]["counter_after"]) == (None, None)
+    assert done == ["redis-restart-aof"]

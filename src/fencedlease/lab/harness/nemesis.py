@@ -566,9 +566,15 @@ class Nemesis:
         self._finish(op, ended_by_restart=ended_by_restart)
 
     def _counter(self) -> int | None:
-        """The highest fencing counter of the run's keys (None: none is set)."""
+        """The highest fencing counter of the run's keys (None: none is set, or Redis did not
+        answer: the figure is a note on a fault that happened, never a reason to call it
+        failed)."""
         fences = [redis_keys(self.env.prefix, key).fence for key in self.env.lease_keys]
-        values = [int(raw) for raw in self._admin.mget(fences) if raw is not None]
+        try:
+            raw_values = self._admin.mget(fences)
+        except redis.RedisError:
+            return None
+        values = [int(raw) for raw in raw_values if raw is not None]
         return max(values) if values else None
 
     def _restart(self, op: Operation, *, persist: bool) -> None:
@@ -592,12 +598,10 @@ class Nemesis:
                     server.appendonly = True
                     with contextlib.suppress(redis.RedisError):
                         self._admin.config_set("appendonly", "yes")
+            # Read before a redis-pause waiting for the lock can stop the new process.
+            after = self._counter()
         self._finish(
-            op,
-            persist=persist,
-            counter_before=before,
-            counter_after=self._counter(),
-            during_pause=paused,
+            op, persist=persist, counter_before=before, counter_after=after, during_pause=paused
         )
 
     def _do_redis_restart_aof(

@@ -123,9 +123,10 @@ def _rollback_findings(ctx: Context, exempt: list[Exempt]) -> list[Finding]:
         ]
         counter_before = fault.detail.get("counter_before")
         pairs = sum(1 for _, _, f in exempt if f is fault)
+        was = "" if counter_before is None else f" (at {counter_before} before)"
         message = (
             f"Redis was restarted without persistence at {ctx.t(fault.start)}: the fencing "
-            f"counter (at {counter_before} before) started again from 0, so "
+            f"counter{was} started again from 0, so "
             f"{len(low_grants)} later grant(s) got tokens at or below ones already issued"
             f" ({pairs} pair(s) of grants out of order, exempted from property d). "
         )
