@@ -275,12 +275,13 @@ def test_a_restart_is_recorded_done_when_a_pause_stops_redis_right_after(
     restart = next(e for e in events if e["detail"].get("index") == 0 and e["type"] != "invoke")
     assert restart["type"] == "ok"
     assert (restart["detail"]["counter_before"], restart["detail"]["counter_after"]) == (7, 7)
+    assert "counter_unread" not in restart["detail"]
     assert sorted(done) == ["redis-pause", "redis-restart-aof"]
 
 
 def test_an_unanswered_counter_read_is_a_missing_figure(tmp_path: Path) -> None:
     """The admin connection answers nothing (port 1): the restart still happened and is
-    recorded done, with no counter figures."""
+    recorded done, with no counter figures and the errors that kept them."""
     calls: list[str] = []
     contended = threading.Event()
     contended.set()
@@ -292,4 +293,7 @@ def test_an_unanswered_counter_read_is_a_missing_figure(tmp_path: Path) -> None:
     restart = next(e for e in events if e["type"] != "invoke" and e["op"] == "fault")
     assert restart["type"] == "ok"
     assert (restart["detail"]["counter_before"], restart["detail"]["counter_after"]) == (None, None)
+    unread = restart["detail"]["counter_unread"]
+    assert len(unread) == 2
+    assert all(error.startswith("ConnectionError: ") for error in unread), unread
     assert done == ["redis-restart-aof"]

@@ -401,24 +401,6 @@ def could_cost_lease_together(
     return "latency" in kinds and (connected or any(k in SLOWED_BY_LATENCY for k in kinds))
 
 
-def _release_in_doubt(facts: _Facts, process: str, grant: int, refused: float) -> bool:
-    """Whether a fault of
-    [`DOUBTS_RELEASE`][fencedlease.lab.harness.kinds.DOUBTS_RELEASE] aimed at ``process`` (or at
-    every worker) was in force between the send of ``grant``'s release and its refusal at
-    ``refused``: the connection the release went out on may have broken after it ran."""
-    sent = facts.release_sent.get((process, grant))
-    if sent is None:
-        return False
-    return any(
-        f.kind in DOUBTS_RELEASE
-        and not f.failed
-        and (f.target is None or f.target == process)
-        and f.start <= refused
-        and (f.end is None or f.end >= sent[0])
-        for f in facts.faults
-    )
-
-
 def check_mutex(
     events: Sequence[Event],
     *,
@@ -545,8 +527,12 @@ def check_mutex(
         ]
         connected = any(at - window <= c <= at for c in facts.connects.get(process, ()))
         kinds = [f.kind for f in near]
-        if reason == RELEASE_REFUSED and _release_in_doubt(facts, process, grant, at):
-            continue
+        if reason == RELEASE_REFUSED:
+            # A connection of the holder broken between the release's send and its refusal:
+            # the release went out once more, and if the first had run, the second answered 0.
+            sent, _ = facts.release_sent.get((process, grant), (at, 0))
+            if any(f.kind in DOUBTS_RELEASE and (f.end is None or f.end >= sent) for f in near):
+                continue
         if not could_cost_lease_together(kinds, ttl_ms, heartbeat_ms, connected=connected):
             kept = sorted(set(kinds))
             only = (

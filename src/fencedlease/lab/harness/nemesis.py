@@ -566,16 +566,24 @@ class Nemesis:
         self._finish(op, ended_by_restart=ended_by_restart)
 
     def _counter(self) -> int | None:
-        """The highest fencing counter of the run's keys (None: none is set, or Redis did not
-        answer: the figure is a note on a fault that happened, never a reason to call it
-        failed)."""
+        """The highest fencing counter of the run's keys (None: none is set).
+
+        Raises:
+            redis.RedisError: Redis did not answer.
+        """
         fences = [redis_keys(self.env.prefix, key).fence for key in self.env.lease_keys]
-        try:
-            raw_values = self._admin.mget(fences)
-        except redis.RedisError:
-            return None
-        values = [int(raw) for raw in raw_values if raw is not None]
+        values = [int(raw) for raw in self._admin.mget(fences) if raw is not None]
         return max(values) if values else None
+
+    def _counter_figure(self, unread: list[str]) -> int | None:
+        """`_counter`, as a figure noted on a fault that happened: None when Redis did not
+        answer, the error appended to ``unread`` (recorded with the fault, never a reason to
+        call it failed)."""
+        try:
+            return self._counter()
+        except redis.RedisError as exc:
+            unread.append(f"{type(exc).__name__}: {exc}")
+            return None
 
     def _restart(self, op: Operation, *, persist: bool) -> None:
         server = self.env.redis_server
@@ -584,7 +592,8 @@ class Nemesis:
             # A paused Redis answers nothing: the restart kills the stopped process (SIGKILL
             # needs no answer) and ends the pause; the pause's own end then resumes nothing.
             paused = self._redis_pauses > 0
-            before = None if paused else self._counter()
+            unread: list[str] = []
+            before = None if paused else self._counter_figure(unread)
             if not persist:
                 self._admin.config_set("appendonly", "no")
                 server.appendonly = False
@@ -599,9 +608,14 @@ class Nemesis:
                     with contextlib.suppress(redis.RedisError):
                         self._admin.config_set("appendonly", "yes")
             # Read before a redis-pause waiting for the lock can stop the new process.
-            after = self._counter()
+            after = self._counter_figure(unread)
         self._finish(
-            op, persist=persist, counter_before=before, counter_after=after, during_pause=paused
+            op,
+            persist=persist,
+            counter_before=before,
+            counter_after=after,
+            during_pause=paused,
+            **({"counter_unread": unread} if unread else {}),
         )
 
     def _do_redis_restart_aof(
