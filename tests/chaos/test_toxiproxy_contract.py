@@ -46,10 +46,12 @@ def proxy_keys(body: dict[str, Any]) -> list[str]:
 
 # A measured delay d of a toxic configured for D must be D <= d < 2 * D: a toxic that does
 # nothing, or applies its delay twice, fails; everything between is scheduling, which two busy
-# cores stretch by far more than a fixed slack of a few tens of milliseconds would allow.
+# cores stretch by far more than a fixed slack of a few tens of milliseconds would allow. Where
+# the measurement repeats on one connection (a round trip), the upper bound is judged on the
+# fastest of a few (`fastest_round_trip`): a stall stretches some of them, a toxic every one.
 FAST_S = 0.25
-"""A round trip through a proxy without toxics takes less than this: below every delay (250 ms
-and up) a test compares it with, so a toxic left in place fails the check."""
+"""The fastest of a few round trips through a proxy without toxics takes less than this: below
+every delay (250 ms and up) a test compares it with, so a toxic left in place fails the check."""
 
 
 def delayed_by(measured_s: float, configured_s: float) -> bool:
@@ -186,6 +188,13 @@ def round_trip(sock: socket.socket, payload: bytes = b"ping") -> float:
     return time.monotonic() - started
 
 
+def fastest_round_trip(sock: socket.socket, tries: int = 3) -> float:
+    """The fastest of ``tries`` round trips (`round_trip`): a toxic delays every one of them, a
+    scheduling stall of two busy cores only some, so the fastest shows the proxy and not the
+    machine's load (one plain round trip took 0.41 s in a suite run beside the harness)."""
+    return min(round_trip(sock) for _ in range(tries))
+
+
 def wait_closed(sock: socket.socket) -> tuple[str, float]:
     """Read until the peer closes: ("eof" | "reset", seconds waited). Fails on data."""
     started = time.monotonic()
@@ -229,7 +238,7 @@ def test_create_is_201_with_the_real_shape_and_port_zero_rewritten(
     )
     assert port != 0
     with socket.create_connection((host, port), timeout=5) as sock:
-        assert round_trip(sock) < FAST_S
+        assert fastest_round_trip(sock) < FAST_S
     assert client.get_proxy("p1").listen == body["listen"]
 
 
@@ -348,7 +357,7 @@ def test_populate_with_a_repeated_name_replaces_the_earlier_entry(
         True,
     )
     with connect(kept) as sock:
-        assert round_trip(sock) < FAST_S
+        assert fastest_round_trip(sock) < FAST_S
 
 
 def test_update_with_a_bad_listen_is_500_and_leaves_the_proxy_serving(
@@ -357,17 +366,17 @@ def test_update_with_a_bad_listen_is_500_and_leaves_the_proxy_serving(
     """PATCH with a listen that cannot be resolved answers 500 with the resolver's error and
     changes nothing: same listen, still enabled, open and new connections still served."""
     with connect(proxy) as sock:
-        assert round_trip(sock) < FAST_S
+        assert fastest_round_trip(sock) < FAST_S
         status, body = http(endpoint, "PATCH", "/proxies/echo", {"listen": "nonsense"})
         assert (status, body) == (
             500,
             {"error": "address nonsense: missing port in address", "status": 500},
         )
-        assert round_trip(sock) < FAST_S
+        assert fastest_round_trip(sock) < FAST_S
     after = client.get_proxy("echo")
     assert (after.listen, after.upstream, after.enabled) == (proxy.listen, proxy.upstream, True)
     with connect(proxy) as sock:
-        assert round_trip(sock) < FAST_S
+        assert fastest_round_trip(sock) < FAST_S
 
 
 def test_reset_is_204_enables_proxies_and_removes_toxics(
@@ -381,7 +390,7 @@ def test_reset_is_204_enables_proxies_and_removes_toxics(
     assert after.enabled is True
     assert after.toxics() == {}
     with connect(proxy) as sock:
-        assert round_trip(sock) < FAST_S
+        assert fastest_round_trip(sock) < FAST_S
 
 
 # --- enabled: false -------------------------------------------------------------------------
@@ -392,7 +401,7 @@ def test_disable_closes_open_connections_refuses_new_and_reenables_on_same_port(
 ) -> None:
     """enabled=false closes an open connection and the listener; enabling listens again there."""
     with connect(proxy) as sock:
-        assert round_trip(sock) < FAST_S
+        assert fastest_round_trip(sock) < FAST_S
         proxy.disable()
         how, waited = wait_closed(sock)
     assert how in ("eof", "reset")
@@ -402,7 +411,7 @@ def test_disable_closes_open_connections_refuses_new_and_reenables_on_same_port(
     proxy.enable()
     assert client.get_proxy("echo").listen == proxy.listen
     with connect(proxy) as sock:
-        assert round_trip(sock) < FAST_S
+        assert fastest_round_trip(sock) < FAST_S
 
 
 # --- toxics, measured ------------------------------------------------------------------------
@@ -413,14 +422,15 @@ def test_latency_delays_each_round_trip_by_the_configured_time(proxy: Any) -> No
     proxy.add_toxic(type="latency", attributes={"latency": 200, "jitter": 0})
     with connect(proxy) as sock:
         times = [round_trip(sock) for _ in range(3)]
-    assert all(delayed_by(t, 0.2) for t in times), times
+    assert all(t >= 0.2 for t in times), times  # every round trip delayed
+    assert delayed_by(min(times), 0.2), times  # and once: a stall stretches only some
 
 
 def test_upstream_latency_delays_the_request_direction(proxy: Any) -> None:
     """A latency toxic on stream upstream delays client-to-server bytes as much."""
     proxy.add_toxic(type="latency", stream="upstream", attributes={"latency": 200})
     with connect(proxy) as sock:
-        elapsed = round_trip(sock)
+        elapsed = fastest_round_trip(sock)
     assert delayed_by(elapsed, 0.2)
 
 
@@ -438,7 +448,7 @@ def test_toxicity_zero_never_applies(proxy: Any) -> None:
     """A toxic with toxicity 0 leaves the connection untouched."""
     proxy.add_toxic(type="latency", toxicity=0.0, attributes={"latency": 500})
     with connect(proxy) as sock:
-        assert round_trip(sock) < FAST_S
+        assert fastest_round_trip(sock) < FAST_S
 
 
 def test_toxics_take_effect_on_an_open_connection_and_leave_with_removal(
@@ -446,23 +456,23 @@ def test_toxics_take_effect_on_an_open_connection_and_leave_with_removal(
 ) -> None:
     """Adding, updating and removing a toxic changes a connection opened before it."""
     with connect(proxy) as sock:
-        assert round_trip(sock) < FAST_S
+        assert fastest_round_trip(sock) < FAST_S
         proxy.add_toxic(type="latency", name="slow", attributes={"latency": 250})
-        assert delayed_by(round_trip(sock), 0.25)
+        assert delayed_by(fastest_round_trip(sock), 0.25)
         status, body = http(
             endpoint, "POST", "/proxies/echo/toxics/slow", {"attributes": {"latency": 400}}
         )
         assert (status, body["attributes"]) == (200, {"latency": 400, "jitter": 0})
-        assert delayed_by(round_trip(sock), 0.4)
+        assert delayed_by(fastest_round_trip(sock), 0.4)
         proxy.destroy_toxic("slow")
-        assert round_trip(sock) < FAST_S
+        assert fastest_round_trip(sock) < FAST_S
 
 
 def test_timeout_zero_black_holes_data_until_removed_then_closes(proxy: Any) -> None:
     """timeout=0 passes nothing while present; removing it closes the connection, as the real
     server does (the dropped bytes cannot be given back)."""
     with connect(proxy) as sock:
-        assert round_trip(sock) < FAST_S
+        assert fastest_round_trip(sock) < FAST_S
         proxy.add_toxic(type="timeout", name="hole", attributes={"timeout": 0})
         sock.sendall(b"lost")
         sock.settimeout(0.6)
@@ -517,7 +527,7 @@ def test_reset_peer_on_an_open_connection_waits_for_data_then_closes_with_fin(
     (it stays open past the timeout), then the data is dropped and, 300 ms on, the connection
     closes with FIN, not RST (only connections opened with the toxic present reset)."""
     with connect(proxy) as sock:
-        assert round_trip(sock) < FAST_S
+        assert fastest_round_trip(sock) < FAST_S
         proxy.add_toxic(type="reset_peer", attributes={"timeout": 300})
         time.sleep(0.6)  # twice the timeout, with no data
         sock.setblocking(False)
@@ -538,7 +548,7 @@ def test_a_connection_opened_with_reset_peer_resets_on_every_close(proxy: Any) -
     link starts. A client half-close therefore comes back as a reset, not EOF."""
     proxy.add_toxic(type="reset_peer", toxicity=0.0, attributes={"timeout": 0})
     with connect(proxy) as sock:
-        assert round_trip(sock) < FAST_S
+        assert fastest_round_trip(sock) < FAST_S
         sock.shutdown(socket.SHUT_WR)
         how, _ = wait_closed(sock)
     assert how == "reset"
@@ -617,7 +627,7 @@ def test_slow_close_delays_the_close(proxy: Any) -> None:
     """slow_close delay=400 ms: after the client half-closes, its EOF arrives about 400 ms later."""
     proxy.add_toxic(type="slow_close", attributes={"delay": 400})
     with connect(proxy) as sock:
-        assert round_trip(sock) < FAST_S
+        assert fastest_round_trip(sock) < FAST_S
         started = time.monotonic()
         sock.shutdown(socket.SHUT_WR)
         how, _ = wait_closed(sock)
@@ -629,7 +639,7 @@ def test_slow_close_delays_the_close(proxy: Any) -> None:
 def test_close_without_slow_close_is_prompt(proxy: Any) -> None:
     """Without toxics a half-close comes back as EOF at once (the control for slow_close)."""
     with connect(proxy) as sock:
-        assert round_trip(sock) < FAST_S
+        assert fastest_round_trip(sock) < FAST_S
         started = time.monotonic()
         sock.shutdown(socket.SHUT_WR)
         how, _ = wait_closed(sock)
