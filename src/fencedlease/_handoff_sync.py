@@ -227,7 +227,7 @@ class Handoff(HandoffBase[redis.Redis]):
 
     def _run(self) -> None:
         listener = dedicated_client(self._client)
-        pubsub = listener.pubsub()  # type: ignore[no-untyped-call]
+        pubsub = listener.pubsub()  # type: ignore[no-untyped-call, unused-ignore]
         channels, lock = self._channels, self._lock
         backoff_s, warned = 0.0, False
         try:
@@ -249,7 +249,7 @@ class Handoff(HandoffBase[redis.Redis]):
                     if not isinstance(exc, RedisError):
                         with contextlib.suppress(RedisError, OSError, ValueError):
                             pubsub.close()
-                        pubsub = listener.pubsub()  # type: ignore[no-untyped-call]
+                        pubsub = listener.pubsub()  # type: ignore[no-untyped-call, unused-ignore]
                         self._control_on = False
                     warned = listener_failed(exc, acl_denial(exc), warned)
                     with lock:

@@ -107,6 +107,7 @@ class RedisBackend:
         self._renewal_client: redis.Redis | None = None
         self._packer: PackedRenewals | None = None
         self._calls: PackedCalls | None = None
+        self._closed = False  # by close(): no command is sent once more after it
 
     def _primary_switched(self) -> None:
         hook = self.on_primary_switch
@@ -185,7 +186,7 @@ class RedisBackend:
         if self._packer is not None and not self.grants.replica_acks and packs_itself(client):
             self._switches.start()
             try:
-                return run_packed(client, self._packer.command(items)), None, None
+                return run_packed(client, self._packer.command(items), self._open), None, None
             except NoScriptError:
                 pass  # the script cache was flushed: EVALSHA, NOSCRIPT, EVAL, as for any script
         keys, args = renew_many_args(self.prefix, items)
@@ -221,7 +222,7 @@ class RedisBackend:
             self._switches.start()
             reads = self._packed().acquire(key, owner_token, ttl_ms, self.grants.fencing, queue)
             try:
-                return run_packed(self.client, reads), None
+                return run_packed(self.client, reads, self._open), None
             except NoScriptError:
                 pass  # the script cache was flushed: EVALSHA, NOSCRIPT, EVAL, as for any script
         keys, args = lease_keys(self.prefix, key), (owner_token, ttl_ms, self.grants.fencing)
@@ -291,7 +292,7 @@ class RedisBackend:
         packed = self.packed_release(key, owner_token)
         if packed is not None:
             try:
-                return run_packed(self.client, packed)
+                return run_packed(self.client, packed, self._open)
             except NoScriptError:
                 pass  # the script cache was flushed: EVALSHA, NOSCRIPT, EVAL, as for any script
         keys, modes = lease_keys(self.prefix, key), self.grants.mode_args
@@ -322,7 +323,13 @@ class RedisBackend:
         with backend_errors(f"force_release {key!r}"):
             return bool(self.client.delete(lease_key(self.prefix, key)))
 
+    def _open(self) -> bool:
+        """Whether `close` has not been called: a command whose connection broke is sent once
+        more only then (`run_packed`)."""
+        return not self._closed
+
     def close(self) -> None:
+        self._closed = True
         self._switches.close(sentinels=self._owns_client)
         self._check.close()
         renewals, self._renewal_client = self._renewal_client, None

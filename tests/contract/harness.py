@@ -483,4 +483,4 @@ def unique_prefix() -> str:
 
 def run_machine(machine: type[RuleBasedStateMachine], how: settings) -> None:
     """Run ``machine`` as a test under ``how`` (the typed door to Hypothesis's runner)."""
-    run_state_machine_as_test(machine, settings=how)  # type: ignore[no-untyped-call]
+    run_state_machine_as_test(machine, settings=how)  # type: ignore[no-untyped-call, unused-ignore]

@@ -347,7 +347,7 @@ def test_asyncio_queueing_that_fails_after_the_wait_gave_up_is_not_left_unretrie
 @pytest.fixture
 def monitor(redis_client: redis.Redis) -> Iterator[Any]:
     """A pub/sub connection that hears every hand-off channel of prefix ``h``."""
-    pubsub = redis_client.pubsub()  # type: ignore[no-untyped-call]
+    pubsub = redis_client.pubsub()  # type: ignore[no-untyped-call, unused-ignore]
     pubsub.psubscribe("h:*:handoff*")
     assert pubsub.get_message(timeout=5.0)["type"] == "psubscribe"
     yield pubsub

@@ -22,7 +22,7 @@ def test_the_named_keys_are_the_ones_the_manager_uses(
     keys = redis_keys("rk", NAME)
     holder_manager = LeaseManager.from_url(redis_url, prefix="rk")
     waiter_manager = LeaseManager.from_url(redis_url, prefix="rk")
-    listener = redis_client.pubsub()  # type: ignore[no-untyped-call]
+    listener = redis_client.pubsub()  # type: ignore[no-untyped-call, unused-ignore]
     try:
         holder = holder_manager.acquire(NAME, ttl_ms=10_000).lease
         assert holder is not None

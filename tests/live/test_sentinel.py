@@ -64,8 +64,8 @@ def test_a_master_for_client_is_taken_on_both_faces(
     sentinel_deployment: SentinelDeployment,
 ) -> None:
     deployment = sentinel_deployment
-    sentinel = redis.sentinel.Sentinel(deployment.sentinel_addresses)  # type: ignore[no-untyped-call]
-    client = sentinel.master_for(deployment.service)  # type: ignore[no-untyped-call]
+    sentinel = redis.sentinel.Sentinel(deployment.sentinel_addresses)  # type: ignore[no-untyped-call, unused-ignore]
+    client = sentinel.master_for(deployment.service)  # type: ignore[no-untyped-call, unused-ignore]
     with LeaseManager(client, fencing="clock") as manager:
         lease = manager.acquire("k", ttl_ms=5_000).lease
         assert lease is not None and lease.fencing_token is not None
@@ -76,7 +76,7 @@ def test_a_master_for_client_is_taken_on_both_faces(
         one.close()
 
     async def main() -> int | None:
-        sentinels = redis.asyncio.sentinel.Sentinel(deployment.sentinel_addresses)  # type: ignore[no-untyped-call]
+        sentinels = redis.asyncio.sentinel.Sentinel(deployment.sentinel_addresses)  # type: ignore[no-untyped-call, unused-ignore]
         aclient = sentinels.master_for(deployment.service)
         async with AsyncLeaseManager(
             aclient, replica_acks=1, replica_ack_timeout_ms=ACK_MS

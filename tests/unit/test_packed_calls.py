@@ -4,6 +4,7 @@ and without a refused caller's queueing, in either fencing mode; a key's names f
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -11,7 +12,8 @@ import redis
 
 from fencedlease._redis.keys import KEYS_CACHED, lease_keys
 from fencedlease._redis.scripts import ACQUIRE, RELEASE
-from fencedlease._redis.wire import PackedCalls, forget_primary
+from fencedlease._redis.wire import PackedCalls, forget_primary, run_packed
+from fencedlease._redis.wire_aio import run_packed as run_packed_aio
 
 CLIENTS = [redis.Redis(), redis.Redis(decode_responses=True), redis.Redis(encoding="latin-1")]
 IDS = ["bytes", "str", "latin-1"]
@@ -79,3 +81,71 @@ def test_a_keys_names_are_framed_once_and_the_cache_stays_bounded() -> None:
         packer.release(f"k{i}", "o", ())
     # "k" and k0..k1022 fill it; k1023 finds it full, clears it and is kept, then k1024
     assert set(packer._keys) == {f"k{KEYS_CACHED - 1}", f"k{KEYS_CACHED}"}
+
+
+class BrokenPool:
+    """A pool whose every connection breaks before its reply, counting the sends."""
+
+    def __init__(self) -> None:
+        self.sends = 0
+        self.released = 0
+
+    def get_connection(self) -> BrokenPool:
+        return self
+
+    def send_packed_command(self, packed: list[bytes]) -> None:
+        self.sends += 1
+
+    def read_response(self) -> object:
+        raise redis.ConnectionError("Connection closed by server.")
+
+    def disconnect(self) -> None:
+        pass
+
+    def release(self, conn: object) -> None:
+        self.released += 1
+
+
+@pytest.mark.parametrize(("open_", "sends"), [(True, 2), (False, 1)], ids=["open", "closed"])
+def test_a_broken_connections_command_is_sent_once_more_only_while_the_manager_is_open(
+    open_: bool, sends: int
+) -> None:
+    """A command whose connection breaks goes out once more on a new connection, unless the
+    manager was closed meanwhile: its caller then closes the client, and a connection made after
+    that would be left open (redis-py 8.2 reports a pool closed under a read as that break)."""
+    pool = BrokenPool()
+    client: Any = type("Client", (), {"connection_pool": pool})()
+    with pytest.raises(redis.ConnectionError):
+        run_packed(client, b"*1\r\n$4\r\nPING\r\n", lambda: open_)
+    assert (pool.sends, pool.released) == (sends, sends)
+
+
+@pytest.mark.parametrize(("open_", "sends"), [(True, 2), (False, 1)], ids=["open", "closed"])
+def test_the_asyncio_wire_sends_again_only_while_the_manager_is_open(
+    open_: bool, sends: int
+) -> None:
+    """The same rule on the asyncio face."""
+
+    class AioPool:
+        sends = released = 0
+
+        async def get_connection(self) -> AioPool:
+            return self
+
+        async def send_packed_command(self, packed: list[bytes]) -> None:
+            self.sends += 1
+
+        async def read_response(self) -> object:
+            raise redis.ConnectionError("Connection closed by server.")
+
+        async def disconnect(self, nowait: bool = False) -> None:
+            pass
+
+        async def release(self, conn: object) -> None:
+            self.released += 1
+
+    pool = AioPool()
+    client: Any = type("Client", (), {"connection_pool": pool})()
+    with pytest.raises(redis.ConnectionError):
+        asyncio.run(run_packed_aio(client, b"*1\r\n$4\r\nPING\r\n", lambda: open_))
+    assert (pool.sends, pool.released) == (sends, sends)

@@ -4,6 +4,8 @@ The check on real sentinels: tests/live/test_sentinel_deposed.py."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import redis
 import redis.asyncio
 import redis.asyncio.sentinel
@@ -13,16 +15,16 @@ from fencedlease._redis.sentinel import PrimaryCheck, doubt, named_address
 from fencedlease._redis.sentinel_aio import AsyncPrimaryCheck
 
 
-def _master_for(**kwargs: object) -> redis.Redis:
-    sentinel = redis.sentinel.Sentinel([("127.0.0.1", 1), ("127.0.0.1", 2)], **kwargs)  # type: ignore[no-untyped-call]
-    client: redis.Redis = sentinel.master_for("svc")  # type: ignore[no-untyped-call]
+def _master_for(**kwargs: Any) -> redis.Redis:
+    sentinel = redis.sentinel.Sentinel([("127.0.0.1", 1), ("127.0.0.1", 2)], **kwargs)  # type: ignore[no-untyped-call, unused-ignore]
+    client: redis.Redis = sentinel.master_for("svc")  # type: ignore[no-untyped-call, unused-ignore]
     return client
 
 
 def test_only_a_master_for_client_is_checked() -> None:
     assert PrimaryCheck(_master_for()).active
     assert not PrimaryCheck(redis.Redis(port=1)).active
-    sentinels = redis.asyncio.sentinel.Sentinel([("127.0.0.1", 1)])  # type: ignore[no-untyped-call]
+    sentinels = redis.asyncio.sentinel.Sentinel([("127.0.0.1", 1)])  # type: ignore[no-untyped-call, unused-ignore]
     assert AsyncPrimaryCheck(sentinels.master_for("svc")).active
     assert not AsyncPrimaryCheck(redis.asyncio.Redis(port=1)).active
 

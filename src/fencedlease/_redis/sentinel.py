@@ -148,10 +148,10 @@ def sentinel_client(url: str, kwargs: dict[str, Any]) -> redis.Redis:
     options = client_options(parsed, kwargs)
     sentinel_kwargs = options.pop("sentinel_kwargs", None)
     try:
-        sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+        sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
             list(parsed.sentinels), sentinel_kwargs=sentinel_kwargs, **options
         )
-        client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+        client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call, unused-ignore]
             parsed.service, db=parsed.db
         )
         pool = client.connection_pool

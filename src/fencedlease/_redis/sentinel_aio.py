@@ -47,7 +47,7 @@ def async_sentinel_client(url: str, kwargs: dict[str, Any]) -> redis.asyncio.Red
     options = client_options(parsed, kwargs)
     sentinel_kwargs = options.pop("sentinel_kwargs", None)
     try:
-        sentinel = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+        sentinel = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
             list(parsed.sentinels), sentinel_kwargs=sentinel_kwargs, **options
         )
         client: redis.asyncio.Redis = sentinel.master_for(parsed.service, db=parsed.db)

@@ -217,7 +217,14 @@ class _Forget:
 forget_primary = _Forget().primary
 
 
-def run_packed(client: redis.Redis, command: bytes | PrimaryReads) -> Any:
+def always() -> bool:
+    """`run_packed`'s default ``again``: a broken connection's command is sent once more."""
+    return True
+
+
+def run_packed(
+    client: redis.Redis, command: bytes | PrimaryReads, again: Callable[[], bool] = always
+) -> Any:
     """Send ``command`` (a `PackedRenewals.command`, a `PackedCalls.release`, or an acquire of
     `PrimaryReads`) on one of ``client``'s pooled connections and read its reply, marking the
     send (`fencedlease._clock.mark_send`) once the connection is made. A connection that breaks
@@ -225,6 +232,8 @@ def run_packed(client: redis.Redis, command: bytes | PrimaryReads) -> Any:
     closed meanwhile; a renewal is safe to repeat, and so is an acquire: the owner token's second
     try finds the lease its own; a release that ran before its connection broke answers 0 the
     second time, and the lease is reported lost, as redis-py's own retry of a command would).
+    It is sent once more only while ``again()`` is true: a manager closed meanwhile (its caller
+    then closes the client, whose pool this is) makes no new connection that nobody would close.
 
     Raises:
         redis.RedisError: the reply's error (``NoScriptError`` included: the caller falls back to
@@ -244,7 +253,7 @@ def run_packed(client: redis.Redis, command: bytes | PrimaryReads) -> Any:
             raise  # a reply: the connection is in step
         except redis.ConnectionError:
             conn.disconnect()
-            if attempt == 2:
+            if attempt == 2 or not again():
                 raise
         except BaseException:
             conn.disconnect()  # a reply may still be on its way: never reuse the connection

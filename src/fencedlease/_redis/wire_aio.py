@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio
 
 from .._clock import mark_send
-from .wire import PrimaryReads, forget_primary
+from .wire import PrimaryReads, always, forget_primary
 
 __all__ = ["packs_itself", "run_packed"]
 
@@ -20,12 +21,16 @@ def packs_itself(client: object) -> bool:
     return isinstance(client, redis.asyncio.Redis) and client.connection is None
 
 
-async def run_packed(client: redis.asyncio.Redis, command: bytes | PrimaryReads) -> Any:
+async def run_packed(
+    client: redis.asyncio.Redis,
+    command: bytes | PrimaryReads,
+    again: Callable[[], bool] = always,
+) -> Any:
     """`fencedlease._redis.wire.run_packed`, awaited: send ``command`` (a packed renewal batch,
     or an acquire of `PrimaryReads`) on one of ``client``'s pooled connections and read its
     reply, the send marked once the connection is made; a connection that breaks is dropped and
-    the command sent once more on a new one. A cancelled call drops its connection (a reply may
-    still be on its way).
+    the command sent once more on a new one while ``again()`` is true (not once the manager is
+    closed). A cancelled call drops its connection (a reply may still be on its way).
 
     Raises:
         redis.RedisError: the reply's error (``NoScriptError`` included), or the connection's.
@@ -44,7 +49,7 @@ async def run_packed(client: redis.asyncio.Redis, command: bytes | PrimaryReads)
             raise  # a reply: the connection is in step
         except redis.ConnectionError:
             await conn.disconnect(nowait=True)
-            if attempt == 2:
+            if attempt == 2 or not again():
                 raise
         except BaseException:
             await conn.disconnect(nowait=True)  # a reply may still be on its way

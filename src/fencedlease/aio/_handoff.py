@@ -245,7 +245,7 @@ class AsyncHandoff(HandoffBase[redis.asyncio.Redis]):
         finally:
             try:
                 with contextlib.suppress(RedisError):
-                    await asyncio.shield(pubsub.aclose())  # type: ignore[no-untyped-call]
+                    await asyncio.shield(pubsub.aclose())  # type: ignore[no-untyped-call, unused-ignore]
             finally:
                 if listener is not self._client:
                     with contextlib.suppress(RedisError):

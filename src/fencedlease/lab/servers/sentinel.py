@@ -44,7 +44,7 @@ class SwitchWatch:
 
     def __init__(self, sentinel_port: int, service: str) -> None:
         self._client = redis.Redis(host="127.0.0.1", port=sentinel_port, socket_timeout=5)
-        self._pubsub = self._client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+        self._pubsub = self._client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call, unused-ignore]
         self._pubsub.subscribe("+switch-master")
         self._service = service
 
