@@ -1,7 +1,7 @@
 """scripts/griffe_public.py: signatures as a caller reads them on the reference site, and the
 backend methods documented by the protocol they implement.
 
-Needs Griffe (the ``docs`` extra, which CI installs); skipped without it.
+Needs Griffe (in the ``test`` extra, and the ``docs`` one).
 """
 
 from __future__ import annotations
@@ -10,10 +10,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
-import pytest
-
-pytest.importorskip("griffe")
 import griffe
+import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "griffe_public.py"
 SRC = Path(__file__).resolve().parents[2] / "src"
