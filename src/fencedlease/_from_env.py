@@ -59,7 +59,7 @@ class FromEnv(OperationsBase):
 
         MAX is 2,147,483,647 (milliseconds). Numbers are strings of ASCII digits. The Redis
         variables (``DB``, the connect and socket timeouts, ``MAX_RETRIES``) become redis-py's
-        options: seconds for the timeouts, and ``Retry(ExponentialWithJitterBackoff(), n)`` of
+        options: seconds for the timeouts, and ``Retry(EqualJitterBackoff(), n)`` of
         ``redis.retry``; they are refused with a ``memory://`` or ``sqlite://`` URL, and
         ``FENCEDLEASE_DB`` with a URL that names a database. ``kwargs`` go to the client as in
         ``from_url``.

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import redis.asyncio.retry
 import redis.retry
-from redis.backoff import ExponentialWithJitterBackoff
+from redis.backoff import EqualJitterBackoff
 
 from fencedlease import BackendError, LeaseManager, ShutdownReport, ValidationError
 from fencedlease._env import read_env
@@ -144,7 +144,7 @@ def test_variables_become_redis_py_options(face: Any, retry_class: type) -> None
         3, 0.5, 0.25,
     )  # fmt: skip
     retry: Any = options["retry"]
-    assert (retry._retries, type(retry._backoff)) == (2, ExponentialWithJitterBackoff)
+    assert (retry._retries, type(retry._backoff)) == (2, EqualJitterBackoff)
     assert type(retry) is retry_class
     assert manager.backend.prefix == "svc"
     assert manager._shutdown_timeout_ms == 750
