@@ -20,6 +20,7 @@ from fencedlease._attempt import AcquireAttempt, is_ambiguous
 from fencedlease._protocol import AcquireReply
 from fencedlease._redis.errors import backend_errors
 from fencedlease._redis.keys import renew_many_args
+from fencedlease._redis.pool import connection_args
 from fencedlease._redis.replies import decode_renew_many
 from fencedlease._schedule import RenewalEntry, RenewalSchedule
 from fencedlease._state import LeaseState, LossReason, restored_state
@@ -95,9 +96,9 @@ def _pool_timeout() -> BackendError:
     pool = redis.BlockingConnectionPool(  # type: ignore[no-untyped-call]
         connection_class=_NoIOConnection, max_connections=1, timeout=0.01
     )
-    pool.get_connection()  # type: ignore[no-untyped-call]
+    pool.get_connection(*connection_args(pool))  # type: ignore[no-untyped-call]
     with pytest.raises(BackendError) as info, backend_errors("acquire 'k'"):
-        pool.get_connection()  # type: ignore[no-untyped-call]
+        pool.get_connection(*connection_args(pool))  # type: ignore[no-untyped-call]
     return info.value
 
 

@@ -11,6 +11,7 @@ import redis.asyncio
 from redis.exceptions import NoScriptError
 
 from .._clock import mark_send, send_mark
+from .pool import connection_args
 from .scripts import AckedCall, Script, acked_replies, eval_reply, primers, waited
 
 __all__ = ["connected", "dedicated_client", "run_acked", "run_script", "waits_for_connection"]
@@ -64,7 +65,7 @@ async def connected(client: redis.asyncio.Redis | redis.asyncio.RedisCluster) ->
     idle = getattr(pool, "_available_connections", None)  # see the sync twin
     if idle and getattr(idle[-1], "is_connected", False):
         return
-    connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+    connection = await pool.get_connection(*connection_args(pool))  # type: ignore[no-untyped-call, unused-ignore]
     # Given back even if the caller is cancelled right here: a connection neither used nor
     # returned would stay open, out of the pool's sight, until the pool is closed.
     await asyncio.shield(pool.release(connection))

@@ -26,7 +26,9 @@ _Client = TypeVar("_Client", bound=_PooledClient)
 
 
 _UNEXPECTED_OPTION = re.compile(r"unexpected keyword argument '(\w+)'")
-_URL_OPTION = re.compile(r"value for '(\w+)'")
+_URL_OPTION = re.compile(
+    r"value for ['`](\w+)['`]"
+)  # redis-py quotes the name '...' (from 5.1) or `...`
 
 
 def redis_client(factory: Callable[..., _Client], url: str, kwargs: dict[str, Any]) -> _Client:

@@ -23,6 +23,7 @@ from redis.exceptions import NoScriptError
 from .._clock import mark_send, send_mark
 from .._protocol import new_owner_token
 from .errors import SCRIPT_REFUSAL, register_script
+from .pool import connection_args
 
 __all__ = [
     "ACQUIRE",
@@ -319,5 +320,5 @@ def connected(client: redis.Redis | redis.cluster.RedisCluster) -> None:
     idle = getattr(pool, "_available_connections", None)
     if idle and getattr(idle[-1], "_sock", None) is not None:
         return
-    connection = pool.get_connection()
+    connection = pool.get_connection(*connection_args(pool))
     pool.release(connection)

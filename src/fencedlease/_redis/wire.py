@@ -21,6 +21,7 @@ import redis
 from .._clock import mark_send
 from .._schedule import RenewalItem
 from .keys import KEYS_CACHED, lease_key, lease_keys
+from .pool import connection_args
 from .scripts import Script
 
 __all__ = [
@@ -180,7 +181,10 @@ class PrimaryReads:
         """The command for ``conn``: asking for the primary's id unless ``conn`` knows it."""
         self._asked = getattr(conn, _PRIMARY, None) is None
         if self._asked:
-            conn.register_connect_callback(forget_primary)  # kept once per callback by redis-py
+            # kept once per callback by redis-py; its asyncio connections named it with an
+            # underscore before 5.1
+            register = getattr(conn, "register_connect_callback", None)
+            (register or conn._register_connect_callback)(forget_primary)
             ask = _ASK_PRIMARY
         elif self._queued:
             ask = _NOT_ASKED
@@ -241,7 +245,7 @@ def run_packed(
     """
     pool: Any = client.connection_pool  # redis-py's pool methods carry no annotations
     for attempt in (1, 2):
-        conn = pool.get_connection()
+        conn = pool.get_connection(*connection_args(pool))
         try:
             packed = command if isinstance(command, bytes) else command.command(conn)
             mark_send()

@@ -9,6 +9,7 @@ from typing import Any
 import redis.asyncio
 
 from .._clock import mark_send
+from .pool import connection_args
 from .wire import PrimaryReads, always, forget_primary
 
 __all__ = ["packs_itself", "run_packed"]
@@ -37,7 +38,7 @@ async def run_packed(
     """
     pool: Any = client.connection_pool  # redis-py's pool methods carry no annotations
     for attempt in (1, 2):
-        conn = await pool.get_connection()
+        conn = await pool.get_connection(*connection_args(pool))
         try:
             packed = command if isinstance(command, bytes) else command.command(conn)
             mark_send()

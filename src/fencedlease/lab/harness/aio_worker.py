@@ -104,7 +104,10 @@ async def _warm_pool(client: Any, size: int) -> None:
     connections = []
     with contextlib.suppress(redis.RedisError):
         for _ in range(size):
-            connections.append(await pool.get_connection())
+            try:
+                connections.append(await pool.get_connection())
+            except TypeError:  # redis-py before 5.3 requires a command's name (unused here)
+                connections.append(await pool.get_connection("PING"))
     for connection in connections:
         await pool.release(connection)
 

@@ -363,7 +363,10 @@ def _warm_pool(client: redis.Redis, size: int) -> None:
     connections = []
     with contextlib.suppress(redis.RedisError):
         for _ in range(size):
-            connections.append(pool.get_connection())
+            try:
+                connections.append(pool.get_connection())
+            except TypeError:  # redis-py before 5.3 requires a command's name (unused here)
+                connections.append(pool.get_connection("PING"))
     for connection in connections:
         pool.release(connection)
 
