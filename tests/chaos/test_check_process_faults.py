@@ -99,10 +99,10 @@ def test_redis_restart_without_persistence_is_safe_but_stuck(check_run: RunCheck
     assert refused
     assert all((a.token or 0) <= max(before) for a in refused)
     (finding,) = [f for f in result.report.findings if f.kind == "counter-rollback"]
-    assert "safe, but stuck until new tokens passed" in finding.message
+    assert "accesses refused as stale on" in finding.message
     assert finding.remedy is not None
     assert "appendfsync always" in finding.remedy
-    assert "fencing epoch" in finding.remedy
+    assert 'fencing="clock"' in finding.remedy
 
 
 def test_client_kill_holder_reconnects_and_keeps_its_lease(check_run: RunCheck) -> None:

@@ -364,13 +364,19 @@ def test_d_counter_rollback_is_exempt_and_explained_with_its_remedy() -> None:
     report = check_history(rollback(resource_refuses=True))
     assert report.valid
     (finding,) = [f for f in report.findings if f.kind == "counter-rollback"]
-    assert "the fencing counter (at 7 before) started again from 0" in finding.message
-    assert "refused every access with the new, lower tokens (1 refusal(s))" in finding.message
-    assert "safe, but stuck until new tokens passed 7" in finding.message
-    assert "it accepted nothing more before the run ended" in finding.message
-    assert finding.remedy is not None
-    assert "appendfsync always" in finding.remedy
-    assert "fencing epoch" in finding.remedy
+    assert finding.message == (
+        "Redis was restarted without persistence at 2.00 s: the fencing counter (at 7 before) "
+        "started again from 0, below the fence of the resource (it had accepted token 7), so every "
+        "access was refused as stale: 1 access refused as stale on 1 key from 2.52 s to the end "
+        "of the run (6.00 s); none by a grant made after the restart was accepted. Safe, but "
+        'stuck: recovery needs fencing="clock" or persistence (AOF). 1 later grant got tokens at '
+        "or below ones already issued (1 pair of grants out of order, exempted from property d)."
+    )
+    assert finding.remedy == (
+        'Use fencing="clock" (tokens max(counter + 1, Redis TIME in microseconds), which a '
+        "restart does not take back), or run Redis with appendonly yes and appendfsync always "
+        "(AOF), so the fencing counter survives a restart."
+    )
 
 
 def test_d_rollback_without_fencing_shows_in_a() -> None:
@@ -641,8 +647,9 @@ def test_d_rollback_recovery_counts_only_grants_made_after_the_restart() -> None
     assert report.valid, report.explain()
     (finding,) = [f for f in report.findings if f.kind == "counter-rollback"]
     assert (
-        "(1 refusal(s)): safe, but stuck until new tokens passed 8; it accepted nothing more "
-        "before the run ended." in finding.message
+        "so every access was refused as stale: 1 access refused as stale on 1 key from 2.52 s to "
+        "the end of the run (6.00 s); none by a grant made after the restart was accepted."
+        in finding.message
     )
 
 
@@ -660,13 +667,14 @@ def test_d_rollback_compares_tokens_key_by_key() -> None:
     report = check_history(h.finish(4.0, None, finals={"k1": 1, "k2": 1}))
     assert report.valid, report.explain()
     (finding,) = [f for f in report.findings if f.kind == "counter-rollback"]
-    assert "1 later grant(s) got tokens at or below ones already issued" in finding.message
-    assert "The resource had accepted token 7" in finding.message
-    assert (
-        "(1 refusal(s)): safe, but stuck until new tokens passed 7; it accepted nothing more "
-        "before the run ended." in finding.message
+    assert finding.message == (
+        "Redis was restarted without persistence at 2.00 s: the fencing counter (at 7 before) "
+        "started again from 0, below the fence of the resource (it had accepted token 7), so every "
+        "access was refused as stale: 1 access refused as stale on 1 key from 3.06 s to the end "
+        "of the run (4.00 s); none by a grant made after the restart was accepted. Safe, but "
+        'stuck: recovery needs fencing="clock" or persistence (AOF). 1 later grant got tokens at '
+        "or below ones already issued (1 pair of grants out of order, exempted from property d)."
     )
-    assert "got through" not in finding.message
 
 
 def test_f_an_overlap_is_named_by_the_key_of_its_operations() -> None:
@@ -734,3 +742,83 @@ def test_the_registry_runs_each_property_module_once_in_report_order() -> None:
     assert [(p.key, p.letter, p.title) for p in report.properties] == [
         (p.key, p.letter, p.title) for p in REGISTRY
     ]
+
+
+def refused_read(
+    h: History, process: str, grant: int, token: int, at: float, key: str | None
+) -> None:
+    """A read by ``process``'s grant ``grant`` with ``token``, refused as stale at ``at``."""
+    op = h.next_id(process)
+    h.add(process, "read", "invoke", at - 0.01, id=op, grant=grant, token=token, key=key)
+    h.add(process, "read", "fail", at, id=op, grant=grant, token=token, key=key, outcome="stale")
+
+
+def restart_on_two_keys(recover_k2: bool) -> list[Event]:
+    """k1 fenced at 3 and k2 at 5 when Redis restarts without persistence at 2.0 s; then the new
+    tokens are refused on both keys until w1's token 4 on k1 is accepted at 3.52 s and, with
+    ``recover_k2``, w2's token 6 on k2 at 4.02 s; the run stops at 6.0 s."""
+    h = History()
+    h.lease("w0", 3, 0.1, read=(0.12, 0), write=(1.0, 1, "ok"), end=(1.01, "ok", None), key="k1")
+    h.lease("w0", 5, 1.1, read=(1.12, 0), write=(1.2, 1, "ok"), end=(1.21, "ok", None), key="k2")
+    h.fault("redis-restart-nopersist", 2.0, 2.2, counter_before=5, counter_after=None)
+    refused_read(h, "w1", h.lease("w1", 1, 2.5, end=(2.6, "fail", "stale"), key="k1"), 1, 2.52,
+                 "k1")  # fmt: skip
+    refused_read(h, "w2", h.lease("w2", 1, 2.7, end=(2.8, "fail", "stale"), key="k2"), 1, 2.72,
+                 "k2")  # fmt: skip
+    refused_read(h, "w1", h.lease("w1", 2, 3.0, end=(3.1, "fail", "stale"), key="k1"), 2, 3.02,
+                 "k1")  # fmt: skip
+    h.lease("w1", 4, 3.5, read=(3.52, 1), write=(3.6, 2, "ok"), end=(3.61, "ok", None), key="k1")
+    if recover_k2:
+        h.lease("w2", 6, 4.0, read=(4.02, 1), end=(4.1, "ok", None), key="k2")
+    return h.finish(6.0, None)
+
+
+def rollback_finding(events: list[Event]) -> str:
+    report = check_history(events)
+    assert report.valid, report.explain()
+    (finding,) = [f for f in report.findings if f.kind == "counter-rollback"]
+    return finding.message
+
+
+def test_d_rollback_counts_the_refusals_until_every_key_is_accepted_again() -> None:
+    """A rollback the resource recovers from: the refusals counted on both keys up to the last
+    key's recovery, and the first access accepted again, with its real time, grant and key."""
+    assert rollback_finding(restart_on_two_keys(recover_k2=True)) == (
+        "Redis was restarted without persistence at 2.00 s: the fencing counter (at 5 before) "
+        "started again from 0, below the fence of the resource (it had accepted tokens up to 5 "
+        "on 2 keys), so accesses were refused as stale until the new tokens passed it: 3 "
+        "accesses refused as stale on 2 keys from 2.52 s to 4.02 s; accepted again at 3.52 s "
+        "(w1's token 4 on key 'k1'), 1.52 s after the restart. 3 later grants got tokens at or "
+        "below ones already issued (3 pairs of grants out of order, exempted from property d)."
+    )
+
+
+def test_d_rollback_names_the_keys_still_refused_at_the_end() -> None:
+    """One key accepted again, the other refused to the end of the run: the finding says both."""
+    assert rollback_finding(restart_on_two_keys(recover_k2=False)) == (
+        "Redis was restarted without persistence at 2.00 s: the fencing counter (at 5 before) "
+        "started again from 0, below the fence of the resource (it had accepted tokens up to 5 "
+        "on 2 keys), so accesses were refused as stale: 3 accesses refused as stale on 2 keys "
+        "from 2.52 s to the end of the run (6.00 s); accepted again at 3.52 s (w1's token 4 on "
+        "key 'k1'), 1.52 s after the restart, but key 'k2' still refused to the end. Safe, but "
+        'stuck there: recovery needs fencing="clock" or persistence (AOF). 3 later grants got '
+        "tokens at or below ones already issued (3 pairs of grants out of order, exempted from "
+        "property d)."
+    )
+
+
+def test_d_an_old_token_answered_as_the_restart_began_is_not_accepted_again() -> None:
+    """An acquire asked for before the restart ended and answered just after it began carries
+    the old counter's token (9, above the fence 8): its write accepted 0.06 s after the start
+    is not the resource accepting again; the later token 1 is refused to the end."""
+    h = History()
+    h.lease("w0", 8, 0.1, read=(0.12, 0), write=(1.0, 1, "ok"), end=(1.01, "ok", None))
+    h.fault("redis-restart-nopersist", 2.0, 2.2, counter_before=9, counter_after=None)
+    h.lease("w2", 9, 2.05, invoked=1.99, read=(2.055, 1), write=(2.06, 2, "ok"),
+            end=(2.07, "ok", None))  # fmt: skip
+    refused_read(h, "w1", h.lease("w1", 1, 2.5, end=(2.6, "fail", "stale")), 1, 2.52, None)
+    assert (
+        "so every access was refused as stale: 1 access refused as stale on 1 key from 2.52 s to "
+        "the end of the run (6.00 s); none by a grant made after the restart was accepted."
+        in rollback_finding(h.finish(6.0, 2))
+    )

@@ -215,3 +215,68 @@ def test_past_the_lane_cap_violations_come_first_then_losses_then_victims() -> N
     assert [lane.key for lane in lanes] == ["k05", "k17"]
     assert "k23" in overview
     assert len(overview) == 30
+
+
+def drawn_and_said(
+    events: list[Event], tmp_path: Path
+) -> tuple[tuple[tuple[float, float], ...], int, str]:
+    """The bands and crosses ``timeline.png`` drew for ``events``, and the printed summary."""
+    result = _result(events, tmp_path, ())
+    layout = draw_timeline(events, result.report, tmp_path / "t.png")
+    out = io.StringIO()
+    print_summary(Console(file=out, width=300, color_system=None), result)
+    return layout.bands, layout.crosses, out.getvalue()
+
+
+def test_the_picture_draws_a_rollback_to_the_end_of_the_run_as_one_band(tmp_path: Path) -> None:
+    """A restart without persistence followed only by refusals: one band from the restart to
+    the run's stop, its refusals not drawn one by one, and the summary names it the same way."""
+    from test_checker import rollback
+
+    events = rollback(resource_refuses=True)
+    (record,) = check_history(events).extras["rollbacks"]
+    assert (record["start_s"], record["end_s"], record["refused"]) == (2.0, 6.0, 1)
+    bands, crosses, text = drawn_and_said(events, tmp_path)
+    assert (bands, crosses) == (((2.0, 6.0),), 0)
+    assert (
+        "counter rolled back: accesses refused as stale from 2.00 s to the end of the run "
+        "(6.00 s), 1 on 1 key\n" in text
+    )
+    assert "no violation (but stuck: the counter rolled back)" in text
+
+
+def test_the_rollback_band_ends_when_the_last_key_is_accepted_again(tmp_path: Path) -> None:
+    """After a recovery the band ends at the last refused key's first accepted access (4.02 s),
+    and the summary gives that end."""
+    from test_checker import restart_on_two_keys
+
+    events = restart_on_two_keys(recover_k2=True)
+    bands, crosses, text = drawn_and_said(events, tmp_path)
+    assert (bands, crosses) == (((2.0, 4.02),), 0)
+    assert (
+        "counter rolled back: accesses refused as stale from 2.00 s to 4.02 s, 3 on 2 keys\n"
+        in (text)
+    )
+    assert "but stuck" not in text
+
+
+def test_lanes_sort_numbers_as_numbers_and_name_key_and_resource() -> None:
+    """Keys k1, k2, k10 of a mixed resource: lanes in that order, each named with its key and
+    the kind its counter was dealt; the per-worker counts list w2 before w10."""
+    from test_checker import History
+
+    from fencedlease.lab.harness.extract import extract
+    from fencedlease.lab.harness.timeline import choose_lanes, resource_kinds
+
+    h = History()
+    h.events[0].detail.update(resource="mixed", keys=["k1", "k2", "k10"])
+    h.lease("w10", 1, 0.1, end=(0.5, "ok", None), key="k10")
+    h.lease("w2", 1, 0.2, end=(0.6, "ok", None), key="k2")
+    h.lease("w1", 1, 0.3, end=(0.7, "ok", None), key="k1")
+    events = h.finish(1.0, None)
+    report = check_history(events)
+    lanes, _ = choose_lanes(extract(events), report, resources=resource_kinds(events))
+    assert [lane.label for lane in lanes] == [
+        "key k1 (sqlite)", "key k2 (memory)", "key k10 (redis)",
+    ]  # fmt: skip
+    assert list(report.stats["per_worker"]) == ["w1", "w2", "w10"]

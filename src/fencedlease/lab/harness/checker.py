@@ -38,7 +38,7 @@ from typing import Any, Final
 
 import attrs
 
-from .extract import Access, Attempt, Extracted, Fault, Grant, extract
+from .extract import Access, Attempt, Extracted, Fault, Grant, extract, natural_key
 from .history import Event
 from .properties import REGISTRY
 from .properties._base import (
@@ -165,7 +165,7 @@ def _stats(data: Extracted) -> dict[str, Any]:
         "faults": [f.kind for f in data.faults],
         "faults_injected": sum(1 for f in data.faults if f.type == "ok"),
         "accepted_accesses": sum(1 for a in data.accesses if a.type == "ok"),
-        "per_worker": dict(sorted(per_worker.items())),
+        "per_worker": dict(sorted(per_worker.items(), key=lambda item: natural_key(item[0]))),
     }
 
 

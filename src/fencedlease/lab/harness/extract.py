@@ -8,6 +8,8 @@ the history. Pure: no I/O.
 
 from __future__ import annotations
 
+import itertools
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,7 +17,21 @@ import attrs
 
 from .history import Event
 
-__all__ = ["Access", "Attempt", "Extracted", "Fault", "Grant", "extract"]
+__all__ = ["Access", "Attempt", "Extracted", "Fault", "Grant", "extract", "natural_key"]
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def natural_key(name: str | None) -> tuple[tuple[str, int], ...]:
+    """A sort key that orders names by their numbers as numbers: ``w2`` before ``w10``,
+    ``k2`` before ``k10``; None (a history naming no key) first."""
+    if name is None:
+        return ()
+    parts = _DIGITS.split(name)  # text, digits, text, digits, ..., text
+    return tuple(
+        (text, int(digits) if digits else -1)
+        for text, digits in itertools.zip_longest(parts[::2], parts[1::2], fillvalue="")
+    )
 
 
 @attrs.frozen

@@ -1,7 +1,8 @@
 """The report of a run: a summary on the console (rich), ``report.json``, and ``timeline.png``
 (drawn by [`timeline`][fencedlease.lab.harness.timeline]).
 
-The summary: the properties table, the counts, the findings and notes (each once), then each
+The summary: the properties table, the counts, each counter rollback's span of refusals (named as
+on the picture), the findings and notes (each once), then each
 violation numbered (the numbers of ``timeline.png``) with the history events that prove it (line,
 worker, key, token, time), a few per violation, capped with "and N more".
 """
@@ -16,6 +17,7 @@ import attrs
 
 from fencedlease import redact_url
 
+from .properties.grant_tokens import bands, describe_rollback
 from .timeline import draw_timeline
 
 if TYPE_CHECKING:
@@ -109,6 +111,9 @@ def print_summary(
     console.print(counts)
     if stats["faults"]:
         console.print("faults: " + ", ".join(stats["faults"]))
+    rollbacks = bands(report.extras)
+    for rollback in rollbacks:  # named as on timeline.png
+        console.print(f"[bold yellow]{escape(describe_rollback(rollback))}[/]")
     said = set()
     for finding in report.findings:
         said.add(finding.message)
@@ -138,4 +143,6 @@ def print_summary(
         verdict = "[bold red]inconclusive: the run proved nothing[/]"
     else:
         verdict = "[bold green]no violation[/]"
+        if any(r.stuck for r in rollbacks):
+            verdict += " [bold yellow](but stuck: the counter rolled back)[/]"
     console.print(f"{verdict}: {result.history_path}, {result.report_path}, {result.timeline_path}")

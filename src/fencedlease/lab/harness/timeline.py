@@ -32,12 +32,22 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 
 from .checker import CheckReport, Extracted, Fault, Grant, extract
+from .extract import natural_key
 from .history import Event
+from .properties.grant_tokens import ROLLBACK_BAND, Rollback, bands, describe_rollback
+from .resource_spec import MIXED_KINDS
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
-__all__ = ["ALL_LANES_UP_TO", "Lane", "TimelineLayout", "choose_lanes", "draw_timeline"]
+__all__ = [
+    "ALL_LANES_UP_TO",
+    "Lane",
+    "TimelineLayout",
+    "choose_lanes",
+    "draw_timeline",
+    "resource_kinds",
+]
 
 #: Histories with this many keys or fewer get a lane for every key.
 ALL_LANES_UP_TO: Final = 4
@@ -92,26 +102,33 @@ class Lane:
     key: str | None
     reasons: tuple[str, ...]
     violations: tuple[int, ...] = ()
+    resource: str | None = None
 
     @property
     def label(self) -> str:
-        name = "(no key)" if self.key is None else self.key
+        """What the lane is and why it is drawn: ``key k05 (sqlite)  v1 loss``."""
+        name = "(no key)" if self.key is None else f"key {self.key}"
+        kind = "" if self.resource is None else f" ({self.resource})"
         why = [f"v{n}" for n in self.violations[:3]] + [r for r in self.reasons if r != "violation"]
         if len(self.violations) > 3:
             why.insert(3, "...")
-        return f"{name}  {' '.join(why)}".rstrip()
+        return f"{name}{kind}  {' '.join(why)}".rstrip()
 
 
 @attrs.frozen
 class TimelineLayout:
     """What [`draw_timeline`][fencedlease.lab.harness.report.draw_timeline] drew: the ``lanes``, the
-    ``overview`` keys, the fault rows (``fault_levels``: the row of each fault, in order of start)
-    and how long drawing took (``seconds``)."""
+    ``overview`` keys, the fault rows (``fault_levels``: the row of each fault, in order of start),
+    how long drawing took (``seconds``), the counter rollbacks' bands (``bands``: start and end,
+    seconds since the run started) and how many refused accesses were drawn one by one
+    (``crosses``: those inside a band are not)."""
 
     lanes: tuple[Lane, ...]
     overview: tuple[str | None, ...]
     fault_levels: tuple[int, ...]
     seconds: float = 0.0
+    bands: tuple[tuple[float, float], ...] = ()
+    crosses: int = 0
 
 
 def _victims(data: Extracted) -> set[str | None]:
@@ -128,14 +145,30 @@ def _victims(data: Extracted) -> set[str | None]:
     return keys
 
 
-def _sort_key(key: str | None) -> tuple[int, str]:
-    return (0, "") if key is None else (1, key)
+def resource_kinds(events: Sequence[Event]) -> dict[str, str]:
+    """The resource kind of each of the run's keys, from its ``run`` ``start`` event: the run's
+    ``resource``, or for ``mixed`` the kind each key is dealt (``MIXED_KINDS[index % 7]``)."""
+    start = next((e for e in events if e.process == "run" and e.op == "start"), None)
+    kind = None if start is None else start.detail.get("resource")
+    keys = None if start is None else start.detail.get("keys")
+    if not isinstance(kind, str) or not isinstance(keys, list):
+        return {}  # a history of another shape (a synthetic one counts its keys) names none
+    keys = [str(k) for k in keys]
+    if kind == "mixed":
+        return {key: MIXED_KINDS[i % len(MIXED_KINDS)] for i, key in enumerate(keys)}
+    return dict.fromkeys(keys, kind)
 
 
 def choose_lanes(
-    data: Extracted, report: CheckReport, *, max_lanes: int = MAX_LANES
+    data: Extracted,
+    report: CheckReport,
+    *,
+    max_lanes: int = MAX_LANES,
+    resources: dict[str, str] | None = None,
 ) -> tuple[list[Lane], list[str | None]]:
-    """The keys drawn on lanes (in key order) and the rest, drawn in the overview.
+    """The keys drawn on lanes (in key order, numbers as numbers: ``k2`` before ``k10``) and
+    the rest, drawn in the overview; each lane names the resource kind of its key
+    (``resources``: key to kind, see `resource_kinds`).
 
     A key gets a lane when one of the report's violations names it, a lease of it was lost
     (a loss notice, or a hold ending in ``LeaseLostError``/``StaleTokenError``), or a fault aimed
@@ -158,19 +191,21 @@ def choose_lanes(
         ranked = sorted(
             (k for k in keys if k in numbers or k in losses or k in victims),
             key=lambda k: (-len(numbers.get(k, ())), -losses.get(k, 0), k not in victims,
-                           _sort_key(k)),
+                           natural_key(k)),
         )  # fmt: skip
         chosen = set(ranked[:max_lanes])
     hits: dict[str, Container[str | None]] = {
         "violation": numbers, "loss": losses, "victim": victims,
     }  # fmt: skip
+    kinds = resources or {}
     lanes = [
         Lane(
-            key, tuple(r for r, found in hits.items() if key in found), tuple(numbers.get(key, ()))
+            key, tuple(r for r, found in hits.items() if key in found), tuple(numbers.get(key, ())),
+            None if key is None else kinds.get(key),
         )
-        for key in sorted(chosen, key=_sort_key)
-    ]
-    return lanes, sorted(keys - chosen, key=_sort_key)
+        for key in sorted(chosen, key=natural_key)
+    ]  # fmt: skip
+    return lanes, sorted(keys - chosen, key=natural_key)
 
 
 def _label(fault: Fault) -> str:
@@ -240,9 +275,21 @@ def _stack(
     return out
 
 
+def _in_band(at: float, key: str | None, rollbacks: Sequence[Rollback]) -> bool:
+    """Whether a refusal at ``at`` (seconds since the start) on ``key`` is one a rollback's band
+    counts: drawn as the band, not one by one."""
+    return any(r.start_s <= at <= r.end_s and key in r.keys for r in rollbacks)
+
+
 def _draw_lanes(
-    ax: Axes, data: Extracted, lanes: list[Lane], report: CheckReport, end: float
-) -> None:
+    ax: Axes,
+    data: Extracted,
+    lanes: list[Lane],
+    report: CheckReport,
+    end: float,
+    rollbacks: Sequence[Rollback] = (),
+) -> int:
+    """Draw the lanes; return how many refused accesses were drawn one by one (a cross each)."""
     origin = data.origin
     row = {lane.key: index for index, lane in enumerate(lanes)}
     bars: dict[tuple[float, float, str], list[tuple[float, float]]] = defaultdict(list)
@@ -273,7 +320,8 @@ def _draw_lanes(
             continue
         at = (access.completed if access.completed is not None else access.invoked) - origin
         if access.type == "fail" and access.outcome == "stale":
-            refused.append((at, row[access.key]))
+            if not _in_band(at, access.key, rollbacks):
+                refused.append((at, row[access.key]))
         elif access.type in ("info", None):
             unknown.append((at, row[access.key]))
     if refused:
@@ -308,6 +356,7 @@ def _draw_lanes(
             ax.text(min(slot * end / 150, end * 0.995), at_y - 0.42, ",".join(shown),
                     fontsize=7.5, ha="center", va="bottom", color="#d50000", fontweight="bold",
                     zorder=6)  # fmt: skip
+    return len(refused)
 
 
 def _heat(data: Extracted, keys: list[str | None], end: float, bins: int) -> Any:
@@ -343,6 +392,26 @@ def _shade_wide_faults(axes: Sequence[Axes], data: Extracted, end: float) -> Non
                 ax.axvspan(start, stop, color=color, alpha=0.14, lw=0)
 
 
+#: The colour of a counter rollback's band.
+ROLLBACK_COLOR: Final = "#e57373"
+
+
+def _draw_bands(axes: Sequence[Axes], rollbacks: Sequence[Rollback]) -> None:
+    """Each rollback as one shaded span across the lanes and the overview, named on the lanes
+    (its refusals are not drawn one by one: the band counts them)."""
+    for rollback in rollbacks:
+        for ax in axes:
+            ax.axvspan(rollback.start_s, rollback.end_s, color=ROLLBACK_COLOR, alpha=0.22,
+                       lw=0, zorder=0)  # fmt: skip
+        keys = f"{len(rollback.keys)} key" + ("" if len(rollback.keys) == 1 else "s")
+        axes[0].text(
+            rollback.start_s, 0.995, f" {ROLLBACK_BAND} ({rollback.refused} on {keys})",
+            transform=axes[0].get_xaxis_transform(), fontsize=8.5, va="top", ha="left",
+            color="#b71c1c", fontweight="bold", clip_on=True, zorder=6,
+            bbox={"facecolor": "white", "alpha": 0.8, "lw": 0, "pad": 1.5},
+        )  # fmt: skip
+
+
 def draw_timeline(events: Sequence[Event], report: CheckReport, path: str | Path) -> TimelineLayout:
     """Draw the run as a PNG at ``path`` (see the module docstring for the legend) and return
     the [`TimelineLayout`][fencedlease.lab.harness.timeline.TimelineLayout] drawn."""
@@ -358,7 +427,8 @@ def draw_timeline(events: Sequence[Event], report: CheckReport, path: str | Path
     began = time.perf_counter()
     data = extract(events)
     end = max(max((e.mono for e in events), default=data.origin) - data.origin, 1.0)
-    lanes, overview = choose_lanes(data, report)
+    lanes, overview = choose_lanes(data, report, resources=resource_kinds(events))
+    rollbacks = bands(report.extras)
     levels = _levels(data.faults, data.origin, end)
     n_levels = max(levels, default=0) + 1
     heights = [0.35 + 0.28 * n_levels, 0.8 + 0.42 * max(1, len(lanes))]
@@ -373,7 +443,7 @@ def draw_timeline(events: Sequence[Event], report: CheckReport, path: str | Path
     strip.set_ylim(n_levels - 0.5, -0.5)
     strip.set_yticks([])
     strip.set_ylabel("faults", rotation=0, ha="right", va="center")
-    _draw_lanes(lane_ax, data, lanes, report, end)
+    crosses = _draw_lanes(lane_ax, data, lanes, report, end, rollbacks)
     keyed = {lane.key for lane in lanes}
     loose = any(v.key not in keyed for v in report.violations)  # drawn on a row above the lanes
     lane_ax.set_ylim(max(1, len(lanes)) - 0.4, -1.3 if loose or report.violations else -0.6)
@@ -395,6 +465,7 @@ def draw_timeline(events: Sequence[Event], report: CheckReport, path: str | Path
         over_ax.set_yticks([])
         shaded.append(over_ax)
     _shade_wide_faults(shaded, data, end)
+    _draw_bands(shaded, rollbacks)
     axes[-1].set_xlim(0, end)
     axes[-1].set_xlabel("seconds since the run started")
     count = len(report.violations)
@@ -407,7 +478,7 @@ def draw_timeline(events: Sequence[Event], report: CheckReport, path: str | Path
     strip.set_title(
         f"fencedlease check — mode {mode} — {report.stats['grants']} grants on "
         f"{len(lanes) + len(overview)} key(s), {report.stats['acknowledged_writes']} acknowledged "
-        f"increments — {verdict}",
+        f"increments — {verdict}" + "".join(f"\n{describe_rollback(r)}" for r in rollbacks),
         fontsize=11,
     )
     legend = [
@@ -420,9 +491,13 @@ def draw_timeline(events: Sequence[Event], report: CheckReport, path: str | Path
         Line2D([], [], marker="$?$", color="#616161", lw=0, ms=8, label="access, outcome unknown"),
         Line2D([], [], marker="*", color="#d50000", lw=0, ms=12, label="violation n (console #n)"),
         Patch(color="#bdbdbd", alpha=0.4, label="fault (shaded where it hit)"),
+        *([Patch(color=ROLLBACK_COLOR, alpha=0.35, label=ROLLBACK_BAND)] if rollbacks else []),
     ]
     fig.legend(handles=legend, loc="lower center", ncol=5, fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.75 / (sum(heights) + 1.6), 1, 1))  # 0.75 in for the legend
     fig.savefig(path, dpi=100)
     plt.close(fig)
-    return TimelineLayout(tuple(lanes), tuple(overview), tuple(levels), time.perf_counter() - began)
+    return TimelineLayout(
+        tuple(lanes), tuple(overview), tuple(levels), time.perf_counter() - began,
+        tuple((r.start_s, r.end_s) for r in rollbacks), crosses,
+    )  # fmt: skip
