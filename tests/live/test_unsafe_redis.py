@@ -20,6 +20,7 @@ import pytest
 import redis
 import redis.asyncio
 
+from conftest import async_wait_until
 from fencedlease import LeaseManager, RedisBackend, UnsafeRedisWarning, acl_rules
 from fencedlease.aio import AsyncLeaseManager, AsyncRedisBackend
 from fencedlease.lab.servers.cluster import RedisClusterServers
@@ -107,31 +108,40 @@ def test_the_first_acquire_warns_once_asyncio(
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The asyncio face: ten acquires at once on a new manager read the policy once and warn
-    once; noeviction warns nothing."""
+    """The asyncio face: of ten acquires at once on a new manager, the first to be answered reads
+    the policy, and the other nine, answered while that read is held, read nothing; one
+    warning; noeviction warns nothing."""
     policy, server = policy_server
     expected = EXPECTED[policy]
     real = AsyncRedisBackend._memory_policies
     reads: list[object] = []
+    go_on = asyncio.Event()
 
-    async def counted(self: AsyncRedisBackend, client: Any = None) -> dict[str, str | None]:
+    async def held(self: AsyncRedisBackend, client: Any = None) -> dict[str, str | None]:
         reads.append(client)
+        await go_on.wait()
         return await real(self, client)
 
-    monkeypatch.setattr(AsyncRedisBackend, "_memory_policies", counted)
+    monkeypatch.setattr(AsyncRedisBackend, "_memory_policies", held)
 
     async def main() -> None:
         async with AsyncLeaseManager.from_url(server.url, prefix="unsafe") as leases:
-            results = await asyncio.gather(
-                *(leases.acquire(f"k{i}", ttl_ms=10_000) for i in range(10))
+            tasks = [
+                asyncio.ensure_future(leases.acquire(f"k{i}", ttl_ms=10_000)) for i in range(10)
+            ]
+            await async_wait_until(
+                lambda: sum(task.done() for task in tasks) == 9, "nine acquires answered"
             )
+            assert reads == [None]  # the one read, held, over the backend's client
+            go_on.set()
+            results = await asyncio.gather(*tasks)
             assert all(result.lease is not None for result in results)
             await leases.acquire("k0", ttl_ms=10_000)
 
     run(main)
     assert unsafe(caught) == ([expected] if expected else [])
     assert logged(caplog, logging.WARNING) == ([expected] if expected else [])
-    assert reads == [None]  # one read, over the backend's client
+    assert reads == [None]
 
 
 def test_check_health_and_from_env_report_it(
@@ -251,12 +261,14 @@ def test_a_cluster_primary_that_evicts_is_named(
     with LeaseManager.from_url(redis_cluster.url, prefix=prefix) as leases:
         for name in ("a", "b", "c"):
             assert leases.acquire(name, ttl_ms=10_000).lease is not None
+        assert unsafe(caught) == [expected]  # on the first acquire
         assert leases.check_health().findings == (expected,)
 
     async def main() -> None:
         async with AsyncLeaseManager.from_url(redis_cluster.url, prefix=prefix) as leases:
             for name in ("d", "e"):
                 assert (await leases.acquire(name, ttl_ms=10_000)).lease is not None
+            assert unsafe(caught) == [expected] * 2
             report = await leases.check_health()
             assert (report.maxmemory_policy, report.findings) == ("allkeys-lru", (expected,))
 
