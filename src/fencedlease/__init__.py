@@ -21,6 +21,7 @@ from ._errors import (
     ReplicationError,
     SemaphoreLeaseLostError,
     StaleTokenError,
+    UnsafeRedisWarning,
     ValidationError,
 )
 from ._events import LeaseEvent
@@ -70,6 +71,7 @@ __all__ = [
     "SqliteBackend",
     "StaleTokenError",
     "SystemClock",
+    "UnsafeRedisWarning",
     "ValidationError",
     "acl_rules",
     "acl_setuser_line",

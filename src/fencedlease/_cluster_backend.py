@@ -39,6 +39,7 @@ from ._redis.cluster import (
     short_renewals,
 )
 from ._redis.errors import backend_errors
+from ._redis.eviction import policy_of
 from ._redis.keys import lease_key, lease_keys, renew_many_args
 from ._redis.replication import Fencing, PrimaryWatch
 from ._redis.replies import decode_release, decode_renew_many
@@ -68,7 +69,8 @@ class RedisClusterBackend(RedisBackend):
     ``RedisClusterException`` and MOVED/ASK redirections redis-py gave up on included, is raised
     as a ``BackendError`` with the original in ``__cause__``. A release wakes its waiter by
     ``SPUBLISH`` on Redis 7+ (sharded pub/sub, heard on the slot's node), by ``PUBLISH`` on 6.2
-    (heard on every node): `ClusterHandoff`.
+    (heard on every node): `ClusterHandoff`. The eviction check (as for the standalone
+    backend) reads every primary's ``maxmemory-policy``, each evicting one warned about once.
 
     ``replica_acks``, ``replica_ack_timeout_ms`` (milliseconds) and ``fencing``: as for the
     standalone backend; the ``WAIT`` goes with each script on the connection of the node that
@@ -129,6 +131,16 @@ class RedisClusterBackend(RedisBackend):
         if isinstance(replies[0], NoScriptError):
             replies = send_acked(node, True, call)
         return acked_replies(replies)
+
+    def _memory_policies(self, client: object = None) -> dict[str, str | None]:
+        """The ``maxmemory_policy`` field of ``INFO memory`` of every primary, by its
+        ``host:port``, each asked in turn over the backend's client (``client`` is not used:
+        the primaries are the cluster's). None where a reply has no such field."""
+        read_slot_map(self.cluster)
+        return {
+            node.name: policy_of(self.cluster.info("memory", target_nodes=node))
+            for node in self.cluster.get_primaries()  # type: ignore[no-untyped-call, unused-ignore]
+        }
 
     def _node_of_key(self, key: str) -> ClusterNode:
         node = node_for(self.cluster, key)

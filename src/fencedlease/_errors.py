@@ -44,6 +44,7 @@ __all__ = [
     "ReplicationError",
     "SemaphoreLeaseLostError",
     "StaleTokenError",
+    "UnsafeRedisWarning",
     "ValidationError",
 ]
 
@@ -58,6 +59,17 @@ Wrote = Literal["no", "maybe"]
 
 class FencedLeaseError(Exception):
     """Base class of every error this library raises on purpose."""
+
+
+class UnsafeRedisWarning(UserWarning):
+    """The Redis store is set up so that fencing tokens may lose their meaning: its
+    ``maxmemory-policy`` evicts keys (``allkeys-*``: a fencing counter, and token 1 is granted
+    again; ``volatile-*``: a held lease's key before its TTL ends). Issued once per backend and
+    server, on the first acquire the store answers or the first health check, with the same text
+    logged on the ``fencedlease`` logger; the message names the setting, its value, the risk and
+    the fix (``maxmemory-policy noeviction``). A warning, not an error: nothing is refused.
+    See `fencedlease._redis.eviction`.
+    """
 
 
 class LeaseNotAcquiredError(FencedLeaseError):

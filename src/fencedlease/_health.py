@@ -10,6 +10,13 @@ A check starts no background work (no renewer thread, no hand-off listener) and 
 - Other stores (memory, SQLite, a backend of the caller's): an ``inspect`` of a probe key, the
   cheapest read every backend has (``ping_ms``; ``script_ms`` is None: no scripts there).
 
+Redis, Sentinel and Cluster backends then read ``INFO memory`` (over the check's own connection
+where there is one; on a cluster every primary) for ``maxmemory_policy``, reported in
+``maxmemory_policy`` and, when it evicts, in ``findings``; the first check that finds it warns
+about it once per backend ([`UnsafeRedisWarning`][fencedlease.UnsafeRedisWarning], see
+`fencedlease._redis.eviction`), and the backend's first acquire then reads it no more. A server
+that refuses ``INFO`` (an ACL) reports None and the check goes on.
+
 A check that fails, or that takes longer than ``timeout_ms`` in all, raises
 [`BackendError`][fencedlease.BackendError] (``timed_out`` for the latter).
 """
@@ -30,12 +37,15 @@ from ._clock import Clock
 from ._errors import BackendError
 from ._redis.errors import backend_errors
 from ._redis.scripts import Script, run_script
+from ._redis_backend import RedisBackend
 from ._validate import check_ms
 
 __all__ = [
     "DEFAULT_HEALTH_TIMEOUT_MS",
     "HEALTH_PROBE_KEY",
     "NOOP",
+    "NOT_READ",
+    "Eviction",
     "HealthReport",
     "check_health",
     "connect_backoff_s",
@@ -57,11 +67,25 @@ class HealthReport:
     """What [`check_health`][fencedlease.LeaseManager.check_health] measured, in milliseconds
     (floats): ``ping_ms`` the ``PING`` (other stores: an ``inspect`` of a probe key),
     ``script_ms`` the no-op script (None for stores without scripts), ``total_ms`` the whole
-    check, connecting included."""
+    check, connecting included.
+
+    ``maxmemory_policy``: the Redis store's, from ``INFO memory`` (a cluster's: the first
+    primary's that evicts, else ``noeviction``); None for other stores and where ``INFO`` is
+    refused. ``findings``: for each server whose policy is not ``noeviction``, what it risks and
+    the fix (the text of its [`UnsafeRedisWarning`][fencedlease.UnsafeRedisWarning]); empty when
+    nothing was found."""
 
     ping_ms: float
     script_ms: float | None
     total_ms: float
+    maxmemory_policy: str | None = None
+    findings: tuple[str, ...] = ()
+
+
+Eviction = tuple[str | None, tuple[str, ...]]
+"""A health check's eviction finding: `HealthReport`'s ``maxmemory_policy`` and ``findings``."""
+
+NOT_READ: Eviction = (None, ())
 
 
 def too_slow(total_ms: float, timeout_ms: int) -> BackendError:
@@ -124,19 +148,30 @@ def check_health(
             pinged = time.perf_counter()
             with backend_errors("health check: script"):
                 run_script(probe or client, NOOP, (), ())
+            done = time.perf_counter()
+            eviction = _eviction(backend, probe or client)
         finally:
             if probe is not None:
                 probe.connection_pool.disconnect()
-        done = time.perf_counter()
         script_ms: float | None = (done - pinged) * 1000
     else:
         backend.inspect(HEALTH_PROBE_KEY)
         pinged = done = time.perf_counter()
         script_ms = None
-    total_ms = (done - start) * 1000
+        eviction = _eviction(backend, None)
+    total_ms = (time.perf_counter() - start) * 1000
     if total_ms > bound:
         raise too_slow(total_ms, bound)
-    return HealthReport((pinged - start) * 1000, script_ms, total_ms)
+    return HealthReport((pinged - start) * 1000, script_ms, total_ms, *eviction)
+
+
+def _eviction(backend: LeaseBackend, client: redis.Redis | None) -> Eviction:
+    """``backend``'s store's eviction policy, read over ``client`` (None: the backend's) and
+    noted (`RedisBackend.read_eviction`); `NOT_READ` for a store that is not Redis."""
+    if not isinstance(backend, RedisBackend):
+        return NOT_READ
+    with backend_errors("health check: INFO memory"):
+        return backend.read_eviction(client)
 
 
 def connect(backend: LeaseBackend, attempts: int, timeout_ms: int, clock: Clock) -> HealthReport:

@@ -15,13 +15,14 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import redis
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 from ._errors import BackendError
 from ._handoff_sync import Handoff
 from ._protocol import AcquireReply, InspectReply
 from ._redis.clients import dedicated_client, waits_for_connection
 from ._redis.errors import STORE_ERRORS, backend_errors, store_error
+from ._redis.eviction import EvictionCheck, policy_of
 from ._redis.keys import fence_key, lease_key, lease_keys, renew_many_args
 from ._redis.replication import Fencing, GrantOptions, PrimaryWatch
 from ._redis.replies import (
@@ -72,6 +73,13 @@ class RedisBackend:
     grant's after a failover rolled the counter back. ``primary``: the primary's replication id
     as the acquires saw it, and how many times it changed.
 
+    Eviction (`fencedlease._redis.eviction`): the first acquire the store answers (granted or
+    not) is followed by one ``INFO memory``, once per backend; a ``maxmemory-policy`` other than
+    ``noeviction`` is warned about once
+    ([`UnsafeRedisWarning`][fencedlease.UnsafeRedisWarning], and logged on ``fencedlease``).
+    A refused ``INFO`` (an ACL) skips the check, a failed one leaves it to the next acquire;
+    neither fails the acquire. ``eviction``: that check's state.
+
     Sentinel: over a client of ``Sentinel.master_for`` (or a ``redis+sentinel://`` URL) the
     backend subscribes to ``+switch-master`` on the sentinels from its first acquire or renewal;
     on the event it drops the pool's connections and calls ``on_primary_switch()`` (the manager
@@ -100,6 +108,7 @@ class RedisBackend:
         self.prefix = check_prefix(prefix)
         self.grants = GrantOptions.checked(replica_acks, replica_ack_timeout_ms, fencing)
         self.primary = PrimaryWatch()
+        self.eviction = EvictionCheck()
         self.on_primary_switch: Callable[[], object] | None = None
         self._switches = SwitchWatcher(client, self._primary_switched)
         self._check = PrimaryCheck(client)
@@ -248,6 +257,8 @@ class RedisBackend:
             raise store_error(f"acquire {key!r}", exc)  # noqa: B904  (store_error sets the cause)
         decoded = decode_acquire(reply, key)
         self.primary.seen(decoded, key)
+        if self.eviction.due:  # once per backend: the store answered, so it answers INFO too
+            self._check_eviction()
         if not decoded.acquired or acks is None or not self.grants.short(acks):
             return decoded
         # Too few replicas hold the grant: a failover could lose it. Take it back.
@@ -258,6 +269,49 @@ class RedisBackend:
             raise self.grants.refusal(what, acks, wrote="maybe") from exc
         refused = self.grants.refusal(what, acks)
         return AcquireReply(False, 0, -2, refused=refused, primary_id=decoded.primary_id)
+
+    def read_eviction(
+        self, client: redis.Redis | None = None
+    ) -> tuple[str | None, tuple[str, ...]]:
+        """Read the store's ``maxmemory-policy`` now and note it (`EvictionCheck.seen`: an
+        evicting one is warned about once per backend and server). ``client``: another client
+        to the same server to ask over (a health check's own connection; default: the
+        backend's).
+
+        Returns:
+            The policy (None when the server refuses ``INFO``: an ACL; the check is then skipped,
+            logged at debug) and, for each server whose policy evicts, what it risks and the fix.
+
+        Raises:
+            redis.RedisError: the connection's error (nothing is noted).
+        """
+        try:
+            policies = self._memory_policies(client)
+        except ResponseError as exc:  # NOPERM (an ACL), a managed service's renamed INFO
+            self.eviction.skipped(exc)
+            return None, ()
+        return self.eviction.seen(policies)
+
+    def _memory_policies(self, client: redis.Redis | None = None) -> dict[str, str | None]:
+        """The ``maxmemory_policy`` field of ``INFO memory`` (no ``CONFIG`` permission needed),
+        by server: ``""``, the backend's one primary, asked over ``client`` (default: the
+        backend's). None where the reply has no such field."""
+        return {"": policy_of((client or self.client).info("memory"))}
+
+    def _check_eviction(self) -> None:
+        """`read_eviction` once per backend (`EvictionCheck.claim`: not while another call
+        reads). A failed or cancelled read leaves it to the next acquire; no failure is raised
+        (the acquire's own reply stands)."""
+        eviction = self.eviction
+        if not eviction.claim():
+            return
+        try:
+            self.read_eviction()
+        except STORE_ERRORS as exc:
+            eviction.again(exc)
+        except BaseException:
+            eviction.again(None)
+            raise
 
     def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
         try:

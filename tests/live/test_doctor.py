@@ -158,23 +158,66 @@ def test_allkeys_eviction_drops_the_counter_and_a_token_is_reused(
     assert checks["maxmemory-policy"]["status"] == "fail"
 
 
-def test_volatile_eviction_and_rdb_only_warn(start: Callable[..., RedisServer]) -> None:
+def test_volatile_eviction_and_rdb_only_fail(start: Callable[..., RedisServer]) -> None:
+    """volatile-lru fails (a held lease's key can be evicted); RDB snapshots without AOF fail
+    unless --allow-rdb, which turns that one into a warning; the output says why and the fix."""
     server = start("--maxmemory-policy", "volatile-lru", "--save", "3600 1")
     code, checks = doctor(server.url)
-    assert code == 0  # warnings alone
+    assert code == 1
     assert statuses(checks) == {
         **dict.fromkeys(NAMES, "pass"),
-        "maxmemory-policy": "warn",
-        "persistence": "warn",
+        "maxmemory-policy": "fail",
+        "persistence": "fail",
     }
     assert checks["maxmemory-policy"]["detail"].startswith(
         "volatile-lru: the counters (no TTL) are never evicted, but a held lease"
     )
-    assert checks["persistence"]["detail"].startswith("RDB snapshots only (save '3600 1')")
-    assert doctor(server.url, "--strict")[0] == 1
-    text = CliRunner().invoke(main, ["doctor", "--url", server.url, "--strict"])
+    assert checks["maxmemory-policy"]["remedy"] == (
+        "CONFIG SET maxmemory-policy noeviction (and in redis.conf)"
+    )
+    assert checks["persistence"]["detail"] == (
+        "RDB snapshots only (save '3600 1'): a restart goes back to the last snapshot and"
+        " reissues the tokens granted since"
+    )
+    assert checks["persistence"]["remedy"] == (
+        "CONFIG SET appendonly yes; CONFIG SET appendfsync always (or everysec); or accept the"
+        " risk with --allow-rdb"
+    )
+    code, checks = doctor(server.url, "--allow-rdb")
+    assert (code, checks["maxmemory-policy"]["status"]) == (1, "fail")  # still evicting
+    assert checks["persistence"]["status"] == "warn"
+    assert checks["persistence"]["remedy"] == (
+        "CONFIG SET appendonly yes; CONFIG SET appendfsync always (or everysec)"
+    )
+    text = CliRunner().invoke(main, ["doctor", "--url", server.url, "--allow-rdb"])
     assert text.exit_code == 1
-    assert "6 passed, 2 warned, 0 failed" in text.output
+    assert "6 passed, 1 warned, 1 failed" in text.output
+
+
+def test_rdb_only_fails_unless_allowed(start: Callable[..., RedisServer]) -> None:
+    """With noeviction, RDB snapshots without AOF alone make doctor exit 1; --allow-rdb exits 0
+    (a warning), --allow-rdb --strict 1 again."""
+    server = start("--save", "900 1")
+    code, checks = doctor(server.url)
+    assert code == 1
+    assert statuses(checks) == {**dict.fromkeys(NAMES, "pass"), "persistence": "fail"}
+    wide = {"COLUMNS": "400"}  # each cell on one line
+    text = CliRunner().invoke(main, ["doctor", "--url", server.url], env=wide)
+    assert text.exit_code == 1
+    assert "7 passed, 0 warned, 1 failed" in text.output
+    assert (
+        "RDB snapshots only (save '900 1'): a restart goes back to the last snapshot and"
+        " reissues the tokens granted since"
+    ) in text.output
+    assert "CONFIG SET appendfsync always (or everysec); or accept the risk with --allow-rdb" in (
+        text.output
+    )
+    code, checks = doctor(server.url, "--allow-rdb")
+    assert (code, statuses(checks)) == (
+        0,
+        {**dict.fromkeys(NAMES, "pass"), "persistence": "warn"},
+    )
+    assert doctor(server.url, "--allow-rdb", "--strict")[0] == 1
 
 
 def test_appendfsync_no_warns(start: Callable[..., RedisServer]) -> None:

@@ -16,6 +16,8 @@ from .._errors import BackendError
 from .._health import (
     HEALTH_PROBE_KEY,
     NOOP,
+    NOT_READ,
+    Eviction,
     HealthReport,
     connect_backoff_s,
     connect_error,
@@ -24,11 +26,12 @@ from .._health import (
 from .._redis.aio import run_script
 from .._redis.errors import backend_errors
 from .._validate import check_ms
+from ._redis_backend import AsyncRedisBackend
 
 __all__ = ["check_health", "connect"]
 
 
-async def _check(backend: AsyncLeaseBackend, start: float) -> tuple[float, float | None]:
+async def _check(backend: AsyncLeaseBackend, start: float) -> tuple[float, float | None, Eviction]:
     client = getattr(backend, "client", None)
     if isinstance(client, redis.asyncio.Redis):
         with backend_errors("health check: PING"):
@@ -36,9 +39,18 @@ async def _check(backend: AsyncLeaseBackend, start: float) -> tuple[float, float
         pinged = time.perf_counter()
         with backend_errors("health check: script"):
             await run_script(client, NOOP, (), ())
-        return (pinged - start) * 1000, (time.perf_counter() - pinged) * 1000
+        script_ms = (time.perf_counter() - pinged) * 1000
+        return (pinged - start) * 1000, script_ms, await _eviction(backend)
     await backend.inspect(HEALTH_PROBE_KEY)
-    return (time.perf_counter() - start) * 1000, None
+    return (time.perf_counter() - start) * 1000, None, await _eviction(backend)
+
+
+async def _eviction(backend: AsyncLeaseBackend) -> Eviction:
+    """`fencedlease._health._eviction`, awaited, over the backend's client."""
+    if not isinstance(backend, AsyncRedisBackend):
+        return NOT_READ
+    with backend_errors("health check: INFO memory"):
+        return await backend.read_eviction()
 
 
 async def check_health(backend: AsyncLeaseBackend, timeout_ms: int) -> HealthReport:
@@ -51,11 +63,11 @@ async def check_health(backend: AsyncLeaseBackend, timeout_ms: int) -> HealthRep
     bound = check_ms("timeout_ms", timeout_ms, 1)
     start = time.perf_counter()
     try:
-        ping_ms, script_ms = await asyncio.wait_for(_check(backend, start), bound / 1000)
+        ping_ms, script_ms, eviction = await asyncio.wait_for(_check(backend, start), bound / 1000)
     except asyncio.TimeoutError as exc:  # builtin TimeoutError on 3.11+
         raise too_slow((time.perf_counter() - start) * 1000, bound) from exc
     total_ms = (time.perf_counter() - start) * 1000
-    return HealthReport(ping_ms, script_ms, total_ms)
+    return HealthReport(ping_ms, script_ms, total_ms, *eviction)
 
 
 async def connect(

@@ -65,7 +65,8 @@ def _info(client: redis.Redis, section: str) -> dict[str, Any] | None:
 
 
 def check_eviction(client: redis.Redis) -> Check:
-    """``maxmemory-policy``: ``noeviction`` passes, ``volatile-*`` warns, ``allkeys-*`` fails."""
+    """``maxmemory-policy``: ``noeviction`` passes; ``allkeys-*`` and ``volatile-*`` fail (each
+    evicts a key the library relies on); an unknown or unreadable policy warns."""
     memory = _info(client, "memory") or {}
     policy = _config_get(client, "maxmemory-policy") or memory.get("maxmemory_policy")
     name, fix = "maxmemory-policy", "CONFIG SET maxmemory-policy noeviction (and in redis.conf)"
@@ -90,7 +91,7 @@ def check_eviction(client: redis.Redis) -> Check:
     if policy.startswith("volatile-"):
         return Check(
             name,
-            "warn",
+            "fail",
             f"{policy}: the counters (no TTL) are never evicted, but a held lease (it has a TTL)"
             " can be, before its TTL ends: a second client is granted it while the first still"
             " works; fencing still refuses the older token downstream, unfenced work overlaps",
@@ -99,9 +100,10 @@ def check_eviction(client: redis.Redis) -> Check:
     return Check(name, "warn", f"{policy}: unknown policy", fix)
 
 
-def check_persistence(client: redis.Redis) -> Check:
-    """AOF with ``appendfsync`` ``always``/``everysec`` passes; RDB only or ``appendfsync no``
-    warns; no persistence at all fails (a restart resets every counter)."""
+def check_persistence(client: redis.Redis, *, allow_rdb: bool = False) -> Check:
+    """AOF with ``appendfsync`` ``always``/``everysec`` passes; ``appendfsync no`` warns; RDB
+    snapshots only fail (a restart reissues the tokens granted since the last one), or warn with
+    ``allow_rdb``; no persistence at all fails (a restart resets every counter)."""
     name = "persistence"
     aof = _config_get(client, "appendonly")
     if aof is None:
@@ -147,10 +149,10 @@ def check_persistence(client: redis.Redis) -> Check:
     if save.strip():
         return Check(
             name,
-            "warn",
+            "warn" if allow_rdb else "fail",
             f"RDB snapshots only (save {save!r}): a restart goes back to"
             " the last snapshot and reissues the tokens granted since",
-            enable,
+            enable if allow_rdb else enable + "; or accept the risk with --allow-rdb",
         )
     return Check(
         name,
@@ -353,9 +355,11 @@ def run_checks(
     pings: int = 20,
     max_skew_ms: int = 250,
     max_latency_ms: int = 100,
+    allow_rdb: bool = False,
     wall: Callable[[], float] = time.time,
 ) -> list[Check]:
     """Every check, in order; a server that does not answer gives one failed ``connect`` check.
+    ``allow_rdb``: RDB snapshots without AOF warn instead of failing.
 
     ``wall`` is this host's clock in seconds (``time.time``). Raises nothing for a refused
     command; other Redis errors (a dropped connection midway) propagate as ``redis.RedisError``.
@@ -375,7 +379,7 @@ def run_checks(
         ]
     checks: list[tuple[str, Callable[[], Check]]] = [
         ("maxmemory-policy", lambda: check_eviction(client)),
-        ("persistence", lambda: check_persistence(client)),
+        ("persistence", lambda: check_persistence(client, allow_rdb=allow_rdb)),
         ("redis-version", lambda: check_version(client)),
         ("replication", lambda: check_replication(client)),
         ("topology", lambda: check_topology(client)),

@@ -129,6 +129,12 @@ _STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
 @_common
 @click.option("--strict", is_flag=True, help="Exit 1 on a warning too.")
 @click.option(
+    "--allow-rdb",
+    is_flag=True,
+    help="Accept RDB snapshots without AOF (a restart reissues the tokens granted since the"
+    " last snapshot): a warning instead of a failure.",
+)
+@click.option(
     "--acl-user",
     help="Check this ACL user's rights (needs an admin connection; default: the"
     " connection's own user).",
@@ -159,6 +165,7 @@ def doctor(
     prefix: str,
     as_json: bool,
     strict: bool,
+    allow_rdb: bool,
     acl_user: str | None,
     pings: int,
     max_skew_ms: int,
@@ -170,6 +177,9 @@ def doctor(
     clock skew and latency, each pass / warn / fail with the remedy. Reads only.
     A redis+cluster:// URL: every primary of the cluster (checks named check@host:port);
     redis+sentinel://: the primary the sentinels name now, after a check naming them.
+
+    An evicting maxmemory-policy (allkeys-*, volatile-*) fails, and so do RDB
+    snapshots without AOF unless --allow-rdb (then a warning).
 
     \b
     Exit status: 0 every check passed (warnings allowed unless --strict),
@@ -186,6 +196,7 @@ def doctor(
             pings=pings,
             max_skew_ms=max_skew_ms,
             max_latency_ms=max_latency_ms,
+            allow_rdb=allow_rdb,
         )
 
     try:
