@@ -368,6 +368,10 @@ class _ManagerBase(_AsyncStoreCalls, ABC):
         Raises:
             ValidationError: an argument out of bounds (when ``hold()`` is called).
             LeaseNotAcquiredError: the key is held by another owner; the block never runs.
+            NestedHoldError: a [`LeaseNotAcquiredError`][fencedlease.LeaseNotAcquiredError]
+                raised at once, before any round trip: this manager already holds ``key`` in
+                an enclosing hold of the same thread (asyncio: task), which the nested one would
+                wait for.
             LeaseLostError: the lease was lost while the block ran, even if the block returned
                 normally. An exception raised by the block itself propagates unchanged.
             BackendError: the store failed while acquiring or releasing, or the release got no
