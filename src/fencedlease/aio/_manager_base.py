@@ -239,7 +239,10 @@ class _AsyncManagerBase(_AsyncStoreCalls, ABC):
         fails fast; with ``wait_ms > 0`` the call retries every ``retry_delay_ms`` (randomised
         ±50% so waiters do not retry in lock-step) until acquired or ``wait_ms`` has passed on the
         monotonic clock, then makes one last attempt: it never waits longer than ``wait_ms`` plus
-        one round trip. The lease is not renewed in the background: use
+        one round trip. A store that does not answer (a stopped Redis) ends a round trip at the
+        client's ``socket_timeout`` (seconds; redis-py 8's default is 5), and a command is resent
+        only while the wait lasts, so the call gives up within ``wait_ms`` plus one
+        ``socket_timeout`` (none without one). The lease is not renewed in the background: use
         [`hold`][fencedlease.aio.AsyncLeaseManager.hold] for that, or
         await [`AsyncLease.renew`][fencedlease.aio.AsyncLease.renew].
 
