@@ -57,7 +57,7 @@ class AsyncWithOnly:
 
 
 class _WithOnly(WithOnly, AbstractContextManager[T]):
-    """``inner`` (a ``@contextmanager`` of the sync face) under [`WithOnly`][]'s message."""
+    """``inner`` (a ``@contextmanager`` of the sync face) under `WithOnly`'s message."""
 
     def __init__(self, inner: AbstractContextManager[T], what: str) -> None:
         self._inner = inner
