@@ -62,6 +62,7 @@ NAMES: dict[str, str] = {
     "_AsyncManagerBase": "_ManagerBase",
     "aclose": "close",
     "AbstractAsyncContextManager": "AbstractContextManager",
+    "AsyncWithOnly": "WithOnly",
     "async_backend_from_url": "backend_from_url",
     "check_async_fn": "check_sync_fn",
 }
@@ -374,6 +375,10 @@ acquire that failed or was interrupted may hold) and `_ManagerBase._release_late
         Raises:
             ValidationError: an argument out of bounds (when ``hold()`` is called).
             LeaseNotAcquiredError: the key is held by another owner; the block never runs.
+            NestedHoldError: a [`LeaseNotAcquiredError`][fencedlease.LeaseNotAcquiredError]
+                raised at once, before any round trip: this manager already holds ``key`` in
+                an enclosing hold of the same thread (asyncio: task), which the nested one would
+                wait for.
             LeaseLostError: the lease was lost while the block ran, even if the block returned
                 normally or swallowed the cancellation. An exception raised by the block itself
                 propagates unchanged, and so does a cancellation that did not come from the loss.
@@ -406,6 +411,10 @@ acquire that failed or was interrupted may hold) and `_ManagerBase._release_late
         Raises:
             ValidationError: an argument out of bounds (when ``hold()`` is called).
             LeaseNotAcquiredError: the key is held by another owner; the block never runs.
+            NestedHoldError: a [`LeaseNotAcquiredError`][fencedlease.LeaseNotAcquiredError]
+                raised at once, before any round trip: this manager already holds ``key`` in
+                an enclosing hold of the same thread (asyncio: task), which the nested one would
+                wait for.
             LeaseLostError: the lease was lost while the block ran, even if the block returned
                 normally. An exception raised by the block itself propagates unchanged.
             BackendError: the store failed while acquiring or releasing, or the release got no
@@ -427,7 +436,8 @@ acquire that failed or was interrupted may hold) and `_ManagerBase._release_late
             ValidationError, LeaseLostError, BackendError, ManagerClosedError: as
                 [`hold`][fencedlease.LeaseManager.hold]; an exception from ``fn``
                 propagates unchanged (a ``LeaseNotAcquiredError`` from ``fn`` included: only this
-                call's own acquire turns into a skipped outcome). ``fn`` not callable:
+                call's own acquire turns into a skipped outcome, and a
+                ``NestedHoldError`` is raised, not skipped). ``fn`` not callable:
                 ``ValidationError`` before anything is acquired; ``fn(lease)`` not an awaitable (a
                 sync function, which ran blocking the event loop): ``ValidationError`` (also a
                 ``TypeError``) once the lease is released.

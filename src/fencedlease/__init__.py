@@ -7,6 +7,8 @@ locking", 2016). See ``docs/semantics.md`` for what it guarantees and what it ne
 
 from __future__ import annotations
 
+import logging
+
 from ._acl import ACL_COMMANDS, acl_rules, acl_setuser_line
 from ._backend import AsyncLeaseBackend, LeaseBackend
 from ._clock import Clock, SystemClock
@@ -18,6 +20,7 @@ from ._errors import (
     LeaseLostError,
     LeaseNotAcquiredError,
     ManagerClosedError,
+    NestedHoldError,
     ReplicationError,
     SemaphoreLeaseLostError,
     StaleTokenError,
@@ -59,6 +62,7 @@ __all__ = [
     "LeaseOutcome",
     "ManagerClosedError",
     "MemoryBackend",
+    "NestedHoldError",
     "RedisBackend",
     "RedisClusterBackend",
     "RedisFencedResource",
@@ -82,3 +86,8 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+# A library's loggers are the application's to configure: without this handler, Python would print
+# the library's records of WARNING and above to stderr through its last-resort handler in a program
+# that configured no logging (the logging HOWTO's advice for libraries).
+logging.getLogger("fencedlease").addHandler(logging.NullHandler())

@@ -3,6 +3,7 @@
 ```
 FencedLeaseError
 ├── LeaseNotAcquiredError   .key, .status_code = 409
+│   └── NestedHoldError     .key: a hold inside this caller's own hold of the key
 ├── LeaseLostError          .key
 │   └── SemaphoreLeaseLostError .key (the semaphore's name): a slot was lost
 ├── StaleTokenError         .resource, .token, .last_token
@@ -41,6 +42,7 @@ __all__ = [
     "LeaseLostError",
     "LeaseNotAcquiredError",
     "ManagerClosedError",
+    "NestedHoldError",
     "ReplicationError",
     "SemaphoreLeaseLostError",
     "StaleTokenError",
@@ -86,6 +88,31 @@ class LeaseNotAcquiredError(FencedLeaseError):
 
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (self.key, str(self)))
+
+
+class NestedHoldError(LeaseNotAcquiredError):
+    """A ``hold`` (or ``with_lease``) of ``key`` inside a hold of the same key by the same
+    manager, in the same thread (asyncio: the same task), while that lease is still held.
+
+    The inner acquire would find the key held by its own caller and wait out its whole
+    ``wait_ms`` for a release that can come only after it gives up, so it is refused at once,
+    before any round trip, whatever ``wait_ms``. A
+    [`LeaseNotAcquiredError`][fencedlease.LeaseNotAcquiredError] (the key was not acquired), so
+    existing ``except`` clauses keep working; ``with_lease`` raises it rather than returning a
+    skipped outcome, since it is a mistake in the program, not contention. Holds in other threads
+    (tasks) of the same manager wait for each other as usual, and so do slots of a semaphore.
+    ``where`` names the caller in the message: ``"thread"`` or ``"task"``.
+    """
+
+    def __init__(self, key: str, message: str | None = None, *, where: str = "thread") -> None:
+        super().__init__(
+            key,
+            message
+            or (
+                f"this manager already holds {key!r} in this {where} (an enclosing hold or "
+                "keep_alive): a nested hold of the same key would wait for itself"
+            ),
+        )
 
 
 class LeaseLostError(FencedLeaseError):

@@ -196,10 +196,12 @@ def describe(error: BaseException) -> str:
 
 
 def _log_loss(state: LeaseState) -> None:
-    """A loss is a warning; one the program asked for (``close()``, a fork) is routine."""
+    """A loss at ``INFO``: the caller is told of it anyway (``renew()`` returns False, ``hold``
+    raises ``LeaseLostError``, ``lease.lost``), so it is an expected outcome, not a warning; one
+    the program asked for (``close()``, a fork) is routine (``DEBUG``)."""
     routine = state.lost_reason in (LossReason.CLOSED, LossReason.FORKED)
     log.log(
-        logging.DEBUG if routine else logging.WARNING,
+        logging.DEBUG if routine else logging.INFO,
         "fencedlease: lease %r lost (fencing token %s, owner %s): %s",
         state.key, state.fencing_token, owner_fingerprint(state.owner_token), state.lost_reason,
     )  # fmt: skip
@@ -207,7 +209,7 @@ def _log_loss(state: LeaseState) -> None:
 
 def watch(state: LeaseState, hook: EventHook | None, clock: Clock) -> None:
     """Make ``state`` report to ``hook``: its releases (see `release_sent`), its renewals,
-    and its loss (a listener on the state). Its loss is logged as a warning, hook or not."""
+    and its loss (a listener on the state). Its loss is logged (`_log_loss`), hook or not."""
     state.add_listener(_log_loss)
     if hook is None:
         return

@@ -105,8 +105,17 @@ def coerce_access(token_or_lease: object, *, argument: str = "token_or_lease") -
     [`owner_fingerprint`][fencedlease.owner_fingerprint] of its owner token and whose counter is its
     ``fencing_scope`` (`lease_scope_of`), or its ``key`` (`lease_key_of`) when it has no scope.
     A lease restored without a fencing token (``fencing_token is None``) cannot be fenced and is
-    refused here. ``argument`` names the argument in the error.
+    refused here. ``None`` itself is refused with a hint: it is most often the ``lease`` of an
+    acquire result that was not acquired. ``argument`` names the argument in the error.
     """
+    if token_or_lease is None:
+        # The usual way to get here: ``acquire(...).lease`` of a result that was not acquired.
+        raise ValidationError(
+            argument,
+            f"{argument} is None, not a lease or a fencing token: did the acquire fail? "
+            "acquire() returns a result whose .lease is None when it was not acquired; "
+            "check result.acquired before using result.lease",
+        )
     if isinstance(token_or_lease, bool):
         raise ValidationError(
             argument, f"{argument} must be an int fencing token or a lease, not bool"

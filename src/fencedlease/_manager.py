@@ -15,12 +15,13 @@ import redis
 
 from ._backend import LeaseBackend
 from ._cluster_backend import RedisClusterBackend
+from ._context import WithOnly, with_only
 from ._decisions import (
     close_releases,
     hold_outcome,
     hold_releases,
 )
-from ._errors import BackendError, LeaseNotAcquiredError, ManagerClosedError
+from ._errors import BackendError, LeaseNotAcquiredError, ManagerClosedError, NestedHoldError
 from ._handoff import release_waiter_for
 from ._lease import Lease, LeaseOutcome
 from ._manager_base import _ManagerBase
@@ -46,7 +47,7 @@ log = logging.getLogger("fencedlease")
 T = TypeVar("T")
 
 
-class LeaseManager(_ManagerBase, Operations):
+class LeaseManager(WithOnly, _ManagerBase, Operations):
     """Leases with fencing tokens on one Redis (or another
     [`LeaseBackend`][fencedlease.LeaseBackend]).
 
@@ -82,6 +83,11 @@ class LeaseManager(_ManagerBase, Operations):
             it is one of the asyncio face's).
     """
 
+    _with_what = "LeaseManager"
+    # A hold of a key this thread already holds through this manager would wait for itself; a
+    # semaphore's slot manager turns this off (a semaphore has many holders of one name).
+    _refuse_nested: bool = True
+
     def _backend_for(
         self,
         client: redis.Redis | redis.RedisCluster | LeaseBackend,
@@ -111,7 +117,7 @@ class LeaseManager(_ManagerBase, Operations):
             CallerReleases.for_backend(backend) if isinstance(backend, RedisBackend) else None
         )
         self._lock = threading.Lock()  # guards _closed and _holds
-        self._holds: set[Lease] = set()  # leases inside hold() now
+        self._holds: dict[Lease, int] = {}  # leases inside hold() now -> the holding thread
         self._close_done = threading.Event()  # set once close() has its report
         self._slots: _SlotManager | None = None  # its semaphores' slots (the first semaphore())
 
@@ -157,7 +163,7 @@ class LeaseManager(_ManagerBase, Operations):
             closing = self._closed
             self._closed = True
             if not closing:
-                holds, self._holds = list(self._holds), set()
+                holds, self._holds = list(self._holds), {}
         if closing:  # another call closes (or closed) it: its report, once there
             if self._shutdown is None:
                 self._close_done.wait(bound_ms / 1000)
@@ -198,7 +204,7 @@ class LeaseManager(_ManagerBase, Operations):
         (the parent's leases are the parent's). No I/O."""
         self._lock = threading.Lock()
         self._close_done = threading.Event()  # a report made before the fork is kept
-        self._holds = set()
+        self._holds = {}
         self._renewer._after_fork_in_child()
         self._releases._after_fork_in_child()
         if self._caller is not None:
@@ -251,10 +257,15 @@ class LeaseManager(_ManagerBase, Operations):
             if add_note is not None:
                 add_note(f"fencedlease: release after the interrupt failed: {cleanup}")
 
+    def _hold(self, args: HoldArgs) -> AbstractContextManager[Lease]:
+        return with_only(self._held(args), "LeaseManager.hold()")
+
     @contextmanager
-    def _hold(self, args: HoldArgs) -> Iterator[Lease]:
+    def _held(self, args: HoldArgs) -> Iterator[Lease]:
         if self._closed:
             raise ManagerClosedError()
+        if self._refuse_nested and self._holds_here(args.key):
+            raise NestedHoldError(args.key)
         lease = self._acquire(
             args.key, args.ttl_ms, args.wait_ms, args.retry_delay_ms, args.heartbeat
         ).lease
@@ -262,6 +273,17 @@ class LeaseManager(_ManagerBase, Operations):
             raise LeaseNotAcquiredError(args.key)
         with self._renewed(lease, args.heartbeat, args.on_renew_error):
             yield lease
+
+    def _holds_here(self, key: str) -> bool:
+        """Whether this thread is inside a hold (or keep_alive) of ``key`` whose lease is held."""
+        me = threading.get_ident()
+        with self._lock:
+            return any(
+                thread == me
+                and lease.key == key
+                and not (lease._state.lost or lease._state.released)
+                for lease, thread in self._holds.items()
+            )
 
     @contextmanager
     def _renewed(
@@ -276,7 +298,7 @@ class LeaseManager(_ManagerBase, Operations):
         with self._lock:
             closed = self._closed
             if not closed:
-                self._holds.add(lease)
+                self._holds[lease] = threading.get_ident()
         if closed:
             self._release_now(lease)  # closed meanwhile: never leave the lease held for nobody
             raise ManagerClosedError()
@@ -285,7 +307,7 @@ class LeaseManager(_ManagerBase, Operations):
                 lease._entry = self._renewer.add(state, heartbeat, on_renew_error)
             except BaseException:
                 with self._lock:
-                    self._holds.discard(lease)
+                    self._holds.pop(lease, None)
                 self._release_now(lease)
                 raise
             lease._renewer = self._renewer
@@ -332,7 +354,7 @@ class LeaseManager(_ManagerBase, Operations):
     def _finish(self, lease: Lease, *, body_failed: bool) -> None:
         state = lease._state
         with self._lock:
-            self._holds.discard(lease)
+            self._holds.pop(lease, None)
             closed = self._closed
         release_error = None
         if hold_releases(state, closed, self._clock.monotonic()):
@@ -354,8 +376,8 @@ class LeaseManager(_ManagerBase, Operations):
             with hold as lease:
                 held = True
                 value = fn(lease)
-        except LeaseNotAcquiredError:
-            if held:
+        except LeaseNotAcquiredError as exc:
+            if held or isinstance(exc, NestedHoldError):  # fn's own, or a mistake: not skipped
                 raise
             return LeaseOutcome(key, False)
         if inspect.isawaitable(value):

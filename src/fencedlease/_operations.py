@@ -13,6 +13,7 @@ from typing import Literal
 
 from ._backend import LeaseBackend
 from ._clock import Clock
+from ._context import with_only
 from ._from_env import FromEnv
 from ._health import DEFAULT_HEALTH_TIMEOUT_MS, HealthReport, check_health
 from ._keep_alive import check_keep_alive
@@ -28,7 +29,7 @@ class Operations(FromEnv):
     _backend: LeaseBackend
     _clock: Clock
     _lock: threading.Lock
-    _holds: set[Lease]
+    _holds: dict[Lease, int]
 
     def close(self, timeout_ms: int | None = None) -> ShutdownReport:
         raise NotImplementedError
@@ -60,14 +61,13 @@ class Operations(FromEnv):
         self._check_open()
         return check_health(self._backend, timeout_ms)
 
-    @contextmanager
     def keep_alive(
         self,
         lease: Lease,
         *,
         heartbeat_ms: int | Literal[False] | None = None,
         on_renew_error: Callable[[BaseException], object] | None = None,
-    ) -> Iterator[Lease]:
+    ) -> AbstractContextManager[Lease]:
         """Renew ``lease`` (from [`acquire`][fencedlease.LeaseManager.acquire] or
         [`restore`][fencedlease.LeaseManager.restore] of this manager) in the background for the
         ``with`` block, by the rules of [`hold`][fencedlease.LeaseManager.hold]: the same
@@ -85,6 +85,16 @@ class Operations(FromEnv):
                 the block ran.
             BackendError, ManagerClosedError: as [`hold`][fencedlease.LeaseManager.hold].
         """
+        kept = self._kept_alive(lease, heartbeat_ms, on_renew_error)
+        return with_only(kept, "LeaseManager.keep_alive()")
+
+    @contextmanager
+    def _kept_alive(
+        self,
+        lease: Lease,
+        heartbeat_ms: int | Literal[False] | None,
+        on_renew_error: Callable[[BaseException], object] | None,
+    ) -> Iterator[Lease]:
         with self._lock:
             held = lease in self._holds
         heartbeat = check_keep_alive(

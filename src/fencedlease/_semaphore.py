@@ -15,6 +15,7 @@ from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Literal, Protocol, TypeVar, cast
 
+from ._context import WithOnly
 from ._decisions import DEFAULT_RETRY_DELAY_MS, DEFAULT_TTL_MS
 from ._errors import LeaseNotAcquiredError, SemaphoreLeaseLostError
 from ._lease import AcquireResult, Lease, LeaseOutcome
@@ -98,11 +99,12 @@ def slot_manager_for(manager: _ManagerBase) -> _SlotManager:
     return cast(_SlotManager, slot_manager(manager, backend, SemaphoreLease))
 
 
-class _SlotHold(AbstractContextManager[SemaphoreLease]):
+class _SlotHold(WithOnly, AbstractContextManager[SemaphoreLease]):
     """The manager's hold on a slot, with the semaphore's not-acquired message."""
 
     def __init__(self, hold: AbstractContextManager[Lease], name: str, limit: int) -> None:
         self._hold, self._name, self._limit = hold, name, limit
+        self._with_what = f"{Semaphore.__name__}.hold()"  # the face's own name
 
     def __enter__(self) -> SemaphoreLease:
         try:

@@ -57,6 +57,7 @@ def slot_manager(manager: object, backend: object, lease_class: type) -> object:
         on_event=source._on_event,
     )
     slots._lease_class = lease_class
+    slots._refuse_nested = False  # many holders of one name: nested slots are no self-wait
     return slots
 
 

@@ -48,7 +48,7 @@ IO_METHODS = {
 # Return annotations that are rightly different in kind, not just by name.
 RETURN_TWINS = {
     ("hold", "AbstractContextManager[Lease]"): "AbstractAsyncContextManager[AsyncLease]",
-    ("keep_alive", "Iterator[Lease]"): "AbstractAsyncContextManager[AsyncLease]",
+    ("keep_alive", "AbstractContextManager[Lease]"): "AbstractAsyncContextManager[AsyncLease]",
     ("renewer", "Renewer"): "AsyncRenewer",
 }
 

@@ -11,8 +11,9 @@ from types import TracebackType
 from typing import Any, Literal, Protocol
 
 from .._clock import Clock
+from .._context import AsyncWithOnly
 from .._decisions import hold_outcome, hold_releases
-from .._errors import BackendError, LeaseNotAcquiredError
+from .._errors import BackendError, LeaseNotAcquiredError, NestedHoldError
 from .._state import LeaseState
 from .._validate import HoldArgs
 from ._lease import AsyncAcquireResult, AsyncLease
@@ -28,6 +29,7 @@ class _Manager(Protocol):
     _clock: Clock
     _renewer: AsyncRenewer
     _closed: bool
+    _refuse_nested: bool
     _holds: set[_Hold]
     _close_task: asyncio.Task[Any] | None
     _close_caller: asyncio.Task[Any] | None
@@ -46,7 +48,7 @@ class _Manager(Protocol):
     async def _release_shielded(self, lease: AsyncLease) -> bool: ...
 
 
-class _Hold(AbstractAsyncContextManager[AsyncLease]):
+class _Hold(AsyncWithOnly, AbstractAsyncContextManager[AsyncLease]):
     """One ``async with manager.hold(...)``: acquire, register for renewal, watch for loss, and
     turn the loss's cancellation of the body into [`LeaseLostError`][fencedlease.LeaseLostError].
     Entered once."""
@@ -55,6 +57,7 @@ class _Hold(AbstractAsyncContextManager[AsyncLease]):
         self._manager = manager
         self._args = args
         self._given = given  # keep_alive's lease: no acquire
+        self._with_what = f"AsyncLeaseManager.{'hold' if given is None else 'keep_alive'}()"
         self.lease: AsyncLease | None = None
         self._entered = False
         self._task: asyncio.Task[Any] | None = None
@@ -74,6 +77,8 @@ class _Hold(AbstractAsyncContextManager[AsyncLease]):
             if lease._state.check_deadline(manager._clock.monotonic()):
                 raise lease._lost_error()
         else:
+            if manager._refuse_nested and self._nested(asyncio.current_task()):
+                raise NestedHoldError(args.key, where="task")
             result = await manager._acquire(
                 args.key, args.ttl_ms, args.wait_ms, args.retry_delay_ms, args.heartbeat
             )
@@ -95,6 +100,17 @@ class _Hold(AbstractAsyncContextManager[AsyncLease]):
         manager._holds.add(self)
         lease._state.add_listener(self._on_lost)
         return lease
+
+    def _nested(self, task: asyncio.Task[Any] | None) -> bool:
+        """Whether ``task`` is inside another hold (or keep_alive) of this key by the same
+        manager whose lease is held."""
+        return any(
+            hold._task is task
+            and hold.lease is not None
+            and hold.lease.key == self._args.key
+            and not (hold.lease._state.lost or hold.lease._state.released)
+            for hold in self._manager._holds
+        )
 
     def _on_lost(self, _state: LeaseState) -> None:
         # Called wherever the loss was marked: the renewal task, the body itself (lease.lost,

@@ -41,10 +41,11 @@ import redis
 import redis.asyncio
 
 from .._backend import AsyncLeaseBackend
+from .._context import AsyncWithOnly
 from .._decisions import (
     close_releases,
 )
-from .._errors import BackendError, LeaseNotAcquiredError
+from .._errors import BackendError, LeaseNotAcquiredError, NestedHoldError
 from .._redis_backend import RedisBackend
 from .._semaphore_stores import check_limit
 from .._shutdown import ShutdownReport, close_bound_ms, log_incomplete
@@ -79,7 +80,7 @@ log = logging.getLogger("fencedlease.aio")
 T = TypeVar("T")
 
 
-class AsyncLeaseManager(_AsyncManagerBase, Operations):
+class AsyncLeaseManager(AsyncWithOnly, _AsyncManagerBase, Operations):
     """Leases with fencing tokens on one Redis (or another
     [`AsyncLeaseBackend`][fencedlease.AsyncLeaseBackend]), for asyncio: the twin of
     [`LeaseManager`][fencedlease.LeaseManager], with the same arguments, defaults, validation,
@@ -122,6 +123,11 @@ class AsyncLeaseManager(_AsyncManagerBase, Operations):
             ``redis.Redis`` or sync backend (use [`LeaseManager`][fencedlease.LeaseManager]) raises
             it as a subclass that is also a ``TypeError``.
     """
+
+    _with_what = "AsyncLeaseManager"
+    # A hold of a key this task already holds through this manager would wait for itself; a
+    # semaphore's slot manager turns this off (a semaphore has many holders of one name).
+    _refuse_nested: bool = True
 
     def _backend_for(
         self,
@@ -350,8 +356,8 @@ class AsyncLeaseManager(_AsyncManagerBase, Operations):
                         " LeaseManager.with_lease",
                     )
                 value = await pending
-        except LeaseNotAcquiredError:
-            if held:
+        except LeaseNotAcquiredError as exc:
+            if held or isinstance(exc, NestedHoldError):  # fn's own, or a mistake: not skipped
                 raise
             return AsyncLeaseOutcome(key, False)
         return AsyncLeaseOutcome(key, True, value, lease)

@@ -239,7 +239,10 @@ class _AsyncManagerBase(_AsyncStoreCalls, ABC):
         fails fast; with ``wait_ms > 0`` the call retries every ``retry_delay_ms`` (randomised
         ±50% so waiters do not retry in lock-step) until acquired or ``wait_ms`` has passed on the
         monotonic clock, then makes one last attempt: it never waits longer than ``wait_ms`` plus
-        one round trip. The lease is not renewed in the background: use
+        one round trip. A store that does not answer (a stopped Redis) ends a round trip at the
+        client's ``socket_timeout`` (seconds; redis-py 8's default is 5), and a command is resent
+        only while the wait lasts, so the call gives up within ``wait_ms`` plus one
+        ``socket_timeout`` (none without one). The lease is not renewed in the background: use
         [`hold`][fencedlease.aio.AsyncLeaseManager.hold] for that, or
         await [`AsyncLease.renew`][fencedlease.aio.AsyncLease.renew].
 
@@ -363,6 +366,10 @@ class _AsyncManagerBase(_AsyncStoreCalls, ABC):
         Raises:
             ValidationError: an argument out of bounds (when ``hold()`` is called).
             LeaseNotAcquiredError: the key is held by another owner; the block never runs.
+            NestedHoldError: a [`LeaseNotAcquiredError`][fencedlease.LeaseNotAcquiredError]
+                raised at once, before any round trip: this manager already holds ``key`` in
+                an enclosing hold of the same thread (asyncio: task), which the nested one would
+                wait for.
             LeaseLostError: the lease was lost while the block ran, even if the block returned
                 normally or swallowed the cancellation. An exception raised by the block itself
                 propagates unchanged, and so does a cancellation that did not come from the loss.
@@ -396,7 +403,8 @@ class _AsyncManagerBase(_AsyncStoreCalls, ABC):
             ValidationError, LeaseLostError, BackendError, ManagerClosedError: as
                 [`hold`][fencedlease.aio.AsyncLeaseManager.hold]; an exception from ``fn``
                 propagates unchanged (a ``LeaseNotAcquiredError`` from ``fn`` included: only this
-                call's own acquire turns into a skipped outcome). ``fn`` not callable:
+                call's own acquire turns into a skipped outcome, and a
+                ``NestedHoldError`` is raised, not skipped). ``fn`` not callable:
                 ``ValidationError`` before anything is acquired; ``fn(lease)`` not an awaitable (a
                 sync function, which ran blocking the event loop): ``ValidationError`` (also a
                 ``TypeError``) once the lease is released.

@@ -13,6 +13,7 @@ from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Literal, Protocol, TypeVar, cast
 
+from .._context import AsyncWithOnly
 from .._decisions import DEFAULT_RETRY_DELAY_MS, DEFAULT_TTL_MS
 from .._errors import LeaseNotAcquiredError, SemaphoreLeaseLostError
 from .._semaphore_base import SemaphoreFacts, not_acquired, slot_lost_error, slot_manager
@@ -96,13 +97,14 @@ def async_slot_manager_for(manager: _AsyncManagerBase) -> _AsyncSlotManager:
     return cast(_AsyncSlotManager, slot_manager(manager, backend, AsyncSemaphoreLease))
 
 
-class _SlotHold(AbstractAsyncContextManager[AsyncSemaphoreLease]):
+class _SlotHold(AsyncWithOnly, AbstractAsyncContextManager[AsyncSemaphoreLease]):
     """The manager's hold on a slot, with the semaphore's not-acquired message."""
 
     def __init__(
         self, hold: AbstractAsyncContextManager[AsyncLease], name: str, limit: int
     ) -> None:
         self._hold, self._name, self._limit = hold, name, limit
+        self._with_what = f"{AsyncSemaphore.__name__}.hold()"  # the face's own name
 
     async def __aenter__(self) -> AsyncSemaphoreLease:
         try:
