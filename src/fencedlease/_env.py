@@ -3,9 +3,11 @@
 The variables, their defaults and bounds are listed in
 [`LeaseManager.from_env`][fencedlease.LeaseManager.from_env]; the bounds are `_NUMBERS`.
 
-Numbers are non-negative integer strings of ASCII digits (``"250"``; not ``"+250"``, ``" 250"``,
-``"2_50"``, ``"2.5e2"``). A bad or missing value raises
-[`ValidationError`][fencedlease.ValidationError] whose ``argument`` is the variable's name; a
+Numbers are non-negative integer strings of at most `MAX_DIGITS` ASCII digits (``"250"``, and
+``"0250"``: leading zeros count as digits; not ``"+250"``, ``" 250"``, ``"250 "``, ``"2_50"``,
+``"2.5e2"``), so that a value is never given to ``int()`` beyond Python's limit on the digits it
+converts (a 5,000-digit string is refused like any other out of bounds). A bad or missing value
+raises [`ValidationError`][fencedlease.ValidationError] whose ``argument`` is the variable's name; a
 password in the URL shows as ``***``. The four Redis variables (``DB``, ``*_TIMEOUT_MS`` but the
 shutdown one, ``MAX_RETRIES``) are refused with a ``memory://`` or ``sqlite://`` URL.
 
@@ -35,6 +37,7 @@ __all__ = [
     "DEFAULT_CONNECT_MAX_ATTEMPTS",
     "DEFAULT_SHUTDOWN_TIMEOUT_MS",
     "ENV_PREFIX",
+    "MAX_DIGITS",
     "EnvConfig",
     "client_options",
     "manager_from_env",
@@ -47,6 +50,8 @@ DEFAULT_SHUTDOWN_TIMEOUT_MS = 5_000
 DEFAULT_CONNECT_MAX_ATTEMPTS = 3
 MAX_RETRIES = 1_000
 MAX_DB = 2**31 - 1
+#: The most digits a number variable may have: every bound has 10 at most, with room for zeros.
+MAX_DIGITS = 20
 
 _DIGITS = re.compile(r"[0-9]+\Z", re.ASCII)
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
@@ -105,12 +110,13 @@ def _number(environ: Mapping[str, str], name: str) -> int | None:
     if raw is None:
         return None
     least, most = _NUMBERS[name]
-    if not _DIGITS.match(raw) or not least <= int(raw) <= most:
-        shown = raw if len(raw) <= 40 else raw[:40] + "..."
+    # The length first: int() refuses (ValueError) more digits than sys.get_int_max_str_digits().
+    if len(raw) > MAX_DIGITS or not _DIGITS.match(raw) or not least <= int(raw) <= most:
+        shown = raw if len(raw) <= 40 else f"{raw[:40]}... ({len(raw)} characters)"
         raise ValidationError(
             variable,
-            f"{variable} must be an integer string of digits, {least} <= {variable} <= {most};"
-            f" got {shown!r}",
+            f"{variable} must be an integer string of at most {MAX_DIGITS} digits,"
+            f" {least} <= {variable} <= {most}; got {shown!r}",
         )
     return int(raw)
 

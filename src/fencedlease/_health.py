@@ -35,7 +35,8 @@ from redis.retry import Retry
 from ._backend import LeaseBackend
 from ._clock import Clock
 from ._errors import BackendError
-from ._redis.errors import backend_errors
+from ._redis.clients import client_redactor
+from ._redis.errors import backend_errors, without_secrets
 from ._redis.scripts import Script, run_script
 from ._redis_backend import RedisBackend
 from ._validate import check_ms
@@ -135,9 +136,20 @@ def check_health(
 
     Raises:
         ValidationError: ``timeout_ms`` is not an int in 1..2,147,483,647.
-        BackendError: the store failed, or the check took longer than ``timeout_ms``.
+        BackendError: the store failed, or the check took longer than ``timeout_ms``. Its
+            message holds no piece of 3 characters or more of the client's password (a host
+            or a port equal to it is shown as ``***``; the store's exception is then not
+            chained).
     """
     bound = check_ms("timeout_ms", timeout_ms, 1)
+    try:
+        return _check(backend, bound)
+    except BackendError as exc:
+        error = without_secrets(exc, client_redactor(getattr(backend, "client", None)))
+    raise error  # here: ``exc`` may name a host or a path that holds the password
+
+
+def _check(backend: LeaseBackend, bound: int) -> HealthReport:
     start = time.perf_counter()
     client = getattr(backend, "client", None)
     if isinstance(client, redis.Redis):

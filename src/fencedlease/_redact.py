@@ -5,6 +5,14 @@ shows a URL or a DSN (or an error of another library that may echo one).
 What counts as a secret: the password of a URL's userinfo (the whole userinfo when it has no
 ``:``), and the value of every query option or libpq ``key=value`` DSN field whose name holds
 ``pass``, ``pwd``, ``secret``, ``token`` or ``auth``, in any of libpq's quoting forms.
+
+The rule every message, exception and log line about a URL follows: no piece of a secret of
+`PIECE` (3) characters or more is left in it. [`redact_text`][fencedlease.redact_text] replaces
+the secret wherever it occurs whole, then every run of text made of such pieces (another library's
+message may quote a password cut at a ``/`` or a ``#``: redis-py's "Port could not be cast to
+integer value as '...'"), so a host name or a port that equals the password is hidden as well.
+`url_error` builds the library's [`ValidationError`][fencedlease.ValidationError] about a URL by
+that rule, and `ambiguous_url` names the URLs no parser can read the same way twice.
 """
 
 from __future__ import annotations
@@ -12,10 +20,22 @@ from __future__ import annotations
 import re
 from urllib.parse import quote, quote_plus, unquote, unquote_plus
 
-__all__ = ["REDACTED", "redact_text", "redact_url"]
+from ._errors import ValidationError
+
+__all__ = [
+    "PIECE",
+    "REDACTED",
+    "ambiguous_url",
+    "redact_secrets",
+    "redact_text",
+    "redact_url",
+    "url_error",
+]
 
 #: What stands in a secret's place.
 REDACTED = "***"
+#: The length of the shortest piece of a secret that no redacted text holds.
+PIECE = 3
 
 # The names of query options and key=value DSN fields whose value is a secret (``password``,
 # ``sslpassword``, ``passwd``, ``pwd``, ``secret``, ``token``, ``auth``...), then the ``=``.
@@ -123,24 +143,65 @@ def redact_url(url: object) -> str:
 def redact_text(text: object, url: object) -> str:
     """``text`` (an error message, a log line) with ``url`` and the secrets in it replaced as
     [`redact_url`][fencedlease.redact_url] does, wherever they occur: raw, percent-decoded (``+`` as
-    a space too), percent-encoded, or as libpq reads a quoted DSN value. For messages of other
-    libraries that may echo the URL or its password. Never raises: a ``text`` that is not a str is
-    shown by its ``repr``."""
+    a space too), percent-encoded, quoted as by ``repr``, or as libpq reads a quoted DSN value;
+    then every run of text made of pieces of 3 characters or more of those secrets (a password
+    cut short, or a host or port equal to it) is replaced by ``***`` too. For messages of other
+    libraries that may echo the URL or its password. Never raises: a ``text`` that is not a str
+    is shown by its ``repr``."""
     if not isinstance(text, str):
         text = repr(text)
     if not isinstance(url, str) or not url:
         return text
     text = text.replace(url, redact_url(url))
-    forms: set[str] = set()
-    for secret in _secrets(url):
-        for plain in (secret, unquote(secret), unquote_plus(secret), _unescape(secret)):
-            forms.add(plain)
-            forms.add(quote(plain, safe="", errors="surrogatepass"))
-            forms.add(quote_plus(plain, safe="", errors="surrogatepass"))
+    return _redact_fields(redact_secrets(text, _secrets(url)))
+
+
+def redact_secrets(text: str, secrets: list[str]) -> str:
+    """``text`` with each of ``secrets`` replaced by ``***`` in every form of
+    [`redact_text`][fencedlease.redact_text], then every run of pieces of `PIECE` characters or
+    more of the secret as written or read (decoded, unescaped; not of the encodings computed
+    here: a ``%2F`` of the message's own is no piece of a password ``a/b``). Shapes:
+    ``(str, list[str]) -> str``; empty secrets are ignored."""
+    plains: set[str] = set()
+    for secret in secrets:
+        plains.update((secret, unquote(secret), unquote_plus(secret), _unescape(secret)))
+    plains.update([repr(plain)[1:-1] for plain in plains])
+    forms = set(plains)
+    for plain in plains:
+        forms.add(quote(plain, safe="", errors="surrogatepass"))
+        forms.add(quote_plus(plain, safe="", errors="surrogatepass"))
     for form in sorted(forms, key=len, reverse=True):  # longest first: no partial leftovers
         if form:
             text = text.replace(form, REDACTED)
-    return _redact_fields(text)
+    pieces = {plain[i : i + PIECE] for plain in plains for i in range(len(plain) - PIECE + 1)}
+    pieces.discard(REDACTED)  # what stands in a secret's place is no piece of it
+    return _mask_pieces(text, pieces)
+
+
+def _mask_pieces(text: str, pieces: set[str]) -> str:
+    """``text`` with every run of overlapping ``pieces`` (all of one length) as ``***``; again
+    until none is left, since a ``***`` put in may make a new one with its neighbours."""
+    while pieces:
+        hidden = [False] * len(text)
+        for i in range(len(text) - PIECE + 1):
+            if text[i : i + PIECE] in pieces:
+                hidden[i : i + PIECE] = [True] * PIECE
+        if not any(hidden):
+            return text
+        parts, i = [], 0
+        while i < len(text):
+            if not hidden[i]:
+                parts.append(text[i])
+                i += 1
+                continue
+            while i < len(text) and hidden[i]:
+                i += 1
+            parts.append(REDACTED)
+        masked = "".join(parts)
+        if masked == text:
+            return text
+        text = masked
+    return text
 
 
 def _secrets(url: str) -> list[str]:
@@ -159,3 +220,28 @@ def _secrets(url: str) -> list[str]:
             user, colon, password = userinfo.partition(":")
             found.append(password if colon else user)
     return [secret for secret in found if secret]
+
+
+def ambiguous_url(url: str) -> bool:
+    """Whether ``url`` has an ``@`` after the first ``/``, ``?`` or ``#`` that follows its
+    ``://``: a password holding a raw ``/``, ``?`` or ``#`` (``redis://:pa/ss@host``), which
+    redis-py reads as a host and a port made of the password's first part, or an ``@`` in a path
+    or a query (``unix:///tmp/a@b.sock``). The two cannot be told apart; either one
+    percent-encoded (``%2F``, ``%3F``, ``%23``, ``%40``) is read as meant."""
+    rest = url.partition("://")[2]
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    return "@" in rest[end:]
+
+
+def url_error(
+    url: str, message: str, argument: str = "url", detail: object = None
+) -> ValidationError:
+    """The [`ValidationError`][fencedlease.ValidationError] about ``url``, naming ``argument``:
+    ``message; got '<url>'`` (then ``: detail``, another library's message), the URL shown by
+    [`redact_url`][fencedlease.redact_url] and the whole text by
+    [`redact_text`][fencedlease.redact_text]. Raise it outside any ``except`` block, so that no
+    exception holding the URL is chained to it."""
+    text = f"{message}; got {redact_url(url)!r}"
+    if detail is not None:
+        text += f": {detail}"
+    return ValidationError(argument, redact_text(text, url))

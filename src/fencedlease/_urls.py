@@ -32,8 +32,14 @@ string where it takes an object or a bool (``?retry=``, ``?connection_class=``,
 is ``busy_timeout_ms`` (also accepted as ``?busy_timeout_ms=n``); ``memory://`` takes none.
 
 A URL may hold a password: every message, log line and report that shows one shows
-[`redact_url`][fencedlease.redact_url] of it, and an error of redis-py's that echoes it is scrubbed
-with [`redact_text`][fencedlease.redact_text]. A Redis client is made by
+[`redact_url`][fencedlease.redact_url] of it, and every message about it (redis-py's included) is
+scrubbed with [`redact_text`][fencedlease.redact_text], which leaves no piece of the password of
+3 characters or more (`fencedlease._redact`); no exception holding the URL is chained to a
+[`ValidationError`][fencedlease.ValidationError] about it. A Redis URL with an ``@`` after a ``/``,
+``?`` or ``#`` is refused: it is a password with a raw ``/``, ``?`` or ``#`` (which redis-py would
+read as a host and a port made of the password's first part) or an ``@`` in a path or a query, and
+the two cannot be told apart; percent-encoded (``%2F``, ``%3F``, ``%23``, ``%40``) either is read
+as meant. A Redis client is made by
 `fencedlease._redis.clients.redis_client`, which checks its options at once
 (`fencedlease._redis.options`).
 """
@@ -50,7 +56,7 @@ from ._backend import LeaseBackend
 from ._clock import Clock
 from ._cluster_backend import RedisClusterBackend
 from ._errors import ValidationError
-from ._redact import redact_url
+from ._redact import ambiguous_url, url_error
 from ._redis.clients import redis_client
 from ._redis.cluster import CLUSTER_SCHEMES, cluster_client, cluster_url_options
 from ._redis.sentinel import SENTINEL_SCHEME, sentinel_client
@@ -73,21 +79,23 @@ _SCHEMES = (
 )
 
 
-def _bad_url(url: str, message: str, argument: str = "url") -> ValidationError:
-    return ValidationError(argument, f"{message}; got {redact_url(url)!r}")
+_AMBIGUOUS = (
+    "url has an '@' after a '/', '?' or '#': percent-encode a '/', '?' or '#' in the password"
+    " (%2F, %3F, %23) or an '@' in the path or the query (%40)"
+)
 
 
 def _scheme(url: object) -> str:
     text = check_key(url, "url")
     scheme, sep, _ = text.partition("://")
     if not sep:
-        raise _bad_url(text, f"url must start with one of {_SCHEMES}")
+        raise url_error(text, f"url must start with one of {_SCHEMES}")
     return scheme.lower()
 
 
 def _check_memory(url: str, kwargs: dict[str, Any]) -> None:
     if url.partition("://")[2]:
-        raise _bad_url(url, "a memory URL is exactly 'memory://'")
+        raise url_error(url, "a memory URL is exactly 'memory://'")
     for name in kwargs:
         raise ValidationError(name, f"memory:// takes no options; got {name}=")
 
@@ -102,9 +110,13 @@ def sqlite_options(url: str, kwargs: dict[str, Any]) -> tuple[str, dict[str, Any
     try:
         parts = urlsplit(url)
     except ValueError as exc:
-        raise _bad_url(url, f"not a usable SQLite URL ({exc})") from None
+        unusable = f"not a usable SQLite URL ({exc})"
+    else:
+        unusable = ""
+    if unusable:  # raised here, with no exception holding the URL chained to it
+        raise url_error(url, unusable)
     if parts.netloc or not parts.path.startswith("/") or parts.fragment:
-        raise _bad_url(
+        raise url_error(
             url,
             "a SQLite URL is sqlite:///relative/path, sqlite:////absolute/path or"
             " sqlite:///:memory:",
@@ -112,11 +124,11 @@ def sqlite_options(url: str, kwargs: dict[str, Any]) -> tuple[str, dict[str, Any
     try:
         path = unquote(parts.path[1:], errors="strict")
     except UnicodeDecodeError:
-        raise _bad_url(url, "a SQLite path must percent-decode to UTF-8") from None
+        raise url_error(url, "a SQLite path must percent-decode to UTF-8") from None
     if not path:
-        raise _bad_url(url, "a SQLite URL needs a path after 'sqlite:///'")
+        raise url_error(url, "a SQLite URL needs a path after 'sqlite:///'")
     if "\x00" in path:
-        raise _bad_url(url, "a SQLite path must not contain a NUL character")
+        raise url_error(url, "a SQLite path must not contain a NUL character")
     options: dict[str, Any] = {}
     for name, value in parse_qsl(parts.query, keep_blank_values=True):
         if name != "busy_timeout_ms":
@@ -148,8 +160,10 @@ def backend_from_url(url: str, *, prefix: str, clock: Clock, **kwargs: Any) -> L
         ValidationError: an unknown scheme, a malformed URL, an option the scheme does not take
             (or a value redis-py would only refuse when it connects: a timeout that is not a
             finite positive number of seconds, an unknown encoding; a query option it would keep
-            as a string where it takes an object or a bool), a bad ``prefix`` or
-            ``clock``. A password in the URL shows as ``***`` in the message.
+            as a string where it takes an object or a bool), a Redis URL with an ``@`` after a
+            ``/``, ``?`` or ``#``, a bad ``prefix`` or ``clock``. A password in the URL shows as
+            ``***`` in the message, no piece of it of 3 characters or more is left there, and no
+            exception holding it is chained to the error.
         BackendError: a SQLite database that cannot be opened.
     """
     kind, path, options = parse_backend_url(url, prefix, clock, kwargs)
@@ -180,6 +194,8 @@ def parse_backend_url(
     scheme = _scheme(url)
     check_prefix(prefix)
     check_clock(clock)
+    if scheme in (*REDIS_SCHEMES, SENTINEL_SCHEME, *CLUSTER_SCHEMES) and ambiguous_url(url):
+        raise url_error(url, _AMBIGUOUS)
     if scheme in REDIS_SCHEMES:
         return "redis", url, kwargs
     if scheme == SENTINEL_SCHEME:
@@ -193,4 +209,4 @@ def parse_backend_url(
     if scheme == "sqlite":
         path, options = sqlite_options(url, kwargs)
         return "sqlite", path, options
-    raise _bad_url(url, f"url must start with one of {_SCHEMES}")
+    raise url_error(url, f"url must start with one of {_SCHEMES}")

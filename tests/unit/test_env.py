@@ -259,3 +259,43 @@ def test_the_settings_themselves_warn_of_nothing() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert read_env(FULL).prefix == "svc"
+
+
+@pytest.mark.parametrize("face", FACES)
+@pytest.mark.parametrize("variable", sorted(NUMBERS))
+def test_a_5000_digit_number_is_refused_naming_its_variable(face: Any, variable: str) -> None:
+    """5,000 digits (beyond int()'s digit limit), out of bounds or, with leading zeros, in them:
+    ValidationError naming the variable, its bounds and the 20-digit limit, on both faces."""
+    least, most = NUMBERS[variable]
+    for raw in ("9" * 5000, "0" * (5000 - len(str(most))) + str(most)):
+        with pytest.raises(ValidationError) as info:
+            face({"FENCEDLEASE_URL": URL, variable: raw})
+        assert info.value.argument == variable
+        assert str(info.value) == (
+            f"{variable} must be an integer string of at most 20 digits,"
+            f" {least} <= {variable} <= {most}; got {raw[:40] + '... (5000 characters)'!r}"
+        )
+
+
+@pytest.mark.parametrize(
+    ("raw", "value"),
+    [("0250", 250), ("0" * 17 + "250", 250), ("00000000000000000000", 0)],
+)
+def test_leading_zeros_are_digits_up_to_twenty(raw: str, value: int) -> None:
+    """Leading zeros are taken (up to 20 characters in all): ``"0250"`` is 250."""
+    assert read_env({"FENCEDLEASE_URL": URL, "FENCEDLEASE_MAX_RETRIES": raw}).max_retries == value
+
+
+@pytest.mark.parametrize(
+    "raw", ["0" * 18 + "250", "+250", " 250", "250 ", "2_50", "\u0662\u0665\u0660", "250\n"]
+)
+def test_a_sign_space_underscore_or_21st_digit_is_refused(raw: str) -> None:
+    """A sign, a space (either end), an underscore, a non-ASCII digit or a 21st character: the
+    bounds and the limit in the message, the value shown."""
+    with pytest.raises(ValidationError) as info:
+        read_env({"FENCEDLEASE_URL": URL, "FENCEDLEASE_MAX_RETRIES": raw})
+    assert info.value.argument == "FENCEDLEASE_MAX_RETRIES"
+    assert str(info.value) == (
+        "FENCEDLEASE_MAX_RETRIES must be an integer string of at most 20 digits,"
+        f" 0 <= FENCEDLEASE_MAX_RETRIES <= 1000; got {raw!r}"
+    )

@@ -22,9 +22,9 @@ from redis.connection import parse_url
 from redis.crc import key_slot
 
 from .._errors import BackendError, ValidationError
-from .._redact import redact_text, redact_url
+from .._redact import redact_text, redact_url, url_error
 from .._validate import check_ms
-from .errors import backend_errors
+from .errors import backend_errors, without_secrets
 from .keys import lease_key
 from .options import check_connection_options, check_url_query
 from .replication import GrantOptions
@@ -185,7 +185,14 @@ def cluster_url_options(url: str, kwargs: dict[str, Any]) -> tuple[list[tuple[st
         ValidationError: no host, a port that is not a number, a database other than 0 (a
             cluster has only database 0); the URL shows with its password as ``***``.
     """
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # an unclosed '[': the message names no part of the URL
+        unusable = f"not a usable Redis Cluster URL ({exc})"
+    else:
+        unusable = ""
+    if unusable:  # raised here, with no exception holding the URL chained to it
+        raise url_error(url, unusable)
     scheme = parts.scheme.lower().partition("+")[0]
     userinfo, _, hosts = parts.netloc.rpartition("@")
     nodes: list[tuple[str, int]] = []
@@ -194,16 +201,10 @@ def cluster_url_options(url: str, kwargs: dict[str, Any]) -> tuple[list[tuple[st
         if not sep:
             host, port = entry, "6379"
         if not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
-            raise ValidationError(
-                "url",
-                "a Redis Cluster URL is redis+cluster://host:port[,host:port...]; "
-                f"got {redact_url(url)!r}",
-            )
+            raise url_error(url, "a Redis Cluster URL is redis+cluster://host:port[,host:port...]")
         nodes.append((host.strip("[]"), int(port)))
     if parts.path not in ("", "/", "/0"):
-        raise ValidationError(
-            "url", f"a Redis Cluster has only database 0; got {redact_url(url)!r}"
-        )
+        raise url_error(url, "a Redis Cluster has only database 0")
     for name in ("host", "port", "startup_nodes", "db"):
         if name in kwargs:
             raise ValidationError(name, f"{name} is given by a redis+cluster:// URL itself")
@@ -231,7 +232,11 @@ def cluster_client(
     try:
         options = dict(parse_url(single))  # type: ignore[no-untyped-call]
     except ValueError as exc:
-        raise ValidationError("url", f"{redact_url(url)!r}: {redact_text(str(exc), url)}") from None
+        unusable = str(exc)
+    else:
+        unusable = ""
+    if unusable:  # raised here, with no exception holding the URL chained to it
+        raise url_error(url, "not a usable Redis Cluster URL", detail=unusable)
     for name in ("host", "port", "db", "path", "connection_class"):
         options.pop(name, None)
     if single.startswith("rediss:"):
@@ -239,10 +244,14 @@ def cluster_client(
     options.update(kwargs)
     check_connection_options(options)
     startup = [node(host, port) for host, port in nodes]
-    with backend_errors(f"connect to the Redis Cluster at {redact_url(url)}"):
-        try:
-            return factory(startup_nodes=startup, **options)
-        except TypeError as exc:
-            raise ValidationError(
-                "url", f"an option redis-py's cluster client does not take: {exc}"
-            ) from None
+    try:
+        with backend_errors(f"connect to the Redis Cluster at {redact_url(url)}"):
+            try:
+                return factory(startup_nodes=startup, **options)
+            except TypeError as exc:
+                unusable = str(exc)
+    except BackendError as exc:
+        error: Exception = without_secrets(exc, lambda text: redact_text(text, url))
+    else:
+        error = url_error(url, "an option redis-py's cluster client does not take", detail=unusable)
+    raise error  # here, with no exception holding the URL chained to it

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import re
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Final
 
@@ -68,9 +68,11 @@ __all__ = [
     "acl_denial",
     "backend_error",
     "backend_errors",
+    "chain_texts",
     "classify",
     "register_script",
     "store_error",
+    "without_secrets",
 ]
 
 SCRIPT_REFUSAL: Final = "fencedlease "
@@ -204,6 +206,35 @@ def backend_errors(operation: str) -> Iterator[None]:
 
 
 _SCRIPTS: dict[str, tuple[str, str]] = {}  # sha -> (name, source)
+
+
+def chain_texts(exc: BaseException) -> list[str]:
+    """What a traceback of ``exc`` shows of it and of every exception chained to it
+    (``__cause__``, ``__context__``): each one's ``repr`` and ``str``."""
+    texts: list[str] = []
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        texts += [repr(current), str(current)]
+        pending += [current.__cause__, current.__context__]
+    return texts
+
+
+def without_secrets(error: BackendError, redact: Callable[[str], str]) -> BackendError:
+    """``error`` itself when ``redact`` (a scrub of a URL's or a client's secrets) changes no
+    text of it or of its chain (`chain_texts`); else a `BackendError` of the same ``sent``,
+    ``wrote`` and ``timed_out`` with the redacted message and nothing chained: a host or a
+    socket path that holds a piece of the password (one equal to the host, a URL redis-py read
+    wrongly) is not shown, at the cost of the store's own exception."""
+    if all(redact(text) == text for text in chain_texts(error)):
+        return error
+    return BackendError(
+        redact(str(error)), sent=error.sent, wrote=error.wrote, timed_out=error.timed_out
+    )
 
 
 def register_script(name: str, source: str, sha: str) -> None:

@@ -39,7 +39,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .._errors import ValidationError
-from .._redact import redact_url
+from .._redact import url_error
 from .options import check_connection_options
 from .replies import text
 
@@ -53,6 +53,7 @@ __all__ = [
     "sentinel_client",
     "sentinel_clients",
     "switched_service",
+    "unusable_sentinel",
 ]
 
 log = logging.getLogger("fencedlease")
@@ -77,7 +78,12 @@ class SentinelURL:
 
 
 def _bad(url: str, message: str) -> ValidationError:
-    return ValidationError("url", f"{message}; got {redact_url(url)!r}")
+    return url_error(url, message)
+
+
+def unusable_sentinel(url: str, exc: Exception) -> ValidationError:
+    """The error of a Sentinel client redis-py refused to make with ``exc`` (either face)."""
+    return url_error(url, "not a usable Sentinel client with these options", "kwargs", exc)
 
 
 def parse_sentinel_url(url: str) -> SentinelURL:
@@ -157,10 +163,10 @@ def sentinel_client(url: str, kwargs: dict[str, Any]) -> redis.Redis:
         pool = client.connection_pool
         pool.connection_class(**pool.connection_kwargs)  # a wrong option fails here, not later
     except (TypeError, ValueError) as exc:
-        raise ValidationError(
-            "kwargs", f"{redact_url(url)!r} with these options is no usable Sentinel client: {exc}"
-        ) from None
-    return client
+        error = unusable_sentinel(url, exc)
+    else:
+        return client
+    raise error  # here, with no exception holding the URL chained to it
 
 
 def sentinel_clients(client: object) -> list[Any]:

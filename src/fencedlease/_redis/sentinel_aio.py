@@ -15,8 +15,6 @@ import redis.asyncio.sentinel
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from .._errors import ValidationError
-from .._redact import redact_url
 from .sentinel import (
     SWITCH_CHANNEL,
     Address,
@@ -28,6 +26,7 @@ from .sentinel import (
     parse_sentinel_url,
     sentinel_clients,
     switched_service,
+    unusable_sentinel,
 )
 
 __all__ = ["AsyncPrimaryCheck", "AsyncSwitchWatcher", "async_sentinel_client"]
@@ -54,10 +53,10 @@ def async_sentinel_client(url: str, kwargs: dict[str, Any]) -> redis.asyncio.Red
         pool = client.connection_pool
         pool.connection_class(**pool.connection_kwargs)
     except (TypeError, ValueError) as exc:
-        raise ValidationError(
-            "kwargs", f"{redact_url(url)!r} with these options is no usable Sentinel client: {exc}"
-        ) from None
-    return client
+        error = unusable_sentinel(url, exc)
+    else:
+        return client
+    raise error  # here, with no exception holding the URL chained to it
 
 
 class AsyncSwitchWatcher:

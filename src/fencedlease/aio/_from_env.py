@@ -54,12 +54,13 @@ class FromEnv(OperationsBase):
         | ``SHUTDOWN_TIMEOUT_MS`` | 5000 | ``close()``'s bound (0..MAX) |
         | ``CONNECT_MAX_ATTEMPTS`` | 3 | checks made by ``connect=True`` (1..1,000) |
 
-        MAX is 2,147,483,647 (milliseconds). Numbers are strings of ASCII digits. The Redis
-        variables (``DB``, the connect and socket timeouts, ``MAX_RETRIES``) become redis-py's
-        options: seconds for the timeouts, and ``Retry(EqualJitterBackoff(), n)`` of
-        ``redis.asyncio.retry``; they are refused with a ``memory://`` or ``sqlite://`` URL, and
-        ``FENCEDLEASE_DB`` with a URL that names a database. ``kwargs`` go to the client as in
-        ``from_url``.
+        MAX is 2,147,483,647 (milliseconds). Numbers are strings of at most 20 ASCII digits
+        (``"0250"`` is 250; a sign, a space or an underscore is refused, and so is a longer
+        string, in bounds or not). The Redis variables (``DB``, the connect and socket
+        timeouts, ``MAX_RETRIES``) become redis-py's options: seconds for the timeouts, and
+        ``Retry(EqualJitterBackoff(), n)`` of ``redis.asyncio.retry``; they are
+        refused with a ``memory://`` or ``sqlite://`` URL, and ``FENCEDLEASE_DB`` with a URL
+        that names a database. ``kwargs`` go to the client as in ``from_url``.
 
         ``connect=True``: [`check_health`][fencedlease.aio.AsyncLeaseManager.check_health] at
         once (bounded by the connect timeout, else 1,000 ms), up to
@@ -68,9 +69,10 @@ class FromEnv(OperationsBase):
 
         Raises:
             ValidationError: ``argument`` names the variable: ``FENCEDLEASE_URL`` missing or not
-                a usable URL, a number out of bounds or not digits, a bad prefix, a Redis variable
-                with another store, the database given twice; or a keyword argument a variable
-                sets too. A password in the URL shows as ``***``.
+                a usable URL, a number out of bounds, not digits or longer than 20 digits (the
+                bounds in the message), a bad prefix, a Redis variable with another store, the
+                database given twice; or a keyword argument a variable sets too. A password in
+                the URL shows as ``***``, no piece of it of 3 characters or more.
             BackendError: ``connect=True`` and no attempt reached the store (the last failure
                 in ``__cause__``).
         """

@@ -24,7 +24,8 @@ from .._health import (
     too_slow,
 )
 from .._redis.aio import run_script
-from .._redis.errors import backend_errors
+from .._redis.clients import client_redactor
+from .._redis.errors import backend_errors, without_secrets
 from .._validate import check_ms
 from ._redis_backend import AsyncRedisBackend
 
@@ -58,7 +59,8 @@ async def check_health(backend: AsyncLeaseBackend, timeout_ms: int) -> HealthRep
 
     Raises:
         ValidationError: ``timeout_ms`` is not an int in 1..2,147,483,647.
-        BackendError: the store failed, or gave no answer within ``timeout_ms``.
+        BackendError: the store failed, or gave no answer within ``timeout_ms``; with no
+            piece of the client's password in it (as on the sync face).
     """
     bound = check_ms("timeout_ms", timeout_ms, 1)
     start = time.perf_counter()
@@ -66,8 +68,14 @@ async def check_health(backend: AsyncLeaseBackend, timeout_ms: int) -> HealthRep
         ping_ms, script_ms, eviction = await asyncio.wait_for(_check(backend, start), bound / 1000)
     except asyncio.TimeoutError as exc:  # builtin TimeoutError on 3.11+
         raise too_slow((time.perf_counter() - start) * 1000, bound) from exc
-    total_ms = (time.perf_counter() - start) * 1000
-    return HealthReport(ping_ms, script_ms, total_ms, *eviction)
+    except BackendError as exc:
+        error = without_secrets(exc, client_redactor(getattr(backend, "client", None)))
+        if error is exc:
+            raise
+    else:
+        total_ms = (time.perf_counter() - start) * 1000
+        return HealthReport(ping_ms, script_ms, total_ms, *eviction)
+    raise error  # here: ``exc`` may name a host or a path that holds the password
 
 
 async def connect(

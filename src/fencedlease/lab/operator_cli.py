@@ -3,7 +3,10 @@
 Each takes the Redis URL from ``--url``, else ``FENCEDLEASE_URL``, and the key prefix from
 ``--prefix``, else ``FENCEDLEASE_PREFIX``, else ``fencedlease`` (the names
 `LeaseManager.from_env` reads); ``--json`` prints one JSON document on stdout instead of a table.
-A password in the URL is shown as ``***`` everywhere, and an owner token never at all (a lease's
+A password in the URL is shown as ``***`` everywhere, with no piece of it of 3 characters or
+more in any output (a host or port equal to it is hidden too: ``redact_text``); a URL the library
+refuses (a raw ``/``, ``?`` or ``#`` in the password) is a usage error before any connection; and
+an owner token is never shown at all (a lease's
 holder is named by its fingerprint). ``docs/operations.md`` shows them at work.
 
 Exit status: 0 done (``doctor``: every check passed; ``--strict``: and no warning), 1 ``doctor``
@@ -30,7 +33,6 @@ from fencedlease import (
     ValidationError,
     owner_fingerprint,
     redact_text,
-    redact_url,
 )
 from fencedlease import redis_keys as layout
 
@@ -84,13 +86,22 @@ def _common(command: F) -> F:
     return command
 
 
+def _shown(url: str) -> str:
+    """``url`` as the output shows it: its password ``***``, and any other part holding a piece
+    of it (a host equal to it) too."""
+    return redact_text(url, url)
+
+
 def _client(url: str | None) -> redis.Redis:
     if not url:
         raise click.UsageError("no Redis: give --url or set FENCEDLEASE_URL")
     try:
+        if url.partition("://")[0].lower() in ("redis", "rediss", "unix"):
+            LeaseManager.from_url(url).close()  # the library's rule for its URLs; no I/O
         return redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
-    except ValueError as exc:
-        raise click.UsageError(redact_text(str(exc), url)) from None
+    except ValueError as exc:  # ValidationError is one
+        message = redact_text(str(exc), url)
+    raise click.UsageError(message)  # here, with no exception holding the URL chained to it
 
 
 def _fail(url: str, exc: BaseException) -> None:
@@ -216,7 +227,7 @@ def doctor(
     if as_json:
         _emit_json(
             {
-                "url": redact_url(url),
+                "url": _shown(url),
                 "prefix": prefix,
                 "strict": strict,
                 "exit_code": code,
@@ -233,7 +244,7 @@ def doctor(
     from rich.table import Table
 
     table = Table(
-        title=f"fencedlease doctor: {escape(redact_url(url))} (prefix {escape(prefix)})",
+        title=f"fencedlease doctor: {escape(_shown(url))} (prefix {escape(prefix)})",
         title_justify="left",
         show_lines=True,
     )
@@ -373,9 +384,7 @@ def list_leases(url: str | None, prefix: str, as_json: bool, match: str) -> None
     except (redis.RedisError, FencedLeaseError) as exc:
         _fail(url, exc)
     if as_json:
-        _emit_json(
-            {"url": redact_url(url), "prefix": prefix, "leases": rows, "semaphores": semaphores}
-        )
+        _emit_json({"url": _shown(url), "prefix": prefix, "leases": rows, "semaphores": semaphores})
         return
     _rich_table(f"leases under {prefix} ({len(rows)})", _COLUMNS, [_cells(r) for r in rows])
     if semaphores:

@@ -29,13 +29,13 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import pytest
 
-from fencedlease import LeaseManager
+from fencedlease import LeaseManager, ValidationError
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.testing import FakeClock
 
@@ -128,6 +128,20 @@ def _store(request: pytest.FixtureRequest, backend: str) -> tuple[str, dict[str,
     return f"sqlite:///{tmp_path / 'fencedlease-leases.db'}", options
 
 
+_Manager = TypeVar("_Manager", LeaseManager, AsyncLeaseManager)
+
+
+def _made(factory: Callable[..., _Manager], url: str, options: dict[str, Any]) -> _Manager:
+    """``factory(url, **options)``; a URL the library refuses fails the test with the library's
+    message alone: a traceback would show the URL, its password included, among the arguments
+    of the frames it lists."""
+    try:
+        return factory(url, **options)
+    except ValidationError as exc:
+        message = f"the store's URL is refused: {exc}"
+    pytest.fail(message, pytrace=False)
+
+
 def _delete_keys(url: str, prefix: str) -> None:
     """Delete every key under ``prefix`` (the test's own)."""
     import redis
@@ -144,7 +158,7 @@ def lease_manager(
 ) -> Iterator[LeaseManager]:
     """A [`LeaseManager`][fencedlease.LeaseManager] on the test's store, closed after the test."""
     url, options = _store(request, fencedlease_backend)
-    manager = LeaseManager.from_url(url, **options)
+    manager = _made(LeaseManager.from_url, url, options)
     try:
         yield manager
     finally:
@@ -162,7 +176,7 @@ def async_lease_manager(
     async_lease_manager as leases:``); one left open there cannot be closed from another loop,
     and fails the test at teardown saying so (its Redis keys are deleted all the same)."""
     url, options = _store(request, fencedlease_backend)
-    manager = AsyncLeaseManager.from_url(url, **options)
+    manager = _made(AsyncLeaseManager.from_url, url, options)
     try:
         yield manager
     finally:

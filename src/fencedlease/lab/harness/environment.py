@@ -357,6 +357,7 @@ def check_redis_url(url: str) -> None:
 
     if url.partition("://")[0].lower() not in ("redis", "rediss", "unix"):
         raise ValidationError(
-            "redis_url", f"a Redis URL is redis://, rediss:// or unix://; got {redact_url(url)!r}"
+            "redis_url",
+            f"a Redis URL is redis://, rediss:// or unix://; got {redact_text(url, url)!r}",
         )
     LeaseManager.from_url(url, prefix="fencedlease-check").close()
