@@ -223,7 +223,8 @@ def _run_name(run: int) -> str:
 
 
 def _close_managers(namespace: dict[str, Any]) -> None:
-    """Close what a block left open, as the end of a reader's process would."""
+    """Close the managers a run left open, as its process's end would end them: a lease taken
+    with ``acquire`` stays held (``close`` leaves it alone), so a second run finds it."""
     for value in list(namespace.values()):
         if isinstance(value, LeaseManager):
             value.close()
