@@ -16,7 +16,7 @@ Just before a block's opening fence, an HTML comment (invisible on the rendered 
   shows a refusal);
 - ``<!-- pytest: 8 passed -->``: the block is a test module; it is written to a file and run by
   pytest in a process of its own with the library's pytest plugin (and the page's Redis as
-  ``FENCEDLEASE_REDIS_URL``), and its summary must be exactly that.
+  ``FENCEDLEASE_URL``), and its summary must be exactly that.
 """
 
 from __future__ import annotations
@@ -157,8 +157,9 @@ def _run_module(block: Block, substitutions: dict[str, str]) -> None:
             filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])
         ),
     }
+    env.pop("FENCEDLEASE_REDIS_URL", None)  # the old name: a warning in the summary
     if REDIS_PLACEHOLDER in substitutions:
-        env["FENCEDLEASE_REDIS_URL"] = substitutions[REDIS_PLACEHOLDER]
+        env["FENCEDLEASE_URL"] = substitutions[REDIS_PLACEHOLDER]
     ran = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", PLUGIN, "-p", "no:cacheprovider", module.name],
         cwd=module.parent,

@@ -23,6 +23,7 @@ COMMANDS = (["doctor"], ["list"], ["inspect", "k"], ["release", "k", "--force", 
 @pytest.fixture(autouse=True)
 def _no_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("FENCEDLEASE_URL", raising=False)
+    monkeypatch.delenv("FENCEDLEASE_REDIS_URL", raising=False)
     monkeypatch.delenv("FENCEDLEASE_PREFIX", raising=False)
 
 
@@ -86,6 +87,27 @@ def test_a_malformed_url_is_a_usage_error_without_its_password(command: list[str
     assert result.exit_code == 2
     assert "Redis URL must specify one of the following schemes" in result.output
     assert SECRET not in result.output
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
+def test_the_deprecated_url_variable_is_read_with_a_warning(command: list[str]) -> None:
+    """Each command takes the store from FENCEDLEASE_REDIS_URL when FENCEDLEASE_URL is not set,
+    saying on stderr that the name is deprecated; FENCEDLEASE_URL wins when both are set."""
+    old = f"redis://:{SECRET}@127.0.0.1:{free_port()}/0"  # nothing listens: the error names it
+    result = CliRunner().invoke(main, command, env={"FENCEDLEASE_REDIS_URL": old})
+    assert result.stderr.splitlines()[0] == (
+        "warning: FENCEDLEASE_REDIS_URL is deprecated: set FENCEDLEASE_URL instead (the one"
+        f" variable naming the store); 'redis://:***@127.0.0.1:{old.rsplit(':', 1)[1]}' is used"
+    )
+    assert old.rsplit(":", 1)[1].partition("/")[0] in result.output  # that URL was tried
+    assert SECRET not in result.output
+    both = CliRunner().invoke(
+        main, command, env={"FENCEDLEASE_REDIS_URL": old, "FENCEDLEASE_URL": "http://h/0"}
+    )
+    assert both.exit_code == 2
+    assert "is deprecated and ignored: FENCEDLEASE_URL is set too and wins" in both.stderr
+    assert "'http://h/0'" in both.output  # the new one was used, and refused
+    assert SECRET not in both.output
 
 
 def test_release_without_force_refuses_before_connecting() -> None:

@@ -20,6 +20,7 @@ import attrs
 import click
 from click.core import ParameterSource
 
+from .commands import url_option
 from .harness.kinds import (
     DEFAULT_FAULTS,
     FENCINGS,
@@ -57,8 +58,8 @@ def _faults(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
 @main.command()
 @click.option(
     "--redis-url",
-    envvar="FENCEDLEASE_REDIS_URL",
-    help="Use this Redis (default: FENCEDLEASE_REDIS_URL, else start our own redis-server).",
+    callback=url_option,
+    help="Use this Redis (default: FENCEDLEASE_URL, else start our own redis-server).",
 )
 @click.option("--workers", default=8, show_default=True, type=click.IntRange(2, 32))
 @click.option(

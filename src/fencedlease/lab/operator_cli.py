@@ -34,6 +34,7 @@ from fencedlease import (
 )
 from fencedlease import redis_keys as layout
 
+from .commands import url_option
 from .doctor import Check, exit_code, run_checks
 from .doctor_acl import glob_escape
 from .doctor_targets import is_topology_url, topology_checks
@@ -74,7 +75,7 @@ def _common(command: F) -> F:
         ),
         click.option(
             "--url",
-            envvar="FENCEDLEASE_URL",
+            callback=url_option,
             help="The Redis (redis://, rediss://, unix://; doctor also takes redis+cluster:// and"
             " redis+sentinel://); default: FENCEDLEASE_URL.",
         ),
