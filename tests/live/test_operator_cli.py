@@ -15,12 +15,15 @@ from typing import Any
 import pytest
 import redis
 from click.testing import CliRunner, Result
+from redis.crc import key_slot
 
 from conftest import unavailable
 from fencedlease import Lease, LeaseManager, redis_keys
 from fencedlease.lab.cli import main
 from fencedlease.lab.operator_cli import release_holder, scan_lease_names, scan_semaphore_names
+from fencedlease.lab.servers.cluster import RedisClusterServers
 from fencedlease.lab.servers.redis import RedisServer, RedisUnavailable
+from fencedlease.lab.servers.sentinel import SentinelDeployment
 
 pytestmark = pytest.mark.live
 
@@ -289,3 +292,88 @@ def test_a_wrong_password_is_an_error_without_the_password(server: RedisServer) 
     assert [(c["name"], c["status"], c["remedy"]) for c in document["checks"]] == [
         ("connect", "fail", "check the password")
     ]
+
+
+# -- every topology: a Redis Cluster through redis+cluster://, Sentinel through redis+sentinel:// --
+
+SPREAD = ["orders:1", "orders:2", "orders:3", "users:1", "users:2", "reports:daily"]
+
+
+def _node_port(cluster: RedisClusterServers, prefix: str, name: str) -> int:
+    return cluster.node_for_slot(key_slot(redis_keys(prefix, name).lease.encode())).port
+
+
+@pytest.mark.cluster
+def test_list_inspect_and_release_reach_every_shard_of_a_cluster(
+    redis_cluster: RedisClusterServers,
+) -> None:
+    """Through a redis+cluster:// URL: list shows all 6 leases, which lie on all 3 primaries;
+    inspect reads one on its shard, release deletes it there; a redis:// URL of one node is
+    refused by list (it would see only that node's share)."""
+    prefix = f"ops-{secrets.token_hex(4)}"
+    url = redis_cluster.url
+    with LeaseManager.from_url(url, prefix=prefix) as leases:
+        held = {name: grant(leases, name) for name in SPREAD}
+        ports = {name: _node_port(redis_cluster, prefix, name) for name in SPREAD}
+        assert set(ports.values()) == {server.port for server in redis_cluster.servers}
+        result = CliRunner().invoke(main, ["list", "--url", url, "--prefix", prefix, "--json"])
+        assert result.exit_code == 0, result.output
+        rows = json.loads(result.output)["leases"]
+        assert [(r["key"], r["holder"], r["fencing_token"]) for r in rows] == [
+            (name, held[name].owner_fingerprint, 1) for name in sorted(SPREAD)
+        ]
+        for name in ("reports:daily", "users:1"):  # on two different primaries
+            shown = CliRunner().invoke(
+                main, ["inspect", name, "--url", url, "--prefix", prefix, "--json"]
+            )
+            assert shown.exit_code == 0, shown.output
+            row = json.loads(shown.output)
+            assert (row["held"], row["holder"], row["fencing_token"]) == (
+                True, held[name].owner_fingerprint, 1,
+            )  # fmt: skip
+        released = CliRunner().invoke(
+            main, ["release", "users:1", "--force", "--yes", "--url", url, "--prefix", prefix]
+        )
+        assert released.exit_code == 0, released.output
+        assert f"released 'users:1' (holder {held['users:1'].owner_fingerprint}" in (
+            released.output
+        )
+        assert not held["users:1"].renew()
+        assert held["orders:1"].renew()
+        node = f"redis://127.0.0.1:{ports['users:2']}/0"
+        one = CliRunner().invoke(main, ["list", "--url", node, "--prefix", prefix])
+        assert one.exit_code == 2
+        assert "the URL names one node of a Redis Cluster" in one.output
+        assert "redis+cluster://" in one.output
+        for name, lease in held.items():
+            assert lease.owner_token not in result.output
+            if name != "users:1":
+                assert lease.release()
+
+
+@pytest.mark.sentinel
+@pytest.mark.replicas(0)
+def test_list_inspect_and_release_through_sentinel(
+    sentinel_deployment: SentinelDeployment,
+) -> None:
+    """Through a redis+sentinel:// URL the commands act on the primary the sentinels name:
+    list and inspect show the lease, release deletes it."""
+    url, prefix = sentinel_deployment.url, "ops"
+    with LeaseManager.from_url(url, prefix=prefix) as leases:
+        lease = grant(leases, "job")
+        result = CliRunner().invoke(main, ["list", "--url", url, "--prefix", prefix, "--json"])
+        assert result.exit_code == 0, result.output
+        assert [(r["key"], r["holder"]) for r in json.loads(result.output)["leases"]] == [
+            ("job", lease.owner_fingerprint)
+        ]
+        shown = CliRunner().invoke(main, ["inspect", "job", "--url", url, "--prefix", prefix])
+        assert shown.exit_code == 0, shown.output
+        assert "'job' is held (ops:{job})" in shown.output
+        released = CliRunner().invoke(
+            main, ["release", "job", "--force", "--yes", "--url", url, "--prefix", prefix]
+        )
+        assert released.exit_code == 0, released.output
+        assert f"released 'job' (holder {lease.owner_fingerprint}, fencing token 1)" in (
+            released.output
+        )
+        assert not lease.renew()

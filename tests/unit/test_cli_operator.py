@@ -83,9 +83,21 @@ def test_no_url_is_a_usage_error(command: list[str]) -> None:
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
 def test_a_malformed_url_is_a_usage_error_without_its_password(command: list[str]) -> None:
-    result = CliRunner().invoke(main, [*command, "--url", f"http://u:{SECRET}@h/0"])
+    """A URL naming no Redis (another scheme, or a store that lives in the application: memory://,
+    sqlite://) is a usage error listing the Redis URLs taken; the library's own refusal of a
+    Redis URL (a cluster URL naming a database) too; no password shown."""
+    for url in (f"http://u:{SECRET}@h/0", "memory://", "sqlite:///leases.db"):
+        result = CliRunner().invoke(main, [*command, "--url", url])
+        assert result.exit_code == 2
+        shown = url.replace(SECRET, "***")
+        assert result.output.endswith(
+            "Error: the URL must name a Redis: redis://, rediss://, unix://, redis+sentinel://,"
+            f" redis+cluster://, rediss+cluster://; got {shown!r}\n"
+        )
+    cluster = f"redis+cluster://:{SECRET}@127.0.0.1:{free_port()}/3"
+    result = CliRunner().invoke(main, [*command, "--url", cluster])
     assert result.exit_code == 2
-    assert "Redis URL must specify one of the following schemes" in result.output
+    assert "Error: a Redis Cluster has only database 0; got 'redis+cluster://:***@" in result.output
     assert SECRET not in result.output
 
 

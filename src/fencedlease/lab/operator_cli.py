@@ -1,6 +1,8 @@
 """The operator's commands: ``fencedlease doctor``, ``inspect``, ``list`` and ``release``.
 
-Each takes the Redis URL from ``--url``, else ``FENCEDLEASE_URL``, and the key prefix from
+Each takes the Redis URL from ``--url``, else ``FENCEDLEASE_URL`` (``redis://``, ``rediss://``,
+``unix://``, ``redis+sentinel://``, ``redis+cluster://``: `fencedlease.lab.redis_target`, every
+primary of a cluster walked), and the key prefix from
 ``--prefix``, else ``FENCEDLEASE_PREFIX``, else ``fencedlease`` (the names
 `LeaseManager.from_env` reads); ``--json`` prints one JSON document on stdout instead of a table.
 A password in the URL is shown as ``***`` everywhere, and an owner token never at all (a lease's
@@ -18,7 +20,8 @@ import json
 import re
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from contextlib import ExitStack, contextmanager
+from typing import Any, NoReturn, TypeVar
 
 import click
 import redis
@@ -26,7 +29,6 @@ import redis
 from fencedlease import (
     FencedLeaseError,
     LeaseInfo,
-    LeaseManager,
     ValidationError,
     owner_fingerprint,
     redact_text,
@@ -37,7 +39,8 @@ from fencedlease import redis_keys as layout
 from .commands import url_option
 from .doctor import Check, exit_code, run_checks
 from .doctor_acl import glob_escape
-from .doctor_targets import is_topology_url, topology_checks
+from .doctor_targets import topology_checks
+from .redis_target import RedisTarget, open_target
 
 __all__ = [
     "doctor",
@@ -76,8 +79,8 @@ def _common(command: F) -> F:
         click.option(
             "--url",
             callback=url_option,
-            help="The Redis (redis://, rediss://, unix://; doctor also takes redis+cluster:// and"
-            " redis+sentinel://); default: FENCEDLEASE_URL.",
+            help="The Redis: redis://, rediss://, unix://, redis+sentinel:// (the primary the"
+            " sentinels name) or redis+cluster:// (every primary); default: FENCEDLEASE_URL.",
         ),
     )
     for option in options:
@@ -85,16 +88,30 @@ def _common(command: F) -> F:
     return command
 
 
-def _client(url: str | None) -> redis.Redis:
+#: What a Redis, or a cluster client that cannot place a key, raises: reported, exit 2.
+_REDIS_ERRORS = (redis.RedisError, redis.exceptions.RedisClusterException, FencedLeaseError)
+
+
+@contextmanager
+def _target(url: str | None, prefix: str) -> Iterator[RedisTarget]:
+    """The store ``url`` names (`open_target`); a URL that names none is a usage error, a Redis
+    or library error in the block is reported and exits 2 (`_fail`)."""
     if not url:
         raise click.UsageError("no Redis: give --url or set FENCEDLEASE_URL")
-    try:
-        return redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
-    except ValueError as exc:
-        raise click.UsageError(redact_text(str(exc), url)) from None
+    with ExitStack() as stack:
+        try:
+            target = stack.enter_context(open_target(url, prefix))
+        except ValidationError as exc:
+            raise click.UsageError(str(exc)) from None
+        except _REDIS_ERRORS as exc:
+            _fail(url, exc)
+        try:
+            yield target
+        except _REDIS_ERRORS as exc:
+            _fail(url, exc)
 
 
-def _fail(url: str, exc: BaseException) -> None:
+def _fail(url: str, exc: BaseException) -> NoReturn:
     """Report a Redis or library error (password redacted) and exit 2."""
     click.echo(f"error: {redact_text(f'{type(exc).__name__}: {exc}', url)}", err=True)
     sys.exit(2)
@@ -176,8 +193,6 @@ def doctor(
     Exit status: 0 every check passed (warnings allowed unless --strict),
     1 a check failed (--strict: or warned), 2 a usage error.
     """
-    if not url:
-        raise click.UsageError("no Redis: give --url or set FENCEDLEASE_URL")
 
     def run(client: redis.Redis) -> list[Check]:
         return run_checks(
@@ -189,14 +204,9 @@ def doctor(
             max_latency_ms=max_latency_ms,
         )
 
-    try:
-        if is_topology_url(url):
-            checks = topology_checks(url, run)
-        else:
-            with _client(url) as client:
-                checks = run(client)
-    except (redis.RedisError, FencedLeaseError) as exc:
-        _fail(url, exc)
+    with _target(url, prefix) as target:
+        checks = topology_checks(target, run)
+    assert url is not None
     checks = [
         Check(c.name, c.status, redact_text(c.detail, url), redact_text(c.remedy, url))
         for c in checks
@@ -344,24 +354,26 @@ def list_leases(url: str | None, prefix: str, as_json: bool, match: str) -> None
     Walks the keys with SCAN (never KEYS), so a large Redis is not blocked; a lease granted or
     expiring during the walk may be missed or shown.
     """
-    client = _client(url)
-    assert url is not None
     rows, semaphores = [], []
-    try:
-        with client, LeaseManager(client, prefix=prefix) as leases:
-            for name in sorted(set(scan_lease_names(client, prefix, match))):
-                info = leases.inspect(name)
-                if info is not None:  # it expired since the scan
-                    rows.append(_lease_row(info))
-            for name in sorted(set(scan_semaphore_names(client, prefix, match))):
-                seen = semaphore_slots(client, prefix, name)
-                if seen is not None and seen["slots"]:
-                    semaphores.append({
-                        "name": name, "slots": len(seen["slots"]),
-                        "last_issued_token": seen["last_issued_token"],
-                    })  # fmt: skip
-    except (redis.RedisError, FencedLeaseError) as exc:
-        _fail(url, exc)
+    with _target(url, prefix) as target:
+        leases = target.manager
+        names: set[str] = set()
+        semaphore_names: set[str] = set()
+        for _, node in target.walk():  # a cluster's keys are spread over its primaries
+            names.update(scan_lease_names(node, prefix, match))
+            semaphore_names.update(scan_semaphore_names(node, prefix, match))
+        for name in sorted(names):
+            info = leases.inspect(name)
+            if info is not None:  # it expired since the scan
+                rows.append(_lease_row(info))
+        for name in sorted(semaphore_names):
+            seen = semaphore_slots(target.client_for(name), prefix, name)
+            if seen is not None and seen["slots"]:
+                semaphores.append({
+                    "name": name, "slots": len(seen["slots"]),
+                    "last_issued_token": seen["last_issued_token"],
+                })  # fmt: skip
+    assert url is not None
     if as_json:
         _emit_json(
             {"url": redact_url(url), "prefix": prefix, "leases": rows, "semaphores": semaphores}
@@ -384,15 +396,11 @@ def inspect_lease(url: str | None, prefix: str, as_json: bool, key: str) -> None
     token, TTL left, and the last token the key's counter issued (also when nobody holds it);
     and, when KEY names a semaphore too, each live slot (holder fingerprint, fencing token,
     TTL left) and the semaphore's last issued token."""
-    client = _client(url)
-    assert url is not None
-    try:
-        with client, LeaseManager(client, prefix=prefix) as leases:
-            info = leases.inspect(key)
-            counter = _counter(client, prefix, key) if info is None else info.last_issued_token
-            semaphore = semaphore_slots(client, prefix, key)
-    except (redis.RedisError, FencedLeaseError) as exc:
-        _fail(url, exc)
+    with _target(url, prefix) as target:
+        client = target.client_for(key)
+        info = target.manager.inspect(key)
+        counter = _counter(client, prefix, key) if info is None else info.last_issued_token
+        semaphore = semaphore_slots(client, prefix, key)
     row = (
         _lease_row(info)
         if info is not None
@@ -468,25 +476,20 @@ def release(url: str | None, prefix: str, as_json: bool, key: str, force: bool, 
     """
     if not force:
         raise click.UsageError(_RELEASE_REFUSED)
-    client = _client(url)
-    assert url is not None
-    try:
-        with client, LeaseManager(client, prefix=prefix) as leases:
-            info = leases.inspect(key)
-            if info is not None and not yes:
-                click.confirm(
-                    f"release {key!r}, held by {info.owner_fingerprint} with fencing token"
-                    f" {info.fencing_token}, {info.ttl_ms} ms left?",
-                    abort=True,
-                    err=True,
-                )
-            outcome = (
-                False
-                if info is None
-                else release_holder(client, prefix, key, info.owner_fingerprint)
+    with _target(url, prefix) as target:
+        info = target.manager.inspect(key)
+        if info is not None and not yes:
+            click.confirm(
+                f"release {key!r}, held by {info.owner_fingerprint} with fencing token"
+                f" {info.fencing_token}, {info.ttl_ms} ms left?",
+                abort=True,
+                err=True,
             )
-    except (redis.RedisError, FencedLeaseError) as exc:
-        _fail(url, exc)
+        outcome = (
+            False
+            if info is None
+            else release_holder(target.client_for(key), prefix, key, info.owner_fingerprint)
+        )
     released, moved = outcome is True, info is not None and outcome is None
     if as_json:
         row = None if info is None else _lease_row(info)
