@@ -18,9 +18,14 @@ from click.testing import CliRunner, Result
 from redis.crc import key_slot
 
 from conftest import unavailable
-from fencedlease import Lease, LeaseManager, redis_keys
+from fencedlease import Lease, LeaseManager, owner_fingerprint, redis_keys
 from fencedlease.lab.cli import main
-from fencedlease.lab.operator_cli import release_holder, scan_lease_names, scan_semaphore_names
+from fencedlease.lab.operator_cli import (
+    release_holder,
+    release_slot,
+    scan_lease_names,
+    scan_semaphore_names,
+)
 from fencedlease.lab.servers.cluster import RedisClusterServers
 from fencedlease.lab.servers.redis import RedisServer, RedisUnavailable
 from fencedlease.lab.servers.sentinel import SentinelDeployment
@@ -159,7 +164,12 @@ def test_list_and_inspect_show_semaphore_slots(
     assert sorted(scan_semaphore_names(client, PREFIX)) == ["pool{1}"]
     document = json.loads(run(url, "list", "--json").output)
     assert [row["key"] for row in document["leases"]] == ["pool{1}"]
-    assert document["semaphores"] == [{"name": "pool{1}", "slots": 2, "last_issued_token": 2}]
+    ((listed_pool,),) = [document["semaphores"]]
+    assert listed_pool.pop("name") == "pool{1}"
+    assert [(s["holder"], s["fencing_token"]) for s in listed_pool["slots"]] == [
+        (second.owner_fingerprint, 2), (first.owner_fingerprint, 1),
+    ]  # fmt: skip
+    assert listed_pool["last_issued_token"] == 2
     result = run(url, "inspect", "pool{1}", "--json")
     assert result.exit_code == 0, result.output
     row = json.loads(result.output)
@@ -179,10 +189,128 @@ def test_list_and_inspect_show_semaphore_slots(
     assert "semaphore 'pool{1}': 2 live slot(s), last issued token 2" in words
     assert first.owner_fingerprint in text.output
     listed = run(url, "list")
-    assert "semaphores under" in listed.output and "pool{1}" in listed.output
+    assert "semaphore slots under" in listed.output and "pool{1}" in listed.output
+    rows = [line.split("│")[1:-1] for line in listed.output.splitlines() if "pool{1}" in line]
+    assert [[cell.strip() for cell in row][:3] for row in rows[-2:]] == [
+        ["pool{1}", second.owner_fingerprint, "2"], ["pool{1}", first.owner_fingerprint, "1"],
+    ]  # fmt: skip
     for lease in (first, second):
         assert lease.owner_token not in result.output + text.output + listed.output
     assert first.release() and second.release()
+
+
+def test_release_slot_frees_one_semaphore_slot(
+    url: str, client: redis.Redis, leases: LeaseManager
+) -> None:
+    """release NAME --slot HOLDER deletes that holder's slot only, after asking: its renewal is
+    refused, the other slot renews, the keys keep their TTL and the counter its value (the next
+    slot gets token 3); an unknown holder releases nothing; no owner token is shown."""
+    pool = leases.semaphore("pool", limit=2)
+    first, second = pool.acquire(ttl_ms=60_000).lease, pool.acquire(ttl_ms=60_000).lease
+    assert first is not None and second is not None
+    refused = run(url, "release", "pool", "--slot", second.owner_fingerprint)
+    assert refused.exit_code == 2 and "Give --force" in refused.output
+    declined = run(url, "release", "pool", "--force", "--slot", second.owner_fingerprint,
+                   input="n\n")  # fmt: skip
+    assert declined.exit_code == 1
+    assert f"release the slot of semaphore 'pool', held by {second.owner_fingerprint} with" \
+        " fencing token 2," in declined.output  # fmt: skip
+    assert pool.holders() == 2
+    confirmed = run(url, "release", "pool", "--force", "--slot", second.owner_fingerprint,
+                    input="y\n")  # fmt: skip
+    assert confirmed.exit_code == 0, confirmed.output
+    assert (
+        f"released the slot of semaphore 'pool' (holder {second.owner_fingerprint}, fencing"
+        " token 2)"
+    ) in confirmed.output
+    assert not second.renew()
+    assert first.renew()
+    keys = redis_keys(PREFIX, "pool")
+    assert client.zcard(keys.semaphore) == client.hlen(keys.semaphore_tokens) == 1
+    assert client.pttl(keys.semaphore) > 0 and client.pttl(keys.semaphore_tokens) > 0
+    third = pool.acquire(ttl_ms=60_000).lease
+    assert third is not None and third.fencing_token == 3
+    unknown = run(url, "release", "pool", "--force", "--yes", "--slot", "0123456789abcdef",
+                  "--json")  # fmt: skip
+    assert json.loads(unknown.output) == {
+        "key": "pool", "released": False, "changed_hands": False, "slot": None,
+    }  # fmt: skip
+    assert pool.holders() == 2
+    document = json.loads(
+        run(url, "release", "pool", "--force", "--yes", "--slot", third.owner_fingerprint,
+            "--json").output
+    )  # fmt: skip
+    assert document["released"] is True and document["changed_hands"] is False
+    assert (document["slot"]["holder"], document["slot"]["fencing_token"]) == (
+        third.owner_fingerprint, 3,
+    )  # fmt: skip
+    for lease in (first, second, third):
+        assert lease.owner_token not in declined.output + confirmed.output + json.dumps(document)
+    bad = run(url, "release", "pool", "--force", "--yes", "--slot", first.owner_token)
+    assert bad.exit_code == 2
+    assert "a slot is named by its holder's fingerprint, 16 lowercase hex digits" in bad.output
+    assert first.release()
+
+
+def test_a_slot_renewed_during_its_release_is_read_again(
+    url: str, client: redis.Redis, leases: LeaseManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The holder renews its slot between the release's reads and its EXEC: WATCH aborts the
+    delete, and the release reads again and deletes it; a slot renewed under every attempt is
+    left alone (None), renewing still."""
+    from fencedlease.lab import operator_cli
+
+    pool = leases.semaphore("busy", limit=2)
+    lease = pool.acquire(ttl_ms=60_000).lease
+    other = pool.acquire(ttl_ms=60_000).lease
+    assert lease is not None and other is not None and lease.fencing_token is not None
+    real, reads = owner_fingerprint, []
+
+    def renewing(owner: str, *, every: bool) -> str:
+        reads.append(owner)
+        if every or len(reads) == 1:
+            assert lease.renew()  # the slot set changes under the release's WATCH
+        return real(owner)
+
+    monkeypatch.setattr(operator_cli, "owner_fingerprint", lambda o: renewing(o, every=True))
+    fingerprint = lease.owner_fingerprint
+    assert release_slot(client, PREFIX, "busy", fingerprint, lease.fencing_token) is None
+    assert sum(real(r) == fingerprint for r in reads) == operator_cli.WATCH_ATTEMPTS
+    assert lease.renew() and pool.holders() == 2
+    reads.clear()
+    monkeypatch.setattr(operator_cli, "owner_fingerprint", lambda o: renewing(o, every=False))
+    assert release_slot(client, PREFIX, "busy", fingerprint, lease.fencing_token) is True
+    assert not lease.renew()
+    assert other.renew() and pool.holders() == 1
+    assert other.release()
+
+
+def test_a_lease_renewed_during_its_release_is_read_again(
+    url: str, client: redis.Redis, leases: LeaseManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The holder renews between the release's read and its EXEC: WATCH aborts the delete and
+    the release reads again and deletes the lease (it did not change hands); a lease renewed
+    under every one of the WATCH_ATTEMPTS attempts is left alone (None)."""
+    from fencedlease.lab import operator_cli
+
+    lease = grant(leases, "busy")
+    real, calls = owner_fingerprint, []
+
+    def renewing(owner: str, every: bool) -> str:
+        calls.append(owner)
+        if every or len(calls) == 1:
+            assert lease.renew()  # PEXPIRE on the watched lease key
+        return real(owner)
+
+    monkeypatch.setattr(operator_cli, "owner_fingerprint", lambda o: renewing(o, True))
+    assert release_holder(client, PREFIX, "busy", lease.owner_fingerprint) is None
+    assert len(calls) == operator_cli.WATCH_ATTEMPTS == 5
+    assert lease.renew()
+    calls.clear()
+    monkeypatch.setattr(operator_cli, "owner_fingerprint", lambda o: renewing(o, False))
+    assert release_holder(client, PREFIX, "busy", lease.owner_fingerprint) is True
+    assert len(calls) == 2
+    assert not lease.renew()
 
 
 def test_release_needs_force_and_a_confirmation(url: str, leases: LeaseManager) -> None:
@@ -308,8 +436,9 @@ def test_list_inspect_and_release_reach_every_shard_of_a_cluster(
     redis_cluster: RedisClusterServers,
 ) -> None:
     """Through a redis+cluster:// URL: list shows all 6 leases, which lie on all 3 primaries;
-    inspect reads one on its shard, release deletes it there; a redis:// URL of one node is
-    refused by list (it would see only that node's share)."""
+    inspect reads one on its shard, release deletes it there, and a semaphore slot is listed
+    and released on its shard; a redis:// URL of one node is refused by list (it would see only
+    that node's share)."""
     prefix = f"ops-{secrets.token_hex(4)}"
     url = redis_cluster.url
     with LeaseManager.from_url(url, prefix=prefix) as leases:
@@ -340,6 +469,22 @@ def test_list_inspect_and_release_reach_every_shard_of_a_cluster(
         )
         assert not held["users:1"].renew()
         assert held["orders:1"].renew()
+        slot = leases.semaphore("users:2", limit=2).acquire(ttl_ms=60_000).lease
+        assert slot is not None
+        listed = json.loads(
+            CliRunner().invoke(main, ["list", "--url", url, "--prefix", prefix, "--json"]).output
+        )
+        assert [(m["name"], [s["holder"] for s in m["slots"]]) for m in listed["semaphores"]] == [
+            ("users:2", [slot.owner_fingerprint])
+        ]
+        freed = CliRunner().invoke(
+            main,
+            ["release", "users:2", "--slot", slot.owner_fingerprint, "--force", "--yes",
+             "--url", url, "--prefix", prefix],
+        )  # fmt: skip
+        assert freed.exit_code == 0, freed.output
+        assert "released the slot of semaphore 'users:2'" in freed.output
+        assert leases.semaphore("users:2", limit=2).holders() == 0
         node = f"redis://127.0.0.1:{ports['users:2']}/0"
         one = CliRunner().invoke(main, ["list", "--url", node, "--prefix", prefix])
         assert one.exit_code == 2
