@@ -176,3 +176,25 @@ def test_a_long_key_is_shown_whole_in_a_narrow_terminal(
     rows = [line for line in out.splitlines() if line.startswith("│")]
     assert all(line.count("│") == 6 for line in rows)  # every column there, none cropped
     assert "".join(line.split("│")[1].strip() for line in rows) == key
+
+
+def test_a_url_from_the_environment_is_recorded_as_such() -> None:
+    """A URL option left out takes FENCEDLEASE_URL and records its source as the environment
+    (what check --replay counts as given, as click's own envvar did); --url wins over it, and
+    with neither the value is None from the default."""
+    import click
+
+    from fencedlease.lab.commands import url_option
+
+    @click.command()
+    @click.option("--url", callback=url_option)
+    @click.pass_context
+    def show(ctx: click.Context, url: str | None) -> None:
+        click.echo(f"{url} {ctx.get_parameter_source('url').name}")  # type: ignore[union-attr]
+
+    env = {"FENCEDLEASE_URL": "redis://h:1/0"}
+    assert CliRunner().invoke(show, [], env=env).output == "redis://h:1/0 ENVIRONMENT\n"
+    assert CliRunner().invoke(show, ["--url", "redis://o:2/0"], env=env).output == (
+        "redis://o:2/0 COMMANDLINE\n"
+    )
+    assert CliRunner().invoke(show, []).output == "None DEFAULT\n"
