@@ -726,7 +726,10 @@ def run_mutant(mutant: Mutant, seed: int, work: Path, check_args: Sequence[str] 
     probes = base / "probes"
     probes.mkdir()
     out_dir = base / "out"
-    env = {k: v for k, v in os.environ.items() if k != "FENCEDLEASE_REDIS_URL"}
+    # Each mutant run starts a Redis of its own: a shared one named by the environment is left out.
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("FENCEDLEASE_URL", "FENCEDLEASE_REDIS_URL")
+    }
     env["PYTHONPATH"] = str(src)
     env[PROBE_ENV] = str(probes)
     where = subprocess.run(

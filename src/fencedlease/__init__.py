@@ -13,6 +13,7 @@ from ._acl import ACL_COMMANDS, acl_rules, acl_setuser_line
 from ._backend import AsyncLeaseBackend, LeaseBackend
 from ._clock import Clock, SystemClock
 from ._cluster_backend import RedisClusterBackend
+from ._env import url_from_env
 from ._errors import (
     BackendError,
     FencedLeaseError,
@@ -83,6 +84,7 @@ __all__ = [
     "redact_text",
     "redact_url",
     "redis_keys",
+    "url_from_env",
 ]
 
 __version__ = "0.1.0"

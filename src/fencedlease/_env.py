@@ -36,16 +36,25 @@ from ._validate import MAX_MS, check_prefix
 __all__ = [
     "DEFAULT_CONNECT_MAX_ATTEMPTS",
     "DEFAULT_SHUTDOWN_TIMEOUT_MS",
+    "DEPRECATED_URL_VARIABLE",
     "ENV_PREFIX",
     "MAX_DIGITS",
+    "URL_VARIABLE",
     "EnvConfig",
     "client_options",
     "manager_from_env",
     "naming_variables",
     "read_env",
+    "url_from_env",
 ]
 
 ENV_PREFIX = "FENCEDLEASE_"
+URL_VARIABLE = ENV_PREFIX + "URL"
+"""The one variable naming the store, for the library, the command line, the harness, the pytest
+plugin and the tests."""
+DEPRECATED_URL_VARIABLE = ENV_PREFIX + "REDIS_URL"
+"""The name the harness, the plugin and the tests read before `URL_VARIABLE`; still read, with a
+``DeprecationWarning``."""
 DEFAULT_SHUTDOWN_TIMEOUT_MS = 5_000
 DEFAULT_CONNECT_MAX_ATTEMPTS = 3
 MAX_RETRIES = 1_000
@@ -104,6 +113,42 @@ class EnvConfig:
         return options
 
 
+def url_from_env(environ: Mapping[str, str] | None = None) -> str | None:
+    """The store's URL as ``environ`` (default ``os.environ``) names it: ``FENCEDLEASE_URL``, else
+    the deprecated ``FENCEDLEASE_REDIS_URL``; None when neither is set to a non-empty string. The
+    one reader of the variable: `LeaseManager.from_env`, the ``fencedlease`` commands, the
+    harness, the pytest plugin and the tests all take the store from here.
+
+    ``FENCEDLEASE_REDIS_URL`` alone is used, with a ``DeprecationWarning`` saying to set
+    ``FENCEDLEASE_URL`` instead. Both set: ``FENCEDLEASE_URL`` wins; when the two differ a
+    ``DeprecationWarning`` says which store is used and which ignored (passwords as ``***``),
+    and when they are equal nothing is said (both may be set while programs move to the new
+    name).
+
+    Raises nothing.
+    """
+    return _url(os.environ if environ is None else environ, stacklevel=3)
+
+
+def _url(environ: Mapping[str, str], stacklevel: int) -> str | None:
+    url, old = environ.get(URL_VARIABLE) or None, environ.get(DEPRECATED_URL_VARIABLE) or None
+    if old is None or old == url:
+        return url
+    if url is None:
+        message = (
+            f"{DEPRECATED_URL_VARIABLE} is deprecated: set {URL_VARIABLE} instead (the one"
+            f" variable naming the store); {redact_url(old)!r} is used"
+        )
+    else:
+        message = (
+            f"{DEPRECATED_URL_VARIABLE} is deprecated and ignored: {URL_VARIABLE} is set too and"
+            f" wins ({redact_url(url)!r} is used, not {redact_url(old)!r}); unset"
+            f" {DEPRECATED_URL_VARIABLE}"
+        )
+    warnings.warn(message, DeprecationWarning, stacklevel=stacklevel)
+    return old if url is None else url
+
+
 def _number(environ: Mapping[str, str], name: str) -> int | None:
     variable = ENV_PREFIX + name
     raw = environ.get(variable)
@@ -126,7 +171,7 @@ def _near_misses(environ: Mapping[str, str]) -> list[tuple[str, str]]:
     misspelt (``FENCEDLEASE_SOCKET_TIMEOUT`` for ``FENCEDLEASE_SOCKET_TIMEOUT_MS``), each with
     the setting it is closest to: a similarity ratio of at least 0.8 (``difflib``), so that
     variables of other tools sharing the prefix are not named."""
-    known = ("URL", "PREFIX", *_NUMBERS)
+    known = ("URL", "REDIS_URL", "PREFIX", *_NUMBERS)
     found = []
     for variable in sorted(environ):
         name = variable[len(ENV_PREFIX) :] if variable.startswith(ENV_PREFIX) else None
@@ -153,7 +198,8 @@ def read_env(environ: Mapping[str, str] | None = None) -> EnvConfig:
 
     A ``FENCEDLEASE_*`` variable that is no setting but close to one (a typo: ``..._TIMEOUT``
     for ``..._TIMEOUT_MS``) is named in a ``UserWarning`` with the setting it resembles: it is
-    ignored, and a timeout the caller meant to set would silently keep its default.
+    ignored, and a timeout the caller meant to set would silently keep its default. The URL is
+    `url_from_env`'s (the deprecated ``FENCEDLEASE_REDIS_URL`` with a ``DeprecationWarning``).
 
     Raises:
         ValidationError: ``argument`` is the variable: missing or empty ``FENCEDLEASE_URL``, a
@@ -168,10 +214,10 @@ def read_env(environ: Mapping[str, str] | None = None) -> EnvConfig:
             UserWarning,
             stacklevel=4,
         )
-    url = env.get(ENV_PREFIX + "URL", "")
-    if not url:
+    url = _url(env, stacklevel=6)  # from_env's caller: read_env, manager_from_env, ..., from_env
+    if url is None:
         raise ValidationError(
-            ENV_PREFIX + "URL", f"{ENV_PREFIX}URL must be set to the store's URL (redis://...)"
+            URL_VARIABLE, f"{URL_VARIABLE} must be set to the store's URL (redis://...)"
         )
     prefix = env.get(ENV_PREFIX + "PREFIX")
     if prefix is not None:

@@ -49,7 +49,7 @@ def _check(
     url: str, out: Path, *args: str, faults: str = "client-kill"
 ) -> subprocess.CompletedProcess[str]:
     """``python -m fencedlease check`` on ``url`` (wide console: one message, one line)."""
-    env = dict(os.environ, FENCEDLEASE_REDIS_URL=url, COLUMNS="400")
+    env = dict(os.environ, FENCEDLEASE_URL=url, COLUMNS="400")
     return subprocess.run(
         [sys.executable, "-m", "fencedlease", "check", "--out", str(out), "--workers", "2",
          "--duration", "3", "--faults", faults, "--seed", "5", *args],
@@ -80,7 +80,7 @@ def _files(out: Path) -> dict[str, bytes]:
 def test_the_password_is_nowhere_in_the_runs_output(
     acl_redis: RedisServer, tmp_path: Path, resource: str
 ) -> None:
-    """With FENCEDLEASE_REDIS_URL=redis://user:<password>@...: the run works (grants made), and
+    """With FENCEDLEASE_URL=redis://user:<password>@...: the run works (grants made), and
     report.json, history.jsonl, timeline.png and stdout/stderr hold no trace of the password;
     report.json shows the URL with ***."""
     url = f"redis://user:{SECRET}@127.0.0.1:{acl_redis.port}/0"
@@ -222,7 +222,7 @@ def test_only_server_faults_on_a_users_redis_proves_nothing(
 def test_a_wrong_password_is_a_run_that_could_not_be_done(
     acl_redis: RedisServer, tmp_path: Path
 ) -> None:
-    """A wrong password in FENCEDLEASE_REDIS_URL: exit 2 with one line naming the Redis (***
+    """A wrong password in FENCEDLEASE_URL: exit 2 with one line naming the Redis (***
     for the password) and the authentication error; no traceback, no password, no history."""
     url = f"redis://user:wrong-{SECRET}@127.0.0.1:{acl_redis.port}/0"
     out = tmp_path / "out"

@@ -27,7 +27,7 @@ Just before a block's opening fence, HTML comments (invisible on the rendered pa
   shows a refusal);
 - ``<!-- pytest: 8 passed -->``: the block is a test module; it is written to a file and run by
   pytest in a process of its own with the library's pytest plugin (and the page's Redis as
-  ``FENCEDLEASE_REDIS_URL``), and its summary must be exactly that, on both runs.
+  ``FENCEDLEASE_URL``), and its summary must be exactly that, on both runs.
 
 Shell blocks (```bash, ```console) are not run by this test: the README's first block (the
 install, ``fencedlease check`` and the test suite) is what CI runs; the others start the harness
@@ -196,8 +196,9 @@ def _run_module(block: Block, substitutions: dict[str, str], run: int) -> None:
             filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])
         ),
     }
+    env.pop("FENCEDLEASE_REDIS_URL", None)  # the old name: a warning in the summary
     if REDIS_PLACEHOLDER in substitutions:
-        env["FENCEDLEASE_REDIS_URL"] = substitutions[REDIS_PLACEHOLDER]
+        env["FENCEDLEASE_URL"] = substitutions[REDIS_PLACEHOLDER]
     ran = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", PLUGIN, "-p", "no:cacheprovider", module.name],
         cwd=module.parent,

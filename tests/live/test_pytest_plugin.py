@@ -65,7 +65,8 @@ def test_the_example_suite_passes_on_every_store(
     """8 tests: memory by default, the fake clock on memory and SQLite, the marker over
     memory/SQLite/Redis, the asyncio face on memory and Redis; the Redis tests leave no key
     behind."""
-    monkeypatch.setenv("FENCEDLEASE_REDIS_URL", redis_url)
+    monkeypatch.setenv("FENCEDLEASE_URL", redis_url)
+    monkeypatch.delenv("FENCEDLEASE_REDIS_URL", raising=False)
     client = redis.Redis.from_url(redis_url)
     before = set(client.scan_iter(match="fencedlease-test:*"))
     pytester.makepyfile(test_example=EXAMPLE.read_text("utf-8"))
@@ -89,6 +90,7 @@ def test_the_example_suite_passes_on_every_store(
 def test_without_a_redis_the_redis_tests_skip_with_the_reason(
     pytester: pytest.Pytester, pytestconfig: pytest.Config, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv("FENCEDLEASE_URL", raising=False)
     monkeypatch.delenv("FENCEDLEASE_REDIS_URL", raising=False)
     monkeypatch.delenv("FENCEDLEASE_REQUIRE_SERVERS", raising=False)
     monkeypatch.setenv("FENCEDLEASE_REDIS_SERVER", str(pytester.path / "no-such-redis-server"))
@@ -104,6 +106,7 @@ def test_without_a_redis_the_redis_tests_skip_with_the_reason(
 def test_require_servers_turns_the_skip_into_a_failure(
     pytester: pytest.Pytester, pytestconfig: pytest.Config, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv("FENCEDLEASE_URL", raising=False)
     monkeypatch.delenv("FENCEDLEASE_REDIS_URL", raising=False)
     monkeypatch.setenv("FENCEDLEASE_REQUIRE_SERVERS", "1")
     monkeypatch.setenv("FENCEDLEASE_REDIS_SERVER", str(pytester.path / "no-such-redis-server"))

@@ -25,7 +25,7 @@ from fencedlease.backends import (
     MemoryBackend,
     SqliteBackend,
 )
-from fencedlease.lab.servers.redis import RedisEndpoint
+from fencedlease.lab.servers.redis import RedisEndpoint, RedisUnavailable, redis_endpoint
 from fencedlease.testing import FakeClock
 
 
@@ -349,12 +349,34 @@ def test_redact_url_never_raises(text: str) -> None:
 
 
 def test_a_redis_endpoint_prints_without_its_password() -> None:
-    """RedisEndpoint (FENCEDLEASE_REDIS_URL, what scripts print as "Redis at ..."): display_url
+    """RedisEndpoint (FENCEDLEASE_URL, what scripts print as "Redis at ..."): display_url
     and repr show *** for the password; url keeps it for connecting."""
     endpoint = RedisEndpoint("redis://user:s3cret@db.example:6379/0", "external")
     assert endpoint.display_url == "redis://user:***@db.example:6379/0"
     assert "s3cret" not in repr(endpoint)
     assert endpoint.url == "redis://user:s3cret@db.example:6379/0"
+
+
+def test_the_redis_endpoint_takes_the_url_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """redis_endpoint takes FENCEDLEASE_URL, else the deprecated FENCEDLEASE_REDIS_URL with a
+    DeprecationWarning; a URL of no single Redis server (a service's memory://) is refused, with
+    its password shown as ***, instead of being handed to the tests as a Redis."""
+    url = "redis://user:s3cret@db.example:6379/0"
+    monkeypatch.delenv("FENCEDLEASE_URL", raising=False)
+    monkeypatch.setenv("FENCEDLEASE_REDIS_URL", url)
+    warns = pytest.warns(DeprecationWarning, match="set FENCEDLEASE_URL instead")
+    with warns, redis_endpoint() as endpoint:
+        assert (endpoint.url, endpoint.kind) == (url, "external")
+    monkeypatch.delenv("FENCEDLEASE_REDIS_URL")
+    for other in ("memory://", "redis+cluster://user:s3cret@db.example:7000"):
+        monkeypatch.setenv("FENCEDLEASE_URL", other)
+        with pytest.raises(RedisUnavailable) as raised, redis_endpoint():
+            pass
+        assert str(raised.value) == (
+            f"FENCEDLEASE_URL names no single Redis server ({redact_url(other)!r}): give a"
+            " redis://, rediss:// or unix:// URL, or unset it to start a redis-server"
+        )
+        assert "s3cret" not in str(raised.value)
 
 
 # -- secrets in every form a URL or a libpq DSN can carry them ------------------------------------

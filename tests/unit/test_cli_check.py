@@ -186,13 +186,13 @@ def _params() -> CheckParams:
     ],
 )
 def test_a_bad_redis_url_fails_without_showing_the_password(tmp_path: Path, url: str) -> None:
-    """A mistyped FENCEDLEASE_REDIS_URL: exit 2 before anything starts, with an error that shows
+    """A mistyped FENCEDLEASE_URL: exit 2 before anything starts, with an error that shows
     the URL with *** for the password; nothing is written."""
     out = tmp_path / "out"
     result = CliRunner().invoke(
         main,
         ["check", "--duration", "1", "--faults", "none", "--no-toxiproxy", "--out", str(out)],
-        env={"FENCEDLEASE_REDIS_URL": url},
+        env={"FENCEDLEASE_URL": url},
     )
     assert result.exit_code == 2, result.output
     assert "error: ValidationError" in result.output
@@ -313,7 +313,7 @@ def test_help_explains_the_opt_in_and_the_exit_codes() -> None:
 
 
 def test_an_unreachable_redis_is_a_run_that_could_not_be_done(tmp_path: Path) -> None:
-    """FENCEDLEASE_REDIS_URL naming a port nothing listens on: exit 2 with one line naming the
+    """FENCEDLEASE_URL naming a port nothing listens on: exit 2 with one line naming the
     Redis (*** for the password) and the connection error; no report, no traceback."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -322,7 +322,7 @@ def test_an_unreachable_redis_is_a_run_that_could_not_be_done(tmp_path: Path) ->
     result = CliRunner().invoke(
         main,
         ["check", "--duration", "1", "--faults", "none", "--no-toxiproxy", "--out", str(out)],
-        env={"FENCEDLEASE_REDIS_URL": f"redis://user:s3cret@127.0.0.1:{port}/0",
+        env={"FENCEDLEASE_URL": f"redis://user:s3cret@127.0.0.1:{port}/0",
              "COLUMNS": "400"},
     )  # fmt: skip
     assert result.exit_code == 2, result.output

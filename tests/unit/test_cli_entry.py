@@ -1,49 +1,56 @@
-"""The ``fencedlease`` script without the ``lab`` extra: one line naming the extra, exit 2."""
+"""The ``fencedlease`` script without its extras: one line naming the extra to install, exit 2;
+the ``cli`` extra (click, rich) for every command, ``lab`` for ``check``."""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
-from fencedlease.lab import entry
+from fencedlease.lab import commands, entry
 
 MESSAGE = (
-    "fencedlease: the command line needs the lab extra ({} is not installed): "
-    'pip install -e ".[lab]" in a clone of fencedlease\n'
+    "fencedlease: the command line needs the {} extra ({} is not installed): "
+    'pip install -e ".[{}]" in a clone of fencedlease\n'
 )
 
 
 def test_a_missing_click_is_named_with_the_install_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.delitem(sys.modules, "fencedlease.lab.cli", raising=False)
+    """Without click (the cli extra) the script says to install the cli extra, exit 2."""
+    monkeypatch.delitem(sys.modules, "fencedlease.lab.commands", raising=False)
     monkeypatch.setitem(sys.modules, "click", None)  # import click -> ModuleNotFoundError
     with pytest.raises(SystemExit) as exited:
         entry.main()
     assert exited.value.code == 2
-    assert capsys.readouterr().err == MESSAGE.format("click")
+    assert capsys.readouterr().err == MESSAGE.format("cli", "click", "cli")
 
 
+@pytest.mark.parametrize(("module", "extra"), [("rich.table", "cli"), ("matplotlib.pyplot", "lab")])
 def test_a_package_a_command_imports_when_it_runs_is_named_too(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], module: str, extra: str
 ) -> None:
-    """rich and matplotlib are imported by the commands that draw; the same line, exit 2."""
-    from fencedlease.lab import cli
+    """rich (cli) and matplotlib (lab) are imported by the commands that draw: their extra's
+    line, exit 2."""
 
     def draws() -> None:
-        raise ModuleNotFoundError("No module named 'matplotlib.pyplot'", name="matplotlib.pyplot")
+        raise ModuleNotFoundError(f"No module named {module!r}", name=module)
 
-    monkeypatch.setattr(cli, "main", draws)
+    monkeypatch.setattr(commands, "main", draws)
     with pytest.raises(SystemExit) as exited:
         entry.main()
     assert exited.value.code == 2
-    assert capsys.readouterr().err == MESSAGE.format("matplotlib.pyplot")
+    assert capsys.readouterr().err == MESSAGE.format(extra, module, extra)
 
 
 def test_another_missing_module_is_not_hidden(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A module of no extra that fails to import is raised as it is, not explained away."""
     monkeypatch.delitem(sys.modules, "fencedlease.lab.cli", raising=False)
     monkeypatch.setitem(sys.modules, "fencedlease.lab.harness.kinds", None)
+    monkeypatch.setattr(commands.main, "commands", {})  # check not registered yet
+    monkeypatch.setattr(sys, "argv", ["fencedlease", "check", "--help"])
     with pytest.raises(ModuleNotFoundError) as raised:
         entry.main()
     assert raised.value.name == "fencedlease.lab.harness.kinds"
@@ -52,8 +59,29 @@ def test_another_missing_module_is_not_hidden(monkeypatch: pytest.MonkeyPatch) -
 def test_with_the_extra_the_command_line_runs(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """With the extras installed, --help lists every command."""
     monkeypatch.setattr(sys, "argv", ["fencedlease", "--help"])
     with pytest.raises(SystemExit) as exited:
         entry.main()
     assert exited.value.code == 0
-    assert "doctor" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert [line.split()[0] for line in out.split("Commands:\n")[1].splitlines()] == [
+        "check", "doctor", "inspect", "list", "release",
+    ]  # fmt: skip
+
+
+def test_check_without_the_lab_extra_says_so_before_it_starts(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """fencedlease check with a package of the lab extra missing stops at once (exit 2) with the
+    line naming the lab extra and the package, before any server or output directory."""
+    monkeypatch.setitem(sys.modules, "toxiproxy", None)
+    monkeypatch.setattr(sys, "argv", ["fencedlease", "check", "--out", f"{tmp_path}/out"])
+    with pytest.raises(SystemExit) as exited:
+        entry.main()
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == (
+        "fencedlease: fencedlease check needs the lab extra (toxiproxy-python is not installed):"
+        ' pip install -e ".[lab]" in a clone of fencedlease\n'
+    )
+    assert not (tmp_path / "out").exists()

@@ -23,6 +23,7 @@ COMMANDS = (["doctor"], ["list"], ["inspect", "k"], ["release", "k", "--force", 
 @pytest.fixture(autouse=True)
 def _no_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("FENCEDLEASE_URL", raising=False)
+    monkeypatch.delenv("FENCEDLEASE_REDIS_URL", raising=False)
     monkeypatch.delenv("FENCEDLEASE_PREFIX", raising=False)
 
 
@@ -82,10 +83,43 @@ def test_no_url_is_a_usage_error(command: list[str]) -> None:
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
 def test_a_malformed_url_is_a_usage_error_without_its_password(command: list[str]) -> None:
-    result = CliRunner().invoke(main, [*command, "--url", f"http://u:{SECRET}@h/0"])
+    """A URL naming no Redis (another scheme, or a store that lives in the application: memory://,
+    sqlite://) is a usage error listing the Redis URLs taken; the library's own refusal of a
+    Redis URL (a cluster URL naming a database) too; no password shown."""
+    for url in (f"http://u:{SECRET}@h/0", "memory://", "sqlite:///leases.db"):
+        result = CliRunner().invoke(main, [*command, "--url", url])
+        assert result.exit_code == 2
+        shown = url.replace(SECRET, "***")
+        assert result.output.endswith(
+            "Error: the URL must name a Redis: redis://, rediss://, unix://, redis+sentinel://,"
+            f" redis+cluster://, rediss+cluster://; got {shown!r}\n"
+        )
+    cluster = f"redis+cluster://:{SECRET}@127.0.0.1:{free_port()}/3"
+    result = CliRunner().invoke(main, [*command, "--url", cluster])
     assert result.exit_code == 2
-    assert "Redis URL must specify one of the following schemes" in result.output
+    assert "Error: a Redis Cluster has only database 0; got 'redis+cluster://:***@" in result.output
     assert SECRET not in result.output
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
+def test_the_deprecated_url_variable_is_read_with_a_warning(command: list[str]) -> None:
+    """Each command takes the store from FENCEDLEASE_REDIS_URL when FENCEDLEASE_URL is not set,
+    saying on stderr that the name is deprecated; FENCEDLEASE_URL wins when both are set."""
+    old = f"redis://:{SECRET}@127.0.0.1:{free_port()}/0"  # nothing listens: the error names it
+    result = CliRunner().invoke(main, command, env={"FENCEDLEASE_REDIS_URL": old})
+    assert result.stderr.splitlines()[0] == (
+        "warning: FENCEDLEASE_REDIS_URL is deprecated: set FENCEDLEASE_URL instead (the one"
+        f" variable naming the store); 'redis://:***@127.0.0.1:{old.rsplit(':', 1)[1]}' is used"
+    )
+    assert old.rsplit(":", 1)[1].partition("/")[0] in result.output  # that URL was tried
+    assert SECRET not in result.output
+    both = CliRunner().invoke(
+        main, command, env={"FENCEDLEASE_REDIS_URL": old, "FENCEDLEASE_URL": "http://h/0"}
+    )
+    assert both.exit_code == 2
+    assert "is deprecated and ignored: FENCEDLEASE_URL is set too and wins" in both.stderr
+    assert "'http://h/0'" in both.output  # the new one was used, and refused
+    assert SECRET not in both.output
 
 
 def test_release_without_force_refuses_before_connecting() -> None:
@@ -142,3 +176,25 @@ def test_a_long_key_is_shown_whole_in_a_narrow_terminal(
     rows = [line for line in out.splitlines() if line.startswith("│")]
     assert all(line.count("│") == 6 for line in rows)  # every column there, none cropped
     assert "".join(line.split("│")[1].strip() for line in rows) == key
+
+
+def test_a_url_from_the_environment_is_recorded_as_such() -> None:
+    """A URL option left out takes FENCEDLEASE_URL and records its source as the environment
+    (what check --replay counts as given, as click's own envvar did); --url wins over it, and
+    with neither the value is None from the default."""
+    import click
+
+    from fencedlease.lab.commands import url_option
+
+    @click.command()
+    @click.option("--url", callback=url_option)
+    @click.pass_context
+    def show(ctx: click.Context, url: str | None) -> None:
+        click.echo(f"{url} {ctx.get_parameter_source('url').name}")  # type: ignore[union-attr]
+
+    env = {"FENCEDLEASE_URL": "redis://h:1/0"}
+    assert CliRunner().invoke(show, [], env=env).output == "redis://h:1/0 ENVIRONMENT\n"
+    assert CliRunner().invoke(show, ["--url", "redis://o:2/0"], env=env).output == (
+        "redis://o:2/0 COMMANDLINE\n"
+    )
+    assert CliRunner().invoke(show, []).output == "None DEFAULT\n"

@@ -13,10 +13,18 @@ import redis.asyncio.retry
 import redis.retry
 from redis.backoff import EqualJitterBackoff
 
-from fencedlease import BackendError, LeaseManager, ShutdownReport, ValidationError
+from fencedlease import (
+    BackendError,
+    LeaseManager,
+    MemoryBackend,
+    ShutdownReport,
+    ValidationError,
+    url_from_env,
+)
 from fencedlease._env import read_env
 from fencedlease._shutdown import close_bound_ms
 from fencedlease.aio import AsyncLeaseManager
+from fencedlease.backends import AsyncMemoryBackend
 
 URL = "redis://user:s3cr3t-pw@127.0.0.1:6390"
 
@@ -234,7 +242,6 @@ def test_a_misspelt_variable_is_named_with_the_setting_it_resembles(face: Any) -
         "FENCEDLEASE_SHUTDOWN_TIMEOUT": "100",  # no _MS: would be ignored silently
         "FENCEDLEASE_PREFX": "svc",
         # the project's test and CI variables share the prefix: not settings, not near one
-        "FENCEDLEASE_REDIS_URL": "redis://127.0.0.1:6379",
         "FENCEDLEASE_REQUIRE_SERVERS": "1",
         "FENCEDLEASE_REDIS_SERVER": "/usr/bin/redis-server",
         "FENCEDLEASE_MUTATION": "1",
@@ -299,3 +306,63 @@ def test_a_sign_space_underscore_or_21st_digit_is_refused(raw: str) -> None:
         "FENCEDLEASE_MAX_RETRIES must be an integer string of at most 20 digits,"
         f" 0 <= FENCEDLEASE_MAX_RETRIES <= 1000; got {raw!r}"
     )
+
+
+NEW, OLD = "FENCEDLEASE_URL", "FENCEDLEASE_REDIS_URL"
+SHOWN = "redis://user:***@127.0.0.1:6390"
+DEPRECATED = (
+    f"FENCEDLEASE_REDIS_URL is deprecated: set FENCEDLEASE_URL instead (the one variable naming"
+    f" the store); {SHOWN!r} is used"
+)
+
+
+def _url_and_warnings(env: dict[str, str]) -> tuple[str | None, list[str]]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        url = url_from_env(env)
+    assert all(w.category is DeprecationWarning for w in caught)
+    assert all(w.filename == __file__ for w in caught)  # the caller's line, not the library's
+    return url, [str(w.message) for w in caught]
+
+
+def test_the_url_variable_wins_over_the_deprecated_name() -> None:
+    """FENCEDLEASE_URL alone or with an equal old name: used, no warning; the old name alone:
+    used with a DeprecationWarning; both, differing: FENCEDLEASE_URL used, the warning naming
+    both stores (passwords as ***); neither, or empty values: None."""
+    other = "redis://:other-s3cr3t@10.0.0.1:6379/0"
+    assert _url_and_warnings({NEW: URL}) == (URL, [])
+    assert _url_and_warnings({NEW: URL, OLD: URL}) == (URL, [])
+    assert _url_and_warnings({OLD: URL}) == (URL, [DEPRECATED])
+    assert _url_and_warnings({NEW: "", OLD: URL}) == (URL, [DEPRECATED])
+    assert _url_and_warnings({NEW: URL, OLD: other}) == (
+        URL,
+        [
+            "FENCEDLEASE_REDIS_URL is deprecated and ignored: FENCEDLEASE_URL is set too and wins"
+            f" ({SHOWN!r} is used, not 'redis://:***@10.0.0.1:6379/0'); unset"
+            " FENCEDLEASE_REDIS_URL"
+        ],
+    )
+    assert _url_and_warnings({}) == (None, [])
+    assert _url_and_warnings({NEW: "", OLD: ""}) == (None, [])
+    assert _url_and_warnings({NEW: URL, OLD: ""}) == (URL, [])
+
+
+@pytest.mark.parametrize("face", FACES, ids=["sync", "aio"])
+def test_from_env_reads_the_deprecated_name_with_a_warning(face: Any) -> None:
+    """from_env with only FENCEDLEASE_REDIS_URL makes the manager on that store and warns once,
+    at the caller's line; the other store of a differing old name is not used."""
+    with pytest.warns(DeprecationWarning, match="is deprecated") as caught:
+        manager = face({OLD: "memory://"})
+    assert [str(w.message) for w in caught] == [
+        "FENCEDLEASE_REDIS_URL is deprecated: set FENCEDLEASE_URL instead (the one variable"
+        " naming the store); 'memory://' is used"
+    ]
+    if face is _sync:
+        assert caught[0].filename == __file__
+    assert isinstance(manager.backend, (MemoryBackend, AsyncMemoryBackend))
+    with pytest.warns(DeprecationWarning, match="is deprecated and ignored"):
+        assert read_env({NEW: "memory://", OLD: URL}).url == "memory://"
+    if isinstance(manager, LeaseManager):
+        manager.close()
+    else:
+        asyncio.run(manager.close())

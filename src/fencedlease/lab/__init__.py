@@ -7,11 +7,13 @@
 - [`fencedlease.lab.servers`][]: real servers for the harness, the tests and the benchmarks (an
   embedded redis-server, a throwaway PostgreSQL, Toxiproxy found or started);
 - [`fencedlease.lab.toxiproxy`][]: an embedded Toxiproxy-compatible fault-injecting TCP proxy;
-- [`fencedlease.lab.cli`][]: the ``fencedlease`` command line: ``check``, and the operator's
-  ``doctor``, ``inspect``, ``list`` and ``release`` (``docs/operations.md``).
+- [`fencedlease.lab.commands`][]: the ``fencedlease`` command line: ``check``
+  ([`fencedlease.lab.cli`][]), and the operator's ``doctor``, ``inspect``, ``list`` and
+  ``release`` ([`fencedlease.lab.operator_cli`][], ``docs/operations.md``).
 
 It needs the ``lab`` extra (``pip install -e ".[lab]"`` in a clone: click, rich, matplotlib,
-toxiproxy-python, psycopg). The layers are checked by ``lint-imports`` (contracts in
-``pyproject.toml``): nothing outside [`fencedlease.lab`][] imports it, and it uses the library
-only through its public modules, as any user would. See ``docs/harness.md``.
+toxiproxy-python, psycopg); the operator's commands need only the ``cli`` extra (click, rich).
+The layers are checked by ``lint-imports`` (contracts in ``pyproject.toml``): nothing outside
+[`fencedlease.lab`][] imports it, and it uses the library only through its public modules, as any
+user would. See ``docs/harness.md``.
 """

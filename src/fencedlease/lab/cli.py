@@ -2,7 +2,8 @@
 ``doctor``, ``inspect``, ``list`` and ``release`` are the operator's
 (`fencedlease.lab.operator_cli`, ``docs/operations.md``).
 
-``main`` is the click group behind the ``fencedlease`` script and ``python -m fencedlease``.
+``main`` is the click group behind the ``fencedlease`` script and ``python -m fencedlease``
+(`fencedlease.lab.commands`, which imports this module only to run ``check``).
 Exit status of ``check``: 0 when the run has no violation and proved something, 1 when it has
 violations, 2 for a usage error, a run that could not be done (no Redis, a wrong password, an
 unreachable resource, workers that would not start) or one that proved nothing (no grant, no
@@ -20,6 +21,8 @@ import attrs
 import click
 from click.core import ParameterSource
 
+from .commands import main, require_extra, url_option
+from .extras import LAB_PACKAGES
 from .harness.kinds import (
     DEFAULT_FAULTS,
     FENCINGS,
@@ -38,13 +41,7 @@ if TYPE_CHECKING:
     from .harness.model import CheckConfig, CheckResult
     from .harness.run import Progress
 
-__all__ = ["main"]
-
-
-@click.group()
-@click.version_option(package_name="fencedlease")
-def main() -> None:
-    """fencedlease: distributed leases on Redis with fencing tokens."""
+__all__ = ["check", "main"]
 
 
 def _faults(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
@@ -57,8 +54,8 @@ def _faults(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
 @main.command()
 @click.option(
     "--redis-url",
-    envvar="FENCEDLEASE_REDIS_URL",
-    help="Use this Redis (default: FENCEDLEASE_REDIS_URL, else start our own redis-server).",
+    callback=url_option,
+    help="Use this Redis (default: FENCEDLEASE_URL, else start our own redis-server).",
 )
 @click.option("--workers", default=8, show_default=True, type=click.IntRange(2, 32))
 @click.option(
@@ -202,6 +199,7 @@ def check(
          password) or proved nothing (no lease granted, no access accepted by the
          resource, no fault injected though faults were asked for)
     """
+    require_extra("check", "lab", LAB_PACKAGES)
     import sqlite3
 
     import redis
@@ -367,14 +365,3 @@ def _progress_table(progress: Progress) -> Table:
             *(str(fields[k]) for k in ("grants", "acked", "refused", "lost", "errors")),
         )
     return table
-
-
-def _add_operator_commands() -> None:
-    """``doctor``, ``inspect``, ``list``, ``release`` (`fencedlease.lab.operator_cli`)."""
-    from .operator_cli import doctor, inspect_lease, list_leases, release
-
-    for command in (doctor, inspect_lease, list_leases, release):
-        main.add_command(command)
-
-
-_add_operator_commands()

@@ -1,29 +1,26 @@
 """The ``fencedlease`` script's entry point: the command line of
-[`fencedlease.lab.cli`][], or, when the ``lab`` extra is not installed, one line saying how to
-install it (exit status 2) instead of an import traceback."""
+[`fencedlease.lab.commands`][], or, when a package of its extra is not installed, one line saying
+which extra to install (exit status 2) instead of an import traceback: ``cli`` (click, rich) for
+every command, ``lab`` (matplotlib, toxiproxy-python, psycopg) for ``check`` too."""
 
 from __future__ import annotations
 
 import sys
-from typing import Final
 
-__all__ = ["LAB_MODULES", "main"]
+from .extras import EXTRA_OF, install_line
 
-#: The top-level modules of the ``lab`` extra's packages that the command line imports.
-LAB_MODULES: Final = frozenset({"click", "rich", "matplotlib", "toxiproxy", "psycopg"})
+__all__ = ["main"]
 
 
 def main() -> None:
-    """Run the command line; without the ``lab`` extra, say so on stderr and exit 2."""
+    """Run the command line; without its extra, say which on stderr and exit 2."""
     try:
-        from .cli import main as cli_main
+        from .commands import main as cli_main
 
         cli_main()  # a command imports rich or matplotlib when it runs
     except ModuleNotFoundError as exc:
-        if (exc.name or "").partition(".")[0] not in LAB_MODULES:
+        extra = EXTRA_OF.get((exc.name or "").partition(".")[0])
+        if extra is None:
             raise
-        sys.stderr.write(
-            f"fencedlease: the command line needs the lab extra ({exc.name} is not installed): "
-            'pip install -e ".[lab]" in a clone of fencedlease\n'
-        )
+        sys.stderr.write(install_line("the command line", extra, str(exc.name)) + "\n")
         raise SystemExit(2) from None

@@ -1,6 +1,8 @@
 """The operator's commands: ``fencedlease doctor``, ``inspect``, ``list`` and ``release``.
 
-Each takes the Redis URL from ``--url``, else ``FENCEDLEASE_URL``, and the key prefix from
+Each takes the Redis URL from ``--url``, else ``FENCEDLEASE_URL`` (``redis://``, ``rediss://``,
+``unix://``, ``redis+sentinel://``, ``redis+cluster://``: `fencedlease.lab.redis_target`, every
+primary of a cluster walked), and the key prefix from
 ``--prefix``, else ``FENCEDLEASE_PREFIX``, else ``fencedlease`` (the names
 `LeaseManager.from_env` reads); ``--json`` prints one JSON document on stdout instead of a table.
 A password in the URL is shown as ``***`` everywhere, with no piece of it of 3 characters or
@@ -21,7 +23,8 @@ import json
 import re
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from contextlib import ExitStack, contextmanager
+from typing import Any, NoReturn, TypeVar
 
 import click
 import redis
@@ -29,24 +32,29 @@ import redis
 from fencedlease import (
     FencedLeaseError,
     LeaseInfo,
-    LeaseManager,
     ValidationError,
     owner_fingerprint,
     redact_text,
 )
 from fencedlease import redis_keys as layout
 
+from .commands import url_option
 from .doctor import Check, exit_code, run_checks
 from .doctor_acl import glob_escape
-from .doctor_targets import is_topology_url, topology_checks
+from .doctor_targets import topology_checks
+from .redis_target import RedisTarget, open_target
 
 __all__ = [
+    "WATCH_ATTEMPTS",
     "doctor",
     "inspect_lease",
     "list_leases",
     "release",
     "release_holder",
+    "release_slot",
     "scan_lease_names",
+    "scan_semaphore_names",
+    "semaphore_slots",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -76,14 +84,37 @@ def _common(command: F) -> F:
         ),
         click.option(
             "--url",
-            envvar="FENCEDLEASE_URL",
-            help="The Redis (redis://, rediss://, unix://; doctor also takes redis+cluster:// and"
-            " redis+sentinel://); default: FENCEDLEASE_URL.",
+            callback=url_option,
+            help="The Redis: redis://, rediss://, unix://, redis+sentinel:// (the primary the"
+            " sentinels name) or redis+cluster:// (every primary); default: FENCEDLEASE_URL.",
         ),
     )
     for option in options:
         command = option(command)
     return command
+
+
+#: What a Redis, or a cluster client that cannot place a key, raises: reported, exit 2.
+_REDIS_ERRORS = (redis.RedisError, redis.exceptions.RedisClusterException, FencedLeaseError)
+
+
+@contextmanager
+def _target(url: str | None, prefix: str) -> Iterator[RedisTarget]:
+    """The store ``url`` names (`open_target`); a URL that names none is a usage error, a Redis
+    or library error in the block is reported and exits 2 (`_fail`)."""
+    if not url:
+        raise click.UsageError("no Redis: give --url or set FENCEDLEASE_URL")
+    with ExitStack() as stack:
+        try:
+            target = stack.enter_context(open_target(url, prefix))
+        except ValidationError as exc:
+            raise click.UsageError(str(exc)) from None
+        except _REDIS_ERRORS as exc:
+            _fail(url, exc)
+        try:
+            yield target
+        except _REDIS_ERRORS as exc:
+            _fail(url, exc)
 
 
 def _shown(url: str) -> str:
@@ -92,19 +123,7 @@ def _shown(url: str) -> str:
     return redact_text(url, url)
 
 
-def _client(url: str | None) -> redis.Redis:
-    if not url:
-        raise click.UsageError("no Redis: give --url or set FENCEDLEASE_URL")
-    try:
-        if url.partition("://")[0].lower() in ("redis", "rediss", "unix"):
-            LeaseManager.from_url(url).close()  # the library's rule for its URLs; no I/O
-        return redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
-    except ValueError as exc:  # ValidationError is one
-        message = redact_text(str(exc), url)
-    raise click.UsageError(message)  # here, with no exception holding the URL chained to it
-
-
-def _fail(url: str, exc: BaseException) -> None:
+def _fail(url: str, exc: BaseException) -> NoReturn:
     """Report a Redis or library error (password redacted) and exit 2."""
     click.echo(f"error: {redact_text(f'{type(exc).__name__}: {exc}', url)}", err=True)
     sys.exit(2)
@@ -122,7 +141,7 @@ def _rich_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
     console = Console()
     table = Table(title=title, title_justify="left")
     for column in columns:
-        if column == "key":  # copied from here into `release`: whole, folded if it must be
+        if column in ("key", "semaphore"):  # copied into `release`: whole, folded if it must be
             table.add_column(column, overflow="fold")
         else:
             table.add_column(column, no_wrap=column == "holder")  # 16 hex: shown whole
@@ -196,8 +215,6 @@ def doctor(
     Exit status: 0 every check passed (warnings allowed unless --strict),
     1 a check failed (--strict: or warned), 2 a usage error.
     """
-    if not url:
-        raise click.UsageError("no Redis: give --url or set FENCEDLEASE_URL")
 
     def run(client: redis.Redis) -> list[Check]:
         return run_checks(
@@ -210,14 +227,9 @@ def doctor(
             allow_rdb=allow_rdb,
         )
 
-    try:
-        if is_topology_url(url):
-            checks = topology_checks(url, run)
-        else:
-            with _client(url) as client:
-                checks = run(client)
-    except (redis.RedisError, FencedLeaseError) as exc:
-        _fail(url, exc)
+    with _target(url, prefix) as target:
+        checks = topology_checks(target, run)
+    assert url is not None
     checks = [
         Check(c.name, c.status, redact_text(c.detail, url), redact_text(c.remedy, url))
         for c in checks
@@ -347,6 +359,10 @@ def _cells(row: dict[str, Any]) -> list[str]:
     ]
 
 
+def _slot_cells(slot: dict[str, Any]) -> list[str]:
+    return [slot["holder"], str(slot["fencing_token"]), str(slot["ttl_ms"])]
+
+
 _COLUMNS = ["key", "fencing token", "holder", "TTL left (ms)", "last issued token"]
 
 
@@ -360,38 +376,42 @@ def _counter(client: redis.Redis, prefix: str, key: str) -> int | None:
 @click.option("--match", default="*", show_default=True, help="Redis glob over lease names.")
 def list_leases(url: str | None, prefix: str, as_json: bool, match: str) -> None:
     """List the leases held now under --prefix: holder fingerprint, fencing token, TTL left;
-    and the semaphores with live slots (how many, and the last token issued).
+    and each live slot of the semaphores (holder fingerprint, fencing token, TTL left, and the
+    semaphore's last issued token), a holder `release KEY --slot HOLDER` takes.
 
     Walks the keys with SCAN (never KEYS), so a large Redis is not blocked; a lease granted or
     expiring during the walk may be missed or shown.
     """
-    client = _client(url)
-    assert url is not None
     rows, semaphores = [], []
-    try:
-        with client, LeaseManager(client, prefix=prefix) as leases:
-            for name in sorted(set(scan_lease_names(client, prefix, match))):
-                info = leases.inspect(name)
-                if info is not None:  # it expired since the scan
-                    rows.append(_lease_row(info))
-            for name in sorted(set(scan_semaphore_names(client, prefix, match))):
-                seen = semaphore_slots(client, prefix, name)
-                if seen is not None and seen["slots"]:
-                    semaphores.append({
-                        "name": name, "slots": len(seen["slots"]),
-                        "last_issued_token": seen["last_issued_token"],
-                    })  # fmt: skip
-    except (redis.RedisError, FencedLeaseError) as exc:
-        _fail(url, exc)
+    with _target(url, prefix) as target:
+        leases = target.manager
+        names: set[str] = set()
+        semaphore_names: set[str] = set()
+        for _, node in target.walk():  # a cluster's keys are spread over its primaries
+            names.update(scan_lease_names(node, prefix, match))
+            semaphore_names.update(scan_semaphore_names(node, prefix, match))
+        for name in sorted(names):
+            info = leases.inspect(name)
+            if info is not None:  # it expired since the scan
+                rows.append(_lease_row(info))
+        for name in sorted(semaphore_names):
+            seen = semaphore_slots(target.client_for(name), prefix, name)
+            if seen is not None and seen["slots"]:
+                semaphores.append({"name": name, **seen})
+    assert url is not None
     if as_json:
         _emit_json({"url": _shown(url), "prefix": prefix, "leases": rows, "semaphores": semaphores})
         return
     _rich_table(f"leases under {prefix} ({len(rows)})", _COLUMNS, [_cells(r) for r in rows])
     if semaphores:
         _rich_table(
-            f"semaphores under {prefix} ({len(semaphores)})",
-            ["semaphore", "live slots", "last issued token"],
-            [[r["name"], str(r["slots"]), str(r["last_issued_token"])] for r in semaphores],
+            f"semaphore slots under {prefix} ({len(semaphores)} semaphores)",
+            ["semaphore", "holder", "fencing token", "TTL left (ms)", "last issued token"],
+            [
+                [r["name"], *_slot_cells(slot), str(r["last_issued_token"])]
+                for r in semaphores
+                for slot in r["slots"]
+            ],
         )
 
 
@@ -403,15 +423,11 @@ def inspect_lease(url: str | None, prefix: str, as_json: bool, key: str) -> None
     token, TTL left, and the last token the key's counter issued (also when nobody holds it);
     and, when KEY names a semaphore too, each live slot (holder fingerprint, fencing token,
     TTL left) and the semaphore's last issued token."""
-    client = _client(url)
-    assert url is not None
-    try:
-        with client, LeaseManager(client, prefix=prefix) as leases:
-            info = leases.inspect(key)
-            counter = _counter(client, prefix, key) if info is None else info.last_issued_token
-            semaphore = semaphore_slots(client, prefix, key)
-    except (redis.RedisError, FencedLeaseError) as exc:
-        _fail(url, exc)
+    with _target(url, prefix) as target:
+        client = target.client_for(key)
+        info = target.manager.inspect(key)
+        counter = _counter(client, prefix, key) if info is None else info.last_issued_token
+        semaphore = semaphore_slots(client, prefix, key)
     row = (
         _lease_row(info)
         if info is not None
@@ -435,7 +451,7 @@ def inspect_lease(url: str | None, prefix: str, as_json: bool, key: str) -> None
             f"semaphore {key!r}: {len(slots)} live slot(s), last issued token"
             f" {semaphore['last_issued_token']}",
             ["holder", "fencing token", "TTL left (ms)"],
-            [[s["holder"], str(s["fencing_token"]), str(s["ttl_ms"])] for s in slots],
+            [_slot_cells(slot) for slot in slots],
         )
 
 
@@ -447,30 +463,105 @@ _RELEASE_REFUSED = (
 )
 
 
+#: How often a release reads again when a key it watches changed before its delete ran.
+WATCH_ATTEMPTS = 5
+
+_T = TypeVar("_T")
+
+
+def _under_watch(
+    client: redis.Redis, keys: tuple[str, ...], step: Callable[[Any], _T]
+) -> _T | None:
+    """``step(pipe)`` with ``keys`` under ``WATCH``: its reads see them as they are, and its
+    ``MULTI``/``EXEC`` runs only if none changed since. A change aborts the ``EXEC`` and the
+    step runs again from its reads (a holder's renewal touches the keys too), at most
+    `WATCH_ATTEMPTS` times; None when every attempt saw a change."""
+    for _ in range(WATCH_ATTEMPTS):
+        with client.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(*keys)  # type: ignore[no-untyped-call]
+                return step(pipe)
+            except redis.WatchError:
+                continue
+    return None
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
 def release_holder(client: redis.Redis, prefix: str, key: str, holder: str) -> bool | None:
     """Delete the lease on ``key`` if ``holder`` (an owner fingerprint) still holds it: ``True``
     deleted, ``False`` nobody holds it, ``None`` another holder has it now (nothing deleted).
 
     ``WATCH`` on the lease key, ``GET``, then ``MULTI``/``DEL``/``EXEC``: a grant between the
-    read and the delete aborts the delete, so an operator never releases a lease other than the
-    one shown to them. The owner token read here is compared, never shown.
+    read and the delete aborts the delete (then it reads again: `_under_watch`), so an operator
+    never releases a lease other than the one shown to them. The owner token read here is
+    compared, never shown.
     """
     lease_key = layout(prefix, key).lease
-    with client.pipeline(transaction=True) as pipe:
-        try:
-            pipe.watch(lease_key)  # type: ignore[no-untyped-call]
-            value = pipe.get(lease_key)
-            if value is None:
-                return False
-            text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-            owner = text.partition(":")[2]
-            if not owner or owner_fingerprint(owner) != holder:
-                return None
-            pipe.multi()
-            pipe.delete(lease_key)
-            return bool(pipe.execute()[0])
-        except redis.WatchError:
+
+    def step(pipe: Any) -> bool | None:
+        value = pipe.get(lease_key)
+        if value is None:
+            return False
+        owner = _text(value).partition(":")[2]
+        if not owner or owner_fingerprint(owner) != holder:
             return None
+        pipe.multi()
+        pipe.delete(lease_key)
+        return bool(pipe.execute()[0])
+
+    return _under_watch(client, (lease_key,), step)
+
+
+def release_slot(
+    client: redis.Redis, prefix: str, name: str, holder: str, fencing_token: int
+) -> bool | None:
+    """Delete the live slot of semaphore ``name`` held by ``holder`` (an owner fingerprint) with
+    ``fencing_token``: ``True`` deleted, ``False`` no such live slot (released, expired),
+    ``None`` the semaphore changed under every attempt (nothing deleted).
+
+    A slot is a member of the slot set (owner token -> deadline in ms of Redis's ``TIME``) and a
+    field of the token hash (owner token -> fencing token), ``docs/reference/key-layout.md``: the
+    operator names it by what they can see, the owner's fingerprint and the slot's token, never
+    by the owner token, a secret that is read here, compared and not shown. ``WATCH`` on both
+    keys, ``TIME`` and the reads, then ``MULTI``/``ZREM``/``HDEL``/``EXEC`` (`_under_watch`):
+    only the slot shown is deleted. The keys keep their TTL (an emptied key is gone), the
+    counter stays, so the next slot's token is larger; the holder learns it at its next renewal
+    (refused: the slot is lost), as with [`Semaphore.force_release`][fencedlease.Semaphore].
+    """
+    keys = layout(prefix, name)
+
+    def step(pipe: Any) -> bool:
+        seconds, micros = pipe.time()
+        now_ms = seconds * 1000 + micros // 1000
+        for owner, deadline in pipe.zrange(keys.semaphore, 0, -1, withscores=True):
+            if deadline <= now_ms or owner_fingerprint(_text(owner)) != holder:
+                continue
+            token = pipe.hget(keys.semaphore_tokens, owner)
+            if token is None or int(token) != fencing_token:
+                continue
+            pipe.multi()
+            pipe.zrem(keys.semaphore, owner)
+            pipe.hdel(keys.semaphore_tokens, owner)
+            pipe.execute()
+            return True
+        return False
+
+    return _under_watch(client, (keys.semaphore, keys.semaphore_tokens), step)
+
+
+_FINGERPRINT = re.compile(r"[0-9a-f]{16}\Z")
+
+
+def _slot_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and not _FINGERPRINT.match(value):
+        raise click.BadParameter(
+            f"a slot is named by its holder's fingerprint, 16 lowercase hex digits as list and"
+            f" inspect show it; got {value[:40]!r}"
+        )
+    return value
 
 
 @click.command()
@@ -478,46 +569,96 @@ def release_holder(client: redis.Redis, prefix: str, key: str, holder: str) -> b
 @click.argument("key")
 @click.option("--force", is_flag=True, help="Release whoever holds KEY (required).")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
-def release(url: str | None, prefix: str, as_json: bool, key: str, force: bool, yes: bool) -> None:
-    """Delete the lease on KEY whoever holds it (an operator's escape hatch; needs --force).
+@click.option(
+    "--slot",
+    metavar="HOLDER",
+    callback=_slot_option,
+    help="Release the slot of semaphore KEY that this holder (its fingerprint, as list and"
+    " inspect show it) holds, instead of the lease on KEY.",
+)
+def release(
+    url: str | None, prefix: str, as_json: bool, key: str, force: bool, yes: bool, slot: str | None
+) -> None:
+    """Delete the lease on KEY whoever holds it (an operator's escape hatch; needs --force), or
+    with --slot HOLDER the semaphore slot that holder has.
 
-    It shows the holder and asks (unless --yes), then deletes that holder's lease only: if the
-    lease changed hands meanwhile nothing is deleted (exit 1). The fencing counter stays: the next
-    grant gets a larger token than the released one.
+    It shows the holder and asks (unless --yes), then deletes that holder's lease (slot) only: if
+    the lease changed hands meanwhile nothing is deleted (exit 1). The fencing counter stays: the
+    next grant gets a larger token than the released one.
     """
     if not force:
         raise click.UsageError(_RELEASE_REFUSED)
-    client = _client(url)
-    assert url is not None
-    try:
-        with client, LeaseManager(client, prefix=prefix) as leases:
-            info = leases.inspect(key)
-            if info is not None and not yes:
-                click.confirm(
-                    f"release {key!r}, held by {info.owner_fingerprint} with fencing token"
-                    f" {info.fencing_token}, {info.ttl_ms} ms left?",
-                    abort=True,
-                    err=True,
-                )
-            outcome = (
-                False
-                if info is None
-                else release_holder(client, prefix, key, info.owner_fingerprint)
-            )
-    except (redis.RedisError, FencedLeaseError) as exc:
-        _fail(url, exc)
-    released, moved = outcome is True, info is not None and outcome is None
-    if as_json:
-        row = None if info is None else _lease_row(info)
-        _emit_json({"key": key, "released": released, "changed_hands": moved, "lease": row})
-    elif moved:
-        click.echo(f"{key!r} changed hands since it was read: nothing released; run again")
-    elif released:
-        assert info is not None
-        click.echo(
-            f"released {key!r} (holder {info.owner_fingerprint}, fencing token"
-            f" {info.fencing_token})"
+    if slot is not None:
+        _release_slot(url, prefix, as_json, key, slot, yes)
+    with _target(url, prefix) as target:
+        info = target.manager.inspect(key)
+        if info is None:
+            outcome: bool | None = False
+        else:
+            _ask(f"release {key!r}", _lease_row(info), yes)
+            outcome = release_holder(target.client_for(key), prefix, key, info.owner_fingerprint)
+    row = None if info is None else _lease_row(info)
+    _report_release(
+        as_json,
+        {"key": key, "lease": row},
+        outcome,
+        f"{key!r} changed hands since it was read: nothing released; run again",
+        f"released {key!r} (holder {row and row['holder']}, fencing token"
+        f" {row and row['fencing_token']})",
+        f"{key!r} was not held: nothing released",
+    )
+
+
+def _ask(what: str, row: dict[str, Any], yes: bool) -> None:
+    """Ask on stderr whether to do ``what`` to the holder ``row`` shows (unless ``yes``); a "no"
+    aborts (exit 1)."""
+    if not yes:
+        click.confirm(
+            f"{what}, held by {row['holder']} with fencing token {row['fencing_token']},"
+            f" {row['ttl_ms']} ms left?",
+            abort=True,
+            err=True,
         )
+
+
+def _report_release(
+    as_json: bool, shown: dict[str, Any], outcome: bool | None, moved: str, done: str, none: str
+) -> NoReturn:
+    """Say how a release went and exit: ``shown`` holds the key and what was shown (the lease or
+    slot row, or None when nothing was held), ``outcome`` is `release_holder`'s or
+    `release_slot`'s; the message ``moved`` (exit 1: the holder changed), ``done`` or ``none``,
+    or with ``--json`` one document of ``shown``, ``released`` and ``changed_hands``."""
+    row = shown.get("lease", shown.get("slot"))
+    released, changed = outcome is True, row is not None and outcome is None
+    if as_json:
+        _emit_json({"key": shown["key"], "released": released, "changed_hands": changed, **shown})
     else:
-        click.echo(f"{key!r} was not held: nothing released")
-    sys.exit(1 if moved else 0)
+        click.echo(moved if changed else done if released else none)
+    sys.exit(1 if changed else 0)
+
+
+def _release_slot(
+    url: str | None, prefix: str, as_json: bool, key: str, holder: str, yes: bool
+) -> NoReturn:
+    """``release KEY --slot HOLDER``: the live slot of semaphore KEY that HOLDER has, shown,
+    confirmed and deleted by `release_slot`; exit 0, or 1 when the semaphore changed under
+    every attempt."""
+    with _target(url, prefix) as target:
+        client = target.client_for(key)
+        seen = semaphore_slots(client, prefix, key)
+        slots = [] if seen is None else seen["slots"]
+        slot = next((s for s in slots if s["holder"] == holder), None)
+        if slot is None or slot["fencing_token"] is None:
+            outcome: bool | None = False
+        else:
+            _ask(f"release the slot of semaphore {key!r}", slot, yes)
+            outcome = release_slot(client, prefix, key, holder, slot["fencing_token"])
+    _report_release(
+        as_json,
+        {"key": key, "slot": slot},
+        outcome,
+        f"semaphore {key!r} kept changing while it was read: nothing released; run again",
+        f"released the slot of semaphore {key!r} (holder {holder}, fencing token"
+        f" {slot and slot['fencing_token']})",
+        f"semaphore {key!r} has no live slot of {holder}: nothing released",
+    )

