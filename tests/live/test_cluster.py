@@ -829,8 +829,8 @@ def test_clock_fencing_on_a_cluster_gives_tokens_above_the_counter(
 def test_a_semaphore_holds_its_limit_on_a_cluster(
     redis_cluster: RedisClusterServers, face: str
 ) -> None:
-    """A semaphore of limit 2 on a cluster: two slots granted, the third refused, and a slot
-    freed by a release is granted again."""
+    """A semaphore of limit 2 on a cluster: two slots granted, the third refused, a slot freed
+    by a release is granted again, and a slot renews on its node."""
     prefix = f"sem-{face}"
     if face == "sync":
         with LeaseManager.from_url(redis_cluster.url, prefix=prefix) as manager:
@@ -843,6 +843,7 @@ def test_a_semaphore_holds_its_limit_on_a_cluster(
             first.lease.release()
             fourth = semaphore.acquire(ttl_ms=60_000)
             assert fourth.lease is not None
+            assert fourth.lease.renew() is True  # a slot's renewal goes to its node
             tokens = [first.lease.fencing_token, second.lease.fencing_token]
             tokens.append(fourth.lease.fencing_token)
     else:
@@ -858,6 +859,7 @@ def test_a_semaphore_holds_its_limit_on_a_cluster(
                 await first.lease.release()
                 fourth = await semaphore.acquire(ttl_ms=60_000)
                 assert fourth.lease is not None
+                assert await fourth.lease.renew() is True
                 return [x.fencing_token for x in (first.lease, second.lease, fourth.lease)]
 
         tokens = asyncio.run(main())
@@ -1029,3 +1031,54 @@ def test_replica_acks_a_flushed_script_cache_is_loaded_once_on_the_keys_node(
     finally:
         with node.client() as direct:
             direct.delete(*lease_keys(prefix, key))
+
+
+SEMAPHORES = ("pool-a", "pool-zz")  # their keys hash to different slots (asserted below)
+
+
+@pytest.mark.parametrize("face", ["sync", "asyncio"])
+def test_slots_of_semaphores_in_different_hash_slots_renew_together(
+    redis_cluster: RedisClusterServers, face: str
+) -> None:
+    """Slots of two semaphores whose keys lie in different hash slots, held by one manager, are
+    renewed by the background renewer (one script per hash slot): every renewal is confirmed,
+    none fails with a cross-slot error."""
+    prefix = f"sem2-{face}"
+    assert len({key_slot(lease_key(prefix, name).encode()) for name in SEMAPHORES}) == 2
+    renewed: dict[str, threading.Event] = {name: threading.Event() for name in SEMAPHORES}
+    statuses: list[str] = []
+
+    def on_event(event: LeaseEvent) -> None:
+        if event.kind == "renew":
+            statuses.append(event.status)
+            if event.status == "confirmed":
+                renewed[event.key].set()
+
+    def all_renewed() -> bool:
+        return all(done.wait(30) for done in renewed.values())
+
+    if face == "sync":
+        with (
+            LeaseManager.from_url(redis_cluster.url, prefix=prefix, on_event=on_event) as m,
+            ExitStack() as stack,
+        ):
+            for name in SEMAPHORES:
+                stack.enter_context(m.semaphore(name, limit=1).hold(ttl_ms=60_000, heartbeat_ms=50))
+            assert all_renewed()
+    else:
+
+        async def main() -> None:
+            async with (
+                AsyncLeaseManager.from_url(
+                    redis_cluster.url, prefix=prefix, on_event=on_event
+                ) as m,
+                AsyncExitStack() as stack,
+            ):
+                for name in SEMAPHORES:
+                    await stack.enter_async_context(
+                        m.semaphore(name, limit=1).hold(ttl_ms=60_000, heartbeat_ms=50)
+                    )
+                assert await asyncio.to_thread(all_renewed)
+
+        asyncio.run(main())
+    assert set(statuses) == {"confirmed"}

@@ -87,6 +87,7 @@ def dedicated_client(client: redis.asyncio.Redis) -> redis.asyncio.Redis:
 
 def waits_for_connection(client: redis.asyncio.Redis) -> bool:
     """`fencedlease._redis.clients.waits_for_connection` for ``redis.asyncio``."""
-    return client.connection is None and isinstance(
-        client.connection_pool, redis.asyncio.BlockingConnectionPool
+    # a cluster client has neither: its nodes' pools are its own business
+    return getattr(client, "connection", None) is None and isinstance(
+        getattr(client, "connection_pool", None), redis.asyncio.BlockingConnectionPool
     )

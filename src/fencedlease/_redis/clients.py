@@ -99,6 +99,7 @@ def dedicated_client(client: redis.Redis) -> redis.Redis:
 def waits_for_connection(client: redis.Redis) -> bool:
     """Whether a command of ``client`` may wait for other callers to give a connection back: its
     pool is a ``BlockingConnectionPool`` and it has no connection of its own."""
-    return client.connection is None and isinstance(
-        client.connection_pool, redis.BlockingConnectionPool
+    # a cluster client has neither: its nodes' pools are its own business
+    return getattr(client, "connection", None) is None and isinstance(
+        getattr(client, "connection_pool", None), redis.BlockingConnectionPool
     )

@@ -9,7 +9,9 @@ from collections.abc import Callable, Sequence
 import redis
 
 from .._backend import RenewItem
+from .._errors import BackendError
 from .._protocol import AcquireReply
+from .cluster import finish_batch, slot_groups
 from .errors import backend_errors
 from .keys import semaphore_keys
 from .replies import decode_acquire, decode_renew_many, parse_token
@@ -22,7 +24,7 @@ from .scripts import (
     run_script,
 )
 
-__all__ = ["RedisSlots", "decode_count", "renew_args"]
+__all__ = ["RedisSlots", "decode_count", "merge_calls", "renew_args", "renew_calls"]
 
 
 def renew_args(prefix: str, items: Sequence[RenewItem]) -> tuple[list[str], list[object]]:
@@ -34,6 +36,38 @@ def renew_args(prefix: str, items: Sequence[RenewItem]) -> tuple[list[str], list
         keys.extend(semaphore_keys(prefix, name)[:2])
         args.extend((owner_token, ttl_ms))
     return keys, args
+
+
+def renew_calls(prefix: str, items: Sequence[RenewItem], client: object) -> list[list[int]]:
+    """The indices of ``items`` each ``semaphore_renew_many.lua`` call carries (both faces): all
+    in one on a Redis server; one call per hash slot on a cluster (``client`` has a
+    ``nodes_manager``), whose scripts' keys must share a slot. A semaphore's keys share its
+    name's hash tag as a lease's do, so `slot_groups` places them. Pure."""
+    if getattr(client, "nodes_manager", None) is None:
+        return [list(range(len(items)))]
+    return [indices for _, indices in slot_groups(prefix, items)]
+
+
+def merge_calls(
+    count: int,
+    calls: Sequence[list[int]],
+    outcomes: Sequence[list[int | BaseException] | BackendError],
+) -> list[int | BaseException]:
+    """The batch's ``count`` replies in order from each call's outcome (its decoded replies, or
+    the error that stands in its slots' places).
+
+    Raises:
+        BackendError: every call failed (the first call's error), as one round trip would.
+    """
+    results: list[int | BaseException | None] = [None] * count
+    failures: list[BaseException] = []
+    for indices, outcome in zip(calls, outcomes, strict=True):
+        if isinstance(outcome, BackendError):
+            failures.append(outcome)
+            outcome = [outcome] * len(indices)
+        for index, value in zip(indices, outcome, strict=True):
+            results[index] = value
+    return finish_batch(results, failures)
 
 
 def decode_count(reply: object, name: str) -> int:
@@ -66,10 +100,20 @@ class RedisSlots:
         return decode_acquire(reply, name)
 
     def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
-        keys, args = renew_args(self._prefix, items)
-        with backend_errors(f"semaphore renew {len(items)} slots"):
-            reply = run_script(self._renewals(), SEMAPHORE_RENEW_MANY, keys, args)
-        return decode_renew_many(items, reply)
+        client = self._renewals()
+        calls = renew_calls(self._prefix, items, client)
+        outcomes: list[list[int | BaseException] | BackendError] = []
+        for indices in calls:
+            batch = [items[i] for i in indices]
+            keys, args = renew_args(self._prefix, batch)
+            try:
+                with backend_errors(f"semaphore renew {len(batch)} slots"):
+                    reply = run_script(client, SEMAPHORE_RENEW_MANY, keys, args)
+            except BackendError as exc:
+                outcomes.append(exc)
+            else:
+                outcomes.append(decode_renew_many(batch, reply))
+        return merge_calls(len(items), calls, outcomes)
 
     def release(self, name: str, owner_token: str) -> bool:
         keys = semaphore_keys(self._prefix, name)[:2]

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from .._backend import RenewItem
-from .._errors import ValidationError
+from .._errors import BackendError, ValidationError
 from .._protocol import AcquireReply
 from .._redis.aio import run_script
 from .._redis.errors import backend_errors
@@ -21,7 +21,7 @@ from .._redis.scripts import (
     SEMAPHORE_RELEASE,
     SEMAPHORE_RENEW_MANY,
 )
-from .._redis.semaphore import decode_count, renew_args
+from .._redis.semaphore import decode_count, merge_calls, renew_args, renew_calls
 from .._semaphore_stores import MemorySlots, SlotStore, SqliteSlots, scope_of
 from ..backends.memory import AsyncMemoryBackend
 from ..backends.sqlite_async import AsyncSqliteBackend
@@ -74,10 +74,20 @@ class AsyncRedisSlots:
         return decode_acquire(reply, name)
 
     async def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
-        keys, args = renew_args(self._prefix, items)
-        with backend_errors(f"semaphore renew {len(items)} slots"):
-            reply = await run_script(self._renewals(), SEMAPHORE_RENEW_MANY, keys, args)
-        return decode_renew_many(items, reply)
+        client = self._renewals()
+        calls = renew_calls(self._prefix, items, client)
+        outcomes: list[list[int | BaseException] | BackendError] = []
+        for indices in calls:
+            batch = [items[i] for i in indices]
+            keys, args = renew_args(self._prefix, batch)
+            try:
+                with backend_errors(f"semaphore renew {len(batch)} slots"):
+                    reply = await run_script(client, SEMAPHORE_RENEW_MANY, keys, args)
+            except BackendError as exc:
+                outcomes.append(exc)
+            else:
+                outcomes.append(decode_renew_many(batch, reply))
+        return merge_calls(len(items), calls, outcomes)
 
     async def release(self, name: str, owner_token: str) -> bool:
         keys = semaphore_keys(self._prefix, name)[:2]
