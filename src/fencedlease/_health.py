@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+import warnings
 from typing import Any
 
 import attrs
@@ -131,8 +132,12 @@ def _probe_client(client: redis.Redis, timeout_s: float) -> redis.Redis | None:
 def check_health(
     backend: LeaseBackend, timeout_ms: int, clock: Clock | None = None
 ) -> HealthReport:
-    """Check ``backend`` (see the module docstring). ``clock`` is unused on this face (the
-    timings are real time).
+    """Check ``backend`` (see the module docstring), as the asyncio face's
+    `fencedlease.aio._health.check_health` does. ``clock`` is deprecated and unused (the timings
+    are real time on both faces, which take no clock here): passing one warns.
+
+    Warns:
+        DeprecationWarning: ``clock`` was given.
 
     Raises:
         ValidationError: ``timeout_ms`` is not an int in 1..2,147,483,647.
@@ -141,6 +146,13 @@ def check_health(
             or a port equal to it is shown as ``***``; the store's exception is then not
             chained).
     """
+    if clock is not None:
+        warnings.warn(
+            "check_health(clock=...) is deprecated and ignored: a health check's timings are"
+            " real time",
+            DeprecationWarning,
+            stacklevel=2,
+        )
     bound = check_ms("timeout_ms", timeout_ms, 1)
     try:
         return _check(backend, bound)

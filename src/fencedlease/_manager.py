@@ -31,7 +31,7 @@ from ._redis_backend import RedisBackend
 from ._renewer import BoundedCalls, Renewer
 from ._semaphore import Semaphore, _SlotManager, slot_manager_for
 from ._semaphore_stores import check_limit
-from ._shutdown import ShutdownReport, close_bound_ms, log_incomplete
+from ._shutdown import ShutdownReport, close_bound_ms, later_close_report, log_incomplete
 from ._state import release_bound_s, release_wait_more_s
 from ._validate import (
     ArgumentTypeError,
@@ -167,7 +167,7 @@ class LeaseManager(WithOnly, _ManagerBase, Operations):
         if closing:  # another call closes (or closed) it: its report, once there
             if self._shutdown is None:
                 self._close_done.wait(bound_ms / 1000)
-            return self._shutdown or ShutdownReport(unfinished=1, timeout_ms=bound_ms)
+            return later_close_report(self._shutdown, bound_ms)
         start = time.monotonic()
         until = start + bound_ms / 1000
         if self._slots is not None:

@@ -404,7 +404,7 @@ class _ManagerBase(_AsyncStoreCalls, ABC):
             ``skipped`` is true (and ``fn`` never ran) when the lease was not acquired.
 
         Raises:
-            ValidationError, LeaseLostError, BackendError: as
+            ValidationError, LeaseLostError, BackendError, ManagerClosedError: as
                 [`hold`][fencedlease.LeaseManager.hold]; an exception from ``fn`` propagates
                 unchanged. ``fn`` not callable, or an ``async def`` function (use
                 [`fencedlease.aio.AsyncLeaseManager.with_lease`][]): ``ValidationError`` (a

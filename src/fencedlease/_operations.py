@@ -80,26 +80,28 @@ class Operations(FromEnv):
         Raises:
             ValidationError: ``lease`` is not a lease of this manager, is renewed in the background
                 already (a hold, another keep_alive) or was released; a bad ``heartbeat_ms`` or
-                ``on_renew_error``.
+                ``on_renew_error`` (when ``keep_alive()`` is called, before any I/O).
             LeaseLostError: the lease is lost already (the block never runs), or was lost while
                 the block ran.
             BackendError, ManagerClosedError: as [`hold`][fencedlease.LeaseManager.hold].
         """
-        kept = self._kept_alive(lease, heartbeat_ms, on_renew_error)
+        with self._lock:
+            held = lease in self._holds
+        # Checked here, not on ``with`` entry: a bad argument raises at the call, as on the
+        # asyncio face and as ``hold`` does.
+        heartbeat = check_keep_alive(
+            lease, Lease, self._backend, heartbeat_ms, on_renew_error, held
+        )
+        kept = self._kept_alive(lease, heartbeat, on_renew_error)
         return with_only(kept, "LeaseManager.keep_alive()")
 
     @contextmanager
     def _kept_alive(
         self,
         lease: Lease,
-        heartbeat_ms: int | Literal[False] | None,
+        heartbeat: int | Literal[False],
         on_renew_error: Callable[[BaseException], object] | None,
     ) -> Iterator[Lease]:
-        with self._lock:
-            held = lease in self._holds
-        heartbeat = check_keep_alive(
-            lease, Lease, self._backend, heartbeat_ms, on_renew_error, held
-        )
         self._check_open()
         if lease._state.check_deadline(self._clock.monotonic()):
             raise lease._lost_error()

@@ -7,8 +7,16 @@ a connection each), so a lease that comes due during a slow round trip is not he
 schedule's rule). The I/O is on threads of their own so that a renewal which hangs (a paused
 Redis, a black-holed connection) cannot stop the deadlines from being enforced: silence is loss.
 
-A scheduler and at most two I/O threads per manager, whatever the number of leases; they are
-started on the first lease and joined by `Renewer.close`. Another (``fencedlease-cleanup``),
+A batch still unanswered when the earliest deadline among its leases passes is abandoned, as on
+the asyncio face (`fencedlease.aio._renewer`): its slot is freed, and the leases that are still
+alive are retried at once on another I/O thread (another connection of the pool) instead of
+waiting behind a dead one until the client's socket timeout. For them that is one failed round
+trip, reported to ``on_renew_error``, not a loss. A thread cannot be cancelled: the abandoned one
+stays blocked until the socket gives up, and its late reply is ignored (a batch not started yet
+is cancelled).
+
+A scheduler and at most `IO_THREADS` I/O threads per manager, whatever the number of leases; they
+are started on the first lease and joined by `Renewer.close`. Another (``fencedlease-cleanup``),
 started by the first `Renewer.submit_release`, runs the releases of abandoned acquires, so
 that one waiting for a connection of the caller's pool never holds the renewals back.
 """
@@ -27,19 +35,23 @@ from typing import TypeVar
 from ._backend import LeaseBackend
 from ._clock import Clock, SendTime, marking_sends
 from ._decisions import apply_batch, call_renew_error_hooks
-from ._errors import no_reply
+from ._errors import BackendError, no_reply
 from ._events import deferred
 from ._schedule import MAX_IN_FLIGHT, RenewalEntry, RenewalSchedule, RenewerCore, renewal_items
 from ._state import LossReason
 from ._threads import DaemonThreadPool
 
-__all__ = ["BoundedCalls", "Renewer", "shutdown_pool"]
+__all__ = ["IO_THREADS", "BoundedCalls", "Renewer", "shutdown_pool"]
 
 log = logging.getLogger("fencedlease.renewer")
 
 _BatchResult = tuple[float, float, list[int | BaseException]]
 
 T = TypeVar("T")
+
+IO_THREADS = 2 * MAX_IN_FLIGHT
+"""The renewer's I/O threads at most: `MAX_IN_FLIGHT` batches in flight, and as many again for
+batches abandoned at their deadline whose thread is still blocked on the store."""
 
 
 def shutdown_pool(pool: DaemonThreadPool | None, until: float | None) -> int:
@@ -136,8 +148,9 @@ class Renewer(RenewerCore):
         # Clean-up releases go to a thread of their own: waiting for a connection of the caller's
         # (blocking) pool, they must not hold the renewals back.
         self._cleanup: DaemonThreadPool | None = None
-        # Batches sent and not yet applied (at most MAX_IN_FLIGHT), and those whose reply came.
-        self._flights: dict[Future[_BatchResult], list[RenewalEntry]] = {}
+        # Batches sent and not yet applied (at most MAX_IN_FLIGHT), each with its leases and the
+        # earliest deadline among them (when it is abandoned), and those whose reply came.
+        self._flights: dict[Future[_BatchResult], tuple[list[RenewalEntry], float]] = {}
         self._done: list[Future[_BatchResult]] = []
         self._closed = False
         self.round_trips = 0
@@ -159,7 +172,7 @@ class Renewer(RenewerCore):
 
     def _start_io(self) -> DaemonThreadPool:
         if self._io is None:
-            self._io = DaemonThreadPool(MAX_IN_FLIGHT, thread_name_prefix="fencedlease-renew-io")
+            self._io = DaemonThreadPool(IO_THREADS, thread_name_prefix="fencedlease-renew-io")
         return self._io
 
     def _deadline_moved(self, entry: RenewalEntry) -> None:
@@ -266,30 +279,54 @@ class Renewer(RenewerCore):
                     while self._done:
                         hooks += self._apply(self._done.pop(0), now)
                     schedule.pop_expired(now)
+                    for future, (_, deadline) in list(self._flights.items()):
+                        if now >= deadline:
+                            hooks += self._abandon(future, now)
                     while len(self._flights) < MAX_IN_FLIGHT:
                         batch = schedule.pop_batch(now, self._batch_size)
                         if not batch:
                             break
-                        self.round_trips += 1
-                        assert self._io is not None
-                        future = self._io.submit(self._send, batch)
-                        self._flights[future] = batch
-                        future.add_done_callback(self._on_done)
+                        self._start(batch)
                     if hooks or events:
                         break
                     if self._done:
                         continue  # a batch finished before its callback could wake a waiter
                     wake = schedule.next_wakeup(len(self._flights))
+                    for _, deadline in self._flights.values():
+                        if deadline < math.inf:  # (a lease restored without one has none)
+                            wake = deadline if wake is None else min(wake, deadline)
                     self._asleep_until = math.inf if wake is None else wake
                     cond.wait(None if wake is None else max(0.0, wake - clock.monotonic()))
             call_renew_error_hooks(hooks)  # outside the lock: a hook may add or release leases
 
+    def _start(self, batch: list[RenewalEntry]) -> None:
+        deadlines = [e.state.deadline for e in batch if e.state.deadline is not None]
+        self.round_trips += 1
+        assert self._io is not None
+        future = self._io.submit(self._send, batch)
+        self._flights[future] = (batch, min(deadlines, default=math.inf))
+        future.add_done_callback(self._on_done)
+
     def _apply(
         self, done: Future[_BatchResult], now: float
     ) -> list[tuple[RenewalEntry, BaseException]]:
-        batch = self._flights.pop(done, [])
+        flight = self._flights.pop(done, None)
+        if flight is None:  # abandoned at its deadline: the late reply changes nothing
+            return []
         error = done.exception()
-        return apply_batch(self._schedule, batch, done.result() if error is None else error, now)
+        outcome = done.result() if error is None else error
+        return apply_batch(self._schedule, flight[0], outcome, now)
+
+    def _abandon(
+        self, future: Future[_BatchResult], now: float
+    ) -> list[tuple[RenewalEntry, BaseException]]:
+        """Give up on ``future``'s batch: a lease in it reached its deadline unanswered."""
+        batch, _ = self._flights.pop(future)
+        future.cancel()  # only a batch still queued for a thread: a running one cannot be
+        failure = BackendError(
+            f"renew {len(batch)} leases: no reply before the earliest deadline in the batch"
+        )
+        return apply_batch(self._schedule, batch, failure, now)
 
 
 def _log_cleanup_failure(future: Future[bool]) -> None:

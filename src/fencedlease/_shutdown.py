@@ -15,7 +15,7 @@ import attrs
 
 from ._validate import check_ms
 
-__all__ = ["ShutdownReport", "close_bound_ms", "log_incomplete"]
+__all__ = ["ShutdownReport", "close_bound_ms", "later_close_report", "log_incomplete"]
 
 log = logging.getLogger("fencedlease")
 
@@ -63,3 +63,10 @@ def close_bound_ms(timeout_ms: int | None, default_ms: int) -> int:
         ValidationError: ``timeout_ms`` is not an int in 0..2,147,483,647.
     """
     return default_ms if timeout_ms is None else check_ms("timeout_ms", timeout_ms, 0)
+
+
+def later_close_report(first: ShutdownReport | None, bound_ms: int) -> ShutdownReport:
+    """What a later ``close()`` returns (either face), having waited ``bound_ms`` at most for the
+    first call to finish: that call's report, or, when there is none (still under way, or it
+    failed before making one), a report of one unfinished shutdown with that bound."""
+    return first or ShutdownReport(unfinished=1, timeout_ms=bound_ms)

@@ -1,11 +1,15 @@
 """The Redis slot store of semaphores (sync face): ``semaphore_*.lua`` over a
 [`RedisBackend`][fencedlease.RedisBackend]'s client and prefix. The steps are those of
-`fencedlease._semaphore_stores`; the asyncio twin is `fencedlease.aio._semaphore_stores`."""
+`fencedlease._semaphore_stores`; what each sends and how its reply reads is decided once, without
+I/O, by `SlotCalls` (both faces); the asyncio twin of the I/O is
+`fencedlease.aio._semaphore_stores.AsyncRedisSlots`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
 
+import attrs
 import redis
 
 from .._backend import RenewItem
@@ -21,10 +25,21 @@ from .scripts import (
     SEMAPHORE_COUNT,
     SEMAPHORE_RELEASE,
     SEMAPHORE_RENEW_MANY,
+    Script,
     run_script,
 )
 
-__all__ = ["RedisSlots", "decode_count", "merge_calls", "renew_args", "renew_calls"]
+__all__ = [
+    "RedisSlots",
+    "SlotCall",
+    "SlotCalls",
+    "decode_count",
+    "merge_calls",
+    "renew_args",
+    "renew_calls",
+]
+
+T = TypeVar("T")
 
 
 def renew_args(prefix: str, items: Sequence[RenewItem]) -> tuple[list[str], list[object]]:
@@ -78,55 +93,122 @@ def decode_count(reply: object, name: str) -> int:
     return parse_token(reply, f"semaphore count {name!r}", minimum=0)
 
 
+@attrs.frozen
+class SlotCall(Generic[T]):
+    """One step of the Redis slot store, decided without I/O: ``script`` with ``keys`` and
+    ``args``, ``what`` (the step, as its `BackendError` names it), and ``decode`` (the reply as
+    the step's result; raises `BackendError` for a reply it does not expect). ``renewal``: the
+    step goes over the backend's renewal client, not the caller's."""
+
+    what: str
+    script: Script
+    keys: Sequence[str]
+    args: Sequence[object]
+    decode: Callable[[object], T]
+    renewal: bool = False
+
+
+class SlotCalls:
+    """The steps of the Redis slot store under ``prefix`` (keys ``<prefix>:{<name>}:semaphore``,
+    ``...:semaphore:tokens``, ``...:semaphore:fence``) as `SlotCall`s, the same for both faces:
+    each face's store only runs them (`RedisSlots`, its asyncio twin). No I/O."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def fencing_scope(self, name: str) -> str:
+        """The name of the semaphore's counter (the fencing scope of its slots)."""
+        return semaphore_keys(self.prefix, name)[2]
+
+    def acquire(
+        self, name: str, owner_token: str, ttl_ms: int, limit: int
+    ) -> SlotCall[AcquireReply]:
+        return SlotCall(
+            f"semaphore acquire {name!r}",
+            SEMAPHORE_ACQUIRE,
+            semaphore_keys(self.prefix, name),
+            (owner_token, ttl_ms, limit),
+            lambda reply: decode_acquire(reply, name),
+        )
+
+    def renew_many(self, items: Sequence[RenewItem]) -> SlotCall[list[int | BaseException]]:
+        keys, args = renew_args(self.prefix, items)
+        return SlotCall(
+            f"semaphore renew {len(items)} slots",
+            SEMAPHORE_RENEW_MANY,
+            keys,
+            args,
+            lambda reply: decode_renew_many(items, reply),
+            renewal=True,
+        )
+
+    def release(self, name: str, owner_token: str) -> SlotCall[bool]:
+        return SlotCall(
+            f"semaphore release {name!r}",
+            SEMAPHORE_RELEASE,
+            semaphore_keys(self.prefix, name)[:2],
+            (owner_token,),
+            lambda reply: decode_count(reply, name) == 1,
+        )
+
+    def count(self, name: str) -> SlotCall[int]:
+        return SlotCall(
+            f"semaphore count {name!r}",
+            SEMAPHORE_COUNT,
+            semaphore_keys(self.prefix, name)[:1],
+            (),
+            lambda reply: decode_count(reply, name),
+        )
+
+    def clear(self, name: str) -> SlotCall[bool]:
+        return SlotCall(
+            f"semaphore clear {name!r}",
+            SEMAPHORE_CLEAR,
+            semaphore_keys(self.prefix, name)[:2],
+            (),
+            lambda reply: decode_count(reply, name) > 0,
+        )
+
+
 class RedisSlots:
     """Slots in Redis through a [`RedisBackend`][fencedlease.RedisBackend]'s ``client`` and
-    ``prefix`` (keys ``<prefix>:{<name>}:semaphore``, ``...:semaphore:tokens``,
-    ``...:semaphore:fence``); renewals go through ``renewals()``, the backend's renewal client."""
+    ``prefix`` (the steps: `SlotCalls`); renewals go through ``renewals()``, the backend's
+    renewal client."""
 
     def __init__(
         self, client: redis.Redis, renewals: Callable[[], redis.Redis], prefix: str
     ) -> None:
         self._client = client
         self._renewals = renewals
-        self._prefix = prefix
+        self._calls = SlotCalls(prefix)
+
+    def _run(self, call: SlotCall[T]) -> T:
+        client = self._renewals() if call.renewal else self._client
+        with backend_errors(call.what):
+            reply = run_script(client, call.script, call.keys, call.args)
+        return call.decode(reply)
 
     def fencing_scope(self, name: str) -> str:
-        return semaphore_keys(self._prefix, name)[2]
+        return self._calls.fencing_scope(name)
 
     def acquire(self, name: str, owner_token: str, ttl_ms: int, limit: int) -> AcquireReply:
-        keys = semaphore_keys(self._prefix, name)
-        with backend_errors(f"semaphore acquire {name!r}"):
-            reply = run_script(self._client, SEMAPHORE_ACQUIRE, keys, (owner_token, ttl_ms, limit))
-        return decode_acquire(reply, name)
+        return self._run(self._calls.acquire(name, owner_token, ttl_ms, limit))
 
     def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
-        client = self._renewals()
-        calls = renew_calls(self._prefix, items, client)
+        calls = renew_calls(self._calls.prefix, items, self._renewals())
         outcomes: list[list[int | BaseException] | BackendError] = []
-        for indices in calls:
-            batch = [items[i] for i in indices]
-            keys, args = renew_args(self._prefix, batch)
+        for indices in calls:  # one on a server; one per hash slot on a cluster
             try:
-                with backend_errors(f"semaphore renew {len(batch)} slots"):
-                    reply = run_script(client, SEMAPHORE_RENEW_MANY, keys, args)
+                outcomes.append(self._run(self._calls.renew_many([items[i] for i in indices])))
             except BackendError as exc:
                 outcomes.append(exc)
-            else:
-                outcomes.append(decode_renew_many(batch, reply))
         return merge_calls(len(items), calls, outcomes)
 
     def release(self, name: str, owner_token: str) -> bool:
-        keys = semaphore_keys(self._prefix, name)[:2]
-        with backend_errors(f"semaphore release {name!r}"):
-            reply = run_script(self._client, SEMAPHORE_RELEASE, keys, (owner_token,))
-        return decode_count(reply, name) == 1
+        return self._run(self._calls.release(name, owner_token))
 
     def count(self, name: str) -> int:
-        keys = semaphore_keys(self._prefix, name)[:1]
-        with backend_errors(f"semaphore count {name!r}"):
-            return decode_count(run_script(self._client, SEMAPHORE_COUNT, keys, ()), name)
+        return self._run(self._calls.count(name))
 
     def clear(self, name: str) -> bool:
-        keys = semaphore_keys(self._prefix, name)[:2]
-        with backend_errors(f"semaphore clear {name!r}"):
-            return decode_count(run_script(self._client, SEMAPHORE_CLEAR, keys, ()), name) > 0
+        return self._run(self._calls.clear(name))

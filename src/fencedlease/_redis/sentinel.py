@@ -45,6 +45,7 @@ from .replies import text
 
 __all__ = [
     "SENTINEL_SCHEME",
+    "SWITCH_POLL_S",
     "PrimaryCheck",
     "PrimaryCheckBase",
     "SentinelURL",
@@ -61,6 +62,10 @@ log = logging.getLogger("fencedlease")
 SENTINEL_SCHEME = "redis+sentinel"
 DEFAULT_SENTINEL_PORT = 26379
 SWITCH_CHANNEL = "+switch-master"
+SWITCH_POLL_S = 0.2
+"""Both faces' ``+switch-master`` watcher: how long one read of the subscription waits for a
+message (seconds), and how long it waits before it tries the next sentinel after one failed.
+Short, so that the sync watcher's thread sees its stop flag within it (``close`` joins it)."""
 
 T = TypeVar("T")
 Address = tuple[str, int]
@@ -369,11 +374,11 @@ class SwitchWatcher:
                 with sentinel.pubsub(ignore_subscribe_messages=True) as pubsub:
                     pubsub.subscribe(SWITCH_CHANNEL)
                     while not self._stop.is_set():
-                        if switched_service(pubsub.get_message(timeout=0.2), service):
+                        if switched_service(pubsub.get_message(timeout=SWITCH_POLL_S), service):
                             log.warning("fencedlease: +switch-master for %r", service)
                             self.switched()
             except (redis.RedisError, OSError):
-                self._stop.wait(0.2)  # the next sentinel
+                self._stop.wait(SWITCH_POLL_S)  # the next sentinel
 
     def close(self, *, sentinels: bool = True) -> None:
         self._stop.set()

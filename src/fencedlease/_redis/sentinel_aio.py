@@ -17,6 +17,7 @@ from redis.backoff import NoBackoff
 
 from .sentinel import (
     SWITCH_CHANNEL,
+    SWITCH_POLL_S,
     Address,
     PrimaryCheckBase,
     client_options,
@@ -100,12 +101,12 @@ class AsyncSwitchWatcher:
                 async with sentinel.pubsub(ignore_subscribe_messages=True) as pubsub:
                     await pubsub.subscribe(SWITCH_CHANNEL)
                     while True:
-                        message = await pubsub.get_message(timeout=1.0)
+                        message = await pubsub.get_message(timeout=SWITCH_POLL_S)
                         if switched_service(message, service):
                             log.warning("fencedlease: +switch-master for %r", service)
                             await self.switched()
             except (redis.RedisError, OSError):
-                await asyncio.sleep(0.2)  # the next sentinel
+                await asyncio.sleep(SWITCH_POLL_S)  # the next sentinel
 
     async def close(self, *, sentinels: bool = True) -> None:
         task, self._task = self._task, None

@@ -30,6 +30,7 @@ Cancellation, point by point:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import sys
@@ -48,7 +49,7 @@ from .._decisions import (
 from .._errors import BackendError, LeaseNotAcquiredError, NestedHoldError
 from .._redis_backend import RedisBackend
 from .._semaphore_stores import check_limit
-from .._shutdown import ShutdownReport, close_bound_ms, log_incomplete
+from .._shutdown import ShutdownReport, close_bound_ms, later_close_report, log_incomplete
 from .._validate import (
     ArgumentTypeError,
     HoldArgs,
@@ -177,7 +178,7 @@ class AsyncLeaseManager(AsyncWithOnly, _AsyncManagerBase, Operations):
         """Stop the renewal task, release every lease still held in
         [`hold`][fencedlease.aio.AsyncLeaseManager.hold]/
         [`with_lease`][fencedlease.aio.AsyncLeaseManager.with_lease], and close the client if the
-        manager made it. Idempotent; a second caller waits for the first to finish.
+        manager made it. Idempotent.
 
         Each such lease is first marked lost (reason: the manager was closed), so its body is
         cancelled and the block ends in [`LeaseLostError`][fencedlease.LeaseLostError]
@@ -195,7 +196,8 @@ class AsyncLeaseManager(AsyncWithOnly, _AsyncManagerBase, Operations):
         Returns:
             [`ShutdownReport`][fencedlease.ShutdownReport]: the leases not released and the clean-up
             tasks cancelled at the bound (``complete`` when none; each lease not released is also
-            logged as a warning). A later call returns the first call's report once it is there.
+            logged as a warning). A later call returns the first call's report (waiting
+            ``timeout_ms`` at most for it; still under way then: one with ``unfinished=1``).
 
         Raises:
             ValidationError: ``timeout_ms`` is not an int in 0..2,147,483,647.
@@ -203,9 +205,12 @@ class AsyncLeaseManager(AsyncWithOnly, _AsyncManagerBase, Operations):
         """
         bound_ms = close_bound_ms(timeout_ms, self._shutdown_timeout_ms)
         if self._closed:
-            if self._close_done is not None:
-                await self._close_done.wait()
-            return self._shutdown or ShutdownReport(timeout_ms=bound_ms)
+            if self._close_done is None:  # a forked child: inert, nothing of its own to close
+                return self._shutdown or ShutdownReport(timeout_ms=bound_ms)
+            if self._shutdown is None:  # another call closes it: its report, once there
+                with contextlib.suppress(asyncio.TimeoutError):  # builtin TimeoutError on 3.11+
+                    await asyncio.wait_for(self._close_done.wait(), bound_ms / 1000)
+            return later_close_report(self._shutdown, bound_ms)
         self._closed = True
         self._close_done = done = asyncio.Event()
         # The teardown is a task of its own, shielded: close() awaited inside a hold body is

@@ -5,23 +5,14 @@ memory store inline, the SQLite store on a worker thread)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from .._backend import RenewItem
 from .._errors import BackendError, ValidationError
 from .._protocol import AcquireReply
 from .._redis.aio import run_script
 from .._redis.errors import backend_errors
-from .._redis.keys import semaphore_keys
-from .._redis.replies import decode_acquire, decode_renew_many
-from .._redis.scripts import (
-    SEMAPHORE_ACQUIRE,
-    SEMAPHORE_CLEAR,
-    SEMAPHORE_COUNT,
-    SEMAPHORE_RELEASE,
-    SEMAPHORE_RENEW_MANY,
-)
-from .._redis.semaphore import decode_count, merge_calls, renew_args, renew_calls
+from .._redis.semaphore import SlotCall, SlotCalls, merge_calls, renew_calls
 from .._semaphore_stores import MemorySlots, SlotStore, SqliteSlots, scope_of
 from ..backends.memory import AsyncMemoryBackend
 from ..backends.sqlite_async import AsyncSqliteBackend
@@ -33,6 +24,8 @@ __all__ = [
     "AsyncSqliteSlots",
     "async_slot_store_for",
 ]
+
+T = TypeVar("T")
 
 
 class AsyncSlotStore(Protocol):
@@ -55,56 +48,47 @@ class AsyncSlotStore(Protocol):
 
 class AsyncRedisSlots:
     """The Redis slot store over an [`AsyncRedisBackend`][fencedlease.aio.AsyncRedisBackend]'s
-    client and prefix: the sync store's scripts, awaited."""
+    client and prefix: the sync store's steps (`fencedlease._redis.semaphore.SlotCalls`),
+    awaited."""
 
     def __init__(self, backend: AsyncRedisBackend) -> None:
         self._client = backend.client
         self._renewals = backend._renewals
-        self._prefix = backend.prefix
+        self._calls = SlotCalls(backend.prefix)
+
+    async def _run(self, call: SlotCall[T]) -> T:
+        client = self._renewals() if call.renewal else self._client
+        with backend_errors(call.what):
+            reply = await run_script(client, call.script, call.keys, call.args)
+        return call.decode(reply)
 
     def fencing_scope(self, name: str) -> str:
-        return scope_of(self._prefix, name)
+        return self._calls.fencing_scope(name)
 
     async def acquire(self, name: str, owner_token: str, ttl_ms: int, limit: int) -> AcquireReply:
-        keys = semaphore_keys(self._prefix, name)
-        with backend_errors(f"semaphore acquire {name!r}"):
-            reply = await run_script(
-                self._client, SEMAPHORE_ACQUIRE, keys, (owner_token, ttl_ms, limit)
-            )
-        return decode_acquire(reply, name)
+        return await self._run(self._calls.acquire(name, owner_token, ttl_ms, limit))
 
     async def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
-        client = self._renewals()
-        calls = renew_calls(self._prefix, items, client)
+        calls = renew_calls(self._calls.prefix, items, self._renewals())
         outcomes: list[list[int | BaseException] | BackendError] = []
-        for indices in calls:
+        for indices in calls:  # one on a server; one per hash slot on a cluster
             batch = [items[i] for i in indices]
-            keys, args = renew_args(self._prefix, batch)
             try:
-                with backend_errors(f"semaphore renew {len(batch)} slots"):
-                    reply = await run_script(client, SEMAPHORE_RENEW_MANY, keys, args)
+                replies = await self._run(self._calls.renew_many(batch))
             except BackendError as exc:
                 outcomes.append(exc)
             else:
-                outcomes.append(decode_renew_many(batch, reply))
+                outcomes.append(replies)
         return merge_calls(len(items), calls, outcomes)
 
     async def release(self, name: str, owner_token: str) -> bool:
-        keys = semaphore_keys(self._prefix, name)[:2]
-        with backend_errors(f"semaphore release {name!r}"):
-            reply = await run_script(self._client, SEMAPHORE_RELEASE, keys, (owner_token,))
-        return decode_count(reply, name) == 1
-
-    async def clear(self, name: str) -> bool:
-        keys = semaphore_keys(self._prefix, name)[:2]
-        with backend_errors(f"semaphore clear {name!r}"):
-            reply = await run_script(self._client, SEMAPHORE_CLEAR, keys, ())
-        return decode_count(reply, name) > 0
+        return await self._run(self._calls.release(name, owner_token))
 
     async def count(self, name: str) -> int:
-        keys = semaphore_keys(self._prefix, name)[:1]
-        with backend_errors(f"semaphore count {name!r}"):
-            return decode_count(await run_script(self._client, SEMAPHORE_COUNT, keys, ()), name)
+        return await self._run(self._calls.count(name))
+
+    async def clear(self, name: str) -> bool:
+        return await self._run(self._calls.clear(name))
 
 
 class _InlineSlots:

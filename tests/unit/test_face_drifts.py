@@ -1,0 +1,470 @@
+"""Where the two faces once drifted apart, each run on both faces with the same outcome: when
+``keep_alive`` checks its arguments, when the renewer gives up a batch, how often the Sentinel
+watcher reads its subscription, how long a second ``close()`` waits, ``check_health``'s clock, and
+what the Redis semaphore store sends.
+
+Each test is parametrized over the faces and asserts one expected value for both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import threading
+import warnings
+from collections.abc import Iterator, Sequence
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+from test_renewal_in_flight import AsyncHeldRoundTrip, HeldRoundTrip
+
+import fencedlease._health
+import fencedlease._redis.semaphore
+import fencedlease.aio._health
+import fencedlease.aio._semaphore_stores
+from fencedlease import LeaseLostError, LeaseManager, ShutdownReport, ValidationError
+from fencedlease._redis.scripts import Script
+from fencedlease._redis.sentinel import SWITCH_POLL_S, SwitchWatcher
+from fencedlease._redis.sentinel_aio import AsyncSwitchWatcher
+from fencedlease._renewer import IO_THREADS, Renewer
+from fencedlease._schedule import MAX_IN_FLIGHT
+from fencedlease.aio import AsyncLeaseManager
+from fencedlease.backends import AsyncMemoryBackend, MemoryBackend
+from fencedlease.testing import FakeClock
+
+FACES = ["sync", "asyncio"]
+
+PATIENCE_S = 30.0
+"""How long a test waits for a thread or task to act on an event it caused (only a failing test
+waits this long)."""
+
+
+async def _settle() -> None:
+    """Let the loop's other tasks run the steps they can (a few iterations)."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+def _poke(renewer: Renewer) -> None:
+    """Make the sync renewer's thread look at the (fake) clock now, as the asyncio one's
+    ``wake()`` does."""
+    with renewer._cond:
+        renewer._cond.notify()
+
+
+# -- keep_alive checks its arguments when called -------------------------------------------------
+
+
+class _CountingMemory(MemoryBackend):
+    """A memory store that counts the calls made to it after ``counting`` is set."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock=clock)
+        self.counting = False
+        self.calls = 0
+
+    def renew_many(self, items: Sequence[tuple[str, str, int]]) -> list[int | BaseException]:
+        self.calls += self.counting
+        return super().renew_many(items)
+
+    def release(self, key: str, owner_token: str) -> bool:
+        self.calls += self.counting
+        return super().release(key, owner_token)
+
+
+KEEP_ALIVE_CASES = [
+    (
+        {"heartbeat_ms": 501},
+        "heartbeat_ms",
+        "heartbeat_ms must be at most half of ttl_ms (500); got 501",
+    ),
+    (
+        {"on_renew_error": 1},
+        "on_renew_error",
+        "on_renew_error must be callable or None; got int",
+    ),
+]
+
+
+@pytest.mark.parametrize("face", FACES)
+@pytest.mark.parametrize(("kwargs", "argument", "message"), KEEP_ALIVE_CASES)
+def test_keep_alive_checks_its_arguments_when_called(
+    face: str, kwargs: dict[str, Any], argument: str, message: str
+) -> None:
+    """``keep_alive(lease, ...)`` with a bad argument raises at the call, before any ``with`` and
+    any I/O, naming the argument, the same on both faces."""
+    clock = FakeClock()
+    store = _CountingMemory(clock)
+    if face == "sync":
+        leases = LeaseManager(store, clock=clock)
+        lease = leases.acquire("k", ttl_ms=1_000).lease
+        store.counting = True
+        with pytest.raises(ValidationError) as error:
+            leases.keep_alive(lease, **kwargs)  # type: ignore[arg-type]
+        leases.close()
+    else:
+
+        async def main() -> pytest.ExceptionInfo[ValidationError]:
+            async with AsyncLeaseManager(AsyncMemoryBackend(sync=store), clock=clock) as leases:
+                lease = (await leases.acquire("k", ttl_ms=1_000)).lease
+                assert lease is not None
+                store.counting = True
+                with pytest.raises(ValidationError) as error:
+                    leases.keep_alive(lease, **kwargs)
+                store.counting = False
+                return error
+
+        error = asyncio.run(main())
+    assert (error.value.argument, str(error.value), store.calls) == (argument, message, 0)
+
+
+# -- the renewer gives up a batch at its earliest deadline ---------------------------------------
+
+ABANDONED = "renew 2 leases: no reply before the earliest deadline in the batch"
+
+
+def _abandon_sync() -> tuple[list[list[str]], list[str], bool, bool]:
+    clock = FakeClock()
+    backend = HeldRoundTrip(clock)
+    errors: list[str] = []
+    hooked = threading.Event()
+
+    def hook(exc: BaseException) -> None:
+        errors.append(str(exc))
+        hooked.set()
+
+    with LeaseManager(backend, clock=clock) as leases:
+        with leases.hold("b", ttl_ms=4_000, heartbeat_ms=250, on_renew_error=hook) as b:
+            with pytest.raises(LeaseLostError), leases.hold("a", ttl_ms=1_000) as a:
+                clock.advance(250)  # both due: one batch, held
+                _poke(leases.renewer)
+                assert backend.first_sent.wait(PATIENCE_S)
+                clock.advance(750)  # a's deadline: a is lost, the batch given up
+                _poke(leases.renewer)
+                assert hooked.wait(PATIENCE_S)
+            clock.advance(100)  # b's retry is due (a quarter heartbeat after the failure)
+            _poke(leases.renewer)
+            second = backend.second_sent.wait(PATIENCE_S)
+            backend.gate.set()
+            assert second
+            io = leases.renewer._io
+            assert io is not None
+            assert (io._max_workers, IO_THREADS) == (4, 2 * MAX_IN_FLIGHT)  # two given up, two live
+        return [sorted(keys) for keys in backend.batches], errors, a.lost, b.lost
+
+
+def _abandon_asyncio() -> tuple[list[list[str]], list[str], bool, bool]:
+    clock = FakeClock()
+    backend = AsyncHeldRoundTrip(clock)
+    errors: list[str] = []
+
+    async def main() -> tuple[list[list[str]], list[str], bool, bool]:
+        async with AsyncLeaseManager(backend, clock=clock) as leases:
+
+            def hook(exc: BaseException) -> None:
+                errors.append(str(exc))
+
+            async with leases.hold("b", ttl_ms=4_000, heartbeat_ms=250, on_renew_error=hook) as b:
+                with pytest.raises(LeaseLostError):
+                    async with leases.hold("a", ttl_ms=1_000) as a:
+                        clock.advance(250)
+                        leases.renewer.wake()
+                        await _settle()
+                        clock.advance(750)
+                        leases.renewer.wake()
+                        await _settle()  # a is lost: this task is cancelled here
+                        pytest.fail("a was not lost at its deadline")
+                clock.advance(100)
+                leases.renewer.wake()
+                await _settle()
+                backend.gate.set()
+            return [sorted(keys) for keys in backend.batches], errors, a.lost, b.lost
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_a_batch_is_given_up_at_its_earliest_deadline(face: str) -> None:
+    """A renewal batch still unanswered at the earliest deadline among its leases is given up:
+    that lease is lost, the others are retried at once in a batch of their own (one failed round
+    trip for them, not a loss), the same on both faces."""
+    outcome = _abandon_sync() if face == "sync" else _abandon_asyncio()
+    assert outcome == ([["a", "b"], ["b"]], [ABANDONED], True, False)
+
+
+# -- the Sentinel watcher reads its subscription for SWITCH_POLL_S --------------------------------
+
+
+class _Pubsub:
+    """A subscription that records the timeout of each read; ``on_read`` runs at each."""
+
+    def __init__(self, timeouts: list[float], on_read: Any, awaited: bool) -> None:
+        self._timeouts = timeouts
+        self._on_read = on_read
+        self._awaited = awaited
+
+    def __enter__(self) -> _Pubsub:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+    async def __aenter__(self) -> _Pubsub:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None
+
+    def subscribe(self, *channels: str) -> Any:
+        return _done() if self._awaited else None
+
+    def get_message(self, timeout: float) -> Any:
+        self._timeouts.append(timeout)
+        return self._on_read()
+
+
+async def _done() -> None:
+    return None
+
+
+def _none() -> None:
+    return None
+
+
+def _sentinel_client(pubsub: _Pubsub) -> Any:
+    """A ``master_for`` client of service ``svc`` with one sentinel, whose subscription is
+    ``pubsub``."""
+    sentinel = SimpleNamespace(pubsub=lambda ignore_subscribe_messages: pubsub)
+    manager = SimpleNamespace(sentinels=[sentinel])
+    return SimpleNamespace(
+        connection_pool=SimpleNamespace(sentinel_manager=manager, service_name="svc")
+    )
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_the_sentinel_watcher_reads_for_the_shared_interval(face: str) -> None:
+    """Both faces' ``+switch-master`` watchers wait one shared interval (0.2 s) per read of the
+    subscription."""
+    timeouts: list[float] = []
+    if face == "sync":
+        holder: list[SwitchWatcher] = []
+
+        def stop() -> None:
+            holder[0]._stop.set()
+
+        watcher = SwitchWatcher(_sentinel_client(_Pubsub(timeouts, stop, awaited=False)), _none)
+        holder.append(watcher)
+        watcher._run()
+    else:
+
+        async def main() -> None:
+            read = asyncio.Event()
+
+            async def wait() -> None:
+                read.set()
+                await asyncio.Event().wait()  # until the watcher is closed
+
+            client = _sentinel_client(_Pubsub(timeouts, wait, awaited=True))
+            watcher = AsyncSwitchWatcher(client, lambda: None)
+            watcher.start()
+            await asyncio.wait_for(read.wait(), PATIENCE_S)
+            await watcher.close(sentinels=False)
+
+        asyncio.run(main())
+    assert (timeouts, SWITCH_POLL_S) == ([0.2], 0.2)
+
+
+# -- a second close() is bounded -----------------------------------------------------------------
+
+
+class _HungRelease(MemoryBackend):
+    """A memory store whose releases get no reply until ``gate`` is set."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock=clock)
+        self.gate = threading.Event()
+        self.release_started = threading.Event()
+
+    def release(self, key: str, owner_token: str) -> bool:
+        self.release_started.set()
+        assert self.gate.wait(PATIENCE_S)
+        return super().release(key, owner_token)
+
+
+class _AsyncHungRelease(AsyncMemoryBackend):
+    """`_HungRelease`, awaited."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock=clock)
+        self.gate = asyncio.Event()
+        self.release_started = asyncio.Event()
+
+    async def release(self, key: str, owner_token: str) -> bool:
+        self.release_started.set()
+        await self.gate.wait()
+        return await super().release(key, owner_token)
+
+
+def _closes_sync() -> tuple[ShutdownReport, bool, bool]:
+    clock = FakeClock()
+    backend = _HungRelease(clock)
+    leases = LeaseManager(backend, clock=clock)
+    reports: list[ShutdownReport] = []
+    with pytest.raises(LeaseLostError), leases.hold("k", ttl_ms=10_000):
+        closer = threading.Thread(target=lambda: reports.append(leases.close(timeout_ms=60_000)))
+        closer.start()
+        assert backend.release_started.wait(PATIENCE_S)  # the first close() is under way
+        second = leases.close(timeout_ms=50)
+        backend.gate.set()
+        closer.join(PATIENCE_S)
+    [first] = reports
+    return second, first.complete, leases.close(timeout_ms=50) is first
+
+
+def _closes_asyncio() -> tuple[ShutdownReport, bool, bool]:
+    clock = FakeClock()
+    backend = _AsyncHungRelease(clock)
+
+    async def main() -> tuple[ShutdownReport, bool, bool]:
+        leases = AsyncLeaseManager(backend, clock=clock)
+        held = asyncio.Event()
+
+        async def holder() -> None:
+            async with leases.hold("k", ttl_ms=10_000):
+                held.set()
+                await asyncio.Event().wait()  # until close() marks the lease lost
+
+        task = asyncio.ensure_future(holder())
+        await held.wait()
+        closer = asyncio.ensure_future(leases.close(timeout_ms=60_000))
+        await asyncio.wait_for(backend.release_started.wait(), PATIENCE_S)
+        second = await asyncio.wait_for(leases.close(timeout_ms=50), PATIENCE_S)
+        backend.gate.set()
+        first = await closer
+        with pytest.raises(LeaseLostError):
+            await task
+        return second, first.complete, await leases.close(timeout_ms=50) is first
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_a_second_close_waits_its_own_bound(face: str) -> None:
+    """A ``close()`` while another is under way waits its own ``timeout_ms`` at most and then
+    reports one unfinished shutdown; once the first is done, a later one returns the first's
+    report, the same on both faces."""
+    outcome = _closes_sync() if face == "sync" else _closes_asyncio()
+    assert outcome == (ShutdownReport(unfinished=1, timeout_ms=50), True, True)
+
+
+# -- check_health takes no clock -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_check_health_takes_the_same_arguments_on_both_faces(face: str) -> None:
+    """The store check of either face takes ``backend`` and ``timeout_ms``; the sync face's old
+    ``clock`` (never used) is still accepted, with a DeprecationWarning, and changes nothing."""
+    check = (
+        fencedlease._health.check_health if face == "sync" else fencedlease.aio._health.check_health
+    )
+    params = [p for p in inspect.signature(check).parameters if p != "clock"]
+    assert params == ["backend", "timeout_ms"]
+    if face == "asyncio":
+        assert "clock" not in inspect.signature(check).parameters
+        return
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = fencedlease._health.check_health(MemoryBackend(), 1_000, FakeClock())
+    assert [(w.category, str(w.message)) for w in caught] == [
+        (
+            DeprecationWarning,
+            "check_health(clock=...) is deprecated and ignored: a health check's timings are"
+            " real time",
+        )
+    ]
+    assert (report.script_ms, report.maxmemory_policy) == (None, None)
+
+
+# -- the Redis semaphore store sends the same steps ----------------------------------------------
+
+
+@contextlib.contextmanager
+def _recorded_scripts(face: str, replies: list[object]) -> Iterator[list[tuple[object, ...]]]:
+    """Replace the face's ``run_script`` in the Redis slot store with one that records
+    ``(client, script, keys, args)`` and answers from ``replies``."""
+    calls: list[tuple[object, ...]] = []
+
+    def record(
+        client: object, script: Script, keys: Sequence[str], args: Sequence[object]
+    ) -> object:
+        calls.append((client, script.name, list(keys), list(args)))
+        return replies.pop(0)
+
+    async def record_async(
+        client: object, script: Script, keys: Sequence[str], args: Sequence[object]
+    ) -> object:
+        return record(client, script, keys, args)
+
+    module: Any = (
+        fencedlease._redis.semaphore if face == "sync" else fencedlease.aio._semaphore_stores
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(module, "run_script", record if face == "sync" else record_async)
+        yield calls
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_the_redis_slot_store_sends_the_same_steps(face: str) -> None:
+    """Each step of the Redis semaphore store runs the same script with the same keys and
+    arguments, on the same client (renewals on the renewal client), and reads its reply the same
+    way, on both faces."""
+    replies: list[object] = [[1, b"7", 0], [b"7", 0], 1, 2, 1]
+    with _recorded_scripts(face, replies) as calls:
+        if face == "sync":
+            client: Any = "client"
+            store = fencedlease._redis.semaphore.RedisSlots(
+                client, lambda: cast(Any, "renewals"), "p"
+            )
+            results: list[object] = [
+                store.fencing_scope("s"),
+                store.acquire("s", "o" * 32, 1_000, 3),
+                store.renew_many([("s", "o" * 32, 1_000), ("t", "o" * 32, 1_000)]),
+                store.release("s", "o" * 32),
+                store.count("s"),
+                store.clear("s"),
+            ]
+        else:
+            backend = SimpleNamespace(client="client", _renewals=lambda: "renewals", prefix="p")
+            aio = fencedlease.aio._semaphore_stores.AsyncRedisSlots(backend)  # type: ignore[arg-type]
+
+            async def main() -> list[object]:
+                return [
+                    aio.fencing_scope("s"),
+                    await aio.acquire("s", "o" * 32, 1_000, 3),
+                    await aio.renew_many([("s", "o" * 32, 1_000), ("t", "o" * 32, 1_000)]),
+                    await aio.release("s", "o" * 32),
+                    await aio.count("s"),
+                    await aio.clear("s"),
+                ]
+
+            results = asyncio.run(main())
+    keys = ["p:{s}:semaphore", "p:{s}:semaphore:tokens", "p:{s}:semaphore:fence"]
+    t_keys = ["p:{t}:semaphore", "p:{t}:semaphore:tokens"]
+    assert calls == [
+        ("client", "semaphore_acquire", keys, ["o" * 32, 1_000, 3]),
+        ("renewals", "semaphore_renew_many", keys[:2] + t_keys, ["o" * 32, 1_000] * 2),
+        ("client", "semaphore_release", keys[:2], ["o" * 32]),
+        ("client", "semaphore_count", keys[:1], []),
+        ("client", "semaphore_clear", keys[:2], []),
+    ]
+    assert results[0] == keys[2]
+    assert [type(r).__name__ for r in results[1:]] == [
+        "AcquireReply",
+        "list",
+        "bool",
+        "int",
+        "bool",
+    ]
+    assert results[2:] == [[7, 0], True, 2, True]
