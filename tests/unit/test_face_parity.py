@@ -74,6 +74,7 @@ SYNC_ONLY = {
     "redact_text": "no I/O",
     "redact_url": "no I/O",
     "redis_keys": "no I/O",
+    "url_from_env": "no I/O: reads the environment for both faces",
 }
 
 # Public members one face has and the other has not, per asyncio name, and why.
