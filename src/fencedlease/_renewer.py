@@ -8,9 +8,9 @@ schedule's rule). The I/O is on threads of their own so that a renewal which han
 Redis, a black-holed connection) cannot stop the deadlines from being enforced: silence is loss.
 
 A scheduler and at most two I/O threads per manager, whatever the number of leases; they are
-started on the first lease and joined by `Renewer.close`. Another (``fencedlease-cleanup``),
-started by the first `Renewer.submit_release`, runs the releases of abandoned acquires, so
-that one waiting for a connection of the caller's pool never holds the renewals back.
+started on the first lease and joined by `Renewer.close`. Others (``fencedlease-cleanup``, up to
+`CLEANUP_WORKERS`, started as `Renewer.submit_release` needs them) run the releases of abandoned
+acquires, so that one waiting for a connection of the caller's pool never holds the renewals back.
 """
 
 from __future__ import annotations
@@ -33,9 +33,15 @@ from ._schedule import MAX_IN_FLIGHT, RenewalEntry, RenewalSchedule, RenewerCore
 from ._state import LossReason
 from ._threads import DaemonThreadPool
 
-__all__ = ["BoundedCalls", "Renewer", "shutdown_pool"]
+__all__ = ["CLEANUP_WORKERS", "BoundedCalls", "Renewer", "shutdown_pool"]
 
 log = logging.getLogger("fencedlease.renewer")
+
+CLEANUP_WORKERS = 32
+"""How many clean-up releases (`Renewer.submit_release`) run at once. Most are a hand-off
+waiter's give-up: until it lands, a lease handed to its queue entry is held for a caller that has
+gone, so one queued behind others' round trips keeps the key from every other waiter; side by
+side, each lands one round trip after its give-up. Threads start only as releases need them."""
 
 _BatchResult = tuple[float, float, list[int | BaseException]]
 
@@ -187,7 +193,9 @@ class Renewer(RenewerCore):
             if self._closed:
                 return
             if self._cleanup is None:
-                self._cleanup = DaemonThreadPool(1, thread_name_prefix="fencedlease-cleanup")
+                self._cleanup = DaemonThreadPool(
+                    CLEANUP_WORKERS, thread_name_prefix="fencedlease-cleanup"
+                )
             future = self._cleanup.submit(self._backend.release, key, owner_token)
         future.add_done_callback(_log_cleanup_failure)
 

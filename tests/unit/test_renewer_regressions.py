@@ -19,6 +19,7 @@ from redis.exceptions import ResponseError
 from fencedlease import BackendError, Lease, LeaseLostError, LeaseManager, LeaseNotAcquiredError
 from fencedlease._protocol import AcquireReply
 from fencedlease._redis.errors import backend_error
+from fencedlease._renewer import Renewer
 from fencedlease._state import LossReason
 from fencedlease.backends.memory import MemoryBackend
 from fencedlease.testing import FakeClock
@@ -300,3 +301,36 @@ def test_a_release_in_flight_past_the_deadline_is_not_a_loss() -> None:
         assert backend.while_in_flight == [False]
         assert lease.lost is False
         assert leases.inspect("k") is None
+
+
+class _BlockedReleases:
+    """A backend whose releases block until ``go`` is set; ``started`` counts those running."""
+
+    def __init__(self) -> None:
+        self.go = threading.Event()
+        self.lock = threading.Lock()
+        self.started: list[str] = []
+        self.both = threading.Event()
+
+    def release(self, key: str, owner_token: str) -> bool:
+        with self.lock:
+            self.started.append(owner_token)
+            if len(self.started) == 2:
+                self.both.set()
+        self.go.wait(30)
+        return False
+
+
+def test_clean_up_releases_run_side_by_side() -> None:
+    """A second clean-up release starts while the first is still out: a give-up's release is
+    not queued behind another's round trip."""
+    backend = _BlockedReleases()
+    renewer = Renewer(backend, FakeClock())  # type: ignore[arg-type]
+    try:
+        renewer.submit_release("k", "first")
+        renewer.submit_release("k", "second")
+        assert backend.both.wait(10), f"only {backend.started} started"
+    finally:
+        backend.go.set()
+        renewer.close()
+    assert sorted(backend.started) == ["first", "second"]
