@@ -80,10 +80,13 @@ class SendAcquire:
     """Send ``backend.acquire(key, attempt.owner_token, ttl_ms)``; answer with its reply.
     ``wait_ms`` > 0: a refusal is followed by a wait of that long at most (``final``: the last),
     so the acquire may queue the caller for a hand-off in the same command (the release waiter's
-    ``queue_args``)."""
+    ``queue_args``). ``leave``: the last attempt of a caller that queued, so a refusal may take it
+    out of the queue in the same command (``leave_args``; the face sets
+    ``AcquireAttempt.leaving`` when it does)."""
 
     wait_ms: int = 0
     final: bool = False
+    leave: bool = False
 
 
 @attrs.frozen
@@ -130,20 +133,25 @@ def acquire_steps(
         attempt.sending()
         plan = attempt.plan_wait() if queues else None
         queued_before = attempt.queued  # the face sets it when the acquire carries the queueing
+        # The last attempt of a caller that queued: refused, it may leave the queue at once.
+        leave = plan is None and attempt.queued
+        attempt.leaving = False  # the face sets it when the acquire carries the leaving
         if plan is not None:  # the acquire may queue the caller, sent from now on
             attempt.queueing()
         try:
-            reply = yield SendAcquire() if plan is None else SendAcquire(*plan)
+            reply = yield SendAcquire(leave=leave) if plan is None else SendAcquire(*plan)
         except BackendError as exc:
             if never_sent(exc):  # the acquire never left: it queued nobody
                 attempt.queued = queued_before
             if not attempt.may_resend(exc):
                 raise
             attempt.sending()
-            reply = yield SendAcquire()
+            reply = yield SendAcquire(leave=leave)
         reply = cast(AcquireReply, reply)  # the answer to SendAcquire (any reply-shaped object)
         if reply.acquired:
             return AcquireEnd(attempt.granted(reply))
+        if attempt.leaving:  # refused, and out of the queue: nothing can be handed to it now
+            attempt.queued = False
         delay = attempt.not_acquired()
         if delay is None:
             if reply.refused is not None:  # a grant taken back (too few replica acks): say why
