@@ -45,6 +45,7 @@ from ._state import LeaseState, LossReason
 from ._view import LeaseView
 
 __all__ = [
+    "CLEANUP_WORKERS",
     "DEFAULT_CLOSE_TIMEOUT_MS",
     "DEFAULT_RETRY_DELAY_MS",
     "DEFAULT_TTL_MS",
@@ -68,6 +69,15 @@ DEFAULT_CLOSE_TIMEOUT_MS = 1_000
 """How long ``close()`` (either face) waits, by default, for the releases of the leases still
 held: a release is one round trip, so this is generous for a live store and short enough for a
 shutdown path. A lease not released in time lapses at its TTL."""
+
+CLEANUP_WORKERS = 32
+"""How many clean-up releases of one manager run at once (the sync renewer's ``submit_release``
+threads; the asyncio manager's clean-up tasks, `fencedlease.aio._releases.release_abandoned`).
+Most are a hand-off waiter's give-up: until it lands, a lease handed to its queue entry is held
+for a caller that has gone, so one queued behind others' round trips keeps the key from every
+other waiter; side by side, each lands one round trip after its give-up. Bounded, so that a burst
+of give-ups cannot take every connection of the caller's pool (a release refused one is lost).
+Threads start only as releases need them."""
 
 log = logging.getLogger("fencedlease.renewer")
 

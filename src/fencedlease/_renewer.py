@@ -26,22 +26,16 @@ from typing import TypeVar
 
 from ._backend import LeaseBackend
 from ._clock import Clock, SendTime, marking_sends
-from ._decisions import apply_batch, call_renew_error_hooks
+from ._decisions import CLEANUP_WORKERS, apply_batch, call_renew_error_hooks
 from ._errors import no_reply
 from ._events import deferred
 from ._schedule import MAX_IN_FLIGHT, RenewalEntry, RenewalSchedule, RenewerCore, renewal_items
 from ._state import LossReason
 from ._threads import DaemonThreadPool
 
-__all__ = ["CLEANUP_WORKERS", "BoundedCalls", "Renewer", "shutdown_pool"]
+__all__ = ["BoundedCalls", "Renewer", "shutdown_pool"]
 
 log = logging.getLogger("fencedlease.renewer")
-
-CLEANUP_WORKERS = 32
-"""How many clean-up releases (`Renewer.submit_release`) run at once. Most are a hand-off
-waiter's give-up: until it lands, a lease handed to its queue entry is held for a caller that has
-gone, so one queued behind others' round trips keeps the key from every other waiter; side by
-side, each lands one round trip after its give-up. Threads start only as releases need them."""
 
 _BatchResult = tuple[float, float, list[int | BaseException]]
 
