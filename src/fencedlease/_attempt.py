@@ -82,6 +82,7 @@ class AcquireAttempt:
         "give_up",
         "heartbeat_ms",
         "key",
+        "leaving",
         "owner_token",
         "queued",
         "queued_mono",
@@ -122,6 +123,9 @@ class AcquireAttempt:
         # Set before a wait that queues the caller for a hand-off: from then on a release may grant
         # the key to owner_token at any moment, until the caller holds it or cleans up.
         self.queued = False
+        # Set by the face when the acquire it sends takes the caller out of the queue if refused
+        # (a last attempt): a refusal then leaves nothing a release could hand over.
+        self.leaving = False
         # The clock's monotonic and wall times no later than the send of the first command that
         # may have queued the caller (see queueing); None until then.
         self.queued_mono: float | None = None

@@ -45,6 +45,7 @@ from ._state import LeaseState, LossReason
 from ._view import LeaseView
 
 __all__ = [
+    "CLEANUP_WORKERS",
     "DEFAULT_CLOSE_TIMEOUT_MS",
     "DEFAULT_RETRY_DELAY_MS",
     "DEFAULT_TTL_MS",
@@ -69,6 +70,15 @@ DEFAULT_CLOSE_TIMEOUT_MS = 1_000
 held: a release is one round trip, so this is generous for a live store and short enough for a
 shutdown path. A lease not released in time lapses at its TTL."""
 
+CLEANUP_WORKERS = 32
+"""How many clean-up releases of one manager run at once (the sync renewer's ``submit_release``
+threads; the asyncio manager's clean-up tasks, `fencedlease.aio._releases.release_abandoned`).
+Most are a hand-off waiter's give-up: until it lands, a lease handed to its queue entry is held
+for a caller that has gone, so one queued behind others' round trips keeps the key from every
+other waiter; side by side, each lands one round trip after its give-up. Bounded, so that a burst
+of give-ups cannot take every connection of the caller's pool (a release refused one is lost).
+Threads start only as releases need them."""
+
 log = logging.getLogger("fencedlease.renewer")
 
 
@@ -80,10 +90,13 @@ class SendAcquire:
     """Send ``backend.acquire(key, attempt.owner_token, ttl_ms)``; answer with its reply.
     ``wait_ms`` > 0: a refusal is followed by a wait of that long at most (``final``: the last),
     so the acquire may queue the caller for a hand-off in the same command (the release waiter's
-    ``queue_args``)."""
+    ``queue_args``). ``leave``: the last attempt of a caller that queued, so a refusal may take it
+    out of the queue in the same command (``leave_args``; the face sets
+    ``AcquireAttempt.leaving`` when it does)."""
 
     wait_ms: int = 0
     final: bool = False
+    leave: bool = False
 
 
 @attrs.frozen
@@ -130,20 +143,25 @@ def acquire_steps(
         attempt.sending()
         plan = attempt.plan_wait() if queues else None
         queued_before = attempt.queued  # the face sets it when the acquire carries the queueing
+        # The last attempt of a caller that queued: refused, it may leave the queue at once.
+        leave = plan is None and attempt.queued
+        attempt.leaving = False  # the face sets it when the acquire carries the leaving
         if plan is not None:  # the acquire may queue the caller, sent from now on
             attempt.queueing()
         try:
-            reply = yield SendAcquire() if plan is None else SendAcquire(*plan)
+            reply = yield SendAcquire(leave=leave) if plan is None else SendAcquire(*plan)
         except BackendError as exc:
             if never_sent(exc):  # the acquire never left: it queued nobody
                 attempt.queued = queued_before
             if not attempt.may_resend(exc):
                 raise
             attempt.sending()
-            reply = yield SendAcquire()
+            reply = yield SendAcquire(leave=leave)
         reply = cast(AcquireReply, reply)  # the answer to SendAcquire (any reply-shaped object)
         if reply.acquired:
             return AcquireEnd(attempt.granted(reply))
+        if attempt.leaving:  # refused, and out of the queue: nothing can be handed to it now
+            attempt.queued = False
         delay = attempt.not_acquired()
         if delay is None:
             if reply.refused is not None:  # a grant taken back (too few replica acks): say why

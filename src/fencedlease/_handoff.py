@@ -55,10 +55,19 @@ Polling stays the fallback, so nothing depends on a notification arriving: a los
 listener's connection was killed, a lease expired instead of being released) costs a waiter at most
 the retry delay it was sleeping anyway, after which its acquire finds the key free or handed to it
 (and claims it). A message that reaches a waiter no longer waiting is dropped.
-A waiter that stops waiting (gave up, cancelled, interrupted, failed, closed) releases with its
-owner token on the way out (the manager does it): ``release.lua`` takes it out of the queue and
-passes on a lease handed to it meanwhile. A waiter that crashed drops out at its deadline (its wait
-plus ``grace_ms``, on Redis's clock; none for its last wait); a hand-off to it in that window leaves
+A waiter's last attempt leaves the queue in the same script when refused (``acquire.lua``'s
+``'leave'``, where waiters take grants from their messages), so a release after it hands the key
+to the next waiter, never to one that has gone. A waiter that stops waiting otherwise (cancelled,
+interrupted, failed, closed; a last attempt that carried no ``'leave'``) releases with its owner
+token on the way out (the manager does it): ``release.lua`` takes it out of the queue and passes
+on a lease handed to it meanwhile. A queueing command the wait stopped waiting for (no reply
+within the wait, or the wait was cancelled or interrupted) may land after the call has ended,
+after that clean-up too, and queue a waiter that has gone: `LateQueueing` keeps such commands,
+and when one ends after its call did, the manager releases with the owner token once more if the
+command queued the caller (or may have, and the call holds no lease under that token), so the
+entry, and a lease handed to it meanwhile, is passed on one round trip after it landed.
+A waiter that crashed drops out at its deadline (its wait plus ``grace_ms``, on Redis's clock;
+none for its last wait); a hand-off to it in that window leaves
 the key unclaimed for at most ``2 * grace_ms`` before it expires.
 
 Other backends get `SleepWaiter` (`AsyncSleepWaiter`),
@@ -93,10 +102,12 @@ from ._redis.replication import PrimaryWatch
 __all__ = [
     "DEFAULT_GRACE_MS",
     "DEFAULT_LINGER_S",
+    "LEAVE_ARGS",
     "LISTEN_SLICE_S",
     "AsyncReleaseWaiter",
     "Channels",
     "HandoffBase",
+    "LateQueueing",
     "NoQueueing",
     "ReleaseWaiter",
     "SleepWaiter",
@@ -185,8 +196,21 @@ class ReleaseWaiter(Protocol):
         the caller, if anything does. No I/O."""
         ...
 
+    def leave_args(self, key: str, owner_token: str) -> tuple[str, ...] | None:
+        """The ARGV tail with which the last attempt of a caller that queued leaves the queue
+        when refused (``acquire.lua``'s ``'leave'``: its give-up needs no release then), or
+        None: the manager releases in the background instead. No I/O."""
+        ...
+
     def forget(self, key: str, owner_token: str) -> None:
         """Unregister what `queue_args` registered (idempotent). No I/O."""
+        ...
+
+    def ended(self, key: str, owner_token: str, holds: bool, release: Callable[[], None]) -> None:
+        """The acquire call of ``owner_token`` has ended (``holds``: with a lease under that
+        token): a queueing command of its that is still out calls ``release`` (a release with
+        ``owner_token``, in the background) once it ends, if it may have queued a waiter that is
+        gone (see `LateQueueing`). No I/O."""
         ...
 
     def close(self, until: float | None = None) -> None:
@@ -209,7 +233,13 @@ class NoQueueing:
     ) -> tuple[str, str, str, str] | None:
         return None
 
+    def leave_args(self, key: str, owner_token: str) -> tuple[str, ...] | None:
+        return None
+
     def forget(self, key: str, owner_token: str) -> None:
+        pass
+
+    def ended(self, key: str, owner_token: str, holds: bool, release: Callable[[], None]) -> None:
         pass
 
 
@@ -245,10 +275,88 @@ class AsyncReleaseWaiter(Protocol):
         self, key: str, owner_token: str, wait_ms: int, final: bool
     ) -> tuple[str, str, str, str] | None: ...
 
+    def leave_args(self, key: str, owner_token: str) -> tuple[str, ...] | None: ...
+
     def forget(self, key: str, owner_token: str) -> None: ...
+
+    def ended(
+        self, key: str, owner_token: str, holds: bool, release: Callable[[], None]
+    ) -> None: ...
 
     async def aclose(self) -> None: ...
 
+
+class LateQueueing:
+    """Queueing commands a wait stopped waiting for while they were out (their reply did not come
+    within the wait; the wait was cancelled or interrupted), and what each asks for when it ends.
+
+    Such a command may land after its acquire call ended, even after the call's clean-up release
+    (the manager sends one when a waiter gives up), and queue an owner token nobody waits with:
+    a later release would hand the key to that entry, and a waiter taking grants from their
+    messages would be given its whole ``ttl_ms`` while its manager's listener still hears the
+    channel. Once both the call and the command have ended, the command's outcome decides:
+
+    - it queued the caller (``queued`` True): release with the owner token. The key was held by
+      another owner when it ran, so no lease of the call's is alive under that token any more:
+      the release takes the entry out, and passes on a lease handed to it meanwhile;
+    - it failed or was cancelled (``queued`` None: it may have run): the same, unless the call
+      ended holding a lease under that token (a release would end it): that entry lapses at its
+      deadline;
+    - it did not queue (False): nothing.
+
+    A command that ends while its call still runs needs nothing: whatever the call does next (its
+    grant takes it out of the queue, its give-up releases) reaches Redis after it.
+
+    Handles are whatever the face waits on (a ``concurrent.futures.Future``, an
+    ``asyncio.Task``). Called under the owner's lock (the sync face) or on its loop. No I/O.
+    """
+
+    def __init__(self) -> None:
+        self._out: dict[object, tuple[str, str]] = {}  # handle -> (key, owner token)
+        self._count: dict[tuple[str, str], int] = {}  # (key, owner token) -> commands out
+        self._ended: dict[tuple[str, str], tuple[bool, Callable[[], None]]] = {}
+
+    def __len__(self) -> int:
+        """How many commands are out (for tests)."""
+        return len(self._out)
+
+    def gave_up_on(self, handle: object, key: str, owner_token: str) -> None:
+        """The wait of ``owner_token`` for ``key`` stopped waiting for the command ``handle``."""
+        who = (key, owner_token)
+        self._out[handle] = who
+        self._count[who] = self._count.get(who, 0) + 1
+
+    def ended(self, key: str, owner_token: str, holds: bool, release: Callable[[], None]) -> None:
+        """The acquire call of ``owner_token`` ended (``holds``: with a lease under it);
+        ``release`` sends a release with that token in the background."""
+        who = (key, owner_token)
+        if who in self._count:
+            self._ended[who] = (holds, release)
+
+    def landed(self, handle: object, queued: bool | None) -> Callable[[], None] | None:
+        """The command ``handle`` ended: ``queued`` True (it queued the caller), False (it did
+        not, or it never ran), None (it failed or was cancelled once sent: it may have). Returns
+        the release to call now (outside the owner's lock), or None."""
+        who = self._out.pop(handle, None)
+        if who is None:
+            return None
+        left = self._count[who] - 1
+        if left:
+            self._count[who] = left
+            ended = self._ended.get(who)
+        else:
+            del self._count[who]
+            ended = self._ended.pop(who, None)
+        if ended is None:
+            return None
+        holds, release = ended
+        if queued or (queued is None and not holds):
+            return release
+        return None
+
+
+LEAVE_ARGS = ("leave",)
+"""``acquire.lua``'s ARGV tail for a caller's last attempt: refused, it leaves the queue."""
 
 ClientT = TypeVar("ClientT")
 
@@ -282,6 +390,7 @@ class HandoffBase(Generic[ClientT]):
         self._direct = direct
         self._primary = primary
         self._channels = Channels(linger_s)
+        self._late = LateQueueing()
         self._control = control_channel(prefix)
         self._listener = listener_id()  # names this manager's channels: only it wakes
         self._closed = False
@@ -319,6 +428,13 @@ class HandoffBase(Generic[ClientT]):
         self._channels.join(channel, waiter_name(owner_token), event)
         grace = 0 if final else self._grace_ms
         return str(wait_ms), str(grace), self._listener, "direct"
+
+    def leave_args(self, key: str, owner_token: str) -> tuple[str, ...] | None:
+        """``('leave',)`` where the manager's acquire carries queueing arguments (a waiter that
+        takes grants from its messages: the plain Redis backend), else None. No I/O."""
+        if self._closed or not self.direct():
+            return None
+        return LEAVE_ARGS
 
     def direct(self) -> bool:
         """Whether a waiter queues now to take a hand-off from its message (no claim)."""

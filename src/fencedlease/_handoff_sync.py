@@ -19,6 +19,7 @@ from redis.exceptions import RedisError
 
 from ._handoff import (
     HandoffBase,
+    LateQueueing,
     WaitRequest,
     listener_died,
     listener_failed,
@@ -153,10 +154,39 @@ class Handoff(HandoffBase[redis.Redis]):
             if not queued.result(timeout=left):
                 return  # free, or already ours: acquire now
         except concurrent.futures.TimeoutError:
-            return  # Redis is slow: this round was a plain poll (the entry may land later)
+            return  # Redis is slow: this round was a plain poll
+        finally:
+            # Not answered in time (or the wait was interrupted): a command still in the pool's
+            # queue is never sent; one already out may land after the call has ended.
+            if not queued.done() and not queued.cancel():
+                self._gave_up_on(queued, request.key, request.owner_token)
         left = until - time.monotonic()
         if left > 0:
             event.wait(left)
+
+    def _gave_up_on(
+        self, queued: concurrent.futures.Future[bool], key: str, owner_token: str
+    ) -> None:
+        """Keep the queueing command ``queued`` the wait no longer waits for (`LateQueueing`);
+        its end is `_landed`."""
+        with self._lock:
+            self._late.gave_up_on(queued, key, owner_token)
+        queued.add_done_callback(self._landed)  # at once, here, if it has ended meanwhile
+
+    def _landed(self, queued: concurrent.futures.Future[bool]) -> None:
+        """A queueing command the wait gave up on has ended: the release its outcome asks for."""
+        outcome: bool | None = False  # cancelled: it never left
+        if not queued.cancelled():
+            outcome = None if queued.exception() is not None else queued.result()
+        with self._lock:
+            release = self._late.landed(queued, outcome)
+        if release is not None:
+            release()
+
+    def ended(self, key: str, owner_token: str, holds: bool, release: Callable[[], None]) -> None:
+        """The acquire call of ``owner_token`` has ended (see `LateQueueing`). No I/O."""
+        with self._lock:
+            self._late.ended(key, owner_token, holds, release)
 
     def _enqueue(self, key: str, owner_token: str, ttl_ms: int, wait_ms: int, final: bool) -> bool:
         keys, args = self._enqueue_args(key, owner_token, ttl_ms, wait_ms, final)
@@ -205,6 +235,7 @@ class Handoff(HandoffBase[redis.Redis]):
         lock and waiters, none of which exist here; the next wait starts a listener of the
         child's own, on a control channel of its own. No I/O."""
         self._channels = Channels(self._channels.linger_s)
+        self._late = LateQueueing()
         self._control = control_channel(self._prefix)
         self._listener = listener_id()
         self._reset()

@@ -218,6 +218,13 @@ class _ManagerBase(_AsyncStoreCalls, ABC):
     ) -> LeaseOutcome[T]:
         """``fn(lease)`` inside ``hold``; a skipped outcome when ``hold`` acquired nothing."""
 
+    def _release_late(self, key: str, owner_token: str) -> None:
+        """`_release_later` for a queueing command that landed after its call ended (see
+        `fencedlease._handoff.LateQueueing`); nothing once the manager is closed (its client is
+        closed, and the listener that gave a waiter its whole ttl_ms is gone)."""
+        if not self._closed:
+            self._release_later(key, owner_token)
+
     def _check_open(self) -> None:
         if self._forked:
             raise ManagerClosedError(
@@ -286,6 +293,7 @@ class _ManagerBase(_AsyncStoreCalls, ABC):
         waited = False  # a grant after a wait in the hand-off queue was handed over
         answer: AcquireReply | bool = False
         queued = registered = False  # the last acquire queued the caller; one ever did
+        holds = False  # the call ends with a lease under owner_token
         try:
             step = next(steps)
             while True:
@@ -302,10 +310,13 @@ class _ManagerBase(_AsyncStoreCalls, ABC):
                             self._check_open()
                         answer = self._closed or grant or False
                     else:
-                        queue = None
+                        queue: tuple[str, ...] | None = None
                         if step.wait_ms:  # the Redis hand-off's arguments, or None
                             queue = waiter.queue_args(key, owner_token, step.wait_ms, step.final)
-                        queued = queue is not None
+                        elif step.leave:  # or the arguments that take it out when refused
+                            queue = waiter.leave_args(key, owner_token)
+                            attempt.leaving = queue is not None
+                        queued = queue is not None and not attempt.leaving
                         registered = registered or queued
                         attempt.queued = attempt.queued or queued  # a release may grant it now
                         with marking_sends(attempt.sending):  # the real send, after connecting
@@ -320,6 +331,7 @@ class _ManagerBase(_AsyncStoreCalls, ABC):
                     step = steps.send(answer)
         except StopIteration as stop:
             end: AcquireEnd = stop.value
+            holds = end.state is not None
         except BaseException as exc:
             acquire_ended(self._on_event, key, None, attempt.sent_mono, clock, exc)
             if attempt.uncertain:
@@ -328,6 +340,8 @@ class _ManagerBase(_AsyncStoreCalls, ABC):
         finally:
             if registered:
                 waiter.forget(key, owner_token)
+            if waiter.queues:  # a queueing command still out may land after this call
+                waiter.ended(key, owner_token, holds, lambda: self._release_late(key, owner_token))
         handed = waited and isinstance(answer, AcquireReply) and answer.retried
         acquire_ended(self._on_event, key, end.state, attempt.sent_mono, clock, handed=handed)
         if end.leave_queue:

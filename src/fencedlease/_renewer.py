@@ -16,9 +16,10 @@ stays blocked until the socket gives up, and its late reply is ignored (a batch 
 is cancelled).
 
 A scheduler and at most `IO_THREADS` I/O threads per manager, whatever the number of leases; they
-are started on the first lease and joined by `Renewer.close`. Another (``fencedlease-cleanup``),
-started by the first `Renewer.submit_release`, runs the releases of abandoned acquires, so
-that one waiting for a connection of the caller's pool never holds the renewals back.
+are started on the first lease and joined by `Renewer.close`. Others (``fencedlease-cleanup``, up
+to `CLEANUP_WORKERS`, started as `Renewer.submit_release` needs them) run the releases of
+abandoned acquires, so that one waiting for a connection of the caller's pool never holds the
+renewals back.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import TypeVar
 
 from ._backend import LeaseBackend
 from ._clock import Clock, SendTime, marking_sends
-from ._decisions import apply_batch, call_renew_error_hooks
+from ._decisions import CLEANUP_WORKERS, apply_batch, call_renew_error_hooks
 from ._errors import BackendError, no_reply
 from ._events import deferred
 from ._schedule import MAX_IN_FLIGHT, RenewalEntry, RenewalSchedule, RenewerCore, renewal_items
@@ -200,7 +201,9 @@ class Renewer(RenewerCore):
             if self._closed:
                 return
             if self._cleanup is None:
-                self._cleanup = DaemonThreadPool(1, thread_name_prefix="fencedlease-cleanup")
+                self._cleanup = DaemonThreadPool(
+                    CLEANUP_WORKERS, thread_name_prefix="fencedlease-cleanup"
+                )
             future = self._cleanup.submit(self._backend.release, key, owner_token)
         future.add_done_callback(_log_cleanup_failure)
 

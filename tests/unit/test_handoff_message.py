@@ -130,15 +130,15 @@ def test_the_acquire_loop_ends_on_a_grant_it_takes_and_claims_one_it_does_not() 
 
 def test_the_wait_that_spends_the_budget_queues_without_grace_and_none_after() -> None:
     """With 60 ms of budget left and a 100 ms delay drawn, the acquire queues for the final wait
-    (60 ms); once the budget is spent the last attempt queues nothing; a caller that does not
-    wait never queues."""
+    (60 ms); once the budget is spent the last attempt queues nothing and asks to leave the queue
+    when refused; a caller that does not wait never queues."""
     clock = FakeClock()
     attempt = AcquireAttempt("k", 10_000, 60, 100, clock, uniform=lambda low, high: 1.0)
     steps = acquire_steps(attempt, True)
     assert next(steps) == SendAcquire(60, True)
     assert steps.send(AcquireReply(False, 0, 5_000)) == WaitForRelease(0.06, True)
     clock.advance(60)
-    assert steps.send(False) == SendAcquire()
+    assert steps.send(False) == SendAcquire(leave=True)
     fail_fast = AcquireAttempt("k", 10_000, 0, 100, clock)
     assert next(acquire_steps(fail_fast, True)) == SendAcquire()
     assert (fail_fast.queued, fail_fast.queued_mono) == (False, None)

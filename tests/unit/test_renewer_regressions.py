@@ -8,6 +8,7 @@ renewer's real-time sleeps), so a loaded machine only slows the test down.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -17,10 +18,14 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from fencedlease import BackendError, Lease, LeaseLostError, LeaseManager, LeaseNotAcquiredError
+from fencedlease._decisions import CLEANUP_WORKERS
 from fencedlease._protocol import AcquireReply
 from fencedlease._redis.errors import backend_error
+from fencedlease._renewer import Renewer
 from fencedlease._state import LossReason
-from fencedlease.backends.memory import MemoryBackend
+from fencedlease.aio import AsyncLeaseManager
+from fencedlease.aio._releases import release_abandoned
+from fencedlease.backends.memory import AsyncMemoryBackend, MemoryBackend
 from fencedlease.testing import FakeClock
 
 PATIENCE_S = 30.0
@@ -300,3 +305,75 @@ def test_a_release_in_flight_past_the_deadline_is_not_a_loss() -> None:
         assert backend.while_in_flight == [False]
         assert lease.lost is False
         assert leases.inspect("k") is None
+
+
+class _BlockedReleases:
+    """A backend whose releases block until ``go`` is set; ``started`` counts those running."""
+
+    def __init__(self) -> None:
+        self.go = threading.Event()
+        self.lock = threading.Lock()
+        self.started: list[str] = []
+        self.both = threading.Event()
+
+    def release(self, key: str, owner_token: str) -> bool:
+        with self.lock:
+            self.started.append(owner_token)
+            if len(self.started) == 2:
+                self.both.set()
+        self.go.wait(30)
+        return False
+
+
+def test_clean_up_releases_run_side_by_side() -> None:
+    """A second clean-up release starts while the first is still out: a give-up's release is
+    not queued behind another's round trip."""
+    backend = _BlockedReleases()
+    renewer = Renewer(backend, FakeClock())  # type: ignore[arg-type]
+    try:
+        renewer.submit_release("k", "first")
+        renewer.submit_release("k", "second")
+        assert backend.both.wait(10), f"only {backend.started} started"
+    finally:
+        backend.go.set()
+        renewer.close()
+    assert sorted(backend.started) == ["first", "second"]
+
+
+class _AsyncBlockedReleases:
+    """An asyncio backend whose releases wait for ``go``; the most that ran at once."""
+
+    def __init__(self) -> None:
+        self.go = asyncio.Event()
+        self.running = self.most = self.done = 0
+
+    async def release(self, key: str, owner_token: str) -> bool:
+        self.running += 1
+        self.most = max(self.most, self.running)
+        await self.go.wait()
+        self.running -= 1
+        self.done += 1
+        return False
+
+
+def test_asyncio_clean_up_releases_take_at_most_their_slots() -> None:
+    """Three clean-up releases with two slots: two run, the third waits for a slot (it is neither
+    sent nor refused for want of a connection), then runs; the manager gives its releases
+    CLEANUP_WORKERS slots."""
+
+    async def scenario() -> tuple[int, int, int, int]:
+        backend, slots = _AsyncBlockedReleases(), asyncio.Semaphore(2)
+        tasks = [
+            asyncio.create_task(release_abandoned(backend, "k", f"owner-{i}", slots))  # type: ignore[arg-type]
+            for i in range(3)
+        ]
+        for _ in range(20):  # every task has had its turns on the loop
+            await asyncio.sleep(0)
+        waiting = backend.running
+        backend.go.set()
+        await asyncio.gather(*tasks)
+        async with AsyncLeaseManager(AsyncMemoryBackend()) as leases:
+            manager_slots = leases._cleanups._value
+        return waiting, backend.most, backend.done, manager_slots
+
+    assert asyncio.run(scenario()) == (2, 2, 3, CLEANUP_WORKERS)

@@ -149,12 +149,29 @@ class AsyncHandoff(HandoffBase[redis.asyncio.Redis]):
         queued = self._spawn(
             self._enqueue(request.key, request.owner_token, request.ttl_ms, wait_ms, request.final)
         )
-        done, _ = await asyncio.wait({queued}, timeout=left)
+        try:
+            done, _ = await asyncio.wait({queued}, timeout=left)
+        finally:
+            if not queued.done():  # it may land after the call has ended (see LateQueueing)
+                self._late.gave_up_on(queued, request.key, request.owner_token)
+                queued.add_done_callback(self._landed)
         if not done or queued.cancelled() or not queued.result():
             return
         left = until - loop.time()
         if left > 0:
             await _wait_event(event, left)
+
+    def _landed(self, queued: asyncio.Task[bool]) -> None:
+        """A queueing command the wait gave up on has ended: the release its outcome asks for
+        (a cancelled one may have been sent)."""
+        failed = queued.cancelled() or queued.exception() is not None
+        release = self._late.landed(queued, None if failed else queued.result())
+        if release is not None:
+            release()
+
+    def ended(self, key: str, owner_token: str, holds: bool, release: Callable[[], None]) -> None:
+        """As `ended`."""
+        self._late.ended(key, owner_token, holds, release)
 
     async def _enqueue(
         self, key: str, owner_token: str, ttl_ms: int, wait_ms: int, final: bool

@@ -44,6 +44,7 @@ import redis.asyncio
 from .._backend import AsyncLeaseBackend
 from .._context import AsyncWithOnly
 from .._decisions import (
+    CLEANUP_WORKERS,
     close_releases,
 )
 from .._errors import BackendError, LeaseNotAcquiredError, NestedHoldError
@@ -158,6 +159,7 @@ class AsyncLeaseManager(AsyncWithOnly, _AsyncManagerBase, Operations):
         self._release_waiter = async_release_waiter_for(self._backend, self._clock)
         self._holds: set[_Hold] = set()
         self._chores: set[asyncio.Task[Any]] = set()
+        self._cleanups = asyncio.Semaphore(CLEANUP_WORKERS)  # release_abandoned's slots
         self._close_done: asyncio.Event | None = None
         self._close_task: asyncio.Task[ShutdownReport] | None = None
         self._close_caller: asyncio.Task[Any] | None = None  # the task that called close()
@@ -305,7 +307,10 @@ class AsyncLeaseManager(AsyncWithOnly, _AsyncManagerBase, Operations):
     def _release_later(self, key: str, owner_token: str) -> None:
         # A task of the manager's, not awaited: the call keeps its time bound; close() waits
         # for it.
-        self._spawn(release_abandoned(self._backend, key, owner_token), "fencedlease-cleanup")
+        self._spawn(
+            release_abandoned(self._backend, key, owner_token, self._cleanups),
+            "fencedlease-cleanup",
+        )
 
     async def _abandon(self, key: str, owner_token: str, exc: BaseException) -> None:
         """Release what an abandoned acquire may hold, in a shielded task of the manager's. Not
@@ -314,7 +319,8 @@ class AsyncLeaseManager(AsyncWithOnly, _AsyncManagerBase, Operations):
             return
         try:
             chore = self._spawn(
-                release_abandoned(self._backend, key, owner_token), "fencedlease-cleanup"
+                release_abandoned(self._backend, key, owner_token, self._cleanups),
+                "fencedlease-cleanup",
             )
         except RuntimeError:  # no running loop: the coroutine is being closed by the GC
             return

@@ -52,11 +52,17 @@ async def release_within(lease: AsyncLease, clock: Clock) -> bool:
     ) from TimeoutError(f"no reply within {ms} ms")
 
 
-async def release_abandoned(backend: AsyncLeaseBackend, key: str, owner_token: str) -> None:
-    """Release what an abandoned acquire may hold; a store error is logged (the grant lapses at
-    its TTL)."""
+async def release_abandoned(
+    backend: AsyncLeaseBackend, key: str, owner_token: str, slots: asyncio.Semaphore
+) -> None:
+    """Release what an abandoned acquire may hold, holding one of the manager's ``slots`` (at most
+    `fencedlease._decisions.CLEANUP_WORKERS` such releases at once, as on the sync face: a burst of
+    give-ups that took a connection each emptied the caller's pool, and a release refused for want
+    of one left a lease handed to a gone waiter held for its ttl); a store error is logged (the
+    grant lapses at its TTL)."""
     try:
-        await backend.release(key, owner_token)
+        async with slots:
+            await backend.release(key, owner_token)
     except BackendError as exc:
         log.warning(
             "could not release the abandoned acquire of %r; it expires at its ttl: %s", key, exc

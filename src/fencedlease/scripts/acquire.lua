@@ -14,6 +14,9 @@
 --          wait queues itself in the same script when refused (as enqueue.lua's ARGV[2], [4], [5],
 --          [6], with ARGV[2] its ttl_ms), so no queueing round trip follows; ARGV[4] is then ''
 --          or 'primary', never missing
+-- ARGV[5]  or 'leave' alone: the last attempt of a caller that queued for a hand-off (and gives
+--          up when refused): refused, it is taken out of the waiter queue instead, in the same
+--          script, so no later release hands the key to a caller that has gone
 -- returns  {1, "fencing_token", ttl_ms, primary}  granted now: the counter was INCRed once (and,
 --                                        in 'clock' mode, then set to the token)
 --          {2, "fencing_token", ttl_ms, primary}  already ours: a retried acquire after a lost reply, or a
@@ -21,7 +24,8 @@
 --                                        release issued the token): the stored token, TTL reset,
 --                                        no INCR here
 --          {0, 0, pttl_ms, primary}      held by another owner; its remaining TTL in milliseconds
---                                        (with ARGV[5..8]: the caller is queued, see queue_waiter)
+--                                        (with ARGV[5..8]: the caller is queued, see queue_waiter;
+--                                        with 'leave': it is out of the queue)
 --          primary is the replication id of the primary that answered (primary_id), on every
 --          grant and on a refusal when ARGV[4] asks for it ('' else): the client tells a
 --          failover by its change. A server demoted and promoted again keeps its clients'
@@ -89,7 +93,8 @@ end
 local function refuse(role, key, why)
   return redis.error_reply('ERR fencedlease acquire: the ' .. role .. ' ' .. key .. ' ' .. why)
 end
-local queue = ARGV[5] and {ARGV[5], ARGV[2], ARGV[6] or '', ARGV[7], ARGV[8]}
+local leave = ARGV[5] == 'leave' and not ARGV[6]
+local queue = ARGV[5] and not leave and {ARGV[5], ARGV[2], ARGV[6] or '', ARGV[7], ARGV[8]}
 if queue then
   local problem = queue_error(queue, {'ARGV[5]', 'ARGV[2]', 'ARGV[6]', 'ARGV[7]', 'ARGV[8]'})
   if problem then
@@ -102,7 +107,7 @@ if why then
 end
 if current then
   if holder ~= owner then
-    if queue then  -- refused: queue the caller, which waits next
+    if queue or leave then  -- refused: queue the caller, which waits next; or take it out
       for i, want in ipairs({'zset', 'hash'}) do
         local kind = foreign_type(KEYS[i + 2], want)
         if kind then
@@ -110,7 +115,12 @@ if current then
                         'hold a ' .. kind .. ', not a ' .. want)
         end
       end
-      queue_waiter(KEYS[3], KEYS[4], owner, queue)
+      if queue then
+        queue_waiter(KEYS[3], KEYS[4], owner, queue)
+      else
+        redis.call('ZREM', KEYS[3], owner)
+        redis.call('HDEL', KEYS[4], owner)
+      end
     end
     return {0, 0, redis.call('PTTL', KEYS[1]), primary}
   end
