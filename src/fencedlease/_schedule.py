@@ -45,6 +45,16 @@ MAX_IN_FLIGHT = 2
 _RTT_GAIN = 0.125
 """Weight of a new round trip in the smoothed estimate (TCP's SRTT gain, RFC 6298)."""
 
+COMPACT_FACTOR = 8
+COMPACT_FLOOR = 64
+"""`RenewalSchedule` drops its heaps' dead entries once they hold more than ``COMPACT_FACTOR``
+entries per live lease plus ``COMPACT_FLOOR`` (see `RenewalSchedule.footprint`). A live lease
+holds one entry in each heap, plus the deadlines of its earlier renewals that have not come yet
+while a live item above them keeps `RenewalSchedule.next_wakeup` from dropping them: at most one
+per renewal of the last TTL, four with the default heartbeat (a quarter of the TTL). The factor
+keeps such a steady state from compacting; the floor keeps a manager holding a few leases from
+compacting on every release."""
+
 
 class RenewalItem(tuple[str, str, int]):
     """What a renewal sends for one lease, ``(key, owner_token, ttl_ms)``: a plain tuple to every
@@ -132,10 +142,36 @@ def _live_deadline(entry: RenewalEntry, when: float) -> bool:
     return entry.active and entry.state.deadline == when
 
 
+def _compact(heap: list[_Cohort], live: Callable[[RenewalEntry, float], bool]) -> int:
+    """Rebuild ``heap`` in place with its live entries only, each in the first item (by time,
+    then tie-breaker) that holds it live, the one the schedule would have reached first; the
+    items keep their times, tie-breakers and entry order. Returns the entries left. O(entries).
+    """
+    first: dict[RenewalEntry, int] = {}  # a live entry's live copies share one time: seq decides
+    for when, seq, cohort, start in heap:
+        for index in range(start, len(cohort)):
+            entry = cohort[index]
+            if live(entry, when) and first.get(entry, seq) >= seq:
+                first[entry] = seq
+    kept: list[_Cohort] = []
+    for when, seq, cohort, start in heap:
+        alive = [e for e in itertools.islice(cohort, start, None) if first.get(e) == seq]
+        if alive:
+            kept.append((when, seq, alive, 0))
+    heapq.heapify(kept)
+    heap[:] = kept
+    return len(first)
+
+
 class RenewalSchedule:
     """Which leases are due for renewal, and whose deadline is next; pure bookkeeping.
 
-    Two heaps with lazy deletion: one ordered by next renewal time, one by loss deadline. Their
+    Two heaps with lazy deletion, compacted: one ordered by next renewal time, one by loss
+    deadline. A removed lease, or a time or deadline that moved, leaves a dead entry in an item
+    until the item reaches the top, which at a long TTL is an hour away; so when the heaps hold
+    more than `COMPACT_FACTOR` entries per live lease plus `COMPACT_FLOOR` (`footprint`), every
+    dead entry is dropped at once. Memory stays bounded by the live leases, however many leases
+    came and went, whatever their TTL. Their
     items are cohorts: the leases of one batch that share a heartbeat are due again at the same
     moment (one heartbeat after the batch was sent), and those that share a TTL have the same
     deadline, so each such group is one heap item, not one per lease: a renewal costs O(1) of
@@ -149,56 +185,100 @@ class RenewalSchedule:
         self._due: list[_Cohort] = []
         self._deadlines: list[_Cohort] = []
         self._seq = itertools.count()
-        self._members: set[RenewalEntry] = set()
+        # A dict for its order: `all_due` and `drain` take the leases in the order they came.
+        self._members: dict[RenewalEntry, None] = {}
+        self._footprint = 0  # entries held by the heaps' items, live or dead: see `footprint`
         self.round_trip_s = 0.0
         """The smoothed round trip of the recent successful batches, in seconds (0: none yet)."""
 
     def __len__(self) -> int:
         return len(self._members)
 
+    def footprint(self) -> int:
+        """How many entries the two heaps' items hold, live or dead: at most
+        ``COMPACT_FACTOR * len(self) + COMPACT_FLOOR`` after every call (`add` grows it by two
+        and the bound by eight; the calls that push more, or remove, compact), and at most
+        ``2 * len(self)`` right after a compaction (a live lease is in one item of each heap)."""
+        return self._footprint
+
+    def _maybe_compact(self) -> None:
+        """Drop every dead entry from both heaps when they hold too many (see `footprint`).
+
+        Amortized O(1) per entry pushed and per lease removed: a compaction that finds ``f``
+        entries costs O(f) and leaves at most ``2 * n`` (``n`` live leases). The next one comes
+        when ``f' > 8 * n'``; if meanwhile ``p`` entries were pushed and ``r`` leases removed,
+        then ``f' <= 2 * n + p`` and ``n' >= n - r``, so ``8 * (n - r) < 2 * n + p`` bounds ``n``
+        by ``(p + 8 * r) / 6`` and ``f'`` by ``2 * p + 3 * r``: those pushes and removals pay for
+        it."""
+        members = len(self._members)
+        if self._footprint <= COMPACT_FACTOR * members + COMPACT_FLOOR:
+            return
+        self._footprint = _compact(self._due, _live_due) + _compact(self._deadlines, _live_deadline)
+
     def add(self, entry: RenewalEntry, now: float) -> None:
         """Start renewing ``entry``: first renewal one heartbeat after the confirming command was
         sent (the deadline's origin, see `confirmed_due`), not after its reply came: a slow
         round trip must not eat into the margin. At ``now`` at once if that moment has passed."""
         entry.active = True
-        self._members.add(entry)
+        self._members[entry] = None
         self._push_due(entry, confirmed_due(entry, now))
         self._push_deadline(entry)
 
     def remove(self, entry: RenewalEntry) -> None:
-        """Stop renewing ``entry`` (its heap items are dropped lazily)."""
+        """Stop renewing ``entry`` (its heap items are dropped lazily, or by a compaction)."""
+        self._drop(entry)
+        self._maybe_compact()
+
+    def _drop(self, entry: RenewalEntry) -> None:
         entry.active = False
-        self._members.discard(entry)
+        self._members.pop(entry, None)
 
     def entries(self) -> list[RenewalEntry]:
         """Every active entry, in flight or not (for shutdown)."""
         return list(self._members)
 
     def drain(self) -> list[RenewalEntry]:
-        """Stop renewing every entry (`remove` each) and return them, for shutdown."""
+        """Stop renewing every entry (`remove` each) and return them, for shutdown; the heaps are
+        emptied."""
         entries = self.entries()
         for entry in entries:
-            self.remove(entry)
+            self._drop(entry)
+        self._due.clear()
+        self._deadlines.clear()
+        self._footprint = 0
         return entries
 
     def all_due(self, now: float) -> None:
         """Make every entry that is not in flight due at ``now`` (the store moved to a new
-        primary: every lease is confirmed there at once)."""
+        primary: every lease is confirmed there at once); one due earlier keeps its time.
+
+        The due heap is built again, O(n) as the pushes would be: an entry left behind in an
+        item at its old time would come alive there again were it ever due at that time once
+        more, and go out in that item's place, which no compaction could reproduce."""
+        held = sum(len(cohort) - start for _, _, cohort, start in self._due)
+        due: list[_Cohort] = []
         for entry in self._members:
-            if entry.next_due != float("inf"):
-                self._push_due(entry, now)
+            if entry.next_due != math.inf:
+                entry.next_due = when = min(entry.next_due, now)
+                due.append((when, next(self._seq), [entry], 0))
+        heapq.heapify(due)
+        self._due[:] = due
+        self._footprint += len(due) - held
 
     def _push_due(self, entry: RenewalEntry, due: float) -> None:
         entry.next_due = due
+        self._footprint += 1
         heapq.heappush(self._due, (due, next(self._seq), [entry], 0))
 
     def deadline_moved(self, entry: RenewalEntry) -> None:
         """Watch ``entry``'s new deadline after a renewal the schedule did not apply itself."""
         if entry.active:
             self._push_deadline(entry)
+            self._maybe_compact()
 
     def _push_deadline(self, entry: RenewalEntry) -> None:
         if entry.state.deadline is not None:
+            self._footprint += 1
             heapq.heappush(self._deadlines, (entry.state.deadline, next(self._seq), [entry], 0))
 
     def pop_due(self, now: float, limit: int) -> list[RenewalEntry]:
@@ -227,11 +307,13 @@ class RenewalSchedule:
                 break
             heapq.heappop(due)
             end = len(cohort)
+            self._footprint -= end - start
             for index in range(start, end):
                 entry = cohort[index]
                 if not entry.active or entry.next_due != when:
                     continue  # removed, or due at another time since
                 if len(batch) >= limit:  # the rest keep their place
+                    self._footprint += end - index
                     heapq.heappush(due, (when, next(self._seq), cohort, index))
                     break
                 entry.next_due = inf
@@ -265,12 +347,14 @@ class RenewalSchedule:
             if when > now:
                 break
             heapq.heappop(heap)
+            self._footprint -= len(cohort) - start
             for index in range(start, len(cohort)):
                 entry = cohort[index]
                 if entry.active and entry.state.deadline == when:
                     entry.state.check_deadline(now)
-                    self.remove(entry)
+                    self._drop(entry)  # no compaction while this loop reads the heap
                     expired.append(entry)
+        self._maybe_compact()
         return expired
 
     def next_wakeup(self, batches_in_flight: int) -> float | None:
@@ -289,6 +373,7 @@ class RenewalSchedule:
                 if any(live(cohort[i], when) for i in range(start, len(cohort))):
                     break
                 heapq.heappop(heap)
+                self._footprint -= len(cohort) - start
             if wanted and heap:
                 candidates.append(heap[0][0])
         return min(candidates) if candidates else None
@@ -339,17 +424,19 @@ class RenewalSchedule:
                     else:
                         cohort.append(entry)
                 else:
-                    self.remove(entry)
+                    self._drop(entry)
             else:
                 if not state.releasing:
                     state.mark_lost(LossReason.RENEW_REFUSED)
-                self.remove(entry)
+                self._drop(entry)
         for (_, ttl_ms), cohort in confirmed.items():
             when = confirmed_due(cohort[0], now)  # the same for the whole cohort
             for entry in cohort:
                 entry.next_due = when
+            self._footprint += 2 * len(cohort)
             heapq.heappush(self._due, (when, next(self._seq), cohort, 0))
             heapq.heappush(self._deadlines, (deadlines[ttl_ms], next(self._seq), cohort, 0))
+        self._maybe_compact()
         return errors
 
 
