@@ -14,6 +14,9 @@ FencedLeaseError
 │   └── ReplicationError    fewer replicas acknowledged a grant or renewal than replica_acks
 ├── ManagerClosedError      also a RuntimeError; the lease manager is (or was just) closed
 └── RowNotFoundError        also a LookupError; .table, .where (``fencedlease.db``)
+
+UserWarning
+└── UnsafeRedisWarning      the store's maxmemory-policy evicts keys: tokens may be reissued
 ```
 
 Every error a store (Redis, SQLite, ...) raises while the library talks to it reaches the caller as

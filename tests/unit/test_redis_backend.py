@@ -19,6 +19,7 @@ class _Recorder:
 
     def __init__(self, reply: Any, *, noscript: bool = False, error: Exception | None = None):
         self.calls: list[tuple[Any, ...]] = []
+        self.infos: list[str] = []
         self.reply = reply
         self.noscript = noscript
         self.error = error
@@ -39,6 +40,11 @@ class _Recorder:
     def delete(self, *args: Any) -> int:
         self.calls.append(("delete", *args))
         return 1
+
+    def info(self, section: str) -> dict[str, str]:
+        """The eviction check's one read after the first acquire (counted apart from calls)."""
+        self.infos.append(section)
+        return {"maxmemory_policy": "noeviction"}
 
 
 _RELEASE_KEYS = (  # acquire and release declare the same four keys
