@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -152,3 +153,24 @@ def redis_cluster() -> Iterator[RedisClusterServers]:
         yield cluster
     finally:
         cluster.close()
+
+
+def _caller_releases() -> bool:
+    from fencedlease._redis.caller import _bounds_reads
+
+    return _bounds_reads(redis.Connection)
+
+
+needs_caller_releases = pytest.mark.skipif(
+    not _caller_releases(),
+    reason=f"redis-py {redis.__version__} reads no reply with a timeout of the caller's: a"
+    " release runs on the worker thread, not the caller's",
+)
+"""For the tests of releases on the caller's thread (`fencedlease._redis.caller`)."""
+
+
+def acl_log(admin: redis.Redis) -> list[dict[bytes, Any]]:
+    """``ACL LOG``'s entries as dicts: RESP3 (or redis-py's own parsing) gives a dict per entry,
+    an older redis-py over RESP2 a flat ``[field, value, ...]`` list."""
+    entries = admin.execute_command("ACL", "LOG")  # type: ignore[no-untyped-call, unused-ignore]
+    return [e if isinstance(e, dict) else dict(zip(e[::2], e[1::2], strict=True)) for e in entries]

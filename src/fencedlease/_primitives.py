@@ -7,10 +7,12 @@ face's.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import Any
 
 from ._state import LeaseState
 
-__all__ = ["LostSignal"]
+__all__ = ["Background", "LostSignal"]
 
 
 class LostSignal:
@@ -26,3 +28,33 @@ class LostSignal:
     def wait(self, timeout_s: float | None) -> None:
         """Block until set or ``timeout_s`` seconds have passed (None: no bound)."""
         self._event.wait(timeout_s)
+
+
+STOP_S = 1.0
+"""How long `Background.stop` waits for a run still going (it cannot be cancelled: a daemon
+thread, it ends at its client's timeouts)."""
+
+
+class Background:
+    """One piece of work at a time off the caller's path (a daemon thread named ``name``):
+    `start` runs ``fn()`` unless a run is still going, `stop` waits for a run (`STOP_S` at
+    most)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def start(self, fn: Callable[[], Any]) -> None:
+        """Run ``fn()`` in a thread of its own, unless the last one is still running."""
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=fn, name=self._name, daemon=True)
+                self._thread.start()
+
+    def stop(self) -> None:
+        """Wait for a run still going, `STOP_S` at most."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(STOP_S)

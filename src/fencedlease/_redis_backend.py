@@ -11,6 +11,7 @@ with the asyncio twin (`fencedlease.aio._redis_backend`), the hand-off and
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -19,6 +20,7 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from ._errors import BackendError
 from ._handoff_sync import Handoff
+from ._primitives import Background
 from ._protocol import AcquireReply, InspectReply
 from ._redis.clients import dedicated_client, waits_for_connection
 from ._redis.errors import STORE_ERRORS, backend_errors, store_error
@@ -109,6 +111,7 @@ class RedisBackend:
         self.grants = GrantOptions.checked(replica_acks, replica_ack_timeout_ms, fencing)
         self.primary = PrimaryWatch()
         self.eviction = EvictionCheck()
+        self._eviction_read = Background("fencedlease-eviction-check")
         self.on_primary_switch: Callable[[], object] | None = None
         self._switches = SwitchWatcher(client, self._primary_switched)
         self._check = PrimaryCheck(client)
@@ -258,7 +261,9 @@ class RedisBackend:
         decoded = decode_acquire(reply, key)
         self.primary.seen(decoded, key)
         if self.eviction.due:  # once per backend: the store answered, so it answers INFO too
-            self._check_eviction()
+            # off the acquire's path: a round trip here would delay the new lease's first
+            # renewal by as much, and at a slow round trip cost it
+            self._eviction_read.start(self._check_eviction)
         if not decoded.acquired or acks is None or not self.grants.short(acks):
             return decoded
         # Too few replicas hold the grant: a failover could lose it. Take it back.
@@ -305,13 +310,20 @@ class RedisBackend:
         eviction = self.eviction
         if not eviction.claim():
             return
+        # a connection of its own: the pool's idle ones stay for the renewals (taking the one a
+        # new client has would make the first renewal open another, a handshake late)
+        probe = dedicated_client(self.client)
         try:
-            self.read_eviction()
+            self.read_eviction(None if probe is self.client else probe)
         except STORE_ERRORS as exc:
             eviction.again(exc)
         except BaseException:
             eviction.again(None)
             raise
+        finally:
+            if probe is not self.client:
+                with contextlib.suppress(*STORE_ERRORS):
+                    probe.connection_pool.disconnect()  # its own pool: not closed with it
 
     def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
         try:
@@ -384,6 +396,7 @@ class RedisBackend:
 
     def close(self) -> None:
         self._closed = True
+        self._eviction_read.stop()
         self._switches.close(sentinels=self._owns_client)
         self._check.close()
         renewals, self._renewal_client = self._renewal_client, None

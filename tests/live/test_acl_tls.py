@@ -25,7 +25,7 @@ import redis.asyncio
 from redis.exceptions import NoPermissionError
 from tls_fixtures import Pki, make_pki
 
-from conftest import unavailable, wait_until
+from conftest import acl_log, unavailable, wait_until
 from fencedlease import BackendError, LeaseManager, StaleTokenError
 from fencedlease._acl import ACL_COMMANDS, acl_rules
 from fencedlease._redis.keys import enqueue_args
@@ -51,8 +51,7 @@ def _denials(admin: redis.Redis) -> list[tuple[str, str]]:
     """(reason, object) of every ACL LOG entry but the refusal of redis-py's optional CLIENT
     SETINFO on connect, which redis-py ignores (Redis 6.2 logs it as "client", 7.2+ as
     "client|setinfo"; 7.0 has no such subcommand)."""
-    entries = admin.execute_command("ACL", "LOG")  # type: ignore[no-untyped-call]
-    seen = [(e[b"reason"].decode(), e[b"object"].decode()) for e in entries]
+    seen = [(e[b"reason"].decode(), e[b"object"].decode()) for e in acl_log(admin)]
     return [(r, obj) for r, obj in seen if (r, obj) not in _SETINFO]
 
 

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 import redis
 
-from conftest import wait_until
+from conftest import needs_caller_releases, wait_until
 from fencedlease import LeaseLostError, LeaseManager
 from fencedlease._redis.caller import CallerReleases
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, needs_caller_releases]
 
 
 class Counted:

@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 import redis
 
-from conftest import wait_until
+from conftest import needs_caller_releases, wait_until
 from fencedlease import BackendError, LeaseLostError, LeaseManager
 from fencedlease._redis.caller import CallerReleases
 from fencedlease.lab.servers.redis import RedisServer
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, needs_caller_releases]
 
 SLACK_S = 3.0
 """Scheduling slack on two busy cores, well short of the waits each fault would cause."""

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from test_acl_tls import PREFIX, Acl, acl, acl_server, pki, tls  # noqa: F401
 
-from conftest import wait_until
+from conftest import needs_caller_releases, wait_until
 from fencedlease import BackendError, LeaseManager
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, needs_caller_releases]
 
 
 def test_acl(acl: Acl) -> None:  # noqa: F811

@@ -16,7 +16,7 @@ import pytest
 import redis
 import redis.asyncio
 from redis.crc import key_slot
-from redis.exceptions import ClusterDownError, ClusterError, MovedError
+from redis.exceptions import ClusterDownError, ClusterError, MovedError, ResponseError
 
 from conftest import unavailable
 from fencedlease import (
@@ -292,6 +292,10 @@ def test_sync_waiter_is_woken_by_a_release_on_another_node(
         assert handoff.sharded is sharded_pubsub(redis_cluster.version())  # type: ignore[attr-defined]
 
 
+@pytest.mark.skipif(
+    not hasattr(redis.asyncio.RedisCluster, "pubsub"),
+    reason=f"redis-py {redis.__version__} has no asyncio cluster pub/sub: waiters poll",
+)
 def test_async_waiter_is_woken_by_a_release_on_another_node(
     redis_cluster: RedisClusterServers,
 ) -> None:
@@ -578,6 +582,13 @@ def _named_connections(cluster: RedisClusterServers, name: str) -> list[int]:
     return counts
 
 
+def _is_moved(cause: BaseException | None) -> bool:
+    """A MOVED reply as redis-py raises it: MovedError; in an older one (5.0.1) a ResponseError."""
+    return isinstance(cause, MovedError) or (
+        type(cause) is ResponseError and str(cause).startswith("MOVED ")
+    )
+
+
 def test_a_plain_client_on_a_cluster_node_is_told_to_use_the_cluster_url(
     redis_cluster: RedisClusterServers,
 ) -> None:
@@ -588,7 +599,7 @@ def test_a_plain_client_on_a_cluster_node_is_told_to_use_the_cluster_url(
         pytest.raises(BackendError) as caught,
     ):
         leases.acquire(key, ttl_ms=5000)
-    assert isinstance(caught.value.__cause__, MovedError)
+    assert _is_moved(caught.value.__cause__)
     assert str(caught.value).endswith(
         "(the server is a Redis Cluster node: use a redis+cluster:// URL or a RedisCluster client)"
     )
@@ -607,7 +618,7 @@ def test_async_a_plain_client_on_a_cluster_node_is_told_to_use_the_cluster_url(
         return caught.value
 
     error = asyncio.run(main())
-    assert isinstance(error.__cause__, MovedError)
+    assert _is_moved(error.__cause__)
     assert str(error).endswith(
         "(the server is a Redis Cluster node: use a redis+cluster:// URL or a RedisCluster client)"
     )

@@ -22,7 +22,7 @@ import pytest
 import redis
 import redis.asyncio
 
-from conftest import wait_until
+from conftest import needs_caller_releases, wait_until
 from fencedlease import BackendError, Lease, LeaseLostError, LeaseManager, ValidationError
 from fencedlease._state import RELEASE_FLOOR_MS, LossReason
 from fencedlease.aio import AsyncLease, AsyncLeaseManager
@@ -638,7 +638,9 @@ def test_hold_exit_is_bounded_by_the_deadline_when_redis_hangs(
     client = redis.Redis.from_url(own_redis.url, socket_timeout=SOCKET_TIMEOUT_S)
     leases = LeaseManager(client, prefix="b")
     caller = leases._caller
-    assert caller is not None
+    if caller is None:
+        leases.close()
+        pytest.skip(needs_caller_releases.kwargs["reason"])
     if thread == "caller":
         with leases.hold("warm-up", ttl_ms=10_000):
             pass

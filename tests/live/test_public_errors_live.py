@@ -170,7 +170,7 @@ def test_a_setting_redis_py_trips_on_mid_command_is_a_backend_error(redis_url: s
     closed by server."): either way the BackendError names the class redis-py raised. (The
     asyncio client reads through asyncio streams, which do not use that setting.)"""
     port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
-    client = redis.Redis(port=port, socket_read_size=-1)
+    client = redis.Redis(connection_pool=redis.ConnectionPool(port=port, socket_read_size=-1))
     leases = LeaseManager(client, prefix="odd-setting")
     try:
         with pytest.raises(BackendError) as info:

@@ -20,7 +20,7 @@ import pytest
 import redis
 import redis.asyncio
 
-from conftest import expiry_ms
+from conftest import acl_log, expiry_ms
 from contract.semaphore_model import SlotModel
 from fencedlease import (
     BackendError,
@@ -363,8 +363,7 @@ def test_every_semaphore_script_runs_as_the_least_privilege_user(own_redis: Redi
 
     run(flush=False)
     run(flush=True)
-    entries = admin.execute_command("ACL", "LOG")  # type: ignore[no-untyped-call]
-    refused = {(e[b"reason"].decode(), e[b"object"].decode()) for e in entries}
+    refused = {(e[b"reason"].decode(), e[b"object"].decode()) for e in acl_log(admin)}
     assert refused <= {("command", "client"), ("command", "client|setinfo")}
     admin.close()
 

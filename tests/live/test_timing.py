@@ -17,6 +17,7 @@ import redis.asyncio
 
 from fencedlease import LeaseManager
 from fencedlease._redis.keys import lease_key
+from fencedlease._redis.pool import connection_args
 from fencedlease._redis.scripts import ACQUIRE, ENQUEUE, RELEASE, RENEW, RENEW_MANY
 from fencedlease.aio import AsyncLease, AsyncLeaseManager
 from fencedlease.lab.servers.redis import RedisEndpoint
@@ -91,7 +92,10 @@ def test_slow_round_trip_is_no_loss_sync(
     client = redis.Redis.from_url(url)
     # Connections are made before the latency: a new connection's handshake is several round
     # trips, which is connection setup, not renewal timing.
-    warm = [client.connection_pool.get_connection() for _ in range(3)]
+    warm = [
+        client.connection_pool.get_connection(*connection_args(client.connection_pool))
+        for _ in range(3)
+    ]
     for connection in warm:
         client.connection_pool.release(connection)
     _add_latency(proxy)
@@ -121,7 +125,7 @@ def test_slow_round_trip_is_no_loss_asyncio(
     async def main() -> tuple[bool, int, list[BaseException]]:
         client = redis.asyncio.Redis.from_url(url)
         pool = client.connection_pool
-        warm = [await pool.get_connection() for _ in range(3)]  # type: ignore[no-untyped-call]
+        warm = [await pool.get_connection(*connection_args(pool)) for _ in range(3)]  # type: ignore[no-untyped-call]
         for connection in warm:
             await client.connection_pool.release(connection)
         _add_latency(proxy)
@@ -215,7 +219,10 @@ def test_staggered_leases_at_a_slow_round_trip_are_no_loss_sync(
     then another for its own, and its deadline passed although Redis had renewed it.)"""
     url, proxy = slow_url
     client = redis.Redis.from_url(url)
-    warm = [client.connection_pool.get_connection() for _ in range(count + 3)]
+    warm = [
+        client.connection_pool.get_connection(*connection_args(client.connection_pool))
+        for _ in range(count + 3)
+    ]
     for connection in warm:
         client.connection_pool.release(connection)
     _add_latency(proxy)
@@ -266,7 +273,7 @@ def test_staggered_leases_at_a_slow_round_trip_are_no_loss_asyncio(
     async def main() -> tuple[list[tuple[bool, bool, bool]], list[BaseException]]:
         client = redis.asyncio.Redis.from_url(url)
         pool = client.connection_pool
-        warm = [await pool.get_connection() for _ in range(count + 3)]  # type: ignore[no-untyped-call]
+        warm = [await pool.get_connection(*connection_args(pool)) for _ in range(count + 3)]  # type: ignore[no-untyped-call]
         for connection in warm:
             await pool.release(connection)
         _add_latency(proxy)
@@ -398,7 +405,7 @@ def test_release_waiting_for_the_pool_past_the_ttl_is_no_loss_sync(
     with LeaseManager(client, prefix="t") as leases:
         with leases.hold("k", ttl_ms=600, heartbeat_ms=150) as lease:
             assert _holder(redis_client, "k") is not None
-            busy = pool.get_connection()  # type: ignore[no-untyped-call]
+            busy = pool.get_connection(*connection_args(pool))  # type: ignore[no-untyped-call]
             trips = leases.renewer.round_trips
 
             def give_back() -> None:
@@ -434,7 +441,7 @@ def test_release_waiting_for_the_pool_past_the_ttl_is_no_loss_asyncio(
         async with AsyncLeaseManager(client, prefix="t") as leases:
             async with leases.hold("k", ttl_ms=600, heartbeat_ms=150) as lease:
                 assert _holder(redis_client, "k") is not None
-                busy = await pool.get_connection()  # type: ignore[no-untyped-call]
+                busy = await pool.get_connection(*connection_args(pool))  # type: ignore[no-untyped-call]
                 trips = leases.renewer.round_trips
 
                 async def give_back() -> None:
@@ -469,7 +476,7 @@ def test_a_cleanup_release_waiting_for_the_pool_does_not_hold_renewals_back(
     client.ping()
     with LeaseManager(client, prefix="t") as leases:
         with leases.hold("k", ttl_ms=600, heartbeat_ms=150) as lease:
-            busy = pool.get_connection()  # type: ignore[no-untyped-call]
+            busy = pool.get_connection(*connection_args(pool))  # type: ignore[no-untyped-call]
             trips = leases.renewer.round_trips
             leases.renewer.submit_release("other", "an-abandoned-owner-token")
             give_up = time.monotonic() + 10
@@ -502,7 +509,7 @@ def test_close_while_a_release_waits_for_the_pool_is_no_loss_asyncio(
         async def holder() -> AsyncLease:
             try:
                 async with leases.hold("k", ttl_ms=5_000, heartbeat_ms=1_000) as lease:
-                    busy.append(await pool.get_connection())  # type: ignore[no-untyped-call]
+                    busy.append(await pool.get_connection(*connection_args(pool)))  # type: ignore[no-untyped-call]
                 return lease
             except BaseException as exc:
                 error.append(exc)
@@ -548,7 +555,7 @@ def test_close_while_a_release_waits_for_the_pool_is_no_loss_sync(
         try:
             with leases.hold("k", ttl_ms=5_000, heartbeat_ms=1_000) as lease:
                 held.append(lease)
-                busy.append(pool.get_connection())  # type: ignore[no-untyped-call]
+                busy.append(pool.get_connection(*connection_args(pool)))  # type: ignore[no-untyped-call]
         except BaseException as exc:
             outcome.append(exc)
         else:

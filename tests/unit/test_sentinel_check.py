@@ -36,7 +36,7 @@ def test_the_named_address_is_where_the_client_connects() -> None:
     assert named_address(client, ("10.0.0.2", 6380)) == ("10.0.0.2", 6380)
     assert named_address(client, None) is None  # a sentinel that does not know the service
     forced = _master_for(force_master_ip="192.0.2.7")
-    # redis-py before 5.1 has no force_master_ip: its clients connect to the address named.
+    # an older redis-py (5.0.1) has no force_master_ip: its clients connect to the address named.
     forces = "force_master_ip" in inspect.signature(redis.sentinel.Sentinel).parameters
     assert named_address(forced, (b"10.0.0.2", 6380)) == (
         ("192.0.2.7", 6380) if forces else ("10.0.0.2", 6380)

@@ -28,7 +28,7 @@ _Client = TypeVar("_Client", bound=_PooledClient)
 _UNEXPECTED_OPTION = re.compile(r"unexpected keyword argument '(\w+)'")
 _URL_OPTION = re.compile(
     r"value for ['`](\w+)['`]"
-)  # redis-py quotes the name '...' (from 5.1) or `...`
+)  # newer redis-py quotes the name '...', older `...`
 
 
 def redis_client(factory: Callable[..., _Client], url: str, kwargs: dict[str, Any]) -> _Client:

@@ -152,7 +152,10 @@ def backend_error(operation: str, cause: BaseException) -> BackendError:
         denied = acl_denial(cause) if isinstance(cause, RedisError) else None
         detail = f"{denied}: " if denied else ""
         message = f"{operation}: {detail}{type(cause).__name__}: {cause}"
-        if isinstance(cause, MovedError):  # a cluster client follows MOVED: this one is not one
+        if isinstance(cause, MovedError) or (  # a cluster client follows MOVED: this is not one
+            # (an older redis-py, 5.0.1 among them, parses a plain client's MOVED as such)
+            type(cause) is ResponseError and str(cause).startswith("MOVED ")
+        ):
             message += f" ({_NOT_A_CLUSTER_CLIENT})"
     sent, wrote, timed_out = classify(cause)
     return BackendError(message, sent=sent, wrote=wrote, timed_out=timed_out)

@@ -1,7 +1,8 @@
 """Taking a connection from a redis-py pool, in every redis-py the library supports.
 
-redis-py up to 5.2 requires ``get_connection(command_name, *keys, **options)`` (a plain pool ignores
-the name); 5.3 makes the name optional and deprecates passing it. The library asks a pool's class
+older redis-py (5.0.1, the oldest allowed, among them) requires ``get_connection(command_name,
+*keys, **options)`` (a plain pool ignores the name); newer ones make it optional and deprecate
+passing it (from 5.3). The library asks a pool's class
 once which form it has. No I/O here.
 """
 

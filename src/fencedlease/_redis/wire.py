@@ -182,7 +182,7 @@ class PrimaryReads:
         self._asked = getattr(conn, _PRIMARY, None) is None
         if self._asked:
             # kept once per callback by redis-py; its asyncio connections named it with an
-            # underscore before 5.1
+            # underscore in older redis-py (5.0.1)
             register = getattr(conn, "register_connect_callback", None)
             (register or conn._register_connect_callback)(forget_primary)
             ask = _ASK_PRIMARY

@@ -5,14 +5,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import logging
 from typing import Any
 
+import redis
 from redis.exceptions import RedisError
 
 from .._handoff_cluster import SHARD_SLICE_S, sharded_pubsub
 from ._handoff import AsyncHandoff
 
 __all__ = ["AsyncClusterHandoff"]
+
+log = logging.getLogger("fencedlease.handoff")
+
+
+@functools.cache
+def _no_pubsub() -> None:
+    """Say once per process why asyncio waiters on a cluster are not woken by a release."""
+    log.info(
+        "fencedlease: redis-py %s has no pub/sub on redis.asyncio.RedisCluster (newer ones"
+        " have it): a waiter on a cluster polls every retry_delay_ms instead of being woken",
+        redis.__version__,
+    )
 
 
 class AsyncClusterHandoff(AsyncHandoff):
@@ -31,6 +46,11 @@ class AsyncClusterHandoff(AsyncHandoff):
             await super()._poke()
 
     async def _run(self) -> None:
+        if not hasattr(self._client, "pubsub"):
+            # an older redis-py (5.0.1) has no pub/sub on asyncio's RedisCluster: no listener, so a
+            # waiter polls every retry_delay_ms; the task stays until aclose() cancels it.
+            _no_pubsub()
+            await asyncio.Event().wait()
         if self.sharded is None:
             client: Any = self._client
             try:

@@ -7,11 +7,12 @@ and `retrieve`, the done callback the asyncio face's own tasks share.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .._state import LeaseState
 
-__all__ = ["LostSignal", "retrieve"]
+__all__ = ["Background", "LostSignal", "retrieve"]
 
 
 class LostSignal:
@@ -54,3 +55,29 @@ def retrieve(task: asyncio.Future[Any]) -> None:
     awaiter may have been cancelled meanwhile). A done callback."""
     if not task.cancelled():
         task.exception()
+
+
+class Background:
+    """One piece of work at a time off the caller's path (a task named ``name``): `start` runs
+    ``fn()`` unless a run is still going, `stop` cancels a run and waits for it."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._task: asyncio.Task[Any] | None = None
+
+    def start(self, fn: Callable[[], Awaitable[Any]]) -> None:
+        """Run ``fn()`` in a task of the running loop, unless the last one is still running."""
+        if self._task is None or self._task.done():
+
+            async def run() -> None:
+                await fn()
+
+            self._task = asyncio.get_running_loop().create_task(run(), name=self._name)
+            self._task.add_done_callback(retrieve)
+
+    async def stop(self) -> None:
+        """Cancel a run still going and wait for it to end."""
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task})

@@ -11,6 +11,7 @@ class does not pretend otherwise.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -37,6 +38,7 @@ from .._redis.wire import PackedCalls, PackedRenewals
 from .._redis.wire_aio import packs_itself, run_packed
 from .._validate import check_prefix
 from ._handoff import AsyncHandoff
+from ._primitives import Background
 
 __all__ = ["AsyncRedisBackend"]
 
@@ -98,6 +100,7 @@ class AsyncRedisBackend:
         self.grants = GrantOptions.checked(replica_acks, replica_ack_timeout_ms, fencing)
         self.primary = PrimaryWatch()
         self.eviction = EvictionCheck()
+        self._eviction_read = Background("fencedlease-eviction-check")
         self.on_primary_switch: Callable[[], object] | None = None
         self._switches = AsyncSwitchWatcher(client, self._primary_switched)
         self._check = AsyncPrimaryCheck(client)
@@ -249,7 +252,9 @@ class AsyncRedisBackend:
         decoded = decode_acquire(reply, key)
         self.primary.seen(decoded, key)
         if self.eviction.due:  # once per backend: the store answered, so it answers INFO too
-            await self._check_eviction()
+            # off the acquire's path: a round trip here would delay the new lease's first
+            # renewal by as much, and at a slow round trip cost it
+            self._eviction_read.start(self._check_eviction)
         if not decoded.acquired or acks is None or not self.grants.short(acks):
             return decoded
         # Too few replicas hold the grant: a failover could lose it. Take it back.
@@ -298,13 +303,20 @@ class AsyncRedisBackend:
         eviction = self.eviction
         if not eviction.claim():
             return
+        # a connection of its own: the pool's idle ones stay for the renewals (taking the one a
+        # new client has would make the first renewal open another, a handshake late)
+        probe = dedicated_client(self.client)
         try:
-            await self.read_eviction()
+            await self.read_eviction(None if probe is self.client else probe)
         except STORE_ERRORS as exc:
             eviction.again(exc)
         except BaseException:
             eviction.again(None)
             raise
+        finally:
+            if probe is not self.client:
+                with contextlib.suppress(*STORE_ERRORS):
+                    await probe.connection_pool.disconnect()  # its own pool: not closed with it
 
     async def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
         try:
@@ -377,6 +389,7 @@ class AsyncRedisBackend:
 
     async def close(self) -> None:
         self._closed = True
+        await self._eviction_read.stop()
         await self._switches.close(sentinels=self._owns_client)
         await self._check.close()
         renewals, self._renewal_client = self._renewal_client, None
