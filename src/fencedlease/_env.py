@@ -30,7 +30,7 @@ import attrs
 from redis.backoff import EqualJitterBackoff
 
 from ._errors import ValidationError
-from ._redact import redact_url
+from ._redact import redact_text
 from ._validate import MAX_MS, check_prefix
 
 __all__ = [
@@ -63,7 +63,7 @@ MAX_DB = 2**31 - 1
 MAX_DIGITS = 20
 
 _DIGITS = re.compile(r"[0-9]+\Z", re.ASCII)
-_REDIS_SCHEMES = ("redis", "rediss", "unix")
+_REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "redis+cluster", "rediss+cluster")
 
 # name (without the prefix) -> (least, most)
 _NUMBERS: dict[str, tuple[int, int]] = {
@@ -137,12 +137,12 @@ def _url(environ: Mapping[str, str], stacklevel: int) -> str | None:
     if url is None:
         message = (
             f"{DEPRECATED_URL_VARIABLE} is deprecated: set {URL_VARIABLE} instead (the one"
-            f" variable naming the store); {redact_url(old)!r} is used"
+            f" variable naming the store); {redact_text(old, old)!r} is used"
         )
     else:
         message = (
             f"{DEPRECATED_URL_VARIABLE} is deprecated and ignored: {URL_VARIABLE} is set too and"
-            f" wins ({redact_url(url)!r} is used, not {redact_url(old)!r}); unset"
+            f" wins ({redact_text(url, url)!r} is used, not {redact_text(old, old)!r}); unset"
             f" {DEPRECATED_URL_VARIABLE}"
         )
     warnings.warn(message, DeprecationWarning, stacklevel=stacklevel)
@@ -242,13 +242,13 @@ def read_env(environ: Mapping[str, str] | None = None) -> EnvConfig:
                 raise ValidationError(
                     variable,
                     f"{variable} applies to Redis URLs only; {ENV_PREFIX}URL is"
-                    f" {redact_url(url)!r}",
+                    f" {redact_text(url, url)!r}",
                 )
     elif config.db is not None and _url_db(url):
         raise ValidationError(
             ENV_PREFIX + "DB",
             f"{ENV_PREFIX}DB is set and {ENV_PREFIX}URL names a database too"
-            f" ({redact_url(url)!r}): set one of them",
+            f" ({redact_text(url, url)!r}): set one of them",
         )
     return config
 

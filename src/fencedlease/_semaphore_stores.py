@@ -350,7 +350,7 @@ def slot_store_for(backend: object) -> SlotStore:
             SQLite backends have one); argument ``client``, the manager's.
     """
     if isinstance(backend, RedisBackend):
-        return RedisSlots(backend.client, backend._renewals, backend.prefix)
+        return RedisSlots(backend.client, backend._renewals, backend.prefix, backend.answered)
     if isinstance(backend, MemoryBackend):
         return MemorySlots(backend)
     if isinstance(backend, SqliteBackend):

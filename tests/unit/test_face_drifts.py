@@ -436,7 +436,9 @@ def test_the_redis_slot_store_sends_the_same_steps(face: str) -> None:
                 store.clear("s"),
             ]
         else:
-            backend = SimpleNamespace(client="client", _renewals=lambda: "renewals", prefix="p")
+            backend = SimpleNamespace(
+                client="client", _renewals=lambda: "renewals", prefix="p", answered=lambda: None
+            )
             aio = fencedlease.aio._semaphore_stores.AsyncRedisSlots(backend)  # type: ignore[arg-type]
 
             async def main() -> list[object]:

@@ -173,13 +173,19 @@ class SlotCalls:
 class RedisSlots:
     """Slots in Redis through a [`RedisBackend`][fencedlease.RedisBackend]'s ``client`` and
     ``prefix`` (the steps: `SlotCalls`); renewals go through ``renewals()``, the backend's
-    renewal client."""
+    renewal client; ``answered()`` follows each acquire the store answered (the backend's
+    eviction check)."""
 
     def __init__(
-        self, client: redis.Redis, renewals: Callable[[], redis.Redis], prefix: str
+        self,
+        client: redis.Redis,
+        renewals: Callable[[], redis.Redis],
+        prefix: str,
+        answered: Callable[[], None] = lambda: None,
     ) -> None:
         self._client = client
         self._renewals = renewals
+        self._answered = answered
         self._calls = SlotCalls(prefix)
 
     def _run(self, call: SlotCall[T]) -> T:
@@ -192,7 +198,9 @@ class RedisSlots:
         return self._calls.fencing_scope(name)
 
     def acquire(self, name: str, owner_token: str, ttl_ms: int, limit: int) -> AcquireReply:
-        return self._run(self._calls.acquire(name, owner_token, ttl_ms, limit))
+        reply = self._run(self._calls.acquire(name, owner_token, ttl_ms, limit))
+        self._answered()  # the backend's eviction check, once
+        return reply
 
     def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
         calls = renew_calls(self._calls.prefix, items, self._renewals())

@@ -251,10 +251,7 @@ class AsyncRedisBackend:
             raise store_error(f"acquire {key!r}", exc)  # noqa: B904  (store_error sets the cause)
         decoded = decode_acquire(reply, key)
         self.primary.seen(decoded, key)
-        if self.eviction.due:  # once per backend: the store answered, so it answers INFO too
-            # off the acquire's path: a round trip here would delay the new lease's first
-            # renewal by as much, and at a slow round trip cost it
-            self._eviction_read.start(self._check_eviction)
+        self.answered()
         if not decoded.acquired or acks is None or not self.grants.short(acks):
             return decoded
         # Too few replicas hold the grant: a failover could lose it. Take it back.
@@ -295,6 +292,13 @@ class AsyncRedisBackend:
         by server: ``""``, the backend's one primary, asked over ``client`` (default: the
         backend's). None where the reply has no such field."""
         return {"": policy_of(await (client or self.client).info("memory"))}
+
+    def answered(self) -> None:
+        """The store answered an acquire (a lease's or a semaphore slot's): the eviction check
+        starts, once per backend, off the caller's path (a round trip there would delay a new
+        lease's first renewal by as much, and at a slow round trip cost it). No I/O here."""
+        if self.eviction.due:  # the store answered, so it answers INFO too
+            self._eviction_read.start(self._check_eviction)
 
     async def _check_eviction(self) -> None:
         """`read_eviction` once per backend (`EvictionCheck.claim`: not while another call

@@ -54,6 +54,7 @@ class AsyncRedisSlots:
     def __init__(self, backend: AsyncRedisBackend) -> None:
         self._client = backend.client
         self._renewals = backend._renewals
+        self._answered = backend.answered
         self._calls = SlotCalls(backend.prefix)
 
     async def _run(self, call: SlotCall[T]) -> T:
@@ -66,7 +67,9 @@ class AsyncRedisSlots:
         return self._calls.fencing_scope(name)
 
     async def acquire(self, name: str, owner_token: str, ttl_ms: int, limit: int) -> AcquireReply:
-        return await self._run(self._calls.acquire(name, owner_token, ttl_ms, limit))
+        reply = await self._run(self._calls.acquire(name, owner_token, ttl_ms, limit))
+        self._answered()  # the backend's eviction check, once
+        return reply
 
     async def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
         calls = renew_calls(self._calls.prefix, items, self._renewals())
