@@ -215,6 +215,17 @@ def rollback_of(ctx: Context, fault: Fault) -> tuple[Rollback, list[Access]]:
     new = {
         (g.process, g.id): g for g in ctx.data.grants if _made_after(g, fault, fence.get(g.key, 0))
     }
+    # An old grant's access accepted once the restart began (invoked before it, or a holder
+    # still at work) raised the fence too: the new grants' refusals on that key are the
+    # rollback's. Which grants are new stays as decided above (that grant's own token may now be
+    # at the fence: it is still the old counter's).
+    for a in ctx.data.accesses:
+        if (
+            a.type == "ok"
+            and (a.completed or 0.0) >= fault.start
+            and (a.process, a.grant) not in new
+        ):
+            fence[a.key] = max(fence.get(a.key, 0), a.token or 0)
     after = [a for a in ctx.data.accesses if a.invoked > fault.start and a.key in fence]
     accepted = [a for a in after if a.type == "ok" and (a.process, a.grant) in new]
     through = any((a.token or 0) < fence[a.key] for a in after if a.type == "ok")
