@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from conftest import needs_caller_releases, wait_until
-from fencedlease import BackendError, LeaseLostError, LeaseManager
+from fencedlease import BackendError, LeaseLostError, LeaseManager, RedisBackend
 from fencedlease._redis.caller import CallerReleases
 from fencedlease.lab.servers.redis import RedisServer
 
@@ -424,6 +424,9 @@ def test_a_release_whose_reply_is_lost_with_its_connection_reports_the_lease_los
     proxy = Proxy(*_host_port(redis_url))
     client = redis.Redis(host="127.0.0.1", port=proxy.port, socket_timeout=5)
     leases = LeaseManager(client, prefix="rl")
+    backend = leases.backend
+    assert isinstance(backend, RedisBackend)
+    backend.read_eviction()  # its once-per-backend read, on the pool's one connection: done
     lease = leases.acquire("k", ttl_ms=10_000).lease
     assert lease is not None
     (pair,) = proxy.pairs.values()  # the pool's one connection, which the release takes again

@@ -135,6 +135,10 @@ def test_the_first_acquire_warns_once_asyncio(
                 "ten acquires answered, the one read begun and held",
             )
             go_on.set()
+            reading = leases.backend._eviction_read  # type: ignore[attr-defined]
+            await async_wait_until(
+                lambda: reading._task is None or reading._task.done(), "the read to end"
+            )
             results = await asyncio.gather(*tasks)
             assert all(result.lease is not None for result in results)
             await leases.acquire("k0", ttl_ms=10_000)
