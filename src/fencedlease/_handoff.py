@@ -296,12 +296,13 @@ class LateQueueing:
     messages would be given its whole ``ttl_ms`` while its manager's listener still hears the
     channel. Once both the call and the command have ended, the command's outcome decides:
 
-    - it queued the caller (``queued`` True): release with the owner token. The key was held by
-      another owner when it ran, so no lease of the call's is alive under that token any more:
-      the release takes the entry out, and passes on a lease handed to it meanwhile;
-    - it failed or was cancelled (``queued`` None: it may have run): the same, unless the call
-      ended holding a lease under that token (a release would end it): that entry lapses at its
-      deadline;
+    - the call ended holding a lease under that token: nothing, whatever the command did. A
+      command that queued the caller ran while another owner held the key, so before the call's
+      grant, and that grant (handed to the entry, or a later attempt) took the entry out; a
+      release now would end the live lease (a hand-off grant is made under the same token);
+    - otherwise, it queued the caller (``queued`` True) or failed or was cancelled once sent
+      (None: it may have): release with the owner token, which takes the entry out and passes
+      on a lease handed to it meanwhile;
     - it did not queue (False): nothing.
 
     A command that ends while its call still runs needs nothing: whatever the call does next (its
@@ -350,7 +351,7 @@ class LateQueueing:
         if ended is None:
             return None
         holds, release = ended
-        if queued or (queued is None and not holds):
+        if not holds and queued is not False:
             return release
         return None
 

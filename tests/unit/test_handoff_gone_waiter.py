@@ -32,7 +32,9 @@ class _Calls:
     ("queued", "holds", "releases"),
     [
         (True, False, 1),  # it queued a caller that gave up
-        (True, True, 1),  # it queued a caller whose lease had ended: the entry is a ghost
+        # it queued the caller before the call's grant, which took the entry out (a hand-off
+        # grant, under the same token): a release would end the live lease
+        (True, True, 0),
         (None, False, 1),  # it failed once sent: it may have queued the caller
         (None, True, 0),  # ... but a release would end the lease the call holds
         (False, False, 0),  # it did not queue (the key was free or the caller's)
@@ -42,7 +44,7 @@ def test_a_command_that_ends_after_its_call_asks_for_a_release_when_it_may_have_
     queued: bool | None, holds: bool, releases: int
 ) -> None:
     """A queueing command out when its call ended asks for the call's release by its outcome:
-    queued (always), failed (unless the call holds a lease), not queued (never)."""
+    queued or failed (unless the call holds a lease: never then), not queued (never)."""
     late, release = LateQueueing(), _Calls()
     handle = object()
     late.gave_up_on(handle, "k", "owner")
