@@ -91,7 +91,12 @@ def _cut_off_and_fail_over(
     deployment: SentinelDeployment, proxies: list[Any], renewals: _Renewals
 ) -> int:
     """Cut the holder off from the sentinels, wait until a renewal went unconfirmed (every
-    renewal from then on ran after the cut), and fail the primary over: the new primary's port."""
+    renewal from then on ran after the cut), and fail the primary over: the new primary's port.
+    The grant has reached every replica first (WAIT): under load it could still be in flight
+    when the failover promoted one, and the new primary would not hold it."""
+    with deployment.server_on(deployment.primary_port()).client() as primary:
+        replicas = len(deployment.replicas)
+        assert primary.execute_command("WAIT", replicas, 60_000) == replicas
     for proxy in proxies:
         proxy.disable()
     assert renewals.unconfirmed.wait(BOUND_S)
