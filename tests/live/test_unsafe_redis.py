@@ -285,17 +285,19 @@ def test_a_cluster_primary_that_evicts_is_named(
 def test_a_sentinel_primary_that_evicts_is_warned_about(
     sentinel_deployment: SentinelDeployment, caught: list[warnings.WarningMessage]
 ) -> None:
-    """Through Sentinel the primary it names is read, on the first acquire (both faces)."""
+    """Through Sentinel the primary it names is read, after the first acquire (both faces)."""
     primary = sentinel_deployment.server_on(sentinel_deployment.primary_port())
     with primary.client() as client:
         client.config_set("maxmemory-policy", "allkeys-lru")
     with LeaseManager.from_url(sentinel_deployment.url) as leases:
         assert leases.acquire("a", ttl_ms=10_000).lease is not None
         assert leases.acquire("b", ttl_ms=10_000).lease is not None
+        wait_until(lambda: len(unsafe(caught)) == 1, "the read after the first acquire")
 
     async def main() -> None:
         async with AsyncLeaseManager.from_url(sentinel_deployment.url) as leases:
             assert (await leases.acquire("c", ttl_ms=10_000)).lease is not None
+            await async_wait_until(lambda: len(unsafe(caught)) == 2, "the asyncio face's read")
 
     run(main)
     assert unsafe(caught) == [EXPECTED["allkeys-lru"]] * 2
