@@ -164,6 +164,8 @@ def test_rule_set_is_what_the_module_says(acl: Acl) -> None:
     """Redis stored exactly the commands of ACL_COMMANDS, the key and the channel pattern (6.2
     describes EVAL and EVALSHA as ``+@scripting -script``)."""
     info = acl.admin.execute_command("ACL", "GETUSER", "fl")  # type: ignore[no-untyped-call]
+    if isinstance(info, list):  # an older redis-py over RESP2: [field, value, ...]
+        info = dict(zip(info[::2], info[1::2], strict=True))
     allowed: set[str] = set()
     for rule in info[b"commands"].decode().split():
         expanded = {"eval", "evalsha", "script"} if rule[1:] == "@scripting" else {rule[1:]}

@@ -195,18 +195,25 @@ def test_a_server_that_refuses_info_is_not_checked(
         admin.execute_command("ACL", "SETUSER", "app", "reset", "on", f">{password}", *rules)  # type: ignore[no-untyped-call]
         admin.close()
         url = f"redis://app:{password}@127.0.0.1:{server.port}/0"
+
+        def skips() -> list[str]:
+            found = logged(caplog, logging.DEBUG)
+            return [m for m in found if "maxmemory-policy not checked" in m]
+
         with LeaseManager.from_url(url) as leases:
             assert leases.acquire("a", ttl_ms=10_000).lease is not None
+            wait_until(lambda: len(skips()) == 1, "the background read's skip")
             assert leases.check_health().maxmemory_policy is None
 
         async def main() -> None:
             async with AsyncLeaseManager.from_url(url) as leases:
                 assert (await leases.acquire("b", ttl_ms=10_000)).lease is not None
+                await async_wait_until(lambda: len(skips()) == 3, "the background read's skip")
                 assert (await leases.check_health()).maxmemory_policy is None
 
         run(main)
     assert unsafe(caught) == []
-    skipped = [m for m in logged(caplog, logging.DEBUG) if "maxmemory-policy not checked" in m]
+    skipped = skips()
     assert len(skipped) == 4
     refused = "fencedlease: maxmemory-policy not checked: INFO memory refused (NoPermissionError"
     assert all(m.startswith(refused) for m in skipped)
