@@ -8,6 +8,7 @@ Where a server cannot be had a test skips with the reason; with ``FENCEDLEASE_RE
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -174,3 +175,10 @@ def acl_log(admin: redis.Redis) -> list[dict[bytes, Any]]:
     an older redis-py over RESP2 a flat ``[field, value, ...]`` list."""
     entries = admin.execute_command("ACL", "LOG")  # type: ignore[no-untyped-call, unused-ignore]
     return [e if isinstance(e, dict) else dict(zip(e[::2], e[1::2], strict=True)) for e in entries]
+
+
+def url_password(length: int = 16) -> str:
+    """A random password for a test's URL: letters g-z only, so that no 3-character piece of it
+    (which the library masks wherever it appears) can stand in a host, a port or a hex id the
+    test reads back."""
+    return "".join(secrets.choice("ghijklmnopqrstuvwxyz") for _ in range(length))

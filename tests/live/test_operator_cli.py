@@ -20,7 +20,7 @@ import redis
 from click.testing import CliRunner, Result
 from redis.crc import key_slot
 
-from conftest import unavailable
+from conftest import unavailable, url_password
 from fencedlease import Lease, LeaseManager, owner_fingerprint, redis_keys
 from fencedlease.lab.cli import main
 from fencedlease.lab.operator_cli import (
@@ -35,7 +35,7 @@ from fencedlease.lab.servers.sentinel import SentinelDeployment
 
 pytestmark = pytest.mark.live
 
-PASSWORD = secrets.token_hex(12)
+PASSWORD = url_password()
 PREFIX = "ops[1]*"  # glob characters: matched literally by the listing
 
 
@@ -407,7 +407,7 @@ def test_the_url_and_prefix_come_from_the_environment(
 
 
 def test_a_wrong_password_is_an_error_without_the_password(server: RedisServer) -> None:
-    wrong = secrets.token_hex(12)
+    wrong = url_password()
     for command in (["list"], ["inspect", "k"], ["release", "k", "--force", "--yes"]):
         bad = f"redis://:{wrong}@127.0.0.1:{server.port}/0"
         result = CliRunner().invoke(main, [*command, "--url", bad])

@@ -20,7 +20,7 @@ import pytest
 import redis
 import redis.asyncio
 
-from conftest import async_wait_until, wait_until
+from conftest import async_wait_until, url_password, wait_until
 from fencedlease import LeaseManager, RedisBackend, UnsafeRedisWarning, acl_rules
 from fencedlease.aio import AsyncLeaseManager, AsyncRedisBackend
 from fencedlease.lab.servers.cluster import RedisClusterServers
@@ -189,7 +189,7 @@ def test_a_server_that_refuses_info_is_not_checked(
     """A user without ``INFO`` acquires and checks health as before: no warning, the policy
     reported None, and a debug line saying the check was skipped (both faces)."""
     with RedisServer(extra_args=("--maxmemory-policy", "allkeys-lru")) as server:
-        password = secrets.token_hex(8)
+        password = url_password()
         rules = [rule for rule in acl_rules("fencedlease") if rule != "+info"]
         admin = server.client()
         admin.execute_command("ACL", "SETUSER", "app", "reset", "on", f">{password}", *rules)  # type: ignore[no-untyped-call]
