@@ -52,6 +52,16 @@ def _kill_primary(deployment: SentinelDeployment) -> int:
         return watch.wait(90)
 
 
+def _healthy_token(manager: LeaseManager, key: str) -> int:
+    """A grant's token while the replicas are healthy, released: asked again (bounded) when the
+    100 ms acknowledgement bound is missed on a loaded machine (each miss burnt its token)."""
+    for _ in range(50):
+        token = _acquire_token(manager, key)
+        if token is not None:
+            return token
+    raise AssertionError(f"50 grants of {key!r} on healthy replicas all missed 100 ms")
+
+
 def _acquire_token(manager: LeaseManager, key: str, wait_ms: int = 0) -> int | None:
     """The token handed to the caller, or None when none was (a ReplicationError)."""
     try:
@@ -68,7 +78,7 @@ def _acquire_token(manager: LeaseManager, key: str, wait_ms: int = 0) -> int | N
 def test_replica_acks_hand_out_no_token_twice(sentinel_deployment: SentinelDeployment) -> None:
     deployment = sentinel_deployment
     with LeaseManager.from_url(deployment.url, replica_acks=1) as manager:
-        tokens = [_acquire_token(manager, "k")]
+        tokens = [_healthy_token(manager, "k")]
         _pause_replicas(deployment)
         assert _acquire_token(manager, "k") is None  # granted on the primary only: taken back
         _kill_primary(deployment)
@@ -78,7 +88,7 @@ def test_replica_acks_hand_out_no_token_twice(sentinel_deployment: SentinelDeplo
     # Each grant the replicas did not acknowledge yet was taken back (its token burnt, never
     # handed out); the one handed out is past them all.
     first, after = tokens
-    assert first == 1 and after is not None and after > first
+    assert first is not None and after is not None and after > first
 
 
 def test_clock_fencing_hands_out_no_token_twice(sentinel_deployment: SentinelDeployment) -> None:
