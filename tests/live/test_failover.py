@@ -78,7 +78,7 @@ def _acquire_token(manager: LeaseManager, key: str, wait_ms: int = 0) -> int | N
 def test_replica_acks_hand_out_no_token_twice(sentinel_deployment: SentinelDeployment) -> None:
     deployment = sentinel_deployment
     with LeaseManager.from_url(deployment.url, replica_acks=1) as manager:
-        tokens = [_healthy_token(manager, "k")]
+        tokens: list[int | None] = [_healthy_token(manager, "k")]
         _pause_replicas(deployment)
         assert _acquire_token(manager, "k") is None  # granted on the primary only: taken back
         _kill_primary(deployment)

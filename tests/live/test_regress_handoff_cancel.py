@@ -4,6 +4,7 @@ claims it, gives the key back (it used to stay held under an owner token nobody 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from typing import Any
 
@@ -67,14 +68,18 @@ def test_interrupted_sync_waiter_orphans_the_handed_off_key(
     holder = holder_mgr.acquire("s", ttl_ms=30_000).lease
     assert holder is not None
     real_wait = leases._release_waiter.wait
+    released = threading.Event()
 
     def wait_then_interrupt(*args: Any, **kwargs: Any) -> None:
-        # The release happens while the waiter sleeps; Ctrl-C arrives right after the wake-up.
+        # Ctrl-C arrives on the first wake-up after the release handed the key over. A wake-up
+        # before it (a loaded machine: the thread below had not seen the queue yet) sleeps
+        # again, so the interrupt never comes while the holder still holds.
         real_wait(*args, **kwargs)
+        while not released.is_set():
+            real_wait(*args, **kwargs)
         raise KeyboardInterrupt
 
     leases._release_waiter.wait = wait_then_interrupt  # type: ignore[method-assign]
-    import threading
 
     def release_when_queued() -> None:
         give_up = time.monotonic() + 5
@@ -82,6 +87,7 @@ def test_interrupted_sync_waiter_orphans_the_handed_off_key(
             assert time.monotonic() < give_up
             time.sleep(0.005)
         assert holder.release() is True
+        released.set()
 
     t = threading.Thread(target=release_when_queued)
     t.start()
