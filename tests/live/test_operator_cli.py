@@ -261,7 +261,7 @@ def test_a_slot_renewed_during_its_release_is_read_again(
     """The holder renews its slot between the release's reads and its EXEC: WATCH aborts the
     delete, and the release reads again and deletes it; a slot renewed under every attempt is
     left alone (None), renewing still."""
-    from fencedlease.lab import operator_cli
+    from fencedlease.lab.operator_cli import releasing
 
     pool = leases.semaphore("busy", limit=2)
     lease = pool.acquire(ttl_ms=60_000).lease
@@ -275,13 +275,13 @@ def test_a_slot_renewed_during_its_release_is_read_again(
             assert lease.renew()  # the slot set changes under the release's WATCH
         return real(owner)
 
-    monkeypatch.setattr(operator_cli, "owner_fingerprint", lambda o: renewing(o, every=True))
+    monkeypatch.setattr(releasing, "owner_fingerprint", lambda o: renewing(o, every=True))
     fingerprint = lease.owner_fingerprint
     assert release_slot(client, PREFIX, "busy", fingerprint, lease.fencing_token) is None
-    assert sum(real(r) == fingerprint for r in reads) == operator_cli.WATCH_ATTEMPTS
+    assert sum(real(r) == fingerprint for r in reads) == releasing.WATCH_ATTEMPTS
     assert lease.renew() and pool.holders() == 2
     reads.clear()
-    monkeypatch.setattr(operator_cli, "owner_fingerprint", lambda o: renewing(o, every=False))
+    monkeypatch.setattr(releasing, "owner_fingerprint", lambda o: renewing(o, every=False))
     assert release_slot(client, PREFIX, "busy", fingerprint, lease.fencing_token) is True
     assert not lease.renew()
     assert other.renew() and pool.holders() == 1
@@ -294,7 +294,7 @@ def test_a_lease_renewed_during_its_release_is_read_again(
     """The holder renews between the release's read and its EXEC: WATCH aborts the delete and
     the release reads again and deletes the lease (it did not change hands); a lease renewed
     under every one of the WATCH_ATTEMPTS attempts is left alone (None)."""
-    from fencedlease.lab import operator_cli
+    from fencedlease.lab.operator_cli import releasing
 
     lease = grant(leases, "busy")
     real, calls = owner_fingerprint, []
@@ -305,12 +305,12 @@ def test_a_lease_renewed_during_its_release_is_read_again(
             assert lease.renew()  # PEXPIRE on the watched lease key
         return real(owner)
 
-    monkeypatch.setattr(operator_cli, "owner_fingerprint", lambda o: renewing(o, True))
+    monkeypatch.setattr(releasing, "owner_fingerprint", lambda o: renewing(o, True))
     assert release_holder(client, PREFIX, "busy", lease.owner_fingerprint) is None
-    assert len(calls) == operator_cli.WATCH_ATTEMPTS == 5
+    assert len(calls) == releasing.WATCH_ATTEMPTS == 5
     assert lease.renew()
     calls.clear()
-    monkeypatch.setattr(operator_cli, "owner_fingerprint", lambda o: renewing(o, False))
+    monkeypatch.setattr(releasing, "owner_fingerprint", lambda o: renewing(o, False))
     assert release_holder(client, PREFIX, "busy", lease.owner_fingerprint) is True
     assert len(calls) == 2
     assert not lease.renew()

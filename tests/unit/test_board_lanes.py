@@ -11,7 +11,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from fencedlease.lab.harness import workload
 from fencedlease.lab.harness.history import HistoryWriter
 from fencedlease.lab.harness.nemesis import NemesisEnv
 from fencedlease.lab.harness.recorder import Recorder
@@ -25,6 +24,7 @@ from fencedlease.lab.harness.workload import (
     Cycle,
     WorkerConfig,
 )
+from fencedlease.lab.harness.workload import cycle as cycles
 
 KEYS = ("k0", "k1", "k2")
 
@@ -92,7 +92,7 @@ def test_the_nemesis_reads_the_key_its_victim_holds(tmp_path: Path) -> None:
 
 
 def test_a_steered_cycle_waits_for_the_key_it_was_steered_to(tmp_path: Path) -> None:
-    workload._shown.pop(1, None)  # a cycle another test left shown in this process
+    cycles._shown.pop(1, None)  # a cycle another test left shown in this process
     board = Board(multiprocessing.get_context("spawn"), 2)
     with HistoryWriter(tmp_path / "h.jsonl", "w1") as writer:
         recorder = Recorder(writer)
@@ -110,7 +110,7 @@ def test_a_steered_cycle_waits_for_the_key_it_was_steered_to(tmp_path: Path) -> 
 
 
 def test_only_the_shown_cycle_takes_a_stretch(tmp_path: Path) -> None:
-    workload._shown.pop(1, None)  # a cycle another test left shown in this process
+    cycles._shown.pop(1, None)  # a cycle another test left shown in this process
     board = Board(multiprocessing.get_context("spawn"), 2)
     with HistoryWriter(tmp_path / "h.jsonl", "w1") as writer:
         recorder = Recorder(writer)
@@ -129,7 +129,7 @@ def test_only_the_shown_cycle_takes_a_stretch(tmp_path: Path) -> None:
 @contextlib.contextmanager
 def fresh_lanes(tmp_path: Path) -> Iterator[tuple[Board, Recorder]]:
     """A board of two workers and a recorder of w1's history, no cycle of w1 shown."""
-    workload._shown.pop(1, None)  # a cycle another test left shown in this process
+    cycles._shown.pop(1, None)  # a cycle another test left shown in this process
     board = Board(multiprocessing.get_context("spawn"), 2)
     with HistoryWriter(tmp_path / "h.jsonl", "w1") as writer:
         yield board, Recorder(writer)
@@ -203,11 +203,11 @@ def test_a_stretch_asked_alone_skips_a_holder_another_lane_waits_behind(tmp_path
 
 def test_a_stretch_not_asked_alone_is_taken_by_the_shown_holder(tmp_path: Path) -> None:
     with fresh_lanes(tmp_path) as (board, recorder):
-        before = dict(workload._in_use)  # cycles other tests left unfinished in this process
+        before = dict(cycles._in_use)  # cycles other tests left unfinished in this process
         holder, waiter = lanes_on_one_key(board, recorder)
-        assert workload._in_use[holder.key] == before.get(holder.key, 0) + 2
+        assert cycles._in_use[holder.key] == before.get(holder.key, 0) + 2
         board.set(1, "stretch", 60_000)
         assert holder.body_left(0.0) > 59.0
         waiter.finish()
         holder.finish()
-    assert dict(workload._in_use) == before  # every cycle that ended gave its key back
+    assert dict(cycles._in_use) == before  # every cycle that ended gave its key back

@@ -166,7 +166,8 @@ def test_a_long_key_is_shown_whole_in_a_narrow_terminal(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The key is what an operator copies into ``release``: folded, never cut with an ellipsis."""
-    from fencedlease.lab.operator_cli import _COLUMNS, _rich_table
+    from fencedlease.lab.operator_cli.options import _rich_table
+    from fencedlease.lab.operator_cli.reading import _COLUMNS
 
     monkeypatch.setenv("COLUMNS", "60")
     key = "reports:daily:2026-12-01:eu-west"

@@ -142,9 +142,9 @@ def test_all_runs_every_kind_default_the_first_ten_clock_and_the_lease_faults_pe
 
 
 def test_every_kind_has_its_colour_on_the_timeline() -> None:
-    from fencedlease.lab.harness import timeline
+    from fencedlease.lab.harness.timeline import colors
 
-    colours = timeline.FAULT_COLORS
+    colours = colors.FAULT_COLORS
     assert sorted(colours) == sorted(FAULTS)
 
 

