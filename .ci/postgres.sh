@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Make PostgreSQL's server binaries (initdb, postgres) available for the live database tests.
 # Called by .ci/run. Idempotent and quiet: does nothing when initdb is already there. The tests start
-# their own throwaway server (src/fencedlease/lab/servers/postgres.py), so the packaged cluster is not
+# their own throwaway server (lab/src/fencedlease_lab/servers/postgres.py), so the packaged cluster is not
 # used; it is stopped so that it holds no port and no memory.
 set -euo pipefail
 

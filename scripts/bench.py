@@ -2,7 +2,7 @@
 
     python scripts/bench.py [--quick] [--out docs/performance.md]
 
-Starts its own ``redis-server`` on 127.0.0.1 (see :mod:`fencedlease.lab.servers.redis`; the
+Starts its own ``redis-server`` on 127.0.0.1 (see :mod:`fencedlease_lab.servers.redis`; the
 ``FENCEDLEASE_REDIS_SERVER`` variable picks another binary) and measures, in one run:
 
 1. uncontended acquire + release on one connection: fencedlease, redis-py ``Lock``,
@@ -67,7 +67,7 @@ from fencedlease import LeaseManager
 from fencedlease._handoff import SleepWaiter
 from fencedlease._redis.keys import waiters_key
 from fencedlease.aio import AsyncLeaseManager
-from fencedlease.lab.servers.redis import RedisServer
+from fencedlease_lab.servers.redis import RedisServer
 
 PREFIX = "bench"
 

@@ -30,7 +30,7 @@ from contextlib import AsyncExitStack
 import redis.asyncio
 
 from fencedlease.aio import AsyncLease, AsyncLeaseManager
-from fencedlease.lab.servers.redis import redis_endpoint
+from fencedlease_lab.servers.redis import redis_endpoint
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -5,17 +5,17 @@
     python scripts/bench_checker.py --ops 200000 --keys 64 --processes 96 --budget-s 30
 
 The whole checker: for each ``--ops`` size, a healthy run of ``--workers`` workers over ``--keys``
-keys (:func:`fencedlease.lab.harness.synthetic.synthetic_history`, a fault every 3 s) is checked
-with :func:`~fencedlease.lab.harness.checker.check_history` (every property, a to g); it must
+keys (:func:`fencedlease_lab.harness.synthetic.synthetic_history`, a fault every 3 s) is checked
+with :func:`~fencedlease_lab.harness.checker.check_history` (every property, a to g); it must
 pass. Then a stale write is planted (token 1 of ``k00`` accepted after everything) and it must be
 caught. Each line prints the events, CPU and wall seconds.
 
 The register check alone:
 What it does: makes, for each ``--ops`` size, a linearizable history with
-:func:`fencedlease.lab.harness.linearizable.random_history` (``--processes`` clients running lease
+:func:`fencedlease_lab.harness.linearizable.random_history` (``--processes`` clients running lease
 cycles on ``--keys`` keys with overlapping operations, ``--unknown`` of the outcomes forgotten,
 about a third of the accesses refused as stale), checks it with
-:func:`~fencedlease.lab.harness.linearizable.check_register` and prints the time taken (CPU
+:func:`~fencedlease_lab.harness.linearizable.check_register` and prints the time taken (CPU
 seconds of this process and wall seconds), the operations per CPU second, and whether the
 history was found linearizable (it must be). Then it plants one stale read at the end and times
 the check again: a failing key costs a bisection to its smallest failing prefix.
@@ -35,10 +35,10 @@ from typing import Any
 
 import attrs
 
-from fencedlease.lab.harness.checker import check_history
-from fencedlease.lab.harness.history import Event
-from fencedlease.lab.harness.linearizable import RegisterOp, check_register, random_history
-from fencedlease.lab.harness.synthetic import synthetic_history
+from fencedlease_lab.harness.checker import check_history
+from fencedlease_lab.harness.history import Event
+from fencedlease_lab.harness.linearizable import RegisterOp, check_register, random_history
+from fencedlease_lab.harness.synthetic import synthetic_history
 
 
 def _timed(ops: list[RegisterOp]) -> tuple[bool, float, float]:

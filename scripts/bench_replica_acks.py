@@ -1,6 +1,6 @@
 """What ``replica_acks`` costs: the median and p99 latency of an acquire and of a renewal with
 ``replica_acks=0`` and ``=1`` (and ``fencing="clock"``), on a primary and one replica of our own
-on loopback (`fencedlease.lab.servers.redis.RedisServer`).
+on loopback (`fencedlease_lab.servers.redis.RedisServer`).
 
     PYTHONPATH=src python scripts/bench_replica_acks.py [--rounds 3000]
 
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fencedlease import Lease, LeaseManager
-from fencedlease.lab.servers.redis import RedisServer
+from fencedlease_lab.servers.redis import RedisServer
 
 
 def _timed(fn: Callable[[int], object], rounds: int) -> tuple[float, float]:

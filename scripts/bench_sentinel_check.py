@@ -2,7 +2,7 @@
 renewal batch (``renew_many``, as the renewer sends it) of 1 and of 100 leases, over a
 ``redis+sentinel://`` URL (the batch, then ``SENTINEL GET-MASTER-ADDR-BY-NAME`` on a sentinel)
 and over a ``redis://`` URL of the same primary (no check), on a Sentinel deployment of our own
-on loopback (`fencedlease.lab.servers.sentinel.SentinelDeployment`).
+on loopback (`fencedlease_lab.servers.sentinel.SentinelDeployment`).
 
     PYTHONPATH=src python scripts/bench_sentinel_check.py [--rounds 2000]
 
@@ -16,7 +16,7 @@ import statistics
 import time
 
 from fencedlease import LeaseManager
-from fencedlease.lab.servers.sentinel import SentinelDeployment
+from fencedlease_lab.servers.sentinel import SentinelDeployment
 
 
 def _batch_ms(manager: LeaseManager, size: int, rounds: int) -> tuple[float, float]:

@@ -15,7 +15,7 @@ import sys
 import time
 
 from fencedlease import LeaseManager
-from fencedlease.lab.servers.redis import redis_endpoint
+from fencedlease_lab.servers.redis import redis_endpoint
 
 
 def worker(

@@ -1,4 +1,4 @@
-"""Shared fixtures: a real Redis found as ``fencedlease.lab.servers.redis`` documents; and
+"""Shared fixtures: a real Redis found as ``fencedlease_lab.servers.redis`` documents; and
 `wait_until` (`async_wait_until`), the one way a test polls for a state no event tells it about.
 
 Where a server cannot be had a test skips with the reason; with ``FENCEDLEASE_REQUIRE_SERVERS=1``
@@ -16,15 +16,15 @@ from typing import Any
 import pytest
 import redis
 
-from fencedlease.lab.pytest_plugin import skip_unavailable
-from fencedlease.lab.servers.cluster import RedisClusterServers
-from fencedlease.lab.servers.redis import (
+from fencedlease.pytest_plugin import skip_unavailable
+from fencedlease_lab.servers.cluster import RedisClusterServers
+from fencedlease_lab.servers.redis import (
     RedisEndpoint,
     RedisServer,
     RedisUnavailable,
     redis_endpoint,
 )
-from fencedlease.lab.servers.sentinel import SentinelDeployment
+from fencedlease_lab.servers.sentinel import SentinelDeployment
 
 unavailable = skip_unavailable  # skip, or fail when CI requires every server
 

@@ -1,7 +1,7 @@
 """An example test suite for code that uses fencedlease, on the fixtures of its pytest plugin.
 
 Run it from a clone: ``python -m pytest examples/testing`` (the plugin is loaded by its entry point
-once fencedlease is installed; ``-p fencedlease.lab.pytest_plugin`` loads it by hand).
+once fencedlease is installed; ``-p fencedlease.pytest_plugin`` loads it by hand).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """``python -m fencedlease``: the same command line as the ``fencedlease`` script (the lab's,
-[`fencedlease.lab.cli`][], through [`fencedlease.lab.entry`][])."""
+[`fencedlease_lab.cli`][], through [`fencedlease.cli.entry`][])."""
 
 from __future__ import annotations
 
-from fencedlease.lab.entry import main
+from fencedlease.cli.entry import main
 
 if __name__ == "__main__":
     main()

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from fencedlease.lab.harness.checker import Extracted, Fault, Grant
-from fencedlease.lab.harness.run import CheckConfig, CheckResult, run_check
-from fencedlease.lab.servers.redis import RedisUnavailable, find_redis_binary
+from fencedlease_lab.harness.checker import Extracted, Fault, Grant
+from fencedlease_lab.harness.run import CheckConfig, CheckResult, run_check
+from fencedlease_lab.servers.redis import RedisUnavailable, find_redis_binary
 
 TTL_MS = 1000
 

@@ -10,7 +10,7 @@ import redis
 
 from fencedlease import LeaseLostError, LeaseManager
 from fencedlease._redis.keys import lease_key
-from fencedlease.lab.servers.redis import RedisServer
+from fencedlease_lab.servers.redis import RedisServer
 
 pytestmark = pytest.mark.chaos
 

@@ -8,8 +8,8 @@ from statistics import median
 
 import pytest
 
-from fencedlease.lab.harness.history import Event, read_history
-from fencedlease.lab.harness.run import CheckResult
+from fencedlease_lab.harness.history import Event, read_history
+from fencedlease_lab.harness.run import CheckResult
 
 from .conftest import the_fault
 

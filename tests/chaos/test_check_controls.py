@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from fencedlease.lab.harness.run import CheckResult
+from fencedlease_lab.harness.run import CheckResult
 
 pytestmark = pytest.mark.chaos
 

@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from fencedlease.lab.harness.history import read_history
-from fencedlease.lab.harness.run import CheckResult
+from fencedlease_lab.harness.history import read_history
+from fencedlease_lab.harness.run import CheckResult
 
 from .conftest import the_fault, victim_of
 

@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 import pytest
 
-from fencedlease.lab.harness.extract import Grant
-from fencedlease.lab.harness.history import Event, read_history
-from fencedlease.lab.harness.run import CheckResult
+from fencedlease_lab.harness.extract import Grant
+from fencedlease_lab.harness.history import Event, read_history
+from fencedlease_lab.harness.run import CheckResult
 
 from .conftest import the_fault, victim_of
 

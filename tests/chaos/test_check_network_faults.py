@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from fencedlease.lab.harness.run import CheckResult
+from fencedlease_lab.harness.run import CheckResult
 
 from .conftest import assert_told_in_time, the_fault, victim_of
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from fencedlease.lab.servers.redis import find_redis_binary
+from fencedlease_lab.servers.redis import find_redis_binary
 
 pytestmark = pytest.mark.chaos
 

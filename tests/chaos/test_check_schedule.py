@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from fencedlease.lab.harness.campaign import read_replay
-from fencedlease.lab.harness.run import CheckResult, run_check
-from fencedlease.lab.harness.schedule import Schedule, draw_schedule
+from fencedlease_lab.harness.campaign import read_replay
+from fencedlease_lab.harness.run import CheckResult, run_check
+from fencedlease_lab.harness.schedule import Schedule, draw_schedule
 
 pytestmark = pytest.mark.chaos
 
@@ -86,8 +86,8 @@ def test_a_campaign_of_controls_exits_1(tmp_path: Path) -> None:
     own directory with its report, a table, campaign.json, and exit status 1 (violations)."""
     from click.testing import CliRunner
 
-    from fencedlease.lab.cli import main
-    from fencedlease.lab.servers.redis import find_redis_binary
+    from fencedlease.cli.commands import main
+    from fencedlease_lab.servers.redis import find_redis_binary
 
     if find_redis_binary() is None:
         pytest.skip("no redis-server binary for the harness")

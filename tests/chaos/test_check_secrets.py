@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from fencedlease.lab.harness.run import OUT_MARKER, RESOURCE_MARKER
-from fencedlease.lab.servers.redis import RedisServer, RedisUnavailable, find_redis_binary
 from fencedlease.redis_fencing import RedisFencedResource
+from fencedlease_lab.harness.run import OUT_MARKER, RESOURCE_MARKER
+from fencedlease_lab.servers.redis import RedisServer, RedisUnavailable, find_redis_binary
 
 pytestmark = pytest.mark.chaos
 

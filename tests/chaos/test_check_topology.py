@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from fencedlease.lab.cli import main
-from fencedlease.lab.harness.run import CheckResult
-from fencedlease.lab.servers.redis import find_redis_binary
+from fencedlease.cli.commands import main
+from fencedlease_lab.harness.run import CheckResult
+from fencedlease_lab.servers.redis import find_redis_binary
 
 pytestmark = pytest.mark.chaos
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from fencedlease.lab.servers.toxiproxy import (
+from fencedlease_lab.servers.toxiproxy import (
     ToxiproxyEndpoint,
     ToxiproxyUnavailable,
     toxiproxy_endpoint,

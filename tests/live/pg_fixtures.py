@@ -2,7 +2,7 @@
 
 Imported by the live tests (and by ``tests/live/conftest.py``). ``FENCEDLEASE_POSTGRES_URL`` names a
 server to use; otherwise one is started for the session
-(:mod:`fencedlease.lab.servers.postgres`). When none can be had the tests are skipped, or fail when
+(:mod:`fencedlease_lab.servers.postgres`). When none can be had the tests are skipped, or fail when
 ``FENCEDLEASE_REQUIRE_SERVERS=1`` (CI).
 """
 
@@ -14,8 +14,8 @@ from contextlib import ExitStack
 
 import pytest
 
-from fencedlease.lab.servers.postgres import PostgresUnavailable
-from fencedlease.lab.servers.postgres import postgres_dsn as _postgres_dsn
+from fencedlease_lab.servers.postgres import PostgresUnavailable
+from fencedlease_lab.servers.postgres import postgres_dsn as _postgres_dsn
 
 
 @pytest.fixture(scope="session")

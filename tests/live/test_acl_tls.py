@@ -30,8 +30,8 @@ from fencedlease._acl import ACL_COMMANDS, acl_rules
 from fencedlease._redis.keys import enqueue_args
 from fencedlease._redis.scripts import ENQUEUE, RELEASE, RENEW_MANY
 from fencedlease.aio import AsyncLeaseManager
-from fencedlease.lab.servers.redis import RedisServer, RedisTLS, RedisUnavailable
 from fencedlease.redis_fencing import RedisFencedResource
+from fencedlease_lab.servers.redis import RedisServer, RedisTLS, RedisUnavailable
 
 pytestmark = pytest.mark.live
 

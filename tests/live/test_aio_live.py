@@ -28,8 +28,8 @@ from fencedlease._redis.scripts import ACQUIRE
 from fencedlease._state import LossReason
 from fencedlease.aio import AsyncLease, AsyncLeaseManager
 from fencedlease.aio.testing import cancel_at_suspension
-from fencedlease.lab.servers.redis import RedisServer
 from fencedlease.testing import FakeClock
+from fencedlease_lab.servers.redis import RedisServer
 
 pytestmark = pytest.mark.live
 

@@ -20,7 +20,7 @@ import redis
 from conftest import needs_caller_releases, wait_until
 from fencedlease import BackendError, LeaseLostError, LeaseManager, RedisBackend
 from fencedlease._redis.caller import CallerReleases
-from fencedlease.lab.servers.redis import RedisServer
+from fencedlease_lab.servers.redis import RedisServer
 
 pytestmark = [pytest.mark.live, needs_caller_releases]
 

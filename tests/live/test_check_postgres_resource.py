@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 from pg_fixtures import postgres_dsn  # noqa: F401 (the fixture)
 
-from fencedlease.lab.cli import main
-from fencedlease.lab.harness.resources import COUNTER_TABLE as _TABLE
-from fencedlease.lab.harness.run import (
+from fencedlease.cli.commands import main
+from fencedlease_lab.harness.resources import COUNTER_TABLE as _TABLE
+from fencedlease_lab.harness.run import (
     RESOURCE_MARKER,
     CheckConfig,
     UnsafeTargetError,

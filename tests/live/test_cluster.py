@@ -31,8 +31,8 @@ from fencedlease._handoff_cluster import sharded_pubsub
 from fencedlease._protocol import AcquireReply
 from fencedlease._redis.keys import fence_key, lease_key, lease_keys
 from fencedlease.aio import AsyncLeaseManager, AsyncRedisClusterBackend
-from fencedlease.lab.servers.cluster import RedisClusterServers
-from fencedlease.lab.servers.redis import RedisServer, RedisUnavailable
+from fencedlease_lab.servers.cluster import RedisClusterServers
+from fencedlease_lab.servers.redis import RedisServer, RedisUnavailable
 
 pytestmark = [pytest.mark.live, pytest.mark.cluster]
 

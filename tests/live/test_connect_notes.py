@@ -9,7 +9,7 @@ import contextlib
 import pytest
 import redis
 
-from fencedlease.lab.harness.topology import async_lease_client, lease_client
+from fencedlease_lab.harness.topology import async_lease_client, lease_client
 
 pytestmark = pytest.mark.live
 

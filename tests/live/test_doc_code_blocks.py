@@ -53,9 +53,9 @@ from pg_fixtures import postgres_dsn  # noqa: F401 (the fixture)
 
 from fencedlease import LeaseManager
 from fencedlease.aio import AsyncLeaseManager
-from fencedlease.lab.servers.cluster import RedisClusterServers
-from fencedlease.lab.servers.redis import RedisServer, RedisUnavailable
-from fencedlease.lab.servers.sentinel import SentinelDeployment
+from fencedlease_lab.servers.cluster import RedisClusterServers
+from fencedlease_lab.servers.redis import RedisServer, RedisUnavailable
+from fencedlease_lab.servers.sentinel import SentinelDeployment
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -80,7 +80,7 @@ _FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w-]*)\s*$")
 _MARKER = re.compile(
     r"^\s*<!--\s*(?P<kind>not-run|continues|raises|pytest):\s*(?P<value>.*?)\s*-->\s*$"
 )
-PLUGIN = "fencedlease.lab.pytest_plugin"
+PLUGIN = "fencedlease.pytest_plugin"
 
 
 @attrs.frozen

@@ -21,11 +21,11 @@ from click.testing import CliRunner
 from conftest import unavailable, url_password, wait_until
 from fencedlease import LeaseManager, _acl
 from fencedlease._acl import ACL_COMMANDS, acl_rules
-from fencedlease.lab.cli import main
-from fencedlease.lab.doctor import run_checks
-from fencedlease.lab.servers.cluster import RedisClusterServers
-from fencedlease.lab.servers.redis import RedisServer, RedisUnavailable, free_port
-from fencedlease.lab.servers.sentinel import SentinelDeployment
+from fencedlease.cli.commands import main
+from fencedlease.cli.doctor import run_checks
+from fencedlease_lab.servers.cluster import RedisClusterServers
+from fencedlease_lab.servers.redis import RedisServer, RedisUnavailable, free_port
+from fencedlease_lab.servers.sentinel import SentinelDeployment
 
 pytestmark = pytest.mark.live
 

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from fencedlease import LeaseManager, redis_keys
-from fencedlease.lab.harness.faults_lease import compare_and_delete, watch_comeback
+from fencedlease_lab.harness.faults_lease import compare_and_delete, watch_comeback
 
 pytestmark = pytest.mark.live
 

@@ -15,7 +15,7 @@ import pytest
 
 from fencedlease import LeaseEvent, LeaseManager, ReplicationError
 from fencedlease.aio import AsyncLeaseManager
-from fencedlease.lab.servers.sentinel import SentinelDeployment
+from fencedlease_lab.servers.sentinel import SentinelDeployment
 
 pytestmark = [
     pytest.mark.live,

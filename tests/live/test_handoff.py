@@ -31,7 +31,7 @@ from fencedlease._redis.keys import (
 from fencedlease._redis.replies import parse_grant
 from fencedlease._redis.scripts import ENQUEUE, RELEASE, run_script
 from fencedlease.aio._handoff import AsyncHandoff
-from fencedlease.lab.servers.redis import RedisServer
+from fencedlease_lab.servers.redis import RedisServer
 
 pytestmark = pytest.mark.live
 

@@ -10,10 +10,10 @@ from collections.abc import Collection, Iterator
 import pytest
 import redis
 
-import fencedlease.lab.servers.redis as lab_redis
-import fencedlease.lab.servers.sentinel as lab_sentinel
-from fencedlease.lab.servers.redis import RedisServer, RedisUnavailable, free_ports
-from fencedlease.lab.servers.sentinel import SentinelDeployment
+import fencedlease_lab.servers.redis as lab_redis
+import fencedlease_lab.servers.sentinel as lab_sentinel
+from fencedlease_lab.servers.redis import RedisServer, RedisUnavailable, free_ports
+from fencedlease_lab.servers.sentinel import SentinelDeployment
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(300)]
 

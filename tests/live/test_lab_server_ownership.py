@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from conftest import unavailable
-from fencedlease.lab.servers.redis import RedisServer, RedisUnavailable, answers_as
-from fencedlease.lab.servers.sentinel import SentinelDeployment
+from fencedlease_lab.servers.redis import RedisServer, RedisUnavailable, answers_as
+from fencedlease_lab.servers.sentinel import SentinelDeployment
 
 pytestmark = pytest.mark.live
 

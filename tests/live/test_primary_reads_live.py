@@ -17,7 +17,7 @@ from fencedlease import BackendError, RedisBackend
 from fencedlease._protocol import AcquireReply
 from fencedlease._redis.scripts import ACQUIRE
 from fencedlease.aio import AsyncRedisBackend
-from fencedlease.lab.servers.redis import RedisServer
+from fencedlease_lab.servers.redis import RedisServer
 
 pytestmark = pytest.mark.live
 

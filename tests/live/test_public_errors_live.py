@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from contract.public_errors import CALLS, REDIS_OPTIONS, REDIS_URL_QUERIES, call_async, call_sync
 from fencedlease import BackendError, LeaseManager, ValidationError
 from fencedlease.aio import AsyncLeaseManager
-from fencedlease.lab.servers.redis import RedisServer
+from fencedlease_lab.servers.redis import RedisServer
 
 pytestmark = pytest.mark.live
 

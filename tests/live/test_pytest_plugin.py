@@ -1,4 +1,4 @@
-"""The pytest plugin for users (``fencedlease.lab.pytest_plugin``): the example suite of
+"""The pytest plugin for users (``fencedlease.pytest_plugin``): the example suite of
 docs/testing.md runs on it, its Redis fixture skips with the reason when there is no Redis, and
 loading it starts nothing."""
 
@@ -16,7 +16,7 @@ pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "testing" / "test_example.py"
-PLUGIN = "fencedlease.lab.pytest_plugin"
+PLUGIN = "fencedlease.pytest_plugin"
 
 
 def _plugin_args(pytestconfig: pytest.Config) -> list[str]:
@@ -47,12 +47,12 @@ def test_the_testing_page_shows_the_example_suite_as_it_is() -> None:
 def test_loading_the_plugin_imports_no_server_module() -> None:
     code = (
         f"import sys, {PLUGIN}; "
-        "print(sorted(m for m in sys.modules if m.startswith('fencedlease.lab')))"
+        "print(sorted(m for m in sys.modules if m.startswith('fencedlease_lab')))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
-    assert out.strip() == repr(["fencedlease.lab", PLUGIN])
+    assert out.strip() == repr(["fencedlease_lab", PLUGIN])
 
 
 @pytest.mark.live

@@ -23,8 +23,8 @@ from fencedlease import LeaseManager
 from fencedlease._redis.keys import lease_key, lease_keys
 from fencedlease._redis.scripts import ACQUIRE, ENQUEUE, RELEASE, RENEW_MANY
 from fencedlease.aio import AsyncLeaseManager
-from fencedlease.lab.servers.redis import RedisEndpoint
-from fencedlease.lab.servers.toxiproxy import toxiproxy_endpoint
+from fencedlease_lab.servers.redis import RedisEndpoint
+from fencedlease_lab.servers.toxiproxy import toxiproxy_endpoint
 
 pytestmark = pytest.mark.live
 

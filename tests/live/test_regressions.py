@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from fencedlease import BackendError, LeaseManager, ValidationError
-from fencedlease.lab.servers.redis import RedisServer
+from fencedlease_lab.servers.redis import RedisServer
 
 pytestmark = pytest.mark.live
 

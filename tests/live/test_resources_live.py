@@ -19,8 +19,8 @@ import redis
 from pg_fixtures import postgres_dsn  # noqa: F401 (the fixture)
 
 from fencedlease import BackendError, Lease, LeaseManager, StaleTokenError
-from fencedlease.lab.harness.history import HistoryWriter, read_history
-from fencedlease.lab.harness.resources import (
+from fencedlease_lab.harness.history import HistoryWriter, read_history
+from fencedlease_lab.harness.resources import (
     ResourceSpec,
     open_store,
     prepare_resource,

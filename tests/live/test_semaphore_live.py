@@ -33,7 +33,7 @@ from fencedlease._redis.semaphore import RedisSlots
 from fencedlease._state import LossReason
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.aio.testing import cancel_at_suspension
-from fencedlease.lab.servers.redis import RedisServer
+from fencedlease_lab.servers.redis import RedisServer
 
 pytestmark = pytest.mark.live
 

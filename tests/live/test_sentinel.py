@@ -22,7 +22,7 @@ from fencedlease import (
 )
 from fencedlease._state import LossReason
 from fencedlease.aio import AsyncLeaseManager
-from fencedlease.lab.servers.sentinel import SentinelDeployment
+from fencedlease_lab.servers.sentinel import SentinelDeployment
 
 pytestmark = [
     pytest.mark.live,

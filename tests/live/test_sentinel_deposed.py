@@ -18,9 +18,9 @@ import pytest
 from fencedlease import LeaseEvent, LeaseLostError, LeaseManager
 from fencedlease._state import LossReason
 from fencedlease.aio import AsyncLeaseManager
-from fencedlease.lab.servers.redis import free_port
-from fencedlease.lab.servers.sentinel import SentinelDeployment
-from fencedlease.lab.servers.toxiproxy import toxiproxy_endpoint
+from fencedlease_lab.servers.redis import free_port
+from fencedlease_lab.servers.sentinel import SentinelDeployment
+from fencedlease_lab.servers.toxiproxy import toxiproxy_endpoint
 
 pytestmark = [
     pytest.mark.live,

@@ -14,7 +14,7 @@ import redis.asyncio
 
 from fencedlease import BackendError, LeaseEvent, LeaseManager
 from fencedlease.aio import AsyncLeaseManager
-from fencedlease.lab.servers.redis import RedisServer
+from fencedlease_lab.servers.redis import RedisServer
 
 pytestmark = pytest.mark.live
 

@@ -20,8 +20,8 @@ from fencedlease._redis.keys import lease_key
 from fencedlease._redis.pool import connection_args
 from fencedlease._redis.scripts import ACQUIRE, ENQUEUE, RELEASE, RENEW, RENEW_MANY
 from fencedlease.aio import AsyncLease, AsyncLeaseManager
-from fencedlease.lab.servers.redis import RedisEndpoint
-from fencedlease.lab.servers.toxiproxy import toxiproxy_endpoint
+from fencedlease_lab.servers.redis import RedisEndpoint
+from fencedlease_lab.servers.toxiproxy import toxiproxy_endpoint
 
 pytestmark = pytest.mark.live
 

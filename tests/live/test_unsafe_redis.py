@@ -23,9 +23,9 @@ import redis.asyncio
 from conftest import async_wait_until, url_password, wait_until
 from fencedlease import LeaseManager, RedisBackend, UnsafeRedisWarning, acl_rules
 from fencedlease.aio import AsyncLeaseManager, AsyncRedisBackend
-from fencedlease.lab.servers.cluster import RedisClusterServers
-from fencedlease.lab.servers.redis import RedisServer
-from fencedlease.lab.servers.sentinel import SentinelDeployment
+from fencedlease_lab.servers.cluster import RedisClusterServers
+from fencedlease_lab.servers.redis import RedisServer
+from fencedlease_lab.servers.sentinel import SentinelDeployment
 
 pytestmark = pytest.mark.live
 

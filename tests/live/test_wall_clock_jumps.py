@@ -1,6 +1,6 @@
 """A jump of the wall clock neither shortens nor lengthens a lease, on both faces, on a real Redis.
 
-The clock is the harness's :class:`~fencedlease.lab.harness.faults_clock.OffsetClock` (what a
+The clock is the harness's :class:`~fencedlease_lab.harness.faults_clock.OffsetClock` (what a
 worker of ``fencedlease check`` runs on under the ``clock`` fault) over a
 :class:`~fencedlease.testing.FakeClock`: monotonic time moves only when the test advances it,
 and wall time is that plus an offset the test jumps. Redis keeps its own time and its TTL is
@@ -20,8 +20,8 @@ import redis.asyncio
 
 from fencedlease import Lease, LeaseManager, redis_keys
 from fencedlease.aio import AsyncLease, AsyncLeaseManager
-from fencedlease.lab.harness.faults_clock import OffsetClock
 from fencedlease.testing import FakeClock
+from fencedlease_lab.harness.faults_clock import OffsetClock
 
 pytestmark = pytest.mark.live
 

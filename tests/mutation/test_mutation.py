@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from fencedlease.lab.servers.redis import find_redis_binary
+from fencedlease_lab.servers.redis import find_redis_binary
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "mutate.py"
 

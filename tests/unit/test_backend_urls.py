@@ -25,8 +25,8 @@ from fencedlease.backends import (
     MemoryBackend,
     SqliteBackend,
 )
-from fencedlease.lab.servers.redis import RedisEndpoint, RedisUnavailable, redis_endpoint
 from fencedlease.testing import FakeClock
+from fencedlease_lab.servers.redis import RedisEndpoint, RedisUnavailable, redis_endpoint
 
 
 def test_memory_url_makes_a_new_memory_backend_on_the_clock() -> None:

@@ -11,11 +11,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from fencedlease.lab.harness.history import HistoryWriter
-from fencedlease.lab.harness.nemesis import NemesisEnv
-from fencedlease.lab.harness.recorder import Recorder
-from fencedlease.lab.harness.resources import ResourceSpec
-from fencedlease.lab.harness.workload import (
+from fencedlease_lab.harness.history import HistoryWriter
+from fencedlease_lab.harness.nemesis import NemesisEnv
+from fencedlease_lab.harness.recorder import Recorder
+from fencedlease_lab.harness.resources import ResourceSpec
+from fencedlease_lab.harness.workload import (
     ACQUIRING,
     BODY,
     HOLDING,
@@ -24,7 +24,7 @@ from fencedlease.lab.harness.workload import (
     Cycle,
     WorkerConfig,
 )
-from fencedlease.lab.harness.workload import cycle as cycles
+from fencedlease_lab.harness.workload import cycle as cycles
 
 KEYS = ("k0", "k1", "k2")
 

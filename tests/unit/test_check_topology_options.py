@@ -12,17 +12,17 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from fencedlease.lab.cli import main
-from fencedlease.lab.harness.campaign import read_replay
-from fencedlease.lab.harness.kinds import (
+from fencedlease.cli.commands import main
+from fencedlease_lab.harness.campaign import read_replay
+from fencedlease_lab.harness.kinds import (
     DEFAULT_FAULTS,
     FAULTS,
     TOPOLOGY_DEFAULTS,
     off_topology,
 )
-from fencedlease.lab.harness.nemesis import NemesisEnv, unavailable_reason
-from fencedlease.lab.harness.schedule import draw_schedule
-from fencedlease.lab.harness.topology import check_topology, split_url
+from fencedlease_lab.harness.nemesis import NemesisEnv, unavailable_reason
+from fencedlease_lab.harness.schedule import draw_schedule
+from fencedlease_lab.harness.topology import check_topology, split_url
 
 
 @pytest.mark.parametrize(
@@ -192,7 +192,7 @@ def test_replica_acks_default_to_one_on_sentinel_only(
 ) -> None:
     """Not given, ``--replica-acks`` is 1 on Sentinel (a failover then hands no counter token
     out twice) and 0 elsewhere; given, it is what was given (0 on Sentinel: the control)."""
-    import fencedlease.lab.harness.run as harness_run
+    import fencedlease_lab.harness.run as harness_run
 
     seen: list[int] = []
 

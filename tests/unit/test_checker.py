@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from fencedlease.lab.harness.checker import CheckParams, check_history, extract
-from fencedlease.lab.harness.history import Event, read_history, write_history
+from fencedlease_lab.harness.checker import CheckParams, check_history, extract
+from fencedlease_lab.harness.history import Event, read_history, write_history
 
 
 class History:
@@ -731,8 +731,8 @@ def test_e_a_refused_try_proves_a_late_recovery_only_if_it_waited_past_the_bound
 
 def test_the_registry_runs_each_property_module_once_in_report_order() -> None:
     """Each module of the registry gives one property; the report lists them in that order."""
-    from fencedlease.lab.harness.checker import PROPERTIES
-    from fencedlease.lab.harness.properties import MODULES, REGISTRY
+    from fencedlease_lab.harness.checker import PROPERTIES
+    from fencedlease_lab.harness.properties import MODULES, REGISTRY
 
     assert len(MODULES) == len(REGISTRY) == 8
     assert [p.letter for p in REGISTRY] == list("abcdefgh")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fencedlease.lab.harness.checker import check_history
-from fencedlease.lab.harness.history import Event
+from fencedlease_lab.harness.checker import check_history
+from fencedlease_lab.harness.history import Event
 
 
 def late_grant(*, late_token: int, restart_at: float | None = None) -> list[Event]:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from fencedlease.lab.harness.checker import check_history
-from fencedlease.lab.harness.history import Event
+from fencedlease_lab.harness.checker import check_history
+from fencedlease_lab.harness.history import Event
 
 
 class _Events:

@@ -13,17 +13,17 @@ import attrs
 import pytest
 from click.testing import CliRunner
 
-from fencedlease.lab.cli import main
-from fencedlease.lab.harness.checker import CheckParams, check_history
-from fencedlease.lab.harness.history import Event
-from fencedlease.lab.harness.nemesis import (
+from fencedlease.cli.commands import main
+from fencedlease_lab.harness.checker import CheckParams, check_history
+from fencedlease_lab.harness.history import Event
+from fencedlease_lab.harness.nemesis import (
     DEFAULT_FAULTS,
     FAULTS,
     SERVER_WIDE,
     left_out_faults,
 )
-from fencedlease.lab.harness.report import report_dict, write_report_json
-from fencedlease.lab.harness.run import (
+from fencedlease_lab.harness.report import report_dict, write_report_json
+from fencedlease_lab.harness.run import (
     OUT_MARKER,
     RESOURCE_MARKER,
     CheckConfig,
@@ -374,8 +374,8 @@ def test_a_campaign_runs_each_seed_in_its_own_directory(tmp_path: Path) -> None:
     """Seeds 3, 4, 5 in seed-3/, seed-4/, seed-5/; one row each with its verdict, violations,
     operations (invocations) and faults; a run that raised is an ``error`` row; campaign.json
     holds the rows and exit code 1 because one run found violations."""
-    from fencedlease.lab.harness.campaign import campaign_exit_code, run_campaign
-    from fencedlease.lab.harness.history import write_history
+    from fencedlease_lab.harness.campaign import campaign_exit_code, run_campaign
+    from fencedlease_lab.harness.history import write_history
 
     seen: list[tuple[int | None, Path]] = []
 
@@ -414,7 +414,7 @@ def test_a_campaign_runs_each_seed_in_its_own_directory(tmp_path: Path) -> None:
 
 
 def test_a_campaign_refuses_what_it_cannot_do(tmp_path: Path) -> None:
-    from fencedlease.lab.harness.campaign import run_campaign
+    from fencedlease_lab.harness.campaign import run_campaign
 
     def never(config: CheckConfig) -> CheckResult:
         raise AssertionError("no run may start")
@@ -470,7 +470,7 @@ def test_replay_takes_options_given_anew_and_checks_them_against_the_schedule(
 ) -> None:
     """--workers given with --replay replaces the recorded 3; a schedule drawn for 3 workers
     cannot run with 4: exit 2 naming both, before any server starts or --out is made."""
-    from fencedlease.lab.harness.schedule import draw_schedule
+    from fencedlease_lab.harness.schedule import draw_schedule
 
     schedule = draw_schedule(DEFAULT_FAULTS, seed=8, workers=3, ttl_ms=1000, heartbeat_ms=250,
                              body_ms=1800, lead_ms=1000)  # fmt: skip

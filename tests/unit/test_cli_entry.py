@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fencedlease.lab import commands, entry
+from fencedlease.cli import commands, entry
 
 MESSAGE = (
     "fencedlease: the command line needs the {} extra ({} is not installed): "
@@ -20,7 +20,7 @@ def test_a_missing_click_is_named_with_the_install_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Without click (the cli extra) the script says to install the cli extra, exit 2."""
-    monkeypatch.delitem(sys.modules, "fencedlease.lab.commands", raising=False)
+    monkeypatch.delitem(sys.modules, "fencedlease.cli.commands", raising=False)
     monkeypatch.setitem(sys.modules, "click", None)  # import click -> ModuleNotFoundError
     with pytest.raises(SystemExit) as exited:
         entry.main()
@@ -47,13 +47,13 @@ def test_a_package_a_command_imports_when_it_runs_is_named_too(
 
 def test_another_missing_module_is_not_hidden(monkeypatch: pytest.MonkeyPatch) -> None:
     """A module of no extra that fails to import is raised as it is, not explained away."""
-    monkeypatch.delitem(sys.modules, "fencedlease.lab.cli", raising=False)
-    monkeypatch.setitem(sys.modules, "fencedlease.lab.harness.kinds", None)
+    monkeypatch.delitem(sys.modules, "fencedlease_lab.cli", raising=False)
+    monkeypatch.setitem(sys.modules, "fencedlease_lab.harness.kinds", None)
     monkeypatch.setattr(commands.main, "commands", {})  # check not registered yet
     monkeypatch.setattr(sys, "argv", ["fencedlease", "check", "--help"])
     with pytest.raises(ModuleNotFoundError) as raised:
         entry.main()
-    assert raised.value.name == "fencedlease.lab.harness.kinds"
+    assert raised.value.name == "fencedlease_lab.harness.kinds"
 
 
 def test_with_the_extra_the_command_line_runs(

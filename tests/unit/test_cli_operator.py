@@ -11,10 +11,10 @@ from click.testing import CliRunner
 
 from fencedlease import _acl
 from fencedlease._acl import ACL_COMMANDS
-from fencedlease.lab.cli import main
-from fencedlease.lab.doctor import Check, exit_code
-from fencedlease.lab.doctor_acl import _probe, acl_commands
-from fencedlease.lab.servers.redis import free_port
+from fencedlease.cli.commands import main
+from fencedlease.cli.doctor import Check, exit_code
+from fencedlease.cli.doctor_acl import _probe, acl_commands
+from fencedlease_lab.servers.redis import free_port
 
 SECRET = "s3cr3t-Pa55"
 COMMANDS = (["doctor"], ["list"], ["inspect", "k"], ["release", "k", "--force", "--yes"])
@@ -166,8 +166,8 @@ def test_a_long_key_is_shown_whole_in_a_narrow_terminal(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The key is what an operator copies into ``release``: folded, never cut with an ellipsis."""
-    from fencedlease.lab.operator_cli.options import _rich_table
-    from fencedlease.lab.operator_cli.reading import _COLUMNS
+    from fencedlease.cli.operator_cli.options import _rich_table
+    from fencedlease.cli.operator_cli.reading import _COLUMNS
 
     monkeypatch.setenv("COLUMNS", "60")
     key = "reports:daily:2026-12-01:eu-west"
@@ -185,7 +185,7 @@ def test_a_url_from_the_environment_is_recorded_as_such() -> None:
     with neither the value is None from the default."""
     import click
 
-    from fencedlease.lab.commands import url_option
+    from fencedlease.cli.commands import url_option
 
     @click.command()
     @click.option("--url", callback=url_option)

@@ -9,9 +9,9 @@ import attrs
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from fencedlease.lab.harness.checker import check_history
-from fencedlease.lab.harness.elle import Txn, check_list_append, txns_from_history
-from fencedlease.lab.harness.history import Event
+from fencedlease_lab.harness.checker import check_history
+from fencedlease_lab.harness.elle import Txn, check_list_append, txns_from_history
+from fencedlease_lab.harness.history import Event
 
 
 def txn(

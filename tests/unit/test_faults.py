@@ -9,26 +9,26 @@ from pathlib import Path
 
 import pytest
 
-from fencedlease.lab.harness.faults_clock import JUMP_TTLS, OffsetClock, run_clock_fault
-from fencedlease.lab.harness.faults_kernel import WorkerLinks, table_name
-from fencedlease.lab.harness.faults_network import one_way_toxic
-from fencedlease.lab.harness.faults_process import KILLED, close_killed_history, is_dead
-from fencedlease.lab.harness.history import HistoryWriter, read_history
-from fencedlease.lab.harness.nemesis import (
+from fencedlease.testing import FakeClock
+from fencedlease_lab.harness.faults_clock import JUMP_TTLS, OffsetClock, run_clock_fault
+from fencedlease_lab.harness.faults_kernel import WorkerLinks, table_name
+from fencedlease_lab.harness.faults_network import one_way_toxic
+from fencedlease_lab.harness.faults_process import KILLED, close_killed_history, is_dead
+from fencedlease_lab.harness.history import HistoryWriter, read_history
+from fencedlease_lab.harness.nemesis import (
     ALL_FAULTS,
     DEFAULT_FAULTS,
     FAULTS,
     fault_duration_s,
     parse_faults,
 )
-from fencedlease.lab.harness.schedule import (
+from fencedlease_lab.harness.schedule import (
     ALONE,
     LAST,
     OVERLAPPING,
     draw_schedule,
     may_overlap,
 )
-from fencedlease.testing import FakeClock
 
 
 def test_offset_clock_moves_wall_time_only() -> None:
@@ -142,7 +142,7 @@ def test_all_runs_every_kind_default_the_first_ten_clock_and_the_lease_faults_pe
 
 
 def test_every_kind_has_its_colour_on_the_timeline() -> None:
-    from fencedlease.lab.harness.timeline import colors
+    from fencedlease_lab.harness.timeline import colors
 
     colours = colors.FAULT_COLORS
     assert sorted(colours) == sorted(FAULTS)
@@ -152,7 +152,7 @@ def test_kernel_faults_say_what_they_lack(monkeypatch: pytest.MonkeyPatch) -> No
     import os
     import shutil
 
-    from fencedlease.lab.harness.faults_kernel import kernel_unavailable_reason
+    from fencedlease_lab.harness.faults_kernel import kernel_unavailable_reason
 
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert kernel_unavailable_reason() == (
@@ -166,8 +166,8 @@ def test_kernel_faults_say_what_they_lack(monkeypatch: pytest.MonkeyPatch) -> No
 def test_worker_links_are_made_only_when_asked_for_and_possible(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from fencedlease.lab.harness import faults_kernel
-    from fencedlease.lab.harness.faults_kernel import worker_links
+    from fencedlease_lab.harness import faults_kernel
+    from fencedlease_lab.harness.faults_kernel import worker_links
 
     monkeypatch.setattr(faults_kernel, "kernel_unavailable_reason", lambda: None)
     assert worker_links(["clock"], 3, "a1b2c3d4", resource="sqlite", toxiproxy=True) == (

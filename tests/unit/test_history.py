@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fencedlease.lab.harness.history import (
+from fencedlease_lab.harness.history import (
     Event,
     HistoryWriter,
     merge_histories,

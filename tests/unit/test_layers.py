@@ -60,7 +60,7 @@ def test_the_lab_contract_forbids_every_private_module() -> None:
     one must join the list, and a removed one must leave it. Only `LAB_MAY_IMPORT` is left out."""
     contract = _contract("lab-uses-public-api")
     assert contract["type"] == "forbidden"
-    assert contract["source_modules"] == ["fencedlease.lab"]
+    assert contract["source_modules"] == ["fencedlease_lab"]
     private = _private_library_modules()
     assert {"fencedlease._lease", "fencedlease._manager", "fencedlease.aio._lease"} <= private
     assert private >= LAB_MAY_IMPORT
@@ -71,7 +71,7 @@ def test_the_lab_imports_of_private_modules_are_the_allowed_ones() -> None:
     """What the lab imports of the library's private modules is exactly `LAB_MAY_IMPORT`: an
     entry the lab stopped needing leaves the list."""
     graph = grimp.build_graph("fencedlease", cache_dir=None)
-    lab = {"fencedlease.lab", *graph.find_descendants("fencedlease.lab")}
+    lab = {"fencedlease_lab", *graph.find_descendants("fencedlease_lab")}
     private = _private_library_modules()
     imported = {
         m
@@ -84,9 +84,9 @@ def test_the_lab_imports_of_private_modules_are_the_allowed_ones() -> None:
 
 def test_the_contracts_cover_the_layers_the_project_promises() -> None:
     contracts = {c["id"]: c for c in _pyproject()["tool"]["importlinter"]["contracts"]}
-    assert contracts["library-below-lab"]["protected_modules"] == ["fencedlease.lab"]
+    assert contracts["library-below-lab"]["protected_modules"] == ["fencedlease_lab"]
     assert contracts["library-below-lab"]["allowed_importers"] == [
-        "fencedlease.lab",
+        "fencedlease_lab",
         "fencedlease.__main__",
     ]
     sync = contracts["sync-face-without-asyncio"]
@@ -250,7 +250,7 @@ def test_the_harness_extra_is_the_lab_extra() -> None:
     extras = _pyproject()["project"]["optional-dependencies"]
     assert extras["harness"] == extras["lab"]
     assert "click>=8.1" in extras["lab"]
-    assert _pyproject()["project"]["scripts"]["fencedlease"] == "fencedlease.lab.entry:main"
+    assert _pyproject()["project"]["scripts"]["fencedlease"] == "fencedlease.cli.entry:main"
 
 
 MAX_MODULE_LINES = 400
@@ -273,7 +273,7 @@ def _long_modules(root: Path, *, skip: str | None = None) -> dict[str, int]:
 
 
 def test_no_module_of_the_lab_is_over_400_lines() -> None:
-    """Every module of ``fencedlease.lab`` has at most 400 lines; a longer one is named with its
+    """Every module of ``fencedlease_lab`` has at most 400 lines; a longer one is named with its
     count."""
     assert _long_modules(SRC / "lab") == {}
 
@@ -284,6 +284,6 @@ def test_no_module_of_the_lab_is_over_400_lines() -> None:
     " (fencedlease/_schedule.py: 495 lines)",
 )
 def test_no_module_of_the_library_is_over_400_lines() -> None:
-    """Every module of the library (the package outside ``fencedlease.lab``) has at most 400
+    """Every module of the library (the package outside ``fencedlease_lab``) has at most 400
     lines; a longer one is named with its count."""
     assert _long_modules(SRC, skip="lab") == {}

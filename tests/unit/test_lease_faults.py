@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from fencedlease.lab.harness.checker import check_history
-from fencedlease.lab.harness.faults_lease import owner_token, same_owner, take_stretch
-from fencedlease.lab.harness.history import Event
-from fencedlease.lab.harness.kinds import DEFAULT_FAULTS, FAULTS, fault_duration_s
-from fencedlease.lab.harness.mutex import check_mutex
-from fencedlease.lab.harness.properties.loss_reported import HANDED_OFF_S, asyncio_workers
-from fencedlease.lab.harness.schedule import may_overlap
-from fencedlease.lab.harness.workload import BODY, Board, unshunned
+from fencedlease_lab.harness.checker import check_history
+from fencedlease_lab.harness.faults_lease import owner_token, same_owner, take_stretch
+from fencedlease_lab.harness.history import Event
+from fencedlease_lab.harness.kinds import DEFAULT_FAULTS, FAULTS, fault_duration_s
+from fencedlease_lab.harness.mutex import check_mutex
+from fencedlease_lab.harness.properties.loss_reported import HANDED_OFF_S, asyncio_workers
+from fencedlease_lab.harness.schedule import may_overlap
+from fencedlease_lab.harness.workload import BODY, Board, unshunned
 
 
 def test_owner_token_reads_the_fencing_token_of_a_lease_value() -> None:
@@ -433,8 +433,8 @@ def test_a_live_grant_lost_with_no_fault_is_still_a_violation() -> None:
 
 
 def test_the_evictions_of_a_run_take_turns() -> None:
-    from fencedlease.lab.harness.faults_lease import evict_number, slow_replies
-    from fencedlease.lab.harness.schedule import draw_schedule
+    from fencedlease_lab.harness.faults_lease import evict_number, slow_replies
+    from fencedlease_lab.harness.schedule import draw_schedule
 
     schedule = draw_schedule(
         ["evict", "latency", "evict", "evict"], seed=3, workers=4, ttl_ms=1000,

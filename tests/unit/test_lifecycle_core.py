@@ -24,8 +24,8 @@ from fencedlease._redis.errors import backend_error, backend_errors
 from fencedlease._state import RELEASE_FLOOR_MS, LeaseState, LossReason, release_bound_s
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.backends import AsyncMemoryBackend, MemoryBackend
-from fencedlease.lab.servers.redis import free_port
 from fencedlease.testing import FakeClock
+from fencedlease_lab.servers.redis import free_port
 
 # -- which errors mean "nothing was sent" ----------------------------------------------------------
 

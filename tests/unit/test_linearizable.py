@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fencedlease._fencing import FenceState, FencingAccess, decide
-from fencedlease.lab.harness.checker import check_history
-from fencedlease.lab.harness.history import Event
-from fencedlease.lab.harness.linearizable import (
+from fencedlease_lab.harness.checker import check_history
+from fencedlease_lab.harness.history import Event
+from fencedlease_lab.harness.linearizable import (
     RegisterOp,
     RegisterState,
     check_register,

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fencedlease.lab.harness.checker import check_history
-from fencedlease.lab.harness.history import Event
-from fencedlease.lab.harness.mutex import (
+from fencedlease_lab.harness.checker import check_history
+from fencedlease_lab.harness.history import Event
+from fencedlease_lab.harness.mutex import (
     LEASE_KEEPING_FAULTS,
     check_mutex,
     claims_from_history,

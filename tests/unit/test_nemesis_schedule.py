@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from fencedlease.lab.harness.history import HistoryWriter
-from fencedlease.lab.harness.nemesis import Nemesis, NemesisEnv
-from fencedlease.lab.harness.schedule import PlannedFault, Schedule
-from fencedlease.lab.harness.workload import BODY, Board
+from fencedlease_lab.harness.history import HistoryWriter
+from fencedlease_lab.harness.nemesis import Nemesis, NemesisEnv
+from fencedlease_lab.harness.schedule import PlannedFault, Schedule
+from fencedlease_lab.harness.workload import BODY, Board
 
 
 class FakeProxy:

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from fencedlease.lab.harness.checker import check_history
-from fencedlease.lab.harness.history import Event
-from fencedlease.lab.harness.report import print_summary, report_dict
-from fencedlease.lab.harness.run import CheckConfig, CheckResult
-from fencedlease.lab.harness.synthetic import synthetic_history
-from fencedlease.lab.harness.timeline import Lane, draw_timeline
+from fencedlease_lab.harness.checker import check_history
+from fencedlease_lab.harness.history import Event
+from fencedlease_lab.harness.report import print_summary, report_dict
+from fencedlease_lab.harness.run import CheckConfig, CheckResult
+from fencedlease_lab.harness.synthetic import synthetic_history
+from fencedlease_lab.harness.timeline import Lane, draw_timeline
 
 
 def _at(events: list[Event], origin: float, seconds: float, process: str, op: str, kind: Any,
@@ -162,8 +162,8 @@ def test_the_cli_says_each_note_of_a_run_once(
     findings of the history): each is said once now."""
     from click.testing import CliRunner
 
-    from fencedlease.lab import cli
-    from fencedlease.lab.harness import run
+    from fencedlease_lab import cli
+    from fencedlease_lab.harness import run
 
     note = "fault partition skipped: did not fit in the run's duration"
     events = synthetic_history(ops=100, keys=4, workers=2)
@@ -207,8 +207,8 @@ def test_a_synthetic_run_refuses_sizes_below_one() -> None:
 def test_past_the_lane_cap_violations_come_first_then_losses_then_victims() -> None:
     """Two lanes for three eventful keys: k17 (violations) and k05 (a loss) keep theirs, k23
     (only a victim) goes to the overview."""
-    from fencedlease.lab.harness.extract import extract
-    from fencedlease.lab.harness.timeline import choose_lanes
+    from fencedlease_lab.harness.extract import extract
+    from fencedlease_lab.harness.timeline import choose_lanes
 
     events = planted()
     lanes, overview = choose_lanes(extract(events), check_history(events), max_lanes=2)
@@ -265,8 +265,8 @@ def test_lanes_sort_numbers_as_numbers_and_name_key_and_resource() -> None:
     the kind its counter was dealt; the per-worker counts list w2 before w10."""
     from test_checker import History
 
-    from fencedlease.lab.harness.extract import extract
-    from fencedlease.lab.harness.timeline import choose_lanes, resource_kinds
+    from fencedlease_lab.harness.extract import extract
+    from fencedlease_lab.harness.timeline import choose_lanes, resource_kinds
 
     h = History()
     h.events[0].detail.update(resource="mixed", keys=["k1", "k2", "k10"])

@@ -20,9 +20,10 @@ import pytest
 from test_fencing_model import FakeLease
 
 from fencedlease import Lease, LeaseManager, MemoryBackend, StaleTokenError
-from fencedlease.lab.harness.history import HistoryWriter, read_history
-from fencedlease.lab.harness.resource_spec import MIXED_KINDS
-from fencedlease.lab.harness.resources import (
+from fencedlease.testing import FakeClock
+from fencedlease_lab.harness.history import HistoryWriter, read_history
+from fencedlease_lab.harness.resource_spec import MIXED_KINDS
+from fencedlease_lab.harness.resources import (
     RESOURCES,
     ResourceSpec,
     open_store,
@@ -30,12 +31,11 @@ from fencedlease.lab.harness.resources import (
     read_final_counter,
     read_final_counters,
 )
-from fencedlease.lab.harness.resources_memory import (
+from fencedlease_lab.harness.resources_memory import (
     LeaseView,
     MemoryCounters,
     start_memory_resource,
 )
-from fencedlease.testing import FakeClock
 
 LOCAL = ("sqlite", "sqlite-rows", "sqlite-strict", "sqlite-append", "memory", "memory-strict")
 
@@ -254,7 +254,7 @@ def test_the_append_store_records_its_transactions(
 def test_a_memory_resource_takes_no_url(tmp_path: Path) -> None:
     """The memory resources live in a process of the run's own: a --resource-url is refused
     before anything is written."""
-    from fencedlease.lab.harness.run import CheckConfig, run_check
+    from fencedlease_lab.harness.run import CheckConfig, run_check
 
     out = tmp_path / "out"
     config = CheckConfig(resource="memory-strict", resource_url="127.0.0.1:1", out_dir=out)

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fencedlease.lab.harness.nemesis import DEFAULT_FAULTS, FAULTS, fault_duration_s
-from fencedlease.lab.harness.schedule import (
+from fencedlease_lab.harness.nemesis import DEFAULT_FAULTS, FAULTS, fault_duration_s
+from fencedlease_lab.harness.schedule import (
     ALONE,
     LAST,
     LEADS_ONLY,
@@ -39,8 +39,8 @@ def draw(
 
 DRAW_IN_A_NEW_PROCESS = """
 import sys
-from fencedlease.lab.harness.nemesis import DEFAULT_FAULTS
-from fencedlease.lab.harness.schedule import draw_schedule
+from fencedlease_lab.harness.nemesis import DEFAULT_FAULTS
+from fencedlease_lab.harness.schedule import draw_schedule
 s = draw_schedule(DEFAULT_FAULTS, seed=int(sys.argv[1]), workers=3, ttl_ms=1000,
                   heartbeat_ms=250, body_ms=1800, lead_ms=1000)
 sys.stdout.write(s.to_json())
@@ -230,7 +230,7 @@ def test_planned_fault_end() -> None:
 
 def test_the_schedule_is_in_report_json_and_replays(tmp_path: Path) -> None:
     """What report.json records reads back as the schedule and config a replay runs."""
-    from fencedlease.lab.harness.campaign import read_replay
+    from fencedlease_lab.harness.campaign import read_replay
 
     schedule = draw(11)
     report: dict[str, Any] = {
@@ -300,8 +300,8 @@ def test_worker_kinds_must_name_every_worker() -> None:
 def test_the_drawn_worker_kinds_hold_every_kind(seed: int, tmp_path: Path) -> None:
     """Without ``--workers-kind`` the kinds are dealt in turn (then shuffled by the seed): 8
     workers are 3 sync, 3 threads and 2 asyncio, the same for the same seed."""
-    from fencedlease.lab.harness.run import CheckConfig
-    from fencedlease.lab.harness.run.prepare import _Run
+    from fencedlease_lab.harness.run import CheckConfig
+    from fencedlease_lab.harness.run.prepare import _Run
 
     def kinds_of(config: CheckConfig) -> list[str]:
         return list(_Run(config, seed, tmp_path, tmp_path, []).worker_kinds)

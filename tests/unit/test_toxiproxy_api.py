@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from fencedlease.lab.toxiproxy._api import Api, Response
-from fencedlease.lab.toxiproxy._model import (
+from fencedlease_lab.toxiproxy._api import Api, Response
+from fencedlease_lab.toxiproxy._model import (
     ApiError,
     ProxyInput,
     ToxicSpec,
@@ -24,8 +24,8 @@ from fencedlease.lab.toxiproxy._model import (
     split_address,
     toxic_json,
 )
-from fencedlease.lab.toxiproxy._proxy import resolve_tcp_address
-from fencedlease.lab.toxiproxy._toxics import Chunk, Queue, Stub
+from fencedlease_lab.toxiproxy._proxy import resolve_tcp_address
+from fencedlease_lab.toxiproxy._toxics import Chunk, Queue, Stub
 
 
 def handle(method: str, path: str, body: bytes = b"", agent: str = "test") -> Response:
@@ -301,7 +301,7 @@ def test_toxicity_is_drawn_again_on_every_restart(monkeypatch: pytest.MonkeyPatc
     """A stub draws toxicity each time it starts (so on every interruption and restart), as the
     real ToxicStub.Run: draws 0.9, 0.1, 0.7 against toxicity 0.5 give off, on, off."""
     draws = iter([0.9, 0.1, 0.7])
-    monkeypatch.setattr("fencedlease.lab.toxiproxy._toxics.random.random", lambda: next(draws))
+    monkeypatch.setattr("fencedlease_lab.toxiproxy._toxics.random.random", lambda: next(draws))
 
     async def run() -> list[bool]:
         toxic = ToxicSpec("t", "latency", "downstream", 0.5, {"latency": 10_000, "jitter": 0})

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from fencedlease import BackendError, LeaseManager, RedisBackend, ValidationError
 from fencedlease.aio import AsyncLeaseManager
-from fencedlease.lab.cli import main
+from fencedlease.cli.commands import main
 
 #: Where the URLs point: port 1 refuses at once.
 TEMPLATES = [

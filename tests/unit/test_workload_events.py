@@ -8,11 +8,11 @@ import threading
 from pathlib import Path
 
 from fencedlease import LeaseEvent, LeaseManager, MemoryBackend
-from fencedlease.lab.harness.history import HistoryWriter, read_history
-from fencedlease.lab.harness.mutex import check_mutex
-from fencedlease.lab.harness.recorder import Recorder
-from fencedlease.lab.harness.resources import ResourceSpec
-from fencedlease.lab.harness.workload import WorkerConfig, lane_rng, pick
+from fencedlease_lab.harness.history import HistoryWriter, read_history
+from fencedlease_lab.harness.mutex import check_mutex
+from fencedlease_lab.harness.recorder import Recorder
+from fencedlease_lab.harness.resources import ResourceSpec
+from fencedlease_lab.harness.workload import WorkerConfig, lane_rng, pick
 
 
 def event(kind: str, status: str, **fields: object) -> LeaseEvent:

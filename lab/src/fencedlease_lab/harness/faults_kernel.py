@@ -1,0 +1,240 @@
+"""Kernel network faults: each worker in a network namespace of its own, joined to the host by a
+veth pair, and nftables rules that ``drop`` or ``reject`` its packets on that link.
+
+Toxiproxy acts inside a proxy, on bytes; these act in the kernel, on packets, as Jepsen's
+partitions do (Kingsbury, "Jepsen" analyses: each node its own network stack, iptables ``DROP``
+between them). When a run asks for a kernel fault (and can have one),
+[`WorkerLinks`][fencedlease_lab.harness.faults_kernel.WorkerLinks] gives worker ``i`` the namespace
+``fencedlease-<run id>-w<i>`` and a veth pair (``fl<run id>h<i>`` on the host, ``fl<run id>n<i>``
+inside) on a /30 of its own in 10.0.0.0/8; the worker enters its namespace first thing
+([`enter_netns`][fencedlease_lab.harness.faults_kernel.enter_netns]) and reaches Redis through its
+Toxiproxy proxy, which listens on the host end of its link. A rule on a link cuts off that worker
+alone:
+
+``kernel-drop``
+    every packet from and to the worker's link is dropped: its requests and Redis's replies
+    vanish, TCP retransmits into the void, new connections hang in ``SYN_SENT``;
+``kernel-reject``
+    every packet from the worker is answered with a TCP reset (``reject with tcp reset``):
+    sends fail at once and new connections are refused.
+
+The rules live in nftables tables of the run's own (named after
+[`table_name`][fencedlease_lab.harness.faults_kernel.table_name], the run's random id in it; one per
+cut, so that cuts of different workers in force together heal independently), in chains on the
+``input`` and ``output`` hooks of the host; healing deletes the table, which removes its rules at
+once. Needs root, ``ip`` and ``nft``
+([`kernel_unavailable_reason`][fencedlease_lab.harness.faults_kernel.kernel_unavailable_reason]); a
+worker in a namespace reaches nothing of the host but its proxy, so the resource must be the SQLite
+file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import shutil
+import subprocess
+import threading
+from collections.abc import Sequence
+from typing import Final, Literal
+
+import attrs
+
+__all__ = [
+    "KERNEL_ACTIONS",
+    "KernelAction",
+    "KernelFirewall",
+    "Link",
+    "WorkerLinks",
+    "enter_netns",
+    "kernel_unavailable_reason",
+    "table_name",
+    "worker_links",
+]
+
+KernelAction = Literal["drop", "reject"]
+
+#: Fault kind -> the nftables verdict it puts on the worker's packets.
+KERNEL_ACTIONS: Final[dict[str, KernelAction]] = {"kernel-drop": "drop", "kernel-reject": "reject"}
+
+
+#: ``setns(2)``'s flag for a network namespace.
+_CLONE_NEWNET: Final = 0x40000000
+
+
+def kernel_unavailable_reason() -> str | None:
+    """Why namespaces and nftables rules cannot be made here (not root, no ``ip``, no
+    ``nft``), or None when they can."""
+    if os.geteuid() != 0:
+        return "needs root for network namespaces and nftables rules (run the check as root)"
+    if shutil.which("ip") is None:
+        return "needs the ip tool (apt-get install iproute2)"
+    if shutil.which("nft") is None:
+        return "needs the nft tool (apt-get install nftables)"
+    return None
+
+
+def _run(*argv: str) -> None:
+    done = subprocess.run(list(argv), capture_output=True, text=True, timeout=10.0, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)}: {done.stderr.strip()}")
+
+
+def enter_netns(name: str) -> None:
+    """Move the calling thread into the network namespace ``name`` (``/run/netns/<name>``, as
+    ``ip netns add`` makes it); threads and sockets it makes afterwards live there. Call it
+    before any other thread or socket exists. Raises ``OSError`` when the kernel refuses."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(f"/run/netns/{name}", os.O_RDONLY)
+    try:
+        if libc.setns(fd, _CLONE_NEWNET) != 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, f"setns into network namespace {name}: {os.strerror(errno)}")
+    finally:
+        os.close(fd)
+
+
+@attrs.frozen
+class Link:
+    """One worker's link: its namespace ``netns``, the veth ends ``host_if`` / ``ns_if`` and
+    their addresses ``host_ip`` / ``ns_ip`` (a /30)."""
+
+    netns: str
+    host_if: str
+    ns_if: str
+    host_ip: str
+    ns_ip: str
+
+
+class WorkerLinks:
+    """A namespace and a veth pair per worker (module docstring), made by
+    [`make`][fencedlease_lab.harness.faults_kernel.WorkerLinks.make] and all removed by
+    [`close`][fencedlease_lab.harness.faults_kernel.WorkerLinks.close] (deleting a namespace deletes
+    its veth pair). Raises ``RuntimeError`` with the tool's message when a step fails (what was made
+    is removed)."""
+
+    def __init__(self, run_id: str, workers: int) -> None:
+        if workers > 60:
+            raise ValueError(f"at most 60 workers get a link of their own, not {workers}")
+        code = int(run_id[:4], 16)
+        self._net = f"10.{64 + (code >> 8) % 128}.{code & 0xFF}"
+        self.links = [
+            Link(
+                f"fencedlease-{run_id}-w{i}", f"fl{run_id}h{i}", f"fl{run_id}n{i}",
+                f"{self._net}.{4 * i + 1}", f"{self._net}.{4 * i + 2}",
+            )
+            for i in range(workers)
+        ]  # fmt: skip
+        self._made: list[str] = []
+
+    def make(self) -> WorkerLinks:
+        """Make every namespace and link, up and addressed; returns itself."""
+        try:
+            for link in self.links:
+                _run("ip", "netns", "add", link.netns)
+                self._made.append(link.netns)
+                _run(
+                    "ip", "link", "add", link.host_if, "type", "veth",
+                    "peer", "name", link.ns_if, "netns", link.netns,
+                )  # fmt: skip
+                _run("ip", "addr", "add", f"{link.host_ip}/30", "dev", link.host_if)
+                _run("ip", "link", "set", link.host_if, "up")
+                _run("ip", "-n", link.netns, "addr", "add", f"{link.ns_ip}/30", "dev", link.ns_if)
+                _run("ip", "-n", link.netns, "link", "set", link.ns_if, "up")
+                _run("ip", "-n", link.netns, "link", "set", "lo", "up")
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        """Delete every namespace made (and so its link). Idempotent."""
+        while self._made:
+            with contextlib.suppress(RuntimeError, OSError, subprocess.SubprocessError):
+                _run("ip", "netns", "del", self._made.pop())
+
+
+def worker_links(
+    faults: Sequence[str], workers: int, run_id: str, *, resource: str, toxiproxy: bool
+) -> tuple[WorkerLinks | None, str | None]:
+    """The links of a run's ``workers`` (made), when its ``faults`` hold a kernel kind and it
+    can have them: root, ``ip`` and ``nft``, an SQLite ``resource`` (``sqlite``, ``sqlite-rows``,
+    ``sqlite-append``: a file, as a worker in its namespace reaches only its proxy) and
+    ``toxiproxy``. Else ``(None, why)``; ``(None, None)`` when no kernel kind was asked for. The
+    caller closes what it gets."""
+    if not any(kind in KERNEL_ACTIONS for kind in faults):
+        return None, None
+    reason = kernel_unavailable_reason()
+    if reason is None and not resource.startswith("sqlite"):
+        reason = "needs an SQLite resource (a worker in its namespace reaches only its proxy)"
+    if reason is None and not toxiproxy:
+        reason = "needs a Toxiproxy proxy per worker (on the host end of its link)"
+    if reason is not None:
+        return None, reason
+    try:
+        return WorkerLinks(run_id, workers).make(), None
+    except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as exc:
+        return None, f"could not make the workers' links: {exc}"
+
+
+def table_name(run_id: str) -> str:
+    """The nftables table of the run whose random id is ``run_id`` (hex)."""
+    return f"fencedlease_{run_id}"
+
+
+class KernelFirewall:
+    """The run's nftables tables (family ``inet``), one per cut, so that cuts in force together
+    (of different workers) heal independently:
+    [`cut`][fencedlease_lab.harness.faults_kernel.KernelFirewall.cut] makes a table
+    ``<table_name(run_id)>_<n>`` with rules for one worker's link,
+    [`heal`][fencedlease_lab.harness.faults_kernel.KernelFirewall.heal] deletes it,
+    [`heal_all`][fencedlease_lab.harness.faults_kernel.KernelFirewall.heal_all] deletes every one
+    still there. Raises ``RuntimeError`` with nft's message when a command fails."""
+
+    def __init__(self, run_id: str) -> None:
+        self.prefix = table_name(run_id)
+        self._made: set[str] = set()
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def _nft(self, *args: str) -> None:
+        _run("nft", *args)
+
+    def cut(self, host_if: str, action: KernelAction) -> tuple[str, list[str]]:
+        """Cut the worker whose link's host end is ``host_if`` with ``action``; returns the
+        table made and the rules added in it, as ``"<chain>: <rule>"``."""
+        with self._lock:
+            table = f"{self.prefix}_{self._count}"
+            self._count += 1
+            self._made.add(table)
+        self._nft("add", "table", "inet", table)
+        for chain, hook in (("in", "input"), ("out", "output")):
+            self._nft(
+                "add", "chain", "inet", table, chain,
+                f"{{ type filter hook {hook} priority 0 ; policy accept ; }}",
+            )  # fmt: skip
+        if action == "drop":
+            rules = [("in", f'iifname "{host_if}" drop'), ("out", f'oifname "{host_if}" drop')]
+        else:
+            # Not the other direction too: the resets made here leave through the link.
+            rules = [("in", f'iifname "{host_if}" meta l4proto tcp reject with tcp reset')]
+        for chain, rule in rules:
+            self._nft("add", "rule", "inet", table, chain, *rule.split())
+        return table, [f"{chain}: {rule}" for chain, rule in rules]
+
+    def heal(self, table: str) -> None:
+        """Delete ``table`` (one
+        [`cut`][fencedlease_lab.harness.faults_kernel.KernelFirewall.cut]'s) and so its rules;
+        nothing if it is gone."""
+        with self._lock:
+            if table not in self._made:
+                return
+            self._made.discard(table)
+        self._nft("delete", "table", "inet", table)
+
+    def heal_all(self) -> None:
+        """Delete every table still there (each tried even if another fails)."""
+        for table in sorted(self._made):
+            with contextlib.suppress(RuntimeError, OSError, subprocess.SubprocessError):
+                self.heal(table)
