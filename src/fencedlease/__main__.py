@@ -1,5 +1,5 @@
-"""``python -m fencedlease``: the same command line as the ``fencedlease`` script (the lab's,
-[`fencedlease_lab.cli`][], through [`fencedlease.cli.entry`][])."""
+"""``python -m fencedlease``: the same command line as the ``fencedlease`` script
+([`fencedlease.cli.entry`][])."""
 
 from __future__ import annotations
 

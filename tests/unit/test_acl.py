@@ -26,8 +26,9 @@ from fencedlease.redis_fencing import _SET
 SRC = Path(__file__).resolve().parents[2] / "src" / "fencedlease"
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
-# The package that is not the library a user runs (the lab: harness, servers; run as the operator).
-NOT_LIBRARY = {"lab"}
+# What is not the library a lease user runs: the operator's command line (run as the operator:
+# docs/operations.md) and the pytest plugin (it cleans a test's keys on a test's Redis).
+NOT_LIBRARY = {"cli", "pytest_plugin.py"}
 
 # redis-py methods the library calls on a client or a pub/sub object, and the command each sends.
 CLIENT_METHODS: dict[str, str | None] = {

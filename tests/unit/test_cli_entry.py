@@ -1,8 +1,10 @@
 """The ``fencedlease`` script without its extras: one line naming the extra to install, exit 2;
-the ``cli`` extra (click, rich) for every command, ``lab`` for ``check``."""
+the ``cli`` extra (click, rich) for every command, ``lab`` for ``check``, which the lab (the
+fencedlease-lab distribution) adds through the ``fencedlease.commands`` entry-point group."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import sys
 from pathlib import Path
 
@@ -85,3 +87,54 @@ def test_check_without_the_lab_extra_says_so_before_it_starts(
         ' pip install -e ".[lab]" in a clone of fencedlease\n'
     )
     assert not (tmp_path / "out").exists()
+
+
+def test_check_is_the_lab_s_entry_point() -> None:
+    """The installed lab registers ``check`` in the ``fencedlease.commands`` group; the library
+    lists no command of its own there."""
+    group = importlib.metadata.entry_points(group=commands.COMMAND_GROUP)
+    assert {(e.name, e.value) for e in group} == {("check", "fencedlease_lab.cli:check")}
+    assert "check" not in commands.COMMANDS
+
+
+NO_LAB = (
+    "fencedlease: fencedlease check needs the lab extra (fencedlease-lab is not installed):"
+    ' pip install -e ".[lab]" in a clone of fencedlease\n'
+)
+
+
+@pytest.mark.parametrize(
+    "args", [["check"], ["check", "--seed", "1", "--out", "x"], ["check", "--help"]]
+)
+def test_check_without_the_lab_says_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: list[str]
+) -> None:
+    """Without the lab (no entry point), ``fencedlease check``, whatever its arguments, is one
+    line naming the lab and how to install it, exit 2, and nothing of the lab is imported."""
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: ())
+    monkeypatch.setattr(commands.main, "commands", {})
+    monkeypatch.setitem(sys.modules, "fencedlease_lab", None)  # an import of it would fail
+    monkeypatch.setattr(sys, "argv", ["fencedlease", *args])
+    with pytest.raises(SystemExit) as exited:
+        entry.main()
+    assert exited.value.code == 2
+    assert capsys.readouterr() == ("", NO_LAB)
+
+
+def test_without_the_lab_help_still_lists_check(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without the lab, ``fencedlease --help`` lists ``check``, saying it needs the lab, beside
+    the operator's commands."""
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: ())
+    monkeypatch.setattr(commands.main, "commands", {})
+    monkeypatch.setattr(sys, "argv", ["fencedlease", "--help"])
+    with pytest.raises(SystemExit) as exited:
+        entry.main()
+    assert exited.value.code == 0
+    listed = capsys.readouterr().out.split("Commands:\n")[1].splitlines()
+    assert [line.split()[0] for line in listed] == ["check", "doctor", "inspect", "list", "release"]
+    assert (
+        listed[0].split(None, 1)[1]
+        == "Needs the lab (the fencedlease-lab distribution): not installed."
+    )

@@ -1,7 +1,8 @@
 """The layer contracts (``[tool.importlinter]`` in pyproject.toml, run by ``lint-imports`` in CI)
 cannot go stale, and the rules import-linter cannot state are checked here: no module of the sync
 face reaches ``redis.asyncio`` (import-linter sees an external package only as a whole, ``redis``),
-and ``import fencedlease`` loads nothing of the asyncio face.
+``import fencedlease`` loads nothing of the asyncio face nor of the lab's packages, and the
+library's wheel holds no lab code.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +43,7 @@ def _private_library_modules() -> set[str]:
         parts = path.relative_to(SRC).with_suffix("").parts
         if parts[-1] == "__init__":
             parts = parts[:-1]
-        if not parts or parts[0] == "lab":
+        if not parts:
             continue
         for depth, part in enumerate(parts):
             if part.startswith("_") and not part.startswith("__"):
@@ -50,28 +52,23 @@ def _private_library_modules() -> set[str]:
     return found
 
 
-LAB_MAY_IMPORT = {"fencedlease._acl"}
-"""The private modules the lab reads: ``_acl`` holds the library's one list of the commands a Redis
-user needs, which ``fencedlease doctor`` checks a user against (a copy in the lab would drift)."""
-
-
 def test_the_lab_contract_forbids_every_private_module() -> None:
     """import-linter's wildcards match whole names only, so the private modules are listed: a new
-    one must join the list, and a removed one must leave it. Only `LAB_MAY_IMPORT` is left out."""
+    one must join the list, and a removed one must leave it."""
     contract = _contract("lab-uses-public-api")
     assert contract["type"] == "forbidden"
     assert contract["source_modules"] == ["fencedlease_lab"]
     private = _private_library_modules()
-    assert {"fencedlease._lease", "fencedlease._manager", "fencedlease.aio._lease"} <= private
-    assert private >= LAB_MAY_IMPORT
-    assert set(contract["forbidden_modules"]) == private - LAB_MAY_IMPORT
+    assert {"fencedlease._acl", "fencedlease._lease", "fencedlease.aio._lease"} <= private
+    assert set(contract["forbidden_modules"]) == private
 
 
-def test_the_lab_imports_of_private_modules_are_the_allowed_ones() -> None:
-    """What the lab imports of the library's private modules is exactly `LAB_MAY_IMPORT`: an
-    entry the lab stopped needing leaves the list."""
-    graph = grimp.build_graph("fencedlease", cache_dir=None)
+def test_the_lab_imports_no_private_module() -> None:
+    """The lab imports none of the library's private modules, directly: what grimp sees agrees
+    with the contract."""
+    graph = grimp.build_graph("fencedlease", "fencedlease_lab", cache_dir=None)
     lab = {"fencedlease_lab", *graph.find_descendants("fencedlease_lab")}
+    assert "fencedlease_lab.harness.nemesis" in lab
     private = _private_library_modules()
     imported = {
         m
@@ -79,15 +76,33 @@ def test_the_lab_imports_of_private_modules_are_the_allowed_ones() -> None:
         for m in graph.find_modules_directly_imported_by(module)
         if any(m == p or m.startswith(p + ".") for p in private)
     }
-    assert imported == LAB_MAY_IMPORT
+    assert imported == set()
+
+
+def test_only_the_pytest_plugin_imports_the_lab() -> None:
+    """Of the library's modules, the pytest plugin alone imports the lab (to start a Redis)."""
+    graph = grimp.build_graph("fencedlease", "fencedlease_lab", cache_dir=None)
+    library = {"fencedlease", *graph.find_descendants("fencedlease")}
+    importers = {
+        module
+        for module in library
+        if any(
+            m.startswith("fencedlease_lab") for m in graph.find_modules_directly_imported_by(module)
+        )
+    }
+    assert importers == {"fencedlease.pytest_plugin"}
 
 
 def test_the_contracts_cover_the_layers_the_project_promises() -> None:
     contracts = {c["id"]: c for c in _pyproject()["tool"]["importlinter"]["contracts"]}
+    assert _pyproject()["tool"]["importlinter"]["root_packages"] == [
+        "fencedlease",
+        "fencedlease_lab",
+    ]
     assert contracts["library-below-lab"]["protected_modules"] == ["fencedlease_lab"]
     assert contracts["library-below-lab"]["allowed_importers"] == [
         "fencedlease_lab",
-        "fencedlease.__main__",
+        "fencedlease.pytest_plugin",
     ]
     sync = contracts["sync-face-without-asyncio"]
     assert set(sync["source_modules"]) == {
@@ -116,7 +131,7 @@ def test_the_contracts_cover_the_layers_the_project_promises() -> None:
     # Every module holds one face: no asyncio edge of the sync face is excused.
     assert "ignore_imports" not in sync
     assert contracts["no-sibling-cycles"]["type"] == "acyclic_siblings"
-    assert contracts["no-sibling-cycles"]["ancestors"] == ["fencedlease"]
+    assert contracts["no-sibling-cycles"]["ancestors"] == ["fencedlease", "fencedlease_lab"]
     assert "ignore_imports" not in contracts["no-sibling-cycles"]
     pure = contracts["pure-core-free-of-redis"]
     assert pure["type"] == "forbidden"
@@ -245,12 +260,62 @@ def test_import_fencedlease_loads_no_asyncio_of_its_own() -> None:
         assert found["loaded"] == []
 
 
-def test_the_harness_extra_is_the_lab_extra() -> None:
-    """``harness`` is the lab extra's earlier name (the README's first command installs it)."""
+LAB = "fencedlease-lab @ {root:uri}/lab"
+"""The lab distribution as the root project's extras name it: the folder of this clone."""
+
+
+def test_the_lab_and_test_extras_install_the_lab_of_this_clone() -> None:
+    """``lab`` (and ``harness``, its earlier name) and ``test`` pull in the fencedlease-lab
+    distribution from ./lab, which registers ``check`` for the library's ``fencedlease`` script
+    (the README's two commands need both)."""
     extras = _pyproject()["project"]["optional-dependencies"]
-    assert extras["harness"] == extras["lab"]
-    assert "click>=8.1" in extras["lab"]
-    assert _pyproject()["project"]["scripts"]["fencedlease"] == "fencedlease.cli.entry:main"
+    assert extras["harness"] == extras["lab"] == ["click>=8.1", "rich>=13", LAB]
+    assert LAB in extras["test"]
+    assert _pyproject()["tool"]["hatch"]["metadata"]["allow-direct-references"] is True
+    assert _pyproject()["project"]["scripts"] == {"fencedlease": "fencedlease.cli.entry:main"}
+    lab: dict[str, Any] = tomllib.loads((ROOT / "lab" / "pyproject.toml").read_text("utf-8"))
+    assert lab["project"]["name"] == "fencedlease-lab"
+    assert lab["project"]["entry-points"] == {
+        "fencedlease.commands": {"check": "fencedlease_lab.cli:check"}
+    }
+    assert lab["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"] == ["src/fencedlease_lab"]
+    assert (ROOT / "lab" / "src" / "fencedlease_lab" / "py.typed").is_file()
+
+
+def test_the_library_wheel_holds_no_lab_code(tmp_path: Path) -> None:
+    """The wheel hatchling builds from the root project holds the library's package alone (its
+    command line and pytest plugin included): no file of the lab, whatever its folder."""
+    wheel_builder = pytest.importorskip("hatchling.builders.wheel")  # the test extra installs it
+    (built,) = wheel_builder.WheelBuilder(str(ROOT)).build(
+        directory=str(tmp_path), versions=["standard"]
+    )
+    with zipfile.ZipFile(built) as wheel:
+        names = wheel.namelist()
+        entry_points = wheel.read("fencedlease-0.1.0.dist-info/entry_points.txt").decode()
+    assert {name.split("/")[0] for name in names} == {"fencedlease", "fencedlease-0.1.0.dist-info"}
+    assert [n for n in names if "lab" in n.split("/")[:-1]] == []  # no folder named lab
+    assert "fencedlease/cli/operator_cli.py" in names
+    assert "fencedlease/pytest_plugin.py" in names
+    assert "fencedlease = fencedlease.cli.entry:main" in entry_points
+    assert "fencedlease = fencedlease.pytest_plugin" in entry_points
+
+
+_LOADED = """
+import json, sys
+import fencedlease
+import fencedlease.aio
+heavy = ("matplotlib", "click", "rich", "toxiproxy", "psycopg", "fencedlease_lab")
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in heavy)))
+"""
+
+
+def test_import_fencedlease_loads_no_lab_and_none_of_its_packages() -> None:
+    """``import fencedlease; import fencedlease.aio`` (a fresh interpreter) loads no module of
+    matplotlib, click, rich, toxiproxy, psycopg or the lab."""
+    out = subprocess.run(
+        [sys.executable, "-c", _LOADED], check=True, capture_output=True, text=True
+    ).stdout
+    assert json.loads(out) == []
 
 
 MAX_MODULE_LINES = 400
@@ -263,7 +328,7 @@ def _long_modules(root: Path, *, skip: str | None = None) -> dict[str, int]:
     lines, by its path in the source tree, with its count of lines."""
     found = {}
     for path in sorted(root.rglob("*.py")):
-        name = path.relative_to(SRC.parent).as_posix()
+        name = path.relative_to(ROOT).as_posix()
         if skip is not None and path.is_relative_to(root / skip):
             continue
         lines = len(path.read_text("utf-8").splitlines())
@@ -275,7 +340,7 @@ def _long_modules(root: Path, *, skip: str | None = None) -> dict[str, int]:
 def test_no_module_of_the_lab_is_over_400_lines() -> None:
     """Every module of ``fencedlease_lab`` has at most 400 lines; a longer one is named with its
     count."""
-    assert _long_modules(SRC / "lab") == {}
+    assert _long_modules(ROOT / "lab" / "src" / "fencedlease_lab") == {}
 
 
 @pytest.mark.xfail(
@@ -284,6 +349,6 @@ def test_no_module_of_the_lab_is_over_400_lines() -> None:
     " (fencedlease/_schedule.py: 495 lines)",
 )
 def test_no_module_of_the_library_is_over_400_lines() -> None:
-    """Every module of the library (the package outside ``fencedlease_lab``) has at most 400
+    """Every module of the library has at most 400
     lines; a longer one is named with its count."""
-    assert _long_modules(SRC, skip="lab") == {}
+    assert _long_modules(SRC) == {}

@@ -162,7 +162,7 @@ def test_the_cli_says_each_note_of_a_run_once(
     findings of the history): each is said once now."""
     from click.testing import CliRunner
 
-    from fencedlease_lab import cli
+    from fencedlease.cli.commands import main
     from fencedlease_lab.harness import run
 
     note = "fault partition skipped: did not fit in the run's duration"
@@ -172,7 +172,7 @@ def test_the_cli_says_each_note_of_a_run_once(
     events.sort(key=lambda e: e.mono)
     result = _result(events, tmp_path, (note,))
     monkeypatch.setattr(run, "run_check", lambda config, show: result)
-    out = CliRunner().invoke(cli.main, ["check", "--duration", "1", "--out", str(tmp_path / "o")])
+    out = CliRunner().invoke(main, ["check", "--duration", "1", "--out", str(tmp_path / "o")])
     assert out.exit_code == 0, out.output
     assert out.output.count(note) == 1
     assert "note [run-note] " + note in out.output

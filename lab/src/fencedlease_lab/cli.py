@@ -1,9 +1,9 @@
-"""The command line: ``fencedlease check`` runs the correctness harness (``docs/harness.md``);
-``doctor``, ``inspect``, ``list`` and ``release`` are the operator's
+"""``fencedlease check``: the correctness harness (``docs/harness.md``), a command of the library's
+``fencedlease`` script ([`fencedlease.cli.commands.main`][]), which finds it through the
+entry-point group ``fencedlease.commands`` this distribution registers (``check``), so the library
+never imports the lab. ``doctor``, ``inspect``, ``list`` and ``release`` are the library's own
 (`fencedlease.cli.operator_cli`, ``docs/operations.md``).
 
-``main`` is the click group behind the ``fencedlease`` script and ``python -m fencedlease``
-(`fencedlease.cli.commands`, which imports this module only to run ``check``).
 Exit status of ``check``: 0 when the run has no violation and proved something, 1 when it has
 violations, 2 for a usage error, a run that could not be done (no Redis, a wrong password, an
 unreachable resource, workers that would not start) or one that proved nothing (no grant, no
@@ -21,7 +21,7 @@ import attrs
 import click
 from click.core import ParameterSource
 
-from fencedlease.cli.commands import main, require_extra, url_option
+from fencedlease.cli.commands import require_extra, url_option
 from fencedlease.cli.extras import LAB_PACKAGES
 
 from .harness.kinds import (
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from .harness.model import CheckConfig, CheckResult
     from .harness.run import Progress
 
-__all__ = ["check", "main"]
+__all__ = ["check"]
 
 
 def _faults(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
@@ -52,7 +52,7 @@ def _faults(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
         raise click.BadParameter(str(exc)) from None
 
 
-@main.command()
+@click.command()
 @click.option(
     "--redis-url",
     callback=url_option,

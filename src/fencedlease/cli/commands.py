@@ -2,16 +2,20 @@
 
 [`main`][fencedlease.cli.commands.main] is the click group behind the ``fencedlease`` script and
 ``python -m fencedlease``. It imports a command's module only when that command runs (or
-``--help`` lists it): the operator's ``doctor``, ``inspect``, ``list`` and ``release``
-(`fencedlease.cli.operator_cli`) need the ``cli`` extra only (click, rich) and never import the
-harness, while ``check`` (`fencedlease_lab.cli`) needs the ``lab`` extra and says so when a
-package of it is missing (`require_extra`). The store's URL comes from the option, else
-``FENCEDLEASE_URL`` (`store_url`).
+``--help`` lists it). The operator's ``doctor``, ``inspect``, ``list`` and ``release``
+(`fencedlease.cli.operator_cli`, `COMMANDS`) need the ``cli`` extra only (click, rich). Other
+commands come from installed distributions through the entry-point group `COMMAND_GROUP`
+(``fencedlease.commands``, ``name = "module:attribute"``): the lab (the ``fencedlease-lab``
+distribution) adds ``check`` there, so the library never imports the lab, and without the lab
+``fencedlease check`` says in one line how to install it (exit status 2, `LAB_COMMANDS`). A
+command of a distribution says when a package of its extra is missing (`require_extra`). The
+store's URL comes from the option, else ``FENCEDLEASE_URL`` (`store_url`).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import importlib.util
 import warnings
 from collections.abc import Mapping
@@ -22,19 +26,20 @@ from click.core import ParameterSource
 
 from fencedlease import url_from_env
 
-from .extras import install_line
+from .extras import LAB_COMMANDS, install_line
 
 __all__ = [
     "COMMANDS",
+    "COMMAND_GROUP",
     "main",
     "require_extra",
     "store_url",
     "url_option",
 ]
 
-#: Each command, and the ``module:attribute`` it is (imported when the command is asked for).
+#: Each command of the library, and the ``module:attribute`` it is (imported when the command is
+#: asked for).
 COMMANDS: Final = {
-    "check": "fencedlease_lab.cli:check",
     "doctor": "fencedlease.cli.operator_cli:doctor",
     "inspect": "fencedlease.cli.operator_cli:inspect_lease",
     "list": "fencedlease.cli.operator_cli:list_leases",
@@ -57,17 +62,55 @@ def require_extra(who: str, extra: str, packages: Mapping[str, str]) -> None:
             raise SystemExit(2)
 
 
+#: The entry-point group where an installed distribution adds commands (the lab's ``check``).
+COMMAND_GROUP: Final = "fencedlease.commands"
+
+
+def _installed_commands() -> dict[str, str]:
+    """The commands of `COMMAND_GROUP` (name -> ``module:attribute``); the library's own
+    `COMMANDS` win a name both have."""
+    found = {
+        entry.name: entry.value
+        for entry in importlib.metadata.entry_points(group=COMMAND_GROUP)
+        if entry.name not in COMMANDS
+    }
+    return {**found, **COMMANDS}
+
+
+def _not_installed(name: str) -> click.Command:
+    """Command ``name`` of the lab when the lab is not installed: whatever its arguments, the
+    `install_line` of the ``lab`` extra on stderr and exit status 2."""
+
+    def say(args: tuple[str, ...]) -> None:
+        click.echo(install_line(f"fencedlease {name}", "lab", "fencedlease-lab"), err=True)
+        raise SystemExit(2)
+
+    return click.Command(
+        name,
+        callback=say,
+        params=[click.Argument(["args"], nargs=-1, type=click.UNPROCESSED)],
+        context_settings={"ignore_unknown_options": True},
+        add_help_option=False,
+        help="Needs the lab (the fencedlease-lab distribution): not installed.",
+    )
+
+
 class _LazyGroup(click.Group):
-    """A group that imports a command of `COMMANDS` when it is first asked for."""
+    """A group that imports a command (`COMMANDS`, then `COMMAND_GROUP`) when it is first asked
+    for."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *COMMANDS})
+        return sorted({*super().list_commands(ctx), *_installed_commands(), *LAB_COMMANDS})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name not in self.commands and cmd_name in COMMANDS:
-            module, _, attribute = COMMANDS[cmd_name].partition(":")
-            command: Any = getattr(importlib.import_module(module), attribute)
-            self.add_command(command, cmd_name)
+        if cmd_name not in self.commands:
+            where = _installed_commands().get(cmd_name)
+            if where is not None:
+                module, _, attribute = where.partition(":")
+                command: Any = getattr(importlib.import_module(module), attribute)
+                self.add_command(command, cmd_name)
+            elif cmd_name in LAB_COMMANDS:
+                return _not_installed(cmd_name)  # not kept: the lab may be installed later
         return super().get_command(ctx, cmd_name)
 
 

@@ -1,7 +1,7 @@
 """The ``fencedlease`` script's entry point: the command line of
 [`fencedlease.cli.commands`][], or, when a package of its extra is not installed, one line saying
 which extra to install (exit status 2) instead of an import traceback: ``cli`` (click, rich) for
-every command, ``lab`` (matplotlib, toxiproxy-python, psycopg) for ``check`` too."""
+every command, ``lab`` (the lab and matplotlib, toxiproxy-python, psycopg) for ``check`` too."""
 
 from __future__ import annotations
 

@@ -2,14 +2,19 @@
 Imports nothing beyond the standard library, so it can speak when click itself is missing.
 
 The ``cli`` extra (click, rich) is the command line and the operator's commands; the ``lab`` extra
-adds what ``fencedlease check`` needs (`LAB_PACKAGES`).
+adds the lab (the ``fencedlease-lab`` distribution: ``fencedlease check``, `LAB_COMMANDS`) and
+what it needs (`LAB_PACKAGES`).
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["EXTRA_OF", "LAB_PACKAGES", "install_line"]
+__all__ = ["EXTRA_OF", "LAB_COMMANDS", "LAB_PACKAGES", "install_line"]
+
+#: The commands the lab (the ``fencedlease-lab`` distribution) adds to ``fencedlease``: without
+#: the lab, each says how to install it.
+LAB_COMMANDS: Final = ("check",)
 
 #: What the ``lab`` extra adds for ``fencedlease check``: import name -> distribution.
 LAB_PACKAGES: Final = {
