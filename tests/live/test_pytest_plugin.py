@@ -45,6 +45,7 @@ def test_the_testing_page_shows_the_example_suite_as_it_is() -> None:
 
 
 def test_loading_the_plugin_imports_no_server_module() -> None:
+    """Loading the plugin imports nothing of the lab (where the servers are)."""
     code = (
         f"import sys, {PLUGIN}; "
         "print(sorted(m for m in sys.modules if m.startswith('fencedlease_lab')))"
@@ -52,7 +53,51 @@ def test_loading_the_plugin_imports_no_server_module() -> None:
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
-    assert out.strip() == repr(["fencedlease_lab", PLUGIN])
+    assert out.strip() == repr([])
+
+
+_NO_LAB_CONFTEST = """
+import sys
+
+sys.modules["fencedlease_lab"] = None  # the lab is not installed: importing it fails
+"""
+
+
+def test_without_the_lab_the_redis_tests_skip_naming_it(
+    pytester: pytest.Pytester, pytestconfig: pytest.Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the lab and FENCEDLEASE_URL, the example suite's memory and SQLite tests pass and
+    its Redis tests skip, saying how to install the lab."""
+    monkeypatch.delenv("FENCEDLEASE_URL", raising=False)
+    monkeypatch.delenv("FENCEDLEASE_REDIS_URL", raising=False)
+    monkeypatch.delenv("FENCEDLEASE_REQUIRE_SERVERS", raising=False)
+    pytester.makeconftest(_NO_LAB_CONFTEST)
+    pytester.makepyfile(test_example=EXAMPLE.read_text("utf-8"))
+    result = pytester.runpytest_subprocess(*_plugin_args(pytestconfig), "-rs")
+    result.assert_outcomes(passed=6, skipped=2)
+    skip = (
+        "SKIPPED ?1? test_example.py:*: no Redis for fencedlease_redis_url: FENCEDLEASE_URL is"
+        " unset; starting a redis-server needs the lab (fencedlease-lab is not installed:"
+        ' pip install -e ".?lab?" in a clone of fencedlease)'
+    )
+    result.stdout.fnmatch_lines([skip, skip])
+
+
+def test_without_the_lab_fencedlease_url_is_the_redis(
+    pytester: pytest.Pytester, pytestconfig: pytest.Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the lab, ``fencedlease_redis_url`` is the Redis ``FENCEDLEASE_URL`` names."""
+    monkeypatch.setenv("FENCEDLEASE_URL", "redis://127.0.0.1:6390/3")
+    monkeypatch.delenv("FENCEDLEASE_REDIS_URL", raising=False)
+    pytester.makeconftest(_NO_LAB_CONFTEST)
+    pytester.makepyfile(
+        """
+        def test_the_url(fencedlease_redis_url):
+            assert fencedlease_redis_url == "redis://127.0.0.1:6390/3"
+        """
+    )
+    result = pytester.runpytest_subprocess(*_plugin_args(pytestconfig))
+    result.assert_outcomes(passed=1)
 
 
 @pytest.mark.live
