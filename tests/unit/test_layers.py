@@ -294,7 +294,7 @@ def test_the_library_wheel_holds_no_lab_code(tmp_path: Path) -> None:
         entry_points = wheel.read("fencedlease-0.1.0.dist-info/entry_points.txt").decode()
     assert {name.split("/")[0] for name in names} == {"fencedlease", "fencedlease-0.1.0.dist-info"}
     assert [n for n in names if "lab" in n.split("/")[:-1]] == []  # no folder named lab
-    assert "fencedlease/cli/operator_cli.py" in names
+    assert "fencedlease/cli/commands.py" in names
     assert "fencedlease/pytest_plugin.py" in names
     assert "fencedlease = fencedlease.cli.entry:main" in entry_points
     assert "fencedlease = fencedlease.pytest_plugin" in entry_points
