@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import redis
@@ -137,6 +137,69 @@ def unpause(server: RedisServer) -> None:
         client.execute_command("CLIENT", "UNPAUSE")
 
 
+def interrupted_grant(
+    manager: LeaseManager,
+    key: str,
+    primary: RedisServer,
+    paused: list[RedisServer],
+    fail_over: Callable[[], object],
+) -> object:
+    """After a first grant of ``key``, a second on another thread whose ``WAIT`` blocks on
+    ``primary`` (the writes of ``paused`` are paused: too few replicas acknowledge), then
+    ``fail_over()`` while it waits: what the second grant gave (its result, or the error it
+    raised).
+
+    The manager's ``replica_ack_timeout_ms`` must outlast the failover."""
+    assert grant(manager, key) == 1
+    outcome: list[object] = []
+
+    def ask() -> None:
+        try:
+            outcome.append(manager.acquire(key, ttl_ms=TTL_MS))
+        except BackendError as exc:
+            outcome.append(exc)
+
+    with contextlib.ExitStack() as pauses:
+        for replica in paused:
+            pauses.enter_context(writes_paused(replica))
+        asking = threading.Thread(target=ask)
+        asking.start()
+        wait_until(
+            lambda: blocked_in_wait(primary),
+            "the grant's WAIT to block on the primary",
+            timeout_s=BOUND_S,
+        )
+        fail_over()
+        asking.join(BOUND_S)
+        assert not asking.is_alive()
+    (given,) = outcome
+    return given
+
+
+def blocked_in_wait(server: RedisServer) -> bool:
+    """Whether a client of ``server`` is blocked in ``WAIT`` (``CLIENT LIST``)."""
+    with server.client(socket_timeout=5, decode_responses=True) as client:
+        listing = str(client.execute_command("CLIENT", "LIST"))
+    return any("cmd=wait" in line.split() and "b" in _flags(line) for line in listing.splitlines())
+
+
+def _flags(line: str) -> str:
+    return next((f[len("flags=") :] for f in line.split() if f.startswith("flags=")), "")
+
+
+def check_a_replication_error(outcome: object, promoted: RedisServer, key: str) -> None:
+    """The safe answer to a grant whose ``WAIT`` a failover cut: no lease of ``key`` on the
+    ``promoted`` primary, and a ``ReplicationError``.
+
+    Raises:
+        NotAReplicationError: it was anything else.
+    """
+    with promoted.client(socket_timeout=5) as client:
+        assert client.get(f"fencedlease:{{{key}}}") is None  # nothing handed out survives
+    if not isinstance(outcome, ReplicationError):
+        raise NotAReplicationError(f"the interrupted grant gave {outcome!r}")
+
+
 # --- Sentinel -------------------------------------------------------------------------------
 
 
@@ -256,6 +319,37 @@ def test_grants_on_a_primary_deposed_by_sentinel_failover_are_not_granted_again(
     check_never_reissued(handed, later)
 
 
+@pytest.mark.sentinel
+@pytest.mark.replicas(2)
+@reproduces(
+    NotAReplicationError,
+    "a WAIT that a Sentinel failover cuts (the pool dropped on +switch-master) surfaces as a"
+    " plain BackendError",
+)
+def test_a_grant_whose_wait_a_sentinel_failover_cuts_is_a_replication_error(
+    sentinel_deployment: SentinelDeployment,
+) -> None:
+    """A grant whose ``WAIT`` is still out when ``SENTINEL FAILOVER`` switches the primary raises
+    ``ReplicationError`` and hands out no lease."""
+    deployment = sentinel_deployment
+    old = deployment.primary
+    promoted, lagging = deployment.replicas
+    deployment.set_replica_priority(promoted, 1)
+    # WAIT 2 blocks while one replica's writes are paused; the other, healthy, is promoted (a
+    # paused replica cannot answer the sentinels: PUBLISH, which they send it, waits too)
+    with LeaseManager.from_url(
+        deployment.url, replica_acks=2, replica_ack_timeout_ms=PAUSE_MS
+    ) as manager:
+
+        def fail_over() -> None:
+            with deployment.watch_switch() as watch:
+                deployment.failover()
+                assert watch.wait(BOUND_S) == promoted.port
+
+        outcome = interrupted_grant(manager, "k", old, [lagging], fail_over)
+    check_a_replication_error(outcome, promoted, "k")
+
+
 # --- Cluster --------------------------------------------------------------------------------
 
 
@@ -295,17 +389,6 @@ def force_failover(replica: RedisServer) -> None:
     )
 
 
-def blocked_in_wait(server: RedisServer) -> bool:
-    """Whether a client of ``server`` is blocked in ``WAIT`` (``CLIENT LIST``)."""
-    with server.client(socket_timeout=5, decode_responses=True) as client:
-        listing = str(client.execute_command("CLIENT", "LIST"))
-    return any("cmd=wait" in line.split() and "b" in _flags(line) for line in listing.splitlines())
-
-
-def _flags(line: str) -> str:
-    return next((f[len("flags=") :] for f in line.split() if f.startswith("flags=")), "")
-
-
 @pytest.mark.cluster
 @reproduces(
     Reissued,
@@ -339,7 +422,7 @@ def test_a_laggard_forced_over_in_a_cluster_grants_no_token_again(
     NotAReplicationError,
     "a WAIT the failover interrupts (UNBLOCKED) surfaces as a plain BackendError",
 )
-def test_a_grant_whose_wait_a_failover_interrupts_is_a_replication_error(
+def test_a_grant_whose_wait_a_cluster_failover_interrupts_is_a_replication_error(
     shards: RedisClusterServers,
 ) -> None:
     """A grant whose ``WAIT`` a ``CLUSTER FAILOVER FORCE`` interrupts raises
@@ -348,31 +431,9 @@ def test_a_grant_whose_wait_a_failover_interrupts_is_a_replication_error(
     old = cluster.servers[0]
     promoted, other = cluster.replicas_of[old.port]
     key = key_on(cluster, old)
-    outcome: list[object] = []
-
-    def ask(manager: LeaseManager) -> None:
-        try:
-            outcome.append(manager.acquire(key, ttl_ms=TTL_MS))
-        except BackendError as exc:
-            outcome.append(exc)
-
     # the replicas' acknowledgement would take longer than the test: only the failover ends it
     with cluster_manager(cluster, replica_ack_timeout_ms=PAUSE_MS) as manager:
-        assert grant(manager, key) == 1
-        in_sync(old, 2)
-        with writes_paused(promoted), writes_paused(other):
-            asking = threading.Thread(target=ask, args=(manager,))
-            asking.start()
-            wait_until(
-                lambda: blocked_in_wait(old),
-                "the grant's WAIT to block on the primary",
-                timeout_s=BOUND_S,
-            )
-            force_failover(promoted)
-            asking.join(BOUND_S)
-            assert not asking.is_alive()
-    with promoted.client(socket_timeout=5) as client:
-        assert client.get(f"fencedlease:{{{key}}}") is None  # nothing handed out survives
-    (error,) = outcome
-    if not isinstance(error, ReplicationError):
-        raise NotAReplicationError(f"the interrupted grant gave {error!r}")
+        outcome = interrupted_grant(
+            manager, key, old, [promoted, other], lambda: force_failover(promoted)
+        )
+    check_a_replication_error(outcome, promoted, key)
