@@ -142,18 +142,24 @@ def sentinel_deployment(request: pytest.FixtureRequest) -> Iterator[SentinelDepl
         deployment.close()
 
 
-@pytest.fixture(scope="session")
-def redis_cluster() -> Iterator[RedisClusterServers]:
-    """A Redis Cluster of three primaries of the session's own (the lab's
-    ``RedisClusterServers``); a test that pauses a node resumes it before it ends."""
+def started_cluster(cluster: RedisClusterServers) -> Iterator[RedisClusterServers]:
+    """For a fixture: ``cluster`` started, yielded, and stopped afterwards; the test skipped (or
+    failed, in CI) when it cannot start."""
     try:
-        cluster = RedisClusterServers(3).start()
+        cluster.start()
     except RedisUnavailable as exc:
         unavailable(str(exc))
     try:
         yield cluster
     finally:
         cluster.close()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisClusterServers]:
+    """A Redis Cluster of three primaries of the session's own (the lab's
+    ``RedisClusterServers``); a test that pauses a node resumes it before it ends."""
+    yield from started_cluster(RedisClusterServers(3))
 
 
 def _caller_releases() -> bool:

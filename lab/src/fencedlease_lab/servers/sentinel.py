@@ -149,6 +149,45 @@ class SentinelDeployment:
         sentinel."""
         return SwitchWatch(self.sentinel_ports[0], self.service)
 
+    def set_replica_priority(
+        self, replica: RedisServer, priority: int, timeout_s: float = _SETTLE_S
+    ) -> None:
+        """``CONFIG SET replica-priority`` on ``replica`` (lower wins a failover; 0: never
+        promoted), then wait until every sentinel reports it (they read it from the replica's
+        ``INFO``, every 10 s while the primary is up).
+
+        Raises:
+            TimeoutError: a sentinel did not report it within ``timeout_s``.
+        """
+        with replica.client(socket_timeout=5) as client:
+            client.config_set("replica-priority", priority)
+        give_up = time.monotonic() + timeout_s
+        for index in range(len(self.sentinel_ports)):
+            while self._priority_seen(index, replica.port) != priority:
+                if time.monotonic() > give_up:
+                    raise TimeoutError(
+                        f"sentinel {index} did not see priority {priority} of"
+                        f" {replica.port} within {timeout_s} s"
+                    )
+                time.sleep(0.05)
+
+    def _priority_seen(self, index: int, port: int) -> int | None:
+        fields = self.replicas_seen(index).get(port)
+        return None if fields is None else int(fields["slave-priority"])
+
+    def replicas_seen(self, index: int) -> dict[int, dict[str, str]]:
+        """What sentinel ``index`` reports of each replica (``SENTINEL REPLICAS``: ``flags``,
+        ``slave-priority``, ...), by the replica's port."""
+        with self.sentinel_client(index, socket_timeout=5, decode_responses=True) as client:
+            entries = client.execute_command("SENTINEL", "REPLICAS", self.service)
+        seen = {}
+        for entry in entries:  # a dict over RESP3, a flat [field, value, ...] list over RESP2
+            fields = (
+                entry if isinstance(entry, dict) else dict(zip(*[iter(entry)] * 2, strict=True))
+            )
+            seen[int(fields["port"])] = {str(k): str(v) for k, v in fields.items()}
+        return seen
+
     def failover(self) -> None:
         """``SENTINEL FAILOVER``: a planned failover to a replica (it waits for the replica to
         catch up first)."""
