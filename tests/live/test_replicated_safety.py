@@ -22,9 +22,9 @@ from redis.crc import key_slot
 
 from conftest import started_cluster, wait_until
 from fencedlease import BackendError, LeaseManager, ReplicationError
-from fencedlease.lab.servers.cluster import RedisClusterServers
-from fencedlease.lab.servers.redis import RedisServer
-from fencedlease.lab.servers.sentinel import SentinelDeployment
+from fencedlease_lab.servers.cluster import RedisClusterServers
+from fencedlease_lab.servers.redis import RedisServer
+from fencedlease_lab.servers.sentinel import SentinelDeployment
 
 pytestmark = [
     pytest.mark.live,
