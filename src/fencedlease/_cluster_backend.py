@@ -25,8 +25,9 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import MovedError, NoScriptError
 
+from fencedlease._core.errors import BackendError
+
 from ._cluster_nodes import NodeWorkers, node_for, read_slot_map, send_acked
-from ._errors import BackendError
 from ._handoff_cluster import ClusterHandoff
 from ._redis.cluster import (
     AckedCall,

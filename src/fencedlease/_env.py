@@ -29,9 +29,9 @@ from urllib.parse import parse_qs, urlsplit
 import attrs
 from redis.backoff import EqualJitterBackoff
 
-from ._errors import ValidationError
-from ._redact import redact_text
-from ._validate import MAX_MS, check_prefix
+from fencedlease._core.errors import ValidationError
+from fencedlease._core.redact import redact_text
+from fencedlease._core.validate import MAX_MS, check_prefix
 
 __all__ = [
     "DEFAULT_CONNECT_MAX_ATTEMPTS",

@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 import redis
 from redis.exceptions import RedisError
 
+from fencedlease._core.protocol import AcquireReply
+
 from ._handoff import (
     HandoffBase,
     LateQueueing,
@@ -27,7 +29,6 @@ from ._handoff import (
     waiter_name,
 )
 from ._handoff_channels import Channels
-from ._protocol import AcquireReply
 from ._redis.clients import dedicated_client
 from ._redis.errors import acl_denial, backend_errors
 from ._redis.keys import control_channel, listener_id
@@ -231,7 +232,7 @@ class Handoff(HandoffBase[redis.Redis]):
         shutdown_pool(io, until)
 
     def _after_fork_in_child(self) -> None:
-        """In a forked child (see `fencedlease._fork`): forget the parent's listener, pool,
+        """In a forked child (see `fencedlease._core.fork`): forget the parent's listener, pool,
         lock and waiters, none of which exist here; the next wait starts a listener of the
         child's own, on a control channel of its own. No I/O."""
         self._channels = Channels(self._channels.linger_s)

@@ -20,11 +20,11 @@ from typing import Any, Literal, TypeVar, cast
 
 import redis
 
-from . import _fork
-from ._attempt import AcquireAttempt
-from ._backend import LeaseBackend, fencing_scope_of
-from ._clock import SYSTEM_CLOCK, Clock, marking_sends
-from ._decisions import (
+from fencedlease._core import fork as _fork
+from fencedlease._core.attempt import AcquireAttempt
+from fencedlease._core.backend import LeaseBackend, fencing_scope_of
+from fencedlease._core.clock import SYSTEM_CLOCK, Clock, marking_sends
+from fencedlease._core.decisions import (
     DEFAULT_CLOSE_TIMEOUT_MS,
     DEFAULT_RETRY_DELAY_MS,
     DEFAULT_TTL_MS,
@@ -32,8 +32,8 @@ from ._decisions import (
     WaitForRelease,
     acquire_steps,
 )
-from ._errors import ManagerClosedError
-from ._events import (
+from fencedlease._core.errors import ManagerClosedError
+from fencedlease._core.events import (
     EventHook,
     acquire_ended,
     check_event_hook,
@@ -41,16 +41,9 @@ from ._events import (
     wait_ended,
     with_logging,
 )
-from ._handoff import ReleaseWaiter, WaitRequest
-from ._lease import AcquireResult, Lease, LeaseOutcome
-from ._manager_store import _AsyncStoreCalls
-from ._protocol import AcquireReply
-from ._redis.replication import Fencing, GrantOptions, PrimaryWatch, use_grant_options
-from ._redis_backend import RedisBackend
-from ._renewer import Renewer
-from ._shutdown import ShutdownReport
-from ._urls import backend_from_url
-from ._validate import (
+from fencedlease._core.protocol import AcquireReply
+from fencedlease._core.shutdown import ShutdownReport
+from fencedlease._core.validate import (
     HoldArgs,
     check_acquire,
     check_clock,
@@ -59,6 +52,14 @@ from ._validate import (
     check_prefix,
     check_sync_fn,
 )
+
+from ._handoff import ReleaseWaiter, WaitRequest
+from ._lease import AcquireResult, Lease, LeaseOutcome
+from ._manager_store import _AsyncStoreCalls
+from ._redis.replication import Fencing, GrantOptions, PrimaryWatch, use_grant_options
+from ._redis_backend import RedisBackend
+from ._renewer import Renewer
+from ._urls import backend_from_url
 
 __all__ = ["_ManagerBase"]
 
@@ -194,7 +195,7 @@ class _ManagerBase(_AsyncStoreCalls, ABC):
 
     @abstractmethod
     def _after_fork_in_child(self) -> None:
-        """In a forked child (see `fencedlease._fork`)."""
+        """In a forked child (see `fencedlease._core.fork`)."""
 
     @abstractmethod
     def _abandon(self, key: str, owner_token: str, exc: BaseException) -> None:

@@ -7,9 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from ._clock import Clock
+from fencedlease._core.clock import Clock
+from fencedlease._core.events import EventHook
+
 from ._env import manager_from_env
-from ._events import EventHook
 from ._health import DEFAULT_HEALTH_TIMEOUT_MS
 
 __all__ = ["OperationsBase"]

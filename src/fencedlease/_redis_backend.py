@@ -18,10 +18,12 @@ from typing import Any, cast
 import redis
 from redis.exceptions import NoScriptError, ResponseError
 
-from ._errors import BackendError
+from fencedlease._core.errors import BackendError
+from fencedlease._core.protocol import AcquireReply, InspectReply
+from fencedlease._core.validate import check_prefix
+
 from ._handoff_sync import Handoff
 from ._primitives import Background
-from ._protocol import AcquireReply, InspectReply
 from ._redis.clients import dedicated_client, waits_for_connection
 from ._redis.errors import STORE_ERRORS, backend_errors, store_error
 from ._redis.eviction import EvictionCheck, policy_of
@@ -47,7 +49,6 @@ from ._redis.scripts import (
 )
 from ._redis.sentinel import PrimaryCheck, SwitchWatcher
 from ._redis.wire import PackedCalls, PackedRenewals, packs_itself, run_packed
-from ._validate import check_prefix
 
 __all__ = ["RedisBackend"]
 

@@ -15,9 +15,10 @@ from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Literal, Protocol, TypeVar, cast
 
-from ._context import WithOnly
-from ._decisions import DEFAULT_RETRY_DELAY_MS, DEFAULT_TTL_MS
-from ._errors import LeaseNotAcquiredError, SemaphoreLeaseLostError
+from fencedlease._core.context import WithOnly
+from fencedlease._core.decisions import DEFAULT_RETRY_DELAY_MS, DEFAULT_TTL_MS
+from fencedlease._core.errors import LeaseNotAcquiredError, SemaphoreLeaseLostError
+
 from ._lease import AcquireResult, Lease, LeaseOutcome
 from ._manager_base import _ManagerBase
 from ._renewer import Renewer

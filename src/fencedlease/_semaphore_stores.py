@@ -34,9 +34,10 @@ import weakref
 from collections.abc import Sequence
 from typing import Final, Protocol
 
-from ._backend import RenewItem
-from ._errors import BackendError, ValidationError
-from ._protocol import MAX_FENCING_TOKEN, AcquireReply
+from fencedlease._core.backend import RenewItem
+from fencedlease._core.errors import BackendError, ValidationError
+from fencedlease._core.protocol import MAX_FENCING_TOKEN, AcquireReply
+
 from ._redis.keys import semaphore_keys
 from ._redis.semaphore import RedisSlots
 from ._redis_backend import RedisBackend

@@ -134,16 +134,16 @@ def test_the_contracts_cover_the_layers_the_project_promises() -> None:
     assert pure["forbidden_modules"] == ["redis"]
     assert "allow_indirect_imports" not in pure  # nor through another module of the library
     assert {
-        "fencedlease._attempt",
-        "fencedlease._clock",
-        "fencedlease._decisions",
-        "fencedlease._errors",
+        "fencedlease._core.attempt",
+        "fencedlease._core.clock",
+        "fencedlease._core.decisions",
+        "fencedlease._core.errors",
         "fencedlease._redis.keys",
         "fencedlease._redis.replies",
-        "fencedlease._schedule",
-        "fencedlease._state",
-        "fencedlease._validate",
-        "fencedlease._view",
+        "fencedlease._core.schedule",
+        "fencedlease._core.state",
+        "fencedlease._core.validate",
+        "fencedlease._core.view",
     } <= _covered(pure["source_modules"])
 
 
@@ -154,7 +154,7 @@ def test_every_core_module_is_in_the_pure_contract() -> None:
     engine = {
         m
         for importer in (
-            "fencedlease._decisions",
+            "fencedlease._core.decisions",
             "fencedlease._renewer",
             "fencedlease.aio._renewer",
         )
@@ -162,11 +162,11 @@ def test_every_core_module_is_in_the_pure_contract() -> None:
         if m.startswith("fencedlease.")
     }
     assert {
-        "fencedlease._attempt",
-        "fencedlease._clock",
-        "fencedlease._schedule",
-        "fencedlease._state",
-        "fencedlease._view",
+        "fencedlease._core.attempt",
+        "fencedlease._core.clock",
+        "fencedlease._core.schedule",
+        "fencedlease._core.state",
+        "fencedlease._core.view",
     } <= engine
     assert engine <= _covered(_contract("pure-core-free-of-redis")["source_modules"])
 

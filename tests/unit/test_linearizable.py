@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fencedlease._fencing import FenceState, FencingAccess, decide
+from fencedlease._core.fencing import FenceState, FencingAccess, decide
 from fencedlease.lab.harness.checker import check_history
 from fencedlease.lab.harness.history import Event
 from fencedlease.lab.harness.linearizable import (

@@ -10,7 +10,8 @@ from typing import Any
 import redis.asyncio
 from redis.exceptions import NoScriptError
 
-from .._clock import mark_send, send_mark
+from fencedlease._core.clock import mark_send, send_mark
+
 from .pool import connection_args
 from .scripts import AckedCall, Script, acked_replies, eval_reply, primers, waited
 
@@ -24,7 +25,7 @@ async def run_script(
     args: Sequence[Any],
 ) -> Any:
     """`fencedlease._redis.scripts.run_script`, awaited: EVALSHA, one EVAL on NOSCRIPT; under
-    `fencedlease._clock.marking_sends`, the connection made first and each send marked."""
+    `fencedlease._core.clock.marking_sends`, the connection made first and each send marked."""
     if send_mark() is not None:
         await connected(client)
         mark_send()

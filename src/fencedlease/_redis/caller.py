@@ -16,7 +16,7 @@ connected, and every wait is bounded by the library:
   after the start), each read at most the client's ``socket_timeout``; with no reply by then the
   connection is dropped, and while renewals still move the lease's deadline (Redis answers
   others: this connection may be a flow dropped silently) the release is handed to the worker
-  thread, which sends it anew on a pooled connection (`fencedlease._state`, rule 4);
+  thread, which sends it anew on a pooled connection (`fencedlease._core.state`, rule 4);
 - a connection idle longer than the client's ``health_check_interval`` is not used (redis-py
   would PING it first);
 - a connection is made (connect and handshake, which have no bound of the library's) on a
@@ -38,7 +38,8 @@ from typing import Any, Final, Protocol
 import redis
 from redis.exceptions import NoScriptError
 
-from .._errors import no_reply
+from fencedlease._core.errors import no_reply
+
 from .._renewer import shutdown_pool
 from .._threads import DaemonThreadPool
 from .errors import STORE_ERRORS, store_error
@@ -200,7 +201,7 @@ class CallerReleases:
 
 
 class _OnCaller:
-    """One release on the caller's thread, a `fencedlease._backend.Releases`."""
+    """One release on the caller's thread, a `fencedlease._core.backend.Releases`."""
 
     def __init__(
         self,

@@ -60,7 +60,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .._errors import BackendError, FencedLeaseError, Sent, Wrote
+from fencedlease._core.errors import BackendError, FencedLeaseError, Sent, Wrote
 
 __all__ = [
     "SCRIPT_REFUSAL",

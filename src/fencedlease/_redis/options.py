@@ -20,9 +20,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import redis
 
-from .._errors import ValidationError
-from .._redact import redact_url
-from .._validate import MAX_MS
+from fencedlease._core.errors import ValidationError
+from fencedlease._core.redact import redact_url
+from fencedlease._core.validate import MAX_MS
 
 __all__ = ["check_connection_options", "check_url_query", "redis_parameters"]
 

@@ -38,8 +38,9 @@ import redis.sentinel
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .._errors import ValidationError
-from .._redact import url_error
+from fencedlease._core.errors import ValidationError
+from fencedlease._core.redact import url_error
+
 from .options import check_connection_options
 from .replies import text
 

@@ -18,8 +18,9 @@ from typing import Any
 
 import redis
 
-from .._clock import mark_send
-from .._schedule import RenewalItem
+from fencedlease._core.clock import mark_send
+from fencedlease._core.schedule import RenewalItem
+
 from .keys import KEYS_CACHED, lease_key, lease_keys
 from .pool import connection_args
 from .scripts import Script
@@ -231,7 +232,7 @@ def run_packed(
 ) -> Any:
     """Send ``command`` (a `PackedRenewals.command`, a `PackedCalls.release`, or an acquire of
     `PrimaryReads`) on one of ``client``'s pooled connections and read its reply, marking the
-    send (`fencedlease._clock.mark_send`) once the connection is made. A connection that breaks
+    send (`fencedlease._core.clock.mark_send`) once the connection is made. A connection that breaks
     is dropped and the command sent once more on a new one (a pooled connection the server
     closed meanwhile; a renewal is safe to repeat, and so is an acquire: the owner token's second
     try finds the lease its own; a release that ran before its connection broke answers 0 the

@@ -8,7 +8,8 @@ from typing import Any
 
 import redis.asyncio
 
-from .._clock import mark_send
+from fencedlease._core.clock import mark_send
+
 from .pool import connection_args
 from .wire import PrimaryReads, always, forget_primary
 

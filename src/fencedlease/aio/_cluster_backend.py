@@ -22,7 +22,8 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import MovedError, NoScriptError
 
-from .._errors import BackendError
+from fencedlease._core.errors import BackendError
+
 from .._redis.aio import run_script
 from .._redis.cluster import (
     AckedCall,

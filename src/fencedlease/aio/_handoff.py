@@ -16,7 +16,9 @@ from typing import Any
 import redis.asyncio
 from redis.exceptions import RedisError
 
-from .._clock import SYSTEM_CLOCK, Clock
+from fencedlease._core.clock import SYSTEM_CLOCK, Clock
+from fencedlease._core.protocol import AcquireReply
+
 from .._handoff import (
     AsyncReleaseWaiter,
     HandoffBase,
@@ -27,7 +29,6 @@ from .._handoff import (
     log,
     waiter_name,
 )
-from .._protocol import AcquireReply
 from .._redis.aio import dedicated_client, run_script
 from .._redis.errors import acl_denial, backend_errors
 from .._redis.replies import text

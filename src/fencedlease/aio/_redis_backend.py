@@ -18,8 +18,10 @@ from typing import Any, cast
 import redis.asyncio
 from redis.exceptions import NoScriptError, ResponseError
 
-from .._errors import BackendError
-from .._protocol import AcquireReply, InspectReply
+from fencedlease._core.errors import BackendError
+from fencedlease._core.protocol import AcquireReply, InspectReply
+from fencedlease._core.validate import check_prefix
+
 from .._redis.aio import dedicated_client, run_acked, run_script, waits_for_connection
 from .._redis.errors import STORE_ERRORS, backend_errors, store_error
 from .._redis.eviction import EvictionCheck, policy_of
@@ -36,7 +38,6 @@ from .._redis.scripts import ACQUIRE, INSPECT, RELEASE, RENEW, RENEW_MANY, Acked
 from .._redis.sentinel_aio import AsyncPrimaryCheck, AsyncSwitchWatcher
 from .._redis.wire import PackedCalls, PackedRenewals
 from .._redis.wire_aio import packs_itself, run_packed
-from .._validate import check_prefix
 from ._handoff import AsyncHandoff
 from ._primitives import Background
 

@@ -13,9 +13,10 @@ from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Literal, Protocol, TypeVar, cast
 
-from .._context import AsyncWithOnly
-from .._decisions import DEFAULT_RETRY_DELAY_MS, DEFAULT_TTL_MS
-from .._errors import LeaseNotAcquiredError, SemaphoreLeaseLostError
+from fencedlease._core.context import AsyncWithOnly
+from fencedlease._core.decisions import DEFAULT_RETRY_DELAY_MS, DEFAULT_TTL_MS
+from fencedlease._core.errors import LeaseNotAcquiredError, SemaphoreLeaseLostError
+
 from .._semaphore_base import SemaphoreFacts, not_acquired, slot_lost_error, slot_manager
 from ._lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
 from ._manager_base import _AsyncManagerBase

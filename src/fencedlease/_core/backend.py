@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from ._errors import BackendError
-from ._protocol import AcquireReply, InspectReply
+from fencedlease._core.errors import BackendError
+from fencedlease._core.protocol import AcquireReply, InspectReply
 
 __all__ = [
     "AsyncLeaseBackend",

@@ -12,7 +12,7 @@ import inspect
 from collections.abc import Callable
 from typing import Literal, NamedTuple
 
-from ._errors import ValidationError
+from fencedlease._core.errors import ValidationError
 
 __all__ = [
     "MAX_MS",
@@ -34,7 +34,7 @@ __all__ = [
     "is_coroutine_callable",
 ]
 
-#: The methods every lease backend has, on either face (see :mod:`fencedlease._backend`).
+#: The methods every lease backend has, on either face (see :mod:`fencedlease._core.backend`).
 BACKEND_METHODS = ("acquire", "renew", "renew_many", "release", "inspect", "force_release", "close")
 
 
@@ -128,7 +128,7 @@ def check_prefix(value: object, argument: str = "prefix") -> str:
 
     A brace in a prefix would open or end the Redis Cluster hash tag of every key under it, and
     let two different ``(prefix, key)`` pairs name one Redis key (see
-    `fencedlease._protocol` for the layout); a key may hold braces, since it is escaped.
+    `fencedlease._core.protocol` for the layout); a key may hold braces, since it is escaped.
 
     Raises:
         ValidationError: otherwise.
