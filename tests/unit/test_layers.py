@@ -6,6 +6,7 @@ and ``import fencedlease`` loads nothing of the asyncio face.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -262,3 +263,41 @@ def test_the_harness_extra_is_the_lab_extra() -> None:
     assert extras["harness"] == extras["lab"]
     assert "click>=8.1" in extras["lab"]
     assert _pyproject()["project"]["scripts"]["fencedlease"] == "fencedlease.lab.entry:main"
+
+
+def _names_redis_exceptions(tree: ast.AST) -> list[int]:
+    """The lines of ``tree`` that name one of redis-py's exception classes: an import from
+    ``redis.exceptions`` (or of an ``...Error`` from ``redis``), ``redis.exceptions.X``, or
+    ``redis.XError`` / ``redis.XException``."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module is not None:
+            if node.module == "redis.exceptions" or (
+                node.module.split(".")[0] == "redis"
+                and any(a.name.endswith(("Error", "Exception")) for a in node.names)
+            ):
+                lines.append(node.lineno)
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "redis"
+            and (node.attr == "exceptions" or node.attr.endswith(("Error", "Exception")))
+        ):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_only_the_error_mapper_names_redis_pys_exception_classes() -> None:
+    """Outside the Redis adapter (fencedlease._redis), no module of the library names a redis-py
+    exception class: a call that must tell one from another runs inside
+    fencedlease._redis.errors.map_exceptions and catches the library's kinds."""
+    offenders = {}
+    for path in sorted(SRC.rglob("*.py")):
+        parts = path.relative_to(SRC).parts
+        if parts[0] in ("lab", "_redis"):  # the lab drives Redis itself; the adapter maps
+            continue
+        lines = _names_redis_exceptions(ast.parse(path.read_text("utf-8")))
+        if lines:
+            offenders[str(path.relative_to(SRC))] = lines
+    assert offenders == {}
+    assert _names_redis_exceptions(ast.parse((SRC / "_redis" / "errors.py").read_text("utf-8")))
