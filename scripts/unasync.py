@@ -46,6 +46,7 @@ NAMES: dict[str, str] = {
     "AsyncLeaseManager": "LeaseManager",
     "AsyncLeaseOutcome": "LeaseOutcome",
     "AsyncPrimaryCheck": "PrimaryCheck",
+    "AsyncQueueingBackend": "QueueingBackend",
     "AsyncRedisBackend": "RedisBackend",
     "AsyncRedisClusterBackend": "RedisClusterBackend",
     "AsyncReleaseWaiter": "ReleaseWaiter",

@@ -16,13 +16,18 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Literal, TypeVar
 
 import redis
 
 from fencedlease._core import fork as _fork
 from fencedlease._core.attempt import AcquireAttempt
-from fencedlease._core.backend import LeaseBackend, fencing_scope_of
+from fencedlease._core.backend import (
+    FollowsPrimary,
+    LeaseBackend,
+    QueueingBackend,
+    fencing_scope_of,
+)
 from fencedlease._core.clock import SYSTEM_CLOCK, Clock, marking_sends
 from fencedlease._core.decisions import (
     DEFAULT_CLOSE_TIMEOUT_MS,
@@ -57,7 +62,6 @@ from ._handoff import ReleaseWaiter, WaitRequest
 from ._lease import AcquireResult, Lease, LeaseOutcome
 from ._manager_store import _AsyncStoreCalls
 from ._redis.replication import Fencing, GrantOptions, PrimaryWatch, use_grant_options
-from ._redis_backend import RedisBackend
 from ._renewer import Renewer
 from ._urls import backend_from_url
 
@@ -105,7 +109,7 @@ class _ManagerBase(_AsyncStoreCalls, ABC):
         use_grant_options(self._backend, grants, made_here=made_here)
         self._clock = clock
         self._renewer = Renewer(self._backend, clock, batch_size=batch)
-        if isinstance(self._backend, RedisBackend):
+        if isinstance(self._backend, FollowsPrimary):
             # Sentinel: on a new primary, every lease is renewed there at once.
             self._backend.on_primary_switch = self._renewer.renew_now
         watch = getattr(self._backend, "primary", None)
@@ -323,9 +327,14 @@ class _ManagerBase(_AsyncStoreCalls, ABC):
                         with marking_sends(attempt.sending):  # the real send, after connecting
                             if queue is None:
                                 answer = backend.acquire(key, owner_token, ttl_ms)
-                            else:  # queued in the same script when refused
-                                redis_backend = cast(RedisBackend, backend)
-                                answer = redis_backend.acquire(key, owner_token, ttl_ms, queue)
+                            elif isinstance(backend, QueueingBackend):
+                                # queued in the same script when refused
+                                answer = backend.acquire(key, owner_token, ttl_ms, queue)
+                            else:  # only a queueing backend's own waiter makes a queue
+                                raise TypeError(
+                                    f"{type(backend).__name__}: a release waiter queued the"
+                                    " caller, but the backend's acquire takes no queue"
+                                )
                 except BaseException as exc:
                     step = steps.throw(exc)
                 else:

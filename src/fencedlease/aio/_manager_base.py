@@ -13,13 +13,18 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Literal, TypeVar
 
 import redis.asyncio
 
 from fencedlease._core import fork as _fork
 from fencedlease._core.attempt import AcquireAttempt
-from fencedlease._core.backend import AsyncLeaseBackend, fencing_scope_of
+from fencedlease._core.backend import (
+    AsyncLeaseBackend,
+    AsyncQueueingBackend,
+    FollowsPrimary,
+    fencing_scope_of,
+)
 from fencedlease._core.clock import SYSTEM_CLOCK, Clock, marking_sends
 from fencedlease._core.decisions import (
     DEFAULT_CLOSE_TIMEOUT_MS,
@@ -54,7 +59,6 @@ from .._handoff import AsyncReleaseWaiter, WaitRequest
 from .._redis.replication import Fencing, GrantOptions, PrimaryWatch, use_grant_options
 from ._lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
 from ._manager_store import _AsyncStoreCalls
-from ._redis_backend import AsyncRedisBackend
 from ._renewer import AsyncRenewer
 from ._urls import async_backend_from_url
 
@@ -104,7 +108,7 @@ class _AsyncManagerBase(_AsyncStoreCalls, ABC):
         use_grant_options(self._backend, grants, made_here=made_here)
         self._clock = clock
         self._renewer = AsyncRenewer(self._backend, clock, batch_size=batch)
-        if isinstance(self._backend, AsyncRedisBackend):
+        if isinstance(self._backend, FollowsPrimary):
             # Sentinel: on a new primary, every lease is renewed there at once.
             self._backend.on_primary_switch = self._renewer.renew_now
         watch = getattr(self._backend, "primary", None)
@@ -321,10 +325,13 @@ class _AsyncManagerBase(_AsyncStoreCalls, ABC):
                         with marking_sends(attempt.sending):  # the real send, after connecting
                             if queue is None:
                                 answer = await backend.acquire(key, owner_token, ttl_ms)
-                            else:  # queued in the same script when refused
-                                redis_backend = cast(AsyncRedisBackend, backend)
-                                answer = await redis_backend.acquire(
-                                    key, owner_token, ttl_ms, queue
+                            elif isinstance(backend, AsyncQueueingBackend):
+                                # queued in the same script when refused
+                                answer = await backend.acquire(key, owner_token, ttl_ms, queue)
+                            else:  # only a queueing backend's own waiter makes a queue
+                                raise TypeError(
+                                    f"{type(backend).__name__}: a release waiter queued the"
+                                    " caller, but the backend's acquire takes no queue"
                                 )
                 except BaseException as exc:
                     step = steps.throw(exc)
