@@ -301,3 +301,19 @@ def test_only_the_error_mapper_names_redis_pys_exception_classes() -> None:
             offenders[str(path.relative_to(SRC))] = lines
     assert offenders == {}
     assert _names_redis_exceptions(ast.parse((SRC / "_redis" / "errors.py").read_text("utf-8")))
+
+
+def test_the_core_contract_forbids_redis_asyncio_and_every_other_module() -> None:
+    """fencedlease._core imports neither redis nor asyncio nor any module of the library beside
+    it: the contract lists every sibling of the package (a new module must join the list)."""
+    contract = _contract("core-imports-no-io")
+    assert (contract["type"], contract["source_modules"]) == ("forbidden", ["fencedlease._core"])
+    assert "allow_indirect_imports" not in contract
+    siblings = {
+        f"fencedlease.{path.stem}"
+        for path in SRC.iterdir()
+        if (path.suffix == ".py" and path.name != "__init__.py")
+        or (path.is_dir() and path.name != "_core" and (path / "__init__.py").exists())
+    }
+    assert "fencedlease._redis" in siblings
+    assert set(contract["forbidden_modules"]) == {"redis", "asyncio", *siblings}
