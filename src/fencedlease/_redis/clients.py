@@ -13,6 +13,7 @@ import redis
 from fencedlease._core.errors import ValidationError
 from fencedlease._core.redact import redact_secrets, redact_text, url_error
 
+from .errors import RedisCallError, map_exceptions
 from .options import check_connection_options, check_url_query
 
 __all__ = ["client_redactor", "dedicated_client", "redis_client", "waits_for_connection"]
@@ -41,10 +42,13 @@ def redis_client(factory: Callable[..., _Client], url: str, kwargs: dict[str, An
     stays in ``__cause__`` only when it holds none of them."""
     check_url_query(url)
     try:
-        client = factory(url, **kwargs)
-        pool = client.connection_pool
-        pool.connection_class(**pool.connection_kwargs)
-    except (ValueError, TypeError, LookupError, redis.RedisError) as exc:
+        with map_exceptions(RedisCallError):
+            client = factory(url, **kwargs)
+            pool = client.connection_pool
+            pool.connection_class(**pool.connection_kwargs)
+    except RedisCallError as exc:
+        error = _unusable(url, exc.cause)
+    except (ValueError, TypeError, LookupError) as exc:
         error = _unusable(url, exc)
     else:
         check_connection_options(pool.connection_kwargs)
@@ -52,7 +56,7 @@ def redis_client(factory: Callable[..., _Client], url: str, kwargs: dict[str, An
     raise error  # here, with no exception holding the URL chained to it
 
 
-def _unusable(url: str, exc: Exception) -> ValidationError:
+def _unusable(url: str, exc: BaseException) -> ValidationError:
     """The error of a URL or an option redis-py refused with ``exc``."""
     message = str(exc)
     found = _UNEXPECTED_OPTION.search(message) or _URL_OPTION.search(message)

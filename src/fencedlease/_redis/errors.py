@@ -49,6 +49,7 @@ import re
 import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import TracebackType
 from typing import ClassVar, Final
 
 from redis.exceptions import (
@@ -154,21 +155,37 @@ class Redirected(RedisCallError):
     source = MovedError
 
 
-@contextmanager
-def map_exceptions(*kinds: type[RedisCallError]) -> Iterator[None]:
-    """Raise a redis-py error inside as the first of ``kinds`` it `matches` (``from`` it); any
-    other exception, redis-py's unlisted ones included, passes through unchanged.
+def map_exceptions(*kinds: type[RedisCallError]) -> _Mapping:
+    """A context manager: it raises a redis-py error inside as the first of ``kinds`` it
+    `matches` (``from`` it); any other exception, redis-py's unlisted ones included, passes
+    through unchanged. A plain object, not a generator: it wraps calls on the hot path (a
+    script's ``EVALSHA``).
 
     Raises:
         RedisCallError: the matched kind, redis-py's exception in ``cause`` and ``__cause__``.
     """
-    try:
-        yield
-    except RedisError as exc:
-        for kind in kinds:
-            if kind.matches(exc):
-                raise kind(exc) from exc
-        raise
+    return _Mapping(kinds)
+
+
+class _Mapping:
+    __slots__ = ("_kinds",)
+
+    def __init__(self, kinds: tuple[type[RedisCallError], ...]) -> None:
+        self._kinds = kinds
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if isinstance(exc, RedisError):
+            for kind in self._kinds:
+                if kind.matches(exc):
+                    raise kind(exc) from exc
 
 
 def _unwrapped(exc: BaseException) -> BaseException:

@@ -18,12 +18,11 @@ from typing import Any, Final, NamedTuple
 
 import attrs
 import redis
-from redis.exceptions import NoScriptError
 
 from fencedlease._core.clock import mark_send, send_mark
 from fencedlease._core.protocol import new_owner_token
 
-from .errors import SCRIPT_REFUSAL, register_script
+from .errors import SCRIPT_REFUSAL, ScriptNotLoaded, map_exceptions, register_script
 from .pool import connection_args
 
 __all__ = [
@@ -220,8 +219,9 @@ def run_script(
         connected(client)
         mark_send()
     try:
-        return client.evalsha(script.sha, len(keys), *keys, *args)
-    except NoScriptError:
+        with map_exceptions(ScriptNotLoaded):
+            return client.evalsha(script.sha, len(keys), *keys, *args)
+    except ScriptNotLoaded:
         mark_send()
         primes = primers(script, keys)
         if not primes or not isinstance(client, redis.Redis):
@@ -265,7 +265,7 @@ def run_acked(client: redis.Redis, call: AckedCall) -> tuple[Any, int]:
         connected(client)
         mark_send()
     replies = waited(client, False, *call).execute(raise_on_error=False)
-    if isinstance(replies[0], NoScriptError):
+    if ScriptNotLoaded.matches(replies[0]):
         mark_send()
         replies = waited(client, True, *call).execute(raise_on_error=False)
     return acked_replies(replies)
