@@ -73,9 +73,11 @@ __all__ = [
     "SCRIPT_REFUSAL",
     "STORE_ERRORS",
     "CommandRefused",
+    "ConnectionLost",
     "Redirected",
     "RedisCallError",
     "ScriptNotLoaded",
+    "TimedOut",
     "acl_denial",
     "backend_error",
     "backend_errors",
@@ -147,6 +149,18 @@ class CommandRefused(RedisCallError):
     command, a script's error."""
 
     source = ResponseError
+
+
+class ConnectionLost(RedisCallError):
+    """redis-py's ``ConnectionError``: the connection broke, or could not be made."""
+
+    source = RedisConnectionError
+
+
+class TimedOut(RedisCallError):
+    """redis-py's ``TimeoutError``: no reply within the socket's timeout."""
+
+    source = RedisTimeoutError
 
 
 class Redirected(RedisCallError):

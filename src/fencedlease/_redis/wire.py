@@ -21,6 +21,7 @@ import redis
 from fencedlease._core.clock import mark_send
 from fencedlease._core.schedule import RenewalItem
 
+from .errors import CommandRefused, ConnectionLost, ScriptNotLoaded, map_exceptions
 from .keys import KEYS_CACHED, lease_key, lease_keys
 from .pool import connection_args
 from .scripts import Script
@@ -241,22 +242,24 @@ def run_packed(
     then closes the client, whose pool this is) makes no new connection that nobody would close.
 
     Raises:
-        redis.RedisError: the reply's error (``NoScriptError`` included: the caller falls back to
-            `fencedlease._redis.scripts.run_script`), or the connection's.
+        RedisCallError: the reply's error, `CommandRefused` (`ScriptNotLoaded` for ``NOSCRIPT``:
+            the caller falls back to `fencedlease._redis.scripts.run_script`), or the
+            connection's, `ConnectionLost`; another redis-py error as redis-py raised it.
     """
     pool: Any = client.connection_pool  # redis-py's pool methods carry no annotations
     for attempt in (1, 2):
         conn = pool.get_connection(*connection_args(pool))
         try:
-            packed = command if isinstance(command, bytes) else command.command(conn)
-            mark_send()
-            conn.send_packed_command([packed])
-            reply = conn.read_response()
-            return reply if isinstance(command, bytes) else command.reply(conn, reply)
-        except redis.ResponseError:
+            with map_exceptions(ScriptNotLoaded, CommandRefused, ConnectionLost):
+                packed = command if isinstance(command, bytes) else command.command(conn)
+                mark_send()
+                conn.send_packed_command([packed])
+                reply = conn.read_response()
+                return reply if isinstance(command, bytes) else command.reply(conn, reply)
+        except (ScriptNotLoaded, CommandRefused):
             forget_primary(conn)
             raise  # a reply: the connection is in step
-        except redis.ConnectionError:
+        except ConnectionLost:
             conn.disconnect()
             if attempt == 2 or not again():
                 raise
