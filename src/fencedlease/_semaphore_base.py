@@ -24,10 +24,8 @@ from __future__ import annotations
 from typing import Any, Generic, Protocol, TypeVar
 
 from fencedlease._core.errors import LeaseNotAcquiredError, SemaphoreLeaseLostError
-from fencedlease._core.validate import check_key
+from fencedlease._core.validate import check_key, check_limit
 from fencedlease._core.view import LeaseView
-
-from ._semaphore_stores import check_limit
 
 __all__ = ["SemaphoreFacts", "not_acquired", "slot_lost_error", "slot_manager"]
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Literal, NamedTuple
+from typing import Final, Literal, NamedTuple
 
 from fencedlease._core.errors import ValidationError
 
 __all__ = [
     "MAX_MS",
+    "MAX_SEMAPHORE_LIMIT",
     "ArgumentTypeError",
     "HoldArgs",
     "check_acquire",
@@ -27,6 +28,7 @@ __all__ = [
     "check_hold",
     "check_key",
     "check_lease_args",
+    "check_limit",
     "check_ms",
     "check_prefix",
     "check_strict",
@@ -305,3 +307,25 @@ def check_backend(client: object, *, asyncio: bool, sync_classes: tuple[type, ..
             "client",
             f"client {type(client).__name__} is a backend for the other face; it goes to {other}",
         )
+
+
+MAX_SEMAPHORE_LIMIT: Final = 10_000
+"""The largest ``limit`` of a semaphore: every grant scans and purges the slot set, so it stays
+small."""
+
+
+def check_limit(limit: object) -> int:
+    """``limit`` as an int in 1..`MAX_SEMAPHORE_LIMIT`.
+
+    Raises:
+        ValidationError: anything else (``bool`` included), naming ``limit`` and the bound.
+    """
+    if (
+        isinstance(limit, bool)
+        or not isinstance(limit, int)
+        or not 1 <= limit <= MAX_SEMAPHORE_LIMIT
+    ):
+        raise ValidationError(
+            "limit", f"limit must be an int, 1 <= limit <= {MAX_SEMAPHORE_LIMIT}; got {limit!r}"
+        )
+    return int(limit)
