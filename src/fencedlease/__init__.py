@@ -11,6 +11,7 @@ import logging
 
 from fencedlease._core.backend import AsyncLeaseBackend, LeaseBackend
 from fencedlease._core.clock import Clock, SystemClock
+from fencedlease._core.env import url_from_env
 from fencedlease._core.errors import (
     BackendError,
     FencedLeaseError,
@@ -33,7 +34,6 @@ from fencedlease._core.view import LeaseInfo
 
 from ._acl import ACL_COMMANDS, acl_rules, acl_setuser_line
 from ._cluster_backend import RedisClusterBackend
-from ._env import url_from_env
 from ._fenced_resource import FencedResource
 from ._health import HealthReport
 from ._lease import AcquireResult, Lease, LeaseOutcome

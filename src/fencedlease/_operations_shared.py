@@ -8,9 +8,9 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from fencedlease._core.clock import Clock
+from fencedlease._core.env import manager_from_env
 from fencedlease._core.events import EventHook
 
-from ._env import manager_from_env
 from ._health import DEFAULT_HEALTH_TIMEOUT_MS
 from ._redis.options import jittered_retry
 
