@@ -49,7 +49,7 @@ def _protocol_docstrings(package: griffe.Module) -> None:
     (``RedisBackend.acquire`` says what ``LeaseBackend.acquire`` promises): a class implements
     ``LeaseBackend`` (or ``AsyncLeaseBackend``, for ``async def``) when it has all its methods."""
     protocols = []
-    for path in ("_backend.LeaseBackend", "_backend.AsyncLeaseBackend"):
+    for path in ("_core.backend.LeaseBackend", "_core.backend.AsyncLeaseBackend"):
         protocol = package[path]
         if isinstance(protocol, griffe.Class):
             methods = {n: m for n, m in protocol.members.items() if isinstance(m, griffe.Function)}

@@ -199,7 +199,7 @@ PROBES: Final[tuple[Probe, ...]] = (
     # A waiter queued by its refused acquire (both faces): no queueing command follows.
     Probe("handoff", "_handoff.py", "        self._channels.join(channel, waiter_name(owner_token), event)"),
     Probe("sql-guard", "db/_guard.py", "    access = coerce_access(token_or_lease)"),
-    Probe("fenced-resource", "_fencing.py", "        with self._lock:\n            state = self._state", ("_fenced_resource.py",)),
+    Probe("fenced-resource", "_core/fencing.py", "        with self._lock:\n            state = self._state", ("_fenced_resource.py",)),
     Probe("redis-resource", "redis_fencing.py", "        keys = (self._fence_key, self._data_key)"),
 )  # fmt: skip
 
@@ -287,7 +287,7 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
         "a renewer that reads a 0 reply as success",
         "the renewal schedule confirms a lease on a 0 (key gone or another's) reply",
         ("sync-renewer",),
-        (Edit("_schedule.py", "            elif reply > 0:\n", "            elif reply >= 0:\n"),),
+        (Edit("_core/schedule.py", "            elif reply > 0:\n", "            elif reply >= 0:\n"),),
     ),
     Mutant(
         "no-body-end-loss-check",
@@ -296,7 +296,7 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
         ("redis-lock",),
         (
             Edit(
-                "_decisions.py",
+                "_core/decisions.py",
                 "    if lease._state.lost:  # as marked so far",
                 "    if False:  # as marked so far",
             ),
@@ -341,7 +341,7 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
         ("redis-lock",),
         (
             Edit(
-                "_attempt.py",
+                "_core/attempt.py",
                 "        self._in_flight = False\n        state = LeaseState.granted(",
                 "        self._in_flight = False\n"
                 "        self.sent_mono, self.sent_wall = self._clock.monotonic(), self._clock.time()\n"
@@ -373,7 +373,7 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
         ("redis-lock",),
         (
             Edit(
-                "_protocol.py",
+                "_core/protocol.py",
                 "    return os.urandom(16).hex()\n",
                 '    return hashlib.sha256(b"%d" % __import__("os").getpid()).hexdigest()[:32]\n',
             ),
@@ -399,7 +399,7 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
                 "            with self._lock:\n"
                 "                self._state = outcome\n"
                 "            return access.token\n",
-            ) for path in ("_fencing.py", "_fenced_resource.py"))),
+            ) for path in ("_core/fencing.py", "_fenced_resource.py"))),
         ),
         # one holder's accept decides while another's waits: the resource process serializes
         # each key's accesses (check and data in one step), so no run can show it end to end
@@ -483,12 +483,12 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
         ("redis-lock", "handoff"),
         (
             Edit(
-                "_attempt.py",
+                "_core/attempt.py",
                 "        deadline = on_ns_grid(self.queued_mono + reply.ttl_ms / 1000)\n",
                 "        deadline = on_ns_grid(self._clock.monotonic() + reply.ttl_ms / 1000)\n",
             ),
             Edit(
-                "_attempt.py",
+                "_core/attempt.py",
                 "reply.ttl_ms, self.queued_mono,\n            self.queued_wall,\n",
                 "reply.ttl_ms, self._clock.monotonic(),\n            self._clock.time(),\n",
             ),
@@ -519,7 +519,7 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
         ("sync-renewer",),
         (
             Edit(
-                "_schedule.py",
+                "_core/schedule.py",
                 "        self.heartbeat_s = heartbeat_ms / 1000\n",
                 "        self.heartbeat_s = heartbeat_ms * 5 / 1000\n",
             ),
@@ -532,7 +532,7 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
         ("sync-renewer",),
         (
             Edit(
-                "_schedule.py",
+                "_core/schedule.py",
                 "                if not state.releasing:\n"
                 "                    state.mark_lost(LossReason.RENEW_REFUSED)\n",
                 "                if not state.releasing:\n                    pass\n",
@@ -546,7 +546,7 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
         ("redis-lock",),
         (
             Edit(
-                "_state.py",
+                "_core/state.py",
                 "        listeners, self._listeners = self._listeners, []\n"
                 "        for listener in listeners:\n"
                 "            listener(self)\n",

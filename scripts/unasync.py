@@ -46,6 +46,7 @@ NAMES: dict[str, str] = {
     "AsyncLeaseManager": "LeaseManager",
     "AsyncLeaseOutcome": "LeaseOutcome",
     "AsyncPrimaryCheck": "PrimaryCheck",
+    "AsyncQueueingBackend": "QueueingBackend",
     "AsyncRedisBackend": "RedisBackend",
     "AsyncRedisClusterBackend": "RedisClusterBackend",
     "AsyncReleaseWaiter": "ReleaseWaiter",
@@ -127,13 +128,13 @@ do differently per node (a worker thread or a task, a node's pipeline) is the I/
 [`LeaseManager.semaphore`][fencedlease.LeaseManager.semaphore], over the asyncio
 stores' steps (`fencedlease.aio._semaphore_stores`: the same Lua scripts on Redis, the memory
 store inline, the SQLite store on a worker thread). What a semaphore is, and what both faces
-decide without I/O: `fencedlease._semaphore_base`. The sync face's `fencedlease._semaphore` is
+decide without I/O: `fencedlease._core.semaphore`. The sync face's `fencedlease._semaphore` is
 generated from this module (``scripts/unasync.py``).
 """,
             """The sync face's semaphore: [`Semaphore`][fencedlease.Semaphore], made by
 [`LeaseManager.semaphore`][fencedlease.LeaseManager.semaphore], over the sync stores' steps
 (`fencedlease._semaphore_stores`). What a semaphore is, and what both faces decide without I/O:
-`fencedlease._semaphore_base`. Generated from `fencedlease.aio._semaphore`
+`fencedlease._core.semaphore`. Generated from `fencedlease.aio._semaphore`
 (``scripts/unasync.py``).
 """,
         ),

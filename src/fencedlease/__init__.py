@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import logging
 
-from ._acl import ACL_COMMANDS, acl_rules, acl_setuser_line
-from ._backend import AsyncLeaseBackend, LeaseBackend
-from ._clock import Clock, SystemClock
-from ._cluster_backend import RedisClusterBackend
-from ._env import url_from_env
-from ._errors import (
+from fencedlease._core.backend import AsyncLeaseBackend, LeaseBackend
+from fencedlease._core.clock import Clock, SystemClock
+from fencedlease._core.env import url_from_env
+from fencedlease._core.errors import (
     BackendError,
     FencedLeaseError,
     LeaseKeyMismatchError,
@@ -28,18 +26,21 @@ from ._errors import (
     UnsafeRedisWarning,
     ValidationError,
 )
-from ._events import LeaseEvent
+from fencedlease._core.events import LeaseEvent
+from fencedlease._core.fencing_access import owner_fingerprint
+from fencedlease._core.redact import redact_text, redact_url
+from fencedlease._core.shutdown import ShutdownReport
+from fencedlease._core.view import LeaseInfo
+
+from ._acl import ACL_COMMANDS, acl_rules, acl_setuser_line
+from ._cluster_backend import RedisClusterBackend
 from ._fenced_resource import FencedResource
-from ._fencing_access import owner_fingerprint
 from ._health import HealthReport
 from ._lease import AcquireResult, Lease, LeaseOutcome
 from ._manager import LeaseManager
-from ._redact import redact_text, redact_url
 from ._redis.keys import RedisKeys, redis_keys
 from ._redis_backend import RedisBackend
 from ._semaphore import Semaphore, SemaphoreLease
-from ._shutdown import ShutdownReport
-from ._view import LeaseInfo
 from .backends import MemoryBackend, SqliteBackend
 from .redis_fencing import RedisFencedResource
 

@@ -10,7 +10,7 @@ A refusal is named (which command, which script line) by
 
 Redis checks a script's commands, keys and channels against the caller's ACL at each
 ``redis.call`` (Redis 6 and 7), so the commands the scripts call are part of the rule set, not
-only ``EVALSHA``. Keys are ``<prefix>:*`` (the layout in `fencedlease._protocol`: every key
+only ``EVALSHA``. Keys are ``<prefix>:*`` (the layout in `fencedlease._core.protocol`: every key
 and every hand-off channel of a manager starts with ``<prefix>:``, a ``RedisFencedResource``'s
 with its own prefix, ``fencedlease:fenced`` by default).
 """
@@ -20,8 +20,8 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from ._errors import ValidationError
-from ._validate import check_prefix
+from fencedlease._core.errors import ValidationError
+from fencedlease._core.validate import check_prefix
 
 __all__ = [
     "ACL_COMMANDS",

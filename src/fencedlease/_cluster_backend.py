@@ -23,10 +23,10 @@ from functools import partial
 
 from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
-from redis.exceptions import MovedError, NoScriptError
+
+from fencedlease._core.errors import BackendError
 
 from ._cluster_nodes import NodeWorkers, node_for, read_slot_map, send_acked
-from ._errors import BackendError
 from ._handoff_cluster import ClusterHandoff
 from ._redis.cluster import (
     AckedCall,
@@ -38,7 +38,7 @@ from ._redis.cluster import (
     shard_bound_s,
     short_renewals,
 )
-from ._redis.errors import backend_errors
+from ._redis.errors import Redirected, ScriptNotLoaded, backend_errors
 from ._redis.eviction import policy_of
 from ._redis.keys import lease_key, lease_keys, renew_many_args
 from ._redis.replication import Fencing, PrimaryWatch
@@ -124,11 +124,11 @@ class RedisClusterBackend(RedisBackend):
         read_slot_map(self.cluster)
         node = self._node_of_key(keys[0])
         replies = send_acked(node, False, call)
-        if isinstance(replies[0], MovedError):
+        if Redirected.matches(replies[0]):
             self.cluster.nodes_manager.initialize()
             node = self._node_of_key(keys[0])
             replies = send_acked(node, False, call)
-        if isinstance(replies[0], NoScriptError):
+        if ScriptNotLoaded.matches(replies[0]):
             replies = send_acked(node, True, call)
         return acked_replies(replies)
 

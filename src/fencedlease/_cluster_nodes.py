@@ -17,8 +17,9 @@ from typing import TypeVar
 
 from redis.cluster import ClusterNode, RedisCluster
 
-from . import _fork
-from ._clock import mark_send, send_mark
+from fencedlease._core import fork as _fork
+from fencedlease._core.clock import mark_send, send_mark
+
 from ._redis.cluster import AckedCall
 from ._redis.scripts import connected, waited
 from ._renewer import shutdown_pool
@@ -33,7 +34,7 @@ class NodeWorkers:
     """Runs each node's share of a renewal batch on that node's own worker thread
     (``fencedlease-cluster-<host:port>``), the nodes at once: a node that hangs holds up no other
     node's renewals, neither in this batch nor in the next. In a forked child the parent's
-    workers are forgotten (`fencedlease._fork`) and the child's next batch starts its own."""
+    workers are forgotten (`fencedlease._core.fork`) and the child's next batch starts its own."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

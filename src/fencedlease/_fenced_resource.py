@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import threading
 
-from ._fencing import FenceState, decide, stale_token_error
-from ._fencing_access import TokenOrLease, coerce_access
-from ._validate import check_key, check_strict
+from fencedlease._core.fencing import FenceState, decide, stale_token_error
+from fencedlease._core.fencing_access import TokenOrLease, coerce_access
+from fencedlease._core.validate import check_key, check_strict
 
 __all__ = ["FencedResource", "NamedFence"]
 
@@ -39,9 +39,9 @@ class FencedResource(NamedFence):
     """An in-memory, thread-safe fenced resource: the reference for every other store.
 
     ``FencedResource(name, *, strict=False)``. [`accept`][fencedlease.FencedResource.accept] applies
-    the fencing rule of `fencedlease._fencing` atomically (one lock); a process-local resource, so
-    it protects only what lives in this process. ``name`` (a non-empty ``str``) is used in errors.
-    The first lease accepted records its counter
+    the fencing rule of `fencedlease._core.fencing` atomically (one lock); a process-local resource,
+    so it protects only what lives in this process. ``name`` (a non-empty ``str``) is used in
+    errors. The first lease accepted records its counter
     ([`lease_key`][fencedlease.FencedResource.lease_key], the lease's ``fencing_scope``); from then
     on leases of other counters (another key, or the same key under another prefix or store) are
     refused. Raises [`ValidationError`][fencedlease.ValidationError] for a bad ``name`` or a

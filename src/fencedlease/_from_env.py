@@ -12,12 +12,13 @@ from typing import Any, TypeVar
 
 from redis.retry import Retry
 
-from ._backend import LeaseBackend
-from ._clock import SYSTEM_CLOCK, Clock
-from ._events import EventHook
+from fencedlease._core.backend import LeaseBackend
+from fencedlease._core.clock import SYSTEM_CLOCK, Clock
+from fencedlease._core.events import EventHook
+from fencedlease._core.shutdown import ShutdownReport
+
 from ._health import connect as _connect
 from ._operations_shared import OperationsBase
-from ._shutdown import ShutdownReport
 
 __all__ = ["FromEnv"]
 

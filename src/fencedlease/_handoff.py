@@ -88,9 +88,10 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
 
-from ._clock import SYSTEM_CLOCK, Clock
+from fencedlease._core.clock import SYSTEM_CLOCK, Clock
+from fencedlease._core.protocol import AcquireReply
+
 from ._handoff_channels import LISTEN_SLICE_S, Channels
-from ._protocol import AcquireReply
 from ._redis.keys import (
     control_channel,
     enqueue_args,
@@ -219,7 +220,7 @@ class ReleaseWaiter(Protocol):
         ...
 
     def _after_fork_in_child(self) -> None:
-        """In a forked child (see `fencedlease._fork`): forget the parent's threads and
+        """In a forked child (see `fencedlease._core.fork`): forget the parent's threads and
         locks. No I/O."""
         ...
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._protocol import AcquireReply
+from fencedlease._core.protocol import AcquireReply
+
 from ._redis.replies import parse_grant, text
 
 __all__ = ["LISTEN_SLICE_S", "Channels"]

@@ -17,9 +17,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from redis.exceptions import RedisError
-
 from ._handoff_sync import Handoff
+from ._redis.errors import RedisCallError, map_exceptions
 from ._redis.replies import text
 
 __all__ = ["SHARD_SLICE_S", "ClusterHandoff", "sharded_pubsub"]
@@ -54,9 +53,10 @@ class ClusterHandoff(Handoff):
         if self.sharded is None:
             client: Any = self._client
             try:
-                info = client.info("server", target_nodes=client.get_default_node())
+                with map_exceptions(RedisCallError):
+                    info = client.info("server", target_nodes=client.get_default_node())
                 self.sharded = sharded_pubsub(info.get("redis_version"))
-            except RedisError:
+            except RedisCallError:
                 self.sharded = False  # the plain listener works on every version
         super()._run()
 

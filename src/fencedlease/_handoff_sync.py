@@ -15,7 +15,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import redis
-from redis.exceptions import RedisError
+
+from fencedlease._core.protocol import AcquireReply
 
 from ._handoff import (
     HandoffBase,
@@ -27,9 +28,8 @@ from ._handoff import (
     waiter_name,
 )
 from ._handoff_channels import Channels
-from ._protocol import AcquireReply
 from ._redis.clients import dedicated_client
-from ._redis.errors import acl_denial, backend_errors
+from ._redis.errors import RedisCallError, acl_denial, backend_errors, map_exceptions
 from ._redis.keys import control_channel, listener_id
 from ._redis.replies import text
 from ._redis.scripts import ENQUEUE, run_script
@@ -203,8 +203,9 @@ class Handoff(HandoffBase[redis.Redis]):
     def _poke(self) -> None:
         """Wake the listener (blocked reading its connection) so it sends a (un)subscribe now."""
         try:
-            self._client.publish(self._control, b"")
-        except RedisError as exc:  # it wakes by itself within a second anyway
+            with map_exceptions(RedisCallError):
+                self._client.publish(self._control, b"")
+        except RedisCallError as exc:  # it wakes by itself within a second anyway
             log.debug("could not wake the hand-off listener: %s", exc)
 
     def close(self, until: float | None = None) -> None:
@@ -231,7 +232,7 @@ class Handoff(HandoffBase[redis.Redis]):
         shutdown_pool(io, until)
 
     def _after_fork_in_child(self) -> None:
-        """In a forked child (see `fencedlease._fork`): forget the parent's listener, pool,
+        """In a forked child (see `fencedlease._core.fork`): forget the parent's listener, pool,
         lock and waiters, none of which exist here; the next wait starts a listener of the
         child's own, on a control channel of its own. No I/O."""
         self._channels = Channels(self._channels.linger_s)
@@ -269,16 +270,20 @@ class Handoff(HandoffBase[redis.Redis]):
                         return
                     subscribe, unsubscribe, timeout_s = channels.plan(time.monotonic())
                 try:
-                    message = self._listen_round(pubsub, subscribe, unsubscribe, timeout_s)
+                    with map_exceptions(RedisCallError):
+                        message = self._listen_round(pubsub, subscribe, unsubscribe, timeout_s)
                     backoff_s = 0.0
-                except (RedisError, OSError, ValueError) as exc:
+                except (RedisCallError, OSError, ValueError) as exc:
                     # redis-py reconnects and re-subscribes on the next call; until then waiters
                     # poll. Back off so a dead server is not hammered. A socket closed under
                     # the pub/sub by another thread (a primary switch drops the pool's
                     # connections) is OSError or "I/O operation on closed file", which redis-py
                     # does not reconnect from: a fresh pub/sub then.
-                    if not isinstance(exc, RedisError):
-                        with contextlib.suppress(RedisError, OSError, ValueError):
+                    if not isinstance(exc, RedisCallError):
+                        with (
+                            contextlib.suppress(RedisCallError, OSError, ValueError),
+                            map_exceptions(RedisCallError),
+                        ):
                             pubsub.close()
                         pubsub = listener.pubsub()  # type: ignore[no-untyped-call, unused-ignore]
                         self._control_on = False
@@ -299,8 +304,8 @@ class Handoff(HandoffBase[redis.Redis]):
             listener_died()
             raise
         finally:
-            with contextlib.suppress(RedisError):
+            with contextlib.suppress(RedisCallError), map_exceptions(RedisCallError):
                 pubsub.close()
             if listener is not self._client:
-                with contextlib.suppress(RedisError):
+                with contextlib.suppress(RedisCallError), map_exceptions(RedisCallError):
                     listener.connection_pool.disconnect()

@@ -33,14 +33,15 @@ import redis
 from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.retry import Retry
 
-from ._backend import LeaseBackend
-from ._clock import Clock
-from ._errors import BackendError
+from fencedlease._core.backend import LeaseBackend
+from fencedlease._core.clock import Clock
+from fencedlease._core.errors import BackendError
+from fencedlease._core.validate import check_ms
+
 from ._redis.clients import client_redactor
 from ._redis.errors import backend_errors, without_secrets
 from ._redis.scripts import Script, run_script
 from ._redis_backend import RedisBackend
-from ._validate import check_ms
 
 __all__ = [
     "DEFAULT_HEALTH_TIMEOUT_MS",

@@ -13,15 +13,34 @@ from typing import Literal, TypeVar
 
 import redis
 
-from ._backend import LeaseBackend
-from ._cluster_backend import RedisClusterBackend
-from ._context import WithOnly, with_only
-from ._decisions import (
+from fencedlease._core.backend import LeaseBackend
+from fencedlease._core.context import WithOnly, with_only
+from fencedlease._core.decisions import (
     close_releases,
     hold_outcome,
     hold_releases,
 )
-from ._errors import BackendError, LeaseNotAcquiredError, ManagerClosedError, NestedHoldError
+from fencedlease._core.errors import (
+    BackendError,
+    LeaseNotAcquiredError,
+    ManagerClosedError,
+    NestedHoldError,
+)
+from fencedlease._core.shutdown import (
+    ShutdownReport,
+    close_bound_ms,
+    later_close_report,
+    log_incomplete,
+)
+from fencedlease._core.state import release_bound_s, release_wait_more_s
+from fencedlease._core.validate import (
+    ArgumentTypeError,
+    HoldArgs,
+    check_backend,
+    check_key,
+)
+
+from ._cluster_backend import RedisClusterBackend
 from ._handoff import release_waiter_for
 from ._lease import Lease, LeaseOutcome
 from ._manager_base import _ManagerBase
@@ -31,14 +50,6 @@ from ._redis_backend import RedisBackend
 from ._renewer import BoundedCalls, Renewer
 from ._semaphore import Semaphore, _SlotManager, slot_manager_for
 from ._semaphore_stores import check_limit
-from ._shutdown import ShutdownReport, close_bound_ms, later_close_report, log_incomplete
-from ._state import release_bound_s, release_wait_more_s
-from ._validate import (
-    ArgumentTypeError,
-    HoldArgs,
-    check_backend,
-    check_key,
-)
 
 __all__ = ["LeaseManager"]
 
@@ -58,7 +69,7 @@ class LeaseManager(WithOnly, _ManagerBase, Operations):
     acquire attempts on a store without release notifications is its ``sleep``.
     ``renew_batch_size``: the most renewals sent in one pipeline. ``on_event(event)``: called
     with a [`LeaseEvent`][fencedlease.LeaseEvent] for each acquire, background renewal, release
-    and loss (see `fencedlease._events`); an `Exception` it raises is logged and ignored.
+    and loss (see `fencedlease._core.events`); an `Exception` it raises is logged and ignored.
 
     One manager runs one renewer (two threads, started on the first
     [`hold`][fencedlease.LeaseManager.hold]) for all its leases. Close it with
@@ -66,7 +77,7 @@ class LeaseManager(WithOnly, _ManagerBase, Operations):
 
     Fork: a child made by ``os.fork`` may go on using the manager (fresh threads renew its own
     leases), but every lease made before the fork is the parent's: lost in the child (reason
-    "forked"), never renewed nor released from there. See `fencedlease._fork`.
+    "forked"), never renewed nor released from there. See `fencedlease._core.fork`.
 
     ``replica_acks``, ``replica_ack_timeout_ms`` (milliseconds) and ``fencing`` (``"counter"``
     or ``"clock"``): how a Redis store grants and renews across a failover
@@ -200,7 +211,7 @@ class LeaseManager(WithOnly, _ManagerBase, Operations):
         return report
 
     def _after_fork_in_child(self) -> None:
-        """In a forked child (see `fencedlease._fork`): new locks, no threads, no holds
+        """In a forked child (see `fencedlease._core.fork`): new locks, no threads, no holds
         (the parent's leases are the parent's). No I/O."""
         self._lock = threading.Lock()
         self._close_done = threading.Event()  # a report made before the fork is kept

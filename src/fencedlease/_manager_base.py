@@ -16,15 +16,20 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Literal, TypeVar
 
 import redis
 
-from . import _fork
-from ._attempt import AcquireAttempt
-from ._backend import LeaseBackend, fencing_scope_of
-from ._clock import SYSTEM_CLOCK, Clock, marking_sends
-from ._decisions import (
+from fencedlease._core import fork as _fork
+from fencedlease._core.attempt import AcquireAttempt
+from fencedlease._core.backend import (
+    FollowsPrimary,
+    LeaseBackend,
+    QueueingBackend,
+    fencing_scope_of,
+)
+from fencedlease._core.clock import SYSTEM_CLOCK, Clock, marking_sends
+from fencedlease._core.decisions import (
     DEFAULT_CLOSE_TIMEOUT_MS,
     DEFAULT_RETRY_DELAY_MS,
     DEFAULT_TTL_MS,
@@ -32,8 +37,8 @@ from ._decisions import (
     WaitForRelease,
     acquire_steps,
 )
-from ._errors import ManagerClosedError
-from ._events import (
+from fencedlease._core.errors import ManagerClosedError
+from fencedlease._core.events import (
     EventHook,
     acquire_ended,
     check_event_hook,
@@ -41,16 +46,9 @@ from ._events import (
     wait_ended,
     with_logging,
 )
-from ._handoff import ReleaseWaiter, WaitRequest
-from ._lease import AcquireResult, Lease, LeaseOutcome
-from ._manager_store import _AsyncStoreCalls
-from ._protocol import AcquireReply
-from ._redis.replication import Fencing, GrantOptions, PrimaryWatch, use_grant_options
-from ._redis_backend import RedisBackend
-from ._renewer import Renewer
-from ._shutdown import ShutdownReport
-from ._urls import backend_from_url
-from ._validate import (
+from fencedlease._core.protocol import AcquireReply
+from fencedlease._core.shutdown import ShutdownReport
+from fencedlease._core.validate import (
     HoldArgs,
     check_acquire,
     check_clock,
@@ -59,6 +57,13 @@ from ._validate import (
     check_prefix,
     check_sync_fn,
 )
+
+from ._handoff import ReleaseWaiter, WaitRequest
+from ._lease import AcquireResult, Lease, LeaseOutcome
+from ._manager_store import _AsyncStoreCalls
+from ._redis.replication import Fencing, GrantOptions, PrimaryWatch, use_grant_options
+from ._renewer import Renewer
+from ._urls import backend_from_url
 
 __all__ = ["_ManagerBase"]
 
@@ -104,7 +109,7 @@ class _ManagerBase(_AsyncStoreCalls, ABC):
         use_grant_options(self._backend, grants, made_here=made_here)
         self._clock = clock
         self._renewer = Renewer(self._backend, clock, batch_size=batch)
-        if isinstance(self._backend, RedisBackend):
+        if isinstance(self._backend, FollowsPrimary):
             # Sentinel: on a new primary, every lease is renewed there at once.
             self._backend.on_primary_switch = self._renewer.renew_now
         watch = getattr(self._backend, "primary", None)
@@ -194,7 +199,7 @@ class _ManagerBase(_AsyncStoreCalls, ABC):
 
     @abstractmethod
     def _after_fork_in_child(self) -> None:
-        """In a forked child (see `fencedlease._fork`)."""
+        """In a forked child (see `fencedlease._core.fork`)."""
 
     @abstractmethod
     def _abandon(self, key: str, owner_token: str, exc: BaseException) -> None:
@@ -322,9 +327,14 @@ class _ManagerBase(_AsyncStoreCalls, ABC):
                         with marking_sends(attempt.sending):  # the real send, after connecting
                             if queue is None:
                                 answer = backend.acquire(key, owner_token, ttl_ms)
-                            else:  # queued in the same script when refused
-                                redis_backend = cast(RedisBackend, backend)
-                                answer = redis_backend.acquire(key, owner_token, ttl_ms, queue)
+                            elif isinstance(backend, QueueingBackend):
+                                # queued in the same script when refused
+                                answer = backend.acquire(key, owner_token, ttl_ms, queue)
+                            else:  # only a queueing backend's own waiter makes a queue
+                                raise TypeError(
+                                    f"{type(backend).__name__}: a release waiter queued the"
+                                    " caller, but the backend's acquire takes no queue"
+                                )
                 except BaseException as exc:
                     step = steps.throw(exc)
                 else:

@@ -11,14 +11,15 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Literal
 
-from ._backend import LeaseBackend
-from ._clock import Clock
-from ._context import with_only
+from fencedlease._core.backend import LeaseBackend
+from fencedlease._core.clock import Clock
+from fencedlease._core.context import with_only
+from fencedlease._core.keep_alive import check_keep_alive
+from fencedlease._core.shutdown import ShutdownReport
+
 from ._from_env import FromEnv
 from ._health import DEFAULT_HEALTH_TIMEOUT_MS, HealthReport, check_health
-from ._keep_alive import check_keep_alive
 from ._lease import Lease
-from ._shutdown import ShutdownReport
 
 __all__ = ["Operations"]
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from ._clock import Clock
-from ._env import manager_from_env
-from ._events import EventHook
+from fencedlease._core.clock import Clock
+from fencedlease._core.env import manager_from_env
+from fencedlease._core.events import EventHook
+
 from ._health import DEFAULT_HEALTH_TIMEOUT_MS
+from ._redis.options import jittered_retry
 
 __all__ = ["OperationsBase"]
 
@@ -46,7 +48,7 @@ class OperationsBase:
         """
         manager, config = manager_from_env(
             lambda url, prefix, options: cls._over_url(url, prefix, clock, on_event, options),
-            environ, kwargs, retry_class,
+            environ, kwargs, jittered_retry(retry_class),
         )  # fmt: skip
         manager._shutdown_timeout_ms = config.shutdown_timeout_ms
         if not connect:

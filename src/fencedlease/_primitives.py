@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ._state import LeaseState
+from fencedlease._core.state import LeaseState
 
 __all__ = ["Background", "LostSignal"]
 

@@ -16,14 +16,22 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import redis
-from redis.exceptions import NoScriptError, ResponseError
 
-from ._errors import BackendError
+from fencedlease._core.errors import BackendError
+from fencedlease._core.protocol import AcquireReply, InspectReply
+from fencedlease._core.validate import check_prefix
+
 from ._handoff_sync import Handoff
 from ._primitives import Background
-from ._protocol import AcquireReply, InspectReply
 from ._redis.clients import dedicated_client, waits_for_connection
-from ._redis.errors import STORE_ERRORS, backend_errors, store_error
+from ._redis.errors import (
+    STORE_ERRORS,
+    CommandRefused,
+    ScriptNotLoaded,
+    backend_errors,
+    map_exceptions,
+    store_error,
+)
 from ._redis.eviction import EvictionCheck, policy_of
 from ._redis.keys import fence_key, lease_key, lease_keys, renew_many_args
 from ._redis.replication import Fencing, GrantOptions, PrimaryWatch
@@ -47,7 +55,6 @@ from ._redis.scripts import (
 )
 from ._redis.sentinel import PrimaryCheck, SwitchWatcher
 from ._redis.wire import PackedCalls, PackedRenewals, packs_itself, run_packed
-from ._validate import check_prefix
 
 __all__ = ["RedisBackend"]
 
@@ -198,8 +205,10 @@ class RedisBackend:
         if self._packer is not None and not self.grants.replica_acks and packs_itself(client):
             self._switches.start()
             try:
-                return run_packed(client, self._packer.command(items), self._open), None, None
-            except NoScriptError:
+                with map_exceptions(ScriptNotLoaded):
+                    command = self._packer.command(items)
+                    return run_packed(client, command, self._open), None, None
+            except ScriptNotLoaded:
                 pass  # the script cache was flushed: EVALSHA, NOSCRIPT, EVAL, as for any script
         keys, args = renew_many_args(self.prefix, items)
         return (*self._run(client, RENEW_MANY, keys, args), None)
@@ -234,8 +243,9 @@ class RedisBackend:
             self._switches.start()
             reads = self._packed().acquire(key, owner_token, ttl_ms, self.grants.fencing, queue)
             try:
-                return run_packed(self.client, reads, self._open), None
-            except NoScriptError:
+                with map_exceptions(ScriptNotLoaded):
+                    return run_packed(self.client, reads, self._open), None
+            except ScriptNotLoaded:
                 pass  # the script cache was flushed: EVALSHA, NOSCRIPT, EVAL, as for any script
         keys, args = lease_keys(self.prefix, key), (owner_token, ttl_ms, self.grants.fencing)
         return self._run(self.client, ACQUIRE, keys, (*args, "primary", *queue))
@@ -288,9 +298,10 @@ class RedisBackend:
             redis.RedisError: the connection's error (nothing is noted).
         """
         try:
-            policies = self._memory_policies(client)
-        except ResponseError as exc:  # NOPERM (an ACL), a managed service's renamed INFO
-            self.eviction.skipped(exc)
+            with map_exceptions(CommandRefused):
+                policies = self._memory_policies(client)
+        except CommandRefused as exc:  # NOPERM (an ACL), a managed service's renamed INFO
+            self.eviction.skipped(exc.cause)
             return None, ()
         return self.eviction.seen(policies)
 
@@ -362,8 +373,9 @@ class RedisBackend:
         packed = self.packed_release(key, owner_token)
         if packed is not None:
             try:
-                return run_packed(self.client, packed, self._open)
-            except NoScriptError:
+                with map_exceptions(ScriptNotLoaded):
+                    return run_packed(self.client, packed, self._open)
+            except ScriptNotLoaded:
                 pass  # the script cache was flushed: EVALSHA, NOSCRIPT, EVAL, as for any script
         keys, modes = lease_keys(self.prefix, key), self.grants.mode_args
         return run_script(self.client, RELEASE, keys, (owner_token, *modes))

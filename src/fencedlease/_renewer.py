@@ -33,13 +33,20 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import TypeVar
 
-from ._backend import LeaseBackend
-from ._clock import Clock, SendTime, marking_sends
-from ._decisions import CLEANUP_WORKERS, apply_batch, call_renew_error_hooks
-from ._errors import BackendError, no_reply
-from ._events import deferred
-from ._schedule import MAX_IN_FLIGHT, RenewalEntry, RenewalSchedule, RenewerCore, renewal_items
-from ._state import LossReason
+from fencedlease._core.backend import LeaseBackend
+from fencedlease._core.clock import Clock, SendTime, marking_sends
+from fencedlease._core.decisions import CLEANUP_WORKERS, apply_batch, call_renew_error_hooks
+from fencedlease._core.errors import BackendError, no_reply
+from fencedlease._core.events import deferred
+from fencedlease._core.schedule import (
+    MAX_IN_FLIGHT,
+    RenewalEntry,
+    RenewalSchedule,
+    RenewerCore,
+    renewal_items,
+)
+from fencedlease._core.state import LossReason
+
 from ._threads import DaemonThreadPool
 
 __all__ = ["IO_THREADS", "BoundedCalls", "Renewer", "shutdown_pool"]

@@ -4,7 +4,7 @@
 """The sync face's semaphore: [`Semaphore`][fencedlease.Semaphore], made by
 [`LeaseManager.semaphore`][fencedlease.LeaseManager.semaphore], over the sync stores' steps
 (`fencedlease._semaphore_stores`). What a semaphore is, and what both faces decide without I/O:
-`fencedlease._semaphore_base`. Generated from `fencedlease.aio._semaphore`
+`fencedlease._core.semaphore`. Generated from `fencedlease.aio._semaphore`
 (``scripts/unasync.py``).
 """
 
@@ -15,13 +15,14 @@ from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Literal, Protocol, TypeVar, cast
 
-from ._context import WithOnly
-from ._decisions import DEFAULT_RETRY_DELAY_MS, DEFAULT_TTL_MS
-from ._errors import LeaseNotAcquiredError, SemaphoreLeaseLostError
+from fencedlease._core.context import WithOnly
+from fencedlease._core.decisions import DEFAULT_RETRY_DELAY_MS, DEFAULT_TTL_MS
+from fencedlease._core.errors import LeaseNotAcquiredError, SemaphoreLeaseLostError
+from fencedlease._core.semaphore import SemaphoreFacts, not_acquired, slot_lost_error, slot_manager
+
 from ._lease import AcquireResult, Lease, LeaseOutcome
 from ._manager_base import _ManagerBase
 from ._renewer import Renewer
-from ._semaphore_base import SemaphoreFacts, not_acquired, slot_lost_error, slot_manager
 from ._semaphore_stores import SlotStore, slot_store_for
 from ._slot_backend import SlotBackend, limit_of
 

@@ -34,9 +34,11 @@ import weakref
 from collections.abc import Sequence
 from typing import Final, Protocol
 
-from ._backend import RenewItem
-from ._errors import BackendError, ValidationError
-from ._protocol import MAX_FENCING_TOKEN, AcquireReply
+from fencedlease._core.backend import RenewItem
+from fencedlease._core.errors import BackendError, ValidationError
+from fencedlease._core.protocol import MAX_FENCING_TOKEN, AcquireReply
+from fencedlease._core.validate import MAX_SEMAPHORE_LIMIT, check_limit
+
 from ._redis.keys import semaphore_keys
 from ._redis.semaphore import RedisSlots
 from ._redis_backend import RedisBackend
@@ -53,27 +55,6 @@ __all__ = [
     "scope_of",
     "slot_store_for",
 ]
-
-MAX_SEMAPHORE_LIMIT: Final = 10_000
-"""The largest ``limit`` of a semaphore: every grant scans and purges the slot set, so it stays
-small."""
-
-
-def check_limit(limit: object) -> int:
-    """``limit`` as an int in 1..`MAX_SEMAPHORE_LIMIT`.
-
-    Raises:
-        ValidationError: anything else (``bool`` included), naming ``limit`` and the bound.
-    """
-    if (
-        isinstance(limit, bool)
-        or not isinstance(limit, int)
-        or not 1 <= limit <= MAX_SEMAPHORE_LIMIT
-    ):
-        raise ValidationError(
-            "limit", f"limit must be an int, 1 <= limit <= {MAX_SEMAPHORE_LIMIT}; got {limit!r}"
-        )
-    return int(limit)
 
 
 def scope_of(prefix: str, name: str) -> str:

@@ -12,8 +12,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from ._backend import RenewItem
-from ._protocol import AcquireReply, InspectReply
+from fencedlease._core.backend import RenewItem
+from fencedlease._core.protocol import AcquireReply, InspectReply
+
 from ._semaphore_stores import SlotStore
 
 __all__ = ["SlotBackend", "limit_of"]

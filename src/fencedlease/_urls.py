@@ -34,7 +34,7 @@ is ``busy_timeout_ms`` (also accepted as ``?busy_timeout_ms=n``); ``memory://`` 
 A URL may hold a password: every message, log line and report that shows one shows
 [`redact_url`][fencedlease.redact_url] of it, and every message about it (redis-py's included) is
 scrubbed with [`redact_text`][fencedlease.redact_text], which leaves no piece of the password of
-3 characters or more (`fencedlease._redact`); no exception holding the URL is chained to a
+3 characters or more (`fencedlease._core.redact`); no exception holding the URL is chained to a
 [`ValidationError`][fencedlease.ValidationError] about it. A Redis URL with an ``@`` after a ``/``,
 ``?`` or ``#`` is refused: it is a password with a raw ``/``, ``?`` or ``#`` (which redis-py would
 read as a host and a port made of the password's first part) or an ``@`` in a path or a query, and
@@ -52,16 +52,17 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 import redis
 from redis.cluster import ClusterNode
 
-from ._backend import LeaseBackend
-from ._clock import Clock
+from fencedlease._core.backend import LeaseBackend
+from fencedlease._core.clock import Clock
+from fencedlease._core.errors import ValidationError
+from fencedlease._core.redact import ambiguous_url, url_error
+from fencedlease._core.validate import check_clock, check_key, check_prefix
+
 from ._cluster_backend import RedisClusterBackend
-from ._errors import ValidationError
-from ._redact import ambiguous_url, url_error
 from ._redis.clients import redis_client
 from ._redis.cluster import CLUSTER_SCHEMES, cluster_client, cluster_url_options
 from ._redis.sentinel import SENTINEL_SCHEME, sentinel_client
 from ._redis_backend import RedisBackend
-from ._validate import check_clock, check_key, check_prefix
 from .backends.memory import MemoryBackend
 from .backends.sqlite import SqliteBackend
 

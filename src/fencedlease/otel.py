@@ -29,7 +29,7 @@ import time
 from opentelemetry import metrics, trace
 from opentelemetry.trace import Status, StatusCode
 
-from ._events import EventHook, LeaseEvent, check_event_hook
+from fencedlease._core.events import EventHook, LeaseEvent, check_event_hook
 
 __all__ = ["instrument"]
 

@@ -14,9 +14,9 @@ fence state at ``<prefix>:{<name>}:resource:fence`` (a hash ``{token, fp, key}``
 accepted token as a decimal string, the fingerprint of the lease that presented it, and the key of
 the leases that fence the resource; no TTL, never deleted by the library).
 Both share a Redis Cluster hash slot, and neither can be a lease's key (see
-`fencedlease._protocol` for the whole layout and how names are escaped).
+`fencedlease._core.protocol` for the whole layout and how names are escaped).
 
-The rule is the one of `fencedlease._fencing.decide`, transcribed once in
+The rule is the one of `fencedlease._core.fencing.decide`, transcribed once in
 ``scripts/fenced_check.lua``, which compares tokens exactly as decimal strings (Lua's numbers are
 doubles); each ``scripts/fenced_<op>.lua`` adds one access to it. Scripts run as the lease
 scripts do (`fencedlease._redis.scripts.run_script`: EVALSHA, one EVAL after ``NOSCRIPT``),
@@ -35,15 +35,16 @@ from typing import Any, Final, TypeVar
 
 import redis
 
-from ._errors import BackendError, ValidationError
+from fencedlease._core.errors import BackendError, ValidationError
+from fencedlease._core.fencing import RefusalReason, stale_token_error
+from fencedlease._core.fencing_access import TokenOrLease, coerce_access
+from fencedlease._core.validate import check_prefix
+
 from ._fenced_resource import NamedFence
-from ._fencing import RefusalReason, stale_token_error
-from ._fencing_access import TokenOrLease, coerce_access
 from ._redis.errors import backend_errors
 from ._redis.keys import resource_keys
 from ._redis.replies import text
 from ._redis.scripts import Script, run_script
-from ._validate import check_prefix
 
 __all__ = ["DEFAULT_PREFIX", "RedisFencedResource"]
 
@@ -93,7 +94,7 @@ class RedisFencedResource(NamedFence):
     last token presented by a different lease, and, for a lease, only if its counter (its
     ``fencing_scope``, ``"<prefix>:{<escaped key>}:fence"``) is the one the fence state records
     (the first accepted lease's; the migration of a record holding a bare key is
-    `fencedlease._fencing`'s). Reads move the fence too (Kleppmann 2016;
+    `fencedlease._core.fencing`'s). Reads move the fence too (Kleppmann 2016;
     ``docs/fencing.md``).
 
     Every method raises [`StaleTokenError`][fencedlease.StaleTokenError] when refused (nothing

@@ -26,8 +26,8 @@ import asyncio
 import threading
 from typing import Final
 
-from ._errors import ValidationError
-from ._validate import check_ms
+from fencedlease._core.errors import ValidationError
+from fencedlease._core.validate import check_ms
 
 __all__ = ["FakeClock"]
 

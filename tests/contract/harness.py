@@ -30,9 +30,9 @@ from hypothesis.stateful import (
 )
 
 from fencedlease import LeaseBackend, LeaseManager, RedisBackend
-from fencedlease._backend import AsyncLeaseBackend, RenewItem
-from fencedlease._clock import SYSTEM_CLOCK, Clock
-from fencedlease._protocol import AcquireReply, InspectReply, owner_fingerprint
+from fencedlease._core.backend import AsyncLeaseBackend, RenewItem
+from fencedlease._core.clock import SYSTEM_CLOCK, Clock
+from fencedlease._core.protocol import AcquireReply, InspectReply, owner_fingerprint
 from fencedlease._redis.keys import lease_key
 from fencedlease.backends import (
     AsyncMemoryBackend,

@@ -3,7 +3,7 @@ step, with time in whole milliseconds."""
 
 from __future__ import annotations
 
-from fencedlease._protocol import AcquireReply
+from fencedlease._core.protocol import AcquireReply
 
 
 class SlotModel:

@@ -24,7 +24,7 @@ from contract.harness import (
     sqlite_store,
 )
 from fencedlease import LeaseBackend
-from fencedlease._protocol import AcquireReply, InspectReply, owner_fingerprint
+from fencedlease._core.protocol import AcquireReply, InspectReply, owner_fingerprint
 
 OWNER, OTHER = "owner-token-1", "owner-token-2"
 

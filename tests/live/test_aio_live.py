@@ -24,8 +24,8 @@ from redis.backoff import NoBackoff
 
 from conftest import async_wait_until, wait_until
 from fencedlease import BackendError, LeaseLostError, LeaseManager, LeaseNotAcquiredError
+from fencedlease._core.state import LossReason
 from fencedlease._redis.scripts import ACQUIRE
-from fencedlease._state import LossReason
 from fencedlease.aio import AsyncLease, AsyncLeaseManager
 from fencedlease.aio.testing import cancel_at_suspension
 from fencedlease.testing import FakeClock

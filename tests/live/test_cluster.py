@@ -27,8 +27,8 @@ from fencedlease import (
     RedisClusterBackend,
     ReplicationError,
 )
+from fencedlease._core.protocol import AcquireReply
 from fencedlease._handoff_cluster import sharded_pubsub
-from fencedlease._protocol import AcquireReply
 from fencedlease._redis.keys import fence_key, lease_key, lease_keys
 from fencedlease.aio import AsyncLeaseManager, AsyncRedisClusterBackend
 from fencedlease_lab.servers.cluster import RedisClusterServers

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from pg_fixtures import postgres_dsn  # noqa: F401 (the fixture)
 
 from fencedlease import BackendError, LeaseKeyMismatchError, StaleTokenError, ValidationError, db
-from fencedlease._fencing import MAX_FENCING_TOKEN
+from fencedlease._core.fencing import MAX_FENCING_TOKEN
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from test_fencing_model import OWNERS, Access, accesses, check_against_model, lease

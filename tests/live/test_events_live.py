@@ -11,7 +11,7 @@ import redis
 import redis.asyncio
 
 from fencedlease import LeaseEvent, LeaseLostError, LeaseManager
-from fencedlease._state import LossReason
+from fencedlease._core.state import LossReason
 from fencedlease.aio import AsyncLeaseManager
 
 pytestmark = pytest.mark.live

@@ -18,9 +18,9 @@ import redis.asyncio
 
 from conftest import expiry_ms, wait_until
 from fencedlease import AcquireResult, LeaseManager
+from fencedlease._core.protocol import new_owner_token
 from fencedlease._handoff import WaitRequest, waiter_name
 from fencedlease._handoff_sync import Handoff
-from fencedlease._protocol import new_owner_token
 from fencedlease._redis.keys import (
     enqueue_args,
     handoff_channel,

@@ -21,7 +21,7 @@ import redis
 
 from conftest import wait_until
 from fencedlease import AcquireResult, LeaseManager
-from fencedlease._protocol import AcquireReply
+from fencedlease._core.protocol import AcquireReply
 from fencedlease._redis.keys import lease_keys, waiters_key, waiters_meta_key
 from fencedlease._redis.scripts import ACQUIRE, RELEASE, run_script
 from fencedlease.aio import AsyncLeaseManager

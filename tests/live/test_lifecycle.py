@@ -24,7 +24,7 @@ import redis.asyncio
 
 from conftest import needs_caller_releases, wait_until
 from fencedlease import BackendError, Lease, LeaseLostError, LeaseManager, ValidationError
-from fencedlease._state import RELEASE_FLOOR_MS, LossReason
+from fencedlease._core.state import RELEASE_FLOOR_MS, LossReason
 from fencedlease.aio import AsyncLease, AsyncLeaseManager
 from fencedlease_lab.servers.redis import RedisServer, free_port
 

@@ -14,7 +14,7 @@ import redis
 import redis.asyncio
 
 from fencedlease import BackendError, RedisBackend
-from fencedlease._protocol import AcquireReply
+from fencedlease._core.protocol import AcquireReply
 from fencedlease._redis.scripts import ACQUIRE
 from fencedlease.aio import AsyncRedisBackend
 from fencedlease_lab.servers.redis import RedisServer

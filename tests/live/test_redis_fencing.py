@@ -23,7 +23,7 @@ from fencedlease import (
     ValidationError,
     redis_keys,
 )
-from fencedlease._fencing import MAX_FENCING_TOKEN
+from fencedlease._core.fencing import MAX_FENCING_TOKEN
 from fencedlease.redis_fencing import RedisFencedResource
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))

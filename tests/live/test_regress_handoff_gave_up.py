@@ -13,8 +13,8 @@ import redis
 
 import fencedlease._manager_base as manager_module  # where the acquire loop looks it up
 from fencedlease import LeaseManager
-from fencedlease._attempt import AcquireAttempt
-from fencedlease._clock import Clock
+from fencedlease._core.attempt import AcquireAttempt
+from fencedlease._core.clock import Clock
 
 pytestmark = pytest.mark.live
 

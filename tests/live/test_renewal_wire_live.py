@@ -12,7 +12,7 @@ import redis
 import redis.asyncio
 
 from fencedlease import BackendError, RedisBackend
-from fencedlease._schedule import RenewalItem
+from fencedlease._core.schedule import RenewalItem
 from fencedlease.aio import AsyncRedisBackend
 
 pytestmark = pytest.mark.live

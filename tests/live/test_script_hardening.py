@@ -17,10 +17,10 @@ import redis.asyncio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import fencedlease._attempt
+import fencedlease._core.attempt
 from fencedlease import BackendError, LeaseManager
+from fencedlease._core.protocol import MAX_FENCING_TOKEN, AcquireReply
 from fencedlease._handoff_sync import Handoff
-from fencedlease._protocol import MAX_FENCING_TOKEN, AcquireReply
 from fencedlease._redis.keys import key_base
 from fencedlease._redis_backend import RedisBackend
 from fencedlease.aio import AsyncLeaseManager
@@ -653,7 +653,7 @@ def test_an_acl_denied_set_after_the_incr_is_cleaned_up(
 ) -> None:
     """The INCR ran and the SET was denied: the error reply comes after a write, so the manager
     releases with the same owner token; no lease is left, and the spent token is never reused."""
-    monkeypatch.setattr(fencedlease._attempt, "new_owner_token", lambda: OWNER)
+    monkeypatch.setattr(fencedlease._core.attempt, "new_owner_token", lambda: OWNER)
     user = acl_user("+@all", "-set")
     error, released = _acquire_as(face, redis_url, user)
     assert "can't run this command" in str(error.__cause__)
@@ -676,7 +676,7 @@ def test_an_acl_denied_pexpire_on_a_handed_lease_releases_it(
     """A release handed the lease to this owner; its claim (acquire's "already ours") fails at
     the PEXPIRE: the manager releases with the same owner token, so the handed lease does not sit
     orphaned until its TTL."""
-    monkeypatch.setattr(fencedlease._attempt, "new_owner_token", lambda: OWNER)
+    monkeypatch.setattr(fencedlease._core.attempt, "new_owner_token", lambda: OWNER)
     admin.set(COUNTER, 7)
     admin.set(LEASE, f"7:{OWNER}", px=60_000)
     user = acl_user("+@all", "-pexpire")

@@ -29,8 +29,8 @@ from fencedlease import (
     SemaphoreLeaseLostError,
 )
 from fencedlease._acl import acl_rules
+from fencedlease._core.state import LossReason
 from fencedlease._redis.semaphore import RedisSlots
-from fencedlease._state import LossReason
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.aio.testing import cancel_at_suspension
 from fencedlease_lab.servers.redis import RedisServer

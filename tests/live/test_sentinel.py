@@ -20,7 +20,7 @@ from fencedlease import (
     ReplicationError,
     ValidationError,
 )
-from fencedlease._state import LossReason
+from fencedlease._core.state import LossReason
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease_lab.servers.sentinel import SentinelDeployment
 

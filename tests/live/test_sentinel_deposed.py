@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from fencedlease import LeaseEvent, LeaseLostError, LeaseManager
-from fencedlease._state import LossReason
+from fencedlease._core.state import LossReason
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease_lab.servers.redis import free_port
 from fencedlease_lab.servers.sentinel import SentinelDeployment

@@ -18,7 +18,7 @@ from fencedlease._acl import (
     acl_setuser_line,
     glob_escape,
 )
-from fencedlease._errors import ValidationError
+from fencedlease._core.errors import ValidationError
 from fencedlease._redis.errors import acl_denial
 from fencedlease._redis.scripts import RELEASE
 from fencedlease.redis_fencing import _SET

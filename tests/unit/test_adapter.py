@@ -21,7 +21,15 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from fencedlease import BackendError, LeaseManager, MemoryBackend, RedisBackend, SqliteBackend
 from fencedlease._handoff import SleepWaiter, WaitRequest, release_waiter_for
 from fencedlease._handoff_sync import Handoff
-from fencedlease._redis.errors import backend_error
+from fencedlease._redis.errors import (
+    CommandRefused,
+    RedisCallError,
+    ScriptNotLoaded,
+    acl_denial,
+    backend_error,
+    map_exceptions,
+    store_error,
+)
 from fencedlease._redis.scripts import ACQUIRE, run_script
 from fencedlease.aio import AsyncLeaseManager, AsyncRedisBackend
 from fencedlease.aio._handoff import AsyncHandoff, AsyncSleepWaiter, async_release_waiter_for
@@ -231,3 +239,53 @@ def test_the_sync_listener_takes_a_fresh_pubsub_when_its_socket_was_closed_under
     handoff.close()
     assert _ClosedUnderIt.closed == 1
     assert healthy.channels[0] == handoff._control  # the control channel, subscribed anew
+
+
+def test_map_exceptions_raises_the_kind_asked_for_and_passes_the_others() -> None:
+    """Inside map_exceptions, a redis-py error of a listed kind is raised as that kind (redis-py's
+    in cause and __cause__, the same text); an unlisted one passes through unchanged."""
+    missing = NoScriptError("No matching script. Please use EVAL.")
+    with pytest.raises(ScriptNotLoaded) as mapped, map_exceptions(ScriptNotLoaded):
+        raise missing
+    assert (mapped.value.cause, mapped.value.__cause__, str(mapped.value)) == (
+        missing,
+        missing,
+        "No matching script. Please use EVAL.",
+    )
+    refused = ResponseError("NOPERM User u has no permissions to run the 'info' command")
+    with pytest.raises(ResponseError) as passed, map_exceptions(ScriptNotLoaded):
+        raise refused
+    assert passed.value is refused
+    with pytest.raises(CommandRefused) as chosen, map_exceptions(ScriptNotLoaded, CommandRefused):
+        raise refused
+    assert chosen.value.cause is refused
+    lost = RedisConnectionError("Connection reset by peer")
+    with pytest.raises(RedisCallError) as any_error, map_exceptions(RedisCallError):
+        raise lost
+    assert (type(any_error.value), any_error.value.cause) == (RedisCallError, lost)
+
+
+@pytest.mark.parametrize(
+    "cause",
+    [
+        RedisConnectionError("Connection reset by peer"),
+        RedisTimeoutError("Timeout reading from 127.0.0.1:6379"),
+        ResponseError("NOPERM User u has no permissions to run the 'publish' command"),
+    ],
+)
+def test_a_mapped_error_maps_to_the_backend_error_of_redis_pys_own(cause: Exception) -> None:
+    """store_error and acl_denial read a RedisCallError as the redis-py error it stands for: the
+    same message, classification and ACL words, with redis-py's exception in __cause__."""
+    direct, mapped = (
+        store_error("acquire 'k'", cause),
+        store_error("acquire 'k'", RedisCallError(cause)),
+    )
+    assert isinstance(direct, BackendError) and isinstance(mapped, BackendError)
+    assert (str(mapped), mapped.sent, mapped.wrote, mapped.timed_out, mapped.__cause__) == (
+        str(direct),
+        direct.sent,
+        direct.wrote,
+        direct.timed_out,
+        cause,
+    )
+    assert acl_denial(RedisCallError(cause)) == acl_denial(cause)

@@ -16,15 +16,15 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from test_aio_support import backend_error, refused
 
 from fencedlease import BackendError, LeaseLostError, ValidationError
-from fencedlease._attempt import AcquireAttempt, is_ambiguous
-from fencedlease._protocol import AcquireReply
+from fencedlease._core.attempt import AcquireAttempt, is_ambiguous
+from fencedlease._core.protocol import AcquireReply
+from fencedlease._core.schedule import RenewalEntry, RenewalSchedule
+from fencedlease._core.state import LeaseState, LossReason, restored_state
+from fencedlease._core.view import LeaseView
 from fencedlease._redis.errors import backend_errors
 from fencedlease._redis.keys import renew_many_args
 from fencedlease._redis.pool import connection_args
 from fencedlease._redis.replies import decode_renew_many
-from fencedlease._schedule import RenewalEntry, RenewalSchedule
-from fencedlease._state import LeaseState, LossReason, restored_state
-from fencedlease._view import LeaseView
 from fencedlease.testing import FakeClock
 
 

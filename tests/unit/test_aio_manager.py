@@ -18,8 +18,8 @@ from fencedlease import (
     LeaseNotAcquiredError,
     ValidationError,
 )
-from fencedlease._clock import SYSTEM_CLOCK
-from fencedlease._state import LossReason
+from fencedlease._core.clock import SYSTEM_CLOCK
+from fencedlease._core.state import LossReason
 from fencedlease.aio import AsyncLease, AsyncLeaseManager
 from fencedlease.aio.testing import cancel_at_suspension
 from fencedlease.testing import FakeClock

@@ -11,9 +11,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from fencedlease import BackendError
-from fencedlease._backend import RenewItem
-from fencedlease._clock import Clock
-from fencedlease._protocol import AcquireReply, InspectReply
+from fencedlease._core.backend import RenewItem
+from fencedlease._core.clock import Clock
+from fencedlease._core.protocol import AcquireReply, InspectReply
 from fencedlease._redis.errors import backend_error as redis_backend_error
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.backends.memory import AsyncMemoryBackend, MemoryBackend

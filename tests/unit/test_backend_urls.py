@@ -14,8 +14,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from fencedlease import LeaseManager, RedisBackend, ValidationError
-from fencedlease._clock import SYSTEM_CLOCK
-from fencedlease._redact import redact_text, redact_url
+from fencedlease._core.clock import SYSTEM_CLOCK
+from fencedlease._core.redact import redact_text, redact_url
 from fencedlease._urls import backend_from_url
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.aio._urls import async_backend_from_url

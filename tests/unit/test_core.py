@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from fencedlease._clock import on_ns_grid
-from fencedlease._schedule import RenewalEntry, RenewalSchedule
-from fencedlease._state import LeaseState, LossReason
-from fencedlease._view import LeaseView
+from fencedlease._core.clock import on_ns_grid
+from fencedlease._core.schedule import RenewalEntry, RenewalSchedule
+from fencedlease._core.state import LeaseState, LossReason
+from fencedlease._core.view import LeaseView
 from fencedlease.testing import FakeClock
 
 

@@ -20,7 +20,7 @@ from fencedlease import (
     ValidationError,
     db,
 )
-from fencedlease._fencing import MAX_FENCING_TOKEN
+from fencedlease._core.fencing import MAX_FENCING_TOKEN
 
 
 def connect(path: Path) -> sqlite3.Connection:

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from test_fencing_model import OWNERS, lease
 
 from fencedlease import StaleTokenError, ValidationError, db
-from fencedlease._fencing_access import owner_fingerprint
+from fencedlease._core.fencing_access import owner_fingerprint
 
 
 class FakeCursor:

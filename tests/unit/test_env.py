@@ -21,8 +21,8 @@ from fencedlease import (
     ValidationError,
     url_from_env,
 )
-from fencedlease._env import read_env
-from fencedlease._shutdown import close_bound_ms
+from fencedlease._core.env import read_env
+from fencedlease._core.shutdown import close_bound_ms
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.backends import AsyncMemoryBackend
 

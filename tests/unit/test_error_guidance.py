@@ -21,7 +21,7 @@ from fencedlease import (
     ValidationError,
     db,
 )
-from fencedlease._protocol import AcquireReply
+from fencedlease._core.protocol import AcquireReply
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.backends import AsyncMemoryBackend, MemoryBackend
 

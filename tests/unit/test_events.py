@@ -19,8 +19,8 @@ from fencedlease import (
     MemoryBackend,
     ValidationError,
 )
-from fencedlease._protocol import AcquireReply
-from fencedlease._state import LossReason
+from fencedlease._core.protocol import AcquireReply
+from fencedlease._core.state import LossReason
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.backends.memory import AsyncMemoryBackend
 from fencedlease.testing import FakeClock

@@ -1,4 +1,4 @@
-"""Decisions both faces make once (fencedlease._decisions), each checked on both faces: the
+"""Decisions both faces make once (fencedlease._core.decisions), each checked on both faces: the
 injected clock drives the waits between acquire attempts, a fake clock stepped by exactly one
 heartbeat renews, a closed manager raises ManagerClosedError, and what a raising renew-error hook
 does. In-process memory store, a FakeClock; no wall-clock windows (the sync renewer is waited for
@@ -16,20 +16,14 @@ from collections.abc import Callable, Sequence
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from fencedlease import (
-    FencedLeaseError,
-    LeaseLostError,
-    LeaseManager,
-    ManagerClosedError,
-    _errors,
-    db,
-)
-from fencedlease._attempt import AcquireAttempt
-from fencedlease._decisions import AcquireEnd, SendAcquire, WaitForRelease, acquire_steps
-from fencedlease._protocol import AcquireReply
+from fencedlease import FencedLeaseError, LeaseLostError, LeaseManager, ManagerClosedError, db
+from fencedlease._core import errors as _errors
+from fencedlease._core.attempt import AcquireAttempt
+from fencedlease._core.decisions import AcquireEnd, SendAcquire, WaitForRelease, acquire_steps
+from fencedlease._core.protocol import AcquireReply
+from fencedlease._core.schedule import RenewalEntry, RenewalSchedule
+from fencedlease._core.state import LeaseState, LossReason
 from fencedlease._redis.errors import backend_error
-from fencedlease._schedule import RenewalEntry, RenewalSchedule
-from fencedlease._state import LeaseState, LossReason
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.aio import ManagerClosedError as AioManagerClosedError
 from fencedlease.backends.memory import AsyncMemoryBackend, MemoryBackend

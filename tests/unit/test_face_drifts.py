@@ -25,11 +25,11 @@ import fencedlease._redis.semaphore
 import fencedlease.aio._health
 import fencedlease.aio._semaphore_stores
 from fencedlease import LeaseLostError, LeaseManager, ShutdownReport, ValidationError
+from fencedlease._core.schedule import MAX_IN_FLIGHT
 from fencedlease._redis.scripts import Script
 from fencedlease._redis.sentinel import SWITCH_POLL_S, SwitchWatcher
 from fencedlease._redis.sentinel_aio import AsyncSwitchWatcher
 from fencedlease._renewer import IO_THREADS, Renewer
-from fencedlease._schedule import MAX_IN_FLIGHT
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.backends import AsyncMemoryBackend, MemoryBackend
 from fencedlease.testing import FakeClock

@@ -149,7 +149,7 @@ def test_results_have_the_same_fields(sync: type, aio: type) -> None:
 
 def test_defaults_are_one_definition() -> None:
     """Both faces' defaults are the shared constant objects, not copies."""
-    from fencedlease import _decisions
+    from fencedlease._core import decisions as _decisions
 
     for face in (LeaseManager, AsyncLeaseManager):
         for method in ("acquire", "hold", "with_lease"):

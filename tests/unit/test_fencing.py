@@ -23,9 +23,9 @@ from test_fencing_model import (
 import fencedlease
 import fencedlease.aio
 from fencedlease import LeaseKeyMismatchError, StaleTokenError, ValidationError
+from fencedlease._core.fencing import MAX_FENCING_TOKEN, FencingAccess
+from fencedlease._core.fencing_access import coerce_access, owner_fingerprint
 from fencedlease._fenced_resource import FencedResource
-from fencedlease._fencing import MAX_FENCING_TOKEN, FencingAccess
-from fencedlease._fencing_access import coerce_access, owner_fingerprint
 
 # --- the fencing cases -------------------------------------------------------------------------
 
@@ -399,7 +399,7 @@ def test_an_accept_decides_and_records_in_one_step(monkeypatch: pytest.MonkeyPat
     turn and the fence ends at 2. A FencedResource that decided outside its lock would let the
     newer accept through meanwhile, and the stale one would then record 1 over it (the fence
     going back). The bound only ends a wait for what must not happen."""
-    from fencedlease._fencing import decide as real_decide
+    from fencedlease._core.fencing import decide as real_decide
 
     stale_deciding, newer_done = threading.Event(), threading.Event()
 

@@ -19,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fencedlease import LeaseKeyMismatchError, StaleTokenError
-from fencedlease._fencing import MAX_FENCING_TOKEN, FenceState, decide
-from fencedlease._fencing_access import coerce_access
+from fencedlease._core.fencing import MAX_FENCING_TOKEN, FenceState, decide
+from fencedlease._core.fencing_access import coerce_access
 
 OWNERS = ["a" * 32, "b" * 32, "c" * 32]
 LEASE_KEYS = ["orders", "order:42"]

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from test_fencing_model import OWNERS, FakeLease
 
 from fencedlease import FencedLeaseError, FencedResource, ValidationError, db
-from fencedlease._fencing import MAX_FENCING_TOKEN
-from fencedlease._fencing_access import coerce_access
+from fencedlease._core.fencing import MAX_FENCING_TOKEN
+from fencedlease._core.fencing_access import coerce_access
 
 surrogates = st.text(st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), min_size=1)
 scalars = st.one_of(

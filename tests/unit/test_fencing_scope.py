@@ -32,8 +32,8 @@ from fencedlease import (
     db,
     redis_keys,
 )
-from fencedlease._fencing import FenceState, FencingAccess, decide
-from fencedlease._fencing_access import coerce_access
+from fencedlease._core.fencing import FenceState, FencingAccess, decide
+from fencedlease._core.fencing_access import coerce_access
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.backends import AsyncMemoryBackend, AsyncSqliteBackend, MemoryBackend
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from fencedlease._attempt import AcquireAttempt
-from fencedlease._decisions import AcquireEnd, SendAcquire, WaitForRelease, acquire_steps
-from fencedlease._errors import BackendError
+from fencedlease._core.attempt import AcquireAttempt
+from fencedlease._core.decisions import AcquireEnd, SendAcquire, WaitForRelease, acquire_steps
+from fencedlease._core.errors import BackendError
+from fencedlease._core.protocol import AcquireReply
 from fencedlease._handoff import LateQueueing
-from fencedlease._protocol import AcquireReply
 from fencedlease.testing import FakeClock
 
 REFUSED = AcquireReply(False, 0, 5_000)

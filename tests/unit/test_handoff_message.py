@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from fencedlease._attempt import AcquireAttempt
-from fencedlease._decisions import AcquireEnd, SendAcquire, WaitForRelease, acquire_steps
+from fencedlease._core.attempt import AcquireAttempt
+from fencedlease._core.decisions import AcquireEnd, SendAcquire, WaitForRelease, acquire_steps
+from fencedlease._core.protocol import AcquireReply
 from fencedlease._handoff import Channels
-from fencedlease._protocol import AcquireReply
 from fencedlease._redis.replies import parse_grant
 from fencedlease.testing import FakeClock
 

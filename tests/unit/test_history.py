@@ -164,7 +164,7 @@ def test_a_float_that_is_not_an_exact_integer_is_refused(token: float) -> None:
 def test_merge_redacts_every_string_of_every_event(tmp_path: Path) -> None:
     """With ``redact``, the merged history (file and events) holds no secret, in any field or
     nested detail; numbers are left alone."""
-    from fencedlease._redact import redact_text
+    from fencedlease._core.redact import redact_text
 
     url = "redis://user:s3cret@h:6379/0"
     part = tmp_path / "w0.jsonl"

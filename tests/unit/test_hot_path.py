@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from fencedlease import BackendError, ValidationError
-from fencedlease._protocol import MAX_FENCING_TOKEN, new_owner_token
+from fencedlease._core.protocol import MAX_FENCING_TOKEN, new_owner_token
 from fencedlease._redis.errors import STORE_ERRORS, store_error
 from fencedlease._redis.keys import fence_key, key_base, lease_keys
 from fencedlease._redis.replies import _decode_acquire, decode_acquire

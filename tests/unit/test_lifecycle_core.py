@@ -17,11 +17,12 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from fencedlease import BackendError, LeaseManager, _fork
-from fencedlease._attempt import AcquireAttempt, is_ambiguous, never_sent
+from fencedlease import BackendError, LeaseManager
+from fencedlease._core import fork as _fork
+from fencedlease._core.attempt import AcquireAttempt, is_ambiguous, never_sent
+from fencedlease._core.state import RELEASE_FLOOR_MS, LeaseState, LossReason, release_bound_s
 from fencedlease._handoff import NoQueueing, WaitRequest
 from fencedlease._redis.errors import backend_error, backend_errors
-from fencedlease._state import RELEASE_FLOOR_MS, LeaseState, LossReason, release_bound_s
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.backends import AsyncMemoryBackend, MemoryBackend
 from fencedlease.testing import FakeClock

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fencedlease._fencing import FenceState, FencingAccess, decide
+from fencedlease._core.fencing import FenceState, FencingAccess, decide
 from fencedlease_lab.harness.checker import check_history
 from fencedlease_lab.harness.history import Event
 from fencedlease_lab.harness.linearizable import (

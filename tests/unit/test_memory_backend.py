@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from fencedlease import LeaseManager, ValidationError
-from fencedlease._protocol import AcquireReply, InspectReply, owner_fingerprint
+from fencedlease._core.protocol import AcquireReply, InspectReply, owner_fingerprint
 from fencedlease.backends import AsyncMemoryBackend, MemoryBackend
 from fencedlease.testing import FakeClock
 

@@ -111,11 +111,11 @@ def test_a_search_text_missing_or_twice_is_stale() -> None:
 
 def test_a_stale_mutant_is_reported_by_name() -> None:
     stale = mutate.Mutant(
-        "moved", "k", "s", ("redis-lock",), (mutate.Edit("_state.py", "no such text\n", "x"),)
+        "moved", "k", "s", ("redis-lock",), (mutate.Edit("_core/state.py", "no such text\n", "x"),)
     )
     problems = mutate.stale_mutants([stale])
     assert len(problems) == 1
-    assert problems[0].startswith("moved: _state.py: the search text occurs 0 times")
+    assert problems[0].startswith("moved: _core/state.py: the search text occurs 0 times")
 
 
 def test_an_unknown_mutant_is_a_usage_error() -> None:

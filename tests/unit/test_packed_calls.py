@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import redis
 
+from fencedlease._redis.errors import ConnectionLost
 from fencedlease._redis.keys import KEYS_CACHED, lease_keys
 from fencedlease._redis.scripts import ACQUIRE, RELEASE
 from fencedlease._redis.wire import PackedCalls, forget_primary, run_packed
@@ -115,8 +116,9 @@ def test_a_broken_connections_command_is_sent_once_more_only_while_the_manager_i
     that would be left open (redis-py 8.2 reports a pool closed under a read as that break)."""
     pool = BrokenPool()
     client: Any = type("Client", (), {"connection_pool": pool})()
-    with pytest.raises(redis.ConnectionError):
+    with pytest.raises(ConnectionLost) as lost:  # redis-py's, mapped (fencedlease._redis.errors)
         run_packed(client, b"*1\r\n$4\r\nPING\r\n", lambda: open_)
+    assert type(lost.value.cause) is redis.ConnectionError
     assert (pool.sends, pool.released) == (sends, sends)
 
 
@@ -146,6 +148,7 @@ def test_the_asyncio_wire_sends_again_only_while_the_manager_is_open(
 
     pool = AioPool()
     client: Any = type("Client", (), {"connection_pool": pool})()
-    with pytest.raises(redis.ConnectionError):
+    with pytest.raises(ConnectionLost) as lost:
         asyncio.run(run_packed_aio(client, b"*1\r\n$4\r\nPING\r\n", lambda: open_))
+    assert type(lost.value.cause) is redis.ConnectionError
     assert (pool.sends, pool.released) == (sends, sends)

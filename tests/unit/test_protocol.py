@@ -9,8 +9,9 @@ from importlib import resources
 
 import pytest
 
-from fencedlease._errors import BackendError, ValidationError
-from fencedlease._protocol import AcquireReply, new_owner_token, owner_fingerprint
+from fencedlease._core.errors import BackendError, ValidationError
+from fencedlease._core.protocol import AcquireReply, new_owner_token, owner_fingerprint
+from fencedlease._core.validate import check_prefix
 from fencedlease._redis.keys import (
     escape_name,
     fence_key,
@@ -22,7 +23,6 @@ from fencedlease._redis.keys import (
 )
 from fencedlease._redis.replies import decode_acquire, decode_inspect, decode_release, decode_renew
 from fencedlease._redis.scripts import ACQUIRE, ENQUEUE, INSPECT, RELEASE, RENEW, SHARED_HERE
-from fencedlease._validate import check_prefix
 
 
 def _hash_tag(key: str) -> str:

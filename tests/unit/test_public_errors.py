@@ -25,8 +25,8 @@ from contract.public_errors import (
     call_sync,
 )
 from fencedlease import LeaseManager, ValidationError
+from fencedlease._core.validate import MAX_MS, ArgumentTypeError
 from fencedlease._redis.options import redis_parameters
-from fencedlease._validate import MAX_MS, ArgumentTypeError
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.backends import (
     AsyncMemoryBackend,

@@ -9,7 +9,7 @@ import redis
 from redis.exceptions import NoScriptError, ResponseError
 
 from fencedlease import BackendError
-from fencedlease._protocol import AcquireReply
+from fencedlease._core.protocol import AcquireReply
 from fencedlease._redis.scripts import ACQUIRE, RELEASE, RENEW
 from fencedlease._redis_backend import RedisBackend
 

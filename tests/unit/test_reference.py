@@ -119,7 +119,7 @@ def test_the_key_layout_and_error_tree_are_rendered_from_the_code() -> None:
     """The pages render the module docstrings that hold them, so they cannot diverge."""
     directives = _directives()
     assert "fencedlease._redis.keys" in directives["key-layout.md"]
-    assert "fencedlease._errors" in directives["errors.md"]
+    assert "fencedlease._core.errors" in directives["errors.md"]
     protocol = importlib.import_module("fencedlease._redis.keys").__doc__ or ""
     suffixes = (
         ":fence", ":waiters", ":waiters:meta", ":handoff:<listener id>", ":resource",
@@ -127,8 +127,8 @@ def test_the_key_layout_and_error_tree_are_rendered_from_the_code() -> None:
     )  # fmt: skip
     for suffix in suffixes:
         assert f"``<base>{suffix}``" in protocol
-    errors = importlib.import_module("fencedlease._errors").__doc__ or ""
-    for name in importlib.import_module("fencedlease._errors").__all__:
+    errors = importlib.import_module("fencedlease._core.errors").__doc__ or ""
+    for name in importlib.import_module("fencedlease._core.errors").__all__:
         assert name in errors
 
 

@@ -3,8 +3,8 @@ and deadline, and behave exactly as if each had its own."""
 
 from __future__ import annotations
 
-from fencedlease._schedule import RenewalEntry, RenewalSchedule, renewal_items
-from fencedlease._state import LeaseState, LossReason
+from fencedlease._core.schedule import RenewalEntry, RenewalSchedule, renewal_items
+from fencedlease._core.state import LeaseState, LossReason
 
 
 def entries(

@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fencedlease import LeaseManager
-from fencedlease._schedule import MAX_IN_FLIGHT, RenewalEntry, RenewalSchedule
-from fencedlease._state import LeaseState
+from fencedlease._core.schedule import MAX_IN_FLIGHT, RenewalEntry, RenewalSchedule
+from fencedlease._core.state import LeaseState
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.backends.memory import AsyncMemoryBackend, MemoryBackend
 from fencedlease.testing import FakeClock

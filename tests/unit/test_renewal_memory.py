@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fencedlease import LeaseManager
-from fencedlease import _schedule as schedule_module
-from fencedlease._schedule import (
+from fencedlease._core import schedule as schedule_module
+from fencedlease._core.schedule import (
     COMPACT_FACTOR,
     COMPACT_FLOOR,
     RenewalEntry,
@@ -24,7 +24,7 @@ from fencedlease._schedule import (
     RenewReply,
     renewal_items,
 )
-from fencedlease._state import LeaseState
+from fencedlease._core.state import LeaseState
 from fencedlease.aio import AsyncLeaseManager
 
 HOUR_MS = 3_600_000

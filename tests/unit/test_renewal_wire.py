@@ -10,11 +10,11 @@ import pytest
 import redis
 
 from fencedlease import BackendError
+from fencedlease._core.schedule import RenewalEntry, RenewalItem, RenewalSchedule, renewal_items
+from fencedlease._core.state import LeaseState
 from fencedlease._redis.replies import decode_renew_many
 from fencedlease._redis.scripts import RENEW_MANY
 from fencedlease._redis.wire import PackedRenewals
-from fencedlease._schedule import RenewalEntry, RenewalItem, RenewalSchedule, renewal_items
-from fencedlease._state import LeaseState
 
 ITEMS = [("a", "o1", 1000), ("naïve {x}%", "o2", 2_147_483_647), ("", "o3", 1)]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from fencedlease._clock import SendTime, mark_send, marking_sends, send_mark
+from fencedlease._core.clock import SendTime, mark_send, marking_sends, send_mark
 from fencedlease.testing import FakeClock
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from fencedlease import BackendError, LeaseManager, ValidationError
-from fencedlease._protocol import AcquireReply, owner_fingerprint
+from fencedlease._core.protocol import AcquireReply, owner_fingerprint
 from fencedlease.backends import AsyncSqliteBackend, SqliteBackend
 from fencedlease.testing import FakeClock
 

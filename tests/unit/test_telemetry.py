@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from fencedlease import BackendError, LeaseEvent, LeaseLostError, LeaseManager
-from fencedlease._protocol import AcquireReply
+from fencedlease._core.protocol import AcquireReply
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.backends import AsyncMemoryBackend, MemoryBackend
 from fencedlease.otel import instrument

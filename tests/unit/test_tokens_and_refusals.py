@@ -24,8 +24,9 @@ from redis.exceptions import (
 from test_aio_support import backend_error
 
 from fencedlease import BackendError, LeaseManager, ValidationError
-from fencedlease._attempt import AcquireAttempt, is_ambiguous, may_have_written
-from fencedlease._protocol import MAX_FENCING_TOKEN, AcquireReply
+from fencedlease._core.attempt import AcquireAttempt, is_ambiguous, may_have_written
+from fencedlease._core.protocol import MAX_FENCING_TOKEN, AcquireReply
+from fencedlease._core.state import restored_state
 from fencedlease._redis.replies import (
     _renew_entry,
     decode_acquire,
@@ -36,7 +37,6 @@ from fencedlease._redis.replies import (
     parse_token,
     split_value,
 )
-from fencedlease._state import restored_state
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.backends.memory import AsyncMemoryBackend, MemoryBackend
 from fencedlease.backends.sqlite import SqliteBackend

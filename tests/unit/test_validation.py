@@ -8,7 +8,7 @@ from typing import NoReturn
 import pytest
 
 from fencedlease import LeaseManager, ValidationError
-from fencedlease._validate import MAX_MS, check_heartbeat_ms, check_key, check_ms
+from fencedlease._core.validate import MAX_MS, check_heartbeat_ms, check_key, check_ms
 
 
 @pytest.mark.parametrize("value", [0, -5, 0.5, True, False, math.nan, 2**31, None, "100", 1.0])

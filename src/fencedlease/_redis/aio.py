@@ -8,9 +8,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio
-from redis.exceptions import NoScriptError
 
-from .._clock import mark_send, send_mark
+from fencedlease._core.clock import mark_send, send_mark
+
+from .errors import ScriptNotLoaded, map_exceptions
 from .pool import connection_args
 from .scripts import AckedCall, Script, acked_replies, eval_reply, primers, waited
 
@@ -24,13 +25,14 @@ async def run_script(
     args: Sequence[Any],
 ) -> Any:
     """`fencedlease._redis.scripts.run_script`, awaited: EVALSHA, one EVAL on NOSCRIPT; under
-    `fencedlease._clock.marking_sends`, the connection made first and each send marked."""
+    `fencedlease._core.clock.marking_sends`, the connection made first and each send marked."""
     if send_mark() is not None:
         await connected(client)
         mark_send()
     try:
-        return await client.evalsha(script.sha, len(keys), *keys, *args)
-    except NoScriptError:
+        with map_exceptions(ScriptNotLoaded):
+            return await client.evalsha(script.sha, len(keys), *keys, *args)
+    except ScriptNotLoaded:
         mark_send()
         primes = primers(script, keys)
         if not primes or not isinstance(client, redis.asyncio.Redis):
@@ -49,7 +51,7 @@ async def run_acked(client: redis.asyncio.Redis, call: AckedCall) -> tuple[Any, 
         await connected(client)
         mark_send()
     replies: list[Any] = await waited(client, False, *call).execute(raise_on_error=False)
-    if isinstance(replies[0], NoScriptError):
+    if ScriptNotLoaded.matches(replies[0]):
         mark_send()
         replies = await waited(client, True, *call).execute(raise_on_error=False)
     return acked_replies(replies)

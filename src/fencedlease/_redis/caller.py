@@ -16,7 +16,7 @@ connected, and every wait is bounded by the library:
   after the start), each read at most the client's ``socket_timeout``; with no reply by then the
   connection is dropped, and while renewals still move the lease's deadline (Redis answers
   others: this connection may be a flow dropped silently) the release is handed to the worker
-  thread, which sends it anew on a pooled connection (`fencedlease._state`, rule 4);
+  thread, which sends it anew on a pooled connection (`fencedlease._core.state`, rule 4);
 - a connection idle longer than the client's ``health_check_interval`` is not used (redis-py
   would PING it first);
 - a connection is made (connect and handshake, which have no bound of the library's) on a
@@ -36,12 +36,20 @@ from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 import redis
-from redis.exceptions import NoScriptError
 
-from .._errors import no_reply
+from fencedlease._core.errors import no_reply
+
 from .._renewer import shutdown_pool
 from .._threads import DaemonThreadPool
-from .errors import STORE_ERRORS, store_error
+from .errors import (
+    STORE_ERRORS,
+    CommandRefused,
+    ConnectionLost,
+    ScriptNotLoaded,
+    TimedOut,
+    map_exceptions,
+    store_error,
+)
 from .replies import decode_release
 
 __all__ = ["CallerReleases"]
@@ -200,7 +208,7 @@ class CallerReleases:
 
 
 class _OnCaller:
-    """One release on the caller's thread, a `fencedlease._backend.Releases`."""
+    """One release on the caller's thread, a `fencedlease._core.backend.Releases`."""
 
     def __init__(
         self,
@@ -234,8 +242,9 @@ class _OnCaller:
             owner.give_back(conn)
             return self._on_worker(key, owner_token)
         try:
-            conn.send_packed_command([packed], check_health=False)
-            reply = self._read(conn)
+            with map_exceptions(ScriptNotLoaded, ConnectionLost, CommandRefused):
+                conn.send_packed_command([packed], check_health=False)
+                reply = self._read(conn)
         except _Silent as silent:
             conn.disconnect()  # a reply may still be on its way: never reuse the connection
             if self._more_s() is None:
@@ -243,13 +252,13 @@ class _OnCaller:
             # renewals still move the deadline, so Redis answers others: the worker's path
             # sends anew on a pooled connection (this one may be a flow dropped silently)
             return self._on_worker(key, owner_token)
-        except NoScriptError:  # a reply: in step; the worker's path sends EVAL of the source
+        except ScriptNotLoaded:  # a reply: in step; the worker's path sends EVAL of the source
             owner.give_back(conn)
             return self._on_worker(key, owner_token)
-        except redis.ConnectionError:  # closed while idle: the worker's path sends anew
+        except ConnectionLost:  # closed while idle: the worker's path sends anew
             owner.replace(conn)
             return self._on_worker(key, owner_token)
-        except redis.ResponseError as exc:
+        except CommandRefused as exc:
             owner.give_back(conn)
             raise store_error(what, exc)  # noqa: B904
         except STORE_ERRORS as exc:
@@ -274,8 +283,9 @@ class _OnCaller:
         if socket_timeout is not None and socket_timeout < left:
             return conn.read_response(timeout=socket_timeout, disconnect_on_error=True)
         try:
-            return conn.read_response(timeout=max(left, 0.0), disconnect_on_error=False)
-        except redis.TimeoutError:
+            with map_exceptions(TimedOut):
+                return conn.read_response(timeout=max(left, 0.0), disconnect_on_error=False)
+        except TimedOut:
             raise _Silent(self._now() - started) from None
 
 

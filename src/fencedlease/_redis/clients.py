@@ -10,8 +10,10 @@ from typing import Any, Protocol, TypeVar
 
 import redis
 
-from .._errors import ValidationError
-from .._redact import redact_secrets, redact_text, url_error
+from fencedlease._core.errors import ValidationError
+from fencedlease._core.redact import redact_secrets, redact_text, url_error
+
+from .errors import RedisCallError, map_exceptions
 from .options import check_connection_options, check_url_query
 
 __all__ = ["client_redactor", "dedicated_client", "redis_client", "waits_for_connection"]
@@ -36,14 +38,17 @@ def redis_client(factory: Callable[..., _Client], url: str, kwargs: dict[str, An
     now rather than at the first command: one connection object is built (no I/O) so that an
     option the connection class does not take (``?ssl_cert_reqs=`` on ``redis://``, a typo) or
     a value it refuses is a [`ValidationError`][fencedlease.ValidationError] naming it. redis-py's
-    message is scrubbed of the URL's secrets (`fencedlease._redact.url_error`); its exception
+    message is scrubbed of the URL's secrets (`fencedlease._core.redact.url_error`); its exception
     stays in ``__cause__`` only when it holds none of them."""
     check_url_query(url)
     try:
-        client = factory(url, **kwargs)
-        pool = client.connection_pool
-        pool.connection_class(**pool.connection_kwargs)
-    except (ValueError, TypeError, LookupError, redis.RedisError) as exc:
+        with map_exceptions(RedisCallError):
+            client = factory(url, **kwargs)
+            pool = client.connection_pool
+            pool.connection_class(**pool.connection_kwargs)
+    except RedisCallError as exc:
+        error = _unusable(url, exc.cause)
+    except (ValueError, TypeError, LookupError) as exc:
         error = _unusable(url, exc)
     else:
         check_connection_options(pool.connection_kwargs)
@@ -51,7 +56,7 @@ def redis_client(factory: Callable[..., _Client], url: str, kwargs: dict[str, An
     raise error  # here, with no exception holding the URL chained to it
 
 
-def _unusable(url: str, exc: Exception) -> ValidationError:
+def _unusable(url: str, exc: BaseException) -> ValidationError:
     """The error of a URL or an option redis-py refused with ``exc``."""
     message = str(exc)
     found = _UNEXPECTED_OPTION.search(message) or _URL_OPTION.search(message)
@@ -66,7 +71,7 @@ def _unusable(url: str, exc: Exception) -> ValidationError:
 
 
 def client_redactor(client: object) -> Callable[[str], str]:
-    """A scrub of ``client``'s password (`fencedlease._redact.redact_secrets`) for the messages
+    """A scrub of ``client``'s password (`fencedlease._core.redact.redact_secrets`) for the messages
     of its errors, which name its host, port or socket path: a password equal to one of them is
     not shown there. Either face; a client of one server (its pool's connection options) or of
     a cluster (its own); the identity for a client with no password."""

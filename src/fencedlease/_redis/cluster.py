@@ -21,9 +21,10 @@ from urllib.parse import quote, urlsplit
 from redis.connection import parse_url
 from redis.crc import key_slot
 
-from .._errors import BackendError, ValidationError
-from .._redact import redact_text, redact_url, url_error
-from .._validate import check_ms
+from fencedlease._core.errors import BackendError, ValidationError
+from fencedlease._core.redact import redact_text, redact_url, url_error
+from fencedlease._core.validate import check_ms
+
 from .errors import backend_errors, without_secrets
 from .keys import lease_key
 from .options import check_connection_options, check_url_query

@@ -26,6 +26,12 @@ its first write), a refusal before the script ran (``NOSCRIPT``; ``NOPERM`` for 
 itself, whose message names no script), a command that never left, and an error that is not
 Redis's.
 
+Where a module must tell one redis-py error from another (``NOSCRIPT``: send the script's source;
+an error reply to ``INFO``: skip the check; any error of a best-effort call: log it), it runs the
+call inside `map_exceptions` and catches the library's own kinds (`RedisCallError`,
+`ScriptNotLoaded`, `CommandRefused`, `Redirected`), as httpcore maps its backends' errors: this
+module is the only one that names redis-py's exception classes.
+
 A Redis Cluster client's own errors (``RedisClusterException``, which is no ``RedisError``: slot
 map unreadable, a slot no node serves; ``ClusterError``: redirections exhausted, ``CLUSTERDOWN``;
 a MOVED, ASK or TRYAGAIN it passed on) are ``sent="maybe"``, ``wrote="maybe"``: the client retries
@@ -43,7 +49,8 @@ import re
 import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Final
+from types import TracebackType
+from typing import ClassVar, Final
 
 from redis.exceptions import (
     AskError,
@@ -60,16 +67,23 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .._errors import BackendError, FencedLeaseError, Sent, Wrote
+from fencedlease._core.errors import BackendError, FencedLeaseError, Sent, Wrote
 
 __all__ = [
     "SCRIPT_REFUSAL",
     "STORE_ERRORS",
+    "CommandRefused",
+    "ConnectionLost",
+    "Redirected",
+    "RedisCallError",
+    "ScriptNotLoaded",
+    "TimedOut",
     "acl_denial",
     "backend_error",
     "backend_errors",
     "chain_texts",
     "classify",
+    "map_exceptions",
     "register_script",
     "store_error",
     "without_secrets",
@@ -93,6 +107,103 @@ _NOT_SENT: Final = frozenset({"No connection available.", "Too many connections"
 
 # The OS errors that only a connect can raise: the command was never written anywhere.
 _CONNECT_ERRORS = (ConnectionRefusedError, FileNotFoundError, socket.gaierror)
+
+
+# -- redis-py's exception classes, mapped in one place ---------------------------------------------
+
+
+class RedisCallError(Exception):
+    """A redis-py error raised inside `map_exceptions`, as the library's own type: the modules
+    outside this one catch these, never redis-py's classes (httpcore's ``map_exceptions``).
+
+    ``cause`` is redis-py's exception, also in ``__cause__``; ``str()`` is its text, so a message
+    or a log line built from it reads as before. `store_error`, `backend_error` and `acl_denial`
+    read ``cause``. This class maps every ``redis.RedisError``; its subclasses map one kind."""
+
+    source: ClassVar[type[BaseException]] = RedisError
+    """The redis-py class this one stands for."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(cause)
+        self.cause = cause
+
+    def __str__(self) -> str:
+        return str(self.cause)
+
+    @classmethod
+    def matches(cls, value: object) -> bool:
+        """Whether ``value`` (an exception, or a reply a pipeline returned in place of a result)
+        is redis-py's error of this kind."""
+        return isinstance(value, cls.source)
+
+
+class ScriptNotLoaded(RedisCallError):
+    """``NOSCRIPT``: the server's script cache lacks the script (flushed, or a new server): send
+    its source with ``EVAL``."""
+
+    source = NoScriptError
+
+
+class CommandRefused(RedisCallError):
+    """An error reply (``ResponseError``): an ACL's ``NOPERM``, a managed service's renamed
+    command, a script's error."""
+
+    source = ResponseError
+
+
+class ConnectionLost(RedisCallError):
+    """redis-py's ``ConnectionError``: the connection broke, or could not be made."""
+
+    source = RedisConnectionError
+
+
+class TimedOut(RedisCallError):
+    """redis-py's ``TimeoutError``: no reply within the socket's timeout."""
+
+    source = RedisTimeoutError
+
+
+class Redirected(RedisCallError):
+    """``MOVED``: the key's slot is served by another cluster node (the slot map is stale)."""
+
+    source = MovedError
+
+
+def map_exceptions(*kinds: type[RedisCallError]) -> _Mapping:
+    """A context manager: it raises a redis-py error inside as the first of ``kinds`` it
+    `matches` (``from`` it); any other exception, redis-py's unlisted ones included, passes
+    through unchanged. A plain object, not a generator: it wraps calls on the hot path (a
+    script's ``EVALSHA``).
+
+    Raises:
+        RedisCallError: the matched kind, redis-py's exception in ``cause`` and ``__cause__``.
+    """
+    return _Mapping(kinds)
+
+
+class _Mapping:
+    __slots__ = ("_kinds",)
+
+    def __init__(self, kinds: tuple[type[RedisCallError], ...]) -> None:
+        self._kinds = kinds
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if isinstance(exc, RedisError):
+            for kind in self._kinds:
+                if kind.matches(exc):
+                    raise kind(exc) from exc
+
+
+def _unwrapped(exc: BaseException) -> BaseException:
+    return exc.cause if isinstance(exc, RedisCallError) else exc
 
 
 def _never_sent(cause: BaseException) -> bool:
@@ -139,7 +250,9 @@ def backend_error(operation: str, cause: BaseException) -> BackendError:
     """``cause`` (a redis-py error, or a reply a ``decode_responses=True`` client cannot decode)
     as the [`BackendError`][fencedlease.BackendError] to raise ``from`` it: the message names
     ``operation`` and, for a refusal by the Redis ACL, the refused command (`acl_denial`);
-    classified by `classify`. The caller sets ``__cause__`` by ``raise ... from cause``."""
+    classified by `classify`. The caller sets ``__cause__`` by ``raise ... from cause``; a
+    `RedisCallError` is read as the redis-py error it stands for."""
+    cause = _unwrapped(cause)
     if isinstance(cause, UnicodeDecodeError):
         message = (
             f"{operation}: a reply is not UTF-8 (the client decodes responses): {cause.reason}"
@@ -163,6 +276,7 @@ def backend_error(operation: str, cause: BaseException) -> BackendError:
 
 STORE_ERRORS: Final = (
     RedisError,
+    RedisCallError,
     RedisClusterException,
     UnicodeDecodeError,
     ValueError,
@@ -181,7 +295,9 @@ def store_error(operation: str, exc: BaseException) -> BaseException:
     `backend_error`; a ``ValueError``/``TypeError``/``OSError`` redis-py raised from a setting it
     did not check (a client made with ``socket_read_size=-1`` fails in recv, after the command was
     sent) as a [`BackendError`][fencedlease.BackendError] that may have run. The error to raise
-    has ``exc`` in ``__cause__`` (set here: ``raise store_error(op, exc)`` keeps it)."""
+    has ``exc`` in ``__cause__`` (set here: ``raise store_error(op, exc)`` keeps it); for a
+    `RedisCallError`, the redis-py error it stands for, read as if it had not been mapped."""
+    exc = _unwrapped(exc)
     if isinstance(exc, FencedLeaseError):
         return exc
     if isinstance(exc, (RedisError, RedisClusterException, UnicodeDecodeError)):
@@ -281,6 +397,7 @@ def acl_denial(exc: BaseException) -> str | None:
     the script's SHA-1 and line, which are looked up in the library's own scripts
     (`register_script`).
     """
+    exc = _unwrapped(exc)
     message = str(exc)
     script = any(text in message for text in _SCRIPT_REFUSALS)
     if not script and not isinstance(exc, NoPermissionError):

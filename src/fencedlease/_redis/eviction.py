@@ -27,7 +27,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any, Final
 
-from .._errors import UnsafeRedisWarning
+from fencedlease._core.errors import UnsafeRedisWarning
 
 __all__ = ["SAFE_POLICY", "EvictionCheck", "policy_of", "unsafe_message"]
 

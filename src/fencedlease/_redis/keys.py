@@ -43,7 +43,7 @@ from typing import Final
 
 import attrs
 
-from .._validate import check_key, check_prefix
+from fencedlease._core.validate import check_key, check_prefix
 
 __all__ = [
     "RedisKeys",
@@ -78,7 +78,7 @@ def escape_name(name: str) -> str:
 def key_base(prefix: str, name: str) -> str:
     """``<prefix>:{<escaped name>}``: the start of every key of ``name`` (see the module doc).
 
-    ``prefix`` must hold no brace (checked by `fencedlease._validate.check_prefix`)."""
+    ``prefix`` must hold no brace (checked by `fencedlease._core.validate.check_prefix`)."""
     return f"{prefix}:{{{name.translate(_ESCAPES)}}}"
 
 

@@ -15,16 +15,23 @@ import functools
 import inspect
 import math
 import sys
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import redis
+from redis.backoff import EqualJitterBackoff
 
-from .._errors import ValidationError
-from .._redact import redact_url
-from .._validate import MAX_MS
+from fencedlease._core.errors import ValidationError
+from fencedlease._core.redact import redact_url
+from fencedlease._core.validate import MAX_MS
 
-__all__ = ["check_connection_options", "check_url_query", "redis_parameters"]
+__all__ = [
+    "check_connection_options",
+    "check_url_query",
+    "jittered_retry",
+    "redis_parameters",
+]
 
 # it parses: redis.connection.URL_QUERY_ARGUMENT_PARSERS).
 _STRING_URL_OPTIONS = frozenset(
@@ -160,3 +167,10 @@ def check_connection_options(options: dict[str, Any]) -> None:
             lookup(value)
         except (LookupError, TypeError, ValueError):  # ValueError: a NUL, a lone surrogate
             raise ValidationError(name, f"{name} must name a Python codec; got {value!r}") from None
+
+
+def jittered_retry(retry_class: Callable[..., Any]) -> Callable[[int], Any]:
+    """``n -> retry_class(EqualJitterBackoff(), n)``: a face's redis-py ``Retry`` (``retry_class``)
+    of ``n`` retries with exponential backoff and equal jitter, which ``EqualJitterBackoff`` is
+    in every redis-py the library supports (5.0.1 included)."""
+    return lambda retries: retry_class(EqualJitterBackoff(), retries)

@@ -33,9 +33,9 @@ from typing import Final, Literal
 
 import attrs
 
-from .._errors import ReplicationError, ValidationError
-from .._protocol import AcquireReply
-from .._validate import check_ms
+from fencedlease._core.errors import ReplicationError, ValidationError
+from fencedlease._core.protocol import AcquireReply
+from fencedlease._core.validate import check_ms
 
 __all__ = ["FENCING_MODES", "Fencing", "GrantOptions", "PrimaryWatch", "use_grant_options"]
 

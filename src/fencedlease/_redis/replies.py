@@ -13,8 +13,13 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
-from .._errors import BackendError
-from .._protocol import MAX_FENCING_TOKEN, AcquireReply, InspectReply, owner_fingerprint
+from fencedlease._core.errors import BackendError
+from fencedlease._core.protocol import (
+    MAX_FENCING_TOKEN,
+    AcquireReply,
+    InspectReply,
+    owner_fingerprint,
+)
 
 __all__ = [
     "decode_acquire",

@@ -18,11 +18,11 @@ from typing import Any, Final, NamedTuple
 
 import attrs
 import redis
-from redis.exceptions import NoScriptError
 
-from .._clock import mark_send, send_mark
-from .._protocol import new_owner_token
-from .errors import SCRIPT_REFUSAL, register_script
+from fencedlease._core.clock import mark_send, send_mark
+from fencedlease._core.protocol import new_owner_token
+
+from .errors import SCRIPT_REFUSAL, ScriptNotLoaded, map_exceptions, register_script
 from .pool import connection_args
 
 __all__ = [
@@ -206,7 +206,7 @@ def run_script(
     """Run ``script`` with ``keys`` and ``args`` on ``client``: EVALSHA, and on ``NOSCRIPT`` one
     EVAL of the source (see the module doc); the reply as redis-py gives it.
 
-    Under `fencedlease._clock.marking_sends` (an acquire or a renewal batch, whose deadline
+    Under `fencedlease._core.clock.marking_sends` (an acquire or a renewal batch, whose deadline
     counts from the send) the connection is made first (`connected`) and the send is marked
     right before the EVALSHA, and again right before the EVAL (the refused EVALSHA ran nothing):
     neither the connection's handshake nor the fallback's round trip eats into the lease's margin.
@@ -219,8 +219,9 @@ def run_script(
         connected(client)
         mark_send()
     try:
-        return client.evalsha(script.sha, len(keys), *keys, *args)
-    except NoScriptError:
+        with map_exceptions(ScriptNotLoaded):
+            return client.evalsha(script.sha, len(keys), *keys, *args)
+    except ScriptNotLoaded:
         mark_send()
         primes = primers(script, keys)
         if not primes or not isinstance(client, redis.Redis):
@@ -254,7 +255,7 @@ def run_acked(client: redis.Redis, call: AckedCall) -> tuple[Any, int]:
     connection in one round trip (a pipeline: ``WAIT`` counts the replicas that hold the writes
     of the connection it runs on, and Redis refuses it inside a script): the script's reply and
     the number of replicas that acknowledged. On ``NOSCRIPT`` the pair is sent again with EVAL
-    (the refused EVALSHA ran nothing). Under `fencedlease._clock.marking_sends` each send is
+    (the refused EVALSHA ran nothing). Under `fencedlease._core.clock.marking_sends` each send is
     marked, as in `run_script`.
 
     Raises:
@@ -264,7 +265,7 @@ def run_acked(client: redis.Redis, call: AckedCall) -> tuple[Any, int]:
         connected(client)
         mark_send()
     replies = waited(client, False, *call).execute(raise_on_error=False)
-    if isinstance(replies[0], NoScriptError):
+    if ScriptNotLoaded.matches(replies[0]):
         mark_send()
         replies = waited(client, True, *call).execute(raise_on_error=False)
     return acked_replies(replies)

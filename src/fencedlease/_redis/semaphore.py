@@ -12,9 +12,10 @@ from typing import Generic, TypeVar
 import attrs
 import redis
 
-from .._backend import RenewItem
-from .._errors import BackendError
-from .._protocol import AcquireReply
+from fencedlease._core.backend import RenewItem
+from fencedlease._core.errors import BackendError
+from fencedlease._core.protocol import AcquireReply
+
 from .cluster import finish_batch, slot_groups
 from .errors import backend_errors
 from .keys import semaphore_keys

@@ -38,8 +38,10 @@ import redis.sentinel
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .._errors import ValidationError
-from .._redact import url_error
+from fencedlease._core.errors import ValidationError
+from fencedlease._core.redact import url_error
+
+from .errors import RedisCallError, map_exceptions
 from .options import check_connection_options
 from .replies import text
 
@@ -277,8 +279,9 @@ class PrimaryCheck(PrimaryCheckBase[redis.Redis]):
     def _ask(sentinel: redis.Redis, service: str) -> object:
         """``sentinel``'s ``SENTINEL GET-MASTER-ADDR-BY-NAME`` reply; None when it failed."""
         try:
-            return sentinel.sentinel_get_master_addr_by_name(service)
-        except (redis.RedisError, OSError):
+            with map_exceptions(RedisCallError):
+                return sentinel.sentinel_get_master_addr_by_name(service)
+        except (RedisCallError, OSError):
             return None
 
     def _once(self, fn: Callable[[redis.Redis], T]) -> tuple[T, Address, Address | None]:
@@ -371,13 +374,16 @@ class SwitchWatcher:
             sentinel = self._sentinels[index % len(self._sentinels)]
             index += 1
             try:
-                with sentinel.pubsub(ignore_subscribe_messages=True) as pubsub:
+                with (
+                    map_exceptions(RedisCallError),
+                    sentinel.pubsub(ignore_subscribe_messages=True) as pubsub,
+                ):
                     pubsub.subscribe(SWITCH_CHANNEL)
                     while not self._stop.is_set():
                         if switched_service(pubsub.get_message(timeout=SWITCH_POLL_S), service):
                             log.warning("fencedlease: +switch-master for %r", service)
                             self.switched()
-            except (redis.RedisError, OSError):
+            except (RedisCallError, OSError):
                 self._stop.wait(SWITCH_POLL_S)  # the next sentinel
 
     def close(self, *, sentinels: bool = True) -> None:

@@ -15,6 +15,7 @@ import redis.asyncio.sentinel
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from .errors import RedisCallError, map_exceptions
 from .sentinel import (
     SWITCH_CHANNEL,
     SWITCH_POLL_S,
@@ -98,14 +99,15 @@ class AsyncSwitchWatcher:
             sentinel = self._sentinels[index % len(self._sentinels)]
             index += 1
             try:
-                async with sentinel.pubsub(ignore_subscribe_messages=True) as pubsub:
-                    await pubsub.subscribe(SWITCH_CHANNEL)
-                    while True:
-                        message = await pubsub.get_message(timeout=SWITCH_POLL_S)
-                        if switched_service(message, service):
-                            log.warning("fencedlease: +switch-master for %r", service)
-                            await self.switched()
-            except (redis.RedisError, OSError):
+                with map_exceptions(RedisCallError):
+                    async with sentinel.pubsub(ignore_subscribe_messages=True) as pubsub:
+                        await pubsub.subscribe(SWITCH_CHANNEL)
+                        while True:
+                            message = await pubsub.get_message(timeout=SWITCH_POLL_S)
+                            if switched_service(message, service):
+                                log.warning("fencedlease: +switch-master for %r", service)
+                                await self.switched()
+            except (RedisCallError, OSError):
                 await asyncio.sleep(SWITCH_POLL_S)  # the next sentinel
 
     async def close(self, *, sentinels: bool = True) -> None:
@@ -150,8 +152,9 @@ class AsyncPrimaryCheck(PrimaryCheckBase[redis.asyncio.Redis]):
     async def _ask(sentinel: redis.asyncio.Redis, service: str) -> object:
         """``sentinel``'s ``SENTINEL GET-MASTER-ADDR-BY-NAME`` reply; None when it failed."""
         try:
-            return await sentinel.sentinel_get_master_addr_by_name(service)
-        except (redis.RedisError, OSError):
+            with map_exceptions(RedisCallError):
+                return await sentinel.sentinel_get_master_addr_by_name(service)
+        except (RedisCallError, OSError):
             return None
 
     async def _once(

@@ -18,8 +18,10 @@ from typing import Any
 
 import redis
 
-from .._clock import mark_send
-from .._schedule import RenewalItem
+from fencedlease._core.clock import mark_send
+from fencedlease._core.schedule import RenewalItem
+
+from .errors import CommandRefused, ConnectionLost, ScriptNotLoaded, map_exceptions
 from .keys import KEYS_CACHED, lease_key, lease_keys
 from .pool import connection_args
 from .scripts import Script
@@ -231,7 +233,7 @@ def run_packed(
 ) -> Any:
     """Send ``command`` (a `PackedRenewals.command`, a `PackedCalls.release`, or an acquire of
     `PrimaryReads`) on one of ``client``'s pooled connections and read its reply, marking the
-    send (`fencedlease._clock.mark_send`) once the connection is made. A connection that breaks
+    send (`fencedlease._core.clock.mark_send`) once the connection is made. A connection that breaks
     is dropped and the command sent once more on a new one (a pooled connection the server
     closed meanwhile; a renewal is safe to repeat, and so is an acquire: the owner token's second
     try finds the lease its own; a release that ran before its connection broke answers 0 the
@@ -240,22 +242,24 @@ def run_packed(
     then closes the client, whose pool this is) makes no new connection that nobody would close.
 
     Raises:
-        redis.RedisError: the reply's error (``NoScriptError`` included: the caller falls back to
-            `fencedlease._redis.scripts.run_script`), or the connection's.
+        RedisCallError: the reply's error, `CommandRefused` (`ScriptNotLoaded` for ``NOSCRIPT``:
+            the caller falls back to `fencedlease._redis.scripts.run_script`), or the
+            connection's, `ConnectionLost`; another redis-py error as redis-py raised it.
     """
     pool: Any = client.connection_pool  # redis-py's pool methods carry no annotations
     for attempt in (1, 2):
         conn = pool.get_connection(*connection_args(pool))
         try:
-            packed = command if isinstance(command, bytes) else command.command(conn)
-            mark_send()
-            conn.send_packed_command([packed])
-            reply = conn.read_response()
-            return reply if isinstance(command, bytes) else command.reply(conn, reply)
-        except redis.ResponseError:
+            with map_exceptions(ScriptNotLoaded, CommandRefused, ConnectionLost):
+                packed = command if isinstance(command, bytes) else command.command(conn)
+                mark_send()
+                conn.send_packed_command([packed])
+                reply = conn.read_response()
+                return reply if isinstance(command, bytes) else command.reply(conn, reply)
+        except (ScriptNotLoaded, CommandRefused):
             forget_primary(conn)
             raise  # a reply: the connection is in step
-        except redis.ConnectionError:
+        except ConnectionLost:
             conn.disconnect()
             if attempt == 2 or not again():
                 raise

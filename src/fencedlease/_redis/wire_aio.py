@@ -8,7 +8,9 @@ from typing import Any
 
 import redis.asyncio
 
-from .._clock import mark_send
+from fencedlease._core.clock import mark_send
+
+from .errors import CommandRefused, ConnectionLost, ScriptNotLoaded, map_exceptions
 from .pool import connection_args
 from .wire import PrimaryReads, always, forget_primary
 
@@ -34,21 +36,24 @@ async def run_packed(
     closed). A cancelled call drops its connection (a reply may still be on its way).
 
     Raises:
-        redis.RedisError: the reply's error (``NoScriptError`` included), or the connection's.
+        RedisCallError: the reply's error, `CommandRefused` (`ScriptNotLoaded` for
+            ``NOSCRIPT``), or the connection's, `ConnectionLost`; another redis-py error as
+            redis-py raised it.
     """
     pool: Any = client.connection_pool  # redis-py's pool methods carry no annotations
     for attempt in (1, 2):
         conn = await pool.get_connection(*connection_args(pool))
         try:
-            packed = command if isinstance(command, bytes) else command.command(conn)
-            mark_send()
-            await conn.send_packed_command([packed])
-            reply = await conn.read_response()
-            return reply if isinstance(command, bytes) else command.reply(conn, reply)
-        except redis.ResponseError:
+            with map_exceptions(ScriptNotLoaded, CommandRefused, ConnectionLost):
+                packed = command if isinstance(command, bytes) else command.command(conn)
+                mark_send()
+                await conn.send_packed_command([packed])
+                reply = await conn.read_response()
+                return reply if isinstance(command, bytes) else command.reply(conn, reply)
+        except (ScriptNotLoaded, CommandRefused):
             forget_primary(conn)
             raise  # a reply: the connection is in step
-        except redis.ConnectionError:
+        except ConnectionLost:
             await conn.disconnect(nowait=True)
             if attempt == 2 or not again():
                 raise

@@ -10,11 +10,12 @@ The error classes are [`fencedlease`][]'s own, re-exported here for convenience.
 
 from __future__ import annotations
 
-from .. import _errors
-from .._backend import AsyncLeaseBackend
-from .._clock import AsyncClock
-from .._errors import *  # noqa: F403  (the error classes: _errors.__all__, added to ours below)
-from .._view import LeaseInfo
+from fencedlease._core import errors as _errors
+from fencedlease._core.backend import AsyncLeaseBackend
+from fencedlease._core.clock import AsyncClock
+from fencedlease._core.errors import *  # noqa: F403  (the error classes: _errors.__all__, added to ours below)
+from fencedlease._core.view import LeaseInfo
+
 from ._cluster_backend import AsyncRedisClusterBackend
 from ._lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
 from ._manager import AsyncLeaseManager

@@ -20,9 +20,9 @@ from functools import partial
 
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
-from redis.exceptions import MovedError, NoScriptError
 
-from .._errors import BackendError
+from fencedlease._core.errors import BackendError
+
 from .._redis.aio import run_script
 from .._redis.cluster import (
     AckedCall,
@@ -34,7 +34,7 @@ from .._redis.cluster import (
     shard_bound_s,
     short_renewals,
 )
-from .._redis.errors import backend_errors
+from .._redis.errors import Redirected, ScriptNotLoaded, backend_errors
 from .._redis.eviction import policy_of
 from .._redis.keys import lease_key, lease_keys, renew_many_args
 from .._redis.replication import Fencing, PrimaryWatch
@@ -122,11 +122,11 @@ class AsyncRedisClusterBackend(AsyncRedisBackend):
         await read_slot_map(self.cluster)
         node = self._node_of_key(keys[0])
         replies = await send_acked(node, False, call)
-        if isinstance(replies[0], MovedError):
+        if Redirected.matches(replies[0]):
             await self.cluster.nodes_manager.initialize()
             node = self._node_of_key(keys[0])
             replies = await send_acked(node, False, call)
-        if isinstance(replies[0], NoScriptError):
+        if ScriptNotLoaded.matches(replies[0]):
             replies = await send_acked(node, True, call)
         return acked_replies(replies)
 

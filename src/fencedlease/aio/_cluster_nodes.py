@@ -15,7 +15,8 @@ from typing import TypeVar
 
 from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
 
-from .._clock import mark_send, send_mark
+from fencedlease._core.clock import mark_send, send_mark
+
 from .._redis.cluster import AckedCall
 
 __all__ = ["NodeWorkers", "node_for", "read_slot_map", "send_acked"]

@@ -9,11 +9,12 @@ from typing import Any, TypeVar
 
 from redis.asyncio.retry import Retry
 
-from .._backend import AsyncLeaseBackend
-from .._clock import SYSTEM_CLOCK, Clock
-from .._events import EventHook
+from fencedlease._core.backend import AsyncLeaseBackend
+from fencedlease._core.clock import SYSTEM_CLOCK, Clock
+from fencedlease._core.events import EventHook
+from fencedlease._core.shutdown import ShutdownReport
+
 from .._operations_shared import OperationsBase
-from .._shutdown import ShutdownReport
 from ._health import connect as _connect
 
 __all__ = ["FromEnv"]

@@ -14,9 +14,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import redis.asyncio
-from redis.exceptions import RedisError
 
-from .._clock import SYSTEM_CLOCK, Clock
+from fencedlease._core.clock import SYSTEM_CLOCK, Clock
+from fencedlease._core.protocol import AcquireReply
+
 from .._handoff import (
     AsyncReleaseWaiter,
     HandoffBase,
@@ -27,9 +28,8 @@ from .._handoff import (
     log,
     waiter_name,
 )
-from .._protocol import AcquireReply
 from .._redis.aio import dedicated_client, run_script
-from .._redis.errors import acl_denial, backend_errors
+from .._redis.errors import RedisCallError, acl_denial, backend_errors, map_exceptions
 from .._redis.replies import text
 from .._redis.scripts import ENQUEUE
 from ._primitives import retrieve
@@ -183,8 +183,9 @@ class AsyncHandoff(HandoffBase[redis.asyncio.Redis]):
 
     async def _poke(self) -> None:
         try:
-            await self._client.publish(self._control, b"")
-        except RedisError as exc:
+            with map_exceptions(RedisCallError):
+                await self._client.publish(self._control, b"")
+        except RedisCallError as exc:
             log.debug("could not wake the hand-off listener: %s", exc)
 
     async def aclose(self) -> None:
@@ -240,9 +241,12 @@ class AsyncHandoff(HandoffBase[redis.asyncio.Redis]):
             while not self._closed:
                 subscribe, unsubscribe, timeout_s = channels.plan(time.monotonic())
                 try:
-                    message = await self._listen_round(pubsub, subscribe, unsubscribe, timeout_s)
+                    with map_exceptions(RedisCallError):
+                        message = await self._listen_round(
+                            pubsub, subscribe, unsubscribe, timeout_s
+                        )
                     backoff_s = 0.0
-                except RedisError as exc:
+                except RedisCallError as exc:
                     warned = listener_failed(exc, acl_denial(exc), warned)
                     channels.lost_connection()
                     backoff_s = min(1.0, max(0.01, backoff_s * 2))
@@ -261,11 +265,11 @@ class AsyncHandoff(HandoffBase[redis.asyncio.Redis]):
             raise
         finally:
             try:
-                with contextlib.suppress(RedisError):
+                with contextlib.suppress(RedisCallError), map_exceptions(RedisCallError):
                     await asyncio.shield(pubsub.aclose())  # type: ignore[no-untyped-call, unused-ignore]
             finally:
                 if listener is not self._client:
-                    with contextlib.suppress(RedisError):
+                    with contextlib.suppress(RedisCallError), map_exceptions(RedisCallError):
                         await asyncio.shield(listener.connection_pool.disconnect())
 
 

@@ -10,9 +10,9 @@ import logging
 from typing import Any
 
 import redis
-from redis.exceptions import RedisError
 
 from .._handoff_cluster import SHARD_SLICE_S, sharded_pubsub
+from .._redis.errors import RedisCallError, map_exceptions
 from ._handoff import AsyncHandoff
 
 __all__ = ["AsyncClusterHandoff"]
@@ -54,9 +54,10 @@ class AsyncClusterHandoff(AsyncHandoff):
         if self.sharded is None:
             client: Any = self._client
             try:
-                info = await client.info("server", target_nodes=client.get_default_node())
+                with map_exceptions(RedisCallError):
+                    info = await client.info("server", target_nodes=client.get_default_node())
                 self.sharded = sharded_pubsub(info.get("redis_version"))
-            except RedisError:
+            except RedisCallError:
                 self.sharded = False  # the plain listener works on every version
         await super()._run()
 

@@ -10,9 +10,11 @@ import time
 
 import redis.asyncio
 
-from .._backend import AsyncLeaseBackend
-from .._clock import Clock
-from .._errors import BackendError
+from fencedlease._core.backend import AsyncLeaseBackend
+from fencedlease._core.clock import Clock
+from fencedlease._core.errors import BackendError
+from fencedlease._core.validate import check_ms
+
 from .._health import (
     HEALTH_PROBE_KEY,
     NOOP,
@@ -26,7 +28,6 @@ from .._health import (
 from .._redis.aio import run_script
 from .._redis.clients import client_redactor
 from .._redis.errors import backend_errors, without_secrets
-from .._validate import check_ms
 from ._redis_backend import AsyncRedisBackend
 
 __all__ = ["check_health", "connect"]

@@ -10,12 +10,13 @@ from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Any, Literal, Protocol
 
-from .._clock import Clock
-from .._context import AsyncWithOnly
-from .._decisions import hold_outcome, hold_releases
-from .._errors import BackendError, LeaseNotAcquiredError, NestedHoldError
-from .._state import LeaseState
-from .._validate import HoldArgs
+from fencedlease._core.clock import Clock
+from fencedlease._core.context import AsyncWithOnly
+from fencedlease._core.decisions import hold_outcome, hold_releases
+from fencedlease._core.errors import BackendError, LeaseNotAcquiredError, NestedHoldError
+from fencedlease._core.state import LeaseState
+from fencedlease._core.validate import HoldArgs
+
 from ._lease import AsyncAcquireResult, AsyncLease
 from ._renewer import AsyncRenewer
 

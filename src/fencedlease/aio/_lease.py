@@ -6,17 +6,19 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 import attrs
 
-from .._backend import AsyncLeaseBackend, AsyncReleases
-from .._clock import Clock
-from .._decisions import lost_wait_s
-from .._events import release_ended, release_sent
-from .._state import LeaseState
-from .._validate import check_ms
-from .._view import LeaseView
+from fencedlease._core.backend import AsyncLeaseBackend, AsyncReleases
+from fencedlease._core.clock import Clock
+from fencedlease._core.decisions import lost_wait_s
+from fencedlease._core.events import release_ended, release_sent
+from fencedlease._core.state import LeaseState
+from fencedlease._core.validate import check_ms
+from fencedlease._core.view import LeaseView
+
 from ._primitives import LostSignal
 
 if TYPE_CHECKING:
-    from .._schedule import RenewalEntry
+    from fencedlease._core.schedule import RenewalEntry
+
     from ._renewer import AsyncRenewer
 
 __all__ = ["AsyncAcquireResult", "AsyncLease", "AsyncLeaseOutcome"]

@@ -1,6 +1,6 @@
 """The asyncio face: [`AsyncLeaseManager`][fencedlease.aio.AsyncLeaseManager].
 
-Everything that is not I/O is the sync face's code: validation (`fencedlease._validate`),
+Everything that is not I/O is the sync face's code: validation (`fencedlease._core.validate`),
 the acquire loop's rules ([`AcquireAttempt`][]), restore
 ([`restored_state`][]), the loss rules ([`LeaseState`][])
 and the renewal schedule. What is here is the awaiting, and what only asyncio has: cancellation.
@@ -41,22 +41,28 @@ from typing import Any, TypeVar
 import redis
 import redis.asyncio
 
-from .._backend import AsyncLeaseBackend
-from .._context import AsyncWithOnly
-from .._decisions import (
+from fencedlease._core.backend import AsyncLeaseBackend
+from fencedlease._core.context import AsyncWithOnly
+from fencedlease._core.decisions import (
     CLEANUP_WORKERS,
     close_releases,
 )
-from .._errors import BackendError, LeaseNotAcquiredError, NestedHoldError
-from .._redis_backend import RedisBackend
-from .._semaphore_stores import check_limit
-from .._shutdown import ShutdownReport, close_bound_ms, later_close_report, log_incomplete
-from .._validate import (
+from fencedlease._core.errors import BackendError, LeaseNotAcquiredError, NestedHoldError
+from fencedlease._core.shutdown import (
+    ShutdownReport,
+    close_bound_ms,
+    later_close_report,
+    log_incomplete,
+)
+from fencedlease._core.validate import (
     ArgumentTypeError,
     HoldArgs,
     check_backend,
     check_key,
 )
+
+from .._redis_backend import RedisBackend
+from .._semaphore_stores import check_limit
 from ..backends.memory import MemoryBackend
 from ..backends.sqlite import SqliteBackend
 from ._cluster_backend import AsyncRedisClusterBackend
@@ -110,7 +116,7 @@ class AsyncLeaseManager(AsyncWithOnly, _AsyncManagerBase, Operations):
     never renewed nor released from there), every call raises
     [`ManagerClosedError`][fencedlease.ManagerClosedError], and
     [`close`][fencedlease.aio.AsyncLeaseManager.close] does no I/O and leaves the inherited client
-    alone. Make a new manager in the child's own event loop. See `fencedlease._fork`.
+    alone. Make a new manager in the child's own event loop. See `fencedlease._core.fork`.
 
     ``replica_acks``, ``replica_ack_timeout_ms`` (milliseconds) and ``fencing``: how a Redis
     store grants and renews across a failover, as for
@@ -262,7 +268,7 @@ class AsyncLeaseManager(AsyncWithOnly, _AsyncManagerBase, Operations):
             done.set()
 
     def _after_fork_in_child(self) -> None:
-        """In a forked child (see `fencedlease._fork`): inert. The loop, the tasks and the
+        """In a forked child (see `fencedlease._core.fork`): inert. The loop, the tasks and the
         connections are the parent's; nothing of theirs is touched (no I/O, no cancel: a cancel
         would close the parent's sockets in a selector shared with the parent)."""
         self._forked = True

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from .._backend import AsyncLeaseBackend, fencing_scope_of
-from .._clock import Clock
-from .._events import EventHook, watch
+from fencedlease._core.backend import AsyncLeaseBackend, fencing_scope_of
+from fencedlease._core.clock import Clock
+from fencedlease._core.events import EventHook, watch
+from fencedlease._core.state import restored_state
+from fencedlease._core.validate import check_key
+from fencedlease._core.view import LeaseInfo
+
 from .._redis.replication import PrimaryWatch
-from .._state import restored_state
-from .._validate import check_key
-from .._view import LeaseInfo
 from ._lease import AsyncLease
 
 __all__ = ["_AsyncStoreCalls"]

@@ -9,11 +9,12 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Literal, cast
 
-from .._backend import AsyncLeaseBackend
+from fencedlease._core.backend import AsyncLeaseBackend
+from fencedlease._core.keep_alive import check_keep_alive
+from fencedlease._core.shutdown import ShutdownReport
+from fencedlease._core.validate import HoldArgs
+
 from .._health import DEFAULT_HEALTH_TIMEOUT_MS, HealthReport
-from .._keep_alive import check_keep_alive
-from .._shutdown import ShutdownReport
-from .._validate import HoldArgs
 from ._from_env import FromEnv
 from ._health import check_health
 from ._hold import _Hold

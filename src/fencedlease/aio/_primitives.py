@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .._state import LeaseState
+from fencedlease._core.state import LeaseState
 
 __all__ = ["Background", "LostSignal", "retrieve"]
 

@@ -16,12 +16,20 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import redis.asyncio
-from redis.exceptions import NoScriptError, ResponseError
 
-from .._errors import BackendError
-from .._protocol import AcquireReply, InspectReply
+from fencedlease._core.errors import BackendError
+from fencedlease._core.protocol import AcquireReply, InspectReply
+from fencedlease._core.validate import check_prefix
+
 from .._redis.aio import dedicated_client, run_acked, run_script, waits_for_connection
-from .._redis.errors import STORE_ERRORS, backend_errors, store_error
+from .._redis.errors import (
+    STORE_ERRORS,
+    CommandRefused,
+    ScriptNotLoaded,
+    backend_errors,
+    map_exceptions,
+    store_error,
+)
 from .._redis.eviction import EvictionCheck, policy_of
 from .._redis.keys import fence_key, lease_key, lease_keys, renew_many_args
 from .._redis.replication import Fencing, GrantOptions, PrimaryWatch
@@ -36,7 +44,6 @@ from .._redis.scripts import ACQUIRE, INSPECT, RELEASE, RENEW, RENEW_MANY, Acked
 from .._redis.sentinel_aio import AsyncPrimaryCheck, AsyncSwitchWatcher
 from .._redis.wire import PackedCalls, PackedRenewals
 from .._redis.wire_aio import packs_itself, run_packed
-from .._validate import check_prefix
 from ._handoff import AsyncHandoff
 from ._primitives import Background
 
@@ -187,8 +194,10 @@ class AsyncRedisBackend:
         if self._packer is not None and not self.grants.replica_acks and packs_itself(client):
             self._switches.start()
             try:
-                return await run_packed(client, self._packer.command(items), self._open), None, None
-            except NoScriptError:
+                with map_exceptions(ScriptNotLoaded):
+                    command = self._packer.command(items)
+                    return await run_packed(client, command, self._open), None, None
+            except ScriptNotLoaded:
                 pass  # the script cache was flushed: EVALSHA, NOSCRIPT, EVAL, as for any script
         keys, args = renew_many_args(self.prefix, items)
         return (*await self._run(client, RENEW_MANY, keys, args), None)
@@ -225,8 +234,9 @@ class AsyncRedisBackend:
             self._switches.start()
             reads = self._packed().acquire(key, owner_token, ttl_ms, self.grants.fencing, queue)
             try:
-                return await run_packed(self.client, reads, self._open), None
-            except NoScriptError:
+                with map_exceptions(ScriptNotLoaded):
+                    return await run_packed(self.client, reads, self._open), None
+            except ScriptNotLoaded:
                 pass  # the script cache was flushed: EVALSHA, NOSCRIPT, EVAL, as for any script
         keys, args = lease_keys(self.prefix, key), (owner_token, ttl_ms, self.grants.fencing)
         return await self._run(self.client, ACQUIRE, keys, (*args, "primary", *queue))
@@ -279,9 +289,10 @@ class AsyncRedisBackend:
             redis.RedisError: the connection's error (nothing is noted).
         """
         try:
-            policies = await self._memory_policies(client)
-        except ResponseError as exc:  # NOPERM (an ACL), a managed service's renamed INFO
-            self.eviction.skipped(exc)
+            with map_exceptions(CommandRefused):
+                policies = await self._memory_policies(client)
+        except CommandRefused as exc:  # NOPERM (an ACL), a managed service's renamed INFO
+            self.eviction.skipped(exc.cause)
             return None, ()
         return self.eviction.seen(policies)
 
@@ -355,8 +366,9 @@ class AsyncRedisBackend:
         packed = self.packed_release(key, owner_token)
         if packed is not None:
             try:
-                return await run_packed(self.client, packed, self._open)
-            except NoScriptError:
+                with map_exceptions(ScriptNotLoaded):
+                    return await run_packed(self.client, packed, self._open)
+            except ScriptNotLoaded:
                 pass  # the script cache was flushed: EVALSHA, NOSCRIPT, EVAL, as for any script
         keys, modes = lease_keys(self.prefix, key), self.grants.mode_args
         return await run_script(self.client, RELEASE, keys, (owner_token, *modes))

@@ -9,10 +9,11 @@ import contextlib
 import logging
 from typing import Any
 
-from .._backend import AsyncLeaseBackend
-from .._clock import Clock
-from .._errors import BackendError
-from .._state import release_bound_s, release_wait_more_s
+from fencedlease._core.backend import AsyncLeaseBackend
+from fencedlease._core.clock import Clock
+from fencedlease._core.errors import BackendError
+from fencedlease._core.state import release_bound_s, release_wait_more_s
+
 from ._lease import AsyncLease
 
 __all__ = ["release_abandoned", "release_within", "report_unreleased"]
@@ -56,10 +57,10 @@ async def release_abandoned(
     backend: AsyncLeaseBackend, key: str, owner_token: str, slots: asyncio.Semaphore
 ) -> None:
     """Release what an abandoned acquire may hold, holding one of the manager's ``slots`` (at most
-    `fencedlease._decisions.CLEANUP_WORKERS` such releases at once, as on the sync face: a burst of
-    give-ups that took a connection each emptied the caller's pool, and a release refused for want
-    of one left a lease handed to a gone waiter held for its ttl); a store error is logged (the
-    grant lapses at its TTL)."""
+    `fencedlease._core.decisions.CLEANUP_WORKERS` such releases at once, as on the sync face: a
+    burst of give-ups that took a connection each emptied the caller's pool, and a release refused
+    for want of one left a lease handed to a gone waiter held for its ttl); a store error is logged
+    (the grant lapses at its TTL)."""
     try:
         async with slots:
             await backend.release(key, owner_token)

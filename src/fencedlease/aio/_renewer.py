@@ -24,12 +24,19 @@ import logging
 import math
 from typing import Any
 
-from .._backend import AsyncLeaseBackend
-from .._clock import Clock, SendTime, marking_sends
-from .._decisions import BatchOutcome, apply_batch, call_renew_error_hooks
-from .._errors import BackendError
-from .._schedule import MAX_IN_FLIGHT, RenewalEntry, RenewalSchedule, RenewerCore, renewal_items
-from .._state import LossReason
+from fencedlease._core.backend import AsyncLeaseBackend
+from fencedlease._core.clock import Clock, SendTime, marking_sends
+from fencedlease._core.decisions import BatchOutcome, apply_batch, call_renew_error_hooks
+from fencedlease._core.errors import BackendError
+from fencedlease._core.schedule import (
+    MAX_IN_FLIGHT,
+    RenewalEntry,
+    RenewalSchedule,
+    RenewerCore,
+    renewal_items,
+)
+from fencedlease._core.state import LossReason
+
 from ._primitives import retrieve
 
 __all__ = ["AsyncRenewer"]
@@ -119,7 +126,7 @@ class AsyncRenewer(RenewerCore):
         return entries
 
     def _after_fork_in_child(self) -> None:
-        """In a forked child (the manager is inert there, see `fencedlease._fork`): forget
+        """In a forked child (the manager is inert there, see `fencedlease._core.fork`): forget
         the parent's task, batch and leases without touching them (they belong to the parent's
         loop). If the child goes on running that loop anyway, the task ends at its next wake-up
         without sending anything."""

@@ -2,7 +2,7 @@
 [`AsyncLeaseManager.semaphore`][fencedlease.aio.AsyncLeaseManager.semaphore], over the asyncio
 stores' steps (`fencedlease.aio._semaphore_stores`: the same Lua scripts on Redis, the memory
 store inline, the SQLite store on a worker thread). What a semaphore is, and what both faces
-decide without I/O: `fencedlease._semaphore_base`. The sync face's `fencedlease._semaphore` is
+decide without I/O: `fencedlease._core.semaphore`. The sync face's `fencedlease._semaphore` is
 generated from this module (``scripts/unasync.py``).
 """
 
@@ -13,10 +13,11 @@ from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Literal, Protocol, TypeVar, cast
 
-from .._context import AsyncWithOnly
-from .._decisions import DEFAULT_RETRY_DELAY_MS, DEFAULT_TTL_MS
-from .._errors import LeaseNotAcquiredError, SemaphoreLeaseLostError
-from .._semaphore_base import SemaphoreFacts, not_acquired, slot_lost_error, slot_manager
+from fencedlease._core.context import AsyncWithOnly
+from fencedlease._core.decisions import DEFAULT_RETRY_DELAY_MS, DEFAULT_TTL_MS
+from fencedlease._core.errors import LeaseNotAcquiredError, SemaphoreLeaseLostError
+from fencedlease._core.semaphore import SemaphoreFacts, not_acquired, slot_lost_error, slot_manager
+
 from ._lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
 from ._manager_base import _AsyncManagerBase
 from ._renewer import AsyncRenewer

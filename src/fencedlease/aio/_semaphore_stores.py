@@ -7,9 +7,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, TypeVar
 
-from .._backend import RenewItem
-from .._errors import BackendError, ValidationError
-from .._protocol import AcquireReply
+from fencedlease._core.backend import RenewItem
+from fencedlease._core.errors import BackendError, ValidationError
+from fencedlease._core.protocol import AcquireReply
+
 from .._redis.aio import run_script
 from .._redis.errors import backend_errors
 from .._redis.semaphore import SlotCall, SlotCalls, merge_calls, renew_calls

@@ -9,8 +9,9 @@ from typing import Any
 import redis.asyncio
 from redis.asyncio.cluster import ClusterNode
 
-from .._backend import AsyncLeaseBackend
-from .._clock import Clock
+from fencedlease._core.backend import AsyncLeaseBackend
+from fencedlease._core.clock import Clock
+
 from .._redis.clients import redis_client
 from .._redis.cluster import cluster_client
 from .._redis.sentinel_aio import async_sentinel_client

@@ -13,12 +13,18 @@ import secrets
 import threading
 from collections.abc import Sequence
 
-from .._backend import RenewItem
-from .._clock import SYSTEM_CLOCK, Clock
-from .._errors import BackendError
-from .._protocol import MAX_FENCING_TOKEN, AcquireReply, InspectReply, owner_fingerprint
+from fencedlease._core.backend import RenewItem
+from fencedlease._core.clock import SYSTEM_CLOCK, Clock
+from fencedlease._core.errors import BackendError
+from fencedlease._core.protocol import (
+    MAX_FENCING_TOKEN,
+    AcquireReply,
+    InspectReply,
+    owner_fingerprint,
+)
+from fencedlease._core.validate import check_clock, check_key, check_lease_args
+
 from .._redis.keys import fence_key
-from .._validate import check_clock, check_key, check_lease_args
 from ._clock import clock_ms
 
 __all__ = ["AsyncMemoryBackend", "MemoryBackend"]

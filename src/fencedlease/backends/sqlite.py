@@ -40,12 +40,24 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Final
 
-from .._backend import RenewItem
-from .._clock import SYSTEM_CLOCK, Clock
-from .._errors import BackendError, ValidationError
-from .._protocol import MAX_FENCING_TOKEN, AcquireReply, InspectReply, owner_fingerprint
+from fencedlease._core.backend import RenewItem
+from fencedlease._core.clock import SYSTEM_CLOCK, Clock
+from fencedlease._core.errors import BackendError, ValidationError
+from fencedlease._core.protocol import (
+    MAX_FENCING_TOKEN,
+    AcquireReply,
+    InspectReply,
+    owner_fingerprint,
+)
+from fencedlease._core.validate import (
+    check_clock,
+    check_key,
+    check_lease_args,
+    check_ms,
+    check_prefix,
+)
+
 from .._redis.keys import fence_key
-from .._validate import check_clock, check_key, check_lease_args, check_ms, check_prefix
 from ._clock import clock_ms
 
 __all__ = ["DEFAULT_BUSY_TIMEOUT_MS", "SqliteBackend"]

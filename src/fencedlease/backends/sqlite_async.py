@@ -11,12 +11,13 @@ import os
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from .._backend import RenewItem
-from .._clock import SYSTEM_CLOCK, Clock
-from .._errors import BackendError, ValidationError
-from .._protocol import AcquireReply, InspectReply
+from fencedlease._core.backend import RenewItem
+from fencedlease._core.clock import SYSTEM_CLOCK, Clock
+from fencedlease._core.errors import BackendError, ValidationError
+from fencedlease._core.protocol import AcquireReply, InspectReply
+from fencedlease._core.validate import check_clock, check_ms, check_prefix
+
 from .._redis.keys import fence_key
-from .._validate import check_clock, check_ms, check_prefix
 from .sqlite import DEFAULT_BUSY_TIMEOUT_MS, SqliteBackend, _check_path
 
 __all__ = ["AsyncSqliteBackend"]

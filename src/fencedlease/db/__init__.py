@@ -11,7 +11,7 @@ db.fenced_update(conn, "orders", {"status": "shipped"}, {"id": 42}, lease)   # -
 rows = db.fenced_read(conn, "orders", {"id": 42}, lease)     # -> [{"id": 42, ...}], fence moved
 ```
 
-Three ways to fence, one rule (`fencedlease._fencing.decide`; Kleppmann, "How to do
+Three ways to fence, one rule (`fencedlease._core.fencing.decide`; Kleppmann, "How to do
 distributed locking", 2016):
 
 - [`fence_guard`][fencedlease.db.fence_guard] keeps one row per resource in a guard table
@@ -57,7 +57,8 @@ raises (its exception in ``__cause__``; after it a PostgreSQL transaction must b
 Nothing here commits or rolls back: the transaction is the caller's.
 """
 
-from .._errors import RowNotFoundError
+from fencedlease._core.errors import RowNotFoundError
+
 from ._guard import DEFAULT_GUARD_TABLE, create_guard_table, fence_guard
 from ._rows import DEFAULT_TOKEN_COLUMN, fenced_read, fenced_update
 

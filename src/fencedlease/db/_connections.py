@@ -9,7 +9,8 @@ from typing import Any, NoReturn
 
 import attrs
 
-from .._errors import BackendError, FencedLeaseError, ValidationError
+from fencedlease._core.errors import BackendError, FencedLeaseError, ValidationError
+
 from ._statements import Statement
 
 

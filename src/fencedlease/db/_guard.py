@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from .._errors import ValidationError
-from .._fencing import FenceState, RefusalReason, decide, stale_token_error
-from .._fencing_access import TokenOrLease, coerce_access
-from .._validate import check_key, check_strict
+from fencedlease._core.errors import ValidationError
+from fencedlease._core.fencing import FenceState, RefusalReason, decide, stale_token_error
+from fencedlease._core.fencing_access import TokenOrLease, coerce_access
+from fencedlease._core.validate import check_key, check_strict
+
 from ._connections import dialect_of, execute, style_of
 from ._statements import Statement, quote_table
 

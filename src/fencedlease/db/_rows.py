@@ -11,10 +11,11 @@ from typing import Any, Final, NoReturn
 
 import attrs
 
-from .._errors import RowNotFoundError, ValidationError
-from .._fencing import FencingAccess, RefusalReason, stale_token_error
-from .._fencing_access import TokenOrLease, coerce_access
-from .._validate import check_strict
+from fencedlease._core.errors import RowNotFoundError, ValidationError
+from fencedlease._core.fencing import FencingAccess, RefusalReason, stale_token_error
+from fencedlease._core.fencing_access import TokenOrLease, coerce_access
+from fencedlease._core.validate import check_strict
+
 from ._connections import execute, style_of
 from ._statements import (
     Statement,
@@ -110,7 +111,7 @@ def fenced_update(
     ``fencing_scope`` (``"<prefix>:{<escaped key>}:fence"``, so the same key under another prefix
     is another counter), and the column is set to that scope. A column holding a bare key (written
     by an earlier version) matches a lease of that key and then records its scope (the rule of
-    `fencedlease._fencing`).
+    `fencedlease._core.fencing`).
 
     Raises [`StaleTokenError`][fencedlease.StaleTokenError] (``.resource`` is ``table``;
     ``.last_token`` the largest token of the matching rows) when rows match ``where`` but none may

@@ -9,7 +9,7 @@ from typing import Any, Final
 
 import attrs
 
-from .._errors import ValidationError
+from fencedlease._core.errors import ValidationError
 
 # Every name put into SQL text passes quote_table or quote_column first (hence the S608 noqas);
 # every value is bound.

@@ -1,6 +1,6 @@
 -- The fencing rule, once in Lua: each fenced_<op>.lua script is sent after the definitions of this
 -- file it uses.
--- A transcription of fencedlease._fencing.decide (see its docstring); the tests hold both to one model.
+-- A transcription of fencedlease._core.fencing.decide (see its docstring); the tests hold both to one model.
 -- KEYS[1]  fence state key  <prefix>:{<name>}:resource:fence  a hash {token, fp, key}; no TTL, never
 --          deleted by the library
 -- ARGV[1]  fencing token: canonical decimal, 1..9223372036854775807 (2^63-1; checked by the client)

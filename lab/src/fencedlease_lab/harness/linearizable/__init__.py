@@ -2,7 +2,7 @@
 
 Each key of the resource is a register whose state is ``(value, fence)``: the value last written
 and the highest token accepted (with the lease that presented it). Every access is checked
-against one sequential model, the library's fencing rule (`fencedlease._fencing.decide`,
+against one sequential model, the library's fencing rule (`fencedlease._core.fencing.decide`,
 restated in [`step`][fencedlease_lab.harness.linearizable.step]):
 
 - ``write(v, t)``: accepted (the register becomes ``(v, t)``) or refused with the last accepted

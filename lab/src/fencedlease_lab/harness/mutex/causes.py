@@ -60,7 +60,7 @@ def could_cost_lease(kind: str, ttl_ms: int, heartbeat_ms: int) -> bool:
     reaches ``ttl_ms``: a lease is due a heartbeat after its last confirmed send, or when the
     reply of an acquire sent through the slow link comes (``d`` after the send, its deadline's
     origin); it may then wait for one of the renewer's batches in flight to come back
-    (`fencedlease._schedule.MAX_IN_FLIGHT`), then for its own reply, each late by ``d``. (The
+    (`fencedlease._core.schedule.MAX_IN_FLIGHT`), then for its own reply, each late by ``d``. (The
     renewal schedule keeps every lease within that bound,
     ``tests/unit/test_renewal_in_flight.py``; at ttl 1000 and heartbeat 250 three leases
     acquired together through a 344 ms delay already lose one.)"""

@@ -18,20 +18,34 @@ without it gives leases no scope (``None``).
 Waking waiters (optional): a backend that can wake the callers waiting for a key when it is
 released offers ``release_waiter()``, returning the manager's release waiter (the Redis backends
 return their hand-off); the managers poll the others.
+
+Queueing acquires (optional, with ``release_waiter``): a backend whose release waiter queues a
+waiting caller (the Redis hand-off) takes the waiter's queueing arguments as ``acquire``'s fourth
+argument, ``queue``, and queues the caller in the same atomic step when the key is held
+(`QueueingBackend`, `AsyncQueueingBackend`). The managers pass ``queue`` to such a backend only,
+and only arguments its own waiter made; the memory and SQLite backends do not queue (their
+callers poll), so their ``acquire`` is never given one.
+
+Following a failover (optional): a backend that sees its Redis primary change offers a
+settable ``on_primary_switch`` (`FollowsPrimary`); the managers set it to renew every lease at
+once on the new primary. The memory and SQLite backends have no primary to follow.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from typing import Protocol, runtime_checkable
 
-from ._errors import BackendError
-from ._protocol import AcquireReply, InspectReply
+from fencedlease._core.errors import BackendError
+from fencedlease._core.protocol import AcquireReply, InspectReply
 
 __all__ = [
     "AsyncLeaseBackend",
+    "AsyncQueueingBackend",
     "AsyncReleases",
+    "FollowsPrimary",
     "LeaseBackend",
+    "QueueingBackend",
     "Releases",
     "RenewItem",
     "fencing_scope_of",
@@ -155,3 +169,45 @@ class AsyncLeaseBackend(Protocol):
     async def close(self) -> None:
         """Release the backend's own resources (connections it created)."""
         ...
+
+
+@runtime_checkable
+class QueueingBackend(Protocol):
+    """A backend whose release waiter queues callers (see "Queueing acquires" in the module
+    docstring): the Redis backends. ``queue``: the waiter's queueing arguments (``()``: none,
+    the plain [`acquire`][fencedlease.LeaseBackend.acquire])."""
+
+    def acquire(
+        self, key: str, owner_token: str, ttl_ms: int, queue: Sequence[str] = ()
+    ) -> AcquireReply:
+        """[`LeaseBackend.acquire`][fencedlease.LeaseBackend.acquire]; refused, ``owner_token``
+        queued by ``queue`` in the same atomic step."""
+        ...
+
+    def release_waiter(self) -> object:
+        """The release waiter that makes the ``queue`` arguments."""
+        ...
+
+
+@runtime_checkable
+class AsyncQueueingBackend(Protocol):
+    """`QueueingBackend`, awaited (the asyncio Redis backends)."""
+
+    async def acquire(
+        self, key: str, owner_token: str, ttl_ms: int, queue: Sequence[str] = ()
+    ) -> AcquireReply:
+        """As `QueueingBackend.acquire`."""
+        ...
+
+    def release_waiter(self) -> object:
+        """The release waiter that makes the ``queue`` arguments."""
+        ...
+
+
+@runtime_checkable
+class FollowsPrimary(Protocol):
+    """A backend that sees its Redis primary change (see "Following a failover" in the module
+    docstring): the manager sets ``on_primary_switch``, called (no arguments, its result unused)
+    on each switch."""
+
+    on_primary_switch: Callable[[], object] | None

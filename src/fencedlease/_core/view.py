@@ -11,12 +11,12 @@ from datetime import datetime
 
 import attrs
 
-from ._clock import Clock
-from ._errors import LeaseLostError
-from ._events import emit, renewal_event
-from ._protocol import InspectReply, owner_fingerprint
-from ._state import LeaseState, LossReason
-from ._validate import check_ms
+from fencedlease._core.clock import Clock
+from fencedlease._core.errors import LeaseLostError
+from fencedlease._core.events import emit, renewal_event
+from fencedlease._core.protocol import InspectReply, owner_fingerprint
+from fencedlease._core.state import LeaseState, LossReason
+from fencedlease._core.validate import check_ms
 
 __all__ = ["LeaseInfo", "LeaseView"]
 

@@ -23,10 +23,9 @@ from __future__ import annotations
 
 from typing import Any, Generic, Protocol, TypeVar
 
-from ._errors import LeaseNotAcquiredError, SemaphoreLeaseLostError
-from ._semaphore_stores import check_limit
-from ._validate import check_key
-from ._view import LeaseView
+from fencedlease._core.errors import LeaseNotAcquiredError, SemaphoreLeaseLostError
+from fencedlease._core.validate import check_key, check_limit
+from fencedlease._core.view import LeaseView
 
 __all__ = ["SemaphoreFacts", "not_acquired", "slot_lost_error", "slot_manager"]
 

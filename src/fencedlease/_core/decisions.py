@@ -36,13 +36,13 @@ from typing import cast
 
 import attrs
 
-from ._attempt import AcquireAttempt, never_sent
-from ._errors import BackendError, ManagerClosedError
-from ._events import deferred, log_renew_errors, renewal_event
-from ._protocol import AcquireReply
-from ._schedule import RenewalEntry, RenewalSchedule
-from ._state import LeaseState, LossReason
-from ._view import LeaseView
+from fencedlease._core.attempt import AcquireAttempt, never_sent
+from fencedlease._core.errors import BackendError, ManagerClosedError
+from fencedlease._core.events import deferred, log_renew_errors, renewal_event
+from fencedlease._core.protocol import AcquireReply
+from fencedlease._core.schedule import RenewalEntry, RenewalSchedule
+from fencedlease._core.state import LeaseState, LossReason
+from fencedlease._core.view import LeaseView
 
 __all__ = [
     "CLEANUP_WORKERS",
@@ -242,7 +242,7 @@ def apply_batch(
     """Apply a renewal round trip's ``outcome`` to ``batch`` (see
     `RenewalSchedule.apply`); a failed round trip is one failed try for every lease in it
     (rule 3). Returns the hooks due (`call_renew_error_hooks`). Each lease whose reply was
-    applied reports a `"renew"` event (`fencedlease._events`), before the losses the
+    applied reports a `"renew"` event (`fencedlease._core.events`), before the losses the
     replies caused."""
     # The leases whose reply will be applied and that report events (none: nothing to build).
     watched = [

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Literal, NamedTuple
+from typing import Final, Literal, NamedTuple
 
-from ._errors import ValidationError
+from fencedlease._core.errors import ValidationError
 
 __all__ = [
     "MAX_MS",
+    "MAX_SEMAPHORE_LIMIT",
     "ArgumentTypeError",
     "HoldArgs",
     "check_acquire",
@@ -27,6 +28,7 @@ __all__ = [
     "check_hold",
     "check_key",
     "check_lease_args",
+    "check_limit",
     "check_ms",
     "check_prefix",
     "check_strict",
@@ -34,7 +36,7 @@ __all__ = [
     "is_coroutine_callable",
 ]
 
-#: The methods every lease backend has, on either face (see :mod:`fencedlease._backend`).
+#: The methods every lease backend has, on either face (see :mod:`fencedlease._core.backend`).
 BACKEND_METHODS = ("acquire", "renew", "renew_many", "release", "inspect", "force_release", "close")
 
 
@@ -128,7 +130,7 @@ def check_prefix(value: object, argument: str = "prefix") -> str:
 
     A brace in a prefix would open or end the Redis Cluster hash tag of every key under it, and
     let two different ``(prefix, key)`` pairs name one Redis key (see
-    `fencedlease._protocol` for the layout); a key may hold braces, since it is escaped.
+    `fencedlease._core.protocol` for the layout); a key may hold braces, since it is escaped.
 
     Raises:
         ValidationError: otherwise.
@@ -305,3 +307,25 @@ def check_backend(client: object, *, asyncio: bool, sync_classes: tuple[type, ..
             "client",
             f"client {type(client).__name__} is a backend for the other face; it goes to {other}",
         )
+
+
+MAX_SEMAPHORE_LIMIT: Final = 10_000
+"""The largest ``limit`` of a semaphore: every grant scans and purges the slot set, so it stays
+small."""
+
+
+def check_limit(limit: object) -> int:
+    """``limit`` as an int in 1..`MAX_SEMAPHORE_LIMIT`.
+
+    Raises:
+        ValidationError: anything else (``bool`` included), naming ``limit`` and the bound.
+    """
+    if (
+        isinstance(limit, bool)
+        or not isinstance(limit, int)
+        or not 1 <= limit <= MAX_SEMAPHORE_LIMIT
+    ):
+        raise ValidationError(
+            "limit", f"limit must be an int, 1 <= limit <= {MAX_SEMAPHORE_LIMIT}; got {limit!r}"
+        )
+    return int(limit)

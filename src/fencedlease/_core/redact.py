@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from urllib.parse import quote, quote_plus, unquote, unquote_plus
 
-from ._errors import ValidationError
+from fencedlease._core.errors import ValidationError
 
 __all__ = [
     "PIECE",

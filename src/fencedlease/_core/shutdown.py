@@ -13,7 +13,7 @@ import logging
 
 import attrs
 
-from ._validate import check_ms
+from fencedlease._core.validate import check_ms
 
 __all__ = ["ShutdownReport", "close_bound_ms", "later_close_report", "log_incomplete"]
 

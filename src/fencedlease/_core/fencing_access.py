@@ -11,9 +11,14 @@ from __future__ import annotations
 
 from typing import Protocol, TypeAlias, runtime_checkable
 
-from . import _protocol
-from ._errors import ValidationError
-from ._fencing import MAX_FENCING_TOKEN, MIN_FENCING_TOKEN, FencingAccess, looks_like_scope
+from fencedlease._core import protocol as _protocol
+from fencedlease._core.errors import ValidationError
+from fencedlease._core.fencing import (
+    MAX_FENCING_TOKEN,
+    MIN_FENCING_TOKEN,
+    FencingAccess,
+    looks_like_scope,
+)
 
 __all__ = [
     "HasFencingToken",
@@ -46,7 +51,7 @@ TokenOrLease: TypeAlias = "int | HasFencingToken"
 def owner_fingerprint(owner_token: str) -> str:
     """Return a non-secret name for the lease holding ``owner_token``: 16 hex characters.
 
-    The first 64 bits of SHA-256 of the token (the same name `fencedlease._protocol` gives a
+    The first 64 bits of SHA-256 of the token (the same name `fencedlease._core.protocol` gives a
     lease in ``inspect`` and events): enough to tell two leases apart, useless for renewing
     or releasing someone else's lease, so it may be stored beside the data and shown in errors.
     Raises [`ValidationError`][fencedlease.ValidationError] unless ``owner_token`` is a non-empty

@@ -27,11 +27,10 @@ from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 import attrs
-from redis.backoff import EqualJitterBackoff
 
-from ._errors import ValidationError
-from ._redact import redact_text
-from ._validate import MAX_MS, check_prefix
+from fencedlease._core.errors import ValidationError
+from fencedlease._core.redact import redact_text
+from fencedlease._core.validate import MAX_MS, check_prefix
 
 __all__ = [
     "DEFAULT_CONNECT_MAX_ATTEMPTS",
@@ -95,11 +94,11 @@ class EnvConfig:
         """Whether the URL names a Redis server."""
         return self.url.partition("://")[0].lower() in _REDIS_SCHEMES
 
-    def redis_options(self, retry_class: Callable[..., Any]) -> dict[str, Any]:
+    def redis_options(self, make_retry: Callable[[int], Any]) -> dict[str, Any]:
         """The redis-py keyword arguments the variables set, as ``from_url`` passes them on:
-        ``db``, ``socket_connect_timeout`` and ``socket_timeout`` (seconds), ``retry`` (a
-        ``retry_class``, the face's redis-py ``Retry``, with exponential backoff and equal jitter:
-        ``EqualJitterBackoff``, in every redis-py the library supports, 5.0.1 included).
+        ``db``, ``socket_connect_timeout`` and ``socket_timeout`` (seconds), ``retry``
+        (``make_retry(max_retries)``: the face's redis-py ``Retry``, made by the caller with
+        exponential backoff and equal jitter, `fencedlease._redis.options.jittered_retry`).
         Empty when none is set."""
         options: dict[str, Any] = {}
         if self.db is not None:
@@ -109,7 +108,7 @@ class EnvConfig:
         if self.socket_timeout_ms is not None:
             options["socket_timeout"] = self.socket_timeout_ms / 1000
         if self.max_retries is not None:
-            options["retry"] = retry_class(EqualJitterBackoff(), self.max_retries)
+            options["retry"] = make_retry(self.max_retries)
         return options
 
 
@@ -254,7 +253,7 @@ def read_env(environ: Mapping[str, str] | None = None) -> EnvConfig:
 
 
 def client_options(
-    config: EnvConfig, kwargs: dict[str, Any], retry_class: Callable[..., Any]
+    config: EnvConfig, kwargs: dict[str, Any], make_retry: Callable[[int], Any]
 ) -> dict[str, Any]:
     """The keyword arguments ``from_url`` gets: the variables' redis-py options
     (`EnvConfig.redis_options`) and the caller's ``kwargs``.
@@ -262,7 +261,7 @@ def client_options(
     Raises:
         ValidationError: a keyword argument sets an option a variable sets too (naming both).
     """
-    options = config.redis_options(retry_class) if config.is_redis else {}
+    options = config.redis_options(make_retry) if config.is_redis else {}
     for name in kwargs:
         if name in options:
             raise ValidationError(
@@ -291,7 +290,7 @@ def manager_from_env(
     over_url: Callable[..., _Made],
     environ: Mapping[str, str] | None,
     kwargs: dict[str, Any],
-    retry_class: Callable[..., Any],
+    make_retry: Callable[[int], Any],
 ) -> tuple[_Made, EnvConfig]:
     """``over_url(url, prefix, options)`` as the variables of ``environ`` say (either face's
     ``from_env`` up to its start-up check), and the configuration read.
@@ -301,6 +300,6 @@ def manager_from_env(
             naming the variable.
     """
     config = read_env(environ)
-    options = client_options(config, kwargs, retry_class)
+    options = client_options(config, kwargs, make_retry)
     with naming_variables():
         return over_url(config.url, config.prefix, options), config

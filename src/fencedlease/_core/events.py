@@ -32,14 +32,14 @@ from typing import TYPE_CHECKING, Literal
 
 import attrs
 
-from ._errors import ValidationError
-from ._protocol import owner_fingerprint
-from ._state import LossReason
-from ._validate import check_callback, is_coroutine_callable
+from fencedlease._core.errors import ValidationError
+from fencedlease._core.protocol import owner_fingerprint
+from fencedlease._core.state import LossReason
+from fencedlease._core.validate import check_callback, is_coroutine_callable
 
 if TYPE_CHECKING:
-    from ._clock import Clock
-    from ._state import LeaseState
+    from fencedlease._core.clock import Clock
+    from fencedlease._core.state import LeaseState
 
 __all__ = [
     "EventHook",

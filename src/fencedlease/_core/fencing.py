@@ -51,8 +51,8 @@ from typing import Final, Literal
 
 import attrs
 
-from . import _protocol
-from ._errors import LeaseKeyMismatchError, StaleTokenError
+from fencedlease._core import protocol as _protocol
+from fencedlease._core.errors import LeaseKeyMismatchError, StaleTokenError
 
 __all__ = [
     "MAX_FENCING_TOKEN",

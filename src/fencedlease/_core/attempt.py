@@ -11,10 +11,10 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from ._clock import Clock, on_ns_grid
-from ._errors import BackendError
-from ._protocol import AcquireReply, new_owner_token
-from ._state import LeaseState
+from fencedlease._core.clock import Clock, on_ns_grid
+from fencedlease._core.errors import BackendError
+from fencedlease._core.protocol import AcquireReply, new_owner_token
+from fencedlease._core.state import LeaseState
 
 __all__ = ["AcquireAttempt", "is_ambiguous", "may_have_written", "never_sent"]
 

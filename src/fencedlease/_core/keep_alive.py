@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from ._errors import ValidationError
-from ._validate import check_callback, check_heartbeat_ms
+from fencedlease._core.errors import ValidationError
+from fencedlease._core.validate import check_callback, check_heartbeat_ms
 
 __all__ = ["check_keep_alive"]
 

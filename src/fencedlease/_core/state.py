@@ -26,11 +26,11 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from . import _fork
-from ._clock import Clock, on_ns_grid
-from ._errors import ValidationError
-from ._protocol import MAX_FENCING_TOKEN
-from ._validate import MAX_MS, check_lease_args
+from fencedlease._core import fork as _fork
+from fencedlease._core.clock import Clock, on_ns_grid
+from fencedlease._core.errors import ValidationError
+from fencedlease._core.protocol import MAX_FENCING_TOKEN
+from fencedlease._core.validate import MAX_MS, check_lease_args
 
 __all__ = [
     "RELEASE_FLOOR_MS",
@@ -215,7 +215,7 @@ class LeaseState:
 
     def inherited(self) -> bool:
         """Whether this process is a fork child of the one the lease belongs to (see
-        `fencedlease._fork`). Such a lease is marked lost (reason ``FORKED``) here, and must
+        `fencedlease._core.fork`). Such a lease is marked lost (reason ``FORKED``) here, and must
         get no I/O: renewing or releasing it would act on the parent's lease. The listeners are
         not called: they are the parent's threads and event loops."""
         if self.generation == _fork.generation:

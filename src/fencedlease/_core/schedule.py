@@ -2,7 +2,7 @@
 
 The sync renewer (a thread) and the async one (a task) both drive `RenewalSchedule`: pop a
 batch, send it as one round trip, hand the replies to `RenewalSchedule.apply`, mark expired
-leases lost, sleep until the next wakeup. The loss rules it applies are `fencedlease._state`'s.
+leases lost, sleep until the next wakeup. The loss rules it applies are `fencedlease._core.state`'s.
 
 The rule both follow so that a slow round trip costs no lease (every renewal time derives from the
 confirmed deadline, `confirmed_due`):
@@ -24,9 +24,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
-from ._clock import Clock, on_ns_grid
-from ._errors import ManagerClosedError
-from ._state import LeaseState, LossReason
+from fencedlease._core.clock import Clock, on_ns_grid
+from fencedlease._core.errors import ManagerClosedError
+from fencedlease._core.state import LeaseState, LossReason
 
 __all__ = [
     "MAX_IN_FLIGHT",
