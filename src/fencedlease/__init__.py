@@ -12,7 +12,6 @@ import logging
 from ._acl import ACL_COMMANDS, acl_rules, acl_setuser_line
 from ._backend import AsyncLeaseBackend, LeaseBackend
 from ._clock import Clock, SystemClock
-from ._cluster_backend import RedisClusterBackend
 from ._env import url_from_env
 from ._errors import (
     BackendError,
@@ -31,14 +30,15 @@ from ._errors import (
 from ._events import LeaseEvent
 from ._fenced_resource import FencedResource
 from ._fencing_access import owner_fingerprint
-from ._health import HealthReport
-from ._lease import AcquireResult, Lease, LeaseOutcome
-from ._manager import LeaseManager
 from ._redact import redact_text, redact_url
 from ._redis.keys import RedisKeys, redis_keys
-from ._redis_backend import RedisBackend
-from ._semaphore import Semaphore, SemaphoreLease
 from ._shutdown import ShutdownReport
+from ._sync.cluster_backend import RedisClusterBackend
+from ._sync.health import HealthReport
+from ._sync.lease import AcquireResult, Lease, LeaseOutcome
+from ._sync.manager import LeaseManager
+from ._sync.redis_backend import RedisBackend
+from ._sync.semaphore import Semaphore, SemaphoreLease
 from ._view import LeaseInfo
 from .backends import MemoryBackend, SqliteBackend
 from .redis_fencing import RedisFencedResource

@@ -3,9 +3,9 @@ scope), the errors of a lost slot and of a full semaphore, and how the slot mana
 
 A semaphore ``name`` lets at most ``limit`` holders in at once. Each holder has a *slot*: a lease
 of its own with an owner token, a fencing token and a deadline, run by the same machinery as a
-single lease (`fencedlease._semaphore_stores` has the store's steps). So the lease policy is the
-same, rule for rule: fail fast by default or wait up to ``wait_ms``; renewed in the background by
-a batched renewer (one script per batch of slots); lost on a renewal that finds the slot gone and
+single lease (`fencedlease._sync.semaphore_stores` has the store's steps). So the lease policy is
+the same, rule for rule: fail fast by default or wait up to ``wait_ms``; renewed in the background
+by a batched renewer (one script per batch of slots); lost on a renewal that finds the slot gone and
 on the deadline passing with no confirmed renewal; a lost slot ends the ``hold`` in
 [`SemaphoreLeaseLostError`][fencedlease.SemaphoreLeaseLostError].
 
@@ -15,20 +15,48 @@ store downstream can fence the semaphore's holders as it fences a lease's (its s
 ``<prefix>:{<escaped name>}:semaphore:fence``). The idea is the counting semaphore (Dijkstra, 1965)
 with leases in place of permanent permits, as in Redisson's ``RPermitExpirableSemaphore``.
 
-The handles themselves are `fencedlease.aio._semaphore` (written by hand) and
-`fencedlease._semaphore` (generated from it by ``scripts/unasync.py``).
+The handles themselves are `fencedlease._async.semaphore` (written by hand) and
+`fencedlease._sync.semaphore` (generated from it by ``scripts/unasync.py``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar
 
-from ._errors import LeaseNotAcquiredError, SemaphoreLeaseLostError
-from ._semaphore_stores import check_limit
+from ._errors import LeaseNotAcquiredError, SemaphoreLeaseLostError, ValidationError
 from ._validate import check_key
 from ._view import LeaseView
 
-__all__ = ["SemaphoreFacts", "not_acquired", "slot_lost_error", "slot_manager"]
+__all__ = [
+    "MAX_SEMAPHORE_LIMIT",
+    "SemaphoreFacts",
+    "check_limit",
+    "not_acquired",
+    "slot_lost_error",
+    "slot_manager",
+]
+
+
+MAX_SEMAPHORE_LIMIT: Final = 10_000
+"""The largest ``limit`` of a semaphore: every grant scans and purges the slot set, so it stays
+small."""
+
+
+def check_limit(limit: object) -> int:
+    """``limit`` as an int in 1..`MAX_SEMAPHORE_LIMIT`.
+
+    Raises:
+        ValidationError: anything else (``bool`` included), naming ``limit`` and the bound.
+    """
+    if (
+        isinstance(limit, bool)
+        or not isinstance(limit, int)
+        or not 1 <= limit <= MAX_SEMAPHORE_LIMIT
+    ):
+        raise ValidationError(
+            "limit", f"limit must be an int, 1 <= limit <= {MAX_SEMAPHORE_LIMIT}; got {limit!r}"
+        )
+    return int(limit)
 
 
 def slot_lost_error(lease: LeaseView) -> SemaphoreLeaseLostError:

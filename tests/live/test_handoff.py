@@ -18,8 +18,8 @@ import redis.asyncio
 
 from conftest import expiry_ms, wait_until
 from fencedlease import AcquireResult, LeaseManager
+from fencedlease._async.handoff import AsyncHandoff
 from fencedlease._handoff import WaitRequest, waiter_name
-from fencedlease._handoff_sync import Handoff
 from fencedlease._protocol import new_owner_token
 from fencedlease._redis.keys import (
     enqueue_args,
@@ -30,7 +30,7 @@ from fencedlease._redis.keys import (
 )
 from fencedlease._redis.replies import parse_grant
 from fencedlease._redis.scripts import ENQUEUE, RELEASE, run_script
-from fencedlease.aio._handoff import AsyncHandoff
+from fencedlease._sync.handoff import Handoff
 from fencedlease.lab.servers.redis import RedisServer
 
 pytestmark = pytest.mark.live

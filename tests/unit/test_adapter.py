@@ -19,12 +19,12 @@ from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from fencedlease import BackendError, LeaseManager, MemoryBackend, RedisBackend, SqliteBackend
+from fencedlease._async.handoff import AsyncHandoff, AsyncSleepWaiter, async_release_waiter_for
 from fencedlease._handoff import SleepWaiter, WaitRequest, release_waiter_for
-from fencedlease._handoff_sync import Handoff
 from fencedlease._redis.errors import backend_error
 from fencedlease._redis.scripts import ACQUIRE, run_script
+from fencedlease._sync.handoff import Handoff
 from fencedlease.aio import AsyncLeaseManager, AsyncRedisBackend
-from fencedlease.aio._handoff import AsyncHandoff, AsyncSleepWaiter, async_release_waiter_for
 from fencedlease.backends import AsyncMemoryBackend
 
 

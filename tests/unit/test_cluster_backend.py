@@ -24,7 +24,6 @@ from redis.exceptions import (
 
 from fencedlease import BackendError, LeaseManager, RedisClusterBackend, ValidationError
 from fencedlease._handoff import Channels
-from fencedlease._handoff_cluster import sharded_pubsub
 from fencedlease._redis.cluster import (
     cluster_url_options,
     finish_batch,
@@ -43,6 +42,7 @@ from fencedlease._redis.keys import (
     renew_many_args,
     resource_keys,
 )
+from fencedlease._sync.handoff_cluster import sharded_pubsub
 from fencedlease.aio import AsyncLeaseManager, AsyncRedisClusterBackend
 
 NAMES = st.text(min_size=1, max_size=30)

@@ -20,16 +20,16 @@ from typing import Any, cast
 import pytest
 from test_renewal_in_flight import AsyncHeldRoundTrip, HeldRoundTrip
 
-import fencedlease._health
+import fencedlease._async.health
+import fencedlease._async.semaphore_stores
 import fencedlease._redis.semaphore
-import fencedlease.aio._health
-import fencedlease.aio._semaphore_stores
+import fencedlease._sync.health
 from fencedlease import LeaseLostError, LeaseManager, ShutdownReport, ValidationError
 from fencedlease._redis.scripts import Script
 from fencedlease._redis.sentinel import SWITCH_POLL_S, SwitchWatcher
 from fencedlease._redis.sentinel_aio import AsyncSwitchWatcher
-from fencedlease._renewer import IO_THREADS, Renewer
 from fencedlease._schedule import MAX_IN_FLIGHT
+from fencedlease._sync.renewer import IO_THREADS, Renewer
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.backends import AsyncMemoryBackend, MemoryBackend
 from fencedlease.testing import FakeClock
@@ -367,7 +367,9 @@ def test_check_health_takes_the_same_arguments_on_both_faces(face: str) -> None:
     """The store check of either face takes ``backend`` and ``timeout_ms``; the sync face's old
     ``clock`` (never used) is still accepted, with a DeprecationWarning, and changes nothing."""
     check = (
-        fencedlease._health.check_health if face == "sync" else fencedlease.aio._health.check_health
+        fencedlease._sync.health.check_health
+        if face == "sync"
+        else fencedlease._async.health.check_health
     )
     params = [p for p in inspect.signature(check).parameters if p != "clock"]
     assert params == ["backend", "timeout_ms"]
@@ -376,7 +378,7 @@ def test_check_health_takes_the_same_arguments_on_both_faces(face: str) -> None:
         return
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        report = fencedlease._health.check_health(MemoryBackend(), 1_000, FakeClock())
+        report = fencedlease._sync.health.check_health(MemoryBackend(), 1_000, FakeClock())
     assert [(w.category, str(w.message)) for w in caught] == [
         (
             DeprecationWarning,
@@ -408,7 +410,7 @@ def _recorded_scripts(face: str, replies: list[object]) -> Iterator[list[tuple[o
         return record(client, script, keys, args)
 
     module: Any = (
-        fencedlease._redis.semaphore if face == "sync" else fencedlease.aio._semaphore_stores
+        fencedlease._redis.semaphore if face == "sync" else fencedlease._async.semaphore_stores
     )
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(module, "run_script", record if face == "sync" else record_async)
@@ -439,7 +441,7 @@ def test_the_redis_slot_store_sends_the_same_steps(face: str) -> None:
             backend = SimpleNamespace(
                 client="client", _renewals=lambda: "renewals", prefix="p", answered=lambda: None
             )
-            aio = fencedlease.aio._semaphore_stores.AsyncRedisSlots(backend)  # type: ignore[arg-type]
+            aio = fencedlease._async.semaphore_stores.AsyncRedisSlots(backend)  # type: ignore[arg-type]
 
             async def main() -> list[object]:
                 return [

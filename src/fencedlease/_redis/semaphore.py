@@ -1,8 +1,8 @@
 """The Redis slot store of semaphores (sync face): ``semaphore_*.lua`` over a
 [`RedisBackend`][fencedlease.RedisBackend]'s client and prefix. The steps are those of
-`fencedlease._semaphore_stores`; what each sends and how its reply reads is decided once, without
-I/O, by `SlotCalls` (both faces); the asyncio twin of the I/O is
-`fencedlease.aio._semaphore_stores.AsyncRedisSlots`."""
+`fencedlease._sync.semaphore_stores`; what each sends and how its reply reads is decided once,
+without I/O, by `SlotCalls` (both faces); the asyncio twin of the I/O is
+`fencedlease._async.semaphore_stores.AsyncRedisSlots`."""
 
 from __future__ import annotations
 

@@ -11,17 +11,17 @@ The error classes are [`fencedlease`][]'s own, re-exported here for convenience.
 from __future__ import annotations
 
 from .. import _errors
+from .._async.cluster_backend import AsyncRedisClusterBackend
+from .._async.lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
+from .._async.manager import AsyncLeaseManager
+from .._async.redis_backend import AsyncRedisBackend
+from .._async.renewer import AsyncRenewer
+from .._async.semaphore import AsyncSemaphore, AsyncSemaphoreLease
+from .._async.urls import async_backend_from_url
 from .._backend import AsyncLeaseBackend
 from .._clock import AsyncClock
 from .._errors import *  # noqa: F403  (the error classes: _errors.__all__, added to ours below)
 from .._view import LeaseInfo
-from ._cluster_backend import AsyncRedisClusterBackend
-from ._lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
-from ._manager import AsyncLeaseManager
-from ._redis_backend import AsyncRedisBackend
-from ._renewer import AsyncRenewer
-from ._semaphore import AsyncSemaphore, AsyncSemaphoreLease
-from ._urls import async_backend_from_url
 
 __all__ = [
     "AsyncAcquireResult",

@@ -1,0 +1,83 @@
+"""The hand-off on a Redis Cluster (sync): sharded pub/sub where the cluster has it.
+
+On Redis 7 and later a release in a cluster wakes its waiter by ``SPUBLISH`` on the name's channel
+(``release.lua`` with ``'shard'``), which only the nodes of the channel's shard carry, instead of a
+``PUBLISH`` every node of the cluster relays; the listener ``SSUBSCRIBE``s each channel on its
+slot's node (redis-py's cluster pub/sub keeps a connection per node, and moves a channel when its
+slot moves). On Redis 6.2, which has no sharded pub/sub, the release falls back to ``PUBLISH`` and
+the listener is the plain one of `fencedlease._sync.handoff` (one connection on any node hears
+releases from every node). Polling stays the fallback in both, as on a single Redis.
+
+Which of the two is decided once per listener, by the version its cluster reports
+(`sharded_pubsub`).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from fencedlease._redis.replies import text
+
+from .handoff import Handoff
+
+__all__ = ["SHARD_SLICE_S", "ClusterHandoff", "sharded_pubsub"]
+
+SHARD_SLICE_S = 0.05
+"""The longest read of one node's sharded subscriptions, in seconds: redis-py reads the nodes in
+turn, so this bounds how long a message on another node, or a new waiter's subscription, waits."""
+
+
+def sharded_pubsub(version: object) -> bool:
+    """Whether a server reporting ``redis_version`` ``version`` has sharded pub/sub (7.0+)."""
+    major = text(version).partition(".")[0]
+    return major.isdigit() and int(major) >= 7
+
+
+class ClusterHandoff(Handoff):
+    """[`Handoff`][fencedlease._sync.handoff.Handoff] over a ``redis.cluster.RedisCluster``: the
+    listener uses sharded pub/sub on Redis 7+ (see the module), the plain listener otherwise.
+    ``sharded``: None until the listener has asked the cluster, then whether it listens sharded."""
+
+    def _reset(self) -> None:
+        super()._reset()
+        self._wake = threading.Event()
+        self.sharded: bool | None = None
+
+    def _poke(self) -> None:
+        self._wake.set()
+        if not self.sharded:
+            super()._poke()
+
+    def _run(self) -> None:
+        if self.sharded is None:
+            client: Any = self._client
+            try:
+                info = client.info("server", target_nodes=client.get_default_node())
+                self.sharded = sharded_pubsub(info.get("redis_version"))
+            except RedisError:
+                self.sharded = False  # the plain listener works on every version
+        super()._run()
+
+    def _listen_round(
+        self, pubsub: Any, subscribe: list[str], unsubscribe: list[str], timeout_s: float
+    ) -> dict[str, Any] | None:
+        """The plain round (`Handoff`), or on sharded pub/sub: ``SSUBSCRIBE``/``SUNSUBSCRIBE``
+        (redis-py sends each channel to its slot's node), then one read of the nodes' messages
+        for `SHARD_SLICE_S` at most; with no channel to read, a sleep until a waiter asks."""
+        if not self.sharded:
+            return super()._listen_round(pubsub, subscribe, unsubscribe, timeout_s)
+        if subscribe:
+            pubsub.ssubscribe(*subscribe)
+        if unsubscribe:
+            pubsub.sunsubscribe(*unsubscribe)
+        if pubsub.shard_channels:
+            message: dict[str, Any] | None = pubsub.get_sharded_message(
+                timeout=min(timeout_s, SHARD_SLICE_S)
+            )
+            return message
+        if self._wake.wait(timeout_s):
+            self._wake.clear()
+        return None
