@@ -37,7 +37,6 @@ EXCLUDED = {
     # Hand-written twins not yet written once (the asyncio-only ones' sync side is elsewhere).
     "cluster_nodes.py",
     "handoff.py",
-    "handoff_cluster.py",
     "health.py",
     "hold.py",
     "manager.py",
@@ -53,6 +52,7 @@ RULES: list[tuple[str, str]] = [
     # A cross-reference to the asyncio face's class is to the sync face's.
     (r"\bfencedlease\.aio\.(?=Async)", "fencedlease."),
     (r"\bredis\.asyncio\b", "redis"),
+    (r"\bfencedlease\._async\b", "fencedlease._sync"),
     # The asyncio names: ``AsyncLease`` -> ``Lease``, ``AbstractAsyncContextManager`` ->
     # ``AbstractContextManager``, ``async_backend_from_url`` -> ``backend_from_url``.
     (r"\bcheck_async_fn\b", "check_sync_fn"),

@@ -28,8 +28,8 @@ from fencedlease import (
     ReplicationError,
 )
 from fencedlease._protocol import AcquireReply
+from fencedlease._redis.cluster import sharded_pubsub
 from fencedlease._redis.keys import fence_key, lease_key, lease_keys
-from fencedlease._sync.handoff_cluster import sharded_pubsub
 from fencedlease.aio import AsyncLeaseManager, AsyncRedisClusterBackend
 from fencedlease.lab.servers.cluster import RedisClusterServers
 from fencedlease.lab.servers.redis import RedisServer, RedisUnavailable

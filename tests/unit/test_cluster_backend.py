@@ -30,6 +30,7 @@ from fencedlease._redis.cluster import (
     group_failed,
     merge_nodes,
     shard_bound_s,
+    sharded_pubsub,
     slot_groups,
 )
 from fencedlease._redis.errors import backend_errors
@@ -42,7 +43,6 @@ from fencedlease._redis.keys import (
     renew_many_args,
     resource_keys,
 )
-from fencedlease._sync.handoff_cluster import sharded_pubsub
 from fencedlease.aio import AsyncLeaseManager, AsyncRedisClusterBackend
 
 NAMES = st.text(min_size=1, max_size=30)

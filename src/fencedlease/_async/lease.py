@@ -1,5 +1,4 @@
-"""The lease handle and the small result types of the manager (each face its own: written once
-in `fencedlease._async.lease`, generated into `fencedlease._sync.lease`)."""
+"""The lease handle and the small result types of the manager."""
 
 from __future__ import annotations
 

@@ -7,12 +7,13 @@ and `retrieve`, the done callback the asyncio face's own tasks share.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fencedlease._state import LeaseState
 
-__all__ = ["Background", "LostSignal", "retrieve"]
+__all__ = ["Background", "Event", "LostSignal", "retrieve"]
 
 
 class LostSignal:
@@ -81,3 +82,32 @@ class Background:
         if task is not None and not task.done():
             task.cancel()
             await asyncio.wait({task})
+
+
+class Event:
+    """A flag one task sets and another waits for (`asyncio.Event`), the wait bounded: the twin
+    of the sync face's (`threading.Event`). Used on the event loop it was made on."""
+
+    __slots__ = ("_event",)
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    def clear(self) -> None:
+        self._event.clear()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    async def wait(self, timeout_s: float | None) -> bool:
+        """Wait until set or ``timeout_s`` seconds have passed (None: no bound); whether it is
+        set."""
+        if timeout_s is None:
+            await self._event.wait()
+            return True
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._event.wait(), timeout_s)
+        return self._event.is_set()

@@ -12,7 +12,7 @@ slots in turn and the nodes at once, each node given its bound; one node's failu
 fails its own leases' renewals only.
 
 What the faces do differently per node (a worker thread or a task, a node's pipeline) is the
-I/O of `fencedlease._async.cluster_nodes` and its twin.
+I/O of `fencedlease._sync.cluster_nodes` and its twin.
 """
 
 from __future__ import annotations

@@ -1,49 +1,58 @@
-"""The hand-off on a Redis Cluster (sync): sharded pub/sub where the cluster has it.
+# GENERATED from src/fencedlease/_async/handoff_cluster.py by `python scripts/unasync.py`:
+# do not edit. Edit that source, then run it again (CI runs it with --check, failing while
+# stale).
+"""The hand-off on a Redis Cluster: sharded pub/sub where the cluster has it.
 
 On Redis 7 and later a release in a cluster wakes its waiter by ``SPUBLISH`` on the name's channel
 (``release.lua`` with ``'shard'``), which only the nodes of the channel's shard carry, instead of a
 ``PUBLISH`` every node of the cluster relays; the listener ``SSUBSCRIBE``s each channel on its
 slot's node (redis-py's cluster pub/sub keeps a connection per node, and moves a channel when its
 slot moves). On Redis 6.2, which has no sharded pub/sub, the release falls back to ``PUBLISH`` and
-the listener is the plain one of `fencedlease._sync.handoff` (one connection on any node hears
-releases from every node). Polling stays the fallback in both, as on a single Redis.
+the listener is the plain one of `handoff` (one connection on any node hears releases from every
+node). Polling stays the fallback in both, as on a single Redis.
 
 Which of the two is decided once per listener, by the version its cluster reports
-(`sharded_pubsub`).
+(`fencedlease._redis.cluster.sharded_pubsub`).
 """
 
 from __future__ import annotations
 
-import threading
+import functools
+import logging
 from typing import Any
 
+import redis
 from redis.exceptions import RedisError
 
-from fencedlease._redis.replies import text
+from fencedlease._redis.cluster import SHARD_SLICE_S, sharded_pubsub
 
 from .handoff import Handoff
+from .primitives import Event
 
-__all__ = ["SHARD_SLICE_S", "ClusterHandoff", "sharded_pubsub"]
+__all__ = ["ClusterHandoff"]
 
-SHARD_SLICE_S = 0.05
-"""The longest read of one node's sharded subscriptions, in seconds: redis-py reads the nodes in
-turn, so this bounds how long a message on another node, or a new waiter's subscription, waits."""
+log = logging.getLogger("fencedlease.handoff")
 
 
-def sharded_pubsub(version: object) -> bool:
-    """Whether a server reporting ``redis_version`` ``version`` has sharded pub/sub (7.0+)."""
-    major = text(version).partition(".")[0]
-    return major.isdigit() and int(major) >= 7
+@functools.cache
+def _no_pubsub() -> None:
+    """Say once per process why waiters on a cluster are not woken by a release."""
+    log.info(
+        "fencedlease: redis-py %s has no pub/sub on redis.RedisCluster (newer ones"
+        " have it): a waiter on a cluster polls every retry_delay_ms instead of being woken",
+        redis.__version__,
+    )
 
 
 class ClusterHandoff(Handoff):
-    """[`Handoff`][fencedlease._sync.handoff.Handoff] over a ``redis.cluster.RedisCluster``: the
-    listener uses sharded pub/sub on Redis 7+ (see the module), the plain listener otherwise.
-    ``sharded``: None until the listener has asked the cluster, then whether it listens sharded."""
+    """[`Handoff`][fencedlease._sync.handoff.Handoff] over a
+    ``redis.RedisCluster``: the listener uses sharded pub/sub on Redis 7+ (see the module),
+    the plain listener otherwise. ``sharded``: None until the listener has asked the cluster, then
+    whether it listens sharded."""
 
     def _reset(self) -> None:
         super()._reset()
-        self._wake = threading.Event()
+        self._wake = Event()
         self.sharded: bool | None = None
 
     def _poke(self) -> None:
@@ -52,6 +61,11 @@ class ClusterHandoff(Handoff):
             super()._poke()
 
     def _run(self) -> None:
+        if not hasattr(self._client, "pubsub"):
+            # an older redis-py (5.0.1) has no pub/sub on the asyncio RedisCluster: no listener,
+            # so a waiter polls every retry_delay_ms; the listener stays until close() stops it.
+            _no_pubsub()
+            Event().wait(None)
         if self.sharded is None:
             client: Any = self._client
             try:

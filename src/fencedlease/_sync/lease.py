@@ -1,8 +1,7 @@
 # GENERATED from src/fencedlease/_async/lease.py by `python scripts/unasync.py`:
 # do not edit. Edit that source, then run it again (CI runs it with --check, failing while
 # stale).
-"""The lease handle and the small result types of the manager (each face its own: written once
-in `fencedlease._async.lease`, generated into `fencedlease._sync.lease`)."""
+"""The lease handle and the small result types of the manager."""
 
 from __future__ import annotations
 

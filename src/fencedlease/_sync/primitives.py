@@ -12,7 +12,7 @@ from typing import Any
 
 from fencedlease._state import LeaseState
 
-__all__ = ["Background", "LostSignal"]
+__all__ = ["Background", "Event", "LostSignal"]
 
 
 class LostSignal:
@@ -58,3 +58,8 @@ class Background:
             thread, self._thread = self._thread, None
         if thread is not None:
             thread.join(STOP_S)
+
+
+class Event(threading.Event):
+    """A flag one thread sets and another waits for (`threading.Event`), the wait bounded: the twin
+    of the asyncio face's. ``wait(timeout_s)``: whether it is set (None: no bound)."""

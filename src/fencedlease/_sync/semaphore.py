@@ -3,7 +3,7 @@
 # stale).
 """The semaphore: [`Semaphore`][fencedlease.Semaphore], made by
 [`LeaseManager.semaphore`][fencedlease.LeaseManager.semaphore], over the stores'
-steps (`fencedlease._async.semaphore_stores`: the same Lua scripts on Redis, the memory store
+steps (`fencedlease._sync.semaphore_stores`: the same Lua scripts on Redis, the memory store
 inline, the SQLite store on a worker thread on the asyncio face). What a semaphore is, and what
 both faces decide without I/O: `fencedlease._semaphore_base`.
 """

@@ -2,7 +2,7 @@
 # do not edit. Edit that source, then run it again (CI runs it with --check, failing while
 # stale).
 """The slots of every semaphore of a manager as one lease backend, for the lease machinery:
-`SlotBackend` over the slot store (`fencedlease._async.semaphore_stores`).
+`SlotBackend` over the slot store (`fencedlease._sync.semaphore_stores`).
 """
 
 from __future__ import annotations
