@@ -8,16 +8,14 @@ from collections.abc import Sequence
 from typing import Protocol, TypeVar
 
 from fencedlease._backend import RenewItem
-from fencedlease._errors import BackendError, ValidationError
+from fencedlease._errors import ValidationError
 from fencedlease._protocol import AcquireReply
-from fencedlease._redis.aio import run_script
-from fencedlease._redis.errors import backend_errors
-from fencedlease._redis.semaphore import SlotCall, SlotCalls, merge_calls, renew_calls
 from fencedlease._sync.semaphore_stores import MemorySlots, SlotStore, SqliteSlots, scope_of
 from fencedlease.backends.memory import AsyncMemoryBackend
 from fencedlease.backends.sqlite_async import AsyncSqliteBackend
 
 from .redis_backend import AsyncRedisBackend
+from .redis_slots import AsyncRedisSlots
 
 __all__ = [
     "AsyncRedisSlots",
@@ -45,54 +43,6 @@ class AsyncSlotStore(Protocol):
     async def count(self, name: str) -> int: ...
 
     async def clear(self, name: str) -> bool: ...
-
-
-class AsyncRedisSlots:
-    """The Redis slot store over an [`AsyncRedisBackend`][fencedlease.aio.AsyncRedisBackend]'s
-    client and prefix: the sync store's steps (`fencedlease._redis.semaphore.SlotCalls`),
-    awaited."""
-
-    def __init__(self, backend: AsyncRedisBackend) -> None:
-        self._client = backend.client
-        self._renewals = backend._renewals
-        self._answered = backend.answered
-        self._calls = SlotCalls(backend.prefix)
-
-    async def _run(self, call: SlotCall[T]) -> T:
-        client = self._renewals() if call.renewal else self._client
-        with backend_errors(call.what):
-            reply = await run_script(client, call.script, call.keys, call.args)
-        return call.decode(reply)
-
-    def fencing_scope(self, name: str) -> str:
-        return self._calls.fencing_scope(name)
-
-    async def acquire(self, name: str, owner_token: str, ttl_ms: int, limit: int) -> AcquireReply:
-        reply = await self._run(self._calls.acquire(name, owner_token, ttl_ms, limit))
-        self._answered()  # the backend's eviction check, once
-        return reply
-
-    async def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
-        calls = renew_calls(self._calls.prefix, items, self._renewals())
-        outcomes: list[list[int | BaseException] | BackendError] = []
-        for indices in calls:  # one on a server; one per hash slot on a cluster
-            batch = [items[i] for i in indices]
-            try:
-                replies = await self._run(self._calls.renew_many(batch))
-            except BackendError as exc:
-                outcomes.append(exc)
-            else:
-                outcomes.append(replies)
-        return merge_calls(len(items), calls, outcomes)
-
-    async def release(self, name: str, owner_token: str) -> bool:
-        return await self._run(self._calls.release(name, owner_token))
-
-    async def count(self, name: str) -> int:
-        return await self._run(self._calls.count(name))
-
-    async def clear(self, name: str) -> bool:
-        return await self._run(self._calls.clear(name))
 
 
 class _InlineSlots:

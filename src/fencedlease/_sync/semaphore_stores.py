@@ -38,12 +38,12 @@ from fencedlease._backend import RenewItem
 from fencedlease._errors import BackendError, ValidationError
 from fencedlease._protocol import MAX_FENCING_TOKEN, AcquireReply
 from fencedlease._redis.keys import semaphore_keys
-from fencedlease._redis.semaphore import RedisSlots
 from fencedlease.backends._clock import clock_ms
 from fencedlease.backends.memory import MemoryBackend
 from fencedlease.backends.sqlite import SqliteBackend, _stored_token
 
 from .redis_backend import RedisBackend
+from .redis_slots import RedisSlots
 
 __all__ = [
     "MemorySlots",
@@ -328,7 +328,7 @@ def slot_store_for(backend: object) -> SlotStore:
             SQLite backends have one); argument ``client``, the manager's.
     """
     if isinstance(backend, RedisBackend):
-        return RedisSlots(backend.client, backend._renewals, backend.prefix, backend.answered)
+        return RedisSlots(backend)
     if isinstance(backend, MemoryBackend):
         return MemorySlots(backend)
     if isinstance(backend, SqliteBackend):
