@@ -243,7 +243,17 @@ class AsyncHandoff(HandoffBase[redis.asyncio.Redis]):
                 try:
                     message = await self._listen_round(pubsub, subscribe, unsubscribe, timeout_s)
                     backoff_s = 0.0
-                except RedisError as exc:
+                except (RedisError, OSError, ValueError) as exc:
+                    # redis-py reconnects and re-subscribes on the next call; until then waiters
+                    # poll. Back off so a dead server is not hammered. A socket closed under
+                    # the pub/sub (a primary switch drops the pool's connections) is OSError or
+                    # "I/O operation on closed file", which redis-py does not reconnect from: a
+                    # fresh pub/sub then, as on the sync face.
+                    if not isinstance(exc, RedisError):
+                        with contextlib.suppress(RedisError, OSError, ValueError):
+                            await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]
+                        pubsub = listener.pubsub()
+                        self._control_on = False
                     warned = listener_failed(exc, acl_denial(exc), warned)
                     channels.lost_connection()
                     backoff_s = min(1.0, max(0.01, backoff_s * 2))
