@@ -43,11 +43,11 @@ from fencedlease._redis.scripts import (
 )
 from fencedlease._redis.sentinel_aio import AsyncPrimaryCheck, AsyncSwitchWatcher
 from fencedlease._redis.wire import PackedCalls, PackedRenewals
-from fencedlease._redis.wire_aio import packs_itself, run_packed
 from fencedlease._validate import check_prefix
 
 from .handoff import AsyncHandoff
 from .primitives import Background
+from .wire import packs_itself, run_packed
 
 __all__ = ["AsyncRedisBackend"]
 

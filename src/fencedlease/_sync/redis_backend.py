@@ -47,11 +47,12 @@ from fencedlease._redis.scripts import (
     run_script,
 )
 from fencedlease._redis.sentinel import PrimaryCheck, SwitchWatcher
-from fencedlease._redis.wire import PackedCalls, PackedRenewals, packs_itself, run_packed
+from fencedlease._redis.wire import PackedCalls, PackedRenewals
 from fencedlease._validate import check_prefix
 
 from .handoff import Handoff
 from .primitives import Background
+from .wire import packs_itself, run_packed
 
 __all__ = ["RedisBackend"]
 
