@@ -190,12 +190,12 @@ SURFACES: Final[dict[str, str]] = {
 }
 
 PROBES: Final[tuple[Probe, ...]] = (
-    Probe("redis-lock", "_redis_backend.py", "        decoded = decode_acquire(reply, key)"),
-    Probe("redis-lock", "aio/_redis_backend.py", "        decoded = decode_acquire(reply, key)"),
-    Probe("sync-renewer", "_renewer.py", "        if self._thread is not None and self._thread.is_alive():"),
-    Probe("asyncio", "aio/_renewer.py", "        if self._task is not None and not self._task.done():"),
-    Probe("handoff", "_handoff_sync.py", "        keys, args = self._enqueue_args(key, owner_token, ttl_ms, wait_ms, final)"),
-    Probe("handoff", "aio/_handoff.py", "        keys, args = self._enqueue_args(key, owner_token, ttl_ms, wait_ms, final)"),
+    Probe("redis-lock", "_sync/redis_backend.py", "        decoded = decode_acquire(reply, key)"),
+    Probe("redis-lock", "_async/redis_backend.py", "        decoded = decode_acquire(reply, key)"),
+    Probe("sync-renewer", "_sync/renewer.py", "        if self._thread is not None and self._thread.is_alive():"),
+    Probe("asyncio", "_async/renewer.py", "        if self._task is not None and not self._task.done():"),
+    Probe("handoff", "_sync/handoff.py", "        keys, args = self._enqueue_args(key, owner_token, ttl_ms, wait_ms, final)"),
+    Probe("handoff", "_async/handoff.py", "        keys, args = self._enqueue_args(key, owner_token, ttl_ms, wait_ms, final)"),
     # A waiter queued by its refused acquire (both faces): no queueing command follows.
     Probe("handoff", "_handoff.py", "        self._channels.join(channel, waiter_name(owner_token), event)"),
     Probe("sql-guard", "db/_guard.py", "    access = coerce_access(token_or_lease)"),
@@ -309,7 +309,7 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
         ("sync-renewer",),
         (
             Edit(
-                "_renewer.py",
+                "_sync/renewer.py",
                 "            replies = self._backend.renew_many(items)\n"
                 "        return sent.mono, sent.wall, replies\n",
                 "            replies = self._backend.renew_many(items)\n"
@@ -325,7 +325,7 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
         ("asyncio",),
         (
             Edit(
-                "aio/_renewer.py",
+                "_async/renewer.py",
                 "            replies = await self._backend.renew_many(items)\n"
                 "        return sent.mono, sent.wall, replies\n",
                 "            replies = await self._backend.renew_many(items)\n"
@@ -363,7 +363,7 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
                 " 'sleep': staticmethod(clock.sleep), **({'async_sleep': staticmethod(clock.async_sleep)} if hasattr(clock, 'async_sleep') else {})})()\n"
                 "        batch = check_ms(",
             )
-            for path in ("_manager_base.py", "aio/_manager_base.py")
+            for path in ("_sync/manager_base.py", "_async/manager_base.py")
         ),
     ),
     Mutant(
@@ -456,7 +456,7 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
                 "        self._cancel_requested = True\n"
                 '        task.cancel(f"fencedlease: the lease on {self._args.key!r} was lost")\n',
                 "        self._cancel_requested = False\n",
-            ) for path in ("aio/_manager.py", "aio/_hold.py"))),
+            ) for path in ("_async/manager.py", "_async/hold.py"))),
         ),
     ),
     Mutant(

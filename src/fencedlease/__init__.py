@@ -33,14 +33,14 @@ from fencedlease._core.shutdown import ShutdownReport
 from fencedlease._core.view import LeaseInfo
 
 from ._acl import ACL_COMMANDS, acl_rules, acl_setuser_line
-from ._cluster_backend import RedisClusterBackend
 from ._fenced_resource import FencedResource
-from ._health import HealthReport
-from ._lease import AcquireResult, Lease, LeaseOutcome
-from ._manager import LeaseManager
 from ._redis.keys import RedisKeys, redis_keys
-from ._redis_backend import RedisBackend
-from ._semaphore import Semaphore, SemaphoreLease
+from ._sync.cluster_backend import RedisClusterBackend
+from ._sync.health import HealthReport
+from ._sync.lease import AcquireResult, Lease, LeaseOutcome
+from ._sync.manager import LeaseManager
+from ._sync.redis_backend import RedisBackend
+from ._sync.semaphore import Semaphore, SemaphoreLease
 from .backends import MemoryBackend, SqliteBackend
 from .redis_fencing import RedisFencedResource
 

@@ -1,8 +1,8 @@
 """The hand-off's channel model: which waiter waits on which channel, what a manager's listener
 must (un)subscribe and when, and which waiter a pub/sub message wakes (with the grant it carried).
 
-Both faces' listeners drive one `Channels` (the thread of `fencedlease._handoff_sync.Handoff`
-under its lock, the task of `fencedlease.aio._handoff.AsyncHandoff` on its loop); how the hand-off
+Both faces' listeners drive one `Channels` (the thread of `fencedlease._sync.handoff.Handoff`
+under its lock, the task of `fencedlease._async.handoff.AsyncHandoff` on its loop); how the hand-off
 works is in `fencedlease._handoff`. No I/O.
 """
 

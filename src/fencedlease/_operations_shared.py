@@ -1,5 +1,5 @@
-"""What both faces' ``Operations`` mixins share (`fencedlease._operations`,
-`fencedlease.aio._operations`): the stubs of the manager they are mixed into, and ``from_env`` up
+"""What both faces' ``Operations`` mixins share (`fencedlease._sync.operations`,
+`fencedlease._async.operations`): the stubs of the manager they are mixed into, and ``from_env`` up
 to its start-up check, which each face makes in its own way (a call, an await). No I/O."""
 
 from __future__ import annotations
@@ -10,11 +10,12 @@ from typing import Any, TypeVar
 from fencedlease._core.clock import Clock
 from fencedlease._core.env import manager_from_env
 from fencedlease._core.events import EventHook
+from fencedlease._redis.options import jittered_retry
 
-from ._health import DEFAULT_HEALTH_TIMEOUT_MS
-from ._redis.options import jittered_retry
+__all__ = ["DEFAULT_HEALTH_TIMEOUT_MS", "OperationsBase"]
 
-__all__ = ["OperationsBase"]
+DEFAULT_HEALTH_TIMEOUT_MS = 1_000
+"""How long ``check_health`` waits by default, in milliseconds (both faces)."""
 
 _M = TypeVar("_M", bound="OperationsBase")
 

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any, ParamSpec, TypeVar
 
-__all__ = ["DaemonThreadPool"]
+__all__ = ["DaemonThreadPool", "shutdown_pool"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -96,3 +97,17 @@ class DaemonThreadPool(Executor):
         if wait:
             for thread in threads:
                 thread.join()
+
+
+def shutdown_pool(pool: DaemonThreadPool | None, until: float | None) -> int:
+    """Stop ``pool`` once the calls submitted so far have run, and join its threads until the
+    monotonic instant ``until`` at most (None: no bound). A thread blocked on a hung store is left
+    to end at the client's socket timeout; its late reply changes nothing that matters (a renewal
+    or a release is owner-checked). Returns how many threads are still running."""
+    if pool is None:
+        return 0
+    pool.shutdown(wait=False)
+    threads = list(pool._threads)
+    for thread in threads:
+        thread.join(None if until is None else max(0.0, until - time.monotonic()))
+    return sum(thread.is_alive() for thread in threads)

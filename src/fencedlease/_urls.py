@@ -49,26 +49,16 @@ from __future__ import annotations
 from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-import redis
-from redis.cluster import ClusterNode
-
-from fencedlease._core.backend import LeaseBackend
 from fencedlease._core.clock import Clock
 from fencedlease._core.errors import ValidationError
 from fencedlease._core.redact import ambiguous_url, url_error
 from fencedlease._core.validate import check_clock, check_key, check_prefix
 
-from ._cluster_backend import RedisClusterBackend
-from ._redis.clients import redis_client
-from ._redis.cluster import CLUSTER_SCHEMES, cluster_client, cluster_url_options
-from ._redis.sentinel import SENTINEL_SCHEME, sentinel_client
-from ._redis_backend import RedisBackend
-from .backends.memory import MemoryBackend
-from .backends.sqlite import SqliteBackend
+from ._redis.cluster import CLUSTER_SCHEMES, cluster_url_options
+from ._redis.sentinel import SENTINEL_SCHEME
 
 __all__ = [
     "REDIS_SCHEMES",
-    "backend_from_url",
     "parse_backend_url",
     "sqlite_options",
 ]
@@ -148,38 +138,6 @@ def sqlite_options(url: str, kwargs: dict[str, Any]) -> tuple[str, dict[str, Any
             raise ValidationError(name, f"{name} is given both in the URL and as an argument")
         options[name] = value
     return path, options
-
-
-def backend_from_url(url: str, *, prefix: str, clock: Clock, **kwargs: Any) -> LeaseBackend:
-    """The [`LeaseBackend`][fencedlease.LeaseBackend] a URL names (forms in the module docstring).
-
-    The backend owns what it made (a Redis client, a SQLite connection): its ``close()`` closes
-    them. ``clock`` dates expiry for ``memory://`` (its ``monotonic()``) and ``sqlite://`` (its
-    ``time()``); Redis keeps its own time.
-
-    Raises:
-        ValidationError: an unknown scheme, a malformed URL, an option the scheme does not take
-            (or a value redis-py would only refuse when it connects: a timeout that is not a
-            finite positive number of seconds, an unknown encoding; a query option it would keep
-            as a string where it takes an object or a bool), a Redis URL with an ``@`` after a
-            ``/``, ``?`` or ``#``, a bad ``prefix`` or ``clock``. A password in the URL shows as
-            ``***`` in the message, no piece of it of 3 characters or more is left there, and no
-            exception holding it is chained to the error.
-        BackendError: a SQLite database that cannot be opened.
-    """
-    kind, path, options = parse_backend_url(url, prefix, clock, kwargs)
-    if kind == "redis":
-        return RedisBackend(
-            redis_client(redis.Redis.from_url, url, options), prefix, owns_client=True
-        )
-    if kind == "sentinel":
-        return RedisBackend(sentinel_client(url, options), prefix, owns_client=True)
-    if kind == "cluster":
-        client = cluster_client(redis.RedisCluster, ClusterNode, url, options)
-        return RedisClusterBackend(client, prefix, owns_client=True)
-    if kind == "memory":
-        return MemoryBackend(clock=clock)
-    return SqliteBackend(path, prefix=prefix, clock=clock, **options)
 
 
 def parse_backend_url(

@@ -163,7 +163,7 @@ def async_redis_store(client: redis.Redis, url: str, prefix: str = "contract") -
     """The asyncio Redis backend, with time moved through the sync ``client`` on the same db."""
     import redis.asyncio
 
-    from fencedlease.aio._redis_backend import AsyncRedisBackend
+    from fencedlease._async.redis_backend import AsyncRedisBackend
 
     backend = SyncOverAsync(
         AsyncRedisBackend(redis.asyncio.Redis.from_url(url), prefix, owns_client=True)

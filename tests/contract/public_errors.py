@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 
 import fencedlease
 from fencedlease import FencedLeaseError, LeaseManager
+from fencedlease._async.redis_backend import AsyncRedisBackend
 from fencedlease._core.clock import SYSTEM_CLOCK
 from fencedlease._redis.options import redis_parameters
 from fencedlease.aio import AsyncLeaseManager
-from fencedlease.aio._redis_backend import AsyncRedisBackend
 from fencedlease.backends import (
     AsyncMemoryBackend,
     AsyncSqliteBackend,

@@ -28,7 +28,7 @@ from fencedlease import (
     ReplicationError,
 )
 from fencedlease._core.protocol import AcquireReply
-from fencedlease._handoff_cluster import sharded_pubsub
+from fencedlease._redis.cluster import sharded_pubsub
 from fencedlease._redis.keys import fence_key, lease_key, lease_keys
 from fencedlease.aio import AsyncLeaseManager, AsyncRedisClusterBackend
 from fencedlease_lab.servers.cluster import RedisClusterServers

@@ -18,9 +18,9 @@ import redis.asyncio
 
 from conftest import expiry_ms, wait_until
 from fencedlease import AcquireResult, LeaseManager
+from fencedlease._async.handoff import AsyncHandoff
 from fencedlease._core.protocol import new_owner_token
 from fencedlease._handoff import WaitRequest, waiter_name
-from fencedlease._handoff_sync import Handoff
 from fencedlease._redis.keys import (
     enqueue_args,
     handoff_channel,
@@ -30,7 +30,7 @@ from fencedlease._redis.keys import (
 )
 from fencedlease._redis.replies import parse_grant
 from fencedlease._redis.scripts import ENQUEUE, RELEASE, run_script
-from fencedlease.aio._handoff import AsyncHandoff
+from fencedlease._sync.handoff import Handoff
 from fencedlease_lab.servers.redis import RedisServer
 
 pytestmark = pytest.mark.live

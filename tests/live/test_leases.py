@@ -562,7 +562,7 @@ def test_renewer_survives_a_restart_with_aof() -> None:
 def test_interrupt_during_acquire_leaves_nothing_held(redis_client: redis.Redis) -> None:
     """A KeyboardInterrupt after the grant but before the caller saw it: the manager releases the
     grant with that attempt's owner token and re-raises."""
-    from fencedlease._redis_backend import RedisBackend
+    from fencedlease._sync.redis_backend import RedisBackend
 
     class InterruptedAfterGrant(RedisBackend):
         def acquire(self, key: str, owner_token: str, ttl_ms: int, queue: Any = ()) -> Any:

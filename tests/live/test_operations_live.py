@@ -21,7 +21,7 @@ from fencedlease import (
     ShutdownReport,
     ValidationError,
 )
-from fencedlease._health import NOOP
+from fencedlease._sync.health import NOOP
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.backends import AsyncMemoryBackend, MemoryBackend
 from fencedlease.testing import FakeClock

@@ -19,13 +19,13 @@ from hypothesis import strategies as st
 
 import fencedlease._core.attempt
 from fencedlease import BackendError, LeaseManager
+from fencedlease._async.handoff import AsyncHandoff
+from fencedlease._async.redis_backend import AsyncRedisBackend
 from fencedlease._core.protocol import MAX_FENCING_TOKEN, AcquireReply
-from fencedlease._handoff_sync import Handoff
 from fencedlease._redis.keys import key_base
-from fencedlease._redis_backend import RedisBackend
+from fencedlease._sync.handoff import Handoff
+from fencedlease._sync.redis_backend import RedisBackend
 from fencedlease.aio import AsyncLeaseManager
-from fencedlease.aio._handoff import AsyncHandoff
-from fencedlease.aio._redis_backend import AsyncRedisBackend
 
 pytestmark = pytest.mark.live
 

@@ -30,7 +30,7 @@ from fencedlease import (
 )
 from fencedlease._acl import acl_rules
 from fencedlease._core.state import LossReason
-from fencedlease._redis.semaphore import RedisSlots
+from fencedlease._sync.redis_slots import RedisSlots
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.aio.testing import cancel_at_suspension
 from fencedlease_lab.servers.redis import RedisServer
@@ -42,7 +42,7 @@ LONG = 60_000  # a TTL no step of a test outlives
 
 def _store(client: redis.Redis) -> RedisSlots:
     backend = RedisBackend(client, "t")
-    return RedisSlots(backend.client, backend._renewals, backend.prefix)
+    return RedisSlots(backend)
 
 
 def test_redis_store_follows_the_model_without_expiry(redis_client: redis.Redis) -> None:

@@ -19,8 +19,8 @@ from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from fencedlease import BackendError, LeaseManager, MemoryBackend, RedisBackend, SqliteBackend
+from fencedlease._async.handoff import AsyncHandoff, AsyncSleepWaiter, async_release_waiter_for
 from fencedlease._handoff import SleepWaiter, WaitRequest, release_waiter_for
-from fencedlease._handoff_sync import Handoff
 from fencedlease._redis.errors import (
     CommandRefused,
     RedisCallError,
@@ -31,8 +31,8 @@ from fencedlease._redis.errors import (
     store_error,
 )
 from fencedlease._redis.scripts import ACQUIRE, run_script
+from fencedlease._sync.handoff import Handoff
 from fencedlease.aio import AsyncLeaseManager, AsyncRedisBackend
-from fencedlease.aio._handoff import AsyncHandoff, AsyncSleepWaiter, async_release_waiter_for
 from fencedlease.backends import AsyncMemoryBackend
 
 
@@ -289,3 +289,63 @@ def test_a_mapped_error_maps_to_the_backend_error_of_redis_pys_own(cause: Except
         cause,
     )
     assert acl_denial(RedisCallError(cause)) == acl_denial(cause)
+
+
+class _AsyncClosedUnderIt:
+    """`_ClosedUnderIt` for the asyncio listener."""
+
+    closed = 0
+
+    async def subscribe(self, *channels: str) -> None:
+        raise ValueError("I/O operation on closed file.")
+
+    async def aclose(self) -> None:
+        type(self).closed += 1
+
+
+class _AsyncHealthy:
+    """`_Healthy` for the asyncio listener: it subscribes and then hears nothing."""
+
+    def __init__(self) -> None:
+        self.subscribed = asyncio.Event()
+        self.channels: list[str] = []
+
+    async def subscribe(self, *channels: str) -> None:
+        self.channels += channels
+        self.subscribed.set()
+
+    async def unsubscribe(self, *channels: str) -> None:
+        pass
+
+    async def get_message(self, timeout: float) -> None:
+        await asyncio.sleep(min(timeout, 0.01))
+
+    async def aclose(self) -> None:
+        pass
+
+
+def test_the_asyncio_listener_takes_a_fresh_pubsub_when_its_socket_was_closed_under_it() -> None:
+    """As on the sync face, the asyncio listener survives a pub/sub whose socket was closed under
+    it (an OSError or ValueError, not a RedisError): it closes it, makes a new one and subscribes
+    its control channel again there, instead of dying."""
+
+    async def main() -> tuple[bool, list[str], str]:
+        healthy = _AsyncHealthy()
+        made = iter([_AsyncClosedUnderIt(), healthy])
+
+        class _Client(_FakeClient):
+            def pubsub(self) -> object:
+                return next(made)
+
+        handoff = AsyncHandoff(_Client(None), "p")  # type: ignore[arg-type]
+        await handoff.wait(WaitRequest("k", "o" * 32, 1, 0.0))
+        await asyncio.wait_for(healthy.subscribed.wait(), 10.0)
+        task = handoff._task
+        alive = task is not None and not task.done()
+        await handoff.aclose()
+        return alive, healthy.channels, handoff._control
+
+    alive, channels, control = asyncio.run(main())
+    assert alive is True
+    assert _AsyncClosedUnderIt.closed == 1
+    assert channels[0] == control  # the control channel, subscribed anew

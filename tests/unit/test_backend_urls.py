@@ -14,11 +14,11 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from fencedlease import LeaseManager, RedisBackend, ValidationError
+from fencedlease._async.urls import async_backend_from_url
 from fencedlease._core.clock import SYSTEM_CLOCK
 from fencedlease._core.redact import redact_text, redact_url
-from fencedlease._urls import backend_from_url
+from fencedlease._sync.urls import backend_from_url
 from fencedlease.aio import AsyncLeaseManager
-from fencedlease.aio._urls import async_backend_from_url
 from fencedlease.backends import (
     AsyncMemoryBackend,
     AsyncSqliteBackend,
@@ -130,7 +130,7 @@ def test_bad_prefix_is_named() -> None:
 
 def test_async_urls_make_the_async_twins(tmp_path: Path) -> None:
     """The asyncio face makes AsyncMemoryBackend, AsyncSqliteBackend and an async Redis backend."""
-    from fencedlease.aio._redis_backend import AsyncRedisBackend
+    from fencedlease._async.redis_backend import AsyncRedisBackend
 
     clock = FakeClock()
     memory = async_backend_from_url("memory://", prefix="p", clock=clock)

@@ -24,13 +24,13 @@ from redis.exceptions import (
 
 from fencedlease import BackendError, LeaseManager, RedisClusterBackend, ValidationError
 from fencedlease._handoff import Channels
-from fencedlease._handoff_cluster import sharded_pubsub
 from fencedlease._redis.cluster import (
     cluster_url_options,
     finish_batch,
     group_failed,
     merge_nodes,
     shard_bound_s,
+    sharded_pubsub,
     slot_groups,
 )
 from fencedlease._redis.errors import backend_errors

@@ -15,21 +15,21 @@ import threading
 import warnings
 from collections.abc import Iterator, Sequence
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from test_renewal_in_flight import AsyncHeldRoundTrip, HeldRoundTrip
 
-import fencedlease._health
-import fencedlease._redis.semaphore
-import fencedlease.aio._health
-import fencedlease.aio._semaphore_stores
+import fencedlease._async.health
+import fencedlease._async.redis_slots
+import fencedlease._sync.health
+import fencedlease._sync.redis_slots
 from fencedlease import LeaseLostError, LeaseManager, ShutdownReport, ValidationError
 from fencedlease._core.schedule import MAX_IN_FLIGHT
 from fencedlease._redis.scripts import Script
 from fencedlease._redis.sentinel import SWITCH_POLL_S, SwitchWatcher
 from fencedlease._redis.sentinel_aio import AsyncSwitchWatcher
-from fencedlease._renewer import IO_THREADS, Renewer
+from fencedlease._sync.renewer import IO_THREADS, Renewer
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.backends import AsyncMemoryBackend, MemoryBackend
 from fencedlease.testing import FakeClock
@@ -367,7 +367,9 @@ def test_check_health_takes_the_same_arguments_on_both_faces(face: str) -> None:
     """The store check of either face takes ``backend`` and ``timeout_ms``; the sync face's old
     ``clock`` (never used) is still accepted, with a DeprecationWarning, and changes nothing."""
     check = (
-        fencedlease._health.check_health if face == "sync" else fencedlease.aio._health.check_health
+        fencedlease._sync.health.check_health
+        if face == "sync"
+        else fencedlease._async.health.check_health
     )
     params = [p for p in inspect.signature(check).parameters if p != "clock"]
     assert params == ["backend", "timeout_ms"]
@@ -376,7 +378,7 @@ def test_check_health_takes_the_same_arguments_on_both_faces(face: str) -> None:
         return
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        report = fencedlease._health.check_health(MemoryBackend(), 1_000, FakeClock())
+        report = fencedlease._sync.health.check_health(MemoryBackend(), 1_000, FakeClock())
     assert [(w.category, str(w.message)) for w in caught] == [
         (
             DeprecationWarning,
@@ -408,7 +410,7 @@ def _recorded_scripts(face: str, replies: list[object]) -> Iterator[list[tuple[o
         return record(client, script, keys, args)
 
     module: Any = (
-        fencedlease._redis.semaphore if face == "sync" else fencedlease.aio._semaphore_stores
+        fencedlease._sync.redis_slots if face == "sync" else fencedlease._async.redis_slots
     )
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(module, "run_script", record if face == "sync" else record_async)
@@ -423,10 +425,10 @@ def test_the_redis_slot_store_sends_the_same_steps(face: str) -> None:
     replies: list[object] = [[1, b"7", 0], [b"7", 0], 1, 2, 1]
     with _recorded_scripts(face, replies) as calls:
         if face == "sync":
-            client: Any = "client"
-            store = fencedlease._redis.semaphore.RedisSlots(
-                client, lambda: cast(Any, "renewals"), "p"
+            backend: Any = SimpleNamespace(
+                client="client", _renewals=lambda: "renewals", prefix="p", answered=lambda: None
             )
+            store = fencedlease._sync.redis_slots.RedisSlots(backend)
             results: list[object] = [
                 store.fencing_scope("s"),
                 store.acquire("s", "o" * 32, 1_000, 3),
@@ -439,7 +441,7 @@ def test_the_redis_slot_store_sends_the_same_steps(face: str) -> None:
             backend = SimpleNamespace(
                 client="client", _renewals=lambda: "renewals", prefix="p", answered=lambda: None
             )
-            aio = fencedlease.aio._semaphore_stores.AsyncRedisSlots(backend)  # type: ignore[arg-type]
+            aio = fencedlease._async.redis_slots.AsyncRedisSlots(backend)
 
             async def main() -> list[object]:
                 return [

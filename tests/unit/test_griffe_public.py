@@ -36,7 +36,7 @@ def package() -> griffe.Module:
     return loaded
 
 
-FACES = ("_manager.LeaseManager", "aio._manager.AsyncLeaseManager")
+FACES = ("_sync.manager.LeaseManager", "_async.manager.AsyncLeaseManager")
 
 
 def _method(package: griffe.Module, face: str, name: str) -> griffe.Function:
@@ -77,9 +77,9 @@ def test_defaults_named_by_a_constant_show_its_value(package: griffe.Module) -> 
 
 
 def test_a_backend_method_without_a_docstring_takes_the_protocol_s(package: griffe.Module) -> None:
-    sync_acquire = package["_redis_backend.RedisBackend.acquire"].docstring
+    sync_acquire = package["_sync.redis_backend.RedisBackend.acquire"].docstring
     protocol_acquire = package["_core.backend.LeaseBackend.acquire"].docstring
-    async_release = package["aio._redis_backend.AsyncRedisBackend.release"].docstring
+    async_release = package["_async.redis_backend.AsyncRedisBackend.release"].docstring
     assert sync_acquire is not None and protocol_acquire is not None
     assert sync_acquire.value == protocol_acquire.value
     assert async_release is not None

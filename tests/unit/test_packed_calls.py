@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 import redis
 
+from fencedlease._async.wire import run_packed as run_packed_aio
 from fencedlease._redis.errors import ConnectionLost
 from fencedlease._redis.keys import KEYS_CACHED, lease_keys
 from fencedlease._redis.scripts import ACQUIRE, RELEASE
-from fencedlease._redis.wire import PackedCalls, forget_primary, run_packed
-from fencedlease._redis.wire_aio import run_packed as run_packed_aio
+from fencedlease._redis.wire import PackedCalls, forget_primary
+from fencedlease._sync.wire import run_packed
 
 CLIENTS = [redis.Redis(), redis.Redis(decode_responses=True), redis.Redis(encoding="latin-1")]
 IDS = ["bytes", "str", "latin-1"]
@@ -100,7 +101,7 @@ class BrokenPool:
     def read_response(self) -> object:
         raise redis.ConnectionError("Connection closed by server.")
 
-    def disconnect(self) -> None:
+    def disconnect(self, *args: object) -> None:  # redis-py's takes (and ignores) any
         pass
 
     def release(self, conn: object) -> None:

@@ -11,7 +11,7 @@ from redis.exceptions import NoScriptError, ResponseError
 from fencedlease import BackendError
 from fencedlease._core.protocol import AcquireReply
 from fencedlease._redis.scripts import ACQUIRE, RELEASE, RENEW
-from fencedlease._redis_backend import RedisBackend
+from fencedlease._sync.redis_backend import RedisBackend
 
 
 class _Recorder:

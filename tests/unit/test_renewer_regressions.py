@@ -18,13 +18,13 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from fencedlease import BackendError, Lease, LeaseLostError, LeaseManager, LeaseNotAcquiredError
+from fencedlease._async.releases import release_abandoned
 from fencedlease._core.decisions import CLEANUP_WORKERS
 from fencedlease._core.protocol import AcquireReply
 from fencedlease._core.state import LossReason
 from fencedlease._redis.errors import backend_error
-from fencedlease._renewer import Renewer
+from fencedlease._sync.renewer import Renewer
 from fencedlease.aio import AsyncLeaseManager
-from fencedlease.aio._releases import release_abandoned
 from fencedlease.backends.memory import AsyncMemoryBackend, MemoryBackend
 from fencedlease.testing import FakeClock
 

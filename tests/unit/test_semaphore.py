@@ -26,10 +26,10 @@ from fencedlease import (
     SqliteBackend,
     ValidationError,
 )
+from fencedlease._async.semaphore_stores import async_slot_store_for
 from fencedlease._core.state import LossReason
-from fencedlease._semaphore_stores import MemorySlots, SlotStore, SqliteSlots
+from fencedlease._sync.semaphore_stores import MemorySlots, SlotStore, SqliteSlots
 from fencedlease.aio import AsyncLeaseManager, AsyncSemaphoreLease
-from fencedlease.aio._semaphore_stores import async_slot_store_for
 from fencedlease.backends import AsyncMemoryBackend, AsyncSqliteBackend
 from fencedlease.testing import FakeClock
 

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from fencedlease._renewer import BoundedCalls
+from fencedlease._sync.renewer import BoundedCalls
 from fencedlease._threads import DaemonThreadPool
 
 

@@ -15,8 +15,8 @@ store downstream can fence the semaphore's holders as it fences a lease's (its s
 ``<prefix>:{<escaped name>}:semaphore:fence``). The idea is the counting semaphore (Dijkstra, 1965)
 with leases in place of permanent permits, as in Redisson's ``RPermitExpirableSemaphore``.
 
-The handles themselves are `fencedlease.aio._semaphore` (written by hand) and
-`fencedlease._semaphore` (generated from it by ``scripts/unasync.py``).
+The handles themselves are `fencedlease._async.semaphore` (written by hand) and
+`fencedlease._sync.semaphore` (generated from it by ``scripts/unasync.py``).
 """
 
 from __future__ import annotations

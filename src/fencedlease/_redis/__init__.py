@@ -2,7 +2,7 @@
 
 The lease backends ([`RedisBackend`][fencedlease.RedisBackend],
 [`AsyncRedisBackend`][fencedlease.aio.AsyncRedisBackend]), the hand-off queue
-(`fencedlease._handoff_sync`, `fencedlease.aio._handoff`) and
+(`fencedlease._sync.handoff`, `fencedlease._async.handoff`) and
 [`RedisFencedResource`][fencedlease.RedisFencedResource] are built on these modules:
 
 - [`.keys`][]: the key layout (every key and channel of a name), script KEYS/ARGV;

@@ -3,9 +3,9 @@ plain Redis on redis-py's non-blocking pool).
 
 A hold's release must not keep its caller past the lease's deadline however the store fails (a
 paused Redis, a black-holed link, a client with no timeouts), so the manager runs it on a worker
-thread it waits for a bounded time (`fencedlease._renewer.BoundedCalls`). That hop cost more than
-the release's own round trip: on two cores a hold ran at about half the rate of an acquire and a
-release (the two thread wake-ups, and the acquire after them on a cold core). Here the release
+thread it waits for a bounded time (`fencedlease._sync.renewer.BoundedCalls`). That hop cost more
+than the release's own round trip: on two cores a hold ran at about half the rate of an acquire and
+a release (the two thread wake-ups, and the acquire after them on a cold core). Here the release
 goes out on the caller's thread instead, on a connection of the manager's own that is already
 connected, and every wait is bounded by the library:
 
@@ -38,18 +38,16 @@ from typing import Any, Final, Protocol
 import redis
 
 from fencedlease._core.errors import no_reply
-
-from .._renewer import shutdown_pool
-from .._threads import DaemonThreadPool
-from .errors import (
-    STORE_ERRORS,
+from fencedlease._redis.errors import (
     CommandRefused,
     ConnectionLost,
     ScriptNotLoaded,
     TimedOut,
     map_exceptions,
-    store_error,
 )
+
+from .._threads import DaemonThreadPool, shutdown_pool
+from .errors import STORE_ERRORS, store_error
 from .replies import decode_release
 
 __all__ = ["CallerReleases"]

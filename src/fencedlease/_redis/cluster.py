@@ -29,12 +29,14 @@ from .errors import backend_errors, without_secrets
 from .keys import lease_key
 from .options import check_connection_options, check_url_query
 from .replication import GrantOptions
+from .replies import text
 from .scripts import AckedCall
 
 T = TypeVar("T")
 
 __all__ = [
     "CLUSTER_SCHEMES",
+    "SHARD_SLICE_S",
     "AckedCall",
     "NodeReplies",
     "by_node",
@@ -46,6 +48,7 @@ __all__ = [
     "merge_nodes",
     "node_name",
     "shard_bound_s",
+    "sharded_pubsub",
     "short_renewals",
     "slot_groups",
 ]
@@ -256,3 +259,15 @@ def cluster_client(
     else:
         error = url_error(url, "an option redis-py's cluster client does not take", detail=unusable)
     raise error  # here, with no exception holding the URL chained to it
+
+
+SHARD_SLICE_S = 0.05
+"""The longest read of one node's sharded subscriptions by the cluster hand-off's listener, in
+seconds: redis-py reads the nodes in turn, so this bounds how long a message on another node, or a
+new waiter's subscription, waits."""
+
+
+def sharded_pubsub(version: object) -> bool:
+    """Whether a server reporting ``redis_version`` ``version`` has sharded pub/sub (7.0+)."""
+    major = text(version).partition(".")[0]
+    return major.isdigit() and int(major) >= 7

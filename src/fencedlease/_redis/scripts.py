@@ -164,7 +164,8 @@ RENEW_MANY: Final = Script.load("renew_many", "lease_common", "renew_many")
 RELEASE: Final = Script.load("release", "lease_common", "release")
 INSPECT: Final = Script.load("inspect")
 ENQUEUE: Final = Script.load("enqueue", "lease_common", "enqueue")
-# The semaphore's scripts (fencedlease._semaphore_stores): semaphore_common.lua after lease_common.
+# The semaphore's scripts (fencedlease._sync.semaphore_stores): semaphore_common.lua after
+# lease_common.
 _SEMAPHORE: Final = ("lease_common", "semaphore_common")
 SEMAPHORE_ACQUIRE: Final = Script.load("semaphore_acquire", *_SEMAPHORE, "semaphore_acquire")
 SEMAPHORE_RENEW_MANY: Final = Script.load(

@@ -1,8 +1,7 @@
-"""The Redis slot store of semaphores (sync face): ``semaphore_*.lua`` over a
-[`RedisBackend`][fencedlease.RedisBackend]'s client and prefix. The steps are those of
-`fencedlease._semaphore_stores`; what each sends and how its reply reads is decided once, without
-I/O, by `SlotCalls` (both faces); the asyncio twin of the I/O is
-`fencedlease.aio._semaphore_stores.AsyncRedisSlots`."""
+"""The steps of the Redis slot store of semaphores (``semaphore_*.lua``), both faces: what each
+sends and how its reply reads is decided once, without I/O, by `SlotCalls`; the store that runs
+them is `fencedlease._async.redis_slots` (and the sync module generated from it). The steps are
+those of the slot stores' protocol (`fencedlease._sync.semaphore_stores.SlotStore`)."""
 
 from __future__ import annotations
 
@@ -10,14 +9,12 @@ from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
 import attrs
-import redis
 
 from fencedlease._core.backend import RenewItem
 from fencedlease._core.errors import BackendError
 from fencedlease._core.protocol import AcquireReply
 
 from .cluster import finish_batch, slot_groups
-from .errors import backend_errors
 from .keys import semaphore_keys
 from .replies import decode_acquire, decode_renew_many, parse_token
 from .scripts import (
@@ -27,11 +24,9 @@ from .scripts import (
     SEMAPHORE_RELEASE,
     SEMAPHORE_RENEW_MANY,
     Script,
-    run_script,
 )
 
 __all__ = [
-    "RedisSlots",
     "SlotCall",
     "SlotCalls",
     "decode_count",
@@ -112,7 +107,8 @@ class SlotCall(Generic[T]):
 class SlotCalls:
     """The steps of the Redis slot store under ``prefix`` (keys ``<prefix>:{<name>}:semaphore``,
     ``...:semaphore:tokens``, ``...:semaphore:fence``) as `SlotCall`s, the same for both faces:
-    each face's store only runs them (`RedisSlots`, its asyncio twin). No I/O."""
+    each face's store only runs them (`fencedlease._async.redis_slots` and the sync module
+    generated from it). No I/O."""
 
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
@@ -169,55 +165,3 @@ class SlotCalls:
             (),
             lambda reply: decode_count(reply, name) > 0,
         )
-
-
-class RedisSlots:
-    """Slots in Redis through a [`RedisBackend`][fencedlease.RedisBackend]'s ``client`` and
-    ``prefix`` (the steps: `SlotCalls`); renewals go through ``renewals()``, the backend's
-    renewal client; ``answered()`` follows each acquire the store answered (the backend's
-    eviction check)."""
-
-    def __init__(
-        self,
-        client: redis.Redis,
-        renewals: Callable[[], redis.Redis],
-        prefix: str,
-        answered: Callable[[], None] = lambda: None,
-    ) -> None:
-        self._client = client
-        self._renewals = renewals
-        self._answered = answered
-        self._calls = SlotCalls(prefix)
-
-    def _run(self, call: SlotCall[T]) -> T:
-        client = self._renewals() if call.renewal else self._client
-        with backend_errors(call.what):
-            reply = run_script(client, call.script, call.keys, call.args)
-        return call.decode(reply)
-
-    def fencing_scope(self, name: str) -> str:
-        return self._calls.fencing_scope(name)
-
-    def acquire(self, name: str, owner_token: str, ttl_ms: int, limit: int) -> AcquireReply:
-        reply = self._run(self._calls.acquire(name, owner_token, ttl_ms, limit))
-        self._answered()  # the backend's eviction check, once
-        return reply
-
-    def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
-        calls = renew_calls(self._calls.prefix, items, self._renewals())
-        outcomes: list[list[int | BaseException] | BackendError] = []
-        for indices in calls:  # one on a server; one per hash slot on a cluster
-            try:
-                outcomes.append(self._run(self._calls.renew_many([items[i] for i in indices])))
-            except BackendError as exc:
-                outcomes.append(exc)
-        return merge_calls(len(items), calls, outcomes)
-
-    def release(self, name: str, owner_token: str) -> bool:
-        return self._run(self._calls.release(name, owner_token))
-
-    def count(self, name: str) -> int:
-        return self._run(self._calls.count(name))
-
-    def clear(self, name: str) -> bool:
-        return self._run(self._calls.clear(name))

@@ -1,7 +1,7 @@
 """Commands packed by the library: a renewal batch's ``EVALSHA renew_many.lua`` as one RESP frame,
 each lease's part built once and kept on its `RenewalItem`, and an acquire's and a release's, each
-key's names framed once (`PackedCalls`). No I/O here but `run_packed`, the sync face's send; the
-asyncio twin is `fencedlease._redis.wire_aio.run_packed`. Replies are read by redis-py.
+key's names framed once (`PackedCalls`). No I/O: the send is `fencedlease._async.wire.run_packed`
+(and the sync module generated from it). Replies are read by redis-py.
 
 redis-py packs a command one argument at a time (an encode call and a join per argument), three
 per lease: for a batch of 500 leases most of the renewer's CPU. A lease's key, owner token and TTL
@@ -16,14 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import redis
-
-from fencedlease._core.clock import mark_send
 from fencedlease._core.schedule import RenewalItem
 
-from .errors import CommandRefused, ConnectionLost, ScriptNotLoaded, map_exceptions
 from .keys import KEYS_CACHED, lease_key, lease_keys
-from .pool import connection_args
 from .scripts import Script
 
 __all__ = [
@@ -32,8 +27,6 @@ __all__ = [
     "PrimaryReads",
     "forget_primary",
     "frame",
-    "packs_itself",
-    "run_packed",
 ]
 
 _Wire = tuple[object, bytes, bytes]
@@ -85,12 +78,6 @@ class PackedRenewals:
         keys += args
         keys.append(b"$6\r\njoined\r\n")
         return b"".join(keys)
-
-
-def packs_itself(client: object) -> bool:
-    """Whether a batch for ``client`` may go out packed (`run_packed`): a plain ``redis.Redis``
-    on a pool (not one holding a connection of its own: its lock is redis-py's)."""
-    return isinstance(client, redis.Redis) and client.connection is None
 
 
 def frame(value: bytes) -> bytes:
@@ -226,46 +213,3 @@ forget_primary = _Forget().primary
 def always() -> bool:
     """`run_packed`'s default ``again``: a broken connection's command is sent once more."""
     return True
-
-
-def run_packed(
-    client: redis.Redis, command: bytes | PrimaryReads, again: Callable[[], bool] = always
-) -> Any:
-    """Send ``command`` (a `PackedRenewals.command`, a `PackedCalls.release`, or an acquire of
-    `PrimaryReads`) on one of ``client``'s pooled connections and read its reply, marking the
-    send (`fencedlease._core.clock.mark_send`) once the connection is made. A connection that breaks
-    is dropped and the command sent once more on a new one (a pooled connection the server
-    closed meanwhile; a renewal is safe to repeat, and so is an acquire: the owner token's second
-    try finds the lease its own; a release that ran before its connection broke answers 0 the
-    second time, and the lease is reported lost, as redis-py's own retry of a command would).
-    It is sent once more only while ``again()`` is true: a manager closed meanwhile (its caller
-    then closes the client, whose pool this is) makes no new connection that nobody would close.
-
-    Raises:
-        RedisCallError: the reply's error, `CommandRefused` (`ScriptNotLoaded` for ``NOSCRIPT``:
-            the caller falls back to `fencedlease._redis.scripts.run_script`), or the
-            connection's, `ConnectionLost`; another redis-py error as redis-py raised it.
-    """
-    pool: Any = client.connection_pool  # redis-py's pool methods carry no annotations
-    for attempt in (1, 2):
-        conn = pool.get_connection(*connection_args(pool))
-        try:
-            with map_exceptions(ScriptNotLoaded, CommandRefused, ConnectionLost):
-                packed = command if isinstance(command, bytes) else command.command(conn)
-                mark_send()
-                conn.send_packed_command([packed])
-                reply = conn.read_response()
-                return reply if isinstance(command, bytes) else command.reply(conn, reply)
-        except (ScriptNotLoaded, CommandRefused):
-            forget_primary(conn)
-            raise  # a reply: the connection is in step
-        except ConnectionLost:
-            conn.disconnect()
-            if attempt == 2 or not again():
-                raise
-        except BaseException:
-            conn.disconnect()  # a reply may still be on its way: never reuse the connection
-            raise
-        finally:
-            pool.release(conn)
-    raise AssertionError("unreachable")  # pragma: no cover

@@ -16,13 +16,13 @@ from fencedlease._core.clock import AsyncClock
 from fencedlease._core.errors import *  # noqa: F403  (the error classes: _errors.__all__, added to ours below)
 from fencedlease._core.view import LeaseInfo
 
-from ._cluster_backend import AsyncRedisClusterBackend
-from ._lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
-from ._manager import AsyncLeaseManager
-from ._redis_backend import AsyncRedisBackend
-from ._renewer import AsyncRenewer
-from ._semaphore import AsyncSemaphore, AsyncSemaphoreLease
-from ._urls import async_backend_from_url
+from .._async.cluster_backend import AsyncRedisClusterBackend
+from .._async.lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
+from .._async.manager import AsyncLeaseManager
+from .._async.redis_backend import AsyncRedisBackend
+from .._async.renewer import AsyncRenewer
+from .._async.semaphore import AsyncSemaphore, AsyncSemaphoreLease
+from .._async.urls import async_backend_from_url
 
 __all__ = [
     "AsyncAcquireResult",

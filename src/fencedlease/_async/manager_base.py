@@ -1,0 +1,449 @@
+"""What [`AsyncLeaseManager`][fencedlease.aio.AsyncLeaseManager] does by the same steps on both
+faces: the acquire call and its loop (``restore``, ``inspect`` and ``force_release`` are in
+`manager_store`).
+
+The steps that differ by face are the manager's own: `_AsyncManagerBase._abandon` (what an
+acquire that failed or was interrupted may hold) and `_AsyncManagerBase._release_later` (the
+release of a hand-off queue's grant nobody waits for any more).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Literal, TypeVar
+
+import redis.asyncio
+
+from fencedlease._core import fork as _fork
+from fencedlease._core.attempt import AcquireAttempt
+from fencedlease._core.backend import (
+    AsyncLeaseBackend,
+    AsyncQueueingBackend,
+    FollowsPrimary,
+    fencing_scope_of,
+)
+from fencedlease._core.clock import SYSTEM_CLOCK, Clock, marking_sends
+from fencedlease._core.decisions import (
+    DEFAULT_CLOSE_TIMEOUT_MS,
+    DEFAULT_RETRY_DELAY_MS,
+    DEFAULT_TTL_MS,
+    AcquireEnd,
+    WaitForRelease,
+    acquire_steps,
+)
+from fencedlease._core.errors import ManagerClosedError
+from fencedlease._core.events import (
+    EventHook,
+    acquire_ended,
+    check_event_hook,
+    primary_changed,
+    wait_ended,
+    with_logging,
+)
+from fencedlease._core.protocol import AcquireReply
+from fencedlease._core.shutdown import ShutdownReport
+from fencedlease._core.validate import (
+    HoldArgs,
+    check_acquire,
+    check_async_fn,
+    check_clock,
+    check_hold,
+    check_ms,
+    check_prefix,
+)
+from fencedlease._handoff import AsyncReleaseWaiter, WaitRequest
+from fencedlease._redis.replication import Fencing, GrantOptions, PrimaryWatch, use_grant_options
+
+from .lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
+from .manager_store import _AsyncStoreCalls
+from .renewer import AsyncRenewer
+from .urls import async_backend_from_url
+
+__all__ = ["_AsyncManagerBase"]
+
+T = TypeVar("T")
+_M = TypeVar("_M", bound="_AsyncManagerBase")
+
+
+class _AsyncManagerBase(_AsyncStoreCalls, ABC):
+    """The manager's calls that are the same steps on both faces, its construction and the
+    signatures (and docstrings) of its public calls; the subclass supplies the steps that differ
+    by face (the abstract methods below)."""
+
+    _backend: AsyncLeaseBackend
+    _clock: Clock
+    _renewer: AsyncRenewer
+    _release_waiter: AsyncReleaseWaiter
+    _closed: bool
+    _forked: bool
+    _on_event: EventHook | None
+    # The handle a grant is given as (a semaphore's manager gives its slots their own).
+    _lease_class: type[AsyncLease] = AsyncLease
+
+    def __init__(
+        self,
+        client: redis.asyncio.Redis | redis.asyncio.RedisCluster | AsyncLeaseBackend,
+        *,
+        prefix: str = "fencedlease",
+        clock: Clock = SYSTEM_CLOCK,
+        renew_batch_size: int = 500,
+        on_event: EventHook | None = None,
+        replica_acks: int = 0,
+        replica_ack_timeout_ms: int = 100,
+        fencing: Fencing = "counter",
+        _owns_client: bool = False,
+    ) -> None:
+        check_prefix(prefix)
+        self._on_event = with_logging(check_event_hook(on_event))
+        check_clock(clock)
+        batch = check_ms("renew_batch_size", renew_batch_size, 1)
+        grants = GrantOptions.checked(replica_acks, replica_ack_timeout_ms, fencing)
+        self._backend = self._backend_for(client, prefix, _owns_client)
+        made_here = (
+            isinstance(client, (redis.asyncio.Redis, redis.asyncio.RedisCluster)) or _owns_client
+        )
+        use_grant_options(self._backend, grants, made_here=made_here)
+        self._clock = clock
+        self._renewer = AsyncRenewer(self._backend, clock, batch_size=batch)
+        if isinstance(self._backend, FollowsPrimary):
+            # Sentinel: on a new primary, every lease is renewed there at once.
+            self._backend.on_primary_switch = self._renewer.renew_now
+        watch = getattr(self._backend, "primary", None)
+        if isinstance(watch, PrimaryWatch):  # a failover seen by an acquire: an event
+            watch.on_change = lambda key, before, after: primary_changed(
+                self._on_event, key, before, after, clock
+            )
+        self._closed = False
+        self._forked = False
+        self._shutdown_timeout_ms = DEFAULT_CLOSE_TIMEOUT_MS  # close()'s default bound
+        self._shutdown: ShutdownReport | None = None
+        self._init_face()
+        _fork.register(self)
+
+    @classmethod
+    def from_url(
+        cls: type[_M],
+        url: str,
+        *,
+        prefix: str = "fencedlease",
+        clock: Clock = SYSTEM_CLOCK,
+        on_event: EventHook | None = None,
+        replica_acks: int = 0,
+        replica_ack_timeout_ms: int = 100,
+        fencing: Fencing = "counter",
+        **kwargs: Any,
+    ) -> _M:
+        """A manager over the backend ``url`` names, closed with the manager: ``redis://``,
+        ``rediss://`` and ``unix://`` (a client made by ``redis.asyncio.Redis.from_url(url,
+        **kwargs)``), ``memory://``, and ``sqlite:///relative/path`` / ``sqlite:////absolute/path``
+        / ``sqlite:///:memory:`` (``busy_timeout_ms`` the only keyword). The forms:
+        `fencedlease._urls`.
+
+        Raises:
+            ValidationError: an unknown scheme, a malformed URL or an option it does not take.
+            BackendError: a SQLite database that cannot be opened.
+        """
+        hook = check_event_hook(on_event)
+        GrantOptions.checked(replica_acks, replica_ack_timeout_ms, fencing)
+        backend = async_backend_from_url(url, prefix=prefix, clock=clock, **kwargs)
+        try:
+            return cls(
+                backend,
+                clock=clock,
+                on_event=hook,
+                replica_acks=replica_acks,
+                replica_ack_timeout_ms=replica_ack_timeout_ms,
+                fencing=fencing,
+                _owns_client=True,
+            )
+        except BaseException:
+            cls._drop_unused(backend)  # e.g. replica_acks for a SQLite file: nothing left open
+            raise
+
+    @staticmethod
+    @abstractmethod
+    def _drop_unused(backend: AsyncLeaseBackend) -> None:
+        """Close the backend `from_url` made for a manager that could not be made (the sync face
+        closes a SQLite file; an asyncio backend from a URL has opened nothing yet)."""
+
+    @classmethod
+    def _over_url(
+        cls: type[_M], url: str, prefix: str, clock: Clock, on_event: EventHook | None,
+        options: dict[str, Any],
+    ) -> _M:  # fmt: skip
+        return cls.from_url(url, prefix=prefix, clock=clock, on_event=on_event, **options)
+
+    # -- what differs by face -------------------------------------------------------------
+
+    @abstractmethod
+    def _backend_for(
+        self,
+        client: redis.asyncio.Redis | redis.asyncio.RedisCluster | AsyncLeaseBackend,
+        prefix: str,
+        owns_client: bool,
+    ) -> AsyncLeaseBackend:
+        """The backend over ``client``: a redis-py client wrapped, a backend checked.
+
+        Raises:
+            ValidationError: ``client`` is neither (a ``TypeError`` too for the other face's).
+        """
+
+    @abstractmethod
+    def _init_face(self) -> None:
+        """The face's own state, once ``_backend``, ``_clock`` and ``_renewer`` are set: the
+        release waiter, the holds, what closing needs."""
+
+    @abstractmethod
+    def _after_fork_in_child(self) -> None:
+        """In a forked child (see `fencedlease._core.fork`)."""
+
+    @abstractmethod
+    async def _abandon(self, key: str, owner_token: str, exc: BaseException) -> None:
+        """Release what an acquire that raised ``exc`` may hold under ``owner_token``."""
+
+    @abstractmethod
+    def _release_later(self, key: str, owner_token: str) -> None:
+        """Release ``owner_token``'s hold on ``key`` in the background (the call keeps its time
+        bound; ``close()`` waits for it)."""
+
+    @abstractmethod
+    def _hold(self, args: HoldArgs) -> AbstractAsyncContextManager[AsyncLease]:
+        """One hold of ``args.key``; acquired when entered."""
+
+    @abstractmethod
+    async def _with_lease(
+        self,
+        key: str,
+        fn: Callable[[AsyncLease], Awaitable[T]],
+        hold: AbstractAsyncContextManager[AsyncLease],
+    ) -> AsyncLeaseOutcome[T]:
+        """``fn(lease)`` inside ``hold``; a skipped outcome when ``hold`` acquired nothing."""
+
+    def _release_late(self, key: str, owner_token: str) -> None:
+        """`_release_later` for a queueing command that landed after its call ended (see
+        `fencedlease._handoff.LateQueueing`); nothing once the manager is closed (its client is
+        closed, and the listener that gave a waiter its whole ttl_ms is gone)."""
+        if not self._closed:
+            self._release_later(key, owner_token)
+
+    def _check_open(self) -> None:
+        if self._forked:
+            raise ManagerClosedError(
+                "this lease manager belongs to the parent process (fork): make a new one here"
+            )
+        if self._closed:
+            raise ManagerClosedError()
+
+    # -- acquiring --------------------------------------------------------------------------
+
+    async def acquire(
+        self,
+        key: str,
+        *,
+        ttl_ms: int = DEFAULT_TTL_MS,
+        wait_ms: int = 0,
+        retry_delay_ms: int = DEFAULT_RETRY_DELAY_MS,
+    ) -> AsyncAcquireResult:
+        """Take the lease on ``key`` for ``ttl_ms`` milliseconds, with a new fencing token.
+
+        One atomic round trip when the key is free. With ``wait_ms=0`` (the default) a held key
+        fails fast; with ``wait_ms > 0`` the call retries every ``retry_delay_ms`` (randomised
+        ±50% so waiters do not retry in lock-step) until acquired or ``wait_ms`` has passed on the
+        monotonic clock, then makes one last attempt: it never waits longer than ``wait_ms`` plus
+        one round trip. A store that does not answer (a stopped Redis) ends a round trip at the
+        client's ``socket_timeout`` (seconds; redis-py 8's default is 5), and a command is resent
+        only while the wait lasts, so the call gives up within ``wait_ms`` plus one
+        ``socket_timeout`` (none without one). The lease is not renewed in the background: use
+        [`hold`][fencedlease.aio.AsyncLeaseManager.hold] for that, or
+        call [`AsyncLease.renew`][fencedlease.aio.AsyncLease.renew].
+
+        If a reply is lost (connection reset or timeout after sending), the same acquire is sent
+        once more with the same owner token: Redis recognises it and returns the same fencing
+        token and issues no new one, so the caller holds the lease instead of orphaning it. If the
+        call is cancelled (asyncio face) while an acquire of it may have landed, that owner token
+        releases the key before the cancellation propagates.
+
+        Returns:
+            [`AsyncAcquireResult`][fencedlease.aio.AsyncAcquireResult]; ``result.lease`` is None
+            when not acquired.
+
+        Raises:
+            ValidationError: ``key``, ``ttl_ms``, ``wait_ms`` or ``retry_delay_ms`` out of bounds.
+            BackendError: the store failed; never reported as acquired.
+            ManagerClosedError: the manager is closed, or was closed while the call waited.
+        """
+        key, ttl_ms, wait_ms, retry_delay_ms = check_acquire(key, ttl_ms, wait_ms, retry_delay_ms)
+        self._check_open()
+        return await self._acquire(key, ttl_ms, wait_ms, retry_delay_ms)
+
+    async def _acquire(
+        self,
+        key: str,
+        ttl_ms: int,
+        wait_ms: int,
+        retry_delay_ms: int,
+        heartbeat_ms: int | Literal[False] | None = None,
+    ) -> AsyncAcquireResult:
+        """The acquire loop; ``heartbeat_ms``: how often the caller will renew the lease (None or
+        False: ``ttl_ms // 4``), which a grant taken from a hand-off message must leave twice."""
+        clock, backend, waiter = self._clock, self._backend, self._release_waiter
+        attempt = AcquireAttempt(
+            key, ttl_ms, wait_ms, retry_delay_ms, clock,
+            fencing_scope=fencing_scope_of(backend, key), heartbeat_ms=heartbeat_ms or None,
+        )  # fmt: skip
+        owner_token = attempt.owner_token
+        steps = acquire_steps(attempt, waiter.queues)  # the decisions; here only the I/O
+        waited = False  # a grant after a wait in the hand-off queue was handed over
+        answer: AcquireReply | bool = False
+        queued = registered = False  # the last acquire queued the caller; one ever did
+        holds = False  # the call ends with a lease under owner_token
+        try:
+            step = next(steps)
+            while True:
+                try:
+                    if isinstance(step, WaitForRelease):
+                        request = WaitRequest(
+                            key, owner_token, ttl_ms, step.delay_s, step.final, queued
+                        )
+                        began = clock.monotonic()
+                        grant = await waiter.wait(request)
+                        wait_ended(self._on_event, key, owner_token, began, clock)
+                        waited = attempt.queued
+                        if self._forked:
+                            self._check_open()
+                        answer = self._closed or grant or False
+                    else:
+                        queue: tuple[str, ...] | None = None
+                        if step.wait_ms:  # the Redis hand-off's arguments, or None
+                            queue = waiter.queue_args(key, owner_token, step.wait_ms, step.final)
+                        elif step.leave:  # or the arguments that take it out when refused
+                            queue = waiter.leave_args(key, owner_token)
+                            attempt.leaving = queue is not None
+                        queued = queue is not None and not attempt.leaving
+                        registered = registered or queued
+                        attempt.queued = attempt.queued or queued  # a release may grant it now
+                        with marking_sends(attempt.sending):  # the real send, after connecting
+                            if queue is None:
+                                answer = await backend.acquire(key, owner_token, ttl_ms)
+                            elif isinstance(backend, AsyncQueueingBackend):
+                                # queued in the same script when refused
+                                answer = await backend.acquire(key, owner_token, ttl_ms, queue)
+                            else:  # only a queueing backend's own waiter makes a queue
+                                raise TypeError(
+                                    f"{type(backend).__name__}: a release waiter queued the"
+                                    " caller, but the backend's acquire takes no queue"
+                                )
+                except BaseException as exc:
+                    step = steps.throw(exc)
+                else:
+                    step = steps.send(answer)
+        except StopIteration as stop:
+            end: AcquireEnd = stop.value
+            holds = end.state is not None
+        except BaseException as exc:
+            acquire_ended(self._on_event, key, None, attempt.sent_mono, clock, exc)
+            if attempt.uncertain:
+                await self._abandon(key, owner_token, exc)
+            raise
+        finally:
+            if registered:
+                waiter.forget(key, owner_token)
+            if waiter.queues:  # a queueing command still out may land after this call
+                waiter.ended(key, owner_token, holds, lambda: self._release_late(key, owner_token))
+        handed = waited and isinstance(answer, AcquireReply) and answer.retried
+        acquire_ended(self._on_event, key, end.state, attempt.sent_mono, clock, handed=handed)
+        if end.leave_queue:
+            self._release_later(key, owner_token)
+        if end.state is None:
+            return AsyncAcquireResult(key, None, end.holder_ttl_ms)
+        return AsyncAcquireResult(key, self._lease_class(end.state, backend, clock))
+
+    def hold(
+        self,
+        key: str,
+        *,
+        ttl_ms: int = DEFAULT_TTL_MS,
+        wait_ms: int = 0,
+        retry_delay_ms: int = DEFAULT_RETRY_DELAY_MS,
+        heartbeat_ms: int | Literal[False] | None = None,
+        on_renew_error: Callable[[BaseException], object] | None = None,
+    ) -> AbstractAsyncContextManager[AsyncLease]:
+        """Hold the lease on ``key`` for the ``async with`` block, renewed in the background.
+
+        Acquires as [`acquire`][fencedlease.aio.AsyncLeaseManager.acquire] does, renews every
+        ``heartbeat_ms`` (default ``max(1, ttl_ms // 4)``; an explicit value must be at most
+        ``ttl_ms // 2``; ``False``: no renewal) while the block runs, then releases.
+        ``on_renew_error(exc)`` is called (by the renewer: its thread, or its task, so it must not
+        block) for each failed renewal round trip: telemetry, not a loss. An ``Exception`` the hook
+        raises is logged and renewal goes on; anything else it raises (``KeyboardInterrupt``,
+        ``SystemExit``) stops the renewer: its leases are lost, so the block ends in
+        [`LeaseLostError`][fencedlease.LeaseLostError] (see `call_renew_error_hooks`).
+
+        The lease is lost when a renewal finds the key gone or another owner's, or when ``ttl_ms``
+        passes with no confirmed renewal; this is checked by the renewer, again when the block
+        ends, and by the release (a refused release means the lease had moved on). The block can
+        watch ``lease.lost``, ``lease.check()`` or ``lease.wait_lost()``; on the asyncio face the
+        task running the block is also cancelled on loss, and the ``CancelledError`` comes out of
+        ``hold`` as [`LeaseLostError`][fencedlease.LeaseLostError].
+
+        The final release waits until the lease's deadline at most (at least 100 ms; see
+        `release_bound_s`), so a hung store cannot hold the caller past it: a release with no
+        reply in time leaves the lease to lapse at its TTL and counts as a failed release (below).
+        After [`close`][fencedlease.aio.AsyncLeaseManager.close] the block ends in
+        [`LeaseLostError`][fencedlease.LeaseLostError] (close released the lease).
+
+        Raises:
+            ValidationError: an argument out of bounds (when ``hold()`` is called).
+            LeaseNotAcquiredError: the key is held by another owner; the block never runs.
+            NestedHoldError: a [`LeaseNotAcquiredError`][fencedlease.LeaseNotAcquiredError]
+                raised at once, before any round trip: this manager already holds ``key`` in
+                an enclosing hold of the same thread (asyncio: task), which the nested one would
+                wait for.
+            LeaseLostError: the lease was lost while the block ran, even if the block returned
+                normally or swallowed the cancellation. An exception raised by the block itself
+                propagates unchanged, and so does a cancellation that did not come from the loss.
+            BackendError: the store failed while acquiring or releasing, or the release got no
+                reply in time (the lease lapses at its TTL).
+            ManagerClosedError: the manager is closed, or was closed while the call waited.
+        """
+        return self._hold(
+            check_hold(key, ttl_ms, wait_ms, retry_delay_ms, heartbeat_ms, on_renew_error)
+        )
+
+    async def with_lease(
+        self,
+        key: str,
+        fn: Callable[[AsyncLease], Awaitable[T]],
+        *,
+        ttl_ms: int = DEFAULT_TTL_MS,
+        wait_ms: int = 0,
+        retry_delay_ms: int = DEFAULT_RETRY_DELAY_MS,
+        heartbeat_ms: int | Literal[False] | None = None,
+        on_renew_error: Callable[[BaseException], object] | None = None,
+    ) -> AsyncLeaseOutcome[T]:
+        """Run ``fn(lease)`` under the lease on ``key``, as
+        [`hold`][fencedlease.aio.AsyncLeaseManager.hold] does (in the caller's thread or task; on
+        the asyncio face that task is the one cancelled on loss).
+
+        Returns:
+            [`AsyncLeaseOutcome`][fencedlease.aio.AsyncLeaseOutcome]: ``value`` is what ``fn``
+            returned; ``skipped`` is true (and ``fn`` never ran) when the lease was not acquired.
+
+        Raises:
+            ValidationError, LeaseLostError, BackendError, ManagerClosedError: as
+                [`hold`][fencedlease.aio.AsyncLeaseManager.hold]; an exception from ``fn``
+                propagates unchanged (a ``LeaseNotAcquiredError`` from ``fn`` included: only this
+                call's own acquire turns into a skipped outcome, and a
+                ``NestedHoldError`` is raised, not skipped). ``fn`` not callable, or
+                a function of the other face (a coroutine function given to the sync face):
+                ``ValidationError`` (a ``TypeError`` too for the latter) before anything is
+                acquired; ``fn(lease)`` not of this face (an awaitable on the sync face, closed
+                unawaited; not an awaitable on the asyncio face, a sync function that ran blocking
+                the event loop): ``ValidationError`` once the lease is released (on the asyncio face
+                also a ``TypeError``).
+        """
+        check_async_fn(fn)
+        args = check_hold(key, ttl_ms, wait_ms, retry_delay_ms, heartbeat_ms, on_renew_error)
+        return await self._with_lease(args.key, fn, self._hold(args))

@@ -1,0 +1,428 @@
+# GENERATED from src/fencedlease/_async/redis_backend.py by `python scripts/unasync.py`:
+# do not edit. Edit that source, then run it again (CI runs it with --check, failing while
+# stale).
+"""The Redis backend: the lease scripts over a redis-py client.
+
+Everything Redis-specific that is not this class's own I/O lives in `fencedlease._redis`: key
+names, the scripts and their one NOSCRIPT policy, reply decoding and the error mapping, shared
+with the hand-off and [`RedisFencedResource`][fencedlease.RedisFencedResource].
+
+Cancellation (asyncio face): a cancelled call leaves no half-read reply behind (redis-py drops a
+connection whose read was interrupted), but the command may have run at Redis. The manager copes
+with that; this class does not pretend otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from typing import Any, cast
+
+import redis
+
+from fencedlease._core.errors import BackendError
+from fencedlease._core.protocol import AcquireReply, InspectReply
+from fencedlease._core.validate import check_prefix
+from fencedlease._redis.clients import dedicated_client, waits_for_connection
+from fencedlease._redis.errors import (
+    STORE_ERRORS,
+    CommandRefused,
+    ScriptNotLoaded,
+    backend_errors,
+    map_exceptions,
+    store_error,
+)
+from fencedlease._redis.eviction import EvictionCheck, policy_of
+from fencedlease._redis.keys import fence_key, lease_key, lease_keys, renew_many_args
+from fencedlease._redis.replication import Fencing, GrantOptions, PrimaryWatch
+from fencedlease._redis.replies import (
+    decode_acquire,
+    decode_inspect,
+    decode_release,
+    decode_renew,
+    decode_renew_many,
+)
+from fencedlease._redis.scripts import (
+    ACQUIRE,
+    INSPECT,
+    RELEASE,
+    RENEW,
+    RENEW_MANY,
+    AckedCall,
+    Script,
+    run_acked,
+    run_script,
+)
+from fencedlease._redis.sentinel import PrimaryCheck, SwitchWatcher
+from fencedlease._redis.wire import PackedCalls, PackedRenewals
+
+from .handoff import Handoff
+from .primitives import Background
+from .wire import packs_itself, run_packed
+
+__all__ = ["RedisBackend"]
+
+
+class RedisBackend:
+    """Leases in Redis under ``prefix`` (layout in `fencedlease._redis.keys`).
+
+    ``client`` is a ``redis.Redis``; ``decode_responses`` may be on or off.
+    ``owns_client``: close the client in [`close`][fencedlease.RedisBackend.close] (true
+    when the manager built it from a URL). Every redis-py error is raised as
+    [`BackendError`][fencedlease.BackendError] with the original in ``__cause__``.
+
+    [`renew_many`][fencedlease.RedisBackend.renew_many] (the background renewal) runs on
+    a connection of its own when ``client``'s pool is a ``BlockingConnectionPool``: there it would
+    wait behind every command already queued for a connection (a burst of acquires or releases),
+    long enough for leases to lapse. The connection is made on the first renewal and closed by
+    [`close`][fencedlease.RedisBackend.close].
+
+    Replication (`fencedlease._redis.replication`): with ``replica_acks=n`` every acquire and
+    renewal is followed by ``WAIT n replica_ack_timeout_ms`` on the same connection, in the same
+    round trip; a grant fewer replicas acknowledged is released again and answered as not
+    acquired (``refused``: a [`ReplicationError`][fencedlease.ReplicationError]), a renewal
+    they did not acknowledge raises it (the lease's deadline does not move). ``fencing="clock"``:
+    tokens are ``max(counter + 1, Redis TIME in microseconds)``, so they stay above every earlier
+    grant's after a failover rolled the counter back. ``primary``: the primary's replication id
+    as the acquires saw it, and how many times it changed.
+
+    Eviction (`fencedlease._redis.eviction`): the first acquire the store answers (granted or
+    not) is followed by one ``INFO memory``, once per backend; a ``maxmemory-policy`` other than
+    ``noeviction`` is warned about once
+    ([`UnsafeRedisWarning`][fencedlease.UnsafeRedisWarning], and logged on ``fencedlease``).
+    A refused ``INFO`` (an ACL) skips the check, a failed one leaves it to the next acquire;
+    neither fails the acquire. ``eviction``: that check's state.
+
+    Sentinel: over a client of ``Sentinel.master_for`` (or a ``redis+sentinel://`` URL) the
+    backend subscribes to ``+switch-master`` on the sentinels from its first acquire or renewal;
+    on the event it drops the pool's connections and calls ``on_primary_switch()`` (the manager
+    renews every lease at once there). A renewal (a batch, or one lease's) moves deadlines only
+    if a sentinel, asked after it ran, names the address it ran on as the primary
+    (`PrimaryCheck`); otherwise each lease it renewed is answered with a
+    [`BackendError`][fencedlease.BackendError] saying so. See `fencedlease._redis.sentinel`.
+
+    Raises:
+        ValidationError: ``prefix`` is not a non-empty str, or holds ``{`` or ``}``;
+            ``replica_acks`` not an int in 0..2,147,483,647, ``replica_ack_timeout_ms`` not an
+            int in 1..2,147,483,647, ``fencing`` neither ``"counter"`` nor ``"clock"``.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        prefix: str = "fencedlease",
+        *,
+        owns_client: bool = False,
+        replica_acks: int = 0,
+        replica_ack_timeout_ms: int = 100,
+        fencing: Fencing = "counter",
+    ) -> None:
+        self.client = client
+        self.prefix = check_prefix(prefix)
+        self.grants = GrantOptions.checked(replica_acks, replica_ack_timeout_ms, fencing)
+        self.primary = PrimaryWatch()
+        self.eviction = EvictionCheck()
+        self._eviction_read = Background("fencedlease-eviction-check")
+        self.on_primary_switch: Callable[[], object] | None = None
+        self._switches = SwitchWatcher(client, self._primary_switched)
+        self._check = PrimaryCheck(client)
+        self._owns_client = owns_client
+        self._renewal_client: redis.Redis | None = None
+        self._packer: PackedRenewals | None = None
+        self._calls: PackedCalls | None = None
+        self._closed = False  # by close(): no command is sent once more after it
+
+    def _primary_switched(self) -> None:
+        hook = self.on_primary_switch
+        if hook is not None:
+            hook()
+
+    def _primary_moved(self) -> None:
+        """The sentinels name another primary than a renewal ran on: the pool's idle
+        connections are dropped (the next one asks the sentinels; one in use is dropped when
+        given back, its address no longer the pool's) and every lease is renewed at once."""
+        self.client.connection_pool.disconnect(inuse_connections=False)
+        self._primary_switched()
+
+    def _run(
+        self,
+        client: redis.Redis,
+        script: Script,
+        keys: Sequence[str],
+        args: Sequence[object],
+    ) -> tuple[object, int | None]:
+        """The script's reply, and the replicas' acks when ``replica_acks`` asks for them."""
+        self._switches.start()  # Sentinel only: from the first command, in the caller's loop
+        grants = self.grants
+        if not grants.replica_acks:
+            return run_script(client, script, keys, args), None
+        call = AckedCall(script, keys, args, grants.replica_acks, grants.replica_ack_timeout_ms)
+        return run_acked(client, call)
+
+    def _renewal(
+        self,
+        client: redis.Redis,
+        script: Script,
+        keys: Sequence[str],
+        args: Sequence[object],
+    ) -> tuple[object, int | None, str | None]:
+        """`_run` of a renewal script on ``client``, and None; on Sentinel, on one connection
+        of the pool (`PrimaryCheck.run`), and why its renewals do not count (the sentinels
+        name another primary, or none answered), or None when they do."""
+        if not self._check.active:
+            return (*self._run(client, script, keys, args), None)
+        (reply, acks), doubt = self._check.run(
+            lambda one: self._run(one, script, keys, args), self._primary_moved
+        )
+        return reply, acks, doubt
+
+    def _unconfirmed(self, key: str, acks: int | None, doubt: str | None) -> BackendError:
+        """The error of ``key``'s renewal that answered but does not count."""
+        if doubt is not None:
+            return BackendError(f"renew {key!r}: {doubt}")
+        return self.grants.refusal(f"renew {key!r}", acks or 0)
+
+    def _renewals(self) -> redis.Redis:
+        """The client renewals go through (see the class docstring)."""
+        client = self._renewal_client
+        if client is None:
+            client = self.client
+            if waits_for_connection(client):
+                client = dedicated_client(client)
+            self._renewal_client = client
+            encoder = cast(Any, client).get_encoder()  # untyped on the asyncio face
+            self._packer = PackedRenewals(RENEW_MANY, self.prefix, encoder.encode)
+        return client
+
+    def _renew_many_reply(
+        self, items: Sequence[tuple[str, str, int]]
+    ) -> tuple[object, int | None, str | None]:
+        """``renew_many.lua``'s reply for ``items``, the replicas' acks, and why its renewals do
+        not count (`_renewal`; None when they do): the batch packed by `PackedRenewals` and sent
+        as it is, unless a ``WAIT`` goes with it, the client holds a connection of its own or
+        the sentinels are asked about the connection it ran on (then as `_run` sends any
+        script, as after a ``NOSCRIPT``)."""
+        client = self._renewals()
+        if self._check.active:
+            keys, args = renew_many_args(self.prefix, items)
+            return self._renewal(client, RENEW_MANY, keys, args)
+        if self._packer is not None and not self.grants.replica_acks and packs_itself(client):
+            self._switches.start()
+            try:
+                with map_exceptions(ScriptNotLoaded):
+                    command = self._packer.command(items)
+                    return run_packed(client, command, self._open), None, None
+            except ScriptNotLoaded:
+                pass  # the script cache was flushed: EVALSHA, NOSCRIPT, EVAL, as for any script
+        keys, args = renew_many_args(self.prefix, items)
+        return (*self._run(client, RENEW_MANY, keys, args), None)
+
+    def release_waiter(self) -> Handoff:
+        """The manager's release waiter: the hand-off queue and its listener
+        (`Handoff`), so a release wakes the oldest waiter, which takes the lease from the
+        message when `_takes_grants` says so (the primary it names noted in ``primary``)."""
+        return Handoff(self.client, self.prefix, direct=self._takes_grants, primary=self.primary)
+
+    def _takes_grants(self) -> bool:
+        """Whether a woken waiter takes a hand-off from its message, with no claim round trip
+        (see `fencedlease._handoff`): not with ``replica_acks`` (the claim's ``WAIT`` is what
+        acknowledges the grant) nor over Sentinel (where the primary is checked, the claim is
+        kept). No I/O."""
+        return not self.grants.replica_acks and not self._check.active
+
+    def fencing_scope(self, key: str) -> str:
+        """The name of ``key``'s fencing counter, given to its leases
+        ([`fencing_scope`][fencedlease.Lease.fencing_scope]):
+        its Redis key, ``<prefix>:{<escaped key>}:fence``. No I/O."""
+        return fence_key(self.prefix, key)
+
+    def _acquire_reply(
+        self, key: str, owner_token: str, ttl_ms: int, queue: Sequence[str]
+    ) -> tuple[object, int | None]:
+        """``acquire.lua``'s reply, with the primary's replication id, and the replicas' acks:
+        the id read by every grant and once per connection for refusals (`PrimaryReads`),
+        unless a ``WAIT`` goes with it or the client holds a connection of its own (then every
+        acquire reads it)."""
+        if not self.grants.replica_acks and packs_itself(self.client):
+            self._switches.start()
+            reads = self._packed().acquire(key, owner_token, ttl_ms, self.grants.fencing, queue)
+            try:
+                with map_exceptions(ScriptNotLoaded):
+                    return run_packed(self.client, reads, self._open), None
+            except ScriptNotLoaded:
+                pass  # the script cache was flushed: EVALSHA, NOSCRIPT, EVAL, as for any script
+        keys, args = lease_keys(self.prefix, key), (owner_token, ttl_ms, self.grants.fencing)
+        return self._run(self.client, ACQUIRE, keys, (*args, "primary", *queue))
+
+    def _packed(self) -> PackedCalls:
+        """The packer of this backend's acquires and releases (made on first use). No I/O."""
+        calls = self._calls
+        if calls is None:
+            encoder = cast(Any, self.client).get_encoder()  # untyped on the asyncio face
+            calls = self._calls = PackedCalls(ACQUIRE, RELEASE, self.prefix, encoder.encode)
+        return calls
+
+    def acquire(
+        self, key: str, owner_token: str, ttl_ms: int, queue: Sequence[str] = ()
+    ) -> AcquireReply:
+        # queue: the hand-off's queueing arguments of a caller that waits when refused
+        # (Handoff.queue_args: wait_ms, grace_ms, listener id, flag), which the same script
+        # then queues: no queueing round trip follows.
+        try:
+            reply, acks = self._acquire_reply(key, owner_token, ttl_ms, queue)
+        except STORE_ERRORS as exc:
+            raise store_error(f"acquire {key!r}", exc)  # noqa: B904  (store_error sets the cause)
+        decoded = decode_acquire(reply, key)
+        self.primary.seen(decoded, key)
+        self.answered()
+        if not decoded.acquired or acks is None or not self.grants.short(acks):
+            return decoded
+        # Too few replicas hold the grant: a failover could lose it. Take it back.
+        what = f"acquire {key!r}"
+        try:
+            self.release(key, owner_token)
+        except BackendError as exc:
+            raise self.grants.refusal(what, acks, wrote="maybe") from exc
+        refused = self.grants.refusal(what, acks)
+        return AcquireReply(False, 0, -2, refused=refused, primary_id=decoded.primary_id)
+
+    def read_eviction(
+        self, client: redis.Redis | None = None
+    ) -> tuple[str | None, tuple[str, ...]]:
+        """Read the store's ``maxmemory-policy`` now and note it (`EvictionCheck.seen`: an
+        evicting one is warned about once per backend and server). ``client``: another client
+        to the same server to ask over (a health check's own connection; default: the
+        backend's).
+
+        Returns:
+            The policy (None when the server refuses ``INFO``: an ACL; the check is then skipped,
+            logged at debug) and, for each server whose policy evicts, what it risks and the fix.
+
+        Raises:
+            redis.RedisError: the connection's error (nothing is noted).
+        """
+        try:
+            with map_exceptions(CommandRefused):
+                policies = self._memory_policies(client)
+        except CommandRefused as exc:  # NOPERM (an ACL), a managed service's renamed INFO
+            self.eviction.skipped(exc.cause)
+            return None, ()
+        return self.eviction.seen(policies)
+
+    def _memory_policies(self, client: redis.Redis | None = None) -> dict[str, str | None]:
+        """The ``maxmemory_policy`` field of ``INFO memory`` (no ``CONFIG`` permission needed),
+        by server: ``""``, the backend's one primary, asked over ``client`` (default: the
+        backend's). None where the reply has no such field."""
+        return {"": policy_of((client or self.client).info("memory"))}
+
+    def answered(self) -> None:
+        """The store answered an acquire (a lease's or a semaphore slot's): the eviction check
+        starts, once per backend, off the caller's path (a round trip there would delay a new
+        lease's first renewal by as much, and at a slow round trip cost it). No I/O here."""
+        if self.eviction.due:  # the store answered, so it answers INFO too
+            self._eviction_read.start(self._check_eviction)
+
+    def _check_eviction(self) -> None:
+        """`read_eviction` once per backend (`EvictionCheck.claim`: not while another call
+        reads). A failed or cancelled read leaves it to the next acquire; no failure is raised
+        (the acquire's own reply stands)."""
+        eviction = self.eviction
+        if not eviction.claim():
+            return
+        # a connection of its own: the pool's idle ones stay for the renewals (taking the one a
+        # new client has would make the first renewal open another, a handshake late)
+        probe = dedicated_client(self.client)
+        try:
+            self.read_eviction(None if probe is self.client else probe)
+        except STORE_ERRORS as exc:
+            eviction.again(exc)
+        except BaseException:
+            eviction.again(None)
+            raise
+        finally:
+            if probe is not self.client:
+                with contextlib.suppress(*STORE_ERRORS):
+                    probe.connection_pool.disconnect()  # its own pool: not closed with it
+
+    def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
+        try:
+            reply, acks, doubt = self._renewal(
+                self.client, RENEW, (lease_key(self.prefix, key),), (owner_token, ttl_ms)
+            )
+        except STORE_ERRORS as exc:
+            raise store_error(f"renew {key!r}", exc)  # noqa: B904
+        token = decode_renew(reply, key)
+        if token and (doubt is not None or self.grants.short(acks)):
+            raise self._unconfirmed(key, acks, doubt)
+        return token
+
+    def renew_many(self, items: Sequence[tuple[str, str, int]]) -> list[int | BaseException]:
+        try:
+            reply, acks, doubt = self._renew_many_reply(items)
+        except STORE_ERRORS as exc:
+            raise store_error(f"renew {len(items)} leases", exc)  # noqa: B904
+        results = decode_renew_many(items, reply)
+        if doubt is None and not self.grants.short(acks):
+            return results
+        return [
+            self._unconfirmed(key, acks, doubt)
+            if isinstance(result, int) and result > 0
+            else result
+            for (key, _, _), result in zip(items, results, strict=True)
+        ]
+
+    def _release_reply(self, key: str, owner_token: str) -> object:
+        """``release.lua``'s reply: packed by `PackedCalls` on a pooled connection, else (a
+        client holding a connection of its own, a ``NOSCRIPT``) as `run_script` sends it."""
+        packed = self.packed_release(key, owner_token)
+        if packed is not None:
+            try:
+                with map_exceptions(ScriptNotLoaded):
+                    return run_packed(self.client, packed, self._open)
+            except ScriptNotLoaded:
+                pass  # the script cache was flushed: EVALSHA, NOSCRIPT, EVAL, as for any script
+        keys, modes = lease_keys(self.prefix, key), self.grants.mode_args
+        return run_script(self.client, RELEASE, keys, (owner_token, *modes))
+
+    def packed_release(self, key: str, owner_token: str) -> bytes | None:
+        """``release.lua``'s ``EVALSHA`` for ``key`` and ``owner_token`` as one RESP frame
+        (`PackedCalls`), the fencing mode of a hand-off grant with it, or None where a release
+        does not go out packed (a client holding a connection of its own). No I/O."""
+        if not packs_itself(self.client):
+            return None
+        return self._packed().release(key, owner_token, self.grants.mode_args)
+
+    def release(self, key: str, owner_token: str) -> bool:
+        try:
+            reply = self._release_reply(key, owner_token)
+        except STORE_ERRORS as exc:
+            raise store_error(f"release {key!r}", exc)  # noqa: B904
+        return decode_release(reply, key)
+
+    def inspect(self, key: str) -> InspectReply | None:
+        keys = (lease_key(self.prefix, key), fence_key(self.prefix, key))
+        with backend_errors(f"inspect {key!r}"):
+            reply = run_script(self.client, INSPECT, keys, ())
+        return decode_inspect(reply, key)
+
+    def force_release(self, key: str) -> bool:
+        with backend_errors(f"force_release {key!r}"):
+            return bool(self.client.delete(lease_key(self.prefix, key)))
+
+    def _open(self) -> bool:
+        """Whether `close` has not been called: a command whose connection broke is sent once
+        more only then (`run_packed`)."""
+        return not self._closed
+
+    def close(self) -> None:
+        self._closed = True
+        self._eviction_read.stop()
+        self._switches.close(sentinels=self._owns_client)
+        self._check.close()
+        renewals, self._renewal_client = self._renewal_client, None
+        if renewals is not None and renewals is not self.client:
+            with backend_errors("close"):
+                renewals.connection_pool.disconnect()
+        if self._owns_client:
+            with backend_errors("close"):
+                self.client.close()
