@@ -3,9 +3,9 @@ scope), the errors of a lost slot and of a full semaphore, and how the slot mana
 
 A semaphore ``name`` lets at most ``limit`` holders in at once. Each holder has a *slot*: a lease
 of its own with an owner token, a fencing token and a deadline, run by the same machinery as a
-single lease (`fencedlease._semaphore_stores` has the store's steps). So the lease policy is the
-same, rule for rule: fail fast by default or wait up to ``wait_ms``; renewed in the background by
-a batched renewer (one script per batch of slots); lost on a renewal that finds the slot gone and
+single lease (`fencedlease._async.semaphore_stores` has the store's steps). So the lease policy is
+the same, rule for rule: fail fast by default or wait up to ``wait_ms``; renewed in the background
+by a batched renewer (one script per batch of slots); lost on a renewal that finds the slot gone and
 on the deadline passing with no confirmed renewal; a lost slot ends the ``hold`` in
 [`SemaphoreLeaseLostError`][fencedlease.SemaphoreLeaseLostError].
 
