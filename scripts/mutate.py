@@ -199,7 +199,7 @@ PROBES: Final[tuple[Probe, ...]] = (
     # A waiter queued by its refused acquire (both faces): no queueing command follows.
     Probe("handoff", "_handoff.py", "        self._channels.join(channel, waiter_name(owner_token), event)"),
     Probe("sql-guard", "db/_guard.py", "    access = coerce_access(token_or_lease)"),
-    Probe("fenced-resource", "_core/fencing.py", "        with self._lock:\n            state = self._state", ("_fenced_resource.py",)),
+    Probe("fenced-resource", "_core/fencing.py", "        with self._lock:\n            state = self._state", ("_core/fenced_resource.py",)),
     Probe("redis-resource", "redis_fencing.py", "        keys = (self._fence_key, self._data_key)"),
 )  # fmt: skip
 
@@ -399,7 +399,7 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
                 "            with self._lock:\n"
                 "                self._state = outcome\n"
                 "            return access.token\n",
-            ) for path in ("_core/fencing.py", "_fenced_resource.py"))),
+            ) for path in ("_core/fencing.py", "_core/fenced_resource.py"))),
         ),
         # one holder's accept decides while another's waits: the resource process serializes
         # each key's accesses (check and data in one step), so no run can show it end to end

@@ -23,6 +23,7 @@ from redis.exceptions import (
 )
 
 from fencedlease import BackendError, LeaseManager, RedisClusterBackend, ValidationError
+from fencedlease._core.urls import cluster_url_options
 from fencedlease._handoff import Channels
 from fencedlease._redis.cluster import (
     finish_batch,
@@ -42,7 +43,6 @@ from fencedlease._redis.keys import (
     renew_many_args,
     resource_keys,
 )
-from fencedlease._urls import cluster_url_options
 from fencedlease.aio import AsyncLeaseManager, AsyncRedisClusterBackend
 
 NAMES = st.text(min_size=1, max_size=30)

@@ -22,8 +22,8 @@ from redis.crc import key_slot
 
 from fencedlease._core.errors import BackendError
 from fencedlease._core.redact import redact_text, redact_url, url_error
+from fencedlease._core.urls import cluster_url_options
 from fencedlease._core.validate import check_ms
-from fencedlease._urls import cluster_url_options
 
 from .errors import backend_errors, without_secrets
 from .keys import lease_key
@@ -184,7 +184,8 @@ def cluster_client(
     `fencedlease._redis.options`), then ``kwargs``. The sync client reads the slot map here.
 
     Raises:
-        ValidationError: the URL or an option (see `fencedlease._urls.cluster_url_options`); the
+        ValidationError: the URL or an option (see `fencedlease._core.urls.cluster_url_options`);
+        the
             URL's password shows as ``***``.
         BackendError: no start node answered (the sync client connects at once).
     """
