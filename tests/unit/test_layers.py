@@ -72,7 +72,7 @@ def test_the_lab_contract_forbids_every_private_module() -> None:
     assert contract["source_modules"] == ["fencedlease_lab"]
     private = _private_library_modules()
     assert {
-        "fencedlease._core.acl",
+        "fencedlease._redis",
         "fencedlease._sync",
         "fencedlease._core",
         "fencedlease._async",
@@ -126,7 +126,7 @@ def test_the_contracts_cover_the_layers_the_project_promises() -> None:
         "fencedlease._sync",
         "fencedlease._redis.semaphore",
         "fencedlease._handoff",
-        "fencedlease._core.urls",
+        "fencedlease._core",
         "fencedlease.redis_fencing",
         "fencedlease.backends.memory",
         "fencedlease.backends.sqlite",

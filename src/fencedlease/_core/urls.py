@@ -57,6 +57,7 @@ from fencedlease._core.validate import check_clock, check_key, check_prefix
 __all__ = [
     "CLUSTER_SCHEMES",
     "REDIS_SCHEMES",
+    "REDIS_URL_SCHEMES",
     "SENTINEL_SCHEME",
     "cluster_url_options",
     "parse_backend_url",
@@ -69,6 +70,8 @@ SENTINEL_SCHEME: Final = "redis+sentinel"
 """The URL scheme of a Sentinel service's primary."""
 CLUSTER_SCHEMES: Final = frozenset({"redis+cluster", "rediss+cluster"})
 """The URL schemes of a Redis Cluster (``rediss+cluster``: over TLS)."""
+REDIS_URL_SCHEMES: Final = frozenset({*REDIS_SCHEMES, SENTINEL_SCHEME, *CLUSTER_SCHEMES})
+"""Every scheme of a URL that names a Redis server, a Sentinel service or a Redis Cluster."""
 _SCHEMES = (
     "redis://, rediss://, unix://, redis+sentinel://, redis+cluster://, memory:// or"
     " sqlite:///<path>"
@@ -196,7 +199,7 @@ def parse_backend_url(
     scheme = _scheme(url)
     check_prefix(prefix)
     check_clock(clock)
-    if scheme in (*REDIS_SCHEMES, SENTINEL_SCHEME, *CLUSTER_SCHEMES) and ambiguous_url(url):
+    if scheme in REDIS_URL_SCHEMES and ambiguous_url(url):
         raise url_error(url, _AMBIGUOUS)
     if scheme in REDIS_SCHEMES:
         return "redis", url, kwargs
