@@ -287,7 +287,7 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
         "a renewer that reads a 0 reply as success",
         "the renewal schedule confirms a lease on a 0 (key gone or another's) reply",
         ("sync-renewer",),
-        (Edit("_core/schedule.py", "            elif reply > 0:\n", "            elif reply >= 0:\n"),),
+        (Edit("_core/schedule/heaps.py", "            elif reply > 0:\n", "            elif reply >= 0:\n"),),
     ),
     Mutant(
         "no-body-end-loss-check",
@@ -519,7 +519,7 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
         ("sync-renewer",),
         (
             Edit(
-                "_core/schedule.py",
+                "_core/schedule/entry.py",
                 "        self.heartbeat_s = heartbeat_ms / 1000\n",
                 "        self.heartbeat_s = heartbeat_ms * 5 / 1000\n",
             ),
@@ -532,7 +532,7 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
         ("sync-renewer",),
         (
             Edit(
-                "_core/schedule.py",
+                "_core/schedule/heaps.py",
                 "                if not state.releasing:\n"
                 "                    state.mark_lost(LossReason.RENEW_REFUSED)\n",
                 "                if not state.releasing:\n                    pass\n",
