@@ -199,7 +199,7 @@ PROBES: Final[tuple[Probe, ...]] = (
     # A waiter queued by its refused acquire (both faces): no queueing command follows.
     Probe("handoff", "_handoff.py", "        self._channels.join(channel, waiter_name(owner_token), event)"),
     Probe("sql-guard", "db/_guard.py", "    access = coerce_access(token_or_lease)"),
-    Probe("fenced-resource", "_core/fencing.py", "        with self._lock:\n            state = self._state", ("_fenced_resource.py",)),
+    Probe("fenced-resource", "_core/fencing.py", "        with self._lock:\n            state = self._state", ("_core/fenced_resource.py",)),
     Probe("redis-resource", "redis_fencing.py", "        keys = (self._fence_key, self._data_key)"),
 )  # fmt: skip
 
@@ -287,7 +287,7 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
         "a renewer that reads a 0 reply as success",
         "the renewal schedule confirms a lease on a 0 (key gone or another's) reply",
         ("sync-renewer",),
-        (Edit("_core/schedule.py", "            elif reply > 0:\n", "            elif reply >= 0:\n"),),
+        (Edit("_core/schedule/heaps.py", "            elif reply > 0:\n", "            elif reply >= 0:\n"),),
     ),
     Mutant(
         "no-body-end-loss-check",
@@ -399,7 +399,7 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
                 "            with self._lock:\n"
                 "                self._state = outcome\n"
                 "            return access.token\n",
-            ) for path in ("_core/fencing.py", "_fenced_resource.py"))),
+            ) for path in ("_core/fencing.py", "_core/fenced_resource.py"))),
         ),
         # one holder's accept decides while another's waits: the resource process serializes
         # each key's accesses (check and data in one step), so no run can show it end to end
@@ -519,7 +519,7 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
         ("sync-renewer",),
         (
             Edit(
-                "_core/schedule.py",
+                "_core/schedule/entry.py",
                 "        self.heartbeat_s = heartbeat_ms / 1000\n",
                 "        self.heartbeat_s = heartbeat_ms * 5 / 1000\n",
             ),
@@ -532,7 +532,7 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
         ("sync-renewer",),
         (
             Edit(
-                "_core/schedule.py",
+                "_core/schedule/heaps.py",
                 "                if not state.releasing:\n"
                 "                    state.mark_lost(LossReason.RENEW_REFUSED)\n",
                 "                if not state.releasing:\n                    pass\n",

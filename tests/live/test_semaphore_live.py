@@ -28,7 +28,7 @@ from fencedlease import (
     RedisBackend,
     SemaphoreLeaseLostError,
 )
-from fencedlease._acl import acl_rules
+from fencedlease._core.acl import acl_rules
 from fencedlease._core.state import LossReason
 from fencedlease._sync.redis_slots import RedisSlots
 from fencedlease.aio import AsyncLeaseManager

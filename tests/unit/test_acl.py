@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from redis.exceptions import NoPermissionError, ResponseError, WatchError
 
-from fencedlease._acl import (
+from fencedlease._core.acl import (
     ACL_COMMANDS,
     CLIENT_COMMANDS,
     CLUSTER_COMMANDS,

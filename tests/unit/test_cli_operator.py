@@ -9,8 +9,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from fencedlease import _acl
-from fencedlease._acl import ACL_COMMANDS
+from fencedlease._core import acl as _acl
+from fencedlease._core.acl import ACL_COMMANDS
 from fencedlease.cli.commands import main
 from fencedlease.cli.doctor import Check, exit_code
 from fencedlease.cli.doctor_acl import _probe, acl_commands

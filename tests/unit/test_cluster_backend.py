@@ -23,9 +23,9 @@ from redis.exceptions import (
 )
 
 from fencedlease import BackendError, LeaseManager, RedisClusterBackend, ValidationError
+from fencedlease._core.urls import cluster_url_options
 from fencedlease._handoff import Channels
 from fencedlease._redis.cluster import (
-    cluster_url_options,
     finish_batch,
     group_failed,
     merge_nodes,

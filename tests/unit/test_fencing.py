@@ -23,9 +23,9 @@ from test_fencing_model import (
 import fencedlease
 import fencedlease.aio
 from fencedlease import LeaseKeyMismatchError, StaleTokenError, ValidationError
+from fencedlease._core.fenced_resource import FencedResource
 from fencedlease._core.fencing import MAX_FENCING_TOKEN, FencingAccess
 from fencedlease._core.fencing_access import coerce_access, owner_fingerprint
-from fencedlease._fenced_resource import FencedResource
 
 # --- the fencing cases -------------------------------------------------------------------------
 
@@ -410,7 +410,7 @@ def test_an_accept_decides_and_records_in_one_step(monkeypatch: pytest.MonkeyPat
             newer_done.wait(timeout=1.0)
         return outcome
 
-    monkeypatch.setattr("fencedlease._fenced_resource.decide", held_decide)
+    monkeypatch.setattr("fencedlease._core.fenced_resource.decide", held_decide)
     orders = FencedResource("orders")
     results: dict[int, object] = {}
 

@@ -15,15 +15,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fencedlease import LeaseManager
-from fencedlease._core import schedule as schedule_module
 from fencedlease._core.schedule import (
-    COMPACT_FACTOR,
-    COMPACT_FLOOR,
     RenewalEntry,
     RenewalSchedule,
     RenewReply,
     renewal_items,
 )
+from fencedlease._core.schedule import heaps as schedule_module
+from fencedlease._core.schedule.heaps import COMPACT_FACTOR, COMPACT_FLOOR
 from fencedlease._core.state import LeaseState
 from fencedlease.aio import AsyncLeaseManager
 

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
+from fencedlease._core.threads import DaemonThreadPool
 from fencedlease._sync.renewer import BoundedCalls
-from fencedlease._threads import DaemonThreadPool
 
 
 def test_workers_are_named_daemons_reused_while_idle() -> None:

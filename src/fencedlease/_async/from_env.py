@@ -1,5 +1,6 @@
 """[`AsyncLeaseManager.from_env`][fencedlease.aio.AsyncLeaseManager.from_env]: a manager
-configured by the environment."""
+configured by the environment, and the default bound of its start-up check and of
+``check_health``."""
 
 from __future__ import annotations
 
@@ -10,23 +11,39 @@ from redis.asyncio.retry import Retry
 
 from fencedlease._core.backend import AsyncLeaseBackend
 from fencedlease._core.clock import SYSTEM_CLOCK, Clock
+from fencedlease._core.env import manager_from_env
 from fencedlease._core.events import EventHook
 from fencedlease._core.shutdown import ShutdownReport
-from fencedlease._operations_shared import OperationsBase
+from fencedlease._redis.options import jittered_retry
 
 from .health import connect as _connect
 
-__all__ = ["FromEnv"]
+__all__ = ["DEFAULT_HEALTH_TIMEOUT_MS", "FromEnv"]
+
+DEFAULT_HEALTH_TIMEOUT_MS = 1_000
+"""How long ``check_health`` waits by default, in milliseconds; also the bound of each start-up
+check of ``from_env(connect=True)`` without ``FENCEDLEASE_CONNECT_TIMEOUT_MS``."""
 
 _M = TypeVar("_M", bound="FromEnv")
 
 
-class FromEnv(OperationsBase):
-    """``from_env``, mixed into the manager."""
+class FromEnv:
+    """``from_env``, mixed into the manager; the manager's parts it uses are stubs here."""
 
     _backend: AsyncLeaseBackend
+    _shutdown_timeout_ms: int
 
     async def close(self, timeout_ms: int | None = None) -> ShutdownReport:
+        raise NotImplementedError
+
+    @classmethod
+    def _over_url(
+        cls: type[_M], url: str, prefix: str, clock: Clock, on_event: EventHook | None,
+        options: dict[str, Any],
+    ) -> _M:  # fmt: skip
+        raise NotImplementedError
+
+    def _check_open(self) -> None:
         raise NotImplementedError
 
     @classmethod
@@ -76,10 +93,15 @@ class FromEnv(OperationsBase):
             BackendError: ``connect=True`` and no attempt reached the store (the last failure
                 in ``__cause__``).
         """
-        manager, check = cls._from_env_config(environ, connect, clock, on_event, kwargs, Retry)
-        if check is not None:
+        manager, config = manager_from_env(
+            lambda url, prefix, options: cls._over_url(url, prefix, clock, on_event, options),
+            environ, kwargs, jittered_retry(Retry),
+        )  # fmt: skip
+        manager._shutdown_timeout_ms = config.shutdown_timeout_ms
+        if connect:
+            timeout_ms = config.connect_timeout_ms or DEFAULT_HEALTH_TIMEOUT_MS
             try:
-                await _connect(manager._backend, *check, clock)
+                await _connect(manager._backend, config.connect_max_attempts, timeout_ms, clock)
             except BaseException:
                 await manager.close()
                 raise

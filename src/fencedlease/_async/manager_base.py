@@ -139,7 +139,7 @@ class _AsyncManagerBase(_AsyncStoreCalls, ABC):
         ``rediss://`` and ``unix://`` (a client made by ``redis.asyncio.Redis.from_url(url,
         **kwargs)``), ``memory://``, and ``sqlite:///relative/path`` / ``sqlite:////absolute/path``
         / ``sqlite:///:memory:`` (``busy_timeout_ms`` the only keyword). The forms:
-        `fencedlease._urls`.
+        `fencedlease._core.urls`.
 
         Raises:
             ValidationError: an unknown scheme, a malformed URL or an option it does not take.

@@ -1,5 +1,5 @@
 """Backends from URLs: [`async_backend_from_url`][fencedlease.aio.async_backend_from_url] (the URL
-forms and their parsing are in `fencedlease._urls`)."""
+forms and their parsing are in `fencedlease._core.urls`)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from redis.asyncio.cluster import ClusterNode
 
 from fencedlease._core.backend import AsyncLeaseBackend
 from fencedlease._core.clock import Clock
+from fencedlease._core.urls import parse_backend_url
 from fencedlease._redis.clients import redis_client
 from fencedlease._redis.cluster import cluster_client
 from fencedlease._redis.sentinel_aio import async_sentinel_client
-from fencedlease._urls import parse_backend_url
 from fencedlease.backends.memory import AsyncMemoryBackend
 from fencedlease.backends.sqlite_async import AsyncSqliteBackend
 
@@ -27,7 +27,7 @@ def async_backend_from_url(
     url: str, *, prefix: str, clock: Clock, **kwargs: Any
 ) -> AsyncLeaseBackend:
     """The [`AsyncLeaseBackend`][fencedlease.AsyncLeaseBackend] a URL names (forms in
-    `fencedlease._urls`), the same URLs, options and errors on both faces.
+    `fencedlease._core.urls`), the same URLs, options and errors on both faces.
 
     The backend owns what it made (a Redis client, a SQLite connection): its ``close()`` closes
     them. ``clock`` dates expiry for ``memory://`` (its ``monotonic()``) and ``sqlite://`` (its

@@ -30,6 +30,7 @@ import attrs
 
 from fencedlease._core.errors import ValidationError
 from fencedlease._core.redact import redact_text
+from fencedlease._core.urls import REDIS_URL_SCHEMES
 from fencedlease._core.validate import MAX_MS, check_prefix
 
 __all__ = [
@@ -62,7 +63,6 @@ MAX_DB = 2**31 - 1
 MAX_DIGITS = 20
 
 _DIGITS = re.compile(r"[0-9]+\Z", re.ASCII)
-_REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "redis+cluster", "rediss+cluster")
 
 # name (without the prefix) -> (least, most)
 _NUMBERS: dict[str, tuple[int, int]] = {
@@ -92,7 +92,7 @@ class EnvConfig:
     @property
     def is_redis(self) -> bool:
         """Whether the URL names a Redis server."""
-        return self.url.partition("://")[0].lower() in _REDIS_SCHEMES
+        return self.url.partition("://")[0].lower() in REDIS_URL_SCHEMES
 
     def redis_options(self, make_retry: Callable[[int], Any]) -> dict[str, Any]:
         """The redis-py keyword arguments the variables set, as ``from_url`` passes them on:

@@ -5,7 +5,7 @@ A fencing token protects data only if the storage checks it atomically with the 
 here as the pure function `decide`; the Lua scripts (``scripts/fenced_check.lua``) and the SQL
 of [`fencedlease.db`][] are transcriptions of it, and the tests hold each of them to the same
 sequential model. The reference store is [`FencedResource`][fencedlease.FencedResource]
-(`fencedlease._fenced_resource`); what a store is given, a token or a lease, is read by
+(`fencedlease._core.fenced_resource`); what a store is given, a token or a lease, is read by
 `coerce_access`.
 
 The rule, for an access with token ``t`` by a lease of counter ``k`` with fingerprint ``f`` (both

@@ -38,6 +38,7 @@ from typing import Any, Final, Protocol
 import redis
 
 from fencedlease._core.errors import no_reply
+from fencedlease._core.threads import DaemonThreadPool, shutdown_pool
 from fencedlease._redis.errors import (
     CommandRefused,
     ConnectionLost,
@@ -46,7 +47,6 @@ from fencedlease._redis.errors import (
     map_exceptions,
 )
 
-from .._threads import DaemonThreadPool, shutdown_pool
 from .errors import STORE_ERRORS, store_error
 from .replies import decode_release
 

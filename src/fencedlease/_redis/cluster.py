@@ -15,14 +15,14 @@ batches.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Final, TypeVar
-from urllib.parse import quote, urlsplit
+from typing import Any, TypeVar
 
 from redis.connection import parse_url
 from redis.crc import key_slot
 
-from fencedlease._core.errors import BackendError, ValidationError
+from fencedlease._core.errors import BackendError
 from fencedlease._core.redact import redact_text, redact_url, url_error
+from fencedlease._core.urls import cluster_url_options
 from fencedlease._core.validate import check_ms
 
 from .errors import backend_errors, without_secrets
@@ -35,14 +35,12 @@ from .scripts import AckedCall
 T = TypeVar("T")
 
 __all__ = [
-    "CLUSTER_SCHEMES",
     "SHARD_SLICE_S",
     "AckedCall",
     "NodeReplies",
     "by_node",
     "check_shard_timeout",
     "cluster_client",
-    "cluster_url_options",
     "finish_batch",
     "group_failed",
     "merge_nodes",
@@ -52,9 +50,6 @@ __all__ = [
     "short_renewals",
     "slot_groups",
 ]
-
-CLUSTER_SCHEMES: Final = frozenset({"redis+cluster", "rediss+cluster"})
-"""The URL schemes of a Redis Cluster (``rediss+cluster``: over TLS)."""
 
 SlotGroup = tuple[int, list[int]]
 """``(slot, indices of the batch's items in that slot)``."""
@@ -180,44 +175,6 @@ def finish_batch(
     return [value for value in results if value is not None]
 
 
-def cluster_url_options(url: str, kwargs: dict[str, Any]) -> tuple[list[tuple[str, int]], str]:
-    """The start nodes of ``redis+cluster://[[user]:password@]host:port[,host:port...][/][?opt=v]``
-    and the single-node URL whose credentials and query redis-py parses as for ``redis://``
-    (``rediss://`` for ``rediss+cluster``). No I/O.
-
-    Raises:
-        ValidationError: no host, a port that is not a number, a database other than 0 (a
-            cluster has only database 0); the URL shows with its password as ``***``.
-    """
-    try:
-        parts = urlsplit(url)
-    except ValueError as exc:  # an unclosed '[': the message names no part of the URL
-        unusable = f"not a usable Redis Cluster URL ({exc})"
-    else:
-        unusable = ""
-    if unusable:  # raised here, with no exception holding the URL chained to it
-        raise url_error(url, unusable)
-    scheme = parts.scheme.lower().partition("+")[0]
-    userinfo, _, hosts = parts.netloc.rpartition("@")
-    nodes: list[tuple[str, int]] = []
-    for entry in hosts.split(","):
-        host, sep, port = entry.rpartition(":")
-        if not sep:
-            host, port = entry, "6379"
-        if not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
-            raise url_error(url, "a Redis Cluster URL is redis+cluster://host:port[,host:port...]")
-        nodes.append((host.strip("[]"), int(port)))
-    if parts.path not in ("", "/", "/0"):
-        raise url_error(url, "a Redis Cluster has only database 0")
-    for name in ("host", "port", "startup_nodes", "db"):
-        if name in kwargs:
-            raise ValidationError(name, f"{name} is given by a redis+cluster:// URL itself")
-    credentials = f"{userinfo}@" if userinfo else ""
-    first = f"{quote(nodes[0][0], safe='.:')}:{nodes[0][1]}"
-    single = f"{scheme}://{credentials}{first}/0" + (f"?{parts.query}" if parts.query else "")
-    return nodes, single
-
-
 def cluster_client(
     factory: Callable[..., T], node: Callable[[str, int], Any], url: str, kwargs: dict[str, Any]
 ) -> T:
@@ -227,8 +184,9 @@ def cluster_client(
     `fencedlease._redis.options`), then ``kwargs``. The sync client reads the slot map here.
 
     Raises:
-        ValidationError: the URL or an option (see `cluster_url_options`); the URL's password
-            shows as ``***``.
+        ValidationError: the URL or an option (see `fencedlease._core.urls.cluster_url_options`);
+        the
+            URL's password shows as ``***``.
         BackendError: no start node answered (the sync client connects at once).
     """
     nodes, single = cluster_url_options(url, kwargs)

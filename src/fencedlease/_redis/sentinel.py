@@ -46,7 +46,6 @@ from .options import check_connection_options
 from .replies import text
 
 __all__ = [
-    "SENTINEL_SCHEME",
     "SWITCH_POLL_S",
     "PrimaryCheck",
     "PrimaryCheckBase",
@@ -61,7 +60,6 @@ __all__ = [
 
 log = logging.getLogger("fencedlease")
 
-SENTINEL_SCHEME = "redis+sentinel"
 DEFAULT_SENTINEL_PORT = 26379
 SWITCH_CHANNEL = "+switch-master"
 SWITCH_POLL_S = 0.2

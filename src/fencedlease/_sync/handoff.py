@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import redis
 
 from fencedlease._core.protocol import AcquireReply
+from fencedlease._core.threads import DaemonThreadPool, shutdown_pool
 from fencedlease._handoff import (
     HandoffBase,
     LateQueueing,
@@ -32,7 +33,6 @@ from fencedlease._redis.errors import RedisCallError, acl_denial, backend_errors
 from fencedlease._redis.keys import control_channel, listener_id
 from fencedlease._redis.replies import text
 from fencedlease._redis.scripts import ENQUEUE, run_script
-from fencedlease._threads import DaemonThreadPool, shutdown_pool
 
 __all__ = ["Handoff"]
 

@@ -140,7 +140,7 @@ class _ManagerBase(_StoreCalls, ABC):
         ``rediss://`` and ``unix://`` (a client made by ``redis.Redis.from_url(url,
         **kwargs)``), ``memory://``, and ``sqlite:///relative/path`` / ``sqlite:////absolute/path``
         / ``sqlite:///:memory:`` (``busy_timeout_ms`` the only keyword). The forms:
-        `fencedlease._urls`.
+        `fencedlease._core.urls`.
 
         Raises:
             ValidationError: an unknown scheme, a malformed URL or an option it does not take.

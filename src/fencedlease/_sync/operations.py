@@ -16,9 +16,8 @@ from fencedlease._core.clock import Clock
 from fencedlease._core.context import with_only
 from fencedlease._core.keep_alive import check_keep_alive
 from fencedlease._core.shutdown import ShutdownReport
-from fencedlease._operations_shared import DEFAULT_HEALTH_TIMEOUT_MS
 
-from .from_env import FromEnv
+from .from_env import DEFAULT_HEALTH_TIMEOUT_MS, FromEnv
 from .health import HealthReport, check_health
 from .lease import Lease
 

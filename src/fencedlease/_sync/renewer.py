@@ -46,7 +46,7 @@ from fencedlease._core.schedule import (
     renewal_items,
 )
 from fencedlease._core.state import LossReason
-from fencedlease._threads import DaemonThreadPool, shutdown_pool
+from fencedlease._core.threads import DaemonThreadPool, shutdown_pool
 
 __all__ = ["IO_THREADS", "BoundedCalls", "Renewer"]
 

@@ -2,7 +2,7 @@
 # do not edit. Edit that source, then run it again (CI runs it with --check, failing while
 # stale).
 """Backends from URLs: [`backend_from_url`][fencedlease.aio.backend_from_url] (the URL
-forms and their parsing are in `fencedlease._urls`)."""
+forms and their parsing are in `fencedlease._core.urls`)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from redis.cluster import ClusterNode
 
 from fencedlease._core.backend import LeaseBackend
 from fencedlease._core.clock import Clock
+from fencedlease._core.urls import parse_backend_url
 from fencedlease._redis.clients import redis_client
 from fencedlease._redis.cluster import cluster_client
 from fencedlease._redis.sentinel import sentinel_client
-from fencedlease._urls import parse_backend_url
 from fencedlease.backends.memory import MemoryBackend
 from fencedlease.backends.sqlite import SqliteBackend
 
@@ -28,7 +28,7 @@ __all__ = ["backend_from_url"]
 
 def backend_from_url(url: str, *, prefix: str, clock: Clock, **kwargs: Any) -> LeaseBackend:
     """The [`LeaseBackend`][fencedlease.LeaseBackend] a URL names (forms in
-    `fencedlease._urls`), the same URLs, options and errors on both faces.
+    `fencedlease._core.urls`), the same URLs, options and errors on both faces.
 
     The backend owns what it made (a Redis client, a SQLite connection): its ``close()`` closes
     them. ``clock`` dates expiry for ``memory://`` (its ``monotonic()``) and ``sqlite://`` (its

@@ -2,7 +2,7 @@
 and channels under its prefix? ``ACL DRYRUN`` answers on Redis 7; Redis 6.2 has none, so the rules
 of ``ACL GETUSER`` are replayed here.
 
-The commands are the library's own list (``ACL_COMMANDS`` of ``fencedlease._acl``, read at each
+The commands are the library's own list (``ACL_COMMANDS`` of ``fencedlease._core.acl``, read at each
 check), never a copy: each is probed with arguments built from the server's ``COMMAND INFO`` (its
 arity and key positions), a key or channel under the prefix where the command takes one.
 """
@@ -15,8 +15,9 @@ from typing import Any
 
 import redis
 
-from fencedlease import _acl, redis_keys
-from fencedlease._acl import glob_escape
+from fencedlease import redis_keys
+from fencedlease._core import acl as _acl
+from fencedlease._core.acl import glob_escape
 
 __all__ = ["Refusal", "acl_commands", "acl_probes", "acl_refusals", "as_text", "glob_escape"]
 

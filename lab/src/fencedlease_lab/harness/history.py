@@ -297,7 +297,7 @@ def merge_histories(
 ) -> list[Event]:
     """Merge per-process history files by ``mono`` (ties keep each file's order) and, when
     ``out`` is given, write the merged history there. Returns the merged events. ``redact``
-    (e.g. [`fencedlease._urls.redact_text`][] bound to a URL) is applied to every string of
+    (e.g. [`fencedlease.redact_text`][] bound to a URL) is applied to every string of
     every event first ([`redact_event`][fencedlease_lab.harness.history.redact_event])."""
     keyed: list[tuple[float, int, int, Event]] = []
     for part_index, part in enumerate(parts):

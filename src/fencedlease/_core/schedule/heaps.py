@@ -1,46 +1,22 @@
-"""The renewal schedule: which leases are due for renewal and whose deadline is next. No I/O.
-
-The sync renewer (a thread) and the async one (a task) both drive `RenewalSchedule`: pop a
-batch, send it as one round trip, hand the replies to `RenewalSchedule.apply`, mark expired
-leases lost, sleep until the next wakeup. The loss rules it applies are `fencedlease._core.state`'s.
-
-The rule both follow so that a slow round trip costs no lease (every renewal time derives from the
-confirmed deadline, `confirmed_due`):
-
-* a batch takes every lease due within the smoothed round trip of the recent batches (and at least
-  half a heartbeat, at most a whole one): renewing early is harmless, and a lease that would come
-  due while the batch is in flight goes with it instead of waiting for its reply;
-* up to `MAX_IN_FLIGHT` batches are in flight at once: a lease that comes due during a round
-  trip anyway (acquired, or retried, meanwhile) goes out on time in a second one rather than a
-  round trip late. With the first rule, the normal case stays at one batch per heartbeat.
-"""
+"""`RenewalSchedule`: the leases under renewal in two heaps of cohorts (by next renewal time and
+by loss deadline), the batches it hands out and the replies it applies (the rules in
+`fencedlease._core.schedule`). No I/O."""
 
 from __future__ import annotations
 
 import heapq
 import itertools
 import math
-from abc import ABC, abstractmethod
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 
-from fencedlease._core.clock import Clock, on_ns_grid
-from fencedlease._core.errors import ManagerClosedError
-from fencedlease._core.state import LeaseState, LossReason
+from fencedlease._core.clock import on_ns_grid
+from fencedlease._core.schedule.entry import RenewalEntry, RenewReply, confirmed_due
+from fencedlease._core.state import LossReason
 
-__all__ = [
-    "MAX_IN_FLIGHT",
-    "RenewReply",
-    "RenewalEntry",
-    "RenewalItem",
-    "RenewalSchedule",
-    "RenewerCore",
-    "confirmed_due",
-    "renewal_items",
-]
+__all__ = ["COMPACT_FACTOR", "COMPACT_FLOOR", "MAX_IN_FLIGHT", "RenewalSchedule"]
 
 MAX_IN_FLIGHT = 2
-"""Renewal batches a renewer keeps in flight at most (see the module docstring)."""
+"""Renewal batches a renewer keeps in flight at most (see `fencedlease._core.schedule`)."""
 
 _RTT_GAIN = 0.125
 """Weight of a new round trip in the smoothed estimate (TCP's SRTT gain, RFC 6298)."""
@@ -54,80 +30,6 @@ while a live item above them keeps `RenewalSchedule.next_wakeup` from dropping t
 per renewal of the last TTL, four with the default heartbeat (a quarter of the TTL). The factor
 keeps such a steady state from compacting; the floor keeps a manager holding a few leases from
 compacting on every release."""
-
-
-class RenewalItem(tuple[str, str, int]):
-    """What a renewal sends for one lease, ``(key, owner_token, ttl_ms)``: a plain tuple to every
-    backend, kept by its `RenewalEntry` from one renewal to the next (a new one only when the
-    TTL changed), so a backend may keep its wire form of the lease on it (``wire``, None until
-    then) instead of building it again on every renewal."""
-
-    wire: object = None
-
-
-class RenewalEntry:
-    """One lease under background renewal: its state, interval, and the caller's error hook."""
-
-    __slots__ = (
-        "active",
-        "heartbeat_s",
-        "item",
-        "next_due",
-        "on_renew_error",
-        "retry_s",
-        "sent_ttl_ms",
-        "state",
-    )
-
-    def __init__(
-        self,
-        state: LeaseState,
-        heartbeat_ms: int,
-        on_renew_error: Callable[[BaseException], object] | None,
-    ) -> None:
-        self.state = state
-        self.heartbeat_s = heartbeat_ms / 1000
-        # After a failed round trip, retry sooner than a full heartbeat: a blip should cost little
-        # of the margin, yet a dead server is not hammered.
-        self.retry_s = min(self.heartbeat_s, max(0.05, self.heartbeat_s / 4))
-        self.on_renew_error = on_renew_error
-        self.next_due = 0.0
-        self.active = False
-        self.sent_ttl_ms = state.ttl_ms
-        self.item: RenewalItem | None = None
-
-
-def confirmed_due(entry: RenewalEntry, now: float) -> float:
-    """When ``entry`` is next due: one heartbeat after the confirming command was sent, that is
-    ``deadline - ttl + heartbeat`` (the deadline counts from the send, rule 2), whatever the
-    round trip took. A lease with no known deadline counts from ``now``. A time already past
-    means due at once."""
-    state = entry.state
-    deadline = state.deadline
-    if deadline is None:
-        return on_ns_grid(now + entry.heartbeat_s)
-    return on_ns_grid(deadline - state.ttl_ms / 1000 + entry.heartbeat_s)
-
-
-def renewal_items(batch: list[RenewalEntry]) -> list[RenewalItem]:
-    """The ``(key, owner_token, ttl_ms)`` items to send for ``batch``, each entry's own
-    `RenewalItem` (made again only when the lease's TTL changed); each entry remembers the
-    TTL it was sent with, because that, not whatever the lease's TTL is when the reply lands, is
-    what Redis set (a manual ``renew(ttl_ms=...)`` may have changed it meanwhile)."""
-    items: list[RenewalItem] = []
-    append = items.append
-    for entry in batch:
-        state = entry.state
-        ttl_ms = entry.sent_ttl_ms = state.ttl_ms
-        item = entry.item
-        if item is None or item[2] != ttl_ms:
-            item = entry.item = RenewalItem((state.key, state.owner_token, ttl_ms))
-        append(item)
-    return items
-
-
-RenewReply = int | BaseException
-"""Per lease, what a renewal round trip said: the token (renewed), 0 (lost) or an error."""
 
 
 _Cohort = tuple[float, int, list[RenewalEntry], int]
@@ -438,58 +340,3 @@ class RenewalSchedule:
             heapq.heappush(self._deadlines, (deadlines[ttl_ms], next(self._seq), cohort, 0))
         self._maybe_compact()
         return errors
-
-
-class RenewerCore(ABC):
-    """What both faces' renewers do alike: `add` a lease to the schedule and wake the owner (the
-    thread or the task) only when it must act earlier than it planned to.
-
-    The owner sets ``_asleep_until`` (seconds on the monotonic clock; infinity: until woken) just
-    before each sleep, under ``_guard``. A lease added with its first renewal due at or after that
-    needs no wake-up: the owner looks at the schedule again when it wakes, and the new lease's
-    deadline comes after its first renewal. Waking the owner on every add would cost a context
-    switch per ``hold()``.
-    """
-
-    _schedule: RenewalSchedule
-    _clock: Clock
-    _closed: bool
-    _guard: AbstractContextManager[object]
-    _asleep_until: float = -math.inf
-
-    @abstractmethod
-    def _ensure_running(self) -> bool:
-        """Start the owner if it is not running (under ``_guard``); whether it was started (a new
-        owner reads the schedule before it first sleeps, so it needs no wake-up)."""
-
-    @abstractmethod
-    def _wake(self) -> None:
-        """Make the owner look at the clock and the schedule now (under ``_guard``)."""
-
-    @abstractmethod
-    def _deadline_moved(self, entry: RenewalEntry) -> None:
-        """``entry``'s lease was renewed outside the schedule (a manual ``renew``)."""
-
-    def add(
-        self,
-        state: LeaseState,
-        heartbeat_ms: int,
-        on_renew_error: Callable[[BaseException], object] | None,
-    ) -> RenewalEntry:
-        """Start renewing ``state`` every ``heartbeat_ms`` milliseconds (the asyncio renewer:
-        call it inside the running loop). ``on_renew_error(exc)`` is called for each failed
-        round trip of its renewals.
-
-        Raises:
-            ManagerClosedError: the renewer is closed.
-        """
-        entry = RenewalEntry(state, heartbeat_ms, on_renew_error)
-        with self._guard:
-            if self._closed:
-                raise ManagerClosedError()
-            started = self._ensure_running()
-            self._schedule.add(entry, self._clock.monotonic())
-            state.deadline_moved = lambda: self._deadline_moved(entry)
-            if not started and entry.next_due < self._asleep_until:
-                self._wake()
-        return entry

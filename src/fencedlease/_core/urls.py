@@ -46,24 +46,32 @@ as meant. A Redis client is made by
 
 from __future__ import annotations
 
-from typing import Any, Literal
-from urllib.parse import parse_qsl, unquote, urlsplit
+from typing import Any, Final, Literal
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from fencedlease._core.clock import Clock
 from fencedlease._core.errors import ValidationError
 from fencedlease._core.redact import ambiguous_url, url_error
 from fencedlease._core.validate import check_clock, check_key, check_prefix
 
-from ._redis.cluster import CLUSTER_SCHEMES, cluster_url_options
-from ._redis.sentinel import SENTINEL_SCHEME
-
 __all__ = [
+    "CLUSTER_SCHEMES",
     "REDIS_SCHEMES",
+    "REDIS_URL_SCHEMES",
+    "SENTINEL_SCHEME",
+    "cluster_url_options",
     "parse_backend_url",
     "sqlite_options",
 ]
 
-REDIS_SCHEMES = frozenset({"redis", "rediss", "unix"})
+REDIS_SCHEMES: Final = frozenset({"redis", "rediss", "unix"})
+"""The URL schemes of one Redis server (redis-py's own URLs)."""
+SENTINEL_SCHEME: Final = "redis+sentinel"
+"""The URL scheme of a Sentinel service's primary."""
+CLUSTER_SCHEMES: Final = frozenset({"redis+cluster", "rediss+cluster"})
+"""The URL schemes of a Redis Cluster (``rediss+cluster``: over TLS)."""
+REDIS_URL_SCHEMES: Final = frozenset({*REDIS_SCHEMES, SENTINEL_SCHEME, *CLUSTER_SCHEMES})
+"""Every scheme of a URL that names a Redis server, a Sentinel service or a Redis Cluster."""
 _SCHEMES = (
     "redis://, rediss://, unix://, redis+sentinel://, redis+cluster://, memory:// or"
     " sqlite:///<path>"
@@ -140,6 +148,44 @@ def sqlite_options(url: str, kwargs: dict[str, Any]) -> tuple[str, dict[str, Any
     return path, options
 
 
+def cluster_url_options(url: str, kwargs: dict[str, Any]) -> tuple[list[tuple[str, int]], str]:
+    """The start nodes of ``redis+cluster://[[user]:password@]host:port[,host:port...][/][?opt=v]``
+    and the single-node URL whose credentials and query redis-py parses as for ``redis://``
+    (``rediss://`` for ``rediss+cluster``). No I/O.
+
+    Raises:
+        ValidationError: no host, a port that is not a number, a database other than 0 (a
+            cluster has only database 0); the URL shows with its password as ``***``.
+    """
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # an unclosed '[': the message names no part of the URL
+        unusable = f"not a usable Redis Cluster URL ({exc})"
+    else:
+        unusable = ""
+    if unusable:  # raised here, with no exception holding the URL chained to it
+        raise url_error(url, unusable)
+    scheme = parts.scheme.lower().partition("+")[0]
+    userinfo, _, hosts = parts.netloc.rpartition("@")
+    nodes: list[tuple[str, int]] = []
+    for entry in hosts.split(","):
+        host, sep, port = entry.rpartition(":")
+        if not sep:
+            host, port = entry, "6379"
+        if not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
+            raise url_error(url, "a Redis Cluster URL is redis+cluster://host:port[,host:port...]")
+        nodes.append((host.strip("[]"), int(port)))
+    if parts.path not in ("", "/", "/0"):
+        raise url_error(url, "a Redis Cluster has only database 0")
+    for name in ("host", "port", "startup_nodes", "db"):
+        if name in kwargs:
+            raise ValidationError(name, f"{name} is given by a redis+cluster:// URL itself")
+    credentials = f"{userinfo}@" if userinfo else ""
+    first = f"{quote(nodes[0][0], safe='.:')}:{nodes[0][1]}"
+    single = f"{scheme}://{credentials}{first}/0" + (f"?{parts.query}" if parts.query else "")
+    return nodes, single
+
+
 def parse_backend_url(
     url: str, prefix: str, clock: Clock, kwargs: dict[str, Any]
 ) -> tuple[Literal["redis", "sentinel", "cluster", "memory", "sqlite"], str, dict[str, Any]]:
@@ -153,7 +199,7 @@ def parse_backend_url(
     scheme = _scheme(url)
     check_prefix(prefix)
     check_clock(clock)
-    if scheme in (*REDIS_SCHEMES, SENTINEL_SCHEME, *CLUSTER_SCHEMES) and ambiguous_url(url):
+    if scheme in REDIS_URL_SCHEMES and ambiguous_url(url):
         raise url_error(url, _AMBIGUOUS)
     if scheme in REDIS_SCHEMES:
         return "redis", url, kwargs
