@@ -37,7 +37,6 @@ EXCLUDED = {
     # Hand-written twins not yet written once (the asyncio-only ones' sync side is elsewhere).
     "cluster_nodes.py",
     "handoff.py",
-    "health.py",
     "hold.py",
     "manager.py",
     "operations.py",

@@ -14,10 +14,9 @@ from fencedlease._core.keep_alive import check_keep_alive
 from fencedlease._core.shutdown import ShutdownReport
 from fencedlease._core.validate import HoldArgs
 from fencedlease._operations_shared import DEFAULT_HEALTH_TIMEOUT_MS
-from fencedlease._sync.health import HealthReport
 
 from .from_env import FromEnv
-from .health import check_health
+from .health import HealthReport, check_health
 from .hold import _Hold
 from .hold import _Manager as _HoldManager
 from .lease import AsyncLease
