@@ -39,7 +39,6 @@ EXCLUDED = {
     "handoff.py",
     "hold.py",
     "manager.py",
-    "operations.py",
     "releases.py",
     "renewer.py",
     "semaphore_stores.py",
