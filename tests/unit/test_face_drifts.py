@@ -1,7 +1,7 @@
 """Where the two faces once drifted apart, each run on both faces with the same outcome: when
 ``keep_alive`` checks its arguments, when the renewer gives up a batch, how often the Sentinel
-watcher reads its subscription, how long a second ``close()`` waits, ``check_health``'s clock, and
-what the Redis semaphore store sends.
+watcher reads its subscription, how long a second ``close()`` waits, ``check_health``'s clock,
+how long a health check of a hung store waits, and what the Redis semaphore store sends.
 
 Each test is parametrized over the faces and asserts one expected value for both.
 """
@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import inspect
 import threading
-import warnings
 from collections.abc import Iterator, Sequence
 from types import SimpleNamespace
 from typing import Any
@@ -24,7 +23,13 @@ import fencedlease._async.health
 import fencedlease._async.redis_slots
 import fencedlease._sync.health
 import fencedlease._sync.redis_slots
-from fencedlease import LeaseLostError, LeaseManager, ShutdownReport, ValidationError
+from fencedlease import (
+    BackendError,
+    LeaseLostError,
+    LeaseManager,
+    ShutdownReport,
+    ValidationError,
+)
 from fencedlease._core.schedule import MAX_IN_FLIGHT
 from fencedlease._redis.scripts import Script
 from fencedlease._redis.sentinel import SWITCH_POLL_S, SwitchWatcher
@@ -359,34 +364,84 @@ def test_a_second_close_waits_its_own_bound(face: str) -> None:
     assert outcome == (ShutdownReport(unfinished=1, timeout_ms=50), True, True)
 
 
-# -- check_health takes no clock -----------------------------------------------------------------
+# -- check_health takes no clock, and bounds the whole check ------------------------------------
 
 
 @pytest.mark.parametrize("face", FACES)
 def test_check_health_takes_the_same_arguments_on_both_faces(face: str) -> None:
-    """The store check of either face takes ``backend`` and ``timeout_ms``; the sync face's old
-    ``clock`` (never used) is still accepted, with a DeprecationWarning, and changes nothing."""
+    """The store check of either face takes ``backend`` and ``timeout_ms``, and no unused
+    ``clock``."""
     check = (
         fencedlease._sync.health.check_health
         if face == "sync"
         else fencedlease._async.health.check_health
     )
-    params = [p for p in inspect.signature(check).parameters if p != "clock"]
-    assert params == ["backend", "timeout_ms"]
-    if face == "asyncio":
-        assert "clock" not in inspect.signature(check).parameters
-        return
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        report = fencedlease._sync.health.check_health(MemoryBackend(), 1_000, FakeClock())
-    assert [(w.category, str(w.message)) for w in caught] == [
-        (
-            DeprecationWarning,
-            "check_health(clock=...) is deprecated and ignored: a health check's timings are"
-            " real time",
-        )
-    ]
-    assert (report.script_ms, report.maxmemory_policy) == (None, None)
+    assert list(inspect.signature(check).parameters) == ["backend", "timeout_ms"]
+
+
+class _HungInspect(MemoryBackend):
+    """A memory store whose reads get no reply until ``gate`` is set; ``answered`` once one
+    has."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.answered = False
+
+    def inspect(self, key: str) -> Any:
+        self.gate.wait(PATIENCE_S)
+        self.answered = True
+        return super().inspect(key)
+
+
+class _AsyncHungInspect(AsyncMemoryBackend):
+    """`_HungInspect`, awaited."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.answered = False
+
+    async def inspect(self, key: str) -> Any:
+        await self.gate.wait()
+        self.answered = True
+        return await super().inspect(key)
+
+
+def _hung_check(face: str) -> tuple[bool, str, type[BaseException] | None, bool]:
+    """A 50 ms check of a store that never answers: ``(timed_out, message up to the time taken,
+    the cause's type, whether the store had answered when the check gave up)``."""
+    if face == "sync":
+        store = _HungInspect()
+        with pytest.raises(BackendError) as error:
+            fencedlease._sync.health.check_health(store, 50)
+        answered = store.answered
+        store.gate.set()
+    else:
+        astore = _AsyncHungInspect()
+
+        async def main() -> tuple[pytest.ExceptionInfo[BackendError], bool]:
+            with pytest.raises(BackendError) as error:
+                await fencedlease._async.health.check_health(astore, 50)
+            return error, astore.answered
+
+        error, answered = asyncio.run(main())
+    cause = error.value.__cause__
+    message = str(error.value).split(" (took ")[0]
+    return error.value.timed_out, message, None if cause is None else type(cause), answered
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_check_health_of_a_hung_store_ends_at_its_bound(face: str) -> None:
+    """A check of a store that never answers raises a timed-out BackendError at ``timeout_ms``,
+    while the store is still silent, the same on both faces (the sync face once waited for the
+    store's own reply, however long)."""
+    assert _hung_check(face) == (
+        True,
+        "health check: no answer within 50 ms",
+        TimeoutError,
+        False,
+    )
 
 
 # -- the Redis semaphore store sends the same steps ----------------------------------------------

@@ -1,14 +1,35 @@
-"""Health checks for the asyncio face: the twin of `fencedlease._sync.health` (what is checked and
-the report are there). Here the caller's client is used and the whole check runs under one
-``timeout_ms`` bound (a command cut off by it leaves no half-read reply: redis-py drops that
-connection)."""
+"""Health checks of a manager's store, and the start-up connect of ``from_env(connect=True)``.
+
+A check starts no background work (no renewer, no hand-off listener) and takes no lease:
+
+- Redis: a ``PING``, then an ``EVALSHA`` of a one-line script that returns 1 (on ``NOSCRIPT``,
+  one ``EVAL`` that caches it): the server answers and runs scripts. Both go over a connection of
+  their own, made with the caller's address, credentials and TLS but with twice ``timeout_ms`` as
+  its connect and socket timeouts and no retries, closed afterwards (a pool of another kind,
+  Sentinel's: over the caller's client).
+- Other stores (memory, SQLite, a backend of the caller's): an ``inspect`` of a probe key, the
+  cheapest read every backend has (``ping_ms``; ``script_ms`` is None: no scripts there).
+
+Redis, Sentinel and Cluster backends then read ``INFO memory`` (over the check's own connection
+where there is one; on a cluster every primary) for ``maxmemory_policy``, reported in
+``maxmemory_policy`` and, when it evicts, in ``findings``; the first check that finds it warns
+about it once per backend ([`UnsafeRedisWarning`][fencedlease.UnsafeRedisWarning], see
+`fencedlease._redis.eviction`), and the backend's first acquire then reads it no more. A server
+that refuses ``INFO`` (an ACL) reports None and the check goes on.
+
+The caller waits ``timeout_ms`` at most for the whole check, whatever the store (a backend of the
+caller's that hangs included): a check that fails, or that takes longer, raises
+[`BackendError`][fencedlease.BackendError] (``timed_out`` for the latter).
+"""
 
 from __future__ import annotations
 
-import asyncio
 import time
+from typing import Any
 
 import redis.asyncio
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from fencedlease._core.backend import AsyncLeaseBackend
 from fencedlease._core.clock import Clock
@@ -17,7 +38,7 @@ from fencedlease._core.validate import check_ms
 from fencedlease._redis.aio import run_script
 from fencedlease._redis.clients import client_redactor
 from fencedlease._redis.errors import backend_errors, without_secrets
-from fencedlease._sync.health import (
+from fencedlease._redis.health import (
     HEALTH_PROBE_KEY,
     NOOP,
     NOT_READ,
@@ -28,62 +49,97 @@ from fencedlease._sync.health import (
     too_slow,
 )
 
+from .primitives import bounded, sleep
 from .redis_backend import AsyncRedisBackend
 
-__all__ = ["check_health", "connect"]
+__all__ = ["HealthReport", "check_health", "connect"]
 
 
-async def _check(backend: AsyncLeaseBackend, start: float) -> tuple[float, float | None, Eviction]:
-    client = getattr(backend, "client", None)
-    if isinstance(client, redis.asyncio.Redis):
-        with backend_errors("health check: PING"):
-            await client.ping()
-        pinged = time.perf_counter()
-        with backend_errors("health check: script"):
-            await run_script(client, NOOP, (), ())
-        script_ms = (time.perf_counter() - pinged) * 1000
-        return (pinged - start) * 1000, script_ms, await _eviction(backend)
-    await backend.inspect(HEALTH_PROBE_KEY)
-    return (time.perf_counter() - start) * 1000, None, await _eviction(backend)
-
-
-async def _eviction(backend: AsyncLeaseBackend) -> Eviction:
-    """`fencedlease._sync.health._eviction`, awaited, over the backend's client."""
-    if not isinstance(backend, AsyncRedisBackend):
-        return NOT_READ
-    with backend_errors("health check: INFO memory"):
-        return await backend.read_eviction()
+def _probe_client(client: redis.asyncio.Redis, timeout_s: float) -> redis.asyncio.Redis | None:
+    """A client of one connection of its own to ``client``'s server, with ``timeout_s`` as
+    connect and socket timeouts and no retries; None for a pool of another kind (Sentinel's)."""
+    pool = client.connection_pool
+    if type(pool) not in (redis.asyncio.ConnectionPool, redis.asyncio.BlockingConnectionPool):
+        return None
+    kwargs: dict[str, Any] = dict(pool.connection_kwargs)
+    kwargs.update(
+        socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry=Retry(NoBackoff(), 0)
+    )
+    own = redis.asyncio.ConnectionPool(
+        connection_class=pool.connection_class, max_connections=1, **kwargs
+    )
+    return redis.asyncio.Redis(connection_pool=own, retry=Retry(NoBackoff(), 0))
 
 
 async def check_health(backend: AsyncLeaseBackend, timeout_ms: int) -> HealthReport:
-    """Check ``backend``, ``timeout_ms`` in all (see `fencedlease._sync.health`).
+    """Check ``backend`` (see the module docstring), ``timeout_ms`` in all.
 
     Raises:
         ValidationError: ``timeout_ms`` is not an int in 1..2,147,483,647.
-        BackendError: the store failed, or gave no answer within ``timeout_ms``; with no
-            piece of the client's password in it (as on the sync face).
+        BackendError: the store failed, or gave no answer within ``timeout_ms`` (``timed_out``).
+            Its message holds no piece of 3 characters or more of the client's password (a host
+            or a port equal to it is shown as ``***``; the store's exception is then not
+            chained).
     """
     bound = check_ms("timeout_ms", timeout_ms, 1)
     start = time.perf_counter()
     try:
-        ping_ms, script_ms, eviction = await asyncio.wait_for(_check(backend, start), bound / 1000)
-    except asyncio.TimeoutError as exc:  # builtin TimeoutError on 3.11+
+        report = await bounded(lambda: _check(backend, bound, start), bound / 1000)
+    except TimeoutError as exc:
         raise too_slow((time.perf_counter() - start) * 1000, bound) from exc
     except BackendError as exc:
         error = without_secrets(exc, client_redactor(getattr(backend, "client", None)))
         if error is exc:
             raise
     else:
-        total_ms = (time.perf_counter() - start) * 1000
-        return HealthReport(ping_ms, script_ms, total_ms, *eviction)
+        if report.total_ms > bound:  # answered, but after the bound
+            raise too_slow(report.total_ms, bound)
+        return report
     raise error  # here: ``exc`` may name a host or a path that holds the password
+
+
+async def _check(backend: AsyncLeaseBackend, bound: int, start: float) -> HealthReport:
+    client = getattr(backend, "client", None)
+    if isinstance(client, redis.asyncio.Redis):
+        # A connection of its own: a check cut off by the bound leaves nothing in the caller's
+        # pool. Its timeouts only end a check that runs on past the bound (a thread cannot be
+        # cancelled): twice the bound, so that the bound, not a socket timeout, decides.
+        probe = _probe_client(client, 2 * bound / 1000)
+        try:
+            with backend_errors("health check: PING"):
+                await (probe or client).ping()
+            pinged = time.perf_counter()
+            with backend_errors("health check: script"):
+                await run_script(probe or client, NOOP, (), ())
+            done = time.perf_counter()
+            eviction = await _eviction(backend, probe or client)
+        finally:
+            if probe is not None:
+                await probe.connection_pool.disconnect()
+        script_ms: float | None = (done - pinged) * 1000
+    else:
+        await backend.inspect(HEALTH_PROBE_KEY)
+        pinged = time.perf_counter()
+        script_ms = None
+        eviction = await _eviction(backend, None)
+    total_ms = (time.perf_counter() - start) * 1000
+    return HealthReport((pinged - start) * 1000, script_ms, total_ms, *eviction)
+
+
+async def _eviction(backend: AsyncLeaseBackend, client: redis.asyncio.Redis | None) -> Eviction:
+    """``backend``'s store's eviction policy, read over ``client`` (None: the backend's) and
+    noted (`AsyncRedisBackend.read_eviction`); `NOT_READ` for a store that is not Redis."""
+    if not isinstance(backend, AsyncRedisBackend):
+        return NOT_READ
+    with backend_errors("health check: INFO memory"):
+        return await backend.read_eviction(client)
 
 
 async def connect(
     backend: AsyncLeaseBackend, attempts: int, timeout_ms: int, clock: Clock
 ) -> HealthReport:
-    """`fencedlease._sync.health.connect`, awaited: the waits are the clock's ``async_sleep`` (or
-    `asyncio.sleep`).
+    """Up to ``attempts`` health checks of ``timeout_ms`` each, waiting `connect_backoff_s`
+    on ``clock`` between them; the first good check's report.
 
     Raises:
         BackendError: every attempt failed (the last failure in ``__cause__``).
@@ -94,6 +150,5 @@ async def connect(
         except BackendError as exc:
             if attempt == attempts:
                 raise connect_error(attempts, exc) from exc
-        sleep = getattr(clock, "async_sleep", asyncio.sleep)
-        await sleep(connect_backoff_s(attempt))
+        await sleep(clock, connect_backoff_s(attempt))
     raise AssertionError("unreachable")  # pragma: no cover

@@ -354,6 +354,12 @@ class AsyncLeaseManager(AsyncWithOnly, _AsyncManagerBase, Operations):
     def _hold(self, args: HoldArgs) -> _Hold:
         return _Hold(self, args)
 
+    def _in_hold(self, lease: AsyncLease) -> bool:
+        return any(hold.lease is lease for hold in self._holds)
+
+    def _keep_alive_block(self, lease: AsyncLease, args: HoldArgs) -> _Hold:
+        return _Hold(self, args, lease)
+
     async def _with_lease(
         self,
         key: str,

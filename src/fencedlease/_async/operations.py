@@ -1,43 +1,50 @@
-"""[`AsyncLeaseManager.from_env`][fencedlease.aio.AsyncLeaseManager.from_env] and
+"""What [`AsyncLeaseManager`][fencedlease.aio.AsyncLeaseManager] offers for running it in a
+service: [`from_env`][fencedlease.aio.AsyncLeaseManager.from_env],
 [`check_health`][fencedlease.aio.AsyncLeaseManager.check_health] and
-[`keep_alive`][fencedlease.aio.AsyncLeaseManager.keep_alive]: the twins of
-`fencedlease._sync.operations`."""
+[`keep_alive`][fencedlease.aio.AsyncLeaseManager.keep_alive]."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Literal, cast
+from typing import Literal
 
 from fencedlease._core.backend import AsyncLeaseBackend
 from fencedlease._core.keep_alive import check_keep_alive
 from fencedlease._core.shutdown import ShutdownReport
 from fencedlease._core.validate import HoldArgs
-from fencedlease._sync.health import HealthReport
 
 from .from_env import DEFAULT_HEALTH_TIMEOUT_MS, FromEnv
-from .health import check_health
-from .hold import _Hold
-from .hold import _Manager as _HoldManager
+from .health import HealthReport, check_health
 from .lease import AsyncLease
 
 __all__ = ["Operations"]
 
 
 class Operations(FromEnv):
-    """``from_env``, ``check_health`` and ``keep_alive``, mixed into the asyncio manager."""
+    """``from_env``, ``check_health`` and ``keep_alive``, mixed into the manager."""
 
     _backend: AsyncLeaseBackend
-    _holds: set[_Hold]
 
     async def close(self, timeout_ms: int | None = None) -> ShutdownReport:
         raise NotImplementedError
 
+    def _in_hold(self, lease: AsyncLease) -> bool:
+        """Whether ``lease`` is renewed in the background now (a hold, a keep_alive)."""
+        raise NotImplementedError
+
+    def _keep_alive_block(
+        self, lease: AsyncLease, args: HoldArgs
+    ) -> AbstractAsyncContextManager[AsyncLease]:
+        """The block that renews ``lease`` by ``args`` (a hold's, without the acquire)."""
+        raise NotImplementedError
+
     async def check_health(self, timeout_ms: int = DEFAULT_HEALTH_TIMEOUT_MS) -> HealthReport:
-        """Check that the store answers: the twin of
-        [`LeaseManager.check_health`][fencedlease.LeaseManager.check_health], over the manager's
-        client, the whole check bounded by ``timeout_ms`` (see `fencedlease._async.health`). Starts
-        no task and takes no lease.
+        """Check that the store answers, for a readiness probe: on Redis a ``PING`` and a no-op
+        script (``EVALSHA``, loaded on ``NOSCRIPT``) over a connection of their own; on other
+        stores an ``inspect`` of a probe key. Waits ``timeout_ms`` (milliseconds) at most for the
+        whole check. Starts no background work (no renewer, no hand-off listener) and takes no
+        lease. See `fencedlease._async.health`.
 
         Returns:
             [`HealthReport`][fencedlease.HealthReport]: ``ping_ms``, ``script_ms``, ``total_ms``.
@@ -60,23 +67,27 @@ class Operations(FromEnv):
     ) -> AbstractAsyncContextManager[AsyncLease]:
         """Renew ``lease`` (from [`acquire`][fencedlease.aio.AsyncLeaseManager.acquire] or
         [`restore`][fencedlease.aio.AsyncLeaseManager.restore] of this manager) in the background
-        for the ``async with`` block: the twin of
-        [`LeaseManager.keep_alive`][fencedlease.LeaseManager.keep_alive], with
-        [`hold`][fencedlease.aio.AsyncLeaseManager.hold]'s rules (on loss the block's task is
-        cancelled and the block ends in [`LeaseLostError`][fencedlease.LeaseLostError]; the lease
-        is released when the block ends).
+        for the ``async with`` block, by the rules of
+        [`hold`][fencedlease.aio.AsyncLeaseManager.hold]: the same ``heartbeat_ms`` (against the
+        lease's ``ttl_ms``) and ``on_renew_error``, the same loss notice (``lease.lost``,
+        ``wait_lost()``, the block ends in [`LeaseLostError`][fencedlease.LeaseLostError]), and
+        the same end: the lease is released when the block ends, however it ends, as at the end of
+        a hold. A restored lease without ``expires_at`` has no deadline until its first renewal
+        confirms one.
 
         Raises:
-            ValidationError: as [`LeaseManager.keep_alive`][fencedlease.LeaseManager.keep_alive]
-                (when ``keep_alive()`` is called).
+            ValidationError: ``lease`` is not a lease of this manager, is renewed in the background
+                already (a hold, another keep_alive) or was released; a bad ``heartbeat_ms`` or
+                ``on_renew_error`` (when ``keep_alive()`` is called, before any I/O).
             LeaseLostError: the lease is lost already (the block never runs), or was lost while
                 the block ran.
             BackendError, ManagerClosedError: as [`hold`][fencedlease.aio.AsyncLeaseManager.hold].
         """
-        held = any(hold.lease is lease for hold in self._holds)
+        # Checked here, not on entry to the block: a bad argument raises at the call, as
+        # ``hold`` does.
         heartbeat = check_keep_alive(
-            lease, AsyncLease, self._backend, heartbeat_ms, on_renew_error, held
+            lease, AsyncLease, self._backend, heartbeat_ms, on_renew_error, self._in_hold(lease)
         )
         state = lease._state
         args = HoldArgs(state.key, state.ttl_ms, 0, 1, heartbeat, on_renew_error)
-        return _Hold(cast("_HoldManager", self), args, lease)
+        return self._keep_alive_block(lease, args)

@@ -9,11 +9,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
+from fencedlease._core.clock import Clock
 from fencedlease._core.state import LeaseState
 
-__all__ = ["Background", "Event", "LostSignal", "retrieve"]
+__all__ = ["Background", "Event", "LostSignal", "bounded", "retrieve", "sleep"]
+
+T = TypeVar("T")
 
 
 class LostSignal:
@@ -111,3 +114,19 @@ class Event:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._event.wait(), timeout_s)
         return self._event.is_set()
+
+
+async def bounded(fn: Callable[[], Awaitable[T]], timeout_s: float) -> T:
+    """``fn()``'s result, waiting ``timeout_s`` seconds at most.
+
+    Raises:
+        TimeoutError: no result within ``timeout_s`` (the builtin; ``fn()`` is cancelled), or
+            what ``fn()`` raised.
+    """
+    return await asyncio.wait_for(fn(), timeout_s)
+
+
+async def sleep(clock: Clock, seconds: float) -> None:
+    """Wait ``seconds`` on ``clock``: its ``async_sleep`` (an `AsyncClock`, such as a fake
+    clock), else `asyncio.sleep`, in real time."""
+    await getattr(clock, "async_sleep", asyncio.sleep)(seconds)

@@ -285,6 +285,21 @@ class LeaseManager(WithOnly, _ManagerBase, Operations):
         with self._renewed(lease, args.heartbeat, args.on_renew_error):
             yield lease
 
+    def _in_hold(self, lease: Lease) -> bool:
+        with self._lock:
+            return lease in self._holds
+
+    def _keep_alive_block(self, lease: Lease, args: HoldArgs) -> AbstractContextManager[Lease]:
+        return with_only(self._kept_alive(lease, args), "LeaseManager.keep_alive()")
+
+    @contextmanager
+    def _kept_alive(self, lease: Lease, args: HoldArgs) -> Iterator[Lease]:
+        self._check_open()
+        if lease._state.check_deadline(self._clock.monotonic()):
+            raise lease._lost_error()
+        with self._renewed(lease, args.heartbeat, args.on_renew_error):
+            yield lease
+
     def _holds_here(self, key: str) -> bool:
         """Whether this thread is inside a hold (or keep_alive) of ``key`` whose lease is held."""
         me = threading.get_ident()

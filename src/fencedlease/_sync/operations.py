@@ -1,21 +1,21 @@
-"""What [`LeaseManager`][fencedlease.LeaseManager] offers for running it in a service:
-[`from_env`][fencedlease.LeaseManager.from_env],
+# GENERATED from src/fencedlease/_async/operations.py by `python scripts/unasync.py`:
+# do not edit. Edit that source, then run it again (CI runs it with --check, failing while
+# stale).
+"""What [`LeaseManager`][fencedlease.LeaseManager] offers for running it in a
+service: [`from_env`][fencedlease.LeaseManager.from_env],
 [`check_health`][fencedlease.LeaseManager.check_health] and
-[`keep_alive`][fencedlease.LeaseManager.keep_alive] (the asyncio twins are in
-`fencedlease._async.operations`)."""
+[`keep_alive`][fencedlease.LeaseManager.keep_alive]."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Literal
 
 from fencedlease._core.backend import LeaseBackend
-from fencedlease._core.clock import Clock
-from fencedlease._core.context import with_only
 from fencedlease._core.keep_alive import check_keep_alive
 from fencedlease._core.shutdown import ShutdownReport
+from fencedlease._core.validate import HoldArgs
 
 from .from_env import DEFAULT_HEALTH_TIMEOUT_MS, FromEnv
 from .health import HealthReport, check_health
@@ -25,37 +25,34 @@ __all__ = ["Operations"]
 
 
 class Operations(FromEnv):
-    """``from_env``, ``check_health`` and ``keep_alive``, mixed into the sync manager."""
+    """``from_env``, ``check_health`` and ``keep_alive``, mixed into the manager."""
 
     _backend: LeaseBackend
-    _clock: Clock
-    _lock: threading.Lock
-    _holds: dict[Lease, int]
 
     def close(self, timeout_ms: int | None = None) -> ShutdownReport:
         raise NotImplementedError
 
-    def _renewed(
-        self,
-        lease: Lease,
-        heartbeat: int | Literal[False],
-        on_renew_error: Callable[[BaseException], object] | None,
-    ) -> AbstractContextManager[None]:
+    def _in_hold(self, lease: Lease) -> bool:
+        """Whether ``lease`` is renewed in the background now (a hold, a keep_alive)."""
+        raise NotImplementedError
+
+    def _keep_alive_block(self, lease: Lease, args: HoldArgs) -> AbstractContextManager[Lease]:
+        """The block that renews ``lease`` by ``args`` (a hold's, without the acquire)."""
         raise NotImplementedError
 
     def check_health(self, timeout_ms: int = DEFAULT_HEALTH_TIMEOUT_MS) -> HealthReport:
         """Check that the store answers, for a readiness probe: on Redis a ``PING`` and a no-op
-        script (``EVALSHA``, loaded on ``NOSCRIPT``) over a connection of their own with
-        ``timeout_ms`` as its timeouts; on other stores an ``inspect`` of a probe key. Starts no
-        background work (no renewer thread, no hand-off listener) and takes no lease. See
-        `fencedlease._sync.health`.
+        script (``EVALSHA``, loaded on ``NOSCRIPT``) over a connection of their own; on other
+        stores an ``inspect`` of a probe key. Waits ``timeout_ms`` (milliseconds) at most for the
+        whole check. Starts no background work (no renewer, no hand-off listener) and takes no
+        lease. See `fencedlease._sync.health`.
 
         Returns:
             [`HealthReport`][fencedlease.HealthReport]: ``ping_ms``, ``script_ms``, ``total_ms``.
 
         Raises:
             ValidationError: ``timeout_ms`` is not an int in 1..2,147,483,647.
-            BackendError: the store failed, or the check took longer than ``timeout_ms``
+            BackendError: the store failed, or gave no answer within ``timeout_ms``
                 (``timed_out``).
             ManagerClosedError: the manager is closed.
         """
@@ -70,13 +67,14 @@ class Operations(FromEnv):
         on_renew_error: Callable[[BaseException], object] | None = None,
     ) -> AbstractContextManager[Lease]:
         """Renew ``lease`` (from [`acquire`][fencedlease.LeaseManager.acquire] or
-        [`restore`][fencedlease.LeaseManager.restore] of this manager) in the background for the
-        ``with`` block, by the rules of [`hold`][fencedlease.LeaseManager.hold]: the same
-        ``heartbeat_ms`` (against the lease's ``ttl_ms``) and ``on_renew_error``, the same loss
-        notice (``lease.lost``, ``wait_lost()``, the block ends in
-        [`LeaseLostError`][fencedlease.LeaseLostError]), and the same end: the lease is released
-        when the block ends, however it ends, as at the end of a hold. A restored lease without
-        ``expires_at`` has no deadline until its first renewal confirms one.
+        [`restore`][fencedlease.LeaseManager.restore] of this manager) in the background
+        for the ``with`` block, by the rules of
+        [`hold`][fencedlease.LeaseManager.hold]: the same ``heartbeat_ms`` (against the
+        lease's ``ttl_ms``) and ``on_renew_error``, the same loss notice (``lease.lost``,
+        ``wait_lost()``, the block ends in [`LeaseLostError`][fencedlease.LeaseLostError]), and
+        the same end: the lease is released when the block ends, however it ends, as at the end of
+        a hold. A restored lease without ``expires_at`` has no deadline until its first renewal
+        confirms one.
 
         Raises:
             ValidationError: ``lease`` is not a lease of this manager, is renewed in the background
@@ -86,25 +84,11 @@ class Operations(FromEnv):
                 the block ran.
             BackendError, ManagerClosedError: as [`hold`][fencedlease.LeaseManager.hold].
         """
-        with self._lock:
-            held = lease in self._holds
-        # Checked here, not on ``with`` entry: a bad argument raises at the call, as on the
-        # asyncio face and as ``hold`` does.
+        # Checked here, not on entry to the block: a bad argument raises at the call, as
+        # ``hold`` does.
         heartbeat = check_keep_alive(
-            lease, Lease, self._backend, heartbeat_ms, on_renew_error, held
+            lease, Lease, self._backend, heartbeat_ms, on_renew_error, self._in_hold(lease)
         )
-        kept = self._kept_alive(lease, heartbeat, on_renew_error)
-        return with_only(kept, "LeaseManager.keep_alive()")
-
-    @contextmanager
-    def _kept_alive(
-        self,
-        lease: Lease,
-        heartbeat: int | Literal[False],
-        on_renew_error: Callable[[BaseException], object] | None,
-    ) -> Iterator[Lease]:
-        self._check_open()
-        if lease._state.check_deadline(self._clock.monotonic()):
-            raise lease._lost_error()
-        with self._renewed(lease, heartbeat, on_renew_error):
-            yield lease
+        state = lease._state
+        args = HoldArgs(state.key, state.ttl_ms, 0, 1, heartbeat, on_renew_error)
+        return self._keep_alive_block(lease, args)

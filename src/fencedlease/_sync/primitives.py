@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from concurrent.futures import Future
+from typing import Any, TypeVar
 
+from fencedlease._core.clock import Clock
 from fencedlease._core.state import LeaseState
 
-__all__ = ["Background", "Event", "LostSignal"]
+__all__ = ["Background", "Event", "LostSignal", "bounded", "sleep"]
+
+T = TypeVar("T")
 
 
 class LostSignal:
@@ -63,3 +67,34 @@ class Background:
 class Event(threading.Event):
     """A flag one thread sets and another waits for (`threading.Event`), the wait bounded: the twin
     of the asyncio face's. ``wait(timeout_s)``: whether it is set (None: no bound)."""
+
+
+def bounded(fn: Callable[[], T], timeout_s: float) -> T:
+    """``fn()``'s result, waiting ``timeout_s`` seconds at most: ``fn()`` runs on a daemon
+    thread of its own (named ``fencedlease-bounded``; a hung call never keeps the process from
+    exiting), which has ended when ``fn()``'s outcome is returned or raised.
+
+    Raises:
+        TimeoutError: no result within ``timeout_s`` (the builtin; ``fn()`` cannot be cancelled:
+            it goes on to its end, its outcome dropped), or what ``fn()`` raised.
+    """
+    future: Future[T] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fn())
+        except BaseException as exc:  # handed to the waiter, which raises it
+            future.set_exception(exc)
+
+    thread = threading.Thread(target=run, name="fencedlease-bounded", daemon=True)
+    thread.start()
+    try:
+        return future.result(timeout_s)
+    finally:
+        if future.done():
+            thread.join()  # ending now (the outcome was its last step): none is left running
+
+
+def sleep(clock: Clock, seconds: float) -> None:
+    """Wait ``seconds`` on ``clock`` (its ``sleep``: a fake clock's moves it)."""
+    clock.sleep(seconds)
