@@ -319,8 +319,13 @@ class AsyncLeaseManager(AsyncWithOnly, _AsyncManagerBase, Operations):
         )
 
     async def _abandon(self, key: str, owner_token: str, exc: BaseException) -> None:
-        """Release what an abandoned acquire may hold, in a shielded task of the manager's. Not
-        after close(): the client is closed, and such a grant lapses at its short TTL."""
+        """Release what a failed or interrupted acquire may hold under ``owner_token``, in a task
+        of the manager's. Not after close(): the client is closed, and such a grant lapses at its
+        short TTL.
+
+        A store error: in the background, as on the sync face, so the failing call keeps its time
+        bound (a stalled Redis would stall the clean-up too). A cancellation: awaited, shielded,
+        so the key is released before the ``CancelledError`` goes on."""
         if self._closed:
             return
         try:
@@ -330,7 +335,7 @@ class AsyncLeaseManager(AsyncWithOnly, _AsyncManagerBase, Operations):
             )
         except RuntimeError:  # no running loop: the coroutine is being closed by the GC
             return
-        if not isinstance(exc, GeneratorExit):
+        if not isinstance(exc, (Exception, GeneratorExit)):
             await asyncio.shield(chore)
 
     async def _release_shielded(self, lease: AsyncLease) -> bool:
