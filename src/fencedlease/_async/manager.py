@@ -312,8 +312,14 @@ class AsyncLeaseManager(AsyncWithOnly, _AsyncManagerBase, Operations):
 
     def _release_later(self, key: str, owner_token: str) -> None:
         # A task of the manager's, not awaited: the call keeps its time bound; close() waits
-        # for it.
-        self._spawn(
+        # for it. Not after close(), as the sync face's closed renewer sends nothing: a task
+        # started then is one close() never waited for, on a closed client.
+        if not self._closed:
+            self._clean_up(key, owner_token)
+
+    def _clean_up(self, key: str, owner_token: str) -> asyncio.Task[None]:
+        """`release_abandoned` in a task of the manager's."""
+        return self._spawn(
             release_abandoned(self._backend, key, owner_token, self._cleanups),
             "fencedlease-cleanup",
         )
@@ -329,10 +335,7 @@ class AsyncLeaseManager(AsyncWithOnly, _AsyncManagerBase, Operations):
         if self._closed:
             return
         try:
-            chore = self._spawn(
-                release_abandoned(self._backend, key, owner_token, self._cleanups),
-                "fencedlease-cleanup",
-            )
+            chore = self._clean_up(key, owner_token)
         except RuntimeError:  # no running loop: the coroutine is being closed by the GC
             return
         if not isinstance(exc, (Exception, GeneratorExit)):
