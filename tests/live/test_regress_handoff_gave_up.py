@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import redis
 
-import fencedlease._sync.manager_base as manager_module  # where the acquire loop looks it up
+import fencedlease._sync.acquire_loop as manager_module  # where the acquire loop looks it up
 from fencedlease import LeaseManager
 from fencedlease._core.attempt import AcquireAttempt
 from fencedlease._core.clock import Clock

@@ -107,6 +107,8 @@ def test_a_backend_that_follows_a_primary_is_told_to_renew_on_a_switch() -> None
     [
         ("fencedlease._sync.manager_base", "fencedlease._sync.redis_backend"),
         ("fencedlease._async.manager_base", "fencedlease._async.redis_backend"),
+        ("fencedlease._sync.acquire_loop", "fencedlease._sync.redis_backend"),
+        ("fencedlease._async.acquire_loop", "fencedlease._async.redis_backend"),
     ],
 )
 def test_the_manager_base_does_not_import_the_redis_backend(base: str, redis_backend: str) -> None:

@@ -1,7 +1,8 @@
 """Where the two faces once drifted apart, each run on both faces with the same outcome: when
 ``keep_alive`` checks its arguments, when the renewer gives up a batch, how often the Sentinel
 watcher reads its subscription, how long a second ``close()`` waits, ``check_health``'s clock,
-how long a health check of a hung store waits, and what the Redis semaphore store sends.
+how long a health check of a hung store waits, what the Redis semaphore store sends, whether a
+failed acquire waits for its clean-up, and whether one that ends after ``close()`` sends one.
 
 Each test is parametrized over the faces and asserts one expected value for both.
 """
@@ -30,6 +31,7 @@ from fencedlease import (
     ShutdownReport,
     ValidationError,
 )
+from fencedlease._core.protocol import AcquireReply
 from fencedlease._core.schedule import MAX_IN_FLIGHT
 from fencedlease._redis.scripts import Script
 from fencedlease._redis.sentinel import SWITCH_POLL_S, SwitchWatcher
@@ -527,3 +529,165 @@ def test_the_redis_slot_store_sends_the_same_steps(face: str) -> None:
         "bool",
     ]
     assert results[2:] == [[7, 0], True, 2, True]
+
+
+# -- a failed acquire's clean-up runs in the background ------------------------------------------
+
+
+class _WroteThenFailed(MemoryBackend):
+    """A memory store whose acquire grants the key, then fails as a script that failed after its
+    write does; its releases get no reply until ``gate`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.release_started = threading.Event()
+
+    def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
+        super().acquire(key, owner_token, ttl_ms)
+        raise BackendError(f"acquire {key!r}: failed after its write", wrote="maybe")
+
+    def release(self, key: str, owner_token: str) -> bool:
+        self.release_started.set()
+        assert self.gate.wait(PATIENCE_S)
+        return super().release(key, owner_token)
+
+
+class _AsyncWroteThenFailed(AsyncMemoryBackend):
+    """`_WroteThenFailed`, awaited."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.release_started = asyncio.Event()
+
+    async def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
+        await super().acquire(key, owner_token, ttl_ms)
+        raise BackendError(f"acquire {key!r}: failed after its write", wrote="maybe")
+
+    async def release(self, key: str, owner_token: str) -> bool:
+        self.release_started.set()
+        await self.gate.wait()
+        return await super().release(key, owner_token)
+
+
+def _failed_acquire_sync() -> tuple[bool, bool, bool]:
+    backend = _WroteThenFailed()
+    leases = LeaseManager(backend)
+    with pytest.raises(BackendError, match="failed after its write"):
+        leases.acquire("k")
+    assert backend.release_started.wait(PATIENCE_S)
+    held_meanwhile = backend.inspect("k") is not None
+    backend.gate.set()
+    complete = leases.close(timeout_ms=round(PATIENCE_S * 1000)).complete
+    return True, held_meanwhile, complete and backend.inspect("k") is None
+
+
+def _failed_acquire_asyncio() -> tuple[bool, bool, bool]:
+    async def main() -> tuple[bool, bool, bool]:
+        backend = _AsyncWroteThenFailed()
+        leases = AsyncLeaseManager(backend)
+        call = asyncio.ensure_future(leases.acquire("k"))
+        await asyncio.wait_for(backend.release_started.wait(), PATIENCE_S)
+        await _settle()
+        returned = call.done()  # the clean-up release has no reply yet
+        held_meanwhile = await backend.inspect("k") is not None
+        backend.gate.set()
+        with pytest.raises(BackendError, match="failed after its write"):
+            await call
+        complete = (await leases.close(timeout_ms=round(PATIENCE_S * 1000))).complete
+        return returned, held_meanwhile, complete and await backend.inspect("k") is None
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_a_failed_acquire_cleans_up_in_the_background(face: str) -> None:
+    """An acquire that fails after its write raises the store's error without waiting for the
+    release of what it may hold (a stalled store would stall that too), and that release frees
+    the key before close() returns, the same on both faces."""
+    outcome = _failed_acquire_sync() if face == "sync" else _failed_acquire_asyncio()
+    assert outcome == (True, True, True)
+
+
+# -- nothing is sent for a closed manager --------------------------------------------------------
+
+
+class _ClosedMidAcquire(MemoryBackend):
+    """A memory store, the key held by another owner, whose first acquire gets no reply (it may
+    have run) and whose resend closes the manager before it is refused; each release after that
+    close is recorded."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        assert super().acquire("k", "other", 60_000).acquired
+        self.close_manager: Any = None
+        self.sends = 0
+        self.closed = False
+        self.released_after_close: list[str] = []
+
+    def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
+        self.sends += 1
+        if self.sends == 1:
+            raise BackendError(f"acquire {key!r}: no reply", sent="maybe", wrote="maybe")
+        reply = super().acquire(key, owner_token, ttl_ms)
+        self.close_manager()
+        self.closed = True
+        return reply
+
+    def release(self, key: str, owner_token: str) -> bool:
+        if self.closed:
+            self.released_after_close.append(key)
+        return super().release(key, owner_token)
+
+
+class _AsyncClosedMidAcquire(AsyncMemoryBackend):
+    """`_ClosedMidAcquire`, awaited."""
+
+    def __init__(self) -> None:
+        super().__init__(sync=_ClosedMidAcquire())
+        self.closing: Any = None
+
+    async def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
+        store = self.sync
+        assert isinstance(store, _ClosedMidAcquire)
+        if store.sends == 1:
+            store.sends += 1
+            reply = MemoryBackend.acquire(store, key, owner_token, ttl_ms)
+            await self.closing()
+            store.closed = True
+            return reply
+        return await super().acquire(key, owner_token, ttl_ms)
+
+
+def _closed_mid_acquire_sync() -> tuple[bool, list[str]]:
+    backend = _ClosedMidAcquire()
+    leases = LeaseManager(backend)
+    backend.close_manager = leases.close
+    acquired = leases.acquire("k").acquired
+    leases.close()
+    return acquired, backend.released_after_close
+
+
+def _closed_mid_acquire_asyncio() -> tuple[bool, list[str]]:
+    async def main() -> tuple[bool, list[str]]:
+        backend = _AsyncClosedMidAcquire()
+        leases = AsyncLeaseManager(backend)
+        backend.closing = leases.close
+        acquired = (await leases.acquire("k")).acquired
+        await _settle()  # a task spawned after the close would have run its release by now
+        await leases.close()
+        store = backend.sync
+        assert isinstance(store, _ClosedMidAcquire)
+        return acquired, store.released_after_close
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_an_acquire_that_ends_after_close_sends_no_clean_up(face: str) -> None:
+    """An acquire whose resend was refused after ``close()`` leaves its possible queue entry to
+    lapse instead of sending a release on the closed client (the asyncio face started a task of
+    the manager's that no ``close()`` waited for), the same on both faces."""
+    outcome = _closed_mid_acquire_sync() if face == "sync" else _closed_mid_acquire_asyncio()
+    assert outcome == (False, [])

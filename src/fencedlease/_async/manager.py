@@ -312,25 +312,33 @@ class AsyncLeaseManager(AsyncWithOnly, _AsyncManagerBase, Operations):
 
     def _release_later(self, key: str, owner_token: str) -> None:
         # A task of the manager's, not awaited: the call keeps its time bound; close() waits
-        # for it.
-        self._spawn(
+        # for it. Not after close(), as the sync face's closed renewer sends nothing: a task
+        # started then is one close() never waited for, on a closed client.
+        if not self._closed:
+            self._clean_up(key, owner_token)
+
+    def _clean_up(self, key: str, owner_token: str) -> asyncio.Task[None]:
+        """`release_abandoned` in a task of the manager's."""
+        return self._spawn(
             release_abandoned(self._backend, key, owner_token, self._cleanups),
             "fencedlease-cleanup",
         )
 
     async def _abandon(self, key: str, owner_token: str, exc: BaseException) -> None:
-        """Release what an abandoned acquire may hold, in a shielded task of the manager's. Not
-        after close(): the client is closed, and such a grant lapses at its short TTL."""
+        """Release what a failed or interrupted acquire may hold under ``owner_token``, in a task
+        of the manager's. Not after close(): the client is closed, and such a grant lapses at its
+        short TTL.
+
+        A store error: in the background, as on the sync face, so the failing call keeps its time
+        bound (a stalled Redis would stall the clean-up too). A cancellation: awaited, shielded,
+        so the key is released before the ``CancelledError`` goes on."""
         if self._closed:
             return
         try:
-            chore = self._spawn(
-                release_abandoned(self._backend, key, owner_token, self._cleanups),
-                "fencedlease-cleanup",
-            )
+            chore = self._clean_up(key, owner_token)
         except RuntimeError:  # no running loop: the coroutine is being closed by the GC
             return
-        if not isinstance(exc, GeneratorExit):
+        if not isinstance(exc, (Exception, GeneratorExit)):
             await asyncio.shield(chore)
 
     async def _release_shielded(self, lease: AsyncLease) -> bool:

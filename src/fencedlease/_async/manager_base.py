@@ -1,10 +1,6 @@
 """What [`AsyncLeaseManager`][fencedlease.aio.AsyncLeaseManager] does by the same steps on both
-faces: the acquire call and its loop (``restore``, ``inspect`` and ``force_release`` are in
-`manager_store`).
-
-The steps that differ by face are the manager's own: `_AsyncManagerBase._abandon` (what an
-acquire that failed or was interrupted may hold) and `_AsyncManagerBase._release_later` (the
-release of a hand-off queue's grant nobody waits for any more).
+faces: its construction and its public calls (the acquire loop is in `acquire_loop`; ``restore``,
+``inspect`` and ``force_release`` are in `manager_store`).
 """
 
 from __future__ import annotations
@@ -17,32 +13,14 @@ from typing import Any, Literal, TypeVar
 import redis.asyncio
 
 from fencedlease._core import fork as _fork
-from fencedlease._core.attempt import AcquireAttempt
-from fencedlease._core.backend import (
-    AsyncLeaseBackend,
-    AsyncQueueingBackend,
-    FollowsPrimary,
-    fencing_scope_of,
-)
-from fencedlease._core.clock import SYSTEM_CLOCK, Clock, marking_sends
+from fencedlease._core.backend import AsyncLeaseBackend, FollowsPrimary
+from fencedlease._core.clock import SYSTEM_CLOCK, Clock
 from fencedlease._core.decisions import (
     DEFAULT_CLOSE_TIMEOUT_MS,
     DEFAULT_RETRY_DELAY_MS,
     DEFAULT_TTL_MS,
-    AcquireEnd,
-    WaitForRelease,
-    acquire_steps,
 )
-from fencedlease._core.errors import ManagerClosedError
-from fencedlease._core.events import (
-    EventHook,
-    acquire_ended,
-    check_event_hook,
-    primary_changed,
-    wait_ended,
-    with_logging,
-)
-from fencedlease._core.protocol import AcquireReply
+from fencedlease._core.events import EventHook, check_event_hook, primary_changed, with_logging
 from fencedlease._core.shutdown import ShutdownReport
 from fencedlease._core.validate import (
     HoldArgs,
@@ -53,9 +31,9 @@ from fencedlease._core.validate import (
     check_ms,
     check_prefix,
 )
-from fencedlease._handoff import AsyncReleaseWaiter, WaitRequest
 from fencedlease._redis.replication import Fencing, GrantOptions, PrimaryWatch, use_grant_options
 
+from .acquire_loop import _AsyncAcquireLoop
 from .lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
 from .manager_store import _AsyncStoreCalls
 from .renewer import AsyncRenewer
@@ -67,20 +45,12 @@ T = TypeVar("T")
 _M = TypeVar("_M", bound="_AsyncManagerBase")
 
 
-class _AsyncManagerBase(_AsyncStoreCalls, ABC):
+class _AsyncManagerBase(_AsyncStoreCalls, _AsyncAcquireLoop, ABC):
     """The manager's calls that are the same steps on both faces, its construction and the
     signatures (and docstrings) of its public calls; the subclass supplies the steps that differ
     by face (the abstract methods below)."""
 
-    _backend: AsyncLeaseBackend
-    _clock: Clock
     _renewer: AsyncRenewer
-    _release_waiter: AsyncReleaseWaiter
-    _closed: bool
-    _forked: bool
-    _on_event: EventHook | None
-    # The handle a grant is given as (a semaphore's manager gives its slots their own).
-    _lease_class: type[AsyncLease] = AsyncLease
 
     def __init__(
         self,
@@ -200,15 +170,6 @@ class _AsyncManagerBase(_AsyncStoreCalls, ABC):
         """In a forked child (see `fencedlease._core.fork`)."""
 
     @abstractmethod
-    async def _abandon(self, key: str, owner_token: str, exc: BaseException) -> None:
-        """Release what an acquire that raised ``exc`` may hold under ``owner_token``."""
-
-    @abstractmethod
-    def _release_later(self, key: str, owner_token: str) -> None:
-        """Release ``owner_token``'s hold on ``key`` in the background (the call keeps its time
-        bound; ``close()`` waits for it)."""
-
-    @abstractmethod
     def _hold(self, args: HoldArgs) -> AbstractAsyncContextManager[AsyncLease]:
         """One hold of ``args.key``; acquired when entered."""
 
@@ -220,21 +181,6 @@ class _AsyncManagerBase(_AsyncStoreCalls, ABC):
         hold: AbstractAsyncContextManager[AsyncLease],
     ) -> AsyncLeaseOutcome[T]:
         """``fn(lease)`` inside ``hold``; a skipped outcome when ``hold`` acquired nothing."""
-
-    def _release_late(self, key: str, owner_token: str) -> None:
-        """`_release_later` for a queueing command that landed after its call ended (see
-        `fencedlease._handoff.LateQueueing`); nothing once the manager is closed (its client is
-        closed, and the listener that gave a waiter its whole ttl_ms is gone)."""
-        if not self._closed:
-            self._release_later(key, owner_token)
-
-    def _check_open(self) -> None:
-        if self._forked:
-            raise ManagerClosedError(
-                "this lease manager belongs to the parent process (fork): make a new one here"
-            )
-        if self._closed:
-            raise ManagerClosedError()
 
     # -- acquiring --------------------------------------------------------------------------
 
@@ -277,88 +223,6 @@ class _AsyncManagerBase(_AsyncStoreCalls, ABC):
         key, ttl_ms, wait_ms, retry_delay_ms = check_acquire(key, ttl_ms, wait_ms, retry_delay_ms)
         self._check_open()
         return await self._acquire(key, ttl_ms, wait_ms, retry_delay_ms)
-
-    async def _acquire(
-        self,
-        key: str,
-        ttl_ms: int,
-        wait_ms: int,
-        retry_delay_ms: int,
-        heartbeat_ms: int | Literal[False] | None = None,
-    ) -> AsyncAcquireResult:
-        """The acquire loop; ``heartbeat_ms``: how often the caller will renew the lease (None or
-        False: ``ttl_ms // 4``), which a grant taken from a hand-off message must leave twice."""
-        clock, backend, waiter = self._clock, self._backend, self._release_waiter
-        attempt = AcquireAttempt(
-            key, ttl_ms, wait_ms, retry_delay_ms, clock,
-            fencing_scope=fencing_scope_of(backend, key), heartbeat_ms=heartbeat_ms or None,
-        )  # fmt: skip
-        owner_token = attempt.owner_token
-        steps = acquire_steps(attempt, waiter.queues)  # the decisions; here only the I/O
-        waited = False  # a grant after a wait in the hand-off queue was handed over
-        answer: AcquireReply | bool = False
-        queued = registered = False  # the last acquire queued the caller; one ever did
-        holds = False  # the call ends with a lease under owner_token
-        try:
-            step = next(steps)
-            while True:
-                try:
-                    if isinstance(step, WaitForRelease):
-                        request = WaitRequest(
-                            key, owner_token, ttl_ms, step.delay_s, step.final, queued
-                        )
-                        began = clock.monotonic()
-                        grant = await waiter.wait(request)
-                        wait_ended(self._on_event, key, owner_token, began, clock)
-                        waited = attempt.queued
-                        if self._forked:
-                            self._check_open()
-                        answer = self._closed or grant or False
-                    else:
-                        queue: tuple[str, ...] | None = None
-                        if step.wait_ms:  # the Redis hand-off's arguments, or None
-                            queue = waiter.queue_args(key, owner_token, step.wait_ms, step.final)
-                        elif step.leave:  # or the arguments that take it out when refused
-                            queue = waiter.leave_args(key, owner_token)
-                            attempt.leaving = queue is not None
-                        queued = queue is not None and not attempt.leaving
-                        registered = registered or queued
-                        attempt.queued = attempt.queued or queued  # a release may grant it now
-                        with marking_sends(attempt.sending):  # the real send, after connecting
-                            if queue is None:
-                                answer = await backend.acquire(key, owner_token, ttl_ms)
-                            elif isinstance(backend, AsyncQueueingBackend):
-                                # queued in the same script when refused
-                                answer = await backend.acquire(key, owner_token, ttl_ms, queue)
-                            else:  # only a queueing backend's own waiter makes a queue
-                                raise TypeError(
-                                    f"{type(backend).__name__}: a release waiter queued the"
-                                    " caller, but the backend's acquire takes no queue"
-                                )
-                except BaseException as exc:
-                    step = steps.throw(exc)
-                else:
-                    step = steps.send(answer)
-        except StopIteration as stop:
-            end: AcquireEnd = stop.value
-            holds = end.state is not None
-        except BaseException as exc:
-            acquire_ended(self._on_event, key, None, attempt.sent_mono, clock, exc)
-            if attempt.uncertain:
-                await self._abandon(key, owner_token, exc)
-            raise
-        finally:
-            if registered:
-                waiter.forget(key, owner_token)
-            if waiter.queues:  # a queueing command still out may land after this call
-                waiter.ended(key, owner_token, holds, lambda: self._release_late(key, owner_token))
-        handed = waited and isinstance(answer, AcquireReply) and answer.retried
-        acquire_ended(self._on_event, key, end.state, attempt.sent_mono, clock, handed=handed)
-        if end.leave_queue:
-            self._release_later(key, owner_token)
-        if end.state is None:
-            return AsyncAcquireResult(key, None, end.holder_ttl_ms)
-        return AsyncAcquireResult(key, self._lease_class(end.state, backend, clock))
 
     def hold(
         self,

@@ -15,11 +15,7 @@ import redis
 
 from fencedlease._core.backend import LeaseBackend
 from fencedlease._core.context import WithOnly, with_only
-from fencedlease._core.decisions import (
-    close_releases,
-    hold_outcome,
-    hold_releases,
-)
+from fencedlease._core.decisions import close_releases, hold_outcome, hold_releases
 from fencedlease._core.errors import (
     BackendError,
     LeaseNotAcquiredError,
