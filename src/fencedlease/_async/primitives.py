@@ -9,11 +9,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from fencedlease._core.state import LeaseState
 
-__all__ = ["Background", "Event", "LostSignal", "retrieve"]
+__all__ = ["Background", "Event", "LostSignal", "retrieve", "shielded"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 class LostSignal:
@@ -111,3 +114,10 @@ class Event:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._event.wait(), timeout_s)
         return self._event.is_set()
+
+
+async def shielded(fn: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
+    """``fn(*args, **kwargs)`` run to its end even when the caller is cancelled while it runs
+    (`asyncio.shield`): for a step that must not be left half done, such as giving a connection
+    back to its pool."""
+    return await asyncio.shield(fn(*args, **kwargs))

@@ -20,7 +20,6 @@ import redis.asyncio
 from fencedlease._core.errors import BackendError
 from fencedlease._core.protocol import AcquireReply, InspectReply
 from fencedlease._core.validate import check_prefix
-from fencedlease._redis.aio import dedicated_client, run_acked, run_script, waits_for_connection
 from fencedlease._redis.errors import (
     STORE_ERRORS,
     CommandRefused,
@@ -51,8 +50,10 @@ from fencedlease._redis.scripts import (
 from fencedlease._redis.sentinel_aio import AsyncPrimaryCheck, AsyncSwitchWatcher
 from fencedlease._redis.wire import PackedCalls, PackedRenewals
 
+from .clients import dedicated_client, waits_for_connection
 from .handoff import AsyncHandoff
 from .primitives import Background
+from .scripts import run_acked, run_script
 from .wire import packs_itself, run_packed
 
 __all__ = ["AsyncRedisBackend"]

@@ -39,9 +39,10 @@ from fencedlease._core.errors import BackendError
 from fencedlease._core.validate import check_ms
 from fencedlease._redis.clients import client_redactor
 from fencedlease._redis.errors import backend_errors, without_secrets
-from fencedlease._redis.scripts import Script, run_script
+from fencedlease._redis.scripts import Script
 
 from .redis_backend import RedisBackend
+from .scripts import run_script
 
 __all__ = [
     "HEALTH_PROBE_KEY",

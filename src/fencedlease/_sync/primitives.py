@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from fencedlease._core.state import LeaseState
 
-__all__ = ["Background", "Event", "LostSignal"]
+__all__ = ["Background", "Event", "LostSignal", "shielded"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 class LostSignal:
@@ -28,6 +31,12 @@ class LostSignal:
     def wait(self, timeout_s: float | None) -> None:
         """Block until set or ``timeout_s`` seconds have passed (None: no bound)."""
         self._event.wait(timeout_s)
+
+
+def shielded(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """``fn(*args, **kwargs)``: a call of this face is never cut short by a cancellation, so there
+    is nothing to shield (the asyncio twin shields its step)."""
+    return fn(*args, **kwargs)
 
 
 STOP_S = 1.0

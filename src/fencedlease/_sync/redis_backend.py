@@ -23,7 +23,6 @@ import redis
 from fencedlease._core.errors import BackendError
 from fencedlease._core.protocol import AcquireReply, InspectReply
 from fencedlease._core.validate import check_prefix
-from fencedlease._redis.clients import dedicated_client, waits_for_connection
 from fencedlease._redis.errors import (
     STORE_ERRORS,
     CommandRefused,
@@ -50,14 +49,14 @@ from fencedlease._redis.scripts import (
     RENEW_MANY,
     AckedCall,
     Script,
-    run_acked,
-    run_script,
 )
 from fencedlease._redis.sentinel import PrimaryCheck, SwitchWatcher
 from fencedlease._redis.wire import PackedCalls, PackedRenewals
 
+from .clients import dedicated_client, waits_for_connection
 from .handoff import Handoff
 from .primitives import Background
+from .scripts import run_acked, run_script
 from .wire import packs_itself, run_packed
 
 __all__ = ["RedisBackend"]
