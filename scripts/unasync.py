@@ -64,7 +64,7 @@ RULES: list[tuple[str, str]] = [
     (r"\bAwaitable\[(\w+)\]", r"\1"),
     # In prose: the ``async with`` block is the ``with`` block.
     (r"``async (with|for)``", r"``\1``"),
-    # A module named for the asyncio face has its sync namesake: ``sentinel_aio`` -> ``sentinel``.
+    # A module named for the asyncio face has its sync namesake: ``sqlite_async`` -> ``sqlite``.
     (r"\b(fencedlease\.[\w.]+?)_(?:aio|async)\b", r"\1"),
 ]
 

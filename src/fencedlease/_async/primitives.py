@@ -13,10 +13,14 @@ from typing import Any, ParamSpec, TypeVar
 
 from fencedlease._core.state import LeaseState
 
-__all__ = ["Background", "Event", "LostSignal", "retrieve", "shielded"]
+__all__ = ["LOG_NAME", "Background", "Event", "LostSignal", "retrieve", "shielded"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
+
+
+LOG_NAME = "fencedlease.aio"
+"""The logger of this face's messages (the sync face's is ``fencedlease``)."""
 
 
 class LostSignal:

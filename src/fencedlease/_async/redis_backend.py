@@ -47,13 +47,13 @@ from fencedlease._redis.scripts import (
     AckedCall,
     Script,
 )
-from fencedlease._redis.sentinel_aio import AsyncPrimaryCheck, AsyncSwitchWatcher
 from fencedlease._redis.wire import PackedCalls, PackedRenewals
 
 from .clients import dedicated_client, waits_for_connection
 from .handoff import AsyncHandoff
 from .primitives import Background
 from .scripts import run_acked, run_script
+from .sentinel import AsyncPrimaryCheck, AsyncSwitchWatcher
 from .wire import packs_itself, run_packed
 
 __all__ = ["AsyncRedisBackend"]

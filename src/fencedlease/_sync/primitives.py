@@ -12,10 +12,14 @@ from typing import Any, ParamSpec, TypeVar
 
 from fencedlease._core.state import LeaseState
 
-__all__ = ["Background", "Event", "LostSignal", "shielded"]
+__all__ = ["LOG_NAME", "Background", "Event", "LostSignal", "shielded"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
+
+
+LOG_NAME = "fencedlease"
+"""The logger of this face's messages (the asyncio face's is ``fencedlease.aio``)."""
 
 
 class LostSignal:

@@ -50,13 +50,13 @@ from fencedlease._redis.scripts import (
     AckedCall,
     Script,
 )
-from fencedlease._redis.sentinel import PrimaryCheck, SwitchWatcher
 from fencedlease._redis.wire import PackedCalls, PackedRenewals
 
 from .clients import dedicated_client, waits_for_connection
 from .handoff import Handoff
 from .primitives import Background
 from .scripts import run_acked, run_script
+from .sentinel import PrimaryCheck, SwitchWatcher
 from .wire import packs_itself, run_packed
 
 __all__ = ["RedisBackend"]

@@ -15,13 +15,13 @@ from fencedlease._core.backend import LeaseBackend
 from fencedlease._core.clock import Clock
 from fencedlease._redis.clients import redis_client
 from fencedlease._redis.cluster import cluster_client
-from fencedlease._redis.sentinel import sentinel_client
 from fencedlease._urls import parse_backend_url
 from fencedlease.backends.memory import MemoryBackend
 from fencedlease.backends.sqlite import SqliteBackend
 
 from .cluster_backend import RedisClusterBackend
 from .redis_backend import RedisBackend
+from .sentinel import sentinel_client
 
 __all__ = ["backend_from_url"]
 
