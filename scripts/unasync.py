@@ -62,18 +62,8 @@ RULES: list[tuple[str, str]] = [
     (r"\bAwaitable\[(\w+)\]", r"\1"),
     # In prose: the ``async with`` block is the ``with`` block.
     (r"``async (with|for)``", r"``\1``"),
-    # A module named for the asyncio face has its sync namesake: ``sentinel_aio`` -> ``sentinel``.
+    # A module named for the asyncio face has its sync namesake: ``sqlite_async`` -> ``sqlite``.
     (r"\b(fencedlease\.[\w.]+?)_(?:aio|async)\b", r"\1"),
-    # The asyncio Redis calls, one module; on the sync face they are in two.
-    (
-        r"^from fencedlease\._redis\.aio import (.*)\brun_acked, run_script, ",
-        r"from fencedlease._redis.scripts import run_acked, run_script\n"
-        r"from fencedlease._redis.clients import \1",
-    ),
-    (
-        r"^from fencedlease\._redis\.aio import run_script$",
-        "from fencedlease._redis.scripts import run_script",
-    ),
 ]
 
 LEFT_OVER = re.compile(r"\b(async|await|awaited|awaits|awaiting)\b")

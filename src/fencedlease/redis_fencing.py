@@ -44,7 +44,8 @@ from fencedlease._core.validate import check_prefix
 from ._redis.errors import backend_errors
 from ._redis.keys import resource_keys
 from ._redis.replies import text
-from ._redis.scripts import Script, run_script
+from ._redis.scripts import Script
+from ._sync.scripts import run_script
 
 __all__ = ["DEFAULT_PREFIX", "RedisFencedResource"]
 

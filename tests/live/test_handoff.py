@@ -29,8 +29,9 @@ from fencedlease._redis.keys import (
     waiters_meta_key,
 )
 from fencedlease._redis.replies import parse_grant
-from fencedlease._redis.scripts import ENQUEUE, RELEASE, run_script
+from fencedlease._redis.scripts import ENQUEUE, RELEASE
 from fencedlease._sync.handoff import Handoff
+from fencedlease._sync.scripts import run_script
 from fencedlease_lab.servers.redis import RedisServer
 
 pytestmark = pytest.mark.live

@@ -23,7 +23,8 @@ from conftest import wait_until
 from fencedlease import AcquireResult, LeaseManager
 from fencedlease._core.protocol import AcquireReply
 from fencedlease._redis.keys import lease_keys, waiters_key, waiters_meta_key
-from fencedlease._redis.scripts import ACQUIRE, RELEASE, run_script
+from fencedlease._redis.scripts import ACQUIRE, RELEASE
+from fencedlease._sync.scripts import run_script
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.testing import FakeClock
 

@@ -18,7 +18,8 @@ import redis.asyncio
 from conftest import wait_until
 from fencedlease import AcquireResult, Lease, LeaseManager
 from fencedlease._redis.keys import lease_key, lease_keys, waiters_key
-from fencedlease._redis.scripts import ACQUIRE, ENQUEUE, run_script
+from fencedlease._redis.scripts import ACQUIRE, ENQUEUE
+from fencedlease._sync.scripts import run_script
 from fencedlease.aio import AsyncLeaseManager
 
 pytestmark = pytest.mark.live

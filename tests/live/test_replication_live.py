@@ -12,7 +12,8 @@ import redis
 from fencedlease import BackendError, LeaseManager, RedisBackend, ReplicationError
 from fencedlease._core.protocol import MAX_FENCING_TOKEN, new_owner_token
 from fencedlease._redis.keys import lease_keys
-from fencedlease._redis.scripts import ENQUEUE, run_script
+from fencedlease._redis.scripts import ENQUEUE
+from fencedlease._sync.scripts import run_script
 from fencedlease.aio import AsyncLeaseManager
 
 pytestmark = pytest.mark.live

@@ -30,8 +30,9 @@ from fencedlease._redis.errors import (
     map_exceptions,
     store_error,
 )
-from fencedlease._redis.scripts import ACQUIRE, run_script
+from fencedlease._redis.scripts import ACQUIRE
 from fencedlease._sync.handoff import Handoff
+from fencedlease._sync.scripts import run_script
 from fencedlease.aio import AsyncLeaseManager, AsyncRedisBackend
 from fencedlease.backends import AsyncMemoryBackend
 

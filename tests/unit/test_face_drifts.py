@@ -31,12 +31,13 @@ from fencedlease import (
     ShutdownReport,
     ValidationError,
 )
+from fencedlease._async.sentinel import AsyncSwitchWatcher
 from fencedlease._core.protocol import AcquireReply
 from fencedlease._core.schedule import MAX_IN_FLIGHT
 from fencedlease._redis.scripts import Script
-from fencedlease._redis.sentinel import SWITCH_POLL_S, SwitchWatcher
-from fencedlease._redis.sentinel_aio import AsyncSwitchWatcher
+from fencedlease._redis.sentinel import SWITCH_POLL_S
 from fencedlease._sync.renewer import IO_THREADS, Renewer
+from fencedlease._sync.sentinel import SwitchWatcher
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.backends import AsyncMemoryBackend, MemoryBackend
 from fencedlease.testing import FakeClock

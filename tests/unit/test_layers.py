@@ -215,7 +215,7 @@ def test_the_sync_face_does_not_reach_redis_asyncio() -> None:
         if lines:
             importers[module] = lines
     assert "fencedlease._async.redis_backend" in importers  # the scan sees such an import
-    assert "fencedlease._redis.aio" in importers
+    assert "fencedlease._async.scripts" in importers
     offenders = {m: lines for m, lines in importers.items() if m in reached}
     assert offenders == {}
 

@@ -12,8 +12,9 @@ import redis.asyncio
 import redis.asyncio.sentinel
 import redis.sentinel
 
-from fencedlease._redis.sentinel import PrimaryCheck, doubt, named_address
-from fencedlease._redis.sentinel_aio import AsyncPrimaryCheck
+from fencedlease._async.sentinel import AsyncPrimaryCheck
+from fencedlease._redis.sentinel import doubt, named_address
+from fencedlease._sync.sentinel import PrimaryCheck
 
 
 def _master_for(**kwargs: Any) -> redis.Redis:

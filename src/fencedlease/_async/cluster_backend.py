@@ -21,7 +21,6 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
 
 from fencedlease._core.errors import BackendError
-from fencedlease._redis.aio import run_script
 from fencedlease._redis.cluster import (
     AckedCall,
     NodeReplies,
@@ -42,6 +41,7 @@ from fencedlease._redis.scripts import RELEASE, RENEW_MANY, Script, acked_replie
 from .cluster_nodes import NodeWorkers, node_for, read_slot_map, send_acked
 from .handoff_cluster import AsyncClusterHandoff
 from .redis_backend import AsyncRedisBackend
+from .scripts import run_script
 
 __all__ = ["AsyncRedisClusterBackend"]
 

@@ -27,12 +27,13 @@ from fencedlease._handoff import (
     log,
     waiter_name,
 )
-from fencedlease._redis.aio import dedicated_client, run_script
 from fencedlease._redis.errors import RedisCallError, acl_denial, backend_errors, map_exceptions
 from fencedlease._redis.replies import text
 from fencedlease._redis.scripts import ENQUEUE
 
+from .clients import dedicated_client
 from .primitives import retrieve
+from .scripts import run_script
 
 __all__ = ["AsyncHandoff", "AsyncSleepWaiter", "async_release_waiter_for"]
 
@@ -64,7 +65,7 @@ class AsyncHandoff(HandoffBase[redis.asyncio.Redis]):
 
     ``client``: the manager's ``redis.asyncio.Redis``; ``prefix``: its key prefix (the arguments
     of `Handoff`). The listener has a connection of its own
-    (`fencedlease._redis.aio.dedicated_client`), never one of ``client``'s pool. The
+    (`fencedlease._async.clients.dedicated_client`), never one of ``client``'s pool. The
     listener task is started by the first wait in the running loop and cancelled by
     `aclose`; like the thread, it logs an unexpected death
     (`listener_died`).

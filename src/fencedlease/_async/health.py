@@ -35,7 +35,6 @@ from fencedlease._core.backend import AsyncLeaseBackend
 from fencedlease._core.clock import Clock
 from fencedlease._core.errors import BackendError
 from fencedlease._core.validate import check_ms
-from fencedlease._redis.aio import run_script
 from fencedlease._redis.clients import client_redactor
 from fencedlease._redis.errors import backend_errors, without_secrets
 from fencedlease._redis.health import (
@@ -51,6 +50,7 @@ from fencedlease._redis.health import (
 
 from .primitives import bounded, sleep
 from .redis_backend import AsyncRedisBackend
+from .scripts import run_script
 
 __all__ = ["HealthReport", "check_health", "connect"]
 

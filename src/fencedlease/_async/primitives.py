@@ -9,14 +9,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from fencedlease._core.clock import Clock
 from fencedlease._core.state import LeaseState
 
-__all__ = ["Background", "Event", "LostSignal", "bounded", "retrieve", "sleep"]
+__all__ = [
+    "LOG_NAME",
+    "Background",
+    "Event",
+    "LostSignal",
+    "bounded",
+    "retrieve",
+    "shielded",
+    "sleep",
+]
 
+P = ParamSpec("P")
 T = TypeVar("T")
+
+
+LOG_NAME = "fencedlease.aio"
+"""The logger of this face's messages (the sync face's is ``fencedlease``)."""
 
 
 class LostSignal:
@@ -130,3 +144,10 @@ async def sleep(clock: Clock, seconds: float) -> None:
     """Wait ``seconds`` on ``clock``: its ``async_sleep`` (an `AsyncClock`, such as a fake
     clock), else `asyncio.sleep`, in real time."""
     await getattr(clock, "async_sleep", asyncio.sleep)(seconds)
+
+
+async def shielded(fn: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
+    """``fn(*args, **kwargs)`` run to its end even when the caller is cancelled while it runs
+    (`asyncio.shield`): for a step that must not be left half done, such as giving a connection
+    back to its pool."""
+    return await asyncio.shield(fn(*args, **kwargs))

@@ -13,12 +13,12 @@ from fencedlease._core.clock import Clock
 from fencedlease._core.urls import parse_backend_url
 from fencedlease._redis.clients import redis_client
 from fencedlease._redis.cluster import cluster_client
-from fencedlease._redis.sentinel_aio import async_sentinel_client
 from fencedlease.backends.memory import AsyncMemoryBackend
 from fencedlease.backends.sqlite_async import AsyncSqliteBackend
 
 from .cluster_backend import AsyncRedisClusterBackend
 from .redis_backend import AsyncRedisBackend
+from .sentinel import async_sentinel_client
 
 __all__ = ["async_backend_from_url"]
 

@@ -1,6 +1,6 @@
-"""The clients the library makes: the caller's client from a URL, its options checked at once
-(either face), and connections of the library's own beside the caller's pool (sync; the asyncio
-twins are in `fencedlease._redis.aio`)."""
+"""The caller's client made from a URL, its options checked at once, and the scrub of its
+password from error messages (either face). The library's own clients beside the caller's pool
+are `fencedlease._async.clients`'s (the sync face's generated from it)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,13 @@ import re
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-import redis
-
 from fencedlease._core.errors import ValidationError
 from fencedlease._core.redact import redact_secrets, redact_text, url_error
 
 from .errors import RedisCallError, map_exceptions
 from .options import check_connection_options, check_url_query
 
-__all__ = ["client_redactor", "dedicated_client", "redis_client", "waits_for_connection"]
+__all__ = ["client_redactor", "redis_client"]
 
 
 class _PooledClient(Protocol):
@@ -82,29 +80,3 @@ def client_redactor(client: object) -> Callable[[str], str]:
         if isinstance(password, str) and password:
             secrets.append(password)
     return lambda text: redact_secrets(text, secrets) if secrets else text
-
-
-def dedicated_client(client: redis.Redis) -> redis.Redis:
-    """A client on a pool of its own, for a connection that must not wait for, nor take one of,
-    the caller's pool's connections (the hand-off listener's, the renewer's).
-
-    The pool is made from the caller's ``connection_class`` and ``connection_kwargs`` (address,
-    credentials, TLS, timeouts), so it reaches the same server the same way, and makes a
-    connection only when first used. A pool of another kind (e.g. Sentinel's, whose connections
-    find their server through it), or a cluster client (whose connections are per node), is used
-    as it is: ``client`` itself is returned.
-    """
-    pool = getattr(client, "connection_pool", None)
-    if pool is None or type(pool) not in (redis.ConnectionPool, redis.BlockingConnectionPool):
-        return client
-    own = redis.ConnectionPool(connection_class=pool.connection_class, **pool.connection_kwargs)
-    return redis.Redis(connection_pool=own)
-
-
-def waits_for_connection(client: redis.Redis) -> bool:
-    """Whether a command of ``client`` may wait for other callers to give a connection back: its
-    pool is a ``BlockingConnectionPool`` and it has no connection of its own."""
-    # a cluster client has neither: its nodes' pools are its own business
-    return getattr(client, "connection", None) is None and isinstance(
-        getattr(client, "connection_pool", None), redis.BlockingConnectionPool
-    )

@@ -3,7 +3,8 @@
 older redis-py (5.0.1, the oldest allowed, among them) requires ``get_connection(command_name,
 *keys, **options)`` (a plain pool ignores the name); newer ones make it optional and deprecate
 passing it (from 5.3). The library asks a pool's class
-once which form it has. No I/O here.
+once which form it has; and whether the connection a pool hands out next is already made
+(`next_is_made`). No I/O here.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import inspect
 from typing import Final
 
-__all__ = ["connection_args"]
+__all__ = ["connection_args", "next_is_made"]
 
 _NAMED: Final = ("EVALSHA",)
 _ARGS: dict[type, tuple[str, ...]] = {}
@@ -27,3 +28,22 @@ def connection_args(pool: object) -> tuple[str, ...]:
         required = name is not None and name.default is inspect.Parameter.empty
         args = _ARGS[kind] = _NAMED if required else ()
     return args
+
+
+def next_is_made(pool: object) -> bool:
+    """Whether the connection ``pool`` (sync or asyncio) hands out next, the last one given back,
+    is already made. False for a pool of another shape: the caller then takes the general path.
+
+    redis-py names no public way to ask for the pool's idle list, hence its private
+    ``_available_connections``. A connection says whether it is made by its ``is_connected``
+    property on the asyncio face and on newer sync faces; the sync connection of redis-py 5.0.1
+    has no such property, only its socket, ``_sock`` (None until made).
+    """
+    idle = getattr(pool, "_available_connections", None)
+    if not idle:
+        return False
+    connection = idle[-1]
+    made = getattr(connection, "is_connected", None)
+    if isinstance(made, bool):
+        return made
+    return getattr(connection, "_sock", None) is not None

@@ -1,11 +1,7 @@
-"""The Lua scripts the library sends, and running one (sync; the asyncio twin is in
-`fencedlease._redis.aio`).
-
-One NOSCRIPT policy for every script: EVALSHA; after ``SCRIPT FLUSH``, a restart or a failover to a
-fresh replica the ``NOSCRIPT`` reply is answered by one EVAL of the same source, which also puts it
-back in Redis's script cache. There is no per-call ``SCRIPT LOAD`` or ``SCRIPT EXISTS``: each
-operation is one command. Errors are left to the caller's
-`backend_errors`.
+"""The Lua scripts the library sends, and what running one needs without I/O: the no-op runs
+that go with an EVAL fallback (`primers`), the pipeline of a script and its ``WAIT`` (`waited`),
+the replies' reading. Running one, either face, is `fencedlease._async.scripts` (the sync face's
+generated from it).
 """
 
 from __future__ import annotations
@@ -19,11 +15,9 @@ from typing import Any, Final, NamedTuple
 import attrs
 import redis
 
-from fencedlease._core.clock import mark_send, send_mark
 from fencedlease._core.protocol import new_owner_token
 
-from .errors import SCRIPT_REFUSAL, ScriptNotLoaded, map_exceptions, register_script
-from .pool import connection_args
+from .errors import SCRIPT_REFUSAL, register_script
 
 __all__ = [
     "ACQUIRE",
@@ -41,11 +35,8 @@ __all__ = [
     "AckedCall",
     "Script",
     "acked_replies",
-    "connected",
     "eval_reply",
     "primers",
-    "run_acked",
-    "run_script",
     "waited",
 ]
 
@@ -164,7 +155,7 @@ RENEW_MANY: Final = Script.load("renew_many", "lease_common", "renew_many")
 RELEASE: Final = Script.load("release", "lease_common", "release")
 INSPECT: Final = Script.load("inspect")
 ENQUEUE: Final = Script.load("enqueue", "lease_common", "enqueue")
-# The semaphore's scripts (fencedlease._sync.semaphore_stores): semaphore_common.lua after
+# The semaphore's scripts (fencedlease._async.semaphore_stores): semaphore_common.lua after
 # lease_common.
 _SEMAPHORE: Final = ("lease_common", "semaphore_common")
 SEMAPHORE_ACQUIRE: Final = Script.load("semaphore_acquire", *_SEMAPHORE, "semaphore_acquire")
@@ -180,9 +171,9 @@ def primers(
     script: Script, keys: Sequence[str]
 ) -> tuple[tuple[Script, Sequence[str], Sequence[Any]], ...]:
     """The no-op runs, ``(script, keys, args)``, that go with ``script``'s EVAL fallback in the same
-    round trip (see `run_script`), so the scripts that follow it are cached before they are
-    needed: for `ACQUIRE` (on its ``keys``), an empty `RENEW_MANY` batch (renews
-    nothing) and a `RELEASE` of the same keys by an owner token nobody holds (touches
+    round trip (see `fencedlease._async.scripts.run_script`), so the scripts that follow it are
+    cached before they are needed: for `ACQUIRE` (on its ``keys``), an empty `RENEW_MANY` batch
+    (renews nothing) and a `RELEASE` of the same keys by an owner token nobody holds (touches
     nothing). None for the others."""
     if script is not ACQUIRE:
         return ()
@@ -196,42 +187,6 @@ def eval_reply(replies: list[Any]) -> Any:
     if isinstance(reply, BaseException):
         raise reply
     return reply
-
-
-def run_script(
-    client: redis.Redis | redis.cluster.RedisCluster,
-    script: Script,
-    keys: Sequence[str],
-    args: Sequence[Any],
-) -> Any:
-    """Run ``script`` with ``keys`` and ``args`` on ``client``: EVALSHA, and on ``NOSCRIPT`` one
-    EVAL of the source (see the module doc); the reply as redis-py gives it.
-
-    Under `fencedlease._core.clock.marking_sends` (an acquire or a renewal batch, whose deadline
-    counts from the send) the connection is made first (`connected`) and the send is marked
-    right before the EVALSHA, and again right before the EVAL (the refused EVALSHA ran nothing):
-    neither the connection's handshake nor the fallback's round trip eats into the lease's margin.
-
-    Raises:
-        redis.RedisError: whatever the command raised (map it with
-            `backend_errors`).
-    """
-    if send_mark() is not None:
-        connected(client)
-        mark_send()
-    try:
-        with map_exceptions(ScriptNotLoaded):
-            return client.evalsha(script.sha, len(keys), *keys, *args)
-    except ScriptNotLoaded:
-        mark_send()
-        primes = primers(script, keys)
-        if not primes or not isinstance(client, redis.Redis):
-            return client.eval(script.source, len(keys), *keys, *args)
-        pipe = client.pipeline(transaction=False)
-        pipe.eval(script.source, len(keys), *keys, *args)
-        for other, other_keys, other_args in primes:
-            pipe.eval(other.source, len(other_keys), *other_keys, *other_args)
-        return eval_reply(pipe.execute(raise_on_error=False))
 
 
 class AckedCall(NamedTuple):
@@ -249,27 +204,6 @@ class AckedCall(NamedTuple):
         """The script's command: EVALSHA, or EVAL of its source when ``source``."""
         head = ("EVAL", self.script.source) if source else ("EVALSHA", self.script.sha)
         return (*head, len(self.keys), *self.keys, *self.args)
-
-
-def run_acked(client: redis.Redis, call: AckedCall) -> tuple[Any, int]:
-    """`run_script` of ``call``, followed by its ``WAIT replicas timeout_ms`` on the same
-    connection in one round trip (a pipeline: ``WAIT`` counts the replicas that hold the writes
-    of the connection it runs on, and Redis refuses it inside a script): the script's reply and
-    the number of replicas that acknowledged. On ``NOSCRIPT`` the pair is sent again with EVAL
-    (the refused EVALSHA ran nothing). Under `fencedlease._core.clock.marking_sends` each send is
-    marked, as in `run_script`.
-
-    Raises:
-        redis.RedisError: the script's error (or the WAIT's, or the connection's).
-    """
-    if send_mark() is not None:
-        connected(client)
-        mark_send()
-    replies = waited(client, False, *call).execute(raise_on_error=False)
-    if ScriptNotLoaded.matches(replies[0]):
-        mark_send()
-        replies = waited(client, True, *call).execute(raise_on_error=False)
-    return acked_replies(replies)
 
 
 def waited(
@@ -293,8 +227,8 @@ def waited(
 
 
 def acked_replies(replies: list[Any]) -> tuple[Any, int]:
-    """The script's reply and the ``WAIT`` count from a `run_acked` pipeline's replies; the
-    first error raised."""
+    """The script's reply and the ``WAIT`` count from the replies of a pipeline of `waited`
+    (`fencedlease._async.scripts.run_acked`); the first error raised."""
     for reply in replies:
         if isinstance(reply, BaseException):
             raise reply
@@ -302,25 +236,3 @@ def acked_replies(replies: list[Any]) -> tuple[Any, int]:
     if isinstance(acks, bool) or not isinstance(acks, int):
         raise redis.ResponseError(f"WAIT answered {type(acks).__name__}, not an integer")
     return script_reply, acks
-
-
-def connected(client: redis.Redis | redis.cluster.RedisCluster) -> None:
-    """Make sure ``client``'s next command goes out on a connection already made: take one from its
-    pool (redis-py connects it there, handshake included) and give it back, so the command that
-    follows takes that same connection (the pool hands out the last one returned). A client with a
-    connection of its own, or without a pool (a cluster client), is left as it is.
-
-    Raises:
-        redis.RedisError: the connection could not be made (nothing was sent).
-    """
-    if not isinstance(client, redis.Redis) or client.connection is not None:
-        return
-    pool = client.connection_pool
-    # The common case costs nothing: the connection the pool hands out next (the last one given
-    # back) is already made. redis-py names no public way to ask, hence the private list; a pool
-    # of another shape just takes the general path below.
-    idle = getattr(pool, "_available_connections", None)
-    if idle and getattr(idle[-1], "_sock", None) is not None:
-        return
-    connection = pool.get_connection(*connection_args(pool))
-    pool.release(connection)

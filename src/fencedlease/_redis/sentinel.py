@@ -1,6 +1,8 @@
-"""Redis Sentinel (sync; the asyncio twins are in `fencedlease._redis.sentinel_aio`): the
-``redis+sentinel://`` URL, the client it names (redis-py's ``redis.sentinel``), and the watch on
-``+switch-master`` that moves a manager to a new primary at once.
+"""Redis Sentinel without I/O: the ``redis+sentinel://`` URL, the client's options, and the
+reading of the sentinels' replies and events. The client it names (redis-py's
+``redis.sentinel``), the watch on ``+switch-master`` that moves a manager to a new primary at once
+and the check of a renewal's primary are `fencedlease._async.sentinel`'s (the sync face's
+generated from it).
 
 ```
 redis+sentinel://[[user]:password@]host:port[,host:port...]/service_name[/db]
@@ -27,32 +29,21 @@ answering leaves the leases to end at their deadlines, within ``ttl_ms``.
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import unquote
 
 import attrs
-import redis
-import redis.sentinel
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from fencedlease._core.errors import ValidationError
 from fencedlease._core.redact import url_error
 
-from .errors import RedisCallError, map_exceptions
 from .options import check_connection_options
 from .replies import text
 
 __all__ = [
     "SWITCH_POLL_S",
-    "PrimaryCheck",
-    "PrimaryCheckBase",
     "SentinelURL",
-    "SwitchWatcher",
     "parse_sentinel_url",
-    "sentinel_client",
     "sentinel_clients",
     "switched_service",
     "unusable_sentinel",
@@ -148,32 +139,6 @@ def client_options(parsed: SentinelURL, kwargs: dict[str, Any]) -> dict[str, Any
     return options
 
 
-def sentinel_client(url: str, kwargs: dict[str, Any]) -> redis.Redis:
-    """The client of the primary a ``redis+sentinel://`` URL names:
-    ``Sentinel(sentinels, sentinel_kwargs=..., **kwargs).master_for(service, db=db)``. No I/O.
-
-    Raises:
-        ValidationError: a malformed URL, or an option redis-py does not take (named).
-    """
-    parsed = parse_sentinel_url(url)
-    options = client_options(parsed, kwargs)
-    sentinel_kwargs = options.pop("sentinel_kwargs", None)
-    try:
-        sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
-            list(parsed.sentinels), sentinel_kwargs=sentinel_kwargs, **options
-        )
-        client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call, unused-ignore]
-            parsed.service, db=parsed.db
-        )
-        pool = client.connection_pool
-        pool.connection_class(**pool.connection_kwargs)  # a wrong option fails here, not later
-    except (TypeError, ValueError) as exc:
-        error = unusable_sentinel(url, exc)
-    else:
-        return client
-    raise error  # here, with no exception holding the URL chained to it
-
-
 def sentinel_clients(client: object) -> list[Any]:
     """The sentinels' clients behind a ``master_for`` client (empty for any other client)."""
     manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
@@ -210,119 +175,6 @@ def doubt(ran_on: Address, named: Address | None, service: str) -> str | None:
     return None
 
 
-def unretried(sentinel: Any) -> redis.Redis:
-    """A client of the sentinel ``sentinel`` (a ``redis.Redis``) on a pool of its own, made
-    from its options, that tries each command once: asked after a renewal, a sentinel that does
-    not answer is skipped for the next one, not retried with backoff for seconds. No I/O."""
-    pool = sentinel.connection_pool
-    kwargs = {**pool.connection_kwargs, "retry": Retry(NoBackoff(), 0)}
-    own = redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
-    return redis.Redis(connection_pool=own)
-
-
-_C = TypeVar("_C")
-
-
-class PrimaryCheckBase(Generic[_C]):
-    """What both faces' checks hold: the ``master_for`` client, its sentinels, and a client of
-    the check's own per sentinel (``own``, of type ``_C``: the face's `unretried`), made now
-    (no I/O), not on first use: two renewal threads may check at once."""
-
-    def __init__(self, client: Any, own: Callable[[Any], _C]) -> None:
-        self._client = client
-        self._sentinels = sentinel_clients(client)
-        self._asked = [own(sentinel) for sentinel in self._sentinels]
-        self.checks = 0  #: how many times the sentinels were asked
-
-    @property
-    def active(self) -> bool:
-        """Whether there is anything to check (a ``master_for`` client)."""
-        return bool(self._sentinels)
-
-
-class PrimaryCheck(PrimaryCheckBase[redis.Redis]):
-    """Whether a renewal batch ran on the primary the sentinels name, for a ``master_for``
-    client (`active`; nothing to check for another client).
-
-    `run` runs the batch on one connection of the client's pool, then asks the sentinels, one
-    at a time until one answers, ``SENTINEL GET-MASTER-ADDR-BY-NAME`` (one round trip per
-    batch, after it: a primary named after the batch ran there was still the primary when it
-    ran, or the sentinels would name the new one). A deposed primary stays a writable master
-    for seconds after a planned failover, and a holder that missed ``+switch-master`` would go
-    on renewing there while the new primary hands its key to another. Each sentinel is asked
-    once per check, on a client of the check's own (`unretried`), closed by `close`.
-
-    With ``replica_acks`` the script and its ``WAIT`` go out as a pipeline, which redis-py
-    gives a connection of the pool's own choosing, maybe not ``one``'s: the address checked is
-    then ``one``'s. The ``WAIT`` covers that case: a renewal a deposed primary answered gets no
-    replica's acknowledgement there and does not count either."""
-
-    _client: redis.Redis
-
-    def __init__(self, client: redis.Redis) -> None:
-        super().__init__(client, unretried)
-
-    def named(self) -> Address | None:
-        """The primary's address as the first sentinel that answers names it; None when none
-        does (each one's error is dropped: the next is asked)."""
-        self.checks += 1
-        service = self._client.connection_pool.service_name  # type: ignore[attr-defined]
-        for sentinel in self._asked:
-            address = named_address(self._client, self._ask(sentinel, service))
-            if address is not None:
-                return address
-        return None
-
-    @staticmethod
-    def _ask(sentinel: redis.Redis, service: str) -> object:
-        """``sentinel``'s ``SENTINEL GET-MASTER-ADDR-BY-NAME`` reply; None when it failed."""
-        try:
-            with map_exceptions(RedisCallError):
-                return sentinel.sentinel_get_master_addr_by_name(service)
-        except (RedisCallError, OSError):
-            return None
-
-    def _once(self, fn: Callable[[redis.Redis], T]) -> tuple[T, Address, Address | None]:
-        # one connection of the pool, whose address is known
-        one = self._client.client()  # type: ignore[no-untyped-call]
-        try:
-            result = fn(one)
-            ran_on = connection_address(one.connection)
-        finally:
-            one.close()
-        return result, ran_on, self.named()
-
-    def run(
-        self, fn: Callable[[redis.Redis], T], switched: Callable[[], object]
-    ) -> tuple[T, str | None]:
-        """``fn(one)``'s result, ``one`` a client on a single connection of the pool, and None
-        when the sentinels confirm the primary it ran on; else why not (see `doubt`). When a
-        sentinel names another address, ``switched()`` is called (it drops the pool's idle
-        connections, so the next one asks the sentinels; the backend's also renews every
-        lease at once) and ``fn`` runs once more, on a new connection, checked again.
-
-        Raises:
-            redis.RedisError: what ``fn`` raised, or the connection's error.
-        """
-        service = self._client.connection_pool.service_name  # type: ignore[attr-defined]
-        result, ran_on, named = self._once(fn)
-        if named is None or named == ran_on:
-            return result, doubt(ran_on, named, service)
-        log.warning(
-            "fencedlease: a renewal ran on %s:%s, the sentinels name %s:%s the primary of %r",
-            *ran_on, *named, service,
-        )  # fmt: skip
-        switched()
-        result, ran_on, named = self._once(fn)
-        return result, doubt(ran_on, named, service)
-
-    def close(self) -> None:
-        """Close the check's own sentinel clients."""
-        for sentinel in self._asked:
-            sentinel.close()
-            sentinel.connection_pool.disconnect()
-
-
 def switched_service(message: object, service: str) -> bool:
     """Whether a pub/sub ``message`` is a ``+switch-master`` of ``service`` (its data is
     ``"<service> <old ip> <old port> <new ip> <new port>"``)."""
@@ -330,65 +182,3 @@ def switched_service(message: object, service: str) -> bool:
         return False
     fields = text(message.get("data")).split()
     return len(fields) == 5 and fields[0] == service
-
-
-class SwitchWatcher:
-    """A daemon thread subscribed to ``+switch-master`` on the sentinels of a ``master_for``
-    client (one at a time: the next when one fails). On the event of the client's service it
-    drops every connection of the client's pool and calls ``on_switch()`` (an exception it raises
-    is logged). Started by `start`, stopped by `close`; nothing for another client."""
-
-    def __init__(self, client: redis.Redis, on_switch: Callable[[], object]) -> None:
-        self._client = client
-        self._on_switch = on_switch
-        self._sentinels = sentinel_clients(client)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.switches = 0
-
-    @property
-    def active(self) -> bool:
-        return bool(self._sentinels)
-
-    def start(self) -> None:
-        if not self._sentinels or (self._thread is not None and self._thread.is_alive()):
-            return  # (a thread made before os.fork is not alive in the child: a new one starts)
-        self._thread = threading.Thread(target=self._run, name="fencedlease-sentinel", daemon=True)
-        self._thread.start()
-
-    def switched(self) -> None:
-        """Apply a switch: drop the pool's connections, then ``on_switch()``."""
-        self.switches += 1
-        self._client.connection_pool.disconnect()
-        try:
-            self._on_switch()
-        except Exception:
-            log.exception("fencedlease: on_switch after +switch-master failed")
-
-    def _run(self) -> None:
-        service = self._client.connection_pool.service_name  # type: ignore[attr-defined]
-        index = 0
-        while not self._stop.is_set():
-            sentinel = self._sentinels[index % len(self._sentinels)]
-            index += 1
-            try:
-                with (
-                    map_exceptions(RedisCallError),
-                    sentinel.pubsub(ignore_subscribe_messages=True) as pubsub,
-                ):
-                    pubsub.subscribe(SWITCH_CHANNEL)
-                    while not self._stop.is_set():
-                        if switched_service(pubsub.get_message(timeout=SWITCH_POLL_S), service):
-                            log.warning("fencedlease: +switch-master for %r", service)
-                            self.switched()
-            except (RedisCallError, OSError):
-                self._stop.wait(SWITCH_POLL_S)  # the next sentinel
-
-    def close(self, *, sentinels: bool = True) -> None:
-        self._stop.set()
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            thread.join(2.0)
-        if sentinels:  # the sentinels' clients, when the client is ours
-            for sentinel in self._sentinels:
-                sentinel.close()

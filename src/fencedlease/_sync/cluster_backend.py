@@ -39,11 +39,12 @@ from fencedlease._redis.eviction import policy_of
 from fencedlease._redis.keys import lease_key, lease_keys, renew_many_args
 from fencedlease._redis.replication import Fencing, PrimaryWatch
 from fencedlease._redis.replies import decode_release, decode_renew_many
-from fencedlease._redis.scripts import RELEASE, RENEW_MANY, Script, acked_replies, run_script
+from fencedlease._redis.scripts import RELEASE, RENEW_MANY, Script, acked_replies
 
 from .cluster_nodes import NodeWorkers, node_for, read_slot_map, send_acked
 from .handoff_cluster import ClusterHandoff
 from .redis_backend import RedisBackend
+from .scripts import run_script
 
 __all__ = ["RedisClusterBackend"]
 

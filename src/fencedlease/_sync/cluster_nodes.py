@@ -21,7 +21,9 @@ from fencedlease._core import fork as _fork
 from fencedlease._core.clock import mark_send, send_mark
 from fencedlease._core.threads import DaemonThreadPool, shutdown_pool
 from fencedlease._redis.cluster import AckedCall
-from fencedlease._redis.scripts import connected, waited
+from fencedlease._redis.scripts import waited
+
+from .scripts import connected
 
 __all__ = ["NodeWorkers", "node_for", "read_slot_map", "send_acked"]
 

@@ -28,11 +28,13 @@ from fencedlease._handoff import (
     waiter_name,
 )
 from fencedlease._handoff_channels import Channels
-from fencedlease._redis.clients import dedicated_client
 from fencedlease._redis.errors import RedisCallError, acl_denial, backend_errors, map_exceptions
 from fencedlease._redis.keys import control_channel, listener_id
 from fencedlease._redis.replies import text
-from fencedlease._redis.scripts import ENQUEUE, run_script
+from fencedlease._redis.scripts import ENQUEUE
+
+from .clients import dedicated_client
+from .scripts import run_script
 
 __all__ = ["Handoff"]
 

@@ -50,10 +50,10 @@ from fencedlease._redis.health import (
     connect_error,
     too_slow,
 )
-from fencedlease._redis.scripts import run_script
 
 from .primitives import bounded, sleep
 from .redis_backend import RedisBackend
+from .scripts import run_script
 
 __all__ = ["HealthReport", "check_health", "connect"]
 

@@ -9,14 +9,19 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from fencedlease._core.clock import Clock
 from fencedlease._core.state import LeaseState
 
-__all__ = ["Background", "Event", "LostSignal", "bounded", "sleep"]
+__all__ = ["LOG_NAME", "Background", "Event", "LostSignal", "bounded", "shielded", "sleep"]
 
+P = ParamSpec("P")
 T = TypeVar("T")
+
+
+LOG_NAME = "fencedlease"
+"""The logger of this face's messages (the asyncio face's is ``fencedlease.aio``)."""
 
 
 class LostSignal:
@@ -32,6 +37,12 @@ class LostSignal:
     def wait(self, timeout_s: float | None) -> None:
         """Block until set or ``timeout_s`` seconds have passed (None: no bound)."""
         self._event.wait(timeout_s)
+
+
+def shielded(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """``fn(*args, **kwargs)``: a call of this face is never cut short by a cancellation, so there
+    is nothing to shield (the asyncio twin shields its step)."""
+    return fn(*args, **kwargs)
 
 
 STOP_S = 1.0

@@ -14,7 +14,6 @@ with that; this class does not pretend otherwise.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -23,16 +22,14 @@ import redis
 from fencedlease._core.errors import BackendError
 from fencedlease._core.protocol import AcquireReply, InspectReply
 from fencedlease._core.validate import check_prefix
-from fencedlease._redis.clients import dedicated_client, waits_for_connection
 from fencedlease._redis.errors import (
     STORE_ERRORS,
-    CommandRefused,
     ScriptNotLoaded,
     backend_errors,
     map_exceptions,
     store_error,
 )
-from fencedlease._redis.eviction import EvictionCheck, policy_of
+from fencedlease._redis.eviction import EvictionCheck
 from fencedlease._redis.keys import fence_key, lease_key, lease_keys, renew_many_args
 from fencedlease._redis.replication import Fencing, GrantOptions, PrimaryWatch
 from fencedlease._redis.replies import (
@@ -50,20 +47,21 @@ from fencedlease._redis.scripts import (
     RENEW_MANY,
     AckedCall,
     Script,
-    run_acked,
-    run_script,
 )
-from fencedlease._redis.sentinel import PrimaryCheck, SwitchWatcher
 from fencedlease._redis.wire import PackedCalls, PackedRenewals
 
+from .clients import dedicated_client, waits_for_connection
 from .handoff import Handoff
 from .primitives import Background
+from .redis_eviction import EvictionReads
+from .scripts import run_acked, run_script
+from .sentinel import PrimaryCheck, SwitchWatcher
 from .wire import packs_itself, run_packed
 
 __all__ = ["RedisBackend"]
 
 
-class RedisBackend:
+class RedisBackend(EvictionReads):
     """Leases in Redis under ``prefix`` (layout in `fencedlease._redis.keys`).
 
     ``client`` is a ``redis.Redis``; ``decode_responses`` may be on or off.
@@ -285,64 +283,6 @@ class RedisBackend:
             raise self.grants.refusal(what, acks, wrote="maybe") from exc
         refused = self.grants.refusal(what, acks)
         return AcquireReply(False, 0, -2, refused=refused, primary_id=decoded.primary_id)
-
-    def read_eviction(
-        self, client: redis.Redis | None = None
-    ) -> tuple[str | None, tuple[str, ...]]:
-        """Read the store's ``maxmemory-policy`` now and note it (`EvictionCheck.seen`: an
-        evicting one is warned about once per backend and server). ``client``: another client
-        to the same server to ask over (a health check's own connection; default: the
-        backend's).
-
-        Returns:
-            The policy (None when the server refuses ``INFO``: an ACL; the check is then skipped,
-            logged at debug) and, for each server whose policy evicts, what it risks and the fix.
-
-        Raises:
-            redis.RedisError: the connection's error (nothing is noted).
-        """
-        try:
-            with map_exceptions(CommandRefused):
-                policies = self._memory_policies(client)
-        except CommandRefused as exc:  # NOPERM (an ACL), a managed service's renamed INFO
-            self.eviction.skipped(exc.cause)
-            return None, ()
-        return self.eviction.seen(policies)
-
-    def _memory_policies(self, client: redis.Redis | None = None) -> dict[str, str | None]:
-        """The ``maxmemory_policy`` field of ``INFO memory`` (no ``CONFIG`` permission needed),
-        by server: ``""``, the backend's one primary, asked over ``client`` (default: the
-        backend's). None where the reply has no such field."""
-        return {"": policy_of((client or self.client).info("memory"))}
-
-    def answered(self) -> None:
-        """The store answered an acquire (a lease's or a semaphore slot's): the eviction check
-        starts, once per backend, off the caller's path (a round trip there would delay a new
-        lease's first renewal by as much, and at a slow round trip cost it). No I/O here."""
-        if self.eviction.due:  # the store answered, so it answers INFO too
-            self._eviction_read.start(self._check_eviction)
-
-    def _check_eviction(self) -> None:
-        """`read_eviction` once per backend (`EvictionCheck.claim`: not while another call
-        reads). A failed or cancelled read leaves it to the next acquire; no failure is raised
-        (the acquire's own reply stands)."""
-        eviction = self.eviction
-        if not eviction.claim():
-            return
-        # a connection of its own: the pool's idle ones stay for the renewals (taking the one a
-        # new client has would make the first renewal open another, a handshake late)
-        probe = dedicated_client(self.client)
-        try:
-            self.read_eviction(None if probe is self.client else probe)
-        except STORE_ERRORS as exc:
-            eviction.again(exc)
-        except BaseException:
-            eviction.again(None)
-            raise
-        finally:
-            if probe is not self.client:
-                with contextlib.suppress(*STORE_ERRORS):
-                    probe.connection_pool.disconnect()  # its own pool: not closed with it
 
     def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
         try:

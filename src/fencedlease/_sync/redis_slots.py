@@ -15,10 +15,10 @@ from fencedlease._core.backend import RenewItem
 from fencedlease._core.errors import BackendError
 from fencedlease._core.protocol import AcquireReply
 from fencedlease._redis.errors import backend_errors
-from fencedlease._redis.scripts import run_script
 from fencedlease._redis.semaphore import SlotCall, SlotCalls, merge_calls, renew_calls
 
 from .redis_backend import RedisBackend
+from .scripts import run_script
 
 __all__ = ["RedisSlots"]
 

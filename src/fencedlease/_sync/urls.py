@@ -16,12 +16,12 @@ from fencedlease._core.clock import Clock
 from fencedlease._core.urls import parse_backend_url
 from fencedlease._redis.clients import redis_client
 from fencedlease._redis.cluster import cluster_client
-from fencedlease._redis.sentinel import sentinel_client
 from fencedlease.backends.memory import MemoryBackend
 from fencedlease.backends.sqlite import SqliteBackend
 
 from .cluster_backend import RedisClusterBackend
 from .redis_backend import RedisBackend
+from .sentinel import sentinel_client
 
 __all__ = ["backend_from_url"]
 

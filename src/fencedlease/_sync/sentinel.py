@@ -1,0 +1,241 @@
+# GENERATED from src/fencedlease/_async/sentinel.py by `python scripts/unasync.py`:
+# do not edit. Edit that source, then run it again (CI runs it with --check, failing while
+# stale).
+"""Redis Sentinel's I/O (the URL, the checks and the replies' reading, without I/O, are
+`fencedlease._redis.sentinel`'s; see its module doc for why): the client a ``redis+sentinel://``
+URL names, the ``+switch-master`` watch (`SwitchWatcher`) and the check of the primary a
+renewal batch ran on (`PrimaryCheck`)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import redis
+import redis.sentinel
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from fencedlease._redis.errors import RedisCallError, map_exceptions
+from fencedlease._redis.sentinel import (
+    SWITCH_CHANNEL,
+    SWITCH_POLL_S,
+    Address,
+    client_options,
+    connection_address,
+    doubt,
+    named_address,
+    parse_sentinel_url,
+    sentinel_clients,
+    switched_service,
+    unusable_sentinel,
+)
+
+from .primitives import LOG_NAME, Background, Event, shielded
+
+__all__ = ["PrimaryCheck", "SwitchWatcher", "sentinel_client", "unretried"]
+
+log = logging.getLogger(LOG_NAME)
+
+T = TypeVar("T")
+
+
+def sentinel_client(url: str, kwargs: dict[str, Any]) -> redis.Redis:
+    """The client of the primary a ``redis+sentinel://`` URL names:
+    ``Sentinel(sentinels, sentinel_kwargs=..., **kwargs).master_for(service, db=db)``. No I/O.
+
+    Raises:
+        ValidationError: a malformed URL, or an option redis-py does not take (named).
+    """
+    parsed = parse_sentinel_url(url)
+    options = client_options(parsed, kwargs)
+    sentinel_kwargs = options.pop("sentinel_kwargs", None)
+    try:
+        sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
+            list(parsed.sentinels), sentinel_kwargs=sentinel_kwargs, **options
+        )
+        client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call, unused-ignore]
+            parsed.service, db=parsed.db
+        )
+        pool = client.connection_pool
+        pool.connection_class(**pool.connection_kwargs)  # a wrong option fails here, not later
+    except (TypeError, ValueError) as exc:
+        error = unusable_sentinel(url, exc)
+    else:
+        return client
+    raise error  # here, with no exception holding the URL chained to it
+
+
+class SwitchWatcher:
+    """Subscribed to ``+switch-master`` on the sentinels of a ``master_for`` client (one at a
+    time: the next when one fails), off the caller's path (`Background`: a daemon thread or a
+    task of the running loop). On the event of the client's service it drops every connection
+    of the client's pool and calls ``on_switch()`` (an exception it raises is logged). Started by
+    `start` (again after it ended, or in a child after ``os.fork``), stopped by `close`; nothing
+    for another client."""
+
+    def __init__(self, client: redis.Redis, on_switch: Callable[[], object]) -> None:
+        self._client = client
+        self._on_switch = on_switch
+        self._sentinels = sentinel_clients(client)
+        self._stop = Event()
+        self._background = Background("fencedlease-sentinel")
+        self.switches = 0
+
+    @property
+    def active(self) -> bool:
+        return bool(self._sentinels)
+
+    def start(self) -> None:
+        if self._sentinels:
+            self._stop = Event()  # a new one: an asyncio event serves the loop it first waited on
+            self._background.start(self._run)
+
+    def switched(self) -> None:
+        """Apply a switch: drop the pool's connections, then ``on_switch()``."""
+        self.switches += 1
+        self._client.connection_pool.disconnect()
+        try:
+            self._on_switch()
+        except Exception:
+            log.exception("fencedlease: on_switch after +switch-master failed")
+
+    def _run(self) -> None:
+        service = self._client.connection_pool.service_name  # type: ignore[attr-defined]
+        index = 0
+        while not self._stop.is_set():
+            sentinel = self._sentinels[index % len(self._sentinels)]
+            index += 1
+            try:
+                with map_exceptions(RedisCallError):
+                    self._watch(sentinel, service)
+            except (RedisCallError, OSError):
+                self._stop.wait(SWITCH_POLL_S)  # the next sentinel
+
+    def _watch(self, sentinel: Any, service: str) -> None:
+        """Read ``sentinel``'s ``+switch-master`` events until stopped, applying ``service``'s."""
+        with sentinel.pubsub(ignore_subscribe_messages=True) as pubsub:
+            pubsub.subscribe(SWITCH_CHANNEL)
+            while not self._stop.is_set():
+                message = pubsub.get_message(timeout=SWITCH_POLL_S)
+                if switched_service(message, service):
+                    log.warning("fencedlease: +switch-master for %r", service)
+                    self.switched()
+
+    def close(self, *, sentinels: bool = True) -> None:
+        """Stop the watch and wait for it (`Background.stop`); with ``sentinels``, when the
+        client is the library's, close the sentinels' clients too."""
+        self._stop.set()
+        self._background.stop()
+        if sentinels:
+            for sentinel in self._sentinels:
+                sentinel.close()
+
+
+def unretried(sentinel: Any) -> redis.Redis:
+    """A client of the sentinel ``sentinel`` on a pool of its own, made from its options, that
+    tries each command once: asked after a renewal, a sentinel that does not answer is skipped
+    for the next one, not retried with backoff for seconds. No I/O."""
+    pool = sentinel.connection_pool
+    kwargs = {**pool.connection_kwargs, "retry": Retry(NoBackoff(), 0)}
+    own = redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
+    return redis.Redis(connection_pool=own)
+
+
+class PrimaryCheck:
+    """Whether a renewal batch ran on the primary the sentinels name, for a ``master_for``
+    client (`active`; nothing to check for another client).
+
+    `run` runs the batch on one connection of the client's pool, then asks the sentinels, one
+    at a time until one answers, ``SENTINEL GET-MASTER-ADDR-BY-NAME`` (one round trip per
+    batch, after it: a primary named after the batch ran there was still the primary when it
+    ran, or the sentinels would name the new one). A deposed primary stays a writable master
+    for seconds after a planned failover, and a holder that missed ``+switch-master`` would go
+    on renewing there while the new primary hands its key to another. Each sentinel is asked
+    once per check, on a client of the check's own (`unretried`, made now, not on first use:
+    two renewals may check at once), closed by `close`.
+
+    With ``replica_acks`` the script and its ``WAIT`` go out as a pipeline, which redis-py
+    gives a connection of the pool's own choosing, maybe not ``one``'s: the address checked is
+    then ``one``'s. The ``WAIT`` covers that case: a renewal a deposed primary answered gets no
+    replica's acknowledgement there and does not count either."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._client = client
+        self._sentinels = sentinel_clients(client)
+        self._asked = [unretried(sentinel) for sentinel in self._sentinels]
+        self.checks = 0  #: how many times the sentinels were asked
+
+    @property
+    def active(self) -> bool:
+        """Whether there is anything to check (a ``master_for`` client)."""
+        return bool(self._sentinels)
+
+    def named(self) -> Address | None:
+        """The primary's address as the first sentinel that answers names it; None when none
+        does (each one's error is dropped: the next is asked)."""
+        self.checks += 1
+        service = self._client.connection_pool.service_name  # type: ignore[attr-defined]
+        for sentinel in self._asked:
+            address = named_address(self._client, self._ask(sentinel, service))
+            if address is not None:
+                return address
+        return None
+
+    @staticmethod
+    def _ask(sentinel: redis.Redis, service: str) -> object:
+        """``sentinel``'s ``SENTINEL GET-MASTER-ADDR-BY-NAME`` reply; None when it failed."""
+        try:
+            with map_exceptions(RedisCallError):
+                return sentinel.sentinel_get_master_addr_by_name(service)
+        except (RedisCallError, OSError):
+            return None
+
+    def _once(self, fn: Callable[[redis.Redis], T]) -> tuple[T, Address, Address | None]:
+        # one connection of the pool, whose address is known
+        one = self._client.client()  # type: ignore[no-untyped-call, unused-ignore]
+        try:
+            # redis's single-connection client takes its connection at its first command
+            # (or here), the sync one when made (it has no ``initialize``): either way ``one`` has
+            # it before ``fn``, whose pipeline may take another.
+            initialize = getattr(one, "initialize", None)
+            if initialize is not None:
+                initialize()
+            result = fn(one)
+            ran_on = connection_address(one.connection)
+        finally:
+            shielded(one.close)  # the connection goes back even if cancelled
+        return result, ran_on, self.named()
+
+    def run(
+        self,
+        fn: Callable[[redis.Redis], T],
+        switched: Callable[[], object],
+    ) -> tuple[T, str | None]:
+        """``fn(one)``'s result, ``one`` a client on a single connection of the pool, and None
+        when the sentinels confirm the primary it ran on; else why not (see `doubt`). When a
+        sentinel names another address, ``switched()`` is called (it drops the pool's idle
+        connections, so the next one asks the sentinels; the backend's also renews every
+        lease at once) and ``fn`` runs once more, on a new connection, checked again.
+
+        Raises:
+            redis.RedisError: what ``fn`` raised, or the connection's error.
+        """
+        service = self._client.connection_pool.service_name  # type: ignore[attr-defined]
+        result, ran_on, named = self._once(fn)
+        if named is None or named == ran_on:
+            return result, doubt(ran_on, named, service)
+        log.warning(
+            "fencedlease: a renewal ran on %s:%s, the sentinels name %s:%s the primary of %r",
+            *ran_on, *named, service,
+        )  # fmt: skip
+        switched()
+        result, ran_on, named = self._once(fn)
+        return result, doubt(ran_on, named, service)
+
+    def close(self) -> None:
+        """Close the check's own sentinel clients."""
+        for sentinel in self._asked:
+            sentinel.close()
+            sentinel.connection_pool.disconnect()
