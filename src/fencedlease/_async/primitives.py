@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 from fencedlease._core.state import LeaseState
 
-__all__ = ["Background", "Event", "LostSignal", "retrieve"]
+__all__ = ["Background", "Event", "LostSignal", "NodeWorkers", "retrieve"]
+
+R = TypeVar("R")
 
 
 class LostSignal:
@@ -111,3 +113,27 @@ class Event:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._event.wait(), timeout_s)
         return self._event.is_set()
+
+
+class NodeWorkers:
+    """Runs each node's share of a batch as a task of its own, the nodes at once: the twin of the
+    sync face's worker thread per node. A call not done within its bound is cancelled (a task can
+    be; the sync face's thread runs on)."""
+
+    async def run(
+        self, calls: Mapping[str, Callable[[], Awaitable[R]]], timeout_s: float
+    ) -> dict[str, R | None]:
+        """Each node's ``call()`` at once; its result, or None for a node whose call was not done
+        within ``timeout_s`` seconds (that task is cancelled).
+
+        Raises:
+            Exception: what a call that finished in time raised.
+        """
+        tasks = {node: asyncio.ensure_future(call()) for node, call in calls.items()}
+        done, pending = await asyncio.wait(tasks.values(), timeout=timeout_s)
+        for task in pending:
+            task.cancel()
+        return {node: task.result() if task in done else None for node, task in tasks.items()}
+
+    def close(self) -> None:
+        """Nothing to stop: a batch's tasks end with it."""

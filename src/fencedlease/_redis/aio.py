@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio
+from redis.asyncio.cluster import ClusterNode, PipelineCommand
 
 from fencedlease._core.clock import mark_send, send_mark
 
@@ -15,7 +16,15 @@ from .errors import ScriptNotLoaded, map_exceptions
 from .pool import connection_args
 from .scripts import AckedCall, Script, acked_replies, eval_reply, primers, waited
 
-__all__ = ["connected", "dedicated_client", "run_acked", "run_script", "waits_for_connection"]
+__all__ = [
+    "connected",
+    "dedicated_client",
+    "read_slot_map",
+    "run_acked",
+    "run_script",
+    "send_acked",
+    "waits_for_connection",
+]
 
 
 async def run_script(
@@ -93,3 +102,22 @@ def waits_for_connection(client: redis.asyncio.Redis) -> bool:
     return getattr(client, "connection", None) is None and isinstance(
         getattr(client, "connection_pool", None), redis.asyncio.BlockingConnectionPool
     )
+
+
+async def read_slot_map(cluster: redis.asyncio.RedisCluster) -> None:
+    """`fencedlease._redis.cluster.read_slot_map` for ``redis.asyncio``: read the slot map if the
+    client has not yet (an asyncio cluster client reads it on first use)."""
+    await cluster.initialize()
+
+
+async def send_acked(node: ClusterNode, source: bool, call: AckedCall) -> list[object]:
+    """`fencedlease._redis.cluster.send_acked` for ``redis.asyncio``: the script and its ``WAIT``
+    sent together on one of ``node``'s connections (an asyncio cluster node is its own pool)."""
+    if send_mark() is not None:
+        mark_send()
+    commands = [
+        PipelineCommand(0, *call.command(source)),
+        PipelineCommand(1, "WAIT", call.replicas, call.timeout_ms),
+    ]
+    await node.execute_pipeline(commands)
+    return [command.result for command in commands]

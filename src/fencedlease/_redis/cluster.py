@@ -18,9 +18,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final, TypeVar
 from urllib.parse import quote, urlsplit
 
+from redis.cluster import ClusterNode, RedisCluster
 from redis.connection import parse_url
 from redis.crc import key_slot
 
+from fencedlease._core.clock import mark_send, send_mark
 from fencedlease._core.errors import BackendError, ValidationError
 from fencedlease._core.redact import redact_text, redact_url, url_error
 from fencedlease._core.validate import check_ms
@@ -30,7 +32,7 @@ from .keys import lease_key
 from .options import check_connection_options, check_url_query
 from .replication import GrantOptions
 from .replies import text
-from .scripts import AckedCall
+from .scripts import AckedCall, connected, waited
 
 T = TypeVar("T")
 
@@ -47,6 +49,8 @@ __all__ = [
     "group_failed",
     "merge_nodes",
     "node_name",
+    "read_slot_map",
+    "send_acked",
     "shard_bound_s",
     "sharded_pubsub",
     "short_renewals",
@@ -271,3 +275,21 @@ def sharded_pubsub(version: object) -> bool:
     """Whether a server reporting ``redis_version`` ``version`` has sharded pub/sub (7.0+)."""
     major = text(version).partition(".")[0]
     return major.isdigit() and int(major) >= 7
+
+
+def read_slot_map(cluster: RedisCluster) -> None:
+    """Read the slot map if the client has not yet: nothing to read for a sync client, which read
+    it when it was made (the asyncio twin is in `fencedlease._redis.aio`)."""
+
+
+def send_acked(node: ClusterNode, source: bool, call: AckedCall) -> list[object]:
+    """``call``'s script (EVALSHA, or EVAL of its source when ``source``) and its ``WAIT`` in one
+    pipeline on ``node``'s client; each reply or the error in its place (a connection error
+    raises). Under `fencedlease._core.clock.marking_sends` the connection is made first and the
+    send marked (the asyncio twin is in `fencedlease._redis.aio`)."""
+    client = node.redis_connection
+    if send_mark() is not None:
+        connected(client)
+        mark_send()
+    replies: list[object] = waited(client, source, *call).execute(raise_on_error=False)
+    return replies

@@ -7,12 +7,19 @@ face's.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import Any
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from concurrent.futures import wait as wait_futures
+from typing import Any, TypeVar
 
+from fencedlease._core import fork as _fork
 from fencedlease._core.state import LeaseState
+from fencedlease._threads import DaemonThreadPool, shutdown_pool
 
-__all__ = ["Background", "Event", "LostSignal"]
+__all__ = ["Background", "Event", "LostSignal", "NodeWorkers"]
+
+R = TypeVar("R")
 
 
 class LostSignal:
@@ -63,3 +70,51 @@ class Background:
 class Event(threading.Event):
     """A flag one thread sets and another waits for (`threading.Event`), the wait bounded: the twin
     of the asyncio face's. ``wait(timeout_s)``: whether it is set (None: no bound)."""
+
+
+class NodeWorkers:
+    """Runs each node's share of a batch on that node's own worker thread
+    (``fencedlease-cluster-<host:port>``), the nodes at once: a node that hangs holds up no other
+    node's calls, neither in this batch nor in the next. In a forked child the parent's workers
+    are forgotten (`fencedlease._core.fork`) and the child's next batch starts its own. The twin
+    of the asyncio face's task per call."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._workers: dict[str, DaemonThreadPool] = {}
+        _fork.register(self)
+
+    def _after_fork_in_child(self) -> None:
+        """Forget the parent's workers (their threads do not exist here). No I/O."""
+        self._lock = threading.Lock()
+        self._workers = {}
+
+    def run(self, calls: Mapping[str, Callable[[], R]], timeout_s: float) -> dict[str, R | None]:
+        """Each node's ``call()`` on its worker, at once; its result, or None for a node whose
+        call was not done within ``timeout_s`` seconds (a thread cannot be cancelled: it runs on,
+        its reply unused).
+
+        Raises:
+            Exception: what a call that finished in time raised.
+        """
+        futures: dict[str, Future[R]] = {
+            node: self._worker(node).submit(call) for node, call in calls.items()
+        }
+        done, _ = wait_futures(futures.values(), timeout=timeout_s)
+        return {node: f.result() if f in done else None for node, f in futures.items()}
+
+    def _worker(self, node: str) -> DaemonThreadPool:
+        with self._lock:
+            pool = self._workers.get(node)
+            if pool is None:
+                pool = DaemonThreadPool(1, thread_name_prefix=f"fencedlease-cluster-{node}")
+                self._workers[node] = pool
+            return pool
+
+    def close(self) -> None:
+        """Stop the workers (a thread still blocked on a hung node ends at the client's socket
+        timeout)."""
+        with self._lock:
+            workers, self._workers = list(self._workers.values()), {}
+        for pool in workers:
+            shutdown_pool(pool, time.monotonic())
