@@ -20,7 +20,8 @@ from conftest import expiry_ms, wait_until
 from fencedlease import AcquireResult, LeaseManager
 from fencedlease._async.handoff import AsyncHandoff
 from fencedlease._core.protocol import new_owner_token
-from fencedlease._handoff import WaitRequest, waiter_name
+from fencedlease._handoff.base import waiter_name
+from fencedlease._handoff.waiters import WaitRequest
 from fencedlease._redis.keys import (
     enqueue_args,
     handoff_channel,

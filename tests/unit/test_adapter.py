@@ -20,7 +20,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from fencedlease import BackendError, LeaseManager, MemoryBackend, RedisBackend, SqliteBackend
 from fencedlease._async.handoff import AsyncHandoff, AsyncSleepWaiter, async_release_waiter_for
-from fencedlease._handoff import SleepWaiter, WaitRequest, release_waiter_for
+from fencedlease._handoff.waiters import SleepWaiter, WaitRequest, release_waiter_for
 from fencedlease._redis.errors import (
     CommandRefused,
     RedisCallError,

@@ -23,7 +23,7 @@ from redis.exceptions import (
 )
 
 from fencedlease import BackendError, LeaseManager, RedisClusterBackend, ValidationError
-from fencedlease._handoff import Channels
+from fencedlease._handoff.channels import Channels
 from fencedlease._redis.cluster import (
     cluster_url_options,
     finish_batch,

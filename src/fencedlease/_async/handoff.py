@@ -2,7 +2,7 @@
 listener a task) and `AsyncSleepWaiter` (polling).
 
 How the hand-off works is in `fencedlease._handoff`; the channel model both faces drive is
-`fencedlease._handoff_channels`; the sync twin is `fencedlease._sync.handoff.Handoff`.
+`fencedlease._handoff.channels`; the sync twin is `fencedlease._sync.handoff.Handoff`.
 """
 
 from __future__ import annotations
@@ -17,16 +17,8 @@ import redis.asyncio
 
 from fencedlease._core.clock import SYSTEM_CLOCK, Clock
 from fencedlease._core.protocol import AcquireReply
-from fencedlease._handoff import (
-    AsyncReleaseWaiter,
-    HandoffBase,
-    NoQueueing,
-    WaitRequest,
-    listener_died,
-    listener_failed,
-    log,
-    waiter_name,
-)
+from fencedlease._handoff.base import HandoffBase, listener_died, listener_failed, log, waiter_name
+from fencedlease._handoff.waiters import AsyncReleaseWaiter, NoQueueing, WaitRequest
 from fencedlease._redis.aio import dedicated_client, run_script
 from fencedlease._redis.errors import RedisCallError, acl_denial, backend_errors, map_exceptions
 from fencedlease._redis.replies import text

@@ -53,7 +53,7 @@ from fencedlease._core.validate import (
     check_ms,
     check_prefix,
 )
-from fencedlease._handoff import AsyncReleaseWaiter, WaitRequest
+from fencedlease._handoff.waiters import AsyncReleaseWaiter, WaitRequest
 from fencedlease._redis.replication import Fencing, GrantOptions, PrimaryWatch, use_grant_options
 
 from .lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
@@ -223,7 +223,7 @@ class _AsyncManagerBase(_AsyncStoreCalls, ABC):
 
     def _release_late(self, key: str, owner_token: str) -> None:
         """`_release_later` for a queueing command that landed after its call ended (see
-        `fencedlease._handoff.LateQueueing`); nothing once the manager is closed (its client is
+        `fencedlease._handoff.late.LateQueueing`); nothing once the manager is closed (its client is
         closed, and the listener that gave a waiter its whole ttl_ms is gone)."""
         if not self._closed:
             self._release_later(key, owner_token)

@@ -1,7 +1,7 @@
 """The Redis hand-off for the sync face: `Handoff`, its listener a thread.
 
 How the hand-off works (the queue, the channel, who is woken) is in `fencedlease._handoff`; the
-channel model this class drives is `fencedlease._handoff_channels`; the asyncio twin is
+channel model this class drives is `fencedlease._handoff.channels`; the asyncio twin is
 `fencedlease._async.handoff.AsyncHandoff`.
 """
 
@@ -17,16 +17,10 @@ from typing import Any, TypeVar
 import redis
 
 from fencedlease._core.protocol import AcquireReply
-from fencedlease._handoff import (
-    HandoffBase,
-    LateQueueing,
-    WaitRequest,
-    listener_died,
-    listener_failed,
-    log,
-    waiter_name,
-)
-from fencedlease._handoff_channels import Channels
+from fencedlease._handoff.base import HandoffBase, listener_died, listener_failed, log, waiter_name
+from fencedlease._handoff.channels import Channels
+from fencedlease._handoff.late import LateQueueing
+from fencedlease._handoff.waiters import WaitRequest
 from fencedlease._redis.clients import dedicated_client
 from fencedlease._redis.errors import RedisCallError, acl_denial, backend_errors, map_exceptions
 from fencedlease._redis.keys import control_channel, listener_id

@@ -40,7 +40,7 @@ from fencedlease._core.validate import (
     check_key,
     check_limit,
 )
-from fencedlease._handoff import release_waiter_for
+from fencedlease._handoff.waiters import release_waiter_for
 from fencedlease._redis.caller import CallerReleases
 
 from .cluster_backend import RedisClusterBackend
