@@ -64,8 +64,8 @@ import redis_lock
 from pottery import Redlock
 
 from fencedlease import LeaseManager
-from fencedlease._handoff.waiters import SleepWaiter
 from fencedlease._redis.keys import waiters_key
+from fencedlease._sync.handoff import SleepWaiter
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease_lab.servers.redis import RedisServer
 

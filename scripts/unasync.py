@@ -35,7 +35,6 @@ COMMAND = "python scripts/unasync.py"
 EXCLUDED = {
     "primitives.py",
     # Hand-written twins not yet written once (the asyncio-only ones' sync side is elsewhere).
-    "handoff.py",
     "health.py",
     "hold.py",
     "manager.py",
@@ -79,6 +78,11 @@ RULES: list[tuple[str, str]] = [
     (
         r"^from fencedlease\._redis\.aio import read_slot_map, send_acked$",
         "from fencedlease._redis.cluster import read_slot_map, send_acked",
+    ),
+    (
+        r"^from fencedlease\._redis\.aio import dedicated_client, run_script$",
+        "from fencedlease._redis.clients import dedicated_client\n"
+        "from fencedlease._redis.scripts import run_script",
     ),
 ]
 

@@ -335,7 +335,7 @@ def test_asyncio_queueing_that_fails_after_the_wait_gave_up_is_not_left_unretrie
         await handoff.wait(WaitRequest("gone", new_owner_token(), 10_000, 1.0))
         assert started.is_set()  # the queueing was sent, and the wait gave up on it
         fail.set()
-        while handoff._chores:
+        while handoff._chores._tasks:
             await asyncio.sleep(0)
         gc.collect()
         await handoff.aclose()

@@ -9,13 +9,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from fencedlease._core.state import LeaseState
 
-__all__ = ["Background", "Event", "LostSignal", "NodeWorkers", "retrieve"]
+__all__ = [
+    "Background",
+    "Call",
+    "Chores",
+    "Event",
+    "Lock",
+    "LostSignal",
+    "NodeWorkers",
+    "Runner",
+    "retrieve",
+    "shield",
+    "sleep",
+]
 
 R = TypeVar("R")
+T = TypeVar("T")
 
 
 class LostSignal:
@@ -137,3 +150,150 @@ class NodeWorkers:
 
     def close(self) -> None:
         """Nothing to stop: a batch's tasks end with it."""
+
+
+class Lock:
+    """Nothing to lock on one event loop: the code between two awaits runs alone. The twin of the
+    sync face's `threading.Lock`, used with ``with`` around code that does not wait."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+async def sleep(seconds: float) -> None:
+    """Wait ``seconds`` (`asyncio.sleep`)."""
+    await asyncio.sleep(seconds)
+
+
+async def shield(step: Callable[[], Awaitable[T]]) -> T:
+    """``step()`` run to its end even if the caller is cancelled meanwhile (`asyncio.shield`): a
+    clean-up a cancellation must not cut short. The sync face's just calls it."""
+    return await asyncio.shield(step())
+
+
+class Runner:
+    """One long-lived run of a function, restarted once it has ended: a task named ``name``. The
+    twin of the sync face's thread; `stop` cancels it (a task can be)."""
+
+    __slots__ = ("_name", "_task")
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def started(self) -> bool:
+        """Whether a run was ever started."""
+        return self._task is not None
+
+    @property
+    def running(self) -> bool:
+        """Whether the last run is still going."""
+        return self._task is not None and not self._task.done()
+
+    def start(self, fn: Callable[[], Awaitable[None]], died: Callable[[], None]) -> None:
+        """Start a run of ``fn()`` in the running loop; ``died()`` is called (with the exception
+        being handled) if it ends on an error other than its cancellation, which it re-raises
+        (its outcome is marked seen: `retrieve`)."""
+
+        async def run() -> None:
+            try:
+                await fn()
+            except asyncio.CancelledError:
+                raise
+            except BaseException:
+                died()
+                raise
+
+        self._task = asyncio.get_running_loop().create_task(run(), name=self._name)
+        self._task.add_done_callback(retrieve)
+
+    async def stop(self, until: float | None, wake: Callable[[], object]) -> None:
+        """Cancel a run still going and wait for it to end (``until`` and ``wake`` are the sync
+        face's: a task ends once cancelled). The run's own failure is not raised here (``died``
+        was told), as a thread's is not; a cancellation of the caller propagates."""
+        task = self._task
+        if task is None or task.done():
+            return
+        task.cancel()
+        await asyncio.wait({task})
+
+
+class Call(Generic[T]):
+    """A call `Chores` runs off the caller's path: a task of the running loop."""
+
+    __slots__ = ("_task",)
+
+    def __init__(self, task: asyncio.Task[T]) -> None:
+        self._task = task
+
+    def done(self) -> bool:
+        return self._task.done()
+
+    def cancelled(self) -> bool:
+        return self._task.cancelled()
+
+    def unsent(self) -> bool:
+        """Whether it ended before it could send anything: never known of a task (a cancelled
+        one may have sent its command)."""
+        return False
+
+    def failed(self) -> bool:
+        """Whether it ended cancelled or on an error."""
+        return self._task.cancelled() or self._task.exception() is not None
+
+    def result(self) -> T:
+        """Its result, or the error it raised."""
+        return self._task.result()
+
+    def withdraw(self) -> bool:
+        """Stop it if it has not started: whether it was stopped (never, for a task: it may have
+        started already)."""
+        return False
+
+    async def wait(self, timeout_s: float) -> bool:
+        """Wait until it ends or ``timeout_s`` seconds have passed; whether it ended."""
+        done, _ = await asyncio.wait({self._task}, timeout=timeout_s)
+        return bool(done)
+
+    def on_done(self, fn: Callable[[Call[T]], None]) -> None:
+        """Call ``fn(self)`` once it has ended (at once if it has)."""
+        self._task.add_done_callback(lambda _: fn(self))
+
+
+class Chores:
+    """Short calls run off the caller's path, so that a slow one cannot stretch the caller's
+    bounded wait: each a task of the running loop (the sync face's run on a small pool of threads
+    named ``name``). `close` cancels those still running and waits for them."""
+
+    __slots__ = ("_tasks",)
+
+    def __init__(self, name: str) -> None:
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def submit(self, fn: Callable[..., Awaitable[T]], *args: Any) -> Call[T]:
+        """Start ``fn(*args)``; its `Call`."""
+
+        async def run() -> T:
+            return await fn(*args)
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        # A caller that gave up (its timeout) no longer reads the outcome: a failure that comes
+        # after is moot, and must not be logged as "Task exception was never retrieved".
+        task.add_done_callback(retrieve)
+        return Call(task)
+
+    async def close(self, until: float | None) -> None:
+        """Cancel the calls still running and wait for them to end (``until`` is the sync
+        face's bound: a cancelled task ends at once)."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

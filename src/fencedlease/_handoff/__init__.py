@@ -70,12 +70,12 @@ A waiter that crashed drops out at its deadline (its wait plus ``grace_ms``, on 
 none for its last wait); a hand-off to it in that window leaves
 the key unclaimed for at most ``2 * grace_ms`` before it expires.
 
-Other backends get `SleepWaiter` (`AsyncSleepWaiter`),
+Other backends get the faces' `SleepWaiter` (`AsyncSleepWaiter`),
 which just sleeps: `release_waiter_for`.
 
-This package holds what both faces share, with no I/O: the waiter protocols and the polling
-waiter (`fencedlease._handoff.waiters`), the queueing commands a wait gave up on
-(`fencedlease._handoff.late`), the Redis hand-offs' common state, the waiter's name and how a
-listener logs its failures and its death (`fencedlease._handoff.base`), and the channel model
-(`fencedlease._handoff.channels`).
+This package holds what both faces share, with no I/O: the waiter protocols
+(`fencedlease._handoff.waiters`; the waiters are in each face's ``handoff`` module), the queueing
+commands a wait gave up on (`fencedlease._handoff.late`), the Redis hand-offs' common state, the
+waiter's name and how a listener logs its failures and its death (`fencedlease._handoff.base`),
+and the channel model (`fencedlease._handoff.channels`).
 """

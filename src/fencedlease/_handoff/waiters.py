@@ -1,7 +1,7 @@
 """The release waiters' protocols, one per face (`ReleaseWaiter`, `AsyncReleaseWaiter`), the
-request a manager waits with (`WaitRequest`), and the waiter that polls (`SleepWaiter`, chosen by
-`release_waiter_for` for a backend without release notifications). How the hand-off works is in
-`fencedlease._handoff`. No I/O.
+request a manager waits with (`WaitRequest`), and the queueing part of a waiter that queues
+nobody (`NoQueueing`). The waiters themselves are the faces' ``handoff`` modules; how the
+hand-off works is in `fencedlease._handoff`. No I/O.
 """
 
 from __future__ import annotations
@@ -11,16 +11,13 @@ from typing import Protocol
 
 import attrs
 
-from fencedlease._core.clock import SYSTEM_CLOCK, Clock
 from fencedlease._core.protocol import AcquireReply
 
 __all__ = [
     "AsyncReleaseWaiter",
     "NoQueueing",
     "ReleaseWaiter",
-    "SleepWaiter",
     "WaitRequest",
-    "release_waiter_for",
 ]
 
 
@@ -98,8 +95,8 @@ class ReleaseWaiter(Protocol):
 
 
 class NoQueueing:
-    """The queueing part of a release waiter that queues nobody (`SleepWaiter`,
-    `AsyncSleepWaiter`): no acquire carries queueing arguments."""
+    """The queueing part of a release waiter that queues nobody (the faces' polling waiters,
+    ``SleepWaiter``): no acquire carries queueing arguments."""
 
     def queue_args(
         self, key: str, owner_token: str, wait_ms: int, final: bool
@@ -113,27 +110,6 @@ class NoQueueing:
         pass
 
     def ended(self, key: str, owner_token: str, holds: bool, release: Callable[[], None]) -> None:
-        pass
-
-
-class SleepWaiter(NoQueueing):
-    """Polling only: sleeps the whole ``request.timeout_s`` on ``clock``
-    ([`Clock.sleep`][fencedlease.Clock.sleep], so a fake clock drives the waits), for backends
-    without release notifications."""
-
-    queues = False
-
-    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
-        self._clock = clock
-
-    def wait(self, request: WaitRequest) -> AcquireReply | None:
-        self._clock.sleep(request.timeout_s)
-        return None
-
-    def close(self, until: float | None = None) -> None:
-        pass
-
-    def _after_fork_in_child(self) -> None:
         pass
 
 
@@ -157,12 +133,3 @@ class AsyncReleaseWaiter(Protocol):
     ) -> None: ...
 
     async def aclose(self) -> None: ...
-
-
-def release_waiter_for(backend: object, clock: Clock = SYSTEM_CLOCK) -> ReleaseWaiter:
-    """The release waiter a sync manager uses over ``backend``: the backend's own
-    (``backend.release_waiter()``, e.g. the Redis hand-off), else `SleepWaiter` (polling on
-    ``clock``)."""
-    make = getattr(backend, "release_waiter", None)
-    waiter: ReleaseWaiter = SleepWaiter(clock) if make is None else make()
-    return waiter

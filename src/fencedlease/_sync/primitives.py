@@ -6,20 +6,34 @@ face's.
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from fencedlease._core import fork as _fork
 from fencedlease._core.state import LeaseState
 from fencedlease._threads import DaemonThreadPool, shutdown_pool
 
-__all__ = ["Background", "Event", "LostSignal", "NodeWorkers"]
+__all__ = [
+    "Background",
+    "Call",
+    "Chores",
+    "Event",
+    "Lock",
+    "LostSignal",
+    "NodeWorkers",
+    "Runner",
+    "shield",
+    "sleep",
+]
 
 R = TypeVar("R")
+T = TypeVar("T")
 
 
 class LostSignal:
@@ -118,3 +132,153 @@ class NodeWorkers:
             workers, self._workers = list(self._workers.values()), {}
         for pool in workers:
             shutdown_pool(pool, time.monotonic())
+
+
+class Lock:
+    """A `threading.Lock`, used with ``with`` around code that does not wait: the twin of the
+    asyncio face's, which has nothing to lock."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+def sleep(seconds: float) -> None:
+    """Block ``seconds`` (`time.sleep`)."""
+    time.sleep(seconds)
+
+
+def shield(step: Callable[[], T]) -> T:
+    """``step()``: a thread is not cancelled, so a clean-up needs no shield (the asyncio face's
+    runs the step to its end even if the caller is cancelled)."""
+    return step()
+
+
+class Runner:
+    """One long-lived run of a function, restarted once it has ended: a daemon thread named
+    ``name``. The twin of the asyncio face's task; a thread cannot be cancelled, so `stop` wakes
+    it and joins it."""
+
+    __slots__ = ("_name", "_thread")
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._thread: threading.Thread | None = None
+
+    @property
+    def started(self) -> bool:
+        """Whether a run was ever started."""
+        return self._thread is not None
+
+    @property
+    def running(self) -> bool:
+        """Whether the last run is still going."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self, fn: Callable[[], None], died: Callable[[], None]) -> None:
+        """Start a run of ``fn()`` in a thread of its own; ``died()`` is called (with the
+        exception being handled) if it ends on an error, which it re-raises."""
+
+        def run() -> None:
+            try:
+                fn()
+            except BaseException:
+                died()
+                raise
+
+        self._thread = threading.Thread(target=run, name=self._name, daemon=True)
+        self._thread.start()
+
+    def stop(self, until: float | None, wake: Callable[[], object]) -> None:
+        """Call ``wake()`` (so the run notices it should end; ignored once the interpreter exits
+        and no thread can start) and join the run until the monotonic instant ``until`` at most
+        (None: no bound)."""
+        thread = self._thread
+        if thread is None:
+            return
+        with contextlib.suppress(RuntimeError):
+            wake()
+        thread.join(None if until is None else max(0.0, until - time.monotonic()))
+
+
+class Call(Generic[T]):
+    """A call `Chores` runs off the caller's path: a future of its pool."""
+
+    __slots__ = ("_future",)
+
+    def __init__(self, future: concurrent.futures.Future[T]) -> None:
+        self._future = future
+
+    def done(self) -> bool:
+        return self._future.done()
+
+    def cancelled(self) -> bool:
+        return self._future.cancelled()
+
+    def unsent(self) -> bool:
+        """Whether it ended before it could send anything (withdrawn while still queued)."""
+        return self._future.cancelled()
+
+    def failed(self) -> bool:
+        """Whether it ended cancelled or on an error."""
+        return self._future.cancelled() or self._future.exception() is not None
+
+    def result(self) -> T:
+        """Its result, or the error it raised."""
+        return self._future.result()
+
+    def withdraw(self) -> bool:
+        """Stop it if it has not started (still in the pool's queue: nothing sent): whether it
+        was stopped."""
+        return self._future.cancel()
+
+    def wait(self, timeout_s: float) -> bool:
+        """Block until it ends or ``timeout_s`` seconds have passed; whether it ended."""
+        done, _ = concurrent.futures.wait([self._future], timeout=timeout_s)
+        return bool(done)
+
+    def on_done(self, fn: Callable[[Call[T]], None]) -> None:
+        """Call ``fn(self)`` once it has ended (at once, in this thread, if it has)."""
+        self._future.add_done_callback(lambda _: fn(self))
+
+
+CHORE_THREADS = 4
+"""How many threads run a `Chores`' calls at once."""
+
+
+class Chores:
+    """Short calls run off the caller's path, so that a slow one cannot stretch the caller's
+    bounded wait: on a pool of `CHORE_THREADS` daemon threads named ``name``, made on the first
+    call (the asyncio face's are tasks). `close` shuts the pool down."""
+
+    __slots__ = ("_io", "_lock", "_name")
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._lock = threading.Lock()
+        self._io: DaemonThreadPool | None = None
+
+    def submit(self, fn: Callable[..., T], *args: Any) -> Call[T]:
+        """Queue ``fn(*args)``; its `Call`.
+
+        Raises:
+            RuntimeError: the pool is shut down, or the interpreter exits.
+        """
+        with self._lock:
+            if self._io is None:
+                self._io = DaemonThreadPool(CHORE_THREADS, thread_name_prefix=self._name)
+            return Call(self._io.submit(fn, *args))
+
+    def close(self, until: float | None) -> None:
+        """Shut the pool down once the calls queued so far have run, waiting for them until the
+        monotonic instant ``until`` at most (None: no bound of its own)."""
+        with self._lock:
+            io = self._io
+        shutdown_pool(io, until)
