@@ -64,8 +64,8 @@ import redis_lock
 from pottery import Redlock
 
 from fencedlease import LeaseManager
-from fencedlease._handoff import SleepWaiter
 from fencedlease._redis.keys import waiters_key
+from fencedlease._sync.handoff import SleepWaiter
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease_lab.servers.redis import RedisServer
 
@@ -1090,7 +1090,7 @@ NOTES = """\
   its deadline the send of the command that queued it plus the PX (never later than Redis's
   expiry); elsewhere (replica acks, Sentinel, Cluster) it claims it with one acquire. Polling
   stays: a lost message costs at most the retry delay the waiter was sleeping anyway. See
-  `src/fencedlease/_handoff.py`.
+  `src/fencedlease/_handoff/`.
 - **Fairness has a price in raw throughput.** The releasing worker cannot barge: every grant
   waits for the release's round trip and a wake-up of another process, so 8 contending workers
   make fewer acquisitions per second than with redis-py's `Lock`, whose releasing worker usually

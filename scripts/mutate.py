@@ -197,7 +197,7 @@ PROBES: Final[tuple[Probe, ...]] = (
     Probe("handoff", "_sync/handoff.py", "        keys, args = self._enqueue_args(key, owner_token, ttl_ms, wait_ms, final)"),
     Probe("handoff", "_async/handoff.py", "        keys, args = self._enqueue_args(key, owner_token, ttl_ms, wait_ms, final)"),
     # A waiter queued by its refused acquire (both faces): no queueing command follows.
-    Probe("handoff", "_handoff.py", "        self._channels.join(channel, waiter_name(owner_token), event)"),
+    Probe("handoff", "_handoff/base.py", "        self._channels.join(channel, waiter_name(owner_token), event)"),
     Probe("sql-guard", "db/_guard.py", "    access = coerce_access(token_or_lease)"),
     Probe("fenced-resource", "_core/fencing.py", "        with self._lock:\n            state = self._state", ("_core/fenced_resource.py",)),
     Probe("redis-resource", "redis_fencing.py", "        keys = (self._fence_key, self._data_key)"),

@@ -20,7 +20,8 @@ from conftest import expiry_ms, wait_until
 from fencedlease import AcquireResult, LeaseManager
 from fencedlease._async.handoff import AsyncHandoff
 from fencedlease._core.protocol import new_owner_token
-from fencedlease._handoff import WaitRequest, waiter_name
+from fencedlease._handoff.base import waiter_name
+from fencedlease._handoff.waiters import WaitRequest
 from fencedlease._redis.keys import (
     enqueue_args,
     handoff_channel,
@@ -335,7 +336,7 @@ def test_asyncio_queueing_that_fails_after_the_wait_gave_up_is_not_left_unretrie
         await handoff.wait(WaitRequest("gone", new_owner_token(), 10_000, 1.0))
         assert started.is_set()  # the queueing was sent, and the wait gave up on it
         fail.set()
-        while handoff._chores:
+        while handoff._chores._tasks:
             await asyncio.sleep(0)
         gc.collect()
         await handoff.aclose()

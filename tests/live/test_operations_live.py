@@ -105,7 +105,7 @@ def test_check_health_sync_starts_no_background_work(redis_client: redis.Redis) 
         assert redis_client.script_exists(NOOP.sha) == [True]
         assert {t.ident for t in threading.enumerate()} == threads
         assert manager.renewer._thread is None
-        assert manager._release_waiter._thread is None  # type: ignore[attr-defined]
+        assert not manager._release_waiter._listening.started  # type: ignore[attr-defined]
         assert redis_client.dbsize() == 0  # no key written
 
 
@@ -121,7 +121,7 @@ def test_check_health_async_starts_no_task(redis_client: redis.Redis) -> None:
             assert report.total_ms >= report.ping_ms + report.script_ms
             assert asyncio.all_tasks() == tasks
             assert manager.renewer._task is None
-            assert manager._release_waiter._task is None  # type: ignore[attr-defined]
+            assert not manager._release_waiter._listening.started  # type: ignore[attr-defined]
 
     asyncio.run(main())
     assert redis_client.script_exists(NOOP.sha) == [True]

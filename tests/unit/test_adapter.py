@@ -20,7 +20,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from fencedlease import BackendError, LeaseManager, MemoryBackend, RedisBackend, SqliteBackend
 from fencedlease._async.handoff import AsyncHandoff, AsyncSleepWaiter, async_release_waiter_for
-from fencedlease._handoff import SleepWaiter, WaitRequest, release_waiter_for
+from fencedlease._handoff.waiters import WaitRequest
 from fencedlease._redis.errors import (
     CommandRefused,
     RedisCallError,
@@ -31,7 +31,7 @@ from fencedlease._redis.errors import (
     store_error,
 )
 from fencedlease._redis.scripts import ACQUIRE
-from fencedlease._sync.handoff import Handoff
+from fencedlease._sync.handoff import Handoff, SleepWaiter, release_waiter_for
 from fencedlease._sync.scripts import run_script
 from fencedlease.aio import AsyncLeaseManager, AsyncRedisBackend
 from fencedlease.backends import AsyncMemoryBackend
@@ -170,14 +170,14 @@ def test_both_listeners_log_their_death_the_same_way(caplog: pytest.LogCaptureFi
     caplog.set_level(logging.ERROR, logger="fencedlease.handoff")
     handoff = Handoff(_FakeClient(_DeadPubSub()), "p")  # type: ignore[arg-type]
     handoff.wait(WaitRequest("k", "o" * 32, 1_000, 0.0))
-    assert handoff._thread is not None
-    handoff._thread.join()
+    assert handoff._listening._thread is not None
+    handoff._listening._thread.join()
     handoff.close()
 
     async def main() -> None:
         ahandoff = AsyncHandoff(_FakeClient(_AsyncDeadPubSub()), "p")  # type: ignore[arg-type]
         await ahandoff.wait(WaitRequest("k", "o" * 32, 1_000, 0.0))
-        task = ahandoff._task
+        task = ahandoff._listening._task
         assert task is not None
         await asyncio.wait({task})
         assert isinstance(task.exception(), RuntimeError)
@@ -236,7 +236,7 @@ def test_the_sync_listener_takes_a_fresh_pubsub_when_its_socket_was_closed_under
     handoff = Handoff(_Client(None), "p")  # type: ignore[arg-type]
     handoff.wait(WaitRequest("k", "o" * 32, 1, 0.0))
     assert subscribed.wait(10.0)
-    assert handoff._thread is not None and handoff._thread.is_alive()
+    assert handoff._listening._thread is not None and handoff._listening._thread.is_alive()
     handoff.close()
     assert _ClosedUnderIt.closed == 1
     assert healthy.channels[0] == handoff._control  # the control channel, subscribed anew
@@ -341,7 +341,7 @@ def test_the_asyncio_listener_takes_a_fresh_pubsub_when_its_socket_was_closed_un
         handoff = AsyncHandoff(_Client(None), "p")  # type: ignore[arg-type]
         await handoff.wait(WaitRequest("k", "o" * 32, 1, 0.0))
         await asyncio.wait_for(healthy.subscribed.wait(), 10.0)
-        task = handoff._task
+        task = handoff._listening._task
         alive = task is not None and not task.done()
         await handoff.aclose()
         return alive, healthy.channels, handoff._control

@@ -18,7 +18,7 @@ from fencedlease._core.backend import (
     QueueingBackend,
 )
 from fencedlease._core.protocol import AcquireReply
-from fencedlease._handoff import SleepWaiter
+from fencedlease._sync.handoff import SleepWaiter
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.backends import AsyncMemoryBackend
 

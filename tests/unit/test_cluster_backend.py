@@ -24,7 +24,7 @@ from redis.exceptions import (
 
 from fencedlease import BackendError, LeaseManager, RedisClusterBackend, ValidationError
 from fencedlease._core.urls import cluster_url_options
-from fencedlease._handoff import Channels
+from fencedlease._handoff.channels import Channels
 from fencedlease._redis.cluster import (
     finish_batch,
     group_failed,

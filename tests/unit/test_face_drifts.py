@@ -2,7 +2,8 @@
 ``keep_alive`` checks its arguments, when the renewer gives up a batch, how often the Sentinel
 watcher reads its subscription, how long a second ``close()`` waits, ``check_health``'s clock,
 how long a health check of a hung store waits, what the Redis semaphore store sends, whether a
-failed acquire waits for its clean-up, and whether one that ends after ``close()`` sends one.
+failed acquire waits for its clean-up, whether one that ends after ``close()`` sends one, and
+what the hand-off's close does when its listener's pub/sub fails to close.
 
 Each test is parametrized over the faces and asserts one expected value for both.
 """
@@ -13,6 +14,7 @@ import asyncio
 import contextlib
 import inspect
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from types import SimpleNamespace
 from typing import Any
@@ -20,8 +22,10 @@ from typing import Any
 import pytest
 from test_renewal_in_flight import AsyncHeldRoundTrip, HeldRoundTrip
 
+import fencedlease._async.handoff
 import fencedlease._async.health
 import fencedlease._async.redis_slots
+import fencedlease._sync.handoff
 import fencedlease._sync.health
 import fencedlease._sync.redis_slots
 from fencedlease import (
@@ -34,6 +38,7 @@ from fencedlease import (
 from fencedlease._async.sentinel import AsyncSwitchWatcher
 from fencedlease._core.protocol import AcquireReply
 from fencedlease._core.schedule import MAX_IN_FLIGHT
+from fencedlease._handoff.waiters import WaitRequest
 from fencedlease._redis.scripts import Script
 from fencedlease._redis.sentinel import SWITCH_POLL_S
 from fencedlease._sync.renewer import IO_THREADS, Renewer
@@ -692,3 +697,93 @@ def test_an_acquire_that_ends_after_close_sends_no_clean_up(face: str) -> None:
     the manager's that no ``close()`` waited for), the same on both faces."""
     outcome = _closed_mid_acquire_sync() if face == "sync" else _closed_mid_acquire_asyncio()
     assert outcome == (False, [])
+
+
+# -- the hand-off listener releases its own connections when its pub/sub fails to close ----------
+
+
+class _PubSubFailingClose:
+    """A listener's pub/sub that hears nothing (each read waits for ``woken`` within its bound)
+    and fails to close."""
+
+    def __init__(self) -> None:
+        self.woken = threading.Event()
+
+    def subscribe(self, *channels: str) -> None:
+        pass
+
+    def unsubscribe(self, *channels: str) -> None:
+        pass
+
+    def get_message(self, timeout: float) -> None:
+        self.woken.wait(timeout)
+        self.woken.clear()
+
+    def close(self) -> None:
+        raise RuntimeError("pub/sub close failed")
+
+
+class _AsyncPubSubFailingClose:
+    """`_PubSubFailingClose`, awaited."""
+
+    async def subscribe(self, *channels: str) -> None:
+        pass
+
+    async def unsubscribe(self, *channels: str) -> None:
+        pass
+
+    async def get_message(self, timeout: float) -> None:
+        await asyncio.sleep(timeout)
+
+    async def aclose(self) -> None:
+        raise RuntimeError("pub/sub close failed")
+
+
+class _CountingPool:
+    def __init__(self) -> None:
+        self.disconnects = 0
+
+    def disconnect(self) -> None:
+        self.disconnects += 1
+
+
+class _AsyncCountingPool(_CountingPool):
+    async def disconnect(self) -> None:  # type: ignore[override]
+        self.disconnects += 1
+
+
+def _listener_pool_after_close(face: str, monkeypatch: pytest.MonkeyPatch) -> int:
+    """How often the listener's own pool was disconnected once the hand-off is closed."""
+    if face == "sync":
+        pubsub = _PubSubFailingClose()
+        listener = SimpleNamespace(pubsub=lambda: pubsub, connection_pool=_CountingPool())
+        client = SimpleNamespace(publish=lambda channel, body: pubsub.woken.set())
+        monkeypatch.setattr(fencedlease._sync.handoff, "dedicated_client", lambda _: listener)
+        handoff = fencedlease._sync.handoff.Handoff(client, "p")  # type: ignore[arg-type]
+        handoff.wait(WaitRequest("k", "o" * 32, 1_000, 0.0))  # starts the listener
+        handoff.close(until=time.monotonic() + PATIENCE_S)
+        assert not handoff.listening
+        return int(listener.connection_pool.disconnects)
+    apubsub = _AsyncPubSubFailingClose()
+    alistener = SimpleNamespace(pubsub=lambda: apubsub, connection_pool=_AsyncCountingPool())
+    monkeypatch.setattr(fencedlease._async.handoff, "dedicated_client", lambda _: alistener)
+
+    async def main() -> None:
+        ahandoff = fencedlease._async.handoff.AsyncHandoff(SimpleNamespace(), "p")  # type: ignore[arg-type]
+        await ahandoff.wait(WaitRequest("k", "o" * 32, 1_000, 0.0))
+        await _settle()  # the listener is reading
+        await ahandoff.aclose()
+        assert not ahandoff.listening
+
+    asyncio.run(main())
+    return int(alistener.connection_pool.disconnects)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+@pytest.mark.parametrize("face", FACES)
+def test_the_handoff_listener_releases_its_pool_when_its_pubsub_fails_to_close(
+    face: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Closing the hand-off disconnects the listener's own pool once even when closing its
+    pub/sub fails, and the close itself does not raise that failure, the same on both faces."""
+    assert _listener_pool_after_close(face, monkeypatch) == 1

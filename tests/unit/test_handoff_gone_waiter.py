@@ -12,7 +12,7 @@ from fencedlease._core.attempt import AcquireAttempt
 from fencedlease._core.decisions import AcquireEnd, SendAcquire, WaitForRelease, acquire_steps
 from fencedlease._core.errors import BackendError
 from fencedlease._core.protocol import AcquireReply
-from fencedlease._handoff import LateQueueing
+from fencedlease._handoff.late import LateQueueing
 from fencedlease.testing import FakeClock
 
 REFUSED = AcquireReply(False, 0, 5_000)

@@ -9,7 +9,7 @@ import pytest
 from fencedlease._core.attempt import AcquireAttempt
 from fencedlease._core.decisions import AcquireEnd, SendAcquire, WaitForRelease, acquire_steps
 from fencedlease._core.protocol import AcquireReply
-from fencedlease._handoff import Channels
+from fencedlease._handoff.channels import Channels
 from fencedlease._redis.replies import parse_grant
 from fencedlease.testing import FakeClock
 

@@ -424,10 +424,10 @@ def test_the_core_contract_forbids_redis_asyncio_and_every_other_module() -> Non
     assert set(contract["forbidden_modules"]) == {"redis", "asyncio", *siblings}
 
 
-TOP_LEVEL_PRIVATE_MODULES = {"_handoff", "_handoff_channels"}
+TOP_LEVEL_PRIVATE_MODULES: set[str] = set()
 """The private modules allowed at the top level of the package, beside the public ones: every
 other private module lives in a folder of the layout (``_core``, ``_redis``, ``_async``,
-``_sync``), and the README gives their count."""
+``_sync``, ``_handoff``), and the README gives their count (none today)."""
 
 README_COUNT = re.compile(
     r"holds (\d+) private modules, counted by\s+"

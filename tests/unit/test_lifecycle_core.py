@@ -21,7 +21,7 @@ from fencedlease import BackendError, LeaseManager
 from fencedlease._core import fork as _fork
 from fencedlease._core.attempt import AcquireAttempt, is_ambiguous, never_sent
 from fencedlease._core.state import RELEASE_FLOOR_MS, LeaseState, LossReason, release_bound_s
-from fencedlease._handoff import NoQueueing, WaitRequest
+from fencedlease._handoff.waiters import NoQueueing, WaitRequest
 from fencedlease._redis.errors import backend_error, backend_errors
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.backends import AsyncMemoryBackend, MemoryBackend

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
+import pytest
+
 from fencedlease._async import primitives as aio
 from fencedlease._sync import primitives as sync
 
@@ -51,3 +53,99 @@ def test_asyncio_event_wait_says_whether_it_was_set() -> None:
         return answers
 
     assert asyncio.run(main()) == [False, True, True, False]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_sync_runner_logs_a_death_and_can_start_again() -> None:
+    """A run that raises calls ``died`` and is no longer running; `start` then runs anew, and
+    `stop` wakes the run and joins it."""
+    runner = sync.Runner("test-runner")
+    deaths: list[str] = []
+    assert (runner.started, runner.running) == (False, False)
+
+    def fail() -> None:
+        raise RuntimeError("boom")
+
+    runner.start(fail, lambda: deaths.append("d"))
+    assert runner._thread is not None
+    runner._thread.join()
+    assert (runner.started, runner.running, deaths) == (True, False, ["d"])
+    go = threading.Event()
+
+    def until_woken() -> None:
+        go.wait()
+
+    runner.start(until_woken, lambda: deaths.append("d"))
+    assert runner.running
+    runner.stop(None, go.set)
+    assert (runner.running, deaths) == (False, ["d"])
+
+
+def test_asyncio_runner_is_cancelled_by_stop_without_a_death() -> None:
+    """The asyncio face's `Runner` answers as the sync one: a run that raises calls ``died``; a
+    run still going is cancelled by `stop` (its cancellation is no death) and ends."""
+
+    async def main() -> tuple[bool, bool, list[str]]:
+        runner = aio.Runner("test-runner")
+        deaths: list[str] = []
+
+        async def fail() -> None:
+            raise RuntimeError("boom")
+
+        runner.start(fail, lambda: deaths.append("d"))
+        assert runner._task is not None
+        await asyncio.wait({runner._task})
+        forever = asyncio.Event()
+
+        async def until_cancelled() -> None:
+            await forever.wait()
+
+        runner.start(until_cancelled, lambda: deaths.append("d"))
+        await asyncio.sleep(0)
+        running = runner.running
+        await runner.stop(None, lambda: None)
+        return running, runner.running, deaths
+
+    assert asyncio.run(main()) == (True, False, ["d"])
+
+
+def test_sync_call_still_queued_is_withdrawn_unsent() -> None:
+    """A call still in the pool's queue (every thread busy) is withdrawn and counts as unsent; a
+    call that ran says its result and whether it failed."""
+    chores = sync.Chores("test-chores")
+    gate = threading.Event()
+    busy = [chores.submit(gate.wait) for _ in range(sync.CHORE_THREADS)]
+    queued = chores.submit(lambda: True)
+    assert queued.wait(0.01) is False
+    assert (queued.withdraw(), queued.unsent(), queued.failed()) == (True, True, True)
+    gate.set()
+    assert all(call.wait(30.0) for call in busy)
+    ran = chores.submit(lambda: 7)
+    assert ran.wait(30.0) is True
+    assert (ran.withdraw(), ran.unsent(), ran.failed(), ran.result()) == (False, False, False, 7)
+    chores.close(None)
+
+
+def test_asyncio_call_is_never_withdrawn_and_close_cancels_it() -> None:
+    """A task's call cannot be known unsent, so it is never withdrawn; `close` cancels a call
+    still running, which then counts as failed but not unsent."""
+
+    async def main() -> tuple[bool, bool, bool, bool, bool]:
+        chores = aio.Chores("test-chores")
+        call = chores.submit(asyncio.Event().wait)
+        answered = await call.wait(0.01)
+        withdrawn = call.withdraw()
+        await chores.close(None)
+        return answered, withdrawn, call.cancelled(), call.failed(), call.unsent()
+
+    assert asyncio.run(main()) == (False, False, True, True, False)
+
+
+def test_shield_runs_the_step_on_both_faces() -> None:
+    """`shield(step)` returns what ``step()`` returns, on both faces."""
+    assert sync.shield(lambda: 3) == 3
+
+    async def three() -> int:
+        return 3
+
+    assert asyncio.run(aio.shield(three)) == 3

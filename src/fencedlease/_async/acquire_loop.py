@@ -19,7 +19,7 @@ from fencedlease._core.decisions import AcquireEnd, WaitForRelease, acquire_step
 from fencedlease._core.errors import ManagerClosedError
 from fencedlease._core.events import EventHook, acquire_ended, wait_ended
 from fencedlease._core.protocol import AcquireReply
-from fencedlease._handoff import AsyncReleaseWaiter, WaitRequest
+from fencedlease._handoff.waiters import AsyncReleaseWaiter, WaitRequest
 
 from .lease import AsyncAcquireResult, AsyncLease
 

@@ -1,13 +1,13 @@
-"""The asyncio side of the release waiters: `AsyncHandoff` (the Redis hand-off, its
-listener a task) and `AsyncSleepWaiter` (polling).
+"""The release waiters of a manager: `AsyncHandoff`, the Redis hand-off (its listener a task or a
+thread, see `.primitives`), and `AsyncSleepWaiter` (polling), which `async_release_waiter_for`
+picks between.
 
-How the hand-off works is in `fencedlease._handoff`; the channel model both faces drive is
-`fencedlease._handoff_channels`; the sync twin is `fencedlease._sync.handoff.Handoff`.
+How the hand-off works (the queue, the channel, who is woken) is in `fencedlease._handoff`; the
+channel model the hand-off drives is `fencedlease._handoff.channels`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
@@ -17,162 +17,190 @@ import redis.asyncio
 
 from fencedlease._core.clock import SYSTEM_CLOCK, Clock
 from fencedlease._core.protocol import AcquireReply
-from fencedlease._handoff import (
-    AsyncReleaseWaiter,
+from fencedlease._handoff.base import (
     HandoffBase,
-    NoQueueing,
-    WaitRequest,
     listener_died,
     listener_failed,
     log,
     waiter_name,
 )
+from fencedlease._handoff.channels import Channels
+from fencedlease._handoff.late import LateQueueing
+from fencedlease._handoff.waiters import AsyncReleaseWaiter, NoQueueing, WaitRequest
 from fencedlease._redis.errors import RedisCallError, acl_denial, backend_errors, map_exceptions
+from fencedlease._redis.keys import control_channel, listener_id
 from fencedlease._redis.replies import text
 from fencedlease._redis.scripts import ENQUEUE
 
 from .clients import dedicated_client
-from .primitives import retrieve
+from .primitives import Call, Chores, Event, Lock, Runner, pause, shield
 from .scripts import run_script
 
 __all__ = ["AsyncHandoff", "AsyncSleepWaiter", "async_release_waiter_for"]
 
 
 class AsyncSleepWaiter(NoQueueing):
-    """Polling only: sleeps the whole ``request.timeout_s`` on ``clock``'s ``async_sleep`` (so a
-    fake clock drives the waits; a clock without one, such as
-    [`SystemClock`][fencedlease.SystemClock], is waited on with `asyncio.sleep`), for backends
-    without release notifications."""
+    """Polling only, for backends without release notifications: sleeps the whole
+    ``request.timeout_s`` on ``clock``'s ``async_sleep`` where it has one (so a fake clock drives
+    the waits), else with the face's own `pause`."""
 
     queues = False
 
     def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
-        self._sleep: Callable[[float], Awaitable[None]] = getattr(
-            clock, "async_sleep", asyncio.sleep
-        )
+        self._sleep: Callable[[float], Awaitable[None]] = getattr(clock, "async_sleep", pause)
 
     async def wait(self, request: WaitRequest) -> AcquireReply | None:
         await self._sleep(request.timeout_s)
         return None
 
-    async def aclose(self) -> None:
+    async def aclose(self, until: float | None = None) -> None:
+        pass
+
+    def _after_fork_in_child(self) -> None:
         pass
 
 
 class AsyncHandoff(HandoffBase[redis.asyncio.Redis]):
-    """`Handoff` for ``redis.asyncio``: the same queue and
-    scripts, the listener a task.
+    """The Redis release waiter of one
+    [`AsyncLeaseManager`][fencedlease.aio.AsyncLeaseManager] (see the module).
 
-    ``client``: the manager's ``redis.asyncio.Redis``; ``prefix``: its key prefix (the arguments
-    of `Handoff`). The listener has a connection of its own
-    (`fencedlease._async.clients.dedicated_client`), never one of ``client``'s pool. The
-    listener task is started by the first wait in the running loop and cancelled by
-    `aclose`; like the thread, it logs an unexpected death
-    (`listener_died`).
+    ``AsyncHandoff(client, prefix, *, grace_ms, linger_s)`` as `HandoffBase` says: ``client`` is
+    the manager's ``redis.asyncio.Redis`` (it carries the queue commands; the listener has a
+    connection of its own, see `dedicated_client`, never one of ``client``'s pool). The listener
+    (``fencedlease-handoff``, a `Runner`) is started by the first wait and stopped by `aclose`;
+    it logs an unexpected death (`listener_died`) and the next wait starts a new one. The
+    queueing command runs off the waiter's path (`Chores`, ``fencedlease-handoff-io``) so that a
+    stalled Redis cannot stretch a wait past its ``timeout_s``: the acquire's bound of
+    ``wait_ms`` plus one round trip holds with the hand-off too.
     """
 
     def _reset(self) -> None:
-        self._task: asyncio.Task[None] | None = None
-        self._chores: set[asyncio.Task[Any]] = set()
+        self._lock = Lock()
+        self._listening = Runner("fencedlease-handoff")
+        self._chores = Chores("fencedlease-handoff-io")
         self._control_on = False  # the listener's control channel is subscribed
 
-    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
-        task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(coro)
-        self._chores.add(task)
-        task.add_done_callback(self._chores.discard)
-        # A wait that gave up (its timeout) no longer reads its queueing's outcome: a failure that
-        # comes after is moot, and must not be logged as "Task exception was never retrieved".
-        task.add_done_callback(retrieve)
-        return task
+    @property
+    def listening(self) -> bool:
+        """Whether the listener is running."""
+        return self._listening.running
 
     def queue_args(
         self, key: str, owner_token: str, wait_ms: int, final: bool
     ) -> tuple[str, str, str, str] | None:
-        """As `queue_args`."""
-        return self._register(key, owner_token, wait_ms, final, asyncio.Event())
+        """The ARGV tail with which ``acquire.lua`` queues ``owner_token`` when refused (wait_ms,
+        grace_ms, listener id, ``'direct'``; no grace when ``final``), so the wait that follows
+        sends no queueing command; the waiter is registered from now on, so a grant that comes
+        before its wait begins is kept. None when waiters do not take grants from their messages
+        or ``key``'s channel is not subscribed yet (the wait then queues as before). No I/O."""
+        with self._lock:
+            return self._register(key, owner_token, wait_ms, final, Event())
 
     def forget(self, key: str, owner_token: str) -> None:
-        """As `forget`."""
-        self._channels.leave(self._channel(key), waiter_name(owner_token), time.monotonic())
+        """Unregister what `queue_args` registered for ``owner_token`` (an acquire that ended
+        without waiting; idempotent). No I/O."""
+        with self._lock:
+            self._channels.leave(self._channel(key), waiter_name(owner_token), time.monotonic())
 
     async def wait(self, request: WaitRequest) -> AcquireReply | None:
-        """As `wait`, awaited: the grant a hand-off message carried when the waiter takes it
-        from there, else None.
+        """Queue for ``request.key`` and sleep until handed the lease, woken, or
+        ``request.timeout_s`` (seconds) passes. ``request.ttl_ms``: the lease asked for (a hand-off
+        grants at most that). ``request.queued``: the refused acquire before this wait queued the
+        caller (`queue_args`), so no queueing command is sent while the channel stays subscribed.
+        Returns the grant the hand-off message carried when the waiter takes it from there (see
+        `fencedlease._handoff`), else None.
 
         Raises:
-            BackendError: the queueing command failed.
+            BackendError: the queueing command failed (as the acquire itself would).
         """
-        loop = asyncio.get_running_loop()
-        until = loop.time() + request.timeout_s
+        until = time.monotonic() + request.timeout_s
         key = request.key
         channel = self._channel(key)
         name = waiter_name(request.owner_token)
         channels = self._channels
-        known = channels.waiters.get(channel, {}).get(name) if request.queued else None
-        event = asyncio.Event() if known is None else known
-        if self._closed:  # after aclose(): poll, as without the listener
-            await asyncio.sleep(request.timeout_s)
+        with self._lock:
+            known = channels.waiters.get(channel, {}).get(name) if request.queued else None
+            event = Event() if known is None else known
+            closed = self._closed
+            if not closed:
+                ask = channels.join(channel, name, event)
+                start = not self._listening.running
+                if start:
+                    if self._listening.started:  # it died (logged): a new one subscribes again
+                        channels.lost_connection()
+                    self._listening.start(self._run, listener_died)
+        if closed:
+            # After aclose(): poll, as without the listener. Sleep outside the lock, or the
+            # waiters would take turns and each wait outlast its budget.
+            await pause(request.timeout_s)
             return None
-        ask = channels.join(channel, name, event)
-        start = self._task is None or self._task.done()
-        if start:
-            if self._task is not None:  # it died (logged): a new one subscribes again
-                channels.lost_connection()
-            self._task = loop.create_task(self._run(), name="fencedlease-handoff")
         try:
             if ask and not start:
-                self._spawn(self._poke())
-            queued = known is not None and channel in channels.confirmed
+                self._chores.submit(self._poke)
+            with self._lock:
+                queued = known is not None and channel in channels.confirmed
             if queued:  # the acquire queued it: only the sleep is left
-                await _wait_event(event, max(0.0, until - loop.time()))
+                await event.wait(max(0.0, until - time.monotonic()))
             else:
                 await self._queue_and_sleep(request, until, channel, event)
         finally:
-            grant = channels.leave(channel, name, time.monotonic())
+            with self._lock:
+                grant = channels.leave(channel, name, time.monotonic())
         return self._grant(key, grant)
 
     async def _queue_and_sleep(
-        self, request: WaitRequest, until: float, channel: str, event: asyncio.Event
+        self, request: WaitRequest, until: float, channel: str, event: Event
     ) -> None:
         """`wait`'s rounds once the waiter is registered: wait for the channel's subscription,
-        queue, sleep until woken or the loop's instant ``until``."""
-        loop, channels = asyncio.get_running_loop(), self._channels
+        queue, sleep until woken or the monotonic instant ``until``."""
+        channels = self._channels
         while channel not in channels.confirmed:
-            left = until - loop.time()
-            if left <= 0 or not await _wait_event(event, left):
-                return
+            left = until - time.monotonic()
+            if left <= 0 or not await event.wait(left):
+                return  # not subscribed in time: this round is a plain poll
             event.clear()
-        left = until - loop.time()
+        left = until - time.monotonic()
         if left < 0.001:
             return
-        # In a task of its own, so a stalled Redis cannot stretch the wait past timeout_s.
         wait_ms = int(left * 1000)
-        queued = self._spawn(
-            self._enqueue(request.key, request.owner_token, request.ttl_ms, wait_ms, request.final)
+        queued = self._chores.submit(
+            self._enqueue, request.key, request.owner_token, request.ttl_ms, wait_ms, request.final
         )
         try:
-            done, _ = await asyncio.wait({queued}, timeout=left)
+            answered = await queued.wait(left)
         finally:
-            if not queued.done():  # it may land after the call has ended (see LateQueueing)
-                self._late.gave_up_on(queued, request.key, request.owner_token)
-                queued.add_done_callback(self._landed)
-        if not done or queued.cancelled() or not queued.result():
-            return
-        left = until - loop.time()
+            # Not answered in time (or the wait was interrupted): a command not started yet is
+            # never sent; one already out may land after the call has ended.
+            if not queued.done() and not queued.withdraw():
+                self._gave_up_on(queued, request.key, request.owner_token)
+        if not answered or queued.cancelled() or not queued.result():
+            return  # Redis is slow (a plain poll), or the key is free or already ours
+        left = until - time.monotonic()
         if left > 0:
-            await _wait_event(event, left)
+            await event.wait(left)
 
-    def _landed(self, queued: asyncio.Task[bool]) -> None:
+    def _gave_up_on(self, queued: Call[bool], key: str, owner_token: str) -> None:
+        """Keep the queueing command ``queued`` the wait no longer waits for (`LateQueueing`);
+        its end is `_landed`."""
+        with self._lock:
+            self._late.gave_up_on(queued, key, owner_token)
+        queued.on_done(self._landed)  # at once, here, if it has ended meanwhile
+
+    def _landed(self, queued: Call[bool]) -> None:
         """A queueing command the wait gave up on has ended: the release its outcome asks for
-        (a cancelled one may have been sent)."""
-        failed = queued.cancelled() or queued.exception() is not None
-        release = self._late.landed(queued, None if failed else queued.result())
+        (False: it never left; None: it failed, or was cancelled once it may have been sent)."""
+        outcome: bool | None = False
+        if not queued.unsent():
+            outcome = None if queued.failed() else queued.result()
+        with self._lock:
+            release = self._late.landed(queued, outcome)
         if release is not None:
             release()
 
     def ended(self, key: str, owner_token: str, holds: bool, release: Callable[[], None]) -> None:
-        """As `ended`."""
-        self._late.ended(key, owner_token, holds, release)
+        """The acquire call of ``owner_token`` has ended (see `LateQueueing`). No I/O."""
+        with self._lock:
+            self._late.ended(key, owner_token, holds, release)
 
     async def _enqueue(
         self, key: str, owner_token: str, ttl_ms: int, wait_ms: int, final: bool
@@ -183,38 +211,37 @@ class AsyncHandoff(HandoffBase[redis.asyncio.Redis]):
         return int(reply) == 1
 
     async def _poke(self) -> None:
+        """Wake the listener (blocked reading its connection) so it sends a (un)subscribe now."""
         try:
             with map_exceptions(RedisCallError):
                 await self._client.publish(self._control, b"")
-        except RedisCallError as exc:
+        except RedisCallError as exc:  # it wakes by itself within a second anyway
             log.debug("could not wake the hand-off listener: %s", exc)
 
-    async def aclose(self) -> None:
-        """Cancel the listener task and wait for it; wake every waiter. Idempotent. A listener that
-        died (logged when it did) does not make this raise, as the thread's does not."""
-        if self._closed:
-            return
-        self._closed = True
-        for waiters in self._channels.waiters.values():
-            for event in waiters.values():
-                event.set()
-        chores = list(self._chores)
-        for chore in chores:
-            chore.cancel()
-        await asyncio.gather(*chores, return_exceptions=True)
-        task = self._task
-        if task is not None and task.done():
-            if not task.cancelled():
-                task.exception()  # a death already logged (listener_died), as the thread's is
-        elif task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                current = asyncio.current_task()
-                # Our own cancellation must propagate; the listener's is what we asked for.
-                if current is not None and getattr(current, "cancelling", lambda: 0)():
-                    raise
+    async def aclose(self, until: float | None = None) -> None:
+        """Stop the listener and the queueing commands still out, release the listener's
+        connection, wake every waiter. Idempotent. Waits until the monotonic instant ``until`` at
+        most (None: a thread still blocked on Redis is bounded by the client's socket timeout); a
+        listener that died (logged when it did) does not make this raise."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for waiters in self._channels.waiters.values():
+                for event in waiters.values():
+                    event.set()
+        await self._listening.stop(until, lambda: self._chores.submit(self._poke))
+        await self._chores.close(until)
+
+    def _after_fork_in_child(self) -> None:
+        """In a forked child (see `fencedlease._core.fork`): forget the parent's listener, calls,
+        lock and waiters, none of which exist here; the next wait starts a listener of the
+        child's own, on a control channel of its own. No I/O."""
+        self._channels = Channels(self._channels.linger_s)
+        self._late = LateQueueing()
+        self._control = control_channel(self._prefix)
+        self._listener = listener_id()
+        self._reset()
 
     async def _listen_round(
         self, pubsub: Any, subscribe: list[str], unsubscribe: list[str], timeout_s: float
@@ -234,13 +261,16 @@ class AsyncHandoff(HandoffBase[redis.asyncio.Redis]):
 
     async def _run(self) -> None:
         listener = dedicated_client(self._client)
-        pubsub = listener.pubsub()
-        channels = self._channels
+        pubsub = listener.pubsub()  # type: ignore[no-untyped-call, unused-ignore]
+        channels, lock = self._channels, self._lock
         backoff_s, warned = 0.0, False
         try:
             self._control_on = False
-            while not self._closed:
-                subscribe, unsubscribe, timeout_s = channels.plan(time.monotonic())
+            while True:
+                with lock:
+                    if self._closed:
+                        return
+                    subscribe, unsubscribe, timeout_s = channels.plan(time.monotonic())
                 try:
                     with map_exceptions(RedisCallError):
                         message = await self._listen_round(
@@ -252,52 +282,40 @@ class AsyncHandoff(HandoffBase[redis.asyncio.Redis]):
                     # poll. Back off so a dead server is not hammered. A socket closed under
                     # the pub/sub (a primary switch drops the pool's connections) is OSError or
                     # "I/O operation on closed file", which redis-py does not reconnect from: a
-                    # fresh pub/sub then, as on the sync face.
+                    # fresh pub/sub then.
                     if not isinstance(exc, RedisCallError):
                         with (
                             contextlib.suppress(RedisCallError, OSError, ValueError),
                             map_exceptions(RedisCallError),
                         ):
                             await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]
-                        pubsub = listener.pubsub()
+                        pubsub = listener.pubsub()  # type: ignore[no-untyped-call, unused-ignore]
                         self._control_on = False
                     warned = listener_failed(exc, acl_denial(exc), warned)
-                    channels.lost_connection()
+                    with lock:
+                        channels.lost_connection()
                     backoff_s = min(1.0, max(0.01, backoff_s * 2))
-                    await asyncio.sleep(backoff_s)
+                    await pause(backoff_s)
                     continue
                 if message is not None:
-                    events = channels.on_message(message)
-                    if events and text(message.get("type")) in ("message", "smessage"):
-                        self.notified += 1
+                    with lock:
+                        events = channels.on_message(message)
+                        if events and text(message.get("type")) in ("message", "smessage"):
+                            self.notified += 1
                     for event in events:
                         event.set()
-        except asyncio.CancelledError:
-            raise  # aclose() stops it so
-        except BaseException:
-            listener_died()
-            raise
         finally:
             try:
                 with contextlib.suppress(RedisCallError), map_exceptions(RedisCallError):
-                    await asyncio.shield(pubsub.aclose())  # type: ignore[no-untyped-call, unused-ignore]
+                    await shield(pubsub.aclose)
             finally:
                 if listener is not self._client:
                     with contextlib.suppress(RedisCallError), map_exceptions(RedisCallError):
-                        await asyncio.shield(listener.connection_pool.disconnect())
-
-
-async def _wait_event(event: asyncio.Event, timeout_s: float) -> bool:
-    """``event.wait()`` bounded by ``timeout_s`` seconds; whether it was set."""
-    try:
-        await asyncio.wait_for(event.wait(), timeout_s)
-    except asyncio.TimeoutError:
-        return False
-    return True
+                        await shield(listener.connection_pool.disconnect)
 
 
 def async_release_waiter_for(backend: object, clock: Clock = SYSTEM_CLOCK) -> AsyncReleaseWaiter:
-    """The release waiter an asyncio manager uses over ``backend``: the backend's own
+    """The release waiter a manager uses over ``backend``: the backend's own
     (``backend.release_waiter()``, e.g. the Redis hand-off), else `AsyncSleepWaiter`
     (polling on ``clock``)."""
     make = getattr(backend, "release_waiter", None)

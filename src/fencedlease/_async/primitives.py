@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
-from typing import Any, ParamSpec, TypeVar
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Generic, ParamSpec, TypeVar
 
 from fencedlease._core.clock import Clock
 from fencedlease._core.state import LeaseState
@@ -17,16 +17,24 @@ from fencedlease._core.state import LeaseState
 __all__ = [
     "LOG_NAME",
     "Background",
+    "Call",
+    "Chores",
     "Event",
+    "Lock",
     "LostSignal",
+    "NodeWorkers",
+    "Runner",
     "bounded",
+    "pause",
     "retrieve",
+    "shield",
     "shielded",
     "sleep",
 ]
 
 P = ParamSpec("P")
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 LOG_NAME = "fencedlease.aio"
@@ -151,3 +159,174 @@ async def shielded(fn: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwa
     (`asyncio.shield`): for a step that must not be left half done, such as giving a connection
     back to its pool."""
     return await asyncio.shield(fn(*args, **kwargs))
+
+
+class NodeWorkers:
+    """Runs each node's share of a batch as a task of its own, the nodes at once: the twin of the
+    sync face's worker thread per node. A call not done within its bound is cancelled (a task can
+    be; the sync face's thread runs on)."""
+
+    async def run(
+        self, calls: Mapping[str, Callable[[], Awaitable[R]]], timeout_s: float
+    ) -> dict[str, R | None]:
+        """Each node's ``call()`` at once; its result, or None for a node whose call was not done
+        within ``timeout_s`` seconds (that task is cancelled).
+
+        Raises:
+            Exception: what a call that finished in time raised.
+        """
+        tasks = {node: asyncio.ensure_future(call()) for node, call in calls.items()}
+        done, pending = await asyncio.wait(tasks.values(), timeout=timeout_s)
+        for task in pending:
+            task.cancel()
+        return {node: task.result() if task in done else None for node, task in tasks.items()}
+
+    def close(self) -> None:
+        """Nothing to stop: a batch's tasks end with it."""
+
+
+class Lock:
+    """Nothing to lock on one event loop: the code between two awaits runs alone. The twin of the
+    sync face's `threading.Lock`, used with ``with`` around code that does not wait."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+async def pause(seconds: float) -> None:
+    """Wait ``seconds`` in real time (`asyncio.sleep`)."""
+    await asyncio.sleep(seconds)
+
+
+async def shield(step: Callable[[], Awaitable[T]]) -> T:
+    """``step()`` run to its end even if the caller is cancelled meanwhile (`asyncio.shield`): a
+    clean-up a cancellation must not cut short. The sync face's just calls it."""
+    return await asyncio.shield(step())
+
+
+class Runner:
+    """One long-lived run of a function, restarted once it has ended: a task named ``name``. The
+    twin of the sync face's thread; `stop` cancels it (a task can be)."""
+
+    __slots__ = ("_name", "_task")
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def started(self) -> bool:
+        """Whether a run was ever started."""
+        return self._task is not None
+
+    @property
+    def running(self) -> bool:
+        """Whether the last run is still going."""
+        return self._task is not None and not self._task.done()
+
+    def start(self, fn: Callable[[], Awaitable[None]], died: Callable[[], None]) -> None:
+        """Start a run of ``fn()`` in the running loop; ``died()`` is called (with the exception
+        being handled) if it ends on an error other than its cancellation, which it re-raises
+        (its outcome is marked seen: `retrieve`)."""
+
+        async def run() -> None:
+            try:
+                await fn()
+            except asyncio.CancelledError:
+                raise
+            except BaseException:
+                died()
+                raise
+
+        self._task = asyncio.get_running_loop().create_task(run(), name=self._name)
+        self._task.add_done_callback(retrieve)
+
+    async def stop(self, until: float | None, wake: Callable[[], object]) -> None:
+        """Cancel a run still going and wait for it to end (``until`` and ``wake`` are the sync
+        face's: a task ends once cancelled). The run's own failure is not raised here (``died``
+        was told), as a thread's is not; a cancellation of the caller propagates."""
+        task = self._task
+        if task is None or task.done():
+            return
+        task.cancel()
+        await asyncio.wait({task})
+
+
+class Call(Generic[T]):
+    """A call `Chores` runs off the caller's path: a task of the running loop."""
+
+    __slots__ = ("_task",)
+
+    def __init__(self, task: asyncio.Task[T]) -> None:
+        self._task = task
+
+    def done(self) -> bool:
+        return self._task.done()
+
+    def cancelled(self) -> bool:
+        return self._task.cancelled()
+
+    def unsent(self) -> bool:
+        """Whether it ended before it could send anything: never known of a task (a cancelled
+        one may have sent its command)."""
+        return False
+
+    def failed(self) -> bool:
+        """Whether it ended cancelled or on an error."""
+        return self._task.cancelled() or self._task.exception() is not None
+
+    def result(self) -> T:
+        """Its result, or the error it raised."""
+        return self._task.result()
+
+    def withdraw(self) -> bool:
+        """Stop it if it has not started: whether it was stopped (never, for a task: it may have
+        started already)."""
+        return False
+
+    async def wait(self, timeout_s: float) -> bool:
+        """Wait until it ends or ``timeout_s`` seconds have passed; whether it ended."""
+        done, _ = await asyncio.wait({self._task}, timeout=timeout_s)
+        return bool(done)
+
+    def on_done(self, fn: Callable[[Call[T]], None]) -> None:
+        """Call ``fn(self)`` once it has ended (at once if it has)."""
+        self._task.add_done_callback(lambda _: fn(self))
+
+
+class Chores:
+    """Short calls run off the caller's path, so that a slow one cannot stretch the caller's
+    bounded wait: each a task of the running loop (the sync face's run on a small pool of threads
+    named ``name``). `close` cancels those still running and waits for them."""
+
+    __slots__ = ("_tasks",)
+
+    def __init__(self, name: str) -> None:
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def submit(self, fn: Callable[..., Awaitable[T]], *args: Any) -> Call[T]:
+        """Start ``fn(*args)``; its `Call`."""
+
+        async def run() -> T:
+            return await fn(*args)
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        # A caller that gave up (its timeout) no longer reads the outcome: a failure that comes
+        # after is moot, and must not be logged as "Task exception was never retrieved".
+        task.add_done_callback(retrieve)
+        return Call(task)
+
+    async def close(self, until: float | None) -> None:
+        """Cancel the calls still running and wait for them to end (``until`` is the sync
+        face's bound: a cancelled task ends at once)."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

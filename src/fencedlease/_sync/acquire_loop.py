@@ -22,7 +22,7 @@ from fencedlease._core.decisions import AcquireEnd, WaitForRelease, acquire_step
 from fencedlease._core.errors import ManagerClosedError
 from fencedlease._core.events import EventHook, acquire_ended, wait_ended
 from fencedlease._core.protocol import AcquireReply
-from fencedlease._handoff import ReleaseWaiter, WaitRequest
+from fencedlease._handoff.waiters import ReleaseWaiter, WaitRequest
 
 from .lease import AcquireResult, Lease
 

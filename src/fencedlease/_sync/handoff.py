@@ -1,70 +1,92 @@
-"""The Redis hand-off for the sync face: `Handoff`, its listener a thread.
+# GENERATED from src/fencedlease/_async/handoff.py by `python scripts/unasync.py`:
+# do not edit. Edit that source, then run it again (CI runs it with --check, failing while
+# stale).
+"""The release waiters of a manager: `Handoff`, the Redis hand-off (its listener a task or a
+thread, see `.primitives`), and `SleepWaiter` (polling), which `release_waiter_for`
+picks between.
 
 How the hand-off works (the queue, the channel, who is woken) is in `fencedlease._handoff`; the
-channel model this class drives is `fencedlease._handoff_channels`; the asyncio twin is
-`fencedlease._async.handoff.AsyncHandoff`.
+channel model the hand-off drives is `fencedlease._handoff.channels`.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
-import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import redis
 
+from fencedlease._core.clock import SYSTEM_CLOCK, Clock
 from fencedlease._core.protocol import AcquireReply
-from fencedlease._core.threads import DaemonThreadPool, shutdown_pool
-from fencedlease._handoff import (
+from fencedlease._handoff.base import (
     HandoffBase,
-    LateQueueing,
-    WaitRequest,
     listener_died,
     listener_failed,
     log,
     waiter_name,
 )
-from fencedlease._handoff_channels import Channels
+from fencedlease._handoff.channels import Channels
+from fencedlease._handoff.late import LateQueueing
+from fencedlease._handoff.waiters import NoQueueing, ReleaseWaiter, WaitRequest
 from fencedlease._redis.errors import RedisCallError, acl_denial, backend_errors, map_exceptions
 from fencedlease._redis.keys import control_channel, listener_id
 from fencedlease._redis.replies import text
 from fencedlease._redis.scripts import ENQUEUE
 
 from .clients import dedicated_client
+from .primitives import Call, Chores, Event, Lock, Runner, pause, shield
 from .scripts import run_script
 
-__all__ = ["Handoff"]
+__all__ = ["Handoff", "SleepWaiter", "release_waiter_for"]
 
-T = TypeVar("T")
+
+class SleepWaiter(NoQueueing):
+    """Polling only, for backends without release notifications: sleeps the whole
+    ``request.timeout_s`` on ``clock``'s ``sleep`` where it has one (so a fake clock drives
+    the waits), else with the face's own `pause`."""
+
+    queues = False
+
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._sleep: Callable[[float], None] = getattr(clock, "sleep", pause)
+
+    def wait(self, request: WaitRequest) -> AcquireReply | None:
+        self._sleep(request.timeout_s)
+        return None
+
+    def close(self, until: float | None = None) -> None:
+        pass
+
+    def _after_fork_in_child(self) -> None:
+        pass
 
 
 class Handoff(HandoffBase[redis.Redis]):
-    """The Redis release waiter of one [`LeaseManager`][fencedlease.LeaseManager] (see the module).
+    """The Redis release waiter of one
+    [`LeaseManager`][fencedlease.LeaseManager] (see the module).
 
-    ``Handoff(client, prefix, *, grace_ms, linger_s)`` as `HandoffBase`
-    says: ``client`` is the manager's ``redis.Redis`` (it carries the queue commands; the listener
-    has a connection of its own, see `dedicated_client`). The
-    listener is a daemon thread named ``fencedlease-handoff``, started by
-    the first wait and joined by `close`. The queueing command runs on a small pool
-    (``fencedlease-handoff-io``) so that a stalled Redis cannot stretch a wait past its
-    ``timeout_s``: the acquire's bound of ``wait_ms`` plus one round trip holds with the hand-off
-    too.
+    ``Handoff(client, prefix, *, grace_ms, linger_s)`` as `HandoffBase` says: ``client`` is
+    the manager's ``redis.Redis`` (it carries the queue commands; the listener has a
+    connection of its own, see `dedicated_client`, never one of ``client``'s pool). The listener
+    (``fencedlease-handoff``, a `Runner`) is started by the first wait and stopped by `close`;
+    it logs an unexpected death (`listener_died`) and the next wait starts a new one. The
+    queueing command runs off the waiter's path (`Chores`, ``fencedlease-handoff-io``) so that a
+    stalled Redis cannot stretch a wait past its ``timeout_s``: the acquire's bound of
+    ``wait_ms`` plus one round trip holds with the hand-off too.
     """
 
     def _reset(self) -> None:
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._io: DaemonThreadPool | None = None
+        self._lock = Lock()
+        self._listening = Runner("fencedlease-handoff")
+        self._chores = Chores("fencedlease-handoff-io")
         self._control_on = False  # the listener's control channel is subscribed
 
     @property
     def listening(self) -> bool:
-        """Whether the listener thread is running."""
-        thread = self._thread
-        return thread is not None and thread.is_alive()
+        """Whether the listener is running."""
+        return self._listening.running
 
     def queue_args(
         self, key: str, owner_token: str, wait_ms: int, final: bool
@@ -75,7 +97,7 @@ class Handoff(HandoffBase[redis.Redis]):
         before its wait begins is kept. None when waiters do not take grants from their messages
         or ``key``'s channel is not subscribed yet (the wait then queues as before). No I/O."""
         with self._lock:
-            return self._register(key, owner_token, wait_ms, final, threading.Event())
+            return self._register(key, owner_token, wait_ms, final, Event())
 
     def forget(self, key: str, owner_token: str) -> None:
         """Unregister what `queue_args` registered for ``owner_token`` (an acquire that ended
@@ -101,26 +123,23 @@ class Handoff(HandoffBase[redis.Redis]):
         channels = self._channels
         with self._lock:
             known = channels.waiters.get(channel, {}).get(name) if request.queued else None
-            event = threading.Event() if known is None else known
+            event = Event() if known is None else known
             closed = self._closed
             if not closed:
                 ask = channels.join(channel, name, event)
-                start = self._thread is None or not self._thread.is_alive()
+                start = not self._listening.running
                 if start:
-                    if self._thread is not None:  # it died (logged): a new one subscribes again
+                    if self._listening.started:  # it died (logged): a new one subscribes again
                         channels.lost_connection()
-                    self._thread = threading.Thread(
-                        target=self._run, name="fencedlease-handoff", daemon=True
-                    )
-                    self._thread.start()
+                    self._listening.start(self._run, listener_died)
         if closed:
             # After close(): poll, as without the listener. Sleep outside the lock, or the
             # waiters would take turns and each wait outlast its budget.
-            time.sleep(request.timeout_s)
+            pause(request.timeout_s)
             return None
         try:
             if ask and not start:
-                self._submit(self._poke)
+                self._chores.submit(self._poke)
             with self._lock:
                 queued = known is not None and channel in channels.confirmed
             if queued:  # the acquire queued it: only the sleep is left
@@ -133,7 +152,7 @@ class Handoff(HandoffBase[redis.Redis]):
         return self._grant(key, grant)
 
     def _queue_and_sleep(
-        self, request: WaitRequest, until: float, channel: str, event: threading.Event
+        self, request: WaitRequest, until: float, channel: str, event: Event
     ) -> None:
         """`wait`'s rounds once the waiter is registered: wait for the channel's subscription,
         queue, sleep until woken or the monotonic instant ``until``."""
@@ -147,37 +166,35 @@ class Handoff(HandoffBase[redis.Redis]):
         if left < 0.001:
             return
         wait_ms = int(left * 1000)
-        queued = self._submit(
+        queued = self._chores.submit(
             self._enqueue, request.key, request.owner_token, request.ttl_ms, wait_ms, request.final
         )
         try:
-            if not queued.result(timeout=left):
-                return  # free, or already ours: acquire now
-        except concurrent.futures.TimeoutError:
-            return  # Redis is slow: this round was a plain poll
+            answered = queued.wait(left)
         finally:
-            # Not answered in time (or the wait was interrupted): a command still in the pool's
-            # queue is never sent; one already out may land after the call has ended.
-            if not queued.done() and not queued.cancel():
+            # Not answered in time (or the wait was interrupted): a command not started yet is
+            # never sent; one already out may land after the call has ended.
+            if not queued.done() and not queued.withdraw():
                 self._gave_up_on(queued, request.key, request.owner_token)
+        if not answered or queued.cancelled() or not queued.result():
+            return  # Redis is slow (a plain poll), or the key is free or already ours
         left = until - time.monotonic()
         if left > 0:
             event.wait(left)
 
-    def _gave_up_on(
-        self, queued: concurrent.futures.Future[bool], key: str, owner_token: str
-    ) -> None:
+    def _gave_up_on(self, queued: Call[bool], key: str, owner_token: str) -> None:
         """Keep the queueing command ``queued`` the wait no longer waits for (`LateQueueing`);
         its end is `_landed`."""
         with self._lock:
             self._late.gave_up_on(queued, key, owner_token)
-        queued.add_done_callback(self._landed)  # at once, here, if it has ended meanwhile
+        queued.on_done(self._landed)  # at once, here, if it has ended meanwhile
 
-    def _landed(self, queued: concurrent.futures.Future[bool]) -> None:
-        """A queueing command the wait gave up on has ended: the release its outcome asks for."""
-        outcome: bool | None = False  # cancelled: it never left
-        if not queued.cancelled():
-            outcome = None if queued.exception() is not None else queued.result()
+    def _landed(self, queued: Call[bool]) -> None:
+        """A queueing command the wait gave up on has ended: the release its outcome asks for
+        (False: it never left; None: it failed, or was cancelled once it may have been sent)."""
+        outcome: bool | None = False
+        if not queued.unsent():
+            outcome = None if queued.failed() else queued.result()
         with self._lock:
             release = self._late.landed(queued, outcome)
         if release is not None:
@@ -194,12 +211,6 @@ class Handoff(HandoffBase[redis.Redis]):
             reply = run_script(self._client, ENQUEUE, keys, args)
         return int(reply) == 1
 
-    def _submit(self, fn: Callable[..., T], *args: Any) -> concurrent.futures.Future[T]:
-        with self._lock:
-            if self._io is None:
-                self._io = DaemonThreadPool(4, thread_name_prefix="fencedlease-handoff-io")
-            return self._io.submit(fn, *args)
-
     def _poke(self) -> None:
         """Wake the listener (blocked reading its connection) so it sends a (un)subscribe now."""
         try:
@@ -209,30 +220,22 @@ class Handoff(HandoffBase[redis.Redis]):
             log.debug("could not wake the hand-off listener: %s", exc)
 
     def close(self, until: float | None = None) -> None:
-        """Stop and join the listener and the queueing pool, release the listener's connection,
-        wake every waiter. Idempotent. Waits for a command in flight until the monotonic instant
-        ``until`` at most (None: bounded by the client's socket timeout; a thread still blocked
-        then ends at that timeout); the listener notices within a second even if Redis does not
-        answer."""
+        """Stop the listener and the queueing commands still out, release the listener's
+        connection, wake every waiter. Idempotent. Waits until the monotonic instant ``until`` at
+        most (None: a thread still blocked on Redis is bounded by the client's socket timeout); a
+        listener that died (logged when it did) does not make this raise."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            thread, io = self._thread, self._io
             for waiters in self._channels.waiters.values():
                 for event in waiters.values():
                     event.set()
-        if thread is not None and io is not None:
-            # While the interpreter exits (close() in atexit) a pool takes no new work: the
-            # listener then notices within a second by itself.
-            with contextlib.suppress(RuntimeError):
-                io.submit(self._poke)
-        if thread is not None:
-            thread.join(None if until is None else max(0.0, until - time.monotonic()))
-        shutdown_pool(io, until)
+        self._listening.stop(until, lambda: self._chores.submit(self._poke))
+        self._chores.close(until)
 
     def _after_fork_in_child(self) -> None:
-        """In a forked child (see `fencedlease._core.fork`): forget the parent's listener, pool,
+        """In a forked child (see `fencedlease._core.fork`): forget the parent's listener, calls,
         lock and waiters, none of which exist here; the next wait starts a listener of the
         child's own, on a control channel of its own. No I/O."""
         self._channels = Channels(self._channels.linger_s)
@@ -276,22 +279,22 @@ class Handoff(HandoffBase[redis.Redis]):
                 except (RedisCallError, OSError, ValueError) as exc:
                     # redis-py reconnects and re-subscribes on the next call; until then waiters
                     # poll. Back off so a dead server is not hammered. A socket closed under
-                    # the pub/sub by another thread (a primary switch drops the pool's
-                    # connections) is OSError or "I/O operation on closed file", which redis-py
-                    # does not reconnect from: a fresh pub/sub then.
+                    # the pub/sub (a primary switch drops the pool's connections) is OSError or
+                    # "I/O operation on closed file", which redis-py does not reconnect from: a
+                    # fresh pub/sub then.
                     if not isinstance(exc, RedisCallError):
                         with (
                             contextlib.suppress(RedisCallError, OSError, ValueError),
                             map_exceptions(RedisCallError),
                         ):
-                            pubsub.close()
+                            pubsub.close()  # type: ignore[no-untyped-call, unused-ignore]
                         pubsub = listener.pubsub()  # type: ignore[no-untyped-call, unused-ignore]
                         self._control_on = False
                     warned = listener_failed(exc, acl_denial(exc), warned)
                     with lock:
                         channels.lost_connection()
                     backoff_s = min(1.0, max(0.01, backoff_s * 2))
-                    time.sleep(backoff_s)
+                    pause(backoff_s)
                     continue
                 if message is not None:
                     with lock:
@@ -300,12 +303,20 @@ class Handoff(HandoffBase[redis.Redis]):
                             self.notified += 1
                     for event in events:
                         event.set()
-        except BaseException:
-            listener_died()
-            raise
         finally:
-            with contextlib.suppress(RedisCallError), map_exceptions(RedisCallError):
-                pubsub.close()
-            if listener is not self._client:
+            try:
                 with contextlib.suppress(RedisCallError), map_exceptions(RedisCallError):
-                    listener.connection_pool.disconnect()
+                    shield(pubsub.close)
+            finally:
+                if listener is not self._client:
+                    with contextlib.suppress(RedisCallError), map_exceptions(RedisCallError):
+                        shield(listener.connection_pool.disconnect)
+
+
+def release_waiter_for(backend: object, clock: Clock = SYSTEM_CLOCK) -> ReleaseWaiter:
+    """The release waiter a manager uses over ``backend``: the backend's own
+    (``backend.release_waiter()``, e.g. the Redis hand-off), else `SleepWaiter`
+    (polling on ``clock``)."""
+    make = getattr(backend, "release_waiter", None)
+    waiter: ReleaseWaiter = SleepWaiter(clock) if make is None else make()
+    return waiter

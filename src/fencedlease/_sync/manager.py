@@ -36,10 +36,10 @@ from fencedlease._core.validate import (
     check_key,
     check_limit,
 )
-from fencedlease._handoff import release_waiter_for
 from fencedlease._redis.caller import CallerReleases
 
 from .cluster_backend import RedisClusterBackend
+from .handoff import release_waiter_for
 from .lease import Lease, LeaseOutcome
 from .manager_base import _ManagerBase
 from .operations import Operations

@@ -6,18 +6,40 @@ face's.
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from typing import Any, ParamSpec, TypeVar
+from concurrent.futures import wait as wait_futures
+from typing import Any, Generic, ParamSpec, TypeVar
 
+from fencedlease._core import fork as _fork
 from fencedlease._core.clock import Clock
 from fencedlease._core.state import LeaseState
+from fencedlease._core.threads import DaemonThreadPool, shutdown_pool
 
-__all__ = ["LOG_NAME", "Background", "Event", "LostSignal", "bounded", "shielded", "sleep"]
+__all__ = [
+    "LOG_NAME",
+    "Background",
+    "Call",
+    "Chores",
+    "Event",
+    "Lock",
+    "LostSignal",
+    "NodeWorkers",
+    "Runner",
+    "bounded",
+    "pause",
+    "shield",
+    "shielded",
+    "sleep",
+]
 
 P = ParamSpec("P")
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 LOG_NAME = "fencedlease"
@@ -109,3 +131,201 @@ def bounded(fn: Callable[[], T], timeout_s: float) -> T:
 def sleep(clock: Clock, seconds: float) -> None:
     """Wait ``seconds`` on ``clock`` (its ``sleep``: a fake clock's moves it)."""
     clock.sleep(seconds)
+
+
+class NodeWorkers:
+    """Runs each node's share of a batch on that node's own worker thread
+    (``fencedlease-cluster-<host:port>``), the nodes at once: a node that hangs holds up no other
+    node's calls, neither in this batch nor in the next. In a forked child the parent's workers
+    are forgotten (`fencedlease._core.fork`) and the child's next batch starts its own. The twin
+    of the asyncio face's task per call."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._workers: dict[str, DaemonThreadPool] = {}
+        _fork.register(self)
+
+    def _after_fork_in_child(self) -> None:
+        """Forget the parent's workers (their threads do not exist here). No I/O."""
+        self._lock = threading.Lock()
+        self._workers = {}
+
+    def run(self, calls: Mapping[str, Callable[[], R]], timeout_s: float) -> dict[str, R | None]:
+        """Each node's ``call()`` on its worker, at once; its result, or None for a node whose
+        call was not done within ``timeout_s`` seconds (a thread cannot be cancelled: it runs on,
+        its reply unused).
+
+        Raises:
+            Exception: what a call that finished in time raised.
+        """
+        futures: dict[str, Future[R]] = {
+            node: self._worker(node).submit(call) for node, call in calls.items()
+        }
+        done, _ = wait_futures(futures.values(), timeout=timeout_s)
+        return {node: f.result() if f in done else None for node, f in futures.items()}
+
+    def _worker(self, node: str) -> DaemonThreadPool:
+        with self._lock:
+            pool = self._workers.get(node)
+            if pool is None:
+                pool = DaemonThreadPool(1, thread_name_prefix=f"fencedlease-cluster-{node}")
+                self._workers[node] = pool
+            return pool
+
+    def close(self) -> None:
+        """Stop the workers (a thread still blocked on a hung node ends at the client's socket
+        timeout)."""
+        with self._lock:
+            workers, self._workers = list(self._workers.values()), {}
+        for pool in workers:
+            shutdown_pool(pool, time.monotonic())
+
+
+class Lock:
+    """A `threading.Lock`, used with ``with`` around code that does not wait: the twin of the
+    asyncio face's, which has nothing to lock."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+def pause(seconds: float) -> None:
+    """Wait ``seconds`` in real time (`time.sleep`)."""
+    time.sleep(seconds)
+
+
+def shield(step: Callable[[], T]) -> T:
+    """``step()``: a thread is not cancelled, so a clean-up needs no shield (the asyncio face's
+    runs the step to its end even if the caller is cancelled)."""
+    return step()
+
+
+class Runner:
+    """One long-lived run of a function, restarted once it has ended: a daemon thread named
+    ``name``. The twin of the asyncio face's task; a thread cannot be cancelled, so `stop` wakes
+    it and joins it."""
+
+    __slots__ = ("_name", "_thread")
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._thread: threading.Thread | None = None
+
+    @property
+    def started(self) -> bool:
+        """Whether a run was ever started."""
+        return self._thread is not None
+
+    @property
+    def running(self) -> bool:
+        """Whether the last run is still going."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self, fn: Callable[[], None], died: Callable[[], None]) -> None:
+        """Start a run of ``fn()`` in a thread of its own; ``died()`` is called (with the
+        exception being handled) if it ends on an error, which it re-raises."""
+
+        def run() -> None:
+            try:
+                fn()
+            except BaseException:
+                died()
+                raise
+
+        self._thread = threading.Thread(target=run, name=self._name, daemon=True)
+        self._thread.start()
+
+    def stop(self, until: float | None, wake: Callable[[], object]) -> None:
+        """Call ``wake()`` (so the run notices it should end; ignored once the interpreter exits
+        and no thread can start) and join the run until the monotonic instant ``until`` at most
+        (None: no bound)."""
+        thread = self._thread
+        if thread is None:
+            return
+        with contextlib.suppress(RuntimeError):
+            wake()
+        thread.join(None if until is None else max(0.0, until - time.monotonic()))
+
+
+class Call(Generic[T]):
+    """A call `Chores` runs off the caller's path: a future of its pool."""
+
+    __slots__ = ("_future",)
+
+    def __init__(self, future: concurrent.futures.Future[T]) -> None:
+        self._future = future
+
+    def done(self) -> bool:
+        return self._future.done()
+
+    def cancelled(self) -> bool:
+        return self._future.cancelled()
+
+    def unsent(self) -> bool:
+        """Whether it ended before it could send anything (withdrawn while still queued)."""
+        return self._future.cancelled()
+
+    def failed(self) -> bool:
+        """Whether it ended cancelled or on an error."""
+        return self._future.cancelled() or self._future.exception() is not None
+
+    def result(self) -> T:
+        """Its result, or the error it raised."""
+        return self._future.result()
+
+    def withdraw(self) -> bool:
+        """Stop it if it has not started (still in the pool's queue: nothing sent): whether it
+        was stopped."""
+        return self._future.cancel()
+
+    def wait(self, timeout_s: float) -> bool:
+        """Block until it ends or ``timeout_s`` seconds have passed; whether it ended."""
+        done, _ = concurrent.futures.wait([self._future], timeout=timeout_s)
+        return bool(done)
+
+    def on_done(self, fn: Callable[[Call[T]], None]) -> None:
+        """Call ``fn(self)`` once it has ended (at once, in this thread, if it has)."""
+        self._future.add_done_callback(lambda _: fn(self))
+
+
+CHORE_THREADS = 4
+"""How many threads run a `Chores`' calls at once."""
+
+
+class Chores:
+    """Short calls run off the caller's path, so that a slow one cannot stretch the caller's
+    bounded wait: on a pool of `CHORE_THREADS` daemon threads named ``name``, made on the first
+    call (the asyncio face's are tasks). `close` shuts the pool down."""
+
+    __slots__ = ("_io", "_lock", "_name")
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._lock = threading.Lock()
+        self._io: DaemonThreadPool | None = None
+
+    def submit(self, fn: Callable[..., T], *args: Any) -> Call[T]:
+        """Queue ``fn(*args)``; its `Call`.
+
+        Raises:
+            RuntimeError: the pool is shut down, or the interpreter exits.
+        """
+        with self._lock:
+            if self._io is None:
+                self._io = DaemonThreadPool(CHORE_THREADS, thread_name_prefix=self._name)
+            return Call(self._io.submit(fn, *args))
+
+    def close(self, until: float | None) -> None:
+        """Shut the pool down once the calls queued so far have run, waiting for them until the
+        monotonic instant ``until`` at most (None: no bound of its own)."""
+        with self._lock:
+            io = self._io
+        shutdown_pool(io, until)

@@ -11,8 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from fencedlease._core.protocol import AcquireReply
-
-from ._redis.replies import parse_grant, text
+from fencedlease._redis.replies import parse_grant, text
 
 __all__ = ["LISTEN_SLICE_S", "Channels"]
 
