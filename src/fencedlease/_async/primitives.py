@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Generic, ParamSpec, TypeVar
+from typing import Any, Generic, TypeVar
 
 from fencedlease._core.clock import Clock
 from fencedlease._core.state import LeaseState
@@ -28,11 +28,9 @@ __all__ = [
     "pause",
     "retrieve",
     "shield",
-    "shielded",
     "sleep",
 ]
 
-P = ParamSpec("P")
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -152,13 +150,6 @@ async def sleep(clock: Clock, seconds: float) -> None:
     """Wait ``seconds`` on ``clock``: its ``async_sleep`` (an `AsyncClock`, such as a fake
     clock), else `asyncio.sleep`, in real time."""
     await getattr(clock, "async_sleep", asyncio.sleep)(seconds)
-
-
-async def shielded(fn: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
-    """``fn(*args, **kwargs)`` run to its end even when the caller is cancelled while it runs
-    (`asyncio.shield`): for a step that must not be left half done, such as giving a connection
-    back to its pool."""
-    return await asyncio.shield(fn(*args, **kwargs))
 
 
 class NodeWorkers:

@@ -20,7 +20,7 @@ from fencedlease._redis.errors import ScriptNotLoaded, map_exceptions
 from fencedlease._redis.pool import connection_args, next_is_made
 from fencedlease._redis.scripts import AckedCall, Script, acked_replies, eval_reply, primers, waited
 
-from .primitives import shielded
+from .primitives import shield
 
 __all__ = ["connected", "run_acked", "run_script"]
 
@@ -99,4 +99,4 @@ async def connected(client: redis.asyncio.Redis | redis.asyncio.RedisCluster) ->
     connection = await pool.get_connection(*connection_args(pool))  # type: ignore[no-untyped-call, unused-ignore]
     # Given back even if the caller is cancelled right here: a connection neither used nor
     # returned would stay open, out of the pool's sight, until the pool is closed.
-    await shielded(pool.release, connection)
+    await shield(lambda: pool.release(connection))

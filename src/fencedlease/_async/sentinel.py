@@ -29,7 +29,7 @@ from fencedlease._redis.sentinel import (
     unusable_sentinel,
 )
 
-from .primitives import LOG_NAME, Background, Event, shielded
+from .primitives import LOG_NAME, Background, Event, shield
 
 __all__ = ["AsyncPrimaryCheck", "AsyncSwitchWatcher", "async_sentinel_client", "unretried"]
 
@@ -204,7 +204,7 @@ class AsyncPrimaryCheck:
             result = await fn(one)
             ran_on = connection_address(one.connection)
         finally:
-            await shielded(one.aclose)  # the connection goes back even if cancelled
+            await shield(one.aclose)  # the connection goes back even if cancelled
         return result, ran_on, await self.named()
 
     async def run(

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
-from typing import Any, Generic, ParamSpec, TypeVar
+from typing import Any, Generic, TypeVar
 
 from fencedlease._core import fork as _fork
 from fencedlease._core.clock import Clock
@@ -33,11 +33,9 @@ __all__ = [
     "bounded",
     "pause",
     "shield",
-    "shielded",
     "sleep",
 ]
 
-P = ParamSpec("P")
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -59,12 +57,6 @@ class LostSignal:
     def wait(self, timeout_s: float | None) -> None:
         """Block until set or ``timeout_s`` seconds have passed (None: no bound)."""
         self._event.wait(timeout_s)
-
-
-def shielded(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """``fn(*args, **kwargs)``: a call of this face is never cut short by a cancellation, so there
-    is nothing to shield (the asyncio twin shields its step)."""
-    return fn(*args, **kwargs)
 
 
 STOP_S = 1.0

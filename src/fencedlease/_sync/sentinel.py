@@ -32,7 +32,7 @@ from fencedlease._redis.sentinel import (
     unusable_sentinel,
 )
 
-from .primitives import LOG_NAME, Background, Event, shielded
+from .primitives import LOG_NAME, Background, Event, shield
 
 __all__ = ["PrimaryCheck", "SwitchWatcher", "sentinel_client", "unretried"]
 
@@ -205,7 +205,7 @@ class PrimaryCheck:
             result = fn(one)
             ran_on = connection_address(one.connection)
         finally:
-            shielded(one.close)  # the connection goes back even if cancelled
+            shield(one.close)  # the connection goes back even if cancelled
         return result, ran_on, self.named()
 
     def run(
