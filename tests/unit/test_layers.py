@@ -472,3 +472,17 @@ def test_the_readme_counts_the_top_level_private_modules() -> None:
     found = README_COUNT.search((ROOT / "README.md").read_text("utf-8"))
     assert found is not None
     assert int(found[1]) == len(TOP_LEVEL_PRIVATE_MODULES)
+
+
+def test_the_health_report_and_its_errors_are_core_and_only_the_redis_pieces_stay_redis() -> None:
+    """The health check's report and the errors of a slow check or an unreachable store are in
+    the core (public path unchanged); the Redis module of the check keeps the no-op script and the
+    start-up backoff only."""
+    import fencedlease
+    from fencedlease._core import health as core_health
+    from fencedlease._redis import health as redis_health
+
+    assert fencedlease.HealthReport is core_health.HealthReport
+    assert {"HealthReport", "too_slow", "connect_error"} <= set(core_health.__all__)
+    assert redis_health.__all__ == ["NOOP", "connect_backoff_s"]
+    assert not set(core_health.__all__) & set(vars(redis_health))
