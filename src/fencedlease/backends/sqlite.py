@@ -36,9 +36,9 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Final
+from typing import Final, TypeVar
 
 from fencedlease._core.backend import RenewItem
 from fencedlease._core.clock import SYSTEM_CLOCK, Clock
@@ -61,6 +61,8 @@ from .._redis.keys import fence_key
 from ._clock import clock_ms
 
 __all__ = ["DEFAULT_BUSY_TIMEOUT_MS", "SqliteBackend"]
+
+T = TypeVar("T")
 
 
 def _stored_token(value: object, what: str, minimum: int = 1) -> int:
@@ -189,6 +191,27 @@ class SqliteBackend:
         ([`fencing_scope`][fencedlease.Lease.fencing_scope]):
         ``<prefix>:{<escaped key>}:fence``, as the Redis backend names it. No I/O."""
         return fence_key(self.prefix, key)
+
+    # The two calls through which a store beside this backend (the semaphore's slots) runs its
+    # steps, as it does through the asyncio twin's: here inline, there on a worker thread.
+
+    @property
+    def _scope_prefix(self) -> str:
+        return self.prefix
+
+    def _backend(self, operation: str) -> SqliteBackend:
+        """This backend, open.
+
+        Raises:
+            BackendError: it is closed; ``operation`` names the step.
+        """
+        if self._conn is None:
+            raise BackendError(f"{operation}: the SQLite backend is closed")
+        return self
+
+    @staticmethod
+    def _run(fn: Callable[..., T], *args: object) -> T:
+        return fn(*args)
 
     @contextmanager
     def _transaction(self, operation: str, *, write: bool = True) -> Iterator[sqlite3.Connection]:

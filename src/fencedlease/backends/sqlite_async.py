@@ -73,8 +73,11 @@ class AsyncSqliteBackend:
     def fencing_scope(self, key: str) -> str:
         """As [`SqliteBackend.fencing_scope`][fencedlease.SqliteBackend.fencing_scope]:
         ``<prefix>:{<escaped key>}:fence``. No I/O."""
-        prefix = self._prefix if self.sync is None else self.sync.prefix
-        return fence_key(prefix, key)
+        return fence_key(self._scope_prefix, key)
+
+    @property
+    def _scope_prefix(self) -> str:
+        return self._prefix if self.sync is None else self.sync.prefix
 
     @staticmethod
     async def _run(fn: Callable[..., T], *args: object) -> T:
