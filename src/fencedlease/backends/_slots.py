@@ -21,8 +21,9 @@ from fencedlease._core.protocol import MAX_FENCING_TOKEN, AcquireReply
 from fencedlease._redis.keys import semaphore_keys
 
 from ._clock import clock_ms
+from ._sqlite_file import stored_token
 from .memory import MemoryBackend
-from .sqlite import SqliteBackend, _stored_token
+from .sqlite import SqliteBackend
 
 __all__ = ["MemorySlots", "SlotSteps", "SqliteSlots", "scope_of"]
 
@@ -175,7 +176,7 @@ class SqliteSlots:
                 (prefix, name, owner_token),
             ).fetchone()
             if row is not None:
-                token = _stored_token(row[0], f"{what}: the slot's fencing_token")
+                token = stored_token(row[0], f"{what}: the slot's fencing_token")
                 conn.execute(
                     "UPDATE fencedlease_semaphore_slots SET expires_ms = ?"
                     " WHERE prefix = ? AND name = ? AND owner_token = ?",
@@ -193,7 +194,7 @@ class SqliteSlots:
                 "SELECT last_token FROM fencedlease_semaphore_fences WHERE prefix = ? AND name = ?",
                 (prefix, name),
             ).fetchone()
-            last = 0 if counter is None else _stored_token(counter[0], f"{what}: the counter", 0)
+            last = 0 if counter is None else stored_token(counter[0], f"{what}: the counter", 0)
             if last == MAX_FENCING_TOKEN:
                 raise BackendError(f"{what}: the counter is at 2**63-1, the largest fencing token")
             conn.execute(
@@ -223,7 +224,7 @@ class SqliteSlots:
                     results.append(0)
                     continue
                 try:
-                    token = _stored_token(row[0], f"semaphore renew {name!r}: the slot's token")
+                    token = stored_token(row[0], f"semaphore renew {name!r}: the slot's token")
                 except BackendError as exc:  # a malformed row fails its own item only
                     results.append(exc)
                     continue
