@@ -40,7 +40,6 @@ EXCLUDED = {
     "manager.py",
     "releases.py",
     "renewer.py",
-    "semaphore_stores.py",
 }
 """The modules of ``_async`` whose ``_sync`` namesake is written by hand: ``primitives``, the one
 pair that says how each face waits, and the twins still to be written once."""

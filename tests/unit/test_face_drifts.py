@@ -2,8 +2,9 @@
 ``keep_alive`` checks its arguments, when the renewer gives up a batch, how often the Sentinel
 watcher reads its subscription, how long a second ``close()`` waits, ``check_health``'s clock,
 how long a health check of a hung store waits, what the Redis semaphore store sends, whether a
-failed acquire waits for its clean-up, whether one that ends after ``close()`` sends one, and
-what the hand-off's close does when its listener's pub/sub fails to close.
+failed acquire waits for its clean-up, whether one that ends after ``close()`` sends one, what
+the hand-off's close does when its listener's pub/sub fails to close, and when a SQLite
+semaphore makes its tables (and fails on a closed backend).
 
 Each test is parametrized over the faces and asserts one expected value for both.
 """
@@ -13,9 +14,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -33,6 +36,7 @@ from fencedlease import (
     LeaseLostError,
     LeaseManager,
     ShutdownReport,
+    SqliteBackend,
     ValidationError,
 )
 from fencedlease._async.sentinel import AsyncSwitchWatcher
@@ -44,7 +48,7 @@ from fencedlease._redis.sentinel import SWITCH_POLL_S
 from fencedlease._sync.renewer import IO_THREADS, Renewer
 from fencedlease._sync.sentinel import SwitchWatcher
 from fencedlease.aio import AsyncLeaseManager
-from fencedlease.backends import AsyncMemoryBackend, MemoryBackend
+from fencedlease.backends import AsyncMemoryBackend, AsyncSqliteBackend, MemoryBackend
 from fencedlease.testing import FakeClock
 
 FACES = ["sync", "asyncio"]
@@ -787,3 +791,85 @@ def test_the_handoff_listener_releases_its_pool_when_its_pubsub_fails_to_close(
     """Closing the hand-off disconnects the listener's own pool once even when closing its
     pub/sub fails, and the close itself does not raise that failure, the same on both faces."""
     assert _listener_pool_after_close(face, monkeypatch) == 1
+
+
+# -- a SQLite semaphore makes its tables at its first step ---------------------------------------
+
+
+def _semaphore_tables(path: Path) -> list[str]:
+    """The semaphore tables in the SQLite file at ``path``, read on a connection of the test's."""
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        rows = conn.execute(
+            "SELECT name FROM sqlite_master WHERE name LIKE 'fencedlease_semaphore_%' ORDER BY name"
+        ).fetchall()
+    return [name for (name,) in rows]
+
+
+def _sqlite_semaphore_steps(face: str, path: Path) -> tuple[list[str], list[str], int | None]:
+    """The semaphore tables after ``manager.semaphore()`` and after a first acquire through
+    ``face``, and that acquire's token."""
+    if face == "sync":
+        with LeaseManager(SqliteBackend(path)) as leases:
+            semaphore = leases.semaphore("pool", limit=1)
+            made = _semaphore_tables(path)
+            result = semaphore.acquire(ttl_ms=1000)
+            return (
+                made,
+                _semaphore_tables(path),
+                None if result.lease is None else result.lease.fencing_token,
+            )
+
+    async def main() -> tuple[list[str], list[str], int | None]:
+        async with AsyncLeaseManager(AsyncSqliteBackend(path)) as leases:
+            semaphore = leases.semaphore("pool", limit=1)
+            made = _semaphore_tables(path)
+            result = await semaphore.acquire(ttl_ms=1000)
+            return (
+                made,
+                _semaphore_tables(path),
+                None if result.lease is None else result.lease.fencing_token,
+            )
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_a_sqlite_semaphore_makes_its_tables_at_its_first_step(face: str, tmp_path: Path) -> None:
+    """Making a semaphore on a SQLite backend does no I/O; its first acquire makes the tables and
+    gets token 1, the same on both faces."""
+    assert _sqlite_semaphore_steps(face, tmp_path / "leases.db") == (
+        [],
+        ["fencedlease_semaphore_fences", "fencedlease_semaphore_slots"],
+        1,
+    )
+
+
+def _closed_sqlite_semaphore(face: str) -> BackendError:
+    """What the first acquire of a semaphore made on a closed SQLite backend raises."""
+    if face == "sync":
+        backend = SqliteBackend(":memory:")
+        leases = LeaseManager(backend)
+        backend.close()
+        semaphore = leases.semaphore("pool", limit=1)
+        with pytest.raises(BackendError) as caught:
+            semaphore.acquire(ttl_ms=1000)
+        return caught.value
+
+    async def main() -> BackendError:
+        backend = AsyncSqliteBackend(":memory:")
+        leases = AsyncLeaseManager(backend)
+        await backend.close()
+        semaphore = leases.semaphore("pool", limit=1)
+        with pytest.raises(BackendError) as caught:
+            await semaphore.acquire(ttl_ms=1000)
+        return caught.value
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_a_semaphore_on_a_closed_sqlite_backend_fails_at_its_first_step(face: str) -> None:
+    """A semaphore made on a closed SQLite backend is made; its first acquire raises BackendError
+    naming the step, the same on both faces."""
+    error = _closed_sqlite_semaphore(face)
+    assert str(error) == "semaphore acquire: the SQLite backend is closed"

@@ -126,10 +126,11 @@ def test_the_contracts_cover_the_layers_the_project_promises() -> None:
         "fencedlease._sync",
         "fencedlease._redis.semaphore",
         "fencedlease._handoff",
-        "fencedlease._core",
         "fencedlease.redis_fencing",
         "fencedlease.backends.memory",
         "fencedlease.backends.sqlite",
+        "fencedlease.backends._slots",
+        "fencedlease.backends._sqlite_file",
     }
     assert set(sync["forbidden_modules"]) == {"asyncio", "fencedlease.aio", "fencedlease._async"}
     # Every module holds one face: no asyncio edge of the sync face is excused.
@@ -137,22 +138,32 @@ def test_the_contracts_cover_the_layers_the_project_promises() -> None:
     assert contracts["no-sibling-cycles"]["type"] == "acyclic_siblings"
     assert contracts["no-sibling-cycles"]["ancestors"] == ["fencedlease", "fencedlease_lab"]
     assert "ignore_imports" not in contracts["no-sibling-cycles"]
-    pure = contracts["pure-core-free-of-redis"]
-    assert pure["type"] == "forbidden"
-    assert pure["forbidden_modules"] == ["redis"]
-    assert "allow_indirect_imports" not in pure  # nor through another module of the library
-    assert {
-        "fencedlease._core.attempt",
-        "fencedlease._core.clock",
-        "fencedlease._core.decisions",
-        "fencedlease._core.errors",
+    shared = contracts["shared-pieces-free-of-redis"]
+    assert shared["type"] == "forbidden"
+    assert shared["forbidden_modules"] == ["redis"]
+    assert "allow_indirect_imports" not in shared  # nor through another module of the library
+    assert set(shared["source_modules"]) == {
+        "fencedlease._handoff",
         "fencedlease._redis.keys",
         "fencedlease._redis.replies",
-        "fencedlease._core.schedule",
-        "fencedlease._core.state",
-        "fencedlease._core.validate",
-        "fencedlease._core.view",
-    } <= _covered(pure["source_modules"])
+        "fencedlease._async.primitives",
+        "fencedlease._sync.primitives",
+    }
+
+
+def test_one_contract_says_what_the_core_may_not_import() -> None:
+    """Only core-imports-no-io forbids the core anything: no other forbidden contract lists
+    fencedlease._core with an import the core contract already forbids."""
+    core = _contract("core-imports-no-io")
+    forbidden_to_core = set(core["forbidden_modules"])
+    repeats = {
+        c["id"]: sorted(forbidden_to_core & set(c["forbidden_modules"]))
+        for c in _pyproject()["tool"]["importlinter"]["contracts"]
+        if c["id"] != "core-imports-no-io"
+        and c["type"] == "forbidden"
+        and "fencedlease._core" in c["source_modules"]
+    }
+    assert repeats == {}
 
 
 def test_every_core_module_is_in_the_pure_contract() -> None:
@@ -176,7 +187,11 @@ def test_every_core_module_is_in_the_pure_contract() -> None:
         "fencedlease._core.state",
         "fencedlease._core.view",
     } <= engine
-    assert engine <= _covered(_contract("pure-core-free-of-redis")["source_modules"])
+    redis_free = [
+        *_contract("core-imports-no-io")["source_modules"],
+        *_contract("shared-pieces-free-of-redis")["source_modules"],
+    ]
+    assert engine <= _covered(redis_free)
 
 
 _REDIS_ASYNCIO = re.compile(r"\bredis\.asyncio\b|\bfrom\s+redis\s+import\s+.*\basyncio\b")
@@ -459,3 +474,17 @@ def test_the_readme_counts_the_top_level_private_modules() -> None:
     found = README_COUNT.search((ROOT / "README.md").read_text("utf-8"))
     assert found is not None
     assert int(found[1]) == len(TOP_LEVEL_PRIVATE_MODULES)
+
+
+def test_the_health_report_and_its_errors_are_core_and_only_the_redis_pieces_stay_redis() -> None:
+    """The health check's report and the errors of a slow check or an unreachable store are in
+    the core (public path unchanged); the Redis module of the check keeps the no-op script and the
+    start-up backoff only."""
+    import fencedlease
+    from fencedlease._core import health as core_health
+    from fencedlease._redis import health as redis_health
+
+    assert fencedlease.HealthReport is core_health.HealthReport
+    assert {"HealthReport", "too_slow", "connect_error"} <= set(core_health.__all__)
+    assert redis_health.__all__ == ["NOOP", "connect_backoff_s"]
+    assert not set(core_health.__all__) & set(vars(redis_health))

@@ -28,9 +28,10 @@ from fencedlease import (
 )
 from fencedlease._async.semaphore_stores import async_slot_store_for
 from fencedlease._core.state import LossReason
-from fencedlease._sync.semaphore_stores import MemorySlots, SlotStore, SqliteSlots
+from fencedlease._sync.semaphore_stores import SlotStore
 from fencedlease.aio import AsyncLeaseManager, AsyncSemaphoreLease
 from fencedlease.backends import AsyncMemoryBackend, AsyncSqliteBackend
+from fencedlease.backends._slots import MemorySlots, SqliteSlots
 from fencedlease.testing import FakeClock
 
 OWNERS = ["owner-a", "owner-b", "owner-c", "owner-d"]

@@ -91,7 +91,6 @@ def async_slot_manager_for(manager: _AsyncManagerBase) -> _AsyncSlotManager:
 
     Raises:
         ValidationError: ``manager``'s backend has no semaphore store.
-        BackendError: the SQLite backend could not make its semaphore tables.
     """
     backend = AsyncSlotBackend(async_slot_store_for(manager._backend))
     return cast(_AsyncSlotManager, slot_manager(manager, backend, AsyncSemaphoreLease))
@@ -140,8 +139,8 @@ class AsyncSemaphore(SemaphoreFacts[AsyncSlotStore]):
     Raises:
         ValidationError: ``name`` not a non-empty str; ``limit`` not an int in 1..10,000; a
             manager whose backend has no semaphore store (the library's Redis, memory and
-            SQLite backends have one).
-        BackendError: the SQLite backend could not make its semaphore tables.
+            SQLite backends have one). Making it does no I/O: a SQLite backend makes its
+            semaphore tables at the first step, whose BackendError says why it could not.
     """
 
     def __init__(self, slots: _AsyncSlotManager, name: str, limit: int) -> None:

@@ -6,7 +6,8 @@ live tests create their users from `acl_rules`. A unit test reads every
 library, and fails when a command is missing from `ACL_COMMANDS`.
 
 A refusal is named (which command, which script line) by
-`fencedlease._redis.errors.acl_denial`, where the other redis-py errors are mapped.
+`fencedlease._redis.errors.acl_denial`, where the other redis-py errors are mapped, in the words
+of `fencedlease._redis.acl_refusals`.
 
 Redis checks a script's commands, keys and channels against the caller's ACL at each
 ``redis.call`` (Redis 6 and 7), so the commands the scripts call are part of the rule set, not

@@ -10,6 +10,7 @@ The lease backends ([`RedisBackend`][fencedlease.RedisBackend],
 - [`.replies`][]: decoding script replies (``str`` or ``bytes`` alike), text decoding;
 - [`.errors`][]: redis-py errors to [`BackendError`][fencedlease.BackendError], classified (sent or
   not, may have written or not), ACL refusals named;
+- [`.acl_refusals`][]: a Redis ACL refusal's text in words (the command, the script line);
 - [`.options`][]: the options of a client made from a URL, checked before it connects;
 - [`.clients`][]: the caller's client from a URL (either face), options checked; a connection of
   one's own beside the caller's pool (sync);

@@ -17,7 +17,8 @@ import redis
 
 from fencedlease._core.protocol import new_owner_token
 
-from .errors import SCRIPT_REFUSAL, register_script
+from .acl_refusals import register_script
+from .errors import SCRIPT_REFUSAL
 
 __all__ = [
     "ACQUIRE",

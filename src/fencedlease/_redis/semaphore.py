@@ -1,7 +1,7 @@
 """The steps of the Redis slot store of semaphores (``semaphore_*.lua``), both faces: what each
 sends and how its reply reads is decided once, without I/O, by `SlotCalls`; the store that runs
 them is `fencedlease._async.redis_slots` (and the sync module generated from it). The steps are
-those of the slot stores' protocol (`fencedlease._sync.semaphore_stores.SlotStore`)."""
+those of the slot stores' protocol (`fencedlease._async.semaphore_stores.AsyncSlotStore`)."""
 
 from __future__ import annotations
 

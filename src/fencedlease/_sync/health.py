@@ -37,19 +37,18 @@ from redis.retry import Retry
 from fencedlease._core.backend import LeaseBackend
 from fencedlease._core.clock import Clock
 from fencedlease._core.errors import BackendError
-from fencedlease._core.validate import check_ms
-from fencedlease._redis.clients import client_redactor
-from fencedlease._redis.errors import backend_errors, without_secrets
-from fencedlease._redis.health import (
+from fencedlease._core.health import (
     HEALTH_PROBE_KEY,
-    NOOP,
     NOT_READ,
     Eviction,
     HealthReport,
-    connect_backoff_s,
     connect_error,
     too_slow,
 )
+from fencedlease._core.validate import check_ms
+from fencedlease._redis.clients import client_redactor
+from fencedlease._redis.errors import backend_errors, without_secrets
+from fencedlease._redis.health import NOOP, connect_backoff_s
 
 from .primitives import bounded, sleep
 from .redis_backend import RedisBackend

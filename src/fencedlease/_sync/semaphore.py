@@ -94,7 +94,6 @@ def slot_manager_for(manager: _ManagerBase) -> _SlotManager:
 
     Raises:
         ValidationError: ``manager``'s backend has no semaphore store.
-        BackendError: the SQLite backend could not make its semaphore tables.
     """
     backend = SlotBackend(slot_store_for(manager._backend))
     return cast(_SlotManager, slot_manager(manager, backend, SemaphoreLease))
@@ -141,8 +140,8 @@ class Semaphore(SemaphoreFacts[SlotStore]):
     Raises:
         ValidationError: ``name`` not a non-empty str; ``limit`` not an int in 1..10,000; a
             manager whose backend has no semaphore store (the library's Redis, memory and
-            SQLite backends have one).
-        BackendError: the SQLite backend could not make its semaphore tables.
+            SQLite backends have one). Making it does no I/O: a SQLite backend makes its
+            semaphore tables at the first step, whose BackendError says why it could not.
     """
 
     def __init__(self, slots: _SlotManager, name: str, limit: int) -> None:

@@ -1,5 +1,8 @@
-"""Where a semaphore's slots live, one store per backend kind (sync face); the adapter that lets
-the lease machinery (acquire loop, renewer, loss rules) run slots as leases is
+# GENERATED from src/fencedlease/_async/semaphore_stores.py by `python scripts/unasync.py`:
+# do not edit. Edit that source, then run it again (CI runs it with --check, failing while
+# stale).
+"""Where a semaphore's slots live, one store per backend kind; the adapter that lets the lease
+machinery (acquire loop, renewer, loss rules) run slots as leases is
 `fencedlease._sync.slot_backend.SlotBackend`.
 
 A semaphore ``name`` with ``limit`` N has at most N live *slots*; each slot is a lease of its own
@@ -22,41 +25,36 @@ The store's steps, each atomic:
 - ``clear(name)``: delete every slot, whoever holds it (the counter is kept); whether one was live.
 
 A slot is live while ``now < deadline``. Redis: a sorted set scored by deadline (server ``TIME``,
-ms) and a hash of tokens, both with a TTL up to the latest deadline (``semaphore_*.lua``). Memory:
-the backend's clock (a [`FakeClock`][fencedlease.testing.FakeClock] drives it). SQLite: two
-tables in the backend's file, on its wall clock, one transaction per step.
+ms) and a hash of tokens, both with a TTL up to the latest deadline (``semaphore_*.lua``, run by
+`RedisSlots`). Memory and SQLite: the steps of `fencedlease.backends._slots`, run by
+`LocalSlots` where the backend runs its own operations.
 """
 
 from __future__ import annotations
 
-import threading
-import weakref
-from collections.abc import Sequence
-from typing import Final, Protocol
+from collections.abc import Callable, Sequence
+from typing import Generic, Protocol, TypeVar
 
 from fencedlease._core.backend import RenewItem
-from fencedlease._core.errors import BackendError, ValidationError
-from fencedlease._core.protocol import MAX_FENCING_TOKEN, AcquireReply
-from fencedlease._redis.keys import semaphore_keys
-from fencedlease.backends._clock import clock_ms
+from fencedlease._core.errors import ValidationError
+from fencedlease._core.protocol import AcquireReply
+from fencedlease.backends._slots import MemorySlots, SlotSteps, SqliteSlots, scope_of
 from fencedlease.backends.memory import MemoryBackend
-from fencedlease.backends.sqlite import SqliteBackend, _stored_token
+from fencedlease.backends.sqlite import SqliteBackend
 
 from .redis_backend import RedisBackend
 from .redis_slots import RedisSlots
 
 __all__ = [
-    "MemorySlots",
+    "LocalSlots",
+    "RedisSlots",
     "SlotStore",
-    "SqliteSlots",
-    "scope_of",
     "slot_store_for",
 ]
 
-
-def scope_of(prefix: str, name: str) -> str:
-    """The name of a semaphore's counter, ``<prefix>:{<escaped name>}:semaphore:fence``."""
-    return semaphore_keys(prefix, name)[2]
+T = TypeVar("T")
+B = TypeVar("B")
+B_co = TypeVar("B_co", covariant=True)
 
 
 class SlotStore(Protocol):
@@ -75,253 +73,67 @@ class SlotStore(Protocol):
     def clear(self, name: str) -> bool: ...
 
 
-# -- memory ----------------------------------------------------------------------------------
+class _LocalBackend(Protocol[B_co]):
+    """What a memory or SQLite backend lends its slot store: the prefix of its fencing scopes,
+    the plain backend the steps are made on (opened first, or refused when closed, with the
+    step's name), and the call that runs a step where the backend runs its own operations."""
+
+    @property
+    def _scope_prefix(self) -> str: ...
+
+    def _backend(self, operation: str) -> B_co: ...
+
+    def _run(self, fn: Callable[..., T], *args: object) -> T: ...
 
 
-class _MemoryState:
-    """The slots kept for one `MemoryBackend`: name -> owner -> (token, expiry ms)."""
+class LocalSlots(Generic[B]):
+    """The slots of a store in this host (a memory or SQLite backend): ``steps`` made on the
+    plain backend at the first step (SQLite makes its tables then), each step run through the
+    backend's own ``_run``: inline for memory and for the sync face's SQLite, on a worker thread
+    for the asyncio face's SQLite (a busy database never blocks the event loop).
 
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.slots: dict[str, dict[str, tuple[int, int]]] = {}
-        self.counters: dict[str, int] = {}
+    Raises (every step):
+        BackendError: the backend is closed, or a step failed (as the backend's own operations).
+    """
 
-
-_MEMORY: weakref.WeakKeyDictionary[MemoryBackend, _MemoryState] = weakref.WeakKeyDictionary()
-_MEMORY_LOCK = threading.Lock()
-
-
-class MemorySlots:
-    """Slots beside a [`MemoryBackend`][fencedlease.MemoryBackend]'s leases, on its clock; every
-    store made for one backend object shares them (and they live as long as it does)."""
-
-    def __init__(self, backend: MemoryBackend) -> None:
-        with _MEMORY_LOCK:
-            state = _MEMORY.get(backend)
-            if state is None:
-                state = _MEMORY[backend] = _MemoryState()
-        self._state = state
+    def __init__(self, backend: _LocalBackend[B], steps: Callable[[B], SlotSteps]) -> None:
         self._backend = backend
-        self._clock = backend._clock
+        self._make = steps
+        self._steps: SlotSteps | None = None
 
     def fencing_scope(self, name: str) -> str:
         return scope_of(self._backend._scope_prefix, name)
 
-    def _live(self, name: str, now_ms: int) -> dict[str, tuple[int, int]]:
-        slots = self._state.slots.setdefault(name, {})
-        for owner in [o for o, (_, expires) in slots.items() if now_ms >= expires]:
-            del slots[owner]
-        return slots
+    def _slots(self, operation: str) -> SlotSteps:
+        if self._steps is None:
+            plain = self._backend._backend(operation)
+            self._steps = self._backend._run(self._make, plain)
+        return self._steps
 
     def acquire(self, name: str, owner_token: str, ttl_ms: int, limit: int) -> AcquireReply:
-        state = self._state
-        with state.lock:
-            now, start = clock_ms(self._clock.monotonic())
-            slots = self._live(name, now)
-            held = slots.get(owner_token)
-            if held is not None:
-                slots[owner_token] = (held[0], start + ttl_ms)
-                return AcquireReply(True, held[0], ttl_ms, retried=True)
-            if len(slots) >= limit:
-                return AcquireReply(False, 0, min(e for _, e in slots.values()) - now)
-            last = state.counters.get(name, 0)
-            if last >= MAX_FENCING_TOKEN:
-                raise BackendError(
-                    f"semaphore acquire {name!r}: the fencing counter is at 2**63-1, the largest"
-                    " token"
-                )
-            state.counters[name] = last + 1
-            slots[owner_token] = (last + 1, start + ttl_ms)
-            return AcquireReply(True, last + 1, ttl_ms)
+        steps = self._slots("semaphore acquire")
+        return self._backend._run(steps.acquire, name, owner_token, ttl_ms, limit)
 
     def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
-        results: list[int | BaseException] = []
-        with self._state.lock:
-            now, start = clock_ms(self._clock.monotonic())
-            for name, owner_token, ttl_ms in items:
-                slots = self._live(name, now)
-                held = slots.get(owner_token)
-                if held is None:
-                    results.append(0)
-                    continue
-                slots[owner_token] = (held[0], start + ttl_ms)
-                results.append(held[0])
-        return results
+        steps = self._slots("semaphore renew")
+        return self._backend._run(steps.renew_many, list(items))
 
     def release(self, name: str, owner_token: str) -> bool:
-        with self._state.lock:
-            slots = self._live(name, clock_ms(self._clock.monotonic())[0])
-            return slots.pop(owner_token, None) is not None
+        steps = self._slots("semaphore release")
+        return self._backend._run(steps.release, name, owner_token)
 
     def count(self, name: str) -> int:
-        with self._state.lock:
-            return len(self._live(name, clock_ms(self._clock.monotonic())[0]))
+        steps = self._slots("semaphore count")
+        return self._backend._run(steps.count, name)
 
     def clear(self, name: str) -> bool:
-        with self._state.lock:
-            live = self._live(name, clock_ms(self._clock.monotonic())[0])
-            self._state.slots.pop(name, None)
-            return bool(live)
-
-
-# -- SQLite ----------------------------------------------------------------------------------
-
-_SQLITE_SCHEMA: Final = (
-    """CREATE TABLE IF NOT EXISTS fencedlease_semaphore_slots (
-        prefix TEXT NOT NULL,
-        name TEXT NOT NULL,
-        owner_token TEXT NOT NULL,
-        fencing_token INTEGER NOT NULL,
-        expires_ms INTEGER NOT NULL,
-        PRIMARY KEY (prefix, name, owner_token)
-    ) WITHOUT ROWID""",
-    """CREATE TABLE IF NOT EXISTS fencedlease_semaphore_fences (
-        prefix TEXT NOT NULL,
-        name TEXT NOT NULL,
-        last_token INTEGER NOT NULL,
-        PRIMARY KEY (prefix, name)
-    ) WITHOUT ROWID""",
-)
-
-
-class SqliteSlots:
-    """Slots in a [`SqliteBackend`][fencedlease.SqliteBackend]'s file (tables
-    ``fencedlease_semaphore_slots`` and ``fencedlease_semaphore_fences``, made on first use), on
-    its wall clock, each step one ``BEGIN IMMEDIATE`` transaction.
-
-    Raises:
-        BackendError: the tables cannot be made (the database is busy, closed or read-only).
-    """
-
-    def __init__(self, backend: SqliteBackend) -> None:
-        self._backend = backend
-        with backend._transaction("set up semaphores") as conn:
-            for statement in _SQLITE_SCHEMA:
-                conn.execute(statement)
-
-    def fencing_scope(self, name: str) -> str:
-        return scope_of(self._backend.prefix, name)
-
-    def acquire(self, name: str, owner_token: str, ttl_ms: int, limit: int) -> AcquireReply:
-        backend, prefix = self._backend, self._backend.prefix
-        what = f"semaphore acquire {name!r}"
-        with backend._transaction(what) as conn:
-            now, start = clock_ms(backend._clock.time())
-            conn.execute(
-                "DELETE FROM fencedlease_semaphore_slots"
-                " WHERE prefix = ? AND name = ? AND expires_ms <= ?",
-                (prefix, name, now),
-            )
-            row = conn.execute(
-                "SELECT fencing_token FROM fencedlease_semaphore_slots"
-                " WHERE prefix = ? AND name = ? AND owner_token = ?",
-                (prefix, name, owner_token),
-            ).fetchone()
-            if row is not None:
-                token = _stored_token(row[0], f"{what}: the slot's fencing_token")
-                conn.execute(
-                    "UPDATE fencedlease_semaphore_slots SET expires_ms = ?"
-                    " WHERE prefix = ? AND name = ? AND owner_token = ?",
-                    (start + ttl_ms, prefix, name, owner_token),
-                )
-                return AcquireReply(True, token, ttl_ms, retried=True)
-            live, first = conn.execute(
-                "SELECT COUNT(*), MIN(expires_ms) FROM fencedlease_semaphore_slots"
-                " WHERE prefix = ? AND name = ?",
-                (prefix, name),
-            ).fetchone()
-            if live >= limit:
-                return AcquireReply(False, 0, int(first) - now)
-            counter = conn.execute(
-                "SELECT last_token FROM fencedlease_semaphore_fences WHERE prefix = ? AND name = ?",
-                (prefix, name),
-            ).fetchone()
-            last = 0 if counter is None else _stored_token(counter[0], f"{what}: the counter", 0)
-            if last == MAX_FENCING_TOKEN:
-                raise BackendError(f"{what}: the counter is at 2**63-1, the largest fencing token")
-            conn.execute(
-                "INSERT OR REPLACE INTO fencedlease_semaphore_fences (prefix, name, last_token)"
-                " VALUES (?, ?, ?)",
-                (prefix, name, last + 1),
-            )
-            conn.execute(
-                "INSERT INTO fencedlease_semaphore_slots"
-                " (prefix, name, owner_token, fencing_token, expires_ms) VALUES (?, ?, ?, ?, ?)",
-                (prefix, name, owner_token, last + 1, start + ttl_ms),
-            )
-            return AcquireReply(True, last + 1, ttl_ms)
-
-    def renew_many(self, items: Sequence[RenewItem]) -> list[int | BaseException]:
-        backend, prefix = self._backend, self._backend.prefix
-        results: list[int | BaseException] = []
-        with backend._transaction(f"semaphore renew {len(items)} slots") as conn:
-            now, start = clock_ms(backend._clock.time())
-            for name, owner_token, ttl_ms in items:
-                row = conn.execute(
-                    "SELECT fencing_token FROM fencedlease_semaphore_slots WHERE prefix = ?"
-                    " AND name = ? AND owner_token = ? AND expires_ms > ?",
-                    (prefix, name, owner_token, now),
-                ).fetchone()
-                if row is None:
-                    results.append(0)
-                    continue
-                try:
-                    token = _stored_token(row[0], f"semaphore renew {name!r}: the slot's token")
-                except BackendError as exc:  # a malformed row fails its own item only
-                    results.append(exc)
-                    continue
-                conn.execute(
-                    "UPDATE fencedlease_semaphore_slots SET expires_ms = ?"
-                    " WHERE prefix = ? AND name = ? AND owner_token = ?",
-                    (start + ttl_ms, prefix, name, owner_token),
-                )
-                results.append(token)
-        return results
-
-    def release(self, name: str, owner_token: str) -> bool:
-        backend = self._backend
-        with backend._transaction(f"semaphore release {name!r}") as conn:
-            now = clock_ms(backend._clock.time())[0]
-            live = conn.execute(
-                "DELETE FROM fencedlease_semaphore_slots WHERE prefix = ? AND name = ?"
-                " AND owner_token = ? AND expires_ms > ?",
-                (backend.prefix, name, owner_token, now),
-            ).rowcount
-            conn.execute(  # an expired slot of the owner's goes too (it is gone anyway)
-                "DELETE FROM fencedlease_semaphore_slots"
-                " WHERE prefix = ? AND name = ? AND owner_token = ?",
-                (backend.prefix, name, owner_token),
-            )
-            return live == 1
-
-    def count(self, name: str) -> int:
-        backend = self._backend
-        with backend._transaction(f"semaphore count {name!r}", write=False) as conn:
-            row = conn.execute(
-                "SELECT COUNT(*) FROM fencedlease_semaphore_slots"
-                " WHERE prefix = ? AND name = ? AND expires_ms > ?",
-                (backend.prefix, name, clock_ms(backend._clock.time())[0]),
-            ).fetchone()
-        return int(row[0])
-
-    def clear(self, name: str) -> bool:
-        backend = self._backend
-        with backend._transaction(f"semaphore clear {name!r}") as conn:
-            now = clock_ms(backend._clock.time())[0]
-            live = conn.execute(
-                "DELETE FROM fencedlease_semaphore_slots"
-                " WHERE prefix = ? AND name = ? AND expires_ms > ?",
-                (backend.prefix, name, now),
-            ).rowcount
-            conn.execute(
-                "DELETE FROM fencedlease_semaphore_slots WHERE prefix = ? AND name = ?",
-                (backend.prefix, name),
-            )
-            return live > 0
+        steps = self._slots("semaphore clear")
+        return self._backend._run(steps.clear, name)
 
 
 def slot_store_for(backend: object) -> SlotStore:
-    """The slot store beside ``backend`` (the manager's).
+    """The slot store beside ``backend`` (the manager's). No I/O: a SQLite store makes its
+    tables at its first step.
 
     Raises:
         ValidationError: a backend with no semaphore store (only the library's Redis, memory and
@@ -330,11 +142,11 @@ def slot_store_for(backend: object) -> SlotStore:
     if isinstance(backend, RedisBackend):
         return RedisSlots(backend)
     if isinstance(backend, MemoryBackend):
-        return MemorySlots(backend)
+        return LocalSlots(backend, MemorySlots)
     if isinstance(backend, SqliteBackend):
-        return SqliteSlots(backend)
+        return LocalSlots(backend, SqliteSlots)
     raise ValidationError(
         "client",
-        f"semaphores need a RedisBackend, MemoryBackend or SqliteBackend; the manager's backend"
-        f" is a {type(backend).__name__}",
+        "semaphores need the library's RedisBackend, MemoryBackend or"
+        f" SqliteBackend; the manager's backend is a {type(backend).__name__}",
     )

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import secrets
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from fencedlease._core.backend import RenewItem
 from fencedlease._core.clock import SYSTEM_CLOCK, Clock
@@ -28,6 +29,8 @@ from .._redis.keys import fence_key
 from ._clock import clock_ms
 
 __all__ = ["AsyncMemoryBackend", "MemoryBackend"]
+
+T = TypeVar("T")
 
 
 class _Held:
@@ -78,6 +81,16 @@ class MemoryBackend:
         ``memory:<id>:{<escaped key>}:fence``, ``<id>`` naming this backend object (its
         counters are its own). No I/O."""
         return fence_key(self._scope_prefix, key)
+
+    # The two calls through which a store beside this backend (the semaphore's slots) runs its
+    # steps, as it does through the SQLite backends': inline, on both faces (one short lock).
+
+    def _backend(self, operation: str) -> MemoryBackend:
+        return self
+
+    @staticmethod
+    def _run(fn: Callable[..., T], *args: object) -> T:
+        return fn(*args)
 
     def _live(self, key: str, now_ms: int) -> _Held | None:
         """The unexpired lease on ``key`` (dropping an expired one); call with the lock held."""
@@ -202,6 +215,17 @@ class AsyncMemoryBackend:
         """As [`MemoryBackend.fencing_scope`][fencedlease.MemoryBackend.fencing_scope] (the wrapped
         backend's). No I/O."""
         return self.sync.fencing_scope(key)
+
+    @property
+    def _scope_prefix(self) -> str:
+        return self.sync._scope_prefix
+
+    async def _backend(self, operation: str) -> MemoryBackend:
+        return self.sync
+
+    @staticmethod
+    async def _run(fn: Callable[..., T], *args: object) -> T:
+        return fn(*args)
 
     async def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
         """As [`MemoryBackend.acquire`][fencedlease.MemoryBackend.acquire]."""

@@ -31,14 +31,11 @@ changed.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sqlite3
-import threading
-import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from typing import Final
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Final, TypeVar
 
 from fencedlease._core.backend import RenewItem
 from fencedlease._core.clock import SYSTEM_CLOCK, Clock
@@ -59,22 +56,12 @@ from fencedlease._core.validate import (
 
 from .._redis.keys import fence_key
 from ._clock import clock_ms
+from ._sqlite_file import DEFAULT_BUSY_TIMEOUT_MS, SqliteFile, check_path, stored_token
 
 __all__ = ["DEFAULT_BUSY_TIMEOUT_MS", "SqliteBackend"]
 
+T = TypeVar("T")
 
-def _stored_token(value: object, what: str, minimum: int = 1) -> int:
-    """A fencing token (or counter) read from a row: an integer ``minimum``..2**63-1.
-
-    Raises:
-        BackendError: anything else (SQLite stores any type in any column); ``what`` names it.
-    """
-    if type(value) is not int or not minimum <= value <= MAX_FENCING_TOKEN:
-        raise BackendError(f"{what} is not an integer in {minimum}..2**63-1")
-    return value
-
-
-DEFAULT_BUSY_TIMEOUT_MS: Final = 5_000
 
 _SCHEMA: Final = (
     """CREATE TABLE IF NOT EXISTS fencedlease_leases (
@@ -92,35 +79,6 @@ _SCHEMA: Final = (
         PRIMARY KEY (prefix, key)
     ) WITHOUT ROWID""",
 )
-
-_SQLITE_BUSY: Final = 5
-_SQLITE_LOCKED: Final = 6
-
-
-def _is_busy(exc: sqlite3.Error) -> bool:
-    code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+
-    if isinstance(code, int):
-        return code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
-    text = str(exc)
-    return "database is locked" in text or "database table is locked" in text
-
-
-def _check_path(path: object) -> str:
-    if isinstance(path, os.PathLike):
-        path = os.fspath(path)
-    if not isinstance(path, str) or not path:
-        raise ValidationError(
-            "path", f"path must be a non-empty str or os.PathLike of str; got {path!r}"
-        )
-    if "\x00" in path:  # sqlite3.connect would raise ValueError
-        raise ValidationError("path", f"path must not contain a NUL character; got {path!r}")
-    try:
-        path.encode("utf-8")  # sqlite3.connect would raise UnicodeEncodeError
-    except UnicodeEncodeError:
-        raise ValidationError(
-            "path", f"path must be encodable as UTF-8 (no lone surrogate); got {path!r}"
-        ) from None
-    return path
 
 
 class SqliteBackend:
@@ -152,28 +110,13 @@ class SqliteBackend:
         clock: Clock = SYSTEM_CLOCK,
         busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
     ) -> None:
-        self.path = _check_path(path)
+        self.path = check_path(path)
         self.prefix = check_prefix(prefix)
         self.busy_timeout_ms = check_ms("busy_timeout_ms", busy_timeout_ms, 0)
         check_clock(clock)
         self._clock = clock
-        self._lock = threading.Lock()
-        self._busy_set = -1
+        self._file = SqliteFile(self.path, self.busy_timeout_ms)
         try:
-            self._conn: sqlite3.Connection | None = sqlite3.connect(
-                self.path,
-                timeout=busy_timeout_ms / 1000,
-                isolation_level=None,  # autocommit: every transaction is an explicit BEGIN
-                check_same_thread=False,  # shared by threads, always under self._lock
-            )
-        except sqlite3.Error as exc:
-            raise BackendError(f"open {self.path!r}: {type(exc).__name__}: {exc}") from exc
-        try:
-            with self._transaction("set up", write=False) as conn:
-                # WAL: readers (inspect) never wait for the writer. FULL: every commit is synced,
-                # so a fencing counter never goes back after a crash or power cut.
-                conn.execute("PRAGMA journal_mode = WAL")
-                conn.execute("PRAGMA synchronous = FULL")
             with self._transaction("set up") as conn:
                 for statement in _SCHEMA:
                     conn.execute(statement)
@@ -190,56 +133,33 @@ class SqliteBackend:
         ``<prefix>:{<escaped key>}:fence``, as the Redis backend names it. No I/O."""
         return fence_key(self.prefix, key)
 
-    @contextmanager
-    def _transaction(self, operation: str, *, write: bool = True) -> Iterator[sqlite3.Connection]:
-        """Run the block on the connection, as one ``BEGIN IMMEDIATE`` transaction when ``write``
-        (else in autocommit), within the busy budget; map every failure to BackendError."""
-        started = time.monotonic()
-        budget_s = self.busy_timeout_ms / 1000
-        if not self._lock.acquire(timeout=budget_s):
-            raise BackendError(
-                f"{operation}: SQLite database {self.path!r} stayed busy for"
-                f" busy_timeout_ms={self.busy_timeout_ms} (another thread of this process held"
-                " the connection)"
-            )
-        try:
-            conn = self._conn
-            if conn is None:
-                raise BackendError(f"{operation}: the SQLite backend is closed")
-            try:
-                # Whatever the wait for our own lock took comes out of SQLite's busy budget.
-                remaining = max(0, self.busy_timeout_ms - round((time.monotonic() - started) * 1e3))
-                if remaining != self._busy_set:
-                    conn.execute(f"PRAGMA busy_timeout = {remaining:d}")
-                    self._busy_set = remaining
-                if write:
-                    conn.execute("BEGIN IMMEDIATE")
-                try:
-                    yield conn
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
-                if conn.in_transaction:
-                    conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                if conn.in_transaction:
-                    # The original error is the one to report; SQLite rolls back on close anyway.
-                    with contextlib.suppress(sqlite3.Error):
-                        conn.execute("ROLLBACK")
-                if _is_busy(exc):
-                    raise BackendError(
-                        f"{operation}: SQLite database {self.path!r} stayed busy (locked by"
-                        f" another connection) for busy_timeout_ms={self.busy_timeout_ms};"
-                        f" {type(exc).__name__}: {exc}"
-                    ) from exc
-                raise BackendError(f"{operation}: {type(exc).__name__}: {exc}") from exc
-            except UnicodeEncodeError as exc:
-                raise ValidationError(
-                    "key", f"{operation}: key must be encodable as UTF-8 ({exc})"
-                ) from exc
-        finally:
-            self._lock.release()
+    # The two calls through which a store beside this backend (the semaphore's slots) runs its
+    # steps, as it does through the asyncio twin's: here inline, there on a worker thread.
+
+    @property
+    def _scope_prefix(self) -> str:
+        return self.prefix
+
+    def _backend(self, operation: str) -> SqliteBackend:
+        """This backend, open.
+
+        Raises:
+            BackendError: it is closed; ``operation`` names the step.
+        """
+        if self._file.closed:
+            raise BackendError(f"{operation}: the SQLite backend is closed")
+        return self
+
+    @staticmethod
+    def _run(fn: Callable[..., T], *args: object) -> T:
+        return fn(*args)
+
+    def _transaction(
+        self, operation: str, *, write: bool = True
+    ) -> AbstractContextManager[sqlite3.Connection]:
+        """The file's transaction (`SqliteFile.transaction`): one ``BEGIN IMMEDIATE`` when
+        ``write``, within the busy budget, every failure a BackendError naming ``operation``."""
+        return self._file.transaction(operation, write=write)
 
     def _now(self) -> int:
         return clock_ms(self._clock.time())[0]
@@ -264,7 +184,7 @@ class SqliteBackend:
                         "UPDATE fencedlease_leases SET expires_ms = ? WHERE prefix = ? AND key = ?",
                         (start + ttl_ms, prefix, key),
                     )
-                    token = _stored_token(row[0], f"acquire {key!r}: the lease's fencing_token")
+                    token = stored_token(row[0], f"acquire {key!r}: the lease's fencing_token")
                     return AcquireReply(True, token, ttl_ms, retried=True)
                 return AcquireReply(False, 0, int(row[2]) - now)
             counter = conn.execute(
@@ -275,7 +195,7 @@ class SqliteBackend:
                 token = 1
             else:
                 what = f"acquire {key!r}: the fencing counter (last_token)"
-                last = _stored_token(counter[0], what, minimum=0)
+                last = stored_token(counter[0], what, minimum=0)
                 if last == MAX_FENCING_TOKEN:
                     raise BackendError(f"{what} is at 2**63-1, the largest fencing token")
                 token = last + 1
@@ -300,7 +220,7 @@ class SqliteBackend:
         ).fetchone()
         if row is None:
             return 0
-        token = _stored_token(row[0], f"renew {key!r}: the lease's fencing_token")
+        token = stored_token(row[0], f"renew {key!r}: the lease's fencing_token")
         conn.execute(
             "UPDATE fencedlease_leases SET expires_ms = ? WHERE prefix = ? AND key = ?",
             (start + ttl_ms, self.prefix, key),
@@ -370,12 +290,12 @@ class SqliteBackend:
         if row is None:
             return None
         return InspectReply(
-            fencing_token=_stored_token(row[0], f"inspect {key!r}: the lease's fencing_token"),
+            fencing_token=stored_token(row[0], f"inspect {key!r}: the lease's fencing_token"),
             ttl_ms=int(row[1]) - now,
             owner_fingerprint=owner_fingerprint(str(row[2])),
             last_issued_token=None
             if row[3] is None
-            else _stored_token(row[3], f"inspect {key!r}: the fencing counter", minimum=0),
+            else stored_token(row[3], f"inspect {key!r}: the fencing counter", minimum=0),
         )
 
     def force_release(self, key: str) -> bool:
@@ -396,10 +316,4 @@ class SqliteBackend:
     def close(self) -> None:
         """Close the connection (idempotent). Later calls raise
         [`BackendError`][fencedlease.BackendError]. Leases stay in the file until they expire."""
-        with self._lock:
-            conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                conn.close()
-            except sqlite3.Error as exc:
-                raise BackendError(f"close {self.path!r}: {type(exc).__name__}: {exc}") from exc
+        self._file.close()

@@ -18,7 +18,8 @@ from fencedlease._core.protocol import AcquireReply, InspectReply
 from fencedlease._core.validate import check_clock, check_ms, check_prefix
 
 from .._redis.keys import fence_key
-from .sqlite import DEFAULT_BUSY_TIMEOUT_MS, SqliteBackend, _check_path
+from ._sqlite_file import DEFAULT_BUSY_TIMEOUT_MS, check_path
+from .sqlite import SqliteBackend
 
 __all__ = ["AsyncSqliteBackend"]
 
@@ -59,7 +60,7 @@ class AsyncSqliteBackend:
         if sync is None:
             if path is None:
                 raise ValidationError("path", "path is required unless sync is given")
-            self._path = _check_path(path)
+            self._path = check_path(path)
             self._prefix = check_prefix(prefix)
             self._busy_timeout_ms = check_ms("busy_timeout_ms", busy_timeout_ms, 0)
             check_clock(clock)
@@ -73,8 +74,11 @@ class AsyncSqliteBackend:
     def fencing_scope(self, key: str) -> str:
         """As [`SqliteBackend.fencing_scope`][fencedlease.SqliteBackend.fencing_scope]:
         ``<prefix>:{<escaped key>}:fence``. No I/O."""
-        prefix = self._prefix if self.sync is None else self.sync.prefix
-        return fence_key(prefix, key)
+        return fence_key(self._scope_prefix, key)
+
+    @property
+    def _scope_prefix(self) -> str:
+        return self._prefix if self.sync is None else self.sync.prefix
 
     @staticmethod
     async def _run(fn: Callable[..., T], *args: object) -> T:
