@@ -39,7 +39,6 @@ EXCLUDED = {
     "hold.py",
     "manager.py",
     "releases.py",
-    "renewer.py",
     "semaphore_stores.py",
 }
 """The modules of ``_async`` whose ``_sync`` namesake is written by hand: ``primitives``, the one
