@@ -1,10 +1,10 @@
 """Where the two faces once drifted apart, each run on both faces with the same outcome: when
 ``keep_alive`` checks its arguments, when the renewer gives up a batch, what its ``close()``
-returns, whether it runs a clean-up release, how often the Sentinel watcher reads its
-subscription, how long a second ``close()`` waits, ``check_health``'s clock, how long a health
-check of a hung store waits, what the Redis semaphore store sends, whether a failed acquire waits
-for its clean-up, whether one that ends after ``close()`` sends one, and what the hand-off's close
-does when its listener's pub/sub fails to close.
+returns, whether it runs a clean-up release, whether it takes leases after a fork, how often the
+Sentinel watcher reads its subscription, how long a second ``close()`` waits, ``check_health``'s
+clock, how long a health check of a hung store waits, what the Redis semaphore store sends,
+whether a failed acquire waits for its clean-up, whether one that ends after ``close()`` sends
+one, and what the hand-off's close does when its listener's pub/sub fails to close.
 
 Each test is parametrized over the faces and asserts one expected value for both.
 """
@@ -285,6 +285,52 @@ def test_the_renewer_runs_a_clean_up_release_in_the_background(face: str) -> Non
     (a thread of the clean-up pool, or a task), the same on both faces."""
     releases = _submit_release_sync() if face == "sync" else _submit_release_asyncio()
     assert releases == [("k", True)]
+
+
+# -- after a fork the renewer takes new leases ---------------------------------------------------
+
+
+def _renewer_after_fork_sync() -> tuple[bool, int, int, bool]:
+    clock = FakeClock()
+    with LeaseManager(MemoryBackend(clock=clock), clock=clock) as leases:
+        a, b = (leases.acquire(key, ttl_ms=4_000).lease for key in "ab")
+        assert a is not None and b is not None
+        renewer = leases.renewer
+        renewer.add(a._state, 1_000, None)
+        old, old_wakeup = renewer._owner, renewer._wakeup
+        renewer._after_fork_in_child()
+        renewer.add(b._state, 1_000, None)
+        old.stop(None, old_wakeup.set)  # woken, the parent's owner ends by itself: joined
+        return old.running, len(renewer), renewer.round_trips, a.lost
+
+
+def _renewer_after_fork_asyncio() -> tuple[bool, int, int, bool]:
+    clock = FakeClock()
+
+    async def main() -> tuple[bool, int, int, bool]:
+        async with AsyncLeaseManager(AsyncMemoryBackend(clock=clock), clock=clock) as leases:
+            a, b = [(await leases.acquire(key, ttl_ms=4_000)).lease for key in "ab"]
+            assert a is not None and b is not None
+            renewer = leases.renewer
+            renewer.add(a._state, 1_000, None)
+            await _settle()
+            old, old_wakeup = renewer._owner, renewer._wakeup
+            renewer._after_fork_in_child()
+            renewer.add(b._state, 1_000, None)
+            old_wakeup.set()  # woken, the parent's task ends by itself
+            await _settle()
+            return old.running, len(renewer), renewer.round_trips, a.lost
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_the_renewer_takes_new_leases_after_a_fork(face: str) -> None:
+    """In a forked child the renewer forgets the parent's owner and leases and takes new leases
+    under a fresh owner; the parent's owner, woken, ends without sending anything or touching
+    the parent's leases, the same on both faces."""
+    outcome = _renewer_after_fork_sync() if face == "sync" else _renewer_after_fork_asyncio()
+    assert outcome == (False, 1, 0, False)
 
 
 # -- the Sentinel watcher reads its subscription for SWITCH_POLL_S --------------------------------

@@ -177,9 +177,10 @@ class AsyncRenewer(RenewerCore):
             await self._loop(schedule)
         except BaseException as exc:  # never die silently: fail every lease loudly
             with self._guard:
-                if self._schedule is schedule:
-                    # The next add starts a new owner, even before this one has ended.
-                    self._owner = Runner(OWNER)
+                if self._schedule is not schedule:
+                    raise  # a parent's owner in a forked child: the parent's leases are its own
+                # The next add starts a new owner, even before this one has ended.
+                self._owner = Runner(OWNER)
                 entries = schedule.drain()
             # A failure is logged by _owner_died; a task cancelled (with its loop) stops renewal
             # as a close does.
