@@ -192,8 +192,8 @@ SURFACES: Final[dict[str, str]] = {
 PROBES: Final[tuple[Probe, ...]] = (
     Probe("redis-lock", "_sync/redis_backend.py", "        decoded = decode_acquire(reply, key)"),
     Probe("redis-lock", "_async/redis_backend.py", "        decoded = decode_acquire(reply, key)"),
-    Probe("sync-renewer", "_sync/renewer.py", "        if self._thread is not None and self._thread.is_alive():"),
-    Probe("asyncio", "_async/renewer.py", "        if self._task is not None and not self._task.done():"),
+    Probe("sync-renewer", "_sync/renewer.py", "        if self._owner.running:"),
+    Probe("asyncio", "_async/renewer.py", "        if self._owner.running:"),
     Probe("handoff", "_sync/handoff.py", "        keys, args = self._enqueue_args(key, owner_token, ttl_ms, wait_ms, final)"),
     Probe("handoff", "_async/handoff.py", "        keys, args = self._enqueue_args(key, owner_token, ttl_ms, wait_ms, final)"),
     # A waiter queued by its refused acquire (both faces): no queueing command follows.

@@ -39,7 +39,6 @@ EXCLUDED = {
     "hold.py",
     "manager.py",
     "releases.py",
-    "renewer.py",
 }
 """The modules of ``_async`` whose ``_sync`` namesake is written by hand: ``primitives``, the one
 pair that says how each face waits, and the twins still to be written once."""

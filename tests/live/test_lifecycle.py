@@ -569,7 +569,7 @@ def test_refused_connection_is_not_an_abandoned_acquire(caplog: pytest.LogCaptur
         pass
     assert isinstance(acquire.value.__cause__, redis.ConnectionError)
     assert isinstance(acquire.value.__cause__.__context__, ConnectionRefusedError)
-    assert leases.renewer._io is None  # no clean-up was ever submitted
+    assert leases.renewer._cleanup._io is None  # no clean-up was ever submitted
     leases.close()  # would have joined a clean-up and its warning
     assert _no_warnings(caplog) == []
 
@@ -763,7 +763,7 @@ _FORK_LOCKED = textwrap.dedent(
         inside, leave = threading.Event(), threading.Event()
 
         def holder():
-            with leases.renewer._cond, leases._release_waiter._lock, leases._lock:
+            with leases.renewer._guard, leases._release_waiter._lock, leases._lock:
                 inside.set()
                 leave.wait()
 

@@ -104,7 +104,7 @@ def test_check_health_sync_starts_no_background_work(redis_client: redis.Redis) 
         # the no-op script was loaded on NOSCRIPT, and nothing of the manager's is running
         assert redis_client.script_exists(NOOP.sha) == [True]
         assert {t.ident for t in threading.enumerate()} == threads
-        assert manager.renewer._thread is None
+        assert not manager.renewer._owner.started
         assert not manager._release_waiter._listening.started  # type: ignore[attr-defined]
         assert redis_client.dbsize() == 0  # no key written
 
@@ -120,7 +120,7 @@ def test_check_health_async_starts_no_task(redis_client: redis.Redis) -> None:
             assert report.script_ms is not None
             assert report.total_ms >= report.ping_ms + report.script_ms
             assert asyncio.all_tasks() == tasks
-            assert manager.renewer._task is None
+            assert not manager.renewer._owner.started
             assert not manager._release_waiter._listening.started  # type: ignore[attr-defined]
 
     asyncio.run(main())

@@ -1,9 +1,10 @@
 """Where the two faces once drifted apart, each run on both faces with the same outcome: when
-``keep_alive`` checks its arguments, when the renewer gives up a batch, how often the Sentinel
-watcher reads its subscription, how long a second ``close()`` waits, ``check_health``'s clock,
-how long a health check of a hung store waits, what the Redis semaphore store sends, whether a
-failed acquire waits for its clean-up, whether one that ends after ``close()`` sends one, what
-the hand-off's close does when its listener's pub/sub fails to close, and when a SQLite
+``keep_alive`` checks its arguments, when the renewer gives up a batch, what its ``close()``
+returns, whether it runs a clean-up release, whether it takes leases after a fork, how often the
+Sentinel watcher reads its subscription, how long a second ``close()`` waits, ``check_health``'s
+clock, how long a health check of a hung store waits, what the Redis semaphore store sends,
+whether a failed acquire waits for its clean-up, whether one that ends after ``close()`` sends
+one, what the hand-off's close does when its listener's pub/sub fails to close, and when a SQLite
 semaphore makes its tables (and fails on a closed backend).
 
 Each test is parametrized over the faces and asserts one expected value for both.
@@ -45,7 +46,7 @@ from fencedlease._core.schedule import MAX_IN_FLIGHT
 from fencedlease._handoff.waiters import WaitRequest
 from fencedlease._redis.scripts import Script
 from fencedlease._redis.sentinel import SWITCH_POLL_S
-from fencedlease._sync.renewer import IO_THREADS, Renewer
+from fencedlease._sync.renewer import IO_THREADS
 from fencedlease._sync.sentinel import SwitchWatcher
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.backends import AsyncMemoryBackend, AsyncSqliteBackend, MemoryBackend
@@ -62,13 +63,6 @@ async def _settle() -> None:
     """Let the loop's other tasks run the steps they can (a few iterations)."""
     for _ in range(20):
         await asyncio.sleep(0)
-
-
-def _poke(renewer: Renewer) -> None:
-    """Make the sync renewer's thread look at the (fake) clock now, as the asyncio one's
-    ``wake()`` does."""
-    with renewer._cond:
-        renewer._cond.notify()
 
 
 # -- keep_alive checks its arguments when called -------------------------------------------------
@@ -156,17 +150,17 @@ def _abandon_sync() -> tuple[list[list[str]], list[str], bool, bool]:
         with leases.hold("b", ttl_ms=4_000, heartbeat_ms=250, on_renew_error=hook) as b:
             with pytest.raises(LeaseLostError), leases.hold("a", ttl_ms=1_000) as a:
                 clock.advance(250)  # both due: one batch, held
-                _poke(leases.renewer)
+                leases.renewer.wake()
                 assert backend.first_sent.wait(PATIENCE_S)
                 clock.advance(750)  # a's deadline: a is lost, the batch given up
-                _poke(leases.renewer)
+                leases.renewer.wake()
                 assert hooked.wait(PATIENCE_S)
             clock.advance(100)  # b's retry is due (a quarter heartbeat after the failure)
-            _poke(leases.renewer)
+            leases.renewer.wake()
             second = backend.second_sent.wait(PATIENCE_S)
             backend.gate.set()
             assert second
-            io = leases.renewer._io
+            io = leases.renewer._io._io
             assert io is not None
             assert (io._max_workers, IO_THREADS) == (4, 2 * MAX_IN_FLIGHT)  # two given up, two live
         return [sorted(keys) for keys in backend.batches], errors, a.lost, b.lost
@@ -209,6 +203,138 @@ def test_a_batch_is_given_up_at_its_earliest_deadline(face: str) -> None:
     trip for them, not a loss), the same on both faces."""
     outcome = _abandon_sync() if face == "sync" else _abandon_asyncio()
     assert outcome == ([["a", "b"], ["b"]], [ABANDONED], True, False)
+
+
+# -- the renewer's close counts what is left; a clean-up release runs on both faces --------------
+
+
+class _RecordingReleases(MemoryBackend):
+    """A memory store that records each release's key and reply; ``released`` is set at the
+    first."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock=clock)
+        self.releases: list[tuple[str, bool]] = []
+        self.released = threading.Event()
+
+    def release(self, key: str, owner_token: str) -> bool:
+        reply = super().release(key, owner_token)
+        self.releases.append((key, reply))
+        self.released.set()
+        return reply
+
+
+def _renewer_close_sync() -> tuple[int, bool, str | None]:
+    clock = FakeClock()
+    with LeaseManager(MemoryBackend(clock=clock), clock=clock) as leases:
+        lease = leases.acquire("k", ttl_ms=10_000).lease
+        assert lease is not None
+        leases.renewer.add(lease._state, 1_000, None)
+        left = leases.renewer.close()
+        return left, lease.lost, lease._state.lost_reason
+
+
+def _renewer_close_asyncio() -> tuple[int, bool, str | None]:
+    clock = FakeClock()
+
+    async def main() -> tuple[int, bool, str | None]:
+        async with AsyncLeaseManager(AsyncMemoryBackend(clock=clock), clock=clock) as leases:
+            lease = (await leases.acquire("k", ttl_ms=10_000)).lease
+            assert lease is not None
+            leases.renewer.add(lease._state, 1_000, None)
+            left = await leases.renewer.close()
+            return left, lease.lost, lease._state.lost_reason
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_the_renewers_close_returns_how_many_threads_are_left(face: str) -> None:
+    """The renewer's ``close()`` returns how many of its threads are still running (none here:
+    a task ends once cancelled) and marks a lease still registered lost as closed, the same on
+    both faces."""
+    outcome = _renewer_close_sync() if face == "sync" else _renewer_close_asyncio()
+    assert outcome == (0, True, "the lease manager was closed while the lease was held")
+
+
+def _submit_release_sync() -> list[tuple[str, bool]]:
+    clock = FakeClock()
+    store = _RecordingReleases(clock)
+    with LeaseManager(store, clock=clock) as leases:
+        lease = leases.acquire("k", ttl_ms=10_000).lease
+        assert lease is not None
+        leases.renewer.submit_release("k", lease._state.owner_token)
+        assert store.released.wait(PATIENCE_S)
+    return store.releases
+
+
+def _submit_release_asyncio() -> list[tuple[str, bool]]:
+    clock = FakeClock()
+    store = _RecordingReleases(clock)
+
+    async def main() -> None:
+        async with AsyncLeaseManager(AsyncMemoryBackend(sync=store), clock=clock) as leases:
+            lease = (await leases.acquire("k", ttl_ms=10_000)).lease
+            assert lease is not None
+            leases.renewer.submit_release("k", lease._state.owner_token)
+            await _settle()  # the release's task runs the inline store at its first step
+
+    asyncio.run(main())
+    return store.releases
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_the_renewer_runs_a_clean_up_release_in_the_background(face: str) -> None:
+    """``renewer.submit_release(key, owner_token)`` releases the grant off the caller's path
+    (a thread of the clean-up pool, or a task), the same on both faces."""
+    releases = _submit_release_sync() if face == "sync" else _submit_release_asyncio()
+    assert releases == [("k", True)]
+
+
+# -- after a fork the renewer takes new leases ---------------------------------------------------
+
+
+def _renewer_after_fork_sync() -> tuple[bool, int, int, bool]:
+    clock = FakeClock()
+    with LeaseManager(MemoryBackend(clock=clock), clock=clock) as leases:
+        a, b = (leases.acquire(key, ttl_ms=4_000).lease for key in "ab")
+        assert a is not None and b is not None
+        renewer = leases.renewer
+        renewer.add(a._state, 1_000, None)
+        old, old_wakeup = renewer._owner, renewer._wakeup
+        renewer._after_fork_in_child()
+        renewer.add(b._state, 1_000, None)
+        old.stop(None, old_wakeup.set)  # woken, the parent's owner ends by itself: joined
+        return old.running, len(renewer), renewer.round_trips, a.lost
+
+
+def _renewer_after_fork_asyncio() -> tuple[bool, int, int, bool]:
+    clock = FakeClock()
+
+    async def main() -> tuple[bool, int, int, bool]:
+        async with AsyncLeaseManager(AsyncMemoryBackend(clock=clock), clock=clock) as leases:
+            a, b = [(await leases.acquire(key, ttl_ms=4_000)).lease for key in "ab"]
+            assert a is not None and b is not None
+            renewer = leases.renewer
+            renewer.add(a._state, 1_000, None)
+            await _settle()
+            old, old_wakeup = renewer._owner, renewer._wakeup
+            renewer._after_fork_in_child()
+            renewer.add(b._state, 1_000, None)
+            old_wakeup.set()  # woken, the parent's task ends by itself
+            await _settle()
+            return old.running, len(renewer), renewer.round_trips, a.lost
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_the_renewer_takes_new_leases_after_a_fork(face: str) -> None:
+    """In a forked child the renewer forgets the parent's owner and leases and takes new leases
+    under a fresh owner; the parent's owner, woken, ends without sending anything or touching
+    the parent's leases, the same on both faces."""
+    outcome = _renewer_after_fork_sync() if face == "sync" else _renewer_after_fork_asyncio()
+    assert outcome == (False, 1, 0, False)
 
 
 # -- the Sentinel watcher reads its subscription for SWITCH_POLL_S --------------------------------

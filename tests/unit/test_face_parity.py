@@ -80,10 +80,6 @@ SYNC_ONLY = {
 # Public members one face has and the other has not, per asyncio name, and why.
 MEMBER_ONLY: dict[str, dict[str, str]] = {
     "AsyncClock": {"async_sleep": "the asyncio clock's sleep, awaited (AsyncClock extends Clock)"},
-    "AsyncRenewer": {
-        "wake": "the task waits on a future: a test that moved an injected clock wakes it",
-        "submit_release": "the sync renewer's clean-up thread; the asyncio manager spawns a task",
-    },
 }
 
 # Callables whose parameters or returns differ on purpose, by (asyncio name, member), and why.
@@ -91,10 +87,6 @@ SIGNATURE_ONLY: dict[tuple[str, str], str] = {
     ("AsyncMemoryBackend", "__init__"): "sync=: the MemoryBackend it runs inline (shared state)",
     ("AsyncSqliteBackend", "__init__"): (
         "sync=: an open SqliteBackend to run on a worker thread, so path may be None"
-    ),
-    ("AsyncRenewer", "close"): (
-        "the sync renewer joins threads until a monotonic instant and counts those left; the task"
-        " is cancelled and awaited, and returns the leases it stopped"
     ),
 }
 

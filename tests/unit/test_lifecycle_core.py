@@ -277,7 +277,7 @@ def _waiting_acquire_cleans_up(error: BackendError) -> tuple[bool, bool]:
     leases._release_waiter = _FailingWaiter(error)
     with pytest.raises(BackendError):
         leases.acquire("k", ttl_ms=1_000, wait_ms=1_000)
-    sync_cleanup = leases.renewer._cleanup is not None
+    sync_cleanup = leases.renewer._cleanup._io is not None
     leases.close()
 
     async def main() -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 
@@ -149,3 +150,51 @@ def test_shield_runs_the_step_on_both_faces() -> None:
         return 3
 
     assert asyncio.run(aio.shield(three)) == 3
+
+
+def test_sync_abandon_withdraws_a_queued_call_and_leaves_a_running_one() -> None:
+    """`abandon` withdraws a call still queued (its pool's ``workers`` threads busy) and leaves
+    one already running to its end; `close` counts the thread a hung call still holds."""
+    chores = sync.Chores("test-abandon", 1)
+    started, gate = threading.Event(), threading.Event()
+
+    def hung() -> bool:
+        started.set()
+        return gate.wait()
+
+    running = chores.submit(hung)
+    queued = chores.submit(lambda: True)
+    assert started.wait(30.0)
+    sync.abandon(queued)
+    sync.abandon(running)
+    left = chores.close(time.monotonic())  # the one thread is blocked on the gate
+    gate.set()
+    assert running.wait(30.0) is True
+    assert (queued.cancelled(), running.cancelled(), running.result(), left) == (
+        True,
+        False,
+        True,
+        1,
+    )
+
+
+def test_asyncio_abandon_cancels_a_running_call() -> None:
+    """`abandon` cancels a task's call even once it has started; `close` then has none left."""
+
+    async def main() -> tuple[bool, bool, int]:
+        chores = aio.Chores("test-abandon", 1)
+        call = chores.submit(asyncio.Event().wait)
+        await asyncio.sleep(0)  # the task has started: waiting on the event
+        aio.abandon(call)
+        ended = await call.wait(30.0)
+        return ended, call.cancelled(), await chores.close(None)
+
+    assert asyncio.run(main()) == (True, True, 0)
+
+
+def test_is_cancellation_is_a_tasks_cancellation_only() -> None:
+    """`is_cancellation` is true of `asyncio.CancelledError` on the asyncio face only: a thread is
+    never cancelled."""
+    errors = (asyncio.CancelledError(), RuntimeError("x"), KeyboardInterrupt())
+    assert [aio.is_cancellation(e) for e in errors] == [True, False, False]
+    assert [sync.is_cancellation(e) for e in errors] == [False, False, False]

@@ -77,12 +77,11 @@ def test_the_async_renewer_is_woken_only_by_a_lease_due_before_its_planned_wakeu
             first = renewer.add(a._state, 10_000, None)
             await settle()
             assert (first.next_due, renewer._asleep_until) == (10.0, 10.0)
-            waker = renewer._waker
-            assert waker is not None
+            waker = renewer._wakeup
             later = renewer.add(b._state, 20_000, None)
-            assert (later.next_due, waker.done()) == (20.0, False)
+            assert (later.next_due, waker.is_set()) == (20.0, False)
             sooner = renewer.add(c._state, 1_000, None)
-            assert (sooner.next_due, waker.done()) == (1.0, True)
+            assert (sooner.next_due, waker.is_set()) == (1.0, True)
             await settle()
             assert renewer._asleep_until == 1.0
 

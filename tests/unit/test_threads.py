@@ -7,8 +7,7 @@ import threading
 
 import pytest
 
-from fencedlease._core.threads import DaemonThreadPool
-from fencedlease._sync.renewer import BoundedCalls
+from fencedlease._core.threads import BoundedCalls, DaemonThreadPool
 
 
 def test_workers_are_named_daemons_reused_while_idle() -> None:

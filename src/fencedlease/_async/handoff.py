@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio
@@ -33,7 +33,7 @@ from fencedlease._redis.replies import text
 from fencedlease._redis.scripts import ENQUEUE
 
 from .clients import dedicated_client
-from .primitives import Call, Chores, Event, Lock, Runner, pause, shield
+from .primitives import Call, Chores, Event, Lock, Runner, shield, sleep
 from .scripts import run_script
 
 __all__ = ["AsyncHandoff", "AsyncSleepWaiter", "async_release_waiter_for"]
@@ -41,16 +41,15 @@ __all__ = ["AsyncHandoff", "AsyncSleepWaiter", "async_release_waiter_for"]
 
 class AsyncSleepWaiter(NoQueueing):
     """Polling only, for backends without release notifications: sleeps the whole
-    ``request.timeout_s`` on ``clock``'s ``async_sleep`` where it has one (so a fake clock drives
-    the waits), else with the face's own `pause`."""
+    ``request.timeout_s`` on ``clock`` (`sleep`: a fake clock drives the waits)."""
 
     queues = False
 
     def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
-        self._sleep: Callable[[float], Awaitable[None]] = getattr(clock, "async_sleep", pause)
+        self._clock = clock
 
     async def wait(self, request: WaitRequest) -> AcquireReply | None:
-        await self._sleep(request.timeout_s)
+        await sleep(self._clock, request.timeout_s)
         return None
 
     async def aclose(self, until: float | None = None) -> None:
@@ -132,7 +131,7 @@ class AsyncHandoff(HandoffBase[redis.asyncio.Redis]):
         if closed:
             # After aclose(): poll, as without the listener. Sleep outside the lock, or the
             # waiters would take turns and each wait outlast its budget.
-            await pause(request.timeout_s)
+            await sleep(SYSTEM_CLOCK, request.timeout_s)
             return None
         try:
             if ask and not start:
@@ -295,7 +294,7 @@ class AsyncHandoff(HandoffBase[redis.asyncio.Redis]):
                     with lock:
                         channels.lost_connection()
                     backoff_s = min(1.0, max(0.01, backoff_s * 2))
-                    await pause(backoff_s)
+                    await sleep(SYSTEM_CLOCK, backoff_s)
                     continue
                 if message is not None:
                     with lock:

@@ -24,8 +24,9 @@ __all__ = [
     "LostSignal",
     "NodeWorkers",
     "Runner",
+    "abandon",
     "bounded",
-    "pause",
+    "is_cancellation",
     "retrieve",
     "shield",
     "sleep",
@@ -189,11 +190,6 @@ class Lock:
         pass
 
 
-async def pause(seconds: float) -> None:
-    """Wait ``seconds`` in real time (`asyncio.sleep`)."""
-    await asyncio.sleep(seconds)
-
-
 async def shield(step: Callable[[], Awaitable[T]]) -> T:
     """``step()`` run to its end even if the caller is cancelled meanwhile (`asyncio.shield`): a
     clean-up a cancellation must not cut short. The sync face's just calls it."""
@@ -293,11 +289,12 @@ class Call(Generic[T]):
 class Chores:
     """Short calls run off the caller's path, so that a slow one cannot stretch the caller's
     bounded wait: each a task of the running loop (the sync face's run on a small pool of threads
-    named ``name``). `close` cancels those still running and waits for them."""
+    named ``name``, ``workers`` of them at most). `close` cancels those still running and waits
+    for them."""
 
     __slots__ = ("_tasks",)
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, workers: int | None = None) -> None:
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def submit(self, fn: Callable[..., Awaitable[T]], *args: Any) -> Call[T]:
@@ -314,10 +311,27 @@ class Chores:
         task.add_done_callback(retrieve)
         return Call(task)
 
-    async def close(self, until: float | None) -> None:
+    async def close(self, until: float | None) -> int:
         """Cancel the calls still running and wait for them to end (``until`` is the sync
-        face's bound: a cancelled task ends at once)."""
+        face's bound: a cancelled task ends at once); how many are still running: none."""
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        return 0
+
+
+# --- renewer ---
+
+
+def abandon(call: Call[Any]) -> None:
+    """Give up on ``call`` wherever it is: its task is cancelled (redis-py drops the connection
+    of a command cut short, so what is retried goes out on a fresh one). The sync face's can
+    only withdraw a call not started yet: a thread cannot be cancelled."""
+    call._task.cancel()
+
+
+def is_cancellation(exc: BaseException) -> bool:
+    """Whether ``exc`` is the cancellation of the task it ended (`asyncio.CancelledError`): a
+    stop asked for, not a failure. Never on the sync face (a thread is not cancelled)."""
+    return isinstance(exc, asyncio.CancelledError)

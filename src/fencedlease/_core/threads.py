@@ -7,6 +7,7 @@ ever exiting. The library bounds every wait on its pools itself and its late rep
 nothing that matters (renewals and releases are owner-checked), so its workers are daemons: a hung
 store never blocks interpreter exit. Same interface (``submit``, ``shutdown``), workers started as
 needed up to ``max_workers`` and reused while idle, named ``<thread_name_prefix>_<n>``.
+`BoundedCalls` runs store calls on such a pool and waits for each a bounded time.
 """
 
 from __future__ import annotations
@@ -16,9 +17,12 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
+from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Any, ParamSpec, TypeVar
 
-__all__ = ["DaemonThreadPool", "shutdown_pool"]
+from fencedlease._core.errors import no_reply
+
+__all__ = ["BoundedCalls", "DaemonThreadPool", "shutdown_pool"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -111,3 +115,65 @@ def shutdown_pool(pool: DaemonThreadPool | None, until: float | None) -> int:
     for thread in threads:
         thread.join(None if until is None else max(0.0, until - time.monotonic()))
     return sum(thread.is_alive() for thread in threads)
+
+
+class BoundedCalls:
+    """Store calls run on a few worker threads (named ``<name>_<n>``), so that the caller waits
+    for each at most a bound: a hung store (a paused Redis, a black-holed connection) cannot hold
+    it past that, whatever the client's socket timeout. Started on the first call. The workers
+    are daemon threads (`DaemonThreadPool`): one still blocked on a
+    hung store with no socket timeout never keeps the process from exiting."""
+
+    def __init__(self, name: str, workers: int = 8) -> None:
+        self._name = name
+        self._workers = workers
+        self._lock = threading.Lock()
+        self._pool: DaemonThreadPool | None = None
+
+    def submit(self, fn: Callable[[], T]) -> Future[T]:
+        """Start ``fn()`` on a worker; its future. Works while the interpreter exits too
+        (``close()`` in an atexit handler): the pool is the library's own."""
+        with self._lock:
+            if self._pool is None:
+                self._pool = DaemonThreadPool(self._workers, thread_name_prefix=self._name)
+            return self._pool.submit(fn)
+
+    def run(
+        self,
+        fn: Callable[[], T],
+        bound_s: float,
+        what: str,
+        more_s: Callable[[], float | None] = lambda: None,
+    ) -> T:
+        """``fn()``'s result, waiting ``bound_s`` seconds, then as long as ``more_s()`` allows
+        (asked each time a slice ran out; None: no longer).
+
+        Raises:
+            BackendError: no result within the bound (``what`` names the call; ``timed_out``, it
+                may have run; a builtin ``TimeoutError`` is the cause; the call goes on in the
+                background), or the one ``fn`` raised.
+        """
+        future = self.submit(fn)
+        waited, wait = 0.0, bound_s
+        while True:
+            try:
+                return future.result(timeout=wait)
+            except FutureTimeoutError:
+                waited += wait
+            more = more_s()
+            if more is None:
+                break
+            wait = more
+        raise no_reply(what, waited)
+
+    def close(self, until: float | None = None) -> int:
+        """Stop the workers, joining them until the monotonic instant ``until`` at most; how
+        many are still running."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        return shutdown_pool(pool, until)
+
+    def _after_fork_in_child(self) -> None:
+        """Forget the parent's workers (they do not exist here); the next call starts new ones."""
+        self._lock = threading.Lock()
+        self._pool = None

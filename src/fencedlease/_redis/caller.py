@@ -3,7 +3,7 @@ plain Redis on redis-py's non-blocking pool).
 
 A hold's release must not keep its caller past the lease's deadline however the store fails (a
 paused Redis, a black-holed link, a client with no timeouts), so the manager runs it on a worker
-thread it waits for a bounded time (`fencedlease._sync.renewer.BoundedCalls`). That hop cost more
+thread it waits for a bounded time (`fencedlease._core.threads.BoundedCalls`). That hop cost more
 than the release's own round trip: on two cores a hold ran at about half the rate of an acquire and
 a release (the two thread wake-ups, and the acquire after them on a cold core). Here the release
 goes out on the caller's thread instead, on a connection of the manager's own that is already

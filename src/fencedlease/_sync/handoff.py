@@ -36,7 +36,7 @@ from fencedlease._redis.replies import text
 from fencedlease._redis.scripts import ENQUEUE
 
 from .clients import dedicated_client
-from .primitives import Call, Chores, Event, Lock, Runner, pause, shield
+from .primitives import Call, Chores, Event, Lock, Runner, shield, sleep
 from .scripts import run_script
 
 __all__ = ["Handoff", "SleepWaiter", "release_waiter_for"]
@@ -44,16 +44,15 @@ __all__ = ["Handoff", "SleepWaiter", "release_waiter_for"]
 
 class SleepWaiter(NoQueueing):
     """Polling only, for backends without release notifications: sleeps the whole
-    ``request.timeout_s`` on ``clock``'s ``sleep`` where it has one (so a fake clock drives
-    the waits), else with the face's own `pause`."""
+    ``request.timeout_s`` on ``clock`` (`sleep`: a fake clock drives the waits)."""
 
     queues = False
 
     def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
-        self._sleep: Callable[[float], None] = getattr(clock, "sleep", pause)
+        self._clock = clock
 
     def wait(self, request: WaitRequest) -> AcquireReply | None:
-        self._sleep(request.timeout_s)
+        sleep(self._clock, request.timeout_s)
         return None
 
     def close(self, until: float | None = None) -> None:
@@ -135,7 +134,7 @@ class Handoff(HandoffBase[redis.Redis]):
         if closed:
             # After close(): poll, as without the listener. Sleep outside the lock, or the
             # waiters would take turns and each wait outlast its budget.
-            pause(request.timeout_s)
+            sleep(SYSTEM_CLOCK, request.timeout_s)
             return None
         try:
             if ask and not start:
@@ -294,7 +293,7 @@ class Handoff(HandoffBase[redis.Redis]):
                     with lock:
                         channels.lost_connection()
                     backoff_s = min(1.0, max(0.01, backoff_s * 2))
-                    pause(backoff_s)
+                    sleep(SYSTEM_CLOCK, backoff_s)
                     continue
                 if message is not None:
                     with lock:

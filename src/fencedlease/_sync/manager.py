@@ -29,6 +29,7 @@ from fencedlease._core.shutdown import (
     log_incomplete,
 )
 from fencedlease._core.state import release_bound_s, release_wait_more_s
+from fencedlease._core.threads import BoundedCalls
 from fencedlease._core.validate import (
     ArgumentTypeError,
     HoldArgs,
@@ -44,7 +45,7 @@ from .lease import Lease, LeaseOutcome
 from .manager_base import _ManagerBase
 from .operations import Operations
 from .redis_backend import RedisBackend
-from .renewer import BoundedCalls, Renewer
+from .renewer import Renewer
 from .semaphore import Semaphore, _SlotManager, slot_manager_for
 
 __all__ = ["LeaseManager"]

@@ -30,8 +30,9 @@ __all__ = [
     "LostSignal",
     "NodeWorkers",
     "Runner",
+    "abandon",
     "bounded",
-    "pause",
+    "is_cancellation",
     "shield",
     "sleep",
 ]
@@ -189,11 +190,6 @@ class Lock:
         self._lock.release()
 
 
-def pause(seconds: float) -> None:
-    """Wait ``seconds`` in real time (`time.sleep`)."""
-    time.sleep(seconds)
-
-
 def shield(step: Callable[[], T]) -> T:
     """``step()``: a thread is not cancelled, so a clean-up needs no shield (the asyncio face's
     runs the step to its end even if the caller is cancelled)."""
@@ -294,13 +290,14 @@ CHORE_THREADS = 4
 
 class Chores:
     """Short calls run off the caller's path, so that a slow one cannot stretch the caller's
-    bounded wait: on a pool of `CHORE_THREADS` daemon threads named ``name``, made on the first
-    call (the asyncio face's are tasks). `close` shuts the pool down."""
+    bounded wait: on a pool of ``workers`` daemon threads named ``name`` (None: `CHORE_THREADS`),
+    made on the first call (the asyncio face's are tasks). `close` shuts the pool down."""
 
-    __slots__ = ("_io", "_lock", "_name")
+    __slots__ = ("_io", "_lock", "_name", "_workers")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, workers: int | None = None) -> None:
         self._name = name
+        self._workers = CHORE_THREADS if workers is None else workers
         self._lock = threading.Lock()
         self._io: DaemonThreadPool | None = None
 
@@ -312,12 +309,29 @@ class Chores:
         """
         with self._lock:
             if self._io is None:
-                self._io = DaemonThreadPool(CHORE_THREADS, thread_name_prefix=self._name)
+                self._io = DaemonThreadPool(self._workers, thread_name_prefix=self._name)
             return Call(self._io.submit(fn, *args))
 
-    def close(self, until: float | None) -> None:
+    def close(self, until: float | None) -> int:
         """Shut the pool down once the calls queued so far have run, waiting for them until the
-        monotonic instant ``until`` at most (None: no bound of its own)."""
+        monotonic instant ``until`` at most (None: no bound of its own); how many of its threads
+        are still running."""
         with self._lock:
             io = self._io
-        shutdown_pool(io, until)
+        return shutdown_pool(io, until)
+
+
+# --- renewer ---
+
+
+def abandon(call: Call[Any]) -> None:
+    """Give up on ``call``: withdrawn if it has not started; a thread cannot be cancelled, so one
+    already running goes on until its client's socket gives up, its outcome unused. The asyncio
+    face's cancels its task."""
+    call.withdraw()
+
+
+def is_cancellation(exc: BaseException) -> bool:
+    """Never: a thread is not cancelled, so whatever ended it is a failure. The asyncio face's
+    tells a task's cancellation (a stop asked for) from a failure."""
+    return False
