@@ -36,9 +36,6 @@ EXCLUDED = {
     "primitives.py",
     "cluster_calls.py",  # redis-py's two cluster clients differ beyond await: both by hand
     # Hand-written twins not yet written once (the asyncio-only ones' sync side is elsewhere).
-    "hold.py",
-    "manager.py",
-    "releases.py",
     "renewer.py",
     "semaphore_stores.py",
 }
