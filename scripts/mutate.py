@@ -451,12 +451,19 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
         "an async hold's body runs on after the loss (the cancel is never sent)",
         ("asyncio",),
         (
-            OneOf(tuple(Edit(
-                path,
-                "        self._cancel_requested = True\n"
-                '        task.cancel(f"fencedlease: the lease on {self._args.key!r} was lost")\n',
-                "        self._cancel_requested = False\n",
-            ) for path in ("_async/manager.py", "_async/hold.py"))),
+            OneOf((
+                *(Edit(
+                    path,
+                    "        self._cancel_requested = True\n"
+                    '        task.cancel(f"fencedlease: the lease on {self._args.key!r} was lost")\n',
+                    "        self._cancel_requested = False\n",
+                ) for path in ("_async/manager.py", "_async/hold.py")),
+                Edit(
+                    "_async/callers.py",
+                    "        self._requested = True\n        task.cancel(self._message)\n",
+                    "        self._requested = False\n",
+                ),
+            )),
         ),
     ),
     Mutant(

@@ -5,8 +5,9 @@ Every module of ``_async`` is written by hand; this script writes its ``_sync`` 
 list of rules, in order: the ``async`` and ``await`` keywords of the code are dropped (a token
 pass), then `RULES` rewrite names wherever they stand (code, docstrings, comments), then ``ruff``
 sorts the imports, drops the ones left unused and formats. What threads and tasks truly do
-differently is in ``primitives.py``, written by hand on both sides (`EXCLUDED`): a module
-imports ``.primitives`` and gets its face's.
+differently is in ``primitives.py`` (how each face waits) and ``callers.py`` (what a lease
+manager's caller is: thread or task), written by hand on both sides (`EXCLUDED`, with the cluster
+node calls): a module imports ``.primitives`` and gets its face's.
 
 Docstrings are written once, for both faces ("waits", "the caller's thread or task"): a generated
 module in which ``async``, ``await`` or ``awaited`` is left is an error, and so is a rule no
@@ -34,14 +35,13 @@ COMMAND = "python scripts/unasync.py"
 
 EXCLUDED = {
     "primitives.py",
+    "callers.py",
     "cluster_calls.py",  # redis-py's two cluster clients differ beyond await: both by hand
-    # Hand-written twins not yet written once (the asyncio-only ones' sync side is elsewhere).
-    "hold.py",
-    "manager.py",
-    "releases.py",
 }
-"""The modules of ``_async`` whose ``_sync`` namesake is written by hand: ``primitives``, the one
-pair that says how each face waits, and the twins still to be written once."""
+"""The modules of ``_async`` whose ``_sync`` namesake is written by hand: the pairs that say what
+threads and tasks do differently (``primitives``: waiting; ``callers``: a manager's caller, its
+spawns, its final release, its body's cancel) and the cluster node calls. No other twin: every
+other module is written once."""
 
 RULES: list[tuple[str, str]] = [
     # A cross-reference to the asyncio face's class is to the sync face's.

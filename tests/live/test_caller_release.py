@@ -23,18 +23,18 @@ class Counted:
 
     def __init__(self, leases: LeaseManager) -> None:
         self.calls = 0
-        run = leases._releases.run
+        run = leases._releases.workers.run
 
         def counted(*args: Any, **kwargs: Any) -> Any:
             self.calls += 1
             return run(*args, **kwargs)
 
-        leases._releases.run = counted  # type: ignore[method-assign]
+        leases._releases.workers.run = counted  # type: ignore[method-assign]
 
 
 def _ready(leases: LeaseManager) -> CallerReleases:
-    caller = leases._caller
-    assert caller is not None
+    caller = leases._releases.caller
+    assert isinstance(caller, CallerReleases)
     wait_until(lambda: caller.ready() == 1, "a connection for releases to be made")
     return caller
 
@@ -122,7 +122,7 @@ def test_no_release_on_the_callers_thread_where_it_would_change_the_release(
     else:
         client = redis.Redis.from_url(redis_url, single_connection_client=True)
     with LeaseManager(client, prefix="cr") as leases:
-        assert leases._caller is None
+        assert leases._releases.caller is None
         worker = Counted(leases)
         with leases.hold("k", ttl_ms=10_000) as lease:
             pass

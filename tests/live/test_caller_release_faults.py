@@ -97,8 +97,8 @@ class Proxy:
 
 
 def _ready(leases: LeaseManager, n: int = 1) -> CallerReleases:
-    caller = leases._caller
-    assert caller is not None
+    caller = leases._releases.caller
+    assert isinstance(caller, CallerReleases)
     wait_until(lambda: caller.ready() >= n, "a connection for releases to be made")
     return caller
 
@@ -123,7 +123,7 @@ def test_socket_timeout_still_bounds_the_release(own_redis: RedisServer, thread:
     if thread == "caller":
         _warm(leases)
     else:
-        leases._caller = None
+        leases._releases.caller = None
     try:
         with (
             pytest.raises(BackendError) as failed,
@@ -293,7 +293,9 @@ def test_a_hung_maker_blocks_nothing(own_redis: RedisServer) -> None:
             deadline = lease._state.deadline or 0.0
         exited = time.monotonic()
         assert exited < deadline + SLACK_S
-        assert leases._caller is not None and leases._caller._making  # hung in the handshake
+        assert (
+            leases._releases.caller is not None and leases._releases.caller._making
+        )  # hung in the handshake
         t0 = time.monotonic()
         leases.close(timeout_ms=200)
         assert time.monotonic() - t0 < SLACK_S
@@ -322,7 +324,7 @@ def test_fork_child_neither_uses_nor_closes_the_parents_connection(
                     pass
                 time.sleep(0.05)
             gc.collect()
-            child_caller = leases._caller
+            child_caller = leases._releases.caller
             assert child_caller is not None
             for c in child_caller._idle:
                 if c._sock.getsockname()[1] == port:
@@ -354,7 +356,7 @@ def _scenario(redis_url: str, redis_client: redis.Redis, thread: str) -> list[ob
     if thread == "caller":
         _warm(leases)
     else:
-        leases._caller = None
+        leases._releases.caller = None
     p = f"ev{thread}"
 
     out: list[object] = []
@@ -398,7 +400,7 @@ def test_a_slow_release_sent_hook_does_not_extend_the_bound(
     if thread == "caller":
         _warm(leases)
     else:
-        leases._caller = None
+        leases._releases.caller = None
     deadline = 0.0
     try:
         with (

@@ -31,7 +31,7 @@ def _run(server: Acl) -> None:
     ):
         with leases.hold("warm", ttl_ms=10_000):
             pass
-        caller = leases._caller
+        caller = leases._releases.caller
         assert caller is not None
         wait_until(lambda: caller.ready() == 1, "a connection for releases")
         got: list[Any] = []

@@ -82,7 +82,8 @@ def test_close_awaited_inside_a_hold_body_completes(
         if again:
             await leases.close()  # waits for the teardown if it still runs
         else:
-            await asyncio.shield(leases._close_task)  # type: ignore[arg-type]
+            assert leases._close_task is not None
+            await leases._close_task.result()
         # the server drops a closed connection a moment later
         await async_wait_until(
             lambda: probe_connections() == 0, "no bk-inside connection left", timeout_s=30

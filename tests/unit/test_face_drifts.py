@@ -4,8 +4,9 @@ returns, whether it runs a clean-up release, whether it takes leases after a for
 Sentinel watcher reads its subscription, how long a second ``close()`` waits, ``check_health``'s
 clock, how long a health check of a hung store waits, what the Redis semaphore store sends,
 whether a failed acquire waits for its clean-up, whether one that ends after ``close()`` sends
-one, what the hand-off's close does when its listener's pub/sub fails to close, and when a SQLite
-semaphore makes its tables (and fails on a closed backend).
+one, what the hand-off's close does when its listener's pub/sub fails to close, when a SQLite
+semaphore makes its tables (and fails on a closed backend), and what a hold's release with no
+reply in time raises.
 
 Each test is parametrized over the faces and asserts one expected value for both.
 """
@@ -999,3 +1000,76 @@ def test_a_semaphore_on_a_closed_sqlite_backend_fails_at_its_first_step(face: st
     naming the step, the same on both faces."""
     error = _closed_sqlite_semaphore(face)
     assert str(error) == "semaphore acquire: the SQLite backend is closed"
+
+
+# -- a hold's release with no reply in time is a timeout -----------------------------------------
+
+HUNG_TTL_MS = 200
+"""The ttl of the lease whose release hangs: its bound (the lease's deadline, no renewal)."""
+
+
+class _StalledRelease(MemoryBackend):
+    """A memory store whose releases wait for ``go`` (set by the test once the hold has ended)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = threading.Event()
+
+    def release(self, key: str, owner_token: str) -> bool:
+        self.go.wait(PATIENCE_S)
+        return super().release(key, owner_token)
+
+
+class _AsyncStalledRelease(AsyncMemoryBackend):
+    """`_StalledRelease`, awaited."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = asyncio.Event()
+
+    async def release(self, key: str, owner_token: str) -> bool:
+        await asyncio.wait_for(self.go.wait(), PATIENCE_S)
+        return await super().release(key, owner_token)
+
+
+def _hung_release_error(face: str) -> BackendError:
+    """The error a hold (no renewal) ends in when its release gets no reply before the lease's
+    deadline."""
+    if face == "sync":
+        backend = _StalledRelease()
+        leases = LeaseManager(backend)
+        try:
+            with (
+                pytest.raises(BackendError) as raised,
+                leases.hold("k", ttl_ms=HUNG_TTL_MS, heartbeat_ms=False),
+            ):
+                pass
+        finally:
+            backend.go.set()
+            leases.close()
+        return raised.value
+
+    async def main() -> BackendError:
+        abackend = _AsyncStalledRelease()
+        aleases = AsyncLeaseManager(abackend)
+        try:
+            with pytest.raises(BackendError) as raised:
+                async with aleases.hold("k", ttl_ms=HUNG_TTL_MS, heartbeat_ms=False):
+                    pass
+        finally:
+            abackend.go.set()
+            await aleases.close()
+        return raised.value
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_a_hold_release_with_no_reply_in_time_is_a_timeout(face: str) -> None:
+    """A hold whose release gets no reply before the lease's deadline raises a BackendError that
+    says the release may have run and timed out (the asyncio face said it was sent and wrote
+    nothing), the same on both faces."""
+    error = _hung_release_error(face)
+    assert (error.sent, error.wrote, error.timed_out) == ("maybe", "maybe", True)
+    assert str(error).startswith("release 'k': no reply within ")
+    assert isinstance(error.__cause__, TimeoutError)

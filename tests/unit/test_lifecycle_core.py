@@ -268,35 +268,41 @@ class _AsyncFailingWaiter(NoQueueing):
         pass
 
 
+def _spawns(leases: LeaseManager | AsyncLeaseManager) -> list[str]:
+    """The names of the calls ``leases`` spawns from now on, as they are spawned."""
+    spawned: list[str] = []
+    spawn = leases._spawn
+
+    def watch(name: str, fn: Any, *args: Any) -> Any:
+        spawned.append(name)
+        return spawn(name, fn, *args)
+
+    leases._spawn = watch  # type: ignore[method-assign]
+    return spawned
+
+
 def _waiting_acquire_cleans_up(error: BackendError) -> tuple[bool, bool]:
     """Whether a waiting acquire (the key held by another owner) whose wait fails with ``error``
-    submits a clean-up release, on the sync face and on the asyncio face."""
+    spawns a clean-up release, on the sync face and on the asyncio face."""
     backend = MemoryBackend()
     assert backend.acquire("k", "other", 60_000).acquired
     leases = LeaseManager(backend)
     leases._release_waiter = _FailingWaiter(error)
+    spawned = _spawns(leases)
     with pytest.raises(BackendError):
         leases.acquire("k", ttl_ms=1_000, wait_ms=1_000)
-    sync_cleanup = leases.renewer._cleanup._io is not None
     leases.close()
 
     async def main() -> bool:
         aleases = AsyncLeaseManager(AsyncMemoryBackend(sync=backend))
         aleases._release_waiter = _AsyncFailingWaiter(error)
-        spawned: list[str] = []
-        spawn = aleases._spawn
-
-        def watch(coro: Any, name: str) -> Any:
-            spawned.append(name)
-            return spawn(coro, name)
-
-        aleases._spawn = watch  # type: ignore[method-assign]
+        aspawned = _spawns(aleases)
         with pytest.raises(BackendError):
             await aleases.acquire("k", ttl_ms=1_000, wait_ms=1_000)
         await aleases.close()
-        return spawned == ["fencedlease-cleanup"]
+        return aspawned == ["fencedlease-cleanup"]
 
-    return sync_cleanup, asyncio.run(main())
+    return spawned == ["fencedlease-cleanup"], asyncio.run(main())
 
 
 def test_a_wait_refused_at_connect_queued_nothing() -> None:

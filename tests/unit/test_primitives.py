@@ -9,7 +9,10 @@ import time
 
 import pytest
 
+from fencedlease import BackendError
+from fencedlease._async import callers as aio_callers
 from fencedlease._async import primitives as aio
+from fencedlease._sync import callers as sync_callers
 from fencedlease._sync import primitives as sync
 
 
@@ -150,6 +153,122 @@ def test_shield_runs_the_step_on_both_faces() -> None:
         return 3
 
     assert asyncio.run(aio.shield(three)) == 3
+
+
+# --- manager ---
+
+
+def test_asyncio_body_canceller_takes_back_only_its_own_cancellation() -> None:
+    """A loss cancels the task that made the canceller at its next wait, and `taken_back` says
+    that CancelledError was the canceller's own; with no loss it says False."""
+
+    async def body(lose: bool) -> tuple[bool, str | None]:
+        canceller = aio_callers.BodyCanceller("lost")
+        if lose:
+            canceller.on_lost(None)  # type: ignore[arg-type]
+        try:
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+        except asyncio.CancelledError as exc:
+            return canceller.taken_back(exc), str(exc)
+        return canceller.taken_back(None), None
+
+    assert asyncio.run(body(True)) == (True, "lost")
+    assert asyncio.run(body(False)) == (False, None)
+
+
+def test_sync_body_canceller_never_interrupts() -> None:
+    """The sync face's canceller sends nothing on a loss, and no outcome is its own."""
+    canceller = sync_callers.BodyCanceller("lost")
+    canceller.on_lost(None)  # type: ignore[arg-type]
+    assert canceller.taken_back(KeyboardInterrupt()) is False
+
+
+def test_asyncio_spawns_shielded_runs_on_when_the_caller_is_cancelled() -> None:
+    """A shielded call goes on to its end when its caller is cancelled, and `finish` finds it
+    done before its bound, with nothing late."""
+
+    async def main() -> tuple[bool, list[str], int, int]:
+        spawns = aio_callers.Spawns("test-spawns", 4)
+        gate, ran = asyncio.Event(), []
+
+        async def step() -> None:
+            await gate.wait()
+            ran.append("done")
+
+        caller = asyncio.ensure_future(spawns.shielded("t", "step", step))
+        await asyncio.sleep(0)
+        caller.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        gate.set()
+        late, cancelled = await spawns.finish(time.monotonic() + 30, ())
+        return bool(spawns), ran, len(late), cancelled
+
+    assert asyncio.run(main()) == (False, ["done"], 0, 0)
+
+
+def test_asyncio_spawns_shielded_stopped_by_finish_is_a_backend_error() -> None:
+    """A shielded call still running at `finish`'s bound is cancelled, and its caller gets a
+    BackendError naming it (the lease lapses at its ttl); it is late, and not a clean-up."""
+
+    async def main() -> tuple[str, int, int]:
+        spawns = aio_callers.Spawns("test-spawns", 4)
+        caller = asyncio.ensure_future(spawns.shielded("t", "release 'k'", asyncio.Event().wait))
+        await asyncio.sleep(0)
+        late, cleanups = await spawns.finish(time.monotonic(), ())
+        with pytest.raises(BackendError) as raised:
+            await caller
+        return str(raised.value), len(late), cleanups
+
+    assert asyncio.run(main()) == (
+        "release 'k': stopped by close(); the lease lapses at its ttl",
+        1,
+        1,
+    )
+
+
+def test_sync_spawns_finish_reports_a_late_call_and_its_thread() -> None:
+    """A call still running at `finish`'s bound is late and its thread still runs (a thread is
+    not cancelled); a shielded call runs on the caller's thread."""
+    spawns = sync_callers.Spawns("test-spawns", 2)
+    gate = threading.Event()
+    call = spawns.spawn("t", gate.wait, 30)
+    assert spawns.shielded("t", "step", threading.get_ident) == threading.get_ident()
+    late, running = spawns.finish(time.monotonic(), (call,))
+    assert (late, running, bool(spawns)) == ({call}, 1, True)
+    gate.set()
+    assert call.wait(30) is True
+
+
+def test_detached_runs_the_step_to_its_end_on_both_faces() -> None:
+    """The sync face's `Detached` has run its step when made and raises its error from
+    `result`; the asyncio face's runs it in a task that cancelling its awaiter does not stop."""
+
+    def fails() -> int:
+        raise KeyError("step")
+
+    done = sync_callers.Detached("t", fails)
+    assert done.done() is True
+    with pytest.raises(KeyError, match="step"):
+        done.result()
+
+    async def main() -> tuple[list[str], bool]:
+        gate, ran = asyncio.Event(), []
+
+        async def step() -> None:
+            await gate.wait()
+            ran.append("done")
+
+        detached = aio_callers.Detached("t", step)
+        awaiter = asyncio.ensure_future(detached.result())
+        await asyncio.sleep(0)
+        awaiter.cancel()
+        gate.set()
+        await detached.wait()
+        return ran, detached.done()
+
+    assert asyncio.run(main()) == (["done"], True)
 
 
 def test_sync_abandon_withdraws_a_queued_call_and_leaves_a_running_one() -> None:

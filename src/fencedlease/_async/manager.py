@@ -1,140 +1,150 @@
-"""The asyncio face: [`AsyncLeaseManager`][fencedlease.aio.AsyncLeaseManager].
+"""The lease manager of each face: [`AsyncLeaseManager`][fencedlease.aio.AsyncLeaseManager].
 
-Everything that is not I/O is the sync face's code: validation (`fencedlease._core.validate`),
-the acquire loop's rules ([`AcquireAttempt`][]), restore
-([`restored_state`][]), the loss rules ([`LeaseState`][])
-and the renewal schedule. What is here is the awaiting, and what only asyncio has: cancellation.
+Everything that is not I/O is shared: validation (`fencedlease._core.validate`), the acquire
+loop's rules ([`AcquireAttempt`][]), restore ([`restored_state`][]), the loss rules
+([`LeaseState`][]) and the renewal schedule. What is here is the waiting; what threads and tasks
+do differently is in ``.primitives`` (the caller's thread or task, the spawned releases, the
+bounded release, the cancelling of a body).
 
-Cancellation, point by point:
+The releases, point by point:
 
-- A cancelled ``acquire`` (at any await: connecting, sending, reading, or between retries) never
-  leaves a key held that nobody can release. When an acquire command of the call may have landed,
-  the same owner token releases it before the ``CancelledError`` goes on. That release runs in a
-  task of the manager's and is shielded: cancelling the caller again stops the waiting, not the
-  release, and [`AsyncLeaseManager.close`][fencedlease.aio.AsyncLeaseManager.close] waits for it.
-- On loss, the task that entered ``hold`` (the body's task) is cancelled and ``hold`` raises
-  [`LeaseLostError`][fencedlease.LeaseLostError] instead of the ``CancelledError``, as
-  `asyncio.timeout` turns its own cancellation into ``TimeoutError`` (on Python 3.11+ a cancellation
-  from elsewhere is told apart with ``Task.uncancel`` and still propagates). A body that swallows
-  the cancellation still ends in ``LeaseLostError``: the deadline and the release are checked when
-  it ends.
-- ``hold``'s final release is shielded like the acquire's cleanup, and bounded: it waits until the
-  lease's deadline at most (at least 100 ms; [`release_bound_s`][], the same
-  rule as the sync face), so a hung store cannot hold the caller past it. A release with no reply
-  in time is cancelled and the lease lapses at its TTL. ``AsyncLease.release`` itself is not
-  shielded: a cancelled ``release()`` keeps the owner token and can be awaited again.
+- An acquire that fails or is interrupted (at any wait: connecting, sending, reading, or between
+  retries) never leaves a key held that nobody can release. When an acquire command of the call
+  may have landed, the same owner token releases it. A store error: in the background, so the
+  failing call keeps its time bound (a stalled Redis would stall the clean-up too), and
+  [`close`][fencedlease.aio.AsyncLeaseManager.close] waits for it. An interrupt (a
+  ``KeyboardInterrupt``, a cancellation of the asyncio face's task): before it goes on, on the
+  asyncio face in a task of the manager's that cancelling the caller again does not stop.
+- On loss, the asyncio face cancels the task that entered ``hold`` (the body's task) and ``hold``
+  raises [`LeaseLostError`][fencedlease.LeaseLostError] instead of the ``CancelledError``, as
+  `asyncio.timeout` turns its own cancellation into ``TimeoutError`` (on Python 3.11+ a
+  cancellation from elsewhere is told apart with ``Task.uncancel`` and still propagates); the
+  sync face's body reads ``lease.lost``. A body that goes on after the loss still ends in
+  ``LeaseLostError``: the deadline and the release are checked when it ends.
+- ``hold``'s final release is bounded: it waits until the lease's deadline at most (at least
+  100 ms; [`release_bound_s`][]), so a hung store cannot hold the caller past it. A release with
+  no reply in time is given up and the lease lapses at its TTL. ``release()`` itself is not
+  bounded: a cancelled or failed ``release()`` keeps the owner token and can be called again.
 - Nothing lives in a ``threading.local`` or in a task: a lease is an object, and every hold keeps
   its own state.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import inspect
-import logging
-import sys
-from collections.abc import Awaitable, Callable, Coroutine
+import time
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
-import redis
 import redis.asyncio
 
 from fencedlease._core.backend import AsyncLeaseBackend
 from fencedlease._core.context import AsyncWithOnly
-from fencedlease._core.decisions import (
-    CLEANUP_WORKERS,
-    close_releases,
+from fencedlease._core.decisions import CLEANUP_WORKERS, close_releases
+from fencedlease._core.errors import (
+    LeaseNotAcquiredError,
+    ManagerClosedError,
+    NestedHoldError,
 )
-from fencedlease._core.errors import BackendError, LeaseNotAcquiredError, NestedHoldError
 from fencedlease._core.shutdown import (
     ShutdownReport,
     close_bound_ms,
     later_close_report,
     log_incomplete,
 )
-from fencedlease._core.validate import (
-    ArgumentTypeError,
-    HoldArgs,
-    check_backend,
-    check_key,
-    check_limit,
-)
-from fencedlease._sync.redis_backend import RedisBackend
+from fencedlease._core.validate import HoldArgs, check_key, check_limit
+from fencedlease._redis.caller import caller_releases_for
+from fencedlease._sync import redis_backend as sync_redis
 from fencedlease.backends.memory import MemoryBackend
 from fencedlease.backends.sqlite import SqliteBackend
 
+from .callers import (
+    FORK_INERT,
+    Detached,
+    FinalReleases,
+    Slots,
+    Spawns,
+    call_body,
+    check_lease_backend,
+    close_waiter,
+    current_caller,
+    drop_unused,
+    waiter_after_fork,
+)
 from .cluster_backend import AsyncRedisClusterBackend
 from .handoff import async_release_waiter_for
 from .hold import _Hold
 from .lease import AsyncLease, AsyncLeaseOutcome
 from .manager_base import _AsyncManagerBase
 from .operations import Operations
-from .primitives import retrieve
+from .primitives import Call, Event, Lock
 from .redis_backend import AsyncRedisBackend
-from .releases import release_abandoned, release_within, report_unreleased
+from .releases import _Releasing, report_unreleased
 from .renewer import AsyncRenewer
 from .semaphore import AsyncSemaphore, _AsyncSlotManager, async_slot_manager_for
 
 __all__ = ["AsyncLeaseManager"]
 
-# The library's sync backends: given to AsyncLeaseManager, a mistake to name.
-_SYNC_BACKENDS: tuple[type, ...] = (MemoryBackend, SqliteBackend, RedisBackend)
-
-log = logging.getLogger("fencedlease.aio")
-
+# The library's sync backends: given to the asyncio face's manager, a mistake to name.
+_SYNC_BACKENDS: tuple[type, ...] = (MemoryBackend, SqliteBackend, sync_redis.RedisBackend)
 
 T = TypeVar("T")
 
+RELEASE_WORKERS = 8
+"""Releases a manager runs at once off its caller's path besides its clean-ups (the sync face's
+threads)."""
 
-class AsyncLeaseManager(AsyncWithOnly, _AsyncManagerBase, Operations):
+
+class AsyncLeaseManager(AsyncWithOnly, _Releasing, _AsyncManagerBase, Operations):
     """Leases with fencing tokens on one Redis (or another
-    [`AsyncLeaseBackend`][fencedlease.AsyncLeaseBackend]), for asyncio: the twin of
-    [`LeaseManager`][fencedlease.LeaseManager], with the same arguments, defaults, validation,
-    errors, scripts and key layout.
+    [`AsyncLeaseBackend`][fencedlease.AsyncLeaseBackend]), with the same arguments, defaults,
+    validation, errors, scripts and key layout on both faces.
 
     ``client``: a ``redis.asyncio.Redis`` (``decode_responses`` either way), a
-    ``redis.asyncio.RedisCluster`` (an
+    ``redis.asyncio.RedisCluster`` (see
     [`AsyncRedisClusterBackend`][fencedlease.aio.AsyncRedisClusterBackend]) or a backend object.
     ``prefix``: the key namespace; keys are ``<prefix>:{<key>}`` and ``<prefix>:{<key>}:fence``.
-    ``clock``: where time is read and waited on (tests inject a fake one): between acquire
-    attempts the manager awaits its ``async_sleep`` (an [`AsyncClock`][fencedlease.aio.AsyncClock],
-    such as [`FakeClock`][fencedlease.testing.FakeClock]), or `asyncio.sleep` for a clock
-    without one ([`SystemClock`][fencedlease.SystemClock]). ``renew_batch_size``: the most renewals
-    sent in one pipeline. ``on_event(event)``: called (in the loop, never awaited) with a
-    [`LeaseEvent`][fencedlease.LeaseEvent] for each acquire, background renewal, release and loss,
-    as on the sync face.
+    ``clock``: where time is read and waited on (tests inject a fake one, such as
+    [`FakeClock`][fencedlease.testing.FakeClock]): the wait between acquire attempts on a store
+    without release notifications is the clock's ``async_sleep`` (`asyncio.sleep` on the asyncio
+    face for a clock without one, such as [`SystemClock`][fencedlease.SystemClock]).
+    ``renew_batch_size``: the most renewals sent in one pipeline. ``on_event(event)``: called
+    (never waited for) with a [`LeaseEvent`][fencedlease.LeaseEvent] for each acquire, background
+    renewal, release and loss (see `fencedlease._core.events`); an `Exception` it raises is logged
+    and ignored.
 
-    One manager runs one renewal task (started on the first
-    [`hold`][fencedlease.aio.AsyncLeaseManager.hold]) for all its leases. Close it with
-    [`close`][fencedlease.aio.AsyncLeaseManager.close] or use it as an async context manager;
-    afterwards no task of the manager's is left and a client it made from a URL is closed.
+    One manager runs one renewer (a task on the asyncio face, two threads on the sync face,
+    started on the first [`hold`][fencedlease.aio.AsyncLeaseManager.hold]) for all its leases.
+    Close it with [`close`][fencedlease.aio.AsyncLeaseManager.close] or use it as a context manager
+    (``async with``); afterwards a client it made from a URL is closed.
 
-    Fork: an event loop and its connections do not survive ``os.fork``, so in a forked child the
-    inherited manager is inert: its leases are the parent's (lost in the child, reason "forked",
-    never renewed nor released from there), every call raises
+    Fork: a lease made before ``os.fork`` is the parent's in the child (lost there, reason
+    "forked", never renewed nor released from there). On the sync face the child may go on using
+    the manager (fresh threads renew its own leases). An event loop and its connections do not
+    survive a fork, so on the asyncio face the inherited manager is inert: every call raises
     [`ManagerClosedError`][fencedlease.ManagerClosedError], and
     [`close`][fencedlease.aio.AsyncLeaseManager.close] does no I/O and leaves the inherited client
-    alone. Make a new manager in the child's own event loop. See `fencedlease._core.fork`.
+    alone (make a new manager in the child's own event loop). See `fencedlease._core.fork`.
 
-    ``replica_acks``, ``replica_ack_timeout_ms`` (milliseconds) and ``fencing``: how a Redis
-    store grants and renews across a failover, as for
-    [`LeaseManager`][fencedlease.LeaseManager] (replicas acknowledge each acquire and renewal;
-    tokens never repeat after a rollback). Only for a Redis client or URL.
+    ``replica_acks``, ``replica_ack_timeout_ms`` (milliseconds) and ``fencing`` (``"counter"``
+    or ``"clock"``): how a Redis store grants and renews across a failover
+    (`fencedlease._redis.replication`): ``WAIT`` for that many replicas after each acquire and
+    renewal (a grant they did not acknowledge is taken back and, failing fast, raises
+    [`ReplicationError`][fencedlease.ReplicationError]), and tokens that never repeat after a
+    counter rolled back. Only for a Redis client or URL.
 
     Raises:
         ValidationError: ``prefix`` is not a non-empty str, ``renew_batch_size`` < 1, ``clock``
             lacks ``monotonic()``/``time()``, a replication option out of bounds (or given with
-            a backend object), ``on_event`` is not a plain callable, or ``client``
-            is neither a ``redis.asyncio.Redis`` nor an asyncio lease backend; a sync
-            ``redis.Redis`` or sync backend (use [`LeaseManager`][fencedlease.LeaseManager]) raises
-            it as a subclass that is also a ``TypeError``.
+            a backend object), ``on_event`` is not a plain callable, or ``client`` is neither a
+            ``redis.asyncio.Redis`` nor a lease backend of this face (a client or backend of the
+            other face raises it as a subclass that is also a ``TypeError``).
     """
 
     _with_what = "AsyncLeaseManager"
-    # A hold of a key this task already holds through this manager would wait for itself; a
-    # semaphore's slot manager turns this off (a semaphore has many holders of one name).
+    # A hold of a key the caller's thread or task already holds through this manager would wait
+    # for itself; a semaphore's slot manager turns this off (a semaphore has many holders of one
+    # name).
     _refuse_nested: bool = True
 
     def _backend_for(
@@ -147,33 +157,32 @@ class AsyncLeaseManager(AsyncWithOnly, _AsyncManagerBase, Operations):
             return AsyncRedisBackend(client, prefix, owns_client=owns_client)
         if isinstance(client, redis.asyncio.RedisCluster):
             return AsyncRedisClusterBackend(client, prefix, owns_client=owns_client)
-        if isinstance(client, (redis.Redis, redis.RedisCluster)):
-            raise ArgumentTypeError(
-                "client",
-                "AsyncLeaseManager needs a redis.asyncio.Redis; a redis.Redis goes to LeaseManager",
-            )
-        check_backend(client, asyncio=True, sync_classes=_SYNC_BACKENDS)
+        check_lease_backend(client, _SYNC_BACKENDS)
         return client
 
     @staticmethod
     def _drop_unused(backend: AsyncLeaseBackend) -> None:
-        pass  # a backend from a URL opens its connections on the first command
+        drop_unused(backend)
 
     def _init_face(self) -> None:
         # Waiting acquirers are woken by the release where the backend can (see _handoff);
         # other stores are polled on the manager's clock.
         self._release_waiter = async_release_waiter_for(self._backend, self._clock)
+        self._lock = Lock()  # guards _closed, _holds and _slots
         self._holds: set[_Hold] = set()
-        self._chores: set[asyncio.Task[Any]] = set()
-        self._cleanups = asyncio.Semaphore(CLEANUP_WORKERS)  # release_abandoned's slots
-        self._close_done: asyncio.Event | None = None
-        self._close_task: asyncio.Task[ShutdownReport] | None = None
-        self._close_caller: asyncio.Task[Any] | None = None  # the task that called close()
+        # The releases and clean-ups off the caller's path, which close() waits for.
+        self._chores = Spawns("fencedlease-release", RELEASE_WORKERS + CLEANUP_WORKERS)
+        self._cleanups = Slots(CLEANUP_WORKERS)  # release_abandoned's slots
+        # Or on the caller's own thread, for the sync face's plain Redis (see _redis.caller).
+        self._releases = FinalReleases(self._backend, caller_releases_for(self._backend))
+        self._close_done = Event()  # set once close() has its report
+        self._close_task: Detached[ShutdownReport] | None = None
+        self._close_caller: object = None  # the thread or task that called close()
         self._slots: _AsyncSlotManager | None = None  # its semaphores' slots
 
     @property
     def renewer(self) -> AsyncRenewer:
-        """The renewal task's owner (for introspection: ``len()`` leases, ``round_trips``)."""
+        """The background renewer (for introspection: ``len()`` leases, ``round_trips``)."""
         return self._renewer
 
     async def __aenter__(self) -> AsyncLeaseManager:
@@ -183,187 +192,131 @@ class AsyncLeaseManager(AsyncWithOnly, _AsyncManagerBase, Operations):
         await self.close()
 
     async def close(self, timeout_ms: int | None = None) -> ShutdownReport:
-        """Stop the renewal task, release every lease still held in
+        """Stop renewing, release every lease still held in
         [`hold`][fencedlease.aio.AsyncLeaseManager.hold]/
         [`with_lease`][fencedlease.aio.AsyncLeaseManager.with_lease], and close the client if the
         manager made it. Idempotent.
 
-        Each such lease is first marked lost (reason: the manager was closed), so its body is
-        cancelled and the block ends in [`LeaseLostError`][fencedlease.LeaseLostError]
-        (``lease.lost`` and ``wait_lost()`` say so too); then it is released with its owner token.
-        The releases and the clean-ups the manager started get ``timeout_ms`` milliseconds at most
-        (default 1,000, or ``FENCEDLEASE_SHUTDOWN_TIMEOUT_MS`` for a manager made by
-        [`from_env`][fencedlease.aio.AsyncLeaseManager.from_env]), as on the sync face: one still
-        without a reply then is cancelled and its lease lapses at its TTL. Leases taken with
-        [`acquire`][fencedlease.aio.AsyncLeaseManager.acquire] are the caller's and are left alone.
+        Each such lease is first marked lost (reason: the manager was closed), so its body sees
+        ``lease.lost`` (on the asyncio face it is cancelled), ``lease.wait_lost()`` returns, and
+        the block ends in [`LeaseLostError`][fencedlease.LeaseLostError]; then it is released with
+        its owner token. The releases, the clean-ups and the renewer get ``timeout_ms``
+        milliseconds at most (default 1,000, or ``FENCEDLEASE_SHUTDOWN_TIMEOUT_MS`` for a manager
+        made by [`from_env`][fencedlease.aio.AsyncLeaseManager.from_env]): a lease whose release
+        got no reply in time lapses at its TTL (the asyncio face cancels the release; a sync
+        thread blocked on a hung store ends at the client's socket timeout). Leases taken with
+        [`acquire`][fencedlease.aio.AsyncLeaseManager.acquire] are the caller's and are left
+        alone. In a process forked from the one that made the manager, no lease of the parent's
+        is touched.
 
-        The teardown runs as a task of its own, shielded: ``await close()`` inside a
-        [`hold`][fencedlease.aio.AsyncLeaseManager.hold] body is cancelled with that body (its lease
-        is marked lost), yet the releases and the closing of the client still run to the end.
+        The teardown runs to its end whatever happens to the caller: on the asyncio face
+        ``close()`` inside a [`hold`][fencedlease.aio.AsyncLeaseManager.hold] body is cancelled
+        with that body (its lease is marked lost), yet the releases and the closing of the
+        client still run to the end, and the block ends after them.
 
         Returns:
-            [`ShutdownReport`][fencedlease.ShutdownReport]: the leases not released and the clean-up
-            tasks cancelled at the bound (``complete`` when none; each lease not released is also
-            logged as a warning). A later call returns the first call's report (waiting
-            ``timeout_ms`` at most for it; still under way then: one with ``unfinished=1``).
+            [`ShutdownReport`][fencedlease.ShutdownReport]: the leases not released and the
+            workers not ended in time (threads still running, or clean-up tasks cancelled at the
+            bound; ``complete`` when none; each lease not released is also logged as a warning).
+            A later call returns the first call's report (waiting ``timeout_ms`` at most for it;
+            still under way then: one with ``unfinished=1``).
 
         Raises:
             ValidationError: ``timeout_ms`` is not an int in 0..2,147,483,647.
             BackendError: closing the client failed.
         """
         bound_ms = close_bound_ms(timeout_ms, self._shutdown_timeout_ms)
-        if self._closed:
-            if self._close_done is None:  # a forked child: inert, nothing of its own to close
+        with self._lock:
+            closing = self._closed
+            self._closed = True
+        if closing:
+            if self._forked:  # an inert child: nothing of its own to close
                 return self._shutdown or ShutdownReport(timeout_ms=bound_ms)
             if self._shutdown is None:  # another call closes it: its report, once there
-                with contextlib.suppress(asyncio.TimeoutError):  # builtin TimeoutError on 3.11+
-                    await asyncio.wait_for(self._close_done.wait(), bound_ms / 1000)
+                await self._close_done.wait(bound_ms / 1000)
             return later_close_report(self._shutdown, bound_ms)
-        self._closed = True
-        self._close_done = done = asyncio.Event()
-        # The teardown is a task of its own, shielded: close() awaited inside a hold body is
-        # cancelled when the lease it closes is marked lost, and the teardown must not stop
-        # half-way there (an owned client left open, a second close() doing nothing).
-        teardown = asyncio.get_running_loop().create_task(
-            self._teardown(bound_ms, done), name="fencedlease-close"
+        self._close_caller = current_caller()
+        # The teardown must not stop half-way (an owned client left open, a second close()
+        # doing nothing) when the caller is cancelled: inside a hold body whose lease it marks
+        # lost, for one.
+        self._close_task = teardown = Detached(
+            "fencedlease-close", lambda: self._teardown(bound_ms)
         )
-        self._close_task = teardown
-        self._close_caller = asyncio.current_task()
-        teardown.add_done_callback(retrieve)  # a caller cancelled meanwhile never sees it
-        return await asyncio.shield(teardown)
+        return await teardown.result()
 
-    async def _teardown(self, bound_ms: int, done: asyncio.Event) -> ShutdownReport:
+    async def _teardown(self, bound_ms: int) -> ShutdownReport:
         """close()'s work: stop the renewer, release the holds, close the hand-off and the
-        backend; ``done`` is set at the end, whatever happened."""
-        loop = asyncio.get_running_loop()
-        start = loop.time()
+        backend; `_close_done` is set at the end, whatever happened."""
+        start = time.monotonic()
         until = start + bound_ms / 1000
         try:
-            if self._slots is not None:
-                await self._slots.close(round(max(0.0, until - loop.time()) * 1000))
-            await self._renewer.close()
-            releases: dict[asyncio.Task[Any], str] = {}
-            for hold in list(self._holds):
+            with self._lock:
+                holds, self._holds = list(self._holds), set()
+                slots = self._slots
+            if slots is not None:
+                await slots.close(round(max(0.0, until - time.monotonic()) * 1000))
+            unfinished = await self._renewer.close(until)
+            releases: dict[Call[Any], str] = {}
+            for hold in holds:
                 lease = hold.lease
-                if lease is None:
-                    continue
-                if close_releases(lease._state):
-                    releases[self._spawn(lease.release(), "fencedlease-release")] = lease.key
-            while self._chores and (left := until - loop.time()) > 0:
-                await asyncio.wait(set(self._chores), timeout=left)
-            late = set(self._chores)
-            for task in late:
-                task.cancel()
-            if late:
-                await asyncio.wait(late)
+                if lease is not None and close_releases(lease._state):
+                    releases[self._spawn("fencedlease-release", lease.release)] = lease.key
+            late, running = await self._chores.finish(until, releases)
             unreleased = report_unreleased(releases, late, bound_ms)
-            await self._release_waiter.aclose()
-            unfinished = len(late) - len(set(releases) & late)
-            elapsed_ms = (loop.time() - start) * 1000
+            unfinished += running + self._releases.close(until)
+            await close_waiter(self._release_waiter, until)
+            elapsed_ms = (time.monotonic() - start) * 1000
             self._shutdown = report = ShutdownReport(unreleased, unfinished, elapsed_ms, bound_ms)
             log_incomplete(report)
             await self._backend.close()
             return report
         finally:
-            done.set()
+            self._close_done.set()
 
     def _after_fork_in_child(self) -> None:
-        """In a forked child (see `fencedlease._core.fork`): inert. The loop, the tasks and the
-        connections are the parent's; nothing of theirs is touched (no I/O, no cancel: a cancel
-        would close the parent's sockets in a selector shared with the parent)."""
-        self._forked = True
-        self._closed = True
-        self._close_done = None
-        self._close_task = None
-        self._close_caller = None
+        """In a forked child (see `fencedlease._core.fork`): no holds, no workers (the parent's
+        leases are the parent's), and no I/O. On the asyncio face the manager is inert there: the
+        loop, the tasks and the connections are the parent's, and nothing of theirs is touched
+        (a cancel would close the parent's sockets in a selector shared with the parent)."""
+        self._lock = Lock()
         self._holds = set()
-        self._chores = set()
         self._renewer._after_fork_in_child()
-
-    def _spawn(self, coro: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
-        """Run ``coro`` in a task the manager keeps (and
-        [`close`][fencedlease.aio.AsyncLeaseManager.close] waits for)."""
-        task = asyncio.get_running_loop().create_task(coro, name=name)
-        self._chores.add(task)
-        task.add_done_callback(self._chore_done)
-        return task
-
-    def _chore_done(self, task: asyncio.Task[Any]) -> None:
-        self._chores.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            # The caller that awaited it (if still there) got the error; this is for the rest.
-            log.debug("%s failed: %r", task.get_name(), task.exception())
+        self._chores._after_fork_in_child()
+        if FORK_INERT:
+            self._forked = self._closed = True
+            self._close_task = None
+            return
+        self._close_done = Event()  # a report made before the fork is kept
+        self._releases._after_fork_in_child()
+        waiter_after_fork(self._release_waiter)
 
     def semaphore(self, name: str, *, limit: int) -> AsyncSemaphore:
-        """An [`AsyncSemaphore`][fencedlease.aio.AsyncSemaphore], as
-        [`LeaseManager.semaphore`][fencedlease.LeaseManager.semaphore]; no I/O here.
+        """An [`AsyncSemaphore`][fencedlease.aio.AsyncSemaphore]: at most ``limit`` holders of
+        ``name`` at once, each slot a fenced lease under
+        [`hold`][fencedlease.aio.AsyncLeaseManager.hold]'s policy. The slots of every semaphore of
+        the manager share one renewer; closed with the manager.
 
         Raises:
-            ValidationError: as [`LeaseManager.semaphore`][fencedlease.LeaseManager.semaphore].
+            ValidationError: ``name`` not a non-empty str, ``limit`` not an int in 1..10,000, or
+                a backend with no semaphore store. BackendError: SQLite could not make its tables.
             ManagerClosedError: the manager is closed.
         """
         self._check_open()
         key = (check_key(name, "name"), check_limit(limit))
-        if self._slots is None:
-            self._slots = async_slot_manager_for(self)
-        return AsyncSemaphore(self._slots, *key)
-
-    # -- acquiring --------------------------------------------------------------------------
-
-    def _release_later(self, key: str, owner_token: str) -> None:
-        # A task of the manager's, not awaited: the call keeps its time bound; close() waits
-        # for it. Not after close(), as the sync face's closed renewer sends nothing: a task
-        # started then is one close() never waited for, on a closed client.
-        if not self._closed:
-            self._clean_up(key, owner_token)
-
-    def _clean_up(self, key: str, owner_token: str) -> asyncio.Task[None]:
-        """`release_abandoned` in a task of the manager's."""
-        return self._spawn(
-            release_abandoned(self._backend, key, owner_token, self._cleanups),
-            "fencedlease-cleanup",
-        )
-
-    async def _abandon(self, key: str, owner_token: str, exc: BaseException) -> None:
-        """Release what a failed or interrupted acquire may hold under ``owner_token``, in a task
-        of the manager's. Not after close(): the client is closed, and such a grant lapses at its
-        short TTL.
-
-        A store error: in the background, as on the sync face, so the failing call keeps its time
-        bound (a stalled Redis would stall the clean-up too). A cancellation: awaited, shielded,
-        so the key is released before the ``CancelledError`` goes on."""
-        if self._closed:
-            return
-        try:
-            chore = self._clean_up(key, owner_token)
-        except RuntimeError:  # no running loop: the coroutine is being closed by the GC
-            return
-        if not isinstance(exc, (Exception, GeneratorExit)):
-            await asyncio.shield(chore)
-
-    async def _release_shielded(self, lease: AsyncLease) -> bool:
-        """`release_within` in a task of the manager's that
-        cancelling the caller does not stop (close() may: then this raises BackendError)."""
-        if lease._state.inherited():
-            return False  # no I/O on the parent's lease (see _fork)
-        chore = self._spawn(release_within(lease, self._clock), "fencedlease-release")
-        try:
-            return await asyncio.shield(chore)
-        except asyncio.CancelledError:
-            if not chore.cancelled():
-                raise  # the caller was cancelled
-            current = asyncio.current_task()
-            if current is not None and sys.version_info >= (3, 11) and current.cancelling():
-                raise
-            raise BackendError(
-                f"release {lease.key!r}: stopped by close(); the lease lapses at its ttl"
-            ) from None
+        with self._lock:  # one slot manager, and none made once close() has begun
+            if self._slots is None and not self._closed:
+                self._slots = async_slot_manager_for(self)  # SQLite makes its tables here
+            slots = self._slots
+        if slots is None or self._closed:
+            raise ManagerClosedError()
+        return AsyncSemaphore(slots, *key)
 
     def _hold(self, args: HoldArgs) -> _Hold:
         return _Hold(self, args)
 
     def _in_hold(self, lease: AsyncLease) -> bool:
-        return any(hold.lease is lease for hold in self._holds)
+        with self._lock:
+            return any(hold.lease is lease for hold in self._holds)
 
     def _keep_alive_block(self, lease: AsyncLease, args: HoldArgs) -> _Hold:
         return _Hold(self, args, lease)
@@ -378,15 +331,7 @@ class AsyncLeaseManager(AsyncWithOnly, _AsyncManagerBase, Operations):
         try:
             async with hold as lease:
                 held = True
-                pending = fn(lease)
-                if not inspect.isawaitable(pending):
-                    raise ArgumentTypeError(
-                        "fn",
-                        f"fn must be an async function (fn(lease) returned"
-                        f" {type(pending).__name__}, not an awaitable); a sync function goes to"
-                        " LeaseManager.with_lease",
-                    )
-                value = await pending
+                value = await call_body(fn, lease)
         except LeaseNotAcquiredError as exc:
             if held or isinstance(exc, NestedHoldError):  # fn's own, or a mistake: not skipped
                 raise

@@ -71,8 +71,9 @@ held: a release is one round trip, so this is generous for a live store and shor
 shutdown path. A lease not released in time lapses at its TTL."""
 
 CLEANUP_WORKERS = 32
-"""How many clean-up releases of one manager run at once (the sync renewer's ``submit_release``
-threads; the asyncio manager's clean-up tasks, `fencedlease._async.releases.release_abandoned`).
+"""How many clean-up releases of one manager run at once (its threads or tasks holding a slot of
+`fencedlease._async.releases.release_abandoned`, on either face; the sync renewer's
+``submit_release`` threads).
 Most are a hand-off waiter's give-up: until it lands, a lease handed to its queue entry is held
 for a caller that has gone, so one queued behind others' round trips keeps the key from every
 other waiter; side by side, each lands one round trip after its give-up. Bounded, so that a burst

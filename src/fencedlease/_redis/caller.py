@@ -33,7 +33,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, cast
 
 import redis
 
@@ -50,7 +50,7 @@ from fencedlease._redis.errors import (
 from .errors import STORE_ERRORS, store_error
 from .replies import decode_release
 
-__all__ = ["CallerReleases"]
+__all__ = ["CallerReleases", "caller_releases_for"]
 
 log = logging.getLogger("fencedlease.release")
 
@@ -293,3 +293,12 @@ class _Silent(Exception):
     def __init__(self, waited_s: float) -> None:
         super().__init__(waited_s)
         self.waited_s = waited_s
+
+
+def caller_releases_for(backend: object) -> CallerReleases | None:
+    """`CallerReleases.for_backend` for any lease backend: None but for a sync Redis backend
+    (a ``redis.Redis`` client and packed releases) whose releases can be bounded. No I/O."""
+    client = getattr(backend, "client", None)
+    if not isinstance(client, redis.Redis) or not hasattr(backend, "packed_release"):
+        return None
+    return CallerReleases.for_backend(cast(PackingBackend, backend))

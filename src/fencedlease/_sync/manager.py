@@ -1,23 +1,50 @@
-"""The sync face: [`LeaseManager`][fencedlease.LeaseManager]."""
+# GENERATED from src/fencedlease/_async/manager.py by `python scripts/unasync.py`:
+# do not edit. Edit that source, then run it again (CI runs it with --check, failing while
+# stale).
+"""The lease manager of each face: [`LeaseManager`][fencedlease.LeaseManager].
+
+Everything that is not I/O is shared: validation (`fencedlease._core.validate`), the acquire
+loop's rules ([`AcquireAttempt`][]), restore ([`restored_state`][]), the loss rules
+([`LeaseState`][]) and the renewal schedule. What is here is the waiting; what threads and tasks
+do differently is in ``.primitives`` (the caller's thread or task, the spawned releases, the
+bounded release, the cancelling of a body).
+
+The releases, point by point:
+
+- An acquire that fails or is interrupted (at any wait: connecting, sending, reading, or between
+  retries) never leaves a key held that nobody can release. When an acquire command of the call
+  may have landed, the same owner token releases it. A store error: in the background, so the
+  failing call keeps its time bound (a stalled Redis would stall the clean-up too), and
+  [`close`][fencedlease.LeaseManager.close] waits for it. An interrupt (a
+  ``KeyboardInterrupt``, a cancellation of the asyncio face's task): before it goes on, on the
+  asyncio face in a task of the manager's that cancelling the caller again does not stop.
+- On loss, the asyncio face cancels the task that entered ``hold`` (the body's task) and ``hold``
+  raises [`LeaseLostError`][fencedlease.LeaseLostError] instead of the ``CancelledError``, as
+  `asyncio.timeout` turns its own cancellation into ``TimeoutError`` (on Python 3.11+ a
+  cancellation from elsewhere is told apart with ``Task.uncancel`` and still propagates); the
+  sync face's body reads ``lease.lost``. A body that goes on after the loss still ends in
+  ``LeaseLostError``: the deadline and the release are checked when it ends.
+- ``hold``'s final release is bounded: it waits until the lease's deadline at most (at least
+  100 ms; [`release_bound_s`][]), so a hung store cannot hold the caller past it. A release with
+  no reply in time is given up and the lease lapses at its TTL. ``release()`` itself is not
+  bounded: a cancelled or failed ``release()`` keeps the owner token and can be called again.
+- Nothing lives in a ``threading.local`` or in a task: a lease is an object, and every hold keeps
+  its own state.
+"""
 
 from __future__ import annotations
 
-import inspect
-import logging
-import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import wait as wait_futures
-from contextlib import AbstractContextManager, contextmanager
-from typing import Literal, TypeVar
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any, TypeVar
 
 import redis
 
 from fencedlease._core.backend import LeaseBackend
-from fencedlease._core.context import WithOnly, with_only
-from fencedlease._core.decisions import close_releases, hold_outcome, hold_releases
+from fencedlease._core.context import WithOnly
+from fencedlease._core.decisions import CLEANUP_WORKERS, close_releases
 from fencedlease._core.errors import (
-    BackendError,
     LeaseNotAcquiredError,
     ManagerClosedError,
     NestedHoldError,
@@ -28,53 +55,79 @@ from fencedlease._core.shutdown import (
     later_close_report,
     log_incomplete,
 )
-from fencedlease._core.state import release_bound_s, release_wait_more_s
-from fencedlease._core.threads import BoundedCalls
-from fencedlease._core.validate import (
-    ArgumentTypeError,
-    HoldArgs,
-    check_backend,
-    check_key,
-    check_limit,
-)
-from fencedlease._redis.caller import CallerReleases
+from fencedlease._core.validate import HoldArgs, check_key, check_limit
+from fencedlease._redis.caller import caller_releases_for
+from fencedlease._sync import redis_backend as sync_redis
+from fencedlease.backends.memory import MemoryBackend
+from fencedlease.backends.sqlite import SqliteBackend
 
+from .callers import (
+    FORK_INERT,
+    Detached,
+    FinalReleases,
+    Slots,
+    Spawns,
+    call_body,
+    check_lease_backend,
+    close_waiter,
+    current_caller,
+    drop_unused,
+    waiter_after_fork,
+)
 from .cluster_backend import RedisClusterBackend
 from .handoff import release_waiter_for
+from .hold import _Hold
 from .lease import Lease, LeaseOutcome
 from .manager_base import _ManagerBase
 from .operations import Operations
+from .primitives import Call, Event, Lock
 from .redis_backend import RedisBackend
+from .releases import _Releasing, report_unreleased
 from .renewer import Renewer
 from .semaphore import Semaphore, _SlotManager, slot_manager_for
 
 __all__ = ["LeaseManager"]
 
-log = logging.getLogger("fencedlease")
+# The library's sync backends: given to the asyncio face's manager, a mistake to name.
+_SYNC_BACKENDS: tuple[type, ...] = (MemoryBackend, SqliteBackend, sync_redis.RedisBackend)
 
 T = TypeVar("T")
 
+RELEASE_WORKERS = 8
+"""Releases a manager runs at once off its caller's path besides its clean-ups (the sync face's
+threads)."""
 
-class LeaseManager(WithOnly, _ManagerBase, Operations):
+
+class LeaseManager(WithOnly, _Releasing, _ManagerBase, Operations):
     """Leases with fencing tokens on one Redis (or another
-    [`LeaseBackend`][fencedlease.LeaseBackend]).
+    [`LeaseBackend`][fencedlease.LeaseBackend]), with the same arguments, defaults,
+    validation, errors, scripts and key layout on both faces.
 
-    ``client``: a ``redis.Redis`` (``decode_responses`` either way), a ``redis.RedisCluster`` (a
+    ``client``: a ``redis.Redis`` (``decode_responses`` either way), a
+    ``redis.RedisCluster`` (see
     [`RedisClusterBackend`][fencedlease.RedisClusterBackend]) or a backend object.
     ``prefix``: the key namespace; keys are ``<prefix>:{<key>}`` and ``<prefix>:{<key>}:fence``.
-    ``clock``: where time is read and waited on (tests inject a fake one): the wait between
-    acquire attempts on a store without release notifications is its ``sleep``.
+    ``clock``: where time is read and waited on (tests inject a fake one, such as
+    [`FakeClock`][fencedlease.testing.FakeClock]): the wait between acquire attempts on a store
+    without release notifications is the clock's ``sleep`` (`asyncio.sleep` on the asyncio
+    face for a clock without one, such as [`SystemClock`][fencedlease.SystemClock]).
     ``renew_batch_size``: the most renewals sent in one pipeline. ``on_event(event)``: called
-    with a [`LeaseEvent`][fencedlease.LeaseEvent] for each acquire, background renewal, release
-    and loss (see `fencedlease._core.events`); an `Exception` it raises is logged and ignored.
+    (never waited for) with a [`LeaseEvent`][fencedlease.LeaseEvent] for each acquire, background
+    renewal, release and loss (see `fencedlease._core.events`); an `Exception` it raises is logged
+    and ignored.
 
-    One manager runs one renewer (two threads, started on the first
-    [`hold`][fencedlease.LeaseManager.hold]) for all its leases. Close it with
-    [`close`][fencedlease.LeaseManager.close] or use it as a context manager.
+    One manager runs one renewer (a task on the asyncio face, two threads on the sync face,
+    started on the first [`hold`][fencedlease.LeaseManager.hold]) for all its leases.
+    Close it with [`close`][fencedlease.LeaseManager.close] or use it as a context manager
+    (``with``); afterwards a client it made from a URL is closed.
 
-    Fork: a child made by ``os.fork`` may go on using the manager (fresh threads renew its own
-    leases), but every lease made before the fork is the parent's: lost in the child (reason
-    "forked"), never renewed nor released from there. See `fencedlease._core.fork`.
+    Fork: a lease made before ``os.fork`` is the parent's in the child (lost there, reason
+    "forked", never renewed nor released from there). On the sync face the child may go on using
+    the manager (fresh threads renew its own leases). An event loop and its connections do not
+    survive a fork, so on the asyncio face the inherited manager is inert: every call raises
+    [`ManagerClosedError`][fencedlease.ManagerClosedError], and
+    [`close`][fencedlease.LeaseManager.close] does no I/O and leaves the inherited client
+    alone (make a new manager in the child's own event loop). See `fencedlease._core.fork`.
 
     ``replica_acks``, ``replica_ack_timeout_ms`` (milliseconds) and ``fencing`` (``"counter"``
     or ``"clock"``): how a Redis store grants and renews across a failover
@@ -86,14 +139,15 @@ class LeaseManager(WithOnly, _ManagerBase, Operations):
     Raises:
         ValidationError: ``prefix`` is not a non-empty str, ``renew_batch_size`` < 1, ``clock``
             lacks ``monotonic()``/``time()``, a replication option out of bounds (or given with
-            a backend object), ``on_event`` is not a plain callable, or
-            ``client`` is neither a ``redis.Redis`` nor a lease backend (a ``TypeError`` too when
-            it is one of the asyncio face's).
+            a backend object), ``on_event`` is not a plain callable, or ``client`` is neither a
+            ``redis.Redis`` nor a lease backend of this face (a client or backend of the
+            other face raises it as a subclass that is also a ``TypeError``).
     """
 
     _with_what = "LeaseManager"
-    # A hold of a key this thread already holds through this manager would wait for itself; a
-    # semaphore's slot manager turns this off (a semaphore has many holders of one name).
+    # A hold of a key the caller's thread or task already holds through this manager would wait
+    # for itself; a semaphore's slot manager turns this off (a semaphore has many holders of one
+    # name).
     _refuse_nested: bool = True
 
     def _backend_for(
@@ -106,28 +160,28 @@ class LeaseManager(WithOnly, _ManagerBase, Operations):
             return RedisBackend(client, prefix, owns_client=owns_client)
         if isinstance(client, redis.RedisCluster):
             return RedisClusterBackend(client, prefix, owns_client=owns_client)
-        check_backend(client, asyncio=False)
+        check_lease_backend(client, _SYNC_BACKENDS)
         return client
 
     @staticmethod
     def _drop_unused(backend: LeaseBackend) -> None:
-        backend.close()
+        drop_unused(backend)
 
     def _init_face(self) -> None:
         # Waiting acquirers are woken by the release where the backend can (see _handoff);
         # other stores are polled on the manager's clock.
         self._release_waiter = release_waiter_for(self._backend, self._clock)
-        # Final releases (hold's end, close) run here, so a hung store cannot hold the caller.
-        self._releases = BoundedCalls("fencedlease-release")
-        # ... or on the caller's thread, on a connection of the manager's own (a plain Redis).
-        backend = self._backend
-        self._caller = (
-            CallerReleases.for_backend(backend) if isinstance(backend, RedisBackend) else None
-        )
-        self._lock = threading.Lock()  # guards _closed and _holds
-        self._holds: dict[Lease, int] = {}  # leases inside hold() now -> the holding thread
-        self._close_done = threading.Event()  # set once close() has its report
-        self._slots: _SlotManager | None = None  # its semaphores' slots (the first semaphore())
+        self._lock = Lock()  # guards _closed, _holds and _slots
+        self._holds: set[_Hold] = set()
+        # The releases and clean-ups off the caller's path, which close() waits for.
+        self._chores = Spawns("fencedlease-release", RELEASE_WORKERS + CLEANUP_WORKERS)
+        self._cleanups = Slots(CLEANUP_WORKERS)  # release_abandoned's slots
+        # Or on the caller's own thread, for the sync face's plain Redis (see _redis.caller).
+        self._releases = FinalReleases(self._backend, caller_releases_for(self._backend))
+        self._close_done = Event()  # set once close() has its report
+        self._close_task: Detached[ShutdownReport] | None = None
+        self._close_caller: object = None  # the thread or task that called close()
+        self._slots: _SlotManager | None = None  # its semaphores' slots
 
     @property
     def renewer(self) -> Renewer:
@@ -142,25 +196,33 @@ class LeaseManager(WithOnly, _ManagerBase, Operations):
 
     def close(self, timeout_ms: int | None = None) -> ShutdownReport:
         """Stop renewing, release every lease still held in
-        [`hold`][fencedlease.LeaseManager.hold]/[`with_lease`][fencedlease.LeaseManager.with_lease],
-        and close the client if the manager made it. Idempotent.
+        [`hold`][fencedlease.LeaseManager.hold]/
+        [`with_lease`][fencedlease.LeaseManager.with_lease], and close the client if the
+        manager made it. Idempotent.
 
         Each such lease is first marked lost (reason: the manager was closed), so its body sees
-        ``lease.lost``, ``lease.wait_lost()`` returns, and the ``with`` block ends in
-        [`LeaseLostError`][fencedlease.LeaseLostError]; then it is released with its owner token.
-        The releases and the joining of the renewer's threads take ``timeout_ms`` milliseconds at
-        most (default: 1,000, or ``FENCEDLEASE_SHUTDOWN_TIMEOUT_MS`` for a manager made by
-        [`from_env`][fencedlease.LeaseManager.from_env]): a lease whose release got no reply in
-        time lapses at its TTL, and a thread blocked on a hung store ends at the client's socket
-        timeout. Leases taken with [`acquire`][fencedlease.LeaseManager.acquire] are the caller's
-        and are left alone. In a process forked from the one that made the manager, no lease of
-        the parent's is touched.
+        ``lease.lost`` (on the asyncio face it is cancelled), ``lease.wait_lost()`` returns, and
+        the block ends in [`LeaseLostError`][fencedlease.LeaseLostError]; then it is released with
+        its owner token. The releases, the clean-ups and the renewer get ``timeout_ms``
+        milliseconds at most (default 1,000, or ``FENCEDLEASE_SHUTDOWN_TIMEOUT_MS`` for a manager
+        made by [`from_env`][fencedlease.LeaseManager.from_env]): a lease whose release
+        got no reply in time lapses at its TTL (the asyncio face cancels the release; a sync
+        thread blocked on a hung store ends at the client's socket timeout). Leases taken with
+        [`acquire`][fencedlease.LeaseManager.acquire] are the caller's and are left
+        alone. In a process forked from the one that made the manager, no lease of the parent's
+        is touched.
+
+        The teardown runs to its end whatever happens to the caller: on the asyncio face
+        ``close()`` inside a [`hold`][fencedlease.LeaseManager.hold] body is cancelled
+        with that body (its lease is marked lost), yet the releases and the closing of the
+        client still run to the end, and the block ends after them.
 
         Returns:
             [`ShutdownReport`][fencedlease.ShutdownReport]: the leases not released and the
-            threads not ended in time (``complete`` when none; each lease not released is
-            also logged as a warning). A later call returns the first call's report (waiting
-            ``timeout_ms`` at most for it; still under way then: one with ``unfinished=1``).
+            workers not ended in time (threads still running, or clean-up tasks cancelled at the
+            bound; ``complete`` when none; each lease not released is also logged as a warning).
+            A later call returns the first call's report (waiting ``timeout_ms`` at most for it;
+            still under way then: one with ``unfinished=1``).
 
         Raises:
             ValidationError: ``timeout_ms`` is not an int in 0..2,147,483,647.
@@ -170,59 +232,72 @@ class LeaseManager(WithOnly, _ManagerBase, Operations):
         with self._lock:
             closing = self._closed
             self._closed = True
-            if not closing:
-                holds, self._holds = list(self._holds), {}
-        if closing:  # another call closes (or closed) it: its report, once there
-            if self._shutdown is None:
+        if closing:
+            if self._forked:  # an inert child: nothing of its own to close
+                return self._shutdown or ShutdownReport(timeout_ms=bound_ms)
+            if self._shutdown is None:  # another call closes it: its report, once there
                 self._close_done.wait(bound_ms / 1000)
             return later_close_report(self._shutdown, bound_ms)
+        self._close_caller = current_caller()
+        # The teardown must not stop half-way (an owned client left open, a second close()
+        # doing nothing) when the caller is cancelled: inside a hold body whose lease it marks
+        # lost, for one.
+        self._close_task = teardown = Detached(
+            "fencedlease-close", lambda: self._teardown(bound_ms)
+        )
+        return teardown.result()
+
+    def _teardown(self, bound_ms: int) -> ShutdownReport:
+        """close()'s work: stop the renewer, release the holds, close the hand-off and the
+        backend; `_close_done` is set at the end, whatever happened."""
         start = time.monotonic()
         until = start + bound_ms / 1000
-        if self._slots is not None:
-            self._slots.close(round(max(0.0, until - time.monotonic()) * 1000))
-        unfinished = self._renewer.close(until)
-        pending = []
-        for lease in holds:
-            if close_releases(lease._state):
-                pending.append((lease.key, self._releases.submit(lease.release)))
-        if pending:
-            wait_futures([f for _, f in pending], timeout=max(0.0, until - time.monotonic()))
-        unreleased = []
-        for key, future in pending:
-            error = future.exception(0) if future.done() else f"no reply within {bound_ms} ms"
-            if error is not None:
-                unreleased.append(key)
-                log.warning("fencedlease: close() could not release %r (it lapses at its ttl): %s",
-                            key, error)  # fmt: skip
-        unfinished += self._releases.close(until)
-        if self._caller is not None:
-            unfinished += self._caller.close(until)
-        self._release_waiter.close(until)
-        elapsed_ms = (time.monotonic() - start) * 1000
-        self._shutdown = report = ShutdownReport(
-            tuple(unreleased), unfinished, elapsed_ms, bound_ms
-        )
-        log_incomplete(report)
-        self._close_done.set()
-        self._backend.close()
-        return report
+        try:
+            with self._lock:
+                holds, self._holds = list(self._holds), set()
+                slots = self._slots
+            if slots is not None:
+                slots.close(round(max(0.0, until - time.monotonic()) * 1000))
+            unfinished = self._renewer.close(until)
+            releases: dict[Call[Any], str] = {}
+            for hold in holds:
+                lease = hold.lease
+                if lease is not None and close_releases(lease._state):
+                    releases[self._spawn("fencedlease-release", lease.release)] = lease.key
+            late, running = self._chores.finish(until, releases)
+            unreleased = report_unreleased(releases, late, bound_ms)
+            unfinished += running + self._releases.close(until)
+            close_waiter(self._release_waiter, until)
+            elapsed_ms = (time.monotonic() - start) * 1000
+            self._shutdown = report = ShutdownReport(unreleased, unfinished, elapsed_ms, bound_ms)
+            log_incomplete(report)
+            self._backend.close()
+            return report
+        finally:
+            self._close_done.set()
 
     def _after_fork_in_child(self) -> None:
-        """In a forked child (see `fencedlease._core.fork`): new locks, no threads, no holds
-        (the parent's leases are the parent's). No I/O."""
-        self._lock = threading.Lock()
-        self._close_done = threading.Event()  # a report made before the fork is kept
-        self._holds = {}
+        """In a forked child (see `fencedlease._core.fork`): no holds, no workers (the parent's
+        leases are the parent's), and no I/O. On the asyncio face the manager is inert there: the
+        loop, the tasks and the connections are the parent's, and nothing of theirs is touched
+        (a cancel would close the parent's sockets in a selector shared with the parent)."""
+        self._lock = Lock()
+        self._holds = set()
         self._renewer._after_fork_in_child()
+        self._chores._after_fork_in_child()
+        if FORK_INERT:
+            self._forked = self._closed = True
+            self._close_task = None
+            return
+        self._close_done = Event()  # a report made before the fork is kept
         self._releases._after_fork_in_child()
-        if self._caller is not None:
-            self._caller._after_fork_in_child()
-        self._release_waiter._after_fork_in_child()
+        waiter_after_fork(self._release_waiter)
 
     def semaphore(self, name: str, *, limit: int) -> Semaphore:
-        """A [`Semaphore`][fencedlease.Semaphore]: at most ``limit`` holders of ``name`` at once,
-        each slot a fenced lease under [`hold`][fencedlease.LeaseManager.hold]'s policy. The slots
-        of every semaphore of the manager share one renewer; closed with the manager.
+        """An [`Semaphore`][fencedlease.Semaphore]: at most ``limit`` holders of
+        ``name`` at once, each slot a fenced lease under
+        [`hold`][fencedlease.LeaseManager.hold]'s policy. The slots of every semaphore of
+        the manager share one renewer; closed with the manager.
 
         Raises:
             ValidationError: ``name`` not a non-empty str, ``limit`` not an int in 1..10,000, or
@@ -231,184 +306,37 @@ class LeaseManager(WithOnly, _ManagerBase, Operations):
         """
         self._check_open()
         key = (check_key(name, "name"), check_limit(limit))
-        if self._slots is None:
-            made = slot_manager_for(self)  # outside the lock: SQLite makes its tables here
-            with self._lock:
-                if self._slots is None and not self._closed:
-                    self._slots = made
-            if self._slots is not made:
-                made.close()  # another thread's came first, or close() ran: it started nothing
-        if self._slots is None or self._closed:
+        with self._lock:  # one slot manager, and none made once close() has begun
+            if self._slots is None and not self._closed:
+                self._slots = slot_manager_for(self)  # SQLite makes its tables here
+            slots = self._slots
+        if slots is None or self._closed:
             raise ManagerClosedError()
-        return Semaphore(self._slots, *key)
+        return Semaphore(slots, *key)
 
-    # -- acquiring --------------------------------------------------------------------------
-
-    def _release_later(self, key: str, owner_token: str) -> None:
-        self._renewer.submit_release(key, owner_token)
-
-    def _abandon(self, key: str, owner_token: str, exc: BaseException) -> None:
-        """Release what a failed or interrupted acquire may hold under ``owner_token``.
-
-        A store error: in the background, so the failing call keeps its time bound (a stalled
-        Redis would stall the cleanup too). An interrupt: right here, since the process may be
-        on its way out."""
-        if isinstance(exc, Exception):
-            self._renewer.submit_release(key, owner_token)
-            return
-        if self._closed:
-            return  # the client is closed; such a grant lapses at its TTL
-        try:
-            self._backend.release(key, owner_token)
-        except BackendError as cleanup:
-            add_note = getattr(exc, "add_note", None)  # Python 3.11+
-            if add_note is not None:
-                add_note(f"fencedlease: release after the interrupt failed: {cleanup}")
-
-    def _hold(self, args: HoldArgs) -> AbstractContextManager[Lease]:
-        return with_only(self._held(args), "LeaseManager.hold()")
-
-    @contextmanager
-    def _held(self, args: HoldArgs) -> Iterator[Lease]:
-        if self._closed:
-            raise ManagerClosedError()
-        if self._refuse_nested and self._holds_here(args.key):
-            raise NestedHoldError(args.key)
-        lease = self._acquire(
-            args.key, args.ttl_ms, args.wait_ms, args.retry_delay_ms, args.heartbeat
-        ).lease
-        if lease is None:
-            raise LeaseNotAcquiredError(args.key)
-        with self._renewed(lease, args.heartbeat, args.on_renew_error):
-            yield lease
+    def _hold(self, args: HoldArgs) -> _Hold:
+        return _Hold(self, args)
 
     def _in_hold(self, lease: Lease) -> bool:
         with self._lock:
-            return lease in self._holds
+            return any(hold.lease is lease for hold in self._holds)
 
-    def _keep_alive_block(self, lease: Lease, args: HoldArgs) -> AbstractContextManager[Lease]:
-        return with_only(self._kept_alive(lease, args), "LeaseManager.keep_alive()")
-
-    @contextmanager
-    def _kept_alive(self, lease: Lease, args: HoldArgs) -> Iterator[Lease]:
-        self._check_open()
-        if lease._state.check_deadline(self._clock.monotonic()):
-            raise lease._lost_error()
-        with self._renewed(lease, args.heartbeat, args.on_renew_error):
-            yield lease
-
-    def _holds_here(self, key: str) -> bool:
-        """Whether this thread is inside a hold (or keep_alive) of ``key`` whose lease is held."""
-        me = threading.get_ident()
-        with self._lock:
-            return any(
-                thread == me
-                and lease.key == key
-                and not (lease._state.lost or lease._state.released)
-                for lease, thread in self._holds.items()
-            )
-
-    @contextmanager
-    def _renewed(
-        self,
-        lease: Lease,
-        heartbeat: int | Literal[False],
-        on_renew_error: Callable[[BaseException], object] | None,
-    ) -> Iterator[None]:
-        """``lease`` among the holds and under the renewer for the block, then released and its
-        outcome raised (`hold_outcome`)."""
-        state = lease._state
-        with self._lock:
-            closed = self._closed
-            if not closed:
-                self._holds[lease] = threading.get_ident()
-        if closed:
-            self._release_now(lease)  # closed meanwhile: never leave the lease held for nobody
-            raise ManagerClosedError()
-        if heartbeat is not False:
-            try:
-                lease._entry = self._renewer.add(state, heartbeat, on_renew_error)
-            except BaseException:
-                with self._lock:
-                    self._holds.pop(lease, None)
-                self._release_now(lease)
-                raise
-            lease._renewer = self._renewer
-        try:
-            yield
-        except BaseException:
-            self._finish(lease, body_failed=True)
-            raise
-        self._finish(lease, body_failed=False)
-
-    def _release_now(self, lease: Lease) -> bool:
-        """Release ``lease``, waiting `release_bound_s`, and on while
-        renewals still move the lease's deadline (`release_wait_more_s`).
-
-        Raises:
-            BackendError: the store failed or did not answer in time (the lease lapses at its
-                TTL then).
-        """
-        state = lease._state
-        if state.inherited():
-            return False  # no I/O on the parent's lease (see _fork)
-        clock = self._clock
-        what = f"release {state.key!r}"
-
-        def more_s() -> float | None:
-            return release_wait_more_s(state, clock.monotonic())
-
-        caller = self._caller
-        conn = caller.take() if caller is not None else None
-        if caller is None or conn is None:
-            return self._releases.run(
-                lease.release, release_bound_s(state, clock.monotonic()), what, more_s
-            )
-        # One give-up instant for the whole release: the caller's read, then the worker's.
-        started = clock.monotonic()
-        give_up = started + release_bound_s(state, started)
-
-        def on_worker(key: str, owner_token: str) -> bool:
-            left, backend = max(0.0, give_up - clock.monotonic()), self._backend
-            return self._releases.run(lambda: backend.release(key, owner_token), left, what, more_s)
-
-        return lease._release_on(caller.release(conn, give_up, clock.monotonic, more_s, on_worker))
-
-    def _finish(self, lease: Lease, *, body_failed: bool) -> None:
-        state = lease._state
-        with self._lock:
-            self._holds.pop(lease, None)
-            closed = self._closed
-        release_error = None
-        if hold_releases(state, closed, self._clock.monotonic()):
-            try:
-                self._release_now(lease)
-            except BackendError as exc:
-                release_error = exc
-        error = hold_outcome(lease, body_failed, release_error)
-        if error is release_error and error is not None:
-            raise error
-        if error is not None:
-            raise error from None
+    def _keep_alive_block(self, lease: Lease, args: HoldArgs) -> _Hold:
+        return _Hold(self, args, lease)
 
     def _with_lease(
-        self, key: str, fn: Callable[[Lease], T], hold: AbstractContextManager[Lease]
+        self,
+        key: str,
+        fn: Callable[[Lease], T],
+        hold: AbstractContextManager[Lease],
     ) -> LeaseOutcome[T]:
         held = False  # set once the body is entered: later errors are fn's own
         try:
             with hold as lease:
                 held = True
-                value = fn(lease)
+                value = call_body(fn, lease)
         except LeaseNotAcquiredError as exc:
             if held or isinstance(exc, NestedHoldError):  # fn's own, or a mistake: not skipped
                 raise
             return LeaseOutcome(key, False)
-        if inspect.isawaitable(value):
-            if inspect.iscoroutine(value):
-                value.close()  # never awaited: close it rather than leave a warning behind
-            raise ArgumentTypeError(
-                "fn",
-                "fn returned an awaitable that LeaseManager.with_lease cannot await; use"
-                " fencedlease.aio.AsyncLeaseManager.with_lease",
-            )
         return LeaseOutcome(key, True, value, lease)

@@ -13,12 +13,15 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from fencedlease._core import fork as _fork
 from fencedlease._core.clock import Clock
 from fencedlease._core.state import LeaseState
 from fencedlease._core.threads import DaemonThreadPool, shutdown_pool
+
+if TYPE_CHECKING:
+    pass
 
 __all__ = [
     "LOG_NAME",
