@@ -16,7 +16,7 @@ import pytest
 from redis.crc import key_slot
 
 from conftest import started_cluster, wait_until
-from fencedlease import LeaseEvent, LeaseLostError, LeaseManager
+from fencedlease import AcquireResult, BackendError, LeaseEvent, LeaseLostError, LeaseManager
 from fencedlease._redis.keys import fence_key, lease_key
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease_lab.servers.cluster import RedisClusterServers
@@ -34,15 +34,20 @@ def _node_id(server: RedisServer) -> str:
         return str(node.execute_command("CLUSTER MYID").decode())
 
 
-def _migrate(
-    cluster: RedisClusterServers, slot: int, source: RedisServer, target: RedisServer
-) -> None:
-    """Move ``slot`` with its keys from ``source`` to ``target`` the way a reshard does:
-    ``IMPORTING`` on the target, ``MIGRATING`` on the source, its keys sent with ``MIGRATE``,
-    then every node told the slot's new node."""
+def _start_migration(slot: int, source: RedisServer, target: RedisServer) -> None:
+    """The start of a reshard of ``slot``: ``IMPORTING`` on the target, ``MIGRATING`` on the
+    source."""
     with target.client() as to, source.client() as source_node:
         to.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", _node_id(source))
         source_node.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", _node_id(target))
+
+
+def _migrate_rest(
+    cluster: RedisClusterServers, slot: int, source: RedisServer, target: RedisServer
+) -> None:
+    """The end of a reshard of ``slot``: its keys sent with ``MIGRATE``, then every node told
+    the slot's new node."""
+    with source.client() as source_node:
         keys = source_node.execute_command("CLUSTER GETKEYSINSLOT", slot, 1000)
         if keys:
             source_node.execute_command(
@@ -52,6 +57,14 @@ def _migrate(
     for server in [target, source, *(s for s in cluster.servers if s not in (source, target))]:
         with server.client() as node:
             node.execute_command("CLUSTER SETSLOT", slot, "NODE", new_node)
+
+
+def _migrate(
+    cluster: RedisClusterServers, slot: int, source: RedisServer, target: RedisServer
+) -> None:
+    """Move ``slot`` with its keys from ``source`` to ``target`` the way a reshard does."""
+    _start_migration(slot, source, target)
+    _migrate_rest(cluster, slot, source, target)
 
 
 @pytest.mark.parametrize("face", ["sync", "asyncio"])
@@ -131,6 +144,10 @@ def test_a_slot_migration_while_renewing_is_no_primary_change(
         ]
     finally:
         _migrate(redis_cluster, slot, target, source)
+
+
+def _token(result: AcquireResult) -> int | None:
+    return None if result.lease is None else result.lease.fencing_token
 
 
 def with_target(target: RedisServer, prefix: str, key: str) -> bool:
@@ -288,3 +305,56 @@ def test_with_full_coverage_a_stalled_primary_costs_every_shard_its_leases(
     stalled, others = _keys_by_node(fast_failing_cluster, "stall-yes")
     assert down == [True, True]
     assert renewals.lost == set(stalled + others)
+
+
+def _tryagains(server: RedisServer) -> int:
+    """How many ``TRYAGAIN`` replies ``server`` has sent (``INFO errorstats``)."""
+    with server.client(socket_timeout=5) as node:
+        stats = node.info("errorstats")
+    return int(stats.get("errorstat_TRYAGAIN", {}).get("count", 0))
+
+
+def test_an_acquire_during_a_slot_migration_waits_it_out(
+    redis_cluster: RedisClusterServers,
+) -> None:
+    """While a name's slot is being migrated (its counter still on the source, the lease free)
+    every node turns the acquire away with TRYAGAIN: a fail-fast acquire raises a busy
+    BackendError, one with time left waits until the slot has moved and is granted the next
+    token on the slot's new node."""
+    prefix, key = "migrating", "job"
+    slot = _slot(prefix, key)
+    source = redis_cluster.node_for_slot(slot)
+    target = next(s for s in redis_cluster.servers if s is not source)
+    with LeaseManager.from_url(redis_cluster.url, prefix=prefix) as leases:
+        first = leases.acquire(key, ttl_ms=3000)
+        assert first.lease is not None
+        token = first.lease.fencing_token
+        first.lease.release()
+        _start_migration(slot, source, target)
+        try:
+            with pytest.raises(BackendError) as caught:
+                leases.acquire(key, ttl_ms=3000)
+            assert (str(caught.value), caught.value.busy) == (
+                f"acquire {key!r}: ClusterError: TTL exhausted.",
+                True,
+            )
+            turned_away = _tryagains(source)
+            got: list[int | None] = []
+            waiting = threading.Thread(
+                target=lambda: got.append(_token(leases.acquire(key, ttl_ms=3000, wait_ms=60_000)))
+            )
+            waiting.start()
+            # redis-py tries a call 16 times: an acquire that gave up after its resend (and
+            # the release of its cleanup) is turned away 48 times at most
+            wait_until(
+                lambda: _tryagains(source) > turned_away + 6 * 16,
+                "the waiting acquire turned away six times",
+                timeout_s=30.0,
+                poll_s=0.01,
+            )
+        finally:
+            _migrate_rest(redis_cluster, slot, source, target)
+        waiting.join(60)
+        assert token is not None and got == [token + 1]
+        assert with_target(target, prefix, key)
+    _migrate(redis_cluster, slot, target, source)
