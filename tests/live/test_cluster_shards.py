@@ -11,6 +11,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
+from typing import Any
 
 import pytest
 from redis.crc import key_slot
@@ -290,14 +291,12 @@ def test_with_full_coverage_a_stalled_primary_costs_every_shard_its_leases(
 
     def during(stalled: list[str], others: list[str]) -> None:
         for server in fast_failing_cluster.servers[1:]:
-            with server.client(socket_timeout=5) as node:
-                wait_until(
-                    lambda: node.execute_command("CLUSTER INFO")["cluster_state"] == "fail",
-                    "a healthy node in cluster_state:fail",
-                    timeout_s=30.0,
-                    poll_s=0.05,
-                )
-                down.append(True)
+            _until_node(
+                server,
+                lambda node: node.execute_command("CLUSTER INFO")["cluster_state"] == "fail",
+                "a healthy node in cluster_state:fail",
+            )
+            down.append(True)
         renewals.expect_lost(stalled + others)
         assert renewals.all_lost.wait(30)
 
@@ -305,6 +304,12 @@ def test_with_full_coverage_a_stalled_primary_costs_every_shard_its_leases(
     stalled, others = _keys_by_node(fast_failing_cluster, "stall-yes")
     assert down == [True, True]
     assert renewals.lost == set(stalled + others)
+
+
+def _until_node(server: RedisServer, holds: Callable[[Any], bool], what: str) -> None:
+    """Poll ``server`` until ``holds(its client)``, for a state of the cluster no event tells."""
+    with server.client(socket_timeout=5) as node:
+        wait_until(lambda: holds(node), what, timeout_s=60.0, poll_s=0.02)
 
 
 def _tryagains(server: RedisServer) -> int:
@@ -358,3 +363,78 @@ def test_an_acquire_during_a_slot_migration_waits_it_out(
         assert token is not None and got == [token + 1]
         assert with_target(target, prefix, key)
     _migrate(redis_cluster, slot, target, source)
+
+
+@pytest.fixture
+def failing_over_cluster() -> Iterator[RedisClusterServers]:
+    """Three primaries with a replica each; a primary silent for a second is failed over."""
+    yield from started_cluster(RedisClusterServers(3, replicas=1, node_timeout_ms=1000))
+
+
+class _Refreshes:
+    """Counts the slot-map reads of a cluster client (its ``nodes_manager.initialize``) and
+    notes the count when `mark` is called."""
+
+    def __init__(self, nodes_manager: Any) -> None:
+        self.count = 0
+        self.marked: int | None = None
+        original = nodes_manager.initialize
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.count += 1
+
+        nodes_manager.initialize = counted
+
+    def mark(self) -> None:
+        self.marked = self.count
+
+
+@pytest.mark.parametrize("fault", ["kill", "stall"])
+def test_after_a_promotion_the_new_primary_is_reached_within_two_slot_map_reads(
+    failing_over_cluster: RedisClusterServers, fault: str
+) -> None:
+    """A primary killed (or stalled) until its replica is promoted: the next acquire of a name
+    of its slot is granted by the new primary after at most two slot-map reads from the moment
+    the promotion is seen (the first may still come from a node that has not heard of it; the
+    next follows redis-py's refresh interval, a second)."""
+    cluster = failing_over_cluster
+    prefix = f"promote-{fault}"
+    primary = cluster.servers[0]
+    (replica,) = cluster.replicas_of[primary.port]
+    key = next(
+        k
+        for k in (f"job:{i}" for i in range(200))
+        if cluster.node_for_slot(_slot(prefix, k)) is primary
+    )
+    with LeaseManager.from_url(cluster.url, prefix=prefix) as leases:
+        first = leases.acquire(key, ttl_ms=3000)
+        assert first.lease is not None
+        first.lease.release()
+        refreshes = _Refreshes(leases.backend.cluster.nodes_manager)  # type: ignore[attr-defined]
+        if fault == "kill":
+            primary.kill()
+        else:
+            primary.pause()
+        try:
+            _until_node(
+                replica, lambda node: node.info("replication")["role"] == "master", "a promotion"
+            )
+            refreshes.mark()
+            granted: AcquireResult | None = None
+            for _ in range(10):
+                try:
+                    granted = leases.acquire(key, ttl_ms=3000)
+                    break
+                except BackendError:
+                    continue
+            assert granted is not None and granted.lease is not None
+            with replica.client(socket_timeout=5) as node:
+                assert node.get(lease_key(prefix, key)) is not None
+            assert refreshes.marked is not None
+            assert refreshes.count - refreshes.marked <= 2
+        finally:
+            if fault == "stall":
+                primary.resume()
