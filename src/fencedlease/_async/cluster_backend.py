@@ -24,6 +24,7 @@ from fencedlease._core.errors import BackendError
 from fencedlease._redis.cluster import (
     AckedCall,
     NodeReplies,
+    SlotWatch,
     by_node,
     check_shard_timeout,
     merge_nodes,
@@ -34,7 +35,7 @@ from fencedlease._redis.cluster import (
 from fencedlease._redis.errors import Redirected, ScriptNotLoaded, backend_errors
 from fencedlease._redis.eviction import policy_of
 from fencedlease._redis.keys import lease_key, lease_keys, renew_many_args
-from fencedlease._redis.replication import Fencing, PrimaryWatch
+from fencedlease._redis.replication import Fencing
 from fencedlease._redis.replies import decode_release, decode_renew_many
 from fencedlease._redis.scripts import RELEASE, RENEW_MANY, Script, acked_replies
 
@@ -102,7 +103,7 @@ class AsyncRedisClusterBackend(AsyncRedisBackend):
             fencing=fencing,
         )
         self.cluster = client
-        self.primary = PrimaryWatch(lambda key: key_slot(lease_key(self.prefix, key).encode()))
+        self.primary = SlotWatch(lambda key: key_slot(lease_key(self.prefix, key).encode()), client)
         self._bound_ms = check_shard_timeout(shard_timeout_ms)
         self._workers = NodeWorkers()
 

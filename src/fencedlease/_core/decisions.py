@@ -130,7 +130,9 @@ def acquire_steps(
 ) -> Generator[AcquireStep, AcquireReply | bool, AcquireEnd]:
     """The acquire loop of both faces (see the module docstring): send, resend once after an
     ambiguous error (`AcquireAttempt.may_resend`), return a grant, or wait and try again
-    until the budget is spent (the wait that spends it is followed by one last attempt).
+    until the budget is spent (the wait that spends it is followed by one last attempt). A
+    ``busy`` error (the store turned the acquire away for a while: a cluster slot migrating) is
+    waited out as a refusal is, and raised once the budget is spent.
 
     ``queues``: the release waiter queues the caller for a hand-off (Redis).
 
@@ -149,22 +151,31 @@ def acquire_steps(
         attempt.leaving = False  # the face sets it when the acquire carries the leaving
         if plan is not None:  # the acquire may queue the caller, sent from now on
             attempt.queueing()
+        busy: BackendError | None = None
         try:
             reply = yield SendAcquire(leave=leave) if plan is None else SendAcquire(*plan)
         except BackendError as exc:
-            if never_sent(exc):  # the acquire never left: it queued nobody
+            if never_sent(exc) or exc.busy:  # the acquire never ran: it queued nobody
                 attempt.queued = queued_before
-            if not attempt.may_resend(exc):
+            if exc.busy:  # turned away for a while (a slot migrating): wait as if refused
+                attempt.may_resend(exc)  # notes a possible earlier write, for the cleanup
+                busy, reply = exc, None
+            elif not attempt.may_resend(exc):
                 raise
-            attempt.sending()
-            reply = yield SendAcquire(leave=leave)
-        reply = cast(AcquireReply, reply)  # the answer to SendAcquire (any reply-shaped object)
-        if reply.acquired:
-            return AcquireEnd(attempt.granted(reply))
-        if attempt.leaving:  # refused, and out of the queue: nothing can be handed to it now
-            attempt.queued = False
+            else:
+                attempt.sending()
+                reply = yield SendAcquire(leave=leave)
+        if busy is None:
+            reply = cast(AcquireReply, reply)  # the answer to SendAcquire (any reply-shaped)
+            if reply.acquired:
+                return AcquireEnd(attempt.granted(reply))
+            if attempt.leaving:  # refused, and out of the queue: nothing can be handed to it
+                attempt.queued = False
         delay = attempt.not_acquired()
         if delay is None:
+            if busy is not None:  # still turned away when the wait budget is spent
+                raise busy
+            reply = cast(AcquireReply, reply)
             if reply.refused is not None:  # a grant taken back (too few replica acks): say why
                 raise reply.refused
             return AcquireEnd(None, reply.ttl_ms, leave_queue=attempt.uncertain)
@@ -175,9 +186,11 @@ def acquire_steps(
         try:
             answer = yield WaitForRelease(delay, attempt.final_wait)
         except BackendError as exc:
-            if never_sent(exc):  # the queueing command never left: not queued by it
+            if never_sent(exc) or exc.busy:  # the queueing command never ran: not queued by it
                 attempt.queued = queued_before
-            raise
+            if not exc.busy:
+                raise
+            continue  # turned away too (a slot migrating): the next attempt, within the budget
         if answer is True:
             raise ManagerClosedError(ManagerClosedError.WHILE_WAITING)
         if isinstance(answer, AcquireReply):

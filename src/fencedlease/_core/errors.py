@@ -241,19 +241,32 @@ class BackendError(FencedLeaseError):
       granted must be released with the same owner token), else ``"no"``.
     - ``timed_out``: a ``"maybe"`` that is a timeout (the store may be stalled), not a dropped
       connection.
+    - ``busy``: the store turned the command away for a while, running nothing on its last try
+      (a Redis Cluster slot being migrated to another node answers ``TRYAGAIN`` to a script
+      whose keys are split between the two): an acquire with time left in its ``wait_ms`` waits
+      and tries again, as after a refusal, instead of failing.
 
     The defaults, ``sent="yes"``, ``wrote="no"``, fit a store that answers every command
     atomically (memory, SQLite: a failed transaction wrote nothing); the Redis adapter classifies
     redis-py's errors (`fencedlease._redis.errors`).
     """
 
+    busy: bool = False  # also for a subclass whose __init__ does not call this one
+
     def __init__(
-        self, message: str, *, sent: Sent = "yes", wrote: Wrote = "no", timed_out: bool = False
+        self,
+        message: str,
+        *,
+        sent: Sent = "yes",
+        wrote: Wrote = "no",
+        timed_out: bool = False,
+        busy: bool = False,
     ) -> None:
         super().__init__(message)
         self.sent: Sent = sent
         self.wrote: Wrote = wrote
         self.timed_out = timed_out
+        self.busy = busy
 
 
 def no_reply(what: str, waited_s: float) -> BackendError:

@@ -21,6 +21,7 @@ from redis.connection import parse_url
 from redis.crc import key_slot
 
 from fencedlease._core.errors import BackendError
+from fencedlease._core.protocol import AcquireReply
 from fencedlease._core.redact import redact_text, redact_url, url_error
 from fencedlease._core.urls import cluster_url_options
 from fencedlease._core.validate import check_ms
@@ -28,7 +29,7 @@ from fencedlease._core.validate import check_ms
 from .errors import backend_errors, without_secrets
 from .keys import lease_key
 from .options import check_connection_options, check_url_query
-from .replication import GrantOptions
+from .replication import GrantOptions, PrimaryWatch, log
 from .replies import text
 from .scripts import AckedCall
 
@@ -38,6 +39,7 @@ __all__ = [
     "SHARD_SLICE_S",
     "AckedCall",
     "NodeReplies",
+    "SlotWatch",
     "by_node",
     "check_shard_timeout",
     "cluster_client",
@@ -109,6 +111,89 @@ def node_name(cluster: Any, slot: int) -> str:
         return str(cluster.nodes_manager.get_node_from_slot(slot).name)
     except Exception:  # no slot map yet, or the slot is not covered
         return f"slot:{slot}"
+
+
+SlotHome = tuple[str, tuple[str, ...]]
+"""Where a slot lives in a cluster client's map: its primary's name and the names of its shard's
+nodes (the primary and its replicas)."""
+
+
+def slot_home(cluster: Any, slot: int) -> SlotHome | None:
+    """Where ``slot`` lives in the slot map of a cluster client of either face; None before the
+    map is read or for a slot no node serves. No I/O."""
+    nodes = cluster.nodes_manager.slots_cache.get(slot)
+    if not nodes:
+        return None
+    names = tuple(str(node.name) for node in nodes)
+    return names[0], names
+
+
+def primary_names(cluster: Any) -> frozenset[str]:
+    """The names of every primary in a cluster client's map (of either face). No I/O."""
+    return frozenset(
+        str(node.name)
+        for node in list(cluster.nodes_manager.nodes_cache.values())
+        if node.server_type == "primary"
+    )
+
+
+def migrated(before: SlotHome, now: str, primaries: frozenset[str]) -> bool:
+    """Whether a slot that lived at ``before`` and is now served by primary ``now`` was migrated
+    to another shard rather than failed over: ``now`` was no node of the slot's shard (a
+    failover promotes one of its replicas), and the slot's former primary is still a primary (a
+    failover demotes it, or it is gone). A slot whose former primary lost its last slot, or a
+    replica the client had not heard of, counts as a failover: a rollback is never let pass in
+    silence."""
+    return now not in before[1] and before[0] in primaries
+
+
+class SlotWatch(PrimaryWatch):
+    """The `PrimaryWatch` of a Redis Cluster: each hash slot's primary watched apart (``slot_of``
+    a name), and a slot migration (``CLUSTER SETSLOT ... NODE``, a reshard: the slot's keys,
+    counter included, moved with ``MIGRATE`` to another shard's primary, which has a replication
+    id of its own) told from a failover by where the slot lived in ``cluster``'s map at the
+    previous acquire (`migrated`). A migration is logged at INFO and counted in `migrations`,
+    not in ``changes``: no event, no warning. Thread-safe; no I/O."""
+
+    def __init__(self, slot_of: Callable[[str], int], cluster: Any) -> None:
+        super().__init__(slot_of)
+        self._slot_of = slot_of
+        self._cluster = cluster
+        self._homes: dict[int, SlotHome] = {}
+        self.migrations = 0
+
+    def seen(self, reply: AcquireReply, key: str) -> None:
+        """Note the primary that answered ``reply`` and where ``key``'s slot lives now; a
+        migration is noted as such, any other change as `PrimaryWatch.seen` does."""
+        primary = reply.primary_id
+        if primary is None:
+            return
+        slot = self._slot_of(key)
+        home = slot_home(self._cluster, slot)
+        before = self._homes.get(slot)
+        if home is None:
+            super().seen(reply, key)
+            return
+        self._homes[slot] = home
+        if before is None or before[0] == home[0]:
+            super().seen(reply, key)
+            return
+        if not migrated(before, home[0], primary_names(self._cluster)):
+            super().seen(reply, key)
+            return
+        with self._lock:
+            if self._ids.get(slot) == primary:
+                return
+            self._ids[slot] = primary
+            self.primary_id = primary
+            self.migrations += 1
+        log.info(
+            "fencedlease: slot %d of %r moved from %s to %s: a slot migration, not a failover",
+            slot,
+            key,
+            before[0],
+            home[0],
+        )
 
 
 def short_renewals(

@@ -36,7 +36,9 @@ A Redis Cluster client's own errors (``RedisClusterException``, which is no ``Re
 map unreadable, a slot no node serves; ``ClusterError``: redirections exhausted, ``CLUSTERDOWN``;
 a MOVED, ASK or TRYAGAIN it passed on) are ``sent="maybe"``, ``wrote="maybe"``: the client retries
 on other nodes and after dropped connections, so an earlier try may have run. Their messages are
-cut before any echo of the command's arguments (an owner token is a secret).
+cut before any echo of the command's arguments (an owner token is a secret). ``TRYAGAIN`` and
+exhausted redirections are also ``busy`` (a slot being migrated: an acquire waits it out within its
+``wait_ms``).
 
 One limit: a client whose own retry policy (redis-py's ``retry=``) resends a command on a new
 connection reports only its last try; if an earlier try landed and the last was refused, the grant
@@ -272,7 +274,17 @@ def backend_error(operation: str, cause: BaseException) -> BackendError:
         ):
             message += f" ({_NOT_A_CLUSTER_CLIENT})"
     sent, wrote, timed_out = classify(cause)
-    return BackendError(message, sent=sent, wrote=wrote, timed_out=timed_out)
+    return BackendError(message, sent=sent, wrote=wrote, timed_out=timed_out, busy=_busy(cause))
+
+
+def _busy(cause: BaseException) -> bool:
+    """Whether a cluster turned the call away for a while (`BackendError.busy`): ``TRYAGAIN``
+    (a slot being migrated, the call's keys split between its two nodes, or some missing on
+    the importing one), or redis-py's redirections exhausted ("TTL exhausted": every try of the
+    last call was redirected or told to try again, as for the whole of a slot's migration)."""
+    if isinstance(cause, TryAgainError):
+        return True
+    return type(cause) is ClusterError and str(cause).startswith("TTL exhausted")
 
 
 STORE_ERRORS: Final = (

@@ -20,7 +20,7 @@ import redis
 from .doctor_acl import acl_commands, acl_refusals
 from .doctor_acl import as_text as _text
 
-__all__ = ["Check", "Status", "exit_code", "run_checks"]
+__all__ = ["Check", "Status", "config_value", "exit_code", "info_section", "run_checks"]
 
 Status = Literal["pass", "warn", "fail"]
 
@@ -45,7 +45,7 @@ def exit_code(checks: list[Check], *, strict: bool) -> int:
 _REFUSED = (redis.exceptions.NoPermissionError, redis.exceptions.ResponseError)
 
 
-def _config_get(client: redis.Redis, name: str) -> str | None:
+def config_value(client: redis.Redis, name: str) -> str | None:
     """``CONFIG GET name``, or None when the server refuses ``CONFIG`` (managed Redis, ACL)."""
     try:
         reply = client.config_get(name)
@@ -57,7 +57,8 @@ def _config_get(client: redis.Redis, name: str) -> str | None:
     return None
 
 
-def _info(client: redis.Redis, section: str) -> dict[str, Any] | None:
+def info_section(client: redis.Redis, section: str) -> dict[str, Any] | None:
+    """``INFO section`` with str field names, or None when the server refuses it."""
     try:
         return {_text(k): v for k, v in client.info(section).items()}
     except _REFUSED:
@@ -67,8 +68,8 @@ def _info(client: redis.Redis, section: str) -> dict[str, Any] | None:
 def check_eviction(client: redis.Redis) -> Check:
     """``maxmemory-policy``: ``noeviction`` passes; ``allkeys-*`` and ``volatile-*`` fail (each
     evicts a key the library relies on); an unknown or unreadable policy warns."""
-    memory = _info(client, "memory") or {}
-    policy = _config_get(client, "maxmemory-policy") or memory.get("maxmemory_policy")
+    memory = info_section(client, "memory") or {}
+    policy = config_value(client, "maxmemory-policy") or memory.get("maxmemory_policy")
     name, fix = "maxmemory-policy", "CONFIG SET maxmemory-policy noeviction (and in redis.conf)"
     if policy is None:
         return Check(
@@ -105,9 +106,9 @@ def check_persistence(client: redis.Redis, *, allow_rdb: bool = False) -> Check:
     snapshots only fail (a restart reissues the tokens granted since the last one), or warn with
     ``allow_rdb``; no persistence at all fails (a restart resets every counter)."""
     name = "persistence"
-    aof = _config_get(client, "appendonly")
+    aof = config_value(client, "appendonly")
     if aof is None:
-        persistence = _info(client, "persistence")
+        persistence = info_section(client, "persistence")
         if persistence is None:
             return Check(
                 name,
@@ -116,7 +117,7 @@ def check_persistence(client: redis.Redis, *, allow_rdb: bool = False) -> Check:
                 "check by hand: appendonly yes, appendfsync always or everysec",
             )
         aof = "yes" if int(persistence.get("aof_enabled", 0)) else "no"
-    fsync, save = _config_get(client, "appendfsync"), _config_get(client, "save")
+    fsync, save = config_value(client, "appendfsync"), config_value(client, "save")
     enable = "CONFIG SET appendonly yes; CONFIG SET appendfsync always (or everysec)"
     if aof == "yes":
         if fsync == "always":
@@ -165,7 +166,7 @@ def check_persistence(client: redis.Redis, *, allow_rdb: bool = False) -> Check:
 
 def check_version(client: redis.Redis) -> Check:
     """Redis 6.2 or later passes (the versions the library is tested on)."""
-    server = _info(client, "server")
+    server = info_section(client, "server")
     if server is None:
         return Check(
             "redis-version",
@@ -196,7 +197,7 @@ def check_version(client: redis.Redis) -> Check:
 def check_replication(client: redis.Redis) -> Check:
     """A replica fails (the library writes); a master with replicas but no
     ``min-replicas-to-write`` warns (a failover can roll a counter back)."""
-    name, info = "replication", _info(client, "replication")
+    name, info = "replication", info_section(client, "replication")
     if info is None:
         return Check(
             name,
@@ -214,7 +215,7 @@ def check_replication(client: redis.Redis) -> Check:
         )
     if replicas == 0:
         return Check(name, "pass", "master without replicas: no failover can roll a counter back")
-    least = _config_get(client, "min-replicas-to-write")
+    least = config_value(client, "min-replicas-to-write")
     detail = f"master with {replicas} replica(s), min-replicas-to-write {least or '?'}"
     remedy = (
         "replication is asynchronous: a promoted replica may have missed the last grants"
@@ -250,7 +251,7 @@ def _sentinel(client: redis.Redis) -> Check:
 def check_topology(client: redis.Redis) -> Check:
     """What the URL points at: a standalone server, a Cluster node (``CLUSTER INFO``), a Sentinel,
     or a master that Sentinels watch (they publish on ``__sentinel__:hello`` there)."""
-    name, server = "topology", _info(client, "server")
+    name, server = "topology", info_section(client, "server")
     if server is None:
         return Check(name, "warn", "INFO server refused: not read", "check the topology by hand")
     mode = str(server.get("redis_mode", "standalone"))
@@ -387,7 +388,7 @@ def run_checks(
         ("clock", lambda: check_clock(client, max_skew_ms, wall)),
         ("latency", lambda: check_latency(client, pings, max_latency_ms)),
     ]
-    server = _info(client, "server") or {}
+    server = info_section(client, "server") or {}
     if server.get("redis_mode") == "sentinel":  # the other checks would describe the Sentinel
         checks = [(name, check) for name, check in checks if name == "topology"]
     results = []

@@ -68,6 +68,16 @@ class RedisTarget:
         assert isinstance(backend, RedisBackend)
         return [("", backend.client)]
 
+    def replicas(self) -> list[tuple[str, redis.Redis]]:
+        """Each replica of a cluster's primaries as ``(host:port, client)``, from the client's
+        slot map, sorted by name; none for a server or Sentinel (the sentinels list those:
+        `fencedlease.cli.doctor_targets`)."""
+        backend = self.manager.backend
+        if not isinstance(backend, RedisClusterBackend):
+            return []
+        nodes: list[Any] = backend.cluster.get_replicas()  # type: ignore[no-untyped-call]
+        return [(str(n.name), n.redis_connection) for n in sorted(nodes, key=lambda n: n.name)]
+
     def walk(self) -> list[tuple[str, redis.Redis]]:
         """The `primaries` to ``SCAN`` for every key: refused for one node of a cluster, whose
         walk would silently see only its own shards' keys.

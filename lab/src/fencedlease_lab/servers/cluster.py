@@ -50,7 +50,9 @@ def cluster_port(taken: set[int]) -> int:
 class RedisClusterServers:
     """``nodes`` primaries (at least 1) forming one cluster, each with ``replicas`` replicas
     (`replicas_of`); ``node_timeout_ms`` is their ``cluster-node-timeout`` (long by default, so
-    that a paused primary is not failed over while a test looks at it). ``binary``: as for
+    that a paused primary is not failed over while a test looks at it);
+    ``require_full_coverage`` their ``cluster-require-full-coverage`` (off by default: a shard
+    without a primary stops only its own slots; Redis's default is on). ``binary``: as for
     ``RedisServer``.
 
     Raises:
@@ -65,6 +67,7 @@ class RedisClusterServers:
         replicas: int = 0,
         binary: str | None = None,
         node_timeout_ms: int = 60_000,
+        require_full_coverage: bool = False,
     ) -> None:
         if nodes < 1 or replicas < 0:
             raise ValueError(f"nodes must be >= 1 and replicas >= 0; got {nodes}, {replicas}")
@@ -72,7 +75,7 @@ class RedisClusterServers:
             "--cluster-enabled", "yes",
             "--cluster-config-file", "nodes.conf",
             "--cluster-node-timeout", str(node_timeout_ms),
-            "--cluster-require-full-coverage", "no",
+            "--cluster-require-full-coverage", "yes" if require_full_coverage else "no",
             "--repl-diskless-sync-delay", "0",  # a replica's first sync starts at once
         ]  # fmt: skip
         taken: set[int] = set()

@@ -10,7 +10,7 @@ import redis
 
 from fencedlease import redact_text
 
-from ..doctor import Check, exit_code, run_checks
+from ..doctor import Check, check_eviction, check_persistence, exit_code, run_checks
 from ..doctor_targets import topology_checks
 from .options import _common, _emit_json, _shown, _target
 
@@ -67,8 +67,11 @@ def doctor(
 
     Eviction policy, persistence, version, replication, topology, the ACL user's commands,
     clock skew and latency, each pass / warn / fail with the remedy. Reads only.
-    A redis+cluster:// URL: every primary of the cluster (checks named check@host:port);
-    redis+sentinel://: the primary the sentinels name now, after a check naming them.
+    A redis+cluster:// URL: every node of the cluster (checks named check@host:port): each
+    primary's checks, its role (replicas and their lag) and cluster-require-full-coverage,
+    each replica's role, eviction policy and persistence. redis+sentinel://: how many
+    sentinels name which primary, then the primary they name now and its replicas, as on a
+    cluster.
 
     An evicting maxmemory-policy (allkeys-*, volatile-*) fails, and so do RDB
     snapshots without AOF unless --allow-rdb (then a warning).
@@ -89,8 +92,11 @@ def doctor(
             allow_rdb=allow_rdb,
         )
 
+    def run_replica(client: redis.Redis) -> list[Check]:
+        return [check_eviction(client), check_persistence(client, allow_rdb=allow_rdb)]
+
     with _target(url, prefix) as target:
-        checks = topology_checks(target, run)
+        checks = topology_checks(target, run, run_replica)
     assert url is not None
     checks = [
         Check(c.name, c.status, redact_text(c.detail, url), redact_text(c.remedy, url))
