@@ -569,7 +569,7 @@ def test_refused_connection_is_not_an_abandoned_acquire(caplog: pytest.LogCaptur
         pass
     assert isinstance(acquire.value.__cause__, redis.ConnectionError)
     assert isinstance(acquire.value.__cause__.__context__, ConnectionRefusedError)
-    assert leases.renewer._cleanup._io is None  # no clean-up was ever submitted
+    assert leases._chores._pool is None  # no clean-up (nor any call off the path) was spawned
     leases.close()  # would have joined a clean-up and its warning
     assert _no_warnings(caplog) == []
 

@@ -478,7 +478,7 @@ def test_a_cleanup_release_waiting_for_the_pool_does_not_hold_renewals_back(
         with leases.hold("k", ttl_ms=600, heartbeat_ms=150) as lease:
             busy = pool.get_connection(*connection_args(pool))  # type: ignore[no-untyped-call]
             trips = leases.renewer.round_trips
-            leases.renewer.submit_release("other", "an-abandoned-owner-token")
+            leases._clean_up("other", "an-abandoned-owner-token")
             give_up = time.monotonic() + 10
             while leases.renewer.round_trips < trips + RENEWALS_PAST_TTL:
                 assert time.monotonic() < give_up, "renewals stalled"

@@ -1,6 +1,6 @@
 """Where the two faces once drifted apart, each run on both faces with the same outcome: when
 ``keep_alive`` checks its arguments, when the renewer gives up a batch, what its ``close()``
-returns, whether it runs a clean-up release, whether it takes leases after a fork, how often the
+returns, whether it takes leases after a fork, how often the
 Sentinel watcher reads its subscription, how long a second ``close()`` waits, ``check_health``'s
 clock, how long a health check of a hung store waits, what the Redis semaphore store sends,
 whether a failed acquire waits for its clean-up, whether one that ends after ``close()`` sends
@@ -258,18 +258,18 @@ def test_the_renewers_close_returns_how_many_threads_are_left(face: str) -> None
     assert outcome == (0, True, "the lease manager was closed while the lease was held")
 
 
-def _submit_release_sync() -> list[tuple[str, bool]]:
+def _clean_up_sync() -> list[tuple[str, bool]]:
     clock = FakeClock()
     store = _RecordingReleases(clock)
     with LeaseManager(store, clock=clock) as leases:
         lease = leases.acquire("k", ttl_ms=10_000).lease
         assert lease is not None
-        leases.renewer.submit_release("k", lease._state.owner_token)
+        leases._clean_up("k", lease._state.owner_token)
         assert store.released.wait(PATIENCE_S)
     return store.releases
 
 
-def _submit_release_asyncio() -> list[tuple[str, bool]]:
+def _clean_up_asyncio() -> list[tuple[str, bool]]:
     clock = FakeClock()
     store = _RecordingReleases(clock)
 
@@ -277,7 +277,7 @@ def _submit_release_asyncio() -> list[tuple[str, bool]]:
         async with AsyncLeaseManager(AsyncMemoryBackend(sync=store), clock=clock) as leases:
             lease = (await leases.acquire("k", ttl_ms=10_000)).lease
             assert lease is not None
-            leases.renewer.submit_release("k", lease._state.owner_token)
+            leases._clean_up("k", lease._state.owner_token)
             await _settle()  # the release's task runs the inline store at its first step
 
     asyncio.run(main())
@@ -285,10 +285,10 @@ def _submit_release_asyncio() -> list[tuple[str, bool]]:
 
 
 @pytest.mark.parametrize("face", FACES)
-def test_the_renewer_runs_a_clean_up_release_in_the_background(face: str) -> None:
-    """``renewer.submit_release(key, owner_token)`` releases the grant off the caller's path
-    (a thread of the clean-up pool, or a task), the same on both faces."""
-    releases = _submit_release_sync() if face == "sync" else _submit_release_asyncio()
+def test_the_manager_runs_a_clean_up_release_in_the_background(face: str) -> None:
+    """The manager's clean-up of an abandoned grant releases it off the caller's path (a worker
+    thread, or a task), the same on both faces."""
+    releases = _clean_up_sync() if face == "sync" else _clean_up_asyncio()
     assert releases == [("k", True)]
 
 

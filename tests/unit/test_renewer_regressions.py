@@ -23,7 +23,6 @@ from fencedlease._core.decisions import CLEANUP_WORKERS
 from fencedlease._core.protocol import AcquireReply
 from fencedlease._core.state import LossReason
 from fencedlease._redis.errors import backend_error
-from fencedlease._sync.renewer import Renewer
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.backends.memory import AsyncMemoryBackend, MemoryBackend
 from fencedlease.testing import FakeClock
@@ -307,10 +306,11 @@ def test_a_release_in_flight_past_the_deadline_is_not_a_loss() -> None:
         assert leases.inspect("k") is None
 
 
-class _BlockedReleases:
-    """A backend whose releases block until ``go`` is set; ``started`` counts those running."""
+class _BlockedReleases(MemoryBackend):
+    """A memory store whose releases block until ``go`` is set; ``started`` lists those running."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.go = threading.Event()
         self.lock = threading.Lock()
         self.started: list[str] = []
@@ -329,14 +329,14 @@ def test_clean_up_releases_run_side_by_side() -> None:
     """A second clean-up release starts while the first is still out: a give-up's release is
     not queued behind another's round trip."""
     backend = _BlockedReleases()
-    renewer = Renewer(backend, FakeClock())  # type: ignore[arg-type]
+    leases = LeaseManager(backend, clock=FakeClock())
     try:
-        renewer.submit_release("k", "first")
-        renewer.submit_release("k", "second")
+        leases._clean_up("k", "first")
+        leases._clean_up("k", "second")
         assert backend.both.wait(10), f"only {backend.started} started"
     finally:
         backend.go.set()
-        renewer.close()
+        leases.close()
     assert sorted(backend.started) == ["first", "second"]
 
 

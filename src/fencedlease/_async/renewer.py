@@ -17,9 +17,8 @@ alive are retried at once on another connection instead of waiting behind a dead
 that is one failed round trip, reported to ``on_renew_error``, not a loss. `IO_THREADS` bounds
 the sync face's batch threads, the ones given up included.
 
-Releases of abandoned acquires (`Renewer.submit_release`) run off the owner too
-(``fencedlease-cleanup``, up to `CLEANUP_WORKERS` at once), so that one waiting for a
-connection of the caller's pool never holds the renewals back.
+Releases of abandoned acquires are the manager's (its ``fencedlease-cleanup`` calls), never the
+renewer's: one waiting for a connection of the caller's pool never holds the renewals back.
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ import math
 from fencedlease._core.backend import AsyncLeaseBackend
 from fencedlease._core.clock import Clock, SendTime, marking_sends
 from fencedlease._core.decisions import (
-    CLEANUP_WORKERS,
     BatchOutcome,
     apply_batch,
     call_renew_error_hooks,
@@ -85,7 +83,6 @@ class AsyncRenewer(RenewerCore):
         self._owner = Runner(OWNER)
         self._wakeup = Event()
         self._io = Chores("fencedlease-renew-io", IO_THREADS)
-        self._cleanup = Chores("fencedlease-cleanup", CLEANUP_WORKERS)
         # Batches sent and not applied yet (at most MAX_IN_FLIGHT), each with its leases and the
         # earliest deadline among them (when it is given up).
         self._flights: dict[Call[_BatchResult], tuple[list[RenewalEntry], float]] = {}
@@ -131,23 +128,13 @@ class AsyncRenewer(RenewerCore):
             self._schedule.all_due(self._clock.monotonic())
             self._wakeup.set()
 
-    def submit_release(self, key: str, owner_token: str) -> None:
-        """Release ``key`` for ``owner_token`` off the caller's path, without waiting: the
-        clean-up of an acquire that failed after it may have been granted. A failure is logged
-        (the grant then lapses at its TTL). Nothing once closed."""
-        with self._guard:
-            if self._closed:
-                return
-            call = self._cleanup.submit(self._backend.release, key, owner_token)
-        call.on_done(_log_cleanup_failure)
-
     async def close(self, until: float | None = None) -> int:
-        """Stop the owner, give up the batches in flight and the clean-up releases, and wait for
-        them until the monotonic instant ``until`` at most (None: no bound; a task ends once
-        cancelled, a thread blocked on the store at its client's socket timeout, its reply
-        ignored). Leases still registered are marked lost (their renewal stops here), except
-        those being released (the release's reply decides). Returns how many of the renewer's
-        threads are still running (none on the asyncio face). Idempotent."""
+        """Stop the owner, give up the batches in flight, and wait for them until the monotonic
+        instant ``until`` at most (None: no bound; a task ends once cancelled, a thread blocked on
+        the store at its client's socket timeout, its reply ignored). Leases still registered are
+        marked lost (their renewal stops here), except those being released (the release's reply
+        decides). Returns how many of the renewer's threads are still running (none on the
+        asyncio face). Idempotent."""
         with self._guard:
             self._closed = True
             self._wakeup.set()
@@ -156,7 +143,6 @@ class AsyncRenewer(RenewerCore):
         await owner.stop(until, self._wakeup.set)
         left = int(owner.running)
         left += await self._io.close(until)
-        left += await self._cleanup.close(until)
         with self._guard:
             entries = self._schedule.drain()
         for entry in entries:
@@ -270,12 +256,3 @@ class AsyncRenewer(RenewerCore):
 def _owner_died() -> None:
     """The owner ended on an error (being handled): say so."""
     log.exception("fencedlease renewer stopped")
-
-
-def _log_cleanup_failure(call: Call[bool]) -> None:
-    if call.cancelled():
-        return  # given up at close: the grant lapses at its TTL
-    try:
-        call.result()
-    except Exception as exc:
-        log.warning("fencedlease: releasing an abandoned acquire failed: %r", exc)

@@ -72,8 +72,7 @@ shutdown path. A lease not released in time lapses at its TTL."""
 
 CLEANUP_WORKERS = 32
 """How many clean-up releases of one manager run at once (its threads or tasks holding a slot of
-`fencedlease._async.releases.release_abandoned`, on either face; the sync renewer's
-``submit_release`` threads).
+`fencedlease._async.releases.release_abandoned`, on either face).
 Most are a hand-off waiter's give-up: until it lands, a lease handed to its queue entry is held
 for a caller that has gone, so one queued behind others' round trips keeps the key from every
 other waiter; side by side, each lands one round trip after its give-up. Bounded, so that a burst
