@@ -459,7 +459,7 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
                     "        self._cancel_requested = False\n",
                 ) for path in ("_async/manager.py", "_async/hold.py")),
                 Edit(
-                    "_async/callers.py",
+                    "_async/primitives/callers.py",
                     "        self._requested = True\n        task.cancel(self._message)\n",
                     "        self._requested = False\n",
                 ),

@@ -5,9 +5,9 @@ Every module of ``_async`` is written by hand; this script writes its ``_sync`` 
 list of rules, in order: the ``async`` and ``await`` keywords of the code are dropped (a token
 pass), then `RULES` rewrite names wherever they stand (code, docstrings, comments), then ``ruff``
 sorts the imports, drops the ones left unused and formats. What threads and tasks truly do
-differently is in ``primitives.py`` (how each face waits) and ``callers.py`` (what a lease
-manager's caller is: thread or task), written by hand on both sides (`EXCLUDED`, with the cluster
-node calls): a module imports ``.primitives`` and gets its face's.
+differently is the package ``primitives/`` (how each face waits, and what a lease manager's
+caller is: thread or task), written by hand on both sides (`EXCLUDED`, with the cluster node
+calls): a module imports ``.primitives`` and gets its face's.
 
 Docstrings are written once, for both faces ("waits", "the caller's thread or task"): a generated
 module in which ``async``, ``await`` or ``awaited`` is left is an error, and so is a rule no
@@ -34,14 +34,14 @@ TARGET = Path("src/fencedlease/_sync")
 COMMAND = "python scripts/unasync.py"
 
 EXCLUDED = {
-    "primitives.py",
-    "callers.py",
+    "primitives",
     "cluster_calls.py",  # redis-py's two cluster clients differ beyond await: both by hand
 }
-"""The modules of ``_async`` whose ``_sync`` namesake is written by hand: the pairs that say what
-threads and tasks do differently (``primitives``: waiting; ``callers``: a manager's caller, its
-spawns, its final release, its body's cancel) and the cluster node calls. No other twin: every
-other module is written once."""
+"""What of ``_async`` (a module, or a package and all of it) has its ``_sync`` namesake written by
+hand: ``primitives``, the one pair that says what threads and tasks do differently (how a face
+waits; what a manager's caller, its spawns, its final release and its body's cancel are), and
+the cluster node calls, where redis-py's two cluster clients differ beyond ``await``. Every other
+module is written once."""
 
 RULES: list[tuple[str, str]] = [
     # A cross-reference to the asyncio face's class is to the sync face's.
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None, root: Path = ROOT) -> int:
     expected: set[Path] = set()
     for source in sorted((root / SOURCE).rglob("*.py")):
         relative = source.relative_to(root / SOURCE)
-        if relative.as_posix() in EXCLUDED:
+        if relative.as_posix() in EXCLUDED or relative.parts[0] in EXCLUDED:
             continue
         target = TARGET / relative
         expected.add(target)

@@ -148,8 +148,6 @@ def test_the_contracts_cover_the_layers_the_project_promises() -> None:
         "fencedlease._redis.replies",
         "fencedlease._async.primitives",
         "fencedlease._sync.primitives",
-        "fencedlease._async.callers",
-        "fencedlease._sync.callers",
     }
 
 

@@ -1,4 +1,4 @@
-"""The primitives each face waits with (``_sync/primitives.py``, ``_async/primitives.py``) keep
+"""The primitives each face waits with (``_sync/primitives/``, ``_async/primitives/``) keep
 the same contract, which the code generated for both faces relies on."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import time
 import pytest
 
 from fencedlease import BackendError
-from fencedlease._async import callers as aio_callers
-from fencedlease._async import primitives as aio
-from fencedlease._sync import callers as sync_callers
-from fencedlease._sync import primitives as sync
+from fencedlease._async.primitives import callers as aio_callers
+from fencedlease._async.primitives import waiting as aio
+from fencedlease._sync.primitives import callers as sync_callers
+from fencedlease._sync.primitives import waiting as sync
 
 
 def test_sync_event_wait_says_whether_it_was_set() -> None:

@@ -21,9 +21,8 @@ from fencedlease._core.errors import (
 )
 from fencedlease._core.validate import HoldArgs
 
-from .callers import CALLER, BodyCanceller, Detached, current_caller
 from .lease import AsyncAcquireResult, AsyncLease
-from .primitives import Lock
+from .primitives import CALLER, BodyCanceller, Detached, Lock, current_caller
 from .renewer import AsyncRenewer
 
 __all__ = ["_Hold"]

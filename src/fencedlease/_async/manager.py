@@ -58,10 +58,19 @@ from fencedlease._sync import redis_backend as sync_redis
 from fencedlease.backends.memory import MemoryBackend
 from fencedlease.backends.sqlite import SqliteBackend
 
-from .callers import (
+from .cluster_backend import AsyncRedisClusterBackend
+from .handoff import async_release_waiter_for
+from .hold import _Hold
+from .lease import AsyncLease, AsyncLeaseOutcome
+from .manager_base import _AsyncManagerBase
+from .operations import Operations
+from .primitives import (
     FORK_INERT,
+    Call,
     Detached,
+    Event,
     FinalReleases,
+    Lock,
     Slots,
     Spawns,
     call_body,
@@ -71,13 +80,6 @@ from .callers import (
     drop_unused,
     waiter_after_fork,
 )
-from .cluster_backend import AsyncRedisClusterBackend
-from .handoff import async_release_waiter_for
-from .hold import _Hold
-from .lease import AsyncLease, AsyncLeaseOutcome
-from .manager_base import _AsyncManagerBase
-from .operations import Operations
-from .primitives import Call, Event, Lock
 from .redis_backend import AsyncRedisBackend
 from .releases import _Releasing, report_unreleased
 from .renewer import AsyncRenewer

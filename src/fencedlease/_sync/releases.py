@@ -17,9 +17,8 @@ from fencedlease._core.backend import LeaseBackend
 from fencedlease._core.clock import Clock
 from fencedlease._core.errors import BackendError
 
-from .callers import FinalReleases, Slots, Spawns
 from .lease import Lease
-from .primitives import LOG_NAME, Call
+from .primitives import LOG_NAME, Call, FinalReleases, Slots, Spawns
 
 __all__ = ["_Releasing", "release_abandoned", "report_unreleased"]
 

@@ -21,7 +21,7 @@ from fencedlease._core.errors import BackendError, no_reply
 from fencedlease._core.state import LeaseState, release_bound_s, release_wait_more_s
 from fencedlease._core.validate import ArgumentTypeError, check_backend
 
-from .primitives import LOG_NAME, Call, retrieve
+from .waiting import LOG_NAME, Call, retrieve
 
 T = TypeVar("T")
 

@@ -24,7 +24,7 @@ from fencedlease._core.validate import ArgumentTypeError, check_backend
 if TYPE_CHECKING:
     from fencedlease._core.backend import LeaseBackend
 
-from .primitives import LOG_NAME, Call
+from .waiting import LOG_NAME, Call
 
 T = TypeVar("T")
 

@@ -1,0 +1,73 @@
+"""What this face does with threads where the asyncio face does otherwise: the one hand-written
+pair of the I/O (every other module of ``_sync`` is generated from its ``_async`` source).
+A generated module imports ``.primitives`` and gets its face's.
+
+- `waiting`: how it waits (events, locks, background runners, pools of calls, bounded calls,
+  per-node workers, shielded steps, sleeps);
+- `callers`: what a lease manager's caller is (its thread or task, the calls run off its path,
+  the bounded release that ends a hold, how a body is cancelled on loss).
+"""
+
+from __future__ import annotations
+
+from .callers import (
+    CALLER,
+    FORK_INERT,
+    BodyCanceller,
+    Detached,
+    FinalReleases,
+    Slots,
+    Spawns,
+    call_body,
+    check_lease_backend,
+    close_waiter,
+    current_caller,
+    drop_unused,
+    waiter_after_fork,
+)
+from .waiting import (
+    LOG_NAME,
+    Background,
+    Call,
+    Chores,
+    Event,
+    Lock,
+    LostSignal,
+    NodeWorkers,
+    Runner,
+    abandon,
+    bounded,
+    is_cancellation,
+    shield,
+    sleep,
+)
+
+__all__ = [
+    "CALLER",
+    "FORK_INERT",
+    "LOG_NAME",
+    "Background",
+    "BodyCanceller",
+    "Call",
+    "Chores",
+    "Detached",
+    "Event",
+    "FinalReleases",
+    "Lock",
+    "LostSignal",
+    "NodeWorkers",
+    "Runner",
+    "Slots",
+    "Spawns",
+    "abandon",
+    "bounded",
+    "call_body",
+    "check_lease_backend",
+    "close_waiter",
+    "current_caller",
+    "drop_unused",
+    "is_cancellation",
+    "shield",
+    "sleep",
+    "waiter_after_fork",
+]
