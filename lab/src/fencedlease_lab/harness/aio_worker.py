@@ -37,6 +37,7 @@ from .workload import (
     WorkerConfig,
     client_name,
     connect_notes,
+    lane_record,
     lane_rng,
     open_lane_store,
 )
@@ -79,11 +80,14 @@ async def _main(
         if not await asyncio.to_thread(go.wait, 60.0):
             return
         deadline = time.monotonic() + config.duration_s
+        # A lane that dies (recorded as such) leaves the others running, as a thread's death
+        # leaves the other threads of a ``threads`` worker.
         await asyncio.gather(
             *(
                 _loop(config, board, manager, recorder, n, stop, deadline)
                 for n in range(THREADS)
-            )
+            ),
+            return_exceptions=True,
         )  # fmt: skip
     finally:
         with contextlib.suppress(Exception):
@@ -128,15 +132,14 @@ async def _loop(
         def run(fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
             return loop.run_in_executor(thread, fn, *args)
 
-        store = await run(open_lane_store, config, recorder, lane)
-        try:
-            cycles = 0
-            while not stop.is_set() and time.monotonic() < deadline and cycles < config.max_cycles:
-                cycles += 1
-                await _cycle(config, board, manager, store, recorder, rng, run)
-        finally:
-            with contextlib.suppress(Exception):
-                await run(store.close)
+        with lane_record(recorder.writer, lane) as tally:
+            store = await run(open_lane_store, config, recorder, lane)
+            try:
+                while tally.next_cycle(stop, deadline, config.max_cycles):
+                    await _cycle(config, board, manager, store, recorder, rng, run)
+            finally:
+                with contextlib.suppress(Exception):
+                    await run(store.close)
 
 
 async def _cycle(

@@ -21,6 +21,7 @@ from ..topology import lease_client
 from .board import BODY, RELEASING, WRITING, Board
 from .config import THREADS, WorkerConfig, client_name, lane_rng
 from .cycle import Cycle
+from .lane import lane_record
 
 
 def run_sync_worker(
@@ -96,15 +97,14 @@ def _loop(
     """One lane (thread) of a sync worker, with a store of its own (opened in this thread: an
     SQLite connection may be used only in the thread that made it)."""
     rng = lane_rng(config, lane)
-    store = open_lane_store(config, recorder, lane)
-    try:
-        cycles = 0
-        while not stop.is_set() and time.monotonic() < deadline and cycles < config.max_cycles:
-            cycles += 1
-            _cycle(config, board, manager, store, recorder, rng)
-    finally:
-        with contextlib.suppress(Exception):
-            store.close()
+    with lane_record(recorder.writer, lane) as tally:
+        store = open_lane_store(config, recorder, lane)
+        try:
+            while tally.next_cycle(stop, deadline, config.max_cycles):
+                _cycle(config, board, manager, store, recorder, rng)
+        finally:
+            with contextlib.suppress(Exception):
+                store.close()
 
 
 def open_lane_store(config: WorkerConfig, recorder: Recorder, lane: int) -> Any:
