@@ -63,6 +63,8 @@ def check_run(tmp_path: Path) -> Callable[..., CheckResult]:
                     # ask for by name.
                     resource=config.pop("resource", "sqlite"),
                     workers_kind=config.pop("workers_kind", "sync"),
+                    # No stale writers unless asked for: each scenario reads its own history.
+                    stale_share=config.pop("stale_share", 0.0),
                     out_dir=tmp_path / "out",
                     ttl_ms=TTL_MS,
                     **config,

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import redis
 
-from fencedlease import Clock
+from fencedlease import Clock, LeaseNotAcquiredError
 from fencedlease.aio import AsyncLeaseManager
 
 from .recorder import Recorder
@@ -41,6 +41,7 @@ from .workload import (
     lane_rng,
     open_lane_store,
 )
+from .workload.stale import LateWrites, stale_ttl_ms, stale_turn
 
 __all__ = ["run_asyncio_worker"]
 
@@ -126,6 +127,7 @@ async def _loop(
     deadline: float,
 ) -> None:
     rng = lane_rng(config, lane)
+    late = LateWrites(config) if config.stale_share > 0 else None
     loop = asyncio.get_running_loop()
     with ThreadPoolExecutor(1, thread_name_prefix="store") as thread:
 
@@ -136,7 +138,17 @@ async def _loop(
             store = await run(open_lane_store, config, recorder, lane)
             try:
                 while tally.next_cycle(stop, deadline, config.max_cycles):
-                    await _cycle(config, board, manager, store, recorder, rng, run)
+                    if late is None:
+                        await _cycle(config, board, manager, store, recorder, rng, run, None)
+                        continue
+                    await run(late.write, store)
+                    if stale_turn(config, rng):
+                        stale = Cycle(config, board, recorder, rng, stale=True)
+                        await _stale_cycle(stale, manager, store, run, late)
+                    else:
+                        await _cycle(config, board, manager, store, recorder, rng, run, late)
+                if late is not None:
+                    await run(late.drain, store)
             finally:
                 with contextlib.suppress(Exception):
                     await run(store.close)
@@ -150,13 +162,17 @@ async def _cycle(
     recorder: Recorder,
     rng: random.Random,
     run: Callable[..., asyncio.Future[Any]],
+    late: LateWrites | None,
 ) -> None:
-    cycle = Cycle(config, board, recorder, rng)
+    """One cycle, as the sync workers' ``_cycle``, the accesses in the lane's store thread."""
+    cycle = Cycle(config, board, recorder, rng, prefer=None if late is None else late.wanted())
     try:
         async with manager.hold(cycle.key, **cycle.hold_args()) as lease:
             cycle.granted(lease.fencing_token)
             try:
                 value = await run(cycle.read, store, lease)
+                if late is not None:
+                    await run(late.write, store, cycle.key)
                 cycle.phase(BODY)
                 until = time.monotonic() + config.body_ms / 1000
                 while (left := cycle.body_left(until)) > 0:
@@ -173,3 +189,30 @@ async def _cycle(
         await asyncio.sleep(cycle.failed(exc))
     finally:
         cycle.finish()
+
+
+async def _stale_cycle(
+    cycle: Cycle,
+    manager: AsyncLeaseManager,
+    store: Any,
+    run: Callable[..., asyncio.Future[Any]],
+    late: LateWrites,
+) -> None:
+    """A stale writer's ``cycle`` ([`stale`][fencedlease_lab.harness.workload.stale]), as the
+    sync workers' ``_stale_cycle``, the read in the lane's store thread."""
+    handed = False
+    try:
+        result = await manager.acquire(cycle.key, ttl_ms=stale_ttl_ms(cycle.config))
+        granted_at = time.monotonic()
+        if result.lease is None:
+            raise LeaseNotAcquiredError(cycle.key)
+        cycle.granted(result.lease.fencing_token)
+        value = await run(cycle.read, store, result.lease)
+        late.put_off(cycle, result.lease, value, granted_at)
+        handed = True
+    except Exception as exc:
+        cycle.body_end = time.monotonic()  # its claim ends here (property f judges it)
+        await asyncio.sleep(cycle.failed(exc))
+    finally:
+        if not handed:
+            cycle.finish()

@@ -50,6 +50,7 @@ from .properties._base import (
     PropertyResult,
     Violation,
 )
+from .stale_writes import stale_writes
 
 __all__ = [
     "PROPERTIES",
@@ -166,6 +167,7 @@ def _stats(data: Extracted) -> dict[str, Any]:
         "faults": [f.kind for f in data.faults],
         "faults_injected": sum(1 for f in data.faults if f.type == "ok"),
         "accepted_accesses": sum(1 for a in data.accesses if a.type == "ok"),
+        **{f"stale_writes_{kind}": n for kind, n in stale_writes(data).items()},
         "per_worker": dict(sorted(per_worker.items(), key=lambda item: natural_key(item[0]))),
     }
 
