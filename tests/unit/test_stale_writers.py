@@ -167,13 +167,15 @@ def test_the_stale_holders_writes_are_counted(
 
 
 def test_the_cycle_after_a_stale_one_waits_for_its_key(tmp_path: Path) -> None:
-    """A cycle told the key of a write put off takes that key and waits for it (a ttl/2), so
-    that it follows the stale lease and its read comes before the late write."""
+    """A cycle told the key of a write put off, stale or not, takes that key and waits for it
+    (a ttl/2), so that it follows the stale lease and its read comes before the late write."""
     board = Board(multiprocessing.get_context("spawn"), 2)
     two = attrs.evolve(config(), keys=("a", "b"), wait_share=0.0)
     with HistoryWriter(tmp_path / "h.jsonl", "w1") as writer:
         recorder = Recorder(writer)
         picked = [Cycle(two, board, recorder, random.Random(n)) for n in range(8)]
         told = Cycle(two, board, recorder, random.Random(1), prefer="b")
+        stale = Cycle(two, board, recorder, random.Random(1), stale=True, prefer="b")
     assert {(c.key, c.wait_ms) for c in picked} == {("a", 0), ("b", 0)}
     assert (told.key, told.wait_ms) == ("b", 500)
+    assert (stale.key, stale.wait_ms) == ("b", 500)

@@ -143,7 +143,9 @@ async def _loop(
                         continue
                     await run(late.write, store)
                     if stale_turn(config, rng):
-                        stale = Cycle(config, board, recorder, rng, stale=True)
+                        stale = Cycle(
+                            config, board, recorder, rng, stale=True, prefer=late.wanted()
+                        )
                         await _stale_cycle(stale, manager, store, run, late)
                     else:
                         await _cycle(config, board, manager, store, recorder, rng, run, late)
@@ -208,6 +210,7 @@ async def _stale_cycle(
             raise LeaseNotAcquiredError(cycle.key)
         cycle.granted(result.lease.fencing_token)
         value = await run(cycle.read, store, result.lease)
+        await run(late.write, store, cycle.key)
         late.put_off(cycle, result.lease, value, granted_at)
         handed = True
     except Exception as exc:

@@ -46,14 +46,14 @@ class Cycle:
     ) -> None:
         self.config, self.board, self.rng = config, board, rng
         self.writer = recorder.writer
-        self.stale = stale  # a stale writer's cycle: off the board, never steered, fails fast
+        self.stale = stale  # a stale writer's cycle: off the board, never steered
         self.key, self.wait_ms = pick(config, rng)
         if prefer is not None:  # the key of a write put off: wait for it, a ttl/2 at most
             self.key, self.wait_ms = prefer, config.ttl_ms // 2
         self.key = unshunned(config.keys, self.key, board.get(config.index, "shun"))
         steered, self.linger_ms, self.retry_ms = (None, 0, 0) if stale else self._steered()
         self.steered = steered is not None
-        if stale:
+        if stale and prefer is None:
             self.wait_ms = 0
         if steered is not None:
             self.key, self.wait_ms = steered, config.wait_ms

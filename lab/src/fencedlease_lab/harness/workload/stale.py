@@ -9,8 +9,9 @@ passes) and puts its write off: the delay between a lease check and the write th
 (Kleppmann, "How to do distributed locking", 2016: a GC pause, a queue that fell behind, a write
 retried after a timeout). The lane keeps the write in its
 [`LateWrites`][fencedlease_lab.harness.workload.stale.LateWrites] and goes on: its next cycle
-waits for the same key, which the stale lease holds until it runs out, and makes the late write
-right after its own read, inside its critical section, as a paused holder that resumes would;
+(stale or not) waits for the same key, which the stale lease holds until it runs out, and makes
+the late write right after its own read, inside its critical section, as a paused holder that
+resumes would;
 a write not made so is made once due (the stale lease's ttl and a tenth to a half of the run's
 ttl after the grant), between cycles or in a body, and the last ones when the lane ends. The
 lane's own store makes it (an SQLite connection belongs to its thread).

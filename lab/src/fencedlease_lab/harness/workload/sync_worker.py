@@ -101,7 +101,7 @@ def _loop(
                     continue
                 late.write(store)
                 if stale_turn(config, rng):
-                    stale = Cycle(config, board, recorder, rng, stale=True)
+                    stale = Cycle(config, board, recorder, rng, stale=True, prefer=late.wanted())
                     _stale_cycle(stale, manager, store, late)
                 else:
                     _cycle(config, board, manager, store, recorder, rng, late)
@@ -205,6 +205,7 @@ def _stale_cycle(cycle: Cycle, manager: LeaseManager, store: Any, late: LateWrit
             raise LeaseNotAcquiredError(cycle.key)
         cycle.granted(result.lease.fencing_token)
         value = cycle.read(store, result.lease)
+        late.write(store, cycle.key)
         late.put_off(cycle, result.lease, value, granted_at)
         handed = True
     except Exception as exc:
