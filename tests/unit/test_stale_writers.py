@@ -20,6 +20,7 @@ from fencedlease_lab.harness.recorder import Recorder
 from fencedlease_lab.harness.resources import ResourceSpec
 from fencedlease_lab.harness.workload import IDLE, Board, Cycle, WorkerConfig
 from fencedlease_lab.harness.workload.stale import LateWrites
+from fencedlease_lab.harness.workload.sync_worker import _stale_cycle
 
 
 class FencedCounter:
@@ -179,3 +180,18 @@ def test_the_cycle_after_a_stale_one_waits_for_its_key(tmp_path: Path) -> None:
     assert {(c.key, c.wait_ms) for c in picked} == {("a", 0), ("b", 0)}
     assert (told.key, told.wait_ms) == ("b", 500)
     assert (stale.key, stale.wait_ms) == ("b", 500)
+
+
+def test_a_stale_cycle_told_a_key_waits_for_the_lease_there_to_run_out(tmp_path: Path) -> None:
+    """A stale cycle that follows another on the same key is granted once the earlier stale
+    lease ran out, instead of failing fast (and spinning) while it lasts."""
+    board = Board(multiprocessing.get_context("spawn"), 2)
+    late = LateWrites(config())
+    with HistoryWriter(tmp_path / "h.jsonl", "w1") as writer, LeaseManager(MemoryBackend()) as m:
+        recorder = Recorder(writer)
+        m.acquire("k", ttl_ms=150)  # the earlier stale lease, never released
+        cycle = Cycle(config(), board, recorder, random.Random(1), stale=True, prefer="k")
+        _stale_cycle(cycle, m, FencedCounter(), late)
+    acquires = [e for e in read_history(tmp_path / "h.jsonl") if e.op == "acquire"]
+    assert [(e.type, e.outcome) for e in acquires] == [("invoke", None), ("ok", "granted")]
+    assert late.wanted() == "k"

@@ -204,7 +204,9 @@ async def _stale_cycle(
     sync workers' ``_stale_cycle``, the read in the lane's store thread."""
     handed = False
     try:
-        result = await manager.acquire(cycle.key, ttl_ms=stale_ttl_ms(cycle.config))
+        result = await manager.acquire(
+            cycle.key, ttl_ms=stale_ttl_ms(cycle.config), wait_ms=cycle.wait_ms, retry_delay_ms=50
+        )
         granted_at = time.monotonic()
         if result.lease is None:
             raise LeaseNotAcquiredError(cycle.key)

@@ -199,7 +199,9 @@ def _stale_cycle(cycle: Cycle, manager: LeaseManager, store: Any, late: LateWrit
     without renewal, read, check, and the write put off in ``late``."""
     handed = False
     try:
-        result = manager.acquire(cycle.key, ttl_ms=stale_ttl_ms(cycle.config))
+        result = manager.acquire(
+            cycle.key, ttl_ms=stale_ttl_ms(cycle.config), wait_ms=cycle.wait_ms, retry_delay_ms=50
+        )
         granted_at = time.monotonic()
         if result.lease is None:
             raise LeaseNotAcquiredError(cycle.key)
