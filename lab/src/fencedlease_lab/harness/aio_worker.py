@@ -215,6 +215,7 @@ async def _stale_cycle(
         await run(late.write, store, cycle.key)
         late.put_off(cycle, result.lease, value, granted_at)
         handed = True
+        await asyncio.sleep(cycle.config.body_ms / 1000)  # the holder's pause after its check
     except Exception as exc:
         cycle.body_end = time.monotonic()  # its claim ends here (property f judges it)
         await asyncio.sleep(cycle.failed(exc))

@@ -210,6 +210,7 @@ def _stale_cycle(cycle: Cycle, manager: LeaseManager, store: Any, late: LateWrit
         late.write(store, cycle.key)
         late.put_off(cycle, result.lease, value, granted_at)
         handed = True
+        time.sleep(cycle.config.body_ms / 1000)  # the holder's pause after its check
     except Exception as exc:
         cycle.body_end = time.monotonic()  # its claim ends here (property f judges it)
         time.sleep(cycle.failed(exc))
