@@ -195,3 +195,26 @@ def test_a_stale_cycle_told_a_key_waits_for_the_lease_there_to_run_out(tmp_path:
     acquires = [e for e in read_history(tmp_path / "h.jsonl") if e.op == "acquire"]
     assert [(e.type, e.outcome) for e in acquires] == [("invoke", None), ("ok", "granted")]
     assert late.wanted() == "k"
+
+
+@pytest.mark.parametrize(("stale", "violations"), [(False, 1), (True, 0)])
+def test_a_stale_writer_cut_off_need_not_be_told(stale: bool, violations: int) -> None:
+    """A holder cut off by a partition whose body runs on past ttl + one heartbeat must be told
+    (property c); a stale writer's lease, which nothing renews, is not judged so."""
+    events: list[Event] = []
+
+    def put(process: str, op: str, kind: str, at: float, **fields: Any) -> None:
+        events.append(Event(process, op, kind, 1000 + at, at, **fields))  # type: ignore[arg-type]
+
+    put("run", "start", "info", 0.0, detail={"ttl_ms": 1000, "heartbeat_ms": 250})
+    detail = {"wait_ms": 0, "stale_writer": True} if stale else {"wait_ms": 0}
+    put("w0", "acquire", "invoke", 0.09, id=0, key="k", detail=detail)
+    put("w0", "acquire", "ok", 0.1, id=0, key="k", token=1, outcome="granted")
+    put("nemesis", "fault", "invoke", 0.2, id=0, detail={"fault": "partition", "target": "w0"})
+    put("nemesis", "fault", "ok", 2.2, id=0, detail={"fault": "partition", "target": "w0"})
+    put("w0", "hold", "fail", 3.0, id=0, grant=0, key="k", token=1, outcome="expired",
+        detail={"body_end": 1003.0})  # fmt: skip
+    put("run", "stop", "info", 4.0)
+    report = check_history(sorted(events, key=lambda e: e.mono))
+    found = report.property("loss-reported").violations
+    assert len(found) == violations, report.explain()
