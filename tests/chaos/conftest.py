@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from fencedlease_lab.harness.checker import Extracted, Fault, Grant
-from fencedlease_lab.harness.run import CheckConfig, CheckResult, run_check
+from fencedlease_lab.harness.run import CheckConfig, CheckResult, Progress, run_check
 from fencedlease_lab.servers.redis import RedisUnavailable, find_redis_binary
 
 TTL_MS = 1000
@@ -32,7 +32,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture
 def check_run(tmp_path: Path) -> Callable[..., CheckResult]:
-    """``check_run(*faults, mode="fenced", duration_s=10.0, **config)`` -> a finished run.
+    """``check_run(*faults, mode="fenced", duration_s=10.0, on_progress=None, **config)`` -> a
+    finished run (``on_progress`` as [`run_check`][fencedlease_lab.harness.run.run_check]'s).
 
     10 s: a fault's victim is a worker index drawn from the seed, and the fault waits (up to
     2 x (body + ttl)) for that worker to be in its critical section before it begins."""
@@ -42,7 +43,11 @@ def check_run(tmp_path: Path) -> Callable[..., CheckResult]:
         pytest.skip("no redis-server binary for the harness")
 
     def run(
-        *faults: str, mode: str = "fenced", duration_s: float = 10.0, **config: Any
+        *faults: str,
+        mode: str = "fenced",
+        duration_s: float = 10.0,
+        on_progress: Callable[[Progress], None] | None = None,
+        **config: Any,
     ) -> CheckResult:
         try:
             return run_check(
@@ -58,10 +63,13 @@ def check_run(tmp_path: Path) -> Callable[..., CheckResult]:
                     # ask for by name.
                     resource=config.pop("resource", "sqlite"),
                     workers_kind=config.pop("workers_kind", "sync"),
+                    # No stale writers unless asked for: each scenario reads its own history.
+                    stale_share=config.pop("stale_share", 0.0),
                     out_dir=tmp_path / "out",
                     ttl_ms=TTL_MS,
                     **config,
-                )
+                ),
+                on_progress,
             )
         except RedisUnavailable as exc:
             pytest.skip(str(exc))

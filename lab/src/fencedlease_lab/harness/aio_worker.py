@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import redis
 
-from fencedlease import Clock
+from fencedlease import Clock, LeaseNotAcquiredError
 from fencedlease.aio import AsyncLeaseManager
 
 from .recorder import Recorder
@@ -37,9 +37,11 @@ from .workload import (
     WorkerConfig,
     client_name,
     connect_notes,
+    lane_record,
     lane_rng,
     open_lane_store,
 )
+from .workload.stale import LateWrites, stale_ttl_ms, stale_turn
 
 __all__ = ["run_asyncio_worker"]
 
@@ -79,11 +81,14 @@ async def _main(
         if not await asyncio.to_thread(go.wait, 60.0):
             return
         deadline = time.monotonic() + config.duration_s
+        # A lane that dies (recorded as such) leaves the others running, as a thread's death
+        # leaves the other threads of a ``threads`` worker.
         await asyncio.gather(
             *(
                 _loop(config, board, manager, recorder, n, stop, deadline)
                 for n in range(THREADS)
-            )
+            ),
+            return_exceptions=True,
         )  # fmt: skip
     finally:
         with contextlib.suppress(Exception):
@@ -122,21 +127,33 @@ async def _loop(
     deadline: float,
 ) -> None:
     rng = lane_rng(config, lane)
+    late = LateWrites(config) if config.stale_share > 0 else None
     loop = asyncio.get_running_loop()
     with ThreadPoolExecutor(1, thread_name_prefix="store") as thread:
 
         def run(fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
             return loop.run_in_executor(thread, fn, *args)
 
-        store = await run(open_lane_store, config, recorder, lane)
-        try:
-            cycles = 0
-            while not stop.is_set() and time.monotonic() < deadline and cycles < config.max_cycles:
-                cycles += 1
-                await _cycle(config, board, manager, store, recorder, rng, run)
-        finally:
-            with contextlib.suppress(Exception):
-                await run(store.close)
+        with lane_record(recorder.writer, lane) as tally:
+            store = await run(open_lane_store, config, recorder, lane)
+            try:
+                while tally.next_cycle(stop, deadline, config.max_cycles):
+                    if late is None:
+                        await _cycle(config, board, manager, store, recorder, rng, run, None)
+                        continue
+                    await run(late.write, store)
+                    if stale_turn(config, rng):
+                        stale = Cycle(
+                            config, board, recorder, rng, stale=True, prefer=late.wanted()
+                        )
+                        await _stale_cycle(stale, manager, store, run, late)
+                    else:
+                        await _cycle(config, board, manager, store, recorder, rng, run, late)
+                if late is not None:
+                    await run(late.drain, store)
+            finally:
+                with contextlib.suppress(Exception):
+                    await run(store.close)
 
 
 async def _cycle(
@@ -147,13 +164,17 @@ async def _cycle(
     recorder: Recorder,
     rng: random.Random,
     run: Callable[..., asyncio.Future[Any]],
+    late: LateWrites | None,
 ) -> None:
-    cycle = Cycle(config, board, recorder, rng)
+    """One cycle, as the sync workers' ``_cycle``, the accesses in the lane's store thread."""
+    cycle = Cycle(config, board, recorder, rng, prefer=None if late is None else late.wanted())
     try:
         async with manager.hold(cycle.key, **cycle.hold_args()) as lease:
             cycle.granted(lease.fencing_token)
             try:
                 value = await run(cycle.read, store, lease)
+                if late is not None:
+                    await run(late.write, store, cycle.key)
                 cycle.phase(BODY)
                 until = time.monotonic() + config.body_ms / 1000
                 while (left := cycle.body_left(until)) > 0:
@@ -170,3 +191,34 @@ async def _cycle(
         await asyncio.sleep(cycle.failed(exc))
     finally:
         cycle.finish()
+
+
+async def _stale_cycle(
+    cycle: Cycle,
+    manager: AsyncLeaseManager,
+    store: Any,
+    run: Callable[..., asyncio.Future[Any]],
+    late: LateWrites,
+) -> None:
+    """A stale writer's ``cycle`` ([`stale`][fencedlease_lab.harness.workload.stale]), as the
+    sync workers' ``_stale_cycle``, the read in the lane's store thread."""
+    handed = False
+    try:
+        result = await manager.acquire(
+            cycle.key, ttl_ms=stale_ttl_ms(cycle.config), wait_ms=cycle.wait_ms, retry_delay_ms=50
+        )
+        granted_at = time.monotonic()
+        if result.lease is None:
+            raise LeaseNotAcquiredError(cycle.key)
+        cycle.granted(result.lease.fencing_token)
+        value = await run(cycle.read, store, result.lease)
+        await run(late.write, store, cycle.key)
+        late.put_off(cycle, result.lease, value, granted_at)
+        handed = True
+        await asyncio.sleep(cycle.config.body_ms / 1000)  # the holder's pause after its check
+    except Exception as exc:
+        cycle.body_end = time.monotonic()  # its claim ends here (property f judges it)
+        await asyncio.sleep(cycle.failed(exc))
+    finally:
+        if not handed:
+            cycle.finish()

@@ -39,6 +39,7 @@ REPLAYED: Final = (
     "redis_url", "workers", "duration_s", "faults", "mode", "resource", "resource_url", "ttl_ms",
     "heartbeat_ms", "body_ms", "margin_ms", "key", "toxiproxy", "lead_s", "allow_server_faults",
     "workers_kind", "wait_share", "keys", "topology", "replica_acks", "fencing",
+    "stale_share",
 )  # fmt: skip
 
 

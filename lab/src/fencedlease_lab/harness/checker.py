@@ -40,6 +40,7 @@ import attrs
 
 from .extract import Access, Attempt, Extracted, Fault, Grant, extract, natural_key
 from .history import Event
+from .lanes import lost_lanes
 from .properties import REGISTRY
 from .properties._base import (
     CheckParams,
@@ -49,6 +50,7 @@ from .properties._base import (
     PropertyResult,
     Violation,
 )
+from .stale_writes import stale_writes
 
 __all__ = [
     "PROPERTIES",
@@ -165,6 +167,7 @@ def _stats(data: Extracted) -> dict[str, Any]:
         "faults": [f.kind for f in data.faults],
         "faults_injected": sum(1 for f in data.faults if f.type == "ok"),
         "accepted_accesses": sum(1 for a in data.accesses if a.type == "ok"),
+        **{f"stale_writes_{kind}": n for kind, n in stale_writes(data).items()},
         "per_worker": dict(sorted(per_worker.items(), key=lambda item: natural_key(item[0]))),
     }
 
@@ -217,8 +220,26 @@ def check_history(events: Sequence[Event], params: CheckParams | None = None) ->
         findings += outcome.findings
         extras.update(outcome.extras)
     findings += _run_findings(events, data)
+    workload = _workload(events, data, results)
+    if workload["lost"]:
+        extras["workload"] = workload
+        findings += [Finding("workload-lost", lost["message"]) for lost in workload["lost"]]
     recoveries = tuple(extras.pop("recoveries", ()))
     valid = not any(r.violations for r in results)
-    return CheckReport(
-        valid, tuple(results), tuple(findings), _stats(data), params, recoveries, extras
-    )
+    stats = _stats(data) | {"lanes_lost": len(workload["lost"])}
+    return CheckReport(valid, tuple(results), tuple(findings), stats, params, recoveries, extras)
+
+
+def _workload(
+    events: Sequence[Event], data: Extracted, results: Sequence[PropertyResult]
+) -> dict[str, Any]:
+    """The lanes the run lost ([`lost_lanes`][fencedlease_lab.harness.lanes.lost_lanes]) and the
+    properties that, with what remained, checked nothing (``unproved``): every property but the
+    transactions one, which only a list-append resource (``*-append``) gives anything to."""
+    start = next((e.detail for e in events if e.process == "run" and e.op == "start"), {})
+    workers = start.get("workers")
+    names = [f"w{i}" for i in range(workers)] if isinstance(workers, int) else []
+    lost = lost_lanes(events, data.origin, names)
+    appends = str(start.get("resource", "")).endswith("-append")
+    unproved = [r.key for r in results if not r.checked and (appends or r.key != "transactions")]
+    return {"lost": [lane.to_dict() for lane in lost], "unproved": unproved if lost else []}

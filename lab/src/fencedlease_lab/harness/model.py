@@ -49,7 +49,9 @@ class CheckConfig:
     ``threads``, ``asyncio``; see [`worker_main`][fencedlease_lab.harness.workers.worker_main]);
     None: each worker's way is drawn from the seed. ``wait_share``: the share of acquires that wait
     (the rest fail fast). ``keys``: how many independent lease keys (and counters) the workers pick
-    from.
+    from. ``stale_share``: the share of each lane's cycles that are stale writers' (a lease not
+    renewed, its write made after it ran out:
+    [`stale`][fencedlease_lab.harness.workload.stale]; none on a ``*-append`` resource).
     """
 
     redis_url: str | None = None
@@ -76,6 +78,7 @@ class CheckConfig:
     topology: Topology = "standalone"
     replica_acks: int = 0
     fencing: Fencing = "counter"
+    stale_share: float = 0.5
 
     @property
     def lease_keys(self) -> tuple[str, ...]:

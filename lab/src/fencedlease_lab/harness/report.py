@@ -103,6 +103,8 @@ def print_summary(
         ("acknowledged increments", stats["acknowledged_writes"]),
         ("final counter", stats["final_counter"]),
         ("accesses refused as stale", stats["refused_accesses"]),
+        ("stale writes refused (lease lost)", stats.get("stale_writes_refused")),
+        ("stale writes accepted (lease lost)", stats.get("stale_writes_accepted")),
         ("leases lost", stats["leases_lost"]),
         ("faults injected", len(stats["faults"])),
         ("seed", result.seed),

@@ -13,7 +13,7 @@ a recheck the store accepted is a violation too (its token was accepted twice).
 
 from __future__ import annotations
 
-from ..extract import Access
+from ..extract import Access, Fault
 from ._base import Context, Outcome, Property, Violation
 
 __all__ = ["PROPERTY"]
@@ -28,7 +28,9 @@ def _describe(a: Access) -> str:
 def check(ctx: Context) -> Outcome:
     violations: list[Violation] = []
     checked = 0
+    granted = {(g.process, g.id): g.granted for g in ctx.data.grants}
     for key, accesses in ctx.accesses_by_key.items():
+        rolled: list[tuple[Access, Access, Fault]] = []
         accepted = [a for a in accesses if a.type == "ok" and a.token is not None]
         checked += len(accepted)
         by_completion = sorted(accepted, key=lambda a: a.completed or 0.0)
@@ -43,6 +45,10 @@ def check(ctx: Context) -> Outcome:
                     best = done
                 index += 1
             if best is not None and access.token is not None and access.token < (best.token or 0):
+                rollback = _rolled_back(ctx, granted, best, access)
+                if rollback is not None:
+                    rolled.append((best, access, rollback))
+                    continue
                 violations.append(
                     ctx.violation(
                         KEY,
@@ -55,9 +61,46 @@ def check(ctx: Context) -> Outcome:
                         key,
                     )
                 )
+        if rolled:
+            violations.append(_rollback_violation(ctx, key, rolled))
     violations += _rechecks(ctx)
     violations.sort(key=lambda v: v.at if v.at is not None else 0.0)
     return Outcome(checked, violations)
+
+
+def _rolled_back(
+    ctx: Context, granted: dict[tuple[str, int], float], newer: Access, older: Access
+) -> Fault | None:
+    """The restart without persistence between the grants of ``newer`` and ``older`` (whose
+    smaller token then came from the counter started again, not from a stale holder), or None."""
+    if newer.grant is None or older.grant is None:
+        return None
+    newer_at = granted.get((newer.process, newer.grant))
+    older_at = granted.get((older.process, older.grant))
+    if newer_at is None or older_at is None or older_at <= newer_at:
+        return None
+    return ctx.rolled_back_between(newer_at, older_at)
+
+
+def _rollback_violation(
+    ctx: Context, key: str | None, rolled: list[tuple[Access, Access, Fault]]
+) -> Violation:
+    """One violation for the accesses of ``key`` accepted with tokens a rolled-back counter
+    handed out again: ``(newer access, older access, restart)``, the first one named."""
+    best, first, fault = rolled[0]
+    lines = (best.end_line or best.line, *(a.end_line or a.line for _, a, _ in rolled[:20]))
+    return ctx.violation(
+        KEY,
+        f"{ctx.on(key)}counter rolled back: Redis was restarted without persistence at "
+        f"{ctx.t(fault.start)} and its counter handed out again tokens below those the resource "
+        f"had accepted; the resource accepted {len(rolled)} access(es) with them, the first "
+        f"{_describe(first)} at {ctx.t(first.completed)}, after {_describe(best)} at "
+        f"{ctx.t(best.completed)}. Their leases were current (granted after the restart), not "
+        "stale; a fenced resource refuses every access until the new tokens pass its fence.",
+        first.completed,
+        lines,
+        key,
+    )
 
 
 def _rechecks(ctx: Context) -> list[Violation]:

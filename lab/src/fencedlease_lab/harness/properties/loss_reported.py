@@ -5,7 +5,8 @@ the same key before the body ended) ends in ``LeaseLostError`` or ``StaleTokenEr
 normal return. And when the holder is cut off from Redis (``partition``, ``timeout``,
 ``redis-pause``, ``drop-replies``, ``drop-requests``, ``kernel-drop``, ``kernel-reject`` of at
 least ttl), it is told of the loss within ttl + one heartbeat of the cut
-(Kleppmann, "How to do distributed locking", 2016: a holder that does not know is the danger).
+(Kleppmann, "How to do distributed locking", 2016: a holder that does not know is the danger);
+not a stale writer's lease, which nothing renews (its late write is the fence's to refuse).
 After an ``evict`` (the holder's key deleted under it) whose holder's body ran on, the holder is
 told within two heartbeats of the ``DEL`` (its next renewal is due within one, and is answered 0):
 a library that takes the 0 for a success, or drops the notice, goes on claiming a key Redis
@@ -298,6 +299,18 @@ def _recreations(ctx: Context) -> tuple[int, list[Violation]]:
     return checked, violations
 
 
+def _stale_writers(events: Sequence[Event]) -> frozenset[tuple[str, int]]:
+    """The grants a stale writer took (``acquire`` ``detail.stale_writer``): leases nothing
+    renews, so no renewal can tell their holder of a cut; their late writes are the fence's to
+    refuse."""
+    return frozenset(
+        (e.process, e.id)
+        for e in events
+        if e.op == "acquire" and e.type == "invoke" and e.id is not None
+        and e.detail.get("stale_writer")
+    )  # fmt: skip
+
+
 def check(ctx: Context) -> Outcome:
     params = ctx.params
     checked, violations = _silent_successes(ctx)
@@ -311,6 +324,7 @@ def check(ctx: Context) -> Outcome:
     checked += evicted_checked
     violations += evicted
     bound = (params.ttl_ms + params.heartbeat_ms) / 1000
+    unrenewed = _stale_writers(ctx.events)
     for fault in ctx.data.faults:
         if fault.kind not in CUT_OFF_FAULTS or fault.type != "ok" or fault.end is None:
             continue
@@ -318,6 +332,8 @@ def check(ctx: Context) -> Outcome:
             continue
         for grant in ctx.data.grants:
             if fault.target is not None and grant.process != fault.target:
+                continue
+            if (grant.process, grant.id) in unrenewed:
                 continue
             needed = grant.needed_until
             if grant.granted >= fault.start or needed is None:

@@ -76,6 +76,8 @@ def _begin(config: CheckConfig) -> _Run:
         raise ValueError("workers must be at least 2 (a lease needs someone to take it over)")
     if config.duration_s <= 0:
         raise ValueError("duration_s must be positive")
+    if not 0 <= config.stale_share < 1:
+        raise ValueError(f"stale_share must be in [0, 1), got {config.stale_share}")
     if config.resource.startswith("memory") and config.resource_url:
         raise ValueError(
             f"--resource {config.resource} runs in a process of the run's own:"

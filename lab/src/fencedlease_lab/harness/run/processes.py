@@ -58,6 +58,8 @@ def _start_workers(
             netns=network.netns[index] if network.netns else None,
             replica_acks=config.replica_acks,
             fencing=config.fencing,
+            # A list-append resource records each critical section as one transaction.
+            stale_share=0.0 if config.resource.endswith("-append") else config.stale_share,
         )
         proc = ctx.Process(
             target=worker_main,

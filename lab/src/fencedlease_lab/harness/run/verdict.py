@@ -57,7 +57,9 @@ def inconclusive_reasons(
     """Why a run proved nothing, from its ``report`` and the ``faults`` asked for (of which
     ``left_out`` were not scheduled); empty when it proved something. A run proves nothing when
     no lease was granted, when the resource accepted no access (no fencing was exercised), or
-    when faults were asked for and none was injected (no fault completed)."""
+    when faults were asked for and none was injected (no fault completed), or when it lost
+    part of its workload (a lane died or stopped recording) and what remained left a property
+    with nothing checked."""
     reasons: list[str] = []
     stats = report.stats
     if stats["grants"] == 0:
@@ -67,6 +69,13 @@ def inconclusive_reasons(
         )
     elif stats["accepted_accesses"] == 0:
         reasons.append("the resource accepted no access: nothing was written under a lease")
+    workload = report.extras.get("workload", {})
+    if workload.get("unproved"):
+        lost = "; ".join(lane["message"] for lane in workload["lost"])
+        reasons.append(
+            f"the run lost part of its workload ({lost}), and what remained proved nothing of"
+            f" {', '.join(workload['unproved'])}"
+        )
     if faults and stats["faults_injected"] == 0:
         why = f" ({', '.join(left_out)} left out)" if left_out else ""
         reasons.append(f"no fault was injected though faults were asked for{why}")

@@ -55,6 +55,7 @@ from .config import (
     unshunned,
 )
 from .cycle import Cycle, access, end_cycle
+from .lane import LANE_OP, LaneTally, lane_record
 from .sync_worker import connect_notes, open_lane_store, run_sync_worker
 
 __all__ = [
@@ -62,6 +63,7 @@ __all__ = [
     "BODY",
     "HOLDING",
     "IDLE",
+    "LANE_OP",
     "MODES",
     "PHASES",
     "RELEASING",
@@ -70,6 +72,7 @@ __all__ = [
     "WRITING",
     "Board",
     "Cycle",
+    "LaneTally",
     "Mode",
     "WorkerConfig",
     "WorkerKind",
@@ -77,6 +80,7 @@ __all__ = [
     "client_name",
     "connect_notes",
     "end_cycle",
+    "lane_record",
     "lane_rng",
     "open_lane_store",
     "pick",

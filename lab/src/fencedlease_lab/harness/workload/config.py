@@ -41,7 +41,8 @@ class WorkerConfig:
     namespace the worker enters before anything else (its link for the kernel faults), None: the
     host's. ``replica_acks``, ``fencing``: the manager's options of those names; ``redis_url``
     may be ``redis+sentinel://`` or ``redis+cluster://`` (see
-    [`lease_client`][fencedlease_lab.harness.topology.lease_client]).
+    [`lease_client`][fencedlease_lab.harness.topology.lease_client]). ``stale_share``: the share
+    of cycles that are stale writers' ([`stale`][fencedlease_lab.harness.workload.stale]).
     """
 
     index: int
@@ -65,6 +66,7 @@ class WorkerConfig:
     netns: str | None = None
     replica_acks: int = 0
     fencing: Fencing = "counter"
+    stale_share: float = 0.0
 
 
 def client_name(prefix: str, worker_name: str) -> str:

@@ -35,14 +35,26 @@ class Cycle:
     holder is never hidden by another lane (the nemesis aims at the holder the board shows)."""
 
     def __init__(
-        self, config: WorkerConfig, board: Board, recorder: Recorder, rng: random.Random
+        self,
+        config: WorkerConfig,
+        board: Board,
+        recorder: Recorder,
+        rng: random.Random,
+        *,
+        stale: bool = False,
+        prefer: str | None = None,
     ) -> None:
         self.config, self.board, self.rng = config, board, rng
         self.writer = recorder.writer
+        self.stale = stale  # a stale writer's cycle: off the board, never steered
         self.key, self.wait_ms = pick(config, rng)
+        if prefer is not None:  # the key of a write put off: wait for it, a ttl/2 at most
+            self.key, self.wait_ms = prefer, config.ttl_ms // 2
         self.key = unshunned(config.keys, self.key, board.get(config.index, "shun"))
-        steered, self.linger_ms, self.retry_ms = self._steered()
+        steered, self.linger_ms, self.retry_ms = (None, 0, 0) if stale else self._steered()
         self.steered = steered is not None
+        if stale and prefer is None:
+            self.wait_ms = 0
         if steered is not None:
             self.key, self.wait_ms = steered, config.wait_ms
         with _shown_lock:
@@ -52,6 +64,8 @@ class Cycle:
         detail: dict[str, Any] = {"wait_ms": self.wait_ms}
         if steered is not None:
             detail["steered"] = True
+        if stale:
+            detail["stale_writer"] = True
         self.acquire = self.writer.invoke("acquire", key=self.key, detail=detail)
         self.grant = self.acquire.id
         self.hold: Operation | None = None
@@ -85,7 +99,9 @@ class Cycle:
 
     def _show(self, phase: int, *, take: bool) -> None:
         """Enter ``phase`` on the board if this cycle is shown there, or the slot is free, or
-        ``take`` and the cycle shown holds no lease."""
+        ``take`` and the cycle shown holds no lease; never for a stale writer's cycle."""
+        if self.stale:
+            return
         me = self.config.index
         with _shown_lock:
             shown = _shown.get(me)
@@ -176,6 +192,15 @@ class Cycle:
         """The write of `write`, without the recheck."""
         fenced = self.config.mode != "unfenced"
         self.access("write", value, lambda: store.write(value, lease, fenced=fenced))
+
+    def expired(self) -> None:
+        """The end of a stale writer's hold whose late write was accepted: ``fail`` ``expired``
+        (its lease had run out unrenewed before the write; the library was not asked)."""
+        assert self.hold is not None
+        self.hold.fail(
+            outcome="expired",
+            detail={"body_end": self.body_end, "error": "the lease ran out before the write"},
+        )
 
     def completed(self) -> None:
         assert self.hold is not None

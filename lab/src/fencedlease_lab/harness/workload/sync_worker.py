@@ -13,7 +13,7 @@ from typing import Any
 
 import redis
 
-from fencedlease import Clock, LeaseManager
+from fencedlease import Clock, LeaseManager, LeaseNotAcquiredError
 
 from ..recorder import Recorder
 from ..resources import open_store
@@ -21,6 +21,8 @@ from ..topology import lease_client
 from .board import BODY, RELEASING, WRITING, Board
 from .config import THREADS, WorkerConfig, client_name, lane_rng
 from .cycle import Cycle
+from .lane import lane_record
+from .stale import LateWrites, stale_ttl_ms, stale_turn
 
 
 def run_sync_worker(
@@ -59,15 +61,7 @@ def run_sync_worker(
         runners = [
             threading.Thread(
                 target=_loop,
-                args=(
-                    config,
-                    board,
-                    manager,
-                    recorder,
-                    n,
-                    stop,
-                    deadline,
-                ),
+                args=(config, board, manager, recorder, n, stop, deadline),
                 name=f"worker-{n}",
                 daemon=True,
             )
@@ -94,17 +88,28 @@ def _loop(
     deadline: float,
 ) -> None:
     """One lane (thread) of a sync worker, with a store of its own (opened in this thread: an
-    SQLite connection may be used only in the thread that made it)."""
+    SQLite connection may be used only in the thread that made it), which also makes the
+    writes its stale cycles put off."""
     rng = lane_rng(config, lane)
-    store = open_lane_store(config, recorder, lane)
-    try:
-        cycles = 0
-        while not stop.is_set() and time.monotonic() < deadline and cycles < config.max_cycles:
-            cycles += 1
-            _cycle(config, board, manager, store, recorder, rng)
-    finally:
-        with contextlib.suppress(Exception):
-            store.close()
+    late = LateWrites(config) if config.stale_share > 0 else None
+    with lane_record(recorder.writer, lane) as tally:
+        store = open_lane_store(config, recorder, lane)
+        try:
+            while tally.next_cycle(stop, deadline, config.max_cycles):
+                if late is None:
+                    _cycle(config, board, manager, store, recorder, rng, None)
+                    continue
+                late.write(store)
+                if stale_turn(config, rng):
+                    stale = Cycle(config, board, recorder, rng, stale=True, prefer=late.wanted())
+                    _stale_cycle(stale, manager, store, late)
+                else:
+                    _cycle(config, board, manager, store, recorder, rng, late)
+            if late is not None:
+                late.drain(store)
+        finally:
+            with contextlib.suppress(Exception):
+                store.close()
 
 
 def open_lane_store(config: WorkerConfig, recorder: Recorder, lane: int) -> Any:
@@ -161,13 +166,18 @@ def _cycle(
     store: Any,
     recorder: Recorder,
     rng: random.Random,
+    late: LateWrites | None,
 ) -> None:
-    cycle = Cycle(config, board, recorder, rng)
+    """One cycle; with ``late``, on the key of a write put off (if any), which is made right
+    after the read."""
+    cycle = Cycle(config, board, recorder, rng, prefer=None if late is None else late.wanted())
     try:
         with manager.hold(cycle.key, **cycle.hold_args()) as lease:
             cycle.granted(lease.fencing_token)
             try:
                 value = cycle.read(store, lease)
+                if late is not None:
+                    late.write(store, cycle.key)
                 cycle.phase(BODY)
                 until = time.monotonic() + config.body_ms / 1000
                 while (left := cycle.body_left(until)) > 0:
@@ -182,3 +192,28 @@ def _cycle(
         time.sleep(cycle.failed(exc))
     finally:
         cycle.finish()
+
+
+def _stale_cycle(cycle: Cycle, manager: LeaseManager, store: Any, late: LateWrites) -> None:
+    """A stale writer's ``cycle`` ([`stale`][fencedlease_lab.harness.workload.stale]): acquire
+    without renewal, read, check, and the write put off in ``late``."""
+    handed = False
+    try:
+        result = manager.acquire(
+            cycle.key, ttl_ms=stale_ttl_ms(cycle.config), wait_ms=cycle.wait_ms, retry_delay_ms=50
+        )
+        granted_at = time.monotonic()
+        if result.lease is None:
+            raise LeaseNotAcquiredError(cycle.key)
+        cycle.granted(result.lease.fencing_token)
+        value = cycle.read(store, result.lease)
+        late.write(store, cycle.key)
+        late.put_off(cycle, result.lease, value, granted_at)
+        handed = True
+        time.sleep(cycle.config.body_ms / 1000)  # the holder's pause after its check
+    except Exception as exc:
+        cycle.body_end = time.monotonic()  # its claim ends here (property f judges it)
+        time.sleep(cycle.failed(exc))
+    finally:
+        if not handed:
+            cycle.finish()
