@@ -32,8 +32,8 @@ BAD_OPTIONS = [
     ({"replica_acks": 2**31}, "replica_acks", "0 <= replica_acks <= 2147483647"),
     ({"replica_ack_timeout_ms": 0}, "replica_ack_timeout_ms", "between 1 and 2147483647"),
     ({"replica_ack_timeout_ms": None}, "replica_ack_timeout_ms", "1 <= replica_ack_timeout_ms"),
-    ({"fencing": "wall"}, "fencing", "fencing must be 'counter' or 'clock'; got 'wall'"),
-    ({"fencing": None}, "fencing", "fencing must be 'counter' or 'clock'; got None"),
+    ({"fencing": "wall"}, "fencing", "fencing must be 'counter', 'clock' or 'epoch'; got 'wall'"),
+    ({"fencing": 0}, "fencing", "fencing must be 'counter', 'clock' or 'epoch'; got 0"),
 ]
 
 
@@ -53,6 +53,23 @@ def test_bad_options_are_refused_on_both_faces(
             make()
         assert caught.value.argument == argument
         assert bound in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "fencing"),
+    [
+        ("redis+sentinel://127.0.0.1:1/s", "epoch"),
+        ("REDIS+SENTINEL://127.0.0.1:1/s", "epoch"),
+        ("redis://127.0.0.1:1", "counter"),
+    ],
+)
+def test_a_sentinel_url_takes_epoch_tokens_by_default(url: str, fencing: str) -> None:
+    """A manager from a ``redis+sentinel://`` URL grants epoch tokens unless told otherwise;
+    other Redis URLs keep the counter's."""
+    with LeaseManager.from_url(url) as manager:
+        assert manager._backend.grants.fencing == fencing  # type: ignore[attr-defined]
+    with LeaseManager.from_url(url, fencing="clock") as manager:
+        assert manager._backend.grants.fencing == "clock"  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(

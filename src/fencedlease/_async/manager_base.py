@@ -31,7 +31,13 @@ from fencedlease._core.validate import (
     check_ms,
     check_prefix,
 )
-from fencedlease._redis.replication import Fencing, GrantOptions, PrimaryWatch, use_grant_options
+from fencedlease._redis.replication import (
+    Fencing,
+    GrantOptions,
+    PrimaryWatch,
+    default_fencing,
+    use_grant_options,
+)
 
 from .acquire_loop import _AsyncAcquireLoop
 from .lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
@@ -102,7 +108,7 @@ class _AsyncManagerBase(_AsyncStoreCalls, _AsyncAcquireLoop, ABC):
         on_event: EventHook | None = None,
         replica_acks: int = 0,
         replica_ack_timeout_ms: int = 100,
-        fencing: Fencing = "counter",
+        fencing: Fencing | None = None,
         **kwargs: Any,
     ) -> _M:
         """A manager over the backend ``url`` names, closed with the manager: ``redis://``,
@@ -116,6 +122,7 @@ class _AsyncManagerBase(_AsyncStoreCalls, _AsyncAcquireLoop, ABC):
             BackendError: a SQLite database that cannot be opened.
         """
         hook = check_event_hook(on_event)
+        fencing = default_fencing(url) if fencing is None else fencing
         GrantOptions.checked(replica_acks, replica_ack_timeout_ms, fencing)
         backend = async_backend_from_url(url, prefix=prefix, clock=clock, **kwargs)
         try:

@@ -154,7 +154,8 @@ class RedisClusterBackend(RedisBackend):
         return ClusterHandoff(self.client, self.prefix)
 
     def release(self, key: str, owner_token: str) -> bool:
-        args = (owner_token, self.grants.fencing, "shard")  # a hand-off grant's mode; SPUBLISH
+        # a hand-off grant's mode (the epoch mode is the counter's on a cluster); SPUBLISH
+        args = (owner_token, self.grants.mode_arg(0), "shard")
         with backend_errors(f"release {key!r}"):
             reply = run_script(self.cluster, RELEASE, lease_keys(self.prefix, key), args)
         return decode_release(reply, key)
