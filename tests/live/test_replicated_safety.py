@@ -444,10 +444,6 @@ def test_a_laggard_forced_over_in_a_cluster_grants_no_token_again(
 
 
 @pytest.mark.cluster
-@reproduces(
-    NotAReplicationError,
-    "a WAIT the failover interrupts (UNBLOCKED) surfaces as a plain BackendError",
-)
 def test_a_grant_whose_wait_a_cluster_failover_interrupts_is_a_replication_error(
     shards: RedisClusterServers,
 ) -> None:
