@@ -3,8 +3,8 @@
 primary's replication id that tells a failover.
 
 Redis replicates asynchronously: a failover to a replica that had not received the last grant rolls
-the fencing counter back, and the next grant would repeat a token already handed out. Two answers,
-either or both:
+the fencing counter back, and the next grant would repeat a token already handed out. Three
+answers:
 
 - ``replica_acks=n``: every acquire and renewal script is followed, on the same connection and in
   the same round trip, by ``WAIT n replica_ack_timeout_ms`` (Redisson's ``syncedEval``). ``WAIT``
@@ -19,7 +19,12 @@ either or both:
   long as the new primary's clock is not behind the old one's by more than the time the failover
   took (Kleppmann's argument for counters plus a clock-derived epoch).
 
-Either way the acquire script reports the primary's replication id (``master_replid``): a promoted
+- ``fencing="epoch"`` (the default of a ``redis+sentinel://`` URL): the token is
+  ``config-epoch * 2**40 + counter``, granted at or above the floor of the epoch a majority of the
+  sentinels name, and counted only when that majority confirms it afterwards
+  (`fencedlease._core.epochs`; no clock involved). Elsewhere it grants as ``counter``.
+
+Any way the acquire script reports the primary's replication id (``master_replid``): a promoted
 replica starts a new one, so a manager that sees it change records the change
 (`PrimaryWatch`) and never lets a possible rollback pass in silence.
 """

@@ -20,10 +20,13 @@ new primary may have handed to someone else. So the backend subscribes to ``+swi
 sentinels (`SwitchWatcher`): on the event it drops every connection of the client's pool (the
 next command asks the sentinels again) and its manager renews every lease at once, on the new
 primary. The event can be missed (a holder cut off from the sentinels, a subscription dropped and
-made again after it), so a renewal batch is also checked (`PrimaryCheck`): it moves deadlines
-only if, once it ran, a sentinel names the address it ran on as the primary. A sentinel naming
-another address drops the pool's connections and the batch runs again there; no sentinel
-answering leaves the leases to end at their deadlines, within ``ttl_ms``.
+made again after it, a minority sentinel still naming the old primary), so a renewal batch is
+also checked (`PrimaryCheck`): it moves deadlines only if, once it ran, a majority of the
+configured sentinels, asked at once, name the address it ran on as the primary, with one epoch
+(`fencedlease._core.epochs.Majority`). A majority naming another address drops the pool's idle
+connections and the batch runs again there; no majority leaves the leases to end at their
+deadlines, within ``ttl_ms``. With epoch tokens a grant is checked the same way
+(`PrimaryCheck.grant`).
 """
 
 from __future__ import annotations

@@ -116,7 +116,9 @@ class _ManagerBase(_StoreCalls, _AcquireLoop, ABC):
         ``rediss://`` and ``unix://`` (a client made by ``redis.Redis.from_url(url,
         **kwargs)``), ``memory://``, and ``sqlite:///relative/path`` / ``sqlite:////absolute/path``
         / ``sqlite:///:memory:`` (``busy_timeout_ms`` the only keyword). The forms:
-        `fencedlease._core.urls`.
+        `fencedlease._core.urls`. ``fencing`` left None takes the URL's default: ``"epoch"``
+        for ``redis+sentinel://`` (tokens that never repeat across a failover,
+        `fencedlease._core.epochs`), ``"counter"`` for any other.
 
         Raises:
             ValidationError: an unknown scheme, a malformed URL or an option it does not take.

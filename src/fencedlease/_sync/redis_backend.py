@@ -96,14 +96,17 @@ class RedisBackend(EvictionReads):
     backend subscribes to ``+switch-master`` on the sentinels from its first acquire or renewal;
     on the event it drops the pool's connections and calls ``on_primary_switch()`` (the manager
     renews every lease at once there). A renewal (a batch, or one lease's) moves deadlines only
-    if a sentinel, asked after it ran, names the address it ran on as the primary
-    (`PrimaryCheck`); otherwise each lease it renewed is answered with a
-    [`BackendError`][fencedlease.BackendError] saying so. See `fencedlease._redis.sentinel`.
+    if a majority of the configured sentinels, asked after it ran, name the address it ran on as
+    the primary (`PrimaryCheck`); otherwise each lease it renewed is answered with a
+    [`BackendError`][fencedlease.BackendError] saying so. With ``fencing="epoch"`` a grant takes
+    the floor of the sentinels' epoch and is checked the same way (`fencedlease._core.epochs`);
+    one the majority does not confirm is released and refused with a
+    [`ReplicationError`][fencedlease.ReplicationError]. See `fencedlease._redis.sentinel`.
 
     Raises:
         ValidationError: ``prefix`` is not a non-empty str, or holds ``{`` or ``}``;
             ``replica_acks`` not an int in 0..2,147,483,647, ``replica_ack_timeout_ms`` not an
-            int in 1..2,147,483,647, ``fencing`` neither ``"counter"`` nor ``"clock"``.
+            int in 1..2,147,483,647, ``fencing`` not ``"counter"``, ``"clock"`` or ``"epoch"``.
     """
 
     def __init__(
