@@ -396,10 +396,14 @@ def key_on(cluster: RedisClusterServers, node: RedisServer) -> str:
 
 
 def cluster_manager(
-    cluster: RedisClusterServers, replica_ack_timeout_ms: int = ACK_MS
+    cluster: RedisClusterServers, replica_ack_timeout_ms: int = ACK_MS, fencing: Fencing = "counter"
 ) -> LeaseManager:
+    """A cluster manager of ``fencing`` tokens, with one replica's acks."""
     return LeaseManager.from_url(
-        cluster.url, replica_acks=1, replica_ack_timeout_ms=replica_ack_timeout_ms
+        cluster.url,
+        replica_acks=1,
+        replica_ack_timeout_ms=replica_ack_timeout_ms,
+        fencing=fencing,
     )
 
 
@@ -416,31 +420,43 @@ def force_failover(replica: RedisServer) -> None:
 
 
 @pytest.mark.cluster
-@reproduces(
-    Reissued,
-    "CLUSTER FAILOVER FORCE promotes a lagging replica; grants the healthy replica"
-    " acknowledged are lost with the old primary's data and their tokens granted again",
-)
+@pytest.mark.parametrize("fencing", ["epoch", "counter"])
 def test_a_laggard_forced_over_in_a_cluster_grants_no_token_again(
-    shards: RedisClusterServers,
+    shards: RedisClusterServers, fencing: Fencing
 ) -> None:
     """``CLUSTER FAILOVER FORCE`` to the lagging one of a shard's two replicas hands no token
-    out twice."""
+    out twice with epoch tokens (the laggard's first grant is the floor of its new
+    ``configEpoch``); with the counter's, ``replica_acks=1`` does not prevent the repeat (the
+    control)."""
     cluster = shards
     old = cluster.servers[0]
     laggard, healthy = cluster.replicas_of[old.port]
     key = key_on(cluster, old)
-    with cluster_manager(cluster) as manager:
+    low = floor(my_epoch(old)) if fencing == "epoch" else 0
+    first = [low + n for n in (range(6) if low else range(1, 7))]  # max(counter + 1, floor)
+    with cluster_manager(cluster, fencing=fencing) as manager:
         handed = [grant(manager, key) for _ in range(3)]
         in_sync(old, 2)
         with writes_paused(laggard):
             handed += [grant(manager, key) for _ in range(3)]  # WAIT 1: the healthy one's ack
-            assert handed == [1, 2, 3, 4, 5, 6]
-            assert fence(healthy, key, cluster=True) == 6
-            assert fence(laggard, key, cluster=True) == 3
+            assert handed == first
+            assert fence(healthy, key, cluster=True) == first[5]
+            assert fence(laggard, key, cluster=True) == first[2]
             force_failover(laggard)  # its link to the old primary, and what it had not applied, go
         later = granted_on(manager, key, laggard)
+    if fencing == "counter":
+        assert later == 4  # the laggard's counter was 3: token 4 again
+        return
     check_never_reissued(handed, later)
+    assert later == floor(my_epoch(laggard)) > handed[-1]  # the laggard's counter: first[2]
+
+
+def my_epoch(node: RedisServer) -> int:
+    """``node``'s own ``configEpoch`` (``cluster_my_epoch`` of ``CLUSTER INFO``)."""
+    with node.client(socket_timeout=5, decode_responses=True) as client:
+        info = str(client.execute_command("CLUSTER", "INFO"))
+    fields = dict(line.split(":", 1) for line in info.split() if ":" in line)
+    return int(fields["cluster_my_epoch"])
 
 
 @pytest.mark.cluster

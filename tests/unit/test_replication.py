@@ -19,6 +19,7 @@ from fencedlease import (
     ReplicationError,
     ValidationError,
 )
+from fencedlease._redis.replication import default_fencing
 from fencedlease._redis.replies import decode_acquire, decode_inspect
 from fencedlease._redis.sentinel import SentinelURL, parse_sentinel_url, sentinel_clients
 from fencedlease.aio import AsyncLeaseManager
@@ -186,3 +187,12 @@ def test_replication_error_is_a_backend_error_that_pickles() -> None:
         "maybe",
         "yes",
     )
+
+
+def test_each_url_names_its_default_fencing() -> None:
+    """Sentinel URLs (any case) default to epoch tokens, every other to the counter."""
+    assert default_fencing("redis+cluster://127.0.0.1:7000") == "counter"
+    assert default_fencing("Redis+Sentinel://127.0.0.1:1/s") == "epoch"
+    assert default_fencing("redis://127.0.0.1:1") == "counter"
+    assert default_fencing("memory://") == "counter"
+    assert default_fencing(None) == "counter"

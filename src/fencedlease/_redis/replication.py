@@ -19,10 +19,11 @@ answers:
   long as the new primary's clock is not behind the old one's by more than the time the failover
   took (Kleppmann's argument for counters plus a clock-derived epoch).
 
-- ``fencing="epoch"`` (the default of a ``redis+sentinel://`` URL): the token is
-  ``config-epoch * 2**40 + counter``, granted at or above the floor of the epoch a majority of the
-  sentinels name, and counted only when that majority confirms it afterwards
-  (`fencedlease._core.epochs`; no clock involved). Elsewhere it grants as ``counter``.
+- ``fencing="epoch"`` (the default of ``redis+sentinel://`` URLs; asked for on a cluster): the
+  token is ``epoch * 2**40 + counter``, granted at or above the floor of the failover epoch a
+  majority names (the sentinels' ``config-epoch``; the cluster primaries' view of the slot
+  owner's ``configEpoch``), and counted only when that majority confirms it afterwards
+  (`fencedlease._core.epochs`; no clock involved). On a plain Redis it grants as ``counter``.
 
 Any way the acquire script reports the primary's replication id (``master_replid``): a promoted
 replica starts a new one, so a manager that sees it change records the change
@@ -38,9 +39,12 @@ from typing import Final, Literal
 
 import attrs
 
+from fencedlease._core.epochs import epoch_of
 from fencedlease._core.errors import ReplicationError, ValidationError
 from fencedlease._core.protocol import AcquireReply
 from fencedlease._core.validate import check_ms
+
+from .replies import decode_acquire
 
 __all__ = [
     "FENCING_MODES",
@@ -48,6 +52,7 @@ __all__ = [
     "GrantOptions",
     "PrimaryWatch",
     "default_fencing",
+    "older_token",
     "use_grant_options",
 ]
 
@@ -55,8 +60,9 @@ log = logging.getLogger("fencedlease")
 
 Fencing = Literal["counter", "clock", "epoch"]
 FENCING_MODES: Final = ("counter", "clock", "epoch")
-# The URLs whose managers take epoch tokens unless told otherwise (a Redis Cluster's epochs are
-# not read yet: its grants keep the counter's tokens).
+# The URLs whose managers take epoch tokens unless told otherwise. A cluster's take them when
+# asked (fencing="epoch"): its grants then read every primary's CLUSTER NODES, twice for a slot's
+# first grant, a cost not yet measured against many slots.
 REPLICATED_SCHEMES: Final = ("redis+sentinel://",)
 MAX_REPLICA_ACKS: Final = 2_147_483_647
 
@@ -181,6 +187,15 @@ class PrimaryWatch:
         )
         if self.on_change is not None:
             self.on_change(key, before, primary)
+
+
+def older_token(reply: object, key: str, epoch: int) -> str | None:
+    """Why a confirmed grant of ``key`` (``acquire.lua``'s ``reply``) still does not count: its
+    token is of an epoch older than ``epoch`` (a hand-off a release made with an older floor);
+    None when it is not (or nothing was granted). No I/O."""
+    if epoch_of(decode_acquire(reply, key).fencing_token) < epoch:
+        return f"its token is of an epoch older than {epoch}, the majority's"
+    return None
 
 
 def default_fencing(url: object) -> Fencing:

@@ -19,7 +19,7 @@ from typing import Any, cast
 
 import redis
 
-from fencedlease._core.epochs import epoch_of, floor
+from fencedlease._core.epochs import floor
 from fencedlease._core.errors import BackendError
 from fencedlease._core.protocol import AcquireReply, InspectReply
 from fencedlease._core.validate import check_prefix
@@ -32,7 +32,7 @@ from fencedlease._redis.errors import (
 )
 from fencedlease._redis.eviction import EvictionCheck
 from fencedlease._redis.keys import fence_key, lease_key, lease_keys, renew_many_args
-from fencedlease._redis.replication import Fencing, GrantOptions, PrimaryWatch
+from fencedlease._redis.replication import Fencing, GrantOptions, PrimaryWatch, older_token
 from fencedlease._redis.replies import (
     decode_acquire,
     decode_inspect,
@@ -280,9 +280,7 @@ class RedisBackend(EvictionReads):
             return self._run(one, ACQUIRE, keys, args)
 
         (reply, acks), epoch, why = self._check.grant(send, self._primary_moved)
-        if why is None and epoch_of(decode_acquire(reply, key).fencing_token or 0) < epoch:
-            why = f"its token is of an epoch older than {epoch}, the majority's"
-        return reply, acks, why
+        return reply, acks, why or older_token(reply, key, epoch)
 
     def _packed(self) -> PackedCalls:
         """The packer of this backend's acquires and releases (made on first use). No I/O."""
