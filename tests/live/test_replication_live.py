@@ -246,3 +246,15 @@ def test_a_floor_lifts_the_grant_and_the_hand_off_to_it(redis_client: redis.Redi
             acquire(other, bad)
         assert redis_client.get("fencedlease:{f}") is None
         assert redis_client.get("fencedlease:{f}:fence") == lifted.encode()
+
+
+def test_a_script_error_with_replica_acks_is_raised_as_it_is(redis_client: redis.Redis) -> None:
+    """With ``replica_acks`` a script's own error (a lease key of a foreign type) is raised as the
+    script said it, not taken for a grant a failover cut and refused."""
+    redis_client.hset("fencedlease:{typed}", "a", "b")
+    backend = RedisBackend(redis_client, replica_acks=1)
+    with pytest.raises(BackendError) as caught:
+        backend.acquire("typed", new_owner_token(), 10_000)
+    assert not isinstance(caught.value, ReplicationError)
+    assert "fencedlease acquire: the lease key fencedlease:{typed} " in str(caught.value)
+    assert redis_client.hgetall("fencedlease:{typed}") == {b"a": b"b"}  # nothing written

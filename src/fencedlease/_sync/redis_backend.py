@@ -317,9 +317,11 @@ class RedisBackend(EvictionReads):
 
     def _acked_grant_cut(self, error: BaseException) -> bool:
         """Whether ``error`` (an acquire's, mapped) cut a grant that waits for the replicas' or
-        the majority's word after its script: the script may have run. No I/O."""
+        the majority's word after its script: the connection failed with the command maybe
+        sent (the script may have run); a reply of Redis's (a script's error) is not a cut.
+        No I/O."""
         waits = self.grants.replica_acks > 0 or self._epochs()
-        return waits and isinstance(error, BackendError) and error.sent != "no"
+        return waits and isinstance(error, BackendError) and error.sent == "maybe"
 
     def _taken_back(
         self,
