@@ -1,10 +1,14 @@
-"""What the Sentinel renewal check costs per renewer tick: the median and p99 latency of one
-renewal batch (``renew_many``, as the renewer sends it) of 1 and of 100 leases, over a
-``redis+sentinel://`` URL (the batch, then ``SENTINEL GET-MASTER-ADDR-BY-NAME`` on a sentinel)
-and over a ``redis://`` URL of the same primary (no check), on a Sentinel deployment of our own
-on loopback (`fencedlease_lab.servers.sentinel.SentinelDeployment`).
+"""What the Sentinel checks cost: the median and p99 latency of a grant (an acquire and its
+release) and of one renewal batch (``renew_many``, as the renewer sends it) of 1 and of 100
+leases, over a ``redis+sentinel://`` URL with its default fencing (epoch tokens: the grant and
+the batch, then ``SENTINEL MASTER`` on every sentinel at once) and over a ``redis://`` URL of the
+same primary (no check), on a Sentinel deployment of our own on loopback
+(`fencedlease_lab.servers.sentinel.SentinelDeployment`).
 
     PYTHONPATH=src python scripts/bench_sentinel_check.py [--rounds 2000]
+
+Run with another checkout's ``src`` on ``PYTHONPATH`` to compare (the script uses only calls
+every version has).
 
 The numbers for docs/deployment.md come from here.
 """
@@ -36,6 +40,22 @@ def _batch_ms(manager: LeaseManager, size: int, rounds: int) -> tuple[float, flo
     return statistics.median(samples), samples[int(len(samples) * 0.99)]
 
 
+def _grant_ms(manager: LeaseManager, rounds: int) -> tuple[float, float]:
+    for _ in range(50):  # warm up: connections, script cache
+        lease = manager.acquire("grant", ttl_ms=600_000).lease
+        assert lease is not None
+        lease.release()
+    samples = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        lease = manager.acquire("grant", ttl_ms=600_000).lease
+        assert lease is not None
+        lease.release()
+        samples.append((time.perf_counter() - start) * 1000)
+    samples.sort()
+    return statistics.median(samples), samples[int(len(samples) * 0.99)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=2000)
@@ -48,6 +68,8 @@ def main() -> None:
             )
         ):
             with LeaseManager.from_url(url, prefix=f"bench{index}") as manager:
+                median, p99 = _grant_ms(manager, rounds)
+                print(f"{label:28} grant + release: median {median:.3f} ms p99 {p99:.3f} ms")
                 for size in (1, 100):
                     median, p99 = _batch_ms(manager, size, rounds)
                     print(f"{label:28} batch of {size:3}: median {median:.3f} ms p99 {p99:.3f} ms")

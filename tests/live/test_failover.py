@@ -112,7 +112,10 @@ def test_both_off_a_repeated_token_is_reported(
     deployment = sentinel_deployment
     old_primary = None
     events: list[LeaseEvent] = []
-    with LeaseManager.from_url(deployment.url, on_event=events.append) as manager:
+    # the counter's tokens (a redis+sentinel URL's default is epoch tokens): the control
+    with LeaseManager.from_url(
+        deployment.url, fencing="counter", on_event=events.append
+    ) as manager:
         assert _acquire_token(manager, "k") == 1
         old_primary = manager.primary_id
         _pause_replicas(deployment)

@@ -22,6 +22,8 @@ from redis.crc import key_slot
 
 from conftest import started_cluster, wait_until
 from fencedlease import BackendError, LeaseManager, ReplicationError
+from fencedlease._core.epochs import floor
+from fencedlease._redis.replication import Fencing
 from fencedlease_lab.servers.cluster import RedisClusterServers
 from fencedlease_lab.servers.redis import RedisServer
 from fencedlease_lab.servers.sentinel import SentinelDeployment
@@ -206,8 +208,24 @@ def check_a_replication_error(outcome: object, promoted: RedisServer, key: str) 
 # --- Sentinel -------------------------------------------------------------------------------
 
 
-def sentinel_manager(deployment: SentinelDeployment) -> LeaseManager:
-    return LeaseManager.from_url(deployment.url, replica_acks=1, replica_ack_timeout_ms=ACK_MS)
+def sentinel_manager(deployment: SentinelDeployment, fencing: Fencing = "epoch") -> LeaseManager:
+    """A manager of ``fencing`` (the URL's default: epoch tokens), with one replica's acks."""
+    return LeaseManager.from_url(
+        deployment.url, replica_acks=1, replica_ack_timeout_ms=ACK_MS, fencing=fencing
+    )
+
+
+def agreed_epoch(deployment: SentinelDeployment, primary: RedisServer) -> int:
+    """The ``config-epoch`` every sentinel reports once all name ``primary`` (a deployment that
+    started at epoch 0 is at 1 after one failover)."""
+    seen: list[tuple[int, int]] = []
+
+    def agree() -> bool:
+        seen[:] = [deployment.master_seen(i) for i in range(len(deployment.sentinel_ports))]
+        return all(s == (primary.port, seen[0][1]) for s in seen)
+
+    wait_until(agree, f"every sentinel to name {primary.port}", timeout_s=BOUND_S)
+    return seen[0][1]
 
 
 def kill_primary(deployment: SentinelDeployment, paused: RedisServer) -> int:
@@ -257,20 +275,18 @@ def _sentinel_calls_down(deployment: SentinelDeployment, index: int, port: int) 
 
 @pytest.mark.sentinel
 @pytest.mark.replicas(2)
-@reproduces(
-    Reissued,
-    "Sentinel promotes the lagging replica for its replica-priority; grants the healthy"
-    " replica acknowledged are lost with the primary and their tokens are granted again",
-)
+@pytest.mark.parametrize("fencing", ["epoch", "counter"])
 def test_a_laggard_promoted_for_its_priority_grants_no_token_again(
-    sentinel_deployment: SentinelDeployment,
+    sentinel_deployment: SentinelDeployment, fencing: Fencing
 ) -> None:
     """Killing the primary while the replica with the better replica-priority lags hands no
-    token out twice."""
+    token out twice with epoch tokens (the promoted laggard's first grant is the floor of the
+    new epoch); with the counter's, ``replica_acks=1`` does not prevent the repeat (the
+    control)."""
     deployment = sentinel_deployment
     laggard, healthy = deployment.replicas
     deployment.set_replica_priority(laggard, 1)  # lower wins; the healthy one keeps 100
-    with sentinel_manager(deployment) as manager:
+    with sentinel_manager(deployment, fencing) as manager:
         handed = [grant(manager, "k") for _ in range(3)]
         in_sync(deployment.primary, 2)
         with writes_paused(laggard):
@@ -280,25 +296,28 @@ def test_a_laggard_promoted_for_its_priority_grants_no_token_again(
             assert (fence(healthy, "k"), fence(laggard, "k")) == (6, 3)
             assert kill_primary(deployment, laggard) == laggard.port
         later = granted_on(manager, "k", laggard)
+    if fencing == "counter":
+        assert later == 4  # the laggard's counter was 3: token 4 again
+        return
     check_never_reissued(handed, later)
+    assert later == floor(agreed_epoch(deployment, laggard)) == 2**40  # the laggard's counter: 3
 
 
 @pytest.mark.sentinel
 @pytest.mark.replicas(2)
-@reproduces(
-    Reissued,
-    "after SENTINEL FAILOVER the deposed primary stays writable; grants there acknowledged"
-    " by the replica not yet re-pointed are lost and their tokens granted again",
-)
+@pytest.mark.parametrize("fencing", ["epoch", "counter"])
 def test_grants_on_a_primary_deposed_by_sentinel_failover_are_not_granted_again(
-    sentinel_deployment: SentinelDeployment,
+    sentinel_deployment: SentinelDeployment, fencing: Fencing
 ) -> None:
     """Grants a deposed primary takes after ``SENTINEL FAILOVER``, acknowledged by a replica the
-    sentinels have not re-pointed, leave no token to be handed out twice."""
+    sentinels have not re-pointed (the majority still names it: the voters of the election do
+    not carry the new configuration yet), leave no token to be handed out twice with epoch
+    tokens: the promoted replica's first grant is the floor of the new epoch. With the
+    counter's, ``replica_acks=1`` does not prevent the repeat (the control)."""
     deployment = sentinel_deployment
     old = deployment.primary
     promoted, follower = deployment.replicas
-    with sentinel_manager(deployment) as manager:
+    with sentinel_manager(deployment, fencing) as manager:
         handed = [grant(manager, "k") for _ in range(3)]
         in_sync(old, 2)
         with (
@@ -319,16 +338,15 @@ def test_grants_on_a_primary_deposed_by_sentinel_failover_are_not_granted_again(
             assert (fence(old, "k"), fence(follower, "k"), fence(promoted, "k")) == (6, 6, 3)
             assert watch.wait(BOUND_S) == promoted.port
         later = granted_on(manager, "k", promoted)
+    if fencing == "counter":
+        assert later == 4  # the promoted replica's counter was 3: token 4 again
+        return
     check_never_reissued(handed, later)
+    assert later == floor(agreed_epoch(deployment, promoted)) == 2**40  # its counter: 3
 
 
 @pytest.mark.sentinel
 @pytest.mark.replicas(2)
-@reproduces(
-    NotAReplicationError,
-    "a WAIT that a Sentinel failover cuts (the pool dropped on +switch-master) surfaces as a"
-    " plain BackendError",
-)
 def test_a_grant_whose_wait_a_sentinel_failover_cuts_is_a_replication_error(
     sentinel_deployment: SentinelDeployment,
 ) -> None:
@@ -340,8 +358,13 @@ def test_a_grant_whose_wait_a_sentinel_failover_cuts_is_a_replication_error(
     deployment.set_replica_priority(promoted, 1)
     # WAIT 2 blocks while one replica's writes are paused; the other, healthy, is promoted (a
     # paused replica cannot answer the sentinels: PUBLISH, which they send it, waits too)
+    # A socket timeout above the WAIT's bound: only the failover ends the WAIT (redis-py's
+    # default of 5 s would cut the read before the sentinels demote the old primary).
     with LeaseManager.from_url(
-        deployment.url, replica_acks=2, replica_ack_timeout_ms=PAUSE_MS
+        deployment.url,
+        replica_acks=2,
+        replica_ack_timeout_ms=PAUSE_MS,
+        socket_timeout=PAUSE_MS / 1000 + BOUND_S,
     ) as manager:
 
         def fail_over() -> None:
@@ -373,10 +396,14 @@ def key_on(cluster: RedisClusterServers, node: RedisServer) -> str:
 
 
 def cluster_manager(
-    cluster: RedisClusterServers, replica_ack_timeout_ms: int = ACK_MS
+    cluster: RedisClusterServers, replica_ack_timeout_ms: int = ACK_MS, fencing: Fencing = "counter"
 ) -> LeaseManager:
+    """A cluster manager of ``fencing`` tokens, with one replica's acks."""
     return LeaseManager.from_url(
-        cluster.url, replica_acks=1, replica_ack_timeout_ms=replica_ack_timeout_ms
+        cluster.url,
+        replica_acks=1,
+        replica_ack_timeout_ms=replica_ack_timeout_ms,
+        fencing=fencing,
     )
 
 
@@ -393,38 +420,46 @@ def force_failover(replica: RedisServer) -> None:
 
 
 @pytest.mark.cluster
-@reproduces(
-    Reissued,
-    "CLUSTER FAILOVER FORCE promotes a lagging replica; grants the healthy replica"
-    " acknowledged are lost with the old primary's data and their tokens granted again",
-)
+@pytest.mark.parametrize("fencing", ["epoch", "counter"])
 def test_a_laggard_forced_over_in_a_cluster_grants_no_token_again(
-    shards: RedisClusterServers,
+    shards: RedisClusterServers, fencing: Fencing
 ) -> None:
     """``CLUSTER FAILOVER FORCE`` to the lagging one of a shard's two replicas hands no token
-    out twice."""
+    out twice with epoch tokens (the laggard's first grant is the floor of its new
+    ``configEpoch``); with the counter's, ``replica_acks=1`` does not prevent the repeat (the
+    control)."""
     cluster = shards
     old = cluster.servers[0]
     laggard, healthy = cluster.replicas_of[old.port]
     key = key_on(cluster, old)
-    with cluster_manager(cluster) as manager:
+    low = floor(my_epoch(old)) if fencing == "epoch" else 0
+    first = [low + n for n in (range(6) if low else range(1, 7))]  # max(counter + 1, floor)
+    with cluster_manager(cluster, fencing=fencing) as manager:
         handed = [grant(manager, key) for _ in range(3)]
         in_sync(old, 2)
         with writes_paused(laggard):
             handed += [grant(manager, key) for _ in range(3)]  # WAIT 1: the healthy one's ack
-            assert handed == [1, 2, 3, 4, 5, 6]
-            assert fence(healthy, key, cluster=True) == 6
-            assert fence(laggard, key, cluster=True) == 3
+            assert handed == first
+            assert fence(healthy, key, cluster=True) == first[5]
+            assert fence(laggard, key, cluster=True) == first[2]
             force_failover(laggard)  # its link to the old primary, and what it had not applied, go
         later = granted_on(manager, key, laggard)
+    if fencing == "counter":
+        assert later == 4  # the laggard's counter was 3: token 4 again
+        return
     check_never_reissued(handed, later)
+    assert later == floor(my_epoch(laggard)) > handed[-1]  # the laggard's counter: first[2]
+
+
+def my_epoch(node: RedisServer) -> int:
+    """``node``'s own ``configEpoch`` (``cluster_my_epoch`` of ``CLUSTER INFO``)."""
+    with node.client(socket_timeout=5, decode_responses=True) as client:
+        info = str(client.execute_command("CLUSTER", "INFO"))
+    fields = dict(line.split(":", 1) for line in info.split() if ":" in line)
+    return int(fields["cluster_my_epoch"])
 
 
 @pytest.mark.cluster
-@reproduces(
-    NotAReplicationError,
-    "a WAIT the failover interrupts (UNBLOCKED) surfaces as a plain BackendError",
-)
 def test_a_grant_whose_wait_a_cluster_failover_interrupts_is_a_replication_error(
     shards: RedisClusterServers,
 ) -> None:

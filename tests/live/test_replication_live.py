@@ -12,7 +12,7 @@ import redis
 from fencedlease import BackendError, LeaseManager, RedisBackend, ReplicationError
 from fencedlease._core.protocol import MAX_FENCING_TOKEN, new_owner_token
 from fencedlease._redis.keys import lease_keys
-from fencedlease._redis.scripts import ENQUEUE
+from fencedlease._redis.scripts import ACQUIRE, ENQUEUE, RELEASE
 from fencedlease._sync.scripts import run_script
 from fencedlease.aio import AsyncLeaseManager
 
@@ -213,3 +213,48 @@ def test_after_script_flush_the_eval_fallback_is_waited_for_too(
 
     asyncio.run(main())
     assert redis_client.get("fencedlease:{k}:fence") == b"2"
+
+
+def test_a_floor_lifts_the_grant_and_the_hand_off_to_it(redis_client: redis.Redis) -> None:
+    """``floor:<token>`` grants ``max(counter + 1, floor)`` and stores it as the counter, for a
+    grant and for a release's hand-off grant; a malformed floor is refused, nothing written."""
+    keys = lease_keys("fencedlease", "f")
+    holder, waiter, other = new_owner_token(), new_owner_token(), new_owner_token()
+
+    def acquire(owner: str, mode: str) -> object:
+        return run_script(redis_client, ACQUIRE, keys, (owner, 10_000, mode))
+
+    assert acquire(holder, "counter")[:2] == [1, b"1"]  # type: ignore[index]
+    assert run_script(redis_client, RELEASE, keys, (holder,)) == 1
+    floor = str(2**40)
+    assert acquire(holder, f"floor:{floor}")[:2] == [1, floor.encode()]  # type: ignore[index]
+    assert redis_client.get("fencedlease:{f}:fence") == floor.encode()
+    assert run_script(redis_client, RELEASE, keys, (holder,)) == 1
+    # above the floor, the counter's successor
+    assert acquire(holder, "floor:5")[:2] == [1, str(2**40 + 1).encode()]  # type: ignore[index]
+    assert (
+        run_script(redis_client, ENQUEUE, keys[::2] + keys[3:], (waiter, 10_000, 10_000, 1_000))
+        == 1
+    )
+    lifted = str(2 * 2**40)
+    assert run_script(redis_client, RELEASE, keys, (holder, f"floor:{lifted}")) == 1
+    assert redis_client.get("fencedlease:{f}") == f"{lifted}:{waiter}".encode()
+    assert redis_client.get("fencedlease:{f}:fence") == lifted.encode()
+    for bad in ("floor:", "floor:0", "floor:-1", "floor:01", "wall"):
+        with pytest.raises(redis.ResponseError, match=f"cannot take the fencing mode {bad}"):
+            run_script(redis_client, RELEASE, keys, (waiter,))  # free it first
+            acquire(other, bad)
+        assert redis_client.get("fencedlease:{f}") is None
+        assert redis_client.get("fencedlease:{f}:fence") == lifted.encode()
+
+
+def test_a_script_error_with_replica_acks_is_raised_as_it_is(redis_client: redis.Redis) -> None:
+    """With ``replica_acks`` a script's own error (a lease key of a foreign type) is raised as the
+    script said it, not taken for a grant a failover cut and refused."""
+    redis_client.hset("fencedlease:{typed}", "a", "b")
+    backend = RedisBackend(redis_client, replica_acks=1)
+    with pytest.raises(BackendError) as caught:
+        backend.acquire("typed", new_owner_token(), 10_000)
+    assert not isinstance(caught.value, ReplicationError)
+    assert "fencedlease acquire: the lease key fencedlease:{typed} " in str(caught.value)
+    assert redis_client.hgetall("fencedlease:{typed}") == {b"a": b"b"}  # nothing written

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -29,7 +29,11 @@ pytestmark = [
     pytest.mark.timeout(300),  # a failover takes seconds; more with both cores busy
 ]
 
-NO_SENTINEL = "not confirmed: no sentinel named the primary of 'fencedlease'"
+NO_SENTINEL = "not confirmed: the sentinels of 'fencedlease' name no primary: no majority"
+ONE_ANSWER = (
+    "BackendError: renew 'k': not confirmed: the sentinels of 'fencedlease' name no primary:"
+    " no majority: 1 of 3 configured voters agree on the primary and its epoch, 2 needed"
+)
 BOUND_S = 120.0  # a safety bound on waits that an event ends
 
 
@@ -76,15 +80,16 @@ class _Renewals:
 
 def _take_over_on_new_primary(deployment: SentinelDeployment, new_port: int, token: int) -> int:
     """An operator frees ``k`` on the new primary and another holder takes it there; the
-    other holder's token."""
+    other holder's token: the floor of epoch 1, the first failover's (epoch tokens, the
+    default of a ``redis+sentinel://`` URL)."""
     with deployment.server_on(new_port).client() as new_primary:
         stored = new_primary.get("fencedlease:{k}")
         assert stored is not None and stored.startswith(f"{token}:".encode())  # replicated
     with LeaseManager.from_url(deployment.url) as other:
         assert other.force_release("k")
         lease = other.acquire("k", ttl_ms=120_000).lease
-        assert lease is not None and lease.fencing_token == token + 1
-        return token + 1
+        assert lease is not None and lease.fencing_token == 2**40 > token
+        return lease.fencing_token
 
 
 def _cut_off_and_fail_over(
@@ -106,6 +111,25 @@ def _cut_off_and_fail_over(
         new = watch.wait()
     assert new != deployment.primary.port
     return new
+
+
+def _asyncio_lost_at_deadline(
+    deployment: SentinelDeployment, cut: Callable[[list[Any]], object], renewals: _Renewals
+) -> None:
+    """An asyncio holder of ``k`` (``ttl_ms`` 3 s) over proxied sentinels; ``cut(proxies)`` run
+    off the loop; the lease must end at its deadline."""
+
+    async def main(url: str, proxies: list[Any]) -> str | None:
+        loop = asyncio.get_running_loop()
+        async with AsyncLeaseManager.from_url(url, on_event=renewals) as manager:
+            with pytest.raises(LeaseLostError):
+                async with manager.hold("k", ttl_ms=3_000) as lease:
+                    await loop.run_in_executor(None, cut, proxies)
+                    assert await lease.wait_lost(int(BOUND_S * 1000))
+            return lease.lost_reason
+
+    with _proxied_sentinels(deployment) as (url, proxies):
+        assert asyncio.run(main(url, proxies)) == LossReason.DEADLINE
 
 
 def _rejoin(proxies: list[Any]) -> None:
@@ -161,20 +185,9 @@ def test_an_asyncio_holder_cut_off_from_the_sentinels_is_lost_at_its_deadline(
 ) -> None:
     deployment = sentinel_deployment
     renewals = _Renewals()
-
-    async def main(url: str, proxies: list[Any]) -> str | None:
-        loop = asyncio.get_running_loop()
-        async with AsyncLeaseManager.from_url(url, on_event=renewals) as manager:
-            with pytest.raises(LeaseLostError):
-                async with manager.hold("k", ttl_ms=3_000) as lease:
-                    await loop.run_in_executor(
-                        None, _cut_off_and_fail_over, deployment, proxies, renewals
-                    )
-                    assert await lease.wait_lost(int(BOUND_S * 1000))
-            return lease.lost_reason
-
-    with _proxied_sentinels(deployment) as (url, proxies):
-        assert asyncio.run(main(url, proxies)) == LossReason.DEADLINE
+    _asyncio_lost_at_deadline(
+        deployment, lambda proxies: _cut_off_and_fail_over(deployment, proxies, renewals), renewals
+    )
     assert renewals.confirmed_after() == []
     assert {event.status for event in renewals.after} <= {"error"}
 
@@ -211,3 +224,45 @@ def test_an_asyncio_holder_that_missed_the_switch_is_told_by_the_sentinels(
     assert (
         f"a renewal ran on 127.0.0.1:{old}, the sentinels name 127.0.0.1:{ports[0]}" in caplog.text
     )
+
+
+def _only_one_sentinel(proxies: list[Any], renewals: _Renewals) -> None:
+    """Cut the holder off from two of the three sentinels (the one left names the primary the
+    holder renews on, as before), and wait until a renewal went unconfirmed."""
+    for proxy in proxies[1:]:
+        proxy.disable()
+    renewals.failing_over = True
+    assert renewals.unconfirmed.wait(BOUND_S)
+
+
+def test_a_minority_sentinel_confirms_no_renewal(sentinel_deployment: SentinelDeployment) -> None:
+    """A holder that reaches one sentinel of three is told its lease is lost within ``ttl_ms``
+    (at its deadline), though that sentinel names the very primary the renewals run on."""
+    deployment = sentinel_deployment
+    renewals = _Renewals()
+    with (
+        _proxied_sentinels(deployment) as (url, proxies),
+        LeaseManager.from_url(url, on_event=renewals) as manager,
+        pytest.raises(LeaseLostError),
+        manager.hold("k", ttl_ms=3_000) as lease,
+    ):
+        assert lease.fencing_token == 1
+        _only_one_sentinel(proxies, renewals)
+        assert lease.wait_lost(int(BOUND_S * 1000))
+        assert lease.lost_reason == LossReason.DEADLINE
+    assert deployment.primary_port() == deployment.primary.port  # no failover: only the cut
+    assert renewals.confirmed_after() == []
+    assert {event.reason for event in renewals.after if event.status == "error"} == {ONE_ANSWER}
+
+
+def test_an_asyncio_holder_with_a_minority_sentinel_is_lost_at_its_deadline(
+    sentinel_deployment: SentinelDeployment,
+) -> None:
+    """The asyncio face: one sentinel of three confirms no renewal; the lease ends at its
+    deadline."""
+    renewals = _Renewals()
+    _asyncio_lost_at_deadline(
+        sentinel_deployment, lambda proxies: _only_one_sentinel(proxies, renewals), renewals
+    )
+    assert renewals.confirmed_after() == []
+    assert {event.reason for event in renewals.after if event.status == "error"} == {ONE_ANSWER}

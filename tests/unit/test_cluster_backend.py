@@ -32,6 +32,7 @@ from fencedlease._redis.cluster import (
     shard_bound_s,
     sharded_pubsub,
     slot_groups,
+    slot_owner,
 )
 from fencedlease._redis.errors import backend_errors
 from fencedlease._redis.keys import (
@@ -226,3 +227,23 @@ def test_sharded_messages_wake_as_plain_ones() -> None:
     assert channels.on_message(wake) == [event]
     other = {"type": "smessage", "channel": b"p:{k}:handoff", "data": b"waiter-b"}
     assert channels.on_message(other) == []
+
+
+def test_a_nodes_view_names_the_slots_primary_and_its_epoch() -> None:
+    """``CLUSTER NODES`` as redis-py parses it gives the primary serving a slot and its
+    ``configEpoch``; a replica, a slot nobody serves or a malformed view name nothing."""
+    view = {
+        "127.0.0.1:7000": {"flags": "myself,master", "epoch": "3", "slots": [["0", "5460"]]},
+        "127.0.0.1:7001": {"flags": "master", "epoch": "5", "slots": [["5461", "10922"]]},
+        "127.0.0.1:7003": {"flags": "slave", "epoch": "5", "slots": []},
+        "127.0.0.1:7002": {"flags": "master", "epoch": "2", "slots": [["10923"]]},
+    }
+    assert slot_owner(view, 0) == ("127.0.0.1:7000", 3)
+    assert slot_owner(view, 5461) == ("127.0.0.1:7001", 5)
+    assert slot_owner(view, 10923) == ("127.0.0.1:7002", 2)
+    assert slot_owner(view, 10924) is None
+    assert slot_owner(None, 0) is None
+    assert (
+        slot_owner({"127.0.0.1:7000": {"flags": "master", "epoch": "x", "slots": [["0"]]}}, 0)
+        is None
+    )

@@ -19,6 +19,7 @@ from fencedlease import (
     ReplicationError,
     ValidationError,
 )
+from fencedlease._redis.replication import default_fencing
 from fencedlease._redis.replies import decode_acquire, decode_inspect
 from fencedlease._redis.sentinel import SentinelURL, parse_sentinel_url, sentinel_clients
 from fencedlease.aio import AsyncLeaseManager
@@ -32,8 +33,8 @@ BAD_OPTIONS = [
     ({"replica_acks": 2**31}, "replica_acks", "0 <= replica_acks <= 2147483647"),
     ({"replica_ack_timeout_ms": 0}, "replica_ack_timeout_ms", "between 1 and 2147483647"),
     ({"replica_ack_timeout_ms": None}, "replica_ack_timeout_ms", "1 <= replica_ack_timeout_ms"),
-    ({"fencing": "wall"}, "fencing", "fencing must be 'counter' or 'clock'; got 'wall'"),
-    ({"fencing": None}, "fencing", "fencing must be 'counter' or 'clock'; got None"),
+    ({"fencing": "wall"}, "fencing", "fencing must be 'counter', 'clock' or 'epoch'; got 'wall'"),
+    ({"fencing": 0}, "fencing", "fencing must be 'counter', 'clock' or 'epoch'; got 0"),
 ]
 
 
@@ -53,6 +54,23 @@ def test_bad_options_are_refused_on_both_faces(
             make()
         assert caught.value.argument == argument
         assert bound in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "fencing"),
+    [
+        ("redis+sentinel://127.0.0.1:1/s", "epoch"),
+        ("REDIS+SENTINEL://127.0.0.1:1/s", "epoch"),
+        ("redis://127.0.0.1:1", "counter"),
+    ],
+)
+def test_a_sentinel_url_takes_epoch_tokens_by_default(url: str, fencing: str) -> None:
+    """A manager from a ``redis+sentinel://`` URL grants epoch tokens unless told otherwise;
+    other Redis URLs keep the counter's."""
+    with LeaseManager.from_url(url) as manager:
+        assert manager._backend.grants.fencing == fencing  # type: ignore[attr-defined]
+    with LeaseManager.from_url(url, fencing="clock") as manager:
+        assert manager._backend.grants.fencing == "clock"  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(
@@ -169,3 +187,12 @@ def test_replication_error_is_a_backend_error_that_pickles() -> None:
         "maybe",
         "yes",
     )
+
+
+def test_each_url_names_its_default_fencing() -> None:
+    """Sentinel URLs (any case) default to epoch tokens, every other to the counter."""
+    assert default_fencing("redis+cluster://127.0.0.1:7000") == "counter"
+    assert default_fencing("Redis+Sentinel://127.0.0.1:1/s") == "epoch"
+    assert default_fencing("redis://127.0.0.1:1") == "counter"
+    assert default_fencing("memory://") == "counter"
+    assert default_fencing(None) == "counter"

@@ -10,7 +10,7 @@ from redis.asyncio.cluster import ClusterNode, PipelineCommand
 from fencedlease._core.clock import mark_send, send_mark
 from fencedlease._redis.scripts import AckedCall
 
-__all__ = ["read_slot_map", "send_acked"]
+__all__ = ["read_nodes", "read_slot_map", "send_acked"]
 
 
 async def read_slot_map(cluster: redis.asyncio.RedisCluster) -> None:
@@ -30,3 +30,11 @@ async def send_acked(node: ClusterNode, source: bool, call: AckedCall) -> list[o
     ]
     await node.execute_pipeline(commands)
     return [command.result for command in commands]
+
+
+async def read_nodes(node: ClusterNode) -> object:
+    """``node``'s ``CLUSTER NODES``, as redis-py parses it (a dict of ``"host:port"`` to the
+    node's fields), on one of its connections; the error in its place."""
+    command = PipelineCommand(0, "CLUSTER NODES")
+    await node.execute_pipeline([command])
+    return command.result

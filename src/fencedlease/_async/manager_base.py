@@ -31,7 +31,13 @@ from fencedlease._core.validate import (
     check_ms,
     check_prefix,
 )
-from fencedlease._redis.replication import Fencing, GrantOptions, PrimaryWatch, use_grant_options
+from fencedlease._redis.replication import (
+    Fencing,
+    GrantOptions,
+    PrimaryWatch,
+    default_fencing,
+    use_grant_options,
+)
 
 from .acquire_loop import _AsyncAcquireLoop
 from .lease import AsyncAcquireResult, AsyncLease, AsyncLeaseOutcome
@@ -102,20 +108,24 @@ class _AsyncManagerBase(_AsyncStoreCalls, _AsyncAcquireLoop, ABC):
         on_event: EventHook | None = None,
         replica_acks: int = 0,
         replica_ack_timeout_ms: int = 100,
-        fencing: Fencing = "counter",
+        fencing: Fencing | None = None,
         **kwargs: Any,
     ) -> _M:
         """A manager over the backend ``url`` names, closed with the manager: ``redis://``,
         ``rediss://`` and ``unix://`` (a client made by ``redis.asyncio.Redis.from_url(url,
         **kwargs)``), ``memory://``, and ``sqlite:///relative/path`` / ``sqlite:////absolute/path``
         / ``sqlite:///:memory:`` (``busy_timeout_ms`` the only keyword). The forms:
-        `fencedlease._core.urls`.
+        `fencedlease._core.urls`. ``fencing`` left None takes the URL's default: ``"epoch"``
+        for ``redis+sentinel://`` (tokens that never repeat across a failover,
+        `fencedlease._core.epochs`), ``"counter"`` for any other (a cluster's epoch tokens are
+        asked for with ``fencing="epoch"``).
 
         Raises:
             ValidationError: an unknown scheme, a malformed URL or an option it does not take.
             BackendError: a SQLite database that cannot be opened.
         """
         hook = check_event_hook(on_event)
+        fencing = default_fencing(url) if fencing is None else fencing
         GrantOptions.checked(replica_acks, replica_ack_timeout_ms, fencing)
         backend = async_backend_from_url(url, prefix=prefix, clock=clock, **kwargs)
         try:

@@ -16,6 +16,7 @@ from typing import Any, cast
 
 import redis.asyncio
 
+from fencedlease._core.epochs import floor
 from fencedlease._core.errors import BackendError
 from fencedlease._core.protocol import AcquireReply, InspectReply
 from fencedlease._core.validate import check_prefix
@@ -28,7 +29,7 @@ from fencedlease._redis.errors import (
 )
 from fencedlease._redis.eviction import EvictionCheck
 from fencedlease._redis.keys import fence_key, lease_key, lease_keys, renew_many_args
-from fencedlease._redis.replication import Fencing, GrantOptions, PrimaryWatch
+from fencedlease._redis.replication import Fencing, GrantOptions, PrimaryWatch, older_token
 from fencedlease._redis.replies import (
     decode_acquire,
     decode_inspect,
@@ -92,14 +93,17 @@ class AsyncRedisBackend(AsyncEvictionReads):
     backend subscribes to ``+switch-master`` on the sentinels from its first acquire or renewal;
     on the event it drops the pool's connections and calls ``on_primary_switch()`` (the manager
     renews every lease at once there). A renewal (a batch, or one lease's) moves deadlines only
-    if a sentinel, asked after it ran, names the address it ran on as the primary
-    (`AsyncPrimaryCheck`); otherwise each lease it renewed is answered with a
-    [`BackendError`][fencedlease.BackendError] saying so. See `fencedlease._redis.sentinel`.
+    if a majority of the configured sentinels, asked after it ran, name the address it ran on as
+    the primary (`AsyncPrimaryCheck`); otherwise each lease it renewed is answered with a
+    [`BackendError`][fencedlease.BackendError] saying so. With ``fencing="epoch"`` a grant takes
+    the floor of the sentinels' epoch and is checked the same way (`fencedlease._core.epochs`);
+    one the majority does not confirm is released and refused with a
+    [`ReplicationError`][fencedlease.ReplicationError]. See `fencedlease._redis.sentinel`.
 
     Raises:
         ValidationError: ``prefix`` is not a non-empty str, or holds ``{`` or ``}``;
             ``replica_acks`` not an int in 0..2,147,483,647, ``replica_ack_timeout_ms`` not an
-            int in 1..2,147,483,647, ``fencing`` neither ``"counter"`` nor ``"clock"``.
+            int in 1..2,147,483,647, ``fencing`` not ``"counter"``, ``"clock"`` or ``"epoch"``.
     """
 
     def __init__(
@@ -235,21 +239,47 @@ class AsyncRedisBackend(AsyncEvictionReads):
 
     async def _acquire_reply(
         self, key: str, owner_token: str, ttl_ms: int, queue: Sequence[str]
-    ) -> tuple[object, int | None]:
-        """``acquire.lua``'s reply, with the primary's replication id, and the replicas' acks:
-        the id read by every grant and once per connection for refusals (`PrimaryReads`),
-        unless a ``WAIT`` goes with it or the client holds a connection of its own (then every
-        acquire reads it)."""
+    ) -> tuple[object, int | None, str | None]:
+        """``acquire.lua``'s reply, with the primary's replication id, the replicas' acks, and
+        why the grant does not count (`_epoch_grant`; None when it does): the id read by every
+        grant and once per connection for refusals (`PrimaryReads`), unless a ``WAIT`` goes
+        with it or the client holds a connection of its own (then every acquire reads it)."""
+        if self._epochs():
+            return await self._epoch_grant(key, owner_token, ttl_ms, queue)
         if not self.grants.replica_acks and packs_itself(self.client):
             self._switches.start()
-            reads = self._packed().acquire(key, owner_token, ttl_ms, self.grants.fencing, queue)
+            fencing = self.grants.mode_arg(0)
+            reads = self._packed().acquire(key, owner_token, ttl_ms, fencing, queue)
             try:
                 with map_exceptions(ScriptNotLoaded):
-                    return await run_packed(self.client, reads, self._open), None
+                    return await run_packed(self.client, reads, self._open), None, None
             except ScriptNotLoaded:
                 pass  # the script cache was flushed: EVALSHA, NOSCRIPT, EVAL, as for any script
-        keys, args = lease_keys(self.prefix, key), (owner_token, ttl_ms, self.grants.fencing)
-        return await self._run(self.client, ACQUIRE, keys, (*args, "primary", *queue))
+        keys, args = lease_keys(self.prefix, key), (owner_token, ttl_ms, self.grants.mode_arg(0))
+        return (*await self._run(self.client, ACQUIRE, keys, (*args, "primary", *queue)), None)
+
+    def _epochs(self) -> bool:
+        """Whether grants take an epoch's floor and a majority's word: ``fencing="epoch"`` over
+        Sentinel (elsewhere the epoch mode is the counter's: a plain Redis has no failover
+        epoch). No I/O."""
+        return self.grants.fencing == "epoch" and self._check.active
+
+    async def _epoch_grant(
+        self, key: str, owner_token: str, ttl_ms: int, queue: Sequence[str]
+    ) -> tuple[object, int | None, str | None]:
+        """`_acquire_reply` over Sentinel with ``fencing="epoch"`` (`fencedlease._core.epochs`):
+        the grant takes the floor of the epoch the majority of sentinels named last, on one
+        connection (`AsyncPrimaryCheck.grant`); it does not count unless the majority, asked
+        after it (and its ``WAIT``), names that connection's node at that epoch, and the token
+        is of that epoch (a hand-off a release made with an older floor is not)."""
+        keys = lease_keys(self.prefix, key)
+
+        async def send(one: redis.asyncio.Redis, epoch: int) -> tuple[object, int | None]:
+            args = (owner_token, ttl_ms, self.grants.mode_arg(floor(epoch)), "primary", *queue)
+            return await self._run(one, ACQUIRE, keys, args)
+
+        (reply, acks), epoch, why = await self._check.grant(send, self._primary_moved)
+        return reply, acks, why or older_token(reply, key, epoch)
 
     def _packed(self) -> PackedCalls:
         """The packer of this backend's acquires and releases (made on first use). No I/O."""
@@ -265,23 +295,56 @@ class AsyncRedisBackend(AsyncEvictionReads):
         # queue: the hand-off's queueing arguments of a caller that waits when refused
         # (AsyncHandoff.queue_args: wait_ms, grace_ms, listener id, flag), which the same script
         # then queues: no queueing round trip follows.
+        what = f"acquire {key!r}"
         try:
-            reply, acks = await self._acquire_reply(key, owner_token, ttl_ms, queue)
+            reply, acks, doubt = await self._acquire_reply(key, owner_token, ttl_ms, queue)
         except STORE_ERRORS as exc:
-            raise store_error(f"acquire {key!r}", exc)  # noqa: B904  (store_error sets the cause)
+            error = store_error(what, exc)
+            if not self._acked_grant_cut(error):
+                raise error  # noqa: B904  (store_error sets the cause)
+            # The connection broke before the WAIT (or the majority) answered: the
+            # grant may stand on a primary a failover is deposing. Take it back, say why.
+            return await self._taken_back(
+                key, owner_token, 0, f"cut before it was confirmed: {error}"
+            )
         decoded = decode_acquire(reply, key)
         self.primary.seen(decoded, key)
         self.answered()
-        if not decoded.acquired or acks is None or not self.grants.short(acks):
+        if not decoded.acquired or (doubt is None and not self.grants.short(acks)):
             return decoded
-        # Too few replicas hold the grant: a failover could lose it. Take it back.
+        # Too few replicas hold the grant (a failover could lose it), or the majority does not
+        # confirm it (its token may repeat one a newer primary hands out): take it back.
+        return await self._taken_back(key, owner_token, acks or 0, doubt, decoded.primary_id)
+
+    def _acked_grant_cut(self, error: BaseException) -> bool:
+        """Whether ``error`` (an acquire's, mapped) cut a grant that waits for the replicas' or
+        the majority's word after its script: the connection failed with the command maybe
+        sent (the script may have run); a reply of Redis's (a script's error) is not a cut.
+        No I/O."""
+        waits = self.grants.replica_acks > 0 or self._epochs()
+        return waits and isinstance(error, BackendError) and error.sent == "maybe"
+
+    async def _taken_back(
+        self,
+        key: str,
+        owner_token: str,
+        acks: int,
+        doubt: str | None,
+        primary_id: str | None = None,
+    ) -> AcquireReply:
+        """A grant of ``key`` that does not count, released again: the refusal that says why
+        (``acks`` replicas acknowledged it, or ``doubt``).
+
+        Raises:
+            ReplicationError: the release failed too (the grant may stand: ``wrote="maybe"``).
+        """
         what = f"acquire {key!r}"
         try:
             await self.release(key, owner_token)
         except BackendError as exc:
-            raise self.grants.refusal(what, acks, wrote="maybe") from exc
-        refused = self.grants.refusal(what, acks)
-        return AcquireReply(False, 0, -2, refused=refused, primary_id=decoded.primary_id)
+            raise self.grants.refusal(what, acks, wrote="maybe", doubt=doubt) from exc
+        refused = self.grants.refusal(what, acks, doubt=doubt)
+        return AcquireReply(False, 0, -2, refused=refused, primary_id=primary_id)
 
     async def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
         try:
@@ -320,7 +383,7 @@ class AsyncRedisBackend(AsyncEvictionReads):
                     return await run_packed(self.client, packed, self._open)
             except ScriptNotLoaded:
                 pass  # the script cache was flushed: EVALSHA, NOSCRIPT, EVAL, as for any script
-        keys, modes = lease_keys(self.prefix, key), self.grants.mode_args
+        keys, modes = lease_keys(self.prefix, key), self.grants.mode_args(self._floor())
         return await run_script(self.client, RELEASE, keys, (owner_token, *modes))
 
     def packed_release(self, key: str, owner_token: str) -> bytes | None:
@@ -329,7 +392,12 @@ class AsyncRedisBackend(AsyncEvictionReads):
         does not go out packed (a client holding a connection of its own). No I/O."""
         if not packs_itself(self.client):
             return None
-        return self._packed().release(key, owner_token, self.grants.mode_args)
+        return self._packed().release(key, owner_token, self.grants.mode_args(self._floor()))
+
+    def _floor(self) -> int:
+        """The floor of a release's hand-off grant: that of the epoch the sentinels' majority
+        named last (0 elsewhere, or before any grant). No I/O."""
+        return floor(self._check.epoch or 0) if self._epochs() else 0
 
     async def release(self, key: str, owner_token: str) -> bool:
         try:

@@ -83,12 +83,15 @@ CLUSTER_COMMANDS: Final[tuple[str, ...]] = (
     "SSUBSCRIBE",  # the cluster hand-off listener (7+)
     "SUNSUBSCRIBE",
     "INFO",  # once per cluster listener: whether the cluster has sharded pub/sub
+    "CLUSTER|NODES",  # epoch tokens: the slot owner's configEpoch, from every primary
 )
 """Commands a manager on a Redis Cluster also sends, not in `ACL_COMMANDS` (Redis 6.2 does not
-know the sharded ones): add ``+spublish +ssubscribe +sunsubscribe +info`` to a cluster user's
-rules. Without them the hand-off degrades, never the leases: a refused ``SPUBLISH`` falls back to
-``PUBLISH`` inside the script, a refused ``INFO`` makes the listener the plain one, and waiters
-poll where no message reaches them."""
+know the sharded ones): add ``+spublish +ssubscribe +sunsubscribe +info +cluster|nodes`` to a
+cluster user's rules. Without the first four the hand-off degrades, never the leases: a refused
+``SPUBLISH`` falls back to ``PUBLISH`` inside the script, a refused ``INFO`` makes the listener
+the plain one, and waiters poll where no message reaches them. Without ``CLUSTER NODES`` no grant
+of epoch tokens is confirmed (each is released and refused): allow it, or use
+``fencing="counter"``."""
 
 ACL_COMMANDS: Final[tuple[str, ...]] = tuple(sorted(set(CLIENT_COMMANDS) | set(SCRIPT_COMMANDS)))
 """Every Redis command a fencedlease user runs, sorted: the client's calls and the scripts'

@@ -288,7 +288,10 @@ def no_reply(what: str, waited_s: float) -> BackendError:
 class ReplicationError(BackendError):
     """Fewer replicas acknowledged a grant or a renewal than the manager's ``replica_acks`` asked
     for within ``replica_ack_timeout_ms`` (Redis ``WAIT``, sent on the same connection right after
-    the script). ``acks`` is how many did, ``wanted`` how many were asked for.
+    the script; a ``WAIT`` a failover interrupted, or whose connection was cut, counts none). Or,
+    with epoch tokens over Sentinel (`fencedlease._core.epochs`), a grant the majority of the
+    sentinels did not confirm afterwards: the message says why. ``acks`` is how many replicas
+    acknowledged, ``wanted`` how many were asked for.
 
     A grant that was not acknowledged was released again (never returned to the caller); a
     renewal that was not acknowledged did not move the lease's deadline. The idea is Redisson's

@@ -3,8 +3,8 @@
 primary's replication id that tells a failover.
 
 Redis replicates asynchronously: a failover to a replica that had not received the last grant rolls
-the fencing counter back, and the next grant would repeat a token already handed out. Two answers,
-either or both:
+the fencing counter back, and the next grant would repeat a token already handed out. Three
+answers:
 
 - ``replica_acks=n``: every acquire and renewal script is followed, on the same connection and in
   the same round trip, by ``WAIT n replica_ack_timeout_ms`` (Redisson's ``syncedEval``). ``WAIT``
@@ -19,7 +19,13 @@ either or both:
   long as the new primary's clock is not behind the old one's by more than the time the failover
   took (Kleppmann's argument for counters plus a clock-derived epoch).
 
-Either way the acquire script reports the primary's replication id (``master_replid``): a promoted
+- ``fencing="epoch"`` (the default of ``redis+sentinel://`` URLs; asked for on a cluster): the
+  token is ``epoch * 2**40 + counter``, granted at or above the floor of the failover epoch a
+  majority names (the sentinels' ``config-epoch``; the cluster primaries' view of the slot
+  owner's ``configEpoch``), and counted only when that majority confirms it afterwards
+  (`fencedlease._core.epochs`; no clock involved). On a plain Redis it grants as ``counter``.
+
+Any way the acquire script reports the primary's replication id (``master_replid``): a promoted
 replica starts a new one, so a manager that sees it change records the change
 (`PrimaryWatch`) and never lets a possible rollback pass in silence.
 """
@@ -33,16 +39,31 @@ from typing import Final, Literal
 
 import attrs
 
+from fencedlease._core.epochs import epoch_of
 from fencedlease._core.errors import ReplicationError, ValidationError
 from fencedlease._core.protocol import AcquireReply
 from fencedlease._core.validate import check_ms
 
-__all__ = ["FENCING_MODES", "Fencing", "GrantOptions", "PrimaryWatch", "use_grant_options"]
+from .replies import decode_acquire
+
+__all__ = [
+    "FENCING_MODES",
+    "Fencing",
+    "GrantOptions",
+    "PrimaryWatch",
+    "default_fencing",
+    "older_token",
+    "use_grant_options",
+]
 
 log = logging.getLogger("fencedlease")
 
-Fencing = Literal["counter", "clock"]
-FENCING_MODES: Final = ("counter", "clock")
+Fencing = Literal["counter", "clock", "epoch"]
+FENCING_MODES: Final = ("counter", "clock", "epoch")
+# The URLs whose managers take epoch tokens unless told otherwise. A cluster's take them when
+# asked (fencing="epoch"): its grants then read every primary's CLUSTER NODES, twice for a slot's
+# first grant, a cost not yet measured against many slots.
+REPLICATED_SCHEMES: Final = ("redis+sentinel://",)
 MAX_REPLICA_ACKS: Final = 2_147_483_647
 
 
@@ -63,7 +84,7 @@ class GrantOptions:
         Raises:
             ValidationError: ``replica_acks`` not an int in 0..2,147,483,647,
                 ``replica_ack_timeout_ms`` not an int in 1..2,147,483,647 (``WAIT`` with 0 would
-                block for ever), ``fencing`` neither ``"counter"`` nor ``"clock"``.
+                block for ever), ``fencing`` not one of ``"counter"``, ``"clock"``, ``"epoch"``.
         """
         if (
             not isinstance(replica_acks, int)
@@ -79,16 +100,27 @@ class GrantOptions:
         timeout = check_ms("replica_ack_timeout_ms", replica_ack_timeout_ms, 1)
         if fencing not in FENCING_MODES or not isinstance(fencing, str):
             raise ValidationError(
-                "fencing", f"fencing must be 'counter' or 'clock'; got {fencing!r}"
+                "fencing", f"fencing must be 'counter', 'clock' or 'epoch'; got {fencing!r}"
             )
-        mode: Fencing = "clock" if fencing == "clock" else "counter"
+        mode: Fencing = (
+            "clock" if fencing == "clock" else "epoch" if fencing == "epoch" else "counter"
+        )
         return cls(acks, timeout, mode)
 
-    @property
-    def mode_args(self) -> tuple[str, ...]:
-        """The fencing mode as the scripts' last argument: none for ``counter`` (the scripts'
-        default), ``("clock",)`` else."""
-        return ("clock",) if self.fencing == "clock" else ()
+    def mode_arg(self, floor: int) -> str:
+        """The fencing mode as the acquire script's argument: ``fencing`` itself, or with
+        ``"epoch"`` ``"floor:<floor>"`` (``floor`` the lowest token of the epoch a majority
+        names, `fencedlease._core.epochs.floor`; ``"counter"`` for epoch 0, a plain Redis's or a
+        fresh deployment's: the floor is no constraint there)."""
+        if self.fencing != "epoch":
+            return self.fencing
+        return f"floor:{floor}" if floor > 0 else "counter"
+
+    def mode_args(self, floor: int = 0) -> tuple[str, ...]:
+        """The fencing mode of a release's hand-off grant as the script's last argument: none
+        where `mode_arg` is ``"counter"`` (the script's default), else ``(mode_arg(floor),)``."""
+        mode = self.mode_arg(floor)
+        return () if mode == "counter" else (mode,)
 
     def short(self, acks: int | None) -> bool:
         """Whether a ``WAIT`` reply of ``acks`` replicas is fewer than asked (None: no ``WAIT``
@@ -96,11 +128,19 @@ class GrantOptions:
         return acks is not None and acks < self.replica_acks
 
     def refusal(
-        self, what: str, acks: int, *, wrote: Literal["no", "maybe"] = "no"
+        self,
+        what: str,
+        acks: int,
+        *,
+        wrote: Literal["no", "maybe"] = "no",
+        doubt: str | None = None,
     ) -> ReplicationError:
-        """The error for ``what`` (e.g. ``"acquire 'k'"``) acknowledged by ``acks`` replicas."""
+        """The error for ``what`` (e.g. ``"acquire 'k'"``) acknowledged by ``acks`` replicas, or
+        (``doubt``) not confirmed by the majority for that reason."""
         return ReplicationError(
-            f"{what}: {acks} of {self.replica_acks} replicas acknowledged it within"
+            f"{what}: {doubt}"
+            if doubt is not None
+            else f"{what}: {acks} of {self.replica_acks} replicas acknowledged it within"
             f" {self.replica_ack_timeout_ms} ms",
             acks=acks,
             wanted=self.replica_acks,
@@ -147,6 +187,24 @@ class PrimaryWatch:
         )
         if self.on_change is not None:
             self.on_change(key, before, primary)
+
+
+def older_token(reply: object, key: str, epoch: int) -> str | None:
+    """Why a confirmed grant of ``key`` (``acquire.lua``'s ``reply``) still does not count: its
+    token is of an epoch older than ``epoch`` (a hand-off a release made with an older floor);
+    None when it is not (or nothing was granted). No I/O."""
+    if epoch_of(decode_acquire(reply, key).fencing_token) < epoch:
+        return f"its token is of an epoch older than {epoch}, the majority's"
+    return None
+
+
+def default_fencing(url: object) -> Fencing:
+    """The fencing mode a manager made from ``url`` uses when none is given: ``"epoch"`` for
+    Redis Sentinel (``redis+sentinel://``: tokens never repeat across a failover,
+    `fencedlease._core.epochs`), ``"counter"`` for any other (a ``url`` that is not a str
+    included: the URL's own check refuses it)."""
+    replicated = isinstance(url, str) and url.lower().startswith(REPLICATED_SCHEMES)
+    return "epoch" if replicated else "counter"
 
 
 def use_grant_options(backend: object, options: GrantOptions, *, made_here: bool) -> None:

@@ -229,11 +229,15 @@ def waited(
 
 def acked_replies(replies: list[Any]) -> tuple[Any, int]:
     """The script's reply and the ``WAIT`` count from the replies of a pipeline of `waited`
-    (`fencedlease._async.scripts.run_acked`); the first error raised."""
-    for reply in replies:
-        if isinstance(reply, BaseException):
-            raise reply
+    (`fencedlease._async.scripts.run_acked`); the script's error raised. A ``WAIT`` that
+    answered an error after the script ran (``UNBLOCKED``: a failover turned the primary into a
+    replica while it waited) counts no replica: what the script wrote is not known to be on one.
+    """
     script_reply, acks = replies
+    if isinstance(script_reply, BaseException):
+        raise script_reply
+    if isinstance(acks, BaseException):
+        return script_reply, 0
     if isinstance(acks, bool) or not isinstance(acks, int):
         raise redis.ResponseError(f"WAIT answered {type(acks).__name__}, not an integer")
     return script_reply, acks

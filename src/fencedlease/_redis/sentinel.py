@@ -20,10 +20,13 @@ new primary may have handed to someone else. So the backend subscribes to ``+swi
 sentinels (`SwitchWatcher`): on the event it drops every connection of the client's pool (the
 next command asks the sentinels again) and its manager renews every lease at once, on the new
 primary. The event can be missed (a holder cut off from the sentinels, a subscription dropped and
-made again after it), so a renewal batch is also checked (`PrimaryCheck`): it moves deadlines
-only if, once it ran, a sentinel names the address it ran on as the primary. A sentinel naming
-another address drops the pool's connections and the batch runs again there; no sentinel
-answering leaves the leases to end at their deadlines, within ``ttl_ms``.
+made again after it, a minority sentinel still naming the old primary), so a renewal batch is
+also checked (`PrimaryCheck`): it moves deadlines only if, once it ran, a majority of the
+configured sentinels, asked at once, name the address it ran on as the primary, with one epoch
+(`fencedlease._core.epochs.Majority`). A majority naming another address drops the pool's idle
+connections and the batch runs again there; no majority leaves the leases to end at their
+deadlines, within ``ttl_ms``. With epoch tokens a grant is checked the same way
+(`PrimaryCheck.grant`).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from urllib.parse import unquote
 
 import attrs
 
+from fencedlease._core.epochs import Majority
 from fencedlease._core.errors import ValidationError
 from fencedlease._core.redact import url_error
 
@@ -41,6 +45,7 @@ from .options import check_connection_options
 from .replies import text
 
 __all__ = [
+    "MAJORITY_BOUND_S",
     "SWITCH_POLL_S",
     "SentinelURL",
     "parse_sentinel_url",
@@ -157,20 +162,41 @@ def named_address(client: object, reply: object) -> Address | None:
     return (text(reply[0]) if forced is None else str(forced), int(reply[1]))
 
 
+MAJORITY_BOUND_S = 2.0
+"""How long the sentinels asked for their word (in parallel) have to answer, in seconds: one
+that has not answered by then counts against the majority (it confirms nothing)."""
+
+
+def master_epoch(client: object, reply: object) -> tuple[Address, int] | None:
+    """The primary's address (as `named_address` reads it) and its ``config-epoch`` from a
+    ``SENTINEL MASTER <service>`` ``reply`` (redis-py's dict, keys str or bytes); None when a
+    field is missing or not a number (a sentinel that does not know the service)."""
+    if not isinstance(reply, dict):
+        return None
+    fields = {text(name): value for name, value in reply.items()}
+    try:
+        epoch = int(text(fields["config-epoch"]))
+        address = named_address(client, (fields["ip"], int(text(fields["port"]))))
+    except (KeyError, ValueError):
+        return None
+    return None if address is None else (address, epoch)
+
+
 def connection_address(connection: object) -> Address:
     """Where a connection is (or last was) connected: ``(host, port)``."""
     return (text(getattr(connection, "host", "")), int(getattr(connection, "port", 0)))
 
 
-def doubt(ran_on: Address, named: Address | None, service: str) -> str | None:
-    """Why a batch that ran on ``ran_on`` is not confirmed when the sentinels name ``named``
-    (None: no sentinel named one); None when it is."""
+def doubt(ran_on: Address, majority: Majority[Address], service: str) -> str | None:
+    """Why a batch that ran on ``ran_on`` is not confirmed by ``majority`` (the sentinels'
+    decision, `fencedlease._core.epochs.Majority`); None when it is."""
+    named = majority.named
     if named is None:
-        return f"not confirmed: no sentinel named the primary of {service!r}"
-    if named != ran_on:
+        return f"not confirmed: the sentinels of {service!r} name no primary: {majority.why}"
+    if named.address != ran_on:
         return (
             f"not confirmed: it ran on {ran_on[0]}:{ran_on[1]}, the sentinels name"
-            f" {named[0]}:{named[1]} the primary of {service!r}"
+            f" {named.address[0]}:{named.address[1]} the primary of {service!r}"
         )
     return None
 

@@ -23,6 +23,7 @@ from functools import partial
 from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
 
+from fencedlease._core.epochs import Majority, floor
 from fencedlease._core.errors import BackendError
 from fencedlease._redis.cluster import (
     AckedCall,
@@ -34,15 +35,17 @@ from fencedlease._redis.cluster import (
     node_name,
     shard_bound_s,
     short_renewals,
+    slot_owner,
 )
 from fencedlease._redis.errors import Redirected, ScriptNotLoaded, backend_errors
 from fencedlease._redis.eviction import policy_of
 from fencedlease._redis.keys import lease_key, lease_keys, renew_many_args
-from fencedlease._redis.replication import Fencing
+from fencedlease._redis.replication import Fencing, older_token
 from fencedlease._redis.replies import decode_release, decode_renew_many
-from fencedlease._redis.scripts import RELEASE, RENEW_MANY, Script, acked_replies
+from fencedlease._redis.scripts import ACQUIRE, RELEASE, RENEW_MANY, Script, acked_replies
+from fencedlease._redis.sentinel import MAJORITY_BOUND_S
 
-from .cluster_nodes import NodeWorkers, node_for, read_slot_map, send_acked
+from .cluster_nodes import NodeWorkers, node_for, read_nodes, read_slot_map, send_acked
 from .handoff_cluster import ClusterHandoff
 from .redis_backend import RedisBackend
 from .scripts import run_script
@@ -109,6 +112,7 @@ class RedisClusterBackend(RedisBackend):
         self.primary = SlotWatch(lambda key: key_slot(lease_key(self.prefix, key).encode()), client)
         self._bound_ms = check_shard_timeout(shard_timeout_ms)
         self._workers = NodeWorkers()
+        self._slot_epochs: dict[int, int] = {}  # the epoch each slot's majority named last
 
     def _run(
         self, client: object, script: Script, keys: Sequence[str], args: Sequence[object]
@@ -133,6 +137,52 @@ class RedisClusterBackend(RedisBackend):
             replies = send_acked(node, True, call)
         return acked_replies(replies)
 
+    def _epochs(self) -> bool:
+        """Whether grants take the floor of their slot's epoch and the cluster majority's word
+        (``fencing="epoch"``). No I/O."""
+        return self.grants.fencing == "epoch"
+
+    def _slot_majority(self, slot: int) -> Majority[str]:
+        """What the primaries (the slot map's), asked at once (`MAJORITY_BOUND_S` each), say of
+        the primary serving ``slot`` and its ``configEpoch``; the epoch named, if any, kept for
+        the slot's next grants and hand-offs."""
+        read_slot_map(self.cluster)
+        primaries = self.cluster.get_primaries()  # type: ignore[no-untyped-call, unused-ignore]
+        calls = {node.name: partial(self._owner_seen, node, slot) for node in primaries}
+        replies = self._workers.run(calls, MAJORITY_BOUND_S)
+        decided = Majority.decide(len(calls), list(replies.values()))
+        if decided.named is not None:
+            self._slot_epochs[slot] = decided.named.epoch
+        return decided
+
+    def _owner_seen(self, node: ClusterNode, slot: int) -> tuple[str, int] | None:
+        """``node``'s view of ``slot``'s primary and epoch (`slot_owner`); None when it fails."""
+        try:
+            with backend_errors("CLUSTER NODES"):
+                view = read_nodes(node)
+        except BackendError:
+            return None
+        return slot_owner(view, slot)
+
+    def _epoch_grant(
+        self, key: str, owner_token: str, ttl_ms: int, queue: Sequence[str]
+    ) -> tuple[object, int | None, str | None]:
+        """``acquire.lua`` with the floor of its slot's epoch (the one the primaries' majority
+        named last, asked first when not known yet), on the slot's primary, and why it does not
+        count (None when it does): once it ran (and its ``WAIT``), a majority of the primaries
+        must name that node the slot's primary at that epoch (`Majority.confirms`)."""
+        keys = lease_keys(self.prefix, key)
+        slot = key_slot(keys[0].encode())
+        if slot not in self._slot_epochs:
+            self._slot_majority(slot)
+        epoch = self._slot_epochs.get(slot, 0)
+        read_slot_map(self.cluster)
+        ran_on = self._node_of_key(keys[0]).name
+        args = (owner_token, ttl_ms, self.grants.mode_arg(floor(epoch)), "primary", *queue)
+        reply, acks = self._run(self.cluster, ACQUIRE, keys, args)
+        why = (self._slot_majority(slot)).confirms(ran_on, epoch)
+        return reply, acks, why or older_token(reply, key, epoch)
+
     def _memory_policies(self, client: object = None) -> dict[str, str | None]:
         """The ``maxmemory_policy`` field of ``INFO memory`` of every primary, by its
         ``host:port``, each asked in turn over the backend's client (``client`` is not used:
@@ -155,7 +205,9 @@ class RedisClusterBackend(RedisBackend):
         return ClusterHandoff(self.client, self.prefix)
 
     def release(self, key: str, owner_token: str) -> bool:
-        args = (owner_token, self.grants.fencing, "shard")  # a hand-off grant's mode; SPUBLISH
+        # a hand-off grant's mode (its slot's floor with epoch tokens); SPUBLISH
+        slot = key_slot(lease_key(self.prefix, key).encode())
+        args = (owner_token, self.grants.mode_arg(floor(self._slot_epochs.get(slot, 0))), "shard")
         with backend_errors(f"release {key!r}"):
             reply = run_script(self.cluster, RELEASE, lease_keys(self.prefix, key), args)
         return decode_release(reply, key)

@@ -11,7 +11,7 @@ from fencedlease._redis.scripts import AckedCall, waited
 
 from .scripts import connected
 
-__all__ = ["read_slot_map", "send_acked"]
+__all__ = ["read_nodes", "read_slot_map", "send_acked"]
 
 
 def read_slot_map(cluster: RedisCluster) -> None:
@@ -30,3 +30,9 @@ def send_acked(node: ClusterNode, source: bool, call: AckedCall) -> list[object]
         mark_send()
     replies: list[object] = waited(client, source, *call).execute(raise_on_error=False)
     return replies
+
+
+def read_nodes(node: ClusterNode) -> object:
+    """``node``'s ``CLUSTER NODES``, as redis-py parses it (a dict of ``"host:port"`` to the
+    node's fields), on ``node``'s client."""
+    return node.redis_connection.cluster("NODES")

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from redis.cluster import ClusterNode, RedisCluster
 
-from .cluster_calls import read_slot_map, send_acked
+from .cluster_calls import read_nodes, read_slot_map, send_acked
 from .primitives import NodeWorkers
 
-__all__ = ["NodeWorkers", "node_for", "read_slot_map", "send_acked"]
+__all__ = ["NodeWorkers", "node_for", "read_nodes", "read_slot_map", "send_acked"]
 
 
 def node_for(cluster: RedisCluster, key: str) -> ClusterNode | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Any, TypeVar
 
 import redis
@@ -17,22 +18,24 @@ import redis.sentinel
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from fencedlease._core.epochs import Majority
 from fencedlease._redis.errors import RedisCallError, map_exceptions
 from fencedlease._redis.sentinel import (
+    MAJORITY_BOUND_S,
     SWITCH_CHANNEL,
     SWITCH_POLL_S,
     Address,
     client_options,
     connection_address,
     doubt,
-    named_address,
+    master_epoch,
     parse_sentinel_url,
     sentinel_clients,
     switched_service,
     unusable_sentinel,
 )
 
-from .primitives import LOG_NAME, Background, Event, shield
+from .primitives import LOG_NAME, Background, Event, NodeWorkers, shield
 
 __all__ = ["PrimaryCheck", "SwitchWatcher", "sentinel_client", "unretried"]
 
@@ -95,7 +98,10 @@ class SwitchWatcher:
     def switched(self) -> None:
         """Apply a switch: drop the pool's connections, then ``on_switch()``."""
         self.switches += 1
-        self._client.connection_pool.disconnect()
+        # Only the idle connections: one in use (a WAIT on the old primary, a read on another
+        # thread) would have its socket cut under its reader; the pool drops it when it is given
+        # back, its address no longer the primary's (``owns_connection``).
+        self._client.connection_pool.disconnect(inuse_connections=False)
         try:
             self._on_switch()
         except Exception:
@@ -144,16 +150,19 @@ def unretried(sentinel: Any) -> redis.Redis:
 
 
 class PrimaryCheck:
-    """Whether a renewal batch ran on the primary the sentinels name, for a ``master_for``
-    client (`active`; nothing to check for another client).
+    """Whether a grant or a renewal batch ran on the primary a majority of the sentinels name,
+    for a ``master_for`` client (`active`; nothing to check for another client).
 
-    `run` runs the batch on one connection of the client's pool, then asks the sentinels, one
-    at a time until one answers, ``SENTINEL GET-MASTER-ADDR-BY-NAME`` (one round trip per
-    batch, after it: a primary named after the batch ran there was still the primary when it
-    ran, or the sentinels would name the new one). A deposed primary stays a writable master
-    for seconds after a planned failover, and a holder that missed ``+switch-master`` would go
-    on renewing there while the new primary hands its key to another. Each sentinel is asked
-    once per check, on a client of the check's own (`unretried`, made now, not on first use:
+    `run` runs a renewal batch on one connection of the client's pool, then asks every
+    configured sentinel at once ``SENTINEL MASTER`` (`majority`, each bounded by
+    `MAJORITY_BOUND_S`): the batch counts only when a majority of the configured sentinels
+    name the address it ran on, with one epoch (`fencedlease._core.epochs.Majority`). A deposed
+    primary stays a writable master for seconds after a failover, and a holder that missed
+    ``+switch-master``, or whose only reachable sentinel is a minority one still naming the old
+    primary, would go on renewing there while the new primary hands its key to another. `grant`
+    does the same for an acquire, with the floor of the epoch the majority named last, and says
+    why it does not count when the majority, asked after it, names another node or epoch. Each
+    sentinel is asked on a client of the check's own (`unretried`, made now, not on first use:
     two renewals may check at once), closed by `close`.
 
     With ``replica_acks`` the script and its ``WAIT`` go out as a pipeline, which redis-py
@@ -165,34 +174,42 @@ class PrimaryCheck:
         self._client = client
         self._sentinels = sentinel_clients(client)
         self._asked = [unretried(sentinel) for sentinel in self._sentinels]
+        self._workers = NodeWorkers()
         self.checks = 0  #: how many times the sentinels were asked
+        #: The epoch the majority named last (None: not asked yet): the floor of the next grant.
+        self.epoch: int | None = None
 
     @property
     def active(self) -> bool:
         """Whether there is anything to check (a ``master_for`` client)."""
         return bool(self._sentinels)
 
-    def named(self) -> Address | None:
-        """The primary's address as the first sentinel that answers names it; None when none
-        does (each one's error is dropped: the next is asked)."""
+    def majority(self) -> Majority[Address]:
+        """What the configured sentinels, asked at once, say of the primary (a sentinel that
+        fails or has not answered within `MAJORITY_BOUND_S` counts against); the epoch it names,
+        if any, kept in `epoch`."""
         self.checks += 1
         service = self._client.connection_pool.service_name  # type: ignore[attr-defined]
-        for sentinel in self._asked:
-            address = named_address(self._client, self._ask(sentinel, service))
-            if address is not None:
-                return address
-        return None
+        calls = {
+            f"sentinel-{index}": partial(self._ask, sentinel, service)
+            for index, sentinel in enumerate(self._asked)
+        }
+        replies = self._workers.run(calls, MAJORITY_BOUND_S)
+        decided = Majority.decide(len(self._asked), list(replies.values()))
+        if decided.named is not None:
+            self.epoch = decided.named.epoch
+        return decided
 
-    @staticmethod
-    def _ask(sentinel: redis.Redis, service: str) -> object:
-        """``sentinel``'s ``SENTINEL GET-MASTER-ADDR-BY-NAME`` reply; None when it failed."""
+    def _ask(self, sentinel: redis.Redis, service: str) -> tuple[Address, int] | None:
+        """``sentinel``'s primary and ``config-epoch`` for ``service``; None when it failed."""
         try:
             with map_exceptions(RedisCallError):
-                return sentinel.sentinel_get_master_addr_by_name(service)
+                reply = sentinel.sentinel_master(service)
         except (RedisCallError, OSError):
             return None
+        return master_epoch(self._client, reply)
 
-    def _once(self, fn: Callable[[redis.Redis], T]) -> tuple[T, Address, Address | None]:
+    def _once(self, fn: Callable[[redis.Redis], T]) -> tuple[T, Address, Majority[Address]]:
         # one connection of the pool, whose address is known
         one = self._client.client()  # type: ignore[no-untyped-call, unused-ignore]
         try:
@@ -206,7 +223,7 @@ class PrimaryCheck:
             ran_on = connection_address(one.connection)
         finally:
             shield(one.close)  # the connection goes back even if cancelled
-        return result, ran_on, self.named()
+        return result, ran_on, self.majority()
 
     def run(
         self,
@@ -214,28 +231,54 @@ class PrimaryCheck:
         switched: Callable[[], object],
     ) -> tuple[T, str | None]:
         """``fn(one)``'s result, ``one`` a client on a single connection of the pool, and None
-        when the sentinels confirm the primary it ran on; else why not (see `doubt`). When a
-        sentinel names another address, ``switched()`` is called (it drops the pool's idle
-        connections, so the next one asks the sentinels; the backend's also renews every
-        lease at once) and ``fn`` runs once more, on a new connection, checked again.
+        when a majority of the sentinels confirm the primary it ran on; else why not (see
+        `doubt`). When the majority names another address, ``switched()`` is called (it drops
+        the pool's idle connections, so the next one asks the sentinels; the backend's also
+        renews every lease at once) and ``fn`` runs once more, on a new connection, checked
+        again.
 
         Raises:
             redis.RedisError: what ``fn`` raised, or the connection's error.
         """
         service = self._client.connection_pool.service_name  # type: ignore[attr-defined]
-        result, ran_on, named = self._once(fn)
-        if named is None or named == ran_on:
-            return result, doubt(ran_on, named, service)
+        result, ran_on, decided = self._once(fn)
+        named = decided.named
+        if named is None or named.address == ran_on:
+            return result, doubt(ran_on, decided, service)
         log.warning(
             "fencedlease: a renewal ran on %s:%s, the sentinels name %s:%s the primary of %r",
-            *ran_on, *named, service,
+            *ran_on, *named.address, service,
         )  # fmt: skip
         switched()
-        result, ran_on, named = self._once(fn)
-        return result, doubt(ran_on, named, service)
+        result, ran_on, decided = self._once(fn)
+        return result, doubt(ran_on, decided, service)
+
+    def grant(
+        self,
+        fn: Callable[[redis.Redis, int], T],
+        switched: Callable[[], object],
+    ) -> tuple[T, int, str | None]:
+        """``fn(one, epoch)``'s result (``one`` as for `run`; ``epoch`` the one the majority
+        named last, asked first when not known yet), that epoch, and why the grant does not
+        count (None when it does): once ``fn`` ran, the majority must name the address it ran
+        on at that same epoch (`Majority.confirms`). When it names another address,
+        ``switched()`` is called (the next grant goes there).
+
+        Raises:
+            redis.RedisError: what ``fn`` raised, or the connection's error.
+        """
+        if self.epoch is None:
+            self.majority()
+        epoch = self.epoch or 0
+        result, ran_on, decided = self._once(lambda one: fn(one, epoch))
+        why = decided.confirms(ran_on, epoch)
+        if decided.named is not None and decided.named.address != ran_on:
+            switched()
+        return result, epoch, why
 
     def close(self) -> None:
-        """Close the check's own sentinel clients."""
+        """Close the check's own sentinel clients and its workers."""
+        self._workers.close()
         for sentinel in self._asked:
             sentinel.close()
             sentinel.connection_pool.disconnect()

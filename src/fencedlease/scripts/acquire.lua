@@ -5,7 +5,8 @@
 -- KEYS[4]  waiter details       <prefix>:{<key>}:waiters:meta
 -- ARGV[1]  owner token (128 random bits, hex; any string without meaning to Redis)
 -- ARGV[2]  TTL in milliseconds, an integer 1..2147483647 (validated by the client)
--- ARGV[3]  fencing mode: 'counter' (or missing) or 'clock' (next_token in lease_common.lua)
+-- ARGV[3]  fencing mode: 'counter' (or missing), 'clock' or 'floor:<token>' (next_token in
+--          lease_common.lua)
 -- ARGV[4]  optional, 'primary': report the primary's replication id on a refusal too (INFO
 --          replication, dearer than the rest of the script: a client asks once per connection,
 --          see fencedlease._redis.wire), else '' in its place; a grant (1 or 2) always reports
@@ -18,7 +19,7 @@
 --          up when refused): refused, it is taken out of the waiter queue instead, in the same
 --          script, so no later release hands the key to a caller that has gone
 -- returns  {1, "fencing_token", ttl_ms, primary}  granted now: the counter was INCRed once (and,
---                                        in 'clock' mode, then set to the token)
+--                                        in 'clock' or 'floor:' mode, then set to the token)
 --          {2, "fencing_token", ttl_ms, primary}  already ours: a retried acquire after a lost reply, or a
 --                                        waiter claiming the lease a release handed it (that
 --                                        release issued the token): the stored token, TTL reset,
@@ -65,7 +66,8 @@ if not ttl or ttl > 2147483647 then
   return redis.error_reply('ERR fencedlease acquire: ttl_ms must be a positive integer (at most 2147483647), got '
                            .. ARGV[2])
 end
-if not ARGV[5] and ARGV[3] ~= 'clock' and redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
+local counting = not ARGV[3] or ARGV[3] == 'counter'
+if not ARGV[5] and counting and redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
   local n = redis.pcall('INCR', KEYS[2])
   if type(n) == 'number' and n > 0 then
     local token = n < 9007199254740992 and string.format('%d', n) or redis.call('GET', KEYS[2])
@@ -151,7 +153,7 @@ if current then
 end
 redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], token .. ':' .. owner, 'PX', ARGV[2])
-if ARGV[3] == 'clock' then
+if not counting then
   redis.call('SET', KEYS[2], token)  -- the counter reaches the token (>= the INCR's value)
 end
 return {1, token, ttl, primary}

@@ -90,16 +90,27 @@ end
 -- counter cannot be read, is negative, is not an integer in 0..2^63-2, or is at 2^63-1).
 -- With `mode` 'clock': the larger of that successor and the server's TIME in microseconds (see
 -- clock_token), so a counter rolled back by a failover still yields a token above every earlier
--- grant's. The caller stores the token as the counter (SET, not INCR).
+-- grant's. With `mode` 'floor:<digits>' (a token, 1..2^63-1): the larger of the successor and
+-- that floor, the lowest token of the failover epoch the client read from a majority
+-- (fencedlease._core.epochs), so a promoted replica's first grant is above every token of an
+-- older epoch. The caller stores the token as the counter (SET, not INCR) in either mode.
 local function next_token(key, mode)
   local token, why = counter_successor(key)
-  if token and mode == 'clock' then
-    local now = clock_token()
-    if #now > #token or (#now == #token and now > token) then
-      return now
-    end
+  if not token or not mode or mode == 'counter' then
+    return token, why
   end
-  return token, why
+  local low
+  if mode == 'clock' then
+    low = clock_token()
+  elseif string.sub(mode, 1, 6) == 'floor:' and is_token(string.sub(mode, 7)) then
+    low = string.sub(mode, 7)
+  else
+    return nil, 'cannot take the fencing mode ' .. mode
+  end
+  if #low > #token or (#low == #token and low > token) then
+    return low
+  end
+  return token
 end
 -- The replication id of the primary this script runs on (master_replid of INFO replication): a
 -- promoted replica starts a new one, so a client that sees it change knows the primary changed

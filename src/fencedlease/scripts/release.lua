@@ -6,7 +6,8 @@
 -- KEYS[4]  waiter details  <prefix>:{<key>}:waiters:meta  hash: owner ->
 --                          "<deadline_ms>:<ttl_ms>:<grace_ms>[:<listener>[:direct]]" (enqueue.lua)
 -- ARGV[1]  owner token
--- ARGV[2]  fencing mode of a hand-off grant: 'counter' (or missing) or 'clock' (next_token)
+-- ARGV[2]  fencing mode of a hand-off grant: 'counter' (or missing), 'clock' or 'floor:<token>'
+--          (next_token)
 -- ARGV[3]  optional: 'shard' to wake by SPUBLISH (a Redis Cluster's sharded pub/sub, Redis 7+),
 --          falling back to PUBLISH where SPUBLISH is unknown (Redis 6.2); else PUBLISH
 -- returns  1 when released: the key was deleted, or granted to the oldest live waiter;
@@ -156,7 +157,7 @@ if waiting > 0 then
       -- its grant keeps the claiming waiter's short PX.
       redis.call('INCR', KEYS[2])
       redis.call('SET', KEYS[1], handed_token .. ':' .. waiter, 'PX', string.format('%d', short))
-      if ARGV[2] == 'clock' then
+      if ARGV[2] and ARGV[2] ~= 'counter' then
         redis.call('SET', KEYS[2], handed_token)  -- the counter reaches the token
       end
       local grant = string.format('%s:%s:%d', redis.sha1hex(waiter), handed_token, px)

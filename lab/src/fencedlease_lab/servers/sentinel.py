@@ -175,6 +175,13 @@ class SentinelDeployment:
         fields = self.replicas_seen(index).get(port)
         return None if fields is None else int(fields["slave-priority"])
 
+    def master_seen(self, index: int) -> tuple[int, int]:
+        """The primary's port and the ``config-epoch`` as sentinel ``index`` sees them
+        (``SENTINEL MASTER``)."""
+        with self.sentinel_client(index, socket_timeout=5) as client:
+            state = client.sentinel_master(self.service)
+        return int(state["port"]), int(state["config-epoch"])
+
     def replicas_seen(self, index: int) -> dict[int, dict[str, str]]:
         """What sentinel ``index`` reports of each replica (``SENTINEL REPLICAS``: ``flags``,
         ``slave-priority``, ...), by the replica's port."""
