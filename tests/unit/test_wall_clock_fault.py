@@ -58,3 +58,16 @@ def test_spawning_under_restores_the_interpreter(tmp_path: Path) -> None:
     with spawning_under(WallClock.in_folder(tmp_path, LIBRARY)):
         assert multiprocessing.spawn.get_executable() != before
     assert multiprocessing.spawn.get_executable() == before
+
+
+def test_the_launcher_is_written_once(tmp_path: Path) -> None:
+    """Starting processes does not rewrite the launcher or its ``sitecustomize`` (a process
+    still starting may be reading them): both keep the bytes and the time the clock gave them."""
+    assert LIBRARY is not None
+    clock = WallClock.in_folder(tmp_path, LIBRARY)
+    files = [Path(clock.python), Path(f"{clock.path}.site") / "sitecustomize.py"]
+    before = [(f.read_bytes(), f.stat().st_mtime_ns) for f in files]
+    for _ in range(2):
+        with spawning_under(clock):
+            pass
+    assert [(f.read_bytes(), f.stat().st_mtime_ns) for f in files] == before

@@ -78,10 +78,31 @@ class WallClock:
 
     @classmethod
     def in_folder(cls, folder: Path, library: str) -> WallClock:
-        """The run's wall clock, its timestamp file in ``folder``, the offset 0."""
+        """The run's wall clock, its timestamp file in ``folder``, the offset 0, and its
+        launcher ([`python`][fencedlease_lab.harness.faults_clock.WallClock.python]) written
+        there once: a process that starts reads it while the next one is being started."""
         clock = cls(str(folder / "wall-clock.faketime"), library)
         clock.set(0.0)
+        site = Path(f"{clock.path}.site")
+        site.mkdir(exist_ok=True)
+        (site / "sitecustomize.py").write_text(_SLEEP_ON_SELECT, "utf-8")
+        exports = " ".join(f"{name}='{value}'" for name, value in clock.environ().items())
+        script = Path(clock.python)
+        script.write_text(
+            f"#!/bin/sh\nexport {exports}\n"
+            f'export PYTHONPATH="{site}${{PYTHONPATH:+:$PYTHONPATH}}"\n'
+            f"exec '{sys.executable}' \"$@\"\n",
+            "utf-8",
+        )
+        script.chmod(0o700)
         return clock
+
+    @property
+    def python(self) -> str:
+        """The launcher: a shell script that sets
+        [`environ`][fencedlease_lab.harness.faults_clock.WallClock.environ] and a
+        ``sitecustomize`` of the clock's own, then runs this interpreter."""
+        return f"{self.path}.python"
 
     def environ(self) -> dict[str, str]:
         """The environment a process is started with to run on this clock."""
@@ -129,27 +150,15 @@ _SPAWN_LOCK = threading.Lock()
 @contextlib.contextmanager
 def spawning_under(clock: WallClock | None) -> Iterator[None]:
     """Processes started by a ``spawn`` context inside the block run on ``clock`` (nothing
-    changes with None): the interpreter is started through a small shell script that sets
-    [`environ`][fencedlease_lab.harness.faults_clock.WallClock.environ] first (``LD_PRELOAD``
-    works only from a process's start)."""
+    changes with None): the interpreter is started through the clock's launcher
+    ([`python`][fencedlease_lab.harness.faults_clock.WallClock.python]; ``LD_PRELOAD`` works
+    only from a process's start)."""
     if clock is None:
         yield
         return
-    site = Path(f"{clock.path}.site")
-    site.mkdir(exist_ok=True)
-    (site / "sitecustomize.py").write_text(_SLEEP_ON_SELECT, "utf-8")
-    script = Path(f"{clock.path}.python")
-    exports = " ".join(f"{name}='{value}'" for name, value in clock.environ().items())
-    script.write_text(
-        f"#!/bin/sh\nexport {exports}\n"
-        f'export PYTHONPATH="{site}${{PYTHONPATH:+:$PYTHONPATH}}"\n'
-        f"exec '{sys.executable}' \"$@\"\n",
-        "utf-8",
-    )
-    script.chmod(0o700)
     with _SPAWN_LOCK:
         before = multiprocessing.spawn.get_executable()
-        multiprocessing.spawn.set_executable(str(script))
+        multiprocessing.spawn.set_executable(clock.python)
         try:
             yield
         finally:
