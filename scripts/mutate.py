@@ -367,6 +367,20 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
         ),
     ),
     Mutant(
+        "wall-clock-default-clock",
+        "wall-clock deadlines",
+        "the library's default clock reads the wall clock for its monotonic time (SystemClock.monotonic is time.time)",
+        ("redis-lock", "clock-fault"),
+        (Edit("_core/clock.py", "    monotonic = staticmethod(time.monotonic)\n", "    monotonic = staticmethod(time.time)\n"),),
+    ),
+    Mutant(
+        "release-owner-check-one-path",
+        "release without the owner check",
+        "release.lua deletes the key whoever owns it on its common path only (nobody waits); the hand-off path still checks",
+        ("redis-lock",),
+        (Edit("scripts/release.lua", "    if holder ~= owner then\n      return 0\n", "    if false then\n      return 0\n"),),
+    ),
+    Mutant(
         "owner-token-reused",
         "one owner token reused across acquisitions",
         "new_owner_token() is one value per process, so every acquisition of a worker shares it",
@@ -575,13 +589,16 @@ BASELINE: Final = Mutant(
 #: is caught by another property (c, d, f, g). ``renew-after-ttl`` is killed by construction:
 #: every run's ``latency`` fault holds its victim in one lease through replies late by less than
 #: ttl - heartbeat, with nothing else on that worker or Redis, and a renewer that renews after
-#: the ttl loses it with nothing to explain the loss (property f).
+#: the ttl loses it with nothing to explain the loss (property f). ``wall-clock-default-clock``
+#: is the one that needs the ``clock`` fault to reach the workers' own clock (libfaketime): its
+#: first jump, five ttls forwards, ends every lease of the library's default clock at once.
 QUICK: Final[tuple[str, ...]] = (
     "release-no-owner-check",
     "acquire-no-incr",
     "sql-guard-wrong-operator",
     "renew-zero-is-success",
     "renew-after-ttl",
+    "wall-clock-default-clock",
 )
 
 
@@ -737,7 +754,8 @@ def run_mutant(mutant: Mutant, seed: int, work: Path, check_args: Sequence[str] 
     env = {
         k: v for k, v in os.environ.items() if k not in ("FENCEDLEASE_URL", "FENCEDLEASE_REDIS_URL")
     }
-    env["PYTHONPATH"] = str(src)
+    # The harness of this checkout (not whichever one the environment installed) runs the copy.
+    env["PYTHONPATH"] = os.pathsep.join([str(src), str(ROOT / "lab" / "src")])
     env[PROBE_ENV] = str(probes)
     where = subprocess.run(
         [sys.executable, "-c", "import fencedlease; print(fencedlease.__file__)"],

@@ -1,7 +1,7 @@
 """A jump of the wall clock neither shortens nor lengthens a lease, on both faces, on a real Redis.
 
-The clock is the harness's :class:`~fencedlease_lab.harness.faults_clock.OffsetClock` (what a
-worker of ``fencedlease check`` runs on under the ``clock`` fault) over a
+The clock is the harness's :class:`~fencedlease_lab.harness.faults_clock.OffsetClock` (the
+``clock`` fault's jumps, given to one manager as ``clock=``) over a
 :class:`~fencedlease.testing.FakeClock`: monotonic time moves only when the test advances it,
 and wall time is that plus an offset the test jumps. Redis keeps its own time and its TTL is
 long compared with the real milliseconds the test takes, so every verdict here is the

@@ -44,7 +44,7 @@ def test_the_set_covers_every_required_kind() -> None:
         "renewal interval too long (renew after the TTL)",
         "loss notice never delivered",
     }
-    assert len(NAMES) == len(set(NAMES)) == 22
+    assert len(NAMES) == len(set(NAMES)) == 24
     assert set(mutate.QUICK) <= set(NAMES)
     for m in mutate.MUTANTS:
         assert m.surfaces, m.name

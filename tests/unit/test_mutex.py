@@ -366,7 +366,8 @@ def test_property_f_names_what_it_could_not_judge() -> None:
     assert result.letter == "f"
     assert result.status == "fail"
     assert result.note == (
-        "judged: 1 claim(s), 0 refused renewal(s), 1 loss notice(s); not judged: "
+        "judged: 1 claim(s), 0 refused renewal(s), 1 loss notice(s), 2 lock operation(s) over "
+        "1 key(s); not judged: "
         "refusal-noticed: history lacks renew events (ok / fail refused); 1 claim(s) judged on "
         "a lower bound of their deadline (acquire invoked + ttl): the history lacks "
         "acquire/renew detail.deadline"

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import redis
 
-from fencedlease import Clock, LeaseNotAcquiredError
+from fencedlease import LeaseNotAcquiredError
 from fencedlease.aio import AsyncLeaseManager
 
 from .recorder import Recorder
@@ -49,16 +49,14 @@ T = TypeVar("T")
 
 
 def run_asyncio_worker(
-    config: WorkerConfig, board: Board, go: Any, stop: Any, recorder: Recorder, clock: Clock
+    config: WorkerConfig, board: Board, go: Any, stop: Any, recorder: Recorder
 ) -> None:
-    """Run the worker's tasks until ``stop``, ``duration_s`` or ``max_cycles`` (per task);
-    ``clock`` is the worker's (the ``clock`` fault's offset wall time)."""
-    asyncio.run(_main(config, board, go, stop, recorder, clock))
+    """Run the worker's tasks until ``stop``, ``duration_s`` or ``max_cycles`` (per task), on
+    the library's default clock (the ``clock`` fault moves the process's wall clock)."""
+    asyncio.run(_main(config, board, go, stop, recorder))
 
 
-async def _main(
-    config: WorkerConfig, board: Board, go: Any, stop: Any, recorder: Recorder, clock: Clock
-) -> None:
+async def _main(config: WorkerConfig, board: Board, go: Any, stop: Any, recorder: Recorder) -> None:
     note, arm = connect_notes(recorder)
     client = async_lease_client(
         config.redis_url,
@@ -72,7 +70,6 @@ async def _main(
         client,
         prefix=config.prefix,
         on_event=recorder,
-        clock=clock,
         replica_acks=config.replica_acks,
         fencing=config.fencing,
     )

@@ -53,7 +53,8 @@ _CLUSTER: Final = frozenset({"cluster"})
 class FaultInfo:
     """What a fault kind needs: ``"proxy"`` (Toxiproxy), ``"redis-process"`` (a redis-server we
     started), ``"restart"`` (a run that can start a worker again), ``"kernel"`` (root, ``nft``
-    and a proxy per worker) or ``None``; ``disrupts`` is true when it may take the lease away
+    and a proxy per worker), ``"faketime"`` (libfaketime, preloaded into the workers) or
+    ``None``; ``disrupts`` is true when it may take the lease away
     (the checker then expects a new grant within ttl + margin after it heals); ``targets``: it
     hits one worker (the holder). ``server_wide``: it acts on the whole Redis server (its
     process, its script cache, its configuration), not only on the run's own keys,
@@ -94,7 +95,11 @@ FAULTS: Final[dict[str, FaultInfo]] = {
         server_wide=True,
     ),
     "clock": FaultInfo(
-        None, False, False, "wall clocks jump +-5 ttl and strobe (no lease moves)", topologies=_ALL
+        "faketime",
+        False,
+        False,
+        "wall clocks jump +-5 ttl and strobe (no lease moves)",
+        topologies=_ALL,
     ),
     # Not on a deployment: closing the dead worker's history reads its key on the lease Redis.
     "kill-holder": FaultInfo("restart", True, True, "kill -9 of the holder, a fresh worker after"),

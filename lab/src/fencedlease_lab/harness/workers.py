@@ -10,7 +10,6 @@ import signal
 from typing import Any
 
 from .aio_worker import run_asyncio_worker
-from .faults_clock import OffsetClock
 from .faults_kernel import enter_netns
 from .history import HistoryWriter
 from .recorder import Recorder
@@ -31,9 +30,9 @@ def worker_main(config: WorkerConfig, board: Board, go: Any, stop: Any) -> None:
     goes into the history through [`Recorder`][fencedlease_lab.harness.recorder.Recorder].
 
     With ``config.netns`` the process first enters that network namespace (its link for the
-    kernel faults). Wall time, wherever the worker reads it (its manager, its history), is the
-    ``clock`` fault's offset clock
-    ([`OffsetClock`][fencedlease_lab.harness.faults_clock.OffsetClock]) of its board slot."""
+    kernel faults). The manager runs on the library's default clock; the process was started on
+    the run's wall clock ([`WallClock`][fencedlease_lab.harness.faults_clock.WallClock]), which
+    the ``clock`` fault moves, so the manager and the history's ``wall`` readings see each jump."""
     if config.netns is not None:
         enter_netns(config.netns)  # before any thread or socket exists
     # The parent stops a straggler with SIGTERM; leave through the finally blocks.
@@ -41,14 +40,13 @@ def worker_main(config: WorkerConfig, board: Board, go: Any, stop: Any) -> None:
     # The library's warnings (a cleanup release that failed under a fault) are expected here and
     # would scribble over the live display; what matters is in the history.
     logging.getLogger("fencedlease").addHandler(logging.NullHandler())
-    clock = OffsetClock(board.wall_offsets, config.index)
-    writer = HistoryWriter(config.history_path, config.name, clock_wall=clock.time)
+    writer = HistoryWriter(config.history_path, config.name)
     recorder = Recorder(writer)
     try:
         if config.kind == "asyncio":
-            run_asyncio_worker(config, board, go, stop, recorder, clock)
+            run_asyncio_worker(config, board, go, stop, recorder)
         else:
-            run_sync_worker(config, board, go, stop, recorder, clock)
+            run_sync_worker(config, board, go, stop, recorder)
     finally:
         board.set_phase(config.index, IDLE)
         board.set(config.index, "token", 0)

@@ -39,6 +39,12 @@ promise, from what each worker was told:
     ([`DOUBTS_RELEASE`][fencedlease_lab.harness.kinds.DOUBTS_RELEASE]: a ``client-kill`` in force
     between its send and its refusal): the release was sent again on a new connection, and if
     the first had run, the second answered 0.
+``lock-model``
+    Each key, as its holders saw it, is a linearizable fenced mutex, the model of Jepsen's
+    Hazelcast suite (``FencedMutex``): an acquire only when the key is free, its token strictly
+    greater than every token seen before; a release answered ``ok`` only by the key's owner; a
+    lease's expiry at an unknown moment after its claim's end; acquires that timed out taken as
+    unknown outcomes ([`lock_model`][fencedlease_lab.harness.mutex.lock_model]).
 
 The events read (the history's [`Event`][fencedlease_lab.harness.Event]):
 
@@ -63,7 +69,9 @@ Pure: no I/O, no clock. Times in messages are seconds after ``origin``.
 
 The parts: [`facts`][fencedlease_lab.harness.mutex.facts] (what is read from the history, and
 the claims), [`causes`][fencedlease_lab.harness.mutex.causes] (which faults explain an overlap
-or a loss) and [`check`][fencedlease_lab.harness.mutex.check] (the three promises checked).
+or a loss), [`lock_model`][fencedlease_lab.harness.mutex.lock_model] (the fenced mutex model and
+its search, which property f runs beside the others) and
+[`check`][fencedlease_lab.harness.mutex.check] (the first three promises checked).
 """
 
 from __future__ import annotations
@@ -77,16 +85,22 @@ from .causes import (
 )
 from .check import MutexCheck, MutexIssue, check_mutex
 from .facts import Claim, claims_from_history
+from .lock_model import LockFailure, LockModelCheck, LockOp, check_lock_model, lock_step
 
 __all__ = [
     "EMPTYING_FAULTS",
     "HARMLESS_FAULTS",
     "LEASE_KEEPING_FAULTS",
     "Claim",
+    "LockFailure",
+    "LockModelCheck",
+    "LockOp",
     "MutexCheck",
     "MutexIssue",
+    "check_lock_model",
     "check_mutex",
     "claims_from_history",
     "could_cost_lease",
     "could_cost_lease_together",
+    "lock_step",
 ]

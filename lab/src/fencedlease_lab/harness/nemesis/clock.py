@@ -1,5 +1,5 @@
 """The ``clock`` fault: every worker's wall clock jumps and strobes
-([`faults_clock`][fencedlease_lab.harness.faults_clock])."""
+([`faults_clock`][fencedlease_lab.harness.faults_clock]: libfaketime in each worker process)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ class ClockActions(NemesisCore):
     def _do_clock(
         self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
     ) -> None:
-        offsets = self.env.board.wall_offsets
-        workers = range(self.env.board.workers)
+        wall_clock = self.env.wall_clock
+        assert wall_clock is not None  # unavailable_reason leaves the fault out without one
         done = run_clock_fault(
-            offsets, workers, ttl_ms=self.env.ttl_ms, duration_s=spec.duration_s, stop=stop
+            wall_clock.set, ttl_ms=self.env.ttl_ms, duration_s=spec.duration_s, stop=stop
         )
         self._finish(op, **done)

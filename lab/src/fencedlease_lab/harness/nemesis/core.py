@@ -165,8 +165,8 @@ class NemesisCore:
                     self._toxics.discard((target, name))
 
     def _reset_clocks(self) -> None:
-        for worker in range(self.env.board.workers):
-            self.env.board.wall_offsets[worker] = 0.0
+        if self.env.wall_clock is not None:
+            self.env.wall_clock.set(0.0)
 
     def heal_all(self) -> None:
         """Resume paused workers and Redis, re-enable proxies, remove toxics and nftables rules,

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ...servers.redis import RedisServer
+from ..faults_clock import WallClock
 from ..faults_kernel import Link, kernel_unavailable_reason
 from ..history import HistoryWriter
 from ..kinds import FAULTS, Fencing
@@ -48,7 +49,9 @@ class NemesisEnv:
     ``kernel_reason``: why they have none. ``deployment``: the Sentinel deployment or Redis
     Cluster the check started (``--topology``), for the topology faults; None on one server.
     ``fencing``: the workers' fencing mode, which a lease the nemesis holds itself
-    (``slow-handoff``) uses too, so that the token it hands on is one the workers' would be."""
+    (``slow-handoff``) uses too, so that the token it hands on is one the workers' would be.
+    ``wall_clock``: the workers' wall clock, which the ``clock`` fault moves (None: libfaketime
+    is not installed)."""
 
     writer: HistoryWriter
     board: Board
@@ -73,6 +76,7 @@ class NemesisEnv:
     kernel_reason: str | None = None
     deployment: Deployment | None = None
     fencing: Fencing = "counter"
+    wall_clock: WallClock | None = None
 
     @property
     def lease_keys(self) -> tuple[str, ...]:
@@ -99,6 +103,8 @@ def unavailable_reason(kind: str, env: NemesisEnv) -> str | None:
         kind_now = None if env.deployment is None else env.deployment.kind
         if kind_now is None or (needs != "replicas" and kind_now != needs):
             return f"needs --topology {'sentinel or cluster' if needs == 'replicas' else needs}"
+    if needs == "faketime" and env.wall_clock is None:
+        return "needs libfaketime (Debian's libfaketime package) to move the workers' wall clock"
     if needs == "kernel" and not env.kernel_links:
         return env.kernel_reason or kernel_unavailable_reason() or "the workers have no links"
     return None

@@ -3,13 +3,15 @@
 
 Fencing hides a broken lease from the data checks: the claims of different grants of one key
 (grant to last confirmed deadline, cut short by the release or a loss notice) never overlap; a
-renewal answered 0 is followed by a loss notice; no lease is lost without a fault to explain it.
-Each part the history has no events for is named "not judged" in the property's note.
+renewal answered 0 is followed by a loss notice; no lease is lost without a fault to explain it;
+and each key, as its holders saw it, is a linearizable fenced mutex (``[lock-model]``:
+[`lock_model`][fencedlease_lab.harness.mutex.lock_model]). Each part the history has no events
+for is named "not judged" in the property's note.
 """
 
 from __future__ import annotations
 
-from ..mutex import check_mutex
+from ..mutex import check_lock_model, check_mutex
 from ._base import Context, Finding, Outcome, Property
 from .grant_tokens import ROLLBACK_REMEDY
 
@@ -33,7 +35,12 @@ def check(ctx: Context) -> Outcome:
     violations = [
         ctx.violation(KEY, f"[{i.kind}] {i.message}", i.at, i.lines, None) for i in result.issues
     ]
-    notes = [f"not judged: {part}" for part in result.not_judged]
+    lock = check_lock_model(ctx.events, ttl_ms=params.ttl_ms)
+    for failure in lock.failures:
+        culprit = failure.culprit
+        message = f"[lock-model] {failure.explain(ctx.data.origin)}"
+        violations.append(ctx.violation(KEY, message, culprit.completed, (culprit.line,), None))
+    notes = [f"not judged: {part}" for part in (*result.not_judged, *lock.not_judged)]
     if result.lower_bound_claims:
         notes.append(
             f"{result.lower_bound_claims} claim(s) judged on a lower bound of their deadline "
@@ -53,7 +60,7 @@ def check(ctx: Context) -> Outcome:
         )
     judged = (
         f"judged: {result.claims} claim(s), {result.refusals} refused renewal(s), "
-        f"{result.losses} loss notice(s)"
+        f"{result.losses} loss notice(s), {lock.ops} lock operation(s) over {lock.keys} key(s)"
     )
     findings = []
     if result.exempt:

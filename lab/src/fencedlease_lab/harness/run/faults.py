@@ -85,6 +85,7 @@ def _make_nemesis(
         kernel_reason=run.kernel_reason,
         deployment=lease_redis.deployment,
         fencing=config.fencing,
+        wall_clock=run.wall_clock,
     )
     nemesis = Nemesis(env, schedule)
     stack.callback(nemesis.close)

@@ -12,6 +12,7 @@ import attrs
 from fencedlease import redact_text
 
 from ..environment import check_redis_url
+from ..faults_clock import WallClock
 from ..faults_kernel import Link
 from ..model import CheckConfig
 from ..safety import check_sqlite_resource, claim_out_dir
@@ -35,6 +36,8 @@ class _Run:
     schedule: Schedule | None = None
     kernel_links: list[Link] = attrs.field(factory=list)
     kernel_reason: str | None = None
+    #: The workers' wall clock (libfaketime), made when they start; None without libfaketime.
+    wall_clock: WallClock | None = None
 
     @property
     def prefix(self) -> str:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..environment import Network
+from ..faults_clock import spawning_under
 from ..resources import ResourceSpec
 from ..schedule import worker_seed
 from ..workers import worker_main
@@ -67,7 +68,8 @@ def _start_workers(
             name=f"fencedlease-check-{name}",
             daemon=True,
         )
-        proc.start()
+        with spawning_under(run.wall_clock):
+            proc.start()
         if only is None:
             procs.append(proc)
         else:

@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 
 from ..environment import LeaseRedis, Network
+from ..faults_clock import WallClock, find_libfaketime
 from ..history import HistoryWriter
 from ..nemesis import Nemesis
 from ..resources import ResourceSpec, read_final_counter, read_final_counters
@@ -49,6 +50,9 @@ def _run_workers(
     config = run.config
     ctx = multiprocessing.get_context("spawn")
     board = Board(ctx, config.workers)
+    library = find_libfaketime()
+    if library is not None:
+        run.wall_clock = WallClock.in_folder(run.parts_dir, library)
     go, stop = ctx.Event(), ctx.Event()
     run_writer = stack.enter_context(HistoryWriter(run.parts_dir / "history-run.jsonl", "run"))
     nemesis_writer = stack.enter_context(

@@ -7,8 +7,6 @@ from __future__ import annotations
 import time
 from typing import Any, Final
 
-from ..faults_clock import make_offsets
-
 #: Where a worker is, as published on the :class:`Board` (the nemesis picks its victim by it).
 IDLE, ACQUIRING, HOLDING, BODY, WRITING, RELEASING = range(6)
 PHASES: Final = ("idle", "acquiring", "holding", "body", "writing", "releasing")
@@ -44,15 +42,12 @@ class Board:
     lane it runs in.
 
     Made in the parent with a multiprocessing context and handed to the workers; reads are
-    unlocked snapshots (good enough to pick a victim or draw progress). ``wall_offsets``: each
-    worker's wall-clock offset in seconds, set by the ``clock`` fault
-    ([`faults_clock`][fencedlease_lab.harness.faults_clock]).
+    unlocked snapshots (good enough to pick a victim or draw progress).
     """
 
     def __init__(self, ctx: Any, workers: int) -> None:
         self.workers = workers
         self._array = ctx.Array("q", workers * len(_FIELDS), lock=False)
-        self.wall_offsets = make_offsets(ctx, workers)
 
     def _index(self, worker: int, field: str) -> int:
         return worker * len(_FIELDS) + _FIELDS.index(field)

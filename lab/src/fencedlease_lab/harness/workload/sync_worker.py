@@ -13,7 +13,7 @@ from typing import Any
 
 import redis
 
-from fencedlease import Clock, LeaseManager, LeaseNotAcquiredError
+from fencedlease import LeaseManager, LeaseNotAcquiredError
 
 from ..recorder import Recorder
 from ..resources import open_store
@@ -26,12 +26,12 @@ from .stale import LateWrites, stale_ttl_ms, stale_turn
 
 
 def run_sync_worker(
-    config: WorkerConfig, board: Board, go: Any, stop: Any, recorder: Recorder, clock: Clock
+    config: WorkerConfig, board: Board, go: Any, stop: Any, recorder: Recorder
 ) -> None:
     """Run a ``sync`` or ``threads`` worker (see
     [`worker_main`][fencedlease_lab.harness.workers.worker_main]) until ``stop``, ``duration_s`` or
-    ``max_cycles`` (per thread); ``clock`` is the worker's (the ``clock`` fault's offset wall
-    time)."""
+    ``max_cycles`` (per thread), on the library's default clock (the ``clock`` fault moves the
+    process's wall clock)."""
     # One transparent retry on a dropped connection (redis:// and Sentinel): a CLIENT KILL is
     # survived by reconnecting, and the renewal that follows still checks the owner token.
     note, arm = connect_notes(recorder)
@@ -49,7 +49,6 @@ def run_sync_worker(
         client,
         prefix=config.prefix,
         on_event=recorder,
-        clock=clock,
         replica_acks=config.replica_acks,
         fencing=config.fencing,
     )
