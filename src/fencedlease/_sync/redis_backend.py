@@ -19,8 +19,6 @@ from typing import Any, cast
 
 import redis
 
-from fencedlease._core.epochs import floor
-from fencedlease._core.errors import BackendError
 from fencedlease._core.protocol import AcquireReply, InspectReply
 from fencedlease._core.validate import check_prefix
 from fencedlease._redis.errors import (
@@ -32,7 +30,7 @@ from fencedlease._redis.errors import (
 )
 from fencedlease._redis.eviction import EvictionCheck
 from fencedlease._redis.keys import fence_key, lease_key, lease_keys, renew_many_args
-from fencedlease._redis.replication import Fencing, GrantOptions, PrimaryWatch, older_token
+from fencedlease._redis.replication import Fencing, GrantOptions, PrimaryWatch
 from fencedlease._redis.replies import (
     decode_acquire,
     decode_inspect,
@@ -46,23 +44,21 @@ from fencedlease._redis.scripts import (
     RELEASE,
     RENEW,
     RENEW_MANY,
-    AckedCall,
-    Script,
 )
 from fencedlease._redis.wire import PackedCalls, PackedRenewals
 
 from .clients import dedicated_client, waits_for_connection
 from .handoff import Handoff
 from .primitives import Background
-from .redis_eviction import EvictionReads
-from .scripts import run_acked, run_script
+from .redis_confirm import ConfirmedCalls
+from .scripts import run_script
 from .sentinel import PrimaryCheck, SwitchWatcher
 from .wire import packs_itself, run_packed
 
 __all__ = ["RedisBackend"]
 
 
-class RedisBackend(EvictionReads):
+class RedisBackend(ConfirmedCalls):
     """Leases in Redis under ``prefix`` (layout in `fencedlease._redis.keys`).
 
     ``client`` is a ``redis.Redis``; ``decode_responses`` may be on or off.
@@ -133,56 +129,6 @@ class RedisBackend(EvictionReads):
         self._packer: PackedRenewals | None = None
         self._calls: PackedCalls | None = None
         self._closed = False  # by close(): no command is sent once more after it
-
-    def _primary_switched(self) -> None:
-        hook = self.on_primary_switch
-        if hook is not None:
-            hook()
-
-    def _primary_moved(self) -> None:
-        """The sentinels name another primary than a renewal ran on: the pool's idle
-        connections are dropped (the next one asks the sentinels; one in use is dropped when
-        given back, its address no longer the pool's) and every lease is renewed at once."""
-        self.client.connection_pool.disconnect(inuse_connections=False)
-        self._primary_switched()
-
-    def _run(
-        self,
-        client: redis.Redis,
-        script: Script,
-        keys: Sequence[str],
-        args: Sequence[object],
-    ) -> tuple[object, int | None]:
-        """The script's reply, and the replicas' acks when ``replica_acks`` asks for them."""
-        self._switches.start()  # Sentinel only: from the first command, in the caller's loop
-        grants = self.grants
-        if not grants.replica_acks:
-            return run_script(client, script, keys, args), None
-        call = AckedCall(script, keys, args, grants.replica_acks, grants.replica_ack_timeout_ms)
-        return run_acked(client, call)
-
-    def _renewal(
-        self,
-        client: redis.Redis,
-        script: Script,
-        keys: Sequence[str],
-        args: Sequence[object],
-    ) -> tuple[object, int | None, str | None]:
-        """`_run` of a renewal script on ``client``, and None; on Sentinel, on one connection
-        of the pool (`PrimaryCheck.run`), and why its renewals do not count (the sentinels
-        name another primary, or none answered), or None when they do."""
-        if not self._check.active:
-            return (*self._run(client, script, keys, args), None)
-        (reply, acks), doubt = self._check.run(
-            lambda one: self._run(one, script, keys, args), self._primary_moved
-        )
-        return reply, acks, doubt
-
-    def _unconfirmed(self, key: str, acks: int | None, doubt: str | None) -> BackendError:
-        """The error of ``key``'s renewal that answered but does not count."""
-        if doubt is not None:
-            return BackendError(f"renew {key!r}: {doubt}")
-        return self.grants.refusal(f"renew {key!r}", acks or 0)
 
     def _renewals(self) -> redis.Redis:
         """The client renewals go through (see the class docstring)."""
@@ -259,29 +205,6 @@ class RedisBackend(EvictionReads):
         keys, args = lease_keys(self.prefix, key), (owner_token, ttl_ms, self.grants.mode_arg(0))
         return (*self._run(self.client, ACQUIRE, keys, (*args, "primary", *queue)), None)
 
-    def _epochs(self) -> bool:
-        """Whether grants take an epoch's floor and a majority's word: ``fencing="epoch"`` over
-        Sentinel (elsewhere the epoch mode is the counter's: a plain Redis has no failover
-        epoch). No I/O."""
-        return self.grants.fencing == "epoch" and self._check.active
-
-    def _epoch_grant(
-        self, key: str, owner_token: str, ttl_ms: int, queue: Sequence[str]
-    ) -> tuple[object, int | None, str | None]:
-        """`_acquire_reply` over Sentinel with ``fencing="epoch"`` (`fencedlease._core.epochs`):
-        the grant takes the floor of the epoch the majority of sentinels named last, on one
-        connection (`PrimaryCheck.grant`); it does not count unless the majority, asked
-        after it (and its ``WAIT``), names that connection's node at that epoch, and the token
-        is of that epoch (a hand-off a release made with an older floor is not)."""
-        keys = lease_keys(self.prefix, key)
-
-        def send(one: redis.Redis, epoch: int) -> tuple[object, int | None]:
-            args = (owner_token, ttl_ms, self.grants.mode_arg(floor(epoch)), "primary", *queue)
-            return self._run(one, ACQUIRE, keys, args)
-
-        (reply, acks), epoch, why = self._check.grant(send, self._primary_moved)
-        return reply, acks, why or older_token(reply, key, epoch)
-
     def _packed(self) -> PackedCalls:
         """The packer of this backend's acquires and releases (made on first use). No I/O."""
         calls = self._calls
@@ -314,36 +237,6 @@ class RedisBackend(EvictionReads):
         # Too few replicas hold the grant (a failover could lose it), or the majority does not
         # confirm it (its token may repeat one a newer primary hands out): take it back.
         return self._taken_back(key, owner_token, acks or 0, doubt, decoded.primary_id)
-
-    def _acked_grant_cut(self, error: BaseException) -> bool:
-        """Whether ``error`` (an acquire's, mapped) cut a grant that waits for the replicas' or
-        the majority's word after its script: the connection failed with the command maybe
-        sent (the script may have run); a reply of Redis's (a script's error) is not a cut.
-        No I/O."""
-        waits = self.grants.replica_acks > 0 or self._epochs()
-        return waits and isinstance(error, BackendError) and error.sent == "maybe"
-
-    def _taken_back(
-        self,
-        key: str,
-        owner_token: str,
-        acks: int,
-        doubt: str | None,
-        primary_id: str | None = None,
-    ) -> AcquireReply:
-        """A grant of ``key`` that does not count, released again: the refusal that says why
-        (``acks`` replicas acknowledged it, or ``doubt``).
-
-        Raises:
-            ReplicationError: the release failed too (the grant may stand: ``wrote="maybe"``).
-        """
-        what = f"acquire {key!r}"
-        try:
-            self.release(key, owner_token)
-        except BackendError as exc:
-            raise self.grants.refusal(what, acks, wrote="maybe", doubt=doubt) from exc
-        refused = self.grants.refusal(what, acks, doubt=doubt)
-        return AcquireReply(False, 0, -2, refused=refused, primary_id=primary_id)
 
     def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
         try:
@@ -392,11 +285,6 @@ class RedisBackend(EvictionReads):
         if not packs_itself(self.client):
             return None
         return self._packed().release(key, owner_token, self.grants.mode_args(self._floor()))
-
-    def _floor(self) -> int:
-        """The floor of a release's hand-off grant: that of the epoch the sentinels' majority
-        named last (0 elsewhere, or before any grant). No I/O."""
-        return floor(self._check.epoch or 0) if self._epochs() else 0
 
     def release(self, key: str, owner_token: str) -> bool:
         try:
