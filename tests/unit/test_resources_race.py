@@ -60,3 +60,14 @@ def test_the_data_step_refuses_an_access_whose_fence_moved_after_its_accept() ->
     reply = counters.write("k", 5, OLD, True)
     assert reply[:2] == ("stale", 2)
     assert counters.finals() == {}
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_twin_lease_with_the_accepted_token_is_refused(strict: bool) -> None:
+    """The recheck presents an accepted token as another lease would (a duplicate grant): the
+    resource refuses it, strict or not, and the holder's own write still lands."""
+    counters = MemoryCounters("c", strict=strict)
+    assert counters.read("k", NEW, True) == ("ok", 0)
+    assert counters.recheck("k", NEW) is False
+    assert counters.write("k", 1, NEW, True) == ("ok", None)
+    assert counters.finals() == {"k": 1}

@@ -213,6 +213,17 @@ class MemoryCounters:
                 return ("stale", last, f"{entry.resource.name}: a newer token {last} came first")
             return ("ok", then())
 
+    def recheck(self, key: str, view: LeaseView) -> bool:
+        """``view``'s token, accepted already, presented by a twin: another lease with the same
+        token, as a duplicate grant (a lease counter that started again) presents it. Every
+        resource must refuse it (strict or not); True when accepted. Nothing else moves."""
+        twin = attrs.evolve(view, owner_token=owner_fingerprint(view.owner_token))
+        try:
+            self._key(key).resource.accept(twin)
+        except StaleTokenError:
+            return False
+        return True
+
     def _own(self, resource: FencedResource, view: LeaseView) -> bool:
         """Whether the fence of ``resource`` is ``view``'s: its token and lease on record."""
         return (
@@ -279,6 +290,7 @@ class MemoryStore:
         except (OSError, EOFError) as exc:
             raise BackendError(f"memory resource at {spec.target}: {exc}") from exc
         self._name = spec.name
+        self._strict = spec.kind == "memory-strict"
 
     def _call(self, method: str, *args: Any) -> Any:
         try:
@@ -301,6 +313,16 @@ class MemoryStore:
         name = access_key(lease, key)
         reply = self._call("write", name, value, LeaseView.of(lease), fenced, _race.get())
         self._check(reply, name, lease.fencing_token)
+
+    def strict_key(self, key: str) -> bool:
+        """Whether ``key``'s resource is strict (it then answers ``recheck``)."""
+        return self._strict
+
+    def recheck(self, lease: Lease, key: str | None = None) -> bool:
+        """``lease``'s token presented once more by a twin lease
+        ([`MemoryCounters.recheck`][fencedlease_lab.harness.resources_memory.MemoryCounters.recheck]):
+        True when accepted (a violation), False when refused."""
+        return bool(self._call("recheck", access_key(lease, key), LeaseView.of(lease)))
 
     def races(self, key: str) -> bool:
         """Whether accesses of ``key`` can race here
