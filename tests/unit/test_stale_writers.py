@@ -58,6 +58,25 @@ def config() -> WorkerConfig:
     )  # fmt: skip
 
 
+def put_off_and_lost(
+    leases: LeaseManager,
+    backend: MemoryBackend,
+    recorder: Recorder,
+    board: Board,
+    store: Any,
+    late: LateWrites,
+) -> None:
+    """A stale cycle on ``k``: granted, read from ``store``, its write put off in ``late``, its
+    lease lost (force-released)."""
+    cycle = Cycle(config(), board, recorder, random.Random(1), stale=True)
+    lease = leases.acquire("k", ttl_ms=60_000).lease
+    assert lease is not None
+    cycle.granted(lease.fencing_token)
+    late.put_off(cycle, lease, cycle.read(store, lease), time.monotonic())
+    assert late.wanted() == "k"
+    backend.force_release("k")
+
+
 def late_write(tmp_path: Path, rival: bool) -> tuple[list[Event], Board, LateWrites]:
     """A stale cycle on ``k``: granted, read, its write put off, its lease lost
     (force-released); with ``rival`` a newer holder's read of the counter; then the writes put
@@ -67,14 +86,7 @@ def late_write(tmp_path: Path, rival: bool) -> tuple[list[Event], Board, LateWri
     path = tmp_path / "h.jsonl"
     late = LateWrites(config())
     with HistoryWriter(path, "w1") as writer, LeaseManager(backend) as leases:
-        recorder = Recorder(writer)
-        cycle = Cycle(config(), board, recorder, random.Random(1), stale=True)
-        lease = leases.acquire("k", ttl_ms=60_000).lease
-        assert lease is not None
-        cycle.granted(lease.fencing_token)
-        late.put_off(cycle, lease, cycle.read(counter, lease), time.monotonic())
-        assert late.wanted() == "k"
-        backend.force_release("k")
+        put_off_and_lost(leases, backend, Recorder(writer), board, counter, late)
         if rival:
             newer = leases.acquire("k", ttl_ms=60_000).lease
             counter.read(newer, fenced=True)
@@ -232,12 +244,7 @@ def test_a_late_write_races_the_newer_holders_read_on_the_memory_resource(tmp_pa
     try:
         with HistoryWriter(path, "w1") as writer, LeaseManager(backend) as leases:
             recorder = Recorder(writer)
-            stale = Cycle(config(), board, recorder, random.Random(1), stale=True)
-            lease = leases.acquire("k", ttl_ms=60_000).lease
-            assert lease is not None
-            stale.granted(lease.fencing_token)
-            late.put_off(stale, lease, stale.read(store, lease), time.monotonic())
-            backend.force_release("k")
+            put_off_and_lost(leases, backend, recorder, board, store, late)
             cycle = Cycle(config(), board, recorder, random.Random(2), prefer="k")
             newer = leases.acquire("k", ttl_ms=60_000).lease
             assert newer is not None
