@@ -394,7 +394,7 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
         ),
     ),
     Mutant(
-        "fenced-resource-not-atomic",
+        "non-atomic-accept",
         "a non-atomic FencedResource",
         "FencedResource.accept decides outside its lock (check, then set)",
         ("fenced-resource",),
@@ -415,9 +415,22 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
                 "            return access.token\n",
             ) for path in ("_core/fencing.py", "_core/fenced_resource.py"))),
         ),
-        # one holder's accept decides while another's waits: the resource process serializes
-        # each key's accesses (check and data in one step), so no run can show it end to end
-        unit_test="tests/unit/test_fencing.py::test_an_accept_decides_and_records_in_one_step",
+        # a stale holder's write is held inside its accept while the newer holder's read
+        # passes (the memory resource's race): it records the older token after the newer
+    ),
+    Mutant(
+        "strict-admits-equal",
+        "an equal token accepted in strict mode",
+        "a strict FencedResource accepts a token equal to the last one from another lease",
+        ("fenced-resource",),
+        (
+            Edit(
+                "_core/fencing.py",
+                '    if strict:\n        return "strict"\n',
+                '    if strict and access.fingerprint == state.fingerprint:\n        return "strict"\n'
+                "    if strict:\n        return FenceState(state.token, access.fingerprint, lease_key)\n",
+            ),
+        ),
     ),
     Mutant(
         "strict-accepts-equal",

@@ -17,7 +17,8 @@ from fencedlease import LeaseManager, MemoryBackend, StaleTokenError
 from fencedlease_lab.harness.checker import check_history
 from fencedlease_lab.harness.history import Event, HistoryWriter, read_history
 from fencedlease_lab.harness.recorder import Recorder
-from fencedlease_lab.harness.resources import ResourceSpec
+from fencedlease_lab.harness.resources import ResourceSpec, open_store
+from fencedlease_lab.harness.resources_memory import start_memory_resource
 from fencedlease_lab.harness.workload import IDLE, Board, Cycle, WorkerConfig
 from fencedlease_lab.harness.workload.stale import LateWrites
 from fencedlease_lab.harness.workload.sync_worker import _stale_cycle
@@ -57,6 +58,25 @@ def config() -> WorkerConfig:
     )  # fmt: skip
 
 
+def put_off_and_lost(
+    leases: LeaseManager,
+    backend: MemoryBackend,
+    recorder: Recorder,
+    board: Board,
+    store: Any,
+    late: LateWrites,
+) -> None:
+    """A stale cycle on ``k``: granted, read from ``store``, its write put off in ``late``, its
+    lease lost (force-released)."""
+    cycle = Cycle(config(), board, recorder, random.Random(1), stale=True)
+    lease = leases.acquire("k", ttl_ms=60_000).lease
+    assert lease is not None
+    cycle.granted(lease.fencing_token)
+    late.put_off(cycle, lease, cycle.read(store, lease), time.monotonic())
+    assert late.wanted() == "k"
+    backend.force_release("k")
+
+
 def late_write(tmp_path: Path, rival: bool) -> tuple[list[Event], Board, LateWrites]:
     """A stale cycle on ``k``: granted, read, its write put off, its lease lost
     (force-released); with ``rival`` a newer holder's read of the counter; then the writes put
@@ -66,14 +86,7 @@ def late_write(tmp_path: Path, rival: bool) -> tuple[list[Event], Board, LateWri
     path = tmp_path / "h.jsonl"
     late = LateWrites(config())
     with HistoryWriter(path, "w1") as writer, LeaseManager(backend) as leases:
-        recorder = Recorder(writer)
-        cycle = Cycle(config(), board, recorder, random.Random(1), stale=True)
-        lease = leases.acquire("k", ttl_ms=60_000).lease
-        assert lease is not None
-        cycle.granted(lease.fencing_token)
-        late.put_off(cycle, lease, cycle.read(counter, lease), time.monotonic())
-        assert late.wanted() == "k"
-        backend.force_release("k")
+        put_off_and_lost(leases, backend, Recorder(writer), board, counter, late)
         if rival:
             newer = leases.acquire("k", ttl_ms=60_000).lease
             counter.read(newer, fenced=True)
@@ -218,3 +231,31 @@ def test_a_stale_writer_cut_off_need_not_be_told(stale: bool, violations: int) -
     report = check_history(sorted(events, key=lambda e: e.mono))
     found = report.property("loss-reported").violations
     assert len(found) == violations, report.explain()
+
+
+def test_a_late_write_races_the_newer_holders_read_on_the_memory_resource(tmp_path: Path) -> None:
+    """On the memory resource the write put off races the newer holder's read, held inside its
+    accept until the read passed: it is refused with the newer token and nothing is written."""
+    ctx = multiprocessing.get_context("spawn")
+    spec, manager = start_memory_resource(ctx, "memory", "c")
+    store, board, backend = open_store(spec), Board(ctx, 2), MemoryBackend()
+    path = tmp_path / "h.jsonl"
+    late = LateWrites(config())
+    try:
+        with HistoryWriter(path, "w1") as writer, LeaseManager(backend) as leases:
+            recorder = Recorder(writer)
+            put_off_and_lost(leases, backend, recorder, board, store, late)
+            cycle = Cycle(config(), board, recorder, random.Random(2), prefer="k")
+            newer = leases.acquire("k", ttl_ms=60_000).lease
+            assert newer is not None
+            cycle.granted(newer.fencing_token)
+            assert late.read(store, cycle, newer) == 0
+            cycle.finish()
+        assert store.finals() == {}
+    finally:
+        store.close()
+        manager.shutdown()
+    events = read_history(path)
+    write = next(e for e in events if e.op == "write" and e.type != "invoke")
+    assert (write.type, write.outcome, write.detail["last"]) == ("fail", "stale", 2)
+    assert late.wanted() is None

@@ -169,7 +169,10 @@ async def _cycle(
         async with manager.hold(cycle.key, **cycle.hold_args()) as lease:
             cycle.granted(lease.fencing_token)
             try:
-                value = await run(cycle.read, store, lease)
+                if late is None:
+                    value = await run(cycle.read, store, lease)
+                else:
+                    value = await run(late.read, store, cycle, lease)
                 if late is not None:
                     await run(late.write, store, cycle.key)
                 cycle.phase(BODY)

@@ -49,6 +49,11 @@ class MixedStore:
         store = self._stores[self._spec.part(key)]
         return bool(getattr(store, "strict_key", lambda _: False)(key))
 
+    def races(self, key: str) -> bool:
+        """Whether the store of ``key`` lets two accesses of it race on purpose."""
+        store = self._stores[self._spec.part(key)]
+        return bool(getattr(store, "races", lambda _: False)(key))
+
     def recheck(self, lease: Lease, key: str | None = None) -> bool:
         return bool(self._store(lease, key).recheck(lease, key=key))
 

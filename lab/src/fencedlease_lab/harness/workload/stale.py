@@ -23,16 +23,23 @@ nobody came before is the holder's own increment, accepted (the hold ends ``fail
 the lease had run out; the holder did not ask the library, so there is no loss notice). These
 cycles are never shown on the board: no nemesis aims at a holder that is not renewing, and none
 is steered.
+
+Where the store lets two accesses race (the memory resource), a write put off races the newer
+holder's read instead ([`LateWrites.read`][fencedlease_lab.harness.workload.stale.LateWrites.read]):
+it is sent first and held inside its ``accept`` until the read has passed its own, so a resource
+whose check and record are split shows it on every such race.
 """
 
 from __future__ import annotations
 
 import random
+import threading
 import time
 from typing import Any, Final
 
 import attrs
 
+from ..resources_memory import racing
 from .config import WorkerConfig
 from .cycle import Cycle
 
@@ -81,6 +88,28 @@ class LateWrites:
     def wanted(self) -> str | None:
         """The key of the oldest write put off (the lane's next cycle waits for it), or None."""
         return self._pending[0].cycle.key if self._pending else None
+
+    def read(self, store: Any, cycle: Cycle, lease: Any) -> int:
+        """The read of a newer holder's ``cycle`` (``lease``) of its key. When a write put off
+        of that key is pending and ``store`` lets the two race, that write races the read: sent
+        from a thread of its own, held inside its ``accept`` until the read has passed its own
+        (``racing``); the fence must refuse it."""
+        late = next((p for p in self._pending if p.cycle.key == cycle.key), None)
+        if late is None or not getattr(store, "races", lambda _: False)(cycle.key):
+            return cycle.read(store, lease)
+        self._pending.remove(late)
+
+        def held() -> None:
+            with racing("held"):
+                write_late(store, late.cycle, late.lease, late.value)
+
+        thread = threading.Thread(target=held, name="late-write", daemon=True)
+        thread.start()
+        try:
+            with racing("after"):
+                return cycle.read(store, lease)
+        finally:
+            thread.join()
 
     def write(self, store: Any, key: str | None = None) -> None:
         """Make the writes put off that are due, and with ``key`` every one of that key (its

@@ -174,7 +174,7 @@ def _cycle(
         with manager.hold(cycle.key, **cycle.hold_args()) as lease:
             cycle.granted(lease.fencing_token)
             try:
-                value = cycle.read(store, lease)
+                value = cycle.read(store, lease) if late is None else late.read(store, cycle, lease)
                 if late is not None:
                     late.write(store, cycle.key)
                 cycle.phase(BODY)
