@@ -119,6 +119,11 @@ FAULTS: Final[dict[str, FaultInfo]] = {
         "proxy", True, True, "a hand-off grant's message ttl/3 late, then the waiter's requests"
         " cut 2 x ttl",
     ),
+    # Costs no lease: only the data's links are hit (some accesses then have unknown outcomes).
+    "resource-link": FaultInfo(
+        "resource-proxy", False, False, "every worker's links to the resource servers: replies"
+        " late past the client's timeout, then cut, then reset (ttl each)",
+    ),
     # The topology faults (see faults_topology): replication, failover, a deposed primary.
     "replica-lag": FaultInfo(
         "replicas", True, False, "CLIENT PAUSE WRITE on the replicas: they stop applying the"
@@ -205,8 +210,8 @@ KIND_AWARE: Final = frozenset({"pause-holder", "evict", "slow-cut", "slow-grant"
 #: worker kind (three times), ``slow-grant`` and ``slow-handoff`` once (the schedule puts the
 #: restart without persistence last: after it the resource refuses the new, lower tokens for the
 #: rest of the run);
-#: they fit in the default 55 s run. ``kill-holder``, the one-way and the kernel faults are asked
-#: for by name or with ``all`` (:data:`ALL_FAULTS`).
+#: they fit in the default 55 s run. ``kill-holder``, the one-way, the kernel faults and
+#: ``resource-link`` are asked for by name or with ``all`` (:data:`ALL_FAULTS`).
 DEFAULT_FAULTS: Final[tuple[str, ...]] = (
     "latency", "pause-holder", "partition", "client-kill", "script-flush", "timeout",
     "reset-peer", "redis-pause", "redis-restart-aof", "clock", "evict", "evict", "evict",
@@ -265,6 +270,7 @@ def fault_duration_s(kind: str, ttl_ms: int, heartbeat_ms: int) -> float:
         # Until the victim queued (its first wait may subscribe first: a few late round trips, at
         # most two ttls), then the cut.
         "slow-handoff": 4 * ttl,
+        "resource-link": 3 * ttl,  # a ttl each: late replies, a cut, resets
     }[kind]
 
 
