@@ -81,9 +81,9 @@ class Network:
     proxies: dict[int, Any]
     kind: str | None
     netns: tuple[str, ...] = ()
-    #: Worker index -> its resource spec through its own proxies, and those proxies.
-    resource_specs: dict[int, ResourceSpec] = attrs.field(factory=dict)
-    resource_proxies: dict[int, list[Any]] = attrs.field(factory=dict)
+    #: The workers' resource spec through the resource proxies (None: direct), and the proxies.
+    resource_spec: ResourceSpec | None = None
+    resource_proxies: list[Any] = attrs.field(factory=list)
 
 
 def start_redis(config: CheckConfig, stack: ExitStack, notes: list[str], prefix: str) -> LeaseRedis:
@@ -291,8 +291,8 @@ def start_proxies(
     resource_timeout_ms: int = 5000,
 ) -> Network:
     """One Toxiproxy proxy per worker in front of the lease Redis, listening on 127.0.0.1 or on
-    ``listen_hosts[index]``, and, given the ``resource``, one per worker in front of each of its
-    networked servers (its client timeout then ``resource_timeout_ms``,
+    ``listen_hosts[index]``, and, given the ``resource``, one the workers share in front of each of
+    its networked servers (its client timeout then ``resource_timeout_ms``,
     [`proxied_spec`][fencedlease_lab.harness.resource_links.proxied_spec]); without Toxiproxy
     (or with a URL it cannot proxy) the workers connect straight, and a note says so."""
     direct = Network([redis_url] * config.workers, {}, None)
@@ -311,8 +311,6 @@ def start_proxies(
         return direct
     worker_urls = list(direct.worker_urls)
     proxies: dict[int, Any] = {}
-    specs: dict[int, ResourceSpec] = {}
-    resource_proxies: dict[int, list[Any]] = {}
     try:
         from ..servers.toxiproxy import toxiproxy_endpoint
 
@@ -327,26 +325,27 @@ def start_proxies(
             stack.callback(_destroy, endpoint, proxy)
             proxies[index] = proxy
             worker_urls[index] = _proxied_url(redis_url, proxy.listen)
-            if resource is not None:
-
-                def make(upstream: str, name: str = name) -> Any:
-                    made = client.create(
-                        upstream=upstream,
-                        name=f"fencedlease-check-{run_id}-{name}-data-{upstream.replace(':', '-')}",
-                        listen="127.0.0.1:0",
-                    )
-                    stack.callback(_destroy, endpoint, made)
-                    return made
-
-                specs[index], resource_proxies[index] = proxied_spec(
-                    resource, make, resource_timeout_ms
-                )
         kind = f"{endpoint.kind} Toxiproxy at {endpoint.api_url}"
+        spec: ResourceSpec | None = None
+        resource_proxies: list[Any] = []
+        if resource is not None:
+
+            def make(upstream: str) -> Any:
+                made = client.create(
+                    upstream=upstream,
+                    name=f"fencedlease-check-{run_id}-data-{upstream.replace(':', '-')}",
+                    listen="127.0.0.1:0",
+                )
+                stack.callback(_destroy, endpoint, made)
+                return made
+
+            spec, resource_proxies = proxied_spec(resource, make, resource_timeout_ms)
     except Exception as exc:  # no Toxiproxy: run without network faults, and say so
         notes.append(f"Toxiproxy unavailable ({type(exc).__name__}: {exc}): no network faults")
         return direct
-    return Network(worker_urls, proxies, kind, resource_specs=specs,
-                   resource_proxies={i: p for i, p in resource_proxies.items() if p})  # fmt: skip
+    return Network(
+        worker_urls, proxies, kind, resource_spec=spec, resource_proxies=resource_proxies
+    )
 
 
 def _upstream(url: str) -> tuple[str, int, str] | None:

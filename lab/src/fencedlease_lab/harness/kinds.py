@@ -121,7 +121,7 @@ FAULTS: Final[dict[str, FaultInfo]] = {
     ),
     # Costs no lease: only the data's links are hit (some accesses then have unknown outcomes).
     "resource-link": FaultInfo(
-        "resource-proxy", False, False, "every worker's links to the resource servers: replies"
+        "resource-proxy", False, False, "the workers' links to the resource servers: replies"
         " late past the client's timeout, then cut, then reset (ttl each)",
     ),
     # The topology faults (see faults_topology): replication, failover, a deposed primary.

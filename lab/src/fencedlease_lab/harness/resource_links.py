@@ -1,11 +1,11 @@
-"""Each worker's own Toxiproxy link to the networked resources (the Redis resource, PostgreSQL),
-so that the nemesis can fault the data's links as it does the lease's, and some accesses end
+"""The workers' Toxiproxy links to the networked resources (the Redis resource, PostgreSQL), so
+that the nemesis can fault the data's links as it does the lease's, and some accesses end
 with an unknown outcome (a reply lost or late past the client's timeout: the access may have
 happened).
 
-[`proxied_spec`][fencedlease_lab.harness.resource_links.proxied_spec] rewrites a worker's
-resource spec to reach each server through a proxy of its own (one per server and worker, the
-parts of ``mixed`` that share a server share it); SQLite and the memory resource stay direct.
+[`proxied_spec`][fencedlease_lab.harness.resource_links.proxied_spec] rewrites the workers'
+resource spec to reach each server through a proxy (one per server: the parts of ``mixed`` that
+share a server share it); SQLite and the memory resource stay direct.
 """
 
 from __future__ import annotations

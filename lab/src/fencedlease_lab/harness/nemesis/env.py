@@ -36,8 +36,8 @@ class FaultSpec:
 class NemesisEnv:
     """What the nemesis acts on. ``admin_url``: the lease Redis, reached directly (no proxy).
     ``redis_server``: ours, when we started it (None for ``--redis-url``). ``proxies``: worker
-    index -> toxiproxy-python ``Proxy`` (empty without Toxiproxy); ``resource_proxies``: worker
-    index -> its proxies to the networked resource servers (empty: none). ``extra_flush_urls``:
+    index -> toxiproxy-python ``Proxy`` (empty without Toxiproxy); ``resource_proxies``: the
+    workers' proxies to the networked resource servers (empty: none). ``extra_flush_urls``:
     other Redis servers whose scripts ``script-flush`` also flushes (a Redis resource the check
     started, or any when server faults are allowed). ``client_prefix``: the start of every
     client name of the run's workers (its random id is in it). ``alive``: whether worker
@@ -65,7 +65,7 @@ class NemesisEnv:
     body_ms: int
     redis_server: RedisServer | None = None
     proxies: dict[int, Any] = attrs.field(factory=dict)
-    resource_proxies: dict[int, list[Any]] = attrs.field(factory=dict)
+    resource_proxies: list[Any] = attrs.field(factory=list)
     extra_flush_urls: list[str] = attrs.field(factory=list)
     client_prefix: str = "fencedlease-check"
     rng: random.Random = attrs.field(factory=random.Random)

@@ -4,7 +4,6 @@ proxies to the resource servers."""
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from typing import Any
@@ -122,9 +121,7 @@ class NetworkActions(NemesisCore):
         began = time.monotonic()
         for place, toxic in enumerate(phases, 1):
             until = began + spec.duration_s * place / len(phases)
-            with contextlib.ExitStack() as stack:
-                for worker, proxies in self.env.resource_proxies.items():
-                    stack.enter_context(self._toxics_in_force(spec, worker, [toxic], proxies))
+            with self._toxics_in_force(spec, None, [toxic], self.env.resource_proxies):
                 stop.wait(max(0.0, until - time.monotonic()))
             if stop.is_set():
                 break
