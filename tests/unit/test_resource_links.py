@@ -14,6 +14,9 @@ from fencedlease_lab.harness.resource_spec import ResourceSpec
 class _Proxy:
     listen: str
 
+    def destroy(self) -> None:
+        pass
+
 
 class _Proxies:
     """Makes a proxy per upstream asked for, listening on consecutive ports."""
@@ -71,3 +74,58 @@ def test_a_target_that_is_no_url_is_reached_directly() -> None:
 def test_the_resource_timeout_is_half_a_ttl_and_at_least_100_ms() -> None:
     """The client's timeout behind a proxy is ttl/2, never under 100 ms."""
     assert [resource_timeout_ms(t) for t in (1000, 150, 3001)] == [500, 100, 1500]
+
+
+class _Endpoint:
+    """A Toxiproxy endpoint whose client makes recording proxies on consecutive ports."""
+
+    kind, api_url = "fake", "http://127.0.0.1:1"
+
+    def __init__(self) -> None:
+        self.made: list[tuple[str, str]] = []
+
+    def client(self) -> Any:
+        return self
+
+    def create(self, *, upstream: str, name: str, listen: str) -> Any:
+        self.made.append((upstream, name))
+        return _Proxy(f"127.0.0.1:{7000 + len(self.made)}")
+
+
+def _network(monkeypatch: Any, resource: ResourceSpec | None) -> tuple[Any, _Endpoint]:
+    import contextlib
+
+    from fencedlease_lab.harness.environment import start_proxies
+    from fencedlease_lab.harness.model import CheckConfig
+
+    endpoint = _Endpoint()
+    monkeypatch.setattr(
+        "fencedlease_lab.servers.toxiproxy.toxiproxy_endpoint",
+        lambda: contextlib.nullcontext(endpoint),
+    )
+    with contextlib.ExitStack() as stack:
+        network = start_proxies(
+            CheckConfig(workers=2), ["w0", "w1"], "r1", "redis://127.0.0.1:6379/0", stack, [],
+            resource=resource, resource_timeout_ms=500,
+        )  # fmt: skip
+    return network, endpoint
+
+
+def test_a_run_faulting_resource_links_shares_one_proxy_per_resource_server(
+    monkeypatch: Any,
+) -> None:
+    """Given the resource, the workers share one proxy to its Redis server (after their own two
+    to the lease Redis) and are handed the spec through it; without it, none."""
+    resource = ResourceSpec("redis", "redis://127.0.0.1:6390/0")
+    network, endpoint = _network(monkeypatch, resource)
+    assert endpoint.made == [
+        ("127.0.0.1:6379", "fencedlease-check-r1-w0"),
+        ("127.0.0.1:6379", "fencedlease-check-r1-w1"),
+        ("127.0.0.1:6390", "fencedlease-check-r1-data-127.0.0.1-6390"),
+    ]
+    assert network.resource_spec == attrs.evolve(
+        resource, target="redis://127.0.0.1:7003/0", timeout_ms=500
+    )
+    assert network.resource_proxies == [_Proxy("127.0.0.1:7003")]
+    network, endpoint = _network(monkeypatch, None)
+    assert (network.resource_spec, network.resource_proxies, len(endpoint.made)) == (None, [], 2)
