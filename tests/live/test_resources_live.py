@@ -3,7 +3,9 @@ PostgreSQL (guard rows, fenced rows, list-append transactions), with leases from
 
 The same story on each: the old holder's lease expires, the new holder reads, the old holder's
 write is refused with the new token as the last accepted; each key has its own counter; a plain
-access checks nothing; a Redis resource deletes exactly the keys it made.
+access checks nothing; a Redis resource deletes exactly the keys it made. Through a worker's
+resource link (a Toxiproxy proxy) a fault leaves an access of unknown outcome, which may have
+happened.
 """
 
 from __future__ import annotations
@@ -20,15 +22,17 @@ from pg_fixtures import postgres_dsn  # noqa: F401 (the fixture)
 
 from fencedlease import BackendError, Lease, LeaseManager, StaleTokenError
 from fencedlease_lab.harness.history import HistoryWriter, read_history
+from fencedlease_lab.harness.resource_links import proxied_spec
 from fencedlease_lab.harness.resources import (
     ResourceSpec,
     open_store,
     prepare_resource,
     read_final_counters,
 )
+from fencedlease_lab.servers.toxiproxy import toxiproxy_endpoint
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from test_fencing_model import FakeLease
+from test_fencing_model import FakeLease, lease
 from test_resources import shows_strict_rechecks
 
 pytestmark = pytest.mark.live
@@ -194,5 +198,66 @@ def test_a_duplicate_grant_is_refused(spec: ResourceSpec) -> None:
         assert refused.value.last_token == 13
         store.write(1, first, fenced=True)
         assert store.finals() == {"k": 1}
+    finally:
+        store.close()
+
+
+# --- through a resource link -----------------------------------------------------------------
+
+
+@pytest.fixture
+def make_proxy() -> Iterator[Any]:
+    """Makes proxies on an embedded Toxiproxy, each destroyed after the test."""
+    with toxiproxy_endpoint(sources=("embedded",)) as endpoint:
+        client = endpoint.client()
+        made: list[Any] = []
+
+        def make(upstream: str) -> Any:
+            made.append(client.create(upstream=upstream, name=f"data-{len(made)}"))
+            return made[-1]
+
+        yield make
+        for proxy in made:
+            proxy.destroy()
+
+
+def test_a_redis_write_whose_reply_is_late_fails_yet_happened(
+    redis_url: str, make_proxy: Any
+) -> None:
+    """A reply later than the client's timeout: the write is a BackendError (sent once), and
+    the counter holds its value: an unknown outcome that happened."""
+    direct = ResourceSpec("redis", redis_url, name=f"res-{uuid.uuid4().hex[:8]}")
+    spec, (proxy,) = proxied_spec(direct, make_proxy, 200)
+    prepare_resource(direct)
+    store = open_store(spec)
+    try:
+        store.write(1, lease(3), fenced=True)
+        proxy.add_toxic(type="latency", name="late", stream="downstream",
+                        attributes={"latency": 600, "jitter": 0})  # fmt: skip
+        with pytest.raises(BackendError):
+            store.write(2, lease(3), fenced=True)
+        proxy.destroy_toxic("late")
+        assert read_final_counters(direct) == {lease(3).key: 2}
+    finally:
+        store.close()
+
+
+def test_a_postgres_access_after_a_reset_reconnects(
+    postgres_dsn: str,  # noqa: F811 (the fixture)
+    make_proxy: Any,
+) -> None:
+    """A reset of the link fails the access in flight (BackendError); once the link is healthy
+    the next access goes through on a new connection."""
+    direct = ResourceSpec("postgres-rows", postgres_dsn)
+    spec, (proxy,) = proxied_spec(direct, make_proxy, 1000)
+    prepare_resource(direct)
+    store = open_store(spec)
+    try:
+        store.write(5, lease(3), fenced=True)
+        proxy.add_toxic(type="reset_peer", name="reset", attributes={"timeout": 0})
+        with pytest.raises(BackendError):
+            store.read(lease(3), fenced=True)
+        proxy.destroy_toxic("reset")
+        assert store.read(lease(3), fenced=True) == 5
     finally:
         store.close()

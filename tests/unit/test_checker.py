@@ -228,6 +228,18 @@ def test_b_unknown_writes_may_count() -> None:
     assert violations(h.finish(6.0, 2), "no-lost-update") == []
 
 
+def test_stats_count_accesses_with_an_unknown_outcome() -> None:
+    """Reads and writes left without a known outcome (``info``, or never completed) are counted
+    apart from the writes among them."""
+    h = clean()
+    h.lease("w0", 3, 3.72, write=(5.5, 3, "info"), end=(5.51, "info", "backend-error"))
+    h.add("w1", "read", "invoke", 5.6, id=9, grant=0, key=None, token=4)
+    h.add("w1", "read", "info", 5.7, id=9, grant=0, key=None, token=4, outcome="backend-error")
+    h.add("w1", "write", "invoke", 5.8, id=10, grant=0, key=None, token=4, value=4)
+    stats = check_history(h.finish(6.0, 3)).stats
+    assert (stats["unknown_writes"], stats["unknown_accesses"]) == (2, 3)
+
+
 def test_b_not_checked_without_a_final_read() -> None:
     """No final counter: property b is reported as not checked, not as passed."""
     prop = check_history(clean().finish(4.0, None)).property("no-lost-update")

@@ -216,7 +216,7 @@ def test_the_faults_that_act_on_the_whole_server() -> None:
     assert sorted(k for k, info in FAULTS.items() if not info.server_wide) == [
         "client-kill", "clock", "drop-replies", "drop-requests", "evict", "kernel-drop",
         "kernel-reject", "kill-holder", "latency", "partition", "pause-holder", "reset-peer",
-        "slow-cut", "slow-grant", "slow-handoff", "timeout",
+        "resource-link", "slow-cut", "slow-grant", "slow-handoff", "timeout",
     ]  # fmt: skip
 
 

@@ -129,14 +129,14 @@ def test_all_runs_every_kind_default_the_first_ten_clock_and_the_lease_faults_pe
     assert sorted(ALL_FAULTS) == sorted(FAULTS)
     assert ALL_FAULTS[-1] == "redis-restart-nopersist"
     assert parse_faults("default") == list(DEFAULT_FAULTS)
-    assert len(DEFAULT_FAULTS) == 19
+    assert len(DEFAULT_FAULTS) == 24
     counts = {kind: DEFAULT_FAULTS.count(kind) for kind in set(DEFAULT_FAULTS)}
     assert counts == {
         **{kind: 1 for kind in ("latency", "pause-holder", "partition", "client-kill",
                                 "script-flush", "timeout", "reset-peer", "redis-pause",
                                 "redis-restart-aof", "clock", "slow-grant", "slow-handoff",
                                 "redis-restart-nopersist")},
-        "evict": 3, "slow-cut": 3,
+        "evict": 3, "slow-cut": 3, "resource-link": 5,
     }  # fmt: skip
     assert DEFAULT_FAULTS[-1] == "redis-restart-nopersist"
     assert parse_faults("clock, kill-holder") == ["clock", "kill-holder"]

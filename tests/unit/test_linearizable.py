@@ -305,3 +305,48 @@ def test_many_unknowns_on_one_key_are_refuted_without_blowing_up() -> None:
     tail, bad = _tail(history, "stale-read")
     (failure,) = check_register(history + tail).failures
     assert failure.culprit == bad
+
+
+def _unknown_write_then(mode: str, read: int) -> list[Event]:
+    """w0's write of 5 times out (``info``); w1 then writes 6 (``ok``) and, after it, reads
+    ``read``."""
+    out: list[Event] = []
+
+    def add(process: str, op: str, kind: Any, at: float, **fields: Any) -> None:
+        out.append(Event(process, op, kind, at, 1e9 + at, key="c", **fields))
+
+    out.append(Event("run", "start", "info", 0.0, 1e9, detail={"mode": mode}))
+    add("w0", "write", "invoke", 0.1, id=1, grant=0, token=1, value=5)
+    add("w0", "write", "info", 0.2, id=1, grant=0, token=1, value=5, outcome="backend-error")
+    add("w1", "write", "invoke", 0.3, id=1, grant=0, token=2, value=6)
+    add("w1", "write", "ok", 0.4, id=1, grant=0, token=2, value=6, outcome="accepted")
+    add("w1", "read", "invoke", 0.5, id=2, grant=0, token=2)
+    add("w1", "read", "ok", 0.6, id=2, grant=0, token=2, value=read, outcome="accepted")
+    return out
+
+
+def test_a_real_unknown_write_may_show_up_after_its_timeout() -> None:
+    """An unknown write of a real history may take effect after its timeout was recorded (after
+    a later write), never only by then: unfenced, a read of it after the later write passes."""
+    ops, _ = ops_from_history(_unknown_write_then("unfenced", 5))
+    assert [(op.value, op.outcome, op.completed) for op in ops] == [
+        (5, "unknown", None), (6, "ok", 0.4), (5, "ok", 0.6),
+    ]  # fmt: skip
+    result = check_history(_unknown_write_then("unfenced", 5)).property("linearizable-register")
+    assert (result.status, result.checked) == ("pass", 3)
+
+
+def test_a_real_unknown_write_may_never_show_up() -> None:
+    """An unknown write of a real history may never have happened: a read that does not see it
+    passes."""
+    result = check_history(_unknown_write_then("unfenced", 6)).property("linearizable-register")
+    assert (result.status, result.checked) == ("pass", 3)
+
+
+def test_a_real_unknown_write_below_the_fence_cannot_show_up_late() -> None:
+    """Fenced, the same late appearance is a violation: once token 2 was accepted, the unknown
+    write's token 1 is refused, so a read of its value is stale."""
+    result = check_history(_unknown_write_then("fenced", 5)).property("linearizable-register")
+    assert result.status == "fail"
+    (violation,) = result.violations
+    assert violation.lines[-1] == 7

@@ -157,6 +157,23 @@ def test_one_way_cuts_compose_with_the_other_toxics_of_their_proxy(tmp_path: Pat
     assert oks[0]["mono"] - invokes[0]["mono"] >= 0.4
 
 
+def test_resource_link_faults_every_data_link_in_three_phases(tmp_path: Path) -> None:
+    """resource-link puts late replies, then a cut, then resets on the proxies to the resource
+    servers, one phase after the other, and leaves the lease proxies alone."""
+    calls: list[tuple[str, str]] = []
+    links = [FakeProxy(calls, "d0"), FakeProxy(calls, "d1")]
+    faults = [PlannedFault(0, "resource-link", None, 0, 0, 300, 0, False)]
+    lease_calls, events, done, (error,), _ = run(tmp_path, faults, resource_proxies=links)
+    assert (error, lease_calls, done) == (None, [], ["resource-link"])
+    phases = ["nemesis-data-late-0", "nemesis-data-cut-0", "nemesis-data-reset-0"]
+    for proxy, place in (("d0", 0), ("d1", 1)):
+        assert [what for name, what in calls if name == proxy] == [
+            f"{verb} {phase}-{place}" for phase in phases for verb in ("add", "destroy")
+        ]
+    (ok,) = [e for e in events if e["type"] == "ok"]
+    assert ok["detail"]["toxics"] == ["latency", "timeout", "reset_peer"]
+
+
 def test_a_kill_of_a_dead_victim_is_a_recorded_failure(tmp_path: Path) -> None:
     """kill-holder of a worker whose process is gone fails with the reason: no signal, no
     restart."""

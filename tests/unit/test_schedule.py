@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from fencedlease_lab.harness.nemesis import DEFAULT_FAULTS, FAULTS, fault_duration_s
 from fencedlease_lab.harness.schedule import (
     ALONE,
+    JOINS_ONLY,
     LAST,
     LEADS_ONLY,
     PlannedFault,
@@ -99,7 +100,8 @@ def test_faults_overlap_and_only_where_they_compose() -> None:
 
 def test_episode_shape_offsets_durations_and_victims() -> None:
     """A lead (aimed, offset 0) per episode; the others start inside the lead's window; every
-    duration lies between the nominal one and 11/8 of it; a targeted kind has a victim index
+    duration lies between the nominal one and 11/8 of it (a joiner's is its lead's at most); a
+    targeted kind has a victim index
     below the worker count, the others none; episodes follow each other a gap apart."""
     for seed in range(30):
         schedule = draw(seed, workers=4)
@@ -116,6 +118,10 @@ def test_episode_shape_offsets_durations_and_victims() -> None:
                 assert fault.start_ms == lead.start_ms + fault.offset_ms
             for fault in (lead, *others):
                 nominal = round(fault_duration_s(fault.kind, TTL, BEAT) * 1000)
+                if fault.kind in JOINS_ONLY:  # as long as its lead, at most its own length
+                    assert (fault.offset_ms, fault.aim) == (0, False)
+                    assert fault.duration_ms <= min(lead.duration_ms, nominal * 11 // 8)
+                    continue
                 assert nominal <= fault.duration_ms <= nominal * 11 // 8
                 if FAULTS[fault.kind].targets:
                     assert fault.target is not None and 0 <= fault.target < 4
@@ -123,6 +129,20 @@ def test_episode_shape_offsets_durations_and_victims() -> None:
                     assert fault.target is None
             previous_end = max(f.end_ms for f in (lead, *others))
         assert schedule.faults[0].start_ms == TTL
+
+
+def test_resource_link_faults_join_episodes_and_move_no_other_fault() -> None:
+    """The five ``resource-link`` faults of the default list each join a different episode and
+    every other fault is planned exactly as without them (same kinds, victims, starts)."""
+    for seed in range(30):
+        joined = draw(seed)
+        plain = draw(seed, tuple(kind for kind in DEFAULT_FAULTS if kind not in JOINS_ONLY))
+        links = [f for f in joined.faults if f.kind == "resource-link"]
+        assert len(links) == 5 and len({f.episode for f in links}) == 5
+        assert [(f.kind, f.target, f.start_ms, f.duration_ms) for f in joined.faults
+                if f.kind != "resource-link"] == [
+            (f.kind, f.target, f.start_ms, f.duration_ms) for f in plain.faults
+        ]  # fmt: skip
 
 
 @settings(max_examples=60, deadline=None)

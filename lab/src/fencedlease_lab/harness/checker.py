@@ -158,6 +158,8 @@ def _stats(data: Extracted) -> dict[str, Any]:
         "keys": len({g.key for g in grants} | {a.key for a in data.accesses}),
         "acknowledged_writes": sum(1 for w in writes if w.type == "ok"),
         "unknown_writes": sum(1 for w in writes if w.type in ("info", None)),
+        # Reads too: an unknown read may have moved the fence, so it weighs in the register check.
+        "unknown_accesses": sum(1 for a in data.accesses if a.type in ("info", None)),
         "refused_accesses": sum(
             1 for a in data.accesses if a.type == "fail" and a.outcome == "stale"
         ),

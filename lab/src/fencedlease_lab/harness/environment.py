@@ -20,6 +20,7 @@ from fencedlease import redact_text, redact_url
 
 from ..servers.redis import RedisServer, find_redis_binary, redis_endpoint
 from .model import CheckConfig
+from .resource_links import proxied_spec
 from .resource_spec import MIXED_KINDS
 from .resources import ResourceSpec, prepare_resource
 from .safety import mark_resource, remove_sqlite_resource
@@ -80,6 +81,9 @@ class Network:
     proxies: dict[int, Any]
     kind: str | None
     netns: tuple[str, ...] = ()
+    #: The workers' resource spec through the resource proxies (None: direct), and the proxies.
+    resource_spec: ResourceSpec | None = None
+    resource_proxies: list[Any] = attrs.field(factory=list)
 
 
 def start_redis(config: CheckConfig, stack: ExitStack, notes: list[str], prefix: str) -> LeaseRedis:
@@ -283,10 +287,14 @@ def start_proxies(
     stack: ExitStack,
     notes: list[str],
     listen_hosts: list[str] | None = None,
+    resource: ResourceSpec | None = None,
+    resource_timeout_ms: int = 5000,
 ) -> Network:
     """One Toxiproxy proxy per worker in front of the lease Redis, listening on 127.0.0.1 or on
-    ``listen_hosts[index]``; without Toxiproxy (or with a URL it cannot proxy) the workers
-    connect straight, and a note says so."""
+    ``listen_hosts[index]``, and, given the ``resource``, one the workers share in front of each of
+    its networked servers (its client timeout then ``resource_timeout_ms``,
+    [`proxied_spec`][fencedlease_lab.harness.resource_links.proxied_spec]); without Toxiproxy
+    (or with a URL it cannot proxy) the workers connect straight, and a note says so."""
     direct = Network([redis_url] * config.workers, {}, None)
     upstream = _upstream(redis_url)
     if not config.toxiproxy:
@@ -318,10 +326,26 @@ def start_proxies(
             proxies[index] = proxy
             worker_urls[index] = _proxied_url(redis_url, proxy.listen)
         kind = f"{endpoint.kind} Toxiproxy at {endpoint.api_url}"
+        spec: ResourceSpec | None = None
+        resource_proxies: list[Any] = []
+        if resource is not None:
+
+            def make(upstream: str) -> Any:
+                made = client.create(
+                    upstream=upstream,
+                    name=f"fencedlease-check-{run_id}-data-{upstream.replace(':', '-')}",
+                    listen="127.0.0.1:0",
+                )
+                stack.callback(_destroy, endpoint, made)
+                return made
+
+            spec, resource_proxies = proxied_spec(resource, make, resource_timeout_ms)
     except Exception as exc:  # no Toxiproxy: run without network faults, and say so
         notes.append(f"Toxiproxy unavailable ({type(exc).__name__}: {exc}): no network faults")
         return direct
-    return Network(worker_urls, proxies, kind)
+    return Network(
+        worker_urls, proxies, kind, resource_spec=spec, resource_proxies=resource_proxies
+    )
 
 
 def _upstream(url: str) -> tuple[str, int, str] | None:

@@ -103,6 +103,7 @@ def print_summary(
         ("acknowledged increments", stats["acknowledged_writes"]),
         ("final counter", stats["final_counter"]),
         ("accesses refused as stale", stats["refused_accesses"]),
+        ("accesses with an unknown outcome", stats.get("unknown_accesses")),
         ("stale writes refused (lease lost)", stats.get("stale_writes_refused")),
         ("stale writes accepted (lease lost)", stats.get("stale_writes_accepted")),
         ("leases lost", stats["leases_lost"]),

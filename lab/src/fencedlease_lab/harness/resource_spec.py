@@ -64,7 +64,8 @@ class ResourceSpec:
     written. ``parts``: for ``mixed`` (whose ``target`` is empty), the spec of each kind of
     [`MIXED_KINDS`][fencedlease_lab.harness.resource_spec.MIXED_KINDS], in that order, each
     with the keys dealt to it ([`part`][fencedlease_lab.harness.resource_spec.ResourceSpec.part]);
-    empty for the others."""
+    empty for the others. ``timeout_ms``: the client's socket timeout on a networked target (a
+    reply later than that is an access of unknown outcome)."""
 
     kind: ResourceKind
     target: str
@@ -72,6 +73,7 @@ class ResourceSpec:
     secret: str = attrs.field(default="", repr=False)
     keys: tuple[str, ...] = ()
     parts: tuple[ResourceSpec, ...] = ()
+    timeout_ms: int = 5000
 
     @property
     def family(self) -> Literal["sqlite", "postgres", "redis", "memory", "mixed"]:

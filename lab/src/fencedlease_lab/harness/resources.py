@@ -39,6 +39,8 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from fencedlease import BackendError, Lease, RedisFencedResource, StaleTokenError, redis_keys
 from fencedlease.redis_fencing import DEFAULT_PREFIX
@@ -82,8 +84,14 @@ class _RedisStore:
 
     def __init__(self, spec: ResourceSpec) -> None:
         self._spec = spec
+        timeout_s = spec.timeout_ms / 1000
+        # No transparent retry: an access whose reply was lost is sent once, its outcome unknown
+        # (a second send would be a second access the history does not show).
         self._client = redis.Redis.from_url(
-            spec.target, socket_timeout=5.0, socket_connect_timeout=5.0
+            spec.target,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            retry=Retry(NoBackoff(), 0),
         )
         self._resources: dict[str, RedisFencedResource] = {}
         self._registry = registry_key(spec)

@@ -47,6 +47,7 @@ class SqlConnection:
 
     def __init__(self, spec: ResourceSpec) -> None:
         self.spec = spec
+        self._in_transaction = False
         if spec.family == "sqlite":
             self.placeholder = "?"
             self._errors: tuple[type[Exception], ...] = (sqlite3.Error,)
@@ -56,11 +57,28 @@ class SqlConnection:
 
             self.placeholder = "%s"
             self._errors = (psycopg.Error,)
-            self.conn = psycopg.connect(spec.target, autocommit=True, connect_timeout=5)
+            self.conn = self._connect()
+
+    def _connect(self) -> Any:
+        import psycopg
+
+        timeout_s = max(1, round(self.spec.timeout_ms / 1000))
+        return psycopg.connect(self.spec.target, autocommit=True, connect_timeout=timeout_s)
+
+    def _reopen(self) -> None:
+        """A PostgreSQL connection a fault broke is made again before the next access (that
+        access's outcome, and only it, was unknown)."""
+        if self.spec.family != "sqlite" and self.conn.closed:
+            try:
+                self.conn = self._connect()
+            except self._errors as exc:
+                raise BackendError(f"{self.spec.family}: {exc}") from exc
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Any]:
         """One transaction: committed when the block ends, rolled back when it raises."""
+        self._reopen()
+        self._in_transaction = True
         try:
             if self.spec.family == "sqlite":
                 with self._sqlite_transaction() as conn:
@@ -70,6 +88,8 @@ class SqlConnection:
                     yield self.conn
         except self._errors as exc:
             raise BackendError(f"{self.spec.family}: {exc}") from exc
+        finally:
+            self._in_transaction = False
 
     @contextlib.contextmanager
     def _sqlite_transaction(self) -> Iterator[Any]:
@@ -86,6 +106,8 @@ class SqlConnection:
     def run(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Execute ``sql`` (``?`` placeholders, rewritten to the driver's) and return its rows
         (none for a statement without a result)."""
+        if not self._in_transaction:  # inside one, a new connection would run outside it
+            self._reopen()
         try:
             cursor = self.conn.execute(sql.replace("?", self.placeholder), tuple(params))
             return list(cursor.fetchall()) if cursor.description is not None else []

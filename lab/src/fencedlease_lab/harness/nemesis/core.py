@@ -54,7 +54,8 @@ class NemesisCore:
         self._redis_pauses = 0
         self._redis_paused_pid: int | None = None
         self._disabled: dict[int, int] = {}
-        self._toxics: set[tuple[int, str]] = set()
+        # (worker, toxic name) -> the proxy it is on (a worker's lease link or resource link)
+        self._toxics: dict[tuple[int, str], Any] = {}
         self._firewall = KernelFirewall(env.run_id)
         self._topology: TopologyFaults | None = None
         if env.deployment is not None:
@@ -77,17 +78,27 @@ class NemesisCore:
 
     @contextlib.contextmanager
     def _toxics_in_force(
-        self, spec: FaultSpec, target: int | None, toxics: list[dict[str, Any]]
+        self,
+        spec: FaultSpec,
+        target: int | None,
+        toxics: list[dict[str, Any]],
+        proxies: Sequence[Any] | None = None,
     ) -> Iterator[None]:
-        """``toxics`` on ``target``'s proxy, each named by its fault (``<name>-<spec.index>``),
+        """``toxics`` on ``target``'s proxy (or on each of ``proxies``, all ``target``'s), each
+        named by its fault (``<name>-<spec.index>``, and the proxy's place in ``proxies``),
         while the block runs; removed after it, whatever else is in force on the proxy."""
-        proxy = self._proxy(target)
-        mine = [(target or 0, f"{toxic['name']}-{spec.index}") for toxic in toxics]
+        on = [self._proxy(target)] if proxies is None else list(proxies)
+        mine: list[tuple[int, str]] = []
         try:
-            for toxic, (_, name) in zip(toxics, mine, strict=True):
-                with self._lock:
-                    self._toxics.add((target or 0, name))
-                    proxy.add_toxic(**{**toxic, "name": name})
+            for place, proxy in enumerate(on):
+                for toxic in toxics:
+                    name = f"{toxic['name']}-{spec.index}" + (
+                        "" if proxies is None else f"-{place}"
+                    )
+                    with self._lock:
+                        self._toxics[(target or 0, name)] = proxy
+                        mine.append((target or 0, name))
+                        proxy.add_toxic(**{**toxic, "name": name})
             yield
         finally:
             self._remove_toxics(mine)
@@ -159,10 +170,10 @@ class NemesisCore:
     def _remove_toxics(self, toxics: Sequence[tuple[int, str]]) -> None:
         for target, name in toxics:
             with self._lock:
-                if (target, name) in self._toxics:
+                proxy = self._toxics.pop((target, name), None)
+                if proxy is not None:
                     with contextlib.suppress(Exception):
-                        self._proxy(target).destroy_toxic(name)
-                    self._toxics.discard((target, name))
+                        proxy.destroy_toxic(name)
 
     def _reset_clocks(self) -> None:
         if self.env.wall_clock is not None:

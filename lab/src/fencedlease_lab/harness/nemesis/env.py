@@ -36,8 +36,9 @@ class FaultSpec:
 class NemesisEnv:
     """What the nemesis acts on. ``admin_url``: the lease Redis, reached directly (no proxy).
     ``redis_server``: ours, when we started it (None for ``--redis-url``). ``proxies``: worker
-    index -> toxiproxy-python ``Proxy`` (empty without Toxiproxy). ``extra_flush_urls``: other
-    Redis servers whose scripts ``script-flush`` also flushes (a Redis resource the check
+    index -> toxiproxy-python ``Proxy`` (empty without Toxiproxy); ``resource_proxies``: the
+    workers' proxies to the networked resource servers (empty: none). ``extra_flush_urls``:
+    other Redis servers whose scripts ``script-flush`` also flushes (a Redis resource the check
     started, or any when server faults are allowed). ``client_prefix``: the start of every
     client name of the run's workers (its random id is in it). ``alive``: whether worker
     ``index``'s process still runs (a victim may have died). ``keys``: the lease keys of the run
@@ -64,6 +65,7 @@ class NemesisEnv:
     body_ms: int
     redis_server: RedisServer | None = None
     proxies: dict[int, Any] = attrs.field(factory=dict)
+    resource_proxies: list[Any] = attrs.field(factory=list)
     extra_flush_urls: list[str] = attrs.field(factory=list)
     client_prefix: str = "fencedlease-check"
     rng: random.Random = attrs.field(factory=random.Random)
@@ -95,6 +97,8 @@ def unavailable_reason(kind: str, env: NemesisEnv) -> str | None:
     needs = FAULTS[kind].needs
     if needs == "proxy" and not env.proxies:
         return "needs Toxiproxy (none could be found or started)"
+    if needs == "resource-proxy" and not env.resource_proxies:
+        return "needs a Redis or PostgreSQL resource behind Toxiproxy"
     if needs == "redis-process" and env.redis_server is None:
         return "needs a redis-server started by the harness (not available with --redis-url)"
     if needs == "restart" and (env.restart_worker is None or not env.history_paths):

@@ -135,7 +135,7 @@ class LeaseActions(NemesisCore):
                 if worker == victim or proxy is None or not env.alive(worker):
                     continue
                 with self._lock:
-                    self._toxics.add((worker, name))
+                    self._toxics[(worker, name)] = proxy
                     mine.append((worker, name))
                     proxy.add_toxic(**toxic)
                 names.append(env.worker_names[worker])

@@ -1,5 +1,6 @@
 """The network faults on a worker's Toxiproxy proxy: ``latency``, ``timeout``, ``reset-peer``,
-``partition``, ``drop-replies`` and ``drop-requests``."""
+``partition``, ``drop-replies`` and ``drop-requests``; and ``resource-link`` on the workers'
+proxies to the resource servers."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from fencedlease import redis_keys
 from ..faults_network import one_way_toxic, watch_lease
 from ..history import Operation
 from ..kinds import latency_toxic_ms
+from ..resource_links import resource_timeout_ms
 from .core import NemesisCore
 from .env import FaultSpec
 
@@ -102,3 +104,25 @@ class NetworkActions(NemesisCore):
 
     _do_drop_replies = _one_way
     _do_drop_requests = _one_way
+
+    def _do_resource_link(
+        self, spec: FaultSpec, stop: threading.Event, op: Operation, target: int | None
+    ) -> None:
+        # Each phase leaves accesses with an unknown outcome in its own way: a reply later than
+        # the client's timeout (the access ran), a link that swallows everything and is closed
+        # at that timeout (it may have run), a reset (it may have reached the server first).
+        timeout_ms = resource_timeout_ms(self.env.ttl_ms)
+        phases: list[dict[str, Any]] = [
+            {"type": "latency", "name": "nemesis-data-late", "stream": "downstream",
+             "attributes": {"latency": timeout_ms + self.env.ttl_ms // 4, "jitter": 0}},
+            {"type": "timeout", "name": "nemesis-data-cut", "attributes": {"timeout": timeout_ms}},
+            {"type": "reset_peer", "name": "nemesis-data-reset", "attributes": {"timeout": 0}},
+        ]  # fmt: skip
+        began = time.monotonic()
+        for place, toxic in enumerate(phases, 1):
+            until = began + spec.duration_s * place / len(phases)
+            with self._toxics_in_force(spec, None, [toxic], self.env.resource_proxies):
+                stop.wait(max(0.0, until - time.monotonic()))
+            if stop.is_set():
+                break
+        self._finish(op, toxics=[t["type"] for t in phases])

@@ -41,6 +41,7 @@ import attrs
 from ..environment import start_proxies, start_redis, start_resource
 from ..faults_kernel import worker_links
 from ..model import CheckConfig, CheckResult
+from ..resource_links import resource_timeout_ms
 from ..safety import (
     OUT_MARKER,
     RESOURCE_MARKER,
@@ -90,8 +91,11 @@ def run_check(
             stack.callback(links.close)
         hosts = None if links is None else [link.host_ip for link in links.links]
         network = start_proxies(
-            config, run.names, run.run_id, lease_redis.url, stack, run.notes, hosts
-        )
+            config, run.names, run.run_id, lease_redis.url, stack, run.notes, hosts,
+            # Only a run that faults the resource's links pays for proxying them.
+            resource=spec if "resource-link" in kinds else None,
+            resource_timeout_ms=resource_timeout_ms(config.ttl_ms),
+        )  # fmt: skip
         if links is not None and len(network.proxies) == config.workers:
             network = attrs.evolve(network, netns=tuple(link.netns for link in links.links))
             run.kernel_links = list(links.links)

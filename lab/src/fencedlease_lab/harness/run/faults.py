@@ -76,6 +76,7 @@ def _make_nemesis(
         body_ms=config.body,
         redis_server=lease_redis.server,
         proxies=network.proxies,
+        resource_proxies=network.resource_proxies,
         extra_flush_urls=redis_parts if flush_resource else [],
         client_prefix=run.prefix,
         rng=random.Random(f"nemesis:{run.seed}"),

@@ -45,7 +45,7 @@ def _start_workers(
             prefix=run.prefix,
             keys=config.lease_keys,
             mode=config.mode,
-            resource=spec,
+            resource=network.resource_spec or spec,
             history_path=str(run.parts_dir / f"history-{name}.jsonl"),
             ttl_ms=config.ttl_ms,
             heartbeat_ms=config.heartbeat,

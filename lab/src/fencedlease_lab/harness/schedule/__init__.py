@@ -15,7 +15,11 @@ other:
   victims are doing then: they *overlap* the lead (a partition of one worker during a latency
   toxic on another, a pause of a worker during a Redis restart, a Redis restart during a Redis
   pause). A [`LEADS_ONLY`][fencedlease_lab.harness.schedule.LEADS_ONLY] kind (``latency``) is
-  always a lead: its victim holds one lease through it that must survive.
+  always a lead: its victim holds one lease through it that must survive. A
+  [`JOINS_ONLY`][fencedlease_lab.harness.schedule.JOINS_ONLY] kind (``resource-link``) never
+  leads: drawn after the episodes, each joins one it may be in force with (a different one while
+  there are enough), from the lead's start for as long as the lead lasts (at most its own drawn
+  length), so it moves no other fault and lengthens no episode.
 
 Which kinds may be in force at once is
 [`may_overlap`][fencedlease_lab.harness.schedule.may_overlap]'s rule; a kind it does not know
@@ -37,10 +41,19 @@ from __future__ import annotations
 
 from .draw import draw_schedule, worker_seed
 from .plan import PlannedFault, Schedule
-from .rules import ALONE, LAST, LEADS_ONLY, OVERLAPPING, TOPOLOGY_FAULTS, may_overlap
+from .rules import (
+    ALONE,
+    JOINS_ONLY,
+    LAST,
+    LEADS_ONLY,
+    OVERLAPPING,
+    TOPOLOGY_FAULTS,
+    may_overlap,
+)
 
 __all__ = [
     "ALONE",
+    "JOINS_ONLY",
     "LAST",
     "LEADS_ONLY",
     "OVERLAPPING",

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from ..kinds import FAULTS, KIND_AWARE, fault_duration_s
 from .plan import PlannedFault, Schedule
-from .rules import LAST, LEADS_ONLY, may_overlap
+from .rules import JOINS_ONLY, LAST, LEADS_ONLY, may_overlap
 
 
 def worker_seed(seed: int, index: int) -> int:
@@ -44,6 +44,31 @@ def _duration_ms(rng: random.Random, kind: str, ttl_ms: int, heartbeat_ms: int) 
     return rng.randint(nominal, nominal * 11 // 8) if nominal > 0 else 0
 
 
+def _join(
+    rng: random.Random,
+    episodes: list[list[tuple[str, int | None, int, int]]],
+    joiners: list[str],
+    ttl_ms: int,
+    heartbeat_ms: int,
+) -> None:
+    """Add each of ``joiners`` (victimless kinds of ``JOINS_ONLY``) to a drawn episode it may be
+    in force with, for as long as its lead (at most its own drawn length), so that it lengthens
+    no episode; one per episode while there are enough; an episode of its own when none fits."""
+    for kind in joiners:
+        duration = _duration_ms(rng, kind, ttl_ms, heartbeat_ms)
+        fits = [
+            members
+            for members in episodes
+            if members[0][3] > 0 and all(may_overlap(kind, None, m[0], m[1]) for m in members)
+        ]
+        free = [members for members in fits if all(m[0] != kind for m in members)]
+        if not fits:
+            episodes.append([(kind, None, 0, duration)])
+            continue
+        members = rng.choice(free or fits)
+        members.append((kind, None, 0, min(duration, members[0][3])))
+
+
 def draw_schedule(
     kinds: Sequence[str],
     *,
@@ -74,7 +99,7 @@ def draw_schedule(
     if worker_kinds and len(worker_kinds) != workers:
         raise ValueError(f"worker_kinds names {len(worker_kinds)} workers, not {workers}")
     rng = random.Random(f"schedule:{seed}")
-    rest = [kind for kind in kinds if kind not in LAST]
+    rest = [kind for kind in kinds if kind not in LAST and kind not in JOINS_ONLY]
     rng.shuffle(rest)
     episodes: list[list[tuple[str, int | None, int, int]]] = []  # (kind, target, offset, dur)
     aimed = _kind_aware_victims(rng, kinds, worker_kinds)
@@ -113,6 +138,7 @@ def draw_schedule(
                 members.append((other, target, offset, _duration_ms(rng, other, ttl_ms,
                                                                     heartbeat_ms)))  # fmt: skip
         episodes.append(members)
+    _join(rng, episodes, [k for k in kinds if k in JOINS_ONLY], ttl_ms, heartbeat_ms)
     for kind in kinds:
         if kind in LAST:
             episodes.append(

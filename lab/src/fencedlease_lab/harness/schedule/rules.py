@@ -26,13 +26,17 @@ OVERLAPPING: Final = frozenset(
         "latency", "pause-holder", "partition", "client-kill", "script-flush", "timeout",
         "reset-peer", "redis-pause", "redis-restart-aof", "clock", "kill-holder", "drop-replies",
         "drop-requests", "kernel-drop", "kernel-reject", "evict", "slow-cut",
-        "slow-grant",
+        "slow-grant", "resource-link",
         *TOPOLOGY_FAULTS,
     }
 )  # fmt: skip
 
 #: Kinds scheduled after all others, each alone.
 LAST: Final = frozenset({"redis-restart-nopersist"})
+
+#: Kinds that join an episode another kind leads (while one is left to lead): ``resource-link``
+#: costs no lease, so it shares an episode with anything and adds no episode of its own.
+JOINS_ONLY: Final = frozenset({"resource-link"})
 
 #: Kinds that only lead an episode, never join one: a ``latency`` fault holds its victim in one
 #: lease that must outlive it, so it is aimed (it starts when its victim holds a lease) and

@@ -39,6 +39,7 @@ FAULT_COLORS: Final = {
     "cluster-kill-master": "#3e2723",
     "slow-grant": "#00838f",
     "slow-handoff": "#5e35b1",
+    "resource-link": "#a1887f",
 }
 
 #: The colour of a counter rollback's band.
