@@ -270,12 +270,14 @@ def test_which_faults_could_cost_a_healthy_lease() -> None:
     assert not could_cost_lease("latency", 1000, 499)
     # ...but not with a heartbeat of ttl/2 (the largest the library allows).
     assert could_cost_lease("latency", 1000, 500)
-    kept = ("client-kill", "script-flush", "clock")
+    kept = ("client-kill", "script-flush", "clock", "resource-link")
     assert [k for k in kept if could_cost_lease(k, 1000, 250)] == []
     assert could_cost_lease("partition", 1000, 250)
     assert could_cost_lease("evict", 1000, 250)
     assert could_cost_lease("no-such-kind", 1000, 250)  # unknown: may
-    assert {"latency", "client-kill", "script-flush", "clock"} == LEASE_KEEPING_FAULTS
+    assert {"latency", "client-kill", "script-flush", "clock", "resource-link"} == (
+        LEASE_KEEPING_FAULTS
+    )
 
 
 @pytest.mark.parametrize(
