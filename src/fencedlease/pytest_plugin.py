@@ -193,8 +193,10 @@ def async_lease_manager(
 ) -> Iterator[AsyncLeaseManager]:
     """An [`AsyncLeaseManager`][fencedlease.aio.AsyncLeaseManager] on the test's store; no I/O
     until the test uses it. The test closes it in the event loop it used it in (``async with
-    async_lease_manager as leases:``); one left open there cannot be closed from another loop,
-    and fails the test at teardown saying so (its Redis keys are deleted all the same)."""
+    async_lease_manager as leases:``); one left open there is closed at teardown from
+    another loop when nothing of the test's loop is left in it (memory, SQLite); one that cannot
+    be (a Redis client's connections belong to the test's loop) fails the test at teardown saying
+    so (its Redis keys are deleted all the same)."""
     url, options = _store(request, fencedlease_backend)
     manager = _made(AsyncLeaseManager.from_url, url, options)
     try:

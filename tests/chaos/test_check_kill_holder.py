@@ -27,7 +27,9 @@ def test_killed_holder_lease_expires_at_its_ttl_and_a_fresh_worker_goes_on(
     ttl_ms = result.config.ttl_ms
     victim = victim_of(data, fault)
     assert fault.detail["holds"] == [victim.token]
-    assert fault.detail["unfinished"] == []  # asleep in its body: no access was under way
+    # Asleep in its body: no access was under way (each lane's own record of its life is open
+    # until the lane ends, so the kill closes it too).
+    assert {op for op in fault.detail["unfinished"]} <= {"lane"}
 
     # Its history ends cleanly: the lease it held is closed as unknown at the kill.
     assert victim.end_type == "info"

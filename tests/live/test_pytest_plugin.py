@@ -222,11 +222,13 @@ def test_a_conftest_fixture_of_the_same_name_wins(
     result.assert_outcomes(passed=1)
 
 
-def test_an_async_manager_left_open_fails_at_teardown_saying_so(
+def test_an_async_manager_left_open_on_memory_or_sqlite_is_closed_at_teardown(
     pytester: pytest.Pytester, pytestconfig: pytest.Config
 ) -> None:
-    """Closed in the test's loop: passes. Left open in a loop that has ended: the test passes
-    its call and errors at teardown with the advice, on memory and SQLite alike."""
+    """Closed in the test's loop: passes. Left open in a loop that has ended, on memory and SQLite
+    alike: its tasks ended with that loop and nothing of the loop is left, so the teardown closes
+    it from another loop and the test passes (a Redis client's connections belong to the test's
+    loop: that one fails at teardown with the advice)."""
     pytester.makepyfile(
         """
         import asyncio
@@ -248,7 +250,5 @@ def test_an_async_manager_left_open_fails_at_teardown_saying_so(
         """
     )
     result = pytester.runpytest(*_plugin_args(pytestconfig))
-    result.assert_outcomes(passed=4, errors=2)
-    result.stdout.fnmatch_lines(
-        ["*async_lease_manager was left open in the test's event loop: close it there*"] * 2
-    )
+    result.assert_outcomes(passed=4, errors=0)
+    result.stdout.no_fnmatch_line("*async_lease_manager was left open*")
