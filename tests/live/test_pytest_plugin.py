@@ -252,3 +252,31 @@ def test_an_async_manager_left_open_on_memory_or_sqlite_is_closed_at_teardown(
     result = pytester.runpytest(*_plugin_args(pytestconfig))
     result.assert_outcomes(passed=4, errors=0)
     result.stdout.no_fnmatch_line("*async_lease_manager was left open*")
+
+
+def test_an_async_manager_left_open_on_redis_fails_at_teardown_saying_so(
+    pytester: pytest.Pytester, pytestconfig: pytest.Config, redis_url: str
+) -> None:
+    """Left open on Redis in a loop that has ended: its client's connections belong to that loop,
+    so the teardown cannot close it; the test passes its call and errors at teardown with the
+    advice."""
+    pytester.makepyfile(
+        """
+        import asyncio
+        import pytest
+
+        @pytest.mark.fencedlease_backends("redis")
+        def test_left_open(async_lease_manager):
+            async def main():
+                async with async_lease_manager.hold("k", ttl_ms=10_000) as lease:
+                    return lease.fencing_token
+            assert asyncio.run(main()) == 1
+        """
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("FENCEDLEASE_URL", redis_url)
+        result = pytester.runpytest(*_plugin_args(pytestconfig))
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        ["*async_lease_manager was left open in the test's event loop: close it there*"]
+    )
