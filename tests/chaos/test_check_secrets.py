@@ -46,13 +46,13 @@ def acl_redis() -> Iterator[RedisServer]:
 
 
 def _check(
-    url: str, out: Path, *args: str, faults: str = "client-kill"
+    url: str, out: Path, *args: str, faults: str = "client-kill", duration_s: int = 3
 ) -> subprocess.CompletedProcess[str]:
     """``python -m fencedlease check`` on ``url`` (wide console: one message, one line)."""
     env = dict(os.environ, FENCEDLEASE_URL=url, COLUMNS="400")
     return subprocess.run(
         [sys.executable, "-m", "fencedlease", "check", "--out", str(out), "--workers", "2",
-         "--duration", "3", "--faults", faults, "--seed", "5", *args],
+         "--duration", str(duration_s), "--faults", faults, "--seed", "5", *args],
         env=env, capture_output=True, text=True, timeout=180, check=False,
     )  # fmt: skip
 
@@ -158,7 +158,7 @@ def test_on_a_users_redis_it_leaves_everything_else_as_it_was(
     url = f"redis://user:{SECRET}@127.0.0.1:{acl_redis.port}/0"
     out = tmp_path / "out"
     done = _check(url, out, "--no-toxiproxy", "--resource", resource,
-                  faults="script-flush,client-kill")  # fmt: skip
+                  faults="script-flush,client-kill", duration_s=6)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     left_out = (
         "left out: script-flush (the Redis at "
