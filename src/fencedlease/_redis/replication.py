@@ -102,10 +102,7 @@ class GrantOptions:
             raise ValidationError(
                 "fencing", f"fencing must be 'counter', 'clock' or 'epoch'; got {fencing!r}"
             )
-        mode: Fencing = (
-            "clock" if fencing == "clock" else "epoch" if fencing == "epoch" else "counter"
-        )
-        return cls(acks, timeout, mode)
+        return cls(acks, timeout, fencing)
 
     def mode_arg(self, floor: int) -> str:
         """The fencing mode as the acquire script's argument: ``fencing`` itself, or with

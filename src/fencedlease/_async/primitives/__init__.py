@@ -1,6 +1,7 @@
-"""What this face does with tasks where the sync face does otherwise: the one hand-written
-pair of the I/O (every other module of ``_sync`` is generated from its ``_async`` source).
-A generated module imports ``.primitives`` and gets its face's.
+"""What a face does with its own means where the other face does otherwise (tasks on asyncio,
+threads on sync): the one hand-written pair of the I/O. This package's modules are written by hand
+on both faces; this file, like every other module of ``_sync``, is generated from its ``_async``
+source. A generated module imports ``.primitives`` and gets its face's.
 
 - `waiting`: how it waits (events, locks, background runners, pools of calls, bounded calls,
   per-node workers, shielded steps, sleeps);
@@ -38,7 +39,6 @@ from .waiting import (
     abandon,
     bounded,
     is_cancellation,
-    retrieve,
     shield,
     sleep,
 )
@@ -68,7 +68,6 @@ __all__ = [
     "current_caller",
     "drop_unused",
     "is_cancellation",
-    "retrieve",
     "shield",
     "sleep",
     "waiter_after_fork",

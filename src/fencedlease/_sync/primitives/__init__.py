@@ -1,6 +1,10 @@
-"""What this face does with threads where the asyncio face does otherwise: the one hand-written
-pair of the I/O (every other module of ``_sync`` is generated from its ``_async`` source).
-A generated module imports ``.primitives`` and gets its face's.
+# GENERATED from src/fencedlease/_async/primitives/__init__.py by `python scripts/unasync.py`:
+# do not edit. Edit that source, then run it again (CI runs it with --check, failing while
+# stale).
+"""What a face does with its own means where the other face does otherwise (tasks on asyncio,
+threads on sync): the one hand-written pair of the I/O. This package's modules are written by hand
+on both faces; this file, like every other module of ``_sync``, is generated from its ``_async``
+source. A generated module imports ``.primitives`` and gets its face's.
 
 - `waiting`: how it waits (events, locks, background runners, pools of calls, bounded calls,
   per-node workers, shielded steps, sleeps);
