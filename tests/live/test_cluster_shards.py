@@ -409,7 +409,11 @@ def test_after_a_promotion_the_new_primary_is_reached_within_two_slot_map_reads(
         for k in (f"job:{i}" for i in range(200))
         if cluster.node_for_slot(_slot(prefix, k)) is primary
     )
-    with LeaseManager.from_url(cluster.url, prefix=prefix) as leases:
+    # A stalled node answers nothing: only a socket timeout ends a read from it (redis-py 8
+    # defaults to 5 s, redis-py 5 to none, and the library bounds no call without one).
+    with LeaseManager.from_url(
+        cluster.url, prefix=prefix, socket_timeout=5, socket_connect_timeout=5
+    ) as leases:
         first = leases.acquire(key, ttl_ms=3000)
         assert first.lease is not None
         first.lease.release()
