@@ -172,8 +172,16 @@ def interrupted_grant(
             timeout_s=BOUND_S,
         )
         fail_over()
-        asking.join(BOUND_S)
-        assert not asking.is_alive()
+        # the failover unblocks the WAIT; only then do the paused replicas resume, so that the
+        # grant cannot have been acknowledged, and the take-back of the grant (a write: on a
+        # promoted replica it would wait out the pause) runs at once
+        wait_until(
+            lambda: not blocked_in_wait(primary),
+            "the failover to end the grant's WAIT",
+            timeout_s=BOUND_S,
+        )
+    asking.join(BOUND_S)
+    assert not asking.is_alive()
     (given,) = outcome
     return given
 
