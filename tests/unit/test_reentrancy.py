@@ -406,6 +406,38 @@ def test_async_outside_cancellation_passes_through_a_nested_block() -> None:
     assert asyncio.run(main()) == ("CancelledError", True)
 
 
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="Task.cancelling tells them apart")
+def test_async_outside_cancellation_with_a_loss_stays_a_cancellation() -> None:
+    """asyncio: when the lease is lost and the task is also cancelled from elsewhere, the
+    cancellation propagates out of the nested and the enclosing block as CancelledError."""
+
+    async def main() -> str:
+        async with AsyncLeaseManager(AsyncMemoryBackend()) as leases:
+            entered = asyncio.Event()
+
+            async def body() -> None:
+                async with (
+                    leases.hold("k", ttl_ms=LONG, reentrant=True),
+                    leases.hold("k", ttl_ms=LONG, reentrant=True) as inner,
+                ):
+                    inner._state.mark_lost(LossReason.RENEW_REFUSED)  # posts the loss's cancel
+                    task = asyncio.current_task()
+                    assert task is not None
+                    task.cancel("from elsewhere")
+                    entered.set()
+                    await asyncio.Event().wait()
+
+            task = asyncio.create_task(body())
+            await entered.wait()
+            try:
+                await task
+            except BaseException as exc:  # what the task ended in is the result
+                return type(exc).__name__
+            return "returned"
+
+    assert asyncio.run(main()) == "CancelledError"
+
+
 # -- the owner: the thread or task, never the manager --------------------------------------------
 
 
