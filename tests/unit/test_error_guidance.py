@@ -149,7 +149,8 @@ def test_a_nested_hold_says_the_caller_holds_the_key(wait_ms: int) -> None:
     assert info.value.status_code == 409
     assert str(info.value) == (
         "this manager already holds 'k' in this thread (an enclosing hold or keep_alive): a"
-        " nested hold of the same key would wait for itself"
+        " nested hold of the same key would wait for itself (hold it with reentrant=True to"
+        " nest)"
     )
     leases.close()
 
@@ -208,7 +209,8 @@ def test_a_nested_async_hold_says_the_task_holds_the_key(wait_ms: int) -> None:
     assert error.key == "k"
     assert str(error) == (
         "this manager already holds 'k' in this task (an enclosing hold or keep_alive): a"
-        " nested hold of the same key would wait for itself"
+        " nested hold of the same key would wait for itself (hold it with reentrant=True to"
+        " nest)"
     )
 
 

@@ -46,6 +46,7 @@ from fencedlease._core.errors import (
     ManagerClosedError,
     NestedHoldError,
 )
+from fencedlease._core.reentry import NOT_REENTRANT, Reentry
 from fencedlease._core.shutdown import (
     ShutdownReport,
     close_bound_ms,
@@ -313,8 +314,8 @@ class AsyncLeaseManager(AsyncWithOnly, _Releasing, _AsyncManagerBase, Operations
             raise ManagerClosedError()
         return AsyncSemaphore(slots, *key)
 
-    def _hold(self, args: HoldArgs) -> _Hold:
-        return _Hold(self, args)
+    def _hold(self, args: HoldArgs, reentry: Reentry = NOT_REENTRANT) -> _Hold:
+        return _Hold(self, args, reentry=reentry)
 
     def _in_hold(self, lease: AsyncLease) -> bool:
         with self._lock:

@@ -4,6 +4,7 @@
 FencedLeaseError
 ├── LeaseNotAcquiredError   .key, .status_code = 409
 │   └── NestedHoldError     .key: a hold inside this caller's own hold of the key
+├── ReentrancyLimitError    .key, .max_depth: reentrant holds nested past their depth limit
 ├── LeaseLostError          .key
 │   └── SemaphoreLeaseLostError .key (the semaphore's name): a slot was lost
 ├── StaleTokenError         .resource, .token, .last_token
@@ -46,6 +47,7 @@ __all__ = [
     "LeaseNotAcquiredError",
     "ManagerClosedError",
     "NestedHoldError",
+    "ReentrancyLimitError",
     "ReplicationError",
     "SemaphoreLeaseLostError",
     "StaleTokenError",
@@ -104,6 +106,7 @@ class NestedHoldError(LeaseNotAcquiredError):
     existing ``except`` clauses keep working; ``with_lease`` raises it rather than returning a
     skipped outcome, since it is a mistake in the program, not contention. Holds in other threads
     (tasks) of the same manager wait for each other as usual, and so do slots of a semaphore.
+    ``hold(key, reentrant=True)`` nests instead (see `fencedlease._core.reentry`).
     ``where`` names the caller in the message: ``"thread"`` or ``"task"``.
     """
 
@@ -113,9 +116,32 @@ class NestedHoldError(LeaseNotAcquiredError):
             message
             or (
                 f"this manager already holds {key!r} in this {where} (an enclosing hold or "
-                "keep_alive): a nested hold of the same key would wait for itself"
+                "keep_alive): a nested hold of the same key would wait for itself (hold it with "
+                "reentrant=True to nest)"
             ),
         )
+
+
+class ReentrancyLimitError(FencedLeaseError):
+    """A ``hold(key, reentrant=True)`` would nest deeper than its ``max_depth`` (default 64,
+    the outermost block counted): raised when it is entered, before anything is acquired,
+    released or counted, so the enclosing blocks go on holding the lease. Unbounded nesting is
+    almost always runaway recursion; the bound stops it while the lease is still held.
+    """
+
+    def __init__(self, key: str, max_depth: int, message: str | None = None) -> None:
+        self.key = key
+        self.max_depth = max_depth
+        super().__init__(
+            message
+            or (
+                f"reentrant holds of {key!r} would nest deeper than max_depth={max_depth} "
+                "(the outermost hold counted)"
+            )
+        )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.key, self.max_depth, str(self)))
 
 
 class LeaseLostError(FencedLeaseError):

@@ -22,6 +22,7 @@ from fencedlease._core.errors import (
     ManagerClosedError,
     NestedHoldError,
 )
+from fencedlease._core.reentry import NOT_REENTRANT, Reentry, enclosing, nest, unnest
 from fencedlease._core.validate import HoldArgs
 
 from .lease import AcquireResult, Lease
@@ -62,10 +63,19 @@ class _Hold(WithOnly, AbstractContextManager[Lease]):
     """One ``manager.hold(...)`` block: acquire, register for renewal, watch for loss, release
     at the end. Entered once."""
 
-    def __init__(self, manager: _Manager, args: HoldArgs, given: Lease | None = None) -> None:
+    def __init__(
+        self,
+        manager: _Manager,
+        args: HoldArgs,
+        given: Lease | None = None,
+        reentry: Reentry = NOT_REENTRANT,
+    ) -> None:
         self._manager = manager
         self._args = args
         self._given = given  # keep_alive's lease: no acquire
+        self._reentry = reentry
+        self._outer: _Hold | None = None  # the block a reentrant hold nests in
+        self.depth = 1  # this block and the reentrant holds nested in it (`_core.reentry`)
         self._with_what = f"LeaseManager.{'hold' if given is None else 'keep_alive'}()"
         self.lease: Lease | None = None
         self.caller: object = None  # the caller's thread or task, once entered
@@ -84,7 +94,13 @@ class _Hold(WithOnly, AbstractContextManager[Lease]):
             if lease._state.check_deadline(manager._clock.monotonic()):
                 raise lease._lost_error()
         else:
-            if manager._refuse_nested and self._nested(caller):
+            outer = self._enclosing(caller) if manager._refuse_nested else None
+            if outer is not None and self._reentry.reentrant:
+                nest(outer, self._reentry, manager._clock.monotonic())
+                self.caller, self._outer, self.lease = caller, outer, outer.lease
+                assert outer.lease is not None
+                return outer.lease  # the outer block renews, watches and releases it
+            if outer is not None and not outer.lease_lost():
                 raise NestedHoldError(args.key, where=CALLER)
             result = manager._acquire(
                 args.key, args.ttl_ms, args.wait_ms, args.retry_delay_ms, args.heartbeat
@@ -117,17 +133,15 @@ class _Hold(WithOnly, AbstractContextManager[Lease]):
         lease._state.add_listener(canceller.on_lost)
         return lease
 
-    def _nested(self, caller: object) -> bool:
-        """Whether ``caller`` is inside another hold (or keep_alive) of this key by the same
-        manager whose lease is held."""
+    def _enclosing(self, caller: object) -> _Hold | None:
+        """The hold (or keep_alive) of this key by the same manager that ``caller`` is inside,
+        its lease not released (see `enclosing`)."""
         with self._manager._lock:
-            return any(
-                hold.caller == caller
-                and hold.lease is not None
-                and hold.lease.key == self._args.key
-                and not (hold.lease._state.lost or hold.lease._state.released)
-                for hold in self._manager._holds
-            )
+            return enclosing(self._manager._holds, self._args.key, caller)
+
+    def lease_lost(self) -> bool:
+        """Whether this block's lease is lost (a plain hold inside it acquires anew)."""
+        return self.lease is not None and self.lease._state.lost
 
     def __exit__(
         self,
@@ -136,6 +150,11 @@ class _Hold(WithOnly, AbstractContextManager[Lease]):
         tb: TracebackType | None,
     ) -> None:
         manager, lease, canceller = self._manager, self.lease, self._canceller
+        if self._outer is not None:  # a reentrant hold: nothing to release
+            nested = unnest(self._outer, exc, manager._clock.monotonic())
+            if nested is not None:
+                raise nested from exc
+            return
         assert lease is not None
         assert canceller is not None
         ours = canceller.taken_back(exc)

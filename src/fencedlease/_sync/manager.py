@@ -49,6 +49,7 @@ from fencedlease._core.errors import (
     ManagerClosedError,
     NestedHoldError,
 )
+from fencedlease._core.reentry import NOT_REENTRANT, Reentry
 from fencedlease._core.shutdown import (
     ShutdownReport,
     close_bound_ms,
@@ -316,8 +317,8 @@ class LeaseManager(WithOnly, _Releasing, _ManagerBase, Operations):
             raise ManagerClosedError()
         return Semaphore(slots, *key)
 
-    def _hold(self, args: HoldArgs) -> _Hold:
-        return _Hold(self, args)
+    def _hold(self, args: HoldArgs, reentry: Reentry = NOT_REENTRANT) -> _Hold:
+        return _Hold(self, args, reentry=reentry)
 
     def _in_hold(self, lease: Lease) -> bool:
         with self._lock:

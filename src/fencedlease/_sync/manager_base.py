@@ -24,6 +24,7 @@ from fencedlease._core.decisions import (
     DEFAULT_TTL_MS,
 )
 from fencedlease._core.events import EventHook, check_event_hook, primary_changed, with_logging
+from fencedlease._core.reentry import DEFAULT_MAX_DEPTH, NOT_REENTRANT, Reentry, check_reentry
 from fencedlease._core.shutdown import ShutdownReport
 from fencedlease._core.validate import (
     HoldArgs,
@@ -181,8 +182,10 @@ class _ManagerBase(_StoreCalls, _AcquireLoop, ABC):
         """In a forked child (see `fencedlease._core.fork`)."""
 
     @abstractmethod
-    def _hold(self, args: HoldArgs) -> AbstractContextManager[Lease]:
-        """One hold of ``args.key``; acquired when entered."""
+    def _hold(
+        self, args: HoldArgs, reentry: Reentry = NOT_REENTRANT
+    ) -> AbstractContextManager[Lease]:
+        """One hold of ``args.key``; acquired when entered (unless ``reentry`` nests it)."""
 
     @abstractmethod
     def _with_lease(
@@ -244,6 +247,8 @@ class _ManagerBase(_StoreCalls, _AcquireLoop, ABC):
         retry_delay_ms: int = DEFAULT_RETRY_DELAY_MS,
         heartbeat_ms: int | Literal[False] | None = None,
         on_renew_error: Callable[[BaseException], object] | None = None,
+        reentrant: bool = False,
+        max_depth: int = DEFAULT_MAX_DEPTH,
     ) -> AbstractContextManager[Lease]:
         """Hold the lease on ``key`` for the ``with`` block, renewed in the background.
 
@@ -269,13 +274,26 @@ class _ManagerBase(_StoreCalls, _AcquireLoop, ABC):
         After [`close`][fencedlease.LeaseManager.close] the block ends in
         [`LeaseLostError`][fencedlease.LeaseLostError] (close released the lease).
 
+        ``reentrant=True`` (bounded reentrancy, as a reentrant mutex nests): inside a hold (or
+        ``keep_alive``) of ``key`` by this manager in the same thread (asyncio: the same task;
+        never merely the same manager), the block acquires nothing and gets the enclosing
+        block's lease, the same object with the same fencing token; its own ``ttl_ms``,
+        ``wait_ms``, ``retry_delay_ms``, ``heartbeat_ms`` and ``on_renew_error`` are not used.
+        Only the outermost block releases. ``max_depth`` (1..10,000, default 64) bounds how deep
+        such holds nest, the outermost block counted. A loss is seen at every level: a nested
+        block whose lease is lost ends in ``LeaseLostError`` (on the asyncio face the loss's
+        cancellation comes out of it as that error), and entering one on a lost lease raises it.
+        With no enclosing hold, a reentrant hold acquires as any other.
+
         Raises:
             ValidationError: an argument out of bounds (when ``hold()`` is called).
             LeaseNotAcquiredError: the key is held by another owner; the block never runs.
             NestedHoldError: a [`LeaseNotAcquiredError`][fencedlease.LeaseNotAcquiredError]
                 raised at once, before any round trip: this manager already holds ``key`` in
                 an enclosing hold of the same thread (asyncio: task), which the nested one would
-                wait for.
+                wait for, and ``reentrant`` is false.
+            ReentrancyLimitError: a reentrant hold would nest deeper than ``max_depth``; raised
+                when entered, and the enclosing blocks keep the lease.
             LeaseLostError: the lease was lost while the block ran, even if the block returned
                 normally or swallowed the cancellation. An exception raised by the block itself
                 propagates unchanged, and so does a cancellation that did not come from the loss.
@@ -284,7 +302,8 @@ class _ManagerBase(_StoreCalls, _AcquireLoop, ABC):
             ManagerClosedError: the manager is closed, or was closed while the call waited.
         """
         return self._hold(
-            check_hold(key, ttl_ms, wait_ms, retry_delay_ms, heartbeat_ms, on_renew_error)
+            check_hold(key, ttl_ms, wait_ms, retry_delay_ms, heartbeat_ms, on_renew_error),
+            check_reentry(reentrant, max_depth),
         )
 
     def with_lease(

@@ -246,6 +246,15 @@ class BodyCanceller:
             ours = self._task.uncancel() <= self._cancelling
         return ours and isinstance(exc, asyncio.CancelledError)
 
+    def delivered(self, exc: BaseException | None) -> bool:
+        """Whether ``exc`` is this canceller's cancellation passing through a nested block of
+        the hold (left for `taken_back` to take back): not when someone else cancelled too."""
+        if not (self._requested and isinstance(exc, asyncio.CancelledError)):
+            return False
+        if sys.version_info >= (3, 11):
+            return self._task.cancelling() <= self._cancelling + 1
+        return True
+
 
 class Detached(Generic[T]):
     """A step run to its end in a task of its own (named ``name``), whatever happens to the

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Collection
@@ -50,9 +51,26 @@ CALLER = "thread"
 ``"task"``)."""
 
 
+class _Caller:
+    """A thread as the owner of its holds: one object for the thread's life, never reused."""
+
+    __slots__ = ("pid",)
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+
+
+_callers = threading.local()
+
+
 def current_caller() -> object:
-    """The caller's thread or task: here the calling thread's identifier."""
-    return threading.get_ident()
+    """The caller's thread or task: here a token of the calling thread's own. Not its
+    identifier: a later thread may get a finished one's, and a forked child's thread has its
+    parent's; the token is made again in the child (its holds are not the parent's)."""
+    caller: _Caller | None = getattr(_callers, "caller", None)
+    if caller is None or caller.pid != os.getpid():
+        caller = _callers.caller = _Caller()
+    return caller
 
 
 class _Releasable(Protocol):
@@ -210,6 +228,10 @@ class BodyCanceller:
 
     def taken_back(self, exc: BaseException | None) -> bool:
         """Whether ``exc`` is this canceller's own cancellation: never."""
+        return False
+
+    def delivered(self, exc: BaseException | None) -> bool:
+        """Whether ``exc`` is this canceller's cancellation passing through: never."""
         return False
 
 
