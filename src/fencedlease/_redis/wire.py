@@ -201,7 +201,8 @@ class PrimaryReads:
     promotes a replica with ``MULTI``, ``REPLICAOF NO ONE``, ``CONFIG REWRITE``, ``CLIENT KILL
     TYPE normal``, ``CLIENT KILL TYPE pubsub``, ``EXEC``, so every connection open on it is
     closed in the same step, and the next one reads the new id (that assumes the sentinels make
-    every promotion: a ``REPLICAOF NO ONE`` by hand closes nothing). The id is kept on the
+    every promotion, a ``REPLICAOF NO ONE`` by hand closes nothing, and that their user may run
+    ``CLIENT``: a refused ``CLIENT KILL`` leaves the connections open). The id is kept on the
     connection (``fencedlease_primary``), updated by every reply that carries one. ``head``:
     the RESP frames of the command's first ``count`` parts (`PackedCalls.acquire`); ``queue``:
     the frames of the script's arguments after the ask (a refused caller's queueing), which
