@@ -140,7 +140,8 @@ def test_a_server_demoted_and_promoted_again_under_an_open_connection_is_seen() 
 
 def test_known_runs_no_info_and_leaves_the_id_to_the_client(redis_client: redis.Redis) -> None:
     """``'known'`` in ARGV[4]: neither a grant (common or queued), an own lease's retry nor a
-    refusal runs INFO, and each reply's id is empty (the client's connection fills it in)."""
+    refusal runs INFO, each reply's id is empty (the client's connection fills it in), and the
+    common grant answers its token alone."""
     redis_client.script_load(ACQUIRE.source)
     keys = ["q:{k}", "q:{k}:fence", "q:{k}:waiters", "q:{k}:waiters:meta"]
     queue = ("1000", "0", "", "")
@@ -151,7 +152,8 @@ def test_known_runs_no_info_and_leaves_the_id_to_the_client(redis_client: redis.
         redis_client.evalsha(ACQUIRE.sha, 4, *keys, "other", 5_000, "counter", "known", *queue),
     ]
     assert info_calls(redis_client) == 0
-    assert [(r[0], r[1], r[3]) for r in replies] == [(1, b"1", b""), (2, b"1", b""), (0, 0, b"")]
+    assert replies[0] == b"1"  # the common grant: its token alone
+    assert [(r[0], r[1], r[3]) for r in replies[1:]] == [(2, b"1", b""), (0, 0, b"")]
     redis_client.delete(keys[0], keys[2], keys[3])  # the lease and the queue: free again
     granted = redis_client.evalsha(
         ACQUIRE.sha, 4, *keys, "owner", 5_000, "counter", "known", *queue

@@ -123,7 +123,7 @@ class AsyncConfirmedCalls(AsyncEvictionReads):
             except BaseException:
                 forget_primary(conn)  # an error: the next acquire on it reads the id again
                 raise
-            return primary_reply(conn, reply, ask == "primary"), acks
+            return primary_reply(conn, reply, ask == "primary", ttl_ms), acks
 
         (reply, acks), epoch, why = await self._check.grant(send, self._primary_moved)
         return reply, acks, why or older_token(reply, key, epoch)

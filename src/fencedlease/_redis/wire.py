@@ -139,7 +139,8 @@ class PackedCalls:
             frame(b"%d" % ttl_ms),
             frame(encode(fencing)),
         )
-        return PrimaryReads(head, 10, [frame(encode(arg)) for arg in queue], trusted=trusted)
+        queued = [frame(encode(arg)) for arg in queue]
+        return PrimaryReads(head, 10, ttl_ms, queued, trusted=trusted)
 
     def release(self, key: str, owner_token: str, mode_args: Sequence[str]) -> bytes:
         """``EVALSHA release.lua 4 <keys> <owner_token> [<mode>]`` as one RESP frame."""
@@ -171,10 +172,14 @@ def primary_ask(conn: Any, trusted: bool) -> str:
     return "known" if trusted else ""
 
 
-def primary_reply(conn: Any, reply: Any, asked: bool) -> Any:
+def primary_reply(conn: Any, reply: Any, asked: bool, ttl_ms: int) -> Any:
     """``acquire.lua``'s ``reply`` on ``conn`` with the primary's id in its place: one the reply
     carries is kept on ``conn``; an empty one, when the script was not asked for it
-    (``asked`` false), is the id ``conn`` knows. Another shape is left to the decoding."""
+    (``asked`` false), is the id ``conn`` knows. A token alone (a string: the common grant
+    sent ``'known'``) is the grant ``[1, token, ttl_ms, id]``. Another shape is left to the
+    decoding."""
+    if isinstance(reply, (bytes, str)) and not asked:
+        return [1, reply, ttl_ms, getattr(conn, _PRIMARY, "")]
     if not isinstance(reply, list) or len(reply) != 4:
         return reply
     if reply[3]:  # read by the script; '' when INFO is refused (an ACL): asked again
@@ -204,14 +209,22 @@ class PrimaryReads:
     every promotion, a ``REPLICAOF NO ONE`` by hand closes nothing, and that their user may run
     ``CLIENT``: a refused ``CLIENT KILL`` leaves the connections open). The id is kept on the
     connection (``fencedlease_primary``), updated by every reply that carries one. ``head``:
-    the RESP frames of the command's first ``count`` parts (`PackedCalls.acquire`); ``queue``:
+    the RESP frames of the command's first ``count`` parts (`PackedCalls.acquire`); ``ttl_ms``:
+    the one the command asks for (a common grant sent ``'known'`` answers its token alone);
+    ``queue``:
     the frames of the script's arguments after the ask (a refused caller's queueing), which
     then follow ``''`` where it is not asked."""
 
     def __init__(
-        self, head: bytes, count: int, queue: Sequence[bytes] = (), *, trusted: bool = False
+        self,
+        head: bytes,
+        count: int,
+        ttl_ms: int,
+        queue: Sequence[bytes] = (),
+        *,
+        trusted: bool = False,
     ) -> None:
-        self._head, self._count = head, count
+        self._head, self._count, self._ttl_ms = head, count, ttl_ms
         self._queue = b"".join(queue)
         self._queued = len(queue)
         self._trusted = trusted
@@ -229,7 +242,7 @@ class PrimaryReads:
     def reply(self, conn: Any, reply: Any) -> Any:
         """``reply`` with the primary's id in its place (learnt from it, or the one ``conn``
         knows); another shape is left to the decoding."""
-        return primary_reply(conn, reply, self._asked)
+        return primary_reply(conn, reply, self._asked, self._ttl_ms)
 
 
 class _Forget:
