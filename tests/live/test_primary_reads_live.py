@@ -136,3 +136,28 @@ def test_a_server_demoted_and_promoted_again_under_an_open_connection_is_seen() 
         client.close()
         admin_a.close()
         admin_b.close()
+
+
+def test_known_runs_no_info_and_leaves_the_id_to_the_client(redis_client: redis.Redis) -> None:
+    """``'known'`` in ARGV[4]: neither a grant (common or queued), an own lease's retry nor a
+    refusal runs INFO, each reply's id is empty (the client's connection fills it in), and the
+    common grant answers its token alone."""
+    redis_client.script_load(ACQUIRE.source)
+    keys = ["q:{k}", "q:{k}:fence", "q:{k}:waiters", "q:{k}:waiters:meta"]
+    queue = ("1000", "0", "", "")
+    redis_client.config_resetstat()
+    replies = [
+        redis_client.evalsha(ACQUIRE.sha, 4, *keys, "owner", 5_000, "counter", "known"),
+        redis_client.evalsha(ACQUIRE.sha, 4, *keys, "owner", 5_000, "counter", "known"),
+        redis_client.evalsha(ACQUIRE.sha, 4, *keys, "other", 5_000, "counter", "known", *queue),
+    ]
+    assert info_calls(redis_client) == 0
+    assert replies[0] == b"1"  # the common grant: its token alone
+    assert [(r[0], r[1], r[3]) for r in replies[1:]] == [(2, b"1", b""), (0, 0, b"")]
+    redis_client.delete(keys[0], keys[2], keys[3])  # the lease and the queue: free again
+    granted = redis_client.evalsha(
+        ACQUIRE.sha, 4, *keys, "owner", 5_000, "counter", "known", *queue
+    )
+    assert info_calls(redis_client) == 1  # the count above was an INFO
+    assert (granted[0], granted[1], granted[3]) == (1, b"2", b"")
+    redis_client.delete(*keys)

@@ -5,7 +5,9 @@ token across a planned failover (``SENTINEL FAILOVER``)."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
+from typing import Any
 
 import pytest
 import redis
@@ -183,6 +185,61 @@ def test_a_lease_keeps_its_token_across_sentinel_failover(
         second = manager.acquire("k", ttl_ms=5_000).lease
         # the first grant of epoch 1 (the failover's): its floor
         assert token == 1 and second is not None and second.fencing_token == 2**40
+
+
+def _note_on_pool(manager: LeaseManager, primary: str) -> None:
+    """Every idle connection of ``manager``'s pool taken to know ``primary`` as the primary's
+    replication id (what an acquire reads and keeps on its connection)."""
+    pool: Any = manager._backend.client.connection_pool  # type: ignore[attr-defined]
+    for conn in pool._available_connections:
+        conn.fencedlease_primary = primary
+
+
+@pytest.mark.failover
+def test_over_sentinel_a_grant_takes_its_connections_id_and_a_failover_is_still_seen(
+    sentinel_deployment: SentinelDeployment,
+) -> None:
+    """Over Sentinel a grant runs no INFO on a connection that read the primary's id (counter
+    and epoch fencing alike): the sentinels close every connection of the replica they
+    promote, so after a failover the next grant names the new primary."""
+    deployment = sentinel_deployment
+    old_port, new_port = deployment.primary.port, deployment.replicas[0].port
+    switched = threading.Event()
+    renewed: set[str] = set()
+    both = threading.Event()
+
+    def on_event(event: LeaseEvent) -> None:
+        if switched.is_set() and event.kind == "renew" and event.status == "confirmed":
+            renewed.add(event.key)
+            if len(renewed) == 2:
+                both.set()
+
+    with (
+        socket.create_connection(("127.0.0.1", new_port), timeout=30) as on_replica,
+        LeaseManager.from_url(deployment.url, fencing="counter", on_event=on_event) as counter,
+        LeaseManager.from_url(deployment.url, on_event=on_event) as epoch,
+        counter.hold("hc", ttl_ms=300_000, heartbeat_ms=150_000),
+        epoch.hold("he", ttl_ms=300_000, heartbeat_ms=150_000),
+    ):
+        on_replica.sendall(b"PING\r\n")
+        assert on_replica.recv(16) == b"+PONG\r\n"
+        old_id = _replid(deployment, old_port)
+        assert (counter.primary_id, epoch.primary_id) == (old_id, old_id)
+        with deployment.watch_switch() as watch:
+            deployment.failover()
+            assert watch.wait() == new_port
+        switched.set()
+        assert both.wait(60)  # each manager renewed on the new primary: it saw the switch
+        assert on_replica.recv(16) == b""  # closed by the promotion, with every other client
+        new_id = _replid(deployment, new_port)
+        for key, manager in (("c", counter), ("e", epoch)):
+            lease = manager.acquire(key, ttl_ms=5_000).lease
+            assert lease is not None
+            lease.release()
+            assert (manager.primary_id, manager.primary_changes) == (new_id, 1)
+            _note_on_pool(manager, "f" * 40)  # a grant that runs INFO would answer new_id
+            assert manager.acquire(key, ttl_ms=5_000).lease is not None
+            assert manager.primary_id == "f" * 40
 
 
 @pytest.mark.parametrize(

@@ -56,6 +56,31 @@ def test_a_packed_acquire_is_redis_pys_command(
 
 
 @pytest.mark.parametrize("client", CLIENTS, ids=IDS)
+@pytest.mark.parametrize("queue", [(), QUEUE], ids=["alone", "queued"])
+def test_a_trusted_acquire_says_known_on_a_connection_that_knows_the_primary(
+    client: redis.Redis, queue: tuple[str, ...]
+) -> None:
+    """Over Sentinel a connection that knows the primary's id sends 'known' (no INFO, even on a
+    grant) and answers the script's empty id, or a grant's lone token, with its own; one that
+    does not asks for it."""
+    packer = PackedCalls(ACQUIRE, RELEASE, "pre", client.get_encoder().encode)
+    head = ("EVALSHA", ACQUIRE.sha, 4, *lease_keys("pre", "k"), "owner", 5_000, "counter")
+    asked, knows = Conn(), Conn()
+    knows.fencedlease_primary = "abc"  # type: ignore[attr-defined]
+    reads = packer.acquire("k", "owner", 5_000, "counter", queue, trusted=True)
+    assert reads.command(asked) == redis_py(client, *head, "primary", *queue)
+    assert reads.reply(asked, [1, "1", 5_000, "def"]) == [1, "1", 5_000, "def"]
+    assert asked.fencedlease_primary == "def"  # type: ignore[attr-defined]
+    reads = packer.acquire("k", "owner", 5_000, "counter", queue, trusted=True)
+    assert reads.command(knows) == redis_py(client, *head, "known", *queue)
+    assert reads.reply(knows, [1, "2", 5_000, ""]) == [1, "2", 5_000, "abc"]
+    assert reads.reply(knows, b"3") == [1, b"3", 5_000, "abc"]  # the common grant's token
+    assert reads.reply(knows, [0, 0, 40, ""]) == [0, 0, 40, "abc"]
+    forget_primary(knows)
+    assert reads.command(knows) == redis_py(client, *head, "primary", *queue)
+
+
+@pytest.mark.parametrize("client", CLIENTS, ids=IDS)
 @pytest.mark.parametrize("key", KEYS)
 @pytest.mark.parametrize("modes", [(), ("clock",)], ids=["counter", "clock"])
 def test_a_packed_release_is_redis_pys_command(

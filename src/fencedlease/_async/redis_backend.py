@@ -187,15 +187,19 @@ class AsyncRedisBackend(AsyncConfirmedCalls):
         self, key: str, owner_token: str, ttl_ms: int, queue: Sequence[str]
     ) -> tuple[object, int | None, str | None]:
         """``acquire.lua``'s reply, with the primary's replication id, the replicas' acks, and
-        why the grant does not count (`_epoch_grant`; None when it does): the id read by every
-        grant and once per connection for refusals (`PrimaryReads`), unless a ``WAIT`` goes
-        with it or the client holds a connection of its own (then every acquire reads it)."""
+        why the grant does not count (`_epoch_grant`; None when it does): the id read once per
+        connection, and by every grant but over Sentinel (`PrimaryReads`), unless a ``WAIT``
+        goes with it or the client holds a connection of its own (then every acquire reads
+        it)."""
         if self._epochs():
             return await self._epoch_grant(key, owner_token, ttl_ms, queue)
         if not self.grants.replica_acks and packs_itself(self.client):
             self._switches.start()
             fencing = self.grants.mode_arg(0)
-            reads = self._packed().acquire(key, owner_token, ttl_ms, fencing, queue)
+            trusted = self._check.active  # Sentinel: no connection outlives a promotion
+            reads = self._packed().acquire(
+                key, owner_token, ttl_ms, fencing, queue, trusted=trusted
+            )
             try:
                 with map_exceptions(ScriptNotLoaded):
                     return await run_packed(self.client, reads, self._open), None, None

@@ -17,6 +17,7 @@ from fencedlease._core.protocol import AcquireReply
 from fencedlease._redis.keys import lease_keys
 from fencedlease._redis.replication import GrantOptions, older_token
 from fencedlease._redis.scripts import ACQUIRE, AckedCall, Script
+from fencedlease._redis.wire import forget_primary, primary_ask, primary_reply
 
 from .redis_eviction import AsyncEvictionReads
 from .scripts import run_acked, run_script
@@ -105,8 +106,24 @@ class AsyncConfirmedCalls(AsyncEvictionReads):
         keys = lease_keys(self.prefix, key)
 
         async def send(one: redis.asyncio.Redis, epoch: int) -> tuple[object, int | None]:
-            args = (owner_token, ttl_ms, self.grants.mode_arg(floor(epoch)), "primary", *queue)
-            return await self._run(one, ACQUIRE, keys, args)
+            mode = self.grants.mode_arg(floor(epoch))
+            conn = one.connection
+            if self.grants.replica_acks or conn is None:
+                # the WAIT's pipeline may take another connection: every grant reads the id
+                return await self._run(
+                    one, ACQUIRE, keys, (owner_token, ttl_ms, mode, "primary", *queue)
+                )
+            # the id once per connection (`PrimaryReads`: no connection outlives a promotion
+            # the sentinels make)
+            ask = primary_ask(conn, trusted=True)
+            try:
+                reply, acks = await self._run(
+                    one, ACQUIRE, keys, (owner_token, ttl_ms, mode, ask, *queue)
+                )
+            except BaseException:
+                forget_primary(conn)  # an error: the next acquire on it reads the id again
+                raise
+            return primary_reply(conn, reply, ask == "primary", ttl_ms), acks
 
         (reply, acks), epoch, why = await self._check.grant(send, self._primary_moved)
         return reply, acks, why or older_token(reply, key, epoch)

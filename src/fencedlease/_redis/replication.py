@@ -27,7 +27,15 @@ answers:
 
 Any way the acquire script reports the primary's replication id (``master_replid``): a promoted
 replica starts a new one, so a manager that sees it change records the change
-(`PrimaryWatch`) and never lets a possible rollback pass in silence.
+(`PrimaryWatch`) and never lets a possible rollback pass in silence. A connection reads the id on
+its first acquire (and after a reconnect or an error) and keeps it; a grant reads it anew, unless
+no connection outlives a promotion of its server (`fencedlease._redis.wire.PrimaryReads`). That
+holds over Sentinel, which promotes a replica with ``CLIENT KILL TYPE normal`` in the same
+``MULTI`` as ``REPLICAOF NO ONE``; it does not on a plain Redis or a Cluster, where
+``REPLICAOF``, ``REPLICAOF NO ONE`` and ``FAILOVER`` keep every client connection open (Redis
+6.2.5 and 7.0.15), and no key can stand in for the id: a replicated marker holds the same stale
+value as the counter, and an unreplicated one survives a partial resynchronisation, after which
+a server promoted again behind its new primary repeats that primary's last tokens.
 """
 
 from __future__ import annotations

@@ -27,6 +27,8 @@ __all__ = [
     "PrimaryReads",
     "forget_primary",
     "frame",
+    "primary_ask",
+    "primary_reply",
 ]
 
 _Wire = tuple[object, bytes, bytes]
@@ -85,8 +87,7 @@ def frame(value: bytes) -> bytes:
     return b"$%d\r\n%b\r\n" % (len(value), value)
 
 
-_ASK_PRIMARY = frame(b"primary")
-_NOT_ASKED = frame(b"")
+_ASKS = {"primary": frame(b"primary"), "known": frame(b"known"), "": frame(b"")}
 
 
 class PackedCalls:
@@ -118,10 +119,18 @@ class PackedCalls:
         return frames
 
     def acquire(
-        self, key: str, owner_token: str, ttl_ms: int, fencing: str, queue: Sequence[object]
+        self,
+        key: str,
+        owner_token: str,
+        ttl_ms: int,
+        fencing: str,
+        queue: Sequence[object],
+        *,
+        trusted: bool = False,
     ) -> PrimaryReads:
         """``EVALSHA acquire.lua 4 <keys> <owner_token> <ttl_ms> <fencing> [<ask> <queue>...]``,
-        the ask for the primary's id left to the connection it goes out on (`PrimaryReads`)."""
+        the ask for the primary's id left to the connection it goes out on (`PrimaryReads`;
+        ``trusted``: a grant takes the id the connection read, see there)."""
         encode = self._encode
         head = b"%b%b%b%b%b" % (
             self._acquire,
@@ -130,7 +139,8 @@ class PackedCalls:
             frame(b"%d" % ttl_ms),
             frame(encode(fencing)),
         )
-        return PrimaryReads(head, 10, [frame(encode(arg)) for arg in queue])
+        queued = [frame(encode(arg)) for arg in queue]
+        return PrimaryReads(head, 10, ttl_ms, queued, trusted=trusted)
 
     def release(self, key: str, owner_token: str, mode_args: Sequence[str]) -> bytes:
         """``EVALSHA release.lua 4 <keys> <owner_token> [<mode>]`` as one RESP frame."""
@@ -145,56 +155,94 @@ class PackedCalls:
         )
 
 
-class PrimaryReads:
-    """``acquire.lua`` on a pooled connection, the primary's replication id read on every grant
-    and once per connection for refusals: the script runs ``INFO replication`` (the dearest part
-    of an acquire, some 2 us of Redis's time) whenever it grants (a grant is where a counter
-    rolled back by a failover repeats a token, and a server demoted and promoted again keeps its
-    clients' connections, so no id a connection read before is trusted there), and for a
-    refusal only when asked (``'primary'``): on a connection's first acquire, again after the
-    connection was made anew (redis-py's connect callback) or answered an error (say
-    ``READONLY``). A refusal on a connection that knows the id is answered with it, so a
-    contended key's polls cost no INFO. The id is kept on the connection
-    (``fencedlease_primary``), updated by every grant. ``head``: the RESP frames of the
-    command's first ``count`` parts (`PackedCalls.acquire`); ``queue``: the frames of the
-    script's arguments after the ask (a refused caller's queueing), which then follow ``''``
-    where it is not asked."""
+_PRIMARY = "fencedlease_primary"
 
-    def __init__(self, head: bytes, count: int, queue: Sequence[bytes] = ()) -> None:
-        self._head, self._count = head, count
+
+def primary_ask(conn: Any, trusted: bool) -> str:
+    """``acquire.lua``'s ARGV[4] on ``conn``: ``'primary'`` when ``conn`` does not know the
+    primary's id (its connect callback, `forget_primary`, registered then, so a reconnect
+    forgets it again), else ``'known'`` when ``trusted`` (no INFO at all), else ``''`` (INFO on
+    a grant only). See `PrimaryReads`."""
+    if getattr(conn, _PRIMARY, None) is None:
+        # kept once per callback by redis-py; its asyncio connections named it with an
+        # underscore in older redis-py (5.0.1)
+        register = getattr(conn, "register_connect_callback", None)
+        (register or conn._register_connect_callback)(forget_primary)
+        return "primary"
+    return "known" if trusted else ""
+
+
+def primary_reply(conn: Any, reply: Any, asked: bool, ttl_ms: int) -> Any:
+    """``acquire.lua``'s ``reply`` on ``conn`` with the primary's id in its place: one the reply
+    carries is kept on ``conn``; an empty one, when the script was not asked for it
+    (``asked`` false), is the id ``conn`` knows. A token alone (a string: the common grant
+    sent ``'known'``) is the grant ``[1, token, ttl_ms, id]``. Another shape is left to the
+    decoding."""
+    if isinstance(reply, (bytes, str)) and not asked:
+        return [1, reply, ttl_ms, getattr(conn, _PRIMARY, "")]
+    if not isinstance(reply, list) or len(reply) != 4:
+        return reply
+    if reply[3]:  # read by the script; '' when INFO is refused (an ACL): asked again
+        setattr(conn, _PRIMARY, reply[3])
+        return reply
+    if asked:
+        return reply
+    return [*reply[:3], getattr(conn, _PRIMARY, "")]
+
+
+class PrimaryReads:
+    """``acquire.lua`` on a pooled connection, the primary's replication id read once per
+    connection, and again on every grant unless ``trusted``.
+
+    The script runs ``INFO replication`` (the dearest part of an acquire, some 2 to 6 us of
+    Redis's time) when asked (``'primary'``): on a connection's first acquire, again after the
+    connection was made anew (redis-py's connect callback) or answered an error (say
+    ``READONLY``). Otherwise a refusal is answered with the id the connection knows, so a
+    contended key's polls cost no INFO; and a grant (where a counter rolled back by a failover
+    repeats a token) reads it anew (``''``), since a server demoted and promoted again by
+    ``REPLICAOF`` or ``FAILOVER`` keeps its clients' connections open and answers no error on
+    them (Redis 6.2 and 7.0). ``trusted`` (``'known'``): a grant too takes the id the connection
+    read, for a store where no connection outlives a promotion of its server: Redis Sentinel
+    promotes a replica with ``MULTI``, ``REPLICAOF NO ONE``, ``CONFIG REWRITE``, ``CLIENT KILL
+    TYPE normal``, ``CLIENT KILL TYPE pubsub``, ``EXEC``, so every connection open on it is
+    closed in the same step, and the next one reads the new id (that assumes the sentinels make
+    every promotion, a ``REPLICAOF NO ONE`` by hand closes nothing, and that their user may run
+    ``CLIENT``: a refused ``CLIENT KILL`` leaves the connections open). The id is kept on the
+    connection (``fencedlease_primary``), updated by every reply that carries one. ``head``:
+    the RESP frames of the command's first ``count`` parts (`PackedCalls.acquire`); ``ttl_ms``:
+    the one the command asks for (a common grant sent ``'known'`` answers its token alone);
+    ``queue``:
+    the frames of the script's arguments after the ask (a refused caller's queueing), which
+    then follow ``''`` where it is not asked."""
+
+    def __init__(
+        self,
+        head: bytes,
+        count: int,
+        ttl_ms: int,
+        queue: Sequence[bytes] = (),
+        *,
+        trusted: bool = False,
+    ) -> None:
+        self._head, self._count, self._ttl_ms = head, count, ttl_ms
         self._queue = b"".join(queue)
         self._queued = len(queue)
+        self._trusted = trusted
         self._asked = False
 
     def command(self, conn: Any) -> bytes:
         """The command for ``conn``: asking for the primary's id unless ``conn`` knows it."""
-        self._asked = getattr(conn, _PRIMARY, None) is None
-        if self._asked:
-            # kept once per callback by redis-py; its asyncio connections named it with an
-            # underscore in older redis-py (5.0.1)
-            register = getattr(conn, "register_connect_callback", None)
-            (register or conn._register_connect_callback)(forget_primary)
-            ask = _ASK_PRIMARY
-        elif self._queued:
-            ask = _NOT_ASKED
-        else:
+        ask = primary_ask(conn, self._trusted)
+        self._asked = ask == "primary"
+        if not ask and not self._queued:
             return b"*%d\r\n%b" % (self._count, self._head)
-        return b"*%d\r\n%b%b%b" % (self._count + 1 + self._queued, self._head, ask, self._queue)
+        count = self._count + 1 + self._queued
+        return b"*%d\r\n%b%b%b" % (count, self._head, _ASKS[ask], self._queue)
 
     def reply(self, conn: Any, reply: Any) -> Any:
         """``reply`` with the primary's id in its place (learnt from it, or the one ``conn``
         knows); another shape is left to the decoding."""
-        if not isinstance(reply, list) or len(reply) != 4:
-            return reply
-        if reply[3]:  # every grant reads it; '' when INFO is refused (an ACL): asked again
-            setattr(conn, _PRIMARY, reply[3])
-            return reply
-        if self._asked:
-            return reply
-        return [*reply[:3], getattr(conn, _PRIMARY, "")]
-
-
-_PRIMARY = "fencedlease_primary"
+        return primary_reply(conn, reply, self._asked, self._ttl_ms)
 
 
 class _Forget:

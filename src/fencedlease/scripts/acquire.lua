@@ -9,12 +9,17 @@
 --          lease_common.lua)
 -- ARGV[4]  optional, 'primary': report the primary's replication id on a refusal too (INFO
 --          replication, dearer than the rest of the script: a client asks once per connection,
---          see fencedlease._redis.wire), else '' in its place; a grant (1 or 2) always reports
---          it, since a grant is where a rolled-back counter repeats a token
+--          see fencedlease._redis.wire), else '' in its place; a grant (1 or 2) reports it then
+--          too, since a grant is where a rolled-back counter repeats a token. 'known': no INFO
+--          at all, primary '' in every reply: the client answers with the id its connection
+--          read, which it may do only where no connection outlives a promotion of its server
+--          (Redis Sentinel's, see fencedlease._redis.wire.PrimaryReads); and the common grant
+--          (below) answers its token alone, a string: the client knows the rest (a table reply
+--          costs Redis about 2 us more)
 -- ARGV[5..8] optional: wait_ms, grace_ms, listener id, flag ('' or 'direct'): a caller that will
 --          wait queues itself in the same script when refused (as enqueue.lua's ARGV[2], [4], [5],
---          [6], with ARGV[2] its ttl_ms), so no queueing round trip follows; ARGV[4] is then ''
---          or 'primary', never missing
+--          [6], with ARGV[2] its ttl_ms), so no queueing round trip follows; ARGV[4] is then '',
+--          'primary' or 'known', never missing
 -- ARGV[5]  or 'leave' alone: the last attempt of a caller that queued for a hand-off (and gives
 --          up when refused): refused, it is taken out of the waiter queue instead, in the same
 --          script, so no later release hands the key to a caller that has gone
@@ -28,9 +33,10 @@
 --                                        (with ARGV[5..8]: the caller is queued, see queue_waiter;
 --                                        with 'leave': it is out of the queue)
 --          primary is the replication id of the primary that answered (primary_id), on every
---          grant and on a refusal when ARGV[4] asks for it ('' else): the client tells a
---          failover by its change. A server demoted and promoted again keeps its clients'
---          connections, so a grant never trusts an id a connection read before.
+--          grant and on a refusal when ARGV[4] asks for it ('' else, and always with 'known'):
+--          the client tells a failover by its change. A server demoted and promoted again by
+--          REPLICAOF or FAILOVER keeps its clients' connections (Redis 6.2 and 7.0), so a grant
+--          trusts no id a connection read before unless ARGV[4] is 'known'.
 --          an error reply "ERR fencedlease acquire: ...", with nothing written, when ARGV[2] is
 --          not a decimal integer in 1..2^31-1, ARGV[5..8] are given and not as queue_error wants,
 --          a key holds another type (or cannot be read), the lease key
@@ -59,6 +65,7 @@
 redis.replicate_commands()  -- TIME and INFO before writes; required by Redis 6.2, a no-op from 7.0
 local owner = ARGV[1]
 local primary = ARGV[4] == 'primary' and primary_id() or ''
+local known = ARGV[4] == 'known'  -- the client's connection knows the id: no INFO here
 -- ARGV[2] reaches SET PX / PEXPIRE as given: decimal digits only ('1e3' and '1.0' are numbers to
 -- Lua but not to SET, which would fail after the INCR), in 1..2^31-1.
 local ttl = string.find(ARGV[2], '^[1-9]%d*$') and #ARGV[2] <= 10 and tonumber(ARGV[2])
@@ -71,10 +78,13 @@ if not ARGV[5] and counting and redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
   local n = redis.pcall('INCR', KEYS[2])
   if type(n) == 'number' and n > 0 then
     local token = n < 9007199254740992 and string.format('%d', n) or redis.call('GET', KEYS[2])
-    if primary == '' then
+    if primary == '' and not known then
       primary = primary_id()
     end
     redis.call('SET', KEYS[1], token .. ':' .. owner, 'PX', ARGV[2])
+    if known then
+      return token
+    end
     return {1, token, ttl, primary}
   elseif type(n) == 'number' then  -- a negative counter: put back as it was, refused below
     local back = n > -9007199254740992 and string.format('%d', n - 1)
@@ -144,7 +154,7 @@ if queued then
   redis.call('ZREM', KEYS[3], owner)
   redis.call('HDEL', KEYS[4], owner)
 end
-if primary == '' then
+if primary == '' and not known then
   primary = primary_id()
 end
 if current then
