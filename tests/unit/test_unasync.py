@@ -10,6 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# A test runs the script up to four times, each some sixty ruff processes: up to 150 s a test on
+# two cores under a full suite's load, past the default 120 s.
+pytestmark = pytest.mark.timeout(600)
+
 ROOT = Path(__file__).resolve().parents[2]
 ASYNC = ROOT / "src" / "fencedlease" / "_async"
 SYNC = ROOT / "src" / "fencedlease" / "_sync"

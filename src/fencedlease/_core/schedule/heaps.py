@@ -200,7 +200,13 @@ class RenewalSchedule:
         while due and len(batch) < limit:
             when, _, cohort, start = due[0]
             if fill:
-                # A cohort's entries share a heartbeat (see `apply`).
+                # A cohort's entries share a heartbeat (see `apply`); one with none left at its
+                # time is dropped, not read: its dead entries' heartbeat would end the filling
+                # where a compaction (which drops it) would go on.
+                if not any(_live_due(cohort[i], when) for i in range(start, len(cohort))):
+                    heapq.heappop(due)
+                    self._footprint -= len(cohort) - start
+                    continue
                 heartbeat = cohort[start].heartbeat_s
                 early = heartbeat if rtt > heartbeat else max(0.5 * heartbeat, rtt)
                 if when > now + early:
