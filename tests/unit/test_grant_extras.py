@@ -21,8 +21,8 @@ from fencedlease import (
     SqliteBackend,
     ValidationError,
 )
+from fencedlease._core.extras import check_metadata
 from fencedlease._core.protocol import AcquireReply
-from fencedlease._core.validate import check_metadata
 from fencedlease.aio import AsyncLeaseManager
 from fencedlease.backends import AsyncMemoryBackend, AsyncSqliteBackend
 from fencedlease.testing import FakeClock

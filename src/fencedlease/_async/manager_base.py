@@ -22,6 +22,7 @@ from fencedlease._core.decisions import (
 )
 from fencedlease._core.errors import ValidationError
 from fencedlease._core.events import EventHook, check_event_hook, primary_changed, with_logging
+from fencedlease._core.extras import check_extras
 from fencedlease._core.protocol import GrantExtras
 from fencedlease._core.shutdown import ShutdownReport
 from fencedlease._core.validate import (
@@ -29,7 +30,6 @@ from fencedlease._core.validate import (
     check_acquire,
     check_async_fn,
     check_clock,
-    check_extras,
     check_hold,
     check_ms,
     check_prefix,

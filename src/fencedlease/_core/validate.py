@@ -9,15 +9,13 @@ most runtimes accept, and keeps every value well inside Redis's own limits.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Final, Literal, NamedTuple
 
 from fencedlease._core.errors import ValidationError
 from fencedlease._core.protocol import PLAIN_GRANT, GrantExtras
 
 __all__ = [
-    "MAX_METADATA_BYTES",
-    "MAX_METADATA_ENTRIES",
     "MAX_MS",
     "MAX_SEMAPHORE_LIMIT",
     "ArgumentTypeError",
@@ -27,13 +25,11 @@ __all__ = [
     "check_backend",
     "check_callback",
     "check_clock",
-    "check_extras",
     "check_heartbeat_ms",
     "check_hold",
     "check_key",
     "check_lease_args",
     "check_limit",
-    "check_metadata",
     "check_ms",
     "check_prefix",
     "check_strict",
@@ -174,78 +170,10 @@ def check_acquire(
     )
 
 
-MAX_METADATA_ENTRIES: Final = 16
-"""The most entries a grant's ``metadata`` may hold."""
-
-MAX_METADATA_BYTES: Final = 1024
-"""The most bytes (UTF-8) a grant's ``metadata`` may hold, every name and value counted."""
-
-
-def check_metadata(value: object) -> dict[str, str]:
-    """``value`` as a plain dict of str to str (None: empty), sorted by name: at most
-    `MAX_METADATA_ENTRIES` entries, at most `MAX_METADATA_BYTES` bytes of UTF-8 in all its names
-    and values, every name non-empty.
-
-    Raises:
-        ValidationError: naming ``metadata`` and the bound it breaks (an entry's name, never its
-            value, is quoted: a value may be something its caller would not log).
-    """
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ValidationError(
-            "metadata", f"metadata must be a mapping of str to str; got {type(value).__name__}"
-        )
-    if len(value) > MAX_METADATA_ENTRIES:
-        raise ValidationError(
-            "metadata",
-            f"metadata must hold at most {MAX_METADATA_ENTRIES} entries; got {len(value)}",
-        )
-    size = 0
-    for name, text in value.items():
-        if not isinstance(name, str) or not name:
-            raise ValidationError("metadata", f"metadata names must be non-empty str; got {name!r}")
-        if not isinstance(text, str):
-            raise ValidationError(
-                "metadata",
-                f"metadata[{name!r}] must be a str; got {type(text).__name__}",
-            )
-        for part, role in ((name, "name"), (text, "value")):
-            try:
-                size += len(part.encode("utf-8"))
-            except UnicodeEncodeError:
-                raise ValidationError(
-                    "metadata", f"metadata[{name!r}]: its {role} is not encodable as UTF-8"
-                ) from None
-    if size > MAX_METADATA_BYTES:
-        raise ValidationError(
-            "metadata",
-            f"metadata must hold at most {MAX_METADATA_BYTES} bytes (UTF-8, names and values);"
-            f" got {size}",
-        )
-    return {name: str(value[name]) for name in sorted(value)}
-
-
-def check_extras(metadata: object, lock_delay_ms: object, default_delay_ms: int) -> GrantExtras:
-    """A grant's ``metadata`` (`check_metadata`) and ``lock_delay_ms`` (an int in 0..MAX_MS; None:
-    ``default_delay_ms``, the manager's); `PLAIN_GRANT` when neither is set.
-
-    Raises:
-        ValidationError: naming the argument out of bounds.
-    """
-    entries = check_metadata(metadata)
-    delay = (
-        default_delay_ms if lock_delay_ms is None else check_ms("lock_delay_ms", lock_delay_ms, 0)
-    )
-    if not entries and not delay:
-        return PLAIN_GRANT
-    return GrantExtras(entries, delay)
-
-
 class HoldArgs(NamedTuple):
     """The arguments of one ``hold``/``with_lease``, checked (see `check_hold`); ``heartbeat`` is
     the resolved renewal interval in milliseconds, or False for none; ``extras`` what the grant
-    stores beside the lease (`check_extras`)."""
+    stores beside the lease (`fencedlease._core.extras.check_extras`)."""
 
     key: str
     ttl_ms: int
@@ -267,7 +195,7 @@ def check_hold(
 ) -> HoldArgs:
     """Validate the arguments of ``hold``/``with_lease`` (both faces): those of `check_acquire`,
     then ``heartbeat_ms`` (`check_heartbeat_ms`), then ``on_renew_error`` (callable or None);
-    ``extras`` already checked (`check_extras`).
+    ``extras`` already checked (`fencedlease._core.extras.check_extras`).
 
     Raises:
         ValidationError: naming the first argument out of bounds.

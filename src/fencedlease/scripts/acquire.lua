@@ -122,14 +122,18 @@ local current, token, holder, why = lease_at(KEYS[1])
 if why then
   return refuse('lease key', KEYS[1], why)
 end
-local kind = foreign_type(grant, 'hash')
-if kind then
-  return refuse('grant details', grant, 'hold a ' .. kind .. ', not a hash')
-end
--- A lease that ended unreleased: its grant's lock-delay, while it lasts, refuses the key.
-local delayed = not current and redis.call('HEXISTS', grant, 'delay') == 1 and redis.call('PTTL', grant)
-if delayed and delayed <= 0 then
-  delayed = false
+-- A lease that ended unreleased: its grant's lock-delay, while it lasts, refuses the key (read
+-- only when the lease key is gone: a held key's polls cost nothing more).
+local delayed = false
+if not current then
+  local kind = foreign_type(grant, 'hash')
+  if kind then
+    return refuse('grant details', grant, 'hold a ' .. kind .. ', not a hash')
+  end
+  delayed = redis.call('HGET', grant, 'delay') and redis.call('PTTL', grant)
+  if delayed and delayed <= 0 then
+    delayed = false
+  end
 end
 if current or delayed then
   if delayed or holder ~= owner then
