@@ -32,7 +32,7 @@ from hypothesis.stateful import (
 from fencedlease import LeaseBackend, LeaseManager, RedisBackend
 from fencedlease._core.backend import AsyncLeaseBackend, RenewItem
 from fencedlease._core.clock import SYSTEM_CLOCK, Clock
-from fencedlease._core.protocol import AcquireReply, InspectReply, owner_fingerprint
+from fencedlease._core.protocol import AcquireReply, GrantExtras, InspectReply, owner_fingerprint
 from fencedlease._redis.keys import lease_key
 from fencedlease.backends import (
     AsyncMemoryBackend,
@@ -59,7 +59,8 @@ __all__ = [
 
 T = TypeVar("T")
 
-# Lowers the remaining TTL of one lease key as if ARGV[1] ms had passed; deletes it at 0.
+# Lowers the remaining TTL of one lease key (or its grant details) as if ARGV[1] ms had passed;
+# deletes it at 0.
 _ADVANCE_LUA = """
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl < 0 then return 0 end
@@ -104,8 +105,9 @@ def redis_store(client: redis.Redis, prefix: str = "contract") -> Store:
     pattern = lease_key(prefix, "*")
 
     def advance(ms: int) -> None:
-        for name in client.scan_iter(match=pattern):
-            if not (name.endswith(b"}") if isinstance(name, bytes) else name.endswith("}")):
+        for name in client.scan_iter(match=pattern + "*"):
+            text = name.decode() if isinstance(name, bytes) else name
+            if not text.endswith(("}", "}:grant")):
                 continue  # a ":fence" counter has no TTL and must keep its value
             script(keys=[name], args=[ms])
 
@@ -125,6 +127,13 @@ class SyncOverAsync:
 
     def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
         return self._wait(self.backend.acquire(key, owner_token, ttl_ms))
+
+    def acquire_with_extras(
+        self, key: str, owner_token: str, ttl_ms: int, extras: GrantExtras | None
+    ) -> AcquireReply:
+        grant = getattr(self.backend, "acquire_with_extras")  # noqa: B009  (optional, not typed)
+        reply: AcquireReply = self._wait(grant(key, owner_token, ttl_ms, extras))
+        return reply
 
     def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
         return self._wait(self.backend.renew(key, owner_token, ttl_ms))

@@ -24,7 +24,7 @@ from contract.harness import (
     sqlite_store,
 )
 from fencedlease import LeaseBackend
-from fencedlease._core.protocol import AcquireReply, InspectReply, owner_fingerprint
+from fencedlease._core.protocol import AcquireReply, GrantExtras, InspectReply, owner_fingerprint
 
 OWNER, OTHER = "owner-token-1", "owner-token-2"
 
@@ -297,6 +297,67 @@ def test_force_release_of_an_expired_lease_is_false(store: Store) -> None:
     store.advance(10 * tick)
     assert store.backend.force_release("k") is False
     assert store.backend.acquire("k", OWNER, 10 * tick).fencing_token == 2
+
+
+# -- metadata and lock-delay (acquire_with_extras) ------------------------------------------------
+
+HOST = {"host": "web-1", "pid": "4242"}
+
+
+def test_metadata_is_stored_with_the_grant_and_deleted_with_it(store: Store) -> None:
+    """A grant's metadata is inspected with its lease, kept by a renewal and the holder's repeat,
+    gone with a release; a later plain grant (even once the key's lease expired) shows none."""
+    tick, backend = store.tick_ms, store.backend
+    grant = getattr(backend, "acquire_with_extras")  # noqa: B009  (optional, not in the protocol)
+    assert grant("k", OWNER, 100 * tick, GrantExtras(HOST)) == AcquireReply(True, 1, 100 * tick)
+    assert backend.renew("k", OWNER, 100 * tick) == 1
+    assert grant("k", OWNER, 100 * tick, GrantExtras(HOST)).retried
+    info = backend.inspect("k")
+    assert info is not None and (info.fencing_token, info.metadata) == (1, HOST)
+    assert backend.release("k", OWNER) is True
+    assert backend.acquire("k", OTHER, 100 * tick).fencing_token == 2
+    info = backend.inspect("k")
+    assert info is not None and info.metadata == {}
+    assert grant("j", OWNER, 10 * tick, GrantExtras({"a": "b"})).fencing_token == 1
+    store.advance(10 * tick)
+    assert backend.acquire("j", OTHER, 100 * tick).fencing_token == 2
+    info = backend.inspect("j")
+    assert info is not None and info.metadata == {}
+
+
+def test_lock_delay_refuses_an_expired_key_until_it_ends(store: Store) -> None:
+    """A lease that expired unreleased keeps its key from every owner (its own included) for its
+    lock-delay past the deadline, refused with the delay left; then the next token is granted."""
+    tick, backend = store.tick_ms, store.backend
+    grant = getattr(backend, "acquire_with_extras")  # noqa: B009
+    assert grant("k", OWNER, 100 * tick, GrantExtras({}, 50 * tick)).fencing_token == 1
+    store.advance(100 * tick)
+    assert backend.inspect("k") is None
+    for owner in (OTHER, OWNER):
+        refused = backend.acquire("k", owner, 100 * tick)
+        assert (refused.acquired, refused.fencing_token) == (False, 0)
+        assert ttl_is(store, refused.ttl_ms, 50 * tick)
+    assert backend.renew("k", OWNER, 100 * tick) == 0
+    assert backend.release("k", OWNER) is False  # no lease to release: the delay stays
+    assert backend.acquire("k", OTHER, 100 * tick).acquired is False
+    store.advance(50 * tick)
+    assert backend.acquire("k", OTHER, 100 * tick) == AcquireReply(True, 2, 100 * tick)
+
+
+def test_a_release_or_force_release_ends_the_lock_delay(store: Store) -> None:
+    """A released lease frees its key at once, lock-delay or not; force_release does too for an
+    expired one."""
+    tick, backend = store.tick_ms, store.backend
+    grant = getattr(backend, "acquire_with_extras")  # noqa: B009
+    grant("k", OWNER, 100 * tick, GrantExtras({}, 500 * tick))
+    assert backend.release("k", OWNER) is True
+    assert backend.acquire("k", OTHER, 100 * tick).fencing_token == 2
+    assert backend.release("k", OTHER) is True
+    grant("k", OWNER, 10 * tick, GrantExtras({}, 500 * tick))
+    store.advance(10 * tick)
+    assert backend.acquire("k", OTHER, 100 * tick).acquired is False
+    assert backend.force_release("k") is False
+    assert backend.acquire("k", OTHER, 100 * tick).fencing_token == 4
 
 
 # -- through the manager --------------------------------------------------------------------------

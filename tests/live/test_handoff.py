@@ -41,7 +41,7 @@ pytestmark = pytest.mark.live
 class _Waiter(threading.Thread):
     """Acquires ``key`` with a bounded wait on its own manager; records when it got the lease."""
 
-    def __init__(self, leases: LeaseManager, key: str, **kwargs: int) -> None:
+    def __init__(self, leases: LeaseManager, key: str, **kwargs: Any) -> None:
         super().__init__()
         self.leases, self.key, self.kwargs = leases, key, kwargs
         self.result: AcquireResult | None = None

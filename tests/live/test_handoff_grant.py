@@ -114,7 +114,7 @@ def _subscribed(handoff: Any, key: str) -> bool:
 
 
 class _Waiter(threading.Thread):
-    def __init__(self, leases: LeaseManager, key: str, **kwargs: int) -> None:
+    def __init__(self, leases: LeaseManager, key: str, **kwargs: Any) -> None:
         super().__init__()
         self.leases, self.key, self.kwargs = leases, key, kwargs
         self.result: AcquireResult | None = None

@@ -139,18 +139,39 @@ def test_inspect_a_held_and_a_free_key(url: str, leases: LeaseManager) -> None:
     assert row == {
         "key": "job", "fencing_token": 2, "holder": lease.owner_fingerprint,
         "last_issued_token": 2, "held": True, "redis_key": f"{PREFIX}:{{job}}",
-        "semaphore": None,
+        "semaphore": None, "metadata": {},
     }  # fmt: skip
     assert lease.release()
     row = json.loads(run(url, "inspect", "job", "--json").output)
     assert row == {
         "key": "job", "fencing_token": None, "holder": None, "ttl_ms": None,
         "last_issued_token": 2, "held": False, "redis_key": f"{PREFIX}:{{job}}",
-        "semaphore": None,
+        "semaphore": None, "metadata": {},
     }  # fmt: skip
     text = run(url, "inspect", "never")
     assert text.exit_code == 0
     assert "'never' is not held" in text.output
+
+
+def test_list_and_inspect_show_the_holder_s_metadata(url: str, leases: LeaseManager) -> None:
+    """inspect and list show the metadata a grant stored (JSON and text), never the owner
+    token; a lease granted without metadata shows none."""
+    held = leases.acquire("job", ttl_ms=60_000, metadata={"host": "web-1", "pid": "4242"}).lease
+    assert held is not None
+    grant(leases, "plain")
+    row = json.loads(run(url, "inspect", "job", "--json").output)
+    assert row["metadata"] == {"host": "web-1", "pid": "4242"}
+    text = run(url, "inspect", "job")
+    assert "host=web-1" in text.output and "pid=4242" in text.output
+    document = json.loads(run(url, "list", "--json").output)
+    assert {r["key"]: r["metadata"] for r in document["leases"]} == {
+        "job": {"host": "web-1", "pid": "4242"},
+        "plain": {},
+    }
+    listing = run(url, "list")
+    assert "host=web-1" in listing.output and "pid=4242" in listing.output
+    for result in (text, listing):
+        assert held.owner_token not in result.output
 
 
 def test_list_and_inspect_show_semaphore_slots(

@@ -63,6 +63,7 @@ def test_a_private_parameter_is_left_out_of_the_signature(package: griffe.Module
             "replica_acks",
             "replica_ack_timeout_ms",
             "fencing",
+            "lock_delay_ms",
         ], face
 
 
@@ -70,7 +71,13 @@ def test_defaults_named_by_a_constant_show_its_value(package: griffe.Module) -> 
     for face in FACES:
         acquire = _method(package, face, "acquire")
         defaults = {p.name: str(p.default) for p in acquire.parameters if p.default is not None}
-        assert defaults == {"ttl_ms": "30000", "wait_ms": "0", "retry_delay_ms": "100"}
+        assert defaults == {
+            "ttl_ms": "30000",
+            "wait_ms": "0",
+            "retry_delay_ms": "100",
+            "metadata": "None",
+            "lock_delay_ms": "None",
+        }
         hold = _method(package, face, "hold")
         defaults = {p.name: str(p.default) for p in hold.parameters if p.default is not None}
         assert defaults["retry_delay_ms"] == "100"

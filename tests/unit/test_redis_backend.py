@@ -10,7 +10,7 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from fencedlease import BackendError
 from fencedlease._core.protocol import AcquireReply
-from fencedlease._redis.scripts import ACQUIRE, RELEASE, RENEW
+from fencedlease._redis.scripts import ACQUIRE, FORCE_RELEASE, RELEASE, RENEW
 from fencedlease._sync.redis_backend import RedisBackend
 
 
@@ -82,14 +82,15 @@ def test_noscript_falls_back_to_one_eval() -> None:
 
 
 def test_renew_and_force_release_arguments() -> None:
-    """renew is EVALSHA <sha> 1 <lease key> <owner> <ttl>; force_release a plain DEL."""
+    """renew is EVALSHA <sha> 1 <lease key> <owner> <ttl>; force_release one script deleting the
+    lease key and its grant details."""
     recorder = _Recorder(9)
     backend = _backend(recorder)
     assert backend.renew("k", "owner", 250) == 9
     assert backend.force_release("k") is True
     assert recorder.calls == [
         ("evalsha", RENEW.sha, 1, "app:locks:{k}", "owner", 250),
-        ("delete", "app:locks:{k}"),
+        ("evalsha", FORCE_RELEASE.sha, 2, "app:locks:{k}", "app:locks:{k}:grant"),
     ]
 
 

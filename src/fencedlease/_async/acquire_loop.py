@@ -10,7 +10,7 @@ hand-off queue's grant nobody waits for any more).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Literal
+from typing import Any, Literal
 
 from fencedlease._core.attempt import AcquireAttempt
 from fencedlease._core.backend import AsyncLeaseBackend, AsyncQueueingBackend, fencing_scope_of
@@ -18,7 +18,7 @@ from fencedlease._core.clock import Clock, marking_sends
 from fencedlease._core.decisions import AcquireEnd, WaitForRelease, acquire_steps
 from fencedlease._core.errors import ManagerClosedError
 from fencedlease._core.events import EventHook, acquire_ended, wait_ended
-from fencedlease._core.protocol import AcquireReply
+from fencedlease._core.protocol import PLAIN_GRANT, AcquireReply, GrantExtras
 from fencedlease._handoff.waiters import AsyncReleaseWaiter, WaitRequest
 
 from .lease import AsyncAcquireResult, AsyncLease
@@ -69,10 +69,16 @@ class _AsyncAcquireLoop(ABC):
         wait_ms: int,
         retry_delay_ms: int,
         heartbeat_ms: int | Literal[False] | None = None,
+        extras: GrantExtras = PLAIN_GRANT,
     ) -> AsyncAcquireResult:
         """The acquire loop; ``heartbeat_ms``: how often the caller will renew the lease (None or
-        False: ``ttl_ms // 4``), which a grant taken from a hand-off message must leave twice."""
+        False: ``ttl_ms // 4``), which a grant taken from a hand-off message must leave twice;
+        ``extras``: what the grant stores beside the lease (given to the backend's acquire as
+        ``extras`` when it is not plain, see `fencedlease._core.backend`)."""
         clock, backend, waiter = self._clock, self._backend, self._release_waiter
+        # Only a grant that stores something goes to acquire_with_extras (a backend may lack it).
+        stored = None if extras.plain else extras
+        grants: Any = backend
         attempt = AcquireAttempt(
             key, ttl_ms, wait_ms, retry_delay_ms, clock,
             fencing_scope=fencing_scope_of(backend, key), heartbeat_ms=heartbeat_ms or None,
@@ -97,6 +103,13 @@ class _AsyncAcquireLoop(ABC):
                         waited = attempt.queued
                         if self._forked:
                             self._check_open()
+                        if grant and stored is not None and not self._closed:
+                            # A grant taken from a hand-off message stored no extras: the claim
+                            # (the store's "already ours") writes them with the lease.
+                            with marking_sends(attempt.sending):
+                                grant = await grants.acquire_with_extras(
+                                    key, owner_token, ttl_ms, stored
+                                )
                         answer = self._closed or grant or False
                     else:
                         queue: tuple[str, ...] | None = None
@@ -109,11 +122,19 @@ class _AsyncAcquireLoop(ABC):
                         registered = registered or queued
                         attempt.queued = attempt.queued or queued  # a release may grant it now
                         with marking_sends(attempt.sending):  # the real send, after connecting
-                            if queue is None:
+                            if queue is None and stored is None:
                                 answer = await backend.acquire(key, owner_token, ttl_ms)
-                            elif isinstance(backend, AsyncQueueingBackend):
+                            elif queue is None:
+                                answer = await grants.acquire_with_extras(
+                                    key, owner_token, ttl_ms, stored
+                                )
+                            elif isinstance(backend, AsyncQueueingBackend) and stored is None:
                                 # queued in the same script when refused
                                 answer = await backend.acquire(key, owner_token, ttl_ms, queue)
+                            elif isinstance(backend, AsyncQueueingBackend):
+                                answer = await grants.acquire_with_extras(
+                                    key, owner_token, ttl_ms, stored, queue
+                                )
                             else:  # only a queueing backend's own waiter makes a queue
                                 raise TypeError(
                                     f"{type(backend).__name__}: a release waiter queued the"

@@ -19,6 +19,7 @@ from fencedlease._core.errors import (
     ManagerClosedError,
     NestedHoldError,
 )
+from fencedlease._core.protocol import PLAIN_GRANT, GrantExtras
 from fencedlease._core.reentry import NOT_REENTRANT, Reentry, enclosing, nest, unnest
 from fencedlease._core.validate import HoldArgs
 
@@ -51,6 +52,7 @@ class _Manager(Protocol):
         wait_ms: int,
         retry_delay_ms: int,
         heartbeat_ms: int | Literal[False] | None = None,
+        extras: GrantExtras = PLAIN_GRANT,
     ) -> AsyncAcquireResult: ...
 
     async def _release_bounded(self, lease: AsyncLease) -> bool: ...
@@ -100,7 +102,12 @@ class _Hold(AsyncWithOnly, AbstractAsyncContextManager[AsyncLease]):
             if outer is not None and not outer.lease_lost():
                 raise NestedHoldError(args.key, where=CALLER)
             result = await manager._acquire(
-                args.key, args.ttl_ms, args.wait_ms, args.retry_delay_ms, args.heartbeat
+                args.key,
+                args.ttl_ms,
+                args.wait_ms,
+                args.retry_delay_ms,
+                args.heartbeat,
+                args.extras,
             )
             lease = result.lease
             if lease is None:

@@ -136,12 +136,18 @@ class AsyncLeaseManager(AsyncWithOnly, _Releasing, _AsyncManagerBase, Operations
     [`ReplicationError`][fencedlease.ReplicationError]), and tokens that never repeat after a
     counter rolled back. Only for a Redis client or URL.
 
+    ``lock_delay_ms`` (milliseconds, default 0: none): the lock-delay of every grant that does not
+    give its own (``acquire``/``hold``/``with_lease``'s ``lock_delay_ms``): a lease that ends
+    without a release keeps its key from being granted for that long past its deadline; a
+    released one frees it at once (docs/lock-delay.md, after Chubby's lock-delay).
+
     Raises:
         ValidationError: ``prefix`` is not a non-empty str, ``renew_batch_size`` < 1, ``clock``
-            lacks ``monotonic()``/``time()``, a replication option out of bounds (or given with
-            a backend object), ``on_event`` is not a plain callable, or ``client`` is neither a
-            ``redis.asyncio.Redis`` nor a lease backend of this face (a client or backend of the
-            other face raises it as a subclass that is also a ``TypeError``).
+            lacks ``monotonic()``/``time()``, ``lock_delay_ms`` not an int in 0..2,147,483,647,
+            a replication option out of bounds (or given with a backend object), ``on_event``
+            is not a plain callable, or ``client`` is neither a ``redis.asyncio.Redis`` nor a
+            lease backend of this face (a client or backend of the other face raises it as a
+            subclass that is also a ``TypeError``).
     """
 
     _with_what = "AsyncLeaseManager"

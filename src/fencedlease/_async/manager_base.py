@@ -6,21 +6,24 @@ faces: its construction and its public calls (the acquire loop is in `acquire_lo
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Literal, TypeVar
 
 import redis.asyncio
 
 from fencedlease._core import fork as _fork
-from fencedlease._core.backend import AsyncLeaseBackend, FollowsPrimary
+from fencedlease._core.backend import AsyncLeaseBackend, FollowsPrimary, takes_extras
 from fencedlease._core.clock import SYSTEM_CLOCK, Clock
 from fencedlease._core.decisions import (
     DEFAULT_CLOSE_TIMEOUT_MS,
     DEFAULT_RETRY_DELAY_MS,
     DEFAULT_TTL_MS,
 )
+from fencedlease._core.errors import ValidationError
 from fencedlease._core.events import EventHook, check_event_hook, primary_changed, with_logging
+from fencedlease._core.extras import check_extras
+from fencedlease._core.protocol import GrantExtras
 from fencedlease._core.reentry import DEFAULT_MAX_DEPTH, NOT_REENTRANT, Reentry, check_reentry
 from fencedlease._core.shutdown import ShutdownReport
 from fencedlease._core.validate import (
@@ -70,14 +73,17 @@ class _AsyncManagerBase(_AsyncStoreCalls, _AsyncAcquireLoop, ABC):
         replica_acks: int = 0,
         replica_ack_timeout_ms: int = 100,
         fencing: Fencing = "counter",
+        lock_delay_ms: int = 0,
         _owns_client: bool = False,
     ) -> None:
         check_prefix(prefix)
+        self._lock_delay_ms = check_ms("lock_delay_ms", lock_delay_ms, 0)
         self._on_event = with_logging(check_event_hook(on_event))
         check_clock(clock)
         batch = check_ms("renew_batch_size", renew_batch_size, 1)
         grants = GrantOptions.checked(replica_acks, replica_ack_timeout_ms, fencing)
         self._backend = self._backend_for(client, prefix, _owns_client)
+        self._stores_extras = takes_extras(self._backend)
         made_here = (
             isinstance(client, (redis.asyncio.Redis, redis.asyncio.RedisCluster)) or _owns_client
         )
@@ -110,6 +116,7 @@ class _AsyncManagerBase(_AsyncStoreCalls, _AsyncAcquireLoop, ABC):
         replica_acks: int = 0,
         replica_ack_timeout_ms: int = 100,
         fencing: Fencing | None = None,
+        lock_delay_ms: int = 0,
         **kwargs: Any,
     ) -> _M:
         """A manager over the backend ``url`` names, closed with the manager: ``redis://``,
@@ -137,6 +144,7 @@ class _AsyncManagerBase(_AsyncStoreCalls, _AsyncAcquireLoop, ABC):
                 replica_acks=replica_acks,
                 replica_ack_timeout_ms=replica_ack_timeout_ms,
                 fencing=fencing,
+                lock_delay_ms=lock_delay_ms,
                 _owns_client=True,
             )
         except BaseException:
@@ -204,6 +212,8 @@ class _AsyncManagerBase(_AsyncStoreCalls, _AsyncAcquireLoop, ABC):
         ttl_ms: int = DEFAULT_TTL_MS,
         wait_ms: int = 0,
         retry_delay_ms: int = DEFAULT_RETRY_DELAY_MS,
+        metadata: Mapping[str, str] | None = None,
+        lock_delay_ms: int | None = None,
     ) -> AsyncAcquireResult:
         """Take the lease on ``key`` for ``ttl_ms`` milliseconds, with a new fencing token.
 
@@ -224,18 +234,46 @@ class _AsyncManagerBase(_AsyncStoreCalls, _AsyncAcquireLoop, ABC):
         call is cancelled (asyncio face) while an acquire of it may have landed, that owner token
         releases the key before the cancellation propagates.
 
+        ``metadata``: who holds the lease, a mapping of str to str (at most 16 entries and 1,024
+        bytes of UTF-8 in all), stored in the same atomic step as the grant, kept and deleted with
+        the lease, and shown by [`inspect`][fencedlease.aio.AsyncLeaseManager.inspect] and the
+        operator CLI's ``inspect``/``list`` (never the owner token). ``lock_delay_ms``: a lease
+        that ends without a release (it expired, or its holder lost it) keeps the key from being
+        granted for that many milliseconds after its deadline; a released lease frees the key at
+        once (None: the manager's ``lock_delay_ms``; see docs/lock-delay.md).
+
         Returns:
             [`AsyncAcquireResult`][fencedlease.aio.AsyncAcquireResult]; ``result.lease`` is None
             when not acquired.
 
         Raises:
-            ValidationError: ``key``, ``ttl_ms``, ``wait_ms`` or ``retry_delay_ms`` out of bounds.
+            ValidationError: ``key``, ``ttl_ms``, ``wait_ms``, ``retry_delay_ms``, ``metadata`` or
+                ``lock_delay_ms`` out of bounds, or ``metadata``/``lock_delay_ms`` given to a
+                backend that cannot store them.
             BackendError: the store failed; never reported as acquired.
             ManagerClosedError: the manager is closed, or was closed while the call waited.
         """
         key, ttl_ms, wait_ms, retry_delay_ms = check_acquire(key, ttl_ms, wait_ms, retry_delay_ms)
+        extras = self._extras(metadata, lock_delay_ms)
         self._check_open()
-        return await self._acquire(key, ttl_ms, wait_ms, retry_delay_ms)
+        return await self._acquire(key, ttl_ms, wait_ms, retry_delay_ms, None, extras)
+
+    def _extras(self, metadata: object, lock_delay_ms: object) -> GrantExtras:
+        """A call's metadata and lock-delay, checked (`check_extras`), the manager's lock-delay by
+        default.
+
+        Raises:
+            ValidationError: either out of bounds, or not plain for a backend that stores none.
+        """
+        extras = check_extras(metadata, lock_delay_ms, self._lock_delay_ms)
+        if not extras.plain and not self._stores_extras:
+            argument = "metadata" if extras.metadata else "lock_delay_ms"
+            raise ValidationError(
+                argument,
+                f"{argument}: {type(self._backend).__name__} stores no metadata nor lock-delay"
+                " (its acquire takes no extras)",
+            )
+        return extras
 
     def hold(
         self,
@@ -248,12 +286,16 @@ class _AsyncManagerBase(_AsyncStoreCalls, _AsyncAcquireLoop, ABC):
         on_renew_error: Callable[[BaseException], object] | None = None,
         reentrant: bool = False,
         max_depth: int = DEFAULT_MAX_DEPTH,
+        metadata: Mapping[str, str] | None = None,
+        lock_delay_ms: int | None = None,
     ) -> AbstractAsyncContextManager[AsyncLease]:
         """Hold the lease on ``key`` for the ``async with`` block, renewed in the background.
 
         Acquires as [`acquire`][fencedlease.aio.AsyncLeaseManager.acquire] does, renews every
         ``heartbeat_ms`` (default ``max(1, ttl_ms // 4)``; an explicit value must be at most
         ``ttl_ms // 2``; ``False``: no renewal) while the block runs, then releases.
+        ``metadata`` and ``lock_delay_ms``: as for
+        [`acquire`][fencedlease.aio.AsyncLeaseManager.acquire].
         ``on_renew_error(exc)`` is called (by the renewer: its thread, or its task, so it must not
         block) for each failed renewal round trip: telemetry, not a loss. An ``Exception`` the hook
         raises is logged and renewal goes on; anything else it raises (``KeyboardInterrupt``,
@@ -300,8 +342,9 @@ class _AsyncManagerBase(_AsyncStoreCalls, _AsyncAcquireLoop, ABC):
                 reply in time (the lease lapses at its TTL).
             ManagerClosedError: the manager is closed, or was closed while the call waited.
         """
+        extras = self._extras(metadata, lock_delay_ms)
         return self._hold(
-            check_hold(key, ttl_ms, wait_ms, retry_delay_ms, heartbeat_ms, on_renew_error),
+            check_hold(key, ttl_ms, wait_ms, retry_delay_ms, heartbeat_ms, on_renew_error, extras),
             check_reentry(reentrant, max_depth),
         )
 
@@ -315,6 +358,8 @@ class _AsyncManagerBase(_AsyncStoreCalls, _AsyncAcquireLoop, ABC):
         retry_delay_ms: int = DEFAULT_RETRY_DELAY_MS,
         heartbeat_ms: int | Literal[False] | None = None,
         on_renew_error: Callable[[BaseException], object] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        lock_delay_ms: int | None = None,
     ) -> AsyncLeaseOutcome[T]:
         """Run ``fn(lease)`` under the lease on ``key``, as
         [`hold`][fencedlease.aio.AsyncLeaseManager.hold] does (in the caller's thread or task; on
@@ -338,5 +383,8 @@ class _AsyncManagerBase(_AsyncStoreCalls, _AsyncAcquireLoop, ABC):
                 also a ``TypeError``).
         """
         check_async_fn(fn)
-        args = check_hold(key, ttl_ms, wait_ms, retry_delay_ms, heartbeat_ms, on_renew_error)
+        extras = self._extras(metadata, lock_delay_ms)
+        args = check_hold(
+            key, ttl_ms, wait_ms, retry_delay_ms, heartbeat_ms, on_renew_error, extras
+        )
         return await self._with_lease(args.key, fn, self._hold(args))

@@ -37,7 +37,6 @@ __all__ = [
 CLIENT_COMMANDS: Final[tuple[str, ...]] = (
     "EVALSHA",  # every lease operation, hand-off queueing and fenced resource access
     "EVAL",  # the same script once more after NOSCRIPT (SCRIPT FLUSH, a restart)
-    "DEL",  # force_release
     "HGET",  # RedisFencedResource.last_token
     "PUBLISH",  # waking the manager's own hand-off listener
     "SUBSCRIBE",  # the hand-off listener

@@ -26,6 +26,15 @@ argument, ``queue``, and queues the caller in the same atomic step when the key 
 and only arguments its own waiter made; the memory and SQLite backends do not queue (their
 callers poll), so their ``acquire`` is never given one.
 
+Storing extras (optional): a backend that offers ``acquire_with_extras(key, owner_token,
+ttl_ms, extras[, queue])`` (``extras`` a `GrantExtras`, the grant's ``metadata`` and
+``lock_delay_ms``, or None) acquires as ``acquire`` does and stores them in the same atomic step
+as the grant, returns the metadata from ``inspect`` (`InspectReply.metadata`), deletes it with the
+lease, and keeps a key whose lease ended without a release from being granted until
+``lock_delay_ms`` after its deadline (a release, by its holder or ``force_release``, frees the key
+at once). Every backend of this library does; the managers call it only for a grant that is not
+plain, and refuse metadata or a lock-delay for a backend without it (`takes_extras`).
+
 Following a failover (optional): a backend that sees its Redis primary change offers a
 settable ``on_primary_switch`` (`FollowsPrimary`); the managers set it to renew every lease at
 once on the new primary. The memory and SQLite backends have no primary to follow.
@@ -49,6 +58,7 @@ __all__ = [
     "Releases",
     "RenewItem",
     "fencing_scope_of",
+    "takes_extras",
 ]
 
 RenewItem = tuple[str, str, int]
@@ -73,6 +83,12 @@ def fencing_scope_of(backend: object, key: str) -> str | None:
             "not a non-empty str"
         )
     return scope
+
+
+def takes_extras(backend: object) -> bool:
+    """Whether ``backend`` offers ``acquire_with_extras`` (see "Storing extras" in the module
+    docstring). No I/O."""
+    return callable(getattr(backend, "acquire_with_extras", None))
 
 
 class Releases(Protocol):

@@ -7,17 +7,25 @@ scripts, reply decoding, errors) is in `fencedlease._redis`.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+from collections.abc import Mapping
 from typing import Final
 
 import attrs
 
+from fencedlease._core.errors import BackendError
+
 __all__ = [
     "MAX_FENCING_TOKEN",
+    "PLAIN_GRANT",
     "AcquireReply",
+    "GrantExtras",
     "InspectReply",
+    "metadata_json",
     "new_owner_token",
     "owner_fingerprint",
+    "stored_metadata",
 ]
 
 MAX_FENCING_TOKEN: Final = 2**63 - 1
@@ -63,15 +71,62 @@ class AcquireReply:
 
 
 @attrs.frozen
+class GrantExtras:
+    """What a grant stores beside the lease, both checked by `fencedlease._core.validate`:
+    ``metadata`` (who holds it: str to str, returned by ``inspect``, stored and deleted with the
+    lease) and ``lock_delay_ms`` (milliseconds past the lease's deadline during which a lease that
+    ended without a release keeps its key from being granted; 0: none). `PLAIN_GRANT`: neither,
+    the common grant, which a backend is given as None."""
+
+    metadata: Mapping[str, str] = attrs.field(factory=dict)
+    lock_delay_ms: int = 0
+
+    @property
+    def plain(self) -> bool:
+        """Whether the grant stores nothing beside the lease."""
+        return not self.metadata and not self.lock_delay_ms
+
+
+PLAIN_GRANT: Final = GrantExtras()
+"""A grant with no metadata and no lock-delay."""
+
+
+@attrs.frozen
 class InspectReply:
     """A lease as stored: its token, remaining TTL in ms, owner fingerprint and the counter; for
     Redis, the replication id of the primary that answered and of the one it was promoted from
-    (None: never promoted, or a store without replication)."""
+    (None: never promoted, or a store without replication); the grant's ``metadata`` (empty:
+    none)."""
 
     fencing_token: int
     ttl_ms: int
     owner_fingerprint: str
     last_issued_token: int | None
+    metadata: Mapping[str, str] = attrs.field(factory=dict)
     # Not compared: what the store says about itself, not about the lease.
     primary_id: str | None = attrs.field(default=None, eq=False)
     promoted_from: str | None = attrs.field(default=None, eq=False)
+
+
+def metadata_json(metadata: Mapping[str, str]) -> str:
+    """``metadata`` as the stores keep it: a compact JSON object, names sorted."""
+    return json.dumps(dict(metadata), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def stored_metadata(value: object, what: str) -> dict[str, str]:
+    """Metadata read back from a store (`metadata_json`'s text, str or bytes).
+
+    Raises:
+        BackendError: not a JSON object of str to str; ``what`` names the read (the text is not
+            quoted).
+    """
+    try:
+        text = value.decode("utf-8") if isinstance(value, bytes) else value
+        decoded = json.loads(text) if isinstance(text, str) else None
+    except ValueError:  # UnicodeDecodeError and json's errors alike
+        decoded = None
+    if not isinstance(decoded, dict) or not all(
+        isinstance(name, str) and isinstance(text, str) for name, text in decoded.items()
+    ):
+        raise BackendError(f"{what}: the stored metadata is not a JSON object of str to str")
+    return decoded

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Final, Literal, NamedTuple
 
 from fencedlease._core.errors import ValidationError
+from fencedlease._core.protocol import PLAIN_GRANT, GrantExtras
 
 __all__ = [
     "MAX_MS",
@@ -171,7 +172,8 @@ def check_acquire(
 
 class HoldArgs(NamedTuple):
     """The arguments of one ``hold``/``with_lease``, checked (see `check_hold`); ``heartbeat`` is
-    the resolved renewal interval in milliseconds, or False for none."""
+    the resolved renewal interval in milliseconds, or False for none; ``extras`` what the grant
+    stores beside the lease (`fencedlease._core.extras.check_extras`)."""
 
     key: str
     ttl_ms: int
@@ -179,6 +181,7 @@ class HoldArgs(NamedTuple):
     retry_delay_ms: int
     heartbeat: int | Literal[False]
     on_renew_error: Callable[[BaseException], object] | None
+    extras: GrantExtras = PLAIN_GRANT
 
 
 def check_hold(
@@ -188,9 +191,11 @@ def check_hold(
     retry_delay_ms: object,
     heartbeat_ms: object,
     on_renew_error: object,
+    extras: GrantExtras = PLAIN_GRANT,
 ) -> HoldArgs:
     """Validate the arguments of ``hold``/``with_lease`` (both faces): those of `check_acquire`,
-    then ``heartbeat_ms`` (`check_heartbeat_ms`), then ``on_renew_error`` (callable or None).
+    then ``heartbeat_ms`` (`check_heartbeat_ms`), then ``on_renew_error`` (callable or None);
+    ``extras`` already checked (`fencedlease._core.extras.check_extras`).
 
     Raises:
         ValidationError: naming the first argument out of bounds.
@@ -198,7 +203,7 @@ def check_hold(
     key, ttl, wait, retry = check_acquire(key, ttl_ms, wait_ms, retry_delay_ms)
     heartbeat = check_heartbeat_ms(heartbeat_ms, ttl)
     hook = check_callback(on_renew_error, "on_renew_error")
-    return HoldArgs(key, ttl, wait, retry, heartbeat, hook)
+    return HoldArgs(key, ttl, wait, retry, heartbeat, hook, extras)
 
 
 def check_callback(value: object, argument: str) -> Callable[..., object] | None:

@@ -7,6 +7,7 @@ both faces).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 
 import attrs
@@ -174,7 +175,9 @@ class LeaseView:
 @attrs.frozen
 class LeaseInfo:
     """A lease as the store holds it: ``fencing_token``, ``ttl_ms`` remaining (milliseconds),
-    ``owner_fingerprint`` (not the secret owner token), ``last_issued_token`` (the counter).
+    ``owner_fingerprint`` (not the secret owner token), ``last_issued_token`` (the counter),
+    ``metadata`` (what the holder said of itself when it was granted the lease, ``metadata=`` of
+    ``acquire``/``hold``/``with_lease``: str to str; empty when it said nothing).
 
     On Redis also ``primary_id``, the replication id of the primary that answered, and
     ``promoted_from``, the id of the primary it was promoted from when it was a replica once
@@ -191,6 +194,7 @@ class LeaseInfo:
     # Not compared (nor hashed): facts about the store's primary, not about the lease.
     primary_id: str | None = attrs.field(default=None, eq=False)
     promoted_from: str | None = attrs.field(default=None, eq=False)
+    metadata: Mapping[str, str] = attrs.field(factory=dict)
 
     @classmethod
     def from_reply(cls, key: str, reply: InspectReply | None) -> LeaseInfo | None:
@@ -205,4 +209,5 @@ class LeaseInfo:
             last_issued_token=reply.last_issued_token,
             primary_id=reply.primary_id,
             promoted_from=reply.promoted_from,
+            metadata=dict(reply.metadata),
         )

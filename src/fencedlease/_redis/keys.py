@@ -9,6 +9,7 @@ Key layout. Every Redis key and channel of one name starts with the same *base*
 | ``<base>:fence`` | the lease's fencing counter (no TTL, never deleted) |
 | ``<base>:waiters`` | the hand-off queue (sorted set) |
 | ``<base>:waiters:meta`` | the queued waiters' details (hash) |
+| ``<base>:grant`` | a grant's metadata and lock-delay (hash), lock-delay past the lease |
 | ``<base>:handoff:<listener id>`` | the hand-off pub/sub channel of one manager's waiters |
 | ``<base>:resource`` | a ``RedisFencedResource``'s data |
 | ``<base>:resource:fence`` | a ``RedisFencedResource``'s fence state (hash) |
@@ -43,6 +44,7 @@ from typing import Final
 
 import attrs
 
+from fencedlease._core.protocol import GrantExtras, metadata_json
 from fencedlease._core.validate import check_key, check_prefix
 
 __all__ = [
@@ -51,6 +53,8 @@ __all__ = [
     "enqueue_args",
     "escape_name",
     "fence_key",
+    "grant_args",
+    "grant_key",
     "handoff_channel",
     "key_base",
     "lease_key",
@@ -102,6 +106,23 @@ def waiters_key(prefix: str, key: str) -> str:
 def waiters_meta_key(prefix: str, key: str) -> str:
     """The hash of the queued waiters' deadlines: ``<base>:waiters:meta``."""
     return key_base(prefix, key) + ":waiters:meta"
+
+
+def grant_key(prefix: str, key: str) -> str:
+    """The hash of the grant details of ``key``'s lease (metadata, lock-delay): ``<base>:grant``.
+    The lease scripts name it from the lease key (``KEYS[1] .. ':grant'``), in its hash slot."""
+    return key_base(prefix, key) + ":grant"
+
+
+def grant_args(queue: Sequence[str], extras: GrantExtras | None) -> tuple[str, ...]:
+    """``acquire.lua``'s ARGV after its ask for the primary: the queueing arguments ``queue``,
+    then, for a grant with ``extras``, its metadata and lock-delay as ARGV[9] and ARGV[10]
+    (``queue`` padded to its four places with ``''``)."""
+    if extras is None or extras.plain:
+        return tuple(queue)
+    padded = (*queue, *([""] * (4 - len(queue))))
+    metadata = metadata_json(extras.metadata) if extras.metadata else ""
+    return (*padded, metadata, str(extras.lock_delay_ms))
 
 
 def handoff_channel(prefix: str, key: str, listener: str = "") -> str:

@@ -19,6 +19,7 @@ from fencedlease._core.protocol import (
     AcquireReply,
     InspectReply,
     owner_fingerprint,
+    stored_metadata,
 )
 
 __all__ = [
@@ -313,18 +314,26 @@ def split_value(value: object, what: str = "lease value") -> tuple[int, str]:
 
 
 def decode_inspect(reply: object, key: str = "?") -> InspectReply | None:
-    """Decode the inspect script's ``[value, pttl, counter, primary, previous]`` reply (or the
-    first three); None when no lease is held.
+    """Decode the inspect script's ``[value, pttl, counter, primary, previous, grant_token,
+    metadata]`` reply (or the first three, or five); None when no lease is held. The metadata is
+    the lease's only when ``grant_token`` is its token (else an older grant's: none).
 
     Raises:
         BackendError: a malformed lease value or counter (the message names the key), or a reply
             of another shape.
     """
     what = f"inspect {key!r}"
-    value, pttl, counter, primary, previous = _shape(reply, 3, what, longer=5)
+    if isinstance(reply, (list, tuple)) and len(reply) == 5:
+        reply = [*reply, None, None]
+    value, pttl, counter, primary, previous, grant_token, metadata = _shape(
+        reply, 3, what, longer=7
+    )
     if value is None or value is False:
         return None
     token, owner = split_value(value, f"{what}: the lease key")
+    ours = metadata not in (None, False) and grant_token not in (None, False)
+    if ours and parse_token(grant_token, f"{what}: the grant details' token") != token:
+        ours = False
     return InspectReply(
         fencing_token=token,
         ttl_ms=_int(pttl, what),
@@ -334,4 +343,5 @@ def decode_inspect(reply: object, key: str = "?") -> InspectReply | None:
         else parse_token(counter, f"{what}: the fencing counter", minimum=0),
         primary_id=_replid(primary, what),
         promoted_from=_replid(previous, what),
+        metadata=stored_metadata(metadata, what) if ours else {},
     )

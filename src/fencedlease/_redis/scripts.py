@@ -155,6 +155,7 @@ RENEW: Final = Script.load("renew", "lease_common", "renew")
 RENEW_MANY: Final = Script.load("renew_many", "lease_common", "renew_many")
 RELEASE: Final = Script.load("release", "lease_common", "release")
 INSPECT: Final = Script.load("inspect")
+FORCE_RELEASE: Final = Script.load("force_release")
 ENQUEUE: Final = Script.load("enqueue", "lease_common", "enqueue")
 # The semaphore's scripts (fencedlease._async.semaphore_stores): semaphore_common.lua after
 # lease_common.

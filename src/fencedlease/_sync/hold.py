@@ -22,6 +22,7 @@ from fencedlease._core.errors import (
     ManagerClosedError,
     NestedHoldError,
 )
+from fencedlease._core.protocol import PLAIN_GRANT, GrantExtras
 from fencedlease._core.reentry import NOT_REENTRANT, Reentry, enclosing, nest, unnest
 from fencedlease._core.validate import HoldArgs
 
@@ -54,6 +55,7 @@ class _Manager(Protocol):
         wait_ms: int,
         retry_delay_ms: int,
         heartbeat_ms: int | Literal[False] | None = None,
+        extras: GrantExtras = PLAIN_GRANT,
     ) -> AcquireResult: ...
 
     def _release_bounded(self, lease: Lease) -> bool: ...
@@ -103,7 +105,12 @@ class _Hold(WithOnly, AbstractContextManager[Lease]):
             if outer is not None and not outer.lease_lost():
                 raise NestedHoldError(args.key, where=CALLER)
             result = manager._acquire(
-                args.key, args.ttl_ms, args.wait_ms, args.retry_delay_ms, args.heartbeat
+                args.key,
+                args.ttl_ms,
+                args.wait_ms,
+                args.retry_delay_ms,
+                args.heartbeat,
+                args.extras,
             )
             lease = result.lease
             if lease is None:

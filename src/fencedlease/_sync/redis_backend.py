@@ -19,7 +19,7 @@ from typing import Any, cast
 
 import redis
 
-from fencedlease._core.protocol import AcquireReply, InspectReply
+from fencedlease._core.protocol import AcquireReply, GrantExtras, InspectReply
 from fencedlease._core.validate import check_prefix
 from fencedlease._redis.errors import (
     STORE_ERRORS,
@@ -29,7 +29,14 @@ from fencedlease._redis.errors import (
     store_error,
 )
 from fencedlease._redis.eviction import EvictionCheck
-from fencedlease._redis.keys import fence_key, lease_key, lease_keys, renew_many_args
+from fencedlease._redis.keys import (
+    fence_key,
+    grant_args,
+    grant_key,
+    lease_key,
+    lease_keys,
+    renew_many_args,
+)
 from fencedlease._redis.replication import Fencing, GrantOptions, PrimaryWatch
 from fencedlease._redis.replies import (
     decode_acquire,
@@ -40,6 +47,7 @@ from fencedlease._redis.replies import (
 )
 from fencedlease._redis.scripts import (
     ACQUIRE,
+    FORCE_RELEASE,
     INSPECT,
     RELEASE,
     RENEW,
@@ -223,7 +231,20 @@ class RedisBackend(ConfirmedCalls):
         # queue: the hand-off's queueing arguments of a caller that waits when refused
         # (Handoff.queue_args: wait_ms, grace_ms, listener id, flag), which the same script
         # then queues: no queueing round trip follows.
+        return self.acquire_with_extras(key, owner_token, ttl_ms, None, queue)
+
+    def acquire_with_extras(
+        self,
+        key: str,
+        owner_token: str,
+        ttl_ms: int,
+        extras: GrantExtras | None,
+        queue: Sequence[str] = (),
+    ) -> AcquireReply:
+        """`acquire`, the grant storing ``extras`` (its metadata and lock-delay; None: none) in
+        the same script (`grant_args`; see `fencedlease._core.backend`)."""
         what = f"acquire {key!r}"
+        queue = grant_args(queue, extras)
         try:
             reply, acks, doubt = self._acquire_reply(key, owner_token, ttl_ms, queue)
         except STORE_ERRORS as exc:
@@ -304,8 +325,9 @@ class RedisBackend(ConfirmedCalls):
         return decode_inspect(reply, key)
 
     def force_release(self, key: str) -> bool:
+        keys = (lease_key(self.prefix, key), grant_key(self.prefix, key))
         with backend_errors(f"force_release {key!r}"):
-            return bool(self.client.delete(lease_key(self.prefix, key)))
+            return bool(run_script(self.client, FORCE_RELEASE, keys, ()))
 
     def _open(self) -> bool:
         """Whether `close` has not been called: a command whose connection broke is sent once

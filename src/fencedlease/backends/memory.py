@@ -4,14 +4,15 @@ twin.
 For unit tests and for threads of one process. Nothing is shared with other processes and nothing
 survives the process. Expiry is read on the injected clock's ``monotonic()`` (milliseconds, whole),
 so a [`FakeClock`][fencedlease.testing.FakeClock] makes it deterministic: a lease acquired with
-``ttl_ms=100`` is held while less than 100 ms have passed and free from the 100th millisecond on.
+``ttl_ms=100`` is held while less than 100 ms have passed and free from the 100th millisecond on
+(with ``lock_delay_ms=50`` and no release: from the 150th).
 """
 
 from __future__ import annotations
 
 import secrets
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from fencedlease._core.backend import RenewItem
@@ -20,6 +21,7 @@ from fencedlease._core.errors import BackendError
 from fencedlease._core.protocol import (
     MAX_FENCING_TOKEN,
     AcquireReply,
+    GrantExtras,
     InspectReply,
     owner_fingerprint,
 )
@@ -34,14 +36,29 @@ T = TypeVar("T")
 
 
 class _Held:
-    """One stored lease: its fencing token, owner token (secret) and expiry in clock ms."""
+    """One stored lease: its fencing token, owner token (secret), expiry in clock ms, metadata and
+    lock-delay (ms past the expiry during which, unreleased, it still blocks the key)."""
 
-    __slots__ = ("expires_ms", "fencing_token", "owner_token")
+    __slots__ = ("expires_ms", "fencing_token", "lock_delay_ms", "metadata", "owner_token")
 
-    def __init__(self, fencing_token: int, owner_token: str, expires_ms: int) -> None:
+    def __init__(
+        self,
+        fencing_token: int,
+        owner_token: str,
+        expires_ms: int,
+        extras: GrantExtras | None = None,
+    ) -> None:
         self.fencing_token = fencing_token
         self.owner_token = owner_token
         self.expires_ms = expires_ms
+        self.metadata: Mapping[str, str] = {}
+        self.lock_delay_ms = 0
+        self.store(extras)
+
+    def store(self, extras: GrantExtras | None) -> None:
+        """Keep ``extras`` (None: the plain grant's, none)."""
+        if extras is not None:
+            self.metadata, self.lock_delay_ms = dict(extras.metadata), extras.lock_delay_ms
 
 
 class MemoryBackend:
@@ -93,21 +110,34 @@ class MemoryBackend:
         return fn(*args)
 
     def _live(self, key: str, now_ms: int) -> _Held | None:
-        """The unexpired lease on ``key`` (dropping an expired one); call with the lock held."""
+        """The unexpired lease on ``key`` (dropping an expired one once its lock-delay is over);
+        call with the lock held."""
         held = self._leases.get(key)
         if held is not None and now_ms >= held.expires_ms:
-            del self._leases[key]
+            if now_ms >= held.expires_ms + held.lock_delay_ms:
+                del self._leases[key]
             return None
         return held
 
     def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
         """Grant ``key`` to ``owner_token`` for ``ttl_ms`` milliseconds if it is free, with the next
         fencing token; if ``owner_token`` holds it already, reset its TTL and return the same token
-        (``retried=True``); else change nothing and report the holder's remaining TTL in ms."""
+        (``retried=True``); else change nothing and report the holder's remaining TTL in ms (of
+        an expired lease still in its lock-delay: the delay left)."""
+        return self.acquire_with_extras(key, owner_token, ttl_ms, None)
+
+    def acquire_with_extras(
+        self, key: str, owner_token: str, ttl_ms: int, extras: GrantExtras | None
+    ) -> AcquireReply:
+        """[`acquire`][fencedlease.MemoryBackend.acquire], the grant storing ``extras`` (its
+        metadata and lock-delay; None: none) with the lease (see `fencedlease._core.backend`)."""
         check_lease_args(key, owner_token, ttl_ms)
         with self._lock:
             now, start = clock_ms(self._clock.monotonic())
             held = self._live(key, now)
+            ended = self._leases.get(key)
+            if held is None and ended is not None:  # expired, unreleased: its lock-delay
+                return AcquireReply(False, 0, ended.expires_ms + ended.lock_delay_ms - now)
             if held is None:
                 last = self._counters.get(key, 0)
                 if last >= MAX_FENCING_TOKEN:
@@ -116,10 +146,11 @@ class MemoryBackend:
                     )
                 token = last + 1
                 self._counters[key] = token
-                self._leases[key] = _Held(token, owner_token, start + ttl_ms)
+                self._leases[key] = _Held(token, owner_token, start + ttl_ms, extras)
                 return AcquireReply(True, token, ttl_ms)
             if held.owner_token == owner_token:
                 held.expires_ms = start + ttl_ms
+                held.store(extras)
                 return AcquireReply(True, held.fencing_token, ttl_ms, retried=True)
             return AcquireReply(False, 0, held.expires_ms - now)
 
@@ -180,18 +211,17 @@ class MemoryBackend:
                 ttl_ms=held.expires_ms - now,
                 owner_fingerprint=owner_fingerprint(held.owner_token),
                 last_issued_token=self._counters.get(key),
+                metadata=dict(held.metadata),
             )
 
     def force_release(self, key: str) -> bool:
-        """Delete the lease on ``key`` whoever holds it; return whether an unexpired one existed.
-        The fencing counter is kept."""
+        """Delete the lease on ``key`` whoever holds it, and end a lock-delay; return whether an
+        unexpired lease existed. The fencing counter is kept."""
         check_key(key)
         with self._lock:
             held = self._live(key, clock_ms(self._clock.monotonic())[0])
-            if held is None:
-                return False
-            del self._leases[key]
-            return True
+            self._leases.pop(key, None)
+            return held is not None
 
     def close(self) -> None:
         """Nothing to release; the leases stay readable (a memory store has no connection)."""
@@ -230,6 +260,12 @@ class AsyncMemoryBackend:
     async def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
         """As [`MemoryBackend.acquire`][fencedlease.MemoryBackend.acquire]."""
         return self.sync.acquire(key, owner_token, ttl_ms)
+
+    async def acquire_with_extras(
+        self, key: str, owner_token: str, ttl_ms: int, extras: GrantExtras | None
+    ) -> AcquireReply:
+        """As `MemoryBackend.acquire_with_extras`."""
+        return self.sync.acquire_with_extras(key, owner_token, ttl_ms, extras)
 
     async def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
         """As [`MemoryBackend.renew`][fencedlease.MemoryBackend.renew]."""

@@ -12,7 +12,13 @@ Layout: two tables, shared by every prefix (the prefix is a column):
 ```
 fencedlease_leases(prefix, key, fencing_token, owner_token, expires_ms)   -- one row per lease
 fencedlease_fences(prefix, key, last_token)     -- the fencing counter; never deleted
+fencedlease_grants(prefix, key, fencing_token, metadata, lock_delay_ms)   -- a grant's extras
 ```
+
+A grant with metadata or a lock-delay has a ``fencedlease_grants`` row, valid only while its
+``fencing_token`` is the lease row's (a newer grant replaces it, a release deletes it); an
+expired lease row whose grant has ``lock_delay_ms`` keeps the key from being granted until
+``expires_ms + lock_delay_ms``.
 
 Time: ``expires_ms`` is wall-clock milliseconds since the epoch, read from ``clock.time()``,
 because the wall clock is the only clock two processes share (``time.monotonic`` counts from an
@@ -43,8 +49,11 @@ from fencedlease._core.errors import BackendError, ValidationError
 from fencedlease._core.protocol import (
     MAX_FENCING_TOKEN,
     AcquireReply,
+    GrantExtras,
     InspectReply,
+    metadata_json,
     owner_fingerprint,
+    stored_metadata,
 )
 from fencedlease._core.validate import (
     check_clock,
@@ -76,6 +85,14 @@ _SCHEMA: Final = (
         prefix TEXT NOT NULL,
         key TEXT NOT NULL,
         last_token INTEGER NOT NULL,
+        PRIMARY KEY (prefix, key)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS fencedlease_grants (
+        prefix TEXT NOT NULL,
+        key TEXT NOT NULL,
+        fencing_token INTEGER NOT NULL,
+        metadata TEXT NOT NULL,
+        lock_delay_ms INTEGER NOT NULL,
         PRIMARY KEY (prefix, key)
     ) WITHOUT ROWID""",
 )
@@ -165,17 +182,29 @@ class SqliteBackend:
         return clock_ms(self._clock.time())[0]
 
     def acquire(self, key: str, owner_token: str, ttl_ms: int) -> AcquireReply:
-        """Grant ``key`` to ``owner_token`` for ``ttl_ms`` milliseconds if it is free (or expired),
-        with the next fencing token; if ``owner_token`` holds it already, reset its TTL and return
-        the same token (``retried=True``); else change nothing and report the holder's remaining
-        TTL in ms. One transaction."""
+        """Grant ``key`` to ``owner_token`` for ``ttl_ms`` milliseconds if it is free (or expired,
+        past its lock-delay), with the next fencing token; if ``owner_token`` holds it already,
+        reset its TTL and return the same token (``retried=True``); else change nothing and report
+        the holder's remaining TTL in ms (of an expired lease in its lock-delay: the delay left).
+        One transaction."""
+        return self.acquire_with_extras(key, owner_token, ttl_ms, None)
+
+    def acquire_with_extras(
+        self, key: str, owner_token: str, ttl_ms: int, extras: GrantExtras | None
+    ) -> AcquireReply:
+        """[`acquire`][fencedlease.SqliteBackend.acquire], the grant storing ``extras`` (its
+        metadata and lock-delay; None: none) in the same transaction (see
+        `fencedlease._core.backend`)."""
         check_lease_args(key, owner_token, ttl_ms)
         prefix = self.prefix
         with self._transaction(f"acquire {key!r}") as conn:
             now, start = clock_ms(self._clock.time())
             row = conn.execute(
-                "SELECT fencing_token, owner_token, expires_ms FROM fencedlease_leases"
-                " WHERE prefix = ? AND key = ?",
+                # the grant row counts only while it is this lease row's grant's
+                "SELECT l.fencing_token, l.owner_token, l.expires_ms, g.lock_delay_ms"
+                " FROM fencedlease_leases AS l LEFT JOIN fencedlease_grants AS g"
+                " ON g.prefix = l.prefix AND g.key = l.key AND g.fencing_token = l.fencing_token"
+                " WHERE l.prefix = ? AND l.key = ?",
                 (prefix, key),
             ).fetchone()
             if row is not None and now < row[2]:
@@ -185,8 +214,11 @@ class SqliteBackend:
                         (start + ttl_ms, prefix, key),
                     )
                     token = stored_token(row[0], f"acquire {key!r}: the lease's fencing_token")
+                    self._store_extras(conn, key, token, extras)
                     return AcquireReply(True, token, ttl_ms, retried=True)
                 return AcquireReply(False, 0, int(row[2]) - now)
+            if row is not None and row[3] and now < int(row[2]) + int(row[3]):
+                return AcquireReply(False, 0, int(row[2]) + int(row[3]) - now)
             counter = conn.execute(
                 "SELECT last_token FROM fencedlease_fences WHERE prefix = ? AND key = ?",
                 (prefix, key),
@@ -209,7 +241,22 @@ class SqliteBackend:
                 " (prefix, key, fencing_token, owner_token, expires_ms) VALUES (?, ?, ?, ?, ?)",
                 (prefix, key, token, owner_token, start + ttl_ms),
             )
+            self._store_extras(conn, key, token, extras)
             return AcquireReply(True, token, ttl_ms)
+
+    def _store_extras(
+        self, conn: sqlite3.Connection, key: str, token: int, extras: GrantExtras | None
+    ) -> None:
+        """Keep the grant row of ``key``'s grant ``token`` (None: the plain grant's, none).
+
+        A plain grant leaves an older grant's row: its token no longer matches the lease's, so it
+        counts for nothing, and the next grant with extras replaces it."""
+        if extras is not None:
+            conn.execute(
+                "INSERT OR REPLACE INTO fencedlease_grants"
+                " (prefix, key, fencing_token, metadata, lock_delay_ms) VALUES (?, ?, ?, ?, ?)",
+                (self.prefix, key, token, metadata_json(extras.metadata), extras.lock_delay_ms),
+            )
 
     def _renew(self, conn: sqlite3.Connection, key: str, owner_token: str, ttl_ms: int) -> int:
         now, start = clock_ms(self._clock.time())
@@ -271,7 +318,13 @@ class SqliteBackend:
                 " WHERE prefix = ? AND key = ? AND owner_token = ? AND expires_ms > ?",
                 (self.prefix, key, owner_token, self._now()),
             )
-            return cursor.rowcount == 1
+            if cursor.rowcount != 1:
+                return False
+            # A release frees the key at once: no lock-delay outlives it.
+            conn.execute(
+                "DELETE FROM fencedlease_grants WHERE prefix = ? AND key = ?", (self.prefix, key)
+            )
+            return True
 
     def inspect(self, key: str) -> InspectReply | None:
         """The unexpired lease on ``key`` (token, remaining TTL in ms, owner fingerprint, last
@@ -281,9 +334,10 @@ class SqliteBackend:
         with self._transaction(f"inspect {key!r}", write=False) as conn:
             now = self._now()
             row = conn.execute(
-                "SELECT l.fencing_token, l.expires_ms, l.owner_token, f.last_token"
+                "SELECT l.fencing_token, l.expires_ms, l.owner_token, f.last_token, g.metadata"
                 " FROM fencedlease_leases AS l LEFT JOIN fencedlease_fences AS f"
-                " ON f.prefix = l.prefix AND f.key = l.key"
+                " ON f.prefix = l.prefix AND f.key = l.key LEFT JOIN fencedlease_grants AS g"
+                " ON g.prefix = l.prefix AND g.key = l.key AND g.fencing_token = l.fencing_token"
                 " WHERE l.prefix = ? AND l.key = ? AND l.expires_ms > ?",
                 (self.prefix, key, now),
             ).fetchone()
@@ -296,6 +350,7 @@ class SqliteBackend:
             last_issued_token=None
             if row[3] is None
             else stored_token(row[3], f"inspect {key!r}: the fencing counter", minimum=0),
+            metadata={} if row[4] is None else stored_metadata(row[4], f"inspect {key!r}"),
         )
 
     def force_release(self, key: str) -> bool:
@@ -307,9 +362,13 @@ class SqliteBackend:
                 "DELETE FROM fencedlease_leases WHERE prefix = ? AND key = ? AND expires_ms > ?",
                 (self.prefix, key, self._now()),
             ).rowcount
-            # An expired row is gone as far as anyone can tell; tidy it away too.
+            # An expired row is gone as far as anyone can tell; tidy it away too, and its grant
+            # row (the operator frees the key: a lock-delay ends with it).
             conn.execute(
                 "DELETE FROM fencedlease_leases WHERE prefix = ? AND key = ?", (self.prefix, key)
+            )
+            conn.execute(
+                "DELETE FROM fencedlease_grants WHERE prefix = ? AND key = ?", (self.prefix, key)
             )
             return live == 1
 

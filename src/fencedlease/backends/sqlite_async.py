@@ -14,7 +14,7 @@ from typing import TypeVar
 from fencedlease._core.backend import RenewItem
 from fencedlease._core.clock import SYSTEM_CLOCK, Clock
 from fencedlease._core.errors import BackendError, ValidationError
-from fencedlease._core.protocol import AcquireReply, InspectReply
+from fencedlease._core.protocol import AcquireReply, GrantExtras, InspectReply
 from fencedlease._core.validate import check_clock, check_ms, check_prefix
 
 from .._redis.keys import fence_key
@@ -115,6 +115,14 @@ class AsyncSqliteBackend:
         """As [`SqliteBackend.acquire`][fencedlease.SqliteBackend.acquire], on a worker thread."""
         backend = await self._backend("acquire")
         return await self._run(backend.acquire, key, owner_token, ttl_ms)
+
+    async def acquire_with_extras(
+        self, key: str, owner_token: str, ttl_ms: int, extras: GrantExtras | None
+    ) -> AcquireReply:
+        """As [`SqliteBackend.acquire_with_extras`][fencedlease.SqliteBackend.acquire_with_extras],
+        on a worker thread."""
+        backend = await self._backend("acquire")
+        return await self._run(backend.acquire_with_extras, key, owner_token, ttl_ms, extras)
 
     async def renew(self, key: str, owner_token: str, ttl_ms: int) -> int:
         """As [`SqliteBackend.renew`][fencedlease.SqliteBackend.renew], on a worker thread."""

@@ -23,6 +23,14 @@
 -- ARGV[5]  or 'leave' alone: the last attempt of a caller that queued for a hand-off (and gives
 --          up when refused): refused, it is taken out of the waiter queue instead, in the same
 --          script, so no later release hands the key to a caller that has gone
+-- ARGV[9..10] optional: the grant's extras, after ARGV[5..8] ('' each where the call neither
+--          queues nor leaves, 'leave' then '' where it leaves): ARGV[9] its metadata (a JSON
+--          object, checked by the client; '' for none), ARGV[10] its lock-delay in milliseconds
+--          (decimal digits, 0..2147483647; '' or '0' for none). They are stored with the lease in
+--          the hash <prefix>:{<key>}:grant (fields token, metadata, delay; in the lease key's
+--          hash slot, named from KEYS[1]), which expires lock-delay milliseconds after the lease,
+--          is renewed with it and deleted by a release: while it holds a delay and the lease key
+--          is gone (expired, never released), the key is refused as if held, with the delay left.
 -- returns  {1, "fencing_token", ttl_ms, primary}  granted now: the counter was INCRed once (and,
 --                                        in 'clock' or 'floor:' mode, then set to the token)
 --          {2, "fencing_token", ttl_ms, primary}  already ours: a retried acquire after a lost reply, or a
@@ -74,7 +82,7 @@ if not ttl or ttl > 2147483647 then
                            .. ARGV[2])
 end
 local counting = not ARGV[3] or ARGV[3] == 'counter'
-if not ARGV[5] and counting and redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
+if not ARGV[5] and counting and redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[1] .. ':grant') == 0 then
   local n = redis.pcall('INCR', KEYS[2])
   if type(n) == 'number' and n > 0 then
     local token = n < 9007199254740992 and string.format('%d', n) or redis.call('GET', KEYS[2])
@@ -105,8 +113,15 @@ end
 local function refuse(role, key, why)
   return redis.error_reply('ERR fencedlease acquire: the ' .. role .. ' ' .. key .. ' ' .. why)
 end
-local leave = ARGV[5] == 'leave' and not ARGV[6]
-local queue = ARGV[5] and not leave and {ARGV[5], ARGV[2], ARGV[6] or '', ARGV[7], ARGV[8]}
+local leave = ARGV[5] == 'leave' and (ARGV[6] or '') == ''
+local queue = ARGV[5] and ARGV[5] ~= '' and not leave
+              and {ARGV[5], ARGV[2], ARGV[6] or '', ARGV[7], ARGV[8]}
+local grant, metadata, delay = KEYS[1] .. ':grant', ARGV[9] or '', ARGV[10] or ''
+if delay ~= '' and not (string.find(delay, '^%d+$') and #delay <= 10 and tonumber(delay) <= 2147483647) then
+  return redis.error_reply('ERR fencedlease acquire: lock_delay_ms must be an integer in 0..2147483647, got '
+                           .. delay)
+end
+delay = tonumber(delay) or 0
 if queue then
   local problem = queue_error(queue, {'ARGV[5]', 'ARGV[2]', 'ARGV[6]', 'ARGV[7]', 'ARGV[8]'})
   if problem then
@@ -117,8 +132,21 @@ local current, token, holder, why = lease_at(KEYS[1])
 if why then
   return refuse('lease key', KEYS[1], why)
 end
-if current then
-  if holder ~= owner then
+-- A lease that ended unreleased: its grant's lock-delay, while it lasts, refuses the key (read
+-- only when the lease key is gone: a held key's polls cost nothing more).
+local delayed = false
+if not current then
+  local kind = foreign_type(grant, 'hash')
+  if kind then
+    return refuse('grant details', grant, 'hold a ' .. kind .. ', not a hash')
+  end
+  delayed = redis.call('HGET', grant, 'delay') and redis.call('PTTL', grant)
+  if delayed and delayed <= 0 then
+    delayed = false
+  end
+end
+if current or delayed then
+  if delayed or holder ~= owner then
     if queue or leave then  -- refused: queue the caller, which waits next; or take it out
       for i, want in ipairs({'zset', 'hash'}) do
         local kind = foreign_type(KEYS[i + 2], want)
@@ -134,7 +162,7 @@ if current then
         redis.call('HDEL', KEYS[4], owner)
       end
     end
-    return {0, 0, redis.call('PTTL', KEYS[1]), primary}
+    return {0, 0, delayed or redis.call('PTTL', KEYS[1]), primary}
   end
 else
   token, why = next_token(KEYS[2], ARGV[3])
@@ -157,12 +185,29 @@ end
 if primary == '' and not known then
   primary = primary_id()
 end
+-- The grant's extras, written with the lease: an older grant's never outlive it.
+local function store_grant()
+  redis.call('DEL', grant)
+  if metadata ~= '' or delay > 0 then
+    local fields = {'token', token}
+    if metadata ~= '' then
+      fields[#fields + 1], fields[#fields + 2] = 'metadata', metadata
+    end
+    if delay > 0 then
+      fields[#fields + 1], fields[#fields + 2] = 'delay', string.format('%d', delay)
+    end
+    redis.call('HSET', grant, unpack(fields))
+    redis.call('PEXPIRE', grant, string.format('%d', ttl + delay))
+  end
+end
 if current then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  store_grant()
   return {2, token, ttl, primary}
 end
 redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], token .. ':' .. owner, 'PX', ARGV[2])
+store_grant()
 if not counting then
   redis.call('SET', KEYS[2], token)  -- the counter reaches the token (>= the INCR's value)
 end

@@ -180,3 +180,16 @@ local function queue_waiter(zset, hash, owner, args)
   redis.call('PEXPIREAT', zset, at)
   redis.call('PEXPIREAT', hash, at)
 end
+-- The grant details of the lease at `lease` (acquire.lua's "<lease>:grant": metadata and a
+-- lock-delay) given the lease's new TTL `ttl` (a number, ms): expiring `delay` ms after it. A lease
+-- without details costs one PEXPIRE of a missing key. The delay is read by a pcall: a foreign
+-- type there fails nothing (the details then lapse with their own TTL).
+local function renew_grant(lease, ttl)
+  local grant = lease .. ':grant'
+  if redis.call('PEXPIRE', grant, string.format('%d', ttl)) == 1 then
+    local delay = redis.pcall('HGET', grant, 'delay')
+    if type(delay) == 'string' and string.find(delay, '^%d+$') then
+      redis.call('PEXPIRE', grant, string.format('%d', ttl + tonumber(delay)))
+    end
+  end
+end

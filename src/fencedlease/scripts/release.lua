@@ -18,6 +18,8 @@
 --            hand-off may follow, the counter is not an integer in 0..2^63-2.
 -- Every read and type check comes before the first write, and every field of a waiter's details
 -- is checked before it reaches the SET; so the writes cannot fail on the keys' contents, and the wake-up PUBLISH is a pcall (a channel an ACL denies costs the waiter one poll).
+-- A release deletes the lease's grant details with it (<lease key>:grant, acquire.lua's: metadata
+-- and a lock-delay, which a release ends at once).
 -- Hand-off (when nobody waits the release is ZCARD, GET, DEL). Waiters are queued
 -- by enqueue.lua; all four keys share the hash tag, so they live in one Redis Cluster slot. The oldest
 -- waiter whose deadline (Redis TIME) has not passed, and who is not the releasing owner, is granted
@@ -61,7 +63,7 @@ if waiting == 0 then
     if holder ~= owner then
       return 0
     end
-    redis.call('DEL', KEYS[1])
+    redis.call('DEL', KEYS[1], KEYS[1] .. ':grant')
     return 1
   end
 end
@@ -155,6 +157,7 @@ if waiting > 0 then
       -- A waiter taking the grant from the message gets the whole ttl_ms only once the message
       -- reached a listener (PUBLISH's count): a closed manager or a dead process has none, and
       -- its grant keeps the claiming waiter's short PX.
+      redis.call('DEL', KEYS[1] .. ':grant')  -- the releasing holder's; the waiter's claim writes its own
       redis.call('INCR', KEYS[2])
       redis.call('SET', KEYS[1], handed_token .. ':' .. waiter, 'PX', string.format('%d', short))
       if ARGV[2] and ARGV[2] ~= 'counter' then
@@ -175,5 +178,5 @@ if waiting > 0 then
     end
   end
 end
-redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[1], KEYS[1] .. ':grant')
 return 1

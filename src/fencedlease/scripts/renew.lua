@@ -8,7 +8,8 @@
 --          a positive integer, the key holds another type (or cannot be read) or a malformed value.
 -- Never recreates a missing key: PEXPIRE on a missing key does nothing. The token is returned as
 -- stored, never through a Lua number (a double: exact only up to 2^53).
--- Runs after lease_common.lua (prepended by the client): lease_at.
+-- The lease's grant details (acquire.lua's <prefix>:{<key>}:grant) are renewed with it.
+-- Runs after lease_common.lua (prepended by the client): lease_at, renew_grant.
 -- ARGV[2] reaches PEXPIRE as given: decimal digits only, in 1..2^31-1.
 local ttl = string.find(ARGV[2], '^[1-9]%d*$') and #ARGV[2] <= 10 and tonumber(ARGV[2])
 if not ttl or ttl > 2147483647 then
@@ -20,6 +21,7 @@ if why then
 end
 if current and holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  renew_grant(KEYS[1], ttl)
   return token
 end
 return 0

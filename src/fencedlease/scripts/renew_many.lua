@@ -15,7 +15,9 @@
 -- is a pcall, and the only write, PEXPIRE on a string key just read, cannot fail on the key's
 -- contents. The token is returned as stored, never through a Lua number (exact only to 2^53).
 -- Keys of a batch may lie in different hash slots: for a single Redis (not Redis Cluster).
--- Runs after lease_common.lua (prepended by the client): lease_value.
+-- Each lease's grant details (acquire.lua's <prefix>:{<key>}:grant, in the lease key's slot) are
+-- renewed with it.
+-- Runs after lease_common.lua (prepended by the client): lease_value, renew_grant.
 local replies = {}
 for i = 1, #KEYS do
   -- the TTL reaches PEXPIRE as given: decimal digits only, in 1..2^31-1 (a '1e3' PEXPIRE would
@@ -36,6 +38,7 @@ for i = 1, #KEYS do
         replies[i] = -3
       elseif holder == owner then
         redis.call('PEXPIRE', KEYS[i], ARGV[2 * i])
+        renew_grant(KEYS[i], ttl)
         replies[i] = token
       else
         replies[i] = 0

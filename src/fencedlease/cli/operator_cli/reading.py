@@ -1,5 +1,6 @@
 """``fencedlease list`` and ``inspect``: what is held now, read with ``SCAN`` (never ``KEYS``);
-holders are named by their owner fingerprint, never by their owner token."""
+holders are named by their owner fingerprint, never by their owner token, and by the metadata
+their grant stored (``metadata=`` of ``acquire``/``hold``/``with_lease``)."""
 
 from __future__ import annotations
 
@@ -94,14 +95,28 @@ def _lease_row(info: LeaseInfo) -> dict[str, Any]:
         "holder": info.owner_fingerprint,
         "ttl_ms": info.ttl_ms,
         "last_issued_token": info.last_issued_token,
+        "metadata": dict(info.metadata),
     }
 
 
-def _cells(row: dict[str, Any]) -> list[str]:
-    return [
+def _cells(row: dict[str, Any], metadata: bool = False) -> list[str]:
+    """A row's cells; with ``metadata``, its metadata last, one ``name=value`` a line."""
+    cells = [
         "-" if row[k] is None else str(row[k])
         for k in ("key", "fencing_token", "holder", "ttl_ms", "last_issued_token")
     ]
+    if not metadata:
+        return cells
+    entries = row["metadata"].items()
+    return [*cells, "\n".join(f"{name}={value}" for name, value in entries) or "-"]
+
+
+def _lease_table(title: str, rows: list[dict[str, Any]]) -> None:
+    """The text table of lease ``rows``: the metadata column only when a lease has some (the
+    table stays narrow for the others)."""
+    metadata = any(row["metadata"] for row in rows)
+    columns = [*_COLUMNS, "metadata"] if metadata else _COLUMNS
+    _rich_table(title, columns, [_cells(row, metadata) for row in rows])
 
 
 def _slot_cells(slot: dict[str, Any]) -> list[str]:
@@ -120,7 +135,8 @@ def _counter(client: redis.Redis, prefix: str, key: str) -> int | None:
 @_common
 @click.option("--match", default="*", show_default=True, help="Redis glob over lease names.")
 def list_leases(url: str | None, prefix: str, as_json: bool, match: str) -> None:
-    """List the leases held now under --prefix: holder fingerprint, fencing token, TTL left;
+    """List the leases held now under --prefix: holder fingerprint, fencing token, TTL left,
+    the holder's metadata;
     and each live slot of the semaphores (holder fingerprint, fencing token, TTL left, and the
     semaphore's last issued token), a holder `release KEY --slot HOLDER` takes.
 
@@ -147,7 +163,7 @@ def list_leases(url: str | None, prefix: str, as_json: bool, match: str) -> None
     if as_json:
         _emit_json({"url": _shown(url), "prefix": prefix, "leases": rows, "semaphores": semaphores})
         return
-    _rich_table(f"leases under {prefix} ({len(rows)})", _COLUMNS, [_cells(r) for r in rows])
+    _lease_table(f"leases under {prefix} ({len(rows)})", rows)
     if semaphores:
         _rich_table(
             f"semaphore slots under {prefix} ({len(semaphores)} semaphores)",
@@ -165,7 +181,8 @@ def list_leases(url: str | None, prefix: str, as_json: bool, match: str) -> None
 @click.argument("key")
 def inspect_lease(url: str | None, prefix: str, as_json: bool, key: str) -> None:
     """Show the lease on KEY (a lease name, as given to acquire): holder fingerprint, fencing
-    token, TTL left, and the last token the key's counter issued (also when nobody holds it);
+    token, TTL left, the holder's metadata, and the last token the key's counter issued (also
+    when nobody holds it);
     and, when KEY names a semaphore too, each live slot (holder fingerprint, fencing token,
     TTL left) and the semaphore's last issued token."""
     with _target(url, prefix) as target:
@@ -182,6 +199,7 @@ def inspect_lease(url: str | None, prefix: str, as_json: bool, key: str) -> None
             "holder": None,
             "ttl_ms": None,
             "last_issued_token": counter,
+            "metadata": {},
         }
     )
     row = {**row, "held": info is not None, "redis_key": layout(prefix, key).lease}
@@ -189,7 +207,7 @@ def inspect_lease(url: str | None, prefix: str, as_json: bool, key: str) -> None
         _emit_json({**row, "semaphore": semaphore})
         return
     title = f"{key!r} is {'held' if info is not None else 'not held'} ({row['redis_key']})"
-    _rich_table(title, _COLUMNS, [_cells(row)])
+    _lease_table(title, [row])
     if semaphore is not None:
         slots = semaphore["slots"]
         _rich_table(
