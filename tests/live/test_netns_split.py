@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from conftest import unavailable
+from fencedlease_lab.harness.faults_kernel import kernel_unavailable_reason
 from fencedlease_lab.servers.partitions import Partitions
 from fencedlease_lab.servers.redis import RedisUnavailable
 
@@ -30,7 +31,11 @@ CONNECT = (
 
 @pytest.fixture(scope="module")
 def net() -> Iterator[Partitions]:
-    """Three members, each listening on its own address."""
+    """Three members, each listening on its own address; skipped without root, ``ip`` or
+    ``nft``."""
+    reason = kernel_unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
     try:
         partitions = Partitions(["a", "b", "c"]).start()
     except RedisUnavailable as exc:
