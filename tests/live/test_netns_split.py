@@ -45,7 +45,7 @@ def net() -> Iterator[Partitions]:
         for member in ("a", "b", "c"):
             process = partitions.popen(
                 member,
-                [sys.executable, "-c", LISTEN, partitions.address(member), str(PORT)],
+                [sys.executable, "-S", "-c", LISTEN, partitions.address(member), str(PORT)],
                 stdout=subprocess.PIPE,
                 text=True,
             )
@@ -61,7 +61,7 @@ def net() -> Iterator[Partitions]:
 
 def _reaches(net: Partitions, source: str | None, target: str) -> bool:
     """Whether ``source`` (None: this process) opens a connection to ``target``."""
-    argv = [sys.executable, "-c", CONNECT, net.address(target), str(PORT)]
+    argv = [sys.executable, "-S", "-c", CONNECT, net.address(target), str(PORT)]
     process = subprocess.Popen(argv) if source is None else net.popen(source, argv)
     return process.wait(30) == 0
 
