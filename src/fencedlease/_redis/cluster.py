@@ -28,7 +28,7 @@ from fencedlease._core.validate import check_ms
 
 from .errors import backend_errors, without_secrets
 from .keys import lease_key
-from .options import check_connection_options, check_url_query
+from .options import check_connection_options, check_url_query, with_node_timeouts
 from .replication import GrantOptions, PrimaryWatch, log
 from .replies import text
 from .scripts import AckedCall
@@ -290,6 +290,8 @@ def cluster_client(
     if single.startswith("rediss:"):
         options["ssl"] = True
     options.update(kwargs)
+    # A node cut off by a partition gives way within a second: the error refreshes the slot map.
+    options = with_node_timeouts(options)
     check_connection_options(options)
     startup = [node(host, port) for host, port in nodes]
     try:

@@ -27,11 +27,25 @@ from fencedlease._core.redact import redact_url
 from fencedlease._core.validate import MAX_MS
 
 __all__ = [
+    "NODE_CONNECT_TIMEOUT_S",
+    "NODE_SOCKET_TIMEOUT_S",
     "check_connection_options",
     "check_url_query",
     "jittered_retry",
     "redis_parameters",
+    "with_node_timeouts",
 ]
+
+#: How long a connection to one node of a replicated deployment (a sentinel, the primary, a
+#: cluster node) may take to open, in seconds, unless the caller says (``socket_connect_timeout``).
+#: A node cut off by a partition drops the packets: without a bound the connect waits for the
+#: kernel to give up (about two minutes on Linux; redis-py 5 sets none, redis-py 8 five seconds)
+#: while another node could answer: the next sentinel, the replica the cluster promoted.
+NODE_CONNECT_TIMEOUT_S = 1.0
+#: How long a read on such a connection may wait, in seconds, unless the caller says
+#: (``socket_timeout``): redis-py 8's default, so that redis-py 5 (none: a connection to a node
+#: gone silent waits forever) gives a silent node up as redis-py 8 does.
+NODE_SOCKET_TIMEOUT_S = 5.0
 
 # it parses: redis.connection.URL_QUERY_ARGUMENT_PARSERS).
 _STRING_URL_OPTIONS = frozenset(
@@ -121,6 +135,22 @@ _INT_OPTIONS = {
     "socket_read_size": (1, 2**31 - 1),
     "db": (0, 2**31 - 1),
 }
+
+
+def with_node_timeouts(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` (a replicated deployment's connection options) with `NODE_CONNECT_TIMEOUT_S`
+    and `NODE_SOCKET_TIMEOUT_S` where they name no ``socket_connect_timeout`` /
+    ``socket_timeout``, and so do their ``sentinel_kwargs`` if given (without them redis-py gives
+    the sentinels the ``socket_*`` options of the primary's). Pure."""
+    defaults = {
+        "socket_connect_timeout": NODE_CONNECT_TIMEOUT_S,
+        "socket_timeout": NODE_SOCKET_TIMEOUT_S,
+    }
+    bounded = {**defaults, **options}
+    sentinels = options.get("sentinel_kwargs")
+    if isinstance(sentinels, dict):
+        bounded["sentinel_kwargs"] = {**defaults, **sentinels}
+    return bounded
 
 
 def check_connection_options(options: dict[str, Any]) -> None:

@@ -41,7 +41,7 @@ from fencedlease._core.epochs import Majority
 from fencedlease._core.errors import ValidationError
 from fencedlease._core.redact import url_error
 
-from .options import check_connection_options
+from .options import check_connection_options, with_node_timeouts
 from .replies import text
 
 __all__ = [
@@ -128,12 +128,14 @@ def parse_sentinel_url(url: str) -> SentinelURL:
 
 
 def client_options(parsed: SentinelURL, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The primary's connection options: ``kwargs`` with the URL's user and password.
+    """The primary's connection options: ``kwargs`` with the URL's user and password, and the
+    bounds of a node's connections the caller did not set (`with_node_timeouts`: a sentinel or
+    primary cut off by a partition gives way to the next one within a second).
 
     Raises:
         ValidationError: an option given both in the URL and as an argument, or out of bounds.
     """
-    options = dict(kwargs)
+    options = with_node_timeouts(kwargs)
     for name in ("username", "password"):
         value = getattr(parsed, name)
         if value is not None:

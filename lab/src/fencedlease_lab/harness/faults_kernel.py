@@ -26,6 +26,12 @@ once. Needs root, ``ip`` and ``nft``
 ([`kernel_unavailable_reason`][fencedlease_lab.harness.faults_kernel.kernel_unavailable_reason]); a
 worker in a namespace reaches nothing of the host but its proxy, so the resource must be the SQLite
 file.
+
+The same links, with their far ends in a hub namespace that routes between them (``hub`` of
+[`WorkerLinks`][fencedlease_lab.harness.faults_kernel.WorkerLinks]), and a table in the hub that
+drops what it forwards between sets of addresses
+([`split`][fencedlease_lab.harness.faults_kernel.KernelFirewall.split]), make partitions of any
+shape between servers and clients: [`Partitions`][fencedlease_lab.servers.partitions.Partitions].
 """
 
 from __future__ import annotations
@@ -48,8 +54,10 @@ __all__ = [
     "Link",
     "WorkerLinks",
     "enter_netns",
+    "ip_argv",
     "kernel_unavailable_reason",
     "table_name",
+    "veth",
     "worker_links",
 ]
 
@@ -58,6 +66,13 @@ KernelAction = Literal["drop", "reject"]
 #: Fault kind -> the nftables verdict it puts on the worker's packets.
 KERNEL_ACTIONS: Final[dict[str, KernelAction]] = {"kernel-drop": "drop", "kernel-reject": "reject"}
 
+
+#: The chain of a table for each hook it is on.
+_CHAINS: Final[dict[str, str]] = {
+    "input": "in",
+    "output": "out",
+    "forward": "cut",
+}  # "fwd" is a word of nft's own
 
 #: ``setns(2)``'s flag for a network namespace.
 _CLONE_NEWNET: Final = 0x40000000
@@ -107,22 +122,49 @@ class Link:
     ns_ip: str
 
 
+def ip_argv(netns: str | None, *argv: str) -> list[str]:
+    """``ip <argv>`` run in the network namespace ``netns`` (``ip -n``), or in this one (None)."""
+    return ["ip", *(("-n", netns) if netns is not None else ()), *argv]
+
+
+def veth(outer: tuple[str | None, str, str], inner: tuple[str | None, str, str]) -> None:
+    """A veth pair between two namespaces, each end ``(netns, interface, address)`` (None: this
+    process's namespace; not both), on a /30, up. Raises ``RuntimeError`` with ip's message."""
+    (outer_ns, outer_if, _), (inner_ns, inner_if, _) = outer, inner
+    # Made from a side this process can name (a namespace by its name, or its own).
+    if inner_ns is not None:
+        _run(*ip_argv(outer_ns, "link", "add", outer_if, "type", "veth",
+                      "peer", "name", inner_if, "netns", inner_ns))  # fmt: skip
+    else:
+        _run(*ip_argv(None, "link", "add", inner_if, "type", "veth",
+                      "peer", "name", outer_if, "netns", str(outer_ns)))  # fmt: skip
+    for netns, name, address in (outer, inner):
+        _run(*ip_argv(netns, "addr", "add", f"{address}/30", "dev", name))
+        _run(*ip_argv(netns, "link", "set", name, "up"))
+
+
 class WorkerLinks:
     """A namespace and a veth pair per worker (module docstring), made by
     [`make`][fencedlease_lab.harness.faults_kernel.WorkerLinks.make] and all removed by
     [`close`][fencedlease_lab.harness.faults_kernel.WorkerLinks.close] (deleting a namespace deletes
     its veth pair). Raises ``RuntimeError`` with the tool's message when a step fails (what was made
-    is removed)."""
+    is removed).
 
-    def __init__(self, run_id: str, workers: int) -> None:
+    ``hub``: a namespace (made by the caller) to put the links' host ends in instead of this
+    process's; each worker's namespace then routes everything through its link (a default route),
+    so the hub, forwarding, joins them all.
+    """
+
+    def __init__(self, run_id: str, workers: int, *, hub: str | None = None) -> None:
         if workers > 60:
             raise ValueError(f"at most 60 workers get a link of their own, not {workers}")
         code = int(run_id[:4], 16)
-        self._net = f"10.{64 + (code >> 8) % 128}.{code & 0xFF}"
+        self.net = f"10.{64 + (code >> 8) % 128}.{code & 0xFF}"
+        self.hub = hub
         self.links = [
             Link(
                 f"fencedlease-{run_id}-w{i}", f"fl{run_id}h{i}", f"fl{run_id}n{i}",
-                f"{self._net}.{4 * i + 1}", f"{self._net}.{4 * i + 2}",
+                f"{self.net}.{4 * i + 1}", f"{self.net}.{4 * i + 2}",
             )
             for i in range(workers)
         ]  # fmt: skip
@@ -134,15 +176,10 @@ class WorkerLinks:
             for link in self.links:
                 _run("ip", "netns", "add", link.netns)
                 self._made.append(link.netns)
-                _run(
-                    "ip", "link", "add", link.host_if, "type", "veth",
-                    "peer", "name", link.ns_if, "netns", link.netns,
-                )  # fmt: skip
-                _run("ip", "addr", "add", f"{link.host_ip}/30", "dev", link.host_if)
-                _run("ip", "link", "set", link.host_if, "up")
-                _run("ip", "-n", link.netns, "addr", "add", f"{link.ns_ip}/30", "dev", link.ns_if)
-                _run("ip", "-n", link.netns, "link", "set", link.ns_if, "up")
+                veth((self.hub, link.host_if, link.host_ip), (link.netns, link.ns_if, link.ns_ip))
                 _run("ip", "-n", link.netns, "link", "set", "lo", "up")
+                if self.hub is not None:
+                    _run("ip", "-n", link.netns, "route", "add", "default", "via", link.host_ip)
         except BaseException:
             self.close()
             raise
@@ -192,28 +229,37 @@ class KernelFirewall:
     [`heal_all`][fencedlease_lab.harness.faults_kernel.KernelFirewall.heal_all] deletes every one
     still there. Raises ``RuntimeError`` with nft's message when a command fails."""
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, *, netns: str | None = None) -> None:
         self.prefix = table_name(run_id)
+        self.netns = netns  # where the tables live (None: this process's namespace)
         self._made: set[str] = set()
         self._count = 0
         self._lock = threading.Lock()
 
     def _nft(self, *args: str) -> None:
-        _run("nft", *args)
+        if self.netns is None:
+            _run("nft", *args)
+        else:
+            _run("ip", "netns", "exec", self.netns, "nft", *args)
 
-    def cut(self, host_if: str, action: KernelAction) -> tuple[str, list[str]]:
-        """Cut the worker whose link's host end is ``host_if`` with ``action``; returns the
-        table made and the rules added in it, as ``"<chain>: <rule>"``."""
+    def _table(self, hooks: Sequence[str]) -> str:
+        """A new table of the run's with a chain named after each hook (``input`` -> ``in``)."""
         with self._lock:
             table = f"{self.prefix}_{self._count}"
             self._count += 1
             self._made.add(table)
         self._nft("add", "table", "inet", table)
-        for chain, hook in (("in", "input"), ("out", "output")):
+        for hook in hooks:
             self._nft(
-                "add", "chain", "inet", table, chain,
+                "add", "chain", "inet", table, _CHAINS[hook],
                 f"{{ type filter hook {hook} priority 0 ; policy accept ; }}",
             )  # fmt: skip
+        return table
+
+    def cut(self, host_if: str, action: KernelAction) -> tuple[str, list[str]]:
+        """Cut the worker whose link's host end is ``host_if`` with ``action``; returns the
+        table made and the rules added in it, as ``"<chain>: <rule>"``."""
+        table = self._table(("input", "output"))
         if action == "drop":
             rules = [("in", f'iifname "{host_if}" drop'), ("out", f'oifname "{host_if}" drop')]
         else:
@@ -222,6 +268,26 @@ class KernelFirewall:
         for chain, rule in rules:
             self._nft("add", "rule", "inet", table, chain, *rule.split())
         return table, [f"{chain}: {rule}" for chain, rule in rules]
+
+    def split(self, sides: Sequence[Sequence[str]]) -> tuple[str, list[str]]:
+        """Drop every packet the hub forwards between addresses of two different ``sides``
+        (IPv4 addresses; at least two sides, none empty), both ways: a partition of any shape;
+        addresses on no side keep reaching every side. Returns the table and its rules, as
+        [`cut`][fencedlease_lab.harness.faults_kernel.KernelFirewall.cut] does.
+
+        Raises:
+            ValueError: fewer than two sides, or an empty one.
+        """
+        if len(sides) < 2 or not all(sides):
+            raise ValueError(f"a split needs two sides or more, none empty; got {sides!r}")
+        table = self._table(("forward",))
+        rules = []
+        for i, source in enumerate(sides):
+            others = [address for j, side in enumerate(sides) if j != i for address in side]
+            rule = f"ip saddr {{ {', '.join(source)} }} ip daddr {{ {', '.join(others)} }} drop"
+            self._nft("add", "rule", "inet", table, _CHAINS["forward"], *rule.split())
+            rules.append(f"{_CHAINS['forward']}: {rule}")
+        return table, rules
 
     def heal(self, table: str) -> None:
         """Delete ``table`` (one

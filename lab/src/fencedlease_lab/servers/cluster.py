@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable
 
 import redis
 
-from .redis import RedisServer, RedisUnavailable, free_port
+from .redis import LOOPBACK, Placement, RedisServer, RedisUnavailable, free_port
 
 __all__ = ["SLOTS", "RedisClusterServers"]
 
@@ -53,7 +54,10 @@ class RedisClusterServers:
     that a paused primary is not failed over while a test looks at it);
     ``require_full_coverage`` their ``cluster-require-full-coverage`` (off by default: a shard
     without a primary stops only its own slots; Redis's default is on). ``binary``: as for
-    ``RedisServer``.
+    ``RedisServer``. ``placements``: where each node runs, by name (``primary-<i>``,
+    ``replica-<i>-<j>``: primary ``i``'s ``j``-th; default: all on loopback here), e.g. a network
+    namespace of its own ([`Partitions`][fencedlease_lab.servers.partitions.Partitions]);
+    ``server_args`` go to every node (e.g. ``min-replicas-to-write``).
 
     Raises:
         RedisUnavailable: no binary, a node that does not start, or a cluster that does not
@@ -68,7 +72,10 @@ class RedisClusterServers:
         binary: str | None = None,
         node_timeout_ms: int = 60_000,
         require_full_coverage: bool = False,
+        placements: Callable[[str], Placement] | None = None,
+        server_args: tuple[str, ...] = (),
     ) -> None:
+        place = placements or (lambda _name: LOOPBACK)
         if nodes < 1 or replicas < 0:
             raise ValueError(f"nodes must be >= 1 and replicas >= 0; got {nodes}, {replicas}")
         args = [
@@ -77,29 +84,38 @@ class RedisClusterServers:
             "--cluster-node-timeout", str(node_timeout_ms),
             "--cluster-require-full-coverage", "yes" if require_full_coverage else "no",
             "--repl-diskless-sync-delay", "0",  # a replica's first sync starts at once
+            *server_args,
         ]  # fmt: skip
         taken: set[int] = set()
         self.servers = [
-            RedisServer(binary, port=cluster_port(taken), extra_args=args) for _ in range(nodes)
+            RedisServer(
+                binary, port=cluster_port(taken), extra_args=args, placement=place(f"primary-{i}")
+            )
+            for i in range(nodes)
         ]
         self.ranges: list[tuple[int, int]] = []  # slots [first, last] of each node, in order
         self.replicas_of: dict[int, list[RedisServer]] = {
             server.port: [
-                RedisServer(binary, port=cluster_port(taken), extra_args=args)
-                for _ in range(replicas)
+                RedisServer(
+                    binary,
+                    port=cluster_port(taken),
+                    extra_args=args,
+                    placement=place(f"replica-{i}-{j}"),
+                )
+                for j in range(replicas)
             ]
-            for server in self.servers
+            for i, server in enumerate(self.servers)
         }
 
     @property
     def url(self) -> str:
         """``redis+cluster://127.0.0.1:<p1>,127.0.0.1:<p2>,...``: every node as a start node."""
-        return "redis+cluster://" + ",".join(f"127.0.0.1:{s.port}" for s in self.servers)
+        return "redis+cluster://" + ",".join(f"{s.host}:{s.port}" for s in self.servers)
 
     @property
     def startup_nodes(self) -> list[tuple[str, int]]:
         """``(host, port)`` of every node."""
-        return [("127.0.0.1", s.port) for s in self.servers]
+        return [(s.host, s.port) for s in self.servers]
 
     def node_for_slot(self, slot: int) -> RedisServer:
         """The server that serves ``slot``."""
@@ -134,7 +150,7 @@ class RedisClusterServers:
                 with server.client(socket_timeout=10) as client:
                     client.execute_command("CLUSTER ADDSLOTS", *range(low, high + 1))
                     if server is not first:
-                        client.execute_command("CLUSTER MEET", "127.0.0.1", first.port)
+                        client.execute_command("CLUSTER MEET", first.host, first.port)
             give_up = time.monotonic() + timeout_s
             self._wait_ok(give_up)
             self._add_replicas(give_up)
@@ -171,7 +187,7 @@ class RedisClusterServers:
             for replica in self.replicas_of[primary.port]:
                 replica.start()
                 with replica.client(socket_timeout=10) as client:
-                    client.execute_command("CLUSTER MEET", "127.0.0.1", primary.port)
+                    client.execute_command("CLUSTER MEET", primary.host, primary.port)
                 pending.append((replica, primary_id, False))
         while pending:
             still = []

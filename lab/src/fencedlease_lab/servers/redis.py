@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import attrs
 import redis
 
 from fencedlease import redact_url, url_from_env
@@ -45,8 +46,10 @@ from .ports import (
 from .redis_tls import RedisTLS
 
 __all__ = [
+    "LOOPBACK",
     "NO_RETRY",
     "PORT_ATTEMPTS",
+    "Placement",
     "RedisServer",
     "RedisTLS",
     "RedisUnavailable",
@@ -79,8 +82,31 @@ def find_redis_binary() -> str | None:
     return path if os.access(path, os.X_OK) else None
 
 
+@attrs.frozen
+class Placement:
+    """Where a server of ours runs: ``host``, the address it binds and is reached on, and
+    ``netns``, the network namespace its process runs in (``ip netns exec``; None: this
+    process's)."""
+
+    host: str = "127.0.0.1"
+    netns: str | None = None
+
+    def argv(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` run in [`netns`][fencedlease_lab.servers.redis.Placement.netns] (``ip netns
+        exec`` execs it: the process keeps its pid)."""
+        if self.netns is None:
+            return list(argv)
+        return ["ip", "netns", "exec", self.netns, *argv]
+
+
+#: On loopback, in this process's network namespace: where a server runs unless told.
+LOOPBACK = Placement()
+
+
 class RedisServer:
-    """A ``redis-server`` process of our own on 127.0.0.1.
+    """A ``redis-server`` process of our own, on 127.0.0.1 unless ``placement`` says where
+    ([`Placement`][fencedlease_lab.servers.redis.Placement]: another address, another network
+    namespace).
 
     ``appendonly``/``appendfsync``: AOF persistence (``appendfsync="always"`` makes every grant
     durable before the reply). Without AOF, ``save ""`` turns RDB snapshots off too, so a restart
@@ -104,6 +130,7 @@ class RedisServer:
         data_dir: str | None = None,
         extra_args: Sequence[str] = (),
         tls: RedisTLS | None = None,
+        placement: Placement = LOOPBACK,
     ) -> None:
         found = binary or find_redis_binary()
         if found is None:
@@ -119,6 +146,8 @@ class RedisServer:
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="fencedlease-redis-")
         self.extra_args = list(extra_args)
         self.tls = tls
+        self.placement = placement
+        self.host = placement.host
         self.process: subprocess.Popen[bytes] | None = None
         self._owner_pid = os.getpid()
 
@@ -129,13 +158,13 @@ class RedisServer:
     @property
     def url(self) -> str:
         scheme = "redis" if self.tls is None else "rediss"
-        return f"{scheme}://127.0.0.1:{self.port}/0"
+        return f"{scheme}://{self.host}:{self.port}/0"
 
     def client(self, **kwargs: Any) -> redis.Redis:
         """A client of the server's default user (over TLS with
         [`tls`][fencedlease_lab.servers.redis.RedisServer.tls]'s client files); ``kwargs`` go to
         ``redis.Redis``."""
-        options: dict[str, Any] = {"host": "127.0.0.1", "port": self.port}
+        options: dict[str, Any] = {"host": self.host, "port": self.port}
         if self.tls is not None:
             options.update(ssl=True, **self.tls.client_kwargs())
         return redis.Redis(**options, **kwargs)
@@ -152,7 +181,7 @@ class RedisServer:
         args = [
             self.binary,
             *ports,
-            "--bind", "127.0.0.1",
+            "--bind", self.host,
             "--dir", self.data_dir,
             "--save", "",
             "--maxmemory-policy", "noeviction",
@@ -161,6 +190,8 @@ class RedisServer:
             "--daemonize", "no",
             "--loglevel", "warning",
             "--logfile", str(Path(self.data_dir) / "redis.log"),
+            # Off the loopback, a server without a password refuses every client unless told.
+            "--protected-mode", "yes" if self.host == LOOPBACK.host else "no",
         ]  # fmt: skip
         return args + self.extra_args
 
@@ -208,7 +239,7 @@ class RedisServer:
             log_file.unlink()  # a clash is read from this start's log only
         try:
             self.process = subprocess.Popen(
-                self._args(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+                self.placement.argv(self._args()), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
             )
         except OSError as exc:  # no such file, not executable
             raise RedisUnavailable(f"{self.binary} could not be started: {exc}") from exc

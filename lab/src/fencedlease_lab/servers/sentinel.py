@@ -16,14 +16,17 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import redis
 
 from .redis import (
+    LOOPBACK,
     NO_RETRY,
     PORT_ATTEMPTS,
+    Placement,
     RedisServer,
     RedisUnavailable,
     answers_as,
@@ -42,8 +45,8 @@ class SwitchWatch:
     the event cannot be missed; [`wait`][fencedlease_lab.servers.sentinel.SwitchWatch.wait] returns
     the new primary's port."""
 
-    def __init__(self, sentinel_port: int, service: str) -> None:
-        self._client = redis.Redis(host="127.0.0.1", port=sentinel_port, socket_timeout=5)
+    def __init__(self, sentinel_port: int, service: str, host: str = "127.0.0.1") -> None:
+        self._client = redis.Redis(host=host, port=sentinel_port, socket_timeout=5)
         self._pubsub = self._client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call, unused-ignore]
         self._pubsub.subscribe("+switch-master")
         self._service = service
@@ -83,6 +86,11 @@ class SentinelDeployment:
     down. Use it as a context manager: started on entry, every process stopped and every
     directory removed on exit.
 
+    ``placements``: where each process runs, by name (``primary``, ``replica-<i>``,
+    ``sentinel-<i>``; default: all on loopback here), e.g. a network namespace of its own
+    ([`Partitions`][fencedlease_lab.servers.partitions.Partitions]). ``appendonly`` and
+    ``server_args`` go to every server (AOF ``always``; e.g. ``min-replicas-to-write``).
+
     Every process gets a port of its own, drawn distinct from the others'; one that another
     process took before ours bound it is given up for a new one (the replicas are told the
     primary's port once it is up), and a server counts as up only when it answers as itself.
@@ -99,12 +107,25 @@ class SentinelDeployment:
         replicas: int = 1,
         sentinels: int = 3,
         down_after_ms: int = 1000,
+        placements: Callable[[str], Placement] | None = None,
+        appendonly: bool = False,
+        server_args: Sequence[str] = (),
     ) -> None:
-        self.primary = RedisServer(binary)  # finds the binary, or raises RedisUnavailable
+        place = placements or (lambda _name: LOOPBACK)
+
+        def server(name: str) -> RedisServer:
+            return RedisServer(
+                binary, appendonly=appendonly, extra_args=server_args, placement=place(name)
+            )
+
+        self.primary = server("primary")  # finds the binary, or raises RedisUnavailable
         found = self.binary = self.primary.binary
+        binary = found
         self.service = service
         self.down_after_ms = down_after_ms
-        self.replicas = [RedisServer(found) for _ in range(replicas)]  # replicaof: in start()
+        self.server_args = list(server_args)
+        self.replicas = [server(f"replica-{i}") for i in range(replicas)]  # replicaof: in start()
+        self.sentinel_placements = [place(f"sentinel-{i}") for i in range(sentinels)]
         self.sentinel_ports = free_ports(sentinels, exclude={s.port for s in self.servers})
         self._dir = tempfile.mkdtemp(prefix="fencedlease-sentinel-")
         self._sentinels: list[subprocess.Popen[bytes]] = []
@@ -121,12 +142,15 @@ class SentinelDeployment:
     @property
     def url(self) -> str:
         """``redis+sentinel://127.0.0.1:<port>,.../<service>``."""
-        hosts = ",".join(f"127.0.0.1:{port}" for port in self.sentinel_ports)
+        hosts = ",".join(f"{host}:{port}" for host, port in self.sentinel_addresses)
         return f"redis+sentinel://{hosts}/{self.service}"
 
     @property
     def sentinel_addresses(self) -> list[tuple[str, int]]:
-        return [("127.0.0.1", port) for port in self.sentinel_ports]
+        return [
+            (placement.host, port)
+            for placement, port in zip(self.sentinel_placements, self.sentinel_ports, strict=True)
+        ]
 
     def server_on(self, port: int) -> RedisServer:
         """The server listening on ``port``."""
@@ -136,7 +160,8 @@ class SentinelDeployment:
         raise KeyError(port)
 
     def sentinel_client(self, index: int = 0, **kwargs: Any) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.sentinel_ports[index], **kwargs)
+        host, port = self.sentinel_addresses[index]
+        return redis.Redis(host=host, port=port, **kwargs)
 
     def primary_port(self) -> int:
         """The primary's port as the first sentinel names it."""
@@ -144,10 +169,11 @@ class SentinelDeployment:
             _, port = client.sentinel_get_master_addr_by_name(self.service)
         return int(port)
 
-    def watch_switch(self) -> SwitchWatch:
-        """A [`SwitchWatch`][fencedlease_lab.servers.sentinel.SwitchWatch] on the first
-        sentinel."""
-        return SwitchWatch(self.sentinel_ports[0], self.service)
+    def watch_switch(self, index: int = 0) -> SwitchWatch:
+        """A [`SwitchWatch`][fencedlease_lab.servers.sentinel.SwitchWatch] on sentinel
+        ``index`` (the first by default)."""
+        host, port = self.sentinel_addresses[index]
+        return SwitchWatch(port, self.service, host)
 
     def set_replica_priority(
         self, replica: RedisServer, priority: int, timeout_s: float = _SETTLE_S
@@ -214,7 +240,12 @@ class SentinelDeployment:
         try:
             self.primary.start()
             for replica in self.replicas:
-                replica.extra_args = ["--replicaof", "127.0.0.1", str(self.primary.port)]
+                replica.extra_args = [
+                    *self.server_args,
+                    "--replicaof",
+                    self.primary.host,
+                    str(self.primary.port),
+                ]
                 replica.start()
             for index in range(len(self.sentinel_ports)):
                 self._sentinels.append(self._start_sentinel(index))
@@ -232,23 +263,25 @@ class SentinelDeployment:
             RedisUnavailable: it exited for another reason, or did not answer in time.
         """
         log = Path(self._dir) / f"sentinel-{index}.log"
+        placement = self.sentinel_placements[index]
         for _ in range(PORT_ATTEMPTS):
             port = self.sentinel_ports[index]
             log.unlink(missing_ok=True)  # a clash is read from this start's log only
             conf = Path(self._dir) / f"sentinel-{index}.conf"
             conf.write_text(
-                f"port {port}\nbind 127.0.0.1\ndir {self._dir}\nlogfile {log}\n"
-                f"sentinel monitor {self.service} 127.0.0.1 {self.primary.port} 2\n"
+                f"port {port}\nbind {placement.host}\ndir {self._dir}\nlogfile {log}\n"
+                f"protected-mode {'yes' if placement == LOOPBACK else 'no'}\n"
+                f"sentinel monitor {self.service} {self.primary.host} {self.primary.port} 2\n"
                 f"sentinel down-after-milliseconds {self.service} {self.down_after_ms}\n"
                 f"sentinel failover-timeout {self.service} 10000\n"
                 f"sentinel parallel-syncs {self.service} 1\n"
             )
             process = subprocess.Popen(
-                [self.binary, str(conf), "--sentinel"],
+                placement.argv([self.binary, str(conf), "--sentinel"]),
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
-            if self._answers(process, port):
+            if self._answers(process, placement.host, port):
                 return process
             if process.returncode != -signal.SIGKILL and not port_clash(log):
                 raise RedisUnavailable(f"a sentinel exited with {process.returncode}")
@@ -257,7 +290,7 @@ class SentinelDeployment:
         raise RedisUnavailable(f"no free port for sentinel {index} in {PORT_ATTEMPTS} tries")
 
     @staticmethod
-    def _answers(process: subprocess.Popen[bytes], port: int) -> bool:
+    def _answers(process: subprocess.Popen[bytes], host: str, port: int) -> bool:
         """Wait until the sentinel ``process`` answers on ``port`` (True), or exits, or another
         process answers there (False: it is killed, and reaped either way).
 
@@ -266,7 +299,7 @@ class SentinelDeployment:
         """
         give_up = time.monotonic() + _SENTINEL_UP_S
         with redis.Redis(
-            host="127.0.0.1", port=port, socket_timeout=1, socket_connect_timeout=1, retry=NO_RETRY
+            host=host, port=port, socket_timeout=1, socket_connect_timeout=1, retry=NO_RETRY
         ) as client:
             while process.poll() is None:
                 try:
@@ -312,8 +345,8 @@ class SentinelDeployment:
         ]
         if len(online) < len(self.replicas) or any(v.get("state") != "online" for v in online):
             return False
-        for port in self.sentinel_ports:
-            with redis.Redis(host="127.0.0.1", port=port, socket_timeout=2) as sentinel:
+        for host, port in self.sentinel_addresses:
+            with redis.Redis(host=host, port=port, socket_timeout=2) as sentinel:
                 master = sentinel.sentinel_master(self.service)
                 if int(master.get("num-slaves", 0)) < len(self.replicas):
                     return False
