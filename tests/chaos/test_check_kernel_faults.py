@@ -10,9 +10,9 @@ from collections.abc import Callable
 
 import pytest
 
-from fencedlease_lab.harness.faults_kernel import KernelFirewall, kernel_unavailable_reason
 from fencedlease_lab.harness.history import read_history
 from fencedlease_lab.harness.run import CheckResult
+from fencedlease_lab.servers.netns import KernelFirewall, kernel_unavailable_reason
 
 from .conftest import assert_told_in_time, the_fault, victim_of
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from conftest import unavailable
-from fencedlease_lab.harness.faults_kernel import kernel_unavailable_reason
+from fencedlease_lab.servers.netns import kernel_unavailable_reason
 from fencedlease_lab.servers.partitions import Partitions
 from fencedlease_lab.servers.redis import RedisUnavailable
 

@@ -19,9 +19,9 @@ from conftest import unavailable, wait_until
 from fencedlease._core.state import LossReason
 from fencedlease._redis.keys import lease_key
 from fencedlease._redis.options import NODE_CONNECT_TIMEOUT_S
-from fencedlease_lab.harness.faults_kernel import kernel_unavailable_reason
 from fencedlease_lab.servers.cluster import RedisClusterServers
 from fencedlease_lab.servers.lease_client import LeaseClient
+from fencedlease_lab.servers.netns import kernel_unavailable_reason
 from fencedlease_lab.servers.partitions import Partitions
 from fencedlease_lab.servers.redis import RedisUnavailable
 from fencedlease_lab.servers.sentinel import SentinelDeployment

@@ -11,7 +11,6 @@ import pytest
 
 from fencedlease.testing import FakeClock
 from fencedlease_lab.harness.faults_clock import JUMP_TTLS, OffsetClock, run_clock_fault
-from fencedlease_lab.harness.faults_kernel import WorkerLinks, table_name
 from fencedlease_lab.harness.faults_network import one_way_toxic
 from fencedlease_lab.harness.faults_process import KILLED, close_killed_history, is_dead
 from fencedlease_lab.harness.history import HistoryWriter, read_history
@@ -29,6 +28,7 @@ from fencedlease_lab.harness.schedule import (
     draw_schedule,
     may_overlap,
 )
+from fencedlease_lab.servers.netns import WorkerLinks, table_name
 
 
 def test_offset_clock_moves_wall_time_only() -> None:
@@ -156,7 +156,7 @@ def test_kernel_faults_say_what_they_lack(monkeypatch: pytest.MonkeyPatch) -> No
     import os
     import shutil
 
-    from fencedlease_lab.harness.faults_kernel import kernel_unavailable_reason
+    from fencedlease_lab.servers.netns import kernel_unavailable_reason
 
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert kernel_unavailable_reason() == (
@@ -170,10 +170,10 @@ def test_kernel_faults_say_what_they_lack(monkeypatch: pytest.MonkeyPatch) -> No
 def test_worker_links_are_made_only_when_asked_for_and_possible(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from fencedlease_lab.harness import faults_kernel
-    from fencedlease_lab.harness.faults_kernel import worker_links
+    from fencedlease_lab.servers import netns
+    from fencedlease_lab.servers.netns import worker_links
 
-    monkeypatch.setattr(faults_kernel, "kernel_unavailable_reason", lambda: None)
+    monkeypatch.setattr(netns, "kernel_unavailable_reason", lambda: None)
     assert worker_links(["clock"], 3, "a1b2c3d4", resource="sqlite", toxiproxy=True) == (
         None,
         None,
@@ -193,7 +193,7 @@ def test_worker_links_are_made_only_when_asked_for_and_possible(
         None,
         "needs a Toxiproxy proxy per worker (on the host end of its link)",
     )
-    monkeypatch.setattr(faults_kernel, "kernel_unavailable_reason", lambda: "needs root")
+    monkeypatch.setattr(netns, "kernel_unavailable_reason", lambda: "needs root")
     assert worker_links(["kernel-drop"], 3, "a1b2c3d4", resource="sqlite", toxiproxy=True) == (
         None,
         "needs root",

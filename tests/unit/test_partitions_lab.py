@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from fencedlease_lab.harness.faults_kernel import KernelFirewall
+from fencedlease_lab.servers.netns import KernelFirewall
 from fencedlease_lab.servers.partitions import Partitions
 from fencedlease_lab.servers.redis import LOOPBACK, Placement, RedisServer
 

@@ -7,8 +7,9 @@
 - [`elle`][fencedlease_lab.harness.elle]: property h, list-append transactions (Elle's checker);
 - [`kinds`][fencedlease_lab.harness.kinds]: the fault kinds, their needs and durations;
 - [`nemesis`][fencedlease_lab.harness.nemesis]: the faults, recorded with their start and end;
-- [`faults_clock`][fencedlease_lab.harness.faults_clock], ``faults_process``, ``faults_network``,
-  ``faults_kernel``: the clock, kill-holder, one-way and kernel faults;
+- [`faults_clock`][fencedlease_lab.harness.faults_clock], ``faults_process``, ``faults_network``
+  and the lab's [`netns`][fencedlease_lab.servers.netns]: the clock, kill-holder, one-way and
+  kernel faults;
 - [`schedule`][fencedlease_lab.harness.schedule]: which faults, on whom, when, drawn from the seed;
 - [`campaign`][fencedlease_lab.harness.campaign]: replays of a report and campaigns of seeds;
 - [`extract`][fencedlease_lab.harness.extract]: the history reassembled (grants, accesses, faults);

@@ -9,8 +9,8 @@ import logging
 import signal
 from typing import Any
 
+from ..servers.netns import enter_netns
 from .aio_worker import run_asyncio_worker
-from .faults_kernel import enter_netns
 from .history import HistoryWriter
 from .recorder import Recorder
 from .workload import IDLE, Board, WorkerConfig, run_sync_worker

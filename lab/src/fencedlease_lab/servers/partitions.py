@@ -5,7 +5,7 @@ routes between them, and nftables rules in the hub that cut any sets of members 
 Jepsen's way of partitioning a cluster (Kingsbury, "Jepsen" analyses: each node its own network
 stack, packets dropped between the sides), on one machine. The namespaces, veth pairs and nft
 tables are those of the harness's kernel faults
-([`faults_kernel`][fencedlease_lab.harness.faults_kernel]): member ``i`` gets the namespace
+([`netns`][fencedlease_lab.servers.netns]): member ``i`` gets the namespace
 ``fencedlease-<run id>-w<i>`` and a /30 link whose far end is in the hub
 (``fencedlease-<run id>-hub``, forwarding on, its own sysctl: this process's namespace forwards
 nothing). This process is joined to the hub by one more link (and a route to the members' /24), so
@@ -23,7 +23,7 @@ A packet between two members on different sides of a split is dropped by the hub
 sender sees no reset, TCP retransmits into the void, a connect hangs), both ways; members on no
 side reach both. Several splits may be in force together, each healed on its own. Needs root,
 ``ip`` and ``nft``
-([`kernel_unavailable_reason`][fencedlease_lab.harness.faults_kernel.kernel_unavailable_reason]).
+([`kernel_unavailable_reason`][fencedlease_lab.servers.netns.kernel_unavailable_reason]).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import subprocess
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from ..harness.faults_kernel import (
+from .netns import (
     KernelFirewall,
     Link,
     WorkerLinks,

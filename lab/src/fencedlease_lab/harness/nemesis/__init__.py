@@ -35,7 +35,7 @@ Kinds ([`FAULTS`][fencedlease_lab.harness.kinds.FAULTS]):
 The last ten are made in [`faults_clock`][fencedlease_lab.harness.faults_clock],
 [`faults_process`][fencedlease_lab.harness.faults_process],
 [`faults_network`][fencedlease_lab.harness.faults_network],
-[`faults_kernel`][fencedlease_lab.harness.faults_kernel] and
+[`netns`][fencedlease_lab.servers.netns] and
 [`faults_lease`][fencedlease_lab.harness.faults_lease].
 
 The actions live by fault family, a module each:

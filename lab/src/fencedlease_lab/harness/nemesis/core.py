@@ -18,7 +18,7 @@ import redis
 
 from fencedlease import redis_keys
 
-from ..faults_kernel import KernelFirewall
+from ...servers.netns import KernelFirewall
 from ..faults_lease import take_stretch
 from ..faults_topology import TopologyFaults
 from ..history import Operation

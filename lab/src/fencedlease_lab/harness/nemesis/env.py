@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from ...servers.netns import Link, kernel_unavailable_reason
 from ...servers.redis import RedisServer
 from ..faults_clock import WallClock
-from ..faults_kernel import Link, kernel_unavailable_reason
 from ..history import HistoryWriter
 from ..kinds import FAULTS, Fencing
 from ..workload import Board

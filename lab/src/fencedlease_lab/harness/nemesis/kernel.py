@@ -1,11 +1,11 @@
 """The kernel faults: ``kernel-drop`` and ``kernel-reject``, an nftables table of their own per cut
-([`faults_kernel`][fencedlease_lab.harness.faults_kernel])."""
+([`netns`][fencedlease_lab.servers.netns])."""
 
 from __future__ import annotations
 
 import threading
 
-from ..faults_kernel import KERNEL_ACTIONS
+from ...servers.netns import KERNEL_ACTIONS
 from ..history import Operation
 from .core import NemesisCore
 from .env import FaultSpec

@@ -38,8 +38,8 @@ from contextlib import ExitStack
 
 import attrs
 
+from ...servers.netns import worker_links
 from ..environment import start_proxies, start_redis, start_resource
-from ..faults_kernel import worker_links
 from ..model import CheckConfig, CheckResult
 from ..resource_links import resource_timeout_ms
 from ..safety import (

@@ -11,9 +11,9 @@ import attrs
 
 from fencedlease import redact_text
 
+from ...servers.netns import Link
 from ..environment import check_redis_url
 from ..faults_clock import WallClock
-from ..faults_kernel import Link
 from ..model import CheckConfig
 from ..safety import check_sqlite_resource, claim_out_dir
 from ..schedule import Schedule

@@ -4,10 +4,10 @@ veth pair, and nftables rules that ``drop`` or ``reject`` its packets on that li
 Toxiproxy acts inside a proxy, on bytes; these act in the kernel, on packets, as Jepsen's
 partitions do (Kingsbury, "Jepsen" analyses: each node its own network stack, iptables ``DROP``
 between them). When a run asks for a kernel fault (and can have one),
-[`WorkerLinks`][fencedlease_lab.harness.faults_kernel.WorkerLinks] gives worker ``i`` the namespace
+[`WorkerLinks`][fencedlease_lab.servers.netns.WorkerLinks] gives worker ``i`` the namespace
 ``fencedlease-<run id>-w<i>`` and a veth pair (``fl<run id>h<i>`` on the host, ``fl<run id>n<i>``
 inside) on a /30 of its own in 10.0.0.0/8; the worker enters its namespace first thing
-([`enter_netns`][fencedlease_lab.harness.faults_kernel.enter_netns]) and reaches Redis through its
+([`enter_netns`][fencedlease_lab.servers.netns.enter_netns]) and reaches Redis through its
 Toxiproxy proxy, which listens on the host end of its link. A rule on a link cuts off that worker
 alone:
 
@@ -19,18 +19,18 @@ alone:
     sends fail at once and new connections are refused.
 
 The rules live in nftables tables of the run's own (named after
-[`table_name`][fencedlease_lab.harness.faults_kernel.table_name], the run's random id in it; one per
+[`table_name`][fencedlease_lab.servers.netns.table_name], the run's random id in it; one per
 cut, so that cuts of different workers in force together heal independently), in chains on the
 ``input`` and ``output`` hooks of the host; healing deletes the table, which removes its rules at
 once. Needs root, ``ip`` and ``nft``
-([`kernel_unavailable_reason`][fencedlease_lab.harness.faults_kernel.kernel_unavailable_reason]); a
+([`kernel_unavailable_reason`][fencedlease_lab.servers.netns.kernel_unavailable_reason]); a
 worker in a namespace reaches nothing of the host but its proxy, so the resource must be the SQLite
 file.
 
 The same links, with their far ends in a hub namespace that routes between them (``hub`` of
-[`WorkerLinks`][fencedlease_lab.harness.faults_kernel.WorkerLinks]), and a table in the hub that
+[`WorkerLinks`][fencedlease_lab.servers.netns.WorkerLinks]), and a table in the hub that
 drops what it forwards between sets of addresses
-([`split`][fencedlease_lab.harness.faults_kernel.KernelFirewall.split]), make partitions of any
+([`split`][fencedlease_lab.servers.netns.KernelFirewall.split]), make partitions of any
 shape between servers and clients: [`Partitions`][fencedlease_lab.servers.partitions.Partitions].
 """
 
@@ -145,8 +145,8 @@ def veth(outer: tuple[str | None, str, str], inner: tuple[str | None, str, str])
 
 class WorkerLinks:
     """A namespace and a veth pair per worker (module docstring), made by
-    [`make`][fencedlease_lab.harness.faults_kernel.WorkerLinks.make] and all removed by
-    [`close`][fencedlease_lab.harness.faults_kernel.WorkerLinks.close] (deleting a namespace deletes
+    [`make`][fencedlease_lab.servers.netns.WorkerLinks.make] and all removed by
+    [`close`][fencedlease_lab.servers.netns.WorkerLinks.close] (deleting a namespace deletes
     its veth pair). Raises ``RuntimeError`` with the tool's message when a step fails (what was made
     is removed).
 
@@ -223,10 +223,10 @@ def table_name(run_id: str) -> str:
 class KernelFirewall:
     """The run's nftables tables (family ``inet``), one per cut, so that cuts in force together
     (of different workers) heal independently:
-    [`cut`][fencedlease_lab.harness.faults_kernel.KernelFirewall.cut] makes a table
+    [`cut`][fencedlease_lab.servers.netns.KernelFirewall.cut] makes a table
     ``<table_name(run_id)>_<n>`` with rules for one worker's link,
-    [`heal`][fencedlease_lab.harness.faults_kernel.KernelFirewall.heal] deletes it,
-    [`heal_all`][fencedlease_lab.harness.faults_kernel.KernelFirewall.heal_all] deletes every one
+    [`heal`][fencedlease_lab.servers.netns.KernelFirewall.heal] deletes it,
+    [`heal_all`][fencedlease_lab.servers.netns.KernelFirewall.heal_all] deletes every one
     still there. Raises ``RuntimeError`` with nft's message when a command fails."""
 
     def __init__(self, run_id: str, *, netns: str | None = None) -> None:
@@ -273,7 +273,7 @@ class KernelFirewall:
         """Drop every packet the hub forwards between addresses of two different ``sides``
         (IPv4 addresses; at least two sides, none empty), both ways: a partition of any shape;
         addresses on no side keep reaching every side. Returns the table and its rules, as
-        [`cut`][fencedlease_lab.harness.faults_kernel.KernelFirewall.cut] does.
+        [`cut`][fencedlease_lab.servers.netns.KernelFirewall.cut] does.
 
         Raises:
             ValueError: fewer than two sides, or an empty one.
@@ -291,7 +291,7 @@ class KernelFirewall:
 
     def heal(self, table: str) -> None:
         """Delete ``table`` (one
-        [`cut`][fencedlease_lab.harness.faults_kernel.KernelFirewall.cut]'s) and so its rules;
+        [`cut`][fencedlease_lab.servers.netns.KernelFirewall.cut]'s) and so its rules;
         nothing if it is gone."""
         with self._lock:
             if table not in self._made:
