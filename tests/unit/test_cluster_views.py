@@ -11,7 +11,7 @@ import pytest
 
 from fencedlease._async.cluster_views import AsyncSharedViews
 from fencedlease._redis.cluster import ClusterView
-from fencedlease._sync.cluster_views import SharedViews
+from fencedlease._sync.cluster_views import SharedViews, _Flight
 
 BOUND_S = 30.0  # a safety bound on waits an event ends
 
@@ -33,7 +33,7 @@ def test_async_calls_waiting_at_once_share_one_read_that_started_after_their_mar
             await gates[index].wait()
             return view
 
-        views = AsyncSharedViews(read)
+        views = AsyncSharedViews(read, BOUND_S)
         first = asyncio.ensure_future(views.after(views.mark()))
         await started[0].wait()
         mark = views.mark()  # taken while read 1 is in flight: read 1 cannot serve it
@@ -72,7 +72,7 @@ def test_async_a_failed_read_makes_the_joined_calls_read_again() -> None:
             views_made.append(view)
             return view
 
-        views = AsyncSharedViews(read)
+        views = AsyncSharedViews(read, BOUND_S)
         failing = asyncio.ensure_future(views.after(0))
         await started.wait()
         joined = asyncio.ensure_future(views.after(0))
@@ -103,7 +103,7 @@ def test_sync_threads_waiting_at_once_share_one_read_that_started_after_their_ma
         assert gates[index].wait(BOUND_S)
         return view
 
-    views = SharedViews(read)
+    views = SharedViews(read, BOUND_S)
     got: dict[str, ClusterView] = {}
 
     def call(name: str, mark: int) -> None:
@@ -126,4 +126,21 @@ def test_sync_threads_waiting_at_once_share_one_read_that_started_after_their_ma
         thread.join(BOUND_S)
     assert got["first"] is made[0]
     assert [got[name] for name in ("second", "j0", "j1", "j2", "j3", "j4")] == [made[1]] * 6
+    assert views.reads == 2
+
+
+def test_sync_a_read_that_never_ends_is_given_up_after_the_join_bound() -> None:
+    """A call that joined a read whose reader is gone (a forked child's copy of a read in
+    flight) makes a read of its own after the join bound, and is given its view."""
+    made: list[ClusterView] = []
+
+    def read() -> ClusterView:
+        made.append(ClusterView(1, []))
+        return made[-1]
+
+    views = SharedViews(read, 0.05)
+    with views._lock:  # a read in flight whose reader will never set it done
+        views._started += 1
+        views._flight = _Flight(views._started)
+    assert views.after(0) is made[0]
     assert views.reads == 2

@@ -119,7 +119,9 @@ class RedisClusterBackend(RedisBackend):
         self._bound_ms = check_shard_timeout(shard_timeout_ms)
         self._workers = NodeWorkers()
         self._voters = NodeWorkers()  # the view's reads: never behind a node's renewals
-        self._views = SharedViews(self._read_view)
+        # a read ends within MAJORITY_BOUND_S (and the slot map's first read): twice that is a
+        # read that will not end
+        self._views = SharedViews(self._read_view, 2 * MAJORITY_BOUND_S)
         self._slot_epochs: dict[int, int] = {}  # the epoch each slot's majority named last
 
     def _run(

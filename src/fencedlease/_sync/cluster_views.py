@@ -34,10 +34,12 @@ class SharedViews:
     after it, joining a read in flight that did (every grant and renewal batch waiting at once
     shares one read) or starting one. ``read()`` is the read (every primary asked at once, each
     bounded: it returns, a failed primary counting against); `latest` the newest view read, if
-    any."""
+    any. A call waits ``join_bound_s`` seconds at most for a read it joined (one whose reader is
+    gone, as in a forked child, never ends), then makes one of its own."""
 
-    def __init__(self, read: Callable[[], ClusterView]) -> None:
+    def __init__(self, read: Callable[[], ClusterView], join_bound_s: float) -> None:
         self._read = read
+        self._join_bound_s = join_bound_s
         self._lock = Lock()
         self._started = 0  # reads started so far: the next one's number is this plus one
         self._flight: _Flight | None = None  # the newest read in flight
@@ -72,10 +74,13 @@ class SharedViews:
                     flight = self._flight = _Flight(self._started)
             if joined is None:
                 return self._make(flight)
-            joined.done.wait(None)
+            if not joined.done.wait(self._join_bound_s):
+                with self._lock:
+                    if self._flight is joined:
+                        self._flight = None  # never ending: the next turn reads anew
             if joined.view is not None:
                 return joined.view
-            # its reader failed or was cancelled: the next turn makes a read of its own
+            # its reader failed, was cancelled or is gone: the next turn makes a read of its own
 
     def _make(self, flight: _Flight) -> ClusterView:
         try:
