@@ -27,17 +27,19 @@ from fencedlease._core.epochs import Named
 from fencedlease._core.urls import cluster_url_options
 from fencedlease._handoff.channels import Channels
 from fencedlease._redis.cluster import (
-    ClusterView,
-    SlotTable,
     finish_batch,
     group_failed,
     merge_nodes,
-    renewal_doubt,
-    renewed_slots,
-    settled,
     shard_bound_s,
     sharded_pubsub,
     slot_groups,
+)
+from fencedlease._redis.cluster_majority import (
+    ClusterView,
+    SlotTable,
+    renewal_doubt,
+    renewed_slots,
+    settled,
     slot_owner,
     unconfirmed_renewals,
 )

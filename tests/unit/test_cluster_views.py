@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from fencedlease._async.cluster_views import AsyncSharedViews
-from fencedlease._redis.cluster import ClusterView
+from fencedlease._redis.cluster_majority import ClusterView
 from fencedlease._sync.cluster_views import SharedViews, _Flight
 
 BOUND_S = 30.0  # a safety bound on waits an event ends

@@ -24,19 +24,21 @@ from fencedlease._core.epochs import Majority, floor
 from fencedlease._core.errors import BackendError
 from fencedlease._redis.cluster import (
     AckedCall,
-    ClusterView,
     NodeReplies,
-    SlotTable,
     SlotWatch,
     by_node,
     check_shard_timeout,
     merge_nodes,
     node_name,
+    shard_bound_s,
+    short_renewals,
+)
+from fencedlease._redis.cluster_majority import (
+    ClusterView,
+    SlotTable,
     renewal_doubt,
     renewed_slots,
     settled,
-    shard_bound_s,
-    short_renewals,
     unconfirmed_renewals,
 )
 from fencedlease._redis.errors import Redirected, ScriptNotLoaded, backend_errors

@@ -3,15 +3,15 @@
 # stale).
 """The cluster majority's view, read once for every grant and renewal batch that needs one at the
 same time: `SharedViews`. The view itself (every primary's ``CLUSTER NODES``, parsed once per
-read, decided per slot) is `fencedlease._redis.cluster.ClusterView`; what a read must follow to
-confirm a call is argued in `fencedlease._core.epochs`.
+read, decided per slot) is `fencedlease._redis.cluster_majority.ClusterView`; what a read must
+follow to confirm a call is argued in `fencedlease._core.epochs`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from fencedlease._redis.cluster import ClusterView
+from fencedlease._redis.cluster_majority import ClusterView
 
 from .primitives import Event, Lock
 
