@@ -155,6 +155,15 @@ def started_cluster(cluster: RedisClusterServers) -> Iterator[RedisClusterServer
         cluster.close()
 
 
+def first_epoch_token(server: RedisServer) -> int:
+    """The first token a Redis Cluster node grants a name with epoch tokens (a cluster URL's
+    default): the floor of its ``configEpoch`` (``cluster_my_epoch`` of ``CLUSTER INFO``)."""
+    with server.client(socket_timeout=5, decode_responses=True) as node:
+        info = str(node.execute_command("CLUSTER", "INFO"))
+    fields = dict(line.split(":", 1) for line in info.split() if ":" in line)
+    return int(fields["cluster_my_epoch"]) << 40
+
+
 @pytest.fixture(scope="session")
 def redis_cluster() -> Iterator[RedisClusterServers]:
     """A Redis Cluster of three primaries of the session's own (the lab's

@@ -18,7 +18,7 @@ import redis.asyncio
 from redis.crc import key_slot
 from redis.exceptions import ClusterDownError, ClusterError, MovedError, ResponseError
 
-from conftest import unavailable
+from conftest import first_epoch_token, unavailable
 from fencedlease import (
     BackendError,
     LeaseEvent,
@@ -98,6 +98,11 @@ def _paused(server: RedisServer) -> Iterator[None]:
         yield
     finally:
         server.resume()
+
+
+def _key_token(cluster: RedisClusterServers, prefix: str, key: str) -> int:
+    """`first_epoch_token` of the node serving ``key``'s slot."""
+    return first_epoch_token(cluster.node_for_slot(_slot(prefix, key)))
 
 
 def _check_held(cluster: RedisClusterServers, prefix: str, tokens: dict[str, int]) -> None:
@@ -285,7 +290,9 @@ def test_sync_waiter_is_woken_by_a_release_on_another_node(
         _wait_queued(redis_cluster, "wake", key)  # queued: now release
         assert lease.release()
         thread.join(15)
-        assert got == [2]
+        # the holder's token is the floor of the node's epoch (the URL's default), the waiter's
+        # the next one
+        assert got == [_key_token(redis_cluster, "wake", key) + 1]
         assert handoff.notified == 1  # type: ignore[attr-defined]
         # Redis 7: SSUBSCRIBE on the slot's node, woken by the release's SPUBLISH (a sharded
         # listener hears no PUBLISH); 6.2: the plain listener, woken by PUBLISH.
@@ -322,9 +329,11 @@ def test_async_waiter_is_woken_by_a_release_on_another_node(
             got = await asyncio.wait_for(task, 15)
             assert got.lease is not None
             sharded = handoff.sharded  # type: ignore[attr-defined]
-            return got.lease.fencing_token, handoff.notified, sharded  # type: ignore[attr-defined]
+            after = (got.lease.fencing_token or 0) - (lease.fencing_token or 0)
+            return after, handoff.notified, sharded  # type: ignore[attr-defined]
 
-    assert asyncio.run(main()) == (2, 1, sharded_pubsub(redis_cluster.version()))
+    # the waiter's token is the one after the holder's (both of the node's epoch)
+    assert asyncio.run(main()) == (1, 1, sharded_pubsub(redis_cluster.version()))
 
 
 def _node_id(server: RedisServer) -> str:
@@ -569,7 +578,9 @@ def test_cluster_url_options_reach_every_node_connection(
                 return [lease.fencing_token if lease else None for lease in got]
 
         tokens = asyncio.run(main())
-    assert tokens == [1, 1, 1]
+    assert tokens == [
+        first_epoch_token(server) for server in redis_cluster.servers
+    ]  # one grant each
     assert named == [1, 1, 1]
 
 
@@ -716,8 +727,13 @@ def test_sync_replica_acks_a_grant_is_held_by_the_keys_replica(
 def test_async_replica_acks_a_grant_is_held_by_the_keys_replica(
     replicated_cluster: RedisClusterServers,
 ) -> None:
-    """The asyncio face of the test above, through a manager made from the cluster URL."""
+    """The asyncio face of the test above, through a manager made from the cluster URL (its
+    default epoch tokens: each node's first grant is the floor of its epoch)."""
     one, two = _two_nodes_keys(replicated_cluster, "aacks")
+    tokens = (
+        _key_token(replicated_cluster, "aacks", one),
+        _key_token(replicated_cluster, "aacks", two),
+    )
 
     async def main() -> list[int | BaseException]:
         manager = AsyncLeaseManager.from_url(
@@ -730,12 +746,12 @@ def test_async_replica_acks_a_grant_is_held_by_the_keys_replica(
             first = await manager.acquire(one, ttl_ms=60_000)
             second = await manager.acquire(two, ttl_ms=60_000)
             assert first.lease is not None and second.lease is not None
-            assert (first.lease.fencing_token, second.lease.fencing_token) == (1, 1)
+            assert (first.lease.fencing_token, second.lease.fencing_token) == tokens
             assert _replica_value(replicated_cluster, "aacks", one) == (
-                f"1:{first.lease.owner_token}".encode()
+                f"{tokens[0]}:{first.lease.owner_token}".encode()
             )
             assert _replica_value(replicated_cluster, "aacks", two) == (
-                f"1:{second.lease.owner_token}".encode()
+                f"{tokens[1]}:{second.lease.owner_token}".encode()
             )
             backend = manager._backend
             assert isinstance(backend, AsyncRedisClusterBackend)
@@ -745,7 +761,7 @@ def test_async_replica_acks_a_grant_is_held_by_the_keys_replica(
             ]
             return await backend.renew_many(items)
 
-    assert asyncio.run(main()) == [1, 1]
+    assert asyncio.run(main()) == list(tokens)
 
 
 @pytest.mark.parametrize("face", ["sync", "asyncio"])
@@ -919,8 +935,8 @@ def test_replica_acks_a_hand_off_claim_is_acknowledged_by_the_keys_replica(
     replicated_cluster: RedisClusterServers,
 ) -> None:
     """A waiter queued behind a holder claims the lease the release hands it through acquire's
-    script and its WAIT on the key's node: the claimed grant (token 2) is on the replica when the
-    waiter's acquire returns."""
+    script and its WAIT on the key's node: the claimed grant (the holder's token plus one) is on
+    the replica when the waiter's acquire returns."""
     url, prefix, key = replicated_cluster.url, "claim", KEYS[3]
     options = {"prefix": prefix, "replica_acks": 1, "replica_ack_timeout_ms": 10_000}
     with (
@@ -945,7 +961,7 @@ def test_replica_acks_a_hand_off_claim_is_acknowledged_by_the_keys_replica(
         thread.join(15)
         assert len(got) == 1
         expected, held = got[0]
-        assert expected.startswith(b"2:")
+        assert expected.startswith(f"{(lease.fencing_token or 0) + 1}:".encode())
         assert held == expected
 
 

@@ -23,6 +23,7 @@ from redis.exceptions import (
 )
 
 from fencedlease import BackendError, LeaseManager, RedisClusterBackend, ValidationError
+from fencedlease._core.epochs import Named
 from fencedlease._core.urls import cluster_url_options
 from fencedlease._handoff.channels import Channels
 from fencedlease._redis.cluster import (
@@ -32,7 +33,15 @@ from fencedlease._redis.cluster import (
     shard_bound_s,
     sharded_pubsub,
     slot_groups,
+)
+from fencedlease._redis.cluster_majority import (
+    ClusterView,
+    SlotTable,
+    renewal_doubt,
+    renewed_slots,
+    settled,
     slot_owner,
+    unconfirmed_renewals,
 )
 from fencedlease._redis.errors import backend_errors
 from fencedlease._redis.keys import (
@@ -200,6 +209,22 @@ def test_an_async_cluster_manager_from_a_url_makes_no_io_until_used() -> None:
     assert asyncio.run(main()) == "127.0.0.1:1,127.0.0.1:2"
 
 
+def test_a_cluster_url_takes_epoch_tokens_unless_told_otherwise() -> None:
+    """A manager from a ``redis+cluster://`` URL grants epoch tokens by default (its grants and
+    renewals confirmed by the primaries' majority); ``fencing="counter"`` is still taken."""
+
+    async def main() -> list[str]:
+        modes: list[str] = []
+        for fencing in (None, "counter", "epoch"):
+            leases = AsyncLeaseManager.from_url("redis+cluster://127.0.0.1:1/", fencing=fencing)
+            assert isinstance(leases.backend, AsyncRedisClusterBackend)
+            modes.append(leases.backend.grants.fencing)
+            await leases.close()
+        return modes
+
+    assert asyncio.run(main()) == ["epoch", "counter", "epoch"]
+
+
 def test_a_sync_cluster_manager_refuses_an_asyncio_cluster_client() -> None:
     client = redis.asyncio.RedisCluster(host="127.0.0.1", port=1)
     with pytest.raises(ValidationError) as caught:
@@ -247,3 +272,97 @@ def test_a_nodes_view_names_the_slots_primary_and_its_epoch() -> None:
         slot_owner({"127.0.0.1:7000": {"flags": "master", "epoch": "x", "slots": [["0"]]}}, 0)
         is None
     )
+
+
+NODES_7000 = {
+    "127.0.0.1:7000": {"flags": "myself,master", "epoch": "3", "slots": [["0", "5460"]]},
+    "127.0.0.1:7001": {"flags": "master", "epoch": "5", "slots": [["5461", "10922"]]},
+    "127.0.0.1:7003": {"flags": "slave", "epoch": "5", "slots": []},
+    "127.0.0.1:7002": {"flags": "master", "epoch": "2", "slots": [["10923", "16383"]]},
+}
+# the view of a primary that heard of the take-over: 7003 serves 7001's slots at epoch 6
+NODES_TAKEN_OVER = {
+    **NODES_7000,
+    "127.0.0.1:7001": {"flags": "master", "epoch": "5", "slots": []},
+    "127.0.0.1:7003": {"flags": "master", "epoch": "6", "slots": [["5461", "10922"]]},
+}
+
+
+def test_a_slot_table_is_the_nodes_view_read_once() -> None:
+    """A `SlotTable` names, for every slot, what `slot_owner` names from the same reply (the
+    primary and its epoch), by a binary search of the parsed ranges."""
+    table = SlotTable.of(NODES_7000)
+    assert table.ranges == (
+        (0, 5460, "127.0.0.1:7000", 3),
+        (5461, 10922, "127.0.0.1:7001", 5),
+        (10923, 16383, "127.0.0.1:7002", 2),
+    )
+    for slot in (0, 1, 5460, 5461, 10922, 10923, 16383):
+        assert table.owner(slot) == slot_owner(NODES_7000, slot)
+    gap = SlotTable.of({"127.0.0.1:7000": {"flags": "master", "epoch": "1", "slots": [["5", "9"]]}})
+    assert [gap.owner(s) for s in (4, 5, 9, 10)] == [
+        None,
+        ("127.0.0.1:7000", 1),
+        ("127.0.0.1:7000", 1),
+        None,
+    ]
+    assert SlotTable.of("not a view").owner(0) is None
+
+
+def test_a_cluster_view_decides_each_slot_by_the_majority_of_the_configured() -> None:
+    """Two of three primaries that heard of a take-over name its node for the slot; a lone
+    stale primary names nothing; a silent one counts against."""
+    old, new = SlotTable.of(NODES_7000), SlotTable.of(NODES_TAKEN_OVER)
+    view = ClusterView(3, [old, new, new])
+    assert view.majority(6000).named == Named("127.0.0.1:7003", 6)
+    assert view.majority(0).named == Named("127.0.0.1:7000", 3)
+    minority = ClusterView(3, [old, None, None])
+    assert minority.majority(6000).named is None
+    assert minority.majority(6000).why == (
+        "no majority: 1 of 3 configured voters agree on the primary and its epoch, 2 needed"
+    )
+
+
+def test_a_renewal_counts_only_where_the_majority_names_its_node_at_its_epoch() -> None:
+    """A renewal that ran on a node the majority no longer names, or whose slot's epoch moved
+    since, does not count; one on the named node at its epoch does."""
+    old, new = SlotTable.of(NODES_7000), SlotTable.of(NODES_TAKEN_OVER)
+    taken = ClusterView(3, [old, new, new]).majority(6000)
+    assert renewal_doubt(taken, "127.0.0.1:7001", 5) == (
+        "the majority names '127.0.0.1:7003' the primary, not '127.0.0.1:7001'"
+    )
+    assert renewal_doubt(taken, "127.0.0.1:7003", 6) is None
+    assert renewal_doubt(taken, "127.0.0.1:7003", None) is None  # no epoch known before
+    assert renewal_doubt(taken, "127.0.0.1:7003", 5) == (
+        "the primary's epoch moved from 5 to 6 meanwhile"
+    )
+
+
+def test_unconfirmed_renewals_replace_only_the_tokens_of_the_doubted_places() -> None:
+    """Each lease renewed on a doubted (node, slot) gets the majority's reason in its place; a
+    lost lease (0), an error, and the leases of a confirmed place keep their results."""
+    items = [("a", "o", 1000), ("b", "o", 1000), ("a", "p", 1000)]
+    slot_a, slot_b = (key_slot(lease_key("p", k).encode()) for k in ("a", "b"))
+    nodes = {"n1": [[0, 2]], "n2": [[1]]}
+    failed = BackendError("boom")
+    results: list[int | BaseException] = [7, 9, 0]
+    renewed = renewed_slots("p", items, nodes, results)
+    assert renewed == {("n1", slot_a): [0], ("n2", slot_b): [1]}
+    checked = unconfirmed_renewals(
+        items, renewed, results, {("n1", slot_a): "gone", ("n2", slot_b): None}
+    )
+    assert isinstance(checked[0], BackendError)
+    assert str(checked[0]) == "renew 'a': not confirmed by the cluster's majority: gone"
+    assert checked[1:] == [9, 0]
+    assert renewed_slots("p", items, nodes, [failed, 0, 0]) == {}
+
+
+def test_a_read_is_settled_once_a_majority_answered_alike() -> None:
+    """The view's read ends early only when a majority of the configured primaries answered and
+    every answer so far is alike; a failed primary counts for nothing."""
+    old, new = SlotTable.of(NODES_7000), SlotTable.of(NODES_TAKEN_OVER)
+    assert settled(3, {"a": old, "b": old})
+    assert not settled(3, {"a": old})
+    assert not settled(3, {"a": old, "b": new})
+    assert not settled(3, {"a": old, "b": None})
+    assert settled(3, {"a": old, "b": None, "c": old})

@@ -317,3 +317,43 @@ def test_is_cancellation_is_a_tasks_cancellation_only() -> None:
     errors = (asyncio.CancelledError(), RuntimeError("x"), KeyboardInterrupt())
     assert [aio.is_cancellation(e) for e in errors] == [True, False, False]
     assert [sync.is_cancellation(e) for e in errors] == [False, False, False]
+
+
+def test_sync_node_workers_end_once_enough_answered() -> None:
+    """``run_until`` returns as soon as ``enough`` holds for the results so far: a node whose
+    call has not answered then counts as not done, however long its bound."""
+    workers = sync.NodeWorkers()
+    release = threading.Event()
+    try:
+        calls = {"a": lambda: 1, "b": lambda: 1, "stalled": lambda: int(release.wait(30))}
+        results = workers.run_until(calls, 30.0, lambda done: len(done) >= 2)
+        assert results == {"a": 1, "b": 1, "stalled": None}
+    finally:
+        release.set()
+        workers.close()
+
+
+def test_asyncio_node_workers_end_once_enough_answered_and_cancel_the_rest() -> None:
+    """On the asyncio face the call still running when ``enough`` holds is cancelled."""
+
+    async def main() -> tuple[dict[str, int | None], bool]:
+        stalled = asyncio.Event()
+        cancelled = []
+
+        async def answer() -> int:
+            return 1
+
+        async def stall() -> int:
+            try:
+                await stalled.wait()
+            except asyncio.CancelledError:
+                cancelled.append(True)
+                raise
+            return 2
+
+        calls = {"a": answer, "b": answer, "stalled": stall}
+        results = await aio.NodeWorkers().run_until(calls, 30.0, lambda done: len(done) >= 2)
+        await asyncio.sleep(0)  # the cancellation reaches the stalled task
+        return results, cancelled == [True]
+
+    assert asyncio.run(main()) == ({"a": 1, "b": 1, "stalled": None}, True)

@@ -66,7 +66,7 @@ def test_bad_options_are_refused_on_both_faces(
 )
 def test_a_sentinel_url_takes_epoch_tokens_by_default(url: str, fencing: str) -> None:
     """A manager from a ``redis+sentinel://`` URL grants epoch tokens unless told otherwise;
-    other Redis URLs keep the counter's."""
+    other Redis URLs keep the counter's (a cluster's: `test_cluster_backend.py`)."""
     with LeaseManager.from_url(url) as manager:
         assert manager._backend.grants.fencing == fencing  # type: ignore[attr-defined]
     with LeaseManager.from_url(url, fencing="clock") as manager:
@@ -190,8 +190,10 @@ def test_replication_error_is_a_backend_error_that_pickles() -> None:
 
 
 def test_each_url_names_its_default_fencing() -> None:
-    """Sentinel URLs (any case) default to epoch tokens, every other to the counter."""
-    assert default_fencing("redis+cluster://127.0.0.1:7000") == "counter"
+    """Sentinel and Cluster URLs (any case) default to epoch tokens, every other to the counter
+    (a cluster's grants and renewals are confirmed by its primaries' majority by default)."""
+    assert default_fencing("redis+cluster://127.0.0.1:7000") == "epoch"
+    assert default_fencing("REDIS+CLUSTER://127.0.0.1:7000") == "epoch"
     assert default_fencing("Redis+Sentinel://127.0.0.1:1/s") == "epoch"
     assert default_fencing("redis://127.0.0.1:1") == "counter"
     assert default_fencing("memory://") == "counter"

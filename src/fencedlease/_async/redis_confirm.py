@@ -131,10 +131,14 @@ class AsyncConfirmedCalls(AsyncEvictionReads):
     def _acked_grant_cut(self, error: BaseException) -> bool:
         """Whether ``error`` (an acquire's, mapped) cut a grant that waits for the replicas' or
         the majority's word after its script: the connection failed with the command maybe
-        sent (the script may have run); a reply of Redis's (a script's error) is not a cut.
-        No I/O."""
+        sent (the script may have run); a reply of Redis's (a script's error) is not a cut, nor
+        a cluster's turning the call away (``busy``: a slot being migrated, which the acquire
+        waits out; what an earlier try may have granted is released by its clean-up, as for any
+        ``wrote="maybe"``). No I/O."""
         waits = self.grants.replica_acks > 0 or self._epochs()
-        return waits and isinstance(error, BackendError) and error.sent == "maybe"
+        return (
+            waits and isinstance(error, BackendError) and error.sent == "maybe" and not error.busy
+        )
 
     async def _taken_back(
         self,

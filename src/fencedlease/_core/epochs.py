@@ -17,6 +17,15 @@ a voter's epoch never goes back, so a grant confirmed at epoch ``e`` ran before 
 named a newer one, hence before any grant of a newer epoch, and no later majority names an older
 one. A minority (one sentinel left with a deposed primary) confirms nothing.
 
+The confirmation may come from any read of the voters that *started* after the grant's script
+(and its ``WAIT``) returned, not only one made for that grant: the argument needs the majority's
+word to follow the grant, and a read that started later follows it as well. So on a cluster one
+read of every primary serves every grant and renewal batch waiting at once (each takes a read that
+started after its own call returned); a read that started earlier, while its call was running,
+serves none of them. A renewal counts on the same terms: a majority, in a read that started after
+it returned, names the node it ran on with the slot's epoch of before; a holder whose node the
+majority no longer names is refused its renewals and loses the lease at its deadline.
+
 No clock enters the argument: it assumes only that a voter's epoch never decreases, that a primary
 keeps its counter while it serves an epoch (persistence: a restart that loses the counter within
 an epoch breaks it, as it breaks plain counters), and fewer than ``2**40`` grants of one key in

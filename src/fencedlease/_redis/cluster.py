@@ -51,7 +51,6 @@ __all__ = [
     "sharded_pubsub",
     "short_renewals",
     "slot_groups",
-    "slot_owner",
 ]
 
 SlotGroup = tuple[int, list[int]]
@@ -317,25 +316,3 @@ def sharded_pubsub(version: object) -> bool:
     """Whether a server reporting ``redis_version`` ``version`` has sharded pub/sub (7.0+)."""
     major = text(version).partition(".")[0]
     return major.isdigit() and int(major) >= 7
-
-
-def slot_owner(view: object, slot: int) -> tuple[str, int] | None:
-    """The primary serving ``slot`` (``host:port``) and its ``configEpoch``, as one node's
-    ``CLUSTER NODES`` (redis-py's dict of ``"host:port"`` to the node's fields) tells them; None
-    when no primary there serves it, or the view is not such a dict. The epoch of a Redis
-    Cluster failover: a promoted replica takes one greater than every other
-    (`fencedlease._core.epochs`)."""
-    if not isinstance(view, dict):
-        return None
-    for address, node in view.items():
-        if not isinstance(node, dict) or "master" not in text(node.get("flags")).split(","):
-            continue
-        for bounds in node.get("slots") or ():
-            try:
-                low, high = int(text(bounds[0])), int(text(bounds[-1]))
-                epoch = int(text(node.get("epoch")))
-            except (ValueError, IndexError, TypeError):
-                continue
-            if low <= slot <= high:
-                return text(address), epoch
-    return None

@@ -19,7 +19,7 @@ answers:
   long as the new primary's clock is not behind the old one's by more than the time the failover
   took (Kleppmann's argument for counters plus a clock-derived epoch).
 
-- ``fencing="epoch"`` (the default of ``redis+sentinel://`` URLs; asked for on a cluster): the
+- ``fencing="epoch"`` (the default of ``redis+sentinel://`` and ``redis+cluster://`` URLs): the
   token is ``epoch * 2**40 + counter``, granted at or above the floor of the failover epoch a
   majority names (the sentinels' ``config-epoch``; the cluster primaries' view of the slot
   owner's ``configEpoch``), and counted only when that majority confirms it afterwards
@@ -68,10 +68,9 @@ log = logging.getLogger("fencedlease")
 
 Fencing = Literal["counter", "clock", "epoch"]
 FENCING_MODES: Final = ("counter", "clock", "epoch")
-# The URLs whose managers take epoch tokens unless told otherwise. A cluster's take them when
-# asked (fencing="epoch"): its grants then read every primary's CLUSTER NODES, twice for a slot's
-# first grant, a cost not yet measured against many slots.
-REPLICATED_SCHEMES: Final = ("redis+sentinel://",)
+# The URLs whose managers take epoch tokens unless told otherwise: the replicated deployments,
+# whose failovers name an epoch a majority agrees on.
+REPLICATED_SCHEMES: Final = ("redis+sentinel://", "redis+cluster://")
 MAX_REPLICA_ACKS: Final = 2_147_483_647
 
 
@@ -205,9 +204,9 @@ def older_token(reply: object, key: str, epoch: int) -> str | None:
 
 def default_fencing(url: object) -> Fencing:
     """The fencing mode a manager made from ``url`` uses when none is given: ``"epoch"`` for
-    Redis Sentinel (``redis+sentinel://``: tokens never repeat across a failover,
-    `fencedlease._core.epochs`), ``"counter"`` for any other (a ``url`` that is not a str
-    included: the URL's own check refuses it)."""
+    Redis Sentinel and Redis Cluster (``redis+sentinel://``, ``redis+cluster://``: tokens never
+    repeat across a failover, `fencedlease._core.epochs`), ``"counter"`` for any other (a ``url``
+    that is not a str included: the URL's own check refuses it)."""
     replicated = isinstance(url, str) and url.lower().startswith(REPLICATED_SCHEMES)
     return "epoch" if replicated else "counter"
 

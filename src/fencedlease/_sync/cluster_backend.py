@@ -35,7 +35,14 @@ from fencedlease._redis.cluster import (
     node_name,
     shard_bound_s,
     short_renewals,
-    slot_owner,
+)
+from fencedlease._redis.cluster_majority import (
+    ClusterView,
+    SlotTable,
+    renewal_doubt,
+    renewed_slots,
+    settled,
+    unconfirmed_renewals,
 )
 from fencedlease._redis.errors import Redirected, ScriptNotLoaded, backend_errors
 from fencedlease._redis.eviction import policy_of
@@ -46,6 +53,7 @@ from fencedlease._redis.scripts import ACQUIRE, RELEASE, RENEW_MANY, Script, ack
 from fencedlease._redis.sentinel import MAJORITY_BOUND_S
 
 from .cluster_nodes import NodeWorkers, node_for, read_nodes, read_slot_map, send_acked
+from .cluster_views import SharedViews
 from .handoff_cluster import ClusterHandoff
 from .redis_backend import RedisBackend
 from .scripts import run_script
@@ -112,6 +120,10 @@ class RedisClusterBackend(RedisBackend):
         self.primary = SlotWatch(lambda key: key_slot(lease_key(self.prefix, key).encode()), client)
         self._bound_ms = check_shard_timeout(shard_timeout_ms)
         self._workers = NodeWorkers()
+        self._voters = NodeWorkers()  # the view's reads: never behind a node's renewals
+        # a read ends within MAJORITY_BOUND_S (and the slot map's first read): twice that is a
+        # read that will not end
+        self._views = SharedViews(self._read_view, 2 * MAJORITY_BOUND_S)
         self._slot_epochs: dict[int, int] = {}  # the epoch each slot's majority named last
 
     def _run(
@@ -138,50 +150,107 @@ class RedisClusterBackend(RedisBackend):
         return acked_replies(replies)
 
     def _epochs(self) -> bool:
-        """Whether grants take the floor of their slot's epoch and the cluster majority's word
-        (``fencing="epoch"``). No I/O."""
+        """Whether grants take the floor of their slot's epoch and grants and renewals the
+        cluster majority's word (``fencing="epoch"``). No I/O."""
         return self.grants.fencing == "epoch"
 
-    def _slot_majority(self, slot: int) -> Majority[str]:
-        """What the primaries (the slot map's), asked at once (`MAJORITY_BOUND_S` each), say of
-        the primary serving ``slot`` and its ``configEpoch``; the epoch named, if any, kept for
-        the slot's next grants and hand-offs."""
+    def _read_view(self) -> ClusterView:
+        """Every primary of the slot map asked at once for its ``CLUSTER NODES`` (each bounded by
+        `MAJORITY_BOUND_S`, on a worker of the view's own: a read never waits behind a node's
+        renewals), each reply parsed once; a primary that fails or is silent counts against. The
+        read ends as soon as a majority answered alike (`settled`): a stalled primary costs no
+        call its bound."""
         read_slot_map(self.cluster)
         primaries = self.cluster.get_primaries()  # type: ignore[no-untyped-call, unused-ignore]
-        calls = {node.name: partial(self._owner_seen, node, slot) for node in primaries}
-        replies = self._workers.run(calls, MAJORITY_BOUND_S)
-        decided = Majority.decide(len(calls), list(replies.values()))
+        calls = {node.name: partial(self._table_of, node) for node in primaries}
+        replies = self._voters.run_until(calls, MAJORITY_BOUND_S, partial(settled, len(calls)))
+        return ClusterView(len(calls), list(replies.values()))
+
+    def _table_of(self, node: ClusterNode) -> SlotTable | None:
+        """``node``'s ``CLUSTER NODES`` as a `SlotTable`; None when it fails."""
+        try:
+            with backend_errors("CLUSTER NODES"):
+                return SlotTable.of(read_nodes(node))
+        except BackendError:
+            return None
+
+    def _slot_majority(self, slot: int, mark: int) -> Majority[str]:
+        """What the primaries' majority says of ``slot``'s primary and its ``configEpoch``, in a
+        view read that started after ``mark`` (`SharedViews.after`: one read for every
+        call waiting at once); the epoch named, if any, kept for the slot's next calls."""
+        return self._noted((self._views.after(mark)).majority(slot), slot)
+
+    def _noted(self, decided: Majority[str], slot: int) -> Majority[str]:
         if decided.named is not None:
             self._slot_epochs[slot] = decided.named.epoch
         return decided
 
-    def _owner_seen(self, node: ClusterNode, slot: int) -> tuple[str, int] | None:
-        """``node``'s view of ``slot``'s primary and epoch (`slot_owner`); None when it fails."""
-        try:
-            with backend_errors("CLUSTER NODES"):
-                view = read_nodes(node)
-        except BackendError:
-            return None
-        return slot_owner(view, slot)
+    def _doubt(
+        self, decided: Majority[str], slot: int, ran_on: str, epoch: int | None
+    ) -> str | None:
+        """Why calls on ``slot`` that ran on ``ran_on`` with the slot's ``epoch`` of before do
+        not count, from ``decided`` (`renewal_doubt`); the epoch it names kept. No I/O."""
+        return renewal_doubt(self._noted(decided, slot), ran_on, epoch)
+
+    def _slot_epoch(self, slot: int) -> int:
+        """The epoch the majority named last for ``slot`` (from the newest view, read first
+        when there is none): a grant's floor. A stale one is safe: the grant is then not
+        confirmed (`Majority.confirms`)."""
+        if slot not in self._slot_epochs:
+            latest = self._views.latest
+            if latest is None:
+                self._slot_majority(slot, self._views.mark())
+            else:
+                self._noted(latest.majority(slot), slot)
+        return self._slot_epochs.get(slot, 0)
+
+    def _confirm(self, slot: int, ran_on: str, epoch: int | None, mark: int) -> str | None:
+        """Why calls on ``slot`` that ran on ``ran_on`` before ``mark`` was taken do not count
+        (`_doubt`, in a view read after ``mark``); None when they do. The slot map follows the
+        majority (`_follow`)."""
+        decided = self._slot_majority(slot, mark)
+        self._follow(decided, slot)
+        return self._doubt(decided, slot, ran_on, epoch)
+
+    def _follow(self, decided: Majority[str], slot: int) -> None:
+        """Read the slot map again when the majority names another primary for ``slot`` than
+        the client's map does (a deposed primary answers on: the client would go on calling
+        it), so that the next call goes where the majority names; not when the map already
+        names it (redis-py read it again after a MOVED or a failed node)."""
+        named = decided.named
+        if named is not None and named.address != self._node_of(slot):
+            self.cluster.nodes_manager.initialize()
 
     def _epoch_grant(
         self, key: str, owner_token: str, ttl_ms: int, queue: Sequence[str]
     ) -> tuple[object, int | None, str | None]:
-        """``acquire.lua`` with the floor of its slot's epoch (the one the primaries' majority
-        named last, asked first when not known yet), on the slot's primary, and why it does not
-        count (None when it does): once it ran (and its ``WAIT``), a majority of the primaries
-        must name that node the slot's primary at that epoch (`Majority.confirms`)."""
+        """``acquire.lua`` with the floor of its slot's epoch (`_slot_epoch`), on the slot's
+        primary, and why it does not count (None when it does): a majority of the primaries, in
+        a view read that started once the script and its ``WAIT`` had returned, must name that
+        node the slot's primary at that epoch (`Majority.confirms`)."""
         keys = lease_keys(self.prefix, key)
         slot = key_slot(keys[0].encode())
-        if slot not in self._slot_epochs:
-            self._slot_majority(slot)
-        epoch = self._slot_epochs.get(slot, 0)
+        epoch = self._slot_epoch(slot)
         read_slot_map(self.cluster)
         ran_on = self._node_of_key(keys[0]).name
         args = (owner_token, ttl_ms, self.grants.mode_arg(floor(epoch)), "primary", *queue)
         reply, acks = self._run(self.cluster, ACQUIRE, keys, args)
-        why = (self._slot_majority(slot)).confirms(ran_on, epoch)
+        why = self._confirm(slot, ran_on, epoch, self._views.mark())
         return reply, acks, why or older_token(reply, key, epoch)
+
+    def _renewal(
+        self, client: object, script: Script, keys: Sequence[str], args: Sequence[object]
+    ) -> tuple[object, int | None, str | None]:
+        """`_run` of a renewal script on ``keys[0]``'s slot, and with ``fencing="epoch"`` why
+        it does not count (`_confirm`; None when it does)."""
+        if not self._epochs():
+            return (*self._run(client, script, keys, args), None)
+        slot = key_slot(keys[0].encode())
+        epoch = self._slot_epochs.get(slot)
+        read_slot_map(self.cluster)
+        ran_on = self._node_of_key(keys[0]).name
+        reply, acks = self._run(client, script, keys, args)
+        return reply, acks, self._confirm(slot, ran_on, epoch, self._views.mark())
 
     def _memory_policies(self, client: object = None) -> dict[str, str | None]:
         """The ``maxmemory_policy`` field of ``INFO memory`` of every primary, by its
@@ -225,8 +294,22 @@ class RedisClusterBackend(RedisBackend):
         bound_s = shard_bound_s(items, self._bound_ms)
         nodes = by_node(self.prefix, items, self._node_of)
         calls = {node: partial(self._renew_node, items, groups) for node, groups in nodes.items()}
+        epochs = dict(self._slot_epochs)  # each slot's, before any of its renewals is sent
         replies = self._workers.run(calls, bound_s)
-        return merge_nodes(len(items), nodes, replies, bound_s)
+        results = merge_nodes(len(items), nodes, replies, bound_s)
+        if not self._epochs():
+            return results
+        # One view for the whole batch, read once every node's calls returned (or were given
+        # up on), shared with the grants confirming meanwhile: one read per tick, not per lease.
+        renewed = renewed_slots(self.prefix, items, nodes, results)
+        view = self._views.after(self._views.mark())
+        doubts = {
+            (node, slot): self._doubt(view.majority(slot), slot, node, epochs.get(slot))
+            for node, slot in renewed
+        }
+        for slot in {slot for _, slot in renewed}:
+            self._follow(view.majority(slot), slot)
+        return unconfirmed_renewals(items, renewed, results, doubts)
 
     def _node_of(self, slot: int) -> str:
         return node_name(self.cluster, slot)
@@ -254,4 +337,5 @@ class RedisClusterBackend(RedisBackend):
         """Stop the node workers (a sync worker still blocked on a hung node ends at the client's
         socket timeout) and close the client if the backend made it."""
         self._workers.close()
+        self._voters.close()
         super().close()

@@ -125,9 +125,8 @@ class _ManagerBase(_StoreCalls, _AcquireLoop, ABC):
         **kwargs)``), ``memory://``, and ``sqlite:///relative/path`` / ``sqlite:////absolute/path``
         / ``sqlite:///:memory:`` (``busy_timeout_ms`` the only keyword). The forms:
         `fencedlease._core.urls`. ``fencing`` left None takes the URL's default: ``"epoch"``
-        for ``redis+sentinel://`` (tokens that never repeat across a failover,
-        `fencedlease._core.epochs`), ``"counter"`` for any other (a cluster's epoch tokens are
-        asked for with ``fencing="epoch"``).
+        for ``redis+sentinel://`` and ``redis+cluster://`` (tokens that never repeat across a
+        failover, `fencedlease._core.epochs`), ``"counter"`` for any other.
 
         Raises:
             ValidationError: an unknown scheme, a malformed URL or an option it does not take.

@@ -131,8 +131,9 @@ class RedisClusterServers:
         return any(server.process is not None for server in self._nodes())
 
     def start(self, timeout_s: float = 30.0) -> RedisClusterServers:
-        """Start the nodes, give each its share of the slots, join them, and wait until every node
-        says ``cluster_state:ok`` and knows every other.
+        """Start the nodes, give each its share of the slots and a ``configEpoch`` of its own (1,
+        2, ...), join them, and wait until every node says ``cluster_state:ok`` and knows every
+        other.
 
         Raises:
             RuntimeError: it was started already (and not closed since).
@@ -146,8 +147,15 @@ class RedisClusterServers:
             bounds = [SLOTS * i // count for i in range(count + 1)]
             self.ranges = [(bounds[i], bounds[i + 1] - 1) for i in range(count)]
             first = self.servers[0]
-            for server, (low, high) in zip(self.servers, self.ranges, strict=True):
+            for epoch, (server, (low, high)) in enumerate(
+                zip(self.servers, self.ranges, strict=True), start=1
+            ):
                 with server.client(socket_timeout=10) as client:
+                    # A distinct configEpoch each, before the nodes meet (as ``redis-cli
+                    # --cluster create`` gives them): nodes that met at epoch 0 bump theirs apart
+                    # by gossip for a while after cluster_state:ok, and an epoch that moves
+                    # refuses the grants of fencing="epoch" (the majority names another epoch).
+                    client.execute_command("CLUSTER SET-CONFIG-EPOCH", epoch)
                     client.execute_command("CLUSTER ADDSLOTS", *range(low, high + 1))
                     if server is not first:
                         client.execute_command("CLUSTER MEET", first.host, first.port)

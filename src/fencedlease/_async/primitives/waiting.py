@@ -167,11 +167,42 @@ class NodeWorkers:
         Raises:
             Exception: what a call that finished in time raised.
         """
+        return await self.run_until(calls, timeout_s, None)
+
+    async def run_until(
+        self,
+        calls: Mapping[str, Callable[[], Awaitable[R]]],
+        timeout_s: float,
+        enough: Callable[[dict[str, R]], bool] | None,
+    ) -> dict[str, R | None]:
+        """`run`, ended early once ``enough(results)`` (the results so far, by node) is true:
+        the calls still running are then cancelled and count as not done in time.
+
+        Raises:
+            Exception: what a call that finished in time raised.
+        """
         tasks = {node: asyncio.ensure_future(call()) for node, call in calls.items()}
-        done, pending = await asyncio.wait(tasks.values(), timeout=timeout_s)
-        for task in pending:
-            task.cancel()
-        return {node: task.result() if task in done else None for node, task in tasks.items()}
+        names: dict[asyncio.Future[R], str] = {task: node for node, task in tasks.items()}
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + timeout_s
+        pending: set[asyncio.Future[R]] = set(tasks.values())
+        results: dict[str, R] = {}
+        try:
+            while pending:
+                left = give_up - loop.time()
+                if left <= 0:
+                    break
+                done, pending = await asyncio.wait(
+                    pending, timeout=left, return_when=asyncio.FIRST_COMPLETED
+                )
+                for task in done:
+                    results[names[task]] = task.result()
+                if enough is not None and enough(results):
+                    break
+        finally:
+            for task in pending:
+                task.cancel()
+        return {node: results.get(node) for node in tasks}
 
     def close(self) -> None:
         """Nothing to stop: a batch's tasks end with it."""

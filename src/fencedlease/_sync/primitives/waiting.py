@@ -154,11 +154,39 @@ class NodeWorkers:
         Raises:
             Exception: what a call that finished in time raised.
         """
+        return self.run_until(calls, timeout_s, None)
+
+    def run_until(
+        self,
+        calls: Mapping[str, Callable[[], R]],
+        timeout_s: float,
+        enough: Callable[[dict[str, R]], bool] | None,
+    ) -> dict[str, R | None]:
+        """`run`, ended early once ``enough(results)`` (the results so far, by node) is true:
+        the calls still running then count as not done in time (their threads run on).
+
+        Raises:
+            Exception: what a call that finished in time raised.
+        """
         futures: dict[str, Future[R]] = {
             node: self._worker(node).submit(call) for node, call in calls.items()
         }
-        done, _ = wait_futures(futures.values(), timeout=timeout_s)
-        return {node: f.result() if f in done else None for node, f in futures.items()}
+        names = {future: node for node, future in futures.items()}
+        give_up = time.monotonic() + timeout_s
+        pending: set[Future[R]] = set(futures.values())
+        results: dict[str, R] = {}
+        while pending:
+            left = give_up - time.monotonic()
+            if left <= 0:
+                break
+            done, pending = wait_futures(
+                pending, timeout=left, return_when=concurrent.futures.FIRST_COMPLETED
+            )
+            for future in done:
+                results[names[future]] = future.result()
+            if enough is not None and enough(results):
+                break
+        return {node: results.get(node) for node in futures}
 
     def _worker(self, node: str) -> DaemonThreadPool:
         with self._lock:
