@@ -45,7 +45,7 @@ import redis
 from redis.crc import key_slot
 
 from ..servers.redis import RedisServer
-from .topology import Deployment, quick_sync
+from .topology import REPLICAS, Deployment, quick_sync
 
 __all__ = ["SWITCH_TIMEOUT_S", "TopologyFaults"]
 
@@ -312,34 +312,40 @@ class TopologyFaults:
             time.sleep(0.05)
 
     def _wait_replica_of(self, primary: RedisServer, replica: RedisServer) -> None:
-        """Until ``replica`` replicates ``primary`` and is in sync (``state=online``), and on
-        Sentinel until every sentinel agrees (`_sentinels_agree`): a failover the sentinels
-        have not ended yet may still reconfigure the replica, and its new full sync (after
-        ``repl-diskless-sync-delay``, 5 s) leaves no replica to acknowledge a grant meanwhile;
-        a replica they have not seen yet is no candidate for the next failover
-        (``NOGOODSLAVE``)."""
+        """Until ``replica`` and every other replica the topology gives a primary
+        (`REPLICAS`) replicate ``primary`` in sync (``state=online``), and on Sentinel until
+        every sentinel agrees (`_sentinels_agree`): a failover the sentinels have not ended yet
+        may still reconfigure a replica, and its new full sync leaves too few replicas to
+        acknowledge a grant meanwhile; a replica they have not seen yet is no candidate for the
+        next failover (``NOGOODSLAVE``)."""
+        wanted = REPLICAS[self.deployment.kind]
         give_up = time.monotonic() + SWITCH_TIMEOUT_S
         while True:
             with contextlib.suppress(redis.RedisError), primary.client(socket_timeout=2) as client:
                 info = client.info("replication")
-                for key, value in info.items():
-                    if (
-                        key.startswith("slave")
-                        and isinstance(value, dict)
-                        and int(value["port"]) == replica.port
-                        and value.get("state") == "online"
-                        and self._sentinels_agree(primary, replica)
-                    ):
-                        return
+                online = {
+                    int(value["port"])
+                    for key, value in info.items()
+                    if key.startswith("slave")
+                    and isinstance(value, dict)
+                    and value.get("state") == "online"
+                }
+                if (
+                    replica.port in online
+                    and len(online) >= wanted
+                    and self._sentinels_agree(primary, online)
+                ):
+                    return
             if time.monotonic() > give_up:
                 raise TimeoutError(
-                    f"{replica.port} not a replica of {primary.port} in {SWITCH_TIMEOUT_S} s"
+                    f"{replica.port} (and {wanted} replicas in all) not replicating"
+                    f" {primary.port} in {SWITCH_TIMEOUT_S} s"
                 )
             time.sleep(0.05)
 
-    def _sentinels_agree(self, primary: RedisServer, replica: RedisServer) -> bool:
+    def _sentinels_agree(self, primary: RedisServer, replicas: set[int]) -> bool:
         """Whether every sentinel names ``primary``, has no failover of it in progress, and sees
-        ``replica`` up and linked to it (True off Sentinel).
+        each replica on the ports ``replicas`` up and linked to it (True off Sentinel).
 
         Raises:
             redis.RedisError: a sentinel did not answer.
@@ -350,18 +356,19 @@ class TopologyFaults:
         for index in range(len(sentinels.sentinel_ports)):
             with sentinels.sentinel_client(index, socket_timeout=2) as client:
                 master = client.sentinel_master(sentinels.service)
-                seen = client.sentinel_slaves(sentinels.service)
             flags = str(master.get("flags", ""))
             if int(master.get("port", 0)) != primary.port or "failover_in_progress" in flags:
                 return False
-            if not any(
-                int(one.get("port", 0)) == replica.port
-                and int(one.get("master-port", 0)) == primary.port
-                and one.get("master-link-status") == "ok"
-                and not {"s_down", "o_down", "disconnected"} & set(str(one["flags"]).split(","))
-                for one in seen
-            ):
-                return False
+            seen = sentinels.replicas_seen(index)
+            for port in replicas:
+                one = seen.get(port)
+                if (
+                    one is None
+                    or int(one.get("master-port", 0)) != primary.port
+                    or one.get("master-link-status") != "ok"
+                    or {"s_down", "o_down", "disconnected"} & set(one["flags"].split(","))
+                ):
+                    return False
         return True
 
     def heal_all(self) -> None:

@@ -27,6 +27,7 @@ __all__ = [
     "FaultInfo",
     "Fencing",
     "Topology",
+    "default_fencing",
     "default_replica_acks",
     "fault_duration_s",
     "latency_toxic_ms",
@@ -35,14 +36,16 @@ __all__ = [
     "parse_faults",
 ]
 
-#: Where the leases live: one redis-server, a Sentinel deployment (a primary, a replica, three
-#: sentinels) or a Redis Cluster (three masters, each with a replica).
+#: Where the leases live: one redis-server, a Sentinel deployment (a primary, two replicas, three
+#: sentinels) or a Redis Cluster (three masters, each with two replicas).
 Topology = Literal["standalone", "sentinel", "cluster"]
 TOPOLOGIES: Final[tuple[Topology, ...]] = ("standalone", "sentinel", "cluster")
-#: How the workers' managers make tokens: the per-key counter, or ``max(counter + 1, TIME in
-#: microseconds)`` (tokens that still increase after a failover lost the counter's last writes).
-Fencing = Literal["counter", "clock"]
-FENCINGS: Final[tuple[Fencing, ...]] = ("counter", "clock")
+#: How the workers' managers make tokens: the per-key counter, ``max(counter + 1, TIME in
+#: microseconds)`` (tokens that still increase after a failover lost the counter's last writes),
+#: or ``epoch * 2**40 + counter`` with the failover epoch a majority names (the library's
+#: ``fencing="epoch"``: tokens of a newer primary above every older one's, no clock involved).
+Fencing = Literal["counter", "clock", "epoch"]
+FENCINGS: Final[tuple[Fencing, ...]] = ("counter", "clock", "epoch")
 _ALL: Final = frozenset(TOPOLOGIES)
 _STANDALONE: Final = frozenset({"standalone"})
 _SENTINEL: Final = frozenset({"sentinel"})
@@ -168,11 +171,18 @@ TOPOLOGY_DEFAULTS: Final[dict[str, tuple[str, ...]]] = {
 
 
 def default_replica_acks(topology: str) -> int:
-    """``--replica-acks`` when not given: 1 on ``sentinel`` (its one replica acknowledges every
-    grant and renewal, so a failover hands no counter token out twice and a deposed primary
-    confirms nothing), 0 elsewhere (``standalone`` has no replica; the cluster store takes
-    none)."""
-    return 1 if topology == "sentinel" else 0
+    """``--replica-acks`` when not given: 2 on ``sentinel`` and ``cluster`` (both replicas of the
+    primary acknowledge every grant and renewal, so whichever replica a failover promotes, even a
+    preferred one that lagged, holds every lease a worker was told it holds, and a deposed
+    primary, left without replicas, confirms nothing), 0 on ``standalone`` (no replica)."""
+    return 0 if topology == "standalone" else 2
+
+
+def default_fencing(topology: str) -> Fencing:
+    """``--fencing`` when not given: ``epoch`` on ``sentinel`` and ``cluster`` (a newer
+    primary's tokens above every older one's, whatever a failover lost), ``counter`` on
+    ``standalone``."""
+    return "counter" if topology == "standalone" else "epoch"
 
 
 #: The kinds that act on the whole Redis server rather than on the run's own keys and

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -80,8 +81,9 @@ class SwitchWatch:
 class SentinelDeployment:
     """A primary, ``replicas`` replicas and ``sentinels`` sentinels (quorum 2) watching
     ``service``. ``down_after_ms``: how long the sentinels wait before they call a silent primary
-    down. Use it as a context manager: started on entry, every process stopped and every
-    directory removed on exit.
+    down. ``replica_priorities``: each replica's ``replica-priority`` (lower wins a failover; 100,
+    Redis's default, for each when empty). Use it as a context manager: started on entry, every
+    process stopped and every directory removed on exit.
 
     Every process gets a port of its own, drawn distinct from the others'; one that another
     process took before ours bound it is given up for a new one (the replicas are told the
@@ -89,6 +91,7 @@ class SentinelDeployment:
 
     Raises:
         RedisUnavailable: no binary, or a process that did not come up.
+        ValueError: ``replica_priorities`` not one per replica.
     """
 
     def __init__(
@@ -99,12 +102,20 @@ class SentinelDeployment:
         replicas: int = 1,
         sentinels: int = 3,
         down_after_ms: int = 1000,
+        replica_priorities: Sequence[int] = (),
     ) -> None:
+        if replica_priorities and len(replica_priorities) != replicas:
+            raise ValueError(
+                f"replica_priorities names {len(replica_priorities)} replicas, not {replicas}"
+            )
         self.primary = RedisServer(binary)  # finds the binary, or raises RedisUnavailable
         found = self.binary = self.primary.binary
         self.service = service
         self.down_after_ms = down_after_ms
-        self.replicas = [RedisServer(found) for _ in range(replicas)]  # replicaof: in start()
+        self.replicas = [
+            RedisServer(found, extra_args=["--replica-priority", str(priority)])
+            for priority in replica_priorities or [100] * replicas
+        ]  # replicaof: in start()
         self.sentinel_ports = free_ports(sentinels, exclude={s.port for s in self.servers})
         self._dir = tempfile.mkdtemp(prefix="fencedlease-sentinel-")
         self._sentinels: list[subprocess.Popen[bytes]] = []
@@ -214,7 +225,7 @@ class SentinelDeployment:
         try:
             self.primary.start()
             for replica in self.replicas:
-                replica.extra_args = ["--replicaof", "127.0.0.1", str(self.primary.port)]
+                replica.extra_args += ["--replicaof", "127.0.0.1", str(self.primary.port)]
                 replica.start()
             for index in range(len(self.sentinel_ports)):
                 self._sentinels.append(self._start_sentinel(index))
