@@ -1,5 +1,6 @@
 """The faults of the replicated topologies (``--topology sentinel`` or ``cluster``): a replica
-that lags, a planned and an unplanned failover, and a primary deposed without knowing it.
+that lags, planned, forced and unplanned failovers, a preferred replica that lagged, a stalled
+master, and a primary deposed without knowing it.
 
 Redis replicates asynchronously: a write the primary acknowledged may not have reached any
 replica when a replica is promoted, and is then gone (the Redis replication and Sentinel
@@ -25,9 +26,17 @@ library's answers; the control pair in ``docs/harness.md`` shows both sides.
   the right is given back and the sentinels demote it. (A plain ``sentinel-failover`` leaves the
   old primary writable too, until the sentinels demote it: they wait until it has reported its
   role for 8 s, so about ten seconds.)
-- ``cluster-failover``: ``CLUSTER FAILOVER`` on the replica of the first key's master;
-- ``cluster-kill-master``: ``kill -9`` of that master; its replica takes over after the node
-  timeout; the old master is started again and rejoins as a replica.
+- ``priority-inversion``: ``lag-failover`` with the pause on one replica only, the one of the
+  best ``replica-priority`` (made so first when two share it): the sentinels rank replicas by
+  priority before replication offset, so they promote the one that lagged over the one that
+  kept up, and what the primary acknowledged in that ttl is gone;
+- ``cluster-failover``: ``CLUSTER FAILOVER`` on a replica of the first key's master;
+  ``cluster-failover-force``: ``CLUSTER FAILOVER FORCE`` (no catch-up with the master first);
+  ``cluster-takeover``: ``CLUSTER FAILOVER TAKEOVER`` (a new epoch without a vote);
+- ``cluster-kill-master``: ``kill -9`` of that master; a replica takes over after the node
+  timeout; the old master is started again and rejoins as a replica;
+- ``cluster-stall``: SIGSTOP of that master until a replica took over (past the node timeout),
+  then SIGCONT: it wakes a master of an old epoch and rejoins as a replica.
 
 Each returns the ``detail`` fields of its history event (ports, how long the switch took) and
 undoes its own doing; [`heal_all`][fencedlease_lab.harness.faults_topology.TopologyFaults.heal_all]
@@ -64,6 +73,7 @@ class TopologyFaults:
         self._paused: set[int] = set()  # ports of replicas under CLIENT PAUSE
         self._acl: set[int] = set()  # ports of servers whose default user lost REPLICAOF
         self._killed: dict[int, RedisServer] = {}  # killed, not yet started again
+        self._stalled: dict[int, RedisServer] = {}  # stopped (SIGSTOP), not yet resumed
 
     # -- finding the nodes ----------------------------------------------------------------------
 
@@ -130,15 +140,46 @@ class TopologyFaults:
     ) -> dict[str, Any]:
         return self._kill_primary(duration_s, ttl_s, stop)
 
-    def _kill_primary(
-        self, lag_s: float, kill_after_s: float, stop: threading.Event
+    def _priority_inversion(
+        self, duration_s: float, ttl_s: float, stop: threading.Event
     ) -> dict[str, Any]:
-        """Kill the primary (``kill_after_s`` into a lag of ``lag_s`` on its replicas, when
-        ``lag_s``), wait for the switch, start the old one again and wait until it is a replica
-        in sync."""
+        old = self.primary()
+        preferred, priorities = self._prefer_one(old)
+        detail = self._kill_primary(duration_s, ttl_s, stop, lagging=preferred)
+        return {**detail, "lagging": preferred.port, "priorities": priorities}
+
+    def _prefer_one(self, primary: RedisServer) -> tuple[RedisServer, dict[str, int]]:
+        """The replica of ``primary`` the sentinels would promote first (the lowest
+        ``replica-priority`` they see), made so when two share the lowest (a returned old
+        primary has Redis's default): one of them is given a lower priority and every sentinel
+        waits to see it. With the priorities by port."""
+        sentinels = self.deployment.servers
+        replicas = self.replicas(primary)
+        seen = sentinels.replicas_seen(0)
+        priorities = {r.port: int(seen[r.port]["slave-priority"]) for r in replicas}
+        best = min(priorities.values())
+        preferred = [r for r in replicas if priorities[r.port] == best]
+        if len(preferred) > 1:
+            best = max(1, best - 1)
+            sentinels.set_replica_priority(preferred[0], best)
+            priorities[preferred[0].port] = best
+        return preferred[0], {str(port): value for port, value in sorted(priorities.items())}
+
+    def _kill_primary(
+        self,
+        lag_s: float,
+        kill_after_s: float,
+        stop: threading.Event,
+        lagging: RedisServer | None = None,
+    ) -> dict[str, Any]:
+        """Kill the primary (``kill_after_s`` into a lag of ``lag_s`` on its replicas, or on
+        ``lagging`` alone when given, when ``lag_s``), wait for the switch, start the old one
+        again and wait until it is a replica in sync."""
         sentinel = self.deployment.servers
         old = self.primary()
-        paused = self._pause_replicas(old, lag_s) if lag_s else []
+        paused = []
+        if lag_s:
+            paused = self._pause(lagging, lag_s) if lagging else self._pause_replicas(old, lag_s)
         try:
             if stop.wait(kill_after_s):
                 return {"old_primary": old.port, "paused": paused, "killed": False}
@@ -200,12 +241,29 @@ class TopologyFaults:
     def _cluster_failover(
         self, duration_s: float, ttl_s: float, stop: threading.Event
     ) -> dict[str, Any]:
+        return self._manual_failover(())
+
+    def _cluster_failover_force(
+        self, duration_s: float, ttl_s: float, stop: threading.Event
+    ) -> dict[str, Any]:
+        return self._manual_failover(("FORCE",))
+
+    def _cluster_takeover(
+        self, duration_s: float, ttl_s: float, stop: threading.Event
+    ) -> dict[str, Any]:
+        return self._manual_failover(("TAKEOVER",))
+
+    def _manual_failover(self, option: tuple[str, ...]) -> dict[str, Any]:
+        """``CLUSTER FAILOVER [FORCE|TAKEOVER]`` on a replica of the first key's master: plain,
+        the master stops its clients until the replica has caught up; ``FORCE``, the replica
+        asks for the vote without that handshake (what the master wrote meanwhile may be lost);
+        ``TAKEOVER``, it takes a new epoch without any vote."""
         old = self.primary()
         replica = self.replicas(old)[0]
         began = time.monotonic()
         with replica.client(socket_timeout=5) as client:
-            client.execute_command("CLUSTER FAILOVER")
-        self._wait_master(replica)
+            client.execute_command("CLUSTER FAILOVER", *option)
+        self._wait_promoted([replica])
         switched = time.monotonic() - began
         self._wait_replica_of(replica, old)
         return {
@@ -217,21 +275,38 @@ class TopologyFaults:
     def _cluster_kill_master(
         self, duration_s: float, ttl_s: float, stop: threading.Event
     ) -> dict[str, Any]:
+        return self._replace_master(stall=False)
+
+    def _cluster_stall(
+        self, duration_s: float, ttl_s: float, stop: threading.Event
+    ) -> dict[str, Any]:
+        return self._replace_master(stall=True)
+
+    def _replace_master(self, *, stall: bool) -> dict[str, Any]:
+        """``kill -9`` of the first key's master, or its SIGSTOP (``stall``), until one of its
+        replicas took over (past the node timeout); then the old one is started again, or
+        resumed: it comes back a master of an old epoch, learns of the new one and becomes its
+        replica (a stalled one may still answer the clients it had until then)."""
         old = self.primary()
-        replica = self.replicas(old)[0]
+        candidates = self.replicas(old)
         began = time.monotonic()
         try:
             with self._lock:
-                old.kill()
-                self._killed[old.port] = old
-            self._wait_master(replica)
+                if stall:
+                    old.pause()
+                    self._stalled[old.port] = old
+                else:
+                    old.kill()
+                    self._killed[old.port] = old
+            new = self._wait_promoted(candidates, skip=old)
             switched = time.monotonic() - began
         finally:
+            self._resume_stalled()
             self._start_killed()
-        self._wait_replica_of(replica, old)
+        self._wait_replica_of(new, old)
         return {
             "old_master": old.port,
-            "new_master": replica.port,
+            "new_master": new.port,
             "switch_ms": round(switched * 1000),
         }
 
@@ -242,11 +317,15 @@ class TopologyFaults:
         itself too, should the run die); their ports."""
         ports = []
         for replica in self.replicas(primary):
-            with self._lock, replica.client(socket_timeout=2) as client:
-                client.execute_command("CLIENT", "PAUSE", round(duration_s * 1000), "WRITE")
-                self._paused.add(replica.port)
-            ports.append(replica.port)
+            ports += self._pause(replica, duration_s)
         return ports
+
+    def _pause(self, replica: RedisServer, duration_s: float) -> list[int]:
+        """``CLIENT PAUSE`` (writes) ``replica`` for ``duration_s``; ``[its port]``."""
+        with self._lock, replica.client(socket_timeout=2) as client:
+            client.execute_command("CLIENT", "PAUSE", round(duration_s * 1000), "WRITE")
+            self._paused.add(replica.port)
+        return [replica.port]
 
     def _unpause(self, ports: list[int]) -> None:
         for port in ports:
@@ -303,13 +382,28 @@ class TopologyFaults:
                 with server.client(socket_timeout=5) as client:
                     client.replicaof("127.0.0.1", replica_of)
 
-    def _wait_master(self, server: RedisServer) -> None:
-        """Until ``server`` serves the first key's slot."""
+    def _wait_promoted(
+        self, candidates: list[RedisServer], skip: RedisServer | None = None
+    ) -> RedisServer:
+        """Until one of ``candidates`` serves the first key's slot (as the nodes but ``skip``, a
+        dead or stopped one, say); that one."""
+        cluster = self.deployment.servers
+        ports = {server.port for server in candidates}
         give_up = time.monotonic() + SWITCH_TIMEOUT_S
-        while self.deployment.servers.master_of(self.slot).port != server.port:
+        while True:
+            port = cluster.master_of(self.slot, skip=() if skip is None else (skip.port,)).port
+            if port in ports:
+                return cluster.server_on(port)  # type: ignore[no-any-return]
             if time.monotonic() > give_up:
-                raise TimeoutError(f"no failover to {server.port} in {SWITCH_TIMEOUT_S} s")
+                raise TimeoutError(f"no failover to {sorted(ports)} in {SWITCH_TIMEOUT_S} s")
             time.sleep(0.05)
+
+    def _resume_stalled(self) -> None:
+        """SIGCONT every stopped node."""
+        with self._lock:
+            stalled, self._stalled = list(self._stalled.values()), {}
+        for server in stalled:
+            server.resume()
 
     def _wait_replica_of(self, primary: RedisServer, replica: RedisServer) -> None:
         """Until ``replica`` and every other replica the topology gives a primary
@@ -372,9 +466,11 @@ class TopologyFaults:
         return True
 
     def heal_all(self) -> None:
-        """Unpause the replicas, give the default user its rights back, start what was killed.
-        Idempotent; every step is tried."""
+        """Unpause the replicas, resume what was stopped, give the default user its rights
+        back, start what was killed. Idempotent; every step is tried."""
         self._unpause(list(self._paused))
+        with contextlib.suppress(Exception):
+            self._resume_stalled()
         for port in list(self._acl):
             with contextlib.suppress(Exception):
                 self._restore_acl(self.deployment.servers.server_on(port))

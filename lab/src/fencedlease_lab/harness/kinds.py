@@ -153,9 +153,27 @@ FAULTS: Final[dict[str, FaultInfo]] = {
         "cluster", True, False, "CLUSTER FAILOVER on the replica of the first key's master",
         server_wide=True, topologies=_CLUSTER,
     ),
+    "priority-inversion": FaultInfo(
+        "sentinel", True, False, "the replica of the best replica-priority lags, one ttl into it"
+        " the primary killed: the sentinels promote it over the one that kept up",
+        server_wide=True, topologies=_SENTINEL,
+    ),
     "cluster-kill-master": FaultInfo(
-        "cluster", True, False, "kill -9 of the first key's master: its replica takes over; the"
+        "cluster", True, False, "kill -9 of the first key's master: a replica takes over; the"
         " old master restarted as a replica after", server_wide=True, topologies=_CLUSTER,
+    ),
+    "cluster-failover-force": FaultInfo(
+        "cluster", True, False, "CLUSTER FAILOVER FORCE on a replica of the first key's master"
+        " (no catch-up with the master first)", server_wide=True, topologies=_CLUSTER,
+    ),
+    "cluster-takeover": FaultInfo(
+        "cluster", True, False, "CLUSTER FAILOVER TAKEOVER on a replica of the first key's master"
+        " (a new epoch without a vote)", server_wide=True, topologies=_CLUSTER,
+    ),
+    "cluster-stall": FaultInfo(
+        "cluster", True, False, "SIGSTOP of the first key's master past the node timeout: a"
+        " replica takes over; SIGCONT then, and it rejoins as a replica", server_wide=True,
+        topologies=_CLUSTER,
     ),
 }  # fmt: skip
 
@@ -278,6 +296,10 @@ def fault_duration_s(kind: str, ttl_ms: int, heartbeat_ms: int) -> float:
         "deposed-primary": 2 * ttl,
         "cluster-failover": 2 * ttl,
         "cluster-kill-master": 2 * ttl,
+        "priority-inversion": 3 * ttl,
+        "cluster-failover-force": 2 * ttl,
+        "cluster-takeover": 2 * ttl,
+        "cluster-stall": 2 * ttl,
         "slow-grant": 3 * ttl,  # until a grant came (late reply, at most a ttl), then the cut
         # Until the victim queued (its first wait may subscribe first: a few late round trips, at
         # most two ttls), then the cut.

@@ -17,6 +17,7 @@ over to one of its replicas (the unplanned failover of ``cluster-kill-master``).
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 
 import redis
 
@@ -129,13 +130,17 @@ class ReplicatedCluster:
         except redis.RedisError:
             return "down"
 
-    def master_of(self, slot: int) -> RedisServer:
-        """The node serving ``slot`` now, as the first answering node's ``CLUSTER SLOTS`` says.
+    def master_of(self, slot: int, *, skip: Collection[int] = ()) -> RedisServer:
+        """The node serving ``slot`` now, as the first answering node's ``CLUSTER SLOTS`` says;
+        the nodes on the ports ``skip`` are not asked (a stopped node would answer nothing, each
+        time after a timeout).
 
         Raises:
             RedisUnavailable: no node answers, or none serves the slot.
         """
         for server in self.servers:
+            if server.port in skip:
+                continue
             try:
                 with server.client(socket_timeout=2, socket_connect_timeout=2) as client:
                     ranges = client.execute_command("CLUSTER SLOTS")
