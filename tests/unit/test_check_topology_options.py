@@ -92,6 +92,8 @@ def test_each_topology_runs_its_own_faults() -> None:
         "sentinel-failover",
         "sentinel-kill-primary",
         "deposed-primary",
+        "lag-failover",
+        "priority-inversion",
     ]
     assert off_topology(DEFAULT_FAULTS, "sentinel") == [
         kind for kind in dict.fromkeys(DEFAULT_FAULTS) if kind not in ("pause-holder", "clock")

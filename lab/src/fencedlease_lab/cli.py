@@ -29,6 +29,7 @@ from .harness.kinds import (
     FENCINGS,
     TOPOLOGIES,
     TOPOLOGY_DEFAULTS,
+    TOPOLOGY_DURATIONS_S,
     default_fencing,
     default_replica_acks,
 )
@@ -76,8 +77,8 @@ def _faults(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
     help="Milliseconds each critical section sleeps between its read and its write.",
 )
 @click.option(
-    "--duration", default=55.0, show_default=True, type=click.FloatRange(1, 3600),
-    help="Seconds of workload.",
+    "--duration", default=None, type=click.FloatRange(1, 3600),
+    help="Seconds of workload.  [default: 55; 120 with --topology sentinel]",
 )  # fmt: skip
 @click.option(
     "--faults",
@@ -171,7 +172,7 @@ def check(
     workers: int,
     keys: int,
     body_ms: int,
-    duration: float,
+    duration: float | None,
     faults: tuple[str, ...],
     mode: str,
     resource: str,
@@ -234,7 +235,7 @@ def check(
     config = CheckConfig(
         redis_url=redis_url,
         workers=workers,
-        duration_s=duration,
+        duration_s=TOPOLOGY_DURATIONS_S[topology] if duration is None else duration,
         faults=faults,
         mode=mode,  # type: ignore[arg-type]
         seed=seed,

@@ -48,6 +48,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 import redis
@@ -60,6 +61,10 @@ __all__ = ["SWITCH_TIMEOUT_S", "TopologyFaults"]
 
 #: The most seconds a failover (and the old primary's return as a replica) is waited for.
 SWITCH_TIMEOUT_S: Final = 30.0
+
+#: How long a replica tries a manual failover (``CLUSTER FAILOVER``) before it gives up in
+#: silence: Redis's own limit, 5 s; it is then asked again.
+MANUAL_FAILOVER_S: Final = 5.5
 
 
 class TopologyFaults:
@@ -115,6 +120,9 @@ class TopologyFaults:
             stop.wait(duration_s)
         finally:
             self._unpause(paused)
+        # Over when the replicas have caught up and the sentinels see them so again: a failover
+        # asked for before then finds no replica to promote (NOGOODSLAVE).
+        self._wait_replica_of(primary, self.deployment.servers.server_on(paused[0]))
         return {"primary": primary.port, "paused": paused}
 
     def _sentinel_failover(
@@ -124,7 +132,7 @@ class TopologyFaults:
         old = self.primary()
         began = time.monotonic()
         with sentinel.watch_switch() as watch:
-            sentinel.failover()
+            self._failover()
             new = watch.wait(SWITCH_TIMEOUT_S)
         switched = time.monotonic() - began
         self._wait_replica_of(sentinel.server_on(new), old)
@@ -220,13 +228,13 @@ class TopologyFaults:
         try:
             began = time.monotonic()
             with sentinel.watch_switch() as watch:
-                sentinel.failover()
+                self._failover()
                 new = watch.wait(SWITCH_TIMEOUT_S)
             switched = time.monotonic() - began
             refused = self._wait_demotion_refused(old, stop)
             with old.client(socket_timeout=2) as client:
                 role = str(client.info("replication")["role"])
-            stop.wait(duration_s)
+            stop.wait(2 * ttl_s)
         finally:
             self._restore_acl(old)
         self._wait_replica_of(sentinel.server_on(new), old)
@@ -261,9 +269,13 @@ class TopologyFaults:
         old = self.primary()
         replica = self.replicas(old)[0]
         began = time.monotonic()
-        with replica.client(socket_timeout=5) as client:
-            client.execute_command("CLUSTER FAILOVER", *option)
-        self._wait_promoted([replica])
+
+        def ask() -> None:
+            with replica.client(socket_timeout=5) as client:
+                client.execute_command("CLUSTER FAILOVER", *option)
+
+        ask()
+        self._wait_promoted([replica], again=ask)
         switched = time.monotonic() - began
         self._wait_replica_of(replica, old)
         return {
@@ -327,6 +339,26 @@ class TopologyFaults:
             self._paused.add(replica.port)
         return [replica.port]
 
+    def _failover(self) -> None:
+        """``SENTINEL FAILOVER``, asked again while the sentinels answer ``NOGOODSLAVE``: they
+        take a replica for a candidate only once they have seen it linked and in sync (its
+        ``INFO``, which they read every second or ten), so one that just caught up may not be
+        one yet.
+
+        Raises:
+            redis.ResponseError: another refusal, or ``NOGOODSLAVE`` still after
+                `SWITCH_TIMEOUT_S`.
+        """
+        give_up = time.monotonic() + SWITCH_TIMEOUT_S
+        while True:
+            try:
+                self.deployment.servers.failover()
+                return
+            except redis.ResponseError as exc:
+                if "NOGOODSLAVE" not in str(exc) or time.monotonic() > give_up:
+                    raise
+            time.sleep(0.1)
+
     def _unpause(self, ports: list[int]) -> None:
         for port in ports:
             with self._lock:
@@ -383,19 +415,28 @@ class TopologyFaults:
                     client.replicaof("127.0.0.1", replica_of)
 
     def _wait_promoted(
-        self, candidates: list[RedisServer], skip: RedisServer | None = None
+        self,
+        candidates: list[RedisServer],
+        skip: RedisServer | None = None,
+        again: Callable[[], None] | None = None,
     ) -> RedisServer:
         """Until one of ``candidates`` serves the first key's slot (as the nodes but ``skip``, a
-        dead or stopped one, say); that one."""
+        dead or stopped one, say); that one. ``again`` (asking for the failover) is called each
+        `MANUAL_FAILOVER_S` until then: a manual failover the replica gave up on (its master did
+        not answer, or it did not catch up in time) ends in silence."""
         cluster = self.deployment.servers
         ports = {server.port for server in candidates}
-        give_up = time.monotonic() + SWITCH_TIMEOUT_S
+        now = time.monotonic()
+        give_up, ask = now + SWITCH_TIMEOUT_S, now + MANUAL_FAILOVER_S
         while True:
             port = cluster.master_of(self.slot, skip=() if skip is None else (skip.port,)).port
             if port in ports:
                 return cluster.server_on(port)  # type: ignore[no-any-return]
             if time.monotonic() > give_up:
                 raise TimeoutError(f"no failover to {sorted(ports)} in {SWITCH_TIMEOUT_S} s")
+            if again is not None and time.monotonic() > ask:
+                again()
+                ask = time.monotonic() + MANUAL_FAILOVER_S
             time.sleep(0.05)
 
     def _resume_stalled(self) -> None:

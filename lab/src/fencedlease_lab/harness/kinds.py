@@ -24,6 +24,7 @@ __all__ = [
     "SLOWED_BY_LATENCY",
     "TOPOLOGIES",
     "TOPOLOGY_DEFAULTS",
+    "TOPOLOGY_DURATIONS_S",
     "FaultInfo",
     "Fencing",
     "Topology",
@@ -182,10 +183,23 @@ FAULTS: Final[dict[str, FaultInfo]] = {
 TOPOLOGY_DEFAULTS: Final[dict[str, tuple[str, ...]]] = {
     "sentinel": (
         "replica-lag", "sentinel-failover", "pause-holder", "sentinel-kill-primary",
-        "deposed-primary",
+        "deposed-primary", "lag-failover", "priority-inversion",
     ),
-    "cluster": ("replica-lag", "cluster-failover", "pause-holder", "cluster-kill-master"),
+    "cluster": (
+        "replica-lag", "cluster-failover", "pause-holder", "cluster-kill-master",
+        "cluster-failover-force", "cluster-takeover", "cluster-stall",
+    ),
 }  # fmt: skip
+
+
+#: ``--duration`` when not given, in seconds: long enough for the topology's default faults,
+#: one after the other with a ttl between them, each as long as it took on a busy machine
+#: (a planned failover on Sentinel lasts about 20 s, a deposed primary about 30 s).
+TOPOLOGY_DURATIONS_S: Final[dict[str, float]] = {
+    "standalone": 55.0,
+    "sentinel": 120.0,
+    "cluster": 55.0,
+}
 
 
 def default_replica_acks(topology: str) -> int:
@@ -255,6 +269,12 @@ ALL_FAULTS: Final[tuple[str, ...]] = (
 )
 
 
+#: Seconds a Sentinel deployment takes to settle after a planned failover: the sentinels demote
+#: the old primary once it has reported its role for about 8 s, and read a replica's ``INFO``
+#: (whence they learn it is linked again) every 10 s.
+SENTINEL_SETTLE_S: Final = 20.0
+
+
 def latency_toxic_ms(ttl_ms: int) -> tuple[int, int]:
     """The ``latency`` fault's toxic for leases of ``ttl_ms``: ``(latency, jitter)`` in
     milliseconds, added to every reply on the holder's proxy (a reply is late by at most their
@@ -287,19 +307,20 @@ def fault_duration_s(kind: str, ttl_ms: int, heartbeat_ms: int) -> float:
         "kernel-reject": 2 * ttl,
         "evict": ttl + 2 * beat,  # the holder's next renewal is answered 0
         "slow-cut": 2 * beat + 2 * ttl,  # until a renewal ran (late reply), then the cut
-        # The failovers last until the new primary serves (and has a replica again): at least
-        # the time planned here, which only spaces the episodes.
-        "replica-lag": 3 * ttl,
-        "sentinel-failover": 2 * ttl,
-        "sentinel-kill-primary": 2 * ttl,
-        "lag-failover": 3 * ttl,
-        "deposed-primary": 2 * ttl,
-        "cluster-failover": 2 * ttl,
-        "cluster-kill-master": 2 * ttl,
-        "priority-inversion": 3 * ttl,
-        "cluster-failover-force": 2 * ttl,
-        "cluster-takeover": 2 * ttl,
-        "cluster-stall": 2 * ttl,
+        # The failovers last until the new primary serves and every replica is in sync again
+        # (on Sentinel: until every sentinel sees so); planned as long as they took on a busy
+        # machine (two shared cores), so that the schedule fits them in the run.
+        "replica-lag": 3 * ttl + 1,
+        "sentinel-failover": 2 * ttl + SENTINEL_SETTLE_S,
+        "sentinel-kill-primary": 2 * ttl + 3,
+        "lag-failover": 3 * ttl + 3,
+        "deposed-primary": 2 * ttl + SENTINEL_SETTLE_S + 10,
+        "cluster-failover": 2 * ttl + 1,
+        "cluster-kill-master": 2 * ttl + 2,
+        "priority-inversion": 3 * ttl + 3,
+        "cluster-failover-force": 2 * ttl + 1,
+        "cluster-takeover": 2 * ttl + 1,
+        "cluster-stall": 2 * ttl + 2,
         "slow-grant": 3 * ttl,  # until a grant came (late reply, at most a ttl), then the cut
         # Until the victim queued (its first wait may subscribe first: a few late round trips, at
         # most two ttls), then the cut.
