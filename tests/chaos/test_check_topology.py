@@ -1,6 +1,8 @@
-"""``fencedlease check --topology``: each topology's short check, and the control pair on
+"""``fencedlease check --topology``: each topology's short check, and the control pairs on
 Sentinel: a replica that lags, then the primary killed, hands out the same counter tokens twice
-unless each grant waits for the replica (``replica_acks=1``) or tokens come from the clock."""
+unless each grant waits for the replica (``replica_acks=1``) or tokens come from the clock; the
+preferred replica lagging, then promoted, does so without acknowledgements, and not with the
+topology's defaults."""
 
 from __future__ import annotations
 
@@ -137,3 +139,40 @@ def test_control_lag_and_failover_safe_with_acks_or_clock(
     detail = _fault_details(result)["lag-failover"]
     assert detail["new_primary"] in detail["paused"]
     assert _report(result)["config"][option] == value
+
+
+@pytest.mark.parametrize(
+    ("settings", "repeats"),
+    [({"replica_acks": 0, "fencing": "counter"}, True), ({}, False)],
+    ids=["control", "defaults"],
+)
+def test_priority_inversion_repeats_counter_tokens_only_in_the_control(
+    check_run: RunCheck, settings: dict[str, Any], repeats: bool
+) -> None:
+    """One seed, one ``priority-inversion`` (the preferred replica lags, the primary is killed,
+    the lagging one promoted): counter tokens without replica acknowledgements hand a token out
+    twice (exit 1); the topology's defaults (both replicas acknowledge, epoch tokens) none."""
+    chosen = {"replica_acks": 2, "fencing": "epoch", **settings}
+    result = check_run(
+        "priority-inversion",
+        duration_s=14.0,
+        topology="sentinel",
+        workers=5,
+        keys=4,
+        seed=4,
+        lead_s=4.0,  # past the first grants: keys change hands while the replica lags
+        **chosen,
+    )
+    detail = _fault_details(result)["priority-inversion"]
+    assert detail["new_primary"] == detail["lagging"] == detail["paused"][0]
+    duplicates = [
+        v
+        for v in result.report.property("grant-tokens").violations
+        if "was granted twice" in v.message
+    ]
+    if repeats:
+        assert result.exit_code == 1, result.report.explain()
+        assert duplicates, result.report.explain()
+    else:
+        assert result.passed, result.report.explain()
+        assert result.report.stats["faults_injected"] == 1
