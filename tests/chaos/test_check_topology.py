@@ -50,15 +50,16 @@ def test_standalone_stays_the_default(check_run: RunCheck) -> None:
 
 def test_sentinel_short_check(check_run: RunCheck) -> None:
     """A Sentinel deployment: a lagging replica, an unplanned failover (the primary killed) and a
-    paused holder, with every grant acknowledged by the replica: no violation, and the
-    failover really moved the primary."""
+    paused holder, with every grant acknowledged by both replicas and epoch tokens (the
+    topology's defaults): no violation, and the failover really moved the primary."""
     result = check_run(
         "replica-lag",
         "sentinel-kill-primary",
         "pause-holder",
         duration_s=25.0,
         topology="sentinel",
-        replica_acks=1,
+        replica_acks=2,
+        fencing="epoch",
         keys=2,
     )
     assert result.passed, result.report.explain()
@@ -69,7 +70,7 @@ def test_sentinel_short_check(check_run: RunCheck) -> None:
     assert details["replica-lag"]["paused"] != []
     report = _report(result)
     assert report["topology"] == "sentinel"
-    assert report["config"]["replica_acks"] == 1
+    assert (report["config"]["replica_acks"], report["config"]["fencing"]) == (2, "epoch")
     assert "Sentinel deployment" in result.redis
 
 
@@ -92,11 +93,18 @@ def test_sentinel_check_passes_with_its_defaults(tmp_path: Path) -> None:
 
 @pytest.mark.cluster
 def test_cluster_short_check(check_run: RunCheck) -> None:
-    """A Redis Cluster of three masters with a replica each: a manual failover of the first
-    key's master, a lagging replica and a paused holder: no violation, and the failover moved
-    the key's slot to the old replica."""
+    """A Redis Cluster of three masters with two replicas each: a manual failover of the first
+    key's master, a lagging replica and a paused holder, with the topology's defaults (both
+    replicas acknowledge, epoch tokens): no violation, and the failover moved the key's slot to
+    a former replica."""
     result = check_run(
-        "cluster-failover", "replica-lag", "pause-holder", duration_s=20.0, topology="cluster"
+        "cluster-failover",
+        "replica-lag",
+        "pause-holder",
+        duration_s=20.0,
+        topology="cluster",
+        replica_acks=2,
+        fencing="epoch",
     )
     assert result.passed, result.report.explain()
     assert result.report.stats["faults_injected"] == 3, result.notes
