@@ -16,6 +16,7 @@ import redis
 from fencedlease_lab.harness.faults_topology import TopologyFaults
 from fencedlease_lab.harness.topology import (
     DOWN_AFTER_MS,
+    PRIMARY_PRIORITY,
     REPLICA_PRIORITIES,
     Deployment,
     start_deployment,
@@ -112,16 +113,19 @@ def test_priority_inversion_promotes_the_preferred_replica_that_lagged(
     lagging = detail["lagging"]
     with sentinel.servers.server_on(lagging).client(socket_timeout=2) as client:
         kept = int(client.get("inversion") or 0)
-    assert 0 < kept < acknowledged[-1]  # the promoted replica lacks the last acknowledged ones
+    assert kept < acknowledged[-1]  # the promoted replica lacks the last acknowledged ones
     assert detail["paused"] == [lagging]
     assert detail["new_primary"] == lagging
     assert detail["old_primary"] == old
     priorities = detail["priorities"]
-    assert priorities[str(lagging)] == min(priorities.values())
-    assert len(set(priorities.values())) == 2
+    assert priorities[str(lagging)] == min(priorities.values()) == 50
     assert sentinel.servers.primary_port() == lagging
     assert old in _replica_ports(sentinel, lagging)
     assert len(_replica_ports(sentinel, lagging)) == 2
+    # The old primary is a replica with a priority of its own: no two replicas tie.
+    seen = sentinel.servers.replicas_seen(0)
+    after = sorted(int(seen[port]["slave-priority"]) for port in _replica_ports(sentinel, lagging))
+    assert after == [PRIMARY_PRIORITY, 100]
 
 
 @pytest.mark.cluster

@@ -158,9 +158,10 @@ class TopologyFaults:
 
     def _prefer_one(self, primary: RedisServer) -> tuple[RedisServer, dict[str, int]]:
         """The replica of ``primary`` the sentinels would promote first (the lowest
-        ``replica-priority`` they see), made so when two share the lowest (a returned old
-        primary has Redis's default): one of them is given a lower priority and every sentinel
-        waits to see it. With the priorities by port."""
+        ``replica-priority`` they see), made so when two share the lowest (the check's own
+        deployment gives each server a priority of its own, so only one changed by hand): one
+        of them is given a lower priority and every sentinel waits to see it. With the
+        priorities by port."""
         sentinels = self.deployment.servers
         replicas = self.replicas(primary)
         seen = sentinels.replicas_seen(0)

@@ -2,8 +2,8 @@
 Redis client a worker makes for each from its URL.
 
 - ``standalone``: one redis-server (or ``--redis-url``); workers use ``redis://``;
-- ``sentinel``: a primary, two replicas of different ``replica-priority`` (`REPLICA_PRIORITIES`)
-  and three sentinels
+- ``sentinel``: a primary, two replicas of different ``replica-priority`` (`REPLICA_PRIORITIES`;
+  the primary's own, `PRIMARY_PRIORITY`, differs from both) and three sentinels
   ([`SentinelDeployment`][fencedlease_lab.servers.sentinel.SentinelDeployment]); workers use
   ``redis+sentinel://<sentinel>,<sentinel>,.../<service>`` and follow the primary the sentinels
   name (redis-py's ``Sentinel.master_for``);
@@ -55,6 +55,10 @@ REPLICAS: Final[dict[str, int]] = {"standalone": 0, "sentinel": 2, "cluster": 2}
 #: sentinels' choice is made by priority first, replication offset second (the case of the
 #: ``priority-inversion`` fault, where the preferred replica is the one that lags).
 REPLICA_PRIORITIES: Final = (50, 100)
+
+#: The first primary's ``replica-priority``, for when it is a replica after a failover: neither
+#: of the others', so any two replicas of the deployment differ.
+PRIMARY_PRIORITY: Final = 75
 
 
 class Deployment:
@@ -130,13 +134,13 @@ def start_deployment(kind: str, stack: ExitStack) -> Deployment:
     if kind == "sentinel":
         from ..servers.sentinel import SentinelDeployment
 
-        sentinel = stack.enter_context(
-            SentinelDeployment(
-                replicas=REPLICAS[kind],
-                down_after_ms=DOWN_AFTER_MS,
-                replica_priorities=REPLICA_PRIORITIES,
-            )
+        deployment = SentinelDeployment(
+            replicas=REPLICAS[kind],
+            down_after_ms=DOWN_AFTER_MS,
+            replica_priorities=REPLICA_PRIORITIES,
         )
+        deployment.primary.extra_args += ["--replica-priority", str(PRIMARY_PRIORITY)]
+        sentinel = stack.enter_context(deployment)
         for server in sentinel.servers:
             quick_sync(server)
         primary = sentinel.primary
