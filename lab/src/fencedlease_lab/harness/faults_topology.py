@@ -449,8 +449,9 @@ class TopologyFaults:
 
     def _wait_replica_of(self, primary: RedisServer, replica: RedisServer) -> None:
         """Until ``replica`` and every other replica the topology gives a primary
-        (`REPLICAS`) replicate ``primary`` in sync (``state=online``), and on Sentinel until
-        every sentinel agrees (`_sentinels_agree`): a failover the sentinels have not ended yet
+        (`REPLICAS`) replicate ``primary`` in sync (``state=online``), on Cluster until every
+        node names it (`_nodes_agree`), and on Sentinel until every sentinel agrees
+        (`_sentinels_agree`): a failover the sentinels have not ended yet
         may still reconfigure a replica, and its new full sync leaves too few replicas to
         acknowledge a grant meanwhile; a replica they have not seen yet is no candidate for the
         next failover (``NOGOODSLAVE``)."""
@@ -470,6 +471,7 @@ class TopologyFaults:
                     replica.port in online
                     and len(online) >= wanted
                     and self._sentinels_agree(primary, online)
+                    and self._nodes_agree(primary)
                 ):
                     return
             if time.monotonic() > give_up:
@@ -478,6 +480,24 @@ class TopologyFaults:
                     f" {primary.port} in {SWITCH_TIMEOUT_S} s"
                 )
             time.sleep(0.05)
+
+    def _nodes_agree(self, primary: RedisServer) -> bool:
+        """Whether every node of the cluster names ``primary`` the master of the first key's
+        slot (True off Cluster): until then a grant may be refused for an epoch a node has not
+        heard of yet, which would count against the recovery from the fault.
+
+        Raises:
+            redis.RedisError: a node did not answer.
+        """
+        if self.deployment.kind != "cluster":
+            return True
+        for server in self.deployment.servers.servers:
+            with server.client(socket_timeout=2, socket_connect_timeout=2) as client:
+                ranges = client.execute_command("CLUSTER SLOTS")
+            owners = [int(p[1]) for first, last, p, *_ in ranges if first <= self.slot <= last]
+            if owners != [primary.port]:
+                return False
+        return True
 
     def _sentinels_agree(self, primary: RedisServer, replicas: set[int]) -> bool:
         """Whether every sentinel names ``primary``, has no failover of it in progress, and sees
