@@ -46,8 +46,10 @@ from fencedlease._redis.errors import (
     TimedOut,
     map_exceptions,
 )
+from fencedlease._sync.wire import read_lean, send_lean
 
 from .errors import STORE_ERRORS, store_error
+from .lean import reader_for
 from .replies import decode_release
 
 __all__ = ["CallerReleases", "caller_releases_for"]
@@ -239,10 +241,14 @@ class _OnCaller:
         if packed is None:  # pragma: no cover - for_backend admits only packing clients
             owner.give_back(conn)
             return self._on_worker(key, owner_token)
+        reader = reader_for(conn)  # None: redis-py reads (no hiredis)
         try:
             with map_exceptions(ScriptNotLoaded, ConnectionLost, CommandRefused):
-                conn.send_packed_command([packed], check_health=False)
-                reply = self._read(conn)
+                if reader is None:
+                    conn.send_packed_command([packed], check_health=False)
+                else:
+                    send_lean(conn, packed, check_health=False)
+                reply = self._read(conn, reader)
         except _Silent as silent:
             conn.disconnect()  # a reply may still be on its way: never reuse the connection
             if self._more_s() is None:
@@ -268,9 +274,10 @@ class _OnCaller:
         owner.give_back(conn)
         return decode_release(reply, key)
 
-    def _read(self, conn: Any) -> Any:
+    def _read(self, conn: Any, reader: Any | None) -> Any:
         """The reply, each read waiting until the give-up instant and at most the client's
-        ``socket_timeout`` (whose expiry raises redis-py's ``TimeoutError``, as on the pool).
+        ``socket_timeout`` (whose expiry raises redis-py's ``TimeoutError``, as on the pool);
+        read by ``reader`` (hiredis, `fencedlease._redis.lean`), or by redis-py where None.
 
         Raises:
             _Silent: no reply by the give-up instant.
@@ -279,12 +286,31 @@ class _OnCaller:
         started = self._now()
         left = self._give_up - started
         if socket_timeout is not None and socket_timeout < left:
-            return conn.read_response(timeout=socket_timeout, disconnect_on_error=True)
+            return _read_within(conn, reader, socket_timeout, disconnect_on_error=True)
         try:
             with map_exceptions(TimedOut):
-                return conn.read_response(timeout=max(left, 0.0), disconnect_on_error=False)
+                return _read_within(conn, reader, max(left, 0.0), disconnect_on_error=False)
         except TimedOut:
             raise _Silent(self._now() - started) from None
+
+
+def _read_within(conn: Any, reader: Any | None, timeout_s: float, disconnect_on_error: bool) -> Any:
+    """``conn``'s reply, each read of its socket waiting ``timeout_s`` seconds at most: redis-py's
+    ``read_response(timeout=...)`` where ``reader`` is None, else the lean path's read with the
+    socket's timeout set for it and put back after.
+
+    Raises:
+        redis.TimeoutError: nothing came within ``timeout_s``.
+    """
+    if reader is None:
+        return conn.read_response(timeout=timeout_s, disconnect_on_error=disconnect_on_error)
+    sock = conn._sock
+    sock.settimeout(timeout_s)
+    try:
+        return read_lean(conn, reader)
+    finally:
+        if conn._sock is sock:  # not dropped meanwhile (bytes past the reply)
+            sock.settimeout(conn.socket_timeout)
 
 
 class _Silent(Exception):
