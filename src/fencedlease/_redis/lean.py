@@ -83,7 +83,7 @@ def reader_for(conn: Any) -> Any | None:
     A kept reader holds nothing between two replies: a reply not read to its end (an error, a
     timeout, a cancellation) drops the connection, and its next socket gets a new reader; bytes
     past a reply close it (`leftover`)."""
-    if not LEAN.enabled:
+    if not LEAN.enabled or hiredis is None:
         return None
     stream = getattr(conn, "_sock", None) or getattr(conn, "_reader", None)
     if stream is None:
