@@ -78,12 +78,13 @@ def reader_for(conn: Any) -> Any | None:
     its own (redis-py's error classes, the client's decoding) once per socket the connection
     opens and kept on it (about 6 us to make, more than a reply's parse); None where the lean
     path does not apply: the switch off, or ``conn`` not made yet (its socket, or the asyncio
-    face's stream, is None: redis-py's send makes it).
+    face's stream, is None: redis-py's send makes it), or a connection class whose send or read
+    is not redis-py's own (an override instruments them, or injects faults: it keeps them).
 
     A kept reader holds nothing between two replies: a reply not read to its end (an error, a
     timeout, a cancellation) drops the connection, and its next socket gets a new reader; bytes
     past a reply close it (`leftover`)."""
-    if not LEAN.enabled or hiredis is None:
+    if not LEAN.enabled or hiredis is None or not _redis_pys_own_io(type(conn)):
         return None
     stream = getattr(conn, "_sock", None) or getattr(conn, "_reader", None)
     if stream is None:
@@ -105,6 +106,23 @@ def reader_for(conn: Any) -> Any | None:
     )
     setattr(conn, _KEPT, (stream, reader))
     return reader
+
+
+_IO_METHODS: Final = ("send_packed_command", "read_response")
+_OWN_IO: dict[type, bool] = {}
+
+
+def _redis_pys_own_io(kind: type) -> bool:
+    """Whether connection class ``kind`` sends and reads with redis-py's own methods (its
+    ``Connection``, ``SSLConnection``, ``UnixDomainSocketConnection``, or a subclass that
+    overrides neither), asked once per class."""
+    own = _OWN_IO.get(kind)
+    if own is None:
+        own = _OWN_IO[kind] = all(
+            getattr(getattr(kind, name, None), "__module__", "").startswith("redis.")
+            for name in _IO_METHODS
+        )
+    return own
 
 
 _KEPT: Final = "fencedlease_reader"
