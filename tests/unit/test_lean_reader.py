@@ -39,8 +39,8 @@ class FakeConnection(redis.Connection):
 
     def __init__(self, sock: FakeSocket, decode: bool = False) -> None:
         self._sock: Any = sock
-        self._parser = _RESP2Parser(socket_read_size=65536)
-        self.encoder = Encoder("utf-8", "strict", decode)
+        self._parser = _RESP2Parser(socket_read_size=65536)  # type: ignore[no-untyped-call, unused-ignore]
+        self.encoder = Encoder("utf-8", "strict", decode)  # type: ignore[no-untyped-call, unused-ignore]
         self.health_check_interval = 0
         self.socket_timeout = None
         self.host, self.port = "fake", 1
