@@ -11,7 +11,8 @@ connected, and every wait is bounded by the library:
 
 - the command is sent on an idle connection that is in step (nothing unread), and a few hundred
   bytes into an empty socket buffer do not block;
-- its reply is read with a timeout (redis-py's ``read_response(timeout=...)``) until one
+- its reply is read with a timeout (by hiredis on the lean path, `fencedlease._redis.lean`, the
+  socket's timeout set for the read; else redis-py's ``read_response(timeout=...)``) until one
   give-up instant, fixed when the release begins (the lease's deadline, at least the floor
   after the start), each read at most the client's ``socket_timeout``; with no reply by then the
   connection is dropped, and while renewals still move the lease's deadline (Redis answers
