@@ -9,9 +9,12 @@ from typing import Any
 
 import pytest
 import redis
+import redis.asyncio
+import redis.asyncio.sentinel
+import redis.sentinel
 from redis._parsers import Encoder, _RESP2Parser
 
-from fencedlease._redis.lean import LEAN, reader_for
+from fencedlease._redis.lean import LEAN, _redis_pys_own_io, reader_for
 from fencedlease._sync.wire import exchange
 
 pytest.importorskip("hiredis", reason="hiredis (the optional extra) is not installed")
@@ -129,3 +132,14 @@ def test_a_class_with_a_read_of_its_own_keeps_it() -> None:
 
     assert reader_for(Instrumented(FakeSocket())) is None
     assert reader_for(FakeConnection(FakeSocket())) is not None
+
+
+def test_sentinels_connections_keep_redis_pys_read() -> None:
+    """A Sentinel-managed connection (READONLY: a dropped connection, a new primary) takes
+    redis-py's path on both faces; the plain, TLS and unix socket ones take the lean path."""
+    assert not _redis_pys_own_io(redis.sentinel.SentinelManagedConnection)
+    assert not _redis_pys_own_io(redis.asyncio.sentinel.SentinelManagedConnection)
+    for kind in (redis.Connection, redis.SSLConnection, redis.UnixDomainSocketConnection):
+        assert _redis_pys_own_io(kind)
+    for akind in (redis.asyncio.Connection, redis.asyncio.SSLConnection):
+        assert _redis_pys_own_io(akind)

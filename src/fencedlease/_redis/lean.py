@@ -79,7 +79,8 @@ def reader_for(conn: Any) -> Any | None:
     opens and kept on it (about 6 us to make, more than a reply's parse); None where the lean
     path does not apply: the switch off, or ``conn`` not made yet (its socket, or the asyncio
     face's stream, is None: redis-py's send makes it), or a connection class whose send or read
-    is not redis-py's own (an override instruments them, or injects faults: it keeps them).
+    is not a plain connection's (Sentinel's handles ``READONLY``; an override instruments them
+    or injects faults: each keeps its own).
 
     A kept reader holds nothing between two replies: a reply not read to its end (an error, a
     timeout, a cancellation) drops the connection, and its next socket gets a new reader; bytes
@@ -112,14 +113,19 @@ _IO_METHODS: Final = ("send_packed_command", "read_response")
 _OWN_IO: dict[type, bool] = {}
 
 
+_PLAIN_IO: Final = frozenset({"redis.connection", "redis.asyncio.connection"})
+"""The modules of redis-py's plain connections: a send or read defined elsewhere does more (a
+Sentinel-managed connection turns ``READONLY`` into a dropped connection and a new primary)."""
+
+
 def _redis_pys_own_io(kind: type) -> bool:
-    """Whether connection class ``kind`` sends and reads with redis-py's own methods (its
-    ``Connection``, ``SSLConnection``, ``UnixDomainSocketConnection``, or a subclass that
-    overrides neither), asked once per class."""
+    """Whether connection class ``kind`` sends and reads with redis-py's plain connections'
+    methods (its ``Connection``, ``SSLConnection``, ``UnixDomainSocketConnection``, or a
+    subclass that overrides neither), asked once per class."""
     own = _OWN_IO.get(kind)
     if own is None:
         own = _OWN_IO[kind] = all(
-            getattr(getattr(kind, name, None), "__module__", "").startswith("redis.")
+            getattr(getattr(kind, name, None), "__module__", "") in _PLAIN_IO
             for name in _IO_METHODS
         )
     return own
