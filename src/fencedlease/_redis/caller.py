@@ -47,10 +47,9 @@ from fencedlease._redis.errors import (
     TimedOut,
     map_exceptions,
 )
-from fencedlease._sync.wire import read_lean, send_lean
 
-from .errors import STORE_ERRORS, store_error
-from .lean import reader_for
+from .errors import STORE_ERRORS, read_failed, send_failed, store_error
+from .lean import NOT_YET, READ_SIZE, fed, leftover, reader_for, reply_of
 from .replies import decode_release
 
 __all__ = ["CallerReleases", "caller_releases_for"]
@@ -248,7 +247,7 @@ class _OnCaller:
                 if reader is None:
                     conn.send_packed_command([packed], check_health=False)
                 else:
-                    send_lean(conn, packed, check_health=False)
+                    _send_lean(conn, packed)
                 reply = self._read(conn, reader)
         except _Silent as silent:
             conn.disconnect()  # a reply may still be on its way: never reuse the connection
@@ -297,8 +296,9 @@ class _OnCaller:
 
 def _read_within(conn: Any, reader: Any | None, timeout_s: float, disconnect_on_error: bool) -> Any:
     """``conn``'s reply, each read of its socket waiting ``timeout_s`` seconds at most: redis-py's
-    ``read_response(timeout=...)`` where ``reader`` is None, else the lean path's read with the
-    socket's timeout set for it and put back after.
+    ``read_response(timeout=...)`` where ``reader`` is None, else the lean path's read (as
+    `fencedlease._sync.wire.read_lean`, which this module may not import: the faces are built on
+    it) with the socket's timeout set for it and put back after.
 
     Raises:
         redis.TimeoutError: nothing came within ``timeout_s``.
@@ -308,10 +308,31 @@ def _read_within(conn: Any, reader: Any | None, timeout_s: float, disconnect_on_
     sock = conn._sock
     sock.settimeout(timeout_s)
     try:
-        return read_lean(conn, reader)
+        reply = reply_of(reader)
+        while reply is NOT_YET:
+            try:
+                data = sock.recv(READ_SIZE)
+            except OSError as exc:
+                raise read_failed(conn, exc) from exc
+            reply = fed(reader, data)
     finally:
-        if conn._sock is sock:  # not dropped meanwhile (bytes past the reply)
-            sock.settimeout(conn.socket_timeout)
+        sock.settimeout(conn.socket_timeout)
+    if leftover(reader):  # out of step: answered, and never used again
+        conn.disconnect()
+    return reply
+
+
+def _send_lean(conn: Any, packed: bytes) -> None:
+    """``packed`` written on ``conn``'s socket (the lean path; no health check: an idle
+    connection past its interval is not taken, `_stale`).
+
+    Raises:
+        redis.ConnectionError, redis.TimeoutError: the socket's error, as redis-py words it.
+    """
+    try:
+        conn._sock.sendall(packed)
+    except OSError as exc:
+        raise send_failed(exc) from exc
 
 
 class _Silent(Exception):

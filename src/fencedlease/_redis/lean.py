@@ -24,7 +24,7 @@ from __future__ import annotations
 import importlib.util
 from typing import Any, Final
 
-from .errors import PROTOCOL_ERROR, is_error_reply
+from .errors import PROTOCOL_ERROR, closed_by_server, is_error_reply
 
 # the optional extra; imported by name so that its absence types the same
 hiredis: Any = (
@@ -36,6 +36,7 @@ __all__ = [
     "NOT_YET",
     "READ_SIZE",
     "LeanSwitch",
+    "fed",
     "leftover",
     "reader_for",
     "reply_of",
@@ -147,6 +148,19 @@ def reply_of(reader: Any) -> Any:
     if is_error_reply(reply):
         raise reply
     return reply
+
+
+def fed(reader: Any, data: bytes) -> Any:
+    """`reply_of` ``reader`` once ``data`` (the bytes one read of the socket gave) is fed to it.
+
+    Raises:
+        ConnectionError: ``data`` is empty: the server closed the connection (redis-py's text).
+        ResponseError: as `reply_of`.
+    """
+    if not data:
+        raise closed_by_server()
+    reader.feed(data)
+    return reply_of(reader)
 
 
 def leftover(reader: Any) -> bool:

@@ -18,12 +18,11 @@ from fencedlease._redis.errors import (
     CommandRefused,
     ConnectionLost,
     ScriptNotLoaded,
-    closed_by_server,
     map_exceptions,
     read_failed,
     send_failed,
 )
-from fencedlease._redis.lean import NOT_YET, READ_SIZE, leftover, reader_for, reply_of
+from fencedlease._redis.lean import NOT_YET, READ_SIZE, fed, leftover, reader_for, reply_of
 from fencedlease._redis.pool import connection_args
 from fencedlease._redis.wire import PrimaryReads, always, forget_primary
 
@@ -142,10 +141,7 @@ def read_lean(conn: Any, reader: Any) -> Any:
             data = read_bytes(conn, READ_SIZE)
         except OSError as exc:
             raise read_failed(conn, exc) from exc
-        if not data:
-            raise closed_by_server()
-        reader.feed(data)
-        reply = reply_of(reader)
+        reply = fed(reader, data)
     if leftover(reader):
         conn.disconnect()
     elif conn.health_check_interval:  # as redis-py's read: a connection just heard from
