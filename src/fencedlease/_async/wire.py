@@ -16,8 +16,7 @@ from fencedlease._redis.errors import (
     ConnectionLost,
     ScriptNotLoaded,
     map_exceptions,
-    read_failed,
-    send_failed,
+    socket_failed,
 )
 from fencedlease._redis.lean import NOT_YET, READ_SIZE, fed, leftover, reader_for, reply_of
 from fencedlease._redis.pool import connection_args
@@ -118,7 +117,7 @@ async def send_lean(conn: Any, packed: bytes, *, check_health: bool) -> None:
     try:
         await send_bytes(conn, packed)
     except OSError as exc:
-        raise send_failed(exc) from exc
+        raise socket_failed(conn, exc, reading=False) from exc
 
 
 async def read_lean(conn: Any, reader: Any) -> Any:
@@ -137,7 +136,7 @@ async def read_lean(conn: Any, reader: Any) -> Any:
         try:
             data = await read_bytes(conn, READ_SIZE)
         except OSError as exc:
-            raise read_failed(conn, exc) from exc
+            raise socket_failed(conn, exc) from exc
         reply = fed(reader, data)
     if leftover(reader):
         await conn.disconnect()

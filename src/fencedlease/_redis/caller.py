@@ -48,7 +48,7 @@ from fencedlease._redis.errors import (
     map_exceptions,
 )
 
-from .errors import STORE_ERRORS, read_failed, send_failed, store_error
+from .errors import STORE_ERRORS, socket_failed, store_error
 from .lean import NOT_YET, READ_SIZE, fed, leftover, reader_for, reply_of
 from .replies import decode_release
 
@@ -313,7 +313,7 @@ def _read_within(conn: Any, reader: Any | None, timeout_s: float, disconnect_on_
             try:
                 data = sock.recv(READ_SIZE)
             except OSError as exc:
-                raise read_failed(conn, exc) from exc
+                raise socket_failed(conn, exc) from exc
             reply = fed(reader, data)
     finally:
         sock.settimeout(conn.socket_timeout)
@@ -332,7 +332,7 @@ def _send_lean(conn: Any, packed: bytes) -> None:
     try:
         conn._sock.sendall(packed)
     except OSError as exc:
-        raise send_failed(exc) from exc
+        raise socket_failed(conn, exc, reading=False) from exc
 
 
 class _Silent(Exception):

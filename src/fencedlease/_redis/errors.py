@@ -58,6 +58,7 @@ from typing import ClassVar, Final
 from redis.exceptions import (
     AskError,
     ClusterError,
+    InvalidResponse,
     MaxConnectionsError,
     MovedError,
     NoPermissionError,
@@ -89,11 +90,8 @@ __all__ = [
     "backend_errors",
     "chain_texts",
     "classify",
-    "closed_by_server",
-    "is_error_reply",
     "map_exceptions",
-    "read_failed",
-    "send_failed",
+    "socket_failed",
     "store_error",
     "without_secrets",
 ]
@@ -211,47 +209,25 @@ class _Mapping:
                     raise kind(exc) from exc
 
 
-# -- the lean path's failures, as redis-py raises them (fencedlease._redis.lean) -------------------
-
-PROTOCOL_ERROR: Final = RedisConnectionError
-"""What hiredis's reader raises for bytes that are not RESP (redis-py's ``InvalidResponse`` is a
-``ConnectionError`` too): the connection is out of step."""
+# -- the lean path's failures, as redis-py words them (fencedlease._redis.lean) --------------------
+PROTOCOL_ERROR: Final = InvalidResponse  # hiredis's error for bytes that are not RESP
 
 
-def is_error_reply(reply: object) -> bool:
-    """Whether a reply hiredis's reader gave is an error reply (redis-py's ``ResponseError``, made
-    by its ``parse_error``), which redis-py's ``read_response`` raises."""
-    return isinstance(reply, ResponseError)
-
-
-_NOTHING_YET: Final = (TimeoutError, BlockingIOError, ssl.SSLWantReadError)
-"""A read's errors that say no byte came in time: the socket's timeout, or none there (a read
-given no time at all: a non-blocking socket), as redis-py's reads take them."""
-
-
-def read_failed(conn: object, exc: OSError) -> Exception:
-    """redis-py's exception for ``exc`` raised by a read of ``conn``'s socket, its text as
-    redis-py words it: ``TimeoutError`` for the socket's timeout (or a read given no time),
-    else ``ConnectionError``."""
+def socket_failed(conn: object, exc: OSError | None, reading: bool = True) -> Exception:
+    """redis-py's exception, in its words, for ``exc`` from a read (``reading``) or a write of
+    ``conn``'s socket (None: closed by the server): ``TimeoutError`` if none in time."""
+    if exc is None:
+        return RedisConnectionError("Connection closed by server.")
+    if not reading:
+        if isinstance(exc, TimeoutError):
+            return RedisTimeoutError("Timeout writing to socket")
+        errno, message = ("UNKNOWN", exc.args[0]) if len(exc.args) == 1 else exc.args[:2]
+        return RedisConnectionError(f"Error {errno} while writing to socket. {message}.")
     host_error = getattr(conn, "_host_error", None)
-    where = str(host_error()) if host_error is not None else "socket"
-    if isinstance(exc, _NOTHING_YET):
+    where = host_error() if host_error is not None else "socket"
+    if isinstance(exc, (TimeoutError, BlockingIOError, ssl.SSLWantReadError)):  # none in time
         return RedisTimeoutError(f"Timeout reading from {where}")
     return RedisConnectionError(f"Error while reading from {where} : {exc.args}")
-
-
-def send_failed(exc: OSError) -> Exception:
-    """redis-py's exception for ``exc`` raised by a write of a socket, worded as redis-py's
-    ``send_packed_command`` words it."""
-    if isinstance(exc, TimeoutError):
-        return RedisTimeoutError("Timeout writing to socket")
-    errno, message = ("UNKNOWN", exc.args[0]) if len(exc.args) == 1 else exc.args[:2]
-    return RedisConnectionError(f"Error {errno} while writing to socket. {message}.")
-
-
-def closed_by_server() -> Exception:
-    """redis-py's exception for a connection the server closed before the reply was in."""
-    return RedisConnectionError("Connection closed by server.")
 
 
 def _unwrapped(exc: BaseException) -> BaseException:

@@ -15,8 +15,7 @@ class, ``NoScriptError`` for ``NOSCRIPT``) and decodes as the client's encoder d
 `LeanSwitch.enabled` off, the same packed bytes go out through redis-py's ``send_packed_command``
 and come back through its ``read_response``: the same results, errors and timeouts (the tests run
 both paths). A read or a send that fails is raised as redis-py's exception of the same kind and
-text (`fencedlease._redis.errors.read_failed`, ``send_failed``), so ``map_exceptions`` maps it
-alike.
+text (`fencedlease._redis.errors.socket_failed`), so ``map_exceptions`` maps it alike.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from __future__ import annotations
 import importlib.util
 from typing import Any, Final
 
-from .errors import PROTOCOL_ERROR, closed_by_server, is_error_reply
+from .errors import PROTOCOL_ERROR, socket_failed
 
 # the optional extra; imported by name so that its absence types the same
 hiredis: Any = (
@@ -145,7 +144,7 @@ def reply_of(reader: Any) -> Any:
         ConnectionError: the bytes are not RESP (redis-py's ``InvalidResponse`` is one).
     """
     reply = reader.gets()
-    if is_error_reply(reply):
+    if isinstance(reply, Exception):  # made by replyError: redis-py's class for the error
         raise reply
     return reply
 
@@ -158,7 +157,7 @@ def fed(reader: Any, data: bytes) -> Any:
         ResponseError: as `reply_of`.
     """
     if not data:
-        raise closed_by_server()
+        raise socket_failed(None, None)
     reader.feed(data)
     return reply_of(reader)
 

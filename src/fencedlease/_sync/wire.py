@@ -19,8 +19,7 @@ from fencedlease._redis.errors import (
     ConnectionLost,
     ScriptNotLoaded,
     map_exceptions,
-    read_failed,
-    send_failed,
+    socket_failed,
 )
 from fencedlease._redis.lean import NOT_YET, READ_SIZE, fed, leftover, reader_for, reply_of
 from fencedlease._redis.pool import connection_args
@@ -121,7 +120,7 @@ def send_lean(conn: Any, packed: bytes, *, check_health: bool) -> None:
     try:
         send_bytes(conn, packed)
     except OSError as exc:
-        raise send_failed(exc) from exc
+        raise socket_failed(conn, exc, reading=False) from exc
 
 
 def read_lean(conn: Any, reader: Any) -> Any:
@@ -140,7 +139,7 @@ def read_lean(conn: Any, reader: Any) -> Any:
         try:
             data = read_bytes(conn, READ_SIZE)
         except OSError as exc:
-            raise read_failed(conn, exc) from exc
+            raise socket_failed(conn, exc) from exc
         reply = fed(reader, data)
     if leftover(reader):
         conn.disconnect()
