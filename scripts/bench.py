@@ -10,7 +10,11 @@ Starts its own ``redis-server`` on 127.0.0.1 (see :mod:`fencedlease_lab.servers.
    order rotates each round), ops/s medians and the median of the per-round ratios; Redis commands
    per operation from ``INFO commandstats``, split into the ones the client sent (counted on the
    client's connection) and the ones scripts ran inside Redis; in the same rounds, one
-   ``with leases.hold(...)`` block per cycle, judged against ``Lock``'s acquire + release;
+   ``with leases.hold(...)`` block per cycle, judged against ``Lock``'s acquire + release; where
+   hiredis is installed, the same three again on a client of redis-py's own parser with the
+   library's lean path off (``... (no hiredis)``), and in the same rounds the floor: a raw socket
+   sending a minimal fencing pair (``SET NX PX`` + ``INCR`` in one script, then a compare-and-
+   delete script), its replies read by hiredis where installed;
 2. contended throughput and fairness: 8 processes loop acquire-with-wait + release on one key;
    acquisitions per worker (min, max, mean);
 3. hand-off latency: a holder releases while another process waits (``wait_ms > 0``); from the
@@ -31,6 +35,9 @@ Starts its own ``redis-server`` on 127.0.0.1 (see :mod:`fencedlease_lab.servers.
 
 ``--renewer-only 1000,10000,50000`` measures only the renewer's CPU per renewal (thread CPU
 clocks) at each number of leases; ``--server-time`` only Redis's own time per call (6. above).
+
+``--client-only`` measures only 1. (without its command counts) and 5., and prints their
+sections and targets: the client's side, with the load average before and after.
 
 ``--quick`` is the CI smoke (about 10 s, fewer and shorter runs): it must run, not meet numbers.
 ``--out`` writes the Markdown report (the machine, the command, each target met or missed).
@@ -62,9 +69,11 @@ import redis
 import redis.asyncio
 import redis_lock
 from pottery import Redlock
+from redis._parsers import _AsyncRESP2Parser, _RESP2Parser
 
 from fencedlease import LeaseManager
 from fencedlease._redis.keys import lease_keys, waiters_key
+from fencedlease._redis.lean import LEAN, hiredis
 from fencedlease._redis.scripts import ACQUIRE
 from fencedlease._sync.handoff import SleepWaiter
 from fencedlease.aio import AsyncLeaseManager
@@ -102,36 +111,132 @@ class Settings:
 # -- counting what the client sends ---------------------------------------------------------------
 
 
-def _count_packed(payload: bytes) -> None:
-    """Count each command of ``payload`` (RESP arrays of bulk strings) by its name."""
+def _count_complete(payload: bytes) -> bytes:
+    """Count each whole command of ``payload`` (RESP arrays of bulk strings) by its name; the
+    bytes of a command not all written yet are given back."""
     at = 0
     while at < len(payload):
-        end = payload.index(b"\r\n", at)
-        parts = int(payload[at + 1 : end])  # b"*<parts>"
-        at = end + 2
-        for part in range(parts):
+        start = at
+        try:
             end = payload.index(b"\r\n", at)
-            length = int(payload[at + 1 : end])  # b"$<length>"
-            if part == 0:
-                CountingConnection.sent[payload[end + 2 : end + 2 + length].decode().lower()] += 1
-            at = end + 2 + length + 2
+            parts = int(payload[at + 1 : end])  # b"*<parts>"
+            at = end + 2
+            name = b""
+            for part in range(parts):
+                end = payload.index(b"\r\n", at)
+                length = int(payload[at + 1 : end])  # b"$<length>"
+                if end + 2 + length + 2 > len(payload):
+                    raise ValueError("not all written yet")
+                if part == 0:
+                    name = payload[end + 2 : end + 2 + length]
+                at = end + 2 + length + 2
+        except ValueError:
+            return payload[start:]
+        CountingConnection.sent[name.decode().lower()] += 1
+    return b""
+
+
+class _CountingSocket:
+    """A connection's socket that counts the commands written on it while
+    ``CountingConnection.counting`` is on."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock, self._pending = sock, b""
+
+    def sendall(self, data: bytes) -> None:
+        if CountingConnection.counting:
+            self._pending = _count_complete(self._pending + bytes(data))
+        self._sock.sendall(data)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # not made yet (a copy): no recursion
+            raise AttributeError(name)
+        return getattr(self._sock, name)
 
 
 class CountingConnection(redis.Connection):
-    """A redis-py connection that counts the commands it sends, by name, at the one step every
-    command takes, whoever packed it (redis-py, a pipeline, fencedlease's packed calls)."""
+    """A redis-py connection that counts the commands it sends, by name, at its socket, which
+    every command reaches whoever packed and sent it (redis-py, a pipeline, fencedlease's
+    packed calls on redis-py's send or on the library's lean path)."""
 
     sent: ClassVar[Counter[str]] = Counter()
+    counting: ClassVar[bool] = False  # off in the timed rounds
 
-    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        chunks = [command] if isinstance(command, (bytes, str)) else command
-        _count_packed(b"".join(c.encode() if isinstance(c, str) else bytes(c) for c in chunks))
-        super().send_packed_command(command, check_health)  # type: ignore[no-untyped-call]
+    def _connect(self) -> Any:
+        return _CountingSocket(super()._connect())  # type: ignore[no-untyped-call, unused-ignore]
 
 
-def counting_client(url: str) -> redis.Redis:
-    pool = redis.ConnectionPool.from_url(url, connection_class=CountingConnection)
+def counting_client(url: str, **kwargs: Any) -> redis.Redis:
+    pool = redis.ConnectionPool.from_url(url, connection_class=CountingConnection, **kwargs)
     return redis.Redis(connection_pool=pool)
+
+
+NO_HIREDIS = " (no hiredis)"
+"""The suffix of a contender run without hiredis: redis-py's own parser, the lean path off."""
+
+FLOOR = "raw-socket fencing pair (floor)"
+
+
+def lean_switched(run: Callable[[int], None], lean: bool) -> Callable[[int], None]:
+    """``run`` with the library's lean path on or off (`fencedlease._redis.lean.LEAN`) for its
+    duration."""
+
+    def switched(n: int) -> None:
+        LEAN.enabled = lean and LEAN.available()
+        try:
+            run(n)
+        finally:
+            LEAN.enabled = LEAN.available()
+
+    return switched
+
+
+SMALLEST_RELEASE = (
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end\nreturn 0"
+)
+
+
+def floor_pair(url: str) -> Callable[[int], None]:
+    """``run(n)``: n cycles of the least a fencing acquire + release can be, on a raw socket (no
+    client library, Nagle off): ``EVALSHA`` of the smallest fencing script (``SET NX PX`` then
+    ``INCR``), then of a compare-and-delete, each frame packed once; replies read by hiredis
+    where it is installed, else up to their line's end (both are one-line integers)."""
+    parsed = urllib.parse.urlparse(url)
+    admin = redis.Redis.from_url(url)
+    acquire_sha = admin.script_load(SMALLEST_FENCING)
+    release_sha = admin.script_load(SMALLEST_RELEASE)
+    admin.close()
+    key, fence, owner = b"bench:floor", b"bench:floor:fence", b"floor-owner"
+
+    def frame(*parts: bytes) -> bytes:
+        return b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%b\r\n" % (len(p), p) for p in parts)
+
+    acquire = frame(b"EVALSHA", acquire_sha.encode(), b"2", key, fence, owner, b"10000")
+    release = frame(b"EVALSHA", release_sha.encode(), b"1", key, owner)
+    sock = socket.create_connection((parsed.hostname or "127.0.0.1", parsed.port or 6379))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    reader = hiredis.Reader() if hiredis is not None else None
+
+    def reply() -> Any:
+        if reader is None:
+            data = b""
+            while not data.endswith(b"\r\n"):
+                data += sock.recv(65536)
+            return int(data[1:-2])
+        got = reader.gets()
+        while got is False:
+            reader.feed(sock.recv(65536))
+            got = reader.gets()
+        return got
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            sock.sendall(acquire)
+            assert reply() > 0
+            sock.sendall(release)
+            assert reply() == 1
+
+    return run
 
 
 # -- 1. uncontended -------------------------------------------------------------------------------
@@ -188,22 +293,64 @@ class Uncontended:
     ops_per_s: dict[str, list[float]] = field(default_factory=dict)
     ratios: dict[str, list[float]] = field(default_factory=dict)  # fencedlease / it, per round
     hold_ratios: list[float] = field(default_factory=list)  # hold() / redis-py Lock, per round
+    # "A / B" -> A's ops/s over B's, per round: each fencedlease run against its peer of the same
+    # parser, and against the raw-socket floor
+    pairs: dict[str, list[float]] = field(default_factory=dict)
     client_cmds: dict[str, dict[str, float]] = field(default_factory=dict)
     inner_cmds: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
-def bench_uncontended(url: str, s: Settings) -> Uncontended:
+PEERS = ("redis-py Lock", "python-redis-lock", "pottery Redlock")
+"""The runs ``fencedlease`` is judged against in the uncontended table's ratio column."""
+
+
+def ratio_pairs(names: list[str]) -> list[tuple[str, str]]:
+    """The ``(ours, theirs)`` runs compared in the same rounds: each fencedlease run against
+    ``Lock`` of the same parser and against the floor."""
+    out = []
+    for suffix in ("", NO_HIREDIS):
+        lock = "redis-py Lock" + suffix
+        for ours in ("fencedlease" + suffix, HOLD + suffix):
+            if ours in names and lock in names:
+                out.append((ours, lock))
+    for suffix in ("", NO_HIREDIS):
+        if "fencedlease" + suffix in names and FLOOR in names:
+            out.append(("fencedlease" + suffix, FLOOR))
+    return out
+
+
+def uncontended_runs(url: str, client: redis.Redis) -> tuple[dict[str, LoopFn], list[Any]]:
+    """Every run of the uncontended rounds, and the clients to close after them: the
+    contenders on ``client``; where hiredis is installed, fencedlease (lean path off), its
+    hold() and ``Lock`` again on a client of redis-py's own parser; the floor."""
+    runs = dict(contenders(client))
+    closing: list[Any] = []
+    if LEAN.available():
+        plain = counting_client(url, parser_class=_RESP2Parser)
+        closing.append(plain)
+        theirs = contenders(plain)
+        for name in ("fencedlease", HOLD, "redis-py Lock"):
+            runs[name + NO_HIREDIS] = lean_switched(theirs[name], lean=False)
+    runs[FLOOR] = floor_pair(url)
+    return runs, closing
+
+
+def bench_uncontended(url: str, s: Settings, count: bool = True) -> Uncontended:
     out = Uncontended()
     client = counting_client(url)
     admin = redis.Redis.from_url(url)
-    runs = contenders(client)
+    runs, closing = uncontended_runs(url, client)
     names = list(runs)
     for run in runs.values():
         run(max(50, s.ops // 10))  # warm up: scripts loaded, connection made, caches hot
-    for name in names:
+    for name in names if count else ():
+        if name == FLOOR:
+            continue  # not through redis-py: nothing counts its commands
         admin.config_resetstat()
         CountingConnection.sent.clear()
+        CountingConnection.counting = True
         runs[name](s.count_ops)
+        CountingConnection.counting = False
         stats = admin.info("commandstats")
         sent = dict(CountingConnection.sent)
         total = {
@@ -216,6 +363,7 @@ def bench_uncontended(url: str, s: Settings) -> Uncontended:
         out.inner_cmds[name] = {k: v for k, v in inner.items() if v > 0}
     for name in names:
         out.ops_per_s[name] = []
+    pairs = ratio_pairs(names)
     for r in range(s.rounds):
         order = names[r % len(names) :] + names[: r % len(names)]
         this_round: dict[str, float] = {}
@@ -225,12 +373,15 @@ def bench_uncontended(url: str, s: Settings) -> Uncontended:
             runs[name](ops)
             this_round[name] = ops / (time.perf_counter() - started)
             out.ops_per_s[name].append(this_round[name])
-        for name in names[1:]:
-            if name != HOLD:
-                out.ratios.setdefault(name, []).append(this_round["fencedlease"] / this_round[name])
+        for name in PEERS:
+            out.ratios.setdefault(name, []).append(this_round["fencedlease"] / this_round[name])
         out.hold_ratios.append(this_round[HOLD] / this_round["redis-py Lock"])
-    client.close()
-    admin.close()
+        for ours, theirs in pairs:
+            out.pairs.setdefault(f"{ours} / {theirs}", []).append(
+                this_round[ours] / this_round[theirs]
+            )
+    for other in (client, admin, *closing):
+        other.close()
     return out
 
 
@@ -246,29 +397,52 @@ class AioUncontended:
     over redis.asyncio Lock's in the same round."""
 
     ops_per_s: dict[int, dict[str, list[float]]] = field(default_factory=dict)
-    ratios: dict[int, list[float]] = field(default_factory=dict)
+    # fencedlease.aio's run (with hiredis, or NO_HIREDIS) -> tasks -> its ops/s over redis.asyncio
+    # Lock's of the same parser, per round
+    ratios: dict[str, dict[int, list[float]]] = field(default_factory=dict)
 
 
-async def _aio_rounds(url: str, s: Settings) -> AioUncontended:
-    out = AioUncontended()
-    client = redis.asyncio.Redis.from_url(url)  # its own pool: one connection per busy task
+async def _aio_contenders(client: redis.asyncio.Redis, lean: bool) -> tuple[Any, Any, Any]:
+    """fencedlease.aio's and redis.asyncio Lock's ``run(task, n)`` on ``client`` (the library's
+    lean path on or off for fencedlease's), and the manager to close."""
     leases = AsyncLeaseManager(client, prefix=PREFIX)
+    tag = "lean" if lean else "plain"
 
     async def fenced(task: int, n: int) -> None:
-        key = f"aio:{task}"
-        for _ in range(n):
-            lease = (await leases.acquire(key, ttl_ms=10_000)).lease
-            assert lease is not None
-            await lease.release()
+        key = f"aio:{tag}:{task}"
+        LEAN.enabled = lean and LEAN.available()
+        try:
+            for _ in range(n):
+                lease = (await leases.acquire(key, ttl_ms=10_000)).lease
+                assert lease is not None
+                await lease.release()
+        finally:
+            LEAN.enabled = LEAN.available()
 
     async def lock(task: int, n: int) -> None:
-        name = f"bench:aio-lock:{task}"
+        name = f"bench:aio-lock:{tag}:{task}"
         for _ in range(n):
             held = client.lock(name, timeout=10)
             assert await held.acquire(blocking=False)
             await held.release()
 
+    return fenced, lock, leases
+
+
+async def _aio_rounds(url: str, s: Settings) -> AioUncontended:
+    out = AioUncontended()
+    client = redis.asyncio.Redis.from_url(url)  # its own pool: one connection per busy task
+    fenced, lock, leases = await _aio_contenders(client, lean=True)
     runs = dict(zip(AIO_NAMES, (fenced, lock), strict=True))
+    clients, managers = [client], [leases]
+    if LEAN.available():  # the same without hiredis: redis-py's own parser, the lean path off
+        plain = redis.asyncio.Redis.from_url(url, parser_class=_AsyncRESP2Parser)
+        fenced, lock, leases = await _aio_contenders(plain, lean=False)
+        runs.update(zip((n + NO_HIREDIS for n in AIO_NAMES), (fenced, lock), strict=True))
+        clients.append(plain)
+        managers.append(leases)
+    names = tuple(runs)
+    pairs = [(names[i], names[i + 1]) for i in range(0, len(names), 2)]
 
     async def run(name: str, tasks: int, ops: int) -> float:
         """ops/s of ``tasks`` tasks doing ``ops`` acquire + release cycles between them."""
@@ -278,20 +452,24 @@ async def _aio_rounds(url: str, s: Settings) -> AioUncontended:
         return per_task * tasks / (time.perf_counter() - started)
 
     for tasks in AIO_TASKS:  # warm up: scripts loaded, every task's connection made
-        for name in AIO_NAMES:
+        for name in names:
             await run(name, tasks, max(tasks, s.ops // 10))
-        out.ops_per_s[tasks] = {name: [] for name in AIO_NAMES}
-        out.ratios[tasks] = []
+        out.ops_per_s[tasks] = {name: [] for name in names}
+        for ours, _ in pairs:
+            out.ratios.setdefault(ours, {})[tasks] = []
     for r in range(s.rounds):
         for tasks in AIO_TASKS:
-            order = AIO_NAMES[r % 2 :] + AIO_NAMES[: r % 2]
+            order = names[r % len(names) :] + names[: r % len(names)]
             ops = aio_ops(s, tasks)
             this_round = {name: await run(name, tasks, ops) for name in order}
             for name, value in this_round.items():
                 out.ops_per_s[tasks][name].append(value)
-            out.ratios[tasks].append(this_round[AIO_NAMES[0]] / this_round[AIO_NAMES[1]])
-    await leases.close()
-    await client.aclose()
+            for ours, theirs in pairs:
+                out.ratios[ours][tasks].append(this_round[ours] / this_round[theirs])
+    for manager in managers:
+        await manager.close()
+    for each in clients:
+        await each.aclose()
     return out
 
 
@@ -859,6 +1037,131 @@ class Target:
     gap: str = ""
 
 
+def uncontended_section(s: Settings, unc: Uncontended) -> list[str]:
+    """The report's section on uncontended acquire + release (sync face): ops/s, the ratios
+    measured in the same rounds, the commands per cycle where counted."""
+    lines: list[str] = []
+    add = lines.append
+    add(f"## Uncontended acquire + release, one connection ({s.rounds} interleaved rounds of")
+    add(f"{s.ops} cycles each; the order rotates every round)\n")
+    hiredis_text = (
+        f"hiredis {hiredis.__version__} installed: the runs without a suffix read with it"
+        " (fencedlease's hot commands on the library's lean path, `Lock` through redis-py's"
+        f" hiredis parser); `...{NO_HIREDIS}` runs use a client of redis-py's own parser with"
+        " the lean path off."
+        if LEAN.available()
+        else "hiredis is not installed: every run reads with redis-py's own parser."
+    )
+    add(hiredis_text)
+    add(
+        f"`{FLOOR}` is the least a fencing acquire + release can be: a raw socket (no client"
+        " library) sending `EVALSHA` of the smallest fencing script (`SET NX PX`, then `INCR`)"
+        " and of a compare-and-delete, both packed once, read by hiredis where installed.\n"
+    )
+    add("| run | ops/s (median) | min..max | fencedlease / it (median of per-round ratios) |")
+    add("|---|---:|---:|---:|")
+    for name, values in unc.ops_per_s.items():
+        ratio_text = f"{statistics.median(unc.ratios[name]):.2f}x" if name in unc.ratios else "-"
+        add(
+            f"| {name} | {statistics.median(values):,.0f} | {min(values):,.0f}..{max(values):,.0f}"
+            f" | {ratio_text} |"
+        )
+    add("\nRatios measured in the same rounds (each round's ops/s over the other's):\n")
+    add("| ratio | median | min..max |\n|---|---:|---:|")
+    for label, values in unc.pairs.items():
+        add(
+            f"| {label} | {statistics.median(values):.2f}x | {min(values):.2f}..{max(values):.2f} |"
+        )
+    if unc.client_cmds:
+        add(
+            "\nRedis commands per acquire + release (`INFO commandstats` over"
+            f" {s.count_ops} cycles):\n"
+        )
+        add("| library | sent by the client | run inside scripts |")
+        add("|---|---|---|")
+        for name in unc.client_cmds:
+            add(
+                f"| {name} | {fmt_cmds(unc.client_cmds[name])} | {fmt_cmds(unc.inner_cmds[name])} |"
+            )
+    add(
+        f"\n`{HOLD}` is one `with leases.hold(...)` block per cycle (acquire, background renewal"
+        " registered, release at the end of the block); against redis-py `Lock`'s acquire +"
+        f" release: {statistics.median(unc.hold_ratios):.2f}x (median of per-round ratios)."
+    )
+    return lines
+
+
+def aio_section(s: Settings, aio: AioUncontended) -> list[str]:
+    """The report's section on the asyncio face: each fencedlease.aio run against
+    redis.asyncio's Lock of the same parser, at 1, 10 and 100 tasks."""
+    lines: list[str] = []
+    add = lines.append
+    add(f"\n## Uncontended, asyncio: tasks each on its own key ({s.rounds} interleaved rounds)\n")
+    add("One event loop; N tasks each cycle acquire + release on a key of their own, on one")
+    add("`redis.asyncio` client (its pool: a connection per busy task); a run's cycles are shared")
+    add(f"by its tasks ({', '.join(f'{aio_ops(s, n)} for {n}' for n in AIO_TASKS)}); the")
+    add("runs rotate which goes first each round. With hiredis installed, the pair runs again on")
+    add(f"a client of redis-py's own parser with the lean path off (`{NO_HIREDIS.strip()}`).\n")
+    add("| tasks | run | fencedlease.aio ops/s | redis.asyncio Lock ops/s | fencedlease.aio / Lock"
+        " (median of per-round ratios) |")  # fmt: skip
+    add("|---:|---|---:|---:|---:|")
+    for ours, by_tasks in aio.ratios.items():
+        suffix = ours.removeprefix(AIO_NAMES[0])
+        label = "with hiredis" if LEAN.available() and not suffix else suffix.strip(" ()") or "-"
+        for tasks, ratios in by_tasks.items():
+            by_name = aio.ops_per_s[tasks]
+            mine = statistics.median(by_name[ours])
+            theirs = statistics.median(by_name[AIO_NAMES[1] + suffix])
+            add(
+                f"| {tasks} | {label} | {mine:,.0f} | {theirs:,.0f}"
+                f" | {statistics.median(ratios):.2f}x |"
+            )
+    return lines
+
+
+HOLD_GOAL = 1.4
+"""hold() against redis-py Lock's acquire + release, and the other client targets below."""
+LOCK_GOAL = 1.5
+AIO_GOAL = 1.3
+
+
+def client_targets(unc: Uncontended, aio: AioUncontended, judged: bool) -> list[Target]:
+    """The client's targets: acquire + release and hold() against ``Lock`` of the same parser
+    (with hiredis and without, where both ran), against python-redis-lock, and the asyncio face
+    against redis.asyncio's ``Lock`` at each number of tasks."""
+    targets = []
+    for suffix in ("", NO_HIREDIS):
+        lock = "redis-py Lock" + suffix
+        for ours, goal in (("fencedlease" + suffix, LOCK_GOAL), (HOLD + suffix, HOLD_GOAL)):
+            values = unc.pairs.get(f"{ours} / {lock}")
+            if not values:
+                continue
+            ratio = statistics.median(values)
+            name = f"{'hold()' if ours.startswith(HOLD) else 'throughput'} vs redis-py Lock{suffix}"
+            targets.append(
+                Target(name, f">= {goal}x", f"{ratio:.2f}x", ratio >= goal if judged else None,
+                       f"{ratio - goal:+.2f}x")
+            )  # fmt: skip
+    ratio = statistics.median(unc.ratios["python-redis-lock"])
+    targets.append(
+        Target("throughput vs python-redis-lock", ">= 1.3x", f"{ratio:.2f}x",
+               ratio >= 1.3 if judged else None, f"{ratio - 1.3:+.2f}x")
+    )  # fmt: skip
+    for ours, by_tasks in aio.ratios.items():
+        suffix = ours.removeprefix(AIO_NAMES[0])
+        for tasks, values in by_tasks.items():
+            ratio = statistics.median(values)
+            targets.append(
+                Target(
+                    f"asyncio vs redis.asyncio Lock{suffix}"
+                    f" ({tasks} task{'s' if tasks > 1 else ''})",
+                    f">= {AIO_GOAL}x", f"{ratio:.2f}x",
+                    ratio >= AIO_GOAL if judged else None, f"{ratio - AIO_GOAL:+.2f}x",
+                )
+            )  # fmt: skip
+    return targets
+
+
 def report(
     s: Settings,
     command: str,
@@ -883,29 +1186,7 @@ def report(
         add(f"| {k} | {v} |")
     add(f"| load average (1 min) before / after | {load[0]} / {load[1]} |\n")
 
-    add(f"## Uncontended acquire + release, one connection ({s.rounds} interleaved rounds of")
-    add(f"{s.ops} cycles each; the order rotates every round)\n")
-    add("| library | ops/s (median) | min..max | fencedlease / it (median of per-round ratios) |")
-    add("|---|---:|---:|---:|")
-    for name, values in unc.ops_per_s.items():
-        ratio_text = f"{statistics.median(unc.ratios[name]):.2f}x" if name in unc.ratios else "-"
-        add(
-            f"| {name} | {statistics.median(values):,.0f} | {min(values):,.0f}..{max(values):,.0f}"
-            f" | {ratio_text} |"
-        )
-    add(
-        f"\nRedis commands per acquire + release (`INFO commandstats` over {s.count_ops} cycles):\n"
-    )
-    add("| library | sent by the client | run inside scripts |")
-    add("|---|---|---|")
-    for name in unc.client_cmds:
-        add(f"| {name} | {fmt_cmds(unc.client_cmds[name])} | {fmt_cmds(unc.inner_cmds[name])} |")
-    add(
-        f"\n`{HOLD}` is one `with leases.hold(...)` block per cycle (acquire, background renewal"
-        " registered, release at the end of the block); against redis-py `Lock`'s acquire +"
-        f" release: {statistics.median(unc.hold_ratios):.2f}x (median of per-round ratios)."
-    )
-
+    lines.extend(uncontended_section(s, unc))
     floor_us, costs = cost
     rounds = f"{s.cost_rounds} interleaved rounds of {s.ops} cycles"
     add(f"\n## Where an uncontended cycle goes ({rounds})\n")
@@ -925,21 +1206,7 @@ def report(
             f" | {row.wall_us - floor_us:.0f} us | {row.client_cpu_us:.0f} us"
             f" | {row.server_cpu_us:.1f} us |"
         )
-    add(f"\n## Uncontended, asyncio: tasks each on its own key ({s.rounds} interleaved rounds)\n")
-    add("One event loop; N tasks each cycle acquire + release on a key of their own, on one")
-    add("`redis.asyncio` client (its pool: a connection per busy task); a run's cycles are shared")
-    add(f"by its tasks ({', '.join(f'{aio_ops(s, n)} for {n}' for n in AIO_TASKS)}); the two")
-    add("libraries alternate which goes first each round.\n")
-    add(
-        f"| tasks | {AIO_NAMES[0]} ops/s | {AIO_NAMES[1]} ops/s"
-        " | fencedlease.aio / Lock (median of per-round ratios) |"
-    )
-    add("|---:|---:|---:|---:|")
-    for tasks, by_name in aio.ops_per_s.items():
-        ours, theirs = (statistics.median(by_name[name]) for name in AIO_NAMES)
-        ratio = statistics.median(aio.ratios[tasks])
-        add(f"| {tasks} | {ours:,.0f} | {theirs:,.0f} | {ratio:.2f}x |")
-
+    lines.extend(aio_section(s, aio))
     rounds = f"{s.scale_rounds} interleaved rounds"
     add(f"\n## Scale: 1 to {max(s.scale)} threads and processes ({rounds})\n")
     add("Uncontended acquire + release, every worker on its own key, for")
@@ -1020,30 +1287,7 @@ def report(
             fenced_cmds == 2, "" if fenced_cmds == 2 else f"{fenced_cmds - 2:+g}",
         )
     )  # fmt: skip
-    for other, minimum in (("redis-py Lock", 1.1), ("python-redis-lock", 1.3)):
-        ratio = statistics.median(unc.ratios[other])
-        targets.append(
-            Target(
-                f"throughput vs {other}", f">= {minimum}x", f"{ratio:.2f}x",
-                ratio >= minimum if judged else None, f"{ratio - minimum:+.2f}x",
-            )
-        )  # fmt: skip
-    ratio = statistics.median(unc.hold_ratios)
-    targets.append(
-        Target(
-            "hold() vs redis-py Lock", ">= 1.0x Lock's acquire + release", f"{ratio:.2f}x",
-            ratio >= 1.0 if judged else None, f"{ratio - 1.0:+.2f}x",
-        )
-    )  # fmt: skip
-    for tasks in AIO_TASKS:
-        ratio = statistics.median(aio.ratios[tasks])
-        targets.append(
-            Target(
-                f"asyncio vs redis.asyncio Lock ({tasks} task{'s' if tasks > 1 else ''})",
-                ">= 1.0x", f"{ratio:.2f}x",
-                ratio >= 1.0 if judged else None, f"{ratio - 1.0:+.2f}x",
-            )
-        )  # fmt: skip
+    targets += client_targets(unc, aio, judged)
     for name, goal_of, values, goal in server_targets(st):
         ratio = statistics.median(values)
         targets.append(
@@ -1153,9 +1397,12 @@ WHY = {
         " time per acquire against 1-2. Fencing needs the acquire to be a script (INCR and SET"
         " together, the token kept with the owner). On the client both commands are packed by"
         " the library, each key's names framed once (redis-py's own packing took about 17 us a"
-        " command); what is left is redis-py's pool and reply parsing and the library's"
-        " bookkeeping (the attempt, the lease's state, its events). Single runs vary by +-30 %"
-        " on shared cores: re-run when `uptime` shows a low load."
+        " command) and, where hiredis is installed, written on the pooled connection's socket"
+        " and read by hiredis's C reader (the lean path); what is left is redis-py's pool (its"
+        " lock, its pid check and a non-blocking read of the connection before each command)"
+        " and the library's bookkeeping (the attempt, the lease's state, its events). The floor"
+        " row shows how far any client is from a raw socket. Single runs vary by +-30 % on"
+        " shared cores: re-run when `uptime` shows a low load."
     ),
     "": "see the figures above; re-run when the machine is idle to rule out noise.",
 }
@@ -1231,6 +1478,31 @@ def contention_only(s: Settings) -> int:
     return 0
 
 
+def client_only(s: Settings) -> int:
+    """``--client-only``: the uncontended rounds (sync, without the command counts) and the
+    asyncio rounds, printed as the report's two sections and the client's targets, with the
+    machine, the hiredis version and the load average before and after."""
+    load_before = f"{os.getloadavg()[0]:.2f}"
+    with server() as srv:
+        box = machine(srv)
+        unc = bench_uncontended(srv.url, s, count=False)
+        aio = bench_aio(srv.url, s)
+    load_after = f"{os.getloadavg()[0]:.2f}"
+    made = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    lines = [f"Made by `python scripts/bench.py --client-only` on {made}.\n"]
+    lines += ["| machine | |", "|---|---|", *(f"| {k} | {v} |" for k, v in box.items())]
+    lines.append(f"| hiredis | {hiredis.__version__ if hiredis is not None else 'not installed'} |")
+    lines.append(f"| load average (1 min) before / after | {load_before} / {load_after} |\n")
+    lines += uncontended_section(s, unc)
+    lines += aio_section(s, aio)
+    lines.append("\n| target | goal | measured | verdict | gap |\n|---|---|---|---|---|")
+    for t in client_targets(unc, aio, not s.quick):
+        verdict = "not judged (quick)" if t.met is None else "met" if t.met else "**missed**"
+        lines.append(f"| {t.name} | {t.goal} | {t.measured} | {verdict} | {t.gap} |")
+    print("\n".join(lines))
+    return 0
+
+
 def renewer_only(s: Settings, counts: list[int]) -> int:
     """Print the renewer's CPU per renewal (thread CPU, not wall time) for each number of leases
     in ``counts`` at ttl_ms=4,000 (a 1 s heartbeat), with the load average before and after."""
@@ -1296,15 +1568,28 @@ def main(argv: list[str] | None = None) -> int:
         " smallest fencing script and redis-py Lock's (with --quick: fewer rounds and calls)",
     )
     parser.add_argument(
+        "--client-only",
+        action="store_true",
+        help="only the client's side: uncontended acquire + release and hold() (with and without"
+        " hiredis, beside the raw-socket floor) and the asyncio face, their sections and targets",
+    )
+    parser.add_argument(
         "--contention-only",
         action="store_true",
         help="only the contended run (8 processes on one key, against redis-py Lock) and the"
         " hand-off latency",
     )
+    parser.add_argument(
+        "--rounds", type=int, help="interleaved rounds of each comparison (default 21; quick 2)"
+    )
     args = parser.parse_args(argv)
     s = Settings.make(args.quick)
+    if args.rounds:
+        s = replace(s, rounds=args.rounds)
     if args.contention_only:
         return contention_only(s)
+    if args.client_only:
+        return client_only(s)
     if args.renewer_only:
         return renewer_only(s, args.renewer_only)
     if args.server_time:

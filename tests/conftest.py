@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import redis
 
+from fencedlease._redis.lean import LEAN
 from fencedlease.pytest_plugin import skip_unavailable
 from fencedlease_lab.servers.cluster import RedisClusterServers
 from fencedlease_lab.servers.redis import (
@@ -183,6 +184,17 @@ needs_caller_releases = pytest.mark.skipif(
     " release runs on the worker thread, not the caller's",
 )
 """For the tests of releases on the caller's thread (`fencedlease._redis.caller`)."""
+
+
+@pytest.fixture(params=["hiredis", "redis-py"])
+def wire_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The path the hot commands (acquire, release, renewal batch) take for this test: the
+    library's own send and hiredis's reader, or redis-py's send and parser (the hiredis run
+    skipped where the optional extra is not installed)."""
+    if request.param == "hiredis" and not LEAN.available():
+        pytest.skip("hiredis (the optional extra) is not installed: redis-py's path only")
+    monkeypatch.setattr(LEAN, "enabled", request.param == "hiredis")
+    return str(request.param)
 
 
 def acl_log(admin: redis.Redis) -> list[dict[bytes, Any]]:

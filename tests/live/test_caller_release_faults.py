@@ -3,7 +3,8 @@ cut one connection: the client's socket timeout still bounds it, a silently dead
 its own does not hold the caller while renewals go on, a slow event hook does not stretch the
 bound, a timeout is classified alike on
 both threads; and many threads, RESP3, close() mid-release, a hung background connect and a
-fork leave nothing behind."""
+fork leave nothing behind. Each case that reads a reply runs on both paths of the hot commands
+(``wire_path``: the library's send and hiredis's reader, and redis-py's)."""
 
 from __future__ import annotations
 
@@ -114,6 +115,7 @@ def _host_port(url: str) -> tuple[str, int]:
     return kw.get("host", "127.0.0.1"), int(kw.get("port", 6379))
 
 
+@pytest.mark.usefixtures("wire_path")  # read by hiredis, and by redis-py
 @pytest.mark.parametrize("thread", ["worker", "caller"])
 def test_socket_timeout_still_bounds_the_release(own_redis: RedisServer, thread: str) -> None:
     """socket_timeout=0.3 s on a paused Redis ends hold() after about that on either thread, not
@@ -139,6 +141,7 @@ def test_socket_timeout_still_bounds_the_release(own_redis: RedisServer, thread:
     assert took < SLACK_S
 
 
+@pytest.mark.usefixtures("wire_path")  # read by hiredis, and by redis-py
 def test_a_black_holed_idle_release_connection_does_not_hold_the_caller(
     redis_url: str, redis_client: redis.Redis
 ) -> None:
@@ -175,6 +178,7 @@ def test_a_black_holed_idle_release_connection_does_not_hold_the_caller(
     assert not stuck
 
 
+@pytest.mark.usefixtures("wire_path")  # read by hiredis, and by redis-py
 def test_a_timeout_after_the_hand_over_is_classified_like_the_callers(
     own_redis: RedisServer,
 ) -> None:
@@ -232,6 +236,7 @@ def test_sixteen_threads_holding_at_once(redis_url: str, redis_client: redis.Red
     wait_until(lambda: len(redis_client.client_list()) <= before, "connections closed")
 
 
+@pytest.mark.usefixtures("wire_path")  # read by hiredis, and by redis-py
 def test_resp3_decoded_health_checked_idle(redis_url: str, redis_client: redis.Redis) -> None:
     client = redis.Redis.from_url(
         redis_url, protocol=3, decode_responses=True, health_check_interval=1
@@ -249,6 +254,7 @@ def test_resp3_decoded_health_checked_idle(redis_url: str, redis_client: redis.R
         assert caller.ready() == 1
 
 
+@pytest.mark.usefixtures("wire_path")  # read by hiredis, and by redis-py
 def test_close_during_an_in_flight_release_leaks_nothing(own_redis: RedisServer) -> None:
     admin = redis.Redis.from_url(own_redis.url)
     before = len(admin.client_list())
@@ -381,12 +387,14 @@ def _scenario(redis_url: str, redis_client: redis.Redis, thread: str) -> list[ob
     return out
 
 
+@pytest.mark.usefixtures("wire_path")  # read by hiredis, and by redis-py
 def test_events_and_outcomes_match_the_workers(redis_url: str, redis_client: redis.Redis) -> None:
     worker = _scenario(redis_url, redis_client, "worker")
     caller = _scenario(redis_url, redis_client, "caller")
     assert worker == caller
 
 
+@pytest.mark.usefixtures("wire_path")  # read by hiredis, and by redis-py
 @pytest.mark.parametrize("thread", ["worker", "caller"])
 def test_a_slow_release_sent_hook_does_not_extend_the_bound(
     own_redis: RedisServer, thread: str
@@ -416,6 +424,7 @@ def test_a_slow_release_sent_hook_does_not_extend_the_bound(
     assert late < 0.5  # the floor and scheduling; the hook's 0.8 s not added to the wait
 
 
+@pytest.mark.usefixtures("wire_path")  # read by hiredis, and by redis-py
 def test_a_release_whose_reply_is_lost_with_its_connection_reports_the_lease_lost(
     redis_url: str, redis_client: redis.Redis
 ) -> None:

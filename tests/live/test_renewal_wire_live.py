@@ -26,8 +26,10 @@ def renew_many(
     redis_url: str,
     redis_client: redis.Redis,
     decode_responses: bool,
+    wire_path: str,
 ) -> Iterator[Renew]:
-    """The face's ``renew_many`` on a backend of its own (prefix ``p``), called synchronously."""
+    """The face's ``renew_many`` on a backend of its own (prefix ``p``), called synchronously,
+    its batch sent on ``wire_path`` (hiredis's or redis-py's)."""
     if request.param == "sync":
         client = redis.Redis.from_url(redis_url, decode_responses=decode_responses)
         yield RedisBackend(client, "p").renew_many

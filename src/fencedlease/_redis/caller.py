@@ -11,7 +11,8 @@ connected, and every wait is bounded by the library:
 
 - the command is sent on an idle connection that is in step (nothing unread), and a few hundred
   bytes into an empty socket buffer do not block;
-- its reply is read with a timeout (redis-py's ``read_response(timeout=...)``) until one
+- its reply is read with a timeout (by hiredis on the lean path, `fencedlease._redis.lean`, the
+  socket's timeout set for the read; else redis-py's ``read_response(timeout=...)``) until one
   give-up instant, fixed when the release begins (the lease's deadline, at least the floor
   after the start), each read at most the client's ``socket_timeout``; with no reply by then the
   connection is dropped, and while renewals still move the lease's deadline (Redis answers
@@ -47,7 +48,8 @@ from fencedlease._redis.errors import (
     map_exceptions,
 )
 
-from .errors import STORE_ERRORS, store_error
+from .errors import STORE_ERRORS, socket_failed, store_error
+from .lean import NOT_YET, READ_SIZE, fed, leftover, reader_for, reply_of
 from .replies import decode_release
 
 __all__ = ["CallerReleases", "caller_releases_for"]
@@ -239,10 +241,14 @@ class _OnCaller:
         if packed is None:  # pragma: no cover - for_backend admits only packing clients
             owner.give_back(conn)
             return self._on_worker(key, owner_token)
+        reader = reader_for(conn)  # None: redis-py reads (no hiredis)
         try:
             with map_exceptions(ScriptNotLoaded, ConnectionLost, CommandRefused):
-                conn.send_packed_command([packed], check_health=False)
-                reply = self._read(conn)
+                if reader is None:
+                    conn.send_packed_command([packed], check_health=False)
+                else:
+                    _send_lean(conn, packed)
+                reply = self._read(conn, reader)
         except _Silent as silent:
             conn.disconnect()  # a reply may still be on its way: never reuse the connection
             if self._more_s() is None:
@@ -268,9 +274,10 @@ class _OnCaller:
         owner.give_back(conn)
         return decode_release(reply, key)
 
-    def _read(self, conn: Any) -> Any:
+    def _read(self, conn: Any, reader: Any | None) -> Any:
         """The reply, each read waiting until the give-up instant and at most the client's
-        ``socket_timeout`` (whose expiry raises redis-py's ``TimeoutError``, as on the pool).
+        ``socket_timeout`` (whose expiry raises redis-py's ``TimeoutError``, as on the pool);
+        read by ``reader`` (hiredis, `fencedlease._redis.lean`), or by redis-py where None.
 
         Raises:
             _Silent: no reply by the give-up instant.
@@ -279,12 +286,53 @@ class _OnCaller:
         started = self._now()
         left = self._give_up - started
         if socket_timeout is not None and socket_timeout < left:
-            return conn.read_response(timeout=socket_timeout, disconnect_on_error=True)
+            return _read_within(conn, reader, socket_timeout, disconnect_on_error=True)
         try:
             with map_exceptions(TimedOut):
-                return conn.read_response(timeout=max(left, 0.0), disconnect_on_error=False)
+                return _read_within(conn, reader, max(left, 0.0), disconnect_on_error=False)
         except TimedOut:
             raise _Silent(self._now() - started) from None
+
+
+def _read_within(conn: Any, reader: Any | None, timeout_s: float, disconnect_on_error: bool) -> Any:
+    """``conn``'s reply, each read of its socket waiting ``timeout_s`` seconds at most: redis-py's
+    ``read_response(timeout=...)`` where ``reader`` is None, else the lean path's read (as
+    `fencedlease._sync.wire.read_lean`, which this module may not import: the faces are built on
+    it) with the socket's timeout set for it and put back after.
+
+    Raises:
+        redis.TimeoutError: nothing came within ``timeout_s``.
+    """
+    if reader is None:
+        return conn.read_response(timeout=timeout_s, disconnect_on_error=disconnect_on_error)
+    sock = conn._sock
+    sock.settimeout(timeout_s)
+    try:
+        reply = reply_of(reader)
+        while reply is NOT_YET:
+            try:
+                data = sock.recv(READ_SIZE)
+            except OSError as exc:
+                raise socket_failed(conn, exc) from exc
+            reply = fed(reader, data)
+    finally:
+        sock.settimeout(conn.socket_timeout)
+    if leftover(reader):  # out of step: answered, and never used again
+        conn.disconnect()
+    return reply
+
+
+def _send_lean(conn: Any, packed: bytes) -> None:
+    """``packed`` written on ``conn``'s socket (the lean path; no health check: an idle
+    connection past its interval is not taken, `_stale`).
+
+    Raises:
+        redis.ConnectionError, redis.TimeoutError: the socket's error, as redis-py words it.
+    """
+    try:
+        conn._sock.sendall(packed)
+    except OSError as exc:
+        raise socket_failed(conn, exc, reading=False) from exc
 
 
 class _Silent(Exception):

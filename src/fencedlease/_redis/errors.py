@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import re
 import socket
+import ssl
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
@@ -57,6 +58,7 @@ from typing import ClassVar, Final
 from redis.exceptions import (
     AskError,
     ClusterError,
+    InvalidResponse,
     MaxConnectionsError,
     MovedError,
     NoPermissionError,
@@ -74,6 +76,7 @@ from fencedlease._core.errors import BackendError, FencedLeaseError, Sent, Wrote
 from .acl_refusals import describe_refusal
 
 __all__ = [
+    "PROTOCOL_ERROR",
     "SCRIPT_REFUSAL",
     "STORE_ERRORS",
     "CommandRefused",
@@ -88,6 +91,7 @@ __all__ = [
     "chain_texts",
     "classify",
     "map_exceptions",
+    "socket_failed",
     "store_error",
     "without_secrets",
 ]
@@ -203,6 +207,27 @@ class _Mapping:
             for kind in self._kinds:
                 if kind.matches(exc):
                     raise kind(exc) from exc
+
+
+# -- the lean path's failures, as redis-py words them (fencedlease._redis.lean) --------------------
+PROTOCOL_ERROR: Final = InvalidResponse  # hiredis's error for bytes that are not RESP
+
+
+def socket_failed(conn: object, exc: OSError | None, reading: bool = True) -> Exception:
+    """redis-py's exception, in its words, for ``exc`` from a read (``reading``) or a write of
+    ``conn``'s socket (None: closed by the server): ``TimeoutError`` if none in time."""
+    if exc is None:
+        return RedisConnectionError("Connection closed by server.")
+    if not reading:
+        if isinstance(exc, TimeoutError):
+            return RedisTimeoutError("Timeout writing to socket")
+        errno, message = ("UNKNOWN", exc.args[0]) if len(exc.args) == 1 else exc.args[:2]
+        return RedisConnectionError(f"Error {errno} while writing to socket. {message}.")
+    host_error = getattr(conn, "_host_error", None)
+    where = host_error() if host_error is not None else "socket"
+    if isinstance(exc, (TimeoutError, BlockingIOError, ssl.SSLWantReadError)):  # none in time
+        return RedisTimeoutError(f"Timeout reading from {where}")
+    return RedisConnectionError(f"Error while reading from {where} : {exc.args}")
 
 
 def _unwrapped(exc: BaseException) -> BaseException:

@@ -7,7 +7,7 @@ on both faces; this file, like every other module of ``_sync``, is generated fro
 source. A generated module imports ``.primitives`` and gets its face's.
 
 - `waiting`: how it waits (events, locks, background runners, pools of calls, bounded calls,
-  per-node workers, shielded steps, sleeps);
+  per-node workers, shielded steps, sleeps, a connection's bytes written and read);
 - `callers`: what a lease manager's caller is (its thread or task, the calls run off its path,
   the bounded release that ends a hold, how a body is cancelled on loss).
 """
@@ -42,6 +42,9 @@ from .waiting import (
     abandon,
     bounded,
     is_cancellation,
+    read_bytes,
+    redis_clock_s,
+    send_bytes,
     shield,
     sleep,
 )
@@ -71,6 +74,9 @@ __all__ = [
     "current_caller",
     "drop_unused",
     "is_cancellation",
+    "read_bytes",
+    "redis_clock_s",
+    "send_bytes",
     "shield",
     "sleep",
     "waiter_after_fork",
