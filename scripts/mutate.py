@@ -609,7 +609,6 @@ QUICK: Final[tuple[str, ...]] = (
     "release-no-owner-check",
     "acquire-no-incr",
     "sql-guard-wrong-operator",
-    "renew-zero-is-success",
     "renew-after-ttl",
     "wall-clock-default-clock",
 )
