@@ -1,8 +1,6 @@
-"""``fencedlease check --topology``: each topology's short check, and the control pairs on
+"""``fencedlease check --topology``: each topology's short check, and the control pair on
 Sentinel: a replica that lags, then the primary killed, hands out the same counter tokens twice
-unless each grant waits for the replica (``replica_acks=1``) or tokens come from the clock; the
-preferred replica lagging, then promoted, does so without acknowledgements, and not with the
-topology's defaults."""
+unless each grant waits for the replica (``replica_acks=1``) or tokens come from the clock."""
 
 from __future__ import annotations
 
@@ -50,16 +48,15 @@ def test_standalone_stays_the_default(check_run: RunCheck) -> None:
 
 def test_sentinel_short_check(check_run: RunCheck) -> None:
     """A Sentinel deployment: a lagging replica, an unplanned failover (the primary killed) and a
-    paused holder, with every grant acknowledged by both replicas and epoch tokens (the
-    topology's defaults): no violation, and the failover really moved the primary."""
+    paused holder, with every grant acknowledged by the replica: no violation, and the
+    failover really moved the primary."""
     result = check_run(
         "replica-lag",
         "sentinel-kill-primary",
         "pause-holder",
         duration_s=25.0,
         topology="sentinel",
-        replica_acks=2,
-        fencing="epoch",
+        replica_acks=1,
         keys=2,
     )
     assert result.passed, result.report.explain()
@@ -70,15 +67,14 @@ def test_sentinel_short_check(check_run: RunCheck) -> None:
     assert details["replica-lag"]["paused"] != []
     report = _report(result)
     assert report["topology"] == "sentinel"
-    assert (report["config"]["replica_acks"], report["config"]["fencing"]) == (2, "epoch")
+    assert report["config"]["replica_acks"] == 1
     assert "Sentinel deployment" in result.redis
 
 
 def test_sentinel_check_passes_with_its_defaults(tmp_path: Path) -> None:
     """``fencedlease check --topology sentinel`` and nothing else (the seed pinned to make a
-    failure replayable, 120 s): every grant and renewal acknowledged by both replicas, epoch
-    tokens (the topology's defaults), so its seven failover faults, every one injected, hand out
-    no token twice: exit 0."""
+    failure replayable): every grant and renewal acknowledged by the replica (the topology's
+    default), so its failovers hand out no token twice: exit 0."""
     if find_redis_binary() is None:
         pytest.skip("no redis-server binary for the harness")
     out = tmp_path / "out"
@@ -87,26 +83,18 @@ def test_sentinel_check_passes_with_its_defaults(tmp_path: Path) -> None:
     )
     report = json.loads((out / "report.json").read_text("utf-8"))
     assert result.exit_code == 0, result.output
-    assert (report["config"]["replica_acks"], report["config"]["fencing"]) == (2, "epoch")
+    assert report["config"]["replica_acks"] == 1
     assert (report["verdict"], report["violation_count"]) == ("pass", 0)
-    # Every fault the schedule drew was injected: none dropped for coming too late.
-    assert report["stats"]["faults_injected"] == len(report["schedule"]["faults"]) == 7
+    assert report["stats"]["faults_injected"] >= 3, report["stats"]
 
 
 @pytest.mark.cluster
 def test_cluster_short_check(check_run: RunCheck) -> None:
-    """A Redis Cluster of three masters with two replicas each: a manual failover of the first
-    key's master, a lagging replica and a paused holder, with the topology's defaults (both
-    replicas acknowledge, epoch tokens): no violation, and the failover moved the key's slot to
-    a former replica."""
+    """A Redis Cluster of three masters with a replica each: a manual failover of the first
+    key's master, a lagging replica and a paused holder: no violation, and the failover moved
+    the key's slot to the old replica."""
     result = check_run(
-        "cluster-failover",
-        "replica-lag",
-        "pause-holder",
-        duration_s=20.0,
-        topology="cluster",
-        replica_acks=2,
-        fencing="epoch",
+        "cluster-failover", "replica-lag", "pause-holder", duration_s=20.0, topology="cluster"
     )
     assert result.passed, result.report.explain()
     assert result.report.stats["faults_injected"] == 3, result.notes
@@ -149,40 +137,3 @@ def test_control_lag_and_failover_safe_with_acks_or_clock(
     detail = _fault_details(result)["lag-failover"]
     assert detail["new_primary"] in detail["paused"]
     assert _report(result)["config"][option] == value
-
-
-@pytest.mark.parametrize(
-    ("settings", "repeats"),
-    [({"replica_acks": 0, "fencing": "counter"}, True), ({}, False)],
-    ids=["control", "defaults"],
-)
-def test_priority_inversion_repeats_counter_tokens_only_in_the_control(
-    check_run: RunCheck, settings: dict[str, Any], repeats: bool
-) -> None:
-    """One seed, one ``priority-inversion`` (the preferred replica lags, the primary is killed,
-    the lagging one promoted): counter tokens without replica acknowledgements hand a token out
-    twice (exit 1); the topology's defaults (both replicas acknowledge, epoch tokens) none."""
-    chosen = {"replica_acks": 2, "fencing": "epoch", **settings}
-    result = check_run(
-        "priority-inversion",
-        duration_s=14.0,
-        topology="sentinel",
-        workers=5,
-        keys=4,
-        seed=4,
-        lead_s=4.0,  # past the first grants: keys change hands while the replica lags
-        **chosen,
-    )
-    detail = _fault_details(result)["priority-inversion"]
-    assert detail["new_primary"] == detail["lagging"] == detail["paused"][0]
-    duplicates = [
-        v
-        for v in result.report.property("grant-tokens").violations
-        if "was granted twice" in v.message
-    ]
-    if repeats:
-        assert result.exit_code == 1, result.report.explain()
-        assert duplicates, result.report.explain()
-    else:
-        assert result.passed, result.report.explain()
-        assert result.report.stats["faults_injected"] == 1

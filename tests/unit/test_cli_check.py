@@ -209,8 +209,7 @@ def test_the_faults_that_act_on_the_whole_server() -> None:
     processes; every other kind is scoped to the run. The topology faults act on the whole
     deployment (they run only on one the check started: --topology)."""
     assert sorted(SERVER_WIDE) == [
-        "cluster-failover", "cluster-failover-force", "cluster-kill-master", "cluster-stall",
-        "cluster-takeover", "deposed-primary", "lag-failover", "priority-inversion",
+        "cluster-failover", "cluster-kill-master", "deposed-primary", "lag-failover",
         "redis-pause", "redis-restart-aof", "redis-restart-nopersist", "replica-lag",
         "script-flush", "sentinel-failover", "sentinel-kill-primary",
     ]  # fmt: skip

@@ -331,28 +331,3 @@ def test_the_drawn_worker_kinds_hold_every_kind(seed: int, tmp_path: Path) -> No
     assert kinds_of(CheckConfig(workers=8)) == drawn
     assert sorted(kinds_of(CheckConfig(workers=3))) == ["asyncio", "sync", "threads"]
     assert kinds_of(CheckConfig(workers=3, workers_kind="asyncio")) == ["asyncio"] * 3
-
-
-def test_faults_that_would_end_past_the_run_are_moved_into_earlier_episodes() -> None:
-    """Drawn for a run of 40 s, the episode that would end past it (a paused holder and a clock
-    fault, between two failovers) joins the first failover's episode instead: every fault kept,
-    the last planned end plus the gap within the run; without the run's length it stays."""
-    common: dict[str, Any] = {
-        "seed": 4, "workers": 3, "ttl_ms": 1000, "heartbeat_ms": 250, "body_ms": 1800,
-        "lead_ms": 1000,
-    }  # fmt: skip
-    kinds = ["sentinel-failover", "pause-holder", "clock", "sentinel-kill-primary"]
-    free = draw_schedule(kinds, **common)
-    fitted = draw_schedule(kinds, **common, run_ms=40_000)
-    assert [(f.kind, f.episode) for f in free.faults] == [
-        ("sentinel-failover", 0), ("pause-holder", 1), ("clock", 1),
-        ("sentinel-kill-primary", 2),
-    ]  # fmt: skip
-    assert max(f.end_ms for f in free.faults) + free.gap_ms == 44_065
-    assert [(f.kind, f.episode, f.aim) for f in fitted.faults] == [
-        ("sentinel-failover", 0, True), ("clock", 0, False), ("pause-holder", 0, False),
-        ("sentinel-kill-primary", 1, True),
-    ]  # fmt: skip
-    assert max(f.end_ms for f in fitted.faults) + fitted.gap_ms == 37_797
-    episode = fitted.episodes()[0]
-    assert all(f.end_ms <= episode[0].end_ms for f in episode)  # it lengthens nothing

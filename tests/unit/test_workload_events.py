@@ -130,9 +130,3 @@ def test_a_workers_choices_come_from_its_seed() -> None:
     assert first != choices(1, 1, 0) and first != choices(1, 0, 1) and first != choices(2, 0, 0)
     assert {wait for _, wait in first} == {0, 100}
     assert len({key for key, _ in first}) > 10
-
-
-def test_replicas_are_given_one_heartbeat_to_acknowledge() -> None:
-    """A worker's manager waits one heartbeat (250 ms here) for its replicas' acknowledgements,
-    not the library's 100 ms."""
-    assert config(1, 0).replica_ack_timeout_ms == 250

@@ -29,8 +29,6 @@ from .harness.kinds import (
     FENCINGS,
     TOPOLOGIES,
     TOPOLOGY_DEFAULTS,
-    TOPOLOGY_DURATIONS_S,
-    default_fencing,
     default_replica_acks,
 )
 from .harness.nemesis import FAULTS, parse_faults
@@ -77,8 +75,8 @@ def _faults(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
     help="Milliseconds each critical section sleeps between its read and its write.",
 )
 @click.option(
-    "--duration", default=None, type=click.FloatRange(1, 3600),
-    help="Seconds of workload.  [default: 55; 120 with --topology sentinel]",
+    "--duration", default=55.0, show_default=True, type=click.FloatRange(1, 3600),
+    help="Seconds of workload.",
 )  # fmt: skip
 @click.option(
     "--faults",
@@ -136,23 +134,20 @@ def _faults(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
 @click.option(
     "--topology", type=click.Choice(TOPOLOGIES), default="standalone", show_default=True,
     help="Where the leases live: one redis-server (or --redis-url); a Sentinel deployment the"
-    " check starts (a primary, two replicas, three sentinels; workers use redis+sentinel://); a"
-    " Redis Cluster it starts (three masters, two replicas each; redis+cluster://). --faults"
+    " check starts (a primary, a replica, three sentinels; workers use redis+sentinel://); a"
+    " Redis Cluster it starts (three masters, a replica each; redis+cluster://). --faults"
     " default is then that topology's failover faults.",
 )  # fmt: skip
 @click.option(
-    "--replica-acks", default=None, type=click.IntRange(0, 2),
-    help="Replicas that must acknowledge (WAIT) each grant and renewal (--topology sentinel or"
-    " cluster: up to their two).  [default: 2 with --topology sentinel or cluster, else 0;"
-    " --replica-acks 0 --fencing counter there is the control: a failover hands counter tokens"
-    " out twice]",
+    "--replica-acks", default=None, type=click.IntRange(0, 1),
+    help="Replicas that must acknowledge (WAIT) each grant and renewal (--topology sentinel)."
+    "  [default: 1 with --topology sentinel, else 0; --replica-acks 0 there is the control:"
+    " a failover hands counter tokens out twice]",
 )  # fmt: skip
 @click.option(
-    "--fencing", type=click.Choice(FENCINGS), default=None,
-    help="The workers' tokens: the per-key counter; clock (max(counter + 1, Redis TIME in"
-    " microseconds): they still increase after a failover lost the counter's last writes); epoch"
-    " (epoch * 2**40 + counter, the epoch a majority of sentinels or cluster primaries names)."
-    "  [default: epoch with --topology sentinel or cluster, else counter]",
+    "--fencing", type=click.Choice(FENCINGS), default="counter", show_default=True,
+    help="The workers' tokens: the per-key counter, or clock (max(counter + 1, Redis TIME in"
+    " microseconds): they still increase after a failover lost the counter's last writes).",
 )  # fmt: skip
 @click.option(
     "--replay", type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -172,7 +167,7 @@ def check(
     workers: int,
     keys: int,
     body_ms: int,
-    duration: float | None,
+    duration: float,
     faults: tuple[str, ...],
     mode: str,
     resource: str,
@@ -185,7 +180,7 @@ def check(
     allow_server_faults: bool,
     topology: str,
     replica_acks: int | None,
-    fencing: str | None,
+    fencing: str,
     replay: Path | None,
     runs: int,
 ) -> None:
@@ -235,7 +230,7 @@ def check(
     config = CheckConfig(
         redis_url=redis_url,
         workers=workers,
-        duration_s=TOPOLOGY_DURATIONS_S[topology] if duration is None else duration,
+        duration_s=duration,
         faults=faults,
         mode=mode,  # type: ignore[arg-type]
         seed=seed,
@@ -250,7 +245,7 @@ def check(
         body_ms=body_ms,
         topology=topology,  # type: ignore[arg-type]
         replica_acks=default_replica_acks(topology) if replica_acks is None else replica_acks,
-        fencing=default_fencing(topology) if fencing is None else fencing,  # type: ignore[arg-type]
+        fencing=fencing,  # type: ignore[arg-type]
     )
     if topology != "standalone" and faults == DEFAULT_FAULTS:
         config = attrs.evolve(config, faults=TOPOLOGY_DEFAULTS[topology])

@@ -71,7 +71,6 @@ async def _main(config: WorkerConfig, board: Board, go: Any, stop: Any, recorder
         prefix=config.prefix,
         on_event=recorder,
         replica_acks=config.replica_acks,
-        replica_ack_timeout_ms=config.replica_ack_timeout_ms,
         fencing=config.fencing,
     )
     board.set(config.index, "pid", os.getpid())  # ready: the run waits for every pid

@@ -1,6 +1,5 @@
 """The faults of the replicated topologies (``--topology sentinel`` or ``cluster``): a replica
-that lags, planned, forced and unplanned failovers, a preferred replica that lagged, a stalled
-master, and a primary deposed without knowing it.
+that lags, a planned and an unplanned failover, and a primary deposed without knowing it.
 
 Redis replicates asynchronously: a write the primary acknowledged may not have reached any
 replica when a replica is promoted, and is then gone (the Redis replication and Sentinel
@@ -26,17 +25,9 @@ library's answers; the control pair in ``docs/harness.md`` shows both sides.
   the right is given back and the sentinels demote it. (A plain ``sentinel-failover`` leaves the
   old primary writable too, until the sentinels demote it: they wait until it has reported its
   role for 8 s, so about ten seconds.)
-- ``priority-inversion``: ``lag-failover`` with the pause on one replica only, the one of the
-  best ``replica-priority`` (made so first when two share it): the sentinels rank replicas by
-  priority before replication offset, so they promote the one that lagged over the one that
-  kept up, and what the primary acknowledged in that ttl is gone;
-- ``cluster-failover``: ``CLUSTER FAILOVER`` on a replica of the first key's master;
-  ``cluster-failover-force``: ``CLUSTER FAILOVER FORCE`` (no catch-up with the master first);
-  ``cluster-takeover``: ``CLUSTER FAILOVER TAKEOVER`` (a new epoch without a vote);
-- ``cluster-kill-master``: ``kill -9`` of that master; a replica takes over after the node
-  timeout; the old master is started again and rejoins as a replica;
-- ``cluster-stall``: SIGSTOP of that master until a replica took over (past the node timeout),
-  then SIGCONT: it wakes a master of an old epoch and rejoins as a replica.
+- ``cluster-failover``: ``CLUSTER FAILOVER`` on the replica of the first key's master;
+- ``cluster-kill-master``: ``kill -9`` of that master; its replica takes over after the node
+  timeout; the old master is started again and rejoins as a replica.
 
 Each returns the ``detail`` fields of its history event (ports, how long the switch took) and
 undoes its own doing; [`heal_all`][fencedlease_lab.harness.faults_topology.TopologyFaults.heal_all]
@@ -48,30 +39,51 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from typing import Any
+from typing import Any, Final
 
 import redis
+from redis.crc import key_slot
 
 from ..servers.redis import RedisServer
 from .topology import Deployment, quick_sync
-from .topology_waits import SWITCH_TIMEOUT_S, TopologyWaits
 
 __all__ = ["SWITCH_TIMEOUT_S", "TopologyFaults"]
 
+#: The most seconds a failover (and the old primary's return as a replica) is waited for.
+SWITCH_TIMEOUT_S: Final = 30.0
 
-class TopologyFaults(TopologyWaits):
+
+class TopologyFaults:
     """The topology faults on ``deployment`` (the check's own); ``first_key``: a Redis key of the
-    run's first lease (the cluster faults act on the master that serves its slot). Finding the
-    nodes and waiting for them:
-    [`TopologyWaits`][fencedlease_lab.harness.topology_waits.TopologyWaits]."""
+    run's first lease (the cluster faults act on the master that serves its slot)."""
 
     def __init__(self, deployment: Deployment, first_key: str) -> None:
-        super().__init__(deployment, first_key)
+        self.deployment = deployment
+        self.slot = key_slot(first_key.encode())
         self._lock = threading.Lock()
         self._paused: set[int] = set()  # ports of replicas under CLIENT PAUSE
         self._acl: set[int] = set()  # ports of servers whose default user lost REPLICAOF
         self._killed: dict[int, RedisServer] = {}  # killed, not yet started again
-        self._stalled: dict[int, RedisServer] = {}  # stopped (SIGSTOP), not yet resumed
+
+    # -- finding the nodes ----------------------------------------------------------------------
+
+    def primary(self) -> RedisServer:
+        """The primary now: the sentinels' (sentinel) or the first key's master (cluster)."""
+        servers = self.deployment.servers
+        if self.deployment.kind == "sentinel":
+            return servers.server_on(servers.primary_port())  # type: ignore[no-any-return]
+        return servers.master_of(self.slot)  # type: ignore[no-any-return]
+
+    def replicas(self, primary: RedisServer) -> list[RedisServer]:
+        """The servers replicating ``primary`` now (connected)."""
+        with primary.client(socket_timeout=2) as client:
+            info = client.info("replication")
+        ports = [
+            int(value["port"])
+            for key, value in info.items()
+            if key.startswith("slave") and isinstance(value, dict)
+        ]
+        return [self.deployment.servers.server_on(port) for port in ports]
 
     # -- the faults -----------------------------------------------------------------------------
 
@@ -93,9 +105,6 @@ class TopologyFaults(TopologyWaits):
             stop.wait(duration_s)
         finally:
             self._unpause(paused)
-        # Over when the replicas have caught up and the sentinels see them so again: a failover
-        # asked for before then finds no replica to promote (NOGOODSLAVE).
-        self._wait_replica_of(primary, self.deployment.servers.server_on(paused[0]))
         return {"primary": primary.port, "paused": paused}
 
     def _sentinel_failover(
@@ -105,7 +114,7 @@ class TopologyFaults(TopologyWaits):
         old = self.primary()
         began = time.monotonic()
         with sentinel.watch_switch() as watch:
-            self._failover()
+            sentinel.failover()
             new = watch.wait(SWITCH_TIMEOUT_S)
         switched = time.monotonic() - began
         self._wait_replica_of(sentinel.server_on(new), old)
@@ -121,47 +130,15 @@ class TopologyFaults(TopologyWaits):
     ) -> dict[str, Any]:
         return self._kill_primary(duration_s, ttl_s, stop)
 
-    def _priority_inversion(
-        self, duration_s: float, ttl_s: float, stop: threading.Event
-    ) -> dict[str, Any]:
-        old = self.primary()
-        preferred, priorities = self._prefer_one(old)
-        detail = self._kill_primary(duration_s, ttl_s, stop, lagging=preferred)
-        return {**detail, "lagging": preferred.port, "priorities": priorities}
-
-    def _prefer_one(self, primary: RedisServer) -> tuple[RedisServer, dict[str, int]]:
-        """The replica of ``primary`` the sentinels would promote first (the lowest
-        ``replica-priority`` they see), made so when two share the lowest (the check's own
-        deployment gives each server a priority of its own, so only one changed by hand): one
-        of them is given a lower priority and every sentinel waits to see it. With the
-        priorities by port."""
-        sentinels = self.deployment.servers
-        replicas = self.replicas(primary)
-        seen = sentinels.replicas_seen(0)
-        priorities = {r.port: int(seen[r.port]["slave-priority"]) for r in replicas}
-        best = min(priorities.values())
-        preferred = [r for r in replicas if priorities[r.port] == best]
-        if len(preferred) > 1:
-            best = max(1, best - 1)
-            sentinels.set_replica_priority(preferred[0], best)
-            priorities[preferred[0].port] = best
-        return preferred[0], {str(port): value for port, value in sorted(priorities.items())}
-
     def _kill_primary(
-        self,
-        lag_s: float,
-        kill_after_s: float,
-        stop: threading.Event,
-        lagging: RedisServer | None = None,
+        self, lag_s: float, kill_after_s: float, stop: threading.Event
     ) -> dict[str, Any]:
-        """Kill the primary (``kill_after_s`` into a lag of ``lag_s`` on its replicas, or on
-        ``lagging`` alone when given, when ``lag_s``), wait for the switch, start the old one
-        again and wait until it is a replica in sync."""
+        """Kill the primary (``kill_after_s`` into a lag of ``lag_s`` on its replicas, when
+        ``lag_s``), wait for the switch, start the old one again and wait until it is a replica
+        in sync."""
         sentinel = self.deployment.servers
         old = self.primary()
-        paused = []
-        if lag_s:
-            paused = self._pause(lagging, lag_s) if lagging else self._pause_replicas(old, lag_s)
+        paused = self._pause_replicas(old, lag_s) if lag_s else []
         try:
             if stop.wait(kill_after_s):
                 return {"old_primary": old.port, "paused": paused, "killed": False}
@@ -202,13 +179,13 @@ class TopologyFaults(TopologyWaits):
         try:
             began = time.monotonic()
             with sentinel.watch_switch() as watch:
-                self._failover()
+                sentinel.failover()
                 new = watch.wait(SWITCH_TIMEOUT_S)
             switched = time.monotonic() - began
             refused = self._wait_demotion_refused(old, stop)
             with old.client(socket_timeout=2) as client:
                 role = str(client.info("replication")["role"])
-            stop.wait(2 * ttl_s)
+            stop.wait(duration_s)
         finally:
             self._restore_acl(old)
         self._wait_replica_of(sentinel.server_on(new), old)
@@ -223,33 +200,12 @@ class TopologyFaults(TopologyWaits):
     def _cluster_failover(
         self, duration_s: float, ttl_s: float, stop: threading.Event
     ) -> dict[str, Any]:
-        return self._manual_failover(())
-
-    def _cluster_failover_force(
-        self, duration_s: float, ttl_s: float, stop: threading.Event
-    ) -> dict[str, Any]:
-        return self._manual_failover(("FORCE",))
-
-    def _cluster_takeover(
-        self, duration_s: float, ttl_s: float, stop: threading.Event
-    ) -> dict[str, Any]:
-        return self._manual_failover(("TAKEOVER",))
-
-    def _manual_failover(self, option: tuple[str, ...]) -> dict[str, Any]:
-        """``CLUSTER FAILOVER [FORCE|TAKEOVER]`` on a replica of the first key's master: plain,
-        the master stops its clients until the replica has caught up; ``FORCE``, the replica
-        asks for the vote without that handshake (what the master wrote meanwhile may be lost);
-        ``TAKEOVER``, it takes a new epoch without any vote."""
         old = self.primary()
         replica = self.replicas(old)[0]
         began = time.monotonic()
-
-        def ask() -> None:
-            with replica.client(socket_timeout=5) as client:
-                client.execute_command("CLUSTER FAILOVER", *option)
-
-        ask()
-        self._wait_promoted([replica], again=ask)
+        with replica.client(socket_timeout=5) as client:
+            client.execute_command("CLUSTER FAILOVER")
+        self._wait_master(replica)
         switched = time.monotonic() - began
         self._wait_replica_of(replica, old)
         return {
@@ -261,38 +217,21 @@ class TopologyFaults(TopologyWaits):
     def _cluster_kill_master(
         self, duration_s: float, ttl_s: float, stop: threading.Event
     ) -> dict[str, Any]:
-        return self._replace_master(stall=False)
-
-    def _cluster_stall(
-        self, duration_s: float, ttl_s: float, stop: threading.Event
-    ) -> dict[str, Any]:
-        return self._replace_master(stall=True)
-
-    def _replace_master(self, *, stall: bool) -> dict[str, Any]:
-        """``kill -9`` of the first key's master, or its SIGSTOP (``stall``), until one of its
-        replicas took over (past the node timeout); then the old one is started again, or
-        resumed: it comes back a master of an old epoch, learns of the new one and becomes its
-        replica (a stalled one may still answer the clients it had until then)."""
         old = self.primary()
-        candidates = self.replicas(old)
+        replica = self.replicas(old)[0]
         began = time.monotonic()
         try:
             with self._lock:
-                if stall:
-                    old.pause()
-                    self._stalled[old.port] = old
-                else:
-                    old.kill()
-                    self._killed[old.port] = old
-            new = self._wait_promoted(candidates, skip=old)
+                old.kill()
+                self._killed[old.port] = old
+            self._wait_master(replica)
             switched = time.monotonic() - began
         finally:
-            self._resume_stalled()
             self._start_killed()
-        self._wait_replica_of(new, old)
+        self._wait_replica_of(replica, old)
         return {
             "old_master": old.port,
-            "new_master": new.port,
+            "new_master": replica.port,
             "switch_ms": round(switched * 1000),
         }
 
@@ -303,15 +242,11 @@ class TopologyFaults(TopologyWaits):
         itself too, should the run die); their ports."""
         ports = []
         for replica in self.replicas(primary):
-            ports += self._pause(replica, duration_s)
+            with self._lock, replica.client(socket_timeout=2) as client:
+                client.execute_command("CLIENT", "PAUSE", round(duration_s * 1000), "WRITE")
+                self._paused.add(replica.port)
+            ports.append(replica.port)
         return ports
-
-    def _pause(self, replica: RedisServer, duration_s: float) -> list[int]:
-        """``CLIENT PAUSE`` (writes) ``replica`` for ``duration_s``; ``[its port]``."""
-        with self._lock, replica.client(socket_timeout=2) as client:
-            client.execute_command("CLIENT", "PAUSE", round(duration_s * 1000), "WRITE")
-            self._paused.add(replica.port)
-        return [replica.port]
 
     def _unpause(self, ports: list[int]) -> None:
         for port in ports:
@@ -324,6 +259,30 @@ class TopologyFaults(TopologyWaits):
                     self.deployment.servers.server_on(port).client(socket_timeout=2) as client,
                 ):
                     client.execute_command("CLIENT", "UNPAUSE")
+
+    def _wait_link_down(self, ports: list[int]) -> None:
+        """Until each replica on ``ports`` says its link to the primary is down."""
+        give_up = time.monotonic() + SWITCH_TIMEOUT_S
+        for port in ports:
+            with self.deployment.servers.server_on(port).client(socket_timeout=2) as client:
+                while client.info("replication").get("master_link_status") != "down":
+                    if time.monotonic() > give_up:
+                        raise TimeoutError(f"the replica on {port} still links to the primary")
+                    time.sleep(0.01)
+
+    def _wait_demotion_refused(self, server: RedisServer, stop: threading.Event) -> int | None:
+        """Until ``server``'s ``ACL LOG`` shows a refused ``REPLICAOF``/``SLAVEOF`` (the
+        sentinels tried to demote it: they do so once it has reported its role for 8 s); the
+        milliseconds waited, None when none came."""
+        began = time.monotonic()
+        with server.client(socket_timeout=2, decode_responses=True) as client:
+            while time.monotonic() - began < SWITCH_TIMEOUT_S:
+                for entry in client.acl_log():
+                    if str(entry.get("object", "")).lower() in ("replicaof", "slaveof"):
+                        return round((time.monotonic() - began) * 1000)
+                if stop.wait(0.1):
+                    break
+        return None
 
     def _restore_acl(self, server: RedisServer) -> None:
         with self._lock:
@@ -344,19 +303,71 @@ class TopologyFaults(TopologyWaits):
                 with server.client(socket_timeout=5) as client:
                     client.replicaof("127.0.0.1", replica_of)
 
-    def _resume_stalled(self) -> None:
-        """SIGCONT every stopped node."""
-        with self._lock:
-            stalled, self._stalled = list(self._stalled.values()), {}
-        for server in stalled:
-            server.resume()
+    def _wait_master(self, server: RedisServer) -> None:
+        """Until ``server`` serves the first key's slot."""
+        give_up = time.monotonic() + SWITCH_TIMEOUT_S
+        while self.deployment.servers.master_of(self.slot).port != server.port:
+            if time.monotonic() > give_up:
+                raise TimeoutError(f"no failover to {server.port} in {SWITCH_TIMEOUT_S} s")
+            time.sleep(0.05)
+
+    def _wait_replica_of(self, primary: RedisServer, replica: RedisServer) -> None:
+        """Until ``replica`` replicates ``primary`` and is in sync (``state=online``), and on
+        Sentinel until every sentinel agrees (`_sentinels_agree`): a failover the sentinels
+        have not ended yet may still reconfigure the replica, and its new full sync (after
+        ``repl-diskless-sync-delay``, 5 s) leaves no replica to acknowledge a grant meanwhile;
+        a replica they have not seen yet is no candidate for the next failover
+        (``NOGOODSLAVE``)."""
+        give_up = time.monotonic() + SWITCH_TIMEOUT_S
+        while True:
+            with contextlib.suppress(redis.RedisError), primary.client(socket_timeout=2) as client:
+                info = client.info("replication")
+                for key, value in info.items():
+                    if (
+                        key.startswith("slave")
+                        and isinstance(value, dict)
+                        and int(value["port"]) == replica.port
+                        and value.get("state") == "online"
+                        and self._sentinels_agree(primary, replica)
+                    ):
+                        return
+            if time.monotonic() > give_up:
+                raise TimeoutError(
+                    f"{replica.port} not a replica of {primary.port} in {SWITCH_TIMEOUT_S} s"
+                )
+            time.sleep(0.05)
+
+    def _sentinels_agree(self, primary: RedisServer, replica: RedisServer) -> bool:
+        """Whether every sentinel names ``primary``, has no failover of it in progress, and sees
+        ``replica`` up and linked to it (True off Sentinel).
+
+        Raises:
+            redis.RedisError: a sentinel did not answer.
+        """
+        if self.deployment.kind != "sentinel":
+            return True
+        sentinels = self.deployment.servers
+        for index in range(len(sentinels.sentinel_ports)):
+            with sentinels.sentinel_client(index, socket_timeout=2) as client:
+                master = client.sentinel_master(sentinels.service)
+                seen = client.sentinel_slaves(sentinels.service)
+            flags = str(master.get("flags", ""))
+            if int(master.get("port", 0)) != primary.port or "failover_in_progress" in flags:
+                return False
+            if not any(
+                int(one.get("port", 0)) == replica.port
+                and int(one.get("master-port", 0)) == primary.port
+                and one.get("master-link-status") == "ok"
+                and not {"s_down", "o_down", "disconnected"} & set(str(one["flags"]).split(","))
+                for one in seen
+            ):
+                return False
+        return True
 
     def heal_all(self) -> None:
-        """Unpause the replicas, resume what was stopped, give the default user its rights
-        back, start what was killed. Idempotent; every step is tried."""
+        """Unpause the replicas, give the default user its rights back, start what was killed.
+        Idempotent; every step is tried."""
         self._unpause(list(self._paused))
-        with contextlib.suppress(Exception):
-            self._resume_stalled()
         for port in list(self._acl):
             with contextlib.suppress(Exception):
                 self._restore_acl(self.deployment.servers.server_on(port))

@@ -2,12 +2,11 @@
 Redis client a worker makes for each from its URL.
 
 - ``standalone``: one redis-server (or ``--redis-url``); workers use ``redis://``;
-- ``sentinel``: a primary, two replicas of different ``replica-priority`` (`REPLICA_PRIORITIES`;
-  the primary's own, `PRIMARY_PRIORITY`, differs from both) and three sentinels
+- ``sentinel``: a primary, one replica and three sentinels
   ([`SentinelDeployment`][fencedlease_lab.servers.sentinel.SentinelDeployment]); workers use
   ``redis+sentinel://<sentinel>,<sentinel>,.../<service>`` and follow the primary the sentinels
   name (redis-py's ``Sentinel.master_for``);
-- ``cluster``: three masters, each with two replicas
+- ``cluster``: three masters, each with a replica
   ([`ReplicatedCluster`][fencedlease_lab.servers.replicated_cluster.ReplicatedCluster]); workers
   use ``redis+cluster://<node>,...`` (redis-py's ``RedisCluster``, which follows ``MOVED``).
 
@@ -19,7 +18,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from contextlib import ExitStack
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 import redis
@@ -31,8 +30,6 @@ if TYPE_CHECKING:
     from ..servers.redis import RedisServer
 
 __all__ = [
-    "REPLICAS",
-    "REPLICA_PRIORITIES",
     "Deployment",
     "async_lease_client",
     "check_topology",
@@ -46,19 +43,6 @@ __all__ = [
 #: How long the sentinels wait before they call a silent primary down (milliseconds); the
 #: cluster's node timeout is the same.
 DOWN_AFTER_MS = 1000
-
-#: The replicas of each primary a topology starts (``replica_acks`` goes up to it): two, so a
-#: failover has a choice to make (and one may lag while the other keeps up).
-REPLICAS: Final[dict[str, int]] = {"standalone": 0, "sentinel": 2, "cluster": 2}
-
-#: The Sentinel replicas' ``replica-priority`` (lower wins a failover): different, so the
-#: sentinels' choice is made by priority first, replication offset second (the case of the
-#: ``priority-inversion`` fault, where the preferred replica is the one that lags).
-REPLICA_PRIORITIES: Final = (50, 100)
-
-#: The first primary's ``replica-priority``, for when it is a replica after a failover: neither
-#: of the others', so any two replicas of the deployment differ.
-PRIMARY_PRIORITY: Final = 75
 
 
 class Deployment:
@@ -77,13 +61,11 @@ class Deployment:
         """One line for the report's ``redis`` field."""
         if self.kind == "sentinel":
             return (
-                f"embedded Sentinel deployment, redis-server {self.version} (a primary, two"
-                " replicas of replica-priority"
-                f" {' and '.join(map(str, REPLICA_PRIORITIES))}, three sentinels)"
+                f"embedded Sentinel deployment, redis-server {self.version} (a primary, one"
+                " replica, three sentinels)"
             )
         return (
-            f"embedded Redis Cluster, redis-server {self.version} (three masters, two replicas"
-            " each)"
+            f"embedded Redis Cluster, redis-server {self.version} (three masters, a replica each)"
         )
 
 
@@ -95,21 +77,24 @@ def check_topology(
 
     Raises:
         ValueError: an unknown topology; ``redis_url`` with a topology the check starts;
-            ``replica_acks`` below 0 or above the replicas of a primary (`REPLICAS`: none on
-            ``standalone``, two on ``sentinel`` and ``cluster``); ``fencing`` other than
-            ``counter``, ``clock`` or ``epoch``.
+            ``replica_acks`` below 0, or above 0 off ``sentinel`` (the only topology whose
+            workers' store takes it), or above the deployment's one replica; ``fencing`` other
+            than ``counter`` or ``clock``, or ``clock`` on ``cluster`` (the cluster store takes
+            neither option).
     """
-    if topology not in REPLICAS:
+    if topology not in ("standalone", "sentinel", "cluster"):
         raise ValueError(f"topology must be standalone, sentinel or cluster; got {topology!r}")
     if topology != "standalone" and redis_url:
         raise ValueError(f"--topology {topology} starts its own servers: leave out --redis-url")
-    if fencing not in ("counter", "clock", "epoch"):
-        raise ValueError(f"fencing must be counter, clock or epoch; got {fencing!r}")
-    if not 0 <= replica_acks <= REPLICAS[topology]:
+    if fencing not in ("counter", "clock"):
+        raise ValueError(f"fencing must be counter or clock; got {fencing!r}")
+    if not 0 <= replica_acks <= (1 if topology == "sentinel" else 0):
         raise ValueError(
-            f"replica_acks must be 0 to {REPLICAS[topology]} on {topology} (the replicas of its"
-            f" primary); got {replica_acks}"
+            f"replica_acks must be 0 (or 1 with --topology sentinel: its one replica);"
+            f" got {replica_acks} on {topology}"
         )
+    if topology == "cluster" and fencing != "counter":
+        raise ValueError("the cluster store makes counter tokens only: --fencing counter")
 
 
 def quick_sync(server: RedisServer) -> None:
@@ -134,13 +119,7 @@ def start_deployment(kind: str, stack: ExitStack) -> Deployment:
     if kind == "sentinel":
         from ..servers.sentinel import SentinelDeployment
 
-        deployment = SentinelDeployment(
-            replicas=REPLICAS[kind],
-            down_after_ms=DOWN_AFTER_MS,
-            replica_priorities=REPLICA_PRIORITIES,
-        )
-        deployment.primary.extra_args += ["--replica-priority", str(PRIMARY_PRIORITY)]
-        sentinel = stack.enter_context(deployment)
+        sentinel = stack.enter_context(SentinelDeployment(replicas=1, down_after_ms=DOWN_AFTER_MS))
         for server in sentinel.servers:
             quick_sync(server)
         primary = sentinel.primary
@@ -148,9 +127,7 @@ def start_deployment(kind: str, stack: ExitStack) -> Deployment:
     if kind == "cluster":
         from ..servers.replicated_cluster import ReplicatedCluster
 
-        cluster = stack.enter_context(
-            ReplicatedCluster(3, node_timeout_ms=DOWN_AFTER_MS, replicas=REPLICAS[kind])
-        )
+        cluster = stack.enter_context(ReplicatedCluster(3, node_timeout_ms=DOWN_AFTER_MS))
         for server in cluster.servers:
             quick_sync(server)
         first = cluster.masters.servers[0]

@@ -83,9 +83,8 @@ class SwitchWatch:
 class SentinelDeployment:
     """A primary, ``replicas`` replicas and ``sentinels`` sentinels (quorum 2) watching
     ``service``. ``down_after_ms``: how long the sentinels wait before they call a silent primary
-    down. ``replica_priorities``: each replica's ``replica-priority`` (lower wins a failover; 100,
-    Redis's default, for each when empty). Use it as a context manager: started on entry, every
-    process stopped and every directory removed on exit.
+    down. Use it as a context manager: started on entry, every process stopped and every
+    directory removed on exit.
 
     ``placements``: where each process runs, by name (``primary``, ``replica-<i>``,
     ``sentinel-<i>``; default: all on loopback here), e.g. a network namespace of its own
@@ -98,7 +97,6 @@ class SentinelDeployment:
 
     Raises:
         RedisUnavailable: no binary, or a process that did not come up.
-        ValueError: ``replica_priorities`` not one per replica.
     """
 
     def __init__(
@@ -112,20 +110,12 @@ class SentinelDeployment:
         placements: Callable[[str], Placement] | None = None,
         appendonly: bool = False,
         server_args: Sequence[str] = (),
-        replica_priorities: Sequence[int] = (),
     ) -> None:
-        if replica_priorities and len(replica_priorities) != replicas:
-            raise ValueError(
-                f"replica_priorities names {len(replica_priorities)} replicas, not {replicas}"
-            )
         place = placements or (lambda _name: LOOPBACK)
 
-        def server(name: str, *extra: str) -> RedisServer:
+        def server(name: str) -> RedisServer:
             return RedisServer(
-                binary,
-                appendonly=appendonly,
-                extra_args=[*server_args, *extra],
-                placement=place(name),
+                binary, appendonly=appendonly, extra_args=server_args, placement=place(name)
             )
 
         self.primary = server("primary")  # finds the binary, or raises RedisUnavailable
@@ -134,10 +124,7 @@ class SentinelDeployment:
         self.service = service
         self.down_after_ms = down_after_ms
         self.server_args = list(server_args)
-        self.replicas = [
-            server(f"replica-{i}", "--replica-priority", str(priority))
-            for i, priority in enumerate(replica_priorities or [100] * replicas)
-        ]  # replicaof: in start()
+        self.replicas = [server(f"replica-{i}") for i in range(replicas)]  # replicaof: in start()
         self.sentinel_placements = [place(f"sentinel-{i}") for i in range(sentinels)]
         self.sentinel_ports = free_ports(sentinels, exclude={s.port for s in self.servers})
         self._dir = tempfile.mkdtemp(prefix="fencedlease-sentinel-")
@@ -254,7 +241,7 @@ class SentinelDeployment:
             self.primary.start()
             for replica in self.replicas:
                 replica.extra_args = [
-                    *replica.extra_args,
+                    *self.server_args,
                     "--replicaof",
                     self.primary.host,
                     str(self.primary.port),

@@ -37,14 +37,11 @@ class Nemesis(
     """Runs a [`Schedule`][fencedlease_lab.harness.schedule.Schedule] on a thread of its own.
 
     Episodes run one after the other, each at its planned time or the schedule's gap after the
-    previous one ended, whichever is later; one that would then not end before ``end_mono``
-    minus the gap (the episodes before it lasted longer than planned) is moved earlier: to the
-    end of the gap before it, or into that gap and the one after it (down to half of each).
-    The lead of an episode waits (at most
-    ``schedule.aim_ms``, and no longer than the episode still fits) for its victim to be in its
-    critical section; each fault of the episode then starts ``offset_ms`` after the lead began,
-    on a thread of its own, and heals after its ``duration_ms``, independently of the others.
-    An episode that does not fit even so is skipped, its faults listed in
+    previous one ended, whichever is later. The lead of an episode waits (at most
+    ``schedule.aim_ms``) for its victim to be in its critical section; each fault of the episode
+    then starts ``offset_ms`` after the lead began, on a thread of its own, and heals after its
+    ``duration_ms``, independently of the others. An episode that would not end before
+    ``end_mono`` minus the gap is skipped, its faults listed in
     [`skipped`][fencedlease_lab.harness.nemesis.Nemesis.skipped].
     [`heal_all`][fencedlease_lab.harness.nemesis.Nemesis.heal_all] undoes whatever is still in force
     (it is also run when the nemesis stops).
@@ -67,16 +64,10 @@ class Nemesis(
 
     def _run(self, start_mono: float, end_mono: float, stop: threading.Event) -> None:
         try:
-            gap = self.schedule.gap_ms / 1000
             ready = start_mono
             episodes = list(self.schedule.episodes())
             for number, episode in enumerate(episodes):
                 at = max(start_mono + episode[0].start_ms / 1000, ready)
-                if at + _length_s(episode) + gap > end_mono:
-                    # Late (the episodes before it lasted longer than planned): moved earlier,
-                    # to the end of the gap before it, or into that gap and the one after it
-                    # (down to half of each), rather than dropped.
-                    at = ready if ready + _length_s(episode) + gap <= end_mono else ready - gap / 2
                 if stop.wait(max(0.0, at - time.monotonic())):
                     # Every fault not begun is named, not only the first that did not fit.
                     self.skipped.extend(
@@ -86,7 +77,7 @@ class Nemesis(
                     )
                     return
                 self._episode(episode, end_mono, stop)
-                ready = time.monotonic() + gap
+                ready = time.monotonic() + self.schedule.gap_ms / 1000
         except BaseException as exc:  # recorded, never silent; the run reports it
             self.error = exc
         finally:
@@ -100,19 +91,18 @@ class Nemesis(
                 runnable.append(fault)
             else:
                 self.skipped.append((fault.kind, reason))
-        length = _length_s(faults)
+        length = max(f.offset_ms + f.duration_ms for f in faults) / 1000
         gap = self.schedule.gap_ms / 1000
 
-        def fits() -> bool:  # with at least half a gap after it, to see recovery begin
-            if time.monotonic() + length + gap / 2 <= end_mono:
+        def fits() -> bool:
+            if time.monotonic() + length + gap <= end_mono:
                 return True
             self.skipped.extend((f.kind, "did not fit in the run's duration") for f in runnable)
             return False
 
         if not runnable or not fits():
             return
-        # The aim waits no longer than the episode can start and still fit.
-        aim = self._aim(faults[0], stop, until=end_mono - length - gap / 2)
+        aim = self._aim(faults[0], stop)
         if stop.is_set() or not fits():
             return
         began = time.monotonic()
@@ -208,20 +198,17 @@ class Nemesis(
                 return self.env.rng.choice(holders) if holders else None
             time.sleep(0.005)
 
-    def _aim(
-        self, lead: PlannedFault, stop: threading.Event, until: float = float("inf")
-    ) -> dict[str, Any]:
-        """Wait (at most ``schedule.aim_ms``, and not past the monotonic time ``until``) for the
-        lead's victim to enter its critical section, or, for a fault with no victim, for any
-        worker to be in it. A cut-off (partition, timeout) waits for its victim to have just
-        entered it, so that the body outlives ttl + one heartbeat after the cut and the loss
-        notice can be timed. Returns the ``detail`` fields that say how it went: ``aim_ms``
-        waited, ``aimed`` (found)."""
+    def _aim(self, lead: PlannedFault, stop: threading.Event) -> dict[str, Any]:
+        """Wait (at most ``schedule.aim_ms``) for the lead's victim to enter its critical
+        section, or, for a fault with no victim, for any worker to be in it. A cut-off
+        (partition, timeout) waits for its victim to have just entered it, so that the body
+        outlives ttl + one heartbeat after the cut and the loss notice can be timed. Returns
+        the ``detail`` fields that say how it went: ``aim_ms`` waited, ``aimed`` (found)."""
         env, began = self.env, time.monotonic()
-        give_up = max(began, min(began + self.schedule.aim_ms / 1000, until))
+        give_up = began + self.schedule.aim_ms / 1000
         worker = lead.target
         if worker is None:
-            holder = self.pick_holder(give_up - began, (BODY,), 1e9)
+            holder = self.pick_holder(self.schedule.aim_ms / 1000, (BODY,), 1e9)
             found: dict[str, Any] = {"aimed": holder is not None}
             if holder is not None:
                 found["holder"] = env.worker_names[holder]
@@ -238,8 +225,3 @@ class Nemesis(
             if time.monotonic() >= give_up or stop.wait(0.005):
                 break
         return {"aim_ms": round((time.monotonic() - began) * 1000), "aimed": hit}
-
-
-def _length_s(faults: Sequence[PlannedFault]) -> float:
-    """How long an episode of ``faults`` is planned to last, in seconds."""
-    return max(f.offset_ms + f.duration_ms for f in faults) / 1000

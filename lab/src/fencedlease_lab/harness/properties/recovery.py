@@ -57,19 +57,12 @@ def _waiting_at(attempts: list[Attempt], at: float, horizon: float) -> Attempt |
 
 
 def _wait(
-    grants: list[Grant], since: float, heal: float, horizon: float, bound: float
+    grants: list[Grant], since: float, heal: float, horizon: float
 ) -> tuple[float | None, Grant | None]:
     """Seconds from ``since`` to the key being held again (0: held through the heal), and the
-    grant that held it. A grant held through the heal is one that ended well after it, or was
-    still held ``bound`` seconds after it (a failover heals only once the replicas are in sync
-    again, and a lease granted meanwhile may be lost to the next fault: it had recovered)."""
+    grant that held it."""
     for grant in grants:
-        held = grant.lost if grant.lost is not None else grant.end
-        if (
-            grant.granted <= heal
-            and (held or 0.0) >= heal
-            and (grant.end_type == "ok" or (held or 0.0) >= heal + bound)
-        ):
+        if grant.granted <= heal and grant.end_type == "ok" and (grant.end or 0.0) >= heal:
             return 0.0, grant
     after = [g for g in grants if since <= g.granted <= horizon]
     first = min(after, key=lambda g: g.granted, default=None)
@@ -89,7 +82,7 @@ def _judge_fault(
             continue
         asked_any = True
         since = max(heal, asked.invoked)
-        waited, grant = _wait(ctx.grants_by_key.get(key, []), since, heal, horizon, bound)
+        waited, grant = _wait(ctx.grants_by_key.get(key, []), since, heal, horizon)
         lines = (fault.line, asked.line) + ((grant.line,) if grant is not None else ())
         if waited is None or waited > bound:
             waiting = _waiting_at(attempts, since + bound, horizon)
@@ -98,7 +91,7 @@ def _judge_fault(
             lines += (waiting.line,) if waiting is not asked else ()
         cases.append((key, since, waited, lines))
     if not asked_any:  # nobody asked: the run as a whole
-        waited, grant = _wait(ctx.data.grants, heal, heal, horizon, bound)
+        waited, grant = _wait(ctx.data.grants, heal, heal, horizon)
         cases.append((None, heal, waited, (fault.line,) + ((grant.line,) if grant else ())))
     judged = [c for c in cases if c[2] is not None or c[1] + bound <= horizon]
     violations: list[Violation] = []

@@ -54,7 +54,6 @@ def _make_nemesis(
             1000 * (config.lead_s if config.lead_s is not None else config.ttl_ms / 1000)
         ),
         worker_kinds=run.worker_kinds,
-        run_ms=round(config.duration_s * 1000),
     )
     run.schedule = schedule
     schedule = attrs.evolve(

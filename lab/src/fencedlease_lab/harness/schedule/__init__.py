@@ -28,11 +28,7 @@ alone: after it the resource refuses the new, lower tokens for the rest of the r
 
 Durations are drawn around [`fault_duration_s`][fencedlease_lab.harness.kinds.fault_duration_s]
 (from it to 11/8 of it); instants stay instants. An episode starts a gap of one ttl after the
-previous one ended, so recovery from it can be seen before the next begins. Drawn for a run of
-known length (``run_ms``), the faults of an episode that would end past it are moved into
-earlier episodes they may overlap, inside their length, rather than left for the run to drop;
-the run itself moves an episode that comes late into the gap before it (see
-[`Nemesis`][fencedlease_lab.harness.nemesis.Nemesis]).
+previous one ended, so recovery from it can be seen before the next begins.
 
 Jepsen's generators schedule faults the same way: a seeded random mix, recorded with the run.
 

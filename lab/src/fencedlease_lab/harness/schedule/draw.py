@@ -46,7 +46,7 @@ def _duration_ms(rng: random.Random, kind: str, ttl_ms: int, heartbeat_ms: int) 
 
 def _join(
     rng: random.Random,
-    episodes: list[Episode],
+    episodes: list[list[tuple[str, int | None, int, int]]],
     joiners: list[str],
     ttl_ms: int,
     heartbeat_ms: int,
@@ -69,52 +69,6 @@ def _join(
         members.append((kind, None, 0, min(duration, members[0][3])))
 
 
-Episode = list[tuple[str, int | None, int, int]]
-"""An episode being drawn: ``(kind, target, offset_ms, duration_ms)`` of each fault, the lead
-first."""
-
-
-def _length(members: Episode) -> int:
-    return max(m[2] + m[3] for m in members)
-
-
-def _fit(rng: random.Random, episodes: list[Episode], *, run_ms: int, lead_ms: int,
-         gap_ms: int) -> None:  # fmt: skip
-    """Move the faults of the episodes that would end too late (their planned end and the gap
-    after it past ``run_ms``) into earlier episodes, last episode first, rather than let the
-    run drop them: each joins an earlier episode it may be in force with (`may_overlap` with
-    every member), inside that episode's length, so it lengthens nothing. An episode is moved
-    only whole; one that cannot be (two failovers never overlap) stays, as does the restart
-    without persistence (last, alone) and a ``latency`` lead."""
-
-    def end() -> int:
-        return lead_ms + sum(_length(members) + gap_ms for members in episodes)
-
-    movable = [i for i, e in enumerate(episodes) if not any(m[0] in LAST for m in e)]
-    while end() > run_ms and movable:
-        index = movable.pop()
-        moved: list[tuple[int, tuple[str, int | None, int, int]]] = []
-        for kind, target, _, duration in episodes[index]:
-            hosts = [
-                at
-                for at, members in enumerate(episodes[:index])
-                if kind not in LEADS_ONLY
-                and duration <= _length(members)
-                and all(may_overlap(kind, target, m[0], m[1]) for m in members)
-                and all(may_overlap(kind, target, m[0], m[1]) for h, m in moved if h == at)
-            ]
-            if not hosts:
-                break
-            host = rng.choice(hosts)
-            offset = rng.randrange(_length(episodes[host]) - duration + 1)
-            moved.append((host, (kind, target, offset, duration)))
-        else:
-            for host, member in moved:
-                episodes[host].append(member)
-            del episodes[index]
-            movable = [i if i < index else i - 1 for i in movable]
-
-
 def draw_schedule(
     kinds: Sequence[str],
     *,
@@ -125,7 +79,6 @@ def draw_schedule(
     body_ms: int,
     lead_ms: int,
     worker_kinds: Sequence[str] = (),
-    run_ms: int | None = None,
 ) -> Schedule:
     """Draw the schedule of ``kinds`` (each once per time it is listed) from ``seed`` for
     ``workers`` workers and leases of ``ttl_ms``/``heartbeat_ms`` with a body of ``body_ms``;
@@ -136,8 +89,6 @@ def draw_schedule(
     [`KIND_AWARE`][fencedlease_lab.harness.kinds.KIND_AWARE] kinds are spread over the worker
     kinds: the n-th fault of such a kind hits a worker of the n-th worker kind of a seeded order
     (cycling), so a kind listed once per worker kind hits each of them once.
-    ``run_ms``: the run's length; the faults of an episode that would end past it are moved
-    into earlier ones where they may overlap (`_fit`), not left for the run to drop.
     Raises ``ValueError`` for an unknown kind, fewer than one worker, or ``worker_kinds`` not
     one per worker."""
     unknown = [kind for kind in kinds if kind not in FAULTS]
@@ -150,7 +101,7 @@ def draw_schedule(
     rng = random.Random(f"schedule:{seed}")
     rest = [kind for kind in kinds if kind not in LAST and kind not in JOINS_ONLY]
     rng.shuffle(rest)
-    episodes: list[Episode] = []
+    episodes: list[list[tuple[str, int | None, int, int]]] = []  # (kind, target, offset, dur)
     aimed = _kind_aware_victims(rng, kinds, worker_kinds)
 
     def victim(kind: str, near: int | None = None) -> int | None:
@@ -194,8 +145,6 @@ def draw_schedule(
                 [(kind, victim(kind), 0, _duration_ms(rng, kind, ttl_ms, heartbeat_ms))]
             )
     gap_ms = ttl_ms
-    if run_ms is not None:
-        _fit(rng, episodes, run_ms=run_ms, lead_ms=lead_ms, gap_ms=gap_ms)
     faults: list[PlannedFault] = []
     at = lead_ms
     for episode, (lead_fault, *others) in enumerate(episodes):

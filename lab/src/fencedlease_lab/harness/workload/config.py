@@ -68,14 +68,6 @@ class WorkerConfig:
     fencing: Fencing = "counter"
     stale_share: float = 0.0
 
-    @property
-    def replica_ack_timeout_ms(self) -> int:
-        """The manager's ``replica_ack_timeout_ms`` (with ``replica_acks``): one heartbeat, not
-        the library's 100 ms. A renewal still fits several times in a ttl, and replicas on a
-        machine this loaded (several runs on two cores) are often later than 100 ms to
-        acknowledge: a lease then lost with no fault near is the machine's, not the library's."""
-        return self.heartbeat_ms
-
 
 def client_name(prefix: str, worker_name: str) -> str:
     """The Redis ``CLIENT SETNAME`` of a worker's connections (how ``CLIENT KILL`` finds them):

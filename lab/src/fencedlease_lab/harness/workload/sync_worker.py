@@ -50,7 +50,6 @@ def run_sync_worker(
         prefix=config.prefix,
         on_event=recorder,
         replica_acks=config.replica_acks,
-        replica_ack_timeout_ms=config.replica_ack_timeout_ms,
         fencing=config.fencing,
     )
     board.set(config.index, "pid", os.getpid())  # ready: the run waits for every pid
