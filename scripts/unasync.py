@@ -36,6 +36,7 @@ COMMAND = "python scripts/unasync.py"
 EXCLUDED = {
     "primitives/waiting.py",
     "primitives/callers.py",
+    "primitives/sockets.py",
     "cluster_calls.py",  # redis-py's two cluster clients differ beyond await: both by hand
 }
 """The modules of ``_async`` whose ``_sync`` namesake is written by hand: the two of

@@ -67,12 +67,14 @@ def _prefix(request: pytest.FixtureRequest) -> str:
 
 def _both_faces(url: str, prefix: str, steps: Callable[[Any, Callable[[Any], Any]], None]) -> None:
     """``steps(manager, run)`` on the sync face, then on the asyncio face (``run`` awaits what
-    the asyncio manager returns), each over a manager of its own from ``url``."""
-    with LeaseManager.from_url(url, prefix=prefix) as manager:
+    the asyncio manager returns), each over a manager of its own from ``url``, with counter tokens
+    (a cluster URL's default is epoch tokens, tested in test_cluster.py; the tokens these tests
+    pin are the counter's 1, 2, ...)."""
+    with LeaseManager.from_url(url, prefix=prefix, fencing="counter") as manager:
         steps(manager, lambda value: value)
     loop = asyncio.new_event_loop()
     try:
-        amanager = AsyncLeaseManager.from_url(url, prefix=prefix + "-aio")
+        amanager = AsyncLeaseManager.from_url(url, prefix=prefix + "-aio", fencing="counter")
 
         def run(value: Any) -> Any:
             return loop.run_until_complete(value) if asyncio.iscoroutine(value) else value

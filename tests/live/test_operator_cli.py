@@ -473,8 +473,9 @@ def test_list_inspect_and_release_reach_every_shard_of_a_cluster(
         assert result.exit_code == 0, result.output
         rows = json.loads(result.output)["leases"]
         assert [(r["key"], r["holder"], r["fencing_token"]) for r in rows] == [
-            (name, held[name].owner_fingerprint, 1) for name in sorted(SPREAD)
-        ]
+            (name, held[name].owner_fingerprint, held[name].fencing_token)
+            for name in sorted(SPREAD)
+        ]  # each the first grant of its name: its node's epoch floor (a cluster's epoch tokens)
         for name in ("reports:daily", "users:1"):  # on two different primaries
             shown = CliRunner().invoke(
                 main, ["inspect", name, "--url", url, "--prefix", prefix, "--json"]
@@ -482,7 +483,7 @@ def test_list_inspect_and_release_reach_every_shard_of_a_cluster(
             assert shown.exit_code == 0, shown.output
             row = json.loads(shown.output)
             assert (row["held"], row["holder"], row["fencing_token"]) == (
-                True, held[name].owner_fingerprint, 1,
+                True, held[name].owner_fingerprint, held[name].fencing_token,
             )  # fmt: skip
         released = CliRunner().invoke(
             main, ["release", "users:1", "--force", "--yes", "--url", url, "--prefix", prefix]

@@ -8,17 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Generic, TypeVar
 
 from fencedlease._core.clock import Clock
 from fencedlease._core.state import LeaseState
-
-if sys.version_info >= (3, 11):
-    from asyncio import timeout as _timeout
-else:  # pragma: no cover - redis-py depends on it there
-    from async_timeout import timeout as _timeout
 
 __all__ = [
     "LOG_NAME",
@@ -33,10 +27,7 @@ __all__ = [
     "abandon",
     "bounded",
     "is_cancellation",
-    "read_bytes",
-    "redis_clock_s",
     "retrieve",
-    "send_bytes",
     "shield",
     "sleep",
 ]
@@ -234,45 +225,6 @@ async def shield(step: Callable[[], Awaitable[T]]) -> T:
     """``step()`` run to its end even if the caller is cancelled meanwhile (`asyncio.shield`): a
     clean-up a cancellation must not cut short. The sync face's just calls it."""
     return await asyncio.shield(step())
-
-
-def redis_clock_s() -> float:
-    """The clock (seconds) redis-py's connections of this face time their health checks by
-    (``next_health_check``): the event loop's on asyncio, ``time.monotonic`` on threads."""
-    return asyncio.get_running_loop().time()
-
-
-async def send_bytes(conn: Any, data: bytes) -> None:
-    """Write ``data`` on redis-py's connection ``conn`` (made) and wait until its buffer drained,
-    within the connection's ``socket_timeout`` (None: no bound), as redis-py's own send does.
-
-    Raises:
-        TimeoutError: not drained within ``socket_timeout``.
-        OSError: the connection's.
-    """
-    conn._writer.write(data)
-    await _bounded_by(conn.socket_timeout, conn._writer.drain())
-
-
-async def read_bytes(conn: Any, size: int) -> bytes:
-    """The next bytes (at most ``size``) on redis-py's connection ``conn`` (made), waited for
-    within its ``socket_timeout`` (None: no bound); ``b""`` when the server closed it.
-
-    Raises:
-        TimeoutError: nothing came within ``socket_timeout``.
-        OSError: the connection's.
-    """
-    return await _bounded_by(conn.socket_timeout, conn._reader.read(size))
-
-
-async def _bounded_by(timeout_s: float | None, step: Awaitable[T]) -> T:
-    if not timeout_s:
-        return await step
-    try:
-        async with _timeout(timeout_s):
-            return await step
-    except asyncio.TimeoutError:  # not the built-in TimeoutError before Python 3.11
-        raise TimeoutError from None
 
 
 class Runner:

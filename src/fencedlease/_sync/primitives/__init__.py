@@ -7,7 +7,8 @@ on both faces; this file, like every other module of ``_sync``, is generated fro
 source. A generated module imports ``.primitives`` and gets its face's.
 
 - `waiting`: how it waits (events, locks, background runners, pools of calls, bounded calls,
-  per-node workers, shielded steps, sleeps, a connection's bytes written and read);
+  per-node workers, shielded steps, sleeps);
+- `sockets`: a redis-py connection's bytes written and read, bounded by its socket timeout;
 - `callers`: what a lease manager's caller is (its thread or task, the calls run off its path,
   the bounded release that ends a hold, how a body is cancelled on loss).
 """
@@ -29,6 +30,7 @@ from .callers import (
     drop_unused,
     waiter_after_fork,
 )
+from .sockets import read_bytes, redis_clock_s, send_bytes
 from .waiting import (
     LOG_NAME,
     Background,
@@ -42,9 +44,6 @@ from .waiting import (
     abandon,
     bounded,
     is_cancellation,
-    read_bytes,
-    redis_clock_s,
-    send_bytes,
     shield,
     sleep,
 )

@@ -36,9 +36,6 @@ __all__ = [
     "abandon",
     "bounded",
     "is_cancellation",
-    "read_bytes",
-    "redis_clock_s",
-    "send_bytes",
     "shield",
     "sleep",
 ]
@@ -228,37 +225,6 @@ def shield(step: Callable[[], T]) -> T:
     """``step()``: a thread is not cancelled, so a clean-up needs no shield (the asyncio face's
     runs the step to its end even if the caller is cancelled)."""
     return step()
-
-
-def redis_clock_s() -> float:
-    """The clock (seconds) redis-py's connections of this face time their health checks by
-    (``next_health_check``): the event loop's on asyncio, ``time.monotonic`` on threads."""
-    return time.monotonic()
-
-
-def send_bytes(conn: Any, data: bytes) -> None:
-    """Write ``data`` on redis-py's connection ``conn`` (made): its socket's ``sendall``, bounded
-    by the connection's ``socket_timeout`` (set on the socket by redis-py), as redis-py's own
-    send is.
-
-    Raises:
-        TimeoutError: not written within ``socket_timeout``.
-        OSError: the connection's.
-    """
-    conn._sock.sendall(data)
-
-
-def read_bytes(conn: Any, size: int) -> bytes:
-    """The next bytes (at most ``size``) on redis-py's connection ``conn`` (made), waited for
-    within its ``socket_timeout`` (set on the socket by redis-py; None: no bound); ``b""`` when
-    the server closed it.
-
-    Raises:
-        TimeoutError: nothing came within ``socket_timeout``.
-        OSError: the connection's.
-    """
-    data: bytes = conn._sock.recv(size)
-    return data
 
 
 class Runner:
