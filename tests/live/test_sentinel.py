@@ -37,13 +37,13 @@ pytestmark = [
 ACK_MS = 5_000
 
 
-def _granted_while_healthy(manager: LeaseManager, key: str) -> Lease:
+def _granted_while_healthy(manager: LeaseManager, key: str, ttl_ms: int = 60_000) -> Lease:
     """A grant while the replica is healthy. The manager's 100 ms acknowledgement bound is the one
     the test is about, and a loaded machine's replica can miss it: each miss took the grant back
     (its token burnt), so the grant is asked again, a bounded number of times."""
     for _ in range(50):
         try:
-            lease = manager.acquire(key, ttl_ms=60_000).lease
+            lease = manager.acquire(key, ttl_ms=ttl_ms).lease
         except ReplicationError:
             continue
         assert lease is not None
@@ -270,7 +270,8 @@ def test_a_holder_no_replica_acknowledges_is_lost_within_its_ttl(
     deployment = sentinel_deployment
     errors: list[LeaseEvent] = []
     with LeaseManager.from_url(deployment.url, replica_acks=1, on_event=errors.append) as manager:
-        with pytest.raises(LeaseLostError), manager.hold("k", ttl_ms=2_000) as lease:
+        granted = _granted_while_healthy(manager, "k", ttl_ms=2_000)
+        with pytest.raises(LeaseLostError), manager.keep_alive(granted) as lease:
             with deployment.replicas[0].client() as replica:
                 replica.execute_command("CLIENT", "PAUSE", 60_000, "WRITE")
             assert lease.wait_lost(60_000)
